@@ -1,0 +1,24 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+.PHONY: demo test lint bench clean
+
+demo:
+	@scripts/bootstrap.sh python
+	.venv/bin/monitor check-config config/minimal.yaml
+
+test:
+	@scripts/bootstrap.sh services
+	.venv/bin/ruff check monitor simulators tests bench
+	.venv/bin/ruff format --check monitor simulators tests bench
+	.venv/bin/mypy
+	.venv/bin/python -m pytest -q
+
+lint:
+	.venv/bin/ruff check monitor simulators tests bench
+	.venv/bin/mypy
+
+bench:
+	@scripts/bootstrap.sh services
+	for b in bench/*.py; do .venv/bin/python "$$b" || exit 1; done
+
+clean:
+	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache state

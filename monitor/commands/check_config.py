@@ -1,0 +1,112 @@
+"""`monitor check-config FILE`: validate, then show what the daemon will enforce."""
+
+from __future__ import annotations
+
+import argparse
+
+from monitor.commands import load_config_or_exit
+from monitor.config import Config
+from monitor.config.sensors import SensorRules
+
+HELP = "validate a station config and print the effective rules (exit 2 on errors)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="station config YAML")
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config_or_exit(args.config)
+    print(summary(config))
+    return 0
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def _dur(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def describe_limits(rules: SensorRules) -> str:
+    lim = rules.limits
+    if lim is None:
+        return "no limits"
+    unit = "" if lim.unit == "pH" else f" {lim.unit}"
+    if lim.low is not None and lim.high is not None:
+        text = f"{_num(lim.low)}–{_num(lim.high)}{unit}"
+    elif lim.high is not None:
+        text = f"> {_num(lim.high)}{unit}"
+    else:
+        assert lim.low is not None
+        text = f"< {_num(lim.low)}{unit}"
+    extras = []
+    if lim.deadband:
+        extras.append(f"deadband {_num(lim.deadband)}")
+    if lim.on_delay:
+        extras.append(f"on-delay {_dur(lim.on_delay)}")
+    if lim.off_delay:
+        extras.append(f"off-delay {_dur(lim.off_delay)}")
+    more = f", {', '.join(extras)}" if extras else ""
+    return f"alarm {text}{more} [{lim.citation}]"
+
+
+def describe_slug(rules: SensorRules) -> str:
+    slug = rules.slug
+    if slug is None:
+        return "no slug rule"
+    return (
+        f"slug > {_num(slug.factor)}x {_dur(slug.window)} average for > {_dur(slug.duration)}"
+        f" (warm-up {_dur(slug.warmup)}) [{slug.citation}]"
+    )
+
+
+def summary(config: Config) -> str:
+    lines = [
+        f"station {config.station.id}" + (f" ({config.station.name})" if config.station.name else ""),
+        f"profile {config.profile.name}",
+        f"state   {config.state_dir}",
+        f"{len(config.sensors)} sensor(s):",
+    ]
+    width = max(len(s.id) for s in config.sensors)
+    for sensor in config.sensors:
+        rules = config.rules[sensor.id]
+        unit = "" if rules.unit == "pH" else rules.unit
+        head = f"  {sensor.id:<{width}}  {sensor.kind:<13} {unit:<5}"
+        if sensor.kind == "meter":
+            digits = f"{sensor.register_digits} digits" if sensor.register_digits else "no rollover"
+            lines.append(f"{head} meter x{_num(sensor.multiplier)}, {digits}, account {sensor.account}")
+            continue
+        stale = f"stale after {_dur(rules.stale_after)}"
+        lines.append(f"{head} {describe_limits(rules)}; {describe_slug(rules)}; {stale}")
+    lines.append("sources:")
+    if config.modbus and config.modbus.devices:
+        for dev in config.modbus.devices:
+            where = f"{dev.host}:{dev.port}" if dev.transport == "tcp" else f"{dev.port} @ {dev.baudrate}"
+            lines.append(
+                f"  modbus {dev.name} {dev.transport} {where} unit {dev.device_id}: "
+                f"{len(dev.fields)} field(s) every {_dur(dev.poll_interval)}"
+            )
+    if config.mqtt and config.mqtt.subscriptions:
+        m = config.mqtt
+        for sub in m.subscriptions:
+            lines.append(f"  mqtt {m.host}:{m.port} {sub.topic} -> {sub.sensor} ({sub.format})")
+    if not (config.modbus and config.modbus.devices) and not (config.mqtt and config.mqtt.subscriptions):
+        lines.append("  none (replay only)")
+    if config.influx:
+        target = config.influx.bucket if config.influx.api == "v2" else config.influx.database
+        lines.append(f"influx  {config.influx.api} {config.influx.url} -> {target}")
+    else:
+        lines.append("influx  not configured: series go to the local store only")
+    if config.console.enabled:
+        write = "token set" if config.console.token else "no token: read-only"
+        lines.append(f"console http://{config.console.host}:{config.console.port}/ ({write})")
+    if config.billing:
+        lines.append(
+            f"billing ${config.billing.rate_per_kcf} per 1,000 ft3, {len(config.billing.accounts)} account(s)"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,257 @@
+"""YAML -> validated `Config`, with every problem reported as `path.to.key: message`."""
+
+from __future__ import annotations
+
+import difflib
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError
+
+from monitor.config.outputs import Alarms, Billing, Console, Influx, Store
+from monitor.config.sensors import Profile, Sensor, SensorRules, key_error, profile_limit, resolve_rules
+from monitor.config.sources import Modbus, Mqtt
+from monitor.config.types import Section
+from monitor.errors import ConfigError
+from monitor.model import Kind
+from monitor.units import conversion
+
+DEFAULT_PROFILE = Path(__file__).resolve().parent.parent / "profiles" / "barton-139.yaml"
+
+
+class Station(Section):
+    id: str = Field(pattern=r"^[A-Za-z0-9_.:-]+$")
+    name: str = ""
+
+
+class Config(Section):
+    """One station's config, validated and frozen; `rules` holds each sensor's effective rules."""
+
+    station: Station
+    profile: Profile
+    state_dir: Path = Path("state")
+    sensors: list[Sensor] = Field(min_length=1)
+    modbus: Modbus | None = None
+    mqtt: Mqtt | None = None
+    influx: Influx | None = None
+    store: Store = Store()
+    console: Console = Console()
+    alarms: Alarms = Alarms()
+    billing: Billing | None = None
+
+    @cached_property
+    def rules(self) -> dict[str, SensorRules]:
+        return {s.id: resolve_rules(s, self.profile) for s in self.sensors}
+
+    def sensor(self, sensor_id: str) -> Sensor:
+        for s in self.sensors:
+            if s.id == sensor_id:
+                return s
+        raise KeyError(sensor_id)
+
+
+def load_config(path: str | Path) -> Config:
+    """Read, validate and cross-check a station config; raises ConfigError listing every problem."""
+    path = Path(path)
+    raw = _read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(["(top level): must be a mapping with station and sensors"], str(path))
+    return build_config(raw, base_dir=path.parent, source=str(path))
+
+
+def build_config(raw: dict[str, Any], base_dir: Path = Path("."), source: str = "") -> Config:
+    """Validate an already-parsed mapping (the demo builds its config this way)."""
+    data = dict(raw)
+    problems: list[str] = []
+    profile_ref = data.get("profile")
+    profile_path = DEFAULT_PROFILE
+    if isinstance(profile_ref, str):
+        profile_path = (base_dir / profile_ref).resolve()
+    elif profile_ref is not None:
+        problems.append("profile: must be the path of an ordinance profile file")
+    try:
+        profile_raw = _read_yaml(profile_path)
+        data["profile"] = Profile.model_validate(profile_raw)
+    except ConfigError as exc:
+        problems.extend(f"profile: {p}" for p in exc.problems)
+    except ValidationError as exc:
+        problems.extend(f"profile.{p}" for p in _format_errors(exc))
+    if isinstance(data.get("state_dir"), str) and not Path(data["state_dir"]).is_absolute():
+        data["state_dir"] = str((base_dir / data["state_dir"]).resolve())
+    config: Config | None = None
+    if not problems:
+        try:
+            config = Config.model_validate(data)
+        except ValidationError as exc:
+            problems.extend(_format_errors(exc))
+    problems.extend(_cross_check(raw))
+    if config is not None and not problems:
+        problems.extend(_check_rules(config))
+    if problems:
+        raise ConfigError(list(dict.fromkeys(problems)), source)
+    assert config is not None
+    return config
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"(file): cannot read {path}: {exc.strerror}"], str(path)) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([f"{where}: invalid YAML: {problem}"], str(path)) from None
+
+
+def _path(loc: Iterable[int | str]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + part
+    return out or "(top level)"
+
+
+def _format_errors(exc: ValidationError) -> list[str]:
+    lines = []
+    for err in exc.errors(include_url=False):
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+        msg = err["msg"]
+        kind = err["type"]
+        if kind == "key_error":
+            ctx = err.get("ctx") or {}
+            loc = [*loc, *str(ctx["key"]).split(".")]
+            msg = str(ctx["message"])
+        elif kind == "extra_forbidden":
+            msg = "unknown key" + _suggest(exc, loc)
+        elif kind == "missing":
+            msg = "required"
+        elif msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        msg = msg.replace("Input should be", "must be")
+        lines.append(f"{_path(loc)}: {msg}")
+    return lines
+
+
+def _suggest(exc: ValidationError, loc: list[int | str]) -> str:
+    """`did you mean 'limits'?` for a misspelt key, from the model's own field names."""
+    key = loc[-1] if loc else ""
+    if not isinstance(key, str):
+        return ""
+    names = _known_keys()
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _known_keys() -> list[str]:
+    names: set[str] = set()
+
+    def walk(schema: Any) -> None:
+        if isinstance(schema, dict):
+            props = schema.get("properties")
+            if isinstance(props, dict):
+                names.update(props)
+            for value in schema.values():
+                walk(value)
+        elif isinstance(schema, list):
+            for value in schema:
+                walk(value)
+
+    walk(Config.model_json_schema(by_alias=True))
+    return sorted(names)
+
+
+def _items(raw: dict[str, Any], key: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    value = raw.get(key)
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            if isinstance(item, dict):
+                yield i, item
+
+
+def _cross_check(raw: dict[str, Any]) -> list[str]:
+    """References between sections, checked on the raw mapping so they report
+    even when another part of the file failed validation."""
+    problems: list[str] = []
+    ids = [s.get("id") for _, s in _items(raw, "sensors")]
+    counts = Counter(i for i in ids if isinstance(i, str))
+    seen: set[str] = set()
+    for i, sensor in _items(raw, "sensors"):
+        sid = sensor.get("id")
+        if isinstance(sid, str) and counts[sid] > 1:
+            if sid in seen:
+                problems.append(f"sensors[{i}].id: duplicate sensor id {sid!r}")
+            seen.add(sid)
+    known = set(counts)
+    modbus = raw.get("modbus")
+    if isinstance(modbus, dict):
+        names: Counter[str] = Counter()
+        for d, device in _items(modbus, "devices"):
+            name = device.get("name")
+            if isinstance(name, str):
+                names[name] += 1
+                if names[name] == 2:
+                    problems.append(f"modbus.devices[{d}].name: duplicate device name {name!r}")
+            for f, field in _items(device, "fields"):
+                sid = field.get("sensor")
+                if isinstance(sid, str) and sid not in known:
+                    problems.append(
+                        f"modbus.devices[{d}].fields[{f}].sensor: unknown sensor {sid!r}" + _close(sid, known)
+                    )
+    mqtt = raw.get("mqtt")
+    if isinstance(mqtt, dict):
+        for s, sub in _items(mqtt, "subscriptions"):
+            sid = sub.get("sensor")
+            if isinstance(sid, str) and "{" not in sid and sid not in known:
+                problems.append(
+                    f"mqtt.subscriptions[{s}].sensor: unknown sensor {sid!r}" + _close(sid, known)
+                )
+    billing = raw.get("billing")
+    accounts = {a.get("id") for _, a in _items(billing, "accounts")} if isinstance(billing, dict) else set()
+    for i, sensor in _items(raw, "sensors"):
+        account = sensor.get("account")
+        if isinstance(account, str) and isinstance(billing, dict) and account not in accounts:
+            problems.append(f"sensors[{i}].account: unknown account {account!r} (billing.accounts)")
+    return problems
+
+
+def _close(name: str, known: set[str]) -> str:
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _check_rules(config: Config) -> list[str]:
+    """Effective rules after merging the profile: limits in a convertible unit, low < high."""
+    problems: list[str] = []
+    for i, sensor in enumerate(config.sensors):
+        rules = config.rules[sensor.id]
+        lim = rules.limits
+        if lim is not None:
+            try:
+                conversion(rules.unit, lim.unit)
+            except ValueError:
+                problems.append(f"sensors[{i}].limits.unit: cannot compare {rules.unit} with {lim.unit}")
+            if lim.low is not None and lim.high is not None and lim.low >= lim.high:
+                base = profile_limit(sensor, config.profile)
+                side = "low" if "low" in sensor.limits.model_fields_set else "high"
+                problems.append(
+                    f"sensors[{i}].limits.{side}: effective limits low {lim.low} >= high {lim.high}"
+                    + (f" (the other side comes from the profile, {base.citation})" if base else "")
+                )
+        if rules.slug is not None and rules.slug.warmup > rules.slug.window:
+            problems.append(f"sensors[{i}].slug.warmup: must not exceed slug.window")
+        if sensor.kind is Kind.METER and config.billing is not None and sensor.account is None:
+            problems.append(f"sensors[{i}].account: required for a meter when billing is configured")
+    return problems
+
+
+__all__ = ["Config", "Station", "build_config", "key_error", "load_config"]

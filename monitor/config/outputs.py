@@ -1,0 +1,114 @@
+"""Output sections: InfluxDB writer and outbox, local series store, console, alarms, billing."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from monitor.config.sensors import key_error
+from monitor.config.types import Duration, Secret, Section
+from monitor.model import Priority, Rule
+
+
+class Influx(Section):
+    """InfluxDB 2.x/3.x (`api: v2`: org, bucket, token) or 1.x (`api: v1`: database)."""
+
+    url: str = Field(pattern=r"^https?://")
+    api: Literal["v2", "v1"] = "v2"
+    org: str | None = None
+    bucket: str | None = None
+    token: Secret | None = None
+    database: str | None = None
+    retention_policy: str | None = None
+    username: str | None = None
+    password: Secret | None = None
+    verify_tls: bool = True
+    ca_file: Path | None = None
+    timeout: Duration = Field(10.0, gt=0)
+    batch_size: int = Field(5000, ge=1, le=100_000)
+    flush_interval: Duration = Field(1.0, gt=0)
+    outbox_max_bytes: int = Field(1 << 30, ge=1 << 16)
+    max_backoff: Duration = Field(300.0, gt=0)
+
+    @model_validator(mode="after")
+    def _api_keys(self) -> Influx:
+        if self.api == "v2":
+            for key in ("org", "bucket"):
+                if getattr(self, key) is None:
+                    raise key_error(key, "required for api: v2")
+        elif self.database is None:
+            raise key_error("database", "required for api: v1")
+        return self
+
+
+class Store(Section):
+    """The local series store the console reads (and the only store without InfluxDB)."""
+
+    retention: Duration = Field(30 * 86400.0, gt=0)
+
+
+class Console(Section):
+    host: str = Field("127.0.0.1", description="127.0.0.1 keeps the console on the gateway")
+    port: int = Field(8080, ge=0, lt=65536)
+    token: Secret | None = Field(None, description="bearer token for ack, shelve, return to service")
+    enabled: bool = True
+
+
+class Webhook(Section):
+    url: str = Field(pattern=r"^https?://")
+    timeout: Duration = Field(5.0, gt=0)
+    retries: int = Field(3, ge=0)
+    token: Secret | None = None
+
+
+class PriorityOverride(Section):
+    sensor: str
+    rule: Rule
+    priority: Priority
+
+
+class Alarms(Section):
+    priorities: dict[Rule, Priority] = {
+        Rule.SLUG: Priority.HIGH,
+        Rule.HIGH: Priority.HIGH,
+        Rule.LOW: Priority.HIGH,
+        Rule.STALE: Priority.MEDIUM,
+        Rule.COMM_LOSS: Priority.MEDIUM,
+        Rule.METER: Priority.MEDIUM,
+        Rule.OUTBOX: Priority.HIGH,
+    }
+    overrides: list[PriorityOverride] = []
+    shelve_default: Duration = Field(3600.0, gt=0)
+    shelve_max: Duration = Field(8 * 3600.0, gt=0)
+    chatter_count: int = Field(5, ge=2)
+    chatter_window: Duration = Field(600.0, gt=0)
+    renotify_interval: Duration = Field(900.0, ge=0, description="0 turns re-notification off")
+    flood_count: int = Field(10, ge=1)
+    flood_window: Duration = Field(600.0, gt=0)
+    webhook: Webhook | None = None
+
+    @model_validator(mode="after")
+    def _shelve(self) -> Alarms:
+        if self.shelve_default > self.shelve_max:
+            raise key_error("shelve_default", "must not exceed shelve_max")
+        return self
+
+
+class Account(Section):
+    id: str = Field(pattern=r"^[A-Za-z0-9_.:-]+$")
+    name: str = ""
+    class_: str = Field("residential", alias="class")
+    billing_units: int = Field(1, ge=1)
+    workdays_per_week: int = Field(5, ge=1, le=7)
+    residential: bool | None = Field(None, description="default: class == residential")
+
+
+class Billing(Section):
+    rate_per_kcf: Decimal = Field(ge=0, description="dollars per 1,000 ft3 (§139-3)")
+    minimum_charge: Decimal | None = Field(None, ge=0, description="per billing unit per quarter")
+    year_start_month: int = Field(1, ge=1, le=12)
+    max_gap: Duration = Field(86400.0, gt=0, description="longer gaps mark a period estimated")
+    accounts: list[Account] = []

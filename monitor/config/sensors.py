@@ -1,0 +1,228 @@
+"""Sensors, their limits and slug rules, and the ordinance profile they default from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from monitor.config.types import Duration, Section
+from monitor.model import Kind
+from monitor.units import DEFAULT_UNIT, PHYSICAL_RANGE, UNITS, convert
+
+ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+
+
+def key_error(key: str, message: str) -> PydanticCustomError:
+    """An error that names a key below the model that raised it (see load.format_error)."""
+    return PydanticCustomError("key_error", "{key}: {message}", {"key": key, "message": message})
+
+
+def _switch(value: Any) -> Any:
+    """`slug: false` / `limits: false` switch a rule off; `true` keeps the defaults."""
+    if value is False:
+        return {"enabled": False}
+    if value is True:
+        return {}
+    return value
+
+
+class LimitsOverride(Section):
+    """Per-sensor limit settings; unset fields come from the ordinance profile."""
+
+    enabled: bool = True
+    low: float | None = None
+    high: float | None = None
+    unit: str | None = Field(None, description="unit the limits are written in")
+    deadband: float = Field(0.0, ge=0)
+    on_delay: Duration = 0.0
+    off_delay: Duration = 0.0
+    citation: str | None = None
+
+    @model_validator(mode="after")
+    def _low_below_high(self) -> LimitsOverride:
+        if self.low is not None and self.high is not None and self.low >= self.high:
+            raise key_error("high", "must be greater than limits.low")
+        return self
+
+
+class SlugOverride(Section):
+    """Per-sensor slug settings; unset fields come from the ordinance profile."""
+
+    enabled: bool = True
+    factor: float | None = Field(None, gt=1)
+    duration: Duration | None = None
+    window: Duration | None = Field(None, gt=0, le=7 * 86400)
+    max_gap: Duration | None = Field(None, gt=0)
+    warmup: Duration | None = None
+    citation: str | None = None
+
+
+class ValidRange(Section):
+    """What the instrument can physically report, in the sensor's unit."""
+
+    min: float | None = None
+    max: float | None = None
+
+
+class Sensor(Section):
+    id: str = Field(pattern=ID_PATTERN)
+    kind: Kind
+    unit: str | None = None
+    name: str = ""
+    influent: bool = Field(False, description="temperature of the treatment-works influent (40 °C)")
+    substance: str | None = Field(None, description="for concentration sensors, e.g. oil")
+    limits: Annotated[LimitsOverride, BeforeValidator(_switch)] = LimitsOverride()
+    slug: Annotated[SlugOverride, BeforeValidator(_switch)] = SlugOverride()
+    stale_after: Duration | None = Field(None, gt=0)
+    valid_range: ValidRange | None = None
+    # Meters (kind: meter): the totalizer register and the account it bills to.
+    register_digits: int | None = Field(None, ge=1, le=18)
+    multiplier: float = Field(1.0, gt=0)
+    account: str | None = None
+    max_rate: float | None = Field(None, gt=0, description="meter units per hour")
+
+    @model_validator(mode="after")
+    def _unit_fits_kind(self) -> Sensor:
+        allowed = UNITS[self.kind]
+        if self.unit is not None and self.unit not in allowed:
+            if self.kind is Kind.PH:
+                raise key_error("unit", "a pH sensor has no unit; remove the key")
+            raise key_error("unit", f"must be one of {', '.join(allowed)} for a {self.kind} sensor")
+        if self.limits.unit is not None and self.limits.unit not in allowed:
+            raise key_error("limits.unit", f"must be one of {', '.join(allowed)}")
+        if self.kind is not Kind.METER:
+            for key in ("register_digits", "account", "max_rate"):
+                if getattr(self, key) is not None:
+                    raise key_error(key, "only meters (kind: meter) have this key")
+        if self.influent and self.kind is not Kind.TEMPERATURE:
+            raise key_error("influent", "only temperature sensors can be marked influent")
+        return self
+
+    @property
+    def effective_unit(self) -> str:
+        return self.unit or DEFAULT_UNIT[self.kind]
+
+
+class ProfileLimit(Section):
+    low: float | None = None
+    high: float | None = None
+    unit: str | None = None
+    citation: str
+
+
+class ProfileSlug(Section):
+    kinds: list[Kind]
+    factor: float = Field(gt=1)
+    duration: Duration
+    window: Duration = Field(gt=0)
+    max_gap: Duration = Field(gt=0)
+    warmup: Duration
+    citation: str
+
+
+class Profile(Section):
+    """The ordinance as the software enforces it (config/ordinance-139.yaml)."""
+
+    name: str
+    limits: dict[str, ProfileLimit]
+    slug: ProfileSlug
+    stale_after: Duration = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class LimitRule:
+    """Effective limits of one sensor, in `unit`; None disables that side."""
+
+    low: float | None
+    high: float | None
+    unit: str
+    deadband: float
+    on_delay: float
+    off_delay: float
+    citation: str
+
+
+@dataclass(frozen=True, slots=True)
+class SlugRule:
+    factor: float
+    duration: float
+    window: float
+    max_gap: float
+    warmup: float
+    citation: str
+
+
+@dataclass(frozen=True, slots=True)
+class SensorRules:
+    """Everything the engine needs to judge one sensor, resolved from config and profile."""
+
+    sensor: str
+    kind: Kind
+    unit: str
+    limits: LimitRule | None
+    slug: SlugRule | None
+    stale_after: float
+    valid_range: tuple[float, float]
+
+
+def profile_limit(sensor: Sensor, profile: Profile) -> ProfileLimit | None:
+    """The profile entry for this sensor: `kind.substance` / `kind.influent`, then `kind`."""
+    qualifier = "influent" if sensor.influent else sensor.substance
+    if qualifier:
+        found = profile.limits.get(f"{sensor.kind}.{qualifier}")
+        if found is not None:
+            return found
+    return profile.limits.get(str(sensor.kind))
+
+
+def resolve_rules(sensor: Sensor, profile: Profile) -> SensorRules:
+    """Merge a sensor's overrides onto the profile defaults for its kind."""
+    given = sensor.limits.model_fields_set
+    base = profile_limit(sensor, profile)
+    limits: LimitRule | None = None
+    if sensor.limits.enabled:
+        low = sensor.limits.low if "low" in given or base is None else base.low
+        high = sensor.limits.high if "high" in given or base is None else base.high
+        unit = sensor.limits.unit or (base.unit if base and base.unit else None)
+        citation = sensor.limits.citation or (base.citation if base else "station config")
+        if low is not None or high is not None:
+            limits = LimitRule(
+                low=low,
+                high=high,
+                unit=unit or sensor.effective_unit,
+                deadband=sensor.limits.deadband,
+                on_delay=sensor.limits.on_delay,
+                off_delay=sensor.limits.off_delay,
+                citation=citation,
+            )
+    slug: SlugRule | None = None
+    ps, so = profile.slug, sensor.slug
+    slug_by_default = sensor.kind in ps.kinds
+    if so.enabled and (slug_by_default or so.model_fields_set - {"enabled"}):
+        slug = SlugRule(
+            factor=so.factor if so.factor is not None else ps.factor,
+            duration=so.duration if so.duration is not None else ps.duration,
+            window=so.window if so.window is not None else ps.window,
+            max_gap=so.max_gap if so.max_gap is not None else ps.max_gap,
+            warmup=so.warmup if so.warmup is not None else min(ps.warmup, so.window or ps.window),
+            citation=so.citation or ps.citation,
+        )
+    # The physical range is tabled in the kind's default unit; judge in the sensor's.
+    lo, hi = (
+        convert(x, DEFAULT_UNIT[sensor.kind], sensor.effective_unit) for x in PHYSICAL_RANGE[sensor.kind]
+    )
+    if sensor.valid_range is not None:
+        lo = sensor.valid_range.min if sensor.valid_range.min is not None else lo
+        hi = sensor.valid_range.max if sensor.valid_range.max is not None else hi
+    return SensorRules(
+        sensor=sensor.id,
+        kind=sensor.kind,
+        unit=sensor.effective_unit,
+        limits=limits,
+        slug=slug,
+        stale_after=sensor.stale_after if sensor.stale_after is not None else profile.stale_after,
+        valid_range=(lo, hi),
+    )

@@ -1,0 +1,126 @@
+"""Source sections: Modbus devices with their register maps, MQTT broker and subscriptions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from monitor.config.sensors import key_error
+from monitor.config.types import Duration, Secret, Section
+
+RegisterKind = Literal["coil", "discrete", "holding", "input"]
+ValueType = Literal[
+    "INT8L", "INT8H", "UINT8L", "UINT8H", "INT16", "UINT16", "INT32", "UINT32",
+    "INT64", "UINT64", "FLOAT16", "FLOAT32", "FLOAT64", "STRING", "BIT",
+]  # fmt: skip
+ByteOrder = Literal["ABCD", "DCBA", "BADC", "CDAB"]
+
+
+class ModbusField(Section):
+    """One value on a device, feeding one sensor (Telegraf request-style names)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    sensor: str
+    # `register` would shadow BaseModel.register; the YAML key stays `register`.
+    register_type: RegisterKind = Field("holding", alias="register")
+    address: int = Field(ge=0, le=65535, description="protocol address (0-based unless address_base: 1)")
+    type: ValueType = "UINT16"
+    byte_order: ByteOrder | None = None
+    scale: float | None = Field(None, gt=0)
+    offset: float = 0.0
+    bit: int | None = Field(None, ge=0, le=15)
+    length: int | None = Field(None, ge=1, le=125, description="registers, for STRING")
+
+    @model_validator(mode="after")
+    def _type_fits(self) -> ModbusField:
+        if self.type == "BIT" and self.bit is None and self.register_type in ("holding", "input"):
+            raise key_error("bit", "required for type BIT on a holding or input register")
+        if self.type != "BIT" and self.bit is not None:
+            raise key_error("bit", "only for type BIT")
+        if self.type == "STRING" and self.length is None:
+            raise key_error("length", "required for type STRING")
+        if self.register_type in ("coil", "discrete") and self.type not in ("BIT", "UINT16"):
+            raise key_error("type", "coils and discrete inputs hold single bits; use BIT")
+        return self
+
+
+class ModbusDevice(Section):
+    """One Modbus endpoint (TCP host or serial line) and the unit id behind it."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.:-]+$")
+    transport: Literal["tcp", "rtu"] = "tcp"
+    host: str | None = None
+    port: int | str = 502
+    baudrate: int = 9600
+    parity: Literal["N", "E", "O"] = "N"
+    stopbits: Literal[1, 2] = 1
+    bytesize: Literal[7, 8] = 8
+    device_id: int = Field(1, ge=0, le=247)
+    poll_interval: Duration = Field(1.0, gt=0)
+    timeout: Duration = Field(1.0, gt=0)
+    byte_order: ByteOrder = "ABCD"
+    address_base: Literal[0, 1] = 0
+    max_gap: int = Field(10, ge=0, le=124, description="registers read through to merge requests")
+    close_after_cycle: bool = False
+    comm_loss_after: int = Field(3, ge=1, description="failed polls in a row before comm-loss")
+    busy_retries: int = Field(2, ge=0)
+    busy_pause: Duration = 0.2
+    pause: Duration = Field(0.0, description="pause between requests on this connection")
+    stale_after: Duration | None = Field(None, gt=0)
+    fields: list[ModbusField] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> ModbusDevice:
+        if self.transport == "tcp":
+            if not self.host:
+                raise key_error("host", "required for a TCP device")
+            if not isinstance(self.port, int) or not 0 < self.port < 65536:
+                raise key_error("port", "must be a TCP port number for a TCP device")
+        elif not isinstance(self.port, str):
+            raise key_error("port", "must be a serial device path (e.g. /dev/ttyUSB0) for RTU")
+        return self
+
+
+class Modbus(Section):
+    devices: list[ModbusDevice] = []
+
+
+class Tls(Section):
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    verify: bool = True
+
+
+class Subscription(Section):
+    """Topic filter -> sensor. `sensor: "{1}.ph"` takes the 1st `+` level of the topic."""
+
+    topic: str = Field(min_length=1)
+    sensor: str = Field(min_length=1)
+    format: Literal["number", "json"] = "number"
+    value_path: str = "value"
+    time_path: str | None = None
+    qos: Literal[0, 1, 2] | None = None
+
+
+class Mqtt(Section):
+    host: str = "127.0.0.1"
+    port: int = Field(1883, gt=0, lt=65536)
+    tls: Tls | None = None
+    username: str | None = None
+    password: Secret | None = None
+    client_id: str | None = None
+    protocol: Literal["3.1.1", "5"] = "5"
+    qos: Literal[0, 1, 2] = 1
+    keepalive: Duration = Field(30.0, gt=0)
+    session_expiry: Duration = 86400.0
+    topic_prefix: str = "station-monitor"
+    subscriptions: list[Subscription] = []
+    max_skew: Duration = 300.0
+    max_payload: int = Field(65536, gt=0)
+    stale_after: Duration | None = Field(None, gt=0)
+    publish_alarms: bool = True
+    command_users: list[str] = []

@@ -1,0 +1,115 @@
+"""Field types shared by every config section: durations, secrets, the frozen base."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, SecretStr, WithJsonSchema
+
+
+class Section(BaseModel):
+    """Frozen and strict about keys: a typo must never silently disable an alarm."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|min|s|m|h|d)")
+
+
+def parse_duration(value: Any) -> float:
+    """`90`, `"90s"`, `"15m"`, `"1h30m"`, `"500ms"` -> seconds (float)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a duration such as 30s, 15m or 24h")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().replace(" ", "")
+        try:
+            return parse_duration(float(text))
+        except ValueError:
+            pass
+        parts = _PART.findall(text)
+        if not text or "".join(n + u for n, u in parts) != text:
+            raise ValueError(f"{value!r} is not a duration such as 30s, 15m or 24h")
+        seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    else:
+        raise ValueError("must be a duration such as 30s, 15m or 24h")
+    if seconds < 0:
+        raise ValueError("must not be negative")
+    return seconds
+
+
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "minimum": 0, "description": "seconds"},
+                {"type": "string", "pattern": r"^(\d+(\.\d+)?(ms|min|s|m|h|d))+$"},
+            ]
+        }
+    ),
+]
+
+_ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+
+
+def resolve_secret(value: Any) -> Any:
+    """Read a secret from `${ENV_VAR}`, `{env: NAME}` or `{file: PATH}`.
+
+    A literal is refused: secrets live in the environment or in files with
+    their own permissions, never in the YAML. Error texts never echo the value.
+    """
+    if isinstance(value, SecretStr):
+        return value
+    if isinstance(value, str):
+        match = _ENV_REF.match(value.strip())
+        if not match:
+            raise ValueError(
+                "secrets are not stored in the YAML; write ${ENV_VAR} or {file: /path/to/secret}"
+            )
+        return _from_env(match.group(1))
+    if isinstance(value, dict) and len(value) == 1:
+        ((key, ref),) = value.items()
+        if key == "env" and isinstance(ref, str):
+            return _from_env(ref)
+        if key == "file" and isinstance(ref, str):
+            try:
+                return Path(ref).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ValueError(f"cannot read secret file {ref}: {exc.strerror}") from None
+    raise ValueError("must be ${ENV_VAR}, {env: NAME} or {file: /path/to/secret}")
+
+
+def _from_env(name: str) -> str:
+    text = os.environ.get(name)
+    if text is None:
+        raise ValueError(f"environment variable {name} is not set")
+    return text
+
+
+Secret = Annotated[
+    SecretStr,
+    BeforeValidator(resolve_secret),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$"},
+                {
+                    "type": "object",
+                    "properties": {"env": {"type": "string"}, "file": {"type": "string"}},
+                    "additionalProperties": False,
+                    "minProperties": 1,
+                    "maxProperties": 1,
+                },
+            ]
+        }
+    ),
+]
+
+SensorId = Annotated[str, WithJsonSchema({"type": "string", "pattern": r"^[A-Za-z0-9_.:-]+$"})]

@@ -1,0 +1,90 @@
+"""Everything station-monitor raises derives from `MonitorError`.
+
+Third-party exceptions (pymodbus, paho, influxdb-client, sqlite3) are translated
+into these at the one adapter module that imports the library, so callers only
+ever catch our types:
+
+    MonitorError
+    ├── ConfigError            config file unreadable or invalid (exit code 2)
+    ├── SourceError            a field source failed
+    │   ├── ModbusError        a Modbus request failed (timeout, exception code)
+    │   ├── PayloadError       an MQTT payload or replay row could not be parsed
+    │   └── DecodeError        registers could not be decoded as the mapped type
+    ├── SinkError              an output failed
+    │   ├── WriteError         the time-series server refused or was unreachable
+    │   └── OutboxError        the local outbox could not be read or written
+    ├── StateError             a checkpoint, journal or ledger is unusable
+    ├── AlarmError             an operator action is not allowed in this state
+    └── MeterError             a meter operation is invalid (e.g. replacement)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class MonitorError(Exception):
+    """Root of every error station-monitor raises on purpose."""
+
+
+class ConfigError(MonitorError):
+    """The config is invalid; `problems` holds one `path: message` line each."""
+
+    def __init__(self, problems: Sequence[str], source: str = "") -> None:
+        self.problems = list(problems)
+        self.source = source
+        where = f"{source}: " if source else ""
+        super().__init__(where + "; ".join(self.problems))
+
+
+class SourceError(MonitorError):
+    """A field source (Modbus device, MQTT broker, replay file) failed."""
+
+
+class ModbusError(SourceError):
+    """A Modbus request failed; `exception_code` is set for protocol exceptions."""
+
+    def __init__(self, message: str, exception_code: int | None = None) -> None:
+        self.exception_code = exception_code
+        super().__init__(message)
+
+
+class PayloadError(SourceError):
+    """A payload or input row could not be turned into a sample."""
+
+
+class DecodeError(SourceError):
+    """Registers could not be decoded as the configured type."""
+
+
+class SinkError(MonitorError):
+    """An output (time-series server, outbox, local store) failed."""
+
+
+class WriteError(SinkError):
+    """The server refused a batch or could not be reached.
+
+    `status` is the HTTP status (None for connection errors) and `retry_after`
+    the server's Retry-After in seconds, when it sent one.
+    """
+
+    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None) -> None:
+        self.status = status
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class OutboxError(SinkError):
+    """The durable outbox could not be read or written."""
+
+
+class StateError(MonitorError):
+    """A checkpoint, journal or ledger file is corrupt or belongs elsewhere."""
+
+
+class AlarmError(MonitorError):
+    """An operator action is not allowed (unknown alarm, wrong state, bad token)."""
+
+
+class MeterError(MonitorError):
+    """A meter operation is invalid (unknown meter, inconsistent replacement)."""

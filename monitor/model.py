@@ -1,0 +1,184 @@
+"""The shared vocabulary: samples, qualities, conditions, alarm states and the clock.
+
+Everything downstream of a source works on event time (`Sample.time`, epoch
+seconds UTC as a float), never on the wall clock, so live polling, replay of
+history and tests run the same code. Timer rules read a `Clock` instead.
+"""
+
+from __future__ import annotations
+
+import math
+import time as _time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import IntEnum, StrEnum
+from typing import Protocol
+
+
+class Kind(StrEnum):
+    """What a sensor measures; decides units, physical range and default rules."""
+
+    FLOW = "flow"
+    PH = "ph"
+    TEMPERATURE = "temperature"
+    CONCENTRATION = "concentration"
+    METER = "meter"
+
+
+class Quality(IntEnum):
+    """Quality of one reading, written to InfluxDB as an integer field."""
+
+    GOOD = 0
+    BAD_DATA = 1  # the device answered, the value is not believable (NaN, out of range)
+    COMM_FAILURE = 2  # the device did not answer; value is NaN
+
+
+class Rule(StrEnum):
+    """The rule behind a condition; also the last MQTT topic level of an alarm."""
+
+    SLUG = "slug"
+    HIGH = "high"
+    LOW = "low"
+    STALE = "stale"
+    COMM_LOSS = "comm_loss"
+    METER = "meter"
+    OUTBOX = "outbox"
+
+
+class ConditionState(StrEnum):
+    ACTIVE = "active"
+    CLEARED = "cleared"
+
+
+class Priority(StrEnum):
+    """Alarm priority as an operator reads it (ISA-18.2 uses 3–4 levels)."""
+
+    CRITICAL = "critical"
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+
+class AlarmState(StrEnum):
+    """ISA-18.2 alarm states."""
+
+    NORMAL = "normal"
+    UNACK = "active_unacknowledged"
+    ACKED = "active_acknowledged"
+    RTN_UNACK = "returned_unacknowledged"
+    SHELVED = "shelved"
+    SUPPRESSED = "suppressed"
+    OUT_OF_SERVICE = "out_of_service"
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One reading: which sensor, when it was true (event time), value, quality."""
+
+    sensor: str
+    time: float
+    value: float
+    quality: Quality = Quality.GOOD
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """A rule's transition for one sensor, as the engine reports it.
+
+    `limit` is the threshold in force at that moment (for a slug, factor x
+    baseline); `citation` is the ordinance section the rule enforces.
+    """
+
+    time: float
+    sensor: str
+    rule: Rule
+    state: ConditionState
+    value: float
+    limit: float | None
+    citation: str
+    message: str = ""
+    extra: dict[str, float | str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        """The wire form used by `monitor replay --events` and the MQTT events topic."""
+        return {
+            "time": iso(self.time),
+            "sensor": self.sensor,
+            "rule": str(self.rule),
+            "state": str(self.state),
+            "value": _finite_or_none(self.value),
+            "limit": _finite_or_none(self.limit),
+            "citation": self.citation,
+        }
+
+
+def _finite_or_none(x: float | None) -> float | None:
+    if x is None or not math.isfinite(x):
+        return None
+    return round(x, 6)
+
+
+class Clock(Protocol):
+    """Where timer rules, shelving and retries read the current time from."""
+
+    def now(self) -> float: ...
+
+
+class WallClock:
+    """The real clock, for the live daemon."""
+
+    def now(self) -> float:
+        return _time.time()
+
+
+class ManualClock:
+    """A clock tests and replay move by hand."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = start
+
+    def now(self) -> float:
+        return self._now
+
+    def set(self, t: float) -> None:
+        self._now = t
+
+    def advance(self, seconds: float) -> None:
+        self._now += seconds
+
+
+def iso(t: float) -> str:
+    """Epoch seconds as ISO 8601 UTC with `Z`, milliseconds only when present."""
+    dt = datetime.fromtimestamp(t, tz=UTC)
+    if dt.microsecond:
+        return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return dt.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def parse_time(text: str | float | int) -> float:
+    """Parse epoch seconds or ISO 8601 (with `Z` or an offset) into epoch seconds.
+
+    A naive ISO time (no offset) is refused: guessing the zone would shift a
+    billing period or an alarm by hours.
+    """
+    if isinstance(text, (int, float)):
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"time {text!r} is not finite")
+        return value
+    s = text.strip()
+    try:
+        value = float(s)
+    except ValueError:
+        pass
+    else:
+        if not math.isfinite(value):
+            raise ValueError(f"time {text!r} is not finite")
+        return value
+    try:
+        dt = datetime.fromisoformat(s.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError as exc:
+        raise ValueError(f"time {text!r} is neither epoch seconds nor ISO 8601") from exc
+    if dt.tzinfo is None:
+        raise ValueError(f"time {text!r} has no zone; add Z or an offset")
+    return dt.timestamp()

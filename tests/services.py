@@ -1,0 +1,269 @@
+"""Real Mosquitto, InfluxDB 1.x and VictoriaMetrics for tests, on free loopback ports.
+
+Each server runs from the Debian binary with a temporary data directory, is
+waited for until it answers, and is stopped by its own PID. Restartable, so
+tests can take a server away mid-stream and bring it back on the same port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
+    """Poll `check` until true; the only waiting tests do on external processes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.02)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.2):
+        return True
+    return False
+
+
+def http(
+    method: str, url: str, body: bytes | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return int(resp.status), bytes(resp.read())
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), bytes(exc.read())
+
+
+class Server:
+    """A child process with a data directory; subclasses say how to start and probe it."""
+
+    name = "server"
+
+    def __init__(self, workdir: Path, port: int | None = None) -> None:
+        self.workdir = workdir
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = workdir / f"{self.name}.log"
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        return port_open(self.port)
+
+    def start(self) -> None:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, start_new_session=True
+        )
+        log.close()
+        try:
+            wait_until(self._alive_and_ready, timeout=30, what=f"{self.name} on port {self.port}")
+        except TimeoutError:
+            self.stop()
+            raise RuntimeError(f"{self.name} did not start; log:\n{self.log()}") from None
+
+    def _alive_and_ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; log:\n{self.log()}")
+        return self.ready()
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self.proc = None
+        wait_until(lambda: not port_open(self.port), timeout=10, what=f"{self.name} port to close")
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+class Mosquitto(Server):
+    """Mosquitto with optional password file, ACL and TLS listener."""
+
+    name = "mosquitto"
+
+    def __init__(
+        self,
+        workdir: Path,
+        port: int | None = None,
+        users: dict[str, str] | None = None,
+        acl: str | None = None,
+        tls: dict[str, Path] | None = None,
+        extra: str = "",
+    ) -> None:
+        super().__init__(workdir, port)
+        self.users = users
+        self.acl = acl
+        self.tls = tls
+        self.extra = extra
+        self.conf = workdir / "mosquitto.conf"
+        self._write_conf()
+
+    def _write_conf(self) -> None:
+        lines = [
+            f"user {getpass.getuser()}",
+            "persistence true",
+            f"persistence_location {self.workdir}/",
+            "log_dest stdout",
+            "log_type error",
+            "log_type warning",
+            "max_queued_messages 0",
+            "max_inflight_messages 0",
+            "per_listener_settings false",
+            f"listener {self.port} 127.0.0.1",
+        ]
+        if self.tls:
+            lines += [
+                f"cafile {self.tls['ca']}",
+                f"certfile {self.tls['cert']}",
+                f"keyfile {self.tls['key']}",
+            ]
+        if self.users is not None:
+            pw = self.workdir / "passwd"
+            pw.write_text("")
+            for user, password in self.users.items():
+                subprocess.run(["mosquitto_passwd", "-b", str(pw), user, password], check=True)
+            os.chmod(pw, 0o600)
+            lines += ["allow_anonymous false", f"password_file {pw}"]
+        else:
+            lines += ["allow_anonymous true"]
+        if self.acl is not None:
+            acl_path = self.workdir / "acl"
+            acl_path.write_text(self.acl)
+            os.chmod(acl_path, 0o600)
+            lines += [f"acl_file {acl_path}"]
+        self.conf.write_text("\n".join(lines) + "\n" + self.extra)
+
+    def command(self) -> list[str]:
+        return [shutil.which("mosquitto") or "/usr/sbin/mosquitto", "-c", str(self.conf)]
+
+
+class VictoriaMetrics(Server):
+    """VictoriaMetrics: accepts the InfluxDB v2 write API; read back with /api/v1/export."""
+
+    name = "victoria-metrics"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics",
+            f"-storageDataPath={self.workdir / 'data'}",
+            f"-httpListenAddr=127.0.0.1:{self.port}",
+            "-retentionPeriod=100y",
+            "-loggerLevel=ERROR",
+        ]
+
+    def ready(self) -> bool:
+        try:
+            status, _ = http("GET", f"{self.url}/health")
+        except OSError:
+            return False
+        return status == 200
+
+    def export(self, match: str = '{__name__!=""}') -> list[dict[str, Any]]:
+        """Every series matching `match`, after a flush so fresh points are readable."""
+        http("GET", f"{self.url}/internal/force_flush")
+        query = urllib.parse.urlencode({"match[]": match, "start": "0"})
+        status, body = http("GET", f"{self.url}/api/v1/export?{query}")
+        assert status == 200, body
+        return [json.loads(line) for line in body.decode().splitlines() if line.strip()]
+
+
+class InfluxDB1(Server):
+    """InfluxDB 1.x (Debian `influxdb`): the v1 /write API, read back with InfluxQL."""
+
+    name = "influxd"
+
+    def __init__(self, workdir: Path, port: int | None = None, auth: bool = False) -> None:
+        super().__init__(workdir, port)
+        self.rpc_port = free_port()
+        self.auth = auth
+        self.conf = workdir / "influxdb.conf"
+        d = workdir
+        self.conf.write_text(
+            f"""reporting-disabled = true
+bind-address = "127.0.0.1:{self.rpc_port}"
+[meta]
+  dir = "{d}/meta"
+[data]
+  dir = "{d}/data"
+  wal-dir = "{d}/wal"
+  query-log-enabled = false
+[monitor]
+  store-enabled = false
+[http]
+  bind-address = "127.0.0.1:{self.port}"
+  auth-enabled = {"true" if auth else "false"}
+  log-enabled = false
+[continuous_queries]
+  enabled = false
+"""
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [shutil.which("influxd") or "/usr/bin/influxd", "-config", str(self.conf)]
+
+    def ready(self) -> bool:
+        try:
+            status, _ = http("GET", f"{self.url}/ping")
+        except OSError:
+            return False
+        return status == 204
+
+    def query(self, q: str, db: str | None = None, auth: tuple[str, str] | None = None) -> Any:
+        params = {"q": q, "epoch": "ms"}
+        if db:
+            params["db"] = db
+        if auth:
+            params["u"], params["p"] = auth
+        status, body = http("POST", f"{self.url}/query?{urllib.parse.urlencode(params)}")
+        assert status == 200, body
+        return json.loads(body)

@@ -1,0 +1,209 @@
+"""Config loading: the examples pass, each kind of mistake exits 2 naming the key."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import monitor
+from monitor.config import build_config, load_config, parse_duration
+from monitor.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_ENV = {"MQTT_PASSWORD": "pw", "INFLUX_TOKEN": "tok", "CONSOLE_TOKEN": "console-secret"}
+
+
+def run_monitor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+def test_public_surface_is_small() -> None:
+    assert sorted(monitor.__all__) == sorted(
+        ["Condition", "Config", "ConfigError", "MonitorError", "Quality", "Rule", "Sample",
+         "__version__", "load_config"]
+    )  # fmt: skip
+    for name in monitor.__all__:
+        assert hasattr(monitor, name)
+
+
+@pytest.mark.parametrize("name", ["minimal.yaml", "station.example.yaml"])
+def test_examples_pass_check_config(name: str) -> None:
+    result = run_monitor("check-config", f"config/{name}", env=EXAMPLE_ENV)
+    assert result.returncode == 0, result.stderr
+    assert "station ps-1" in result.stdout
+    assert "§139-15 C(3)" in result.stdout
+
+
+def test_effective_rules_come_from_the_profile() -> None:
+    for key, value in EXAMPLE_ENV.items():
+        os.environ[key] = value
+    config = load_config(ROOT / "config" / "station.example.yaml")
+    ph = config.rules["outfall.ph"].limits
+    assert ph is not None and (ph.low, ph.high, ph.citation) == (5.0, 9.0, "§139-15 C(3)")
+    assert (ph.deadband, ph.on_delay, ph.off_delay) == (0.1, 30.0, 60.0)
+    temp = config.rules["outfall.temp"]
+    assert temp.unit == "degF" and temp.limits is not None
+    assert (temp.limits.high, temp.limits.unit) == (65.0, "degC")
+    assert config.rules["influent.temp"].limits.high == 40.0  # type: ignore[union-attr]
+    oil = config.rules["outfall.oil"]
+    assert oil.limits is not None and oil.limits.high == 100.0 and oil.slug is None
+    slug = config.rules["outfall.flow"].slug
+    assert slug is not None
+    assert (slug.factor, slug.duration, slug.window, slug.citation) == (5.0, 900.0, 86400.0, "§139-11")
+    assert config.mqtt is not None and config.mqtt.password is not None
+    assert "pw" not in repr(config.mqtt) and config.mqtt.password.get_secret_value() == "pw"
+
+
+def base() -> dict[str, object]:
+    return {"station": {"id": "ps-1"}, "sensors": [{"id": "f", "kind": "flow", "unit": "gpm"}]}
+
+
+def with_sensors(*sensors: dict[str, object], **sections: object) -> dict[str, object]:
+    return {"station": {"id": "ps-1"}, "sensors": list(sensors), **sections}
+
+
+PLC = {"name": "plc", "host": "127.0.0.1", "port": 502}
+
+BROKEN: list[tuple[str, dict[str, object], str]] = [
+    ("typo in a key", with_sensors({"id": "a", "kind": "ph", "limts": {"low": 4}}),
+     "sensors[0].limts: unknown key (did you mean 'limits'?)"),
+    ("low above high", with_sensors({"id": "a", "kind": "flow"}, {"id": "b", "kind": "ph"},
+                                    {"id": "c", "kind": "flow"},
+                                    {"id": "d", "kind": "concentration", "limits": {"low": 9, "high": 3}}),
+     "sensors[3].limits.high: must be greater than limits.low"),
+    ("low above the profile's high", with_sensors({"id": "a", "kind": "ph", "limits": {"low": 9.5}}),
+     "sensors[0].limits.low: effective limits low 9.5 >= high 9.0"),
+    ("duplicate sensor id", with_sensors({"id": "a", "kind": "ph"}, {"id": "a", "kind": "flow"}),
+     "sensors[1].id: duplicate sensor id 'a'"),
+    ("unit on a pH sensor", with_sensors({"id": "a", "kind": "ph", "unit": "mg/L"}),
+     "sensors[0].unit: a pH sensor has no unit"),
+    ("wrong temperature unit", with_sensors({"id": "a", "kind": "temperature", "unit": "K"}),
+     "sensors[0].unit: must be one of degC, degF"),
+    ("unknown kind", with_sensors({"id": "a", "kind": "pressure"}), "sensors[0].kind: must be"),
+    ("source feeds an unknown sensor",
+     with_sensors({"id": "flow", "kind": "flow"},
+                  modbus={"devices": [{**PLC, "fields": [{"sensor": "flwo", "address": 0}]}]}),
+     "modbus.devices[0].fields[0].sensor: unknown sensor 'flwo' (did you mean 'flow'?)"),
+    ("mqtt feeds an unknown sensor",
+     with_sensors({"id": "flow", "kind": "flow"},
+                  mqtt={"subscriptions": [{"topic": "a/b", "sensor": "nope"}]}),
+     "mqtt.subscriptions[0].sensor: unknown sensor 'nope'"),
+    ("secret written in the YAML", {**base(), "mqtt": {"password": "hunter2"}},
+     "mqtt.password: secrets are not stored in the YAML"),
+    ("secret from an unset variable", {**base(), "influx": {"url": "http://x", "org": "o", "bucket": "b",
+                                                            "token": "${NOT_SET_ANYWHERE_42}"}},
+     "influx.token: environment variable NOT_SET_ANYWHERE_42 is not set"),
+    ("bad duration", with_sensors({"id": "a", "kind": "flow", "slug": {"duration": "15 parsecs"}}),
+     "sensors[0].slug.duration: '15 parsecs' is not a duration"),
+    ("slug factor not above 1", with_sensors({"id": "a", "kind": "flow", "slug": {"factor": 0.5}}),
+     "sensors[0].slug.factor: must be greater than 1"),
+    ("missing station", {"sensors": [{"id": "a", "kind": "flow"}]}, "station: required"),
+    ("modbus scale zero",
+     with_sensors({"id": "a", "kind": "flow"},
+                  modbus={"devices": [{**PLC, "fields": [{"sensor": "a", "address": 0, "scale": 0}]}]}),
+     "modbus.devices[0].fields[0].scale: must be greater than 0"),
+    ("BIT without bit",
+     with_sensors({"id": "a", "kind": "flow"},
+                  modbus={"devices": [{**PLC, "fields": [{"sensor": "a", "address": 0, "type": "BIT"}]}]}),
+     "modbus.devices[0].fields[0].bit: required for type BIT"),
+    ("TCP device without host",
+     with_sensors({"id": "a", "kind": "flow"},
+                  modbus={"devices": [{"name": "plc", "fields": [{"sensor": "a", "address": 0}]}]}),
+     "modbus.devices[0].host: required for a TCP device"),
+    ("influx v2 without bucket", {**base(), "influx": {"url": "http://x", "org": "o"}},
+     "influx.bucket: required for api: v2"),
+    ("meter account not in billing",
+     with_sensors({"id": "m", "kind": "meter", "account": "acme"},
+                  billing={"rate_per_kcf": 4, "accounts": [{"id": "other"}]}),
+     "sensors[0].account: unknown account 'acme'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(r, e) for _, r, e in BROKEN], ids=[n for n, _, _ in BROKEN])
+def test_broken_config_names_the_key(raw: dict[str, object], expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_config(raw)
+    assert any(p.startswith(expected) for p in info.value.problems), info.value.problems
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    raw = with_sensors(
+        {"id": "a", "kind": "ph", "limts": {}},
+        {"id": "b", "kind": "flowx"},
+        {"id": "b", "kind": "flow"},
+    )
+    with pytest.raises(ConfigError) as info:
+        build_config(raw)
+    keys = {p.split(":")[0] for p in info.value.problems}
+    assert {"sensors[0].limts", "sensors[1].kind", "sensors[2].id"} <= keys
+
+
+@pytest.mark.parametrize(("name", "raw", "expected"), BROKEN[:12], ids=[n for n, _, _ in BROKEN[:12]])
+def test_check_config_exits_2_without_traceback(
+    tmp_path: Path, name: str, raw: dict[str, object], expected: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(json.dumps(raw))  # JSON is YAML
+    result = run_monitor("check-config", str(path))
+    assert result.returncode == 2, (name, result.stdout, result.stderr)
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "hunter2" not in result.stderr
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("station: {id: ps-1\nsensors: [\n")
+    result = run_monitor("check-config", str(path))
+    assert result.returncode == 2
+    assert "line " in result.stderr and "invalid YAML" in result.stderr
+
+
+def test_missing_file_exits_2(tmp_path: Path) -> None:
+    result = run_monitor("check-config", str(tmp_path / "nope.yaml"))
+    assert result.returncode == 2 and "cannot read" in result.stderr
+
+
+def test_secret_from_file(tmp_path: Path) -> None:
+    secret = tmp_path / "token"
+    secret.write_text("s3cret\n")
+    raw = {**base(), "console": {"token": {"file": str(secret)}}}
+    config = build_config(raw)
+    assert config.console.token is not None
+    assert config.console.token.get_secret_value() == "s3cret"
+    assert "s3cret" not in repr(config)
+
+
+def test_config_is_frozen() -> None:
+    config = build_config(base())
+    with pytest.raises(Exception, match="frozen"):
+        config.station.id = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90", 90.0), (90, 90.0), ("15m", 900.0), ("1h30m", 5400.0), ("500ms", 0.5),
+                          ("24h", 86400.0), ("2d", 172800.0)]
+)  # fmt: skip
+def test_durations(text: str | int, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+def test_config_schema_is_json_schema() -> None:
+    result = run_monitor("config-schema")
+    assert result.returncode == 0
+    schema = json.loads(result.stdout)
+    assert schema["additionalProperties"] is False
+    assert {"station", "sensors", "modbus", "mqtt", "influx"} <= set(schema["properties"])
+    assert schema["properties"]["profile"]["type"] == "string"
