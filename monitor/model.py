@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time as _time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import IntEnum, StrEnum
@@ -116,6 +117,75 @@ def _finite_or_none(x: float | None) -> float | None:
     if x is None or not math.isfinite(x):
         return None
     return round(x, 6)
+
+
+@dataclass(frozen=True, slots=True)
+class Alarm:
+    """An alarm as operators, MQTT subscribers and the console see it (ISA-18.2).
+
+    One alarm per (sensor, rule). The alarm manager owns the state machine and
+    hands out these immutable snapshots; notifiers only read them.
+    """
+
+    sensor: str
+    rule: Rule
+    state: AlarmState
+    priority: Priority
+    value: float | None
+    limit: float | None
+    citation: str
+    message: str = ""
+    active: bool = False  # the condition is active now (independent of shelving)
+    acknowledged: bool = False
+    activated_at: float | None = None
+    cleared_at: float | None = None
+    acked_by: str | None = None
+    acked_at: float | None = None
+    ack_note: str | None = None
+    shelved_by: str | None = None
+    shelved_until: float | None = None
+    shelve_reason: str | None = None
+    chattering: bool = False
+    updated_at: float = 0.0
+
+    @property
+    def key(self) -> tuple[str, Rule]:
+        return (self.sensor, self.rule)
+
+    def to_json(self) -> dict[str, object]:
+        def t(x: float | None) -> str | None:
+            return None if x is None else iso(x)
+
+        return {
+            "sensor": self.sensor,
+            "rule": str(self.rule),
+            "state": str(self.state),
+            "priority": str(self.priority),
+            "active": self.active,
+            "acknowledged": self.acknowledged,
+            "value": _finite_or_none(self.value),
+            "limit": _finite_or_none(self.limit),
+            "citation": self.citation,
+            "message": self.message,
+            "activated_at": t(self.activated_at),
+            "cleared_at": t(self.cleared_at),
+            "acked_by": self.acked_by,
+            "acked_at": t(self.acked_at),
+            "ack_note": self.ack_note,
+            "shelved_by": self.shelved_by,
+            "shelved_until": t(self.shelved_until),
+            "shelve_reason": self.shelve_reason,
+            "chattering": self.chattering,
+            "updated_at": t(self.updated_at),
+        }
+
+
+class Emit(Protocol):
+    """How a source hands over what it read: samples, and conditions it detected
+    itself (comm-loss). Called on the daemon's event loop thread only; a source with
+    a thread of its own (paho) crosses over with `loop.call_soon_threadsafe`."""
+
+    def __call__(self, items: Sequence[Sample | Condition], /) -> None: ...
 
 
 class Clock(Protocol):
