@@ -104,10 +104,16 @@ class Drainer:
         self.stats = DrainStats()
         self._sleep = sleep
         self._failing = False
+        self._stopping = False
 
     async def run(self) -> None:
-        """Drain forever: full batches back to back, otherwise every `flush_interval`."""
-        while True:
+        """Drain until `stop()`: full batches back to back, otherwise every `flush_interval`.
+
+        Stop it with `stop()` rather than cancelling the task: a cancelled task
+        leaves its request running in the worker thread, unacknowledged.
+        """
+        self._stopping = False
+        while not self._stopping:
             try:
                 sent = await self.send_batch()
             except WriteError as exc:
@@ -115,6 +121,10 @@ class Drainer:
                 continue
             if sent < self.batch_size:
                 await self._sleep(self.flush_interval)
+
+    def stop(self) -> None:
+        """Make `run()` return after the request under way (and any wait) is over."""
+        self._stopping = True
 
     async def drain(self, timeout: float) -> int:
         """Deliver what is pending, for at most about `timeout` seconds; returns the points left.
