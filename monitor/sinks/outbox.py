@@ -55,9 +55,10 @@ CREATE TABLE IF NOT EXISTS meta (
     pending_rows INTEGER NOT NULL,
     pending_bytes INTEGER NOT NULL,
     dropped INTEGER NOT NULL,
-    written INTEGER NOT NULL
+    written INTEGER NOT NULL,
+    episode_dropped INTEGER NOT NULL  -- > 0 while the cap alarm is active
 );
-INSERT OR IGNORE INTO meta VALUES (1, 1, 0, 0, 0, 0);
+INSERT OR IGNORE INTO meta VALUES (1, 1, 0, 0, 0, 0, 0);
 """
 
 
@@ -122,8 +123,6 @@ class Outbox:
         self.max_bytes = max_bytes
         self.clock: Clock = clock or WallClock()
         self.on_condition = on_condition
-        self._cap_active = False
-        self._episode_dropped = 0
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
@@ -158,7 +157,9 @@ class Outbox:
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
-                next_id, pending_bytes = db.execute("SELECT next_id, pending_bytes FROM meta").fetchone()
+                next_id, pending_bytes, episode = db.execute(
+                    "SELECT next_id, pending_bytes, episode_dropped FROM meta"
+                ).fetchone()
                 db.executemany(
                     "INSERT INTO outbox (id, queued, line) VALUES (?, ?, ?)",
                     zip(range(next_id, next_id + len(blobs)), repeat(now), blobs),
@@ -168,8 +169,15 @@ class Outbox:
                     dropped_rows, dropped_bytes = self._drop_oldest(pending_bytes + size - self.max_bytes)
                 db.execute(
                     "UPDATE meta SET next_id = ?, pending_rows = pending_rows + ?,"
-                    " pending_bytes = pending_bytes + ?, dropped = dropped + ?",
-                    (next_id + len(blobs), len(blobs) - dropped_rows, size - dropped_bytes, dropped_rows),
+                    " pending_bytes = pending_bytes + ?, dropped = dropped + ?,"
+                    " episode_dropped = episode_dropped + ?",
+                    (
+                        next_id + len(blobs),
+                        len(blobs) - dropped_rows,
+                        size - dropped_bytes,
+                        dropped_rows,
+                        dropped_rows,
+                    ),
                 )
                 db.execute("COMMIT")
             except BaseException:
@@ -178,7 +186,7 @@ class Outbox:
         except sqlite3.Error as exc:
             raise OutboxError(f"cannot append {len(lines)} point(s) to outbox {self.path}: {exc}") from exc
         if dropped_rows:
-            self._raise_cap(dropped_rows, now)
+            self._raise_cap(episode, episode + dropped_rows, now)
         return dropped_rows
 
     def _drop_oldest(self, excess: int) -> tuple[int, int]:
@@ -197,21 +205,21 @@ class Outbox:
             self._db.execute("DELETE FROM outbox WHERE id <= ?", (cutoff,))
         return rows, freed
 
-    def _raise_cap(self, dropped: int, now: float) -> None:
-        self._episode_dropped += dropped
-        if not self._cap_active:
-            self._cap_active = True
+    def _raise_cap(self, before: int, episode: int, now: float) -> None:
+        """Raise the cap alarm when an episode starts (`before` == 0); the episode
+        survives restarts in `meta`, so its clear is never lost."""
+        if before == 0:
             log.error(
                 "outbox %s reached its cap of %d bytes: dropping the oldest points (%d so far)",
                 self.path,
                 self.max_bytes,
-                self._episode_dropped,
+                episode,
             )
-            self._emit(ConditionState.ACTIVE, now)
+            self._emit(ConditionState.ACTIVE, episode, now)
         else:
-            log.debug("outbox %s still at its cap: %d point(s) dropped", self.path, self._episode_dropped)
+            log.debug("outbox %s still at its cap: %d point(s) dropped", self.path, episode)
 
-    def _emit(self, state: ConditionState, now: float) -> None:
+    def _emit(self, state: ConditionState, episode: int, now: float) -> None:
         if self.on_condition is None:
             return
         verb = "dropping the oldest points" if state is ConditionState.ACTIVE else "back below the cap"
@@ -221,13 +229,11 @@ class Outbox:
                 sensor=OUTBOX_SENSOR,
                 rule=Rule.OUTBOX,
                 state=state,
-                value=float(self._episode_dropped),
+                value=float(episode),
                 limit=float(self.max_bytes),
                 citation=OUTBOX_CITATION,
-                message=(
-                    f"outbox {verb}: {self._episode_dropped} point(s) dropped, cap {self.max_bytes} bytes"
-                ),
-                extra={"dropped": float(self._episode_dropped)},
+                message=f"outbox {verb}: {episode} point(s) dropped, cap {self.max_bytes} bytes",
+                extra={"dropped": float(episode)},
             )
         )
 
@@ -259,18 +265,17 @@ class Outbox:
                     " written = written + ?",
                     (rows, size, rows),
                 )
-                pending_bytes = db.execute("SELECT pending_bytes FROM meta").fetchone()[0]
+                pending_bytes, episode = db.execute(
+                    "SELECT pending_bytes, episode_dropped FROM meta"
+                ).fetchone()
+                cleared = episode > 0 and pending_bytes < CLEAR_FRACTION * self.max_bytes
+                if cleared:
+                    db.execute("UPDATE meta SET episode_dropped = 0")
         except sqlite3.Error as exc:
             raise OutboxError(f"cannot remove acknowledged points from outbox {self.path}: {exc}") from exc
-        if self._cap_active and pending_bytes < CLEAR_FRACTION * self.max_bytes:
-            self._cap_active = False
-            log.info(
-                "outbox %s is below its cap again after dropping %d point(s)",
-                self.path,
-                self._episode_dropped,
-            )
-            self._emit(ConditionState.CLEARED, self.clock.now())
-            self._episode_dropped = 0
+        if cleared:
+            log.info("outbox %s is below its cap again after dropping %d point(s)", self.path, episode)
+            self._emit(ConditionState.CLEARED, episode, self.clock.now())
         return int(rows)
 
     def dead_letter(self, batch: Batch, status: int | None, reason: str) -> int:
