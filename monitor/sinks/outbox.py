@@ -123,6 +123,8 @@ class Outbox:
         self.max_bytes = max_bytes
         self.clock: Clock = clock or WallClock()
         self.on_condition = on_condition
+        self.synchronous = synchronous
+        self.drops = 0  # times this process's appends dropped rows: a peeked batch may be stale
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
@@ -167,6 +169,7 @@ class Outbox:
                 dropped_rows = dropped_bytes = 0
                 if pending_bytes + size > self.max_bytes:
                     dropped_rows, dropped_bytes = self._drop_oldest(pending_bytes + size - self.max_bytes)
+                    self.drops += 1
                 db.execute(
                     "UPDATE meta SET next_id = ?, pending_rows = pending_rows + ?,"
                     " pending_bytes = pending_bytes + ?, dropped = dropped + ?,"
@@ -239,10 +242,13 @@ class Outbox:
 
     # -- handing points out -----------------------------------------------------------
 
-    def peek(self, limit: int) -> Batch:
-        """The oldest `limit` pending points (they stay until acked or dead-lettered)."""
+    def peek(self, limit: int, after: int = 0) -> Batch:
+        """The oldest `limit` pending points with ids above `after` (they stay until
+        acked or dead-lettered)."""
         try:
-            rows = self._db.execute("SELECT id, line FROM outbox ORDER BY id LIMIT ?", (limit,)).fetchall()
+            rows = self._db.execute(
+                "SELECT id, line FROM outbox WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
+            ).fetchall()
         except sqlite3.Error as exc:
             raise OutboxError(f"cannot read outbox {self.path}: {exc}") from exc
         return Batch([r[0] for r in rows], [r[1] for r in rows])
@@ -254,7 +260,8 @@ class Outbox:
             return 0
         lo, hi = batch.ids[0], batch.ids[-1]
         try:
-            with self._tx() as db:
+            # An ack lost to a power cut only means the batch is sent again: no fsync needed.
+            with self._tx(sync=False) as db:
                 rows, size = db.execute(
                     "SELECT COUNT(*), COALESCE(SUM(length(line)), 0) FROM outbox WHERE id BETWEEN ? AND ?",
                     (lo, hi),
@@ -338,19 +345,27 @@ class Outbox:
         ).fetchall()
         return [DeadLetter(r[0], r[1], r[2], r[3], r[4], bytes(r[5]).decode(errors="replace")) for r in rows]
 
-    def _tx(self) -> _Transaction:
-        return _Transaction(self._db)
+    def _tx(self, sync: bool = True) -> _Transaction:
+        return _Transaction(self._db, None if sync or self.synchronous == "normal" else "NORMAL")
 
 
 class _Transaction:
-    """`BEGIN IMMEDIATE` ... `COMMIT`, rolled back on any exception."""
+    """`BEGIN IMMEDIATE` ... `COMMIT`, rolled back on any exception; optionally
+    with `synchronous` relaxed for this one commit."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, synchronous: str | None = None) -> None:
         self.db = db
+        self.synchronous = synchronous
 
     def __enter__(self) -> sqlite3.Connection:
+        if self.synchronous:
+            self.db.execute(f"PRAGMA synchronous={self.synchronous}")
         self.db.execute("BEGIN IMMEDIATE")
         return self.db
 
     def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        try:
+            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        finally:
+            if self.synchronous:
+                self.db.execute("PRAGMA synchronous=FULL")
