@@ -53,7 +53,7 @@ def test_the_image_helper_matches_the_hand_written_tables() -> None:
 
 @pytest.mark.parametrize("order", ORDERS)
 def test_32_bit_integers(order: str) -> None:
-    assert decode_value(IMG32[order], "UINT32", order) == 0x01020304 == 16909060
+    assert decode_value(IMG32[order], "UINT32", order) == 0x01020304  # 16909060
     assert decode_value(IMG32[order], "INT32", order) == 16909060
     neg = image([0xFFFF, 0xFFFE], order)  # -2
     assert decode_value(neg, "INT32", order) == -2
@@ -62,7 +62,7 @@ def test_32_bit_integers(order: str) -> None:
 
 @pytest.mark.parametrize("order", ORDERS)
 def test_64_bit_integers(order: str) -> None:
-    assert decode_value(IMG64[order], "INT64", order) == 0x0102030405060708 == 72623859790382856
+    assert decode_value(IMG64[order], "INT64", order) == 0x0102030405060708  # 72623859790382856
     assert decode_value(IMG64[order], "UINT64", order) == 72623859790382856
     neg = image([0xFFFF, 0xFEE0, 0x8E04, 0xFB35], order)  # -1234567890123
     assert decode_value(neg, "INT64", order) == -1234567890123
