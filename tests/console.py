@@ -15,7 +15,7 @@ from pydantic import SecretStr
 
 from monitor.alarms import AlarmManager, Journal
 from monitor.config import Alarms, Console
-from monitor.model import Condition, ConditionState, ManualClock, Quality, Rule, Sample
+from monitor.model import Condition, ConditionState, ManualClock, Quality, Rule, Sample, iso
 from monitor.web import ConsoleServer, SensorReading, create_app
 from tests.services import free_port
 
@@ -60,7 +60,11 @@ class TableView:
                     quality="good" if last is None else last.quality.name.lower(),
                     time=None if last is None else last.time,
                     baseline=sum(good) / len(good) if good else None,
-                    name=sensor.replace(".", " ").title(),
+                    name={
+                        "outfall.ph": "Outfall pH",
+                        "outfall.flow": "Outfall flow",
+                        "outfall.oil": "Outfall oil",
+                    }[sensor],
                 )
             )
         return out
@@ -70,7 +74,9 @@ class TableView:
 
     def health(self) -> Mapping[str, object]:
         return {
-            "sources": [{"name": "modbus outfall-plc", "state": "polling", "last_poll": self.last_poll}],
+            "sources": [
+                {"name": "modbus outfall-plc", "state": "polling", "last_poll": _iso(self.last_poll)}
+            ],
             "outbox_depth": 0,
             "uptime_s": float("nan"),  # the console must cope with NaN from a sensor-ish figure
         }
@@ -100,6 +106,10 @@ def fill_day(view: TableView, start: float) -> None:
         view.readings["outfall.flow"].append(Sample("outfall.flow", t, 400 + 120 * day))
         view.readings["outfall.ph"].append(Sample("outfall.ph", t, 7.2 + 0.3 * day))
         view.readings["outfall.oil"].append(Sample("outfall.oil", t, 12 + 4 * math.cos(i / 10)))
+
+
+def _iso(t: float | None) -> str | None:
+    return None if t is None else iso(t)
 
 
 class LiveConsole:

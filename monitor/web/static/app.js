@@ -20,6 +20,7 @@ let sensors = [];
 let alarms = [];
 let writesEnabled = false;
 let shelveTarget = null;
+let clockSkew = 0; // browser time minus the daemon's clock (replay runs on data time)
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -44,12 +45,12 @@ function fmtNum(x) {
 function fmtTime(iso) {
   if (!iso) return "";
   const d = new Date(iso);
-  const today = new Date().toDateString() === d.toDateString();
+  const today = new Date(Date.now() - clockSkew).toDateString() === d.toDateString();
   return today ? d.toLocaleTimeString() : d.toLocaleString();
 }
 function ago(iso) {
   if (!iso) return "";
-  const s = Math.max(0, (Date.now() - new Date(iso).getTime()) / 1000);
+  const s = Math.max(0, (Date.now() - clockSkew - new Date(iso).getTime()) / 1000);
   if (s < 90) return `${Math.round(s)} s ago`;
   if (s < 5400) return `${Math.round(s / 60)} min ago`;
   if (s < 172800) return `${Math.round(s / 3600)} h ago`;
@@ -91,6 +92,8 @@ async function act(alarm, action, body) {
     let detail = `HTTP ${r.status}`;
     try { const j = await r.json(); detail = typeof j.detail === "string" ? j.detail : JSON.stringify(j.detail); } catch (e) { /* keep status */ }
     toast(detail);
+  } else {
+    $("#toast").hidden = true;
   }
   await refreshAlarms();
 }
@@ -101,13 +104,13 @@ function renderAlarms() {
   const waiting = alarms.filter((a) => a.state === "active_unacknowledged" || a.state === "returned_unacknowledged");
   const summary = $("#summary");
   if (waiting.length) {
-    summary.className = "summary alarm";
+    summary.className = "summary sum-alarm";
     summary.textContent = `${waiting.length} UNACKNOWLEDGED`;
   } else if (alarms.some((a) => a.active && a.state === "active_acknowledged")) {
-    summary.className = "summary acked";
+    summary.className = "summary sum-acked";
     summary.textContent = `${alarms.filter((a) => a.active).length} ACTIVE, ACKNOWLEDGED`;
   } else {
-    summary.className = "summary ok";
+    summary.className = "summary sum-ok";
     summary.textContent = "NO ACTIVE ALARMS";
   }
   if (!alarms.length) {
@@ -259,6 +262,7 @@ function connect() {
     const snap = JSON.parse(ev.data);
     const first = !sensors.length;
     sensors = snap.sensors;
+    clockSkew = Date.now() - new Date(snap.time).getTime();
     $("#clock").textContent = fmtTime(snap.time);
     renderSensors();
     renderHealth(snap.health);
@@ -286,6 +290,7 @@ async function start() {
   try {
     const st = await getJSON("/api/station");
     writesEnabled = st.writes_enabled;
+    clockSkew = Date.now() - new Date(st.time).getTime();
     $("#station-name").textContent = st.name ? `${st.name} (${st.id})` : st.id;
     document.title = `${st.id} console`;
     $("#op-status").textContent = writesEnabled ? "" : "Writes are disabled on this gateway (no console token configured).";
