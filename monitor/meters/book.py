@@ -176,8 +176,7 @@ class MeterBook:
                 continue
             self._alarm[row.meter] = active
             spec = self.ledger.specs[row.meter]
-            step = Step(
-                False, row.counts, row.volume, frozenset(row.flags) & frozenset(ANOMALIES), row.message
-            )
+            flags = frozenset(row.flags) & frozenset(ANOMALIES)
+            step = Step(False, row.counts, row.volume, flags, row.message, row.limit)
             out.append(condition(spec, row.time, row.reading, step if active else None))
         return out

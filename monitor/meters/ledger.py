@@ -44,6 +44,7 @@ CREATE TABLE IF NOT EXISTS readings (
     volume   TEXT    NOT NULL,   -- counts x multiplier, in the meter's unit
     flags    TEXT    NOT NULL,   -- comma-separated: first, rollover, replacement, backwards, ...
     message  TEXT    NOT NULL,
+    lim      TEXT    NOT NULL,   -- the most max_rate allowed, for a jump or drop ('' if none)
     PRIMARY KEY (meter, time_ms, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS replacements (
@@ -83,6 +84,7 @@ class Row:
     volume: Decimal
     flags: tuple[str, ...]
     message: str
+    limit: Decimal | None = None
 
     @property
     def time(self) -> float:
@@ -241,11 +243,12 @@ class Ledger:
             volume=step.volume,
             flags=order_flags(step.flags),
             message=step.message,
+            limit=step.limit,
         )
         self._db.execute(
-            "INSERT OR REPLACE INTO readings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO readings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (meter, time_ms, seq, str(reading), int(row.accepted), str(row.counts), str(row.volume),
-             ",".join(row.flags), row.message),
+             ",".join(row.flags), row.message, "" if row.limit is None else str(row.limit)),
         )  # fmt: skip
         last = self._last.get(meter)
         if last is None or row.key >= last.key:
@@ -351,19 +354,20 @@ class Ledger:
 
     def _select(self, meter: str, where: str, *params: object) -> list[Row]:
         sql = (
-            "SELECT time_ms, seq, reading, accepted, counts, volume, flags, message"
+            "SELECT time_ms, seq, reading, accepted, counts, volume, flags, message, lim"
             " FROM readings WHERE meter=? "
         )
         if "ORDER BY" not in where:
             where += " ORDER BY time_ms, seq"
         out = []
-        for t, seq, reading, accepted, counts, volume, flags, message in self._query(
+        for t, seq, reading, accepted, counts, volume, flags, message, lim in self._query(
             sql + where, (meter, *params)
         ):
             assert isinstance(t, int) and isinstance(seq, int) and isinstance(flags, str)
             out.append(
                 Row(meter, t, seq, Decimal(str(reading)), bool(accepted), Decimal(str(counts)),
-                    Decimal(str(volume)), tuple(f for f in flags.split(",") if f), str(message))
+                    Decimal(str(volume)), tuple(f for f in flags.split(",") if f), str(message),
+                    Decimal(str(lim)) if lim else None)
             )  # fmt: skip
         return out
 
