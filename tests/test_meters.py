@@ -243,3 +243,15 @@ def test_changed_meter_config_rejudges_the_rows(tmp_path: Path) -> None:
     with pytest.raises(MeterError, match="unknown meter"):
         reopened.record_replacement(Replacement("nope", to_ms(t(1)), Decimal(1), Decimal(0)))
     reopened.close()
+
+
+def test_a_replacement_recorded_by_another_process_reaches_the_running_book(tmp_path: Path) -> None:
+    daemon = book_at(tmp_path)  # the daemon's book stays open
+    daemon.ingest([Sample("a.meter", t(h), 40_000 + 20 * h) for h in range(3)])  # 40,040 at hour 2
+    operator = book_at(tmp_path)  # `monitor meters replace` in another process
+    operator.record_replacement("a.meter", t(2.5), old_final=40_050, new_initial=0)
+    operator.close()
+    assert daemon.ingest([Sample("a.meter", t(3), 10.0)]) == []  # judged against the new meter
+    rows = daemon.ledger.rows("a.meter")
+    assert rows[-1].accepted and rows[-1].volume == 10 and sum(r.volume for r in rows) == 40 + 10 + 10
+    daemon.close()

@@ -132,6 +132,7 @@ class Ledger:
             raise StateError(f"meter ledger {path} cannot be opened: {exc}") from exc
         self._last: dict[str, Row | None] = {}
         self._baseline: dict[str, Row | None] = {}
+        self._version = -1
         with self._tx():
             for meter, spec in self.specs.items():
                 self._check_spec(meter, spec)
@@ -144,6 +145,7 @@ class Ledger:
         """One transaction; sqlite errors become StateError naming the file."""
         try:
             self._db.execute("BEGIN IMMEDIATE")
+            self._refresh()
             try:
                 yield
             except BaseException:
@@ -152,6 +154,15 @@ class Ledger:
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             raise StateError(f"meter ledger {self.path}: {exc}") from exc
+
+    def _refresh(self) -> None:
+        """Forget cached rows when another connection committed (`monitor meters replace`
+        while the daemon runs), so a reading is never judged against a stale baseline."""
+        version = int(self._db.execute("PRAGMA data_version").fetchone()[0])
+        if version != self._version:
+            self._version = version
+            self._last.clear()
+            self._baseline.clear()
 
     def spec(self, meter: str) -> MeterSpec:
         try:
@@ -382,6 +393,8 @@ class Ledger:
 
     def last(self, meter: str) -> Row | None:
         """The latest row of a meter (accepted or not)."""
+        if not self._db.in_transaction:
+            self._refresh()
         if meter not in self._last:
             rows = self._select(meter, "ORDER BY time_ms DESC, seq DESC LIMIT 1")
             self._last[meter] = rows[0] if rows else None
@@ -389,6 +402,8 @@ class Ledger:
 
     def baseline(self, meter: str) -> Row | None:
         """The latest accepted row: what the next reading is judged against."""
+        if not self._db.in_transaction:
+            self._refresh()
         if meter not in self._baseline:
             self._baseline[meter] = self._accepted_before(meter, (2**62, 0))
         return self._baseline[meter]
