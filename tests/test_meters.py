@@ -7,6 +7,7 @@ from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -255,3 +256,22 @@ def test_a_replacement_recorded_by_another_process_reaches_the_running_book(tmp_
     rows = daemon.ledger.rows("a.meter")
     assert rows[-1].accepted and rows[-1].volume == 10 and sum(r.volume for r in rows) == 40 + 10 + 10
     daemon.close()
+
+
+def test_replay_columns_feed_only_the_meters(tmp_path: Path) -> None:
+    book = book_at(tmp_path)
+    names = ("outfall.flow", "a.meter", "b.meter")
+    sensor = np.array([0, 1, 2, 1, 0, 1])
+    time = np.array([t(0), t(0), t(0), t(1), t(1), t(2)])
+    value = np.array([5.0, 100.0, 7.0, 120.0, 6.0, 99_000.0])
+    accepted = np.array([True, True, True, True, True, True])
+    got = book.ingest_arrays(names, sensor, time, value, np.zeros(6, dtype=np.int8), accepted)
+    assert [(c.sensor, c.state, c.time) for c in got] == [("a.meter", ConditionState.ACTIVE, t(2))]
+    assert [r.reading for r in book.ledger.rows("a.meter")] == [100, 120, 99_000]
+    assert [r.reading for r in book.ledger.rows("b.meter")] == [7]
+    accepted[3] = False  # the engine refused it (e.g. out of order): not a reading
+    other = book_at(tmp_path / "other")
+    other.ingest_arrays(names, sensor, time, value, None, accepted)
+    assert [r.reading for r in other.ledger.rows("a.meter")] == [100, 99_000]
+    book.close()
+    other.close()

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
 
 from monitor.config import Config
 from monitor.errors import MeterError
@@ -134,6 +137,30 @@ class MeterBook:
         rows = self.ledger.add_many(readings)
         self._pending.extend(rows)
         return self._conditions(rows)
+
+    def ingest_arrays(
+        self,
+        names: Sequence[str],
+        sensor: npt.NDArray[np.integer],
+        time: npt.NDArray[np.floating],
+        value: npt.NDArray[np.floating],
+        quality: npt.NDArray[np.integer] | None = None,
+        accepted: npt.NDArray[np.bool_] | None = None,
+    ) -> list[Condition]:
+        """The replay path: a batch as column arrays (`sensor` indexes `names`, as the
+        engine's replay steps carry it); only the meter rows are turned into samples."""
+        wanted = [i for i, name in enumerate(names) if name in self.ledger.specs]
+        if not wanted or sensor.size == 0:
+            return []
+        mask = np.isin(sensor, wanted)
+        if accepted is not None:
+            mask &= accepted
+        rows = np.flatnonzero(mask)
+        q = np.zeros(rows.size, dtype=np.int64) if quality is None else quality[rows]
+        return self.ingest(
+            Sample(names[int(s)], float(t), float(v), Quality(int(k)))
+            for s, t, v, k in zip(sensor[rows], time[rows], value[rows], q, strict=True)
+        )
 
     def record_replacement(
         self,
