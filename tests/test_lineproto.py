@@ -15,6 +15,7 @@ from monitor.sinks.lineproto import (
     condition_line,
     line,
     meter_line,
+    meter_point_line,
     ns,
 )
 
@@ -187,3 +188,12 @@ def test_meter_line() -> None:
     assert m == "meter"
     assert tags == {"station": "ps-1", "meter": "mill.meter", "account": "acme-mill", "unit": "ft3"}
     assert fields == {"reading": "12345.0", "consumption_ft3": "17.5"}
+
+
+def test_meter_ledger_record_line() -> None:
+    from monitor.meters.book import MeterRecord
+
+    rec = MeterRecord("mill.meter", "acme-mill", "gal", 60.0, 1000.0, 74.8, 10.0, True, "")
+    _, tags, fields, _ = parse(meter_point_line("ps-1", rec))
+    assert tags == {"station": "ps-1", "meter": "mill.meter", "account": "acme-mill", "unit": "gal"}
+    assert fields == {"reading": "1000.0", "consumption": "74.8", "consumption_ft3": "10.0", "accepted": "1i"}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from monitor.model import Alarm, AlarmState, Condition, ConditionState, Sample
 
@@ -211,4 +212,42 @@ def meter_line(
         {"station": station, "meter": meter, "account": account, "unit": unit},
         fields,
         time,
+    )
+
+
+class MeterPoint(Protocol):
+    """What a meter ledger row offers as a point (`monitor.meters.book.MeterRecord`
+    fits; sinks may not import meters, so this is structural)."""
+
+    @property
+    def meter(self) -> str: ...
+    @property
+    def account(self) -> str: ...
+    @property
+    def unit(self) -> str: ...
+    @property
+    def time(self) -> float: ...
+    @property
+    def reading(self) -> float: ...
+    @property
+    def consumption(self) -> float: ...
+    @property
+    def consumption_ft3(self) -> float: ...
+    @property
+    def accepted(self) -> bool: ...
+
+
+def meter_point_line(station: str, rec: MeterPoint) -> str:
+    """A ledger row: reading and consumption in the meter's unit, consumption_ft3
+    (0 for a rejected reading) and `accepted` 1/0."""
+    return line(
+        "meter",
+        {"station": station, "meter": rec.meter, "account": rec.account, "unit": rec.unit},
+        {
+            "reading": float(rec.reading),
+            "consumption": float(rec.consumption),
+            "consumption_ft3": float(rec.consumption_ft3),
+            "accepted": int(rec.accepted),
+        },
+        rec.time,
     )

@@ -15,7 +15,15 @@ from pathlib import Path
 from monitor.config import Config
 from monitor.model import Alarm, Clock, Condition, Sample, WallClock
 from monitor.sinks.drain import Drainer
-from monitor.sinks.lineproto import SampleSerializer, SeriesInfo, alarm_line, condition_line, meter_line
+from monitor.sinks.lineproto import (
+    MeterPoint,
+    SampleSerializer,
+    SeriesInfo,
+    alarm_line,
+    condition_line,
+    meter_line,
+    meter_point_line,
+)
 from monitor.sinks.outbox import Outbox
 from monitor.sinks.store import SeriesStore
 from monitor.sinks.writer import LineWriter, make_writer
@@ -104,6 +112,11 @@ class SampleSink:
         self.outbox.append(
             [meter_line(self.station, meter, time, reading, consumption_ft3, account=account, unit=unit)]
         )
+
+    def write_meter_records(self, records: Sequence[MeterPoint]) -> None:
+        """Meter ledger rows (`monitor.meters.book.meter_records`) as `meter` points."""
+        if self.outbox is not None and records:
+            self.outbox.append([meter_point_line(self.station, r) for r in records])
 
     async def drain(self, timeout: float) -> int:
         """Deliver what the outbox holds within `timeout`; returns the points left (0 without InfluxDB)."""
