@@ -150,3 +150,24 @@ def test_v1_with_username_and_password(tmp_path: Path, monkeypatch: pytest.Monke
         sink.close()
     finally:
         server.stop()
+
+
+def test_replay_columns_through_open_sink(tmp_path: Path, victoria: VictoriaMetrics) -> None:
+    """What `monitor replay` calls: columns per batch, conditions, then drain before exit."""
+    _, config = write_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "replay"})
+    names = tuple(s["id"] for s in SENSORS)
+    sink = open_sink(config)
+    sensor = [k % len(names) for k in range(400)]
+    times = [T0 + 86400 + k // len(names) for k in range(400)]
+    values = [float(k) for k in range(400)]
+    sink.write_columns(names, sensor, times, values, [0] * 400)
+    assert sink.pending == 400
+    assert asyncio.run(sink.drain(30)) == 0
+    sink.close()
+    got = {
+        (s["metric"]["sensor"], t)
+        for s in victoria.export('{__name__="sensor_value"}')
+        for t in s["timestamps"]
+        if t >= round((T0 + 86400) * 1000)
+    }
+    assert got == {(names[i], round(t * 1000)) for i, t in zip(sensor, times, strict=True)}

@@ -17,7 +17,7 @@ at sensors x rules.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -145,6 +145,26 @@ class SampleSerializer:
                 out.append(f"{head}value={v!r},quality={int(s.quality)}i {t}")
             else:
                 out.append(f"{head}quality={int(s.quality)}i {t}")
+        return out
+
+    def columns(
+        self,
+        names: Sequence[str],
+        sensor: Iterable[int],
+        time: Iterable[float],
+        value: Iterable[float],
+        quality: Iterable[int],
+    ) -> list[str]:
+        """The same lines from columns (a replay batch: sensor indexes into `names`),
+        without building a Sample per point."""
+        heads = [self.prefix(name) for name in names]
+        out = []
+        for i, t, v, q in zip(sensor, time, value, quality, strict=True):
+            ts = round(t * 1_000_000) * 1000
+            if v - v == 0.0:
+                out.append(f"{heads[i]}value={float(v)!r},quality={int(q)}i {ts}")
+            else:
+                out.append(f"{heads[i]}quality={int(q)}i {ts}")
         return out
 
 

@@ -83,6 +83,19 @@ class SampleSink:
         if self.outbox is not None:
             self.outbox.append(self.serializer.samples(samples))
 
+    def write_columns(
+        self,
+        names: Sequence[str],
+        sensor: Sequence[int],
+        time: Sequence[float],
+        value: Sequence[float],
+        quality: Sequence[int],
+    ) -> None:
+        """A replay batch as columns (`sensor` indexes `names`): queued for InfluxDB only,
+        so replaying history does not fill the console's store. Committed on return."""
+        if self.outbox is not None and len(time):
+            self.outbox.append(self.serializer.columns(names, sensor, time, value, quality))
+
     def write_conditions(self, conditions: Sequence[Condition]) -> None:
         """Alarm transitions as the engine reported them (measurement `alarm`)."""
         if self.outbox is not None and conditions:
