@@ -51,7 +51,8 @@ def test_v2_round_trip_into_victoriametrics(tmp_path: Path, victoria: VictoriaMe
     for series in victoria.export('{__name__="sensor_value",station="ps-1"}'):
         assert series["metric"]["kind"] in {"flow", "ph", "temperature", "concentration"}
         for t, v in zip(series["timestamps"], series["values"], strict=True):
-            got[series["metric"]["sensor"]][t] = v
+            if t < (T0 + 86400) * 1000:  # the replay test writes the next day into the same series
+                got[series["metric"]["sensor"]][t] = v
     want = _expected(samples)
     assert got.keys() == want.keys()
     for sensor, points in want.items():
