@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from monitor.errors import WriteError
 from monitor.model import Clock, WallClock
-from monitor.sinks.outbox import Batch, Outbox
+from monitor.sinks.outbox import Batch, Chunk, Outbox
 from monitor.sinks.writer import LineWriter
 
 log = logging.getLogger(__name__)
@@ -154,11 +154,11 @@ class Drainer:
         the server should be tried again later; whatever was acknowledged or
         dead-lettered before that stays done.
         """
-        batch = self.outbox.peek(self.batch_size)
-        if not batch.ids:
+        batch = self.outbox.peek_body(self.batch_size)
+        if batch is None:
             return 0
         total = 0
-        inflight = self._post(batch)
+        inflight = self._post(batch.body)
         while True:
             more = (
                 len(batch) == self.batch_size
@@ -166,37 +166,37 @@ class Drainer:
                 and (deadline is None or self.clock.now() < deadline)
             )
             drops = self.outbox.drops
-            following = self.outbox.peek(self.batch_size, after=batch.ids[-1]) if more else _EMPTY
+            following = self.outbox.peek_body(self.batch_size, after=batch.last) if more else None
             try:
                 await inflight
             except WriteError as exc:
                 if exc.status != TOO_LARGE and exc.status not in REJECTED:
                     raise
-                await self._deliver(batch, exc)
+                await self._deliver(self.outbox.rows(batch.first, batch.last), exc)
                 accepted = False
             else:
                 accepted = True
-            if following.ids and self.outbox.drops != drops:  # the cap dropped rows meanwhile
-                following = self.outbox.peek(self.batch_size, after=batch.ids[-1])
-            if following.ids:
-                inflight = self._post(following)
+            if following is not None and self.outbox.drops != drops:  # the cap dropped rows meanwhile
+                following = self.outbox.peek_body(self.batch_size, after=batch.last)
+            if following is not None:
+                inflight = self._post(following.body)
             if accepted:
                 try:
                     self._acked(batch)
                 except BaseException:
-                    if following.ids:
+                    if following is not None:
                         await asyncio.wait([inflight])
                     raise
             total += len(batch)
             self._recovered()
-            if not following.ids:
+            if following is None:
                 return total
             batch = following
 
-    def _post(self, batch: Batch) -> asyncio.Future[None]:
-        return asyncio.ensure_future(asyncio.to_thread(self.writer.write, batch.body()))
+    def _post(self, body: bytes) -> asyncio.Future[None]:
+        return asyncio.ensure_future(asyncio.to_thread(self.writer.write, body))
 
-    def _acked(self, batch: Batch) -> None:
+    def _acked(self, batch: Batch | Chunk) -> None:
         self.stats.written += self.outbox.ack(batch)
         self.stats.batches += 1
 
@@ -204,7 +204,10 @@ class Drainer:
         """The slow path for a batch the server refused as too large or malformed:
         split or bisect it, dead-letter what is bad, send the rest one part at a time."""
         work: list[Batch] = []
-        self._refused(batch, first, work)
+        if first.status == TOO_LARGE:
+            self._refused(batch, first, work)
+        else:
+            work.append(batch)  # again in row order, so a `line N` in the answer is ours to read
         while work:
             part = work.pop()
             try:
@@ -283,9 +286,6 @@ class Drainer:
         if self._failing:
             self._failing = False
             log.info("%s reachable again; draining the outbox", self.writer.target)
-
-
-_EMPTY = Batch([], [])
 
 
 def named_lines(message: str, lines: list[bytes]) -> list[int]:

@@ -102,6 +102,31 @@ class Batch:
         mid = len(self.ids) // 2
         return Batch(self.ids[:mid], self.lines[:mid]), Batch(self.ids[mid:], self.lines[mid:])
 
+    @property
+    def first(self) -> int:
+        return self.ids[0]
+
+    @property
+    def last(self) -> int:
+        return self.ids[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """The drainer's fast path: the next rows as one request body, joined by SQLite.
+
+    Ids `first`..`last` are consecutive pending rows (nothing else lies between);
+    the slow path (`Outbox.rows`) reads them one by one when a chunk is refused.
+    """
+
+    first: int
+    last: int
+    count: int
+    body: bytes
+
+    def __len__(self) -> int:
+        return self.count
+
 
 class Outbox:
     """SQLite outbox; one instance per process, used from one thread.
@@ -253,12 +278,37 @@ class Outbox:
             raise OutboxError(f"cannot read outbox {self.path}: {exc}") from exc
         return Batch([r[0] for r in rows], [r[1] for r in rows])
 
-    def ack(self, batch: Batch) -> int:
+    def peek_body(self, limit: int, after: int = 0) -> Chunk | None:
+        """The oldest `limit` pending points above id `after`, as one newline-joined body
+        built inside SQLite (no Python object per point); None when there are none."""
+        try:
+            first, last, count, body = self._db.execute(
+                "SELECT MIN(id), MAX(id), COUNT(*), CAST(group_concat(line, char(10)) AS BLOB)"
+                " FROM (SELECT id, line FROM outbox WHERE id > ? ORDER BY id LIMIT ?)",
+                (after, limit),
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise OutboxError(f"cannot read outbox {self.path}: {exc}") from exc
+        if not count:
+            return None
+        return Chunk(first, last, count, body)
+
+    def rows(self, first: int, last: int) -> Batch:
+        """The pending rows with ids `first`..`last`, one by one (the slow path)."""
+        try:
+            rows = self._db.execute(
+                "SELECT id, line FROM outbox WHERE id BETWEEN ? AND ? ORDER BY id", (first, last)
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise OutboxError(f"cannot read outbox {self.path}: {exc}") from exc
+        return Batch([r[0] for r in rows], [r[1] for r in rows])
+
+    def ack(self, batch: Batch | Chunk) -> int:
         """The server stored `batch`: remove it. Returns the rows removed (fewer if the cap
         dropped some of them meanwhile)."""
-        if not batch.ids:
+        if not len(batch):
             return 0
-        lo, hi = batch.ids[0], batch.ids[-1]
+        lo, hi = batch.first, batch.last
         try:
             # An ack lost to a power cut only means the batch is sent again: no fsync needed.
             with self._tx(sync=False) as db:

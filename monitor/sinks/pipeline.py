@@ -137,6 +137,27 @@ class SampleSink:
             return 0
         return await self.drainer.drain(timeout)
 
+    def health(self) -> dict[str, object]:
+        """Outbox and writer counters for the health endpoint and metrics (JSON-able)."""
+        if self.outbox is None or self.drainer is None:
+            return {"influx": None}
+        s = self.outbox.stats()
+        d = self.drainer.stats
+        return {
+            "influx": self.drainer.writer.target,
+            "pending": s.pending,
+            "pending_bytes": s.pending_bytes,
+            "max_bytes": s.max_bytes,
+            "oldest_pending": s.oldest_queued,
+            "dead_letters": s.dead_letters,
+            "dropped": s.dropped,
+            "written": s.written,
+            "failures": d.failures,
+            "last_error": d.last_error,
+            "last_success": d.last_success,
+            "retry_at": d.retry_at,
+        }
+
     @property
     def pending(self) -> int:
         return 0 if self.outbox is None else self.outbox.pending
