@@ -105,6 +105,7 @@ class Drainer:
         self._sleep = sleep
         self._failing = False
         self._stopping = False
+        self._rejected = 0  # dead letters in the current episode
 
     async def run(self) -> None:
         """Drain until `stop()`: full batches back to back, otherwise every `flush_interval`.
@@ -190,6 +191,11 @@ class Drainer:
             total += len(batch)
             self._recovered()
             if following is None:
+                if self._rejected:
+                    log.info(
+                        "%d point(s) moved to dead letters in all (monitor outbox status)", self._rejected
+                    )
+                    self._rejected = 0
                 return total
             batch = following
 
@@ -256,7 +262,11 @@ class Drainer:
         moved = self.outbox.dead_letter(part, exc.status, str(exc))
         self.stats.dead_letters += moved
         sample = part.lines[0].decode(errors="replace")[:200]
-        log.error(
+        # once per episode at ERROR (a bad producer can send thousands), then DEBUG
+        level = logging.DEBUG if self._rejected else logging.ERROR
+        self._rejected += moved
+        log.log(
+            level,
             "%s rejected %d point(s) (HTTP %s), moved to dead letters: %s; first: %s",
             self.writer.target,
             moved,
