@@ -140,7 +140,9 @@ class BatchWindow:
 
     Which samples enter the baseline (`include`) may be decided in rounds (the slug
     rule excludes samples that are over, which depends on the baseline before them),
-    so the bucket lookups are computed once and `means()` is cheap to repeat.
+    so the bucket lookups are computed once and `means()` is cheap to repeat. Means
+    are computed per bucket (they are constant within one); `expand` spreads them
+    over the bucket's samples.
     """
 
     def __init__(self, base: Baselines, row: int, times: Floats) -> None:
@@ -151,13 +153,21 @@ class BatchWindow:
         k = np.floor(times / base.width[row]).astype(np.int64)
         self.k = k
         self.m0 = base.bucket[row]
-        self.j_now = np.searchsorted(k, k, side="left")
-        self.j_old = np.searchsorted(k, k - n, side="left")
+        first = np.ones(k.size, dtype=bool)
+        np.not_equal(k[1:], k[:-1], out=first[1:])
+        starts = np.flatnonzero(first)
+        uk = k[starts]
+        self.buckets = uk
+        self.per_bucket = np.diff(np.append(starts, k.size))
+        # Index into the running totals (0 = before the batch) at the start of each
+        # bucket and at the start of the bucket `n` before it.
+        self.j_now = starts
+        self.j_old = starts[np.searchsorted(uk, uk - n, side="left")]
         # Buckets at or before the state's current one come from the ring.
-        self.from_state = self.m0 != NO_BUCKET and bool(k.size) and int(k[0]) - n <= self.m0
+        self.from_state = self.m0 != NO_BUCKET and bool(uk.size) and int(uk[0]) - n <= self.m0
         if self.from_state:
-            self.now_state = k <= self.m0
-            self.old_state = (k - n) <= self.m0
+            self.now_state = uk <= self.m0
+            self.old_state = (uk - n) <= self.m0
 
     def _state_values(self, x: Ints) -> tuple[Floats, Ints]:
         b = self.base
@@ -173,25 +183,37 @@ class BatchWindow:
     def prefix(self, values: Floats, include: npt.NDArray[np.bool_] | None) -> tuple[Floats, Ints]:
         """Running totals before each sample (index 0 = the state's totals)."""
         b, row = self.base, self.row
-        w = values if include is None else np.where(include, values, 0.0)
-        cs = np.cumsum(np.concatenate(([b.total[row]], w)))
-        ones = np.ones(values.size, dtype=np.int64) if include is None else include.astype(np.int64)
-        cc = np.cumsum(np.concatenate(([b.n_total[row]], ones)))
+        cs = np.empty(values.size + 1)
+        cs[0] = b.total[row]
+        if include is None:
+            cs[1:] = values
+            cc = np.arange(b.n_total[row], b.n_total[row] + values.size + 1, dtype=np.int64)
+        else:
+            np.multiply(values, include, out=cs[1:])
+            cc = np.empty(values.size + 1, dtype=np.int64)
+            cc[0] = b.n_total[row]
+            cc[1:] = include
+            np.cumsum(cc, out=cc)
+        np.cumsum(cs, out=cs)
         return cs, cc
 
     def means(self, cs: Floats, cc: Ints) -> tuple[Floats, Ints]:
-        """Window sum / count before each sample's bucket -> (mean or NaN, count)."""
+        """Window mean (NaN when empty) and count before each bucket of the batch."""
         s_now, c_now = cs[self.j_now], cc[self.j_now]
         s_old, c_old = cs[self.j_old], cc[self.j_old]
         if self.from_state:
             sel = self.now_state
-            s_now[sel], c_now[sel] = self._state_values(self.k[sel])
+            s_now[sel], c_now[sel] = self._state_values(self.buckets[sel])
             sel = self.old_state
-            s_old[sel], c_old[sel] = self._state_values(self.k[sel] - self.n)
+            s_old[sel], c_old[sel] = self._state_values(self.buckets[sel] - self.n)
         count = c_now - c_old
         mean = np.full(count.size, np.nan)
         np.divide(s_now - s_old, count, out=mean, where=count > 0)
         return mean, count
+
+    def expand(self, per_bucket: Floats) -> Floats:
+        """A per-bucket array spread over the samples of each bucket."""
+        return np.repeat(per_bucket, self.per_bucket)
 
     def commit(self, cs: Floats, cc: Ints) -> None:
         """Write the batch into the ring and the row's totals."""
@@ -201,7 +223,7 @@ class BatchWindow:
         k_end = int(self.k[-1])
         lo = k_end - n if self.m0 == NO_BUCKET else max(self.m0, k_end - n)
         xs = np.arange(lo, k_end + 1, dtype=np.int64)
-        j = np.searchsorted(self.k, xs, side="left")
+        j = self.j_now[np.searchsorted(self.buckets, xs, side="left")]
         s, c = cs[j], cc[j]
         if self.m0 != NO_BUCKET:
             sel = xs <= self.m0

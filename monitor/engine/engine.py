@@ -297,20 +297,26 @@ class Engine:
             return ReplayResult(q_out, accepted, [])
         if bool(np.any(time[1:] < time[:-1])):
             raise ValueError("a replay batch must be in time order")
-        finite_t = time[np.isfinite(time)]
-        ticks = finite_t[finite_t > self.last_tick]
+        ticks = time[time > self.last_tick] if time[0] <= self.last_tick else time
         if ticks.size:
-            ticks = ticks[np.concatenate(([True], ticks[1:] > ticks[:-1]))]
-        key = np.where((sensor >= 0) & (sensor < len(self._states)), sensor, 65535).astype(np.uint16)
+            changes = np.flatnonzero(ticks[1:] != ticks[:-1]) + 1
+            ticks = ticks[np.concatenate(([0], changes))]
+            ticks = ticks[np.isfinite(ticks)]
+        n_states = len(self._states)
+        known = (sensor >= 0) & (sensor < n_states)
+        key = (sensor if known.all() else np.where(known, sensor, n_states)).astype(np.uint16)
         order = np.argsort(key, kind="stable")
-        bounds = np.searchsorted(key[order], np.arange(len(self._states) + 2))
-        unknown = order[bounds[len(self._states)] :]
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(key, minlength=n_states + 1))))
+        unknown = order[bounds[n_states] :]
         if unknown.size:
             self._unknown(f"index {int(sensor[unknown[0]])}", float(time[unknown[0]]), int(unknown.size))
+        s_time, s_value = time[order], value[order]
+        s_q = None if quality is None else q_in[order]
         out: list[Condition] = []
         for st in self._states:
-            sel = order[bounds[st.index] : bounds[st.index + 1]]
-            gt, gv = self._admit(st, sel, time, value, q_in, q_out, accepted)
+            a, b = int(bounds[st.index]), int(bounds[st.index + 1])
+            qs = None if s_q is None else s_q[a:b]
+            gt, gv = self._admit(st, order[a:b], s_time[a:b], s_value[a:b], qs, q_out, accepted)
             if not st.judged:
                 continue
             out.extend(self._stale_batch(st, ticks, gt, gv))
@@ -327,44 +333,55 @@ class Engine:
         self,
         st: SensorState,
         sel: npt.NDArray[np.intp],
-        time: Floats,
-        value: Floats,
-        q_in: npt.NDArray[np.int8],
+        ts: Floats,
+        vs: Floats,
+        qs: npt.NDArray[np.int8] | None,
         q_out: npt.NDArray[np.int8],
         accepted: npt.NDArray[np.bool_],
     ) -> tuple[Floats, Floats]:
         """Drop out-of-order samples, flag unbelievable values; returns the good ones."""
         if not sel.size:
             return np.empty(0), np.empty(0)
-        ts = time[sel]
-        before = np.fmax.accumulate(np.concatenate(([st.last_time], ts[:-1])))
-        ok = ts > before
-        if not ok.all():
+        if ts[0] > st.last_time and bool(np.all(ts[1:] > ts[:-1])):
+            st.ooo_episode = False
+        else:
+            before = np.fmax.accumulate(np.concatenate(([st.last_time], ts[:-1])))
+            ok = ts > before
             self._out_of_order(st, float(ts[~ok][0]), int((~ok).sum()))
-            sel, ts = sel[ok], ts[ok]
+            sel, ts, vs = sel[ok], ts[ok], vs[ok]
+            qs = None if qs is None else qs[ok]
             if not sel.size:
                 return np.empty(0), np.empty(0)
-        else:
-            st.ooo_episode = False
         accepted[sel] = True
-        vs, qs = value[sel], q_in[sel]
         self.counters.samples += int(sel.size)
-        good_q = qs == _GOOD
-        self.counters.not_good += int(sel.size - good_q.sum())
-        believable = np.isfinite(vs) & (vs >= st.lo) & (vs <= st.hi)
-        bad = good_q & ~believable
-        good = good_q & believable
-        if bad.any():
-            q_out[sel[bad]] = _BAD
-            i = int(np.flatnonzero(bad)[0])
-            self._bad(st, float(ts[i]), float(vs[i]), int(bad.sum()))
-        decisive = np.flatnonzero(bad | good)
-        if decisive.size and good[decisive[-1]] and st.bad_episode:
+        good = np.isfinite(vs)
+        if st.lo > -math.inf:
+            good &= vs >= st.lo
+        if st.hi < math.inf:
+            good &= vs <= st.hi
+        if qs is not None:
+            good &= qs == _GOOD
+        bad = None
+        if not good.all():
+            good_q = np.ones(sel.size, dtype=bool) if qs is None else qs == _GOOD
+            self.counters.not_good += int(sel.size - good_q.sum())
+            bad = good_q & ~good
+            if bad.any():
+                q_out[sel[bad]] = _BAD
+                i = int(np.flatnonzero(bad)[0])
+                self._bad(st, float(ts[i]), float(vs[i]), int(bad.sum()))
+            decisive = np.flatnonzero(bad | good)
+            if decisive.size and good[decisive[-1]] and st.bad_episode:
+                st.bad_episode = False
+                log.info("sensor %s: believable values again", st.sensor)
+        elif st.bad_episode:
             st.bad_episode = False
             log.info("sensor %s: believable values again", st.sensor)
         st.last_time = float(ts[-1])
         st.value = float(vs[-1])
         st.quality = Quality(int(q_out[sel[-1]]))
+        if bad is None:
+            return ts, vs
         return ts[good], vs[good]
 
     def _stale_batch(self, st: SensorState, ticks: Floats, gt: Floats, gv: Floats) -> list[Condition]:

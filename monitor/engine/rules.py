@@ -32,8 +32,11 @@ NAN = math.nan
 
 def ffill_index(marker: Bools) -> npt.NDArray[np.intp]:
     """For each position, the index of the latest marked position at or before it (-1: none)."""
-    idx = np.where(marker, np.arange(marker.size), -1)
-    return np.maximum.accumulate(idx) if idx.size else idx
+    out = np.full(marker.size, -1, dtype=np.intp)
+    marked = np.flatnonzero(marker)
+    if marked.size:
+        out[marked[0] :] = np.repeat(marked, np.diff(np.append(marked, marker.size)))
+    return out
 
 
 def run_starts(times: Floats, member: Bools, carried: float) -> Floats:

@@ -137,7 +137,7 @@ def batch(slug: SlugState | None, base: Baselines, row: int, t: Floats, v: Float
         mean, count = win.means(cs, cc)
         have = ffill_index(count > 0)
         mean = np.where(have >= 0, mean[np.maximum(have, 0)], slug.last_mean)
-        thr = slug.factor * mean
+        thr = win.expand(slug.factor * mean)
         now_over = judged & (v > thr)
         if np.array_equal(now_over, over):
             break
