@@ -30,9 +30,9 @@ from pymodbus.exceptions import ModbusException
 from monitor.config.sources import ModbusDevice
 from monitor.errors import DecodeError, ModbusError
 from monitor.model import Clock, Condition, ConditionState, Emit, Quality, Rule, Sample, WallClock
-from monitor.sources.modbus_decode import decode_value, is_believable
+from monitor.sources.modbus_decode import compile_decoder, decode_value
 from monitor.sources.modbus_health import DeviceHealth, Episodes
-from monitor.sources.modbus_plan import ReadPlan, Request, plan_device, slice_for, split
+from monitor.sources.modbus_plan import ReadPlan, Request, plan_device, split
 
 log = logging.getLogger(__name__)
 
@@ -146,9 +146,8 @@ class Hub:
             "input": client.read_input_registers,
         }[request.kind]
         try:
-            response = await asyncio.wait_for(
-                call(request.address, count=request.count, device_id=device_id), timeout
-            )
+            async with asyncio.timeout(timeout):  # no extra task per request, unlike wait_for
+                response = await call(request.address, count=request.count, device_id=device_id)
         except TimeoutError:
             self.close()
             raise ModbusError(f"{self.key}: timeout after {timeout:g}s") from None
@@ -178,6 +177,9 @@ class DeviceState:
         self.requests = list(plan.requests)
         self.hub = hub
         self.sensors = list(dict.fromkeys(f.sensor for f in device.fields))
+        fields = [f for r in plan.requests for f in r.fields]
+        self.keys = {f.index: f"field {f.where()}" for f in fields}  # episode keys
+        self.decoders = {f.index: compile_decoder(f.type, f.byte_order, f.scale, f.bit) for f in fields}
         self.health = DeviceHealth(device=device.name, endpoint=hub.key, unit=device.device_id)
         self.episodes = Episodes(log, f"modbus device {device.name} ({hub.key} unit {device.device_id})")
         self.comm_loss = False
@@ -316,32 +318,36 @@ class ModbusPoller:
         self, st: DeviceState, request: Request, result: list[int] | ModbusError, now: float
     ) -> list[Sample]:
         out = []
-        for f in request.fields:
-            key = f"field {f.where()}"
-            if isinstance(result, ModbusError):
-                hint = " (if the map counts from 1, set address_base: 1 or try address - 1)"
-                if st.episodes.fail(
-                    key, f"{f.where()} -> {f.sensor}: {result}{hint if result.exception_code == 2 else ''}"
-                ):
+        if isinstance(result, ModbusError):
+            hint = " (if the map counts from 1, set address_base: 1 or try address - 1)"
+            for f in request.fields:
+                text = f"{f.where()} -> {f.sensor}: {result}{hint if result.exception_code == 2 else ''}"
+                if st.episodes.fail(st.keys[f.index], text):
                     st.health.bad_fields += 1
                 out.append(Sample(f.sensor, now, math.nan, Quality.BAD_DATA))
-                continue
+            return out
+        episodes = st.episodes
+        troubled = bool(episodes.ongoing)
+        keys, decoders, base = st.keys, st.decoders, request.address
+        for f in request.fields:
+            at = f.address - base
+            words = result[at : at + f.count]
             try:
-                words = slice_for(request, f, result)
                 if f.kind in ("coil", "discrete"):
                     raw: int | float | str = float(words[0]) * (f.scale if f.scale is not None else 1.0)
                 else:
-                    raw = decode_value(words, f.type, f.byte_order, f.scale, f.bit)
+                    raw = decoders[f.index](words)
                 if isinstance(raw, str):
                     raise DecodeError(f"{f.type} decodes to text {raw!r}, not a reading")
-                if not is_believable(raw):
-                    raise DecodeError(f"device reports {raw}")
                 value = float(raw) + f.offset
+                if not math.isfinite(value):
+                    raise DecodeError(f"device reports {raw}")
             except DecodeError as exc:
-                st.episodes.fail(key, f"{f.where()} -> {f.sensor}: bad data: {exc}")
+                episodes.fail(keys[f.index], f"{f.where()} -> {f.sensor}: bad data: {exc}")
                 out.append(Sample(f.sensor, now, math.nan, Quality.BAD_DATA))
                 continue
-            st.episodes.ok(key, f"{f.where()} -> {f.sensor}: reading again")
+            if troubled and keys[f.index] in episodes:
+                episodes.ok(keys[f.index], f"{f.where()} -> {f.sensor}: reading again")
             out.append(Sample(f.sensor, now, value, Quality.GOOD))
         return out
 
