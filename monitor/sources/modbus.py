@@ -64,8 +64,12 @@ class Hub:
         rng: random.Random | None = None,
         reconnect_delay: float = 0.5,
         reconnect_delay_max: float = 30.0,
+        timeout: float | None = None,
     ) -> None:
         self.key = endpoint(device)
+        # pymodbus' own response timeout: the longest of the devices sharing this endpoint;
+        # each read is cut at its own device's timeout by `read`.
+        self._timeout = timeout or device.timeout
         self.lock = asyncio.Lock()
         self._template = device
         self._client: Any = None
@@ -88,7 +92,7 @@ class Hub:
         d = self._template
         if d.transport == "tcp":
             return AsyncModbusTcpClient(
-                d.host or "127.0.0.1", port=int(d.port), timeout=d.timeout, retries=0, reconnect_delay=0
+                d.host or "127.0.0.1", port=int(d.port), timeout=self._timeout, retries=0, reconnect_delay=0
             )
         return AsyncModbusSerialClient(
             str(d.port),
@@ -96,7 +100,7 @@ class Hub:
             parity=d.parity,
             stopbits=d.stopbits,
             bytesize=d.bytesize,
-            timeout=d.timeout,
+            timeout=self._timeout,
             retries=0,
             reconnect_delay=0,
         )
@@ -203,8 +207,13 @@ class ModbusPoller:
         for dev in devices:
             key = endpoint(dev)
             if key not in hubs:
+                longest = max(d.timeout for d in devices if endpoint(d) == key)
                 hubs[key] = Hub(
-                    dev, rng=rng, reconnect_delay=reconnect_delay, reconnect_delay_max=reconnect_delay_max
+                    dev,
+                    rng=rng,
+                    reconnect_delay=reconnect_delay,
+                    reconnect_delay_max=reconnect_delay_max,
+                    timeout=longest,
                 )
             self.devices[dev.name] = DeviceState(dev, plan_device(dev), hubs[key])
         self.hubs = hubs
