@@ -285,3 +285,23 @@ def test_a_failing_notifier_does_not_stop_the_others(tmp_path: Path, receiver: R
     assert isinstance(stats, dict)
     assert stats["webhook"]["failed"] == 1 and stats["webhook"]["failing"]
     manager.close()
+
+
+def test_people_notifiers_follow_the_config(receiver: Receiver) -> None:
+    from monitor.alarms import people_notifiers
+    from monitor.config import build_config
+
+    base = {"station": {"id": "ps-1"}, "sensors": [{"id": "outfall.ph", "kind": "ph"}]}
+    assert [n.name for n in people_notifiers(build_config(base))] == ["log"]
+    hooked = build_config({**base, "alarms": {"webhook": {"url": receiver.url}}})
+    notifiers = people_notifiers(hooked)
+    assert [n.name for n in notifiers] == ["log", "webhook"]
+
+    async def go() -> None:
+        await notifiers[1].notify(_alarm())
+        hook = notifiers[1]
+        assert isinstance(hook, WebhookNotifier)
+        await hook.aclose()
+
+    asyncio.run(go())
+    assert receiver.bodies[0]["station"] == "ps-1"

@@ -4,7 +4,7 @@ How the daemon wires it::
 
     manager = AlarmManager.open(config, clock)        # replays state_dir/journal.sqlite
     dispatcher = Dispatcher(config.alarms, clock,
-                            notifiers=[LogNotifier(), WebhookNotifier(config.alarms.webhook, station)],
+                            notifiers=people_notifiers(config),   # log, and the webhook if configured
                             mirrors=[mqtt_alarm_publisher])
     dispatcher.attach(manager)                        # every transition reaches the dispatcher
     asyncio.create_task(dispatcher.run())
@@ -34,6 +34,7 @@ gives the raw (`Entry`, `Alarm`) stream synchronously (the console uses it).
 from monitor.alarms.journal import Entry, Journal
 from monitor.alarms.manager import AlarmManager, journal_path
 from monitor.alarms.notify import Dispatcher, Flood, LogNotifier, Notifier
+from monitor.alarms.webhook import WebhookNotifier, people_notifiers
 
 __all__ = [
     "AlarmManager",
@@ -43,5 +44,7 @@ __all__ = [
     "Journal",
     "LogNotifier",
     "Notifier",
+    "WebhookNotifier",
     "journal_path",
+    "people_notifiers",
 ]
