@@ -340,6 +340,14 @@ def test_restart_restores_each_state(st: Station, state: AlarmState) -> None:
         assert st.apply(True)[0].state is AlarmState.UNACK
 
 
+def test_active_conditions_for_seeding_the_engine_after_restart(st: Station) -> None:
+    st.apply(True)
+    st.apply(True, rule=Rule.STALE)
+    st.apply(False, rule=Rule.STALE)
+    st.manager.shelve(PH, Rule.HIGH, "dana", "probe cleaning")
+    assert st.restart().active_conditions() == [(PH, Rule.HIGH)]
+
+
 def test_shelve_that_expired_while_the_daemon_was_down(st: Station) -> None:
     _to_shelved(st)
     st.manager.close()

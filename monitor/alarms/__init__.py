@@ -9,6 +9,7 @@ How the daemon wires it::
     dispatcher.attach(manager)                        # every transition reaches the dispatcher
     asyncio.create_task(dispatcher.run())
     ...
+    engine.seed(manager.active_conditions())          # so a restored alarm can still clear
     manager.apply(condition)                          # each Condition from the engine
     manager.tick(); dispatcher.tick()                 # every second or so, from the Clock
 

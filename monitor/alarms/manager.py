@@ -62,6 +62,14 @@ class AlarmManager:
         """Alarms an operator should see: everything not normal, console order."""
         return [a for a in self.alarms() if a.state is not AlarmState.NORMAL]
 
+    def active_conditions(self) -> list[tuple[str, Rule]]:
+        """(sensor, rule) whose condition was active when last heard of, shelved or not.
+
+        After a restart the engine starts from nothing; seeding its rule state from
+        this list lets it send the CLEARED that ends an alarm restored as active.
+        """
+        return sorted(key for key, rec in self._records.items() if rec.active)
+
     def priority(self, sensor: str, rule: Rule) -> Priority:
         found = self._overrides.get((sensor, rule))
         return found or self.config.priorities.get(rule, Priority.MEDIUM)
