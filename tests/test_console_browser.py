@@ -82,6 +82,7 @@ def test_alarm_appears_live_and_is_acknowledged(browser: Browser, tmp_path: Path
         expect(oil).to_have_class("alarm shelved")
         expect(oil).to_contain_text("shelved by dana")
         expect(oil.get_by_role("button", name="Unshelve")).to_be_visible()
+        expect(page.locator("#summary")).to_have_text("1 ACTIVE, ACKNOWLEDGED · 1 SHELVED/OOS")
         shelved = live.call(lambda: view.alarms.get("outfall.oil", "high"))
         assert shelved is not None and shelved.shelve_reason == "analyser calibration"
         assert shelved.shelved_until == T0 + 95 + 3600

@@ -103,15 +103,18 @@ function renderAlarms() {
   box.replaceChildren();
   const waiting = alarms.filter((a) => a.state === "active_unacknowledged" || a.state === "returned_unacknowledged");
   const summary = $("#summary");
+  const acked = alarms.filter((a) => a.state === "active_acknowledged").length;
+  const hidden = alarms.filter((a) => ["shelved", "suppressed", "out_of_service"].includes(a.state)).length;
+  const tail = hidden ? ` · ${hidden} SHELVED/OOS` : "";
   if (waiting.length) {
     summary.className = "summary sum-alarm";
-    summary.textContent = `${waiting.length} UNACKNOWLEDGED`;
-  } else if (alarms.some((a) => a.active && a.state === "active_acknowledged")) {
+    summary.textContent = `${waiting.length} UNACKNOWLEDGED${tail}`;
+  } else if (acked) {
     summary.className = "summary sum-acked";
-    summary.textContent = `${alarms.filter((a) => a.active).length} ACTIVE, ACKNOWLEDGED`;
+    summary.textContent = `${acked} ACTIVE, ACKNOWLEDGED${tail}`;
   } else {
     summary.className = "summary sum-ok";
-    summary.textContent = "NO ACTIVE ALARMS";
+    summary.textContent = `NO ACTIVE ALARMS${tail}`;
   }
   if (!alarms.length) {
     box.append(el("div", { class: "none" }, "No alarms. All sensors within limits."));
