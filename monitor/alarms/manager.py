@@ -77,13 +77,17 @@ class AlarmManager:
     # --- conditions from the engine ----------------------------------------
 
     def apply(self, condition: Condition) -> list[Alarm]:
-        """Turn an engine condition into transitions; repeated states only refresh the value."""
+        """Turn an engine condition into transitions; a repeated state is no transition.
+
+        An alarm's value and limit are those of its last transition (the reading
+        that tripped or cleared it), so what the journal holds is what a restart
+        restores; the live reading is the sensor's, not the alarm's.
+        """
         key = (condition.sensor, condition.rule)
         rec = self._records.get(key)
         out: list[Alarm] = []
         if condition.state is ConditionState.ACTIVE:
             if rec is not None and rec.active:
-                rec.value, rec.limit = condition.value, condition.limit
                 return out
             if rec is None:
                 rec = self._records[key] = Record(
