@@ -260,7 +260,12 @@ function connect() {
   const es = new EventSource("/api/events");
   es.addEventListener("open", () => { live.className = "live on"; live.textContent = "live"; refreshAlarms(); });
   es.addEventListener("error", () => { live.className = "live off"; live.textContent = "reconnecting"; });
-  es.addEventListener("alarm", () => refreshAlarms());
+  es.addEventListener("alarm", (ev) => {
+    // the daemon's clock may run ahead of the last snapshot (replay): never show "0 s ago" for old news
+    const t = new Date(JSON.parse(ev.data).alarm.updated_at).getTime();
+    if (Number.isFinite(t) && Date.now() - clockSkew < t) clockSkew = Date.now() - t;
+    refreshAlarms();
+  });
   es.addEventListener("sensors", (ev) => {
     const snap = JSON.parse(ev.data);
     const first = !sensors.length;
