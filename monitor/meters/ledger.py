@@ -199,15 +199,16 @@ class Ledger:
             for meter, time, reading in items:
                 spec = self.spec(meter)
                 time_ms = to_ms(time)
-                if self._duplicate(meter, time_ms, reading):
-                    continue
                 key = (time_ms, READING)
                 if meter in rejudge:
-                    rejudge[meter] = min(rejudge[meter], key)
-                    self._write(meter, time_ms, READING, reading, first_step(spec, reading))
+                    if not self._duplicate(meter, time_ms, reading):
+                        rejudge[meter] = min(rejudge[meter], key)
+                        self._write(meter, time_ms, READING, reading, first_step(spec, reading))
                     continue
                 last = self.last(meter)
-                if last is not None and key < last.key:
+                if last is not None and key <= last.key:  # not after the latest row: maybe held already
+                    if self._duplicate(meter, time_ms, reading):
+                        continue
                     rejudge[meter] = key
                     self._write(meter, time_ms, READING, reading, first_step(spec, reading))
                     continue
