@@ -25,6 +25,7 @@ from monitor.config import Console
 from monitor.errors import AlarmError, StateError
 from monitor.model import Rule, iso
 from monitor.web.events import Hub
+from monitor.web.meters import add_meter_routes
 from monitor.web.models import (
     AckRequest,
     AlarmOut,
@@ -142,6 +143,10 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
     ) -> dict[str, object]:
         known(sensor, rule)
         return view.alarms.return_to_service(sensor, rule, body.by).to_json()
+
+    meter_book = getattr(view, "meter_book", None)  # the daemon's MeterBook, when it has meters
+    if meter_book is not None:
+        add_meter_routes(app, meter_book, view.alarms, token_required)
 
     @app.get("/api/journal", response_model=list[EntryOut])
     async def journal(
