@@ -119,7 +119,7 @@ def test_sigkill_mid_drain_then_restart_loses_nothing(tmp_path: Path, repo_root:
         config_path, config = write_config(
             tmp_path, {"url": vm.url, "org": "o", "bucket": "b", "batch_size": 500}
         )
-        samples = [s for k in range(40) for s in _chunk(k)]  # 40,000 points
+        samples = [s for k in range(80) for s in _chunk(k)]  # 80,000 points
         with Outbox(outbox_path(config)) as outbox:
             outbox.append(serializer_for(config).samples(samples))
         drain = [
