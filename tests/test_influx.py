@@ -51,7 +51,7 @@ def test_v2_round_trip_into_victoriametrics(tmp_path: Path, victoria: VictoriaMe
     for series in victoria.export('{__name__="sensor_value",station="ps-1"}'):
         assert series["metric"]["kind"] in {"flow", "ph", "temperature", "concentration"}
         for t, v in zip(series["timestamps"], series["values"], strict=True):
-            if t < (T0 + 86400) * 1000:  # the replay test writes the next day into the same series
+            if t < (T0 + 86400) * 1000:  # later tests write the following days into the same series
                 got[series["metric"]["sensor"]][t] = v
     want = _expected(samples)
     assert got.keys() == want.keys()
@@ -169,6 +169,29 @@ def test_replay_columns_through_open_sink(tmp_path: Path, victoria: VictoriaMetr
         (s["metric"]["sensor"], t)
         for s in victoria.export('{__name__="sensor_value"}')
         for t in s["timestamps"]
-        if t >= round((T0 + 86400) * 1000)
+        if round((T0 + 86400) * 1000) <= t < round((T0 + 2 * 86400) * 1000)
     }
     assert got == {(names[i], round(t * 1000)) for i, t in zip(sensor, times, strict=True)}
+
+
+def test_segments_of_any_size_cut_into_batches_arrive_once(tmp_path: Path, victoria: VictoriaMetrics) -> None:
+    """Appends of 1 to 1,200 points drained in batches of 64: pieces of segments, prefetch across them."""
+    _, config = write_config(tmp_path, {"url": victoria.url, "org": "o", "bucket": "b", "batch_size": 64})
+    sink = open_sink(config)
+    sent: list[Sample] = []
+    t = T0 + 2 * 86400
+    for size in (1, 7, 500, 3, 1200, 2, 64, 65):
+        chunk = [Sample("outfall.flow", t + k, float(k)) for k in range(size)]
+        t += size
+        sink.write_samples(chunk)
+        sent.extend(chunk)
+    assert asyncio.run(sink.drain(30)) == 0
+    assert sink.outbox is not None and sink.outbox.stats().written == len(sent)
+    sink.close()
+    got = [
+        (t, v)
+        for s in victoria.export('{__name__="sensor_value",sensor="outfall.flow"}')
+        for t, v in zip(s["timestamps"], s["values"], strict=True)
+        if t >= round((T0 + 2 * 86400) * 1000)
+    ]
+    assert sorted(got) == [(round(s.time * 1000), s.value) for s in sent]

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 from monitor.model import Condition, ConditionState, ManualClock, Rule
+from monitor.sinks.batch import Batch, Rejected
 from monitor.sinks.outbox import Outbox
 
 
@@ -21,27 +22,33 @@ def _lines(n: int, start: int = 0) -> list[str]:
     ]
 
 
+def _peek(ob: Outbox, limit: int) -> Batch:
+    batch = ob.peek(limit)
+    assert batch is not None
+    return batch
+
+
 def test_points_stay_until_acknowledged(tmp_path: Path) -> None:
     clock = ManualClock(1000.0)
     with Outbox(tmp_path / "o.sqlite", clock=clock) as ob:
         ob.append(_lines(10))
         clock.advance(5)
         ob.append(_lines(5, start=10))
-        first = ob.peek(4)
-        assert [b.decode() for b in first.lines] == _lines(4)
-        assert ob.peek(4).ids == first.ids  # peeking removes nothing
+        first = _peek(ob, 4)
+        assert first.lines == [x.encode() for x in _lines(4)]
+        assert ob.pending_lines(4) == _lines(4)  # peeking removes nothing
         assert ob.ack(first) == 4
         stats = ob.stats()
         assert (stats.pending, stats.written, stats.dropped, stats.dead_letters) == (11, 4, 0, 0)
         assert stats.oldest_queued == 1000.0
-        assert stats.pending_bytes == sum(len(s) for s in _lines(15)[4:])
+        assert stats.pending_bytes == sum(len(s) + 1 for s in _lines(15)[4:])  # a newline each
     with Outbox(tmp_path / "o.sqlite", clock=clock) as again:  # survives a reopen
-        assert [b.decode() for b in again.peek(100).lines] == _lines(15)[4:]
+        assert again.pending_lines(100) == _lines(15)[4:]
 
 
 def test_cap_drops_oldest_counts_and_alarms(tmp_path: Path) -> None:
     conditions: list[Condition] = []
-    line_size = len(_lines(1)[0])
+    line_size = len(_lines(1)[0]) + 1
     cap = 100 * line_size
     clock = ManualClock(0.0)
     ob = Outbox(tmp_path / "o.sqlite", max_bytes=cap, clock=clock, on_condition=conditions.append)
@@ -54,7 +61,7 @@ def test_cap_drops_oldest_counts_and_alarms(tmp_path: Path) -> None:
     assert stats.dropped == 35
     assert stats.pending == 100
     assert stats.pending_bytes <= cap
-    assert [b.decode() for b in ob.peek(1).lines] == _lines(1, start=35)  # the oldest went first
+    assert ob.pending_lines(1) == _lines(1, start=35)  # the oldest went first
     assert len(conditions) == 1
     raised = conditions[0]
     assert (raised.rule, raised.state, raised.time, raised.value) == (
@@ -63,32 +70,32 @@ def test_cap_drops_oldest_counts_and_alarms(tmp_path: Path) -> None:
         60.0,
         30.0,
     )
-    ob.ack(ob.peek(20))  # the server catches up: below 90 % of the cap clears the alarm
+    ob.ack(_peek(ob, 20))  # the server catches up: below 90 % of the cap clears the alarm
     assert [c.state for c in conditions] == [ConditionState.ACTIVE, ConditionState.CLEARED]
     assert conditions[1].value == 35.0
     ob.close()
 
 
 def test_ack_of_rows_the_cap_already_dropped_counts_only_what_it_removed(tmp_path: Path) -> None:
-    line_size = len(_lines(1)[0])
+    line_size = len(_lines(1)[0]) + 1
     ob = Outbox(tmp_path / "o.sqlite", max_bytes=10 * line_size)
     ob.append(_lines(10))
-    in_flight = ob.peek(10)
+    in_flight = _peek(ob, 10)
     ob.append(_lines(4, start=10))  # drops 4 of the in-flight rows
     assert ob.ack(in_flight) == 6
     stats = ob.stats()
     assert (stats.pending, stats.written, stats.dropped) == (4, 6, 4)
-    assert [b.decode() for b in ob.peek(10).lines] == _lines(4, start=10)
+    assert ob.pending_lines(10) == _lines(4, start=10)
     ob.close()
 
 
 def test_dead_letters_keep_line_status_and_reason(tmp_path: Path) -> None:
     with Outbox(tmp_path / "o.sqlite", clock=ManualClock(7.0)) as ob:
         ob.append(_lines(3))
-        batch = ob.peek(3)
-        bad = type(batch)([batch.ids[1]], [batch.lines[1]])
-        assert ob.dead_letter(bad, 400, "unable to parse") == 1
-        assert [b.decode() for b in ob.peek(3).lines] == [_lines(3)[0], _lines(3)[2]]
+        ob.append(_lines(2, start=3))
+        batch = _peek(ob, 4)  # two segments, the second cut after its first line
+        assert ob.settle(batch, [Rejected(1, 400, "unable to parse")]) == 3
+        assert ob.pending_lines() == _lines(1, start=4)
         (dead,) = ob.dead_letters()
         assert (dead.status, dead.reason, dead.line, dead.failed) == (
             400,
@@ -96,8 +103,9 @@ def test_dead_letters_keep_line_status_and_reason(tmp_path: Path) -> None:
             _lines(3)[1],
             7.0,
         )
-        assert ob.stats().dead_letters == 1
-        assert ob.stats().pending == 2
+        stats = ob.stats()
+        assert (stats.dead_letters, stats.pending, stats.written) == (1, 1, 3)
+        assert stats.pending_bytes == len(_lines(1)[0]) + 1
 
 
 def test_kill_9_while_appending_loses_no_committed_point(tmp_path: Path) -> None:
@@ -109,7 +117,8 @@ def test_kill_9_while_appending_loses_no_committed_point(tmp_path: Path) -> None
     script = textwrap.dedent(
         f"""
         import sys
-        from monitor.sinks.outbox import Outbox
+        from monitor.sinks.batch import Batch, Rejected
+from monitor.sinks.outbox import Outbox
         ob = Outbox({str(path)!r})
         i = 0
         while True:
@@ -129,12 +138,12 @@ def test_kill_9_while_appending_loses_no_committed_point(tmp_path: Path) -> None
     proc.wait()
     proc.stdout.close()
     with Outbox(path) as ob:
-        rows = ob.peek(10**7)
-        batches = {int(b.split(b" ")[1][2:-2]) for b in rows.lines}
+        rows = ob.pending_lines(10**7)
+        batches = {int(b.split(" ")[1][2:-2]) for b in rows}
         assert set(committed) <= batches
         assert len(rows) == 1000 * len(batches)  # no torn transaction
         assert ob.stats().pending == len(rows)
-        assert ob.stats().pending_bytes == sum(len(b) for b in rows.lines)
+        assert ob.stats().pending_bytes == sum(len(b) + 1 for b in rows)
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     db.close()

@@ -197,7 +197,7 @@ def test_cap_reached_drops_oldest_counts_and_alarms(tmp_path: Path, repo_root: P
         vm.start()
         clock.advance(60)
         sink = open_sink(config, clock=clock, on_condition=raised.append)  # a restart: the episode is on disk
-        pending = [s.decode() for s in sink.outbox.peek(10**6).lines] if sink.outbox else []
+        pending = sink.outbox.pending_lines(10**6) if sink.outbox else []
         assert asyncio.run(sink.drain(30)) == 0
         sink.close()
         # the cap alarm clears once the backlog is delivered, and its clear reaches InfluxDB

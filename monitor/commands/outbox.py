@@ -9,7 +9,7 @@ import sys
 from monitor.commands import load_config_or_exit
 from monitor.errors import SinkError
 from monitor.model import iso
-from monitor.sinks.outbox import OutboxStats
+from monitor.sinks.batch import OutboxStats
 from monitor.sinks.pipeline import open_drainer, open_outbox, outbox_path
 
 HELP = "show the InfluxDB outbox (status) or deliver what it holds (drain)"
