@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -99,11 +101,11 @@ def test_v1_round_trip_into_influxdb_1(tmp_path: Path, influxdb1: InfluxDB1) -> 
 
 
 def test_malformed_point_goes_to_dead_letters_while_the_rest_arrive(
-    tmp_path: Path, influxdb1: InfluxDB1
+    tmp_path: Path, influxdb1: InfluxDB1, repo_root: Path
 ) -> None:
     """InfluxDB 1.6 answers 400 to a bad line (VictoriaMetrics would answer 204)."""
     influxdb1.query("CREATE DATABASE dead")
-    _, config = write_config(
+    config_path, config = write_config(
         tmp_path, {"url": influxdb1.url, "api": "v1", "database": "dead", "batch_size": 50}
     )
     sink = open_sink(config)
@@ -123,6 +125,25 @@ def test_malformed_point_goes_to_dead_letters_while_the_rest_arrive(
     assert (stats.pending, stats.dead_letters) == (0, 2)
     count = influxdb1.query('SELECT COUNT("value") FROM "sensor"', db="dead")
     assert count["results"][0]["series"][0]["values"][0][1] == 120
+    status = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "outbox",
+            "status",
+            "--config",
+            str(config_path),
+            "--dead-letters",
+            "5",
+        ],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+    )
+    assert status.returncode == 0, status.stderr
+    assert "dead letters    2" in status.stdout
+    assert "HTTP 400" in status.stdout and bad in status.stdout and conflict in status.stdout
 
 
 def test_v1_with_username_and_password(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
