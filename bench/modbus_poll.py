@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
 import socket
 import statistics
 import subprocess
@@ -112,7 +113,13 @@ async def floor_rtt(client: AsyncModbusTcpClient, reads: int) -> list[float]:
     return out
 
 
-async def measure(base: int, n: int, cycles: int) -> dict[str, Any]:
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def measure(base: int, n: int, cycles: int, server_pid: int) -> dict[str, Any]:
     """Floor reads and poll cycles interleaved in rounds, so both see the same machine load."""
     fields = device_fields()
     devices = [
@@ -130,14 +137,17 @@ async def measure(base: int, n: int, cycles: int) -> dict[str, Any]:
     floor: list[float] = []
     cpu: list[float] = []
     bad = 0
+    server_cpu = 0.0
     for _ in range(max(1, cycles // 10)):
         floor += await floor_rtt(client, 30)
+        s0 = cpu_seconds(server_pid)
         for _ in range(10):
             t0, c0 = time.perf_counter(), time.process_time()
             results = await asyncio.gather(*(poller.poll(d.name) for d in devices))
             times.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
             bad += sum(1 for items in results for s in items if getattr(s, "quality", 0) != 0)
+        server_cpu += cpu_seconds(server_pid) - s0
     client.close()
     for hub in poller.hubs.values():
         hub.close()
@@ -147,6 +157,7 @@ async def measure(base: int, n: int, cycles: int) -> dict[str, Any]:
         "registers": n * 60,
         "cycles": times,
         "cpu": cpu,
+        "server_cpu": server_cpu / len(times),
         "floor": floor,
         "bad": bad,
     }
@@ -174,14 +185,16 @@ def main() -> int:
     server = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
     try:
         wait_ports(base, args.devices)
-        r = asyncio.run(measure(base, args.devices, args.cycles))
+        r = asyncio.run(measure(base, args.devices, args.cycles, server.pid))
     finally:
         server.terminate()
         server.wait(timeout=20)
     floor = statistics.median(r["floor"])
     med, tail = statistics.median(r["cycles"]), p99(r["cycles"])
     sequential = r["requests"] * floor
+    load = os.getloadavg()[0]
     print(f"modbus_poll: {args.devices} devices x 60 registers in 3 blocks, {args.cycles} cycles")
+    print(f"  machine                 {os.cpu_count()} CPUs, load average {load:.1f} during the run")
     print(f"  requests per cycle      {r['requests']}  (minimum for this map: {r['minimum']})")
     print(f"  registers per cycle     {r['registers']} values, bad samples: {r['bad']}")
     print(
@@ -191,6 +204,10 @@ def main() -> int:
     print(f"  poll cycle              median {med * 1e3:.2f} ms, p99 {tail * 1e3:.2f} ms")
     cpu = statistics.median(r["cpu"]) / r["requests"]
     print(f"  poller CPU per request  {cpu * 1e6:.0f} us (decode and samples included)")
+    print(
+        f"  simulator CPU/request   {r['server_cpu'] / r['requests'] * 1e6:.0f} us"
+        " (the pymodbus server, in its own process)"
+    )
     print(f"  requests x floor        {sequential * 1e3:.2f} ms (one connection, one request at a time)")
     print(
         f"  ratio cycle/(req x RTT) median {med / sequential:.2f}, p99 {tail / sequential:.2f}"

@@ -239,7 +239,7 @@ class ModbusPoller:
             for n, st in self.devices.items()
         ]
         try:
-            await asyncio.gather(*tasks)
+            await asyncio.gather(*tasks) if tasks else await asyncio.Event().wait()
         finally:
             for task in tasks:
                 task.cancel()
