@@ -269,11 +269,21 @@ class ModbusPoller:
         loop = asyncio.get_running_loop()
         began = loop.time()
         results: list[tuple[Request, list[int] | ModbusError]] = []
+        silent: ModbusError | None = None
         async with st.hub.lock:
             for i, request in enumerate(st.requests):
+                if silent is not None:
+                    # The device did not answer: one timeout per cycle, not one per request,
+                    # so a dead unit does not hold a shared line for N x timeout.
+                    results.append((request, silent))
+                    continue
                 if i and dev.pause:
                     await asyncio.sleep(dev.pause)
-                results.extend(await self._read(st, request))
+                got = await self._read(st, request)
+                results.extend(got)
+                silent = next(
+                    (x for _, x in got if isinstance(x, ModbusError) and x.exception_code is None), None
+                )
             if dev.close_after_cycle:
                 st.hub.close()
         st.requests = [r for r, _ in results]
