@@ -304,6 +304,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"simulator: {exc}", file=sys.stderr)
         return 2
+    except (OSError, RuntimeError) as exc:  # pymodbus raises RuntimeError when it cannot listen
+        print(f"simulator: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
