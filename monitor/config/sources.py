@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -112,6 +113,32 @@ class Subscription(Section):
     value_path: str = "value"
     time_path: str | None = None
     qos: Literal[0, 1, 2] | None = None
+
+    @model_validator(mode="after")
+    def _filter_and_template(self) -> Subscription:
+        try:
+            check_topic_filter(self.topic)
+        except ValueError as exc:
+            raise key_error("topic", str(exc)) from None
+        wild = sum(1 for level in self.topic.split("/") if level == "+")
+        for n in re.findall(r"\{(\d+)\}", self.sensor):
+            if not 1 <= int(n) <= wild:
+                raise key_error("sensor", f"{{{n}}} names a '+' level, but the topic has {wild}")
+        for key in ("value_path", "time_path"):
+            path = getattr(self, key)
+            if path is not None and (not path or "" in path.split(".")):
+                raise key_error(key, "must be dot-separated names such as reading.value")
+        return self
+
+
+def check_topic_filter(topic: str) -> None:
+    """Raise ValueError unless `topic` is a valid MQTT topic filter."""
+    levels = topic.split("/")
+    for i, level in enumerate(levels):
+        if level == "#" and i != len(levels) - 1:
+            raise ValueError("'#' must be the last topic level")
+        if level not in ("+", "#") and ("+" in level or "#" in level):
+            raise ValueError(f"wildcard inside topic level {level!r}; '+' and '#' fill a whole level")
 
 
 class Mqtt(Section):
