@@ -98,6 +98,7 @@ def comm_state(
     results: list[tuple[Request, list[int] | ModbusError]],
     now: float,
 ) -> list[Condition]:
+    """Count polls without any answer; comm-loss per sensor after `comm_loss_after`, cleared on an answer."""
     dev = st.device
     h = st.health
     if answered or error is None:
