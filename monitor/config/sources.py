@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -16,6 +17,8 @@ ValueType = Literal[
     "INT64", "UINT64", "FLOAT16", "FLOAT32", "FLOAT64", "STRING", "BIT",
 ]  # fmt: skip
 ByteOrder = Literal["ABCD", "DCBA", "BADC", "CDAB"]
+# registers per value type (STRING: its `length`); the decoder has the full table
+_WIDTH = {"INT32": 2, "UINT32": 2, "FLOAT32": 2, "INT64": 4, "UINT64": 4, "FLOAT64": 4}
 
 
 class ModbusField(Section):
@@ -81,6 +84,12 @@ class ModbusDevice(Section):
                 raise key_error("port", "must be a TCP port number for a TCP device")
         elif not isinstance(self.port, str):
             raise key_error("port", "must be a serial device path (e.g. /dev/ttyUSB0) for RTU")
+        for i, f in enumerate(self.fields):
+            if f.address < self.address_base:
+                raise key_error(f"fields[{i}].address", "must be >= 1 with address_base: 1")
+            width = 1 if f.register_type in ("coil", "discrete") else _WIDTH.get(f.type, f.length or 1)
+            if f.address - self.address_base + width > 65536:
+                raise key_error(f"fields[{i}].address", f"{f.type} at {f.address} runs past register 65535")
         return self
 
 
@@ -104,6 +113,32 @@ class Subscription(Section):
     value_path: str = "value"
     time_path: str | None = None
     qos: Literal[0, 1, 2] | None = None
+
+    @model_validator(mode="after")
+    def _filter_and_template(self) -> Subscription:
+        try:
+            check_topic_filter(self.topic)
+        except ValueError as exc:
+            raise key_error("topic", str(exc)) from None
+        wild = sum(1 for level in self.topic.split("/") if level == "+")
+        for n in re.findall(r"\{(\d+)\}", self.sensor):
+            if not 1 <= int(n) <= wild:
+                raise key_error("sensor", f"{{{n}}} names a '+' level, but the topic has {wild}")
+        for key in ("value_path", "time_path"):
+            path = getattr(self, key)
+            if path is not None and (not path or "" in path.split(".")):
+                raise key_error(key, "must be dot-separated names such as reading.value")
+        return self
+
+
+def check_topic_filter(topic: str) -> None:
+    """Raise ValueError unless `topic` is a valid MQTT topic filter."""
+    levels = topic.split("/")
+    for i, level in enumerate(levels):
+        if level == "#" and i != len(levels) - 1:
+            raise ValueError("'#' must be the last topic level")
+        if level not in ("+", "#") and ("+" in level or "#" in level):
+            raise ValueError(f"wildcard inside topic level {level!r}; '+' and '#' fill a whole level")
 
 
 class Mqtt(Section):

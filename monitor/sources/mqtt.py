@@ -1,0 +1,299 @@
+"""The one module that imports paho: `MqttLink`, the daemon's connection to its broker.
+
+One link per daemon carries everything MQTT: sensor subscriptions, alarm topics,
+operator commands, and the station's birth / last-will status. paho runs its
+network loop on its own thread; handlers registered with `subscribe` are called on
+that thread and must only hand the message over (see `MqttSource`).
+
+Sessions are persistent (MQTT 5 session expiry, or clean_session false on 3.1.1)
+with a stable client id, so QoS 1 messages published while the daemon was briefly
+away are delivered when it comes back. paho reconnects with exponential backoff;
+every subscription is made again on each connect, so a broker that restarted
+without its persistence file still feeds us. Every paho error is translated into
+`SourceError` here; the password is never put into a message or a log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+
+from monitor.config.sources import Mqtt
+from monitor.errors import SourceError
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[str, bytes], None]
+"""Called on paho's thread with (topic, payload) for each message on a subscription."""
+
+ONLINE = b"online"
+OFFLINE = b"offline"
+
+
+class MqttLink:
+    """A persistent, self-healing connection to one broker for one station."""
+
+    def __init__(
+        self,
+        config: Mqtt,
+        station: str,
+        *,
+        client_id: str | None = None,
+        reconnect_min: int = 1,
+        reconnect_max: int = 30,
+    ) -> None:
+        self.config = config
+        self.station = station
+        self.client_id = client_id or config.client_id or f"station-monitor-{station}"
+        self.status_topic = f"{config.topic_prefix}/{station}/status"
+        self.where = f"{config.host}:{config.port}"
+        self.user = config.username or "(anonymous)"
+        self._subs: dict[str, tuple[int, Handler]] = {}
+        self._lock = threading.Lock()
+        self._settled = threading.Event()  # first CONNACK (good or refused) or connect failure
+        self._connected = False
+        self._stopping = False
+        self._error: str | None = None
+        self._down_since: float | None = None
+        self._pending_subs: dict[int, str] = {}
+        self._client = self._make_client(reconnect_min, reconnect_max)
+
+    def __repr__(self) -> str:
+        return f"MqttLink({self.client_id!r} -> {self.where}, user {self.user})"
+
+    # -- public surface ------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    @property
+    def last_error(self) -> str | None:
+        """Why the last connect attempt failed (None once connected)."""
+        return self._error
+
+    def subscribe(self, topic_filter: str, qos: int, handler: Handler) -> None:
+        """Route messages on `topic_filter` to `handler`; kept across reconnects.
+
+        Register before `start()` so that messages the broker kept for our session
+        are not delivered before anyone listens for them."""
+        with self._lock:
+            self._subs[topic_filter] = (qos, handler)
+        self._client.message_callback_add(topic_filter, self._dispatch(topic_filter, handler))
+        if self._connected:
+            self._subscribe_all([topic_filter])
+
+    def unsubscribe(self, topic_filter: str) -> None:
+        with self._lock:
+            self._subs.pop(topic_filter, None)
+        self._client.message_callback_remove(topic_filter)
+        if self._connected:
+            self._client.unsubscribe(topic_filter)
+
+    def publish(self, topic: str, payload: bytes | str, qos: int = 1, retain: bool = False) -> None:
+        """Queue a message. QoS 1/2 messages wait in paho's queue while the broker is
+        away and go out after the reconnect; QoS 0 ones are dropped then."""
+        try:
+            info = self._client.publish(topic, payload, qos=qos, retain=retain)
+        except ValueError as exc:
+            raise SourceError(f"cannot publish to {topic!r} on {self.where}: {exc}") from exc
+        if info.rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
+            raise SourceError(f"cannot publish to {topic!r} on {self.where}: {paho.error_string(info.rc)}")
+
+    def start(self) -> None:
+        """Connect in the background; paho's thread keeps reconnecting until `stop()`."""
+        cfg = self.config
+        properties = None
+        if cfg.protocol == "5":
+            properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+            properties.SessionExpiryInterval = int(cfg.session_expiry)
+        try:
+            self._client.connect_async(
+                cfg.host, cfg.port, keepalive=max(1, round(cfg.keepalive)), clean_start=False,
+                properties=properties,
+            )  # fmt: skip
+        except (OSError, ValueError) as exc:
+            raise SourceError(f"cannot connect to MQTT broker {self.where}: {exc}") from exc
+        self._client.loop_start()
+
+    def wait_connected(self, timeout: float = 10.0) -> None:
+        """Block until the first connect succeeded; raise `SourceError` saying why not."""
+        deadline = time.monotonic() + timeout
+        while not self._connected:
+            self._settled.wait(max(0.0, deadline - time.monotonic()))
+            if self._connected:
+                return
+            if self._error is not None:
+                raise SourceError(self._error)
+            if time.monotonic() >= deadline:
+                raise SourceError(f"no answer from MQTT broker {self.where} within {timeout:g} s")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Say `offline` (retained), flush what is queued, disconnect, end the thread.
+
+        The session stays on the broker (session expiry), so messages published
+        while the daemon is down are delivered when it starts again."""
+        self._stopping = True
+        if self._connected:
+            info = self._client.publish(self.status_topic, OFFLINE, qos=1, retain=True)
+            try:
+                info.wait_for_publish(timeout)
+            except (RuntimeError, ValueError):
+                log.warning("MQTT %s: offline status not confirmed before disconnect", self.where)
+        self._client.disconnect()
+        self._client.loop_stop()
+        self._connected = False
+
+    # -- paho callbacks (paho's thread) ----------------------------------------------
+
+    def _make_client(self, reconnect_min: int, reconnect_max: int) -> paho.Client:
+        cfg = self.config
+        v5 = cfg.protocol == "5"
+        client = paho.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=self.client_id,
+            protocol=MQTTProtocolVersion.MQTTv5 if v5 else MQTTProtocolVersion.MQTTv311,
+            clean_session=None if v5 else False,
+        )
+        client.suppress_exceptions = True  # a bug in a handler must not end the network thread
+        client.max_queued_messages_set(0)
+        client.reconnect_delay_set(reconnect_min, reconnect_max)
+        if cfg.username is not None:
+            password = cfg.password.get_secret_value() if cfg.password is not None else None
+            client.username_pw_set(cfg.username, password)
+        if cfg.tls is not None:
+            tls = cfg.tls
+            try:
+                client.tls_set(
+                    ca_certs=str(tls.ca_file) if tls.ca_file else None,
+                    certfile=str(tls.cert_file) if tls.cert_file else None,
+                    keyfile=str(tls.key_file) if tls.key_file else None,
+                    cert_reqs=ssl.CERT_REQUIRED if tls.verify else ssl.CERT_NONE,
+                )
+            except (OSError, ValueError) as exc:
+                raise SourceError(f"MQTT TLS setup for {self.where} failed: {exc}") from exc
+            client.tls_insecure_set(not tls.verify)
+        client.will_set(self.status_topic, OFFLINE, qos=1, retain=True)
+        client.on_connect = self._on_connect
+        client.on_connect_fail = self._on_connect_fail
+        client.on_disconnect = self._on_disconnect
+        client.on_subscribe = self._on_subscribe
+        client.on_message = self._on_unrouted
+        return client
+
+    def _dispatch(self, topic_filter: str, handler: Handler) -> Callable[[Any, Any, paho.MQTTMessage], None]:
+        def on_message(_client: Any, _userdata: Any, msg: paho.MQTTMessage) -> None:
+            try:
+                handler(msg.topic, bytes(msg.payload))  # bytes(b) is b itself: no copy
+            except Exception:  # a handler bug must not kill paho's thread or lose the rest
+                log.exception(
+                    "MQTT %s: handler for %r failed on topic %r", self.where, topic_filter, msg.topic
+                )
+
+        return on_message
+
+    def _on_unrouted(self, _client: Any, _userdata: Any, msg: paho.MQTTMessage) -> None:
+        log.debug("MQTT %s: message on %r matches no subscription", self.where, msg.topic)
+
+    def _on_connect(
+        self, client: paho.Client, _userdata: Any, flags: Any, reason: ReasonCode, _props: Any
+    ) -> None:
+        if reason.is_failure:
+            self._fail(
+                f"MQTT broker {self.where} refused the connection for user {self.user}: {reason}"
+                + _hint(reason)
+            )
+            return
+        was_down = self._down_since
+        self._connected = True
+        self._error = None
+        self._down_since = None
+        client.publish(self.status_topic, ONLINE, qos=1, retain=True)
+        with self._lock:
+            filters = list(self._subs)
+        self._subscribe_all(filters)
+        if was_down is not None:
+            log.info("MQTT %s: connected again after %.0f s", self.where, time.monotonic() - was_down)
+        else:
+            log.info("MQTT %s: connected as %s (session present: %s)", self.where, self.client_id,
+                     bool(getattr(flags, "session_present", False)))  # fmt: skip
+        self._settled.set()
+
+    def _on_connect_fail(self, _client: Any, _userdata: Any) -> None:
+        # paho calls this inside its `except OSError`, so the cause is still at hand.
+        exc = sys.exc_info()[1]
+        _close_sockets(exc)
+        self._fail(f"cannot connect to MQTT broker {self.where}: {exc or 'connection failed'}")
+
+    def _on_disconnect(
+        self, _client: Any, _userdata: Any, _flags: Any, reason: ReasonCode, _props: Any
+    ) -> None:
+        if not self._connected:
+            return
+        self._connected = False
+        if self._stopping:
+            return
+        self._down_since = time.monotonic()
+        log.warning("MQTT %s: connection lost (%s); reconnecting with backoff", self.where, reason)
+
+    def _on_subscribe(
+        self, _client: Any, _userdata: Any, mid: int, reasons: list[ReasonCode], _props: Any
+    ) -> None:
+        with self._lock:
+            topic = self._pending_subs.pop(mid, "?")
+        for reason in reasons:
+            if reason.is_failure:
+                log.error("MQTT %s: broker refused subscription %r for user %s: %s (check the ACL)",
+                          self.where, topic, self.user, reason)  # fmt: skip
+
+    def _fail(self, message: str) -> None:
+        """One failed attempt: ERROR when an episode starts, DEBUG while it lasts."""
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+        if message != self._error:
+            log.error("%s", message)
+        else:
+            log.debug("%s (still)", message)
+        self._error = message
+        self._settled.set()
+
+    def _subscribe_all(self, filters: list[str]) -> None:
+        for topic_filter in filters:
+            with self._lock:
+                entry = self._subs.get(topic_filter)
+            if entry is None:
+                continue
+            rc, mid = self._client.subscribe(topic_filter, entry[0])
+            if rc == MQTTErrorCode.MQTT_ERR_SUCCESS and mid is not None:
+                with self._lock:
+                    self._pending_subs[mid] = topic_filter
+
+
+def _close_sockets(exc: BaseException | None) -> None:
+    """paho 2.2 leaves the socket of a failed TLS handshake to the garbage collector;
+    close it now (it is still referenced from the traceback's frames)."""
+    tb = exc.__traceback__ if exc is not None else None
+    while tb is not None:
+        for value in tb.tb_frame.f_locals.values():
+            if isinstance(value, socket.socket):
+                value.close()
+        tb = tb.tb_next
+
+
+def _hint(reason: ReasonCode) -> str:
+    text = str(reason).lower()
+    if "password" in text or "not authorized" in text or "bad user" in text:
+        return " (check mqtt.username, the password source and the broker's password file)"
+    return ""

@@ -1,0 +1,144 @@
+"""MQTT sensor ingestion: subscriptions in, samples out to the engine.
+
+paho calls our handler on its network thread. The handler only appends
+(route, topic, payload, receive time) to a deque and, at most once per drain,
+wakes the event loop with `call_soon_threadsafe`; parsing happens on the loop.
+So paho's thread never waits on the loop, nothing is dropped when the loop is
+busy, and a flood costs one wake-up per batch rather than one per message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Collection
+from typing import Protocol
+
+from monitor.config.sources import Mqtt
+from monitor.errors import PayloadError
+from monitor.model import Clock, Emit, Sample, WallClock
+from monitor.sources.payload import BadPayloads, Limits, Route, parse
+
+log = logging.getLogger(__name__)
+
+BATCH = 2000
+"""Messages parsed per loop turn before yielding, so a backlog never stalls the loop."""
+
+
+class Subscriber(Protocol):
+    """What ingestion needs from the broker link (an `MqttLink`)."""
+
+    def subscribe(self, topic_filter: str, qos: int, handler: _Handler, /) -> None: ...
+
+
+class _Handler(Protocol):
+    def __call__(self, topic: str, payload: bytes, /) -> None: ...
+
+
+class MqttSource:
+    """Samples from the subscriptions in `config.subscriptions`.
+
+    Construct it before `link.start()`: the subscriptions are registered here, so
+    messages the broker kept for our persistent session find a listener.
+    """
+
+    def __init__(
+        self,
+        link: Subscriber,
+        config: Mqtt,
+        station: str,
+        *,
+        sensors: Collection[str] | None = None,
+        clock: Clock | None = None,
+        log_interval: float = 60.0,
+    ) -> None:
+        self.station = station
+        self.routes = [Route.compile(sub) for sub in config.subscriptions]
+        self.limits = Limits(max_payload=config.max_payload, max_skew=config.max_skew)
+        self.sensors = frozenset(sensors) if sensors is not None else None
+        self.clock = clock or WallClock()
+        self.bad = BadPayloads(interval=log_interval)
+        self.received = 0
+        self.samples = 0
+        self._queue: deque[tuple[Route, str, bytes, float]] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._wake_pending = False
+        for route in self.routes:
+            link.subscribe(
+                route.filter, route.qos if route.qos is not None else config.qos, self._handler(route)
+            )
+
+    def _handler(self, route: Route) -> _Handler:
+        queue = self._queue
+        now = self.clock.now
+
+        def on_message(topic: str, payload: bytes) -> None:  # paho's thread
+            queue.append((route, topic, payload, now()))
+            if not self._wake_pending and self._loop is not None:
+                self._wake_pending = True
+                # RuntimeError: the loop closed during shutdown; nothing left to hand to.
+                with contextlib.suppress(RuntimeError):
+                    self._loop.call_soon_threadsafe(self._wake_up)
+
+        return on_message
+
+    def _wake_up(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def run(self, emit: Emit) -> None:
+        """Hand samples to `emit` until cancelled."""
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        log.info(
+            "MQTT ingest for station %s: %d subscription(s): %s",
+            self.station, len(self.routes), ", ".join(f"{r.filter} -> {r.sensor}" for r in self.routes),
+        )  # fmt: skip
+        try:
+            while True:
+                # Clear the flag before draining: a message appended after this either
+                # gets drained below or schedules a new wake-up. Nothing can fall between.
+                self._wake_pending = False
+                while self._queue:
+                    self.drain(emit)
+                    await asyncio.sleep(0)
+                await self._wake.wait()
+                self._wake.clear()
+        finally:
+            self._loop = None
+
+    def drain(self, emit: Emit, limit: int = BATCH) -> int:
+        """Parse up to `limit` queued messages and emit their samples; returns how many."""
+        queue = self._queue
+        samples: list[Sample] = []
+        n = 0
+        while queue and n < limit:
+            route, topic, payload, received = queue.popleft()
+            n += 1
+            try:
+                sample = parse(route, topic, payload, received, self.limits)
+                if self.sensors is not None and sample.sensor not in self.sensors:
+                    raise PayloadError(f"sensor {sample.sensor!r} is not configured in sensors")
+            except PayloadError as exc:
+                self._refused(topic, exc, received)
+                continue
+            samples.append(sample)
+        self.received += n
+        if samples:
+            self.samples += len(samples)
+            emit(samples)
+        return n
+
+    def _refused(self, topic: str, exc: PayloadError, now: float) -> None:
+        count = self.bad.record(topic, now)
+        if count is None:
+            return
+        more = f" ({count} bad payloads on this topic since the last report)" if count > 1 else ""
+        log.warning("MQTT station %s topic %r: bad payload: %s%s", self.station, topic, exc, more)
+
+    def pending(self) -> int:
+        """Messages received but not yet parsed (for health and metrics)."""
+        return len(self._queue)

@@ -1,0 +1,238 @@
+"""MQTT payloads -> samples: topic filters, sensor binding, number and JSON forms.
+
+Pure code (no paho, no I/O) so the parser can be fuzzed with thousands of random
+payloads in a second. Every refusal is a `PayloadError` whose text says why; the
+ingest source counts and logs them per topic (`BadPayloads`) and carries on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from monitor.config.sources import Subscription, check_topic_filter
+from monitor.errors import PayloadError
+from monitor.model import Sample, parse_time
+
+SENSOR_ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
+_PLACEHOLDER = re.compile(r"\{(\d+)\}")
+EPOCH_MS_ABOVE = 1e11
+"""A numeric timestamp above this is milliseconds: 1e11 s is the year 5138, 1e11 ms is 1973."""
+
+
+def split_path(path: str) -> tuple[str, ...]:
+    """`reading.value` -> ("reading", "value"); a numeric part also indexes a JSON list."""
+    parts = tuple(path.split("."))
+    if not path or any(not p for p in parts):
+        raise ValueError(f"path {path!r} has an empty part")
+    return parts
+
+
+def placeholders(template: str) -> list[int]:
+    return [int(n) for n in _PLACEHOLDER.findall(template)]
+
+
+def matches(topic_filter: str, topic: str) -> bool:
+    """MQTT filter matching (`+` one level, `#` the rest); `$SYS` topics only by name."""
+    flevels = topic_filter.split("/")
+    tlevels = topic.split("/")
+    if topic.startswith("$") and flevels[0] in ("+", "#"):
+        return False
+    for i, f in enumerate(flevels):
+        if f == "#":
+            return True
+        if i >= len(tlevels) or (f != "+" and f != tlevels[i]):
+            return False
+    return len(flevels) == len(tlevels)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One subscription compiled for the hot path: which levels bind the sensor, which
+    form the payload takes, where the value and the time sit in JSON."""
+
+    filter: str
+    sensor: str
+    format: Literal["number", "json"]
+    value_path: tuple[str, ...]
+    time_path: tuple[str, ...] | None
+    qos: int | None
+    wild_levels: tuple[int, ...] = field(default=())
+
+    @classmethod
+    def compile(cls, sub: Subscription) -> Route:
+        check_topic_filter(sub.topic)
+        levels = sub.topic.split("/")
+        wild = tuple(i for i, level in enumerate(levels) if level == "+")
+        for n in placeholders(sub.sensor):
+            if not 1 <= n <= len(wild):
+                raise ValueError(f"sensor {sub.sensor!r}: {{{n}}} but the topic has {len(wild)} '+' level(s)")
+        return cls(
+            filter=sub.topic,
+            sensor=sub.sensor,
+            format=sub.format,
+            value_path=split_path(sub.value_path),
+            time_path=split_path(sub.time_path) if sub.time_path else None,
+            qos=sub.qos,
+            wild_levels=wild,
+        )
+
+    def sensor_for(self, topic: str) -> str:
+        """The sensor id, with `{n}` replaced by the topic level the n-th `+` matched."""
+        if not self.wild_levels or "{" not in self.sensor:
+            return self.sensor
+        levels = topic.split("/")
+        if len(levels) <= self.wild_levels[-1]:
+            raise PayloadError(f"topic {topic!r} does not match {self.filter!r}")
+        out = self.sensor
+        for n, index in enumerate(self.wild_levels, start=1):
+            out = out.replace(f"{{{n}}}", levels[index])
+        if not SENSOR_ID.match(out):
+            raise PayloadError(f"topic {topic!r} binds sensor id {out!r}, which is not a valid sensor id")
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the parser refuses: oversized payloads and timestamps from the future."""
+
+    max_payload: int = 65536
+    max_skew: float = 300.0
+
+
+def parse(route: Route, topic: str, payload: bytes, received: float, limits: Limits = Limits()) -> Sample:
+    """Turn one message into a sample, or raise `PayloadError` saying why not."""
+    if len(payload) > limits.max_payload:
+        raise PayloadError(f"payload of {len(payload)} bytes is over max_payload ({limits.max_payload})")
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PayloadError(f"payload is not UTF-8 (byte {exc.start})") from None
+    sensor = route.sensor_for(topic)
+    if route.format == "number":
+        value = _number_text(text)
+        return Sample(sensor, received, value)
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise PayloadError(f"payload is not JSON: {_short(exc)}") from None
+    value = _number(_lookup(doc, route.value_path), "value", route.value_path)
+    when = received
+    if route.time_path is not None:
+        when = _timestamp(_lookup(doc, route.time_path), route.time_path)
+        if when > received + limits.max_skew:
+            ahead = when - received
+            raise PayloadError(
+                f"timestamp {when:.3f} is {ahead:.0f} s in the future (max_skew {limits.max_skew:g} s)"
+            )
+    return Sample(sensor, when, value)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _number_text(text: str) -> float:
+    s = text.strip()
+    try:
+        value = float(s)
+    except ValueError:
+        shown = s if len(s) <= 40 else s[:37] + "..."
+        raise PayloadError(f"payload {shown!r} is not a number") from None
+    if not math.isfinite(value):
+        raise PayloadError(f"value {s!r} is not finite")
+    return value
+
+
+def _lookup(doc: object, path: tuple[str, ...]) -> object:
+    node = doc
+    for depth, part in enumerate(path):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            raise PayloadError(f"JSON has no {'.'.join(path[: depth + 1])!r}")
+    return node
+
+
+def _number(node: object, what: str, path: tuple[str, ...]) -> float:
+    where = ".".join(path)
+    if isinstance(node, bool) or not isinstance(node, (int, float)):
+        raise PayloadError(f"{what} at {where!r} is {_kind(node)}, not a number")
+    try:
+        value = float(node)
+    except OverflowError:
+        raise PayloadError(f"{what} at {where!r} is out of range") from None
+    if not math.isfinite(value):
+        raise PayloadError(f"{what} at {where!r} is not finite ({value})")
+    return value
+
+
+def _timestamp(node: object, path: tuple[str, ...]) -> float:
+    """Epoch seconds, epoch milliseconds (told apart by size) or ISO 8601 with a zone."""
+    if isinstance(node, str):
+        try:
+            t = parse_time(node)
+        except (ValueError, OverflowError) as exc:
+            raise PayloadError(f"time at {'.'.join(path)!r}: {_short(exc)}") from None
+    else:
+        t = _number(node, "time", path)
+    if abs(t) > EPOCH_MS_ABOVE:
+        t /= 1000.0
+    if not -EPOCH_MS_ABOVE < t < EPOCH_MS_ABOVE:
+        raise PayloadError(f"time at {'.'.join(path)!r} is out of range")
+    return t
+
+
+def _kind(node: object) -> str:
+    if node is None:
+        return "null"
+    if isinstance(node, bool):
+        return "a boolean"
+    if isinstance(node, str):
+        return "a string"
+    if isinstance(node, (list, dict)):
+        return "a list" if isinstance(node, list) else "an object"
+    return type(node).__name__
+
+
+class BadPayloads:
+    """Counts refused payloads per topic and decides when to log: the first one on a
+    topic at once, then at most once per `interval` with how many came in between.
+
+    The topic table is capped so a publisher inventing topics cannot grow it without
+    end; past the cap, new topics are counted under `(other topics)`.
+    """
+
+    OTHER = "(other topics)"
+
+    def __init__(self, interval: float = 60.0, max_topics: int = 10_000) -> None:
+        self.interval = interval
+        self.max_topics = max_topics
+        self.counts: dict[str, int] = {}
+        self._last_logged: dict[str, float] = {}
+        self._since_log: dict[str, int] = {}
+        self.total = 0
+
+    def record(self, topic: str, now: float) -> int | None:
+        """Count one refusal; return how many refusals the log line stands for, or None
+        when this one should not be logged."""
+        if topic not in self.counts and len(self.counts) >= self.max_topics:
+            topic = self.OTHER
+        self.total += 1
+        self.counts[topic] = self.counts.get(topic, 0) + 1
+        self._since_log[topic] = self._since_log.get(topic, 0) + 1
+        last = self._last_logged.get(topic)
+        if last is not None and now - last < self.interval:
+            return None
+        self._last_logged[topic] = now
+        return self._since_log.pop(topic)
+
+    def topics(self) -> Iterable[tuple[str, int]]:
+        return sorted(self.counts.items())

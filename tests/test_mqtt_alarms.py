@@ -1,0 +1,312 @@
+"""Alarm state, events and operator commands over a real Mosquitto."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import getpass
+import json
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from monitor.alarms.mqtt import AlarmCommand, AlarmPublisher, MqttCommands, parse_command
+from monitor.errors import AlarmError, SourceError
+from monitor.model import Alarm, AlarmState, Priority, Rule
+from monitor.sources.mqtt import MqttLink
+from tests.mqtt_tools import Peer, make_ca, mqtt_config
+from tests.services import Mosquitto, free_port, wait_until
+
+T0 = 1_767_225_600.0
+PH_HIGH = Alarm(
+    sensor="outfall.ph",
+    rule=Rule.HIGH,
+    state=AlarmState.UNACK,
+    priority=Priority.HIGH,
+    value=9.6,
+    limit=9.0,
+    citation="§139-15 C(3)",
+    message="pH above 9.0",
+    active=True,
+    activated_at=T0,
+    updated_at=T0,
+)
+SLUG = dataclasses.replace(
+    PH_HIGH, sensor="outfall.flow", rule=Rule.SLUG, value=900.0, limit=600.0, citation="§139-11"
+)
+
+
+def test_retained_alarm_state_seen_by_a_late_subscriber(mosquitto: Mosquitto) -> None:
+    link = MqttLink(mqtt_config(mosquitto.port), "ps-1", client_id="t-alarm-pub")
+    link.start()
+    link.wait_connected()
+    events = Peer(mosquitto.port, "t-alarm-events")
+    events.subscribe("station-monitor/ps-1/events")
+    alarms = AlarmPublisher(link, "station-monitor", "ps-1")
+    try:
+        acked = dataclasses.replace(
+            PH_HIGH, state=AlarmState.ACKED, acknowledged=True, acked_by="op", acked_at=T0 + 60
+        )
+        cleared = dataclasses.replace(acked, state=AlarmState.NORMAL, active=False, cleared_at=T0 + 120)
+        for alarm in (PH_HIGH, SLUG, acked, cleared):
+            alarms.publish(alarm)
+        wait_until(lambda: len(events.received()) == 4, what="4 events")
+
+        late = Peer(mosquitto.port, "t-alarm-late")
+        late.subscribe("station-monitor/+/alarms/#")
+        wait_until(lambda: len(late.received()) >= 1, what="retained alarms")
+        (only,) = late.received()  # the pH alarm is normal again: its retained message is gone
+        topic, payload, retained = only
+        assert (topic, retained) == ("station-monitor/ps-1/alarms/outfall.flow/slug", True)
+        doc = json.loads(payload)
+        assert doc["station"] == "ps-1"
+        assert doc["state"] == "active_unacknowledged" and doc["citation"] == "§139-11"
+        assert doc["value"] == 900.0 and doc["limit"] == 600.0
+        assert doc["activated_at"] == "2026-01-01T00:00:00Z"
+
+        states = [json.loads(p)["state"] for _, p, _ in events.received()]
+        assert states == ["active_unacknowledged", "active_unacknowledged", "active_acknowledged", "normal"]
+        assert not any(r for _, _, r in events.received())  # the events stream is not retained
+        late.close()
+        alarms.publish(dataclasses.replace(SLUG, state=AlarmState.NORMAL, active=False, acknowledged=True))
+    finally:
+        events.close()
+        link.stop()
+
+
+def test_alarm_raised_while_the_broker_is_down_arrives_after_it_returns(tmp_path: Path) -> None:
+    broker = Mosquitto(tmp_path / "broker")
+    broker.start()
+    link = MqttLink(mqtt_config(broker.port), "ps-1", client_id="t-alarm-outage", reconnect_max=2)
+    link.start()
+    link.wait_connected()
+    try:
+        broker.stop()
+        wait_until(lambda: not link.connected, what="link to notice")
+        AlarmPublisher(link, "station-monitor", "ps-1").publish(PH_HIGH)
+        broker.start()
+        wait_until(lambda: link.connected, timeout=30, what="reconnect")
+        late = Peer(broker.port, "t-alarm-outage-late")
+        late.subscribe("station-monitor/ps-1/alarms/#")
+        wait_until(lambda: len(late.received()) == 1, what="the alarm queued during the outage")
+        assert json.loads(late.received()[0][1])["sensor"] == "outfall.ph"
+        late.close()
+    finally:
+        link.stop()
+        broker.stop()
+
+
+class Desk:
+    """Stands in for the alarm manager (built in another branch) behind `AlarmActions`;
+    it only records what it was asked and refuses what the state does not allow."""
+
+    def __init__(self, *alarms: Alarm) -> None:
+        self.alarms = {a.key: a for a in alarms}
+
+    def _get(self, sensor: str, rule: Rule | str) -> Alarm:
+        try:
+            return self.alarms[(sensor, Rule(rule))]
+        except KeyError:
+            raise AlarmError(f"no alarm {sensor}/{rule}") from None
+
+    def acknowledge(self, sensor: str, rule: Rule | str, by: str, note: str | None = None) -> Alarm:
+        alarm = self._get(sensor, rule)
+        if alarm.acknowledged:
+            raise AlarmError(f"{sensor}/{rule} was already acknowledged by {alarm.acked_by}")
+        new = dataclasses.replace(
+            alarm, state=AlarmState.ACKED, acknowledged=True, acked_by=by, ack_note=note
+        )
+        self.alarms[new.key] = new
+        return new
+
+    def shelve(
+        self,
+        sensor: str,
+        rule: Rule | str,
+        by: str,
+        reason: str,
+        until: float | None = None,
+        duration: float | None = None,
+    ) -> Alarm:
+        alarm = self._get(sensor, rule)
+        end = until if until is not None else T0 + (duration or 3600)
+        new = dataclasses.replace(
+            alarm, state=AlarmState.SHELVED, shelved_by=by, shelved_until=end, shelve_reason=reason
+        )
+        self.alarms[new.key] = new
+        return new
+
+    def unshelve(self, sensor: str, rule: Rule | str, by: str) -> Alarm:
+        alarm = self._get(sensor, rule)
+        new = dataclasses.replace(alarm, state=AlarmState.UNACK, shelved_by=None, shelved_until=None)
+        self.alarms[new.key] = new
+        return new
+
+
+class DeployedMosquitto(Mosquitto):
+    """Mosquitto started from `deploy/mosquitto/mosquitto.conf` and `acl` as shipped,
+    with only the ports and file paths moved into the test's directory."""
+
+    def __init__(self, workdir: Path, repo: Path, users: dict[str, str]) -> None:
+        self.repo = repo
+        self.tls_port = 0
+        super().__init__(workdir, users=users)
+
+    def _write_conf(self) -> None:
+        d = self.workdir
+        certs = make_ca(d / "certs")
+        self.tls_port = free_port()
+        pw = d / "passwd"
+        pw.write_text("")
+        for user, password in (self.users or {}).items():
+            subprocess.run(["mosquitto_passwd", "-b", str(pw), user, password], check=True)
+        pw.chmod(0o600)
+        (d / "acl").write_text((self.repo / "deploy/mosquitto/acl").read_text())
+        (d / "acl").chmod(0o600)
+        text = (self.repo / "deploy/mosquitto/mosquitto.conf").read_text()
+        for old, new in [
+            (r"^listener 1883 127\.0\.0\.1$", f"listener {self.port} 127.0.0.1"),
+            (r"^listener 8883$", f"listener {self.tls_port} 127.0.0.1"),
+            (r"^password_file .*$", f"password_file {pw}"),
+            (r"^acl_file .*$", f"acl_file {d / 'acl'}"),
+            (r"^persistence_location .*$", f"persistence_location {d}/"),
+            (r"^cafile .*$", f"cafile {certs['ca']}"),
+            (r"^certfile .*$", f"certfile {certs['cert']}"),
+            (r"^keyfile .*$", f"keyfile {certs['key']}"),
+        ]:
+            text, n = re.subn(old, new, text, flags=re.M)
+            assert n == 1, old
+        self.conf.write_text(f"user {getpass.getuser()}\nlog_dest stdout\n" + text)
+
+
+@pytest.fixture
+def deployed(tmp_path: Path, repo_root: Path) -> Iterator[DeployedMosquitto]:
+    users = {"station-monitor": "daemon-pw", "operator": "op-pw", "intruder": "in-pw", "field": "field-pw"}
+    server = DeployedMosquitto(tmp_path / "deployed", repo_root, users)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_commands_over_the_shipped_broker_config_and_acl(
+    deployed: DeployedMosquitto, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("T_DAEMON_PW", "daemon-pw")
+    cfg = mqtt_config(
+        deployed.port, username="station-monitor", password="${T_DAEMON_PW}", command_users=["operator"]
+    )
+    link = MqttLink(cfg, "ps-1", client_id="t-cmd-daemon")
+    desk = Desk(PH_HIGH, SLUG)
+    commands = MqttCommands(link, cfg.topic_prefix, "ps-1", cfg.command_users, desk)
+    link.start()
+    link.wait_connected()
+    operator = Peer(deployed.port, "t-cmd-op", "operator", "op-pw")
+    intruder = Peer(deployed.port, "t-cmd-in", "intruder", "in-pw")
+    base = "station-monitor/ps-1/commands"
+
+    async def scenario() -> None:
+        task = asyncio.create_task(commands.run())
+        await asyncio.to_thread(operator.subscribe, f"{base}/operator/reply")
+        await asyncio.to_thread(intruder.subscribe, f"{base}/intruder/reply")
+        await asyncio.to_thread(intruder.subscribe, f"{base}/operator/reply")  # the ACL refuses this
+        # the broker's ACL drops a message under someone else's name before the daemon sees it
+        ack = {"action": "ack", "sensor": "outfall.ph", "rule": "high", "note": "dosing pump restarted"}
+        await asyncio.to_thread(intruder.publish, f"{base}/operator", json.dumps(ack))
+        # under its own name it arrives, and the daemon refuses a user not in command_users
+        await asyncio.to_thread(intruder.publish, f"{base}/intruder", json.dumps(ack))
+        await asyncio.to_thread(operator.publish, f"{base}/operator", json.dumps({**ack, "id": "c1"}))
+        shelve = {"action": "shelve", "sensor": "outfall.flow", "rule": "slug", "duration": "30m"}
+        await asyncio.to_thread(operator.publish, f"{base}/operator", json.dumps(shelve))  # no reason
+        await asyncio.to_thread(
+            operator.publish,
+            f"{base}/operator",
+            json.dumps({**shelve, "reason": "tank cleaning", "id": "c3"}),
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while len(operator.received()) < 3 or not intruder.received():
+            assert loop.time() < deadline, (operator.received(), intruder.received())
+            await asyncio.sleep(0.02)
+        task.cancel()
+
+    try:
+        asyncio.run(scenario())
+        assert commands.accepted == 2 and commands.refused == 2  # the ACL-dropped one never arrived
+        ph = desk.alarms[("outfall.ph", Rule.HIGH)]
+        assert (ph.acked_by, ph.ack_note) == ("operator", "dosing pump restarted")
+        slug = desk.alarms[("outfall.flow", Rule.SLUG)]
+        assert (slug.shelved_by, slug.shelve_reason, slug.shelved_until) == (
+            "operator",
+            "tank cleaning",
+            T0 + 1800,
+        )
+        replies = [json.loads(p) for _, p, _ in operator.received()]
+        assert [(r["ok"], r["id"]) for r in replies] == [(True, "c1"), (False, None), (True, "c3")]
+        assert replies[0]["alarm"]["state"] == "active_acknowledged"
+        assert replies[1]["error"] == "shelve needs a reason"
+        ((topic, payload, _),) = intruder.received()  # only its own reply: it cannot read the operator's
+        assert topic == f"{base}/intruder/reply"
+        assert "may not command alarms" in json.loads(payload)["error"]
+    finally:
+        operator.close()
+        intruder.close()
+        link.stop()
+
+
+def test_anonymous_client_is_refused_by_the_shipped_config(deployed: DeployedMosquitto) -> None:
+    link = MqttLink(mqtt_config(deployed.port), "ps-1", client_id="t-anon")
+    link.start()
+    try:
+        with pytest.raises(SourceError, match="refused the connection for user \\(anonymous\\)"):
+            link.wait_connected()
+    finally:
+        link.stop()
+
+
+BASE = "station-monitor/ps-1"
+
+
+def cmd(doc: object, user: str = "operator") -> AlarmCommand:
+    return parse_command(f"{BASE}/commands/{user}", json.dumps(doc).encode(), BASE, ["operator"])
+
+
+def test_command_parsing() -> None:
+    c = cmd({"action": "shelve", "sensor": "outfall.ph", "rule": "low", "reason": "calibration",
+             "until": "2026-01-01T02:00:00Z"})  # fmt: skip
+    assert (c.action, c.sensor, c.rule, c.user, c.until) == (
+        "shelve",
+        "outfall.ph",
+        Rule.LOW,
+        "operator",
+        T0 + 7200,
+    )
+    assert cmd({"action": "unshelve", "sensor": "a", "rule": "slug", "user": "operator"}).user == "operator"
+
+
+@pytest.mark.parametrize(
+    ("doc", "reason"),
+    [
+        ({"action": "delete", "sensor": "a", "rule": "high"}, "action must be ack, shelve or unshelve"),
+        ({"action": "ack", "sensor": "a/b", "rule": "high"}, "sensor must be a sensor id"),
+        ({"action": "ack", "sensor": "a", "rule": "loud"}, "rule must be one of"),
+        ({"action": "ack", "sensor": "a", "rule": "high", "user": "boss"}, "not the sender 'operator'"),
+        ({"action": "ack", "sensor": "a", "rule": "high", "reason": "x"}, "unknown key"),
+        ({"action": "shelve", "sensor": "a", "rule": "high", "reason": "x", "until": "tomorrow"}, "until"),
+        ({"action": "shelve", "sensor": "a", "rule": "high", "reason": "x", "duration": "-5m"}, "duration"),
+        ({"action": "ack", "sensor": "a", "rule": "high", "note": "n" * 501}, "at most 500"),
+        (["ack"], "not a JSON object"),
+    ],
+)
+def test_bad_commands_are_refused_with_reason(doc: object, reason: str) -> None:
+    with pytest.raises(AlarmError, match=reason):
+        cmd(doc)
+
+
+def test_command_from_user_not_in_command_users_is_refused() -> None:
+    with pytest.raises(AlarmError, match="user 'mallory' may not command alarms"):
+        cmd({"action": "ack", "sensor": "a", "rule": "high"}, user="mallory")
+    with pytest.raises(AlarmError, match="is not station-monitor/ps-1/commands/<user>"):
+        parse_command(f"{BASE}/commands/operator/x", b"{}", BASE, ["operator"])
