@@ -4,7 +4,7 @@
 
 serves `simulators.scenarios.Station` at the register map below (unit id 1) until
 Ctrl-C; `config/simulator.yaml` polls exactly this map. Addresses are 0-based
-protocol addresses; every value is recomputed from the station model on each read.
+protocol addresses; values come from the station model, refreshed every 100 ms like a PLC scan.
 
     register  address  type     order  scale  value
     holding   0        FLOAT32  ABCD          flow, gpm
@@ -117,12 +117,15 @@ class StationServer:
         host: str = "127.0.0.1",
         port: int = 5020,
         clock: Callable[[], float] = time.time,
+        update_interval: float = 0.1,
     ) -> None:
         self.stations = stations if isinstance(stations, dict) else {1: stations}
         self.host = host
         self.port = port
         self.clock = clock
         self.faults = Faults()
+        self.update_interval = update_interval
+        self._cache: dict[int, tuple[float, dict[str, list[tuple[int, list[int]]]]]] = {}
         self.connections = 0
         self.function_codes: list[int] = []
         self._server: ModbusTcpServer | None = None
@@ -165,20 +168,33 @@ class StationServer:
         return None
 
     def _fill(self, unit: int, kind: str, start_address: int, registers: list[int]) -> None:
-        station = self.stations[unit]
-        now = self.clock()
-        values = station.values(now)
-        values["status"] = float((values["flow"] > 1.0) | (bool(station.active(now)) << 1))
-        if kind in ("coil", "discrete"):
-            bit = values["flow"] > 1.0 if kind == "coil" else bool(station.active(now))
-            registers[0] = (registers[0] & ~1) | int(bit)
-            return
-        for e in REGISTER_MAP:
-            if e.kind != kind:
-                continue
-            words = encode(values[e.value], e.type, e.byte_order, e.scale)
-            at = e.address - start_address
+        for address, words in self._image(unit)[kind]:
+            at = address - start_address
             registers[at : at + len(words)] = words
+
+    def _image(self, unit: int) -> dict[str, list[tuple[int, list[int]]]]:
+        """Register contents per table, recomputed once per `update_interval` (as a PLC scans)."""
+        now = self.clock()
+        tick = now if self.update_interval <= 0 else now // self.update_interval
+        cached = self._cache.get(unit)
+        if cached is not None and cached[0] == tick:
+            return cached[1]
+        station = self.stations[unit]
+        values = station.values(now)
+        active = bool(station.active(now))
+        pump = values["flow"] > 1.0
+        values["status"] = float(pump | (active << 1))
+        image: dict[str, list[tuple[int, list[int]]]] = {
+            "holding": [],
+            "input": [],
+            "coil": [(0, [int(pump)])],
+            "discrete": [(0, [int(active)])],
+        }
+        for e in REGISTER_MAP:
+            if e.kind in ("holding", "input"):
+                image[e.kind].append((e.address, encode(values[e.value], e.type, e.byte_order, e.scale)))
+        self._cache[unit] = (tick, image)
+        return image
 
     def _trace_packet(self, sending: bool, data: bytes) -> bytes:
         """Drops replies while the device is silent or offline (a dead device, not a refusal)."""

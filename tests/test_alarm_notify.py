@@ -244,6 +244,24 @@ def test_chattering_alarm_stops_paging_after_the_flag(tmp_path: Path) -> None:
     rig.manager.close()
 
 
+def test_shelved_alarm_does_not_page_but_mirrors_follow(tmp_path: Path) -> None:
+    rig = Rig(tmp_path / "j.sqlite", Alarms(renotify_interval=60))
+
+    async def go() -> None:
+        rig.raise_alarm("outfall.oil")
+        rig.manager.shelve("outfall.oil", Rule.HIGH, "dana", "analyser being calibrated", duration=600)
+        rig.raise_alarm("outfall.oil", active=False)
+        rig.raise_alarm("outfall.oil")
+        rig.clock.advance(300)
+        rig.dispatcher.tick()  # no reminder while shelved
+        await rig.settle()
+
+    asyncio.run(go())
+    assert [s for _, s, _ in rig.pager.told] == ["active_unacknowledged", "shelved"]
+    assert [s for _, s, _ in rig.mirror.told] == ["active_unacknowledged", "shelved", "shelved", "shelved"]
+    rig.manager.close()
+
+
 def test_a_failing_notifier_does_not_stop_the_others(tmp_path: Path, receiver: Receiver) -> None:
     receiver.fail_next = 100
     config = Alarms(renotify_interval=0)
@@ -267,3 +285,23 @@ def test_a_failing_notifier_does_not_stop_the_others(tmp_path: Path, receiver: R
     assert isinstance(stats, dict)
     assert stats["webhook"]["failed"] == 1 and stats["webhook"]["failing"]
     manager.close()
+
+
+def test_people_notifiers_follow_the_config(receiver: Receiver) -> None:
+    from monitor.alarms import people_notifiers
+    from monitor.config import build_config
+
+    base = {"station": {"id": "ps-1"}, "sensors": [{"id": "outfall.ph", "kind": "ph"}]}
+    assert [n.name for n in people_notifiers(build_config(base))] == ["log"]
+    hooked = build_config({**base, "alarms": {"webhook": {"url": receiver.url}}})
+    notifiers = people_notifiers(hooked)
+    assert [n.name for n in notifiers] == ["log", "webhook"]
+
+    async def go() -> None:
+        await notifiers[1].notify(_alarm())
+        hook = notifiers[1]
+        assert isinstance(hook, WebhookNotifier)
+        await hook.aclose()
+
+    asyncio.run(go())
+    assert receiver.bodies[0]["station"] == "ps-1"

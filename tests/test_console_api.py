@@ -140,6 +140,18 @@ def test_openapi_document_describes_the_api(view: TableView) -> None:
     assert ack["security"] == [{"HTTPBearer": []}]
     assert {"401", "403", "404", "409"} <= set(ack["responses"])
     assert "get" not in paths.get("/api/alarms/{sensor}/{rule}/ack", {})
+    assert call(view, "GET", "/docs").status_code == 404  # Swagger UI would need a CDN
+
+
+def test_page_needs_no_internet() -> None:
+    """The gateway has no internet: the page must not load anything from elsewhere."""
+    import re
+
+    from monitor.web.app import STATIC
+
+    for path in STATIC.iterdir():
+        text = path.read_text(encoding="utf-8").replace("http://www.w3.org/2000/svg", "")
+        assert not re.search(r"https?://|//cdn|@import", text), path.name
 
 
 def test_live_events_over_real_http(view: TableView) -> None:
@@ -168,3 +180,13 @@ def test_live_events_over_real_http(view: TableView) -> None:
         first = events[0][1]
         assert {s["id"] for s in first["sensors"]} == {"outfall.ph", "outfall.flow", "outfall.oil"}
         assert first["health"]["outbox_depth"] == 0
+
+
+def test_action_the_journal_cannot_record_is_refused(view: TableView) -> None:
+    view.inject(Sample("outfall.ph", T0, 9.4), limit=9.0, citation=CITE)
+    # The journal becoming unusable (disk gone, file locked) shown by closing its connection.
+    view.alarms.journal.close()
+    r = call(view, "POST", "/api/alarms/outfall.ph/high/ack", json={"by": "dana"}, headers=AUTH)
+    assert r.status_code == 503 and r.json()["detail"].startswith("not done: alarm journal")
+    alarm = view.alarms.get("outfall.ph", "high")
+    assert alarm is not None and alarm.state.value == "active_unacknowledged"  # memory unchanged

@@ -73,6 +73,20 @@ def test_alarm_appears_live_and_is_acknowledged(browser: Browser, tmp_path: Path
         page.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 10_000
 
+        # shelve from the dialog: reason and duration, then the card shows who and until when
+        oil = page.locator('article.alarm[data-key="outfall.oil/high"]')
+        oil.get_by_role("button", name="Shelve").click()
+        page.fill("#shelve-reason", "analyser calibration")
+        page.select_option("#shelve-minutes", "60")
+        page.click("#shelve-ok")
+        expect(oil).to_have_class("alarm shelved")
+        expect(oil).to_contain_text("shelved by dana")
+        expect(oil.get_by_role("button", name="Unshelve")).to_be_visible()
+        expect(page.locator("#summary")).to_have_text("1 ACTIVE, ACKNOWLEDGED · 1 SHELVED/OOS")
+        shelved = live.call(lambda: view.alarms.get("outfall.oil", "high"))
+        assert shelved is not None and shelved.shelve_reason == "analyser calibration"
+        assert shelved.shelved_until == T0 + 95 + 3600
+
         phone = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2)
         phone.goto(live.url)
         expect(phone.locator("article.alarm")).to_have_count(2)

@@ -15,6 +15,7 @@ from monitor.sinks.lineproto import (
     condition_line,
     line,
     meter_line,
+    meter_point_line,
     ns,
 )
 
@@ -187,3 +188,23 @@ def test_meter_line() -> None:
     assert m == "meter"
     assert tags == {"station": "ps-1", "meter": "mill.meter", "account": "acme-mill", "unit": "ft3"}
     assert fields == {"reading": "12345.0", "consumption_ft3": "17.5"}
+
+
+def test_meter_ledger_record_line() -> None:
+    from monitor.meters.book import MeterRecord
+
+    rec = MeterRecord("mill.meter", "acme-mill", "gal", 60.0, 1000.0, 74.8, 10.0, True, "")
+    _, tags, fields, _ = parse(meter_point_line("ps-1", rec))
+    assert tags == {"station": "ps-1", "meter": "mill.meter", "account": "acme-mill", "unit": "gal"}
+    assert fields == {"reading": "1000.0", "consumption": "74.8", "consumption_ft3": "10.0", "accepted": "1i"}
+
+
+def test_columns_give_the_same_lines_as_samples() -> None:
+    ser = SampleSerializer("ps-1", {"a": SeriesInfo("flow", "gpm"), "b": SeriesInfo("ph", "pH")})
+    samples = [
+        Sample("b", 1.25, 7.5),
+        Sample("a", 2.0, math.nan, Quality.COMM_FAILURE),
+        Sample("a", 3.0, -1e300),
+    ]
+    cols = ser.columns(("a", "b"), [1, 0, 0], [1.25, 2.0, 3.0], [7.5, math.nan, -1e300], [0, 2, 0])
+    assert cols == ser.samples(samples)

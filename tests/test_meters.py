@@ -275,3 +275,12 @@ def test_replay_columns_feed_only_the_meters(tmp_path: Path) -> None:
     assert [r.reading for r in other.ledger.rows("a.meter")] == [100, 99_000]
     book.close()
     other.close()
+
+
+def test_records_carry_the_latest_verdict_once(tmp_path: Path) -> None:
+    book = book_at(tmp_path)
+    book.ingest([Sample("a.meter", t(h), 1000 + 20 * h) for h in (0, 1, 3)])
+    book.ingest([Sample("a.meter", t(2), 1040)])  # late: hour 3 is re-judged (40 -> 20)
+    records = book.take_records()
+    assert [(r.time, r.consumption) for r in records] == [(t(0), 0), (t(1), 20), (t(2), 20), (t(3), 20)]
+    book.close()

@@ -10,10 +10,12 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from monitor.errors import DecodeError
 from monitor.sources.modbus import decode_value
-from monitor.sources.modbus_decode import register_count
+from monitor.sources.modbus_decode import TYPES, compile_decoder, register_count
 
 ORDERS = ("ABCD", "DCBA", "BADC", "CDAB")
 
@@ -140,3 +142,26 @@ def test_bad_input_raises_decode_error() -> None:
     with pytest.raises(DecodeError, match="16-bit"):
         decode_value([70000], "UINT16")
     assert register_count("STRING", 5) == 5 and register_count("FLOAT64") == 4
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    words=st.lists(st.integers(0, 0xFFFF), min_size=4, max_size=4),
+    type=st.sampled_from(sorted(TYPES)),
+    order=st.sampled_from(ORDERS),
+    scale=st.one_of(st.none(), st.floats(0.001, 1000)),
+    bit=st.integers(0, 15),
+)
+def test_the_pollers_compiled_decoder_agrees_with_decode_value(
+    words: list[int], type: str, order: str, scale: float | None, bit: int
+) -> None:
+    regs = words[: register_count(type)]
+    b = bit if type == "BIT" else None
+    want = decode_value(regs, type, order, scale, b)
+    got = compile_decoder(type, order, scale, b)(regs)
+    assert isinstance(got, type_of(want))
+    assert got == want or (math.isnan(float(got)) and math.isnan(float(want)))
+
+
+def type_of(x: object) -> type[int] | type[float]:
+    return float if isinstance(x, float) else int

@@ -304,3 +304,42 @@ def test_read_only_only_function_codes_1_to_4_reach_the_device() -> None:
     codes = asyncio.run(scenario())
     assert len(codes) >= 20
     assert set(codes) == {1, 2, 3, 4}
+
+
+def test_device_offline_scenario_logs_once_per_episode(caplog: pytest.LogCaptureFixture) -> None:
+    """The simulator's device_offline scenario goes silent; the poller logs ERROR once,
+    DEBUG while it lasts, INFO on recovery, and raises then clears comm-loss."""
+
+    async def scenario() -> list[list[object]]:
+        port = free_port()
+        station = frozen_station()
+        station.inject("device_offline", "10m", "10m")
+        now = [T0]  # real seconds; speed 60 -> offline from T0+10 s to T0+20 s
+        async with StationServer(station, port=port, clock=lambda: now[0], update_interval=0):
+            dev = device("plc", port, STATION_FIELDS[:2], timeout=0.1, comm_loss_after=2)
+            clock = ManualClock(T0)
+            poller = ModbusPoller([dev], clock)
+            cycles = []
+            for t in (5, 12, 14, 16, 25):
+                now[0] = T0 + t
+                clock.set(T0 + t)
+                cycles.append(await poller.poll("plc"))
+            return cycles  # type: ignore[return-value]
+
+    with caplog.at_level(logging.DEBUG, logger="monitor.sources.modbus"):
+        cycles = asyncio.run(scenario())
+    qualities = [{i.quality for i in c if hasattr(i, "quality")} for c in cycles]
+    assert qualities == [
+        {Quality.GOOD},
+        {Quality.COMM_FAILURE},
+        {Quality.COMM_FAILURE},
+        {Quality.COMM_FAILURE},
+        {Quality.GOOD},
+    ]
+    conditions = [(i.time, i.state) for c in cycles for i in c if hasattr(i, "rule")]  # type: ignore[attr-defined]
+    assert conditions == [(T0 + 14, ConditionState.ACTIVE)] * 2 + [(T0 + 25, ConditionState.CLEARED)] * 2
+    mine = [r for r in caplog.records if r.name == "monitor.sources.modbus" and "plc" in r.getMessage()]
+    levels = [r.levelname for r in mine]
+    assert levels.count("ERROR") == 1 and levels.count("DEBUG") == 2
+    assert mine[-1].levelname == "INFO" and "answering again after 3 failed poll(s)" in mine[-1].getMessage()
+    assert "timeout" in mine[0].getMessage() and "holding 0..3" in mine[0].getMessage()

@@ -226,7 +226,10 @@ def test_broker_restart_mid_stream_resumes_without_help(broker: Mosquitto) -> No
 
     try:
         samples = asyncio.run(scenario())
-        assert sorted(int(s.value) for s in samples) == [*range(20), *range(100, 120)]
+        # QoS 1 is at-least-once: a message in flight when the broker went down may be
+        # delivered again after the restart (seen here once in a few hundred runs).
+        # Nothing may be missing; a repeat is allowed.
+        assert sorted({int(s.value) for s in samples}) == [*range(20), *range(100, 120)]
     finally:
         link.stop()
         status.close()

@@ -177,6 +177,8 @@ def test_cap_reached_drops_oldest_counts_and_alarms(tmp_path: Path, repo_root: P
         for i in range(0, len(samples), 100):
             sink.write_samples(samples[i : i + 100])
         stats = sink.outbox.stats()
+        health = sink.health()
+        assert health["dropped"] == stats.dropped and health["pending"] == stats.pending
         assert stats.dropped > 0
         assert stats.pending_bytes <= cap
         assert [(c.rule, c.state) for c in raised] == [(Rule.OUTBOX, ConditionState.ACTIVE)]

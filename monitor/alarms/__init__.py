@@ -4,11 +4,12 @@ How the daemon wires it::
 
     manager = AlarmManager.open(config, clock)        # replays state_dir/journal.sqlite
     dispatcher = Dispatcher(config.alarms, clock,
-                            notifiers=[LogNotifier(), WebhookNotifier(config.alarms.webhook, station)],
+                            notifiers=people_notifiers(config),   # log, and the webhook if configured
                             mirrors=[mqtt_alarm_publisher])
     dispatcher.attach(manager)                        # every transition reaches the dispatcher
     asyncio.create_task(dispatcher.run())
     ...
+    engine.seed(manager.active_conditions())          # so a restored alarm can still clear
     manager.apply(condition)                          # each Condition from the engine
     manager.tick(); dispatcher.tick()                 # every second or so, from the Clock
 
@@ -34,6 +35,7 @@ gives the raw (`Entry`, `Alarm`) stream synchronously (the console uses it).
 from monitor.alarms.journal import Entry, Journal
 from monitor.alarms.manager import AlarmManager, journal_path
 from monitor.alarms.notify import Dispatcher, Flood, LogNotifier, Notifier
+from monitor.alarms.webhook import WebhookNotifier, people_notifiers
 
 __all__ = [
     "AlarmManager",
@@ -43,5 +45,7 @@ __all__ = [
     "Journal",
     "LogNotifier",
     "Notifier",
+    "WebhookNotifier",
     "journal_path",
+    "people_notifiers",
 ]

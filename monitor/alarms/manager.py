@@ -62,6 +62,14 @@ class AlarmManager:
         """Alarms an operator should see: everything not normal, console order."""
         return [a for a in self.alarms() if a.state is not AlarmState.NORMAL]
 
+    def active_conditions(self) -> list[tuple[str, Rule]]:
+        """(sensor, rule) whose condition was active when last heard of, shelved or not.
+
+        After a restart the engine starts from nothing; seeding its rule state from
+        this list lets it send the CLEARED that ends an alarm restored as active.
+        """
+        return sorted(key for key, rec in self._records.items() if rec.active)
+
     def priority(self, sensor: str, rule: Rule) -> Priority:
         found = self._overrides.get((sensor, rule))
         return found or self.config.priorities.get(rule, Priority.MEDIUM)
@@ -69,13 +77,17 @@ class AlarmManager:
     # --- conditions from the engine ----------------------------------------
 
     def apply(self, condition: Condition) -> list[Alarm]:
-        """Turn an engine condition into transitions; repeated states only refresh the value."""
+        """Turn an engine condition into transitions; a repeated state is no transition.
+
+        An alarm's value and limit are those of its last transition (the reading
+        that tripped or cleared it), so what the journal holds is what a restart
+        restores; the live reading is the sensor's, not the alarm's.
+        """
         key = (condition.sensor, condition.rule)
         rec = self._records.get(key)
         out: list[Alarm] = []
         if condition.state is ConditionState.ACTIVE:
             if rec is not None and rec.active:
-                rec.value, rec.limit = condition.value, condition.limit
                 return out
             if rec is None:
                 rec = self._records[key] = Record(

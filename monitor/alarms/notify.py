@@ -30,6 +30,8 @@ from monitor.model import Alarm, AlarmState, Clock, Priority, iso
 log = logging.getLogger(__name__)
 
 _URGENT = (Priority.CRITICAL, Priority.HIGH)
+_HIDDEN = (AlarmState.SHELVED, AlarmState.SUPPRESSED, AlarmState.OUT_OF_SERVICE)
+_CONDITION_EVENTS = ("activated", "cleared", "chattering", "chattering_ended")
 _QUEUE_MAX = 1000
 
 
@@ -192,6 +194,8 @@ class Dispatcher:
             return  # flagged once ("chattering"); every flap after that is noise to a person
         if entry.event == "suppressed":
             return
+        if alarm.state in _HIDDEN and entry.event in _CONDITION_EVENTS:
+            return  # shelved, suppressed or out of service: the point is not to page anyone
         self._last_sent[(alarm.sensor, str(alarm.rule))] = entry.time
         for outlet in self._notifiers:
             outlet.put(_notify(outlet.notifier, alarm, False))

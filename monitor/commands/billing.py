@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
@@ -71,6 +72,9 @@ def _export(args: argparse.Namespace) -> int:
         rows = export_rows(config, ledger, q)
     finally:
         ledger.close()
+    if q.end.timestamp() > time.time():
+        print(f"warning: {q} ends {iso(q.end.timestamp())}, which is still to come: figures are provisional",
+              file=sys.stderr)  # fmt: skip
     if args.out == "-":
         (write_json if args.format == "json" else write_csv)(rows, sys.stdout)
     else:

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from monitor.config import Config
 from monitor.errors import MeterError
-from monitor.meters.ledger import Ledger, Replacement, Row, to_ms
+from monitor.meters.ledger import READING, Ledger, Replacement, Row, to_ms
 from monitor.meters.totalizer import ANOMALIES, MeterSpec, Step, condition, dec, to_ft3
 from monitor.model import Condition, Kind, Quality, Sample, iso
 
@@ -185,8 +185,15 @@ class MeterBook:
 
     def take_records(self) -> list[MeterRecord]:
         """Rows written or re-judged since the last call, as outbox points."""
-        rows, self._pending = self._pending, []
-        return meter_records(rows, self.ledger.specs)
+        pending, self._pending = self._pending, []
+        latest = {(r.meter, r.time_ms, r.seq): r for r in pending}  # a row re-judged later wins
+        rows = list(latest.values())
+        # Both sides of a replacement make one point; send both even if one changed.
+        swaps = {(r.meter, r.time_ms) for r in rows if r.seq != READING}
+        for meter, time_ms in sorted(swaps):
+            rows = [r for r in rows if (r.meter, r.time_ms) != (meter, time_ms)]
+            rows.extend(self.ledger.rows(meter, time_ms - 1, time_ms))
+        return meter_records(sorted(rows, key=lambda r: (r.time_ms, r.meter, r.seq)), self.ledger.specs)
 
     def _conditions(self, rows: list[Row]) -> list[Condition]:
         """Alarm transitions: active when a meter's latest row is rejected, cleared when a

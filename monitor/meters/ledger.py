@@ -20,95 +20,26 @@ import logging
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
 from monitor.errors import MeterError, StateError
+from monitor.meters.rows import (
+    NEW_INITIAL,
+    OLD_FINAL,
+    READING,
+    SCHEMA,
+    SCHEMA_VERSION,
+    Replacement,
+    Row,
+    to_ms,
+)
 from monitor.meters.totalizer import ZERO, MeterSpec, Step, first_step, judge, order_flags
 from monitor.model import iso
 
+__all__ = ["NEW_INITIAL", "OLD_FINAL", "READING", "Ledger", "Replacement", "Row", "to_ms"]
+
 log = logging.getLogger(__name__)
-
-READING, OLD_FINAL, NEW_INITIAL = 0, 1, 2  # `seq` of rows at the same time, in this order
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS meters (meter TEXT PRIMARY KEY, spec TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS readings (
-    meter    TEXT    NOT NULL,
-    time_ms  INTEGER NOT NULL,
-    seq      INTEGER NOT NULL,   -- 0 reading, 1 old meter's final, 2 new meter's initial
-    reading  TEXT    NOT NULL,   -- register counts, exact decimal text
-    accepted INTEGER NOT NULL,
-    counts   TEXT    NOT NULL,   -- register delta after rollover
-    volume   TEXT    NOT NULL,   -- counts x multiplier, in the meter's unit
-    flags    TEXT    NOT NULL,   -- comma-separated: first, rollover, replacement, backwards, ...
-    message  TEXT    NOT NULL,
-    lim      TEXT    NOT NULL,   -- the most max_rate allowed, for a jump or drop ('' if none)
-    PRIMARY KEY (meter, time_ms, seq)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS replacements (
-    meter       TEXT    NOT NULL,
-    time_ms     INTEGER NOT NULL,
-    old_final   TEXT    NOT NULL,
-    new_initial TEXT    NOT NULL,
-    recorded_by TEXT    NOT NULL,
-    note        TEXT    NOT NULL,
-    PRIMARY KEY (meter, time_ms)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS conflicts (
-    meter   TEXT    NOT NULL,
-    time_ms INTEGER NOT NULL,
-    held    TEXT    NOT NULL,
-    offered TEXT    NOT NULL,
-    PRIMARY KEY (meter, time_ms, offered)
-) WITHOUT ROWID;
-"""
-SCHEMA_VERSION = "1"
-
-
-def to_ms(t: float) -> int:
-    return round(t * 1000)
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    """One ledger row; `volume` is the billed delta (0 when rejected) in `unit`."""
-
-    meter: str
-    time_ms: int
-    seq: int
-    reading: Decimal
-    accepted: bool
-    counts: Decimal
-    volume: Decimal
-    flags: tuple[str, ...]
-    message: str
-    limit: Decimal | None = None
-
-    @property
-    def time(self) -> float:
-        return self.time_ms / 1000
-
-    @property
-    def key(self) -> tuple[int, int]:
-        return (self.time_ms, self.seq)
-
-    def describe(self) -> str:
-        what = {READING: "reading", OLD_FINAL: "old final", NEW_INITIAL: "new initial"}[self.seq]
-        verdict = "accepted" if self.accepted else "REJECTED"
-        flags = f" [{','.join(self.flags)}]" if self.flags else ""
-        return f"{iso(self.time)}  {what:<11} {self.reading:>14}  +{self.volume:<12} {verdict}{flags}"
-
-
-@dataclass(frozen=True, slots=True)
-class Replacement:
-    meter: str
-    time_ms: int
-    old_final: Decimal
-    new_initial: Decimal
-    recorded_by: str = ""
-    note: str = ""
 
 
 class Ledger:
@@ -122,7 +53,7 @@ class Ledger:
             self._db = sqlite3.connect(str(path), isolation_level=None, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            self._db.executescript(SCHEMA)
             got = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if got is None:
                 self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
@@ -199,15 +130,16 @@ class Ledger:
             for meter, time, reading in items:
                 spec = self.spec(meter)
                 time_ms = to_ms(time)
-                if self._duplicate(meter, time_ms, reading):
-                    continue
                 key = (time_ms, READING)
                 if meter in rejudge:
-                    rejudge[meter] = min(rejudge[meter], key)
-                    self._write(meter, time_ms, READING, reading, first_step(spec, reading))
+                    if not self._duplicate(meter, time_ms, reading):
+                        rejudge[meter] = min(rejudge[meter], key)
+                        self._write(meter, time_ms, READING, reading, first_step(spec, reading))
                     continue
                 last = self.last(meter)
-                if last is not None and key < last.key:
+                if last is not None and key <= last.key:  # not after the latest row: maybe held already
+                    if self._duplicate(meter, time_ms, reading):
+                        continue
                     rejudge[meter] = key
                     self._write(meter, time_ms, READING, reading, first_step(spec, reading))
                     continue

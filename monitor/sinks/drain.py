@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from monitor.errors import WriteError
 from monitor.model import Clock, WallClock
-from monitor.sinks.outbox import Batch, Outbox
+from monitor.sinks.outbox import Batch, Chunk, Outbox
 from monitor.sinks.writer import LineWriter
 
 log = logging.getLogger(__name__)
@@ -115,12 +115,11 @@ class Drainer:
         self._stopping = False
         while not self._stopping:
             try:
-                sent = await self.send_batch()
+                await self.send_batches()
             except WriteError as exc:
                 await self._sleep(self._failed(exc))
                 continue
-            if sent < self.batch_size:
-                await self._sleep(self.flush_interval)
+            await self._sleep(self.flush_interval)
 
     def stop(self) -> None:
         """Make `run()` return after the request under way (and any wait) is over."""
@@ -135,7 +134,7 @@ class Drainer:
         deadline = self.clock.now() + timeout
         while True:
             try:
-                if await self.send_batch() == 0:
+                if await self.send_batches(deadline) == 0:
                     return self.outbox.pending
             except WriteError as exc:
                 delay = self._failed(exc)
@@ -146,33 +145,85 @@ class Drainer:
             if self.clock.now() >= deadline:
                 return self.outbox.pending
 
-    async def send_batch(self) -> int:
-        """Send the oldest batch; returns how many points it held (0: the outbox is empty).
+    async def send_batches(self, deadline: float | None = None) -> int:
+        """Send full batches back to back until a short one (or `deadline`, or `stop()`);
+        returns how many points left the outbox (0: it was empty).
 
-        Raises WriteError when the server should be tried again later; whatever was
-        acknowledged or dead-lettered before that stays done.
+        Pipelined: while one batch is on the wire, the next is read and the previous
+        acknowledged, so SQLite work overlaps the server's. Raises WriteError when
+        the server should be tried again later; whatever was acknowledged or
+        dead-lettered before that stays done.
         """
-        batch = self.outbox.peek(self.batch_size)
-        if not batch.ids:
+        batch = self.outbox.peek_body(self.batch_size)
+        if batch is None:
             return 0
-        work = [batch]
+        total = 0
+        inflight = self._post(batch.body)
+        while True:
+            more = (
+                len(batch) == self.batch_size
+                and not self._stopping
+                and (deadline is None or self.clock.now() < deadline)
+            )
+            drops = self.outbox.drops
+            following = self.outbox.peek_body(self.batch_size, after=batch.last) if more else None
+            try:
+                await inflight
+            except WriteError as exc:
+                if exc.status != TOO_LARGE and exc.status not in REJECTED:
+                    raise
+                await self._deliver(self.outbox.rows(batch.first, batch.last), exc)
+                accepted = False
+            else:
+                accepted = True
+            if following is not None and self.outbox.drops != drops:  # the cap dropped rows meanwhile
+                following = self.outbox.peek_body(self.batch_size, after=batch.last)
+            if following is not None:
+                inflight = self._post(following.body)
+            if accepted:
+                try:
+                    self._acked(batch)
+                except BaseException:
+                    if following is not None:
+                        await asyncio.wait([inflight])
+                    raise
+            total += len(batch)
+            self._recovered()
+            if following is None:
+                return total
+            batch = following
+
+    def _post(self, body: bytes) -> asyncio.Future[None]:
+        return asyncio.ensure_future(asyncio.to_thread(self.writer.write, body))
+
+    def _acked(self, batch: Batch | Chunk) -> None:
+        self.stats.written += self.outbox.ack(batch)
+        self.stats.batches += 1
+
+    async def _deliver(self, batch: Batch, first: WriteError) -> None:
+        """The slow path for a batch the server refused as too large or malformed:
+        split or bisect it, dead-letter what is bad, send the rest one part at a time."""
+        work: list[Batch] = []
+        if first.status == TOO_LARGE:
+            self._refused(batch, first, work)
+        else:
+            work.append(batch)  # again in row order, so a `line N` in the answer is ours to read
         while work:
             part = work.pop()
             try:
                 await asyncio.to_thread(self.writer.write, part.body())
             except WriteError as exc:
-                if exc.status == TOO_LARGE:
-                    self._split_or_reject(part, exc, work)
-                elif exc.status in REJECTED:
-                    self._isolate(part, exc, work)
-                else:
+                if exc.status != TOO_LARGE and exc.status not in REJECTED:
                     raise
+                self._refused(part, exc, work)
                 continue
-            written = self.outbox.ack(part)
-            self.stats.written += written
-            self.stats.batches += 1
-        self._recovered()
-        return len(batch)
+            self._acked(part)
+
+    def _refused(self, part: Batch, exc: WriteError, work: list[Batch]) -> None:
+        if exc.status == TOO_LARGE:
+            self._split_or_reject(part, exc, work)
+        else:
+            self._isolate(part, exc, work)
 
     def _split_or_reject(self, part: Batch, exc: WriteError, work: list[Batch]) -> None:
         if len(part) == 1:

@@ -17,8 +17,9 @@ at sensors x rules.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from monitor.model import Alarm, AlarmState, Condition, ConditionState, Sample
 
@@ -146,6 +147,26 @@ class SampleSerializer:
                 out.append(f"{head}quality={int(s.quality)}i {t}")
         return out
 
+    def columns(
+        self,
+        names: Sequence[str],
+        sensor: Iterable[int],
+        time: Iterable[float],
+        value: Iterable[float],
+        quality: Iterable[int],
+    ) -> list[str]:
+        """The same lines from columns (a replay batch: sensor indexes into `names`),
+        without building a Sample per point."""
+        heads = [self.prefix(name) for name in names]
+        out = []
+        for i, t, v, q in zip(sensor, time, value, quality, strict=True):
+            ts = round(t * 1_000_000) * 1000
+            if v - v == 0.0:
+                out.append(f"{heads[i]}value={float(v)!r},quality={int(q)}i {ts}")
+            else:
+                out.append(f"{heads[i]}quality={int(q)}i {ts}")
+        return out
+
 
 def condition_line(station: str, cond: Condition, priority: str = "") -> str:
     """An alarm transition as the engine reported it: `active` 1 on raise, 0 on clear."""
@@ -211,4 +232,42 @@ def meter_line(
         {"station": station, "meter": meter, "account": account, "unit": unit},
         fields,
         time,
+    )
+
+
+class MeterPoint(Protocol):
+    """What a meter ledger row offers as a point (`monitor.meters.book.MeterRecord`
+    fits; sinks may not import meters, so this is structural)."""
+
+    @property
+    def meter(self) -> str: ...
+    @property
+    def account(self) -> str: ...
+    @property
+    def unit(self) -> str: ...
+    @property
+    def time(self) -> float: ...
+    @property
+    def reading(self) -> float: ...
+    @property
+    def consumption(self) -> float: ...
+    @property
+    def consumption_ft3(self) -> float: ...
+    @property
+    def accepted(self) -> bool: ...
+
+
+def meter_point_line(station: str, rec: MeterPoint) -> str:
+    """A ledger row: reading and consumption in the meter's unit, consumption_ft3
+    (0 for a rejected reading) and `accepted` 1/0."""
+    return line(
+        "meter",
+        {"station": station, "meter": rec.meter, "account": rec.account, "unit": rec.unit},
+        {
+            "reading": float(rec.reading),
+            "consumption": float(rec.consumption),
+            "consumption_ft3": float(rec.consumption_ft3),
+            "accepted": int(rec.accepted),
+        },
+        rec.time,
     )

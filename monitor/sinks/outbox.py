@@ -102,6 +102,31 @@ class Batch:
         mid = len(self.ids) // 2
         return Batch(self.ids[:mid], self.lines[:mid]), Batch(self.ids[mid:], self.lines[mid:])
 
+    @property
+    def first(self) -> int:
+        return self.ids[0]
+
+    @property
+    def last(self) -> int:
+        return self.ids[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """The drainer's fast path: the next rows as one request body, joined by SQLite.
+
+    Ids `first`..`last` are consecutive pending rows (nothing else lies between);
+    the slow path (`Outbox.rows`) reads them one by one when a chunk is refused.
+    """
+
+    first: int
+    last: int
+    count: int
+    body: bytes
+
+    def __len__(self) -> int:
+        return self.count
+
 
 class Outbox:
     """SQLite outbox; one instance per process, used from one thread.
@@ -123,6 +148,8 @@ class Outbox:
         self.max_bytes = max_bytes
         self.clock: Clock = clock or WallClock()
         self.on_condition = on_condition
+        self.synchronous = synchronous
+        self.drops = 0  # times this process's appends dropped rows: a peeked batch may be stale
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
@@ -167,6 +194,7 @@ class Outbox:
                 dropped_rows = dropped_bytes = 0
                 if pending_bytes + size > self.max_bytes:
                     dropped_rows, dropped_bytes = self._drop_oldest(pending_bytes + size - self.max_bytes)
+                    self.drops += 1
                 db.execute(
                     "UPDATE meta SET next_id = ?, pending_rows = pending_rows + ?,"
                     " pending_bytes = pending_bytes + ?, dropped = dropped + ?,"
@@ -239,22 +267,51 @@ class Outbox:
 
     # -- handing points out -----------------------------------------------------------
 
-    def peek(self, limit: int) -> Batch:
-        """The oldest `limit` pending points (they stay until acked or dead-lettered)."""
+    def peek(self, limit: int, after: int = 0) -> Batch:
+        """The oldest `limit` pending points with ids above `after` (they stay until
+        acked or dead-lettered)."""
         try:
-            rows = self._db.execute("SELECT id, line FROM outbox ORDER BY id LIMIT ?", (limit,)).fetchall()
+            rows = self._db.execute(
+                "SELECT id, line FROM outbox WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
+            ).fetchall()
         except sqlite3.Error as exc:
             raise OutboxError(f"cannot read outbox {self.path}: {exc}") from exc
         return Batch([r[0] for r in rows], [r[1] for r in rows])
 
-    def ack(self, batch: Batch) -> int:
+    def peek_body(self, limit: int, after: int = 0) -> Chunk | None:
+        """The oldest `limit` pending points above id `after`, as one newline-joined body
+        built inside SQLite (no Python object per point); None when there are none."""
+        try:
+            first, last, count, body = self._db.execute(
+                "SELECT MIN(id), MAX(id), COUNT(*), CAST(group_concat(line, char(10)) AS BLOB)"
+                " FROM (SELECT id, line FROM outbox WHERE id > ? ORDER BY id LIMIT ?)",
+                (after, limit),
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise OutboxError(f"cannot read outbox {self.path}: {exc}") from exc
+        if not count:
+            return None
+        return Chunk(first, last, count, body)
+
+    def rows(self, first: int, last: int) -> Batch:
+        """The pending rows with ids `first`..`last`, one by one (the slow path)."""
+        try:
+            rows = self._db.execute(
+                "SELECT id, line FROM outbox WHERE id BETWEEN ? AND ? ORDER BY id", (first, last)
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise OutboxError(f"cannot read outbox {self.path}: {exc}") from exc
+        return Batch([r[0] for r in rows], [r[1] for r in rows])
+
+    def ack(self, batch: Batch | Chunk) -> int:
         """The server stored `batch`: remove it. Returns the rows removed (fewer if the cap
         dropped some of them meanwhile)."""
-        if not batch.ids:
+        if not len(batch):
             return 0
-        lo, hi = batch.ids[0], batch.ids[-1]
+        lo, hi = batch.first, batch.last
         try:
-            with self._tx() as db:
+            # An ack lost to a power cut only means the batch is sent again: no fsync needed.
+            with self._tx(sync=False) as db:
                 rows, size = db.execute(
                     "SELECT COUNT(*), COALESCE(SUM(length(line)), 0) FROM outbox WHERE id BETWEEN ? AND ?",
                     (lo, hi),
@@ -338,19 +395,27 @@ class Outbox:
         ).fetchall()
         return [DeadLetter(r[0], r[1], r[2], r[3], r[4], bytes(r[5]).decode(errors="replace")) for r in rows]
 
-    def _tx(self) -> _Transaction:
-        return _Transaction(self._db)
+    def _tx(self, sync: bool = True) -> _Transaction:
+        return _Transaction(self._db, None if sync or self.synchronous == "normal" else "NORMAL")
 
 
 class _Transaction:
-    """`BEGIN IMMEDIATE` ... `COMMIT`, rolled back on any exception."""
+    """`BEGIN IMMEDIATE` ... `COMMIT`, rolled back on any exception; optionally
+    with `synchronous` relaxed for this one commit."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, synchronous: str | None = None) -> None:
         self.db = db
+        self.synchronous = synchronous
 
     def __enter__(self) -> sqlite3.Connection:
+        if self.synchronous:
+            self.db.execute(f"PRAGMA synchronous={self.synchronous}")
         self.db.execute("BEGIN IMMEDIATE")
         return self.db
 
     def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        try:
+            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        finally:
+            if self.synchronous:
+                self.db.execute("PRAGMA synchronous=FULL")

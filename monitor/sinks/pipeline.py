@@ -15,7 +15,15 @@ from pathlib import Path
 from monitor.config import Config
 from monitor.model import Alarm, Clock, Condition, Sample, WallClock
 from monitor.sinks.drain import Drainer
-from monitor.sinks.lineproto import SampleSerializer, SeriesInfo, alarm_line, condition_line, meter_line
+from monitor.sinks.lineproto import (
+    MeterPoint,
+    SampleSerializer,
+    SeriesInfo,
+    alarm_line,
+    condition_line,
+    meter_line,
+    meter_point_line,
+)
 from monitor.sinks.outbox import Outbox
 from monitor.sinks.store import SeriesStore
 from monitor.sinks.writer import LineWriter, make_writer
@@ -75,6 +83,19 @@ class SampleSink:
         if self.outbox is not None:
             self.outbox.append(self.serializer.samples(samples))
 
+    def write_columns(
+        self,
+        names: Sequence[str],
+        sensor: Sequence[int],
+        time: Sequence[float],
+        value: Sequence[float],
+        quality: Sequence[int],
+    ) -> None:
+        """A replay batch as columns (`sensor` indexes `names`): queued for InfluxDB only,
+        so replaying history does not fill the console's store. Committed on return."""
+        if self.outbox is not None and len(time):
+            self.outbox.append(self.serializer.columns(names, sensor, time, value, quality))
+
     def write_conditions(self, conditions: Sequence[Condition]) -> None:
         """Alarm transitions as the engine reported them (measurement `alarm`)."""
         if self.outbox is not None and conditions:
@@ -105,11 +126,37 @@ class SampleSink:
             [meter_line(self.station, meter, time, reading, consumption_ft3, account=account, unit=unit)]
         )
 
+    def write_meter_records(self, records: Sequence[MeterPoint]) -> None:
+        """Meter ledger rows (`monitor.meters.book.meter_records`) as `meter` points."""
+        if self.outbox is not None and records:
+            self.outbox.append([meter_point_line(self.station, r) for r in records])
+
     async def drain(self, timeout: float) -> int:
         """Deliver what the outbox holds within `timeout`; returns the points left (0 without InfluxDB)."""
         if self.drainer is None:
             return 0
         return await self.drainer.drain(timeout)
+
+    def health(self) -> dict[str, object]:
+        """Outbox and writer counters for the health endpoint and metrics (JSON-able)."""
+        if self.outbox is None or self.drainer is None:
+            return {"influx": None}
+        s = self.outbox.stats()
+        d = self.drainer.stats
+        return {
+            "influx": self.drainer.writer.target,
+            "pending": s.pending,
+            "pending_bytes": s.pending_bytes,
+            "max_bytes": s.max_bytes,
+            "oldest_pending": s.oldest_queued,
+            "dead_letters": s.dead_letters,
+            "dropped": s.dropped,
+            "written": s.written,
+            "failures": d.failures,
+            "last_error": d.last_error,
+            "last_success": d.last_success,
+            "retry_at": d.retry_at,
+        }
 
     @property
     def pending(self) -> int:

@@ -30,9 +30,9 @@ from pymodbus.exceptions import ModbusException
 from monitor.config.sources import ModbusDevice
 from monitor.errors import DecodeError, ModbusError
 from monitor.model import Clock, Condition, ConditionState, Emit, Quality, Rule, Sample, WallClock
-from monitor.sources.modbus_decode import decode_value, is_believable
+from monitor.sources.modbus_decode import compile_decoder, decode_value
 from monitor.sources.modbus_health import DeviceHealth, Episodes
-from monitor.sources.modbus_plan import ReadPlan, Request, plan_device, slice_for, split
+from monitor.sources.modbus_plan import ReadPlan, Request, plan_device, split
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +64,12 @@ class Hub:
         rng: random.Random | None = None,
         reconnect_delay: float = 0.5,
         reconnect_delay_max: float = 30.0,
+        timeout: float | None = None,
     ) -> None:
         self.key = endpoint(device)
+        # pymodbus' own response timeout: the longest of the devices sharing this endpoint;
+        # each read is cut at its own device's timeout by `read`.
+        self._timeout = timeout or device.timeout
         self.lock = asyncio.Lock()
         self._template = device
         self._client: Any = None
@@ -88,7 +92,7 @@ class Hub:
         d = self._template
         if d.transport == "tcp":
             return AsyncModbusTcpClient(
-                d.host or "127.0.0.1", port=int(d.port), timeout=d.timeout, retries=0, reconnect_delay=0
+                d.host or "127.0.0.1", port=int(d.port), timeout=self._timeout, retries=0, reconnect_delay=0
             )
         return AsyncModbusSerialClient(
             str(d.port),
@@ -96,7 +100,7 @@ class Hub:
             parity=d.parity,
             stopbits=d.stopbits,
             bytesize=d.bytesize,
-            timeout=d.timeout,
+            timeout=self._timeout,
             retries=0,
             reconnect_delay=0,
         )
@@ -146,9 +150,8 @@ class Hub:
             "input": client.read_input_registers,
         }[request.kind]
         try:
-            response = await asyncio.wait_for(
-                call(request.address, count=request.count, device_id=device_id), timeout
-            )
+            async with asyncio.timeout(timeout):  # no extra task per request, unlike wait_for
+                response = await call(request.address, count=request.count, device_id=device_id)
         except TimeoutError:
             self.close()
             raise ModbusError(f"{self.key}: timeout after {timeout:g}s") from None
@@ -178,6 +181,9 @@ class DeviceState:
         self.requests = list(plan.requests)
         self.hub = hub
         self.sensors = list(dict.fromkeys(f.sensor for f in device.fields))
+        fields = [f for r in plan.requests for f in r.fields]
+        self.keys = {f.index: f"field {f.where()}" for f in fields}  # episode keys
+        self.decoders = {f.index: compile_decoder(f.type, f.byte_order, f.scale, f.bit) for f in fields}
         self.health = DeviceHealth(device=device.name, endpoint=hub.key, unit=device.device_id)
         self.episodes = Episodes(log, f"modbus device {device.name} ({hub.key} unit {device.device_id})")
         self.comm_loss = False
@@ -201,8 +207,13 @@ class ModbusPoller:
         for dev in devices:
             key = endpoint(dev)
             if key not in hubs:
+                longest = max(d.timeout for d in devices if endpoint(d) == key)
                 hubs[key] = Hub(
-                    dev, rng=rng, reconnect_delay=reconnect_delay, reconnect_delay_max=reconnect_delay_max
+                    dev,
+                    rng=rng,
+                    reconnect_delay=reconnect_delay,
+                    reconnect_delay_max=reconnect_delay_max,
+                    timeout=longest,
                 )
             self.devices[dev.name] = DeviceState(dev, plan_device(dev), hubs[key])
         self.hubs = hubs
@@ -316,32 +327,36 @@ class ModbusPoller:
         self, st: DeviceState, request: Request, result: list[int] | ModbusError, now: float
     ) -> list[Sample]:
         out = []
-        for f in request.fields:
-            key = f"field {f.where()}"
-            if isinstance(result, ModbusError):
-                hint = " (if the map counts from 1, set address_base: 1 or try address - 1)"
-                if st.episodes.fail(
-                    key, f"{f.where()} -> {f.sensor}: {result}{hint if result.exception_code == 2 else ''}"
-                ):
+        if isinstance(result, ModbusError):
+            hint = " (if the map counts from 1, set address_base: 1 or try address - 1)"
+            for f in request.fields:
+                text = f"{f.where()} -> {f.sensor}: {result}{hint if result.exception_code == 2 else ''}"
+                if st.episodes.fail(st.keys[f.index], text):
                     st.health.bad_fields += 1
                 out.append(Sample(f.sensor, now, math.nan, Quality.BAD_DATA))
-                continue
+            return out
+        episodes = st.episodes
+        troubled = bool(episodes.ongoing)
+        keys, decoders, base = st.keys, st.decoders, request.address
+        for f in request.fields:
+            at = f.address - base
+            words = result[at : at + f.count]
             try:
-                words = slice_for(request, f, result)
                 if f.kind in ("coil", "discrete"):
                     raw: int | float | str = float(words[0]) * (f.scale if f.scale is not None else 1.0)
                 else:
-                    raw = decode_value(words, f.type, f.byte_order, f.scale, f.bit)
+                    raw = decoders[f.index](words)
                 if isinstance(raw, str):
                     raise DecodeError(f"{f.type} decodes to text {raw!r}, not a reading")
-                if not is_believable(raw):
-                    raise DecodeError(f"device reports {raw}")
                 value = float(raw) + f.offset
+                if not math.isfinite(value):
+                    raise DecodeError(f"device reports {raw}")
             except DecodeError as exc:
-                st.episodes.fail(key, f"{f.where()} -> {f.sensor}: bad data: {exc}")
+                episodes.fail(keys[f.index], f"{f.where()} -> {f.sensor}: bad data: {exc}")
                 out.append(Sample(f.sensor, now, math.nan, Quality.BAD_DATA))
                 continue
-            st.episodes.ok(key, f"{f.where()} -> {f.sensor}: reading again")
+            if troubled and keys[f.index] in episodes:
+                episodes.ok(keys[f.index], f"{f.where()} -> {f.sensor}: reading again")
             out.append(Sample(f.sensor, now, value, Quality.GOOD))
         return out
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 from monitor.errors import DecodeError
 
@@ -110,9 +111,72 @@ def decode_value(
     return value
 
 
+Decoder = Callable[[Sequence[int]], int | float | str]
+
+
+def compile_decoder(
+    type: str, byte_order: str = "ABCD", scale: float | None = None, bit: int | None = None
+) -> Decoder:
+    """A decoder giving exactly `decode_value`'s results, with the table work done once.
+
+    The poller's hot path: the byte shuffle becomes a choice of struct formats
+    (DCBA = words reversed, each little-endian; BADC = each word little-endian;
+    CDAB = words reversed), so a value costs two struct calls.
+    """
+    if (
+        type not in TYPES
+        or byte_order not in BYTE_ORDERS
+        or (type == "BIT" and (bit is None or not 0 <= bit <= 15))
+    ):
+        return partial(_decode_checked, type=type, byte_order=byte_order, scale=scale, bit=bit)
+    count, code = TYPES[type]
+    swap = byte_order in ("DCBA", "BADC")
+    reverse = byte_order in ("DCBA", "CDAB") and count > 1
+    pack = struct.Struct(("<" if swap else ">") + "H" * count).pack
+    unpack = struct.Struct(">" + code).unpack
+    signed8 = type in ("INT8L", "INT8H")
+    shift = 8 if type in ("INT8H", "UINT8H") else 0
+    byte = type in ("INT8L", "INT8H", "UINT8L", "UINT8H")
+    bit_no = bit if type == "BIT" else None
+
+    def decode(words: Sequence[int]) -> int | float | str:
+        if len(words) != count:
+            raise DecodeError(f"{type} needs {count} register(s), got {len(words)}")
+        try:
+            (value,) = unpack(pack(*(words[::-1] if reverse else words)))
+        except struct.error as exc:
+            raise DecodeError(f"registers {list(words)!r} are not 16-bit words") from exc
+        if bit_no is not None:
+            value = (value >> bit_no) & 1
+        elif byte:
+            value = (value >> shift) & 0xFF
+            if signed8 and value >= 0x80:
+                value -= 0x100
+        if scale is not None:
+            return float(value) * scale
+        return value  # type: ignore[no-any-return]
+
+    return decode
+
+
+def _decode_checked(
+    words: Sequence[int], *, type: str, byte_order: str, scale: float | None, bit: int | None
+) -> int | float | str:
+    return decode_value(words, type, byte_order, scale, bit)
+
+
 def is_believable(value: int | float | str) -> bool:
     """NaN and infinities are bad data, not readings."""
     return not isinstance(value, float) or math.isfinite(value)
 
 
-__all__ = ["BYTE_ORDERS", "TYPES", "decode_value", "is_believable", "register_count", "to_bytes"]
+__all__ = [
+    "BYTE_ORDERS",
+    "TYPES",
+    "Decoder",
+    "compile_decoder",
+    "decode_value",
+    "is_believable",
+    "register_count",
+    "to_bytes",
+]

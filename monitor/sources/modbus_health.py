@@ -59,6 +59,9 @@ class Episodes:
         self._log.info("%s: %s", self._subject, message)
         return True
 
+    def __contains__(self, key: str) -> bool:
+        return key in self._open
+
     @property
     def ongoing(self) -> list[str]:
         return list(self._open)

@@ -9,6 +9,7 @@ default); writes need `Authorization: Bearer <console.token>`.
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,9 +22,10 @@ from pydantic import SecretStr
 
 from monitor import __version__
 from monitor.config import Console
-from monitor.errors import AlarmError
+from monitor.errors import AlarmError, StateError
 from monitor.model import Rule, iso
 from monitor.web.events import Hub
+from monitor.web.meters import add_meter_routes
 from monitor.web.models import (
     AckRequest,
     AlarmOut,
@@ -40,6 +42,7 @@ from monitor.web.models import (
 )
 from monitor.web.view import SensorReading, StationView
 
+log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
 _bearer = HTTPBearer(auto_error=False, description="console.token from the station config")
 _WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -47,6 +50,7 @@ _WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     403: {"model": Problem, "description": "no console.token configured: writes are disabled"},
     404: {"model": Problem, "description": "no such alarm"},
     409: {"model": Problem, "description": "the alarm's state does not allow this action"},
+    503: {"model": Problem, "description": "the alarm journal could not record the action"},
 }
 
 
@@ -56,6 +60,8 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
         title=f"station-monitor console: {view.station_id}",
         version=__version__,
         description="Alarms (ISA-18.2), sensors, journal and health of one pumping station.",
+        docs_url=None,  # Swagger UI and ReDoc load from a CDN; the gateway has no internet
+        redoc_url=None,
     )
     hub = Hub()
     app.state.hub = hub
@@ -70,6 +76,12 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
     @app.exception_handler(AlarmError)
     async def _alarm_error(request: Request, exc: AlarmError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=409)
+
+    @app.exception_handler(StateError)
+    async def _journal_error(request: Request, exc: StateError) -> JSONResponse:
+        # The journal could not record the action, so it did not happen; say so plainly.
+        log.error("console action refused: %s", exc)
+        return JSONResponse({"detail": f"not done: {exc}"}, status_code=503)
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
@@ -131,6 +143,10 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
     ) -> dict[str, object]:
         known(sensor, rule)
         return view.alarms.return_to_service(sensor, rule, body.by).to_json()
+
+    meter_book = getattr(view, "meter_book", None)  # the daemon's MeterBook, when it has meters
+    if meter_book is not None:
+        add_meter_routes(app, meter_book, view.alarms, token_required)
 
     @app.get("/api/journal", response_model=list[EntryOut])
     async def journal(

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 import uvicorn
-from fastapi import FastAPI
 
 from monitor.config import Console
 from monitor.web.events import Hub
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 log = logging.getLogger(__name__)
 

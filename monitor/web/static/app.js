@@ -103,15 +103,18 @@ function renderAlarms() {
   box.replaceChildren();
   const waiting = alarms.filter((a) => a.state === "active_unacknowledged" || a.state === "returned_unacknowledged");
   const summary = $("#summary");
+  const acked = alarms.filter((a) => a.state === "active_acknowledged").length;
+  const hidden = alarms.filter((a) => ["shelved", "suppressed", "out_of_service"].includes(a.state)).length;
+  const tail = hidden ? ` · ${hidden} SHELVED/OOS` : "";
   if (waiting.length) {
     summary.className = "summary sum-alarm";
-    summary.textContent = `${waiting.length} UNACKNOWLEDGED`;
-  } else if (alarms.some((a) => a.active && a.state === "active_acknowledged")) {
+    summary.textContent = `${waiting.length} UNACKNOWLEDGED${tail}`;
+  } else if (acked) {
     summary.className = "summary sum-acked";
-    summary.textContent = `${alarms.filter((a) => a.active).length} ACTIVE, ACKNOWLEDGED`;
+    summary.textContent = `${acked} ACTIVE, ACKNOWLEDGED${tail}`;
   } else {
     summary.className = "summary sum-ok";
-    summary.textContent = "NO ACTIVE ALARMS";
+    summary.textContent = `NO ACTIVE ALARMS${tail}`;
   }
   if (!alarms.length) {
     box.append(el("div", { class: "none" }, "No alarms. All sensors within limits."));
@@ -257,7 +260,12 @@ function connect() {
   const es = new EventSource("/api/events");
   es.addEventListener("open", () => { live.className = "live on"; live.textContent = "live"; refreshAlarms(); });
   es.addEventListener("error", () => { live.className = "live off"; live.textContent = "reconnecting"; });
-  es.addEventListener("alarm", () => refreshAlarms());
+  es.addEventListener("alarm", (ev) => {
+    // the daemon's clock may run ahead of the last snapshot (replay): never show "0 s ago" for old news
+    const t = new Date(JSON.parse(ev.data).alarm.updated_at).getTime();
+    if (Number.isFinite(t) && Date.now() - clockSkew < t) clockSkew = Date.now() - t;
+    refreshAlarms();
+  });
   es.addEventListener("sensors", (ev) => {
     const snap = JSON.parse(ev.data);
     const first = !sensors.length;

@@ -1,0 +1,88 @@
+"""Ledger rows and the SQLite schema that holds them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from monitor.model import iso
+
+READING, OLD_FINAL, NEW_INITIAL = 0, 1, 2  # `seq` of rows at the same time, in this order
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meters (meter TEXT PRIMARY KEY, spec TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS readings (
+    meter    TEXT    NOT NULL,
+    time_ms  INTEGER NOT NULL,
+    seq      INTEGER NOT NULL,   -- 0 reading, 1 old meter's final, 2 new meter's initial
+    reading  TEXT    NOT NULL,   -- register counts, exact decimal text
+    accepted INTEGER NOT NULL,
+    counts   TEXT    NOT NULL,   -- register delta after rollover
+    volume   TEXT    NOT NULL,   -- counts x multiplier, in the meter's unit
+    flags    TEXT    NOT NULL,   -- comma-separated: first, rollover, replacement, backwards, ...
+    message  TEXT    NOT NULL,
+    lim      TEXT    NOT NULL,   -- the most max_rate allowed, for a jump or drop ('' if none)
+    PRIMARY KEY (meter, time_ms, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS replacements (
+    meter       TEXT    NOT NULL,
+    time_ms     INTEGER NOT NULL,
+    old_final   TEXT    NOT NULL,
+    new_initial TEXT    NOT NULL,
+    recorded_by TEXT    NOT NULL,
+    note        TEXT    NOT NULL,
+    PRIMARY KEY (meter, time_ms)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS conflicts (
+    meter   TEXT    NOT NULL,
+    time_ms INTEGER NOT NULL,
+    held    TEXT    NOT NULL,
+    offered TEXT    NOT NULL,
+    PRIMARY KEY (meter, time_ms, offered)
+) WITHOUT ROWID;
+"""
+SCHEMA_VERSION = "1"
+
+
+def to_ms(t: float) -> int:
+    return round(t * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One ledger row; `volume` is the billed delta (0 when rejected) in `unit`."""
+
+    meter: str
+    time_ms: int
+    seq: int
+    reading: Decimal
+    accepted: bool
+    counts: Decimal
+    volume: Decimal
+    flags: tuple[str, ...]
+    message: str
+    limit: Decimal | None = None
+
+    @property
+    def time(self) -> float:
+        return self.time_ms / 1000
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.time_ms, self.seq)
+
+    def describe(self) -> str:
+        what = {READING: "reading", OLD_FINAL: "old final", NEW_INITIAL: "new initial"}[self.seq]
+        verdict = "accepted" if self.accepted else "REJECTED"
+        flags = f" [{','.join(self.flags)}]" if self.flags else ""
+        return f"{iso(self.time)}  {what:<11} {self.reading:>14}  +{self.volume:<12} {verdict}{flags}"
+
+
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    meter: str
+    time_ms: int
+    old_final: Decimal
+    new_initial: Decimal
+    recorded_by: str = ""
+    note: str = ""

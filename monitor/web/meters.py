@@ -1,0 +1,101 @@
+"""Console API for water meters: the ledger's state and recording a meter replacement.
+
+Mounted by `create_app` when the station view offers a `meter_book` (the daemon's
+`MeterBook`); the meter alarm transitions a replacement causes (a `backwards` alarm
+clearing) go to the alarm manager like any other condition.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from fastapi import FastAPI, HTTPException
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from monitor.alarms import AlarmManager
+from monitor.errors import MeterError
+from monitor.meters.book import MeterBook
+from monitor.model import iso
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "missing or wrong bearer token"},
+    403: {"description": "no console.token configured: writes are disabled"},
+    404: {"description": "no such meter"},
+    409: {"description": "the figures contradict the ledger (the reason says how)"},
+}
+
+
+class ReplacementRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    by: str = Field(min_length=1, max_length=100, description="the operator's name, kept in the ledger")
+    time: AwareDatetime = Field(description="when the meter was swapped")
+    old_final: Decimal = Field(ge=0, description="the old meter's final register reading (counts)")
+    new_initial: Decimal = Field(ge=0, description="the new meter's initial register reading (counts)")
+    note: str = Field("", max_length=500)
+
+
+class ReplacementOut(BaseModel):
+    meter: str
+    time: str
+    old_final: str
+    new_initial: str
+    alarm_cleared: bool
+
+
+class MeterOut(BaseModel):
+    meter: str
+    account: str
+    unit: str
+    last_reading: str | None = Field(description="last accepted register reading (counts)")
+    last_reading_at: str | None
+    alarm: bool = Field(description="the latest reading was rejected (meter alarm active)")
+    message: str
+
+
+def add_meter_routes(app: FastAPI, book: MeterBook, alarms: AlarmManager, token_required: Any) -> None:
+    """`token_required` is the app's `Depends(...)` guard for writes."""
+    ledger = book.ledger
+
+    def known(meter: str) -> None:
+        if meter not in ledger.specs:
+            raise HTTPException(404, f"no meter {meter!r} on this station")
+
+    @app.get("/api/meters", response_model=list[MeterOut])
+    async def meters() -> list[MeterOut]:
+        out = []
+        for meter, spec in ledger.specs.items():
+            last, base = ledger.last(meter), ledger.baseline(meter)
+            out.append(
+                MeterOut(
+                    meter=meter,
+                    account=spec.account or "",
+                    unit=spec.unit,
+                    last_reading=None if base is None else f"{base.reading}",
+                    last_reading_at=None if base is None else iso(base.time),
+                    alarm=last is not None and not last.accepted,
+                    message="" if last is None or last.accepted else last.message,
+                )
+            )
+        return out
+
+    @app.post("/api/meters/{meter}/replacements", response_model=ReplacementOut, responses=_ERRORS)
+    async def replace(meter: str, body: ReplacementRequest, _: None = token_required) -> ReplacementOut:
+        known(meter)
+        when = body.time.timestamp()
+        try:
+            conditions = book.record_replacement(
+                meter, when, body.old_final, body.new_initial, recorded_by=body.by, note=body.note
+            )
+        except MeterError as exc:
+            raise HTTPException(409, str(exc)) from None
+        for condition in conditions:
+            alarms.apply(condition)
+        return ReplacementOut(
+            meter=meter,
+            time=iso(when),
+            old_final=f"{body.old_final}",
+            new_initial=f"{body.new_initial}",
+            alarm_cleared=any(c.state == "cleared" for c in conditions),
+        )

@@ -1,0 +1,92 @@
+"""Recording a meter replacement through the console API: the ledger re-judges, the meter
+alarm (a real AlarmManager) clears, and inconsistent figures are refused with the reason."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from monitor.config import Console, build_config
+from monitor.meters.book import MeterBook
+from monitor.model import ManualClock, Rule, Sample, iso
+from monitor.web import create_app
+from tests.console import T0, TOKEN, TableView
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+class MeterView(TableView):
+    """The console's test station plus the daemon's meter book."""
+
+    def __init__(self, tmp_path: Path, clock: ManualClock) -> None:
+        super().__init__(tmp_path / "journal.sqlite", clock)
+        config = build_config(
+            {
+                "station": {"id": "ps-1"},
+                "state_dir": str(tmp_path / "state"),
+                "sensors": [{"id": "shop.meter", "kind": "meter", "register_digits": 5, "max_rate": 100}],
+            }
+        )
+        self.meter_book = MeterBook.open(config)
+
+
+@pytest.fixture
+def view(tmp_path: Path) -> Iterator[MeterView]:
+    v = MeterView(tmp_path, ManualClock(T0))
+    yield v
+    v.meter_book.close()
+    v.alarms.close()
+
+
+def call(view: MeterView, method: str, url: str, token: str | None = TOKEN, **kw: Any) -> httpx.Response:
+    app = create_app(view, Console(token=None if token is None else SecretStr(token)))
+
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
+            return await client.request(method, url, **kw)
+
+    return asyncio.run(go())
+
+
+def test_replacement_through_the_console_clears_the_meter_alarm(view: MeterView) -> None:
+    old = [Sample("shop.meter", T0 + h * 3600, 33_800 + 20 * h) for h in range(5)]  # 33,880 at hour 4
+    new = [Sample("shop.meter", T0 + (5 + h) * 3600, 15 + 20 * h) for h in range(3)]
+    for c in view.meter_book.ingest([*old, *new]):
+        view.alarms.apply(c)
+    alarm = view.alarms.get("shop.meter", Rule.METER)
+    assert alarm is not None and alarm.active and alarm.citation == "§139-3"
+    (meter,) = call(view, "GET", "/api/meters").json()
+    assert meter["alarm"] is True and meter["last_reading"] == "33880"
+    assert "went backwards" in meter["message"]
+
+    body = {"by": "J. Operator", "time": "2026-06-01T00:00:00Z", "old_final": 33_890, "new_initial": "5"}
+    assert call(view, "POST", "/api/meters/shop.meter/replacements", token=None, json=body).status_code == 403
+    wrong = call(view, "POST", "/api/meters/shop.meter/replacements", token="nope", json=body)
+    assert wrong.status_code == 401
+    assert call(view, "POST", "/api/meters/nope/replacements", headers=AUTH, json=body).status_code == 404
+    swap = T0 + 4.5 * 3600
+    body["time"] = iso(swap)
+    refused = call(
+        view, "POST", "/api/meters/shop.meter/replacements", headers=AUTH, json={**body, "old_final": 1}
+    )
+    assert refused.status_code == 409 and "does not follow the last accepted reading 33880" in refused.text
+
+    done = call(view, "POST", "/api/meters/shop.meter/replacements", headers=AUTH, json=body)
+    assert done.status_code == 200, done.text
+    want = {"meter": "shop.meter", "time": iso(swap), "old_final": "33890", "new_initial": "5"}
+    assert done.json() == {**want, "alarm_cleared": True}
+    alarm = view.alarms.get("shop.meter", Rule.METER)
+    assert alarm is not None and not alarm.active
+    (meter,) = call(view, "GET", "/api/meters").json()
+    assert meter["alarm"] is False and meter["last_reading"] == "55"
+    rows = view.meter_book.ledger.rows("shop.meter")
+    assert sum(r.volume for r in rows) == 4 * 20 + 10 + 10 + 2 * 20
+    assert view.meter_book.ledger.replacements("shop.meter")[0].recorded_by == "J. Operator"
+    assert "/api/meters/{meter}/replacements" in call(view, "GET", "/openapi.json").json()["paths"]
