@@ -17,19 +17,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from monitor.alarms import AlarmManager, Dispatcher, LogNotifier, Notifier
+from monitor.alarms import AlarmManager, Dispatcher, Notifier
 from monitor.alarms.mqtt import AlarmPublisher, MqttCommands
-from monitor.alarms.webhook import WebhookNotifier
+from monitor.alarms.webhook import people_notifiers
 from monitor.config import Config
 from monitor.engine import Engine, load_checkpoint_or_start_fresh, save_checkpoint
 from monitor.meters.book import MeterBook
-from monitor.model import Alarm, Clock, Condition, Kind, Quality, Sample, WallClock
+from monitor.model import (
+    Alarm,
+    Clock,
+    Condition,
+    ConditionState,
+    Kind,
+    Quality,
+    Rule,
+    Sample,
+    WallClock,
+)
 from monitor.sdnotify import notify, watchdog_interval
 from monitor.sinks.pipeline import SampleSink, open_sink
 from monitor.sources.modbus import ModbusPoller
@@ -39,6 +50,7 @@ from monitor.web.view import SensorReading
 
 log = logging.getLogger(__name__)
 
+_ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS})
 CHECKPOINT_FILE = "baselines.ckpt"
 CHECKPOINT_INTERVAL = 300.0  # wall seconds between baseline checkpoints
 TICK = 1.0  # wall seconds between timer ticks
@@ -99,13 +111,21 @@ class Daemon:
                     config.mqtt.command_users,
                     self.alarms,
                 )
-        notifiers: list[Notifier] = [LogNotifier()]
-        if config.alarms.webhook is not None:
-            notifiers.append(WebhookNotifier(config.alarms.webhook, config.station.id))
         mirrors: list[Notifier] = [self.publisher] if self.publisher is not None else []
-        self.dispatcher = Dispatcher(config.alarms, self.clock, notifiers=notifiers, mirrors=mirrors)
+        self.notifiers = people_notifiers(config)
+        self.dispatcher = Dispatcher(config.alarms, self.clock, notifiers=self.notifiers, mirrors=mirrors)
         self.dispatcher.attach(self.alarms)
         self.alarms.listen(lambda _entry, alarm: self.sink.write_alarms([alarm]))
+        # Alarms the journal restored as active that the engine does not hold active
+        # (no checkpoint, or the condition ended while we were down): the engine would
+        # never send their CLEARED, so the first judged sample decides for it.
+        self._unconfirmed: set[tuple[str, Rule]] = {
+            (sensor, rule)
+            for sensor, rule in self.alarms.active_conditions()
+            if rule in _ENGINE_RULES
+            and sensor in config.rules
+            and rule not in self.engine.status(sensor).active
+        }
 
     # --- the pipeline ----------------------------------------------------------------
 
@@ -138,6 +158,8 @@ class Daemon:
             if self._kinds.get(sample.sensor) is Kind.METER:
                 meter_samples.append(sample)
             conditions.extend(self.engine.process(sample))
+            if self._unconfirmed and sample.quality is Quality.GOOD:
+                conditions.extend(self._reconcile(sample))
             previous = self._latest.get(sample.sensor)
             if previous is None or sample.time >= previous.time:
                 self._latest[sample.sensor] = sample
@@ -148,6 +170,33 @@ class Daemon:
             for rec in self.meters.take_records():
                 self.sink.write_meter(rec.meter, rec.time, rec.reading, rec.consumption_ft3)
         return self._raise(conditions)
+
+    def _reconcile(self, sample: Sample) -> list[Condition]:
+        status = self.engine.status(sample.sensor)
+        if status.quality is not Quality.GOOD:
+            return []
+        out = []
+        for key in [k for k in self._unconfirmed if k[0] == sample.sensor]:
+            rule = key[1]
+            if rule is Rule.SLUG and status.warming_up:
+                continue  # cannot judge a slug yet; the alarm stays as it was
+            self._unconfirmed.discard(key)
+            alarm = self.alarms.get(*key)
+            if rule in status.active or alarm is None:
+                continue
+            out.append(
+                Condition(
+                    time=sample.time,
+                    sensor=sample.sensor,
+                    rule=rule,
+                    state=ConditionState.CLEARED,
+                    value=sample.value,
+                    limit=alarm.limit,
+                    citation=alarm.citation,
+                    message="not active after restart",
+                )
+            )
+        return out
 
     def _raise(self, conditions: Sequence[Condition]) -> list[Alarm]:
         if not conditions:
@@ -241,25 +290,40 @@ class Daemon:
             await self._shutdown(tasks, server)
 
     def stop(self) -> None:
+        """Stop gracefully; a second request while stopping exits at once (the
+        outbox, journal and ledger are committed on disk, so nothing is lost)."""
+        if self._stopping.is_set():
+            log.warning("second stop request: exiting without a clean shutdown")
+            os._exit(1)
         self._stopping.set()
 
     async def _shutdown(self, tasks: list[asyncio.Task[Any]], server: Any) -> None:
         if server is not None:
             server.stop()
-        for task in tasks:
-            if task.get_name() not in ("console", "alarm dispatcher"):
-                task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # Sources, pipeline, timers and drainer stop first; the dispatcher keeps
+        # running until what it was handed is delivered (bounded).
+        late = {"console", "alarm dispatcher"}
+        early = [t for t in tasks if t.get_name() not in late]
+        for task in early:
+            task.cancel()
+        await asyncio.gather(*early, return_exceptions=True)
         self._process_queued()
         self.tick()
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.dispatcher.drain(), timeout=STOP_DRAIN)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         left = await self.sink.drain(STOP_DRAIN) if self.sink.drainer is not None else 0
         if left:
             log.warning("%d point(s) stay in the outbox for the next start", left)
         self.checkpoint()
         if self.mqtt_link is not None:
             self.mqtt_link.stop()
+        for notifier in self.notifiers:
+            aclose = getattr(notifier, "aclose", None)
+            if aclose is not None:
+                await aclose()
         self.sink.close()
         self.meters.close()
         self.alarms.close()
