@@ -269,11 +269,13 @@ class Daemon:
             start(server.serve(), "console")
             await server.wait_started()
             self.console_url = f"http://{self.config.console.host}:{server.port}/"
+        warming = sum(1 for s in self.engine.statuses() if s.warming_up)
         log.info(
-            "station %s running: %d sensor(s), %s%s",
+            "station %s running: %d sensor(s), %s%s%s",
             self.config.station.id,
             len(self.config.sensors),
-            "baselines restored" if self.restored else "baselines warming up",
+            "baselines restored from checkpoint" if self.restored else "no baseline checkpoint",
+            f", {warming} baseline(s) warming up" if warming else "",
             f", console {self.console_url}" if self.console_url else "",
         )
         notify("READY=1")
