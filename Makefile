@@ -3,7 +3,7 @@
 
 demo:
 	@scripts/bootstrap.sh python
-	.venv/bin/monitor check-config config/minimal.yaml
+	.venv/bin/monitor demo
 
 test:
 	@scripts/bootstrap.sh services

@@ -201,6 +201,18 @@ class WallClock:
         return _time.time()
 
 
+class ScaledClock:
+    """Time running `speed` times faster than the wall clock from `start` (the demo
+    and the simulator share one, so a day of station life passes in minutes)."""
+
+    def __init__(self, speed: float, start: float | None = None) -> None:
+        self.speed = speed
+        self.start = _time.time() if start is None else start
+
+    def now(self) -> float:
+        return self.start + (_time.time() - self.start) * self.speed
+
+
 class ManualClock:
     """A clock tests and replay move by hand."""
 

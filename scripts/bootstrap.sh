@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_services="${1:-services}"   # "services" (tests) or "python" (demo only)
-APT_PACKAGES=(mosquitto influxdb victoria-metrics chromium)
+APT_PACKAGES=(mosquitto influxdb victoria-metrics chromium socat)
 
 missing=()
 if [ "$want_services" = services ]; then
@@ -14,6 +14,7 @@ if [ "$want_services" = services ]; then
   command -v influxd >/dev/null || missing+=(influxdb)
   command -v victoria-metrics >/dev/null || missing+=(victoria-metrics)
   command -v chromium >/dev/null || missing+=(chromium)
+  command -v socat >/dev/null || missing+=(socat)   # linked ptys for the Modbus RTU test
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then

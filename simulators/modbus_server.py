@@ -47,7 +47,7 @@ from functools import partial
 from types import TracebackType
 
 from pymodbus.constants import ExcCodes
-from pymodbus.server import ModbusTcpServer
+from pymodbus.server import ModbusSerialServer, ModbusTcpServer
 from pymodbus.simulator import DataType, SimData, SimDevice
 
 from simulators.scenarios import Scenario, Station, load_scenarios, parse_spec
@@ -118,6 +118,8 @@ class StationServer:
         port: int = 5020,
         clock: Callable[[], float] = time.time,
         update_interval: float = 0.1,
+        serial_port: str | None = None,
+        baudrate: int = 19200,
     ) -> None:
         self.stations = stations if isinstance(stations, dict) else {1: stations}
         self.host = host
@@ -128,7 +130,9 @@ class StationServer:
         self._cache: dict[int, tuple[float, dict[str, list[tuple[int, list[int]]]]]] = {}
         self.connections = 0
         self.function_codes: list[int] = []
-        self._server: ModbusTcpServer | None = None
+        self.serial_port = serial_port  # serve Modbus RTU on this tty instead of TCP
+        self.baudrate = baudrate
+        self._server: ModbusTcpServer | ModbusSerialServer | None = None
 
     def _device(self, unit: int) -> SimDevice:
         blocks = (
@@ -200,7 +204,8 @@ class StationServer:
         """Drops replies while the device is silent or offline (a dead device, not a refusal)."""
         if not sending:
             return data
-        unit = data[6] if len(data) > 6 else 1
+        at = 0 if self.serial_port else 6  # RTU frames start with the unit id; TCP after the MBAP
+        unit = data[at] if len(data) > at else 1
         station = self.stations.get(unit)
         if self.faults.silent or (station is not None and not station.online(self.clock())):
             return b""
@@ -212,12 +217,17 @@ class StationServer:
 
     async def start(self) -> None:
         devices = [self._device(unit) for unit in sorted(self.stations)]
-        self._server = ModbusTcpServer(
-            devices,
-            address=(self.host, self.port),
-            trace_packet=self._trace_packet,
-            trace_connect=self._trace_connect,
-        )
+        if self.serial_port:
+            self._server = ModbusSerialServer(
+                devices, port=self.serial_port, baudrate=self.baudrate, trace_packet=self._trace_packet
+            )
+        else:
+            self._server = ModbusTcpServer(
+                devices,
+                address=(self.host, self.port),
+                trace_packet=self._trace_packet,
+                trace_connect=self._trace_connect,
+            )
         await self._server.serve_forever(background=True)
 
     async def stop(self) -> None:
@@ -303,6 +313,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         asyncio.run(serve(args))
     except ValueError as exc:
         print(f"simulator: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, RuntimeError) as exc:  # pymodbus raises RuntimeError when it cannot listen
+        print(f"simulator: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 2
     return 0
 

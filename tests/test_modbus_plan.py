@@ -57,3 +57,18 @@ def test_split_bisects_by_fields_and_each_half_spans_only_its_fields() -> None:
     left, right = split(req)
     assert (left.address, left.count, len(left.fields)) == (0, 6, 2)
     assert (right.address, right.count, len(right.fields)) == (9, 6, 2)
+
+
+def test_pymodbus_is_imported_in_the_adapter_only() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "monitor"
+    importers = sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if any(
+            line.lstrip().startswith(("import pymodbus", "from pymodbus"))
+            for line in p.read_text().splitlines()
+        )
+    )
+    assert importers == ["sources/modbus.py"]

@@ -343,3 +343,22 @@ def test_device_offline_scenario_logs_once_per_episode(caplog: pytest.LogCapture
     assert levels.count("ERROR") == 1 and levels.count("DEBUG") == 2
     assert mine[-1].levelname == "INFO" and "answering again after 3 failed poll(s)" in mine[-1].getMessage()
     assert "timeout" in mine[0].getMessage() and "holding 0..3" in mine[0].getMessage()
+
+
+def test_a_silent_device_costs_one_timeout_per_cycle_not_one_per_request() -> None:
+    async def scenario() -> None:
+        port = free_port()
+        async with StationServer(frozen_station(), port=port) as srv:
+            fields = [
+                *STATION_FIELDS,
+                {"sensor": "oil_in", "register": "input", "address": 0, "type": "FLOAT32"},
+            ]
+            poller = ModbusPoller([device("plc", port, fields, timeout=0.1)], ManualClock(T0))
+            srv.faults.delay = 0.3
+            items = await poller.poll("plc")
+            sent = list(srv.function_codes)
+        assert sent == [3]  # the input-register read was not sent after the holding read timed out
+        assert {s.quality for s in items} == {Quality.COMM_FAILURE}  # type: ignore[union-attr]
+        assert len(items) == len(fields)
+
+    asyncio.run(scenario())

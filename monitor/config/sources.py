@@ -96,6 +96,23 @@ class ModbusDevice(Section):
 class Modbus(Section):
     devices: list[ModbusDevice] = []
 
+    @model_validator(mode="after")
+    def _one_line_one_setting(self) -> Modbus:
+        """Units on one serial line share its baud rate and framing (one connection owner)."""
+        seen: dict[str, tuple[int, tuple[object, ...]]] = {}
+        for i, d in enumerate(self.devices):
+            if d.transport != "rtu":
+                continue
+            line = (d.baudrate, d.parity, d.stopbits, d.bytesize)
+            first = seen.setdefault(str(d.port), (i, line))
+            if first[1] != line:
+                raise key_error(
+                    f"devices[{i}].baudrate",
+                    f"{d.port} is also used by devices[{first[0]}] with other line settings"
+                    " (baudrate, parity, stopbits, bytesize)",
+                )
+        return self
+
 
 class Tls(Section):
     ca_file: Path | None = None

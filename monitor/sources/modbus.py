@@ -12,7 +12,8 @@ The only module that imports pymodbus; its exceptions become `ModbusError` here.
 
 `ModbusPoller.run(emit)` polls until cancelled and emits `Sample`s (GOOD, BAD_DATA,
 COMM_FAILURE with NaN) and comm-loss `Condition`s; planning lives in
-`modbus_plan`, decoding in `modbus_decode`, per-device bookkeeping in `modbus_health`.
+`modbus_plan`, decoding in `modbus_decode`, judging answers in `modbus_device`, counters
+and episode logging in `modbus_health`.
 """
 
 from __future__ import annotations
@@ -28,26 +29,20 @@ from pymodbus.client import AsyncModbusSerialClient, AsyncModbusTcpClient
 from pymodbus.exceptions import ModbusException
 
 from monitor.config.sources import ModbusDevice
-from monitor.errors import DecodeError, ModbusError
-from monitor.model import Clock, Condition, ConditionState, Emit, Quality, Rule, Sample, WallClock
-from monitor.sources.modbus_decode import compile_decoder, decode_value
-from monitor.sources.modbus_health import DeviceHealth, Episodes
+from monitor.errors import ModbusError
+from monitor.model import Clock, Condition, Emit, Quality, Sample, WallClock
+from monitor.sources.modbus_decode import decode_value
+from monitor.sources.modbus_device import (
+    COMM_CODES,
+    EXCEPTION_NAMES,
+    DeviceState,
+    comm_state,
+    samples,
+)
+from monitor.sources.modbus_health import DeviceHealth
 from monitor.sources.modbus_plan import ReadPlan, Request, plan_device, split
 
 log = logging.getLogger(__name__)
-
-EXCEPTION_NAMES = {
-    1: "illegal function",
-    2: "illegal data address",
-    3: "illegal data value",
-    4: "device failure",
-    5: "acknowledge",
-    6: "device busy",
-    10: "gateway path unavailable",
-    11: "gateway target failed to respond",
-}
-# Exception codes that mean "no reading this time", not "this field is wrong".
-COMM_CODES = frozenset({5, 6, 10, 11})
 
 
 def endpoint(device: ModbusDevice) -> str:
@@ -172,23 +167,6 @@ class Hub:
         return words
 
 
-class DeviceState:
-    """A device's live plan (requests are split after exception 2) and bookkeeping."""
-
-    def __init__(self, device: ModbusDevice, plan: ReadPlan, hub: Hub) -> None:
-        self.device = device
-        self.plan = plan
-        self.requests = list(plan.requests)
-        self.hub = hub
-        self.sensors = list(dict.fromkeys(f.sensor for f in device.fields))
-        fields = [f for r in plan.requests for f in r.fields]
-        self.keys = {f.index: f"field {f.where()}" for f in fields}  # episode keys
-        self.decoders = {f.index: compile_decoder(f.type, f.byte_order, f.scale, f.bit) for f in fields}
-        self.health = DeviceHealth(device=device.name, endpoint=hub.key, unit=device.device_id)
-        self.episodes = Episodes(log, f"modbus device {device.name} ({hub.key} unit {device.device_id})")
-        self.comm_loss = False
-
-
 class ModbusPoller:
     """Polls every configured device concurrently until cancelled."""
 
@@ -239,7 +217,7 @@ class ModbusPoller:
             for n, st in self.devices.items()
         ]
         try:
-            await asyncio.gather(*tasks)
+            await asyncio.gather(*tasks) if tasks else await asyncio.Event().wait()
         finally:
             for task in tasks:
                 task.cancel()
@@ -269,11 +247,21 @@ class ModbusPoller:
         loop = asyncio.get_running_loop()
         began = loop.time()
         results: list[tuple[Request, list[int] | ModbusError]] = []
+        silent: ModbusError | None = None
         async with st.hub.lock:
             for i, request in enumerate(st.requests):
+                if silent is not None:
+                    # The device did not answer: one timeout per cycle, not one per request,
+                    # so a dead unit does not hold a shared line for N x timeout.
+                    results.append((request, silent))
+                    continue
                 if i and dev.pause:
                     await asyncio.sleep(dev.pause)
-                results.extend(await self._read(st, request))
+                got = await self._read(st, request)
+                results.extend(got)
+                silent = next(
+                    (x for _, x in got if isinstance(x, ModbusError) and x.exception_code is None), None
+                )
             if dev.close_after_cycle:
                 st.hub.close()
         st.requests = [r for r, _ in results]
@@ -291,8 +279,8 @@ class ModbusPoller:
                 items.extend(Sample(f.sensor, now, math.nan, Quality.COMM_FAILURE) for f in request.fields)
                 continue
             answered = True
-            items.extend(self._samples(st, request, result, now))
-        items.extend(self._comm_state(st, answered, comm_error, results, now))
+            items.extend(samples(st, request, result, now))
+        items.extend(comm_state(st, answered, comm_error, results, now))
         return items
 
     async def _read(self, st: DeviceState, request: Request) -> list[tuple[Request, list[int] | ModbusError]]:
@@ -323,91 +311,5 @@ class ModbusPoller:
             return [(request, words)]
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _samples(
-        self, st: DeviceState, request: Request, result: list[int] | ModbusError, now: float
-    ) -> list[Sample]:
-        out = []
-        if isinstance(result, ModbusError):
-            hint = " (if the map counts from 1, set address_base: 1 or try address - 1)"
-            for f in request.fields:
-                text = f"{f.where()} -> {f.sensor}: {result}{hint if result.exception_code == 2 else ''}"
-                if st.episodes.fail(st.keys[f.index], text):
-                    st.health.bad_fields += 1
-                out.append(Sample(f.sensor, now, math.nan, Quality.BAD_DATA))
-            return out
-        episodes = st.episodes
-        troubled = bool(episodes.ongoing)
-        keys, decoders, base = st.keys, st.decoders, request.address
-        for f in request.fields:
-            at = f.address - base
-            words = result[at : at + f.count]
-            try:
-                if f.kind in ("coil", "discrete"):
-                    raw: int | float | str = float(words[0]) * (f.scale if f.scale is not None else 1.0)
-                else:
-                    raw = decoders[f.index](words)
-                if isinstance(raw, str):
-                    raise DecodeError(f"{f.type} decodes to text {raw!r}, not a reading")
-                value = float(raw) + f.offset
-                if not math.isfinite(value):
-                    raise DecodeError(f"device reports {raw}")
-            except DecodeError as exc:
-                episodes.fail(keys[f.index], f"{f.where()} -> {f.sensor}: bad data: {exc}")
-                out.append(Sample(f.sensor, now, math.nan, Quality.BAD_DATA))
-                continue
-            if troubled and keys[f.index] in episodes:
-                episodes.ok(keys[f.index], f"{f.where()} -> {f.sensor}: reading again")
-            out.append(Sample(f.sensor, now, value, Quality.GOOD))
-        return out
 
-    def _comm_state(
-        self,
-        st: DeviceState,
-        answered: bool,
-        error: ModbusError | None,
-        results: list[tuple[Request, list[int] | ModbusError]],
-        now: float,
-    ) -> list[Condition]:
-        dev = st.device
-        h = st.health
-        if answered or error is None:
-            if h.failed_in_row:
-                st.episodes.ok("comm", f"answering again after {h.failed_in_row} failed poll(s)")
-            h.failed_in_row = 0
-            h.last_poll = now
-            if st.comm_loss:
-                st.comm_loss = False
-                return self._conditions(st, ConditionState.CLEARED, now, "answering again")
-            return []
-        h.failed_in_row += 1
-        what = ", ".join(sorted({r.describe() for r, x in results if isinstance(x, ModbusError)}))
-        st.episodes.fail(
-            "comm", f"{error} (reading {what}); sensors {', '.join(st.sensors)} now COMM_FAILURE"
-        )
-        if not st.comm_loss and h.failed_in_row >= dev.comm_loss_after:
-            st.comm_loss = True
-            return self._conditions(
-                st, ConditionState.ACTIVE, now, f"{h.failed_in_row} failed polls: {error}"
-            )
-        return []
-
-    def _conditions(self, st: DeviceState, state: ConditionState, now: float, why: str) -> list[Condition]:
-        """One comm-loss condition per sensor the device feeds."""
-        message = f"modbus device {st.device.name} ({st.hub.key} unit {st.device.device_id}): {why}"
-        return [
-            Condition(
-                time=now,
-                sensor=sensor,
-                rule=Rule.COMM_LOSS,
-                state=state,
-                value=float(st.health.failed_in_row),
-                limit=float(st.device.comm_loss_after),
-                citation="",
-                message=message,
-                extra={"device": st.device.name, "endpoint": st.hub.key},
-            )
-            for sensor in st.sensors
-        ]
-
-
-__all__ = ["DeviceHealth", "Hub", "ModbusPoller", "decode_value", "endpoint"]
+__all__ = ["DeviceHealth", "DeviceState", "Hub", "ModbusPoller", "decode_value", "endpoint"]

@@ -1,0 +1,141 @@
+"""What one poll cycle's answers become: samples with a quality, comm-loss conditions.
+
+Free of pymodbus: the hub in `modbus` reads words; this module judges them. A
+device's live plan (requests are bisected after exception 2), compiled decoders
+and failure episodes live in its `DeviceState`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING
+
+from monitor.config.sources import ModbusDevice
+from monitor.errors import DecodeError, ModbusError
+from monitor.model import Condition, ConditionState, Quality, Rule, Sample
+from monitor.sources.modbus_decode import compile_decoder
+from monitor.sources.modbus_health import DeviceHealth, Episodes
+from monitor.sources.modbus_plan import ReadPlan, Request
+
+if TYPE_CHECKING:
+    from monitor.sources.modbus import Hub
+
+log = logging.getLogger("monitor.sources.modbus")
+
+EXCEPTION_NAMES = {
+    1: "illegal function",
+    2: "illegal data address",
+    3: "illegal data value",
+    4: "device failure",
+    5: "acknowledge",
+    6: "device busy",
+    10: "gateway path unavailable",
+    11: "gateway target failed to respond",
+}
+# Exception codes that mean "no reading this time", not "this field is wrong".
+COMM_CODES = frozenset({5, 6, 10, 11})
+
+
+class DeviceState:
+    """A device's live plan (requests are split after exception 2) and bookkeeping."""
+
+    def __init__(self, device: ModbusDevice, plan: ReadPlan, hub: Hub) -> None:
+        self.device = device
+        self.plan = plan
+        self.requests = list(plan.requests)
+        self.hub = hub
+        self.sensors = list(dict.fromkeys(f.sensor for f in device.fields))
+        fields = [f for r in plan.requests for f in r.fields]
+        self.keys = {f.index: f"field {f.where()}" for f in fields}  # episode keys
+        self.decoders = {f.index: compile_decoder(f.type, f.byte_order, f.scale, f.bit) for f in fields}
+        self.health = DeviceHealth(device=device.name, endpoint=hub.key, unit=device.device_id)
+        self.episodes = Episodes(log, f"modbus device {device.name} ({hub.key} unit {device.device_id})")
+        self.comm_loss = False
+
+
+def samples(st: DeviceState, request: Request, result: list[int] | ModbusError, now: float) -> list[Sample]:
+    """Samples for the fields of one request: GOOD with the value, or BAD_DATA with NaN."""
+    out = []
+    if isinstance(result, ModbusError):
+        hint = " (if the map counts from 1, set address_base: 1 or try address - 1)"
+        for f in request.fields:
+            text = f"{f.where()} -> {f.sensor}: {result}{hint if result.exception_code == 2 else ''}"
+            if st.episodes.fail(st.keys[f.index], text):
+                st.health.bad_fields += 1
+            out.append(Sample(f.sensor, now, math.nan, Quality.BAD_DATA))
+        return out
+    episodes = st.episodes
+    troubled = bool(episodes.ongoing)
+    keys, decoders, base = st.keys, st.decoders, request.address
+    for f in request.fields:
+        at = f.address - base
+        words = result[at : at + f.count]
+        try:
+            if f.kind in ("coil", "discrete"):
+                raw: int | float | str = float(words[0]) * (f.scale if f.scale is not None else 1.0)
+            else:
+                raw = decoders[f.index](words)
+            if isinstance(raw, str):
+                raise DecodeError(f"{f.type} decodes to text {raw!r}, not a reading")
+            value = float(raw) + f.offset
+            if not math.isfinite(value):
+                raise DecodeError(f"device reports {raw}")
+        except DecodeError as exc:
+            episodes.fail(keys[f.index], f"{f.where()} -> {f.sensor}: bad data: {exc}")
+            out.append(Sample(f.sensor, now, math.nan, Quality.BAD_DATA))
+            continue
+        if troubled and keys[f.index] in episodes:
+            episodes.ok(keys[f.index], f"{f.where()} -> {f.sensor}: reading again")
+        out.append(Sample(f.sensor, now, value, Quality.GOOD))
+    return out
+
+
+def comm_state(
+    st: DeviceState,
+    answered: bool,
+    error: ModbusError | None,
+    results: list[tuple[Request, list[int] | ModbusError]],
+    now: float,
+) -> list[Condition]:
+    """Count polls without any answer; comm-loss per sensor after `comm_loss_after`, cleared on an answer."""
+    dev = st.device
+    h = st.health
+    if answered or error is None:
+        if h.failed_in_row:
+            st.episodes.ok("comm", f"answering again after {h.failed_in_row} failed poll(s)")
+        h.failed_in_row = 0
+        h.last_poll = now
+        if st.comm_loss:
+            st.comm_loss = False
+            return _conditions(st, ConditionState.CLEARED, now, "answering again")
+        return []
+    h.failed_in_row += 1
+    what = ", ".join(sorted({r.describe() for r, x in results if isinstance(x, ModbusError)}))
+    st.episodes.fail("comm", f"{error} (reading {what}); sensors {', '.join(st.sensors)} now COMM_FAILURE")
+    if not st.comm_loss and h.failed_in_row >= dev.comm_loss_after:
+        st.comm_loss = True
+        return _conditions(st, ConditionState.ACTIVE, now, f"{h.failed_in_row} failed polls: {error}")
+    return []
+
+
+def _conditions(st: DeviceState, state: ConditionState, now: float, why: str) -> list[Condition]:
+    """One comm-loss condition per sensor the device feeds."""
+    message = f"modbus device {st.device.name} ({st.hub.key} unit {st.device.device_id}): {why}"
+    return [
+        Condition(
+            time=now,
+            sensor=sensor,
+            rule=Rule.COMM_LOSS,
+            state=state,
+            value=float(st.health.failed_in_row),
+            limit=float(st.device.comm_loss_after),
+            citation="",
+            message=message,
+            extra={"device": st.device.name, "endpoint": st.hub.key},
+        )
+        for sensor in st.sensors
+    ]
+
+
+__all__ = ["COMM_CODES", "EXCEPTION_NAMES", "DeviceState", "comm_state", "samples"]

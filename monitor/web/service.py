@@ -1,0 +1,154 @@
+"""The daemon's HTTP face: the console plus /healthz, /readyz and Prometheus /metrics.
+
+Health and metrics sit beside the console (not inside `app.py`) because they
+describe the daemon, not the operator's view; both read `StationView.health()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from monitor.web.app import create_app
+from monitor.web.server import ConsoleServer
+from monitor.web.view import StationView
+
+
+class DaemonView(StationView, Protocol):
+    """What the health endpoints need beyond the console's view."""
+
+    @property
+    def config(self) -> Any: ...
+
+
+def console_server(view: DaemonView) -> ConsoleServer:
+    app = create_app(view, view.config.console)
+    add_health_routes(app, view)
+    return ConsoleServer(app, view.config.console)
+
+
+def readiness(health: Mapping[str, Any]) -> list[str]:
+    """Why the daemon is not ready: a source down, the outbox at its cap."""
+    problems = []
+    for src in health.get("sources", []):
+        if not src.get("connected", False):
+            problems.append(f"{src['source']} {src['name']} not connected")
+    outbox = health.get("outbox", {})
+    if outbox.get("configured") and outbox.get("pending_bytes", 0) >= 0.95 * outbox.get("max_bytes", 1):
+        problems.append("outbox at its size cap")
+    return problems
+
+
+def add_health_routes(app: FastAPI, view: DaemonView) -> None:
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(StationCollector(view))
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> JSONResponse:
+        """Liveness: the event loop answers."""
+        return JSONResponse({"status": "ok", "station": view.station_id})
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> JSONResponse:
+        """Readiness: every source connected, outbox below its cap."""
+        health: Mapping[str, Any] = view.health()
+        problems = readiness(health)
+        status = 200 if not problems else 503
+        return JSONResponse({"ready": not problems, "problems": problems}, status_code=status)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+class StationCollector(Collector):
+    """Reads the health snapshot at scrape time, so no module outside this one
+    needs to know about Prometheus."""
+
+    def __init__(self, view: DaemonView) -> None:
+        self.view = view
+
+    def collect(self) -> Iterator[Metric]:
+        h: Mapping[str, Any] = self.view.health()
+        station = self.view.station_id
+        samples = CounterMetricFamily(
+            "station_monitor_samples", "Samples ingested per source", labels=["station", "source"]
+        )
+        for source, count in h.get("samples_by_source", {}).items():
+            samples.add_metric([station, source], count)
+        yield samples
+        requests = CounterMetricFamily(
+            "station_monitor_modbus_requests", "Modbus requests sent", labels=["station", "device"]
+        )
+        errors = CounterMetricFamily(
+            "station_monitor_modbus_errors", "Modbus requests failed", labels=["station", "device"]
+        )
+        latency = GaugeMetricFamily(
+            "station_monitor_modbus_latency_seconds", "Last request round trip", labels=["station", "device"]
+        )
+        connected = GaugeMetricFamily(
+            "station_monitor_source_connected", "1 when the source is connected", labels=["station", "source"]
+        )
+        mqtt_msgs = CounterMetricFamily("station_monitor_mqtt_messages", "MQTT messages", labels=["station"])
+        mqtt_bad = CounterMetricFamily(
+            "station_monitor_mqtt_bad_payloads", "MQTT payloads refused", labels=["station"]
+        )
+        for src in h.get("sources", []):
+            connected.add_metric(
+                [station, f"{src['source']}:{src['name']}"], 1.0 if src["connected"] else 0.0
+            )
+            if src["source"] == "modbus":
+                requests.add_metric([station, src["name"]], src["requests"])
+                errors.add_metric([station, src["name"]], src["errors"])
+                if src.get("latency") is not None:
+                    latency.add_metric([station, src["name"]], src["latency"])
+            else:
+                mqtt_msgs.add_metric([station], src.get("received", 0))
+                mqtt_bad.add_metric([station], src.get("bad_payloads", 0))
+        yield from (requests, errors, latency, connected, mqtt_msgs, mqtt_bad)
+        outbox = h.get("outbox", {})
+        if outbox.get("configured"):
+            for name, key, doc in (
+                ("outbox_pending_points", "pending", "Points waiting in the outbox"),
+                ("outbox_pending_bytes", "pending_bytes", "Bytes waiting in the outbox"),
+            ):
+                g = GaugeMetricFamily(f"station_monitor_{name}", doc, labels=["station"])
+                g.add_metric([station], outbox.get(key, 0))
+                yield g
+            for name, key, doc in (
+                ("points_written", "written", "Points the server acknowledged"),
+                ("points_dropped", "dropped", "Points dropped by the outbox size cap"),
+                ("points_dead_lettered", "dead_letters", "Points the server rejected for good"),
+            ):
+                c = CounterMetricFamily(f"station_monitor_{name}", doc, labels=["station"])
+                c.add_metric([station], outbox.get(key, 0))
+                yield c
+            age = GaugeMetricFamily(
+                "station_monitor_outbox_oldest_age_seconds",
+                "Age of the oldest pending point",
+                labels=["station"],
+            )
+            oldest = outbox.get("oldest_queued")
+            age.add_metric([station], max(0.0, self.view.now() - oldest) if oldest else 0.0)
+            yield age
+        active = GaugeMetricFamily(
+            "station_monitor_active_alarms", "Active alarms by priority", labels=["station", "priority"]
+        )
+        by_priority: dict[str, int] = {"critical": 0, "high": 0, "medium": 0, "low": 0}
+        for alarm in (a for a in self.view.alarms.active() if a.active):
+            by_priority[str(alarm.priority)] = by_priority.get(str(alarm.priority), 0) + 1
+        for priority, count in by_priority.items():
+            active.add_metric([station, priority], count)
+        yield active
+        engine = h.get("engine", {})
+        bad = CounterMetricFamily(
+            "station_monitor_bad_values", "Readings rejected as not believable", labels=["station"]
+        )
+        bad.add_metric([station], engine.get("bad_values", 0))
+        yield bad

@@ -1,0 +1,64 @@
+"""`monitor demo`, the README's first command, run for a bounded time as a newcomer would."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+
+from tests.services import free_port, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_demo_serves_the_console_and_raises_a_slug_alarm(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "demo", "--duration", "35", "--port", str(free_port()),
+         "--state-dir", str(tmp_path / "state")],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: any("console: http" in ln for ln in lines), timeout=60, what="console URL")
+        url = re.search(r"console: (http://\S+)", "".join(lines))
+        assert url is not None
+        with urllib.request.urlopen(url.group(1), timeout=5) as resp:
+            assert resp.status == 200
+            assert b"<html" in resp.read().lower()
+        assert any("seeding a day of history" in ln for ln in lines)
+
+        def slug_alarm_raised() -> bool:
+            with urllib.request.urlopen(url.group(1) + "api/alarms", timeout=5) as resp:
+                alarms = json.loads(resp.read())
+            return any(a["sensor"] == "outfall.flow" and a["rule"] == "slug" for a in alarms)
+
+        wait_until(slug_alarm_raised, timeout=60, what="slug alarm in the demo")
+        assert proc.wait(timeout=90) == 0
+        reader.join(timeout=5)
+        text = "".join(lines)
+        assert "alarm outfall.flow/slug active" in text
+        assert "Traceback" not in text
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(timeout=5)
+        if proc.stdout is not None:
+            proc.stdout.close()
