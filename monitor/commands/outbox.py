@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 left = asyncio.run(drainer.drain(args.timeout))
             finally:
-                drainer.writer.close()
+                drainer.close()
             stats = outbox.stats()
     except SinkError as exc:
         print(f"error: {exc}", file=sys.stderr)

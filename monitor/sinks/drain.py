@@ -22,6 +22,7 @@ import logging
 import random
 import re
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from monitor.errors import WriteError
@@ -81,8 +82,8 @@ class DrainStats:
 class Drainer:
     """Moves points from the outbox to the server; one per outbox.
 
-    The HTTP request runs in a worker thread (writers are blocking); every
-    outbox operation stays on the event loop's thread.
+    The HTTP request runs in the writer's own thread (writers are blocking), one
+    at a time; every outbox operation stays on the event loop's thread.
     """
 
     def __init__(
@@ -104,6 +105,7 @@ class Drainer:
         self.backoff = Backoff(initial=initial_backoff, maximum=max_backoff)
         self.stats = DrainStats()
         self._sleep = sleep
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="influx-writer")
         self._failing = False
         self._stopping = False
         self._rejected = 0  # dead letters in the current episode
@@ -111,8 +113,9 @@ class Drainer:
     async def run(self) -> None:
         """Drain until `stop()`: full batches back to back, otherwise every `flush_interval`.
 
-        Stop it with `stop()` rather than cancelling the task: a cancelled task
-        leaves its request running in the worker thread, unacknowledged.
+        `stop()` ends it cleanly; cancelling the task is safe too: a request already
+        on the wire finishes in the writer's thread, unacknowledged, so its points
+        are sent again (at least once), and the next request waits for it.
         """
         self._stopping = False
         while not self._stopping:
@@ -198,7 +201,16 @@ class Drainer:
             batch = following
 
     def _post(self, body: bytes) -> asyncio.Future[None]:
-        return asyncio.ensure_future(asyncio.to_thread(self.writer.write, body))
+        return asyncio.ensure_future(self._write(body))
+
+    def _write(self, body: bytes) -> asyncio.Future[None]:
+        """The request, in the writer's own thread: one at a time, even across a cancel."""
+        return asyncio.get_running_loop().run_in_executor(self._thread, self.writer.write, body)
+
+    def close(self) -> None:
+        """Close the writer once its last request is over."""
+        self._thread.shutdown(wait=True)
+        self.writer.close()
 
     def _settled(self, batch: Batch, rejected: Sequence[Rejected] = ()) -> None:
         self.stats.written += self.outbox.settle(batch, rejected)
@@ -219,7 +231,7 @@ class Drainer:
         while work:
             part = work.pop()
             try:
-                await asyncio.to_thread(self.writer.write, b"\n".join(lines[i] for i in part))
+                await self._write(b"\n".join(lines[i] for i in part))
             except WriteError as exc:
                 if not _refusal(exc):
                     raise
