@@ -108,27 +108,41 @@ class Drainer:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="influx-writer")
         self._failing = False
         self._stopping = False
+        self._waiting: asyncio.Future[None] | None = None
         self._rejected = 0  # dead letters in the current episode
 
     async def run(self) -> None:
         """Drain until `stop()`: full batches back to back, otherwise every `flush_interval`.
 
-        `stop()` ends it cleanly; cancelling the task is safe too: a request already
-        on the wire finishes in the writer's thread, unacknowledged, so its points
-        are sent again (at least once), and the next request waits for it.
+        `stop()` ends it cleanly: the request on the wire is settled, a wait is cut
+        short. Cancelling the task is safe but wasteful: the request on the wire
+        finishes in the writer's thread unacknowledged, so its points are sent again.
         """
         self._stopping = False
         while not self._stopping:
             try:
                 await self.send_batches()
             except WriteError as exc:
-                await self._sleep(self._failed(exc))
+                await self._pause(self._failed(exc))
                 continue
-            await self._sleep(self.flush_interval)
+            await self._pause(self.flush_interval)
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait between rounds; `stop()` cuts the wait short."""
+        self._waiting = asyncio.ensure_future(self._sleep(seconds))
+        try:
+            await self._waiting
+        except asyncio.CancelledError:
+            if not self._stopping or not self._waiting.cancelled():
+                raise
+        finally:
+            self._waiting = None
 
     def stop(self) -> None:
-        """Make `run()` return after the request under way (and any wait) is over."""
+        """Make `run()` return once the request under way is settled (waits are cut short)."""
         self._stopping = True
+        if self._waiting is not None:
+            self._waiting.cancel()
 
     async def drain(self, timeout: float) -> int:
         """Deliver what is pending, for at most about `timeout` seconds; returns the points left.
