@@ -6,8 +6,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections import deque
 from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from monitor.model import Condition, ConditionState, ManualClock, Rule
 from monitor.sinks.batch import Batch, Rejected
@@ -147,3 +152,85 @@ from monitor.sinks.outbox import Outbox
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     db.close()
+
+
+Op = tuple[str, int, int]
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(1, 40), st.just(0)),
+        # a batch, settled
+        st.tuples(st.just("drain"), st.integers(1, 30), st.just(0)),
+        # a batch, the next read, then an append, then both settled
+        st.tuples(st.just("overlap"), st.integers(1, 30), st.just(0)),
+        # a batch, an append (it may drop past the batch), then the next read, both settled
+        st.tuples(st.just("late"), st.integers(1, 30), st.integers(1, 120)),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=ops, cap_lines=st.integers(5, 80))
+def test_outbox_matches_a_plain_queue_model(ops: list[Op], cap_lines: int) -> None:
+    """Appends of any size, batches of any size cut across segments, reads ahead of a
+    settle, the cap dropping underneath: the outbox stays what a simple queue would be."""
+    size = len(_lines(1)[0]) + 1
+    model: deque[str] = deque()
+    dropped = written = serial = 0
+
+    def add(n: int) -> None:
+        nonlocal dropped, serial
+        new = _lines(n, start=serial)
+        serial += n
+        ob.append(new)
+        model.extend(new)
+        while len(model) * size > cap_lines * size:
+            model.popleft()
+            dropped += 1
+
+    def peek(n: int, after: Batch | None = None) -> Batch | None:
+        """A batch holds pending points only, in order (nothing dropped is sent)."""
+        batch = ob.peek(n, after=after.cursor) if after is not None else ob.peek(n)
+        if batch is not None:
+            got = [x.decode() for x in batch.lines]
+            pending = list(model)
+            start = pending.index(got[0])
+            assert got == pending[start : start + len(got)]
+        return batch
+
+    def settle(batch: Batch | None) -> None:
+        nonlocal written
+        if batch is None:
+            return
+        sent = {x.decode() for x in batch.lines}
+        gone = [x for x in model if x in sent]
+        assert ob.settle(batch) == len(gone)
+        written += len(gone)
+        for x in gone:
+            model.remove(x)
+
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        Outbox(Path(tmp) / "o.sqlite", max_bytes=cap_lines * size) as ob,
+    ):
+        for op, n, m in ops:
+            if op == "append":
+                add(n)
+            elif op == "drain":
+                settle(peek(n))
+            elif op == "overlap":
+                first = peek(n)
+                second = peek(n, after=first) if first is not None else None
+                add(n)
+                settle(first)
+                settle(second)
+            else:
+                first = peek(n)
+                add(m)  # may drop past the end of `first`
+                second = peek(n, after=first) if first is not None else None
+                settle(first)
+                settle(second)
+            stats = ob.stats()
+            assert ob.pending_lines(10**6) == list(model)
+            assert (stats.pending, stats.dropped, stats.written) == (len(model), dropped, written)
+            assert stats.pending_bytes == len(model) * size
