@@ -183,3 +183,20 @@ def test_replay_falls_back_to_one_sample_at_a_time_identically(stream: Stream) -
     finally:
         slug.MAX_ROUNDS = saved
     assert canon(got) == canon(expected)
+
+
+def test_checkpoint_schedule_saves_when_due_and_survives_a_failing_disk(tmp_path: Path) -> None:
+    from monitor.engine import CHECKPOINT_FILE, CheckpointSchedule
+
+    engine = Engine(CONFIG.rules, ManualClock())
+    schedule = CheckpointSchedule(engine, tmp_path / CHECKPOINT_FILE, interval=60.0)
+    assert schedule.save_if_due(T0) is True
+    assert schedule.save_if_due(T0 + 30) is False
+    assert schedule.save_if_due(T0 + 60) is True
+    restore_checkpoint(Engine(CONFIG.rules, ManualClock()), tmp_path / CHECKPOINT_FILE)
+    # A directory where the file should go: writing fails, is reported, nothing raises.
+    blocked = CheckpointSchedule(engine, tmp_path / "blocked" / "x.npz")
+    (tmp_path / "blocked").write_text("a file, not a directory")
+    assert blocked.save(T0) is False
+    with pytest.raises(StateError, match="cannot write"):
+        save_checkpoint(engine, tmp_path / "blocked" / "x.npz")

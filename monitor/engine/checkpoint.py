@@ -9,6 +9,7 @@ from a different sensor set or window raises `StateError` and changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from monitor.model import Quality
 
 log = logging.getLogger(__name__)
 
+CHECKPOINT_FILE = "engine-checkpoint.npz"  # under the config's state_dir
 FORMAT = "station-monitor engine checkpoint"
 VERSION = 1
 _BASE = ("total", "n_total", "bucket", "start_sum", "start_count")
@@ -56,7 +58,7 @@ def _sensor_state(engine: Engine, st: SensorState) -> dict[str, Any]:
 
 
 def save_checkpoint(engine: Engine, path: str | Path) -> None:
-    """Write the checkpoint atomically (temporary file, fsync, rename)."""
+    """Write the checkpoint atomically (temporary file, fsync, rename); StateError on failure."""
     path = Path(path)
     doc = {
         "format": FORMAT,
@@ -65,20 +67,25 @@ def save_checkpoint(engine: Engine, path: str | Path) -> None:
         "last_tick": engine.last_tick,
         "state": [_sensor_state(engine, st) for st in engine._states],
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
-        np.savez(
-            f, meta=np.array(json.dumps(doc)), sums=engine.baselines.sums, counts=engine.baselines.counts
-        )
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("wb") as f:
+            np.savez(
+                f, meta=np.array(json.dumps(doc)), sums=engine.baselines.sums, counts=engine.baselines.counts
+            )
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise StateError(f"checkpoint {path}: cannot write ({exc.strerror or exc})") from exc
 
 
 def restore_checkpoint(engine: Engine, path: str | Path) -> None:
@@ -176,3 +183,34 @@ def load_checkpoint_or_start_fresh(engine: Engine, path: str | Path) -> bool:
         return False
     log.info("baselines and rule state restored from %s", path)
     return True
+
+
+class CheckpointSchedule:
+    """Save every `interval` seconds of the clock the daemon passes in, and on demand
+    (at shutdown). A failed save is logged once per episode and retried next time."""
+
+    def __init__(self, engine: Engine, path: str | Path, interval: float = 300.0) -> None:
+        self.engine = engine
+        self.path = Path(path)
+        self.interval = interval
+        self.last_saved: float | None = None
+        self._failing = False
+
+    def save_if_due(self, now: float) -> bool:
+        if self.last_saved is not None and now - self.last_saved < self.interval:
+            return False
+        return self.save(now)
+
+    def save(self, now: float) -> bool:
+        try:
+            save_checkpoint(self.engine, self.path)
+        except StateError as exc:
+            if not self._failing:
+                log.error("%s; baselines will need a new warm-up after a restart until this works", exc)
+            self._failing = True
+            return False
+        if self._failing:
+            log.info("checkpoint %s written again", self.path)
+        self._failing = False
+        self.last_saved = now
+        return True

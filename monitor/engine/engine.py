@@ -24,13 +24,17 @@ from monitor.engine import slug as slug_rule
 from monitor.engine.baseline import Baselines, Floats
 from monitor.engine.rules import NAN, LimitState, first_tick_after, stale_condition
 from monitor.engine.slug import SlugState
-from monitor.model import Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, WallClock
+from monitor.model import Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, WallClock, iso
 
 log = logging.getLogger(__name__)
 
 DEFAULT_WINDOW = 86400.0  # baseline window of sensors without a slug rule (console only)
 _RULE_ORDER = {Rule.STALE: 0, Rule.HIGH: 1, Rule.LOW: 2, Rule.SLUG: 3}
 _GOOD, _BAD = int(Quality.GOOD), int(Quality.BAD_DATA)
+
+
+def _when(t: float) -> str:
+    return iso(t) if math.isfinite(t) else repr(t)
 
 
 def event_order(sensors: Mapping[str, int]) -> Callable[[Condition], tuple[float, int, int, bool]]:
@@ -218,7 +222,7 @@ class Engine:
             return []
         t = sample.time
         if not t > st.last_time:
-            self._out_of_order(st, t, 1)
+            self._out_of_order(st, t, 1, st.last_time)
             return []
         st.last_time = t
         st.ooo_episode = False
@@ -347,7 +351,8 @@ class Engine:
         else:
             before = np.fmax.accumulate(np.concatenate(([st.last_time], ts[:-1])))
             ok = ts > before
-            self._out_of_order(st, float(ts[~ok][0]), int((~ok).sum()))
+            first = int(np.flatnonzero(~ok)[0])
+            self._out_of_order(st, float(ts[first]), int((~ok).sum()), float(before[first]))
             sel, ts, vs = sel[ok], ts[ok], vs[ok]
             qs = None if qs is None else qs[ok]
             if not sel.size:
@@ -427,17 +432,22 @@ class Engine:
         self.counters.unknown_sensor += count
         if sensor not in self._unknown_logged:
             self._unknown_logged.add(sensor)
-            log.warning("sample for unknown sensor %r at %s ignored (not in the station config)", sensor, t)
+            log.warning(
+                "sample for unknown sensor %r at %s ignored (not in the station config)",
+                sensor,
+                _when(t),
+            )
 
-    def _out_of_order(self, st: SensorState, t: float, count: int) -> None:
+    def _out_of_order(self, st: SensorState, t: float, count: int, previous: float) -> None:
         self.counters.out_of_order += count
         if not st.ooo_episode:
             st.ooo_episode = True
             log.warning(
-                "sensor %s: sample at %s is not later than the previous one at %s; ignored",
+                "sensor %s: sample at %s is not later than the previous one at %s; ignored (%d so far)",
                 st.sensor,
-                t,
-                st.last_time,
+                _when(t),
+                _when(previous),
+                self.counters.out_of_order,
             )
 
     def _bad(self, st: SensorState, t: float, v: float, count: int) -> None:
@@ -449,7 +459,7 @@ class Engine:
                 "sensor %s: value %r at %s is not believable (valid %g..%g %s); flagged bad, not judged",
                 st.sensor,
                 v,
-                t,
+                _when(t),
                 st.lo,
                 st.hi,
                 st.rules.unit,
