@@ -244,3 +244,15 @@ def test_replay_of_whole_arrays_matches_live_for_a_station() -> None:
     assert canon(got.conditions) == canon(expected)
     assert {(c.sensor, c.rule) for c in expected} == {("flow", Rule.SLUG), ("ph", Rule.HIGH)}
     assert got.accepted.all() and (got.quality == 0).all()
+
+
+def test_engine_public_surface_is_small() -> None:
+    import monitor.engine
+
+    assert sorted(monitor.engine.__all__) == sorted(
+        ["CHECKPOINT_FILE", "CheckpointSchedule", "Counters", "Engine", "ReplayResult", "ReplayStep",
+         "SensorStatus", "load_checkpoint_or_start_fresh", "replay_steps", "restore_checkpoint",
+         "save_checkpoint"]
+    )  # fmt: skip
+    for name in monitor.engine.__all__:
+        assert hasattr(monitor.engine, name)

@@ -28,8 +28,9 @@ from monitor.engine.checkpoint import (
     restore_checkpoint,
     save_checkpoint,
 )
-from monitor.engine.engine import Counters, Engine, ReplayResult, SensorStatus
+from monitor.engine.engine import Engine
 from monitor.engine.replay import ReplayStep, replay_steps
+from monitor.engine.state import Counters, ReplayResult, SensorStatus
 
 __all__ = [
     "CHECKPOINT_FILE",

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from monitor.engine.engine import Engine, SensorState
+from monitor.engine.engine import Engine
+from monitor.engine.state import SensorState
 from monitor.errors import StateError
 from monitor.model import Quality
 

@@ -10,8 +10,6 @@ clears at the first sample that has been back inside by more than `deadband`
 continuously for at least `off_delay`. Samples in the deadband hold the state and
 restart both timers.
 
-Stale: a sensor with no good sample for longer than `stale_after` raises a stale
-condition when the clock says so (`tick`); the next good sample clears it.
 """
 
 from __future__ import annotations
@@ -145,27 +143,3 @@ class LimitState:
         self.a_start = float(a_start[-1]) if beyond[-1] else NAN
         self.b_start = float(b_start[-1]) if inside[-1] else NAN
         return out
-
-
-STALE_CITATION = "station config: stale_after"
-
-
-def stale_condition(
-    sensor: str, t: float, value: float, stale_after: float, state: ConditionState
-) -> Condition:
-    return Condition(
-        t, sensor, Rule.STALE, state, value, stale_after, STALE_CITATION, message="no good sample"
-    )
-
-
-def first_tick_after(ticks: Floats, since: float, stale_after: float, until: float) -> float | None:
-    """The first tick at which `tick - since > stale_after` holds, exactly as `tick()`
-    computes it, and that is not later than `until`; None when there is none."""
-    j = int(np.searchsorted(ticks, since + stale_after, side="left"))
-    while j > 0 and ticks[j - 1] - since > stale_after:
-        j -= 1
-    while j < ticks.size and not ticks[j] - since > stale_after:
-        j += 1
-    if j < ticks.size and ticks[j] <= until:
-        return float(ticks[j])
-    return None
