@@ -127,7 +127,9 @@ def test_checkpoint_and_restore_give_the_same_events(
         after = live(second, samples[i:])
     else:
         after = second.replay(sensor[i:], time[i:], value[i:], quality[i:]).conditions
-    assert canon(before + after) == canon(whole)
+    # A cut between samples of the same time may order that time's conditions differently
+    # at the seam; the conditions themselves must be identical.
+    assert canon(sorted(before + after, key=first.sort_key)) == canon(whole)
 
 
 def test_checkpoint_from_another_station_is_refused(tmp_path: Path) -> None:
