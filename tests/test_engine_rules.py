@@ -256,3 +256,23 @@ def test_engine_public_surface_is_small() -> None:
     )  # fmt: skip
     for name in monitor.engine.__all__:
         assert hasattr(monitor.engine, name)
+
+
+def test_profile_limit_keeps_its_meaning_in_another_limit_unit() -> None:
+    # Writing limits in degF must not turn the profile's 65 degC into 65 degF.
+    config = station(
+        {"id": "t", "kind": "temperature", "unit": "degC", "limits": {"unit": "degF", "low": 100}},
+        {"id": "i", "kind": "temperature", "unit": "degC", "influent": True, "limits": {"unit": "degF"}},
+    )
+    t, i = config.rules["t"].limits, config.rules["i"].limits
+    assert t is not None and i is not None
+    assert t.low == 100.0 and t.high == pytest.approx(149.0) and t.unit == "degF"
+    assert i.high == pytest.approx(104.0) and i.unit == "degF"
+    _, conds = both(config, "t", every(10.0, [64.9, 65.1, 37.0, 37.9]))  # 100 degF = 37.8 degC
+    assert [(c.rule, c.state) for c in conds] == [
+        (Rule.HIGH, ACTIVE),
+        (Rule.HIGH, CLEARED),
+        (Rule.LOW, ACTIVE),
+        (Rule.LOW, CLEARED),
+    ]
+    assert conds[0].value == pytest.approx(149.18)
