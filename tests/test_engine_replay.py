@@ -19,7 +19,7 @@ from monitor.engine import (
     save_checkpoint,
 )
 from monitor.errors import StateError
-from monitor.model import ManualClock
+from monitor.model import ConditionState, ManualClock, Sample
 from tests.engine_helpers import T0, as_samples, canon, live, station
 
 # Short windows so a few hundred samples cover warm-up, slugs, gaps and restarts.
@@ -225,3 +225,23 @@ def test_checkpoint_schedule_saves_when_due_and_survives_a_failing_disk(tmp_path
     assert blocked.save(T0) is False
     with pytest.raises(StateError, match="cannot write"):
         save_checkpoint(engine, tmp_path / "blocked" / "x.npz")
+
+
+def test_a_restart_restarts_the_stale_watch_but_keeps_active_stale(tmp_path: Path) -> None:
+    config = station(
+        {"id": "a", "kind": "ph", "stale_after": "1m"}, {"id": "b", "kind": "ph", "stale_after": "1m"}
+    )
+    engine = Engine(config.rules, ManualClock())
+    engine.tick(T0)
+    engine.process(Sample("a", T0 + 1, 7.0))
+    assert [c.sensor for c in engine.tick(T0 + 61)] == ["b"]  # b never reported
+    engine.process(Sample("a", T0 + 61, 7.0))
+    save_checkpoint(engine, tmp_path / "c.npz")
+    # The daemon comes back an hour later: a is not stale yet, b still is (no new event).
+    restarted = Engine(config.rules, ManualClock())
+    assert load_checkpoint_or_start_fresh(restarted, tmp_path / "c.npz") is True
+    assert restarted.tick(T0 + 3600) == []
+    assert restarted.tick(T0 + 3630) == []
+    assert [(c.sensor, c.state) for c in restarted.tick(T0 + 3661)] == [("a", ConditionState.ACTIVE)]
+    assert [c.state for c in restarted.process(Sample("b", T0 + 3662, 7.0))] == [ConditionState.CLEARED]
+    assert restarted.baseline_mean("a") == 7.0

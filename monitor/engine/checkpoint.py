@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import zipfile
 from pathlib import Path
@@ -89,8 +90,13 @@ def save_checkpoint(engine: Engine, path: str | Path) -> None:
         raise StateError(f"checkpoint {path}: cannot write ({exc.strerror or exc})") from exc
 
 
-def restore_checkpoint(engine: Engine, path: str | Path) -> None:
-    """Load a checkpoint into a fresh engine; StateError (and no change) when it does not fit."""
+def restore_checkpoint(engine: Engine, path: str | Path, restart_watch: bool = False) -> None:
+    """Load a checkpoint into a fresh engine; StateError (and no change) when it does not fit.
+
+    With `restart_watch` (what a restarting daemon wants) the stale-data watch starts
+    again at the next tick instead of counting the downtime against every sensor;
+    a stale condition that was active stays active until its sensor reports.
+    """
     path = Path(path)
     try:
         with path.open("rb") as f, np.load(f, allow_pickle=False) as z:
@@ -115,6 +121,10 @@ def restore_checkpoint(engine: Engine, path: str | Path) -> None:
         )
     try:
         _apply(engine, doc, sums, counts)
+        if restart_watch:
+            engine.last_tick = -math.inf
+            for st in engine._states:
+                st.fresh = math.nan
     except (KeyError, TypeError, ValueError) as exc:
         raise StateError(f"checkpoint {path}: inconsistent state ({exc!r})") from exc
 
@@ -172,13 +182,14 @@ def _apply(engine: Engine, doc: dict[str, Any], sums: npt.NDArray[Any], counts: 
 
 
 def load_checkpoint_or_start_fresh(engine: Engine, path: str | Path) -> bool:
-    """Restore if there is a checkpoint that fits; otherwise log why and start fresh."""
+    """At daemon start: restore if there is a checkpoint that fits (restarting the
+    stale-data watch), otherwise log why and start fresh. True when restored."""
     path = Path(path)
     if not path.exists():
         log.info("no baseline checkpoint at %s: baselines start empty (warm-up applies)", path)
         return False
     try:
-        restore_checkpoint(engine, path)
+        restore_checkpoint(engine, path, restart_watch=True)
     except StateError as exc:
         log.warning("%s; ignored, baselines start empty (warm-up applies)", exc)
         return False
