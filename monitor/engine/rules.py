@@ -28,6 +28,19 @@ Bools = npt.NDArray[np.bool_]
 NAN = math.nan
 
 
+def duration_text(seconds: float) -> str:
+    """15m, 24h, 90s: durations as the config writes them."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0 and not (unit == "d" and seconds <= 172800):
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def amount(value: float, unit: str) -> str:
+    """`603.2 gpm`, `9.5` (pH has no unit)."""
+    return f"{value:.4g} {unit}" if unit else f"{value:.4g}"
+
+
 def ffill_index(marker: Bools) -> npt.NDArray[np.intp]:
     """For each position, the index of the latest marked position at or before it (-1: none)."""
     out = np.full(marker.size, -1, dtype=np.intp)
@@ -71,6 +84,7 @@ class LimitState:
         "rule",
         "scale",
         "sensor",
+        "unit",
     )
 
     def __init__(self, sensor: str, rules: LimitRule, sensor_unit: str, high: bool) -> None:
@@ -85,12 +99,19 @@ class LimitState:
         self.off_delay = rules.off_delay
         self.scale, self.offset = conversion(sensor_unit, rules.unit)
         self.citation = rules.citation
+        self.unit = "" if rules.unit == "pH" else rules.unit
         self.active = False
         self.a_start = NAN  # start of the current run beyond the limit
         self.b_start = NAN  # start of the current run back inside by more than the deadband
 
     def condition(self, t: float, value: float, state: ConditionState) -> Condition:
-        return Condition(t, self.sensor, self.rule, state, value, self.limit, self.citation)
+        side = "above the high" if self.high else "below the low"
+        now, limit = amount(value, self.unit), amount(self.limit, self.unit)
+        if state is ConditionState.ACTIVE:
+            text = f"{now} {side} limit {limit}"
+        else:
+            text = f"{now} back within the {self.rule} limit {limit}"
+        return Condition(t, self.sensor, self.rule, state, value, self.limit, self.citation, message=text)
 
     def step(self, t: float, raw: float) -> Condition | None:
         """Judge one good sample (in the sensor's unit)."""

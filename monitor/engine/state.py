@@ -91,7 +91,7 @@ class SensorState:
                 self.limits.append(LimitState(rules.sensor, lim, rules.unit, high=True))
             if lim.low is not None:
                 self.limits.append(LimitState(rules.sensor, lim, rules.unit, high=False))
-        self.slug = SlugState(rules.sensor, rules.slug) if self.judged and rules.slug else None
+        self.slug = SlugState(rules.sensor, rules.slug, rules.unit) if self.judged and rules.slug else None
         self.last_time = -math.inf
         self.value = NAN
         self.quality: Quality | None = None
