@@ -36,7 +36,7 @@ class Problem:
     example: str = ""
 
     def add(self, line: int, example: str, count: int = 1) -> None:
-        if self.count == 0:
+        if self.count == 0 or line < self.first_line:
             self.first_line, self.example = line, example
         self.count += count
 
