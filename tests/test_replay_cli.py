@@ -132,3 +132,11 @@ def test_reader_refuses_a_file_without_the_columns(tmp_path: Path) -> None:
     path.write_text("when,what\n1,2\n")
     with pytest.raises(PayloadError, match="lacks column"):
         read_csv(path, ["a"])
+
+
+def test_reader_takes_spreadsheet_exports(tmp_path: Path) -> None:
+    path = tmp_path / "s.csv"
+    path.write_bytes(b"\xef\xbb\xbfTime,Sensor,Value\r\n2026-06-03T00:00:00Z,a,1\r\n\r\n1780444801,a\r\n")
+    samples, report = read_csv(path, ["a"])  # BOM, CRLF, a blank line, a short row
+    assert samples.time.tolist() == [1780444800.0] and samples.value.tolist() == [1.0]
+    assert (report.bad_time.count, report.bad_time.first_line) == (1, 4)
