@@ -1,4 +1,5 @@
-"""Limit and stale-data rules: one step per sample (live) and one pass per batch (replay).
+"""Limit rules, one step per sample (live) and one pass per batch (replay), and the
+array helpers the batch forms of every rule share.
 
 Both forms implement the same definition; `tests/test_engine_replay.py` checks
 with hypothesis that they raise identical conditions.
@@ -9,7 +10,6 @@ the first sample that has been beyond continuously for at least `on_delay`, and
 clears at the first sample that has been back inside by more than `deadband`
 continuously for at least `off_delay`. Samples in the deadband hold the state and
 restart both timers.
-
 """
 
 from __future__ import annotations
