@@ -49,7 +49,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"replay: {exc}", file=sys.stderr)
         return 1
     events = 0
-    with Path(args.events).open("w", encoding="utf-8") as out:
+    try:
+        out = Path(args.events).open("w", encoding="utf-8")  # noqa: SIM115 - closed by `with out` below
+    except OSError as exc:
+        print(f"replay: cannot write events to {args.events}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    with out:
         for step in replay(engine, samples):
             events += write_events(step, out)
     elapsed = max(time.perf_counter() - started, 1e-9)
