@@ -200,7 +200,15 @@ def test_messages_published_while_disconnected_are_all_delivered(mosquitto: Mosq
         peer.close()
 
 
-def test_broker_restart_mid_stream_resumes_without_help(broker: Mosquitto) -> None:
+def _restart(broker: Mosquitto, forget: bool) -> None:
+    broker.stop()
+    if forget:  # a broker that lost its persistence file: our session and subscription are gone
+        (broker.workdir / "mosquitto.db").unlink()
+    broker.start()
+
+
+@pytest.mark.parametrize("forget", [False, True], ids=["broker-keeps-session", "broker-forgets-session"])
+def test_broker_restart_mid_stream_resumes_without_help(broker: Mosquitto, forget: bool) -> None:
     cfg = mqtt_config(broker.port, subscriptions=SUBS[:1])
     link = MqttLink(cfg, "ps-1", client_id="t-restart", reconnect_min=1, reconnect_max=2)
     source = MqttSource(link, cfg, "ps-1")
@@ -216,17 +224,19 @@ def test_broker_restart_mid_stream_resumes_without_help(broker: Mosquitto) -> No
         for i in range(20):
             await asyncio.to_thread(_publish_one, broker.port, f"before-{i}", f"{i}")
         await _until(lambda: len(got) >= 20)
-        await asyncio.to_thread(broker.restart)
+        await asyncio.to_thread(_restart, broker, forget)
         await _until(lambda: link.connected, timeout=30)
         for i in range(20):
             await asyncio.to_thread(_publish_one, broker.port, f"after-{i}", f"{100 + i}")
-        await _until(lambda: len(got) >= 40)
+        await _until(lambda: len({s.value for s in got}) >= 40)
         task.cancel()
         return got
 
     try:
         samples = asyncio.run(scenario())
-        assert sorted(int(s.value) for s in samples) == [*range(20), *range(100, 120)]
+        # QoS 1 is at least once: the restarted broker may deliver again what it had not
+        # recorded as acknowledged, so count distinct readings; none may be missing.
+        assert sorted({int(s.value) for s in samples}) == [*range(20), *range(100, 120)]
     finally:
         link.stop()
         status.close()
