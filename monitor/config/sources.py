@@ -17,6 +17,8 @@ ValueType = Literal[
     "INT64", "UINT64", "FLOAT16", "FLOAT32", "FLOAT64", "STRING", "BIT",
 ]  # fmt: skip
 ByteOrder = Literal["ABCD", "DCBA", "BADC", "CDAB"]
+# registers per value type (STRING: its `length`); the decoder has the full table
+_WIDTH = {"INT32": 2, "UINT32": 2, "FLOAT32": 2, "INT64": 4, "UINT64": 4, "FLOAT64": 4}
 
 
 class ModbusField(Section):
@@ -82,6 +84,12 @@ class ModbusDevice(Section):
                 raise key_error("port", "must be a TCP port number for a TCP device")
         elif not isinstance(self.port, str):
             raise key_error("port", "must be a serial device path (e.g. /dev/ttyUSB0) for RTU")
+        for i, f in enumerate(self.fields):
+            if f.address < self.address_base:
+                raise key_error(f"fields[{i}].address", "must be >= 1 with address_base: 1")
+            width = 1 if f.register_type in ("coil", "discrete") else _WIDTH.get(f.type, f.length or 1)
+            if f.address - self.address_base + width > 65536:
+                raise key_error(f"fields[{i}].address", f"{f.type} at {f.address} runs past register 65535")
         return self
 
 

@@ -1,1 +1,1 @@
-"""Field sources: each turns readings from a device or broker into `Sample`s."""
+"""Field sources: Modbus poller, MQTT ingest, replay. Each hands `Sample`s to an `Emit`."""

@@ -1,0 +1,320 @@
+"""The alarm manager: conditions and operator actions in, journaled ISA-18.2 transitions out."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from monitor.alarms.journal import Entry, Journal
+from monitor.alarms.state import Record, apply_event, sort_key
+from monitor.config import Alarms, Config
+from monitor.errors import AlarmError
+from monitor.model import Alarm, AlarmState, Clock, Condition, ConditionState, Priority, Rule, iso
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[Entry, Alarm], None]
+"""Called after every journaled transition, on the caller's thread (the event loop)."""
+
+_NAME_MAX = 100
+_TEXT_MAX = 500
+
+
+class AlarmManager:
+    """One alarm per (sensor, rule), its state machine, and the journal behind it.
+
+    Every change is written to the journal first and applied second, so what
+    the console shows is always something the journal can prove. Not
+    thread-safe: call it from the daemon's event loop.
+    """
+
+    def __init__(self, config: Alarms, journal: Journal, clock: Clock) -> None:
+        self.config = config
+        self.journal = journal
+        self.clock = clock
+        self._records: dict[tuple[str, Rule], Record] = {}
+        self._listeners: list[Listener] = []
+        self._overrides = {(o.sensor, o.rule): o.priority for o in config.overrides}
+        self._restore()
+
+    @classmethod
+    def open(cls, config: Config, clock: Clock) -> AlarmManager:
+        """The manager for a station, journal at `state_dir/journal.sqlite`."""
+        return cls(config.alarms, Journal(journal_path(config)), clock)
+
+    # --- reading ---------------------------------------------------------
+
+    def listen(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def get(self, sensor: str, rule: Rule | str) -> Alarm | None:
+        rec = self._records.get((sensor, _rule(rule)))
+        return None if rec is None else rec.snapshot()
+
+    def alarms(self) -> list[Alarm]:
+        """Every alarm the station has had, normal ones included, console order."""
+        return sorted((r.snapshot() for r in self._records.values()), key=sort_key)
+
+    def active(self) -> list[Alarm]:
+        """Alarms an operator should see: everything not normal, console order."""
+        return [a for a in self.alarms() if a.state is not AlarmState.NORMAL]
+
+    def priority(self, sensor: str, rule: Rule) -> Priority:
+        found = self._overrides.get((sensor, rule))
+        return found or self.config.priorities.get(rule, Priority.MEDIUM)
+
+    # --- conditions from the engine ----------------------------------------
+
+    def apply(self, condition: Condition) -> list[Alarm]:
+        """Turn an engine condition into transitions; repeated states only refresh the value."""
+        key = (condition.sensor, condition.rule)
+        rec = self._records.get(key)
+        out: list[Alarm] = []
+        if condition.state is ConditionState.ACTIVE:
+            if rec is not None and rec.active:
+                rec.value, rec.limit = condition.value, condition.limit
+                return out
+            if rec is None:
+                rec = self._records[key] = Record(
+                    condition.sensor, condition.rule, self.priority(*key), citation=condition.citation
+                )
+            out.append(self._record(rec, "activated", condition.time, condition=condition))
+            out.extend(self._check_chatter(rec, condition.time))
+            lost = self._comm_lost(condition.sensor)
+            if condition.rule is Rule.STALE and rec.suppressed_by is None and lost:
+                out.append(self._record(rec, "suppressed", condition.time, note="comm_loss"))
+        else:
+            if rec is None or not rec.active:
+                return out
+            out.append(self._record(rec, "cleared", condition.time, condition=condition))
+        if condition.rule is Rule.COMM_LOSS:
+            out.extend(self._follow_comm_loss(condition))
+        return out
+
+    def _comm_lost(self, sensor: str) -> bool:
+        rec = self._records.get((sensor, Rule.COMM_LOSS))
+        return rec is not None and rec.active
+
+    def _follow_comm_loss(self, condition: Condition) -> list[Alarm]:
+        """Designed suppression: a sensor that lost comms is stale by consequence, not news."""
+        stale = self._records.get((condition.sensor, Rule.STALE))
+        if stale is None:
+            return []
+        if condition.state is ConditionState.ACTIVE and stale.suppressed_by is None:
+            return [self._record(stale, "suppressed", condition.time, note="comm_loss")]
+        if condition.state is ConditionState.CLEARED and stale.suppressed_by == "comm_loss":
+            return [self._record(stale, "unsuppressed", condition.time)]
+        return []
+
+    # --- operator actions ------------------------------------------------
+
+    def acknowledge(self, sensor: str, rule: Rule | str, by: str, note: str | None = None) -> Alarm:
+        rec = self._find(sensor, rule)
+        by, note = _who(by), _text(note, "note")
+        state = rec.state
+        if state is AlarmState.ACKED:
+            when = iso(rec.acked_at or 0)
+            raise AlarmError(f"{_name(rec)} was already acknowledged by {rec.acked_by} at {when}")
+        if state is AlarmState.NORMAL:
+            raise AlarmError(f"{_name(rec)} is normal; there is nothing to acknowledge")
+        if state not in (AlarmState.UNACK, AlarmState.RTN_UNACK):
+            raise AlarmError(f"{_name(rec)} is {state.value.replace('_', ' ')}; it cannot be acknowledged")
+        return self._record(rec, "acknowledged", self.clock.now(), actor=by, note=note)
+
+    def shelve(
+        self,
+        sensor: str,
+        rule: Rule | str,
+        by: str,
+        reason: str,
+        until: float | None = None,
+        duration: float | None = None,
+    ) -> Alarm:
+        """Hide an alarm until a time (default `shelve_default`, never past `shelve_max` from now)."""
+        rec = self._find(sensor, rule)
+        by = _who(by)
+        why = _text(reason, "reason")
+        if not why:
+            raise AlarmError(f"shelving {_name(rec)} needs a reason")
+        if rec.out_of_service_by is not None:
+            raise AlarmError(f"{_name(rec)} is out of service; return it to service before shelving")
+        now = self.clock.now()
+        if until is not None and duration is not None:
+            raise AlarmError("give either until or duration, not both")
+        if duration is not None:
+            if not math.isfinite(duration) or duration <= 0:
+                raise AlarmError(f"shelve duration must be a positive number of seconds, not {duration}")
+            until = now + duration
+        elif until is None:
+            until = now + self.config.shelve_default
+        if not math.isfinite(until) or until <= now:
+            raise AlarmError(f"shelve until must be in the future (now {iso(now)})")
+        capped = min(until, now + self.config.shelve_max)
+        if capped < until:
+            log.info("shelving %s capped at shelve_max (%gs)", _name(rec), self.config.shelve_max)
+        return self._record(rec, "shelved", now, actor=by, note=why, until=capped)
+
+    def unshelve(self, sensor: str, rule: Rule | str, by: str) -> Alarm:
+        rec = self._find(sensor, rule)
+        by = _who(by)
+        if rec.shelved_until is None:
+            raise AlarmError(f"{_name(rec)} is not shelved")
+        return self._record(rec, "unshelved", self.clock.now(), actor=by)
+
+    def remove_from_service(self, sensor: str, rule: Rule | str, by: str, reason: str) -> Alarm:
+        """Out of service, e.g. for instrument maintenance; stays until returned, no expiry."""
+        rec = self._find(sensor, rule)
+        by = _who(by)
+        why = _text(reason, "reason")
+        if not why:
+            raise AlarmError(f"removing {_name(rec)} from service needs a reason")
+        if rec.out_of_service_by is not None:
+            raise AlarmError(f"{_name(rec)} is already out of service (by {rec.out_of_service_by})")
+        return self._record(rec, "removed_from_service", self.clock.now(), actor=by, note=why)
+
+    def return_to_service(self, sensor: str, rule: Rule | str, by: str) -> Alarm:
+        """Back in service from out of service or shelved."""
+        rec = self._find(sensor, rule)
+        by = _who(by)
+        if rec.out_of_service_by is None and rec.shelved_until is None:
+            raise AlarmError(f"{_name(rec)} is in service (neither out of service nor shelved)")
+        if rec.out_of_service_by is None:
+            return self._record(rec, "unshelved", self.clock.now(), actor=by)
+        return self._record(rec, "returned_to_service", self.clock.now(), actor=by)
+
+    def suppress(self, sensor: str, rule: Rule | str, reason: str) -> Alarm:
+        """Designed suppression by logic (e.g. a process unit shut down)."""
+        rec = self._find(sensor, rule)
+        if rec.suppressed_by is not None:
+            raise AlarmError(f"{_name(rec)} is already suppressed ({rec.suppressed_by})")
+        return self._record(rec, "suppressed", self.clock.now(), note=_text(reason, "reason") or "logic")
+
+    def unsuppress(self, sensor: str, rule: Rule | str) -> Alarm:
+        rec = self._find(sensor, rule)
+        if rec.suppressed_by is None:
+            raise AlarmError(f"{_name(rec)} is not suppressed")
+        return self._record(rec, "unsuppressed", self.clock.now())
+
+    # --- timers ------------------------------------------------------------
+
+    def tick(self, now: float | None = None) -> list[Alarm]:
+        """Expire shelves and end chattering; the daemon calls this from its clock."""
+        now = self.clock.now() if now is None else now
+        out: list[Alarm] = []
+        for rec in list(self._records.values()):
+            if rec.shelved_until is not None and rec.shelved_until <= now:
+                out.append(self._record(rec, "shelve_expired", now, note=f"until {iso(rec.shelved_until)}"))
+            out.extend(self._check_chatter(rec, now))
+        return out
+
+    def _check_chatter(self, rec: Record, now: float) -> list[Alarm]:
+        window = self.config.chatter_window
+        while rec.activations and rec.activations[0] <= now - window:
+            rec.activations.popleft()
+        many = len(rec.activations) > self.config.chatter_count
+        if many and not rec.chattering:
+            note = f"{len(rec.activations)} activations in {window:g}s"
+            return [self._record(rec, "chattering", now, note=note)]
+        if not many and rec.chattering and not rec.active:
+            return [self._record(rec, "chattering_ended", now)]
+        return []
+
+    # --- journal -----------------------------------------------------------
+
+    def _record(
+        self,
+        rec: Record,
+        event: str,
+        time: float,
+        condition: Condition | None = None,
+        actor: str | None = None,
+        note: str | None = None,
+        until: float | None = None,
+    ) -> Alarm:
+        """Journal first, then change memory, then tell listeners."""
+        draft = Entry(
+            time=time,
+            sensor=rec.sensor,
+            rule=rec.rule,
+            event=event,
+            state="",
+            priority=str(rec.priority),
+            actor=actor,
+            note=note,
+            until=until,
+            value=condition.value if condition else rec.value,
+            limit=condition.limit if condition else rec.limit,
+            citation=condition.citation if condition else rec.citation,
+            message=condition.message if condition else "",
+        )
+        after = rec.copy()
+        apply_event(after, draft)
+        entry = self.journal.append(replace(draft, state=str(after.state)))
+        apply_event(rec, entry)
+        alarm = rec.snapshot()
+        for listener in self._listeners:
+            try:
+                listener(entry, alarm)
+            except Exception:
+                log.exception("alarm listener failed on %s %s", _name(rec), event)
+        return alarm
+
+    def _restore(self) -> None:
+        count = 0
+        for entry in self.journal.entries():
+            key = (entry.sensor, entry.rule)
+            rec = self._records.get(key)
+            if rec is None:
+                rec = self._records[key] = Record(entry.sensor, entry.rule, self.priority(*key))
+            apply_event(rec, entry)
+            count += 1
+        if count:
+            waiting = sum(1 for r in self._records.values() if r.state is not AlarmState.NORMAL)
+            path = self.journal.path
+            log.info("alarm journal %s: %d entries replayed, %d alarms not normal", path, count, waiting)
+
+    def _find(self, sensor: str, rule: Rule | str) -> Record:
+        key = (sensor, _rule(rule))
+        rec = self._records.get(key)
+        if rec is None:
+            raise AlarmError(f"no alarm {sensor}/{key[1]} on this station")
+        return rec
+
+    def close(self) -> None:
+        self.journal.close()
+
+
+def journal_path(config: Config) -> Path:
+    return config.state_dir / "journal.sqlite"
+
+
+def _rule(rule: Rule | str) -> Rule:
+    try:
+        return Rule(rule)
+    except ValueError:
+        raise AlarmError(f"unknown rule {rule!r}; one of {', '.join(r.value for r in Rule)}") from None
+
+
+def _name(rec: Record) -> str:
+    return f"alarm {rec.sensor}/{rec.rule}"
+
+
+def _who(by: str) -> str:
+    who = (by or "").strip()
+    if not who:
+        raise AlarmError("say who you are (by): the journal records every action with a name")
+    if len(who) > _NAME_MAX:
+        raise AlarmError(f"name is longer than {_NAME_MAX} characters")
+    return who
+
+
+def _text(text: str | None, what: str) -> str | None:
+    if text is None:
+        return None
+    text = text.strip()
+    if len(text) > _TEXT_MAX:
+        raise AlarmError(f"{what} is longer than {_TEXT_MAX} characters")
+    return text or None

@@ -1,0 +1,72 @@
+"""Webhook notifier for paging services: HTTP POST of JSON, with a timeout and retries.
+
+The one module that imports httpx; its errors become `WriteError`. Retries on
+connection errors, timeouts, 429 and 5xx with doubling back-off; another 4xx
+is the receiver refusing the message, so it is not retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import httpx
+
+from monitor.alarms.notify import Flood
+from monitor.config import Webhook
+from monitor.errors import WriteError
+from monitor.model import Alarm
+
+log = logging.getLogger(__name__)
+
+
+class WebhookNotifier:
+    """POSTs `{"type": "alarm"|"reminder"|"flood", "station": ..., ...}` to `config.url`."""
+
+    name = "webhook"
+
+    def __init__(self, config: Webhook, station: str, backoff: float = 1.0) -> None:
+        self.config = config
+        self.station = station
+        self.backoff = backoff
+        headers = {"User-Agent": "station-monitor"}
+        if config.token is not None:
+            headers["Authorization"] = f"Bearer {config.token.get_secret_value()}"
+        self._client = httpx.AsyncClient(timeout=config.timeout, headers=headers)
+
+    async def notify(self, alarm: Alarm, reminder: bool = False) -> None:
+        await self.post({"type": "reminder" if reminder else "alarm", "alarm": alarm.to_json()})
+
+    async def flood(self, flood: Flood) -> None:
+        await self.post({"type": "flood", "text": flood.text, "flood": flood.to_json()})
+
+    async def post(self, body: dict[str, object]) -> None:
+        payload = {**body, "station": self.station}
+        attempts = self.config.retries + 1
+        delay = self.backoff
+        problem = ""
+        status: int | None = None
+        for attempt in range(1, attempts + 1):
+            try:
+                resp = await self._client.post(self.config.url, json=payload)
+            except httpx.HTTPError as exc:
+                problem, status = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, None
+            else:
+                if resp.status_code < 300:
+                    return
+                status = resp.status_code
+                problem = f"HTTP {status}"
+                if status < 500 and status != 429:
+                    break
+            if attempt < attempts:
+                log.debug("webhook %s attempt %d/%d: %s", self._where(), attempt, attempts, problem)
+                await asyncio.sleep(delay)
+                delay *= 2
+        raise WriteError(f"webhook {self._where()}: {problem} after {attempts} attempt(s)", status=status)
+
+    def _where(self) -> str:
+        """The URL without query string (it may carry a key)."""
+        return self.config.url.split("?", 1)[0]
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

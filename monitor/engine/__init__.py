@@ -1,0 +1,36 @@
+"""The detection engine: rolling baselines, chapter 139 rules, replay of history.
+
+The public surface, for the daemon (live), the replay command and billing:
+
+- `Engine(config.rules, clock)`: one per station.
+  - `validate(sample) -> Sample`: the sample as stored (BAD_DATA if not believable).
+  - `process(sample) -> list[Condition]`: the live path, one sample at a time.
+  - `tick(now=None) -> list[Condition]`: stale-data conditions due (default: the clock).
+  - `replay(sensor, time, value, quality=None) -> ReplayResult`: a whole batch in time
+    order, vectorised; the same conditions as `tick(t)` + `process(sample)` per sample.
+    `sensor` holds indices into `Engine.sensors` (`Engine.index(id)`).
+  - `status(id)`, `statuses()`, `baseline_mean(id)`, `warming_up(id)`, `counters`.
+- `replay_steps(engine, ...)`: a long replay cut into batches at time boundaries; each
+  step carries the batch's samples and conditions (the place to write them elsewhere too).
+- `save_checkpoint(engine, path)` / `restore_checkpoint(engine, path)`: baselines and rule
+  state across a restart; `restore_checkpoint` raises `StateError` for a checkpoint that
+  does not fit (`load_checkpoint_or_start_fresh` logs that and carries on).
+
+Meters (kind `meter`) pass through validation only; billing judges them.
+"""
+
+from monitor.engine.checkpoint import load_checkpoint_or_start_fresh, restore_checkpoint, save_checkpoint
+from monitor.engine.engine import Counters, Engine, ReplayResult, SensorStatus
+from monitor.engine.replay import ReplayStep, replay_steps
+
+__all__ = [
+    "Counters",
+    "Engine",
+    "ReplayResult",
+    "ReplayStep",
+    "SensorStatus",
+    "load_checkpoint_or_start_fresh",
+    "replay_steps",
+    "restore_checkpoint",
+    "save_checkpoint",
+]

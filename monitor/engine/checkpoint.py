@@ -1,0 +1,178 @@
+"""Baselines and rule state on disk, so a restart does not need a new warm-up.
+
+One `.npz` file: the ring arrays, plus a JSON document with the sensor set it
+belongs to and each sensor's timers. Written to a temporary file, flushed to disk
+and renamed over the old one, so a crash leaves either the old or the new
+checkpoint, never half of one. On restore a file that is unreadable, corrupt, or
+from a different sensor set or window raises `StateError` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.engine.engine import Engine, SensorState
+from monitor.errors import StateError
+from monitor.model import Quality
+
+log = logging.getLogger(__name__)
+
+FORMAT = "station-monitor engine checkpoint"
+VERSION = 1
+_BASE = ("total", "n_total", "bucket", "start_sum", "start_count")
+_SENSOR = ("last_time", "value", "fresh", "stale_active", "last_good", "bad_episode", "ooo_episode")
+_SLUG = ("active", "run_start", "prev_t", "warm_since", "last_mean")
+_LIMIT = ("active", "a_start", "b_start")
+
+
+def signature(engine: Engine) -> list[list[object]]:
+    """What a checkpoint must match: each sensor's id, kind, unit and baseline geometry."""
+    b = engine.baselines
+    out: list[list[object]] = []
+    for st in engine._states:
+        geo: list[object] = [b.width[st.row], b.size[st.row]] if st.row >= 0 else []
+        window = st.slug.window if st.slug is not None else None
+        out.append([st.sensor, str(st.rules.kind), st.rules.unit, window, *geo])
+    return out
+
+
+def _sensor_state(engine: Engine, st: SensorState) -> dict[str, Any]:
+    doc: dict[str, Any] = {k: getattr(st, k) for k in _SENSOR}
+    doc["quality"] = None if st.quality is None else int(st.quality)
+    if st.row >= 0:
+        doc["baseline"] = {k: getattr(engine.baselines, k)[st.row] for k in _BASE}
+    if st.slug is not None:
+        doc["slug"] = {k: getattr(st.slug, k) for k in _SLUG}
+    doc["limits"] = {str(lim.rule): {k: getattr(lim, k) for k in _LIMIT} for lim in st.limits}
+    return doc
+
+
+def save_checkpoint(engine: Engine, path: str | Path) -> None:
+    """Write the checkpoint atomically (temporary file, fsync, rename)."""
+    path = Path(path)
+    doc = {
+        "format": FORMAT,
+        "version": VERSION,
+        "sensors": signature(engine),
+        "last_tick": engine.last_tick,
+        "state": [_sensor_state(engine, st) for st in engine._states],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        np.savez(
+            f, meta=np.array(json.dumps(doc)), sums=engine.baselines.sums, counts=engine.baselines.counts
+        )
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def restore_checkpoint(engine: Engine, path: str | Path) -> None:
+    """Load a checkpoint into a fresh engine; StateError (and no change) when it does not fit."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f, np.load(f, allow_pickle=False) as z:
+            doc = json.loads(str(z["meta"]))
+            sums, counts = z["sums"], z["counts"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError, zipfile.BadZipFile) as exc:
+        raise StateError(f"checkpoint {path}: unreadable or corrupt ({exc})") from exc
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
+        raise StateError(f"checkpoint {path}: not a version {VERSION} engine checkpoint")
+    mine = json.loads(json.dumps(signature(engine)))
+    if doc.get("sensors") != mine:
+        theirs = {str(s[0]) for s in doc.get("sensors", []) if isinstance(s, list) and s}
+        ours = set(engine.sensors)
+        detail = f"missing {sorted(ours - theirs)}, extra {sorted(theirs - ours)}"
+        if theirs == ours:
+            detail = "same sensors, different kind, unit or window"
+        raise StateError(f"checkpoint {path}: belongs to a different sensor set ({detail})")
+    base = engine.baselines
+    if sums.shape != base.sums.shape or counts.shape != base.counts.shape:
+        raise StateError(
+            f"checkpoint {path}: baseline arrays have shape {sums.shape}, expected {base.sums.shape}"
+        )
+    try:
+        _apply(engine, doc, sums, counts)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateError(f"checkpoint {path}: inconsistent state ({exc!r})") from exc
+
+
+def _apply(engine: Engine, doc: dict[str, Any], sums: npt.NDArray[Any], counts: npt.NDArray[Any]) -> None:
+    states = doc["state"]
+    if len(states) != len(engine._states):
+        raise ValueError("sensor count")
+    # Check every entry before changing anything.
+    for st, d in zip(engine._states, states, strict=True):
+        for k in _SENSOR:
+            float(d[k])
+        if st.row >= 0:
+            for k in _BASE:
+                float(d["baseline"][k])
+        if st.slug is not None:
+            for k in _SLUG:
+                float(d["slug"][k])
+        for lim in st.limits:
+            for k in _LIMIT:
+                float(d["limits"][str(lim.rule)][k])
+    base = engine.baselines
+    base.sums[...] = sums
+    base.counts[...] = counts.astype(np.int64)
+    for st, d in zip(engine._states, states, strict=True):
+        st.last_time, st.value, st.fresh, st.last_good = (
+            float(d["last_time"]),
+            float(d["value"]),
+            float(d["fresh"]),
+            float(d["last_good"]),
+        )
+        st.stale_active, st.bad_episode, st.ooo_episode = (
+            bool(d["stale_active"]),
+            bool(d["bad_episode"]),
+            bool(d["ooo_episode"]),
+        )
+        st.quality = None if d["quality"] is None else Quality(int(d["quality"]))
+        if st.row >= 0:
+            b = d["baseline"]
+            base.total[st.row] = float(b["total"])
+            base.n_total[st.row] = int(b["n_total"])
+            base.bucket[st.row] = int(b["bucket"])
+            base.start_sum[st.row] = float(b["start_sum"])
+            base.start_count[st.row] = int(b["start_count"])
+        if st.slug is not None:
+            s = d["slug"]
+            st.slug.active = bool(s["active"])
+            for k in ("run_start", "prev_t", "warm_since", "last_mean"):
+                setattr(st.slug, k, float(s[k]))
+        for lim in st.limits:
+            s = d["limits"][str(lim.rule)]
+            lim.active = bool(s["active"])
+            lim.a_start, lim.b_start = float(s["a_start"]), float(s["b_start"])
+    engine.last_tick = float(doc["last_tick"])
+
+
+def load_checkpoint_or_start_fresh(engine: Engine, path: str | Path) -> bool:
+    """Restore if there is a checkpoint that fits; otherwise log why and start fresh."""
+    path = Path(path)
+    if not path.exists():
+        log.info("no baseline checkpoint at %s: baselines start empty (warm-up applies)", path)
+        return False
+    try:
+        restore_checkpoint(engine, path)
+    except StateError as exc:
+        log.warning("%s; ignored, baselines start empty (warm-up applies)", exc)
+        return False
+    log.info("baselines and rule state restored from %s", path)
+    return True

@@ -1,0 +1,456 @@
+"""The detection engine: validate samples, keep baselines, judge limit, slug and stale rules.
+
+Two ways in, one definition:
+
+- `process(sample)` and `tick(now)`: the live path, one sample at a time, for the daemon;
+- `replay(sensor, time, value, quality)`: whole NumPy batches for replay of history.
+
+Replaying a batch gives the same conditions as calling `tick(t)` then
+`process(sample)` for each of its samples in order (the clock follows the data).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.config import SensorRules
+from monitor.engine import slug as slug_rule
+from monitor.engine.baseline import Baselines, Floats
+from monitor.engine.rules import NAN, LimitState, first_tick_after, stale_condition
+from monitor.engine.slug import SlugState
+from monitor.model import Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, WallClock
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WINDOW = 86400.0  # baseline window of sensors without a slug rule (console only)
+_RULE_ORDER = {Rule.STALE: 0, Rule.HIGH: 1, Rule.LOW: 2, Rule.SLUG: 3}
+_GOOD, _BAD = int(Quality.GOOD), int(Quality.BAD_DATA)
+
+
+def event_order(sensors: Mapping[str, int]) -> Callable[[Condition], tuple[float, int, int, bool]]:
+    """Sort key that puts conditions in time order, ties by sensor, rule, then state."""
+
+    def key(c: Condition) -> tuple[float, int, int, bool]:
+        return (
+            c.time,
+            sensors.get(c.sensor, -1),
+            _RULE_ORDER.get(c.rule, 9),
+            c.state is ConditionState.CLEARED,
+        )
+
+    return key
+
+
+@dataclass
+class Counters:
+    """What the engine took in and turned away, for metrics and the replay report."""
+
+    samples: int = 0  # samples accepted (any quality)
+    unknown_sensor: int = 0  # samples for a sensor the config does not know
+    out_of_order: int = 0  # samples not later than the sensor's previous one
+    bad_values: int = 0  # values rejected as not believable (NaN, inf, out of range)
+    not_good: int = 0  # samples that arrived with a quality other than GOOD
+    conditions: int = 0
+    bad_by_sensor: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SensorStatus:
+    """One sensor as the console shows it."""
+
+    sensor: str
+    kind: Kind
+    unit: str
+    time: float | None
+    value: float | None
+    quality: Quality | None
+    baseline_mean: float | None
+    warming_up: bool
+    active: tuple[Rule, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """Per input sample: its quality after validation and whether it was accepted
+    (not out of order, known sensor); plus the conditions in time order."""
+
+    quality: npt.NDArray[np.int8]
+    accepted: npt.NDArray[np.bool_]
+    conditions: list[Condition]
+
+
+class SensorState:
+    """Everything the engine remembers about one sensor between samples."""
+
+    __slots__ = (
+        "bad_episode",
+        "fresh",
+        "hi",
+        "index",
+        "judged",
+        "last_good",
+        "last_time",
+        "limits",
+        "lo",
+        "ooo_episode",
+        "quality",
+        "row",
+        "rules",
+        "sensor",
+        "slug",
+        "stale_active",
+        "stale_after",
+        "value",
+    )
+
+    def __init__(self, index: int, rules: SensorRules, row: int) -> None:
+        self.index = index
+        self.sensor = rules.sensor
+        self.rules = rules
+        self.judged = rules.kind is not Kind.METER
+        self.row = row
+        self.lo, self.hi = rules.valid_range
+        self.stale_after = rules.stale_after
+        lim = rules.limits if self.judged else None
+        self.limits: list[LimitState] = []
+        if lim is not None:
+            if lim.high is not None:
+                self.limits.append(LimitState(rules.sensor, lim, rules.unit, high=True))
+            if lim.low is not None:
+                self.limits.append(LimitState(rules.sensor, lim, rules.unit, high=False))
+        self.slug = SlugState(rules.sensor, rules.slug) if self.judged and rules.slug else None
+        self.last_time = -math.inf
+        self.value = NAN
+        self.quality: Quality | None = None
+        self.fresh = NAN  # time of the last good sample (or when the watch started)
+        self.stale_active = False
+        self.last_good = NAN
+        self.bad_episode = False
+        self.ooo_episode = False
+
+
+class Engine:
+    """Rolling baselines and chapter 139 rules for every sensor of a station."""
+
+    def __init__(self, rules: Mapping[str, SensorRules], clock: Clock | None = None) -> None:
+        self.clock: Clock = clock if clock is not None else WallClock()
+        self.sensors: tuple[str, ...] = tuple(rules)
+        self._index = {s: i for i, s in enumerate(self.sensors)}
+        windows: list[float] = []
+        self._states: list[SensorState] = []
+        for i, r in enumerate(rules.values()):
+            row = -1
+            if r.kind is not Kind.METER:
+                row = len(windows)
+                windows.append(r.slug.window if r.slug else DEFAULT_WINDOW)
+            self._states.append(SensorState(i, r, row))
+        self._by_id = {st.sensor: st for st in self._states}
+        self._judged = [st for st in self._states if st.judged]
+        self.baselines = Baselines(windows)
+        self.last_tick = -math.inf
+        self.counters = Counters()
+        self._unknown_logged: set[str] = set()
+        self.sort_key = event_order(self._index)
+
+    # --- accessors -------------------------------------------------------------------
+
+    def index(self, sensor: str) -> int:
+        """Position of a sensor in `sensors` (the index replay arrays use); -1 if unknown."""
+        return self._index.get(sensor, -1)
+
+    def status(self, sensor: str) -> SensorStatus:
+        st = self._by_id[sensor]
+        seen = st.last_time > -math.inf
+        mean = self.baselines.mean(st.row) if st.row >= 0 else None
+        active = [c.rule for c in st.limits if c.active]
+        if st.slug is not None and st.slug.active:
+            active.append(Rule.SLUG)
+        if st.stale_active:
+            active.append(Rule.STALE)
+        return SensorStatus(
+            sensor=st.sensor,
+            kind=st.rules.kind,
+            unit=st.rules.unit,
+            time=st.last_time if seen else None,
+            value=st.value if seen and math.isfinite(st.value) else None,
+            quality=st.quality,
+            baseline_mean=mean,
+            warming_up=self.warming_up(sensor),
+            active=tuple(active),
+        )
+
+    def statuses(self) -> list[SensorStatus]:
+        return [self.status(s) for s in self.sensors]
+
+    def baseline_mean(self, sensor: str) -> float | None:
+        """The window mean the slug rule judges the sensor's next sample against."""
+        st = self._by_id[sensor]
+        return self.baselines.mean(st.row) if st.row >= 0 else None
+
+    def warming_up(self, sensor: str) -> bool:
+        """True while a slug sensor has less than its warm-up of history: not judged yet."""
+        slug = self._by_id[sensor].slug
+        return slug is not None and slug.warming_up(slug.prev_t)
+
+    # --- live path ---------------------------------------------------------------------
+
+    def validate(self, sample: Sample) -> Sample:
+        """The sample as it will be stored: BAD_DATA when its value is not believable."""
+        st = self._by_id.get(sample.sensor)
+        if st is None or sample.quality is not Quality.GOOD:
+            return sample
+        v = sample.value
+        if math.isfinite(v) and st.lo <= v <= st.hi:
+            return sample
+        return Sample(sample.sensor, sample.time, v, Quality.BAD_DATA)
+
+    def process(self, sample: Sample) -> list[Condition]:
+        """Judge one sample; returns the conditions it changed (usually none)."""
+        st = self._by_id.get(sample.sensor)
+        if st is None:
+            self._unknown(sample.sensor, sample.time)
+            return []
+        t = sample.time
+        if not t > st.last_time:
+            self._out_of_order(st, t, 1)
+            return []
+        st.last_time = t
+        st.ooo_episode = False
+        self.counters.samples += 1
+        v = sample.value
+        st.value = v
+        if sample.quality is not Quality.GOOD:
+            st.quality = sample.quality
+            self.counters.not_good += 1
+            return []
+        if not (math.isfinite(v) and st.lo <= v <= st.hi):
+            st.quality = Quality.BAD_DATA
+            self._bad(st, t, v, 1)
+            return []
+        st.quality = Quality.GOOD
+        if st.bad_episode:
+            st.bad_episode = False
+            log.info("sensor %s: believable values again from %s", st.sensor, t)
+        if not st.judged:
+            return []
+        out: list[Condition] = []
+        if st.stale_active:
+            st.stale_active = False
+            out.append(stale_condition(st.sensor, t, v, st.stale_after, ConditionState.CLEARED))
+        st.fresh = t
+        st.last_good = v
+        for lim in st.limits:
+            cond = lim.step(t, v)
+            if cond is not None:
+                out.append(cond)
+        cond = slug_rule.step(st.slug, self.baselines, st.row, t, v)
+        if cond is not None:
+            out.append(cond)
+        self.counters.conditions += len(out)
+        return out
+
+    def tick(self, now: float | None = None) -> list[Condition]:
+        """Raise stale conditions due at `now` (default: the clock); the daemon calls this
+        every second, replay before each sample's time."""
+        if now is None:
+            now = self.clock.now()
+        if not now > self.last_tick:
+            return []
+        self.last_tick = now
+        out: list[Condition] = []
+        for st in self._judged:
+            fresh = st.fresh
+            if math.isnan(fresh):
+                st.fresh = now  # the watch starts with the first tick
+            elif not st.stale_active and now - fresh > st.stale_after:
+                st.stale_active = True
+                out.append(
+                    stale_condition(st.sensor, now, st.last_good, st.stale_after, ConditionState.ACTIVE)
+                )
+        self.counters.conditions += len(out)
+        return out
+
+    # --- replay path -------------------------------------------------------------------
+
+    def replay(
+        self,
+        sensor: npt.NDArray[np.integer],
+        time: Floats,
+        value: Floats,
+        quality: npt.NDArray[np.integer] | None = None,
+    ) -> ReplayResult:
+        """Judge a batch in time order; `sensor` holds indices into `sensors` (-1: unknown)."""
+        n = int(time.size)
+        sensor = np.asarray(sensor)
+        time = np.asarray(time, dtype=np.float64)
+        value = np.asarray(value, dtype=np.float64)
+        q_in = np.zeros(n, np.int8) if quality is None else np.asarray(quality).astype(np.int8)
+        q_out = q_in.copy()
+        accepted = np.zeros(n, dtype=bool)
+        if n == 0:
+            return ReplayResult(q_out, accepted, [])
+        if bool(np.any(time[1:] < time[:-1])):
+            raise ValueError("a replay batch must be in time order")
+        ticks = time[time > self.last_tick] if time[0] <= self.last_tick else time
+        if ticks.size:
+            changes = np.flatnonzero(ticks[1:] != ticks[:-1]) + 1
+            ticks = ticks[np.concatenate(([0], changes))]
+            ticks = ticks[np.isfinite(ticks)]
+        n_states = len(self._states)
+        known = (sensor >= 0) & (sensor < n_states)
+        key = (sensor if known.all() else np.where(known, sensor, n_states)).astype(np.uint16)
+        order = np.argsort(key, kind="stable")
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(key, minlength=n_states + 1))))
+        unknown = order[bounds[n_states] :]
+        if unknown.size:
+            self._unknown(f"index {int(sensor[unknown[0]])}", float(time[unknown[0]]), int(unknown.size))
+        s_time, s_value = time[order], value[order]
+        s_q = None if quality is None else q_in[order]
+        out: list[Condition] = []
+        for st in self._states:
+            a, b = int(bounds[st.index]), int(bounds[st.index + 1])
+            qs = None if s_q is None else s_q[a:b]
+            gt, gv = self._admit(st, order[a:b], s_time[a:b], s_value[a:b], qs, q_out, accepted)
+            if not st.judged:
+                continue
+            out.extend(self._stale_batch(st, ticks, gt, gv))
+            for lim in st.limits:
+                out.extend(lim.batch(gt, gv))
+            out.extend(slug_rule.batch(st.slug, self.baselines, st.row, gt, gv))
+        if ticks.size:
+            self.last_tick = float(ticks[-1])
+        out.sort(key=self.sort_key)
+        self.counters.conditions += len(out)
+        return ReplayResult(q_out, accepted, out)
+
+    def _admit(
+        self,
+        st: SensorState,
+        sel: npt.NDArray[np.intp],
+        ts: Floats,
+        vs: Floats,
+        qs: npt.NDArray[np.int8] | None,
+        q_out: npt.NDArray[np.int8],
+        accepted: npt.NDArray[np.bool_],
+    ) -> tuple[Floats, Floats]:
+        """Drop out-of-order samples, flag unbelievable values; returns the good ones."""
+        if not sel.size:
+            return np.empty(0), np.empty(0)
+        if ts[0] > st.last_time and bool(np.all(ts[1:] > ts[:-1])):
+            st.ooo_episode = False
+        else:
+            before = np.fmax.accumulate(np.concatenate(([st.last_time], ts[:-1])))
+            ok = ts > before
+            self._out_of_order(st, float(ts[~ok][0]), int((~ok).sum()))
+            sel, ts, vs = sel[ok], ts[ok], vs[ok]
+            qs = None if qs is None else qs[ok]
+            if not sel.size:
+                return np.empty(0), np.empty(0)
+        accepted[sel] = True
+        self.counters.samples += int(sel.size)
+        good = np.isfinite(vs)
+        if st.lo > -math.inf:
+            good &= vs >= st.lo
+        if st.hi < math.inf:
+            good &= vs <= st.hi
+        if qs is not None:
+            good &= qs == _GOOD
+        bad = None
+        if not good.all():
+            good_q = np.ones(sel.size, dtype=bool) if qs is None else qs == _GOOD
+            self.counters.not_good += int(sel.size - good_q.sum())
+            bad = good_q & ~good
+            if bad.any():
+                q_out[sel[bad]] = _BAD
+                i = int(np.flatnonzero(bad)[0])
+                self._bad(st, float(ts[i]), float(vs[i]), int(bad.sum()))
+            decisive = np.flatnonzero(bad | good)
+            if decisive.size and good[decisive[-1]] and st.bad_episode:
+                st.bad_episode = False
+                log.info("sensor %s: believable values again", st.sensor)
+        elif st.bad_episode:
+            st.bad_episode = False
+            log.info("sensor %s: believable values again", st.sensor)
+        st.last_time = float(ts[-1])
+        st.value = float(vs[-1])
+        st.quality = Quality(int(q_out[sel[-1]]))
+        if bad is None:
+            return ts, vs
+        return ts[good], vs[good]
+
+    def _stale_batch(self, st: SensorState, ticks: Floats, gt: Floats, gv: Floats) -> list[Condition]:
+        """Stale conditions over a batch, as `tick` at each batch time would raise them."""
+        out: list[Condition] = []
+        sa = st.stale_after
+        since = st.fresh
+        if math.isnan(since) and ticks.size:
+            since = float(ticks[0])
+        carried = st.stale_active
+        if carried and gt.size:
+            out.append(stale_condition(st.sensor, float(gt[0]), float(gv[0]), sa, ConditionState.CLEARED))
+        active_at_end = carried and not gt.size
+        if ticks.size:
+            starts = np.concatenate(([since], gt))
+            ends = np.concatenate((gt, [math.inf]))
+            values = np.concatenate(([st.last_good], gv))
+            reach = np.minimum(ends, ticks[-1])
+            for i in np.flatnonzero(reach - starts > sa).tolist():
+                if i == 0 and carried:
+                    continue
+                tau = first_tick_after(ticks, float(starts[i]), sa, float(ends[i]))
+                if tau is None:
+                    continue
+                out.append(stale_condition(st.sensor, tau, float(values[i]), sa, ConditionState.ACTIVE))
+                if i < gt.size:
+                    out.append(
+                        stale_condition(st.sensor, float(gt[i]), float(gv[i]), sa, ConditionState.CLEARED)
+                    )
+                else:
+                    active_at_end = True
+        st.stale_active = active_at_end
+        if gt.size:
+            st.fresh = float(gt[-1])
+            st.last_good = float(gv[-1])
+        else:
+            st.fresh = since
+        return out
+
+    # --- bad input, logged once per episode ------------------------------------------
+
+    def _unknown(self, sensor: str, t: float, count: int = 1) -> None:
+        self.counters.unknown_sensor += count
+        if sensor not in self._unknown_logged:
+            self._unknown_logged.add(sensor)
+            log.warning("sample for unknown sensor %r at %s ignored (not in the station config)", sensor, t)
+
+    def _out_of_order(self, st: SensorState, t: float, count: int) -> None:
+        self.counters.out_of_order += count
+        if not st.ooo_episode:
+            st.ooo_episode = True
+            log.warning(
+                "sensor %s: sample at %s is not later than the previous one at %s; ignored",
+                st.sensor,
+                t,
+                st.last_time,
+            )
+
+    def _bad(self, st: SensorState, t: float, v: float, count: int) -> None:
+        self.counters.bad_values += count
+        self.counters.bad_by_sensor[st.sensor] = self.counters.bad_by_sensor.get(st.sensor, 0) + count
+        if not st.bad_episode:
+            st.bad_episode = True
+            log.warning(
+                "sensor %s: value %r at %s is not believable (valid %g..%g %s); flagged bad, not judged",
+                st.sensor,
+                v,
+                t,
+                st.lo,
+                st.hi,
+                st.rules.unit,
+            )

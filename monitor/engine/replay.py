@@ -1,0 +1,64 @@
+"""A long replay cut into batches, each yielded with its samples and conditions.
+
+The replay command writes the conditions; a later consumer (the InfluxDB outbox)
+can write each step's samples and conditions from the same loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.engine.baseline import Floats
+from monitor.engine.engine import Engine
+from monitor.model import Condition
+
+DEFAULT_BATCH = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayStep:
+    """One batch: the samples (quality after validation, `accepted` False for the
+    out-of-order and unknown ones) and the conditions they raised, in time order."""
+
+    sensor: npt.NDArray[np.integer]
+    time: Floats
+    value: Floats
+    quality: npt.NDArray[np.int8]
+    accepted: npt.NDArray[np.bool_]
+    conditions: list[Condition]
+
+
+def replay_steps(
+    engine: Engine,
+    sensor: npt.NDArray[np.integer],
+    time: Floats,
+    value: Floats,
+    quality: npt.NDArray[np.integer] | None = None,
+    batch_size: int = DEFAULT_BATCH,
+) -> Iterator[ReplayStep]:
+    """Replay samples in time order through `engine`, `batch_size` at a time.
+
+    Batches end only where the time changes, so the conditions of all steps,
+    concatenated, are in the same order as one big batch would give.
+    """
+    n = int(time.size)
+    start = 0
+    while start < n:
+        end = min(n, start + max(1, batch_size))
+        if end < n:
+            end = int(np.searchsorted(time, time[end - 1], side="right"))
+        q = None if quality is None else quality[start:end]
+        result = engine.replay(sensor[start:end], time[start:end], value[start:end], q)
+        yield ReplayStep(
+            sensor[start:end],
+            time[start:end],
+            value[start:end],
+            result.quality,
+            result.accepted,
+            result.conditions,
+        )
+        start = end

@@ -1,0 +1,171 @@
+"""Limit and stale-data rules: one step per sample (live) and one pass per batch (replay).
+
+Both forms implement the same definition; `tests/test_engine_replay.py` checks
+with hypothesis that they raise identical conditions.
+
+Limit (§139-15 C(3), D(1), D(2)): the value, converted to the limit's unit, is
+*beyond* when strictly above `high` (below `low`). The condition becomes active at
+the first sample that has been beyond continuously for at least `on_delay`, and
+clears at the first sample that has been back inside by more than `deadband`
+continuously for at least `off_delay`. Samples in the deadband hold the state and
+restart both timers.
+
+Stale: a sensor with no good sample for longer than `stale_after` raises a stale
+condition when the clock says so (`tick`); the next good sample clears it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.config import LimitRule
+from monitor.model import Condition, ConditionState, Rule
+from monitor.units import conversion
+
+Floats = npt.NDArray[np.float64]
+Bools = npt.NDArray[np.bool_]
+NAN = math.nan
+
+
+def ffill_index(marker: Bools) -> npt.NDArray[np.intp]:
+    """For each position, the index of the latest marked position at or before it (-1: none)."""
+    out = np.full(marker.size, -1, dtype=np.intp)
+    marked = np.flatnonzero(marker)
+    if marked.size:
+        out[marked[0] :] = np.repeat(marked, np.diff(np.append(marked, marker.size)))
+    return out
+
+
+def run_starts(times: Floats, member: Bools, carried: float) -> Floats:
+    """Start time of the run of consecutive `member` samples each sample belongs to.
+
+    `carried` is the start of a run still open from before the batch (NaN: none).
+    """
+    prev = np.concatenate(([not math.isnan(carried)], member[:-1]))
+    last = ffill_index(member & ~prev)
+    return np.where(last >= 0, times[np.maximum(last, 0)], carried)
+
+
+def hysteresis(to_on: Bools, to_off: Bools, initial: bool) -> Bools:
+    """State after each sample of a two-state machine switched on/off by disjoint flags."""
+    decisive = to_on | to_off
+    last = ffill_index(decisive)
+    return np.where(last >= 0, to_on[np.maximum(last, 0)], initial)
+
+
+class LimitState:
+    """One side (high or low) of one sensor's limits, with its timers."""
+
+    __slots__ = (
+        "a_start",
+        "active",
+        "b_start",
+        "citation",
+        "clear_at",
+        "high",
+        "limit",
+        "off_delay",
+        "offset",
+        "on_delay",
+        "rule",
+        "scale",
+        "sensor",
+    )
+
+    def __init__(self, sensor: str, rules: LimitRule, sensor_unit: str, high: bool) -> None:
+        limit = rules.high if high else rules.low
+        assert limit is not None
+        self.sensor = sensor
+        self.high = high
+        self.rule = Rule.HIGH if high else Rule.LOW
+        self.limit = limit
+        self.clear_at = limit - rules.deadband if high else limit + rules.deadband
+        self.on_delay = rules.on_delay
+        self.off_delay = rules.off_delay
+        self.scale, self.offset = conversion(sensor_unit, rules.unit)
+        self.citation = rules.citation
+        self.active = False
+        self.a_start = NAN  # start of the current run beyond the limit
+        self.b_start = NAN  # start of the current run back inside by more than the deadband
+
+    def condition(self, t: float, value: float, state: ConditionState) -> Condition:
+        return Condition(t, self.sensor, self.rule, state, value, self.limit, self.citation)
+
+    def step(self, t: float, raw: float) -> Condition | None:
+        """Judge one good sample (in the sensor's unit)."""
+        v = raw * self.scale + self.offset
+        beyond = v > self.limit if self.high else v < self.limit
+        if beyond:
+            if math.isnan(self.a_start):
+                self.a_start = t
+            self.b_start = NAN
+            if not self.active and t - self.a_start >= self.on_delay:
+                self.active = True
+                return self.condition(t, v, ConditionState.ACTIVE)
+            return None
+        inside = v < self.clear_at if self.high else v > self.clear_at
+        if inside:
+            if math.isnan(self.b_start):
+                self.b_start = t
+            self.a_start = NAN
+            if self.active and t - self.b_start >= self.off_delay:
+                self.active = False
+                return self.condition(t, v, ConditionState.CLEARED)
+            return None
+        self.a_start = self.b_start = NAN
+        return None
+
+    def batch(self, times: Floats, raw: Floats) -> list[Condition]:
+        """Judge a batch of good samples; same result as `step` over each."""
+        if not times.size:
+            return []
+        v = raw * self.scale + self.offset
+        if self.high:
+            beyond, inside = v > self.limit, v < self.clear_at
+        else:
+            beyond, inside = v < self.limit, v > self.clear_at
+        a_start = run_starts(times, beyond, self.a_start)
+        b_start = run_starts(times, inside, self.b_start)
+        on = beyond & (times - a_start >= self.on_delay)
+        off = inside & (times - b_start >= self.off_delay)
+        state = hysteresis(on, off, self.active)
+        prev = np.concatenate(([self.active], state[:-1]))
+        out = [
+            self.condition(
+                float(times[i]),
+                float(v[i]),
+                ConditionState.ACTIVE if state[i] else ConditionState.CLEARED,
+            )
+            for i in np.flatnonzero(state != prev)
+        ]
+        self.active = bool(state[-1])
+        self.a_start = float(a_start[-1]) if beyond[-1] else NAN
+        self.b_start = float(b_start[-1]) if inside[-1] else NAN
+        return out
+
+
+STALE_CITATION = "station config: stale_after"
+
+
+def stale_condition(
+    sensor: str, t: float, value: float, stale_after: float, state: ConditionState
+) -> Condition:
+    return Condition(
+        t, sensor, Rule.STALE, state, value, stale_after, STALE_CITATION, message="no good sample"
+    )
+
+
+def first_tick_after(ticks: Floats, since: float, stale_after: float, until: float) -> float | None:
+    """The first tick at which `tick - since > stale_after` holds, exactly as `tick()`
+    computes it, and that is not later than `until`; None when there is none."""
+    j = int(np.searchsorted(ticks, since + stale_after, side="left"))
+    while j > 0 and ticks[j - 1] - since > stale_after:
+        j -= 1
+    while j < ticks.size and not ticks[j] - since > stale_after:
+        j += 1
+    if j < ticks.size and ticks[j] <= until:
+        return float(ticks[j])
+    return None

@@ -1,0 +1,209 @@
+"""MeterBook: where meter samples enter the ledger and meter alarms come out.
+
+The daemon and `monitor replay` hand it every `Sample` of a `kind: meter` sensor
+(value = register counts, as polled); it returns the meter `Condition`s for the
+alarm system. The meter alarm of a meter is active exactly while its latest reading
+is rejected, so a register reset is one alarm that stays up until an operator
+records the replacement, not one alarm per poll.
+
+`take_records()` hands the rows written or re-judged since the last call to the
+InfluxDB outbox (`meter_records`), so the database copy follows the ledger.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.config import Config
+from monitor.errors import MeterError
+from monitor.meters.ledger import Ledger, Replacement, Row, to_ms
+from monitor.meters.totalizer import ANOMALIES, MeterSpec, Step, condition, dec, to_ft3
+from monitor.model import Condition, Kind, Quality, Sample, iso
+
+log = logging.getLogger(__name__)
+
+LEDGER_FILE = "ledger.sqlite"
+
+
+def meter_specs(config: Config) -> dict[str, MeterSpec]:
+    return {s.id: MeterSpec.from_sensor(s) for s in config.sensors if s.kind is Kind.METER}
+
+
+def ledger_path(config: Config) -> Path:
+    return config.state_dir / LEDGER_FILE
+
+
+def open_ledger(config: Config) -> Ledger:
+    """The station's ledger under `state_dir`, judging with the configured meters."""
+    return Ledger(ledger_path(config), meter_specs(config))
+
+
+@dataclass(frozen=True, slots=True)
+class MeterRecord:
+    """One ledger row as a point for InfluxDB (measurement `meter`, see the README).
+
+    `reading` and `consumption` are in the meter's unit; `consumption_ft3` is the
+    billed delta in ft3 (0 for a rejected reading), so summing it over a quarter
+    gives the export's `consumption_ft3`.
+    """
+
+    meter: str
+    account: str
+    unit: str
+    time: float
+    reading: float
+    consumption: float
+    consumption_ft3: float
+    accepted: bool
+    flags: str
+
+
+def meter_records(rows: Iterable[Row], specs: dict[str, MeterSpec]) -> list[MeterRecord]:
+    """Ledger rows -> points for the outbox. Replacement rows at the same time are
+    merged (an InfluxDB point is one per series and timestamp)."""
+    out: dict[tuple[str, int], MeterRecord] = {}
+    for row in rows:
+        spec = specs.get(row.meter)
+        unit = spec.unit if spec else "ft3"
+        key = (row.meter, row.time_ms)
+        volume = row.volume
+        prev = out.get(key)
+        flags = list(row.flags)
+        if prev is not None:
+            volume += dec(prev.consumption)
+            flags = [f for f in prev.flags.split(",") if f] + [
+                f for f in flags if f not in prev.flags.split(",")
+            ]
+        out[key] = MeterRecord(
+            meter=row.meter,
+            account=(spec.account or "") if spec else "",
+            unit=unit,
+            time=row.time,
+            reading=float(row.reading * (spec.multiplier if spec else 1)),
+            consumption=float(volume),
+            consumption_ft3=float(to_ft3(volume, unit)),
+            accepted=row.accepted if prev is None else prev.accepted and row.accepted,
+            flags=",".join(flags),
+        )
+    return list(out.values())
+
+
+class MeterBook:
+    """The ledger plus per-meter alarm state; one per daemon (or replay run)."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.skipped = 0  # samples that were not readings: bad quality, NaN
+        self._alarm: dict[str, bool] = {}
+        self._seen: dict[str, tuple[int, int]] = {}
+        self._pending: list[Row] = []
+        for meter in ledger.specs:
+            last = ledger.last(meter)
+            if last is not None:
+                self._alarm[meter] = not last.accepted
+                self._seen[meter] = last.key
+
+    @classmethod
+    def open(cls, config: Config) -> MeterBook:
+        return cls(open_ledger(config))
+
+    def close(self) -> None:
+        self.ledger.close()
+
+    def is_meter(self, sensor: str) -> bool:
+        return sensor in self.ledger.specs
+
+    def ingest(self, samples: Iterable[Sample]) -> list[Condition]:
+        """Add the meter readings among `samples` (others are ignored) in one transaction."""
+        readings: list[tuple[str, float, Decimal]] = []
+        for s in samples:
+            if s.sensor not in self.ledger.specs:
+                continue
+            if s.quality is not Quality.GOOD or not math.isfinite(s.value):
+                self.skipped += 1
+                log.debug("meter %s at %s: skipped %s sample", s.sensor, s.time, s.quality.name)
+                continue
+            readings.append((s.sensor, s.time, dec(s.value)))
+        if not readings:
+            return []
+        rows = self.ledger.add_many(readings)
+        self._pending.extend(rows)
+        return self._conditions(rows)
+
+    def ingest_arrays(
+        self,
+        names: Sequence[str],
+        sensor: npt.NDArray[np.integer],
+        time: npt.NDArray[np.floating],
+        value: npt.NDArray[np.floating],
+        quality: npt.NDArray[np.integer] | None = None,
+        accepted: npt.NDArray[np.bool_] | None = None,
+    ) -> list[Condition]:
+        """The replay path: a batch as column arrays (`sensor` indexes `names`, as the
+        engine's replay steps carry it); only the meter rows are turned into samples."""
+        wanted = [i for i, name in enumerate(names) if name in self.ledger.specs]
+        if not wanted or sensor.size == 0:
+            return []
+        mask = np.isin(sensor, wanted)
+        if accepted is not None:
+            mask &= accepted
+        rows = np.flatnonzero(mask)
+        q = np.zeros(rows.size, dtype=np.int64) if quality is None else quality[rows]
+        return self.ingest(
+            Sample(names[int(s)], float(t), float(v), Quality(int(k)))
+            for s, t, v, k in zip(sensor[rows], time[rows], value[rows], q, strict=True)
+        )
+
+    def record_replacement(
+        self,
+        meter: str,
+        time: float,
+        old_final: Decimal | float | str,
+        new_initial: Decimal | float | str,
+        recorded_by: str = "",
+        note: str = "",
+    ) -> list[Condition]:
+        """Record an operator's meter swap (CLI and console API); re-judges later readings."""
+        rep = Replacement(meter, to_ms(time), dec(old_final), dec(new_initial), recorded_by, note)
+        if rep.old_final < 0 or rep.new_initial < 0:
+            raise MeterError(f"meter {meter}: readings of a replacement must not be negative")
+        rows = self.ledger.record_replacement(rep)
+        log.info(
+            "meter %s replaced at %s: old final %s, new initial %s%s",
+            meter, iso(time), rep.old_final, rep.new_initial, f" (by {recorded_by})" if recorded_by else "",
+        )  # fmt: skip
+        self._pending.extend(rows)
+        return self._conditions(rows)
+
+    def take_records(self) -> list[MeterRecord]:
+        """Rows written or re-judged since the last call, as outbox points."""
+        rows, self._pending = self._pending, []
+        return meter_records(rows, self.ledger.specs)
+
+    def _conditions(self, rows: list[Row]) -> list[Condition]:
+        """Alarm transitions: active when a meter's latest row is rejected, cleared when a
+        later one is accepted. New rows are judged in order, so each transition keeps its
+        time; re-judged rows in the past only matter through the latest row."""
+        out: list[Condition] = []
+        for row in rows:
+            seen = self._seen.get(row.meter)
+            if seen is not None and row.key < seen:
+                continue
+            self._seen[row.meter] = row.key
+            active = not row.accepted
+            if active == self._alarm.get(row.meter, False):
+                continue
+            self._alarm[row.meter] = active
+            spec = self.ledger.specs[row.meter]
+            flags = frozenset(row.flags) & frozenset(ANOMALIES)
+            step = Step(False, row.counts, row.volume, flags, row.message, row.limit)
+            out.append(condition(spec, row.time, row.reading, step if active else None))
+        return out

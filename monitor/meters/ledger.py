@@ -1,0 +1,433 @@
+"""The meter ledger: every reading a meter reported, with its verdict, in SQLite.
+
+The ledger is the billing office's source of truth; InfluxDB only gets a copy. Each
+row is one reading (or one side of a recorded replacement) with the delta from the
+last accepted reading and its flags. Rows are a pure function of the raw readings,
+the recorded replacements and the meter config: a reading that arrives out of order,
+or a replacement recorded after the fact, re-judges the rows after it, so replay and
+live polling of the same readings give the same ledger.
+
+Re-ingesting the same (meter, time) is a no-op (replay after live cannot double
+count); a different value for a time already held is kept out, counted as a
+conflict, and shown as an anomaly.
+
+Time is stored as integer milliseconds (the resolution InfluxDB keeps too).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+from monitor.errors import MeterError, StateError
+from monitor.meters.totalizer import ZERO, MeterSpec, Step, first_step, judge, order_flags
+from monitor.model import iso
+
+log = logging.getLogger(__name__)
+
+READING, OLD_FINAL, NEW_INITIAL = 0, 1, 2  # `seq` of rows at the same time, in this order
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meters (meter TEXT PRIMARY KEY, spec TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS readings (
+    meter    TEXT    NOT NULL,
+    time_ms  INTEGER NOT NULL,
+    seq      INTEGER NOT NULL,   -- 0 reading, 1 old meter's final, 2 new meter's initial
+    reading  TEXT    NOT NULL,   -- register counts, exact decimal text
+    accepted INTEGER NOT NULL,
+    counts   TEXT    NOT NULL,   -- register delta after rollover
+    volume   TEXT    NOT NULL,   -- counts x multiplier, in the meter's unit
+    flags    TEXT    NOT NULL,   -- comma-separated: first, rollover, replacement, backwards, ...
+    message  TEXT    NOT NULL,
+    lim      TEXT    NOT NULL,   -- the most max_rate allowed, for a jump or drop ('' if none)
+    PRIMARY KEY (meter, time_ms, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS replacements (
+    meter       TEXT    NOT NULL,
+    time_ms     INTEGER NOT NULL,
+    old_final   TEXT    NOT NULL,
+    new_initial TEXT    NOT NULL,
+    recorded_by TEXT    NOT NULL,
+    note        TEXT    NOT NULL,
+    PRIMARY KEY (meter, time_ms)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS conflicts (
+    meter   TEXT    NOT NULL,
+    time_ms INTEGER NOT NULL,
+    held    TEXT    NOT NULL,
+    offered TEXT    NOT NULL,
+    PRIMARY KEY (meter, time_ms, offered)
+) WITHOUT ROWID;
+"""
+SCHEMA_VERSION = "1"
+
+
+def to_ms(t: float) -> int:
+    return round(t * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One ledger row; `volume` is the billed delta (0 when rejected) in `unit`."""
+
+    meter: str
+    time_ms: int
+    seq: int
+    reading: Decimal
+    accepted: bool
+    counts: Decimal
+    volume: Decimal
+    flags: tuple[str, ...]
+    message: str
+    limit: Decimal | None = None
+
+    @property
+    def time(self) -> float:
+        return self.time_ms / 1000
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.time_ms, self.seq)
+
+    def describe(self) -> str:
+        what = {READING: "reading", OLD_FINAL: "old final", NEW_INITIAL: "new initial"}[self.seq]
+        verdict = "accepted" if self.accepted else "REJECTED"
+        flags = f" [{','.join(self.flags)}]" if self.flags else ""
+        return f"{iso(self.time)}  {what:<11} {self.reading:>14}  +{self.volume:<12} {verdict}{flags}"
+
+
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    meter: str
+    time_ms: int
+    old_final: Decimal
+    new_initial: Decimal
+    recorded_by: str = ""
+    note: str = ""
+
+
+class Ledger:
+    """SQLite meter ledger under the state directory; one writer (the daemon or a command)."""
+
+    def __init__(self, path: Path, specs: Mapping[str, MeterSpec]) -> None:
+        self.path = path
+        self.specs = dict(specs)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(path), isolation_level=None, timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            got = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if got is None:
+                self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+            elif got[0] != SCHEMA_VERSION:
+                raise StateError(f"meter ledger {path} has schema {got[0]}, expected {SCHEMA_VERSION}")
+        except (sqlite3.Error, OSError) as exc:
+            raise StateError(f"meter ledger {path} cannot be opened: {exc}") from exc
+        self._last: dict[str, Row | None] = {}
+        self._baseline: dict[str, Row | None] = {}
+        self._version = -1
+        with self._tx():
+            for meter, spec in self.specs.items():
+                self._check_spec(meter, spec)
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[None]:
+        """One transaction; sqlite errors become StateError naming the file."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._refresh()
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StateError(f"meter ledger {self.path}: {exc}") from exc
+
+    def _refresh(self) -> None:
+        """Forget cached rows when another connection committed (`monitor meters replace`
+        while the daemon runs), so a reading is never judged against a stale baseline."""
+        version = int(self._db.execute("PRAGMA data_version").fetchone()[0])
+        if version != self._version:
+            self._version = version
+            self._last.clear()
+            self._baseline.clear()
+
+    def spec(self, meter: str) -> MeterSpec:
+        try:
+            return self.specs[meter]
+        except KeyError:
+            raise MeterError(f"unknown meter {meter!r} (configured: {', '.join(self.specs)})") from None
+
+    def _check_spec(self, meter: str, spec: MeterSpec) -> None:
+        """A changed register width, multiplier, unit or max_rate re-judges the meter's rows."""
+        text = f"{spec.unit}|{spec.digits}|{spec.multiplier}|{spec.max_rate}"
+        got = self._db.execute("SELECT spec FROM meters WHERE meter=?", (meter,)).fetchone()
+        if got is not None and got[0] == text:
+            return
+        self._db.execute("INSERT OR REPLACE INTO meters VALUES (?, ?)", (meter, text))
+        if got is not None:
+            log.warning(
+                "meter %s: config changed (%s -> %s); re-judging its ledger rows", meter, got[0], text
+            )
+            self._rejudge(meter, (-(2**62), 0))
+
+    # -- reading rows ----------------------------------------------------------------
+
+    def add(self, meter: str, time: float, reading: Decimal) -> list[Row]:
+        """Add one reading; returns the rows written or re-judged (empty for a duplicate)."""
+        return self.add_many([(meter, time, reading)])
+
+    def add_many(self, items: Iterable[tuple[str, float, Decimal]]) -> list[Row]:
+        """Add readings in one transaction (replay, a Modbus poll cycle); returns the rows
+        written or re-judged, in order per meter. Readings older than a meter's latest row
+        are stored first and the meter is re-judged once from the oldest of them."""
+        out: list[Row] = []
+        rejudge: dict[str, tuple[int, int]] = {}
+        with self._tx():
+            for meter, time, reading in items:
+                spec = self.spec(meter)
+                time_ms = to_ms(time)
+                if self._duplicate(meter, time_ms, reading):
+                    continue
+                key = (time_ms, READING)
+                if meter in rejudge:
+                    rejudge[meter] = min(rejudge[meter], key)
+                    self._write(meter, time_ms, READING, reading, first_step(spec, reading))
+                    continue
+                last = self.last(meter)
+                if last is not None and key < last.key:
+                    rejudge[meter] = key
+                    self._write(meter, time_ms, READING, reading, first_step(spec, reading))
+                    continue
+                step = self._judge(
+                    spec, self.baseline(meter), time_ms, reading, None if last is None else last.reading
+                )
+                out.append(self._write(meter, time_ms, READING, reading, step))
+            for meter, start in rejudge.items():
+                out.extend(self._rejudge(meter, start))
+        return out
+
+    def _duplicate(self, meter: str, time_ms: int, reading: Decimal) -> bool:
+        """True when a reading for this time is held already; a different value is a conflict."""
+        held = self._db.execute(
+            "SELECT reading FROM readings WHERE meter=? AND time_ms=? AND seq=?", (meter, time_ms, READING)
+        ).fetchone()
+        if held is None:
+            return False
+        if Decimal(held[0]) != reading:
+            self._db.execute(
+                "INSERT OR IGNORE INTO conflicts VALUES (?, ?, ?, ?)", (meter, time_ms, held[0], str(reading))
+            )
+            log.warning(
+                "meter %s at %s: reading %s conflicts with %s already in the ledger; kept the first",
+                meter, iso(time_ms / 1000), reading, held[0],
+            )  # fmt: skip
+        return True
+
+    def _judge(
+        self, spec: MeterSpec, base: Row | None, time_ms: int, reading: Decimal, last_raw: Decimal | None
+    ) -> Step:
+        if base is None:
+            return first_step(spec, reading)
+        return judge(spec, base.reading, (time_ms - base.time_ms) / 1000, reading, last_raw)
+
+    def _write(self, meter: str, time_ms: int, seq: int, reading: Decimal, step: Step) -> Row:
+        row = Row(
+            meter=meter,
+            time_ms=time_ms,
+            seq=seq,
+            reading=reading,
+            accepted=step.accepted,
+            counts=step.counts,
+            volume=step.volume,
+            flags=order_flags(step.flags),
+            message=step.message,
+            limit=step.limit,
+        )
+        self._db.execute(
+            "INSERT OR REPLACE INTO readings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (meter, time_ms, seq, str(reading), int(row.accepted), str(row.counts), str(row.volume),
+             ",".join(row.flags), row.message, "" if row.limit is None else str(row.limit)),
+        )  # fmt: skip
+        last = self._last.get(meter)
+        if last is None or row.key >= last.key:
+            self._last[meter] = row
+        if row.accepted:
+            base = self._baseline.get(meter)
+            if base is None or row.key >= base.key:
+                self._baseline[meter] = row
+        return row
+
+    def _rejudge(self, meter: str, start: tuple[int, int]) -> list[Row]:
+        """Judge every row from `start` on again, in order; returns the rows that changed."""
+        spec = self.spec(meter)
+        base = self._accepted_before(meter, start)
+        before = self._select(
+            meter, "AND (time_ms < ? OR (time_ms = ? AND seq < ?)) ORDER BY time_ms DESC, seq DESC LIMIT 1",
+            start[0], *start,
+        )  # fmt: skip
+        last_raw = before[0].reading if before else None
+        self._last.pop(meter, None)
+        self._baseline.pop(meter, None)
+        changed: list[Row] = []
+        for old in self._select(meter, "AND (time_ms > ? OR (time_ms = ? AND seq >= ?))", start[0], *start):
+            if old.seq == NEW_INITIAL:
+                step = Step(True, ZERO, ZERO, frozenset({"replacement"}))
+            else:
+                step = self._judge(spec, base, old.time_ms, old.reading, last_raw)
+                if old.seq == OLD_FINAL:
+                    step = Step(
+                        step.accepted, step.counts, step.volume, step.flags | {"replacement"}, step.message
+                    )
+            row = self._write(meter, old.time_ms, old.seq, old.reading, step)
+            if row != old:
+                changed.append(row)
+            last_raw = row.reading
+            if row.accepted:
+                base = row
+        return changed
+
+    # -- replacements ----------------------------------------------------------------
+
+    def record_replacement(self, rep: Replacement) -> list[Row]:
+        """Record a meter swap: consumption across it is (old_final - last reading) +
+        (next reading - new_initial). Refuses figures that contradict the readings."""
+        spec = self.spec(rep.meter)
+        with self._tx():
+            held = self._db.execute(
+                "SELECT old_final, new_initial FROM replacements WHERE meter=? AND time_ms=?",
+                (rep.meter, rep.time_ms),
+            ).fetchone()
+            if held is not None:
+                if (Decimal(held[0]), Decimal(held[1])) == (rep.old_final, rep.new_initial):
+                    return []
+                raise MeterError(
+                    f"meter {rep.meter}: a replacement at {iso(rep.time_ms / 1000)} is already recorded "
+                    f"(old final {held[0]}, new initial {held[1]})"
+                )
+            base = self._accepted_before(rep.meter, (rep.time_ms, OLD_FINAL))
+            if base is not None:
+                step = self._judge(spec, base, rep.time_ms, rep.old_final, None)
+                if not step.accepted:
+                    raise MeterError(
+                        f"meter {rep.meter}: old final {rep.old_final} does not follow the last accepted"
+                        " reading "
+                        f"{base.reading} at {iso(base.time)}: {step.message}"
+                    )
+            after = self._select(
+                rep.meter, "AND time_ms > ? AND seq = 0 ORDER BY time_ms LIMIT 1", rep.time_ms
+            )
+            if after:
+                nxt = after[0]
+                step = judge(spec, rep.new_initial, (nxt.time_ms - rep.time_ms) / 1000, nxt.reading)
+                if not step.accepted:
+                    raise MeterError(
+                        f"meter {rep.meter}: new initial {rep.new_initial} does not lead to the next reading "
+                        f"{nxt.reading} at {iso(nxt.time)}: {step.message}"
+                    )
+            self._db.execute(
+                "INSERT INTO replacements VALUES (?, ?, ?, ?, ?, ?)",
+                (rep.meter, rep.time_ms, str(rep.old_final), str(rep.new_initial), rep.recorded_by, rep.note),
+            )
+            none = Step(True, ZERO, ZERO, frozenset())
+            self._write(rep.meter, rep.time_ms, OLD_FINAL, rep.old_final, none)
+            self._write(rep.meter, rep.time_ms, NEW_INITIAL, rep.new_initial, none)
+            return self._rejudge(rep.meter, (rep.time_ms, OLD_FINAL))
+
+    def replacements(self, meter: str | None = None) -> list[Replacement]:
+        sql = "SELECT meter, time_ms, old_final, new_initial, recorded_by, note FROM replacements"
+        rows = self._query(sql + (" WHERE meter=?" if meter else "") + " ORDER BY meter, time_ms",
+                           (meter,) if meter else ())  # fmt: skip
+        return [
+            Replacement(str(m), int(str(t)), Decimal(str(o)), Decimal(str(n)), str(b), str(note))
+            for m, t, o, n, b, note in rows
+        ]
+
+    # -- queries -----------------------------------------------------------------------
+
+    def _query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        try:
+            return list(self._db.execute(sql, params).fetchall())
+        except sqlite3.Error as exc:
+            raise StateError(f"meter ledger {self.path}: {exc}") from exc
+
+    def _select(self, meter: str, where: str, *params: object) -> list[Row]:
+        sql = (
+            "SELECT time_ms, seq, reading, accepted, counts, volume, flags, message, lim"
+            " FROM readings WHERE meter=? "
+        )
+        if "ORDER BY" not in where:
+            where += " ORDER BY time_ms, seq"
+        out = []
+        for t, seq, reading, accepted, counts, volume, flags, message, lim in self._query(
+            sql + where, (meter, *params)
+        ):
+            assert isinstance(t, int) and isinstance(seq, int) and isinstance(flags, str)
+            out.append(
+                Row(meter, t, seq, Decimal(str(reading)), bool(accepted), Decimal(str(counts)),
+                    Decimal(str(volume)), tuple(f for f in flags.split(",") if f), str(message),
+                    Decimal(str(lim)) if lim else None)
+            )  # fmt: skip
+        return out
+
+    def _accepted_before(self, meter: str, key: tuple[int, int]) -> Row | None:
+        rows = self._select(
+            meter,
+            "AND accepted=1 AND (time_ms < ? OR (time_ms = ? AND seq < ?))"
+            " ORDER BY time_ms DESC, seq DESC LIMIT 1",
+            key[0], *key,
+        )  # fmt: skip
+        return rows[0] if rows else None
+
+    def last(self, meter: str) -> Row | None:
+        """The latest row of a meter (accepted or not)."""
+        if not self._db.in_transaction:
+            self._refresh()
+        if meter not in self._last:
+            rows = self._select(meter, "ORDER BY time_ms DESC, seq DESC LIMIT 1")
+            self._last[meter] = rows[0] if rows else None
+        return self._last[meter]
+
+    def baseline(self, meter: str) -> Row | None:
+        """The latest accepted row: what the next reading is judged against."""
+        if not self._db.in_transaction:
+            self._refresh()
+        if meter not in self._baseline:
+            self._baseline[meter] = self._accepted_before(meter, (2**62, 0))
+        return self._baseline[meter]
+
+    def accepted_at_or_before(self, meter: str, time_ms: int) -> Row | None:
+        return self._accepted_before(meter, (time_ms, NEW_INITIAL + 1))
+
+    def rows(self, meter: str, after_ms: int | None = None, until_ms: int | None = None) -> list[Row]:
+        """Rows with after_ms < time_ms <= until_ms (a billing period), in order."""
+        lo = -(2**62) if after_ms is None else after_ms
+        hi = 2**62 if until_ms is None else until_ms
+        return self._select(meter, "AND time_ms > ? AND time_ms <= ?", lo, hi)
+
+    def conflicts(self, meter: str, after_ms: int | None = None, until_ms: int | None = None) -> int:
+        lo = -(2**62) if after_ms is None else after_ms
+        hi = 2**62 if until_ms is None else until_ms
+        got = self._query(
+            "SELECT count(*) FROM conflicts WHERE meter=? AND time_ms > ? AND time_ms <= ?", (meter, lo, hi)
+        )
+        return int(str(got[0][0]))
+
+    def meters(self) -> list[str]:
+        """Meters with rows, configured or not (a meter removed from config keeps its history)."""
+        return [str(m) for (m,) in self._query("SELECT DISTINCT meter FROM readings ORDER BY meter")]
+
+    def count(self, meter: str) -> int:
+        return int(str(self._query("SELECT count(*) FROM readings WHERE meter=?", (meter,))[0][0]))

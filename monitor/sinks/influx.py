@@ -1,0 +1,78 @@
+"""InfluxDB 2.x/3.x (and 1.8+ with its v2 compatibility API) through influxdb-client.
+
+The only module that imports influxdb-client. It posts line protocol the
+outbox already holds, joined into one body per batch: the client's fastest
+path (handing it `Point` objects is about 15x slower). Its exceptions become
+`WriteError(status, retry_after)` here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import urllib3
+from influxdb_client.client.influxdb_client import InfluxDBClient
+from influxdb_client.client.write_api import SYNCHRONOUS
+from influxdb_client.domain.write_precision import WritePrecision
+from influxdb_client.rest import ApiException
+
+from monitor.config import Influx
+from monitor.errors import WriteError
+from monitor.sinks.writer import parse_retry_after
+
+
+class InfluxV2Writer:
+    """`POST /api/v2/write?org=..&bucket=..&precision=ns` with the token, TLS verified by default."""
+
+    def __init__(self, influx: Influx) -> None:
+        assert influx.bucket is not None and influx.org is not None  # checked by config
+        self.bucket = influx.bucket
+        self.org = influx.org
+        self._client = InfluxDBClient(
+            url=influx.url,
+            token=influx.token.get_secret_value() if influx.token else "",  # "": no auth header
+            org=influx.org,
+            timeout=int(influx.timeout * 1000),
+            verify_ssl=influx.verify_tls,
+            ssl_ca_cert=str(influx.ca_file) if influx.ca_file else None,
+            retries=False,  # the drainer retries, with backoff the operator can see
+        )
+        self._api = self._client.write_api(write_options=SYNCHRONOUS)
+        self.target = f"{influx.url} org {self.org} bucket {self.bucket}"
+
+    def write(self, body: bytes) -> None:
+        try:
+            self._api.write(
+                bucket=self.bucket,
+                org=self.org,
+                record=body,
+                write_precision=cast(WritePrecision, WritePrecision.NS),
+            )
+        except ApiException as exc:
+            raise WriteError(
+                f"{self.target}: HTTP {exc.status} {_reason(exc)}",
+                status=int(exc.status) if exc.status else None,
+                retry_after=parse_retry_after(_header(exc, "Retry-After")),
+            ) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise WriteError(f"{self.target}: cannot reach the server: {exc}") from exc
+
+    def close(self) -> None:
+        self._api.close()  # type: ignore[no-untyped-call]
+        self._client.close()  # type: ignore[no-untyped-call]
+
+
+def _header(exc: ApiException, name: str) -> str | None:
+    headers: Any = exc.headers
+    if not headers:
+        return None
+    value = headers.get(name)
+    return None if value is None else str(value)
+
+
+def _reason(exc: ApiException) -> str:
+    body = exc.body
+    if isinstance(body, bytes):
+        body = body.decode(errors="replace")
+    text = str(body or exc.reason or "").strip()
+    return text[:2000]

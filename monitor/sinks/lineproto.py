@@ -1,0 +1,214 @@
+"""Line protocol for the three measurements station-monitor writes.
+
+Pure functions, no I/O, so the outbox, the bench and the tests share one
+serialiser. The schema (README, "InfluxDB output"):
+
+    sensor,station=<id>,sensor=<id>,kind=<kind>,unit=<unit> value=<float>,quality=<int>i <ns>
+    alarm,station=<id>,sensor=<id>,rule=<rule>,priority=<p>,citation=<§> active=<0|1>i,value=..,limit=.. <ns>
+    meter,station=<id>,meter=<id>,account=<id>,unit=<unit> reading=<float>,consumption_ft3=<float> <ns>
+
+Only numeric fields: VictoriaMetrics stores numbers only (a string field turns
+into a bogus 0), so states are integers. Non-finite numbers cannot be written in
+line protocol and are left out of the line (a COMM_FAILURE sample keeps its
+`quality` field). Tags hold identifiers only, never values, so cardinality stays
+at sensors x rules.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from monitor.model import Alarm, AlarmState, Condition, ConditionState, Sample
+
+_SPACE = {" ": r"\ ", "\n": r"\ ", "\r": r"\ ", "\t": r"\ "}  # line breaks cannot be escaped
+_KEY = str.maketrans({",": r"\,", "=": r"\=", "\\": "\\\\", **_SPACE})
+_MEASUREMENT = str.maketrans({",": r"\,", "\\": "\\\\", **_SPACE})
+
+# ISA-18.2 states as integers (VictoriaMetrics cannot store the names).
+ALARM_STATE_CODE: dict[AlarmState, int] = {
+    AlarmState.NORMAL: 0,
+    AlarmState.UNACK: 1,
+    AlarmState.ACKED: 2,
+    AlarmState.RTN_UNACK: 3,
+    AlarmState.SHELVED: 4,
+    AlarmState.SUPPRESSED: 5,
+    AlarmState.OUT_OF_SERVICE: 6,
+}
+
+
+def escape_key(text: str) -> str:
+    """Escape a tag key, tag value or field key (comma, equals, space, backslash).
+
+    Newlines and tabs cannot be carried in these positions at all and become spaces.
+    """
+    return text.translate(_KEY)
+
+
+def escape_measurement(text: str) -> str:
+    return text.translate(_MEASUREMENT)
+
+
+def ns(t: float) -> int:
+    """Epoch seconds -> integer nanoseconds, exact at microsecond resolution.
+
+    `round(t * 1e9)` would turn ...123 ms into ...122999999 ns.
+    """
+    return round(t * 1_000_000) * 1000
+
+
+def fmt_float(x: float) -> str:
+    """Shortest text that reads back to the same float (repr), always with a dot or exponent."""
+    return repr(float(x))
+
+
+def line(
+    measurement: str,
+    tags: Mapping[str, str],
+    fields: Mapping[str, float | int | bool],
+    time: float,
+) -> str:
+    """One point in line protocol. Tags are sorted (what InfluxDB does anyway);
+    empty tag values are skipped (InfluxDB rejects them); non-finite floats are
+    skipped. At least one field must remain."""
+    head = escape_measurement(measurement)
+    for key in sorted(tags):
+        tag = tags[key]
+        if tag:
+            head += f",{escape_key(key)}={escape_key(tag)}"
+    parts = []
+    for name, value in fields.items():
+        text = _field_value(value)
+        if text is not None:
+            parts.append(f"{escape_key(name)}={text}")
+    if not parts:
+        raise ValueError(f"point {measurement} {dict(tags)} has no finite field")
+    return f"{head} {','.join(parts)} {ns(time)}"
+
+
+def _field_value(value: float | int | bool) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"{value}i"
+    if not math.isfinite(value):
+        return None
+    return fmt_float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesInfo:
+    """What the tags of one sensor's series say: its kind and unit."""
+
+    kind: str
+    unit: str
+
+
+class SampleSerializer:
+    """Sample -> `sensor` line, with each sensor's tag prefix built once.
+
+    The hot path: one f-string per sample, no dict or sort per point.
+    """
+
+    def __init__(self, station: str, series: Mapping[str, SeriesInfo]) -> None:
+        self.station = station
+        self._series = dict(series)
+        self._prefix: dict[str, str] = {}
+
+    def prefix(self, sensor: str) -> str:
+        found = self._prefix.get(sensor)
+        if found is None:
+            info = self._series.get(sensor)
+            tags = {"station": self.station, "sensor": sensor}
+            if info is not None:
+                tags["kind"] = info.kind
+                tags["unit"] = info.unit
+            head = "sensor"
+            for key in sorted(tags):
+                head += f",{key}={escape_key(tags[key])}"
+            found = self._prefix[sensor] = head + " "
+        return found
+
+    def sample(self, s: Sample) -> str:
+        return self.samples((s,))[0]
+
+    def samples(self, samples: Iterable[Sample]) -> list[str]:
+        out = []
+        get = self._prefix.get
+        for s in samples:
+            head = get(s.sensor) or self.prefix(s.sensor)
+            v = float(s.value)
+            t = round(s.time * 1_000_000) * 1000
+            if v - v == 0.0:  # finite: faster than math.isfinite on the hot path
+                out.append(f"{head}value={v!r},quality={int(s.quality)}i {t}")
+            else:
+                out.append(f"{head}quality={int(s.quality)}i {t}")
+        return out
+
+
+def condition_line(station: str, cond: Condition, priority: str = "") -> str:
+    """An alarm transition as the engine reported it: `active` 1 on raise, 0 on clear."""
+    return line(
+        "alarm",
+        {
+            "station": station,
+            "sensor": cond.sensor,
+            "rule": str(cond.rule),
+            "priority": priority,
+            "citation": cond.citation,
+        },
+        {
+            "active": 1 if cond.state is ConditionState.ACTIVE else 0,
+            "value": float(cond.value),
+            "limit": math.nan if cond.limit is None else float(cond.limit),
+        },
+        cond.time,
+    )
+
+
+def alarm_line(station: str, alarm: Alarm) -> str:
+    """An ISA-18.2 alarm snapshot (state change, ack, shelve) at `updated_at`."""
+    fields: dict[str, float | int | bool] = {
+        "active": int(alarm.active),
+        "state_code": ALARM_STATE_CODE[alarm.state],
+        "acknowledged": int(alarm.acknowledged),
+    }
+    if alarm.value is not None:
+        fields["value"] = float(alarm.value)
+    if alarm.limit is not None:
+        fields["limit"] = float(alarm.limit)
+    return line(
+        "alarm",
+        {
+            "station": station,
+            "sensor": alarm.sensor,
+            "rule": str(alarm.rule),
+            "priority": str(alarm.priority),
+            "citation": alarm.citation,
+        },
+        fields,
+        alarm.updated_at,
+    )
+
+
+def meter_line(
+    station: str,
+    meter: str,
+    time: float,
+    reading: float,
+    consumption_ft3: float | None = None,
+    account: str = "",
+    unit: str = "",
+) -> str:
+    """A meter read: the register `reading` in the meter's unit, and the consumption
+    in ft3 since the previous read (what §139-3 bills per 1,000 ft3)."""
+    fields: dict[str, float | int | bool] = {"reading": float(reading)}
+    if consumption_ft3 is not None:
+        fields["consumption_ft3"] = float(consumption_ft3)
+    return line(
+        "meter",
+        {"station": station, "meter": meter, "account": account, "unit": unit},
+        fields,
+        time,
+    )

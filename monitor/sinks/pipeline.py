@@ -1,0 +1,172 @@
+"""One entry point for everything that writes series: `open_sink(config)`.
+
+The sink always keeps the local series store (the console reads it) and, when
+the config has an `influx` section, commits every point to the outbox that a
+`Drainer` empties into InfluxDB. The daemon and `monitor replay` call
+`write_samples` / `write_conditions` / `write_alarms` / `write_meter`, run
+`drainer.run()` (daemon) or `await drain(timeout)` (replay, before exit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from monitor.config import Config
+from monitor.model import Alarm, Clock, Condition, Sample, WallClock
+from monitor.sinks.drain import Drainer
+from monitor.sinks.lineproto import SampleSerializer, SeriesInfo, alarm_line, condition_line, meter_line
+from monitor.sinks.outbox import Outbox
+from monitor.sinks.store import SeriesStore
+from monitor.sinks.writer import LineWriter, make_writer
+
+OUTBOX_FILE = "outbox.sqlite"
+STORE_FILE = "series.sqlite"
+
+
+def outbox_path(config: Config) -> Path:
+    return config.state_dir / OUTBOX_FILE
+
+
+def store_path(config: Config) -> Path:
+    return config.state_dir / STORE_FILE
+
+
+def serializer_for(config: Config) -> SampleSerializer:
+    return SampleSerializer(
+        config.station.id,
+        {s.id: SeriesInfo(str(s.kind), s.effective_unit) for s in config.sensors},
+    )
+
+
+def priority_for(config: Config, sensor: str, rule: str) -> str:
+    """The alarm priority config gives (sensor, rule): an override, else the rule default."""
+    for o in config.alarms.overrides:
+        if o.sensor == sensor and str(o.rule) == rule:
+            return str(o.priority)
+    for r, p in config.alarms.priorities.items():
+        if str(r) == rule:
+            return str(p)
+    return ""
+
+
+class SampleSink:
+    """Local store always; outbox (+ drainer) when InfluxDB is configured."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: SeriesStore,
+        outbox: Outbox | None = None,
+        drainer: Drainer | None = None,
+    ) -> None:
+        self.config = config
+        self.station = config.station.id
+        self.store = store
+        self.outbox = outbox
+        self.drainer = drainer
+        self.serializer = serializer_for(config)
+
+    def write_samples(self, samples: Sequence[Sample]) -> None:
+        """Store and queue samples; when this returns they are committed to disk."""
+        if not samples:
+            return
+        self.store.append(samples)
+        if self.outbox is not None:
+            self.outbox.append(self.serializer.samples(samples))
+
+    def write_conditions(self, conditions: Sequence[Condition]) -> None:
+        """Alarm transitions as the engine reported them (measurement `alarm`)."""
+        if self.outbox is not None and conditions:
+            self.outbox.append(
+                [
+                    condition_line(self.station, c, priority_for(self.config, c.sensor, str(c.rule)))
+                    for c in conditions
+                ]
+            )
+
+    def write_alarms(self, alarms: Sequence[Alarm]) -> None:
+        """ISA-18.2 alarm snapshots (state changes, ack, shelve) from the alarm manager."""
+        if self.outbox is not None and alarms:
+            self.outbox.append([alarm_line(self.station, a) for a in alarms])
+
+    def write_meter(
+        self, meter: str, time: float, reading: float, consumption_ft3: float | None = None
+    ) -> None:
+        """A meter read and the consumption since the previous read (measurement `meter`)."""
+        if self.outbox is None:
+            return
+        try:
+            sensor = self.config.sensor(meter)
+            account, unit = sensor.account or "", sensor.effective_unit
+        except KeyError:
+            account, unit = "", ""
+        self.outbox.append(
+            [meter_line(self.station, meter, time, reading, consumption_ft3, account=account, unit=unit)]
+        )
+
+    async def drain(self, timeout: float) -> int:
+        """Deliver what the outbox holds within `timeout`; returns the points left (0 without InfluxDB)."""
+        if self.drainer is None:
+            return 0
+        return await self.drainer.drain(timeout)
+
+    @property
+    def pending(self) -> int:
+        return 0 if self.outbox is None else self.outbox.pending
+
+    def close(self) -> None:
+        self.store.close()
+        if self.outbox is not None:
+            self.outbox.close()
+        if self.drainer is not None:
+            self.drainer.writer.close()
+
+
+def open_outbox(
+    config: Config, clock: Clock | None = None, on_condition: Callable[[Condition], None] | None = None
+) -> Outbox:
+    max_bytes = config.influx.outbox_max_bytes if config.influx else 1 << 30
+    return Outbox(outbox_path(config), max_bytes=max_bytes, clock=clock, on_condition=on_condition)
+
+
+def open_drainer(
+    config: Config, outbox: Outbox, clock: Clock | None = None, writer: LineWriter | None = None
+) -> Drainer:
+    influx = config.influx
+    assert influx is not None
+    return Drainer(
+        outbox,
+        writer or make_writer(influx),
+        clock=clock,
+        batch_size=influx.batch_size,
+        flush_interval=influx.flush_interval,
+        max_backoff=influx.max_backoff,
+    )
+
+
+def open_sink(
+    config: Config,
+    clock: Clock | None = None,
+    on_condition: Callable[[Condition], None] | None = None,
+) -> SampleSink:
+    """The sink for `config`: outbox + writer when `influx` is set, the local store always.
+
+    Outbox-cap conditions go to `on_condition` (the alarm manager) and are
+    also written to the `alarm` measurement.
+    """
+    clock = clock or WallClock()
+    store = SeriesStore(store_path(config), retention=config.store.retention)
+    if config.influx is None:
+        return SampleSink(config, store)
+    sink: SampleSink | None = None
+
+    def cap_condition(cond: Condition) -> None:
+        if sink is not None:
+            sink.write_conditions([cond])
+        if on_condition is not None:
+            on_condition(cond)
+
+    outbox = open_outbox(config, clock, cap_condition)
+    sink = SampleSink(config, store, outbox, open_drainer(config, outbox, clock))
+    return sink

@@ -1,0 +1,67 @@
+"""Serving the console with uvicorn (the one module that imports it)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import uvicorn
+from fastapi import FastAPI
+
+from monitor.config import Console
+from monitor.web.events import Hub
+
+log = logging.getLogger(__name__)
+
+
+class ConsoleServer:
+    """uvicorn on the daemon's event loop; `serve()` runs until `stop()`."""
+
+    def __init__(self, app: FastAPI, console: Console) -> None:
+        self.app = app
+        self.console = console
+        config = uvicorn.Config(
+            app,
+            host=console.host,
+            port=console.port,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=2,
+        )
+        self._server = uvicorn.Server(config)
+
+    @property
+    def started(self) -> bool:
+        return bool(self._server.started)
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with `port: 0`)."""
+        for server in self._server.servers:
+            for sock in server.sockets:
+                return int(sock.getsockname()[1])
+        return self.console.port
+
+    async def serve(self) -> None:
+        if self.console.host not in ("127.0.0.1", "::1", "localhost"):
+            log.warning(
+                "console reads are open on %s:%d; writes still need the token",
+                self.console.host,
+                self.console.port,
+            )
+        if self.console.token is None:
+            log.info("console has no token: acknowledge and shelve are disabled")
+        await self._server.serve()
+
+    def stop(self) -> None:
+        """End live streams first so shutdown does not wait for them."""
+        hub = getattr(self.app.state, "hub", None)
+        if isinstance(hub, Hub):
+            hub.close()
+        self._server.should_exit = True
+
+    async def wait_started(self, timeout: float = 10.0) -> None:
+        async with asyncio.timeout(timeout):
+            while not self._server.started:
+                await asyncio.sleep(0.01)

@@ -1,0 +1,303 @@
+// Operator console: plain JS, no build step, no CDN. Every text goes in with
+// textContent (never innerHTML): notes and reasons are typed by people.
+"use strict";
+
+const STATE_TEXT = {
+  active_unacknowledged: "Unacknowledged",
+  active_acknowledged: "Acknowledged",
+  returned_unacknowledged: "Returned – ack needed",
+  shelved: "Shelved",
+  suppressed: "Suppressed",
+  out_of_service: "Out of service",
+  normal: "Normal",
+};
+const RULE_TEXT = {
+  slug: "slug", high: "high", low: "low", stale: "no fresh data", comm_loss: "communication lost",
+  meter: "meter check", outbox: "outbox",
+};
+const $ = (sel) => document.querySelector(sel);
+let sensors = [];
+let alarms = [];
+let writesEnabled = false;
+let shelveTarget = null;
+let clockSkew = 0; // browser time minus the daemon's clock (replay runs on data time)
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (v !== null && v !== undefined && v !== false) node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+function fmtNum(x) {
+  if (x === null || x === undefined) return "—";
+  const a = Math.abs(x);
+  const digits = a >= 1000 ? 0 : a >= 100 ? 1 : a >= 1 ? 2 : 3;
+  return x.toLocaleString(undefined, { maximumFractionDigits: digits });
+}
+function fmtTime(iso) {
+  if (!iso) return "";
+  const d = new Date(iso);
+  const today = new Date(Date.now() - clockSkew).toDateString() === d.toDateString();
+  return today ? d.toLocaleTimeString() : d.toLocaleString();
+}
+function ago(iso) {
+  if (!iso) return "";
+  const s = Math.max(0, (Date.now() - clockSkew - new Date(iso).getTime()) / 1000);
+  if (s < 90) return `${Math.round(s)} s ago`;
+  if (s < 5400) return `${Math.round(s / 60)} min ago`;
+  if (s < 172800) return `${Math.round(s / 3600)} h ago`;
+  return `${Math.round(s / 86400)} d ago`;
+}
+function unitOf(sensorId) {
+  const s = sensors.find((x) => x.id === sensorId);
+  return s && s.unit !== "pH" ? s.unit : "";
+}
+function toast(text) {
+  const t = $("#toast");
+  t.textContent = text;
+  t.hidden = false;
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => { t.hidden = true; }, 6000);
+}
+
+async function getJSON(url) {
+  const r = await fetch(url, { cache: "no-store" });
+  if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
+  return r.json();
+}
+
+async function act(alarm, action, body) {
+  const name = $("#op-name").value.trim();
+  const token = $("#op-token").value;
+  if (!name || !token) {
+    toast("Enter your name and the console token under Operator first.");
+    $("#op-name").focus();
+    return;
+  }
+  const url = `/api/alarms/${encodeURIComponent(alarm.sensor)}/${alarm.rule}/${action}`;
+  const r = await fetch(url, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", Authorization: `Bearer ${token}` },
+    body: JSON.stringify({ by: name, ...body }),
+  });
+  if (!r.ok) {
+    let detail = `HTTP ${r.status}`;
+    try { const j = await r.json(); detail = typeof j.detail === "string" ? j.detail : JSON.stringify(j.detail); } catch (e) { /* keep status */ }
+    toast(detail);
+  } else {
+    $("#toast").hidden = true;
+  }
+  await refreshAlarms();
+}
+
+function renderAlarms() {
+  const box = $("#alarms");
+  box.replaceChildren();
+  const waiting = alarms.filter((a) => a.state === "active_unacknowledged" || a.state === "returned_unacknowledged");
+  const summary = $("#summary");
+  if (waiting.length) {
+    summary.className = "summary sum-alarm";
+    summary.textContent = `${waiting.length} UNACKNOWLEDGED`;
+  } else if (alarms.some((a) => a.active && a.state === "active_acknowledged")) {
+    summary.className = "summary sum-acked";
+    summary.textContent = `${alarms.filter((a) => a.active).length} ACTIVE, ACKNOWLEDGED`;
+  } else {
+    summary.className = "summary sum-ok";
+    summary.textContent = "NO ACTIVE ALARMS";
+  }
+  if (!alarms.length) {
+    box.append(el("div", { class: "none" }, "No alarms. All sensors within limits."));
+    return;
+  }
+  for (const a of alarms) box.append(alarmCard(a));
+}
+
+function alarmCard(a) {
+  const unit = unitOf(a.sensor);
+  const reading = a.value === null ? "" :
+    `${fmtNum(a.value)}${unit ? " " + unit : ""}` + (a.limit !== null ? ` (limit ${fmtNum(a.limit)})` : "");
+  const meta = [];
+  if (a.activated_at) meta.push(`since ${fmtTime(a.activated_at)} (${ago(a.activated_at)})`);
+  if (!a.active && a.cleared_at) meta.push(`cleared ${fmtTime(a.cleared_at)}`);
+  if (a.acked_by) meta.push(`acknowledged by ${a.acked_by}` + (a.ack_note ? `: “${a.ack_note}”` : ""));
+  if (a.shelved_until) meta.push(`shelved by ${a.shelved_by} until ${fmtTime(a.shelved_until)}: ${a.shelve_reason || ""}`);
+  const buttons = [];
+  const can = !writesEnabled ? { disabled: true, title: "writes disabled: no console token configured" } : {};
+  if (a.state === "active_unacknowledged" || a.state === "returned_unacknowledged") {
+    buttons.push(el("button", { class: "ack", ...can, onclick: () => act(a, "ack", {}) }, "Acknowledge"));
+  }
+  if (a.state === "shelved") {
+    buttons.push(el("button", { ...can, onclick: () => act(a, "unshelve", {}) }, "Unshelve"));
+  } else if (a.state === "out_of_service") {
+    buttons.push(el("button", { ...can, onclick: () => act(a, "return", {}) }, "Return to service"));
+  } else {
+    buttons.push(el("button", { ...can, onclick: () => openShelve(a) }, "Shelve"));
+  }
+  return el("article", { class: `alarm ${a.state}`, "data-key": `${a.sensor}/${a.rule}` },
+    el("div", { class: "head" },
+      el("span", { class: `badge prio-${a.priority}` }, a.priority),
+      el("span", { class: "what" }, `${a.sensor} ${RULE_TEXT[a.rule] || a.rule}`),
+      el("span", { class: "state" }, STATE_TEXT[a.state] || a.state),
+      a.chattering ? el("span", { class: "badge chatter" }, "chattering") : null),
+    el("div", { class: "citation" }, a.citation),
+    reading ? el("div", { class: "reading" }, reading) : null,
+    a.message ? el("div", { class: "meta" }, a.message) : null,
+    el("div", { class: "meta" }, meta.join(" · ")),
+    el("div", { class: "actions" }, buttons));
+}
+
+function openShelve(a) {
+  shelveTarget = a;
+  $("#shelve-title").textContent = `Shelve ${a.sensor} ${RULE_TEXT[a.rule] || a.rule}`;
+  $("#shelve-reason").value = "";
+  $("#shelve-dialog").showModal();
+}
+
+function sparkline(points, baseline) {
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("viewBox", "0 0 100 30");
+  svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("aria-label", "last 24 h");
+  if (!points || points.length < 2) return svg;
+  const t0 = new Date(points[0][0]).getTime();
+  const t1 = new Date(points[points.length - 1][0]).getTime();
+  const vs = points.map((p) => p[1]).concat(baseline === null ? [] : [baseline]);
+  let lo = Math.min(...vs), hi = Math.max(...vs);
+  if (hi - lo < 1e-9) { lo -= 1; hi += 1; }
+  const x = (t) => ((t - t0) / Math.max(1, t1 - t0)) * 100;
+  const y = (v) => 28 - ((v - lo) / (hi - lo)) * 26;
+  if (baseline !== null) {
+    const line = document.createElementNS(svg.namespaceURI, "line");
+    line.setAttribute("class", "base");
+    line.setAttribute("x1", "0"); line.setAttribute("x2", "100");
+    line.setAttribute("y1", y(baseline).toFixed(2)); line.setAttribute("y2", y(baseline).toFixed(2));
+    svg.append(line);
+  }
+  const poly = document.createElementNS(svg.namespaceURI, "polyline");
+  poly.setAttribute("points", points.map((p) => `${x(new Date(p[0]).getTime()).toFixed(2)},${y(p[1]).toFixed(2)}`).join(" "));
+  svg.append(poly);
+  return svg;
+}
+
+const series = {};
+async function refreshSeries() {
+  await Promise.all(sensors.map(async (s) => {
+    try { series[s.id] = (await getJSON(`/api/sensors/${encodeURIComponent(s.id)}/series?hours=24&points=144`)).points; }
+    catch (e) { /* keep the last sparkline */ }
+  }));
+  renderSensors();
+}
+
+function renderSensors() {
+  const box = $("#sensors");
+  box.replaceChildren();
+  const alarmed = new Set(alarms.filter((a) => a.active).map((a) => a.sensor));
+  for (const s of sensors) {
+    const unit = s.unit === "pH" ? "pH" : s.unit;
+    box.append(el("div", { class: `sensor q-${s.quality}${alarmed.has(s.id) ? " alarmed" : ""}`, "data-sensor": s.id },
+      el("div", { class: "name", title: s.id }, s.name || s.id),
+      el("div", {}, el("span", { class: "value" }, fmtNum(s.value)), el("span", { class: "unit" }, unit)),
+      el("div", { class: "sub" },
+        el("span", { class: `q ${s.quality}` }, s.quality.replace("_", " ")),
+        el("span", {}, s.baseline === null ? "no baseline yet" : `24 h avg ${fmtNum(s.baseline)}`)),
+      sparkline(series[s.id], s.baseline),
+      el("div", { class: "sub" }, el("span", {}, s.id), el("span", {}, ago(s.time)))));
+  }
+}
+
+function renderHealth(h) {
+  const dl = el("dl");
+  const add = (k, v) => dl.append(el("dt", {}, k), el("dd", {}, v));
+  for (const [k, v] of Object.entries(h || {})) {
+    if (k === "sources" && Array.isArray(v)) {
+      for (const src of v) {
+        const name = src.name || src.id || "source";
+        const bits = Object.entries(src).filter(([kk]) => kk !== "name" && kk !== "id").map(([kk, vv]) => `${kk.replace(/_/g, " ")}: ${vv}`);
+        add(name, bits.join(" · "));
+      }
+    } else if (v !== null && typeof v === "object") {
+      add(k.replace(/_/g, " "), Object.entries(v).map(([kk, vv]) => `${kk.replace(/_/g, " ")}: ${typeof vv === "object" ? JSON.stringify(vv) : vv}`).join(" · ") || "none");
+    } else {
+      add(k.replace(/_/g, " "), String(v));
+    }
+  }
+  $("#health").replaceChildren(dl);
+}
+
+async function refreshJournal() {
+  const rows = await getJSON("/api/journal?limit=50");
+  const body = $("#journal tbody");
+  body.replaceChildren(...rows.map((e) => el("tr", {},
+    el("td", {}, fmtTime(e.time)),
+    el("td", {}, `${e.sensor}/${e.rule}`),
+    el("td", {}, e.event.replace(/_/g, " ")),
+    el("td", {}, e.actor || ""),
+    el("td", {}, e.note || ""))));
+}
+
+async function refreshAlarms() {
+  try {
+    alarms = await getJSON("/api/alarms");
+    renderAlarms();
+    renderSensors();
+    await refreshJournal();
+  } catch (e) { toast(String(e)); }
+}
+
+function connect() {
+  const live = $("#live");
+  const es = new EventSource("/api/events");
+  es.addEventListener("open", () => { live.className = "live on"; live.textContent = "live"; refreshAlarms(); });
+  es.addEventListener("error", () => { live.className = "live off"; live.textContent = "reconnecting"; });
+  es.addEventListener("alarm", () => refreshAlarms());
+  es.addEventListener("sensors", (ev) => {
+    const snap = JSON.parse(ev.data);
+    const first = !sensors.length;
+    sensors = snap.sensors;
+    clockSkew = Date.now() - new Date(snap.time).getTime();
+    $("#clock").textContent = fmtTime(snap.time);
+    renderSensors();
+    renderHealth(snap.health);
+    if (first) refreshSeries();
+  });
+}
+
+async function start() {
+  const name = localStorage.getItem("console.name");
+  const token = localStorage.getItem("console.token");
+  if (name) $("#op-name").value = name;
+  if (token) $("#op-token").value = token;
+  $("#op-name").addEventListener("change", (e) => localStorage.setItem("console.name", e.target.value.trim()));
+  $("#op-token").addEventListener("change", (e) => localStorage.setItem("console.token", e.target.value));
+  $("#operator").addEventListener("submit", (e) => e.preventDefault());
+  $("#shelve-cancel").addEventListener("click", () => $("#shelve-dialog").close());
+  $("#shelve-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const reason = $("#shelve-reason").value.trim();
+    if (!reason || !shelveTarget) return;
+    const minutes = $("#shelve-minutes").value;
+    $("#shelve-dialog").close();
+    act(shelveTarget, "shelve", minutes ? { reason, minutes: Number(minutes) } : { reason });
+  });
+  try {
+    const st = await getJSON("/api/station");
+    writesEnabled = st.writes_enabled;
+    clockSkew = Date.now() - new Date(st.time).getTime();
+    $("#station-name").textContent = st.name ? `${st.name} (${st.id})` : st.id;
+    document.title = `${st.id} console`;
+    $("#op-status").textContent = writesEnabled ? "" : "Writes are disabled on this gateway (no console token configured).";
+  } catch (e) { toast(String(e)); }
+  connect();
+  setInterval(refreshSeries, 60000);
+  setInterval(renderAlarms, 30000);  // keep "x min ago" honest
+}
+
+document.addEventListener("DOMContentLoaded", start);

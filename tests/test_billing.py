@@ -1,0 +1,164 @@
+"""Billing maths: quarters, the §139-3 rate, money rounding, classification, the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from monitor.config import Account, Config, build_config
+from monitor.errors import MeterError
+from monitor.meters.billing import classify, export_rows, quarter, rate
+from monitor.meters.book import MeterBook
+from monitor.model import Sample, iso, parse_time
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_monitor(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "start_month", "start", "end"),
+    [
+        ("2026Q3", 1, "2026-07-01T00:00:00Z", "2026-10-01T00:00:00Z"),
+        ("2026Q4", 1, "2026-10-01T00:00:00Z", "2027-01-01T00:00:00Z"),
+        ("2026Q1", 7, "2026-07-01T00:00:00Z", "2026-10-01T00:00:00Z"),
+        ("2026Q3", 7, "2027-01-01T00:00:00Z", "2027-04-01T00:00:00Z"),
+        ("2026Q4", 10, "2027-07-01T00:00:00Z", "2027-10-01T00:00:00Z"),
+        ("2026q2", 12, "2027-03-01T00:00:00Z", "2027-06-01T00:00:00Z"),
+    ],
+)
+def test_quarters_follow_the_billing_year(text: str, start_month: int, start: str, end: str) -> None:
+    q = quarter(text, start_month)
+    assert (iso(q.start.timestamp()), iso(q.end.timestamp())) == (start, end)
+
+
+def test_quarter_must_be_well_formed() -> None:
+    for bad in ("2026Q5", "Q3", "2026-07"):
+        with pytest.raises(MeterError, match="2026Q3"):
+            quarter(bad)
+
+
+def test_rate_is_budget_over_prior_year_kcf() -> None:
+    assert rate(Decimal("850000"), Decimal("200000")) == Decimal("4.25")
+    with pytest.raises(MeterError):
+        rate(Decimal(1), Decimal(0))
+    got = run_monitor("billing", "rate", "--budget", "$1,000,000", "--prior-year-kcf", "300000")
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.splitlines()[0] == "rate_per_kcf: 3.33"  # 3.3333... rounded half up to cents
+    got = run_monitor("billing", "rate", "--budget", "1000000", "--prior-year-kcf", "300000", "--places", "4")
+    assert got.stdout.splitlines()[0] == "rate_per_kcf: 3.3333"
+    bad = run_monitor("billing", "rate", "--budget", "lots", "--prior-year-kcf", "3")
+    assert bad.returncode == 1 and "budget 'lots' is not a number" in bad.stderr
+
+
+def acct(cls: str = "industrial", workdays: int = 5, residential: bool | None = None) -> Account:
+    return Account.model_validate(
+        {"id": "a", "class": cls, "workdays_per_week": workdays, "residential": residential}
+    )
+
+
+def test_classification_thresholds() -> None:
+    days, big = 91, Fraction(10**12)
+    gal = Fraction(25_000 * days)
+    assert classify(acct(), gal, days, big) == "industrial"  # exactly 25,000 gpd is not "more than"
+    assert classify(acct(), gal + 1, days, big) == "industrial user"
+    # 50,000 gal per average workday: 91 days x 5/7 = 65 workdays.
+    assert classify(acct(), Fraction(50_000 * 65), days, big) == "major contributing industry"
+    assert classify(acct(), Fraction(50_000 * 65) - 1, days, big) == "industrial user"
+    # > 5 % of all metered flow makes an industrial user major, whatever its workdays.
+    small = gal + 1
+    assert classify(acct(workdays=7), small, days, small * 20) == "industrial user"  # exactly 5 %
+    assert classify(acct(workdays=7), small, days, small * 20 - 1) == "major contributing industry"
+    # Residential users are never industrial users, however much they use.
+    assert classify(acct("residential"), big, days, big) == "residential"
+    assert classify(acct("apartments", residential=True), big, days, big) == "apartments"
+
+
+def billing_config(tmp_path: Path, minimum: str | None = "25.00", units: int = 1) -> Config:
+    return build_config(
+        {
+            "station": {"id": "ps-1"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [{"id": "m", "kind": "meter", "unit": "ft3", "register_digits": 8, "account": "a"}],
+            "billing": {
+                "rate_per_kcf": "3.33",
+                "minimum_charge": minimum,
+                "accounts": [{"id": "a", "class": "commercial", "billing_units": units}],
+            },
+        }
+    )
+
+
+def export_for(
+    tmp_path: Path, used_ft3: list[int], minimum: str | None = "25.00", units: int = 1
+) -> dict[str, str]:
+    config = billing_config(tmp_path, minimum, units)
+    book = MeterBook.open(config)
+    start = parse_time("2026-07-01T00:00:00Z")
+    reading, samples = 0, [Sample("m", start, 0.0)]
+    for i, used in enumerate(used_ft3, start=1):
+        reading += used
+        samples.append(Sample("m", start + i * 3600 * 12, float(reading)))
+    book.ingest(samples)
+    rows = export_rows(config, book.ledger, quarter("2026Q3"))
+    book.close()
+    assert len(rows) == 1
+    return rows[0]
+
+
+def test_money_is_rounded_once_at_the_end(tmp_path: Path) -> None:
+    # 1,501 ft3 x $3.33/kcf = $4.99833; minimum off: charge $5.00, +2 % = $5.0982966 -> $5.10,
+    # +10 % = $5.60812626 -> $5.61 (rounding $5.10 x 1.1 = $5.61 agrees here).
+    row = export_for(tmp_path, [1501], minimum=None)
+    assert (row["charge"], row["due_after_30_days"], row["due_after_60_days"]) == ("5.00", "5.10", "5.61")
+    assert row["minimum_applied"] == "false" and row["consumption_kcf"] == "1.501000"
+
+
+def test_minimum_charge_is_per_billing_unit(tmp_path: Path) -> None:
+    row = export_for(tmp_path, [1000], units=3)  # $3.33 < 3 x $25
+    assert (row["charge"], row["minimum_applied"], row["due_after_30_days"]) == ("75.00", "true", "76.50")
+    assert row["due_after_60_days"] == "84.15"
+    assert "estimated" in row["flags"]  # 12 h of readings in a 92-day quarter
+
+
+def test_cli_replace_reports_inconsistent_figures(tmp_path: Path) -> None:
+    config = tmp_path / "station.yaml"
+    config.write_text(
+        "station: {id: ps-1}\nstate_dir: state\n"
+        "sensors:\n  - {id: m, kind: meter, unit: ft3, register_digits: 6}\n",
+        encoding="utf-8",
+    )
+    readings = tmp_path / "r.csv"
+    readings.write_text(
+        "time,sensor,value\n2026-07-01T00:00:00Z,m,500\n2026-07-01T01:00:00Z,m,x\n2026-07-01T02:00:00Z,m,510\n",
+        encoding="utf-8",
+    )
+    got = run_monitor("meters", "ingest", "--config", str(config), "--input", str(readings))
+    assert got.returncode == 0 and "2 meter reading(s)" in got.stdout and "1 bad row(s)" in got.stdout
+    assert "r.csv:3: skipped" in got.stderr
+    args = ("meters", "replace", "--config", str(config), "--meter", "m", "--new-initial", "0")
+    got = run_monitor(*args, "--time", "2026-07-01T03:00:00Z", "--old-final", "400")
+    assert got.returncode == 1 and "old final 400 does not follow the last accepted reading 510" in got.stderr
+    got = run_monitor(*args, "--time", "2026-07-01T03:00:00", "--old-final", "520")
+    assert got.returncode == 1 and "has no zone" in got.stderr
+    got = run_monitor(*args, "--time", "2026-07-01T03:00:00Z", "--old-final", "520", "--meter", "nope")
+    assert got.returncode == 1 and "unknown meter 'nope'" in got.stderr
+    got = run_monitor(*args, "--time", "2026-07-01T03:00:00Z", "--old-final", "520")
+    assert got.returncode == 0, got.stderr
+    shown = run_monitor("meters", "show", "--config", str(config), "--meter", "m")
+    assert "old final" in shown.stdout and "replaced at 2026-07-01T03:00:00Z" in shown.stdout
+    listed = run_monitor("meters", "list", "--config", str(config))
+    assert "m  account -  ft3 x1, 6 digits, no max rate" in listed.stdout
+    no_billing = run_monitor(
+        "billing", "export", "--config", str(config), "--quarter", "2026Q3", "--out", "-"
+    )
+    assert no_billing.returncode == 1 and "no billing section" in no_billing.stderr

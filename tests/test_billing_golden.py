@@ -1,0 +1,137 @@
+"""Golden billing exports: tests/cases/billing/<name>/{config.yaml, readings.csv,
+replacements.csv, expected.csv}. The figures are checked by hand in each case's README.md.
+
+The export must be byte-identical whatever path and order the readings took into the
+ledger: the CLI, the MeterBook API, readings shuffled, delivered twice, or the
+replacement recorded before the readings arrived."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from monitor.config import load_config
+from monitor.meters.billing import COLUMNS, export_rows, quarter, write_csv
+from monitor.meters.book import MeterBook
+from monitor.model import Sample, parse_time
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ROOT / "tests" / "cases" / "billing"
+QUARTER = {"quarter": "2026Q3"}
+
+
+def monitor_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+
+
+def case_dir(name: str, tmp_path: Path) -> Path:
+    """The case's config in a temp dir, so its `state_dir: state` lands there."""
+    shutil.copy(CASES / name / "config.yaml", tmp_path / "config.yaml")
+    return tmp_path / "config.yaml"
+
+
+def replacements(name: str) -> list[dict[str, str]]:
+    path = CASES / name / "replacements.csv"
+    if not path.exists():
+        return []
+    with path.open(encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def readings(name: str) -> list[Sample]:
+    with (CASES / name / "readings.csv").open(encoding="utf-8") as fh:
+        return [Sample(r["sensor"], parse_time(r["time"]), float(r["value"])) for r in csv.DictReader(fh)]
+
+
+def record(book: MeterBook, rep: dict[str, str]) -> None:
+    book.record_replacement(rep["meter"], parse_time(rep["time"]), rep["old_final"], rep["new_initial"])
+
+
+def export_text(config_path: Path, name: str) -> str:
+    config = load_config(config_path)
+    book = MeterBook.open(config)
+    try:
+        assert config.billing is not None
+        rows = export_rows(config, book.ledger, quarter(QUARTER["quarter"], config.billing.year_start_month))
+    finally:
+        book.close()
+    out = io.StringIO()
+    write_csv(rows, out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CASES.iterdir() if (p / "expected.csv").exists()))
+def test_cli_export_matches_golden(name: str, tmp_path: Path) -> None:
+    config = case_dir(name, tmp_path)
+    got = monitor_cli(
+        "meters", "ingest", "--config", str(config), "--input", str(CASES / name / "readings.csv")
+    )
+    assert got.returncode == 0, got.stderr
+    for rep in replacements(name):
+        got = monitor_cli(
+            "meters", "replace", "--config", str(config), "--meter", rep["meter"], "--time", rep["time"],
+            "--old-final", rep["old_final"], "--new-initial", rep["new_initial"], "--by", "golden test",
+        )  # fmt: skip
+        assert got.returncode == 0, got.stderr
+    out = tmp_path / "export.csv"
+    got = monitor_cli("billing", "export", "--config", str(config), "--quarter", "2026Q3", "--out", str(out))
+    assert got.returncode == 0, got.stderr
+    assert out.read_text(encoding="utf-8") == (CASES / name / "expected.csv").read_text(encoding="utf-8")
+
+    out_json = tmp_path / "export.json"
+    got = monitor_cli(
+        "billing", "export", "--config", str(config), "--quarter", "2026Q3", "--out", str(out_json),
+        "--format", "json",
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    items = json.loads(out_json.read_text(encoding="utf-8"))
+    with (CASES / name / "expected.csv").open(encoding="utf-8") as fh:
+        expected = list(csv.DictReader(fh))
+    assert [list(i) for i in items] == [list(COLUMNS)] * len(expected)
+    for item, row in zip(items, expected, strict=True):
+        assert item["minimum_applied"] is (row["minimum_applied"] == "true")
+        assert item["flags"] == [f for f in row["flags"].split(";") if f]
+        assert {k: v for k, v in item.items() if k not in ("minimum_applied", "flags")} == {
+            k: v for k, v in row.items() if k not in ("minimum_applied", "flags")
+        }
+
+
+@pytest.mark.parametrize("order", ["replacement-first", "shuffled-twice", "reversed"])
+def test_same_export_whatever_the_order(order: str, tmp_path: Path) -> None:
+    name = "quarter"
+    config_path = case_dir(name, tmp_path)
+    samples = readings(name)
+    book = MeterBook.open(load_config(config_path))
+    try:
+        reps = replacements(name)
+        if order == "replacement-first":
+            for rep in reps:
+                record(book, rep)
+            book.ingest(samples)
+        elif order == "shuffled-twice":
+            rng = random.Random(139)
+            shuffled = samples[:]
+            rng.shuffle(shuffled)
+            # Chunks of a poll cycle's size, out of order across chunks; then everything again.
+            for i in range(0, len(shuffled), 500):
+                book.ingest(shuffled[i : i + 500])
+            for rep in reps:
+                record(book, rep)
+            book.ingest(samples)
+        else:
+            book.ingest(reversed(samples))
+            for rep in reps:
+                record(book, rep)
+    finally:
+        book.close()
+    assert export_text(config_path, name) == (CASES / name / "expected.csv").read_text(encoding="utf-8")

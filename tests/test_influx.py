@@ -1,0 +1,152 @@
+"""Round trips through real servers: v2 API into VictoriaMetrics, v1 into InfluxDB 1.6."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from monitor.model import Condition, ConditionState, Quality, Rule, Sample
+from monitor.sinks.pipeline import open_sink
+from tests.services import InfluxDB1, VictoriaMetrics
+from tests.sink_config import SENSORS, write_config
+
+T0 = 1_700_000_000.0
+
+
+def _samples(n: int) -> list[Sample]:
+    """n samples per sensor, 1 s apart, ms-resolution times and awkward floats."""
+    out = []
+    for k in range(n):
+        for j, s in enumerate(SENSORS):
+            value = (k * 0.1 + j) / 3.0 if k % 17 else -0.0 + j * 1e-9
+            out.append(Sample(s["id"], T0 + k + 0.125 * j, value))
+    out.append(Sample("outfall.oil", T0 + n, math.nan, Quality.COMM_FAILURE))
+    return out
+
+
+def _expected(samples: list[Sample]) -> dict[str, dict[int, float]]:
+    want: dict[str, dict[int, float]] = defaultdict(dict)
+    for s in samples:
+        if not math.isnan(s.value):
+            want[s.sensor][round(s.time * 1000)] = s.value
+    return want
+
+
+def test_v2_round_trip_into_victoriametrics(tmp_path: Path, victoria: VictoriaMetrics) -> None:
+    _, config = write_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "rt-v2"})
+    samples = _samples(300)
+    cond = Condition(T0 + 5, "outfall.ph", Rule.HIGH, ConditionState.ACTIVE, 9.5, 9.0, "§139-15 C(3)")
+    sink = open_sink(config)
+    sink.write_samples(samples)
+    sink.write_conditions([cond])
+    sink.write_meter("outfall.flow", T0, 1234.5, 10.25)
+    assert asyncio.run(sink.drain(30)) == 0
+    sink.close()
+
+    got: dict[str, dict[int, float]] = defaultdict(dict)
+    for series in victoria.export('{__name__="sensor_value",station="ps-1"}'):
+        assert series["metric"]["kind"] in {"flow", "ph", "temperature", "concentration"}
+        for t, v in zip(series["timestamps"], series["values"], strict=True):
+            got[series["metric"]["sensor"]][t] = v
+    want = _expected(samples)
+    assert got.keys() == want.keys()
+    for sensor, points in want.items():
+        assert got[sensor].keys() == points.keys(), sensor
+        # VictoriaMetrics keeps 12 significant decimal digits (its storage format); InfluxDB is exact.
+        for t, v in points.items():
+            assert math.isclose(got[sensor][t], v, rel_tol=1e-11), (sensor, t, got[sensor][t], v)
+    (quality,) = [
+        s for s in victoria.export('{__name__="sensor_quality",sensor="outfall.oil"}') if 2 in s["values"]
+    ]
+    assert quality["timestamps"][quality["values"].index(2)] == round((T0 + 300) * 1000)
+    (active,) = victoria.export('{__name__="alarm_active",sensor="outfall.ph"}')
+    assert active["metric"]["rule"] == "high" and active["metric"]["priority"] == "high"
+    assert active["metric"]["citation"] == "§139-15 C(3)"
+    assert active["values"] == [1]
+    (limit,) = victoria.export('{__name__="alarm_limit"}')
+    assert limit["values"] == [9.0]
+    (consumption,) = victoria.export('{__name__="meter_consumption_ft3"}')
+    assert consumption["values"] == [10.25]
+
+
+def test_v1_round_trip_into_influxdb_1(tmp_path: Path, influxdb1: InfluxDB1) -> None:
+    influxdb1.query("CREATE DATABASE rt_v1")
+    _, config = write_config(tmp_path, {"url": influxdb1.url, "api": "v1", "database": "rt_v1"})
+    samples = _samples(200)
+    sink = open_sink(config)
+    sink.write_samples(samples)
+    sink.write_conditions(
+        [Condition(T0 + 9, "outfall.temp", Rule.HIGH, ConditionState.CLEARED, 140.0, 149.0, "§139-15 D(1)")]
+    )
+    assert asyncio.run(sink.drain(30)) == 0
+    sink.close()
+
+    result = influxdb1.query('SELECT "value" FROM "sensor" GROUP BY "sensor", "unit", "kind"', db="rt_v1")
+    got: dict[str, dict[int, float]] = defaultdict(dict)
+    for series in result["results"][0]["series"]:
+        for t, v in series["values"]:
+            got[series["tags"]["sensor"]][t] = v
+    assert got == _expected(samples)
+    units = {s["tags"]["sensor"]: s["tags"]["unit"] for s in result["results"][0]["series"]}
+    assert units["outfall.temp"] == "degF" and units["outfall.ph"] == "pH"
+    alarm = influxdb1.query('SELECT "active", "value", "limit" FROM "alarm"', db="rt_v1")
+    assert alarm["results"][0]["series"][0]["values"] == [[round((T0 + 9) * 1000), 0, 140.0, 149.0]]
+
+
+def test_malformed_point_goes_to_dead_letters_while_the_rest_arrive(
+    tmp_path: Path, influxdb1: InfluxDB1
+) -> None:
+    """InfluxDB 1.6 answers 400 to a bad line (VictoriaMetrics would answer 204)."""
+    influxdb1.query("CREATE DATABASE dead")
+    _, config = write_config(
+        tmp_path, {"url": influxdb1.url, "api": "v1", "database": "dead", "batch_size": 50}
+    )
+    sink = open_sink(config)
+    assert sink.outbox is not None
+    good = [f"sensor,sensor=s{i % 5} value={i}.0 {i}000000000" for i in range(1, 121)]
+    bad = "sensor,sensor=s1 value=not-a-number 77000000001"
+    conflict = 'sensor,sensor=s2 value="a string" 88000000001'  # type conflict with the float field
+    sink.outbox.append([*good[:60], bad, *good[60:100], conflict, *good[100:]])
+    assert asyncio.run(sink.drain(30)) == 0
+    dead = sink.outbox.dead_letters()
+    stats = sink.outbox.stats()
+    sink.close()
+    assert sorted(d.line for d in dead) == sorted([bad, conflict])
+    assert all(d.status == 400 for d in dead)
+    assert any("unable to parse" in d.reason for d in dead)
+    assert any("conflict" in d.reason for d in dead)
+    assert (stats.pending, stats.dead_letters) == (0, 2)
+    count = influxdb1.query('SELECT COUNT("value") FROM "sensor"', db="dead")
+    assert count["results"][0]["series"][0]["values"][0][1] == 120
+
+
+def test_v1_with_username_and_password(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real InfluxDB 1.6 with auth on: credentials go in the Authorization header."""
+    server = InfluxDB1(tmp_path / "influx-auth", auth=True)
+    server.start()
+    try:
+        server.query("CREATE USER admin WITH PASSWORD 's3cret' WITH ALL PRIVILEGES")
+        server.query("CREATE DATABASE secured", auth=("admin", "s3cret"))
+        monkeypatch.setenv("INFLUX_PW", "s3cret")
+        influx = {"url": server.url, "api": "v1", "database": "secured", "username": "admin"}
+        _, config = write_config(tmp_path, {**influx, "password": "${INFLUX_PW}"})
+        sink = open_sink(config)
+        sink.write_samples([Sample("outfall.ph", T0, 7.25)])
+        assert asyncio.run(sink.drain(10)) == 0
+        sink.close()
+        assert "s3cret" not in (sink.drainer.writer.target if sink.drainer else "")
+        got = server.query('SELECT "value" FROM "sensor"', db="secured", auth=("admin", "s3cret"))
+        assert got["results"][0]["series"][0]["values"] == [[round(T0 * 1000), 7.25]]
+        monkeypatch.setenv("INFLUX_PW", "wrong")
+        _, config = write_config(tmp_path / "wrong", {**influx, "password": "${INFLUX_PW}"})
+        sink = open_sink(config)
+        sink.write_samples([Sample("outfall.ph", T0 + 1, 7.5)])
+        assert asyncio.run(sink.drain(0.5)) == 1  # 401 is retried, never dropped
+        assert sink.drainer is not None and "401" in (sink.drainer.stats.last_error or "")
+        sink.close()
+    finally:
+        server.stop()
