@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from monitor.errors import SourceError
-from monitor.model import Sample
+from monitor.model import Condition, ConditionState, Rule, Sample
 from monitor.sources.mqtt import MqttLink
 from monitor.sources.mqtt_ingest import MqttSource
 from tests.mqtt_tools import Peer, collect, make_ca, mqtt_config
@@ -299,3 +299,34 @@ def test_birth_and_last_will_on_the_status_topic(mosquitto: Mosquitto, repo_root
         assert proc.stdout is not None
         proc.stdout.close()
         watcher.close()
+
+
+def test_broker_outage_raises_and_clears_comm_loss_on_the_fed_sensors(broker: Mosquitto) -> None:
+    cfg = mqtt_config(broker.port, subscriptions=SUBS, comm_loss_after="0.3s")
+    link = MqttLink(cfg, "ps-1", client_id="t-comm-loss", reconnect_min=1, reconnect_max=1)
+    source = MqttSource(link, cfg, "ps-1", sensors=[*SENSORS, "outfall.temp"])
+    assert source.fed == ["lab.temp", "mill.ph", "outfall.flow", "outfall.ph"]  # not outfall.temp
+    link.start()
+    link.wait_connected()
+
+    async def scenario() -> list[Condition]:
+        got: list[Condition] = []
+        task = asyncio.create_task(
+            source.run(lambda items: got.extend(i for i in items if isinstance(i, Condition)))
+        )
+        await asyncio.to_thread(broker.stop)
+        await _until(lambda: len(got) == 4)
+        await asyncio.to_thread(broker.start)
+        await _until(lambda: len(got) == 8, timeout=30)
+        task.cancel()
+        return got
+
+    try:
+        conditions = asyncio.run(scenario())
+    finally:
+        link.stop()
+    assert {(c.sensor, c.rule, c.state) for c in conditions[:4]} == {
+        (s, Rule.COMM_LOSS, ConditionState.ACTIVE) for s in source.fed
+    }
+    assert f"MQTT broker 127.0.0.1:{broker.port}: no broker for" in conditions[0].message
+    assert {c.state for c in conditions[4:]} == {ConditionState.CLEARED}

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from monitor.config.sources import Mqtt
 from monitor.errors import PayloadError
-from monitor.model import Clock, Emit, Sample, WallClock
+from monitor.model import Clock, Condition, ConditionState, Emit, Rule, Sample, WallClock
 from monitor.sources.payload import BadPayloads, Limits, Route, parse
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,15 @@ BATCH = 5000
 
 class Subscriber(Protocol):
     """What ingestion needs from the broker link (an `MqttLink`)."""
+
+    @property
+    def where(self) -> str: ...
+
+    @property
+    def connected(self) -> bool: ...
+
+    @property
+    def last_error(self) -> str | None: ...
 
     def subscribe(self, topic_filter: str, qos: int, handler: _Handler, /) -> None: ...
 
@@ -60,8 +69,16 @@ class MqttSource:
         log_interval: float = 60.0,
         linger: float = 0.005,
     ) -> None:
+        self.link = link
         self.station = station
         self.routes = [Route.compile(sub) for sub in config.subscriptions]
+        self.comm_loss_after = config.comm_loss_after
+        self.fed = sorted(
+            {r.sensor for r in self.routes if "{" not in r.sensor}
+            | {s for s in sensors or () if any(r.feeds(s) for r in self.routes)}
+        )  # the sensors a broker outage silences, for comm-loss
+        self.comm_loss = False
+        self._down_since: float | None = None
         self.limits = Limits(max_payload=config.max_payload, max_skew=config.max_skew)
         self.sensors = frozenset(sensors) if sensors is not None else None
         self.clock = clock or WallClock()
@@ -115,6 +132,7 @@ class MqttSource:
             "MQTT ingest for station %s: %d subscription(s): %s",
             self.station, len(self.routes), ", ".join(f"{r.filter} -> {r.sensor}" for r in self.routes),
         )  # fmt: skip
+        watch = asyncio.create_task(self._watch(emit))
         try:
             while True:
                 # Clear the flag before draining: a message appended after this either
@@ -129,7 +147,57 @@ class MqttSource:
                 # keeps the loop and paho's thread from trading the GIL for every reading.
                 await asyncio.sleep(self.linger)
         finally:
+            watch.cancel()
             self._loop = None
+
+    async def _watch(self, emit: Emit, every: float = 1.0) -> None:
+        """Raise comm-loss on the fed sensors once the broker has been away for
+        `comm_loss_after`, and clear it when the link is back."""
+        while True:
+            conditions = self.check_link(self.clock.now())
+            if conditions:
+                emit(conditions)
+            await asyncio.sleep(every)
+
+    def check_link(self, now: float) -> list[Condition]:
+        """One look at the link; the comm-loss transitions it causes, if any."""
+        if self.link.connected:
+            self._down_since = None
+            if not self.comm_loss:
+                return []
+            self.comm_loss = False
+            log.info(
+                "MQTT %s: broker back, comm-loss cleared on %d sensor(s)", self.link.where, len(self.fed)
+            )
+            return self._conditions(ConditionState.CLEARED, now, 0.0, "broker reachable again")
+        if self._down_since is None:
+            self._down_since = now
+        down = now - self._down_since
+        if self.comm_loss or down < self.comm_loss_after:
+            return []
+        self.comm_loss = True
+        why = self.link.last_error or "connection lost"
+        log.warning(
+            "MQTT %s: comm-loss on %s (%s)", self.link.where, ", ".join(self.fed) or "no sensors", why
+        )
+        return self._conditions(ConditionState.ACTIVE, now, down, f"no broker for {down:.0f} s: {why}")
+
+    def _conditions(self, state: ConditionState, now: float, down: float, why: str) -> list[Condition]:
+        message = f"MQTT broker {self.link.where}: {why}"
+        return [
+            Condition(
+                time=now,
+                sensor=sensor,
+                rule=Rule.COMM_LOSS,
+                state=state,
+                value=down,
+                limit=self.comm_loss_after,
+                citation="",
+                message=message,
+                extra={"broker": self.link.where},
+            )
+            for sensor in self.fed
+        ]
 
     def drain(self, emit: Emit, limit: int = BATCH) -> int:
         """Emit up to `limit` queued samples in one batch; returns how many."""
