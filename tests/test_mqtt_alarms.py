@@ -147,18 +147,17 @@ class Desk:
 
 
 class DeployedMosquitto(Mosquitto):
-    """Mosquitto started from `deploy/mosquitto/mosquitto.conf` and `acl` as shipped,
-    with only the ports and file paths moved into the test's directory."""
+    """Mosquitto started from a shipped `deploy/mosquitto/*.conf` and the shipped `acl`,
+    with only the listeners and file paths moved into the test's directory."""
 
-    def __init__(self, workdir: Path, repo: Path, users: dict[str, str]) -> None:
+    def __init__(self, workdir: Path, repo: Path, conf_name: str, users: dict[str, str]) -> None:
         self.repo = repo
+        self.conf_name = conf_name
         self.tls_port = 0
         super().__init__(workdir, users=users)
 
     def _write_conf(self) -> None:
         d = self.workdir
-        certs = make_ca(d / "certs")
-        self.tls_port = free_port()
         pw = d / "passwd"
         pw.write_text("")
         for user, password in (self.users or {}).items():
@@ -166,26 +165,33 @@ class DeployedMosquitto(Mosquitto):
         pw.chmod(0o600)
         (d / "acl").write_text((self.repo / "deploy/mosquitto/acl").read_text())
         (d / "acl").chmod(0o600)
-        text = (self.repo / "deploy/mosquitto/mosquitto.conf").read_text()
-        for old, new in [
-            (r"^listener 1883 127\.0\.0\.1$", f"listener {self.port} 127.0.0.1"),
-            (r"^listener 8883$", f"listener {self.tls_port} 127.0.0.1"),
+        text = (self.repo / "deploy/mosquitto" / self.conf_name).read_text()
+        moves = [
+            (r"^listener 1883( 127\.0\.0\.1)?$", f"listener {self.port} 127.0.0.1"),
             (r"^password_file .*$", f"password_file {pw}"),
             (r"^acl_file .*$", f"acl_file {d / 'acl'}"),
             (r"^persistence_location .*$", f"persistence_location {d}/"),
-            (r"^cafile .*$", f"cafile {certs['ca']}"),
-            (r"^certfile .*$", f"certfile {certs['cert']}"),
-            (r"^keyfile .*$", f"keyfile {certs['key']}"),
-        ]:
+        ]
+        if re.search(r"^listener 8883$", text, flags=re.M):
+            certs = make_ca(d / "certs")
+            self.tls_port = free_port()
+            moves += [
+                (r"^listener 8883$", f"listener {self.tls_port} 127.0.0.1"),
+                (r"^cafile .*$", f"cafile {certs['ca']}"),
+                (r"^certfile .*$", f"certfile {certs['cert']}"),
+                (r"^keyfile .*$", f"keyfile {certs['key']}"),
+            ]
+        for old, new in moves:
             text, n = re.subn(old, new, text, flags=re.M)
             assert n == 1, old
+        assert "allow_anonymous false" in text and "max_queued_messages 1000000" in text
         self.conf.write_text(f"user {getpass.getuser()}\nlog_dest stdout\n" + text)
 
 
-@pytest.fixture
-def deployed(tmp_path: Path, repo_root: Path) -> Iterator[DeployedMosquitto]:
+@pytest.fixture(params=["mosquitto.conf", "container.conf"])
+def deployed(tmp_path: Path, repo_root: Path, request: pytest.FixtureRequest) -> Iterator[DeployedMosquitto]:
     users = {"station-monitor": "daemon-pw", "operator": "op-pw", "intruder": "in-pw", "field": "field-pw"}
-    server = DeployedMosquitto(tmp_path / "deployed", repo_root, users)
+    server = DeployedMosquitto(tmp_path / "deployed", repo_root, request.param, users)
     server.start()
     yield server
     server.stop()
@@ -264,6 +270,29 @@ def test_anonymous_client_is_refused_by_the_shipped_config(deployed: DeployedMos
             link.wait_connected()
     finally:
         link.stop()
+
+
+def test_shipped_debian_config_serves_tls_with_passwords(
+    tmp_path: Path, repo_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = DeployedMosquitto(
+        tmp_path / "tls", repo_root, "mosquitto.conf", {"station-monitor": "daemon-pw"}
+    )
+    server.start()
+    monkeypatch.setenv("T_DAEMON_PW", "daemon-pw")
+    cfg = mqtt_config(
+        server.tls_port,
+        username="station-monitor",
+        password="${T_DAEMON_PW}",
+        tls={"ca_file": str(server.workdir / "certs" / "ca.crt")},
+    )
+    link = MqttLink(cfg, "ps-1", client_id="t-deployed-tls")
+    try:
+        link.start()
+        link.wait_connected()
+    finally:
+        link.stop()
+        server.stop()
 
 
 BASE = "station-monitor/ps-1"
