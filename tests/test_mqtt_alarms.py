@@ -13,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from monitor.alarms.journal import Journal
+from monitor.alarms.manager import AlarmManager
 from monitor.alarms.mqtt import AlarmCommand, AlarmPublisher, MqttCommands, parse_command
+from monitor.config import Alarms
 from monitor.errors import AlarmError, SourceError
-from monitor.model import Alarm, AlarmState, Priority, Rule
+from monitor.model import Alarm, AlarmState, Condition, ConditionState, ManualClock, Priority, Rule
 from monitor.sources.mqtt import MqttLink
 from tests.mqtt_tools import Peer, make_ca, mqtt_config
 from tests.services import Mosquitto, free_port, wait_until
@@ -37,6 +40,8 @@ PH_HIGH = Alarm(
 SLUG = dataclasses.replace(
     PH_HIGH, sensor="outfall.flow", rule=Rule.SLUG, value=900.0, limit=600.0, citation="§139-11"
 )
+PH_HIGH_CONDITION = Condition(T0, "outfall.ph", Rule.HIGH, ConditionState.ACTIVE, 9.6, 9.0, "§139-15 C(3)")
+SLUG_CONDITION = Condition(T0, "outfall.flow", Rule.SLUG, ConditionState.ACTIVE, 900.0, 600.0, "§139-11")
 
 
 def test_retained_alarm_state_seen_by_a_late_subscriber(mosquitto: Mosquitto) -> None:
@@ -99,53 +104,6 @@ def test_alarm_raised_while_the_broker_is_down_arrives_after_it_returns(tmp_path
         broker.stop()
 
 
-class Desk:
-    """Stands in for the alarm manager (built in another branch) behind `AlarmActions`;
-    it only records what it was asked and refuses what the state does not allow."""
-
-    def __init__(self, *alarms: Alarm) -> None:
-        self.alarms = {a.key: a for a in alarms}
-
-    def _get(self, sensor: str, rule: Rule | str) -> Alarm:
-        try:
-            return self.alarms[(sensor, Rule(rule))]
-        except KeyError:
-            raise AlarmError(f"no alarm {sensor}/{rule}") from None
-
-    def acknowledge(self, sensor: str, rule: Rule | str, by: str, note: str | None = None) -> Alarm:
-        alarm = self._get(sensor, rule)
-        if alarm.acknowledged:
-            raise AlarmError(f"{sensor}/{rule} was already acknowledged by {alarm.acked_by}")
-        new = dataclasses.replace(
-            alarm, state=AlarmState.ACKED, acknowledged=True, acked_by=by, ack_note=note
-        )
-        self.alarms[new.key] = new
-        return new
-
-    def shelve(
-        self,
-        sensor: str,
-        rule: Rule | str,
-        by: str,
-        reason: str,
-        until: float | None = None,
-        duration: float | None = None,
-    ) -> Alarm:
-        alarm = self._get(sensor, rule)
-        end = until if until is not None else T0 + (duration or 3600)
-        new = dataclasses.replace(
-            alarm, state=AlarmState.SHELVED, shelved_by=by, shelved_until=end, shelve_reason=reason
-        )
-        self.alarms[new.key] = new
-        return new
-
-    def unshelve(self, sensor: str, rule: Rule | str, by: str) -> Alarm:
-        alarm = self._get(sensor, rule)
-        new = dataclasses.replace(alarm, state=AlarmState.UNACK, shelved_by=None, shelved_until=None)
-        self.alarms[new.key] = new
-        return new
-
-
 class DeployedMosquitto(Mosquitto):
     """Mosquitto started from a shipped `deploy/mosquitto/*.conf` and the shipped `acl`,
     with only the listeners and file paths moved into the test's directory."""
@@ -198,15 +156,21 @@ def deployed(tmp_path: Path, repo_root: Path, request: pytest.FixtureRequest) ->
 
 
 def test_commands_over_the_shipped_broker_config_and_acl(
-    deployed: DeployedMosquitto, monkeypatch: pytest.MonkeyPatch
+    deployed: DeployedMosquitto, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """Operator commands through the shipped ACL into the real alarm manager, whose
+    transitions go back out as retained alarm state."""
     monkeypatch.setenv("T_DAEMON_PW", "daemon-pw")
     cfg = mqtt_config(
         deployed.port, username="station-monitor", password="${T_DAEMON_PW}", command_users=["operator"]
     )
     link = MqttLink(cfg, "ps-1", client_id="t-cmd-daemon")
-    desk = Desk(PH_HIGH, SLUG)
-    commands = MqttCommands(link, cfg.topic_prefix, "ps-1", cfg.command_users, desk)
+    manager = AlarmManager(Alarms(), Journal(tmp_path / "journal.sqlite"), ManualClock(T0))
+    publisher = AlarmPublisher(link, cfg.topic_prefix, "ps-1")
+    manager.listen(lambda _entry, alarm: publisher.publish(alarm))
+    for c in (PH_HIGH_CONDITION, SLUG_CONDITION):
+        manager.apply(c)
+    commands = MqttCommands(link, cfg.topic_prefix, "ps-1", cfg.command_users, manager)
     link.start()
     link.wait_connected()
     operator = Peer(deployed.port, "t-cmd-op", "operator", "op-pw")
@@ -231,35 +195,57 @@ def test_commands_over_the_shipped_broker_config_and_acl(
             f"{base}/operator",
             json.dumps({**shelve, "reason": "tank cleaning", "id": "c3"}),
         )
+        await asyncio.to_thread(
+            operator.publish, f"{base}/operator", json.dumps({**ack, "id": "c4"})
+        )  # again
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 20
-        while len(operator.received()) < 3 or not intruder.received():
+        while len(operator.received()) < 4 or not intruder.received():
             assert loop.time() < deadline, (operator.received(), intruder.received())
             await asyncio.sleep(0.02)
         task.cancel()
 
     try:
         asyncio.run(scenario())
-        assert commands.accepted == 2 and commands.refused == 2  # the ACL-dropped one never arrived
-        ph = desk.alarms[("outfall.ph", Rule.HIGH)]
-        assert (ph.acked_by, ph.ack_note) == ("operator", "dosing pump restarted")
-        slug = desk.alarms[("outfall.flow", Rule.SLUG)]
-        assert (slug.shelved_by, slug.shelve_reason, slug.shelved_until) == (
+        assert commands.accepted == 2 and commands.refused == 3  # the ACL-dropped one never arrived
+        ph = manager.get("outfall.ph", Rule.HIGH)
+        assert ph is not None and (ph.state, ph.acked_by, ph.ack_note) == (
+            AlarmState.ACKED,
+            "operator",
+            "dosing pump restarted",
+        )
+        slug = manager.get("outfall.flow", Rule.SLUG)
+        assert slug is not None and (slug.state, slug.shelved_by, slug.shelve_reason, slug.shelved_until) == (
+            AlarmState.SHELVED,
             "operator",
             "tank cleaning",
             T0 + 1800,
         )
         replies = [json.loads(p) for _, p, _ in operator.received()]
-        assert [(r["ok"], r["id"]) for r in replies] == [(True, "c1"), (False, None), (True, "c3")]
+        assert [(r["ok"], r["id"]) for r in replies] == [
+            (True, "c1"),
+            (False, None),
+            (True, "c3"),
+            (False, "c4"),
+        ]
         assert replies[0]["alarm"]["state"] == "active_acknowledged"
         assert replies[1]["error"] == "shelve needs a reason"
+        assert "already acknowledged by operator" in replies[3]["error"]  # the manager's own words
         ((topic, payload, _),) = intruder.received()  # only its own reply: it cannot read the operator's
         assert topic == f"{base}/intruder/reply"
         assert "may not command alarms" in json.loads(payload)["error"]
+
+        late = Peer(deployed.port, "t-cmd-late", "operator", "op-pw")
+        late.subscribe("station-monitor/ps-1/alarms/#")
+        wait_until(lambda: len(late.received()) == 2, what="retained alarm state")
+        retained = {t.rsplit("/", 2)[-2]: json.loads(p)["state"] for t, p, _ in late.received()}
+        assert retained == {"outfall.ph": "active_acknowledged", "outfall.flow": "shelved"}
+        late.close()
     finally:
         operator.close()
         intruder.close()
         link.stop()
+        manager.close()
 
 
 def test_anonymous_client_is_refused_by_the_shipped_config(deployed: DeployedMosquitto) -> None:
