@@ -16,6 +16,7 @@ import pytest
 from monitor.alarms.journal import Journal
 from monitor.alarms.manager import AlarmManager
 from monitor.alarms.mqtt import AlarmCommand, AlarmPublisher, MqttCommands, parse_command
+from monitor.alarms.notify import Dispatcher, Notifier
 from monitor.config import Alarms
 from monitor.errors import AlarmError, SourceError
 from monitor.model import Alarm, AlarmState, Condition, ConditionState, ManualClock, Priority, Rule
@@ -80,6 +81,57 @@ def test_retained_alarm_state_seen_by_a_late_subscriber(mosquitto: Mosquitto) ->
     finally:
         events.close()
         link.stop()
+
+
+def test_alarm_lifecycle_through_the_manager_and_dispatcher_mirror(
+    mosquitto: Mosquitto, tmp_path: Path
+) -> None:
+    """Raise, clear, acknowledge in the real alarm manager; the publisher, as the
+    dispatcher's mirror, leaves the broker with no retained alarm and four events."""
+    link = MqttLink(mqtt_config(mosquitto.port), "ps-2", client_id="t-alarm-mirror")
+    link.start()
+    link.wait_connected()
+    events = Peer(mosquitto.port, "t-alarm-mirror-events")
+    events.subscribe("station-monitor/ps-2/events")
+    clock = ManualClock(T0)
+    manager = AlarmManager(Alarms(), Journal(tmp_path / "journal.sqlite"), clock)
+    mirror: Notifier = AlarmPublisher(link, "station-monitor", "ps-2")
+    dispatcher = Dispatcher(Alarms(), clock, mirrors=[mirror])
+    dispatcher.attach(manager)
+    watcher = Peer(mosquitto.port, "t-alarm-mirror-watch")
+    watcher.subscribe("station-monitor/ps-2/alarms/#")
+
+    async def scenario() -> None:
+        task = asyncio.create_task(dispatcher.run())
+        manager.apply(PH_HIGH_CONDITION)
+        clock.advance(60)
+        manager.apply(
+            dataclasses.replace(PH_HIGH_CONDITION, time=T0 + 60, state=ConditionState.CLEARED, value=7.0)
+        )
+        manager.acknowledge("outfall.ph", Rule.HIGH, "operator", "back to normal")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while len(events.received()) < 3:
+            assert loop.time() < deadline, events.received()
+            await asyncio.sleep(0.02)
+        task.cancel()
+
+    try:
+        asyncio.run(scenario())
+        states = [json.loads(p)["state"] for _, p, _ in events.received()]
+        assert states == ["active_unacknowledged", "returned_unacknowledged", "normal"]
+        wait_until(lambda: len(watcher.received()) == 3, what="3 alarm state messages")
+        assert watcher.received()[-1][1] == b""  # normal again: the retained state is cleared
+        late = Peer(mosquitto.port, "t-alarm-mirror-late")
+        late.subscribe("station-monitor/ps-2/#")
+        wait_until(lambda: any(t.endswith("/status") for t, _, _ in late.received()), what="retained status")
+        assert [t for t, _, _ in late.received()] == ["station-monitor/ps-2/status"]  # no alarm left
+        late.close()
+    finally:
+        events.close()
+        watcher.close()
+        link.stop()
+        manager.close()
 
 
 def test_alarm_raised_while_the_broker_is_down_arrives_after_it_returns(tmp_path: Path) -> None:
