@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from monitor.alarms.journal import Journal
 from monitor.alarms.manager import AlarmManager
@@ -377,3 +379,32 @@ def test_command_from_user_not_in_command_users_is_refused() -> None:
         cmd({"action": "ack", "sensor": "a", "rule": "high"}, user="mallory")
     with pytest.raises(AlarmError, match="is not station-monitor/ps-1/commands/<user>"):
         parse_command(f"{BASE}/commands/operator/x", b"{}", BASE, ["operator"])
+
+
+command_values = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=30),
+    st.sampled_from(["ack", "shelve", "unshelve", "high", "slug", "outfall.ph", "30m", "2026-01-01T00:00Z"]),
+)  # fmt: skip
+command_docs = st.one_of(
+    st.dictionaries(
+        st.sampled_from(
+            ["action", "sensor", "rule", "user", "note", "reason", "until", "duration", "id", "x"]
+        ),
+        command_values,
+        max_size=8,
+    ),
+    st.recursive(command_values, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c)),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(doc=command_docs, raw=st.binary(max_size=64), use_raw=st.booleans())
+def test_random_commands_give_a_command_or_an_alarm_error(doc: object, raw: bytes, use_raw: bool) -> None:
+    payload = raw if use_raw else json.dumps(doc).encode()
+    try:
+        c = parse_command(f"{BASE}/commands/operator", payload, BASE, ["operator"])
+    except AlarmError as exc:
+        assert str(exc)
+        return
+    assert c.action in ("ack", "shelve", "unshelve") and c.user == "operator"
+    assert c.action != "shelve" or c.reason
