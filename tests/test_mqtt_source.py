@@ -235,9 +235,6 @@ def test_broker_restart_mid_stream_resumes_without_help(broker: Mosquitto, forge
 
     try:
         samples = asyncio.run(scenario())
-        # QoS 1 is at-least-once: a message in flight when the broker went down may be
-        # delivered again after the restart (seen here once in a few hundred runs).
-        # Nothing may be missing; a repeat is allowed.
         # QoS 1 is at least once: the restarted broker may deliver again what it had not
         # recorded as acknowledged, so count distinct readings; none may be missing.
         assert sorted({int(s.value) for s in samples}) == [*range(20), *range(100, 120)]
