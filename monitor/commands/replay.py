@@ -64,9 +64,14 @@ def run(args: argparse.Namespace) -> int:
         return 1
     events = 0
     left: int | None = None
+    try:
+        out = Path(args.events).open("w", encoding="utf-8")  # noqa: SIM115 - closed by `with out` below
+    except OSError as exc:
+        print(f"replay: cannot write events to {args.events}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     sink = open_sink(config) if config.influx is not None else None
     try:
-        with Path(args.events).open("w", encoding="utf-8") as out:
+        with out:
             if sink is None:
                 for step in replay(engine, samples):
                     events += write_events(step, out)
