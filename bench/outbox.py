@@ -80,7 +80,7 @@ def through_outbox(url: str, lines: list[str], batch: int, path: Path) -> tuple[
 
     append_s, total_s = asyncio.run(run())
     assert outbox.pending == 0 and drainer.stats.written == len(lines)
-    writer.close()
+    drainer.close()
     outbox.close()
     return append_s, total_s
 
@@ -105,7 +105,7 @@ def backlog(url: str, path: Path, batch: int, points: int) -> float:
     left = asyncio.run(drainer.drain(600))
     elapsed = time.perf_counter() - start
     assert left == 0 and drainer.stats.written == points
-    writer.close()
+    drainer.close()
     outbox.close()
     return elapsed
 

@@ -17,9 +17,12 @@ SENSORS: list[dict[str, Any]] = [
 ]
 
 
-def write_config(tmp_path: Path, influx: dict[str, Any] | None, **extra: Any) -> tuple[Path, Config]:
+def write_config(
+    tmp_path: Path, influx: dict[str, Any] | None, station: str = "ps-1", **extra: Any
+) -> tuple[Path, Config]:
+    """`station` keeps a test's series apart in a server other tests write to as well."""
     raw: dict[str, Any] = {
-        "station": {"id": "ps-1", "name": "Barton PS 1"},
+        "station": {"id": station, "name": "Barton PS 1"},
         "state_dir": str(tmp_path / "state"),
         "sensors": SENSORS,
         **extra,

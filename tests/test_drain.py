@@ -8,6 +8,8 @@ backoffs of minutes take no time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from pathlib import Path
 
 import pytest
@@ -159,3 +161,40 @@ def test_backoff_and_retry_after_parsing() -> None:
     assert parse_retry_after("120") == 120.0
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412480.0 - 60) == 60.0
     assert parse_retry_after("soon") is None
+
+
+def test_cancelled_run_never_overlaps_requests_and_resends_the_unacknowledged(tmp_path: Path) -> None:
+    """The daemon cancels the drain task at shutdown, then drains once more; the
+    request that was on the wire must finish first, and its points are sent again."""
+    release = threading.Event()
+    on_wire = threading.Event()
+    busy = [0, 0]  # now, most at once
+
+    def script(lines: list[str]) -> Answer:
+        busy[0] += 1
+        busy[1] = max(busy)
+        on_wire.set()
+        release.wait(10)  # a slow server: held until the test lets go
+        busy[0] -= 1
+        return OK
+
+    with FakeInflux(script).running() as server:
+        h = Harness(tmp_path, _v1(server.url), batch_size=100)
+        h.outbox.append(_lines(30))
+
+        async def scenario() -> int:
+            task = asyncio.create_task(h.drainer.run())
+            await asyncio.to_thread(on_wire.wait, 10)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            assert h.outbox.pending == 30  # not acknowledged: it stays
+            # let go of the first request only after the drain has had time to (wrongly) start
+            # a second one beside it; a correct drainer queues it behind the first
+            asyncio.get_running_loop().call_later(0.05, release.set)
+            return await h.drainer.drain(30)
+
+        assert asyncio.run(scenario()) == 0
+        h.drainer.close()
+    assert busy[1] == 1
+    assert server.stored == _lines(30) * 2  # at least once: the cancelled request counted as unsent

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -37,7 +39,7 @@ def _expected(samples: list[Sample]) -> dict[str, dict[int, float]]:
 
 
 def test_v2_round_trip_into_victoriametrics(tmp_path: Path, victoria: VictoriaMetrics) -> None:
-    _, config = write_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "rt-v2"})
+    _, config = write_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "b"}, station="rt-v2")
     samples = _samples(300)
     cond = Condition(T0 + 5, "outfall.ph", Rule.HIGH, ConditionState.ACTIVE, 9.5, 9.0, "§139-15 C(3)")
     sink = open_sink(config)
@@ -48,11 +50,10 @@ def test_v2_round_trip_into_victoriametrics(tmp_path: Path, victoria: VictoriaMe
     sink.close()
 
     got: dict[str, dict[int, float]] = defaultdict(dict)
-    for series in victoria.export('{__name__="sensor_value",station="ps-1"}'):
+    for series in victoria.export('{__name__="sensor_value",station="rt-v2"}'):
         assert series["metric"]["kind"] in {"flow", "ph", "temperature", "concentration"}
         for t, v in zip(series["timestamps"], series["values"], strict=True):
-            if t < (T0 + 86400) * 1000:  # the replay test writes the next day into the same series
-                got[series["metric"]["sensor"]][t] = v
+            got[series["metric"]["sensor"]][t] = v
     want = _expected(samples)
     assert got.keys() == want.keys()
     for sensor, points in want.items():
@@ -61,16 +62,18 @@ def test_v2_round_trip_into_victoriametrics(tmp_path: Path, victoria: VictoriaMe
         for t, v in points.items():
             assert math.isclose(got[sensor][t], v, rel_tol=1e-11), (sensor, t, got[sensor][t], v)
     (quality,) = [
-        s for s in victoria.export('{__name__="sensor_quality",sensor="outfall.oil"}') if 2 in s["values"]
+        s
+        for s in victoria.export('{__name__="sensor_quality",station="rt-v2",sensor="outfall.oil"}')
+        if 2 in s["values"]
     ]
     assert quality["timestamps"][quality["values"].index(2)] == round((T0 + 300) * 1000)
-    (active,) = victoria.export('{__name__="alarm_active",sensor="outfall.ph"}')
+    (active,) = victoria.export('{__name__="alarm_active",station="rt-v2",sensor="outfall.ph"}')
     assert active["metric"]["rule"] == "high" and active["metric"]["priority"] == "high"
     assert active["metric"]["citation"] == "§139-15 C(3)"
     assert active["values"] == [1]
-    (limit,) = victoria.export('{__name__="alarm_limit"}')
+    (limit,) = victoria.export('{__name__="alarm_limit",station="rt-v2"}')
     assert limit["values"] == [9.0]
-    (consumption,) = victoria.export('{__name__="meter_consumption_ft3"}')
+    (consumption,) = victoria.export('{__name__="meter_consumption_ft3",station="rt-v2"}')
     assert consumption["values"] == [10.25]
 
 
@@ -99,11 +102,11 @@ def test_v1_round_trip_into_influxdb_1(tmp_path: Path, influxdb1: InfluxDB1) -> 
 
 
 def test_malformed_point_goes_to_dead_letters_while_the_rest_arrive(
-    tmp_path: Path, influxdb1: InfluxDB1
+    tmp_path: Path, influxdb1: InfluxDB1, repo_root: Path
 ) -> None:
     """InfluxDB 1.6 answers 400 to a bad line (VictoriaMetrics would answer 204)."""
     influxdb1.query("CREATE DATABASE dead")
-    _, config = write_config(
+    config_path, config = write_config(
         tmp_path, {"url": influxdb1.url, "api": "v1", "database": "dead", "batch_size": 50}
     )
     sink = open_sink(config)
@@ -123,6 +126,25 @@ def test_malformed_point_goes_to_dead_letters_while_the_rest_arrive(
     assert (stats.pending, stats.dead_letters) == (0, 2)
     count = influxdb1.query('SELECT COUNT("value") FROM "sensor"', db="dead")
     assert count["results"][0]["series"][0]["values"][0][1] == 120
+    status = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "outbox",
+            "status",
+            "--config",
+            str(config_path),
+            "--dead-letters",
+            "5",
+        ],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+    )
+    assert status.returncode == 0, status.stderr
+    assert "dead letters    2" in status.stdout
+    assert "HTTP 400" in status.stdout and bad in status.stdout and conflict in status.stdout
 
 
 def test_v1_with_username_and_password(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,7 +177,7 @@ def test_v1_with_username_and_password(tmp_path: Path, monkeypatch: pytest.Monke
 
 def test_replay_columns_through_open_sink(tmp_path: Path, victoria: VictoriaMetrics) -> None:
     """What `monitor replay` calls: columns per batch, conditions, then drain before exit."""
-    _, config = write_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "replay"})
+    _, config = write_config(tmp_path, {"url": victoria.url, "org": "o", "bucket": "b"}, station="cols")
     names = tuple(s["id"] for s in SENSORS)
     sink = open_sink(config)
     sensor = [k % len(names) for k in range(400)]
@@ -167,8 +189,31 @@ def test_replay_columns_through_open_sink(tmp_path: Path, victoria: VictoriaMetr
     sink.close()
     got = {
         (s["metric"]["sensor"], t)
-        for s in victoria.export('{__name__="sensor_value"}')
+        for s in victoria.export('{__name__="sensor_value",station="cols"}')
         for t in s["timestamps"]
-        if t >= round((T0 + 86400) * 1000)
     }
     assert got == {(names[i], round(t * 1000)) for i, t in zip(sensor, times, strict=True)}
+
+
+def test_segments_of_any_size_cut_into_batches_arrive_once(tmp_path: Path, victoria: VictoriaMetrics) -> None:
+    """Appends of 1 to 1,200 points drained in batches of 64: pieces of segments, prefetch across them."""
+    _, config = write_config(
+        tmp_path, {"url": victoria.url, "org": "o", "bucket": "b", "batch_size": 64}, station="segments"
+    )
+    sink = open_sink(config)
+    sent: list[Sample] = []
+    t = T0 + 2 * 86400
+    for size in (1, 7, 500, 3, 1200, 2, 64, 65):
+        chunk = [Sample("outfall.flow", t + k, float(k)) for k in range(size)]
+        t += size
+        sink.write_samples(chunk)
+        sent.extend(chunk)
+    assert asyncio.run(sink.drain(30)) == 0
+    assert sink.outbox is not None and sink.outbox.stats().written == len(sent)
+    sink.close()
+    got = [
+        (t, v)
+        for s in victoria.export('{__name__="sensor_value",station="segments",sensor="outfall.flow"}')
+        for t, v in zip(s["timestamps"], s["values"], strict=True)
+    ]
+    assert sorted(got) == [(round(s.time * 1000), s.value) for s in sent]

@@ -6,10 +6,16 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections import deque
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from monitor.model import Condition, ConditionState, ManualClock, Rule
+from monitor.sinks.batch import Batch, Rejected
 from monitor.sinks.outbox import Outbox
 
 
@@ -21,27 +27,33 @@ def _lines(n: int, start: int = 0) -> list[str]:
     ]
 
 
+def _peek(ob: Outbox, limit: int) -> Batch:
+    batch = ob.peek(limit)
+    assert batch is not None
+    return batch
+
+
 def test_points_stay_until_acknowledged(tmp_path: Path) -> None:
     clock = ManualClock(1000.0)
     with Outbox(tmp_path / "o.sqlite", clock=clock) as ob:
         ob.append(_lines(10))
         clock.advance(5)
         ob.append(_lines(5, start=10))
-        first = ob.peek(4)
-        assert [b.decode() for b in first.lines] == _lines(4)
-        assert ob.peek(4).ids == first.ids  # peeking removes nothing
+        first = _peek(ob, 4)
+        assert first.lines == [x.encode() for x in _lines(4)]
+        assert ob.pending_lines(4) == _lines(4)  # peeking removes nothing
         assert ob.ack(first) == 4
         stats = ob.stats()
         assert (stats.pending, stats.written, stats.dropped, stats.dead_letters) == (11, 4, 0, 0)
         assert stats.oldest_queued == 1000.0
-        assert stats.pending_bytes == sum(len(s) for s in _lines(15)[4:])
+        assert stats.pending_bytes == sum(len(s) + 1 for s in _lines(15)[4:])  # a newline each
     with Outbox(tmp_path / "o.sqlite", clock=clock) as again:  # survives a reopen
-        assert [b.decode() for b in again.peek(100).lines] == _lines(15)[4:]
+        assert again.pending_lines(100) == _lines(15)[4:]
 
 
 def test_cap_drops_oldest_counts_and_alarms(tmp_path: Path) -> None:
     conditions: list[Condition] = []
-    line_size = len(_lines(1)[0])
+    line_size = len(_lines(1)[0]) + 1
     cap = 100 * line_size
     clock = ManualClock(0.0)
     ob = Outbox(tmp_path / "o.sqlite", max_bytes=cap, clock=clock, on_condition=conditions.append)
@@ -54,7 +66,7 @@ def test_cap_drops_oldest_counts_and_alarms(tmp_path: Path) -> None:
     assert stats.dropped == 35
     assert stats.pending == 100
     assert stats.pending_bytes <= cap
-    assert [b.decode() for b in ob.peek(1).lines] == _lines(1, start=35)  # the oldest went first
+    assert ob.pending_lines(1) == _lines(1, start=35)  # the oldest went first
     assert len(conditions) == 1
     raised = conditions[0]
     assert (raised.rule, raised.state, raised.time, raised.value) == (
@@ -63,32 +75,32 @@ def test_cap_drops_oldest_counts_and_alarms(tmp_path: Path) -> None:
         60.0,
         30.0,
     )
-    ob.ack(ob.peek(20))  # the server catches up: below 90 % of the cap clears the alarm
+    ob.ack(_peek(ob, 20))  # the server catches up: below 90 % of the cap clears the alarm
     assert [c.state for c in conditions] == [ConditionState.ACTIVE, ConditionState.CLEARED]
     assert conditions[1].value == 35.0
     ob.close()
 
 
 def test_ack_of_rows_the_cap_already_dropped_counts_only_what_it_removed(tmp_path: Path) -> None:
-    line_size = len(_lines(1)[0])
+    line_size = len(_lines(1)[0]) + 1
     ob = Outbox(tmp_path / "o.sqlite", max_bytes=10 * line_size)
     ob.append(_lines(10))
-    in_flight = ob.peek(10)
+    in_flight = _peek(ob, 10)
     ob.append(_lines(4, start=10))  # drops 4 of the in-flight rows
     assert ob.ack(in_flight) == 6
     stats = ob.stats()
     assert (stats.pending, stats.written, stats.dropped) == (4, 6, 4)
-    assert [b.decode() for b in ob.peek(10).lines] == _lines(4, start=10)
+    assert ob.pending_lines(10) == _lines(4, start=10)
     ob.close()
 
 
 def test_dead_letters_keep_line_status_and_reason(tmp_path: Path) -> None:
     with Outbox(tmp_path / "o.sqlite", clock=ManualClock(7.0)) as ob:
         ob.append(_lines(3))
-        batch = ob.peek(3)
-        bad = type(batch)([batch.ids[1]], [batch.lines[1]])
-        assert ob.dead_letter(bad, 400, "unable to parse") == 1
-        assert [b.decode() for b in ob.peek(3).lines] == [_lines(3)[0], _lines(3)[2]]
+        ob.append(_lines(2, start=3))
+        batch = _peek(ob, 4)  # two segments, the second cut after its first line
+        assert ob.settle(batch, [Rejected(1, 400, "unable to parse")]) == 3
+        assert ob.pending_lines() == _lines(1, start=4)
         (dead,) = ob.dead_letters()
         assert (dead.status, dead.reason, dead.line, dead.failed) == (
             400,
@@ -96,8 +108,9 @@ def test_dead_letters_keep_line_status_and_reason(tmp_path: Path) -> None:
             _lines(3)[1],
             7.0,
         )
-        assert ob.stats().dead_letters == 1
-        assert ob.stats().pending == 2
+        stats = ob.stats()
+        assert (stats.dead_letters, stats.pending, stats.written) == (1, 1, 3)
+        assert stats.pending_bytes == len(_lines(1)[0]) + 1
 
 
 def test_kill_9_while_appending_loses_no_committed_point(tmp_path: Path) -> None:
@@ -109,7 +122,8 @@ def test_kill_9_while_appending_loses_no_committed_point(tmp_path: Path) -> None
     script = textwrap.dedent(
         f"""
         import sys
-        from monitor.sinks.outbox import Outbox
+        from monitor.sinks.batch import Batch, Rejected
+from monitor.sinks.outbox import Outbox
         ob = Outbox({str(path)!r})
         i = 0
         while True:
@@ -129,12 +143,94 @@ def test_kill_9_while_appending_loses_no_committed_point(tmp_path: Path) -> None
     proc.wait()
     proc.stdout.close()
     with Outbox(path) as ob:
-        rows = ob.peek(10**7)
-        batches = {int(b.split(b" ")[1][2:-2]) for b in rows.lines}
+        rows = ob.pending_lines(10**7)
+        batches = {int(b.split(" ")[1][2:-2]) for b in rows}
         assert set(committed) <= batches
         assert len(rows) == 1000 * len(batches)  # no torn transaction
         assert ob.stats().pending == len(rows)
-        assert ob.stats().pending_bytes == sum(len(b) for b in rows.lines)
+        assert ob.stats().pending_bytes == sum(len(b) + 1 for b in rows)
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     db.close()
+
+
+Op = tuple[str, int, int]
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(1, 40), st.just(0)),
+        # a batch, settled
+        st.tuples(st.just("drain"), st.integers(1, 30), st.just(0)),
+        # a batch, the next read, then an append, then both settled
+        st.tuples(st.just("overlap"), st.integers(1, 30), st.just(0)),
+        # a batch, an append (it may drop past the batch), then the next read, both settled
+        st.tuples(st.just("late"), st.integers(1, 30), st.integers(1, 120)),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=ops, cap_lines=st.integers(5, 80))
+def test_outbox_matches_a_plain_queue_model(ops: list[Op], cap_lines: int) -> None:
+    """Appends of any size, batches of any size cut across segments, reads ahead of a
+    settle, the cap dropping underneath: the outbox stays what a simple queue would be."""
+    size = len(_lines(1)[0]) + 1
+    model: deque[str] = deque()
+    dropped = written = serial = 0
+
+    def add(n: int) -> None:
+        nonlocal dropped, serial
+        new = _lines(n, start=serial)
+        serial += n
+        ob.append(new)
+        model.extend(new)
+        while len(model) * size > cap_lines * size:
+            model.popleft()
+            dropped += 1
+
+    def peek(n: int, after: Batch | None = None) -> Batch | None:
+        """A batch holds pending points only, in order (nothing dropped is sent)."""
+        batch = ob.peek(n, after=after.cursor) if after is not None else ob.peek(n)
+        if batch is not None:
+            got = [x.decode() for x in batch.lines]
+            pending = list(model)
+            start = pending.index(got[0])
+            assert got == pending[start : start + len(got)]
+        return batch
+
+    def settle(batch: Batch | None) -> None:
+        nonlocal written
+        if batch is None:
+            return
+        sent = {x.decode() for x in batch.lines}
+        gone = [x for x in model if x in sent]
+        assert ob.settle(batch) == len(gone)
+        written += len(gone)
+        for x in gone:
+            model.remove(x)
+
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        Outbox(Path(tmp) / "o.sqlite", max_bytes=cap_lines * size) as ob,
+    ):
+        for op, n, m in ops:
+            if op == "append":
+                add(n)
+            elif op == "drain":
+                settle(peek(n))
+            elif op == "overlap":
+                first = peek(n)
+                second = peek(n, after=first) if first is not None else None
+                add(n)
+                settle(first)
+                settle(second)
+            else:
+                first = peek(n)
+                add(m)  # may drop past the end of `first`
+                second = peek(n, after=first) if first is not None else None
+                settle(first)
+                settle(second)
+            stats = ob.stats()
+            assert ob.pending_lines(10**6) == list(model)
+            assert (stats.pending, stats.dropped, stats.written) == (len(model), dropped, written)
+            assert stats.pending_bytes == len(model) * size

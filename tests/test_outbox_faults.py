@@ -119,7 +119,7 @@ def test_sigkill_mid_drain_then_restart_loses_nothing(tmp_path: Path, repo_root:
         config_path, config = write_config(
             tmp_path, {"url": vm.url, "org": "o", "bucket": "b", "batch_size": 500}
         )
-        samples = [s for k in range(40) for s in _chunk(k)]  # 40,000 points
+        samples = [s for k in range(80) for s in _chunk(k)]  # 80,000 points
         with Outbox(outbox_path(config)) as outbox:
             outbox.append(serializer_for(config).samples(samples))
         drain = [
@@ -197,7 +197,7 @@ def test_cap_reached_drops_oldest_counts_and_alarms(tmp_path: Path, repo_root: P
         vm.start()
         clock.advance(60)
         sink = open_sink(config, clock=clock, on_condition=raised.append)  # a restart: the episode is on disk
-        pending = [s.decode() for s in sink.outbox.peek(10**6).lines] if sink.outbox else []
+        pending = sink.outbox.pending_lines(10**6) if sink.outbox else []
         assert asyncio.run(sink.drain(30)) == 0
         sink.close()
         # the cap alarm clears once the backlog is delivered, and its clear reaches InfluxDB

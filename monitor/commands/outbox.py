@@ -9,7 +9,7 @@ import sys
 from monitor.commands import load_config_or_exit
 from monitor.errors import SinkError
 from monitor.model import iso
-from monitor.sinks.outbox import OutboxStats
+from monitor.sinks.batch import OutboxStats
 from monitor.sinks.pipeline import open_drainer, open_outbox, outbox_path
 
 HELP = "show the InfluxDB outbox (status) or deliver what it holds (drain)"
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 left = asyncio.run(drainer.drain(args.timeout))
             finally:
-                drainer.writer.close()
+                drainer.close()
             stats = outbox.stats()
     except SinkError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -5,15 +5,21 @@
 Each alarm-condition transition becomes one JSON line, in time order. Bad rows are
 counted and reported on stderr at the end; they never stop the replay. Prints a
 one-line summary and exits 0; a bad config exits 2, an unreadable input file 1.
+
+With an `influx` section in the config, the samples and every alarm transition
+also go through the outbox to InfluxDB, drained while the replay runs and once
+more before exit (`--drain-timeout`); what cannot be delivered in time stays in
+the outbox for `monitor outbox drain`, and the replay still exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -21,6 +27,7 @@ from monitor.commands import load_config_or_exit
 from monitor.engine import Engine, ReplayStep, replay_steps
 from monitor.errors import SourceError
 from monitor.model import ManualClock, Rule
+from monitor.sinks.pipeline import SampleSink, open_sink, outbox_path
 from monitor.sources.replay import ReadReport, Samples, read_csv
 
 HELP = "replay recorded samples (CSV) through the rules and write the alarm events (JSON lines)"
@@ -37,6 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="CSV with time,sensor,value; repeatable",
     )
     parser.add_argument("--events", required=True, metavar="EVENTS.jsonl", help="where to write the events")
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="with InfluxDB configured: seconds to deliver the outbox before exit (default 60)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,14 +63,26 @@ def run(args: argparse.Namespace) -> int:
         print(f"replay: {exc}", file=sys.stderr)
         return 1
     events = 0
+    left: int | None = None
     try:
         out = Path(args.events).open("w", encoding="utf-8")  # noqa: SIM115 - closed by `with out` below
     except OSError as exc:
         print(f"replay: cannot write events to {args.events}: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    with out:
-        for step in replay(engine, samples):
-            events += write_events(step, out)
+    sink = open_sink(config) if config.influx is not None else None
+    try:
+        with out:
+            if sink is None:
+                for step in replay(engine, samples):
+                    events += write_events(step, out)
+            else:
+                steps = replay(engine, samples)
+                events, left = asyncio.run(
+                    replay_to_influx(steps, engine.sensors, out, sink, args.drain_timeout)
+                )
+    finally:
+        if sink is not None:
+            sink.close()
     elapsed = max(time.perf_counter() - started, 1e-9)
     for report in reports:
         for line in report.lines():
@@ -66,7 +92,53 @@ def run(args: argparse.Namespace) -> int:
     seen = len(set(samples.sensor[samples.sensor >= 0].tolist()))
     n = engine.counters.samples
     print(f"replay: {n} samples, {seen} sensors, {events} events, {n / elapsed:.0f} samples/s")
+    if sink is not None and sink.drainer is not None:
+        if left:
+            print(
+                f"replay: {left} point(s) remain in the outbox {outbox_path(config)}"
+                f" ({sink.drainer.stats.last_error or 'not delivered in time'});"
+                f" `monitor outbox drain --config {args.config}` delivers them",
+                file=sys.stderr,
+            )
+        else:
+            print(
+                f"replay: outbox drained, {sink.drainer.stats.written} point(s) written"
+                f" to {sink.drainer.writer.target}"
+            )
     return 0
+
+
+async def replay_to_influx(
+    steps: Iterable[ReplayStep], names: tuple[str, ...], out: TextIO, sink: SampleSink, drain_timeout: float
+) -> tuple[int, int]:
+    """Replay with the outbox drained alongside, then drain what is left for up to
+    `drain_timeout` seconds; returns (events, points left in the outbox)."""
+    assert sink.drainer is not None
+    drainer = sink.drainer
+    task = asyncio.create_task(drainer.run(), name="outbox drainer")
+    events = 0
+    try:
+        for step in steps:
+            events += write_events(step, out)
+            write_step(sink, names, step)
+            await asyncio.sleep(0)  # the drainer's turn: settle the last batch, post the next
+    finally:
+        drainer.stop()  # settles the request on the wire, cuts a backoff short
+        await task
+    return events, await sink.drain(drain_timeout)
+
+
+def write_step(sink: SampleSink, names: tuple[str, ...], step: ReplayStep) -> None:
+    """A replay batch into the outbox: the accepted samples, then every alarm transition."""
+    ok = step.accepted
+    sink.write_columns(
+        names,
+        step.sensor[ok].tolist(),
+        step.time[ok].tolist(),
+        step.value[ok].tolist(),
+        step.quality[ok].tolist(),
+    )
+    sink.write_conditions(step.conditions)
 
 
 def read_inputs(paths: list[str], sensors: tuple[str, ...]) -> tuple[Samples, list[ReadReport]]:

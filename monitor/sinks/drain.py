@@ -21,12 +21,14 @@ import json
 import logging
 import random
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from monitor.errors import WriteError
 from monitor.model import Clock, WallClock
-from monitor.sinks.outbox import Batch, Chunk, Outbox
+from monitor.sinks.batch import Batch, Rejected
+from monitor.sinks.outbox import Outbox
 from monitor.sinks.writer import LineWriter
 
 log = logging.getLogger(__name__)
@@ -80,8 +82,8 @@ class DrainStats:
 class Drainer:
     """Moves points from the outbox to the server; one per outbox.
 
-    The HTTP request runs in a worker thread (writers are blocking); every
-    outbox operation stays on the event loop's thread.
+    The HTTP request runs in the writer's own thread (writers are blocking), one
+    at a time; every outbox operation stays on the event loop's thread.
     """
 
     def __init__(
@@ -103,27 +105,44 @@ class Drainer:
         self.backoff = Backoff(initial=initial_backoff, maximum=max_backoff)
         self.stats = DrainStats()
         self._sleep = sleep
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="influx-writer")
         self._failing = False
         self._stopping = False
+        self._waiting: asyncio.Future[None] | None = None
+        self._rejected = 0  # dead letters in the current episode
 
     async def run(self) -> None:
         """Drain until `stop()`: full batches back to back, otherwise every `flush_interval`.
 
-        Stop it with `stop()` rather than cancelling the task: a cancelled task
-        leaves its request running in the worker thread, unacknowledged.
+        `stop()` ends it cleanly: the request on the wire is settled, a wait is cut
+        short. Cancelling the task is safe but wasteful: the request on the wire
+        finishes in the writer's thread unacknowledged, so its points are sent again.
         """
         self._stopping = False
         while not self._stopping:
             try:
                 await self.send_batches()
             except WriteError as exc:
-                await self._sleep(self._failed(exc))
+                await self._pause(self._failed(exc))
                 continue
-            await self._sleep(self.flush_interval)
+            await self._pause(self.flush_interval)
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait between rounds; `stop()` cuts the wait short."""
+        self._waiting = asyncio.ensure_future(self._sleep(seconds))
+        try:
+            await self._waiting
+        except asyncio.CancelledError:
+            if not self._stopping or not self._waiting.cancelled():
+                raise
+        finally:
+            self._waiting = None
 
     def stop(self) -> None:
-        """Make `run()` return after the request under way (and any wait) is over."""
+        """Make `run()` return once the request under way is settled (waits are cut short)."""
         self._stopping = True
+        if self._waiting is not None:
+            self._waiting.cancel()
 
     async def drain(self, timeout: float) -> int:
         """Deliver what is pending, for at most about `timeout` seconds; returns the points left.
@@ -154,7 +173,7 @@ class Drainer:
         the server should be tried again later; whatever was acknowledged or
         dead-lettered before that stays done.
         """
-        batch = self.outbox.peek_body(self.batch_size)
+        batch = self.outbox.peek(self.batch_size)
         if batch is None:
             return 0
         total = 0
@@ -165,24 +184,21 @@ class Drainer:
                 and not self._stopping
                 and (deadline is None or self.clock.now() < deadline)
             )
-            drops = self.outbox.drops
-            following = self.outbox.peek_body(self.batch_size, after=batch.last) if more else None
+            following = self.outbox.peek(self.batch_size, after=batch.cursor) if more else None
             try:
                 await inflight
             except WriteError as exc:
-                if exc.status != TOO_LARGE and exc.status not in REJECTED:
+                if not _refusal(exc):
                     raise
-                await self._deliver(self.outbox.rows(batch.first, batch.last), exc)
+                await self._deliver(batch, exc)
                 accepted = False
             else:
                 accepted = True
-            if following is not None and self.outbox.drops != drops:  # the cap dropped rows meanwhile
-                following = self.outbox.peek_body(self.batch_size, after=batch.last)
             if following is not None:
                 inflight = self._post(following.body)
             if accepted:
                 try:
-                    self._acked(batch)
+                    self._settled(batch)
                 except BaseException:
                     if following is not None:
                         await asyncio.wait([inflight])
@@ -190,79 +206,94 @@ class Drainer:
             total += len(batch)
             self._recovered()
             if following is None:
+                if self._rejected:
+                    log.info(
+                        "%d point(s) moved to dead letters in all (monitor outbox status)", self._rejected
+                    )
+                    self._rejected = 0
                 return total
             batch = following
 
     def _post(self, body: bytes) -> asyncio.Future[None]:
-        return asyncio.ensure_future(asyncio.to_thread(self.writer.write, body))
+        return asyncio.ensure_future(self._write(body))
 
-    def _acked(self, batch: Batch | Chunk) -> None:
-        self.stats.written += self.outbox.ack(batch)
+    def _write(self, body: bytes) -> asyncio.Future[None]:
+        """The request, in the writer's own thread: one at a time, even across a cancel."""
+        return asyncio.get_running_loop().run_in_executor(self._thread, self.writer.write, body)
+
+    def close(self) -> None:
+        """Close the writer once its last request is over."""
+        self._thread.shutdown(wait=True)
+        self.writer.close()
+
+    def _settled(self, batch: Batch, rejected: Sequence[Rejected] = ()) -> None:
+        self.stats.written += self.outbox.settle(batch, rejected)
+        self.stats.dead_letters += len(rejected)
         self.stats.batches += 1
 
     async def _deliver(self, batch: Batch, first: WriteError) -> None:
         """The slow path for a batch the server refused as too large or malformed:
-        split or bisect it, dead-letter what is bad, send the rest one part at a time."""
-        work: list[Batch] = []
-        if first.status == TOO_LARGE:
-            self._refused(batch, first, work)
-        else:
-            work.append(batch)  # again in row order, so a `line N` in the answer is ours to read
+        split or bisect it, set aside what is bad, send the rest a part at a time.
+
+        The batch leaves the outbox only when all of it is sorted out; if the server
+        becomes unreachable midway, all of it is sent again later (at least once).
+        """
+        lines = batch.lines
+        rejected: list[Rejected] = []
+        work: list[list[int]] = []
+        self._refused(lines, list(range(len(lines))), first, work, rejected)
         while work:
             part = work.pop()
             try:
-                await asyncio.to_thread(self.writer.write, part.body())
+                await self._write(b"\n".join(lines[i] for i in part))
             except WriteError as exc:
-                if exc.status != TOO_LARGE and exc.status not in REJECTED:
+                if not _refusal(exc):
                     raise
-                self._refused(part, exc, work)
-                continue
-            self._acked(part)
+                self._refused(lines, part, exc, work, rejected)
+        self._settled(batch, rejected)
 
-    def _refused(self, part: Batch, exc: WriteError, work: list[Batch]) -> None:
-        if exc.status == TOO_LARGE:
-            self._split_or_reject(part, exc, work)
+    def _refused(
+        self,
+        lines: list[bytes],
+        part: list[int],
+        exc: WriteError,
+        work: list[list[int]],
+        rejected: list[Rejected],
+    ) -> None:
+        """One refused part: reject it if it is a single line, else split it (413),
+        or reject the lines the server named and retry the rest, else bisect (400/422)."""
+        if len(part) == 1:
+            self._reject(lines, part, exc, rejected)
+            return
+        if exc.status in REJECTED:
+            named = [part[i] for i in named_lines(str(exc), [lines[i] for i in part])]
+            if named:
+                self._reject(lines, named, exc, rejected)
+                skip = set(named)
+                keep = [i for i in part if i not in skip]
+                if keep:
+                    work.append(keep)
+                return
         else:
-            self._isolate(part, exc, work)
-
-    def _split_or_reject(self, part: Batch, exc: WriteError, work: list[Batch]) -> None:
-        if len(part) == 1:
-            self._reject(part, exc)
-            return
+            log.warning("%s: batch of %d points too large (413), splitting it", self.writer.target, len(part))
         self.stats.splits += 1
-        first, second = part.split()
-        log.warning("%s: batch of %d points too large (413), splitting it", self.writer.target, len(part))
-        work.extend((second, first))
+        mid = len(part) // 2
+        work.extend((part[mid:], part[:mid]))
 
-    def _isolate(self, part: Batch, exc: WriteError, work: list[Batch]) -> None:
-        """Dead-letter the lines the server named, or bisect until the bad ones are alone."""
-        if len(part) == 1:
-            self._reject(part, exc)
-            return
-        named = named_lines(str(exc), part.lines)
-        if named:
-            bad = Batch([part.ids[i] for i in named], [part.lines[i] for i in named])
-            self._reject(bad, exc)
-            skip = set(named)
-            keep = [i for i in range(len(part)) if i not in skip]
-            if keep:
-                work.append(Batch([part.ids[i] for i in keep], [part.lines[i] for i in keep]))
-            return
-        self.stats.splits += 1
-        first, second = part.split()
-        work.extend((second, first))
-
-    def _reject(self, part: Batch, exc: WriteError) -> None:
-        moved = self.outbox.dead_letter(part, exc.status, str(exc))
-        self.stats.dead_letters += moved
-        sample = part.lines[0].decode(errors="replace")[:200]
-        log.error(
+    def _reject(self, lines: list[bytes], part: list[int], exc: WriteError, rejected: list[Rejected]) -> None:
+        reason = str(exc)
+        rejected.extend(Rejected(i, exc.status, reason) for i in part)
+        # once per episode at ERROR (a bad producer can send thousands), then DEBUG
+        level = logging.DEBUG if self._rejected else logging.ERROR
+        self._rejected += len(part)
+        log.log(
+            level,
             "%s rejected %d point(s) (HTTP %s), moved to dead letters: %s; first: %s",
             self.writer.target,
-            moved,
+            len(part),
             exc.status,
-            str(exc)[:300],
-            sample,
+            reason[:300],
+            lines[part[0]].decode(errors="replace")[:200],
         )
 
     def _failed(self, exc: WriteError) -> float:
@@ -286,6 +317,11 @@ class Drainer:
         if self._failing:
             self._failing = False
             log.info("%s reachable again; draining the outbox", self.writer.target)
+
+
+def _refusal(exc: WriteError) -> bool:
+    """The server read the batch and refused (part of) it: retrying as is cannot help."""
+    return exc.status == TOO_LARGE or exc.status in REJECTED
 
 
 def named_lines(message: str, lines: list[bytes]) -> list[int]:

@@ -8,6 +8,7 @@ path (handing it `Point` objects is about 15x slower). Its exceptions become
 
 from __future__ import annotations
 
+import logging
 from typing import Any, cast
 
 import urllib3
@@ -19,6 +20,8 @@ from influxdb_client.rest import ApiException
 from monitor.config import Influx
 from monitor.errors import WriteError
 from monitor.sinks.writer import parse_retry_after
+
+log = logging.getLogger(__name__)
 
 
 class InfluxV2Writer:
@@ -37,6 +40,10 @@ class InfluxV2Writer:
             ssl_ca_cert=str(influx.ca_file) if influx.ca_file else None,
             retries=False,  # the drainer retries, with backoff the operator can see
         )
+        if not influx.verify_tls:
+            # the operator chose this; say it once here rather than urllib3 on every request
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+            log.warning("%s: TLS certificate verification is off (verify_tls: false)", influx.url)
         self._api = self._client.write_api(write_options=SYNCHRONOUS)
         self.target = f"{influx.url} org {self.org} bucket {self.bucket}"
 
@@ -49,6 +56,8 @@ class InfluxV2Writer:
                 write_precision=cast(WritePrecision, WritePrecision.NS),
             )
         except ApiException as exc:
+            if not exc.status:  # the client wraps TLS and connection failures as status 0
+                raise WriteError(f"{self.target}: cannot reach the server: {_reason(exc)}") from exc
             raise WriteError(
                 f"{self.target}: HTTP {exc.status} {_reason(exc)}",
                 status=int(exc.status) if exc.status else None,

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import base64
 import http.client
+import logging
 import ssl
 import urllib.parse
 
 from monitor.config import Influx
 from monitor.errors import WriteError
 from monitor.sinks.writer import parse_retry_after
+
+log = logging.getLogger(__name__)
 
 
 class InfluxV1Writer:
@@ -42,6 +45,7 @@ class InfluxV1Writer:
             if not influx.verify_tls:
                 self._context.check_hostname = False
                 self._context.verify_mode = ssl.CERT_NONE
+                log.warning("%s: TLS certificate verification is off (verify_tls: false)", influx.url)
         self._conn: http.client.HTTPConnection | None = None
         self.target = f"{influx.url} database {influx.database}" + (
             f" rp {influx.retention_policy}" if influx.retention_policy else ""

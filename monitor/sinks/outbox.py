@@ -1,12 +1,16 @@
 """The durable outbox: every point is committed here before it counts as taken.
 
-One SQLite file in WAL mode (`state_dir/outbox.sqlite`). A point leaves the
-`outbox` table only when the server acknowledged the batch that carried it
-(`ack`), when the server rejected it for good (`dead_letter`, with the reason),
-or when the size cap forced the oldest out (`dropped`, counted, and an OUTBOX
-condition raised). Counters live in a one-row `meta` table updated in the same
-transaction as the rows they count, so a `kill -9` at any moment leaves them
-consistent with the rows.
+One SQLite file in WAL mode (`state_dir/outbox.sqlite`). Each `append` commits
+one *segment* row: its lines joined by newlines, so a 5,000-point append is one
+row, not 5,000, and a batch for the server is a few blobs concatenated. A
+segment's `skip` counts its leading lines already gone (acknowledged or
+dropped); the row is deleted when all are.
+
+A point leaves only when the server acknowledged the batch that carried it, when
+the server rejected it for good (a dead letter, with the reason), or when the
+size cap forced the oldest out (counted as `dropped`, and an OUTBOX condition
+raised). Counters live in a one-row `meta` table updated in the same transaction
+as the rows they count, so a `kill -9` at any moment leaves them consistent.
 
 Delivery is at least once: a batch the server stored just before the process
 died is sent again after the restart. InfluxDB keeps one point per series and
@@ -20,13 +24,12 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from itertools import repeat
 from pathlib import Path
 from typing import Literal
 
 from monitor.errors import OutboxError
 from monitor.model import Clock, Condition, ConditionState, Rule, WallClock
+from monitor.sinks.batch import Batch, DeadLetter, OutboxStats, Piece, Rejected
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +39,13 @@ CLEAR_FRACTION = 0.9  # the cap alarm clears once the backlog is below 90 % of t
 MAX_REASON = 2000
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS outbox (
+CREATE TABLE IF NOT EXISTS segment (
     id INTEGER PRIMARY KEY,
-    queued REAL NOT NULL,
-    line BLOB NOT NULL
+    queued REAL NOT NULL,     -- clock time of the append
+    count INTEGER NOT NULL,   -- lines in body
+    skip INTEGER NOT NULL,    -- leading lines already acknowledged, dead-lettered or dropped
+    nbytes INTEGER NOT NULL,  -- bytes of the lines still pending, a newline each
+    body BLOB NOT NULL        -- line protocol, lines joined by newlines
 );
 CREATE TABLE IF NOT EXISTS dead_letter (
     id INTEGER PRIMARY KEY,
@@ -51,89 +57,24 @@ CREATE TABLE IF NOT EXISTS dead_letter (
 );
 CREATE TABLE IF NOT EXISTS meta (
     one INTEGER PRIMARY KEY CHECK (one = 1),
-    next_id INTEGER NOT NULL,
+    next_id INTEGER NOT NULL,          -- segment ids never repeat, even when the table empties
     pending_rows INTEGER NOT NULL,
     pending_bytes INTEGER NOT NULL,
     dropped INTEGER NOT NULL,
     written INTEGER NOT NULL,
-    episode_dropped INTEGER NOT NULL  -- > 0 while the cap alarm is active
+    episode_dropped INTEGER NOT NULL   -- > 0 while the cap alarm is active
 );
 INSERT OR IGNORE INTO meta VALUES (1, 1, 0, 0, 0, 0, 0);
 """
 
 
-@dataclass(frozen=True, slots=True)
-class OutboxStats:
-    """What `monitor outbox status` prints and the metrics endpoint exports."""
-
-    pending: int
-    pending_bytes: int
-    oldest_queued: float | None  # clock time the oldest pending point was committed
-    dead_letters: int
-    dropped: int
-    written: int
-    max_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    id: int
-    queued: float
-    failed: float
-    status: int | None
-    reason: str
-    line: str
-
-
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """Rows taken from the head of the outbox, oldest first; ids are increasing."""
-
-    ids: list[int]
-    lines: list[bytes]
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def body(self) -> bytes:
-        return b"\n".join(self.lines)
-
-    def split(self) -> tuple[Batch, Batch]:
-        mid = len(self.ids) // 2
-        return Batch(self.ids[:mid], self.lines[:mid]), Batch(self.ids[mid:], self.lines[mid:])
-
-    @property
-    def first(self) -> int:
-        return self.ids[0]
-
-    @property
-    def last(self) -> int:
-        return self.ids[-1]
-
-
-@dataclass(frozen=True, slots=True)
-class Chunk:
-    """The drainer's fast path: the next rows as one request body, joined by SQLite.
-
-    Ids `first`..`last` are consecutive pending rows (nothing else lies between);
-    the slow path (`Outbox.rows`) reads them one by one when a chunk is refused.
-    """
-
-    first: int
-    last: int
-    count: int
-    body: bytes
-
-    def __len__(self) -> int:
-        return self.count
-
-
 class Outbox:
     """SQLite outbox; one instance per process, used from one thread.
 
-    `synchronous="full"` (default) fsyncs every commit, so a committed point also
+    `synchronous="full"` (default) fsyncs every append, so a committed point also
     survives a power cut; `"normal"` survives any process crash but may lose the
-    last commits on power loss.
+    last appends on power loss. Acknowledgements never fsync: losing one only
+    means a batch is sent again.
     """
 
     def __init__(
@@ -149,7 +90,6 @@ class Outbox:
         self.clock: Clock = clock or WallClock()
         self.on_condition = on_condition
         self.synchronous = synchronous
-        self.drops = 0  # times this process's appends dropped rows: a peeked batch may be stale
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
@@ -177,60 +117,62 @@ class Outbox:
         """
         if not lines:
             return 0
-        blobs = [s.encode() for s in lines]
-        size = sum(map(len, blobs))
+        body = "\n".join(lines).encode()
+        if body.count(b"\n") != len(lines) - 1:
+            raise OutboxError(f"a point for {self.path} contains a line break; the serialiser must escape it")
+        size = len(body) + 1
         now = self.clock.now()
-        db = self._db
         try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            with _Transaction(self._db) as db:
                 next_id, pending_bytes, episode = db.execute(
                     "SELECT next_id, pending_bytes, episode_dropped FROM meta"
                 ).fetchone()
-                db.executemany(
-                    "INSERT INTO outbox (id, queued, line) VALUES (?, ?, ?)",
-                    zip(range(next_id, next_id + len(blobs)), repeat(now), blobs),
+                db.execute(
+                    "INSERT INTO segment VALUES (?, ?, ?, 0, ?, ?)", (next_id, now, len(lines), size, body)
                 )
                 dropped_rows = dropped_bytes = 0
                 if pending_bytes + size > self.max_bytes:
-                    dropped_rows, dropped_bytes = self._drop_oldest(pending_bytes + size - self.max_bytes)
-                    self.drops += 1
+                    dropped_rows, dropped_bytes = self._drop_oldest(db, pending_bytes + size - self.max_bytes)
                 db.execute(
-                    "UPDATE meta SET next_id = ?, pending_rows = pending_rows + ?,"
+                    "UPDATE meta SET next_id = next_id + 1, pending_rows = pending_rows + ?,"
                     " pending_bytes = pending_bytes + ?, dropped = dropped + ?,"
                     " episode_dropped = episode_dropped + ?",
-                    (
-                        next_id + len(blobs),
-                        len(blobs) - dropped_rows,
-                        size - dropped_bytes,
-                        dropped_rows,
-                        dropped_rows,
-                    ),
+                    (len(lines) - dropped_rows, size - dropped_bytes, dropped_rows, dropped_rows),
                 )
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
         except sqlite3.Error as exc:
             raise OutboxError(f"cannot append {len(lines)} point(s) to outbox {self.path}: {exc}") from exc
         if dropped_rows:
             self._raise_cap(episode, episode + dropped_rows, now)
         return dropped_rows
 
-    def _drop_oldest(self, excess: int) -> tuple[int, int]:
-        """Delete the oldest rows until `excess` bytes are freed (inside the caller's transaction)."""
+    @staticmethod
+    def _drop_oldest(db: sqlite3.Connection, excess: int) -> tuple[int, int]:
+        """Remove the oldest lines until `excess` bytes are freed (inside the caller's transaction)."""
         rows = freed = 0
-        cutoff = None
-        cursor = self._db.execute("SELECT id, length(line) FROM outbox ORDER BY id")
-        for row_id, n in cursor:
-            rows += 1
-            freed += n
-            cutoff = row_id
-            if freed >= excess:
-                break
-        cursor.close()
-        if cutoff is not None:
-            self._db.execute("DELETE FROM outbox WHERE id <= ?", (cutoff,))
+        whole: list[int] = []
+        partial: tuple[int, int, int] | None = None
+        for seg, count, skip, nbytes in db.execute("SELECT id, count, skip, nbytes FROM segment ORDER BY id"):
+            if freed + nbytes <= excess:
+                whole.append(seg)
+                rows += count - skip
+                freed += nbytes
+                if freed == excess:
+                    break
+                continue
+            body = db.execute("SELECT body FROM segment WHERE id = ?", (seg,)).fetchone()[0]
+            lines = bytes(body).split(b"\n")
+            k, cut = skip, 0
+            while freed + cut < excess:
+                cut += len(lines[k]) + 1
+                k += 1
+            partial = (seg, k, cut)
+            rows += k - skip
+            freed += cut
+            break
+        db.executemany("DELETE FROM segment WHERE id = ?", [(s,) for s in whole])
+        if partial is not None:
+            seg, k, cut = partial
+            db.execute("UPDATE segment SET skip = ?, nbytes = nbytes - ? WHERE id = ?", (k, cut, seg))
         return rows, freed
 
     def _raise_cap(self, before: int, episode: int, now: float) -> None:
@@ -267,60 +209,59 @@ class Outbox:
 
     # -- handing points out -----------------------------------------------------------
 
-    def peek(self, limit: int, after: int = 0) -> Batch:
-        """The oldest `limit` pending points with ids above `after` (they stay until
-        acked or dead-lettered)."""
+    def peek(self, limit: int, after: tuple[int, int] | None = None) -> Batch | None:
+        """The oldest `limit` pending points (from `after`, a previous batch's cursor),
+        as one body; None when there are none. Nothing is removed."""
+        seg0, line0 = after or (0, 0)
+        pieces: list[Piece] = []
+        parts: list[bytes] = []
+        taken = 0
         try:
-            rows = self._db.execute(
-                "SELECT id, line FROM outbox WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
-            ).fetchall()
+            cursor = self._db.execute(
+                "SELECT id, queued, count, skip, nbytes, body FROM segment WHERE id >= ? ORDER BY id", (seg0,)
+            )
+            for seg, queued, count, skip, nbytes, body in cursor:
+                start = max(skip, line0) if seg == seg0 else skip
+                if start >= count:
+                    continue
+                end = min(count, start + limit - taken)
+                if start == 0 and end == count:
+                    part = bytes(body)
+                    size = nbytes
+                else:
+                    part = b"\n".join(bytes(body).split(b"\n")[start:end])
+                    size = len(part) + 1
+                pieces.append(Piece(seg, start, end, size, queued, count))
+                parts.append(part)
+                taken += end - start
+                if taken >= limit:
+                    break
+            cursor.close()
         except sqlite3.Error as exc:
             raise OutboxError(f"cannot read outbox {self.path}: {exc}") from exc
-        return Batch([r[0] for r in rows], [r[1] for r in rows])
-
-    def peek_body(self, limit: int, after: int = 0) -> Chunk | None:
-        """The oldest `limit` pending points above id `after`, as one newline-joined body
-        built inside SQLite (no Python object per point); None when there are none."""
-        try:
-            first, last, count, body = self._db.execute(
-                "SELECT MIN(id), MAX(id), COUNT(*), CAST(group_concat(line, char(10)) AS BLOB)"
-                " FROM (SELECT id, line FROM outbox WHERE id > ? ORDER BY id LIMIT ?)",
-                (after, limit),
-            ).fetchone()
-        except sqlite3.Error as exc:
-            raise OutboxError(f"cannot read outbox {self.path}: {exc}") from exc
-        if not count:
+        if not pieces:
             return None
-        return Chunk(first, last, count, body)
+        return Batch(pieces, b"\n".join(parts))
 
-    def rows(self, first: int, last: int) -> Batch:
-        """The pending rows with ids `first`..`last`, one by one (the slow path)."""
+    def settle(self, batch: Batch, rejected: Sequence[Rejected] = ()) -> int:
+        """The server took `batch`: remove it, moving the `rejected` lines to dead
+        letters. Returns the points counted as written."""
+        now = self.clock.now()
+        lines = batch.lines if rejected else []
         try:
-            rows = self._db.execute(
-                "SELECT id, line FROM outbox WHERE id BETWEEN ? AND ? ORDER BY id", (first, last)
-            ).fetchall()
-        except sqlite3.Error as exc:
-            raise OutboxError(f"cannot read outbox {self.path}: {exc}") from exc
-        return Batch([r[0] for r in rows], [r[1] for r in rows])
-
-    def ack(self, batch: Batch | Chunk) -> int:
-        """The server stored `batch`: remove it. Returns the rows removed (fewer if the cap
-        dropped some of them meanwhile)."""
-        if not len(batch):
-            return 0
-        lo, hi = batch.first, batch.last
-        try:
-            # An ack lost to a power cut only means the batch is sent again: no fsync needed.
-            with self._tx(sync=False) as db:
-                rows, size = db.execute(
-                    "SELECT COUNT(*), COALESCE(SUM(length(line)), 0) FROM outbox WHERE id BETWEEN ? AND ?",
-                    (lo, hi),
-                ).fetchone()
-                db.execute("DELETE FROM outbox WHERE id BETWEEN ? AND ?", (lo, hi))
+            with _Transaction(self._db, relax=self.synchronous == "full") as db:
+                gone, size = self._remove(db, batch)
+                for r in rejected:
+                    db.execute(
+                        "INSERT INTO dead_letter (queued, failed, status, reason, line)"
+                        " VALUES (?, ?, ?, ?, ?)",
+                        (batch.queued_of(r.index), now, r.status, r.reason[:MAX_REASON], lines[r.index]),
+                    )
+                written = max(0, gone - len(rejected))
                 db.execute(
                     "UPDATE meta SET pending_rows = pending_rows - ?, pending_bytes = pending_bytes - ?,"
                     " written = written + ?",
-                    (rows, size, rows),
+                    (gone, size, written),
                 )
                 pending_bytes, episode = db.execute(
                     "SELECT pending_bytes, episode_dropped FROM meta"
@@ -329,40 +270,49 @@ class Outbox:
                 if cleared:
                     db.execute("UPDATE meta SET episode_dropped = 0")
         except sqlite3.Error as exc:
-            raise OutboxError(f"cannot remove acknowledged points from outbox {self.path}: {exc}") from exc
+            raise OutboxError(f"cannot remove delivered points from outbox {self.path}: {exc}") from exc
         if cleared:
             log.info("outbox %s is below its cap again after dropping %d point(s)", self.path, episode)
-            self._emit(ConditionState.CLEARED, episode, self.clock.now())
-        return int(rows)
+            self._emit(ConditionState.CLEARED, episode, now)
+        return written
 
-    def dead_letter(self, batch: Batch, status: int | None, reason: str) -> int:
-        """The server refused these lines for good: move them aside with its reason."""
-        if not batch.ids:
-            return 0
-        now = self.clock.now()
-        reason = reason[:MAX_REASON]
-        try:
-            with self._tx() as db:
-                moved = size = 0
-                for row_id in batch.ids:
-                    found = db.execute("SELECT queued, line FROM outbox WHERE id = ?", (row_id,)).fetchone()
-                    if found is None:
-                        continue
-                    db.execute(
-                        "INSERT INTO dead_letter (queued, failed, status, reason, line)"
-                        " VALUES (?, ?, ?, ?, ?)",
-                        (found[0], now, status, reason, found[1]),
-                    )
-                    db.execute("DELETE FROM outbox WHERE id = ?", (row_id,))
-                    moved += 1
-                    size += len(found[1])
-                db.execute(
-                    "UPDATE meta SET pending_rows = pending_rows - ?, pending_bytes = pending_bytes - ?",
-                    (moved, size),
+    def ack(self, batch: Batch) -> int:
+        return self.settle(batch)
+
+    @staticmethod
+    def _remove(db: sqlite3.Connection, batch: Batch) -> tuple[int, int]:
+        """Advance or delete each piece's segment; (lines, bytes) removed.
+
+        A piece whose segment changed since it was read (the cap dropped from it,
+        or another drainer got there first) removes only what is still pending.
+        """
+        gone = size = 0
+        for p in batch.pieces:
+            if p.end >= p.total:
+                changed = db.execute("DELETE FROM segment WHERE id = ? AND skip = ?", (p.segment, p.start))
+            else:
+                changed = db.execute(
+                    "UPDATE segment SET skip = ?, nbytes = nbytes - ? WHERE id = ? AND skip = ?",
+                    (p.end, p.nbytes, p.segment, p.start),
                 )
-        except sqlite3.Error as exc:
-            raise OutboxError(f"cannot move rejected points to dead letters in {self.path}: {exc}") from exc
-        return moved
+            if changed.rowcount == 1:
+                gone += p.count
+                size += p.nbytes
+                continue
+            row = db.execute("SELECT skip, body FROM segment WHERE id = ?", (p.segment,)).fetchone()
+            if row is None or row[0] >= p.end or row[0] < p.start:
+                continue
+            skip, body = row
+            cut = sum(len(x) + 1 for x in bytes(body).split(b"\n")[skip : p.end])
+            if p.end >= p.total:
+                db.execute("DELETE FROM segment WHERE id = ?", (p.segment,))
+            else:
+                db.execute(
+                    "UPDATE segment SET skip = ?, nbytes = nbytes - ? WHERE id = ?", (p.end, cut, p.segment)
+                )
+            gone += p.end - skip
+            size += cut
+        return gone, size
 
     # -- looking ----------------------------------------------------------------------
 
@@ -371,7 +321,7 @@ class Outbox:
             rows, size, dropped, written = self._db.execute(
                 "SELECT pending_rows, pending_bytes, dropped, written FROM meta"
             ).fetchone()
-            oldest = self._db.execute("SELECT queued FROM outbox ORDER BY id LIMIT 1").fetchone()
+            oldest = self._db.execute("SELECT queued FROM segment ORDER BY id LIMIT 1").fetchone()
             dead = self._db.execute("SELECT COUNT(*) FROM dead_letter").fetchone()[0]
         except sqlite3.Error as exc:
             raise OutboxError(f"cannot read outbox {self.path}: {exc}") from exc
@@ -389,27 +339,33 @@ class Outbox:
     def pending(self) -> int:
         return int(self._db.execute("SELECT pending_rows FROM meta").fetchone()[0])
 
+    def pending_lines(self, limit: int = 1000) -> list[str]:
+        """The oldest pending points as text (for diagnostics and tests)."""
+        batch = self.peek(limit)
+        return [] if batch is None else [x.decode(errors="replace") for x in batch.lines]
+
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         rows = self._db.execute(
-            "SELECT id, queued, failed, status, reason, line FROM dead_letter ORDER BY id LIMIT ?", (limit,)
+            "SELECT id, queued, failed, status, reason, line FROM dead_letter ORDER BY id DESC LIMIT ?",
+            (limit,),
         ).fetchall()
-        return [DeadLetter(r[0], r[1], r[2], r[3], r[4], bytes(r[5]).decode(errors="replace")) for r in rows]
-
-    def _tx(self, sync: bool = True) -> _Transaction:
-        return _Transaction(self._db, None if sync or self.synchronous == "normal" else "NORMAL")
+        return [
+            DeadLetter(r[0], r[1], r[2], r[3], r[4], bytes(r[5]).decode(errors="replace"))
+            for r in reversed(rows)
+        ]
 
 
 class _Transaction:
-    """`BEGIN IMMEDIATE` ... `COMMIT`, rolled back on any exception; optionally
-    with `synchronous` relaxed for this one commit."""
+    """`BEGIN IMMEDIATE` ... `COMMIT`, rolled back on any exception; with `relax` the
+    commit skips the fsync (`synchronous=NORMAL` for that commit only)."""
 
-    def __init__(self, db: sqlite3.Connection, synchronous: str | None = None) -> None:
+    def __init__(self, db: sqlite3.Connection, relax: bool = False) -> None:
         self.db = db
-        self.synchronous = synchronous
+        self.relax = relax
 
     def __enter__(self) -> sqlite3.Connection:
-        if self.synchronous:
-            self.db.execute(f"PRAGMA synchronous={self.synchronous}")
+        if self.relax:
+            self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("BEGIN IMMEDIATE")
         return self.db
 
@@ -417,5 +373,5 @@ class _Transaction:
         try:
             self.db.execute("ROLLBACK" if exc_type else "COMMIT")
         finally:
-            if self.synchronous:
+            if self.relax:
                 self.db.execute("PRAGMA synchronous=FULL")

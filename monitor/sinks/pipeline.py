@@ -156,7 +156,7 @@ class SampleSink:
         if self.outbox is not None:
             self.outbox.close()
         if self.drainer is not None:
-            self.drainer.writer.close()
+            self.drainer.close()
 
 
 def open_outbox(
