@@ -2,7 +2,7 @@
 the same readings replayed from CSV, and the consumption copied to a real InfluxDB 1.6.
 
 - The ledger built live from the simulator equals the ledger built from the recorded
-  readings (`monitor meters ingest`), row for row, and both give the same export.
+  readings replayed with `monitor replay`, row for row, and both give the same export.
 - The consumption written to InfluxDB through the outbox sums, per meter over the
   quarter, to the export's `consumption_ft3`.
 """
@@ -133,13 +133,16 @@ def test_live_modbus_and_replayed_readings_give_the_same_ledger(tmp_path: Path) 
         out = csv.writer(fh)
         out.writerow(["time", "sensor", "value"])
         out.writerows([s.time, s.sensor, repr(s.value)] for s in recorded)
-    cli = [sys.executable, "-m", "monitor", "meters"]
+    cli = [sys.executable, "-m", "monitor"]
     args = ["--config", str(replay_dir / "station.yaml")]
-    done = subprocess.run([*cli, "ingest", *args, "--input", str(readings)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60)  # fmt: skip
-    assert done.returncode == 0, done.stderr
     done = subprocess.run(
-        [*cli, "replace", *args, "--meter", "mill.meter", "--time", repr(swap_time),
+        [*cli, "replay", *args, "--input", str(readings), "--events", str(replay_dir / "events.jsonl")],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "(1 meter alarm transition(s)" in done.stderr  # the unrecorded swap, as live
+    done = subprocess.run(
+        [*cli, "meters", "replace", *args, "--meter", "mill.meter", "--time", repr(swap_time),
          "--old-final", str(old_final), "--new-initial", "0"],
         capture_output=True, text=True, cwd=ROOT, timeout=60,
     )  # fmt: skip

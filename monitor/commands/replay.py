@@ -20,7 +20,8 @@ from typing import TextIO
 from monitor.commands import load_config_or_exit
 from monitor.engine import Engine, ReplayStep, replay_steps
 from monitor.errors import SourceError
-from monitor.model import ManualClock, Rule
+from monitor.meters.book import MeterBook
+from monitor.model import Kind, ManualClock, Rule
 from monitor.sources.replay import ReadReport, Samples, read_csv
 
 HELP = "replay recorded samples (CSV) through the rules and write the alarm events (JSON lines)"
@@ -37,6 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="CSV with time,sensor,value; repeatable",
     )
     parser.add_argument("--events", required=True, metavar="EVENTS.jsonl", help="where to write the events")
+    parser.add_argument(
+        "--no-ledger",
+        action="store_true",
+        help="do not add meter readings to the meter ledger under state_dir (default: add them)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,9 +55,32 @@ def run(args: argparse.Namespace) -> int:
         print(f"replay: {exc}", file=sys.stderr)
         return 1
     events = 0
-    with Path(args.events).open("w", encoding="utf-8") as out:
-        for step in replay(engine, samples):
-            events += write_events(step, out)
+    # Meter readings go to the station's ledger, as live polling does: re-replaying or
+    # replaying what was polled live does not double count (one row per meter and time).
+    book = (
+        None
+        if args.no_ledger or not any(s.kind is Kind.METER for s in config.sensors)
+        else MeterBook.open(config)
+    )
+    meter_transitions = 0
+    try:
+        with Path(args.events).open("w", encoding="utf-8") as out:
+            for step in replay(engine, samples):
+                events += write_events(step, out)
+                if book is not None:
+                    meter_transitions += len(
+                        book.ingest_arrays(
+                            engine.sensors, step.sensor, step.time, step.value, step.quality, step.accepted
+                        )
+                    )
+    finally:
+        if book is not None:
+            print(
+                f"replay: meter readings added to {book.ledger.path} ({meter_transitions} meter alarm"
+                f" transition(s); `monitor meters list` shows them)",
+                file=sys.stderr,
+            )
+            book.close()
     elapsed = max(time.perf_counter() - started, 1e-9)
     for report in reports:
         for line in report.lines():
