@@ -354,6 +354,11 @@ class Daemon:
     # --- StationView (the console) ---------------------------------------------------
 
     @property
+    def meter_book(self) -> MeterBook:
+        """The console mounts its meter routes (replacement through the API) on this."""
+        return self.meters
+
+    @property
     def station_id(self) -> str:
         return self.config.station.id
 
