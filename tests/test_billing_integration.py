@@ -165,8 +165,7 @@ def test_consumption_in_influxdb_equals_the_export(tmp_path: Path, influxdb1: In
         samples = [Sample(r["sensor"], parse_time(r["time"]), float(r["value"])) for r in csv.DictReader(fh)]
 
     def forward() -> None:
-        for rec in book.take_records():
-            sink.write_meter(rec.meter, rec.time, rec.reading, rec.consumption_ft3)
+        sink.write_meter_records(book.take_records())
 
     for i in range(0, len(samples), 1000):  # poll-cycle-sized batches, forwarded as they come
         book.ingest(samples[i : i + 1000])
@@ -189,6 +188,12 @@ def test_consumption_in_influxdb_equals_the_export(tmp_path: Path, influxdb1: In
         db="billing",
     )
     got = {s["tags"]["meter"]: s["values"][0][1] for s in result["results"][0]["series"]}
+    rejected = influxdb1.query(
+        "SELECT count(reading) FROM meter WHERE accepted = 0 GROUP BY meter", db="billing"
+    )
+    assert {s["tags"]["meter"]: s["values"][0][1] for s in rejected["results"][0]["series"]} == {
+        "village.meter": 1  # the spike, kept and visible, not billed
+    }
     want = {r["meter"]: Decimal(r["consumption_ft3"]) for r in rows}
     assert got.keys() == want.keys()
     for meter, total in got.items():
