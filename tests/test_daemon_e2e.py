@@ -105,9 +105,26 @@ def start_daemon(config: Path, log: Path) -> subprocess.Popen[bytes]:
         )
 
 
+@pytest.fixture
+def own_services(tmp_path: Path) -> Iterator[tuple[Mosquitto, VictoriaMetrics]]:
+    """A broker and a database of this test's own, so its retained alarms and series
+    never meet the other tests' (which share the session-wide ones)."""
+    broker, victoria = Mosquitto(tmp_path / "mosquitto"), VictoriaMetrics(tmp_path / "vm")
+    broker.start()
+    try:
+        victoria.start()
+        try:
+            yield broker, victoria
+        finally:
+            victoria.stop()
+    finally:
+        broker.stop()
+
+
 def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart(
-    tmp_path: Path, simulator: int, mosquitto: Mosquitto, victoria: VictoriaMetrics
+    tmp_path: Path, simulator: int, own_services: tuple[Mosquitto, VictoriaMetrics]
 ) -> None:
+    mosquitto, victoria = own_services
     console_port = free_port()
     config = write_config(tmp_path, simulator, mosquitto.port, victoria.url, console_port)
     log = tmp_path / "daemon.log"

@@ -55,6 +55,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"replay: {exc}", file=sys.stderr)
         return 1
     events = 0
+    try:
+        out = Path(args.events).open("w", encoding="utf-8")  # noqa: SIM115 - closed by `with out` below
+    except OSError as exc:
+        print(f"replay: cannot write events to {args.events}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     # Meter readings go to the station's ledger, as live polling does: re-replaying or
     # replaying what was polled live does not double count (one row per meter and time).
     book = (
@@ -64,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     )
     meter_transitions = 0
     try:
-        with Path(args.events).open("w", encoding="utf-8") as out:
+        with out:
             for step in replay(engine, samples):
                 events += write_events(step, out)
                 if book is not None:

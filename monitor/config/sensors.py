@@ -178,6 +178,15 @@ def profile_limit(sensor: Sensor, profile: Profile) -> ProfileLimit | None:
     return profile.limits.get(str(sensor.kind))
 
 
+def _from_profile(value: float | None, given: bool, profile_unit: str, unit: str) -> float | None:
+    if value is None or given or profile_unit == unit:
+        return value
+    try:
+        return convert(value, profile_unit, unit)
+    except ValueError:
+        return value  # not comparable: reported by the config checks
+
+
 def resolve_rules(sensor: Sensor, profile: Profile) -> SensorRules:
     """Merge a sensor's overrides onto the profile defaults for its kind."""
     given = sensor.limits.model_fields_set
@@ -187,6 +196,15 @@ def resolve_rules(sensor: Sensor, profile: Profile) -> SensorRules:
         low = sensor.limits.low if "low" in given or base is None else base.low
         high = sensor.limits.high if "high" in given or base is None else base.high
         unit = sensor.limits.unit or (base.unit if base and base.unit else None)
+        if base is not None:
+            # A profile figure keeps its meaning when the sensor writes its limits in
+            # another unit (65 degC stays 65 degC under `limits: {unit: degF}`).
+            low, high = (
+                _from_profile(
+                    x, side in given, base.unit or DEFAULT_UNIT[sensor.kind], unit or sensor.effective_unit
+                )
+                for x, side in ((low, "low"), (high, "high"))
+            )
         citation = sensor.limits.citation or (base.citation if base else "station config")
         if low is not None or high is not None:
             limits = LimitRule(

@@ -15,15 +15,26 @@ The public surface, for the daemon (live), the replay command and billing:
 - `save_checkpoint(engine, path)` / `restore_checkpoint(engine, path)`: baselines and rule
   state across a restart; `restore_checkpoint` raises `StateError` for a checkpoint that
   does not fit (`load_checkpoint_or_start_fresh` logs that and carries on).
+  `CheckpointSchedule(engine, state_dir / CHECKPOINT_FILE).save_if_due(now)` for the daemon's
+  timer, `.save(now)` at shutdown.
 
 Meters (kind `meter`) pass through validation only; billing judges them.
 """
 
-from monitor.engine.checkpoint import load_checkpoint_or_start_fresh, restore_checkpoint, save_checkpoint
-from monitor.engine.engine import Counters, Engine, ReplayResult, SensorStatus
+from monitor.engine.checkpoint import (
+    CHECKPOINT_FILE,
+    CheckpointSchedule,
+    load_checkpoint_or_start_fresh,
+    restore_checkpoint,
+    save_checkpoint,
+)
+from monitor.engine.engine import Engine
 from monitor.engine.replay import ReplayStep, replay_steps
+from monitor.engine.state import Counters, ReplayResult, SensorStatus
 
 __all__ = [
+    "CHECKPOINT_FILE",
+    "CheckpointSchedule",
     "Counters",
     "Engine",
     "ReplayResult",

@@ -150,7 +150,9 @@ class BatchWindow:
         self.row = row
         n = base.size[row]
         self.n = n
-        k = np.floor(times / base.width[row]).astype(np.int64)
+        scaled = times / base.width[row]
+        # Truncation is floor for times after 1970 and saves a pass; `math.floor` live.
+        k = (scaled if scaled.size and scaled[0] >= 0 else np.floor(scaled)).astype(np.int64)
         self.k = k
         self.m0 = base.bucket[row]
         first = np.ones(k.size, dtype=bool)
@@ -162,7 +164,10 @@ class BatchWindow:
         # Index into the running totals (0 = before the batch) at the start of each
         # bucket and at the start of the bucket `n` before it.
         self.j_now = starts
-        self.j_old = starts[np.searchsorted(uk, uk - n, side="left")]
+        if uk.size and int(uk[-1] - uk[0]) == uk.size - 1:  # no empty bucket: plain offsets
+            self.j_old = starts[np.maximum(np.arange(-n, uk.size - n), 0)]
+        else:
+            self.j_old = starts[np.searchsorted(uk, uk - n, side="left")]
         # Buckets at or before the state's current one come from the ring.
         self.from_state = self.m0 != NO_BUCKET and bool(uk.size) and int(uk[0]) - n <= self.m0
         if self.from_state:

@@ -9,8 +9,10 @@ from a different sensor set or window raises `StateError` and changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
 import os
 import zipfile
 from pathlib import Path
@@ -19,12 +21,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from monitor.engine.engine import Engine, SensorState
+from monitor.engine.engine import Engine
+from monitor.engine.state import SensorState
 from monitor.errors import StateError
 from monitor.model import Quality
 
 log = logging.getLogger(__name__)
 
+CHECKPOINT_FILE = "engine-checkpoint.npz"  # under the config's state_dir
 FORMAT = "station-monitor engine checkpoint"
 VERSION = 1
 _BASE = ("total", "n_total", "bucket", "start_sum", "start_count")
@@ -56,7 +60,7 @@ def _sensor_state(engine: Engine, st: SensorState) -> dict[str, Any]:
 
 
 def save_checkpoint(engine: Engine, path: str | Path) -> None:
-    """Write the checkpoint atomically (temporary file, fsync, rename)."""
+    """Write the checkpoint atomically (temporary file, fsync, rename); StateError on failure."""
     path = Path(path)
     doc = {
         "format": FORMAT,
@@ -65,24 +69,34 @@ def save_checkpoint(engine: Engine, path: str | Path) -> None:
         "last_tick": engine.last_tick,
         "state": [_sensor_state(engine, st) for st in engine._states],
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
-        np.savez(
-            f, meta=np.array(json.dumps(doc)), sums=engine.baselines.sums, counts=engine.baselines.counts
-        )
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("wb") as f:
+            np.savez(
+                f, meta=np.array(json.dumps(doc)), sums=engine.baselines.sums, counts=engine.baselines.counts
+            )
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise StateError(f"checkpoint {path}: cannot write ({exc.strerror or exc})") from exc
 
 
-def restore_checkpoint(engine: Engine, path: str | Path) -> None:
-    """Load a checkpoint into a fresh engine; StateError (and no change) when it does not fit."""
+def restore_checkpoint(engine: Engine, path: str | Path, restart_watch: bool = False) -> None:
+    """Load a checkpoint into a fresh engine; StateError (and no change) when it does not fit.
+
+    With `restart_watch` (what a restarting daemon wants) the stale-data watch starts
+    again at the next tick instead of counting the downtime against every sensor;
+    a stale condition that was active stays active until its sensor reports.
+    """
     path = Path(path)
     try:
         with path.open("rb") as f, np.load(f, allow_pickle=False) as z:
@@ -107,6 +121,10 @@ def restore_checkpoint(engine: Engine, path: str | Path) -> None:
         )
     try:
         _apply(engine, doc, sums, counts)
+        if restart_watch:
+            engine.last_tick = -math.inf
+            for st in engine._states:
+                st.fresh = math.nan
     except (KeyError, TypeError, ValueError) as exc:
         raise StateError(f"checkpoint {path}: inconsistent state ({exc!r})") from exc
 
@@ -164,15 +182,47 @@ def _apply(engine: Engine, doc: dict[str, Any], sums: npt.NDArray[Any], counts: 
 
 
 def load_checkpoint_or_start_fresh(engine: Engine, path: str | Path) -> bool:
-    """Restore if there is a checkpoint that fits; otherwise log why and start fresh."""
+    """At daemon start: restore if there is a checkpoint that fits (restarting the
+    stale-data watch), otherwise log why and start fresh. True when restored."""
     path = Path(path)
     if not path.exists():
         log.info("no baseline checkpoint at %s: baselines start empty (warm-up applies)", path)
         return False
     try:
-        restore_checkpoint(engine, path)
+        restore_checkpoint(engine, path, restart_watch=True)
     except StateError as exc:
         log.warning("%s; ignored, baselines start empty (warm-up applies)", exc)
         return False
     log.info("baselines and rule state restored from %s", path)
     return True
+
+
+class CheckpointSchedule:
+    """Save every `interval` seconds of the clock the daemon passes in, and on demand
+    (at shutdown). A failed save is logged once per episode and retried next time."""
+
+    def __init__(self, engine: Engine, path: str | Path, interval: float = 300.0) -> None:
+        self.engine = engine
+        self.path = Path(path)
+        self.interval = interval
+        self.last_saved: float | None = None
+        self._failing = False
+
+    def save_if_due(self, now: float) -> bool:
+        if self.last_saved is not None and now - self.last_saved < self.interval:
+            return False
+        return self.save(now)
+
+    def save(self, now: float) -> bool:
+        try:
+            save_checkpoint(self.engine, self.path)
+        except StateError as exc:
+            if not self._failing:
+                log.error("%s; baselines will need a new warm-up after a restart until this works", exc)
+            self._failing = True
+            return False
+        if self._failing:
+            log.info("checkpoint %s written again", self.path)
+        self._failing = False
+        self.last_saved = now
+        return True

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -22,15 +21,19 @@ import numpy.typing as npt
 from monitor.config import SensorRules
 from monitor.engine import slug as slug_rule
 from monitor.engine.baseline import Baselines, Floats
-from monitor.engine.rules import NAN, LimitState, first_tick_after, stale_condition
-from monitor.engine.slug import SlugState
-from monitor.model import Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, WallClock
+from monitor.engine.stale import stale_batch, stale_condition
+from monitor.engine.state import Counters, ReplayResult, SensorState, SensorStatus
+from monitor.model import Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, WallClock, iso
 
 log = logging.getLogger(__name__)
 
 DEFAULT_WINDOW = 86400.0  # baseline window of sensors without a slug rule (console only)
 _RULE_ORDER = {Rule.STALE: 0, Rule.HIGH: 1, Rule.LOW: 2, Rule.SLUG: 3}
 _GOOD, _BAD = int(Quality.GOOD), int(Quality.BAD_DATA)
+
+
+def _when(t: float) -> str:
+    return iso(t) if math.isfinite(t) else repr(t)
 
 
 def event_order(sensors: Mapping[str, int]) -> Callable[[Condition], tuple[float, int, int, bool]]:
@@ -45,94 +48,6 @@ def event_order(sensors: Mapping[str, int]) -> Callable[[Condition], tuple[float
         )
 
     return key
-
-
-@dataclass
-class Counters:
-    """What the engine took in and turned away, for metrics and the replay report."""
-
-    samples: int = 0  # samples accepted (any quality)
-    unknown_sensor: int = 0  # samples for a sensor the config does not know
-    out_of_order: int = 0  # samples not later than the sensor's previous one
-    bad_values: int = 0  # values rejected as not believable (NaN, inf, out of range)
-    not_good: int = 0  # samples that arrived with a quality other than GOOD
-    conditions: int = 0
-    bad_by_sensor: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class SensorStatus:
-    """One sensor as the console shows it."""
-
-    sensor: str
-    kind: Kind
-    unit: str
-    time: float | None
-    value: float | None
-    quality: Quality | None
-    baseline_mean: float | None
-    warming_up: bool
-    active: tuple[Rule, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayResult:
-    """Per input sample: its quality after validation and whether it was accepted
-    (not out of order, known sensor); plus the conditions in time order."""
-
-    quality: npt.NDArray[np.int8]
-    accepted: npt.NDArray[np.bool_]
-    conditions: list[Condition]
-
-
-class SensorState:
-    """Everything the engine remembers about one sensor between samples."""
-
-    __slots__ = (
-        "bad_episode",
-        "fresh",
-        "hi",
-        "index",
-        "judged",
-        "last_good",
-        "last_time",
-        "limits",
-        "lo",
-        "ooo_episode",
-        "quality",
-        "row",
-        "rules",
-        "sensor",
-        "slug",
-        "stale_active",
-        "stale_after",
-        "value",
-    )
-
-    def __init__(self, index: int, rules: SensorRules, row: int) -> None:
-        self.index = index
-        self.sensor = rules.sensor
-        self.rules = rules
-        self.judged = rules.kind is not Kind.METER
-        self.row = row
-        self.lo, self.hi = rules.valid_range
-        self.stale_after = rules.stale_after
-        lim = rules.limits if self.judged else None
-        self.limits: list[LimitState] = []
-        if lim is not None:
-            if lim.high is not None:
-                self.limits.append(LimitState(rules.sensor, lim, rules.unit, high=True))
-            if lim.low is not None:
-                self.limits.append(LimitState(rules.sensor, lim, rules.unit, high=False))
-        self.slug = SlugState(rules.sensor, rules.slug) if self.judged and rules.slug else None
-        self.last_time = -math.inf
-        self.value = NAN
-        self.quality: Quality | None = None
-        self.fresh = NAN  # time of the last good sample (or when the watch started)
-        self.stale_active = False
-        self.last_good = NAN
-        self.bad_episode = False
-        self.ooo_episode = False
 
 
 class Engine:
@@ -218,7 +133,7 @@ class Engine:
             return []
         t = sample.time
         if not t > st.last_time:
-            self._out_of_order(st, t, 1)
+            self._out_of_order(st, t, 1, st.last_time)
             return []
         st.last_time = t
         st.ooo_episode = False
@@ -319,7 +234,7 @@ class Engine:
             gt, gv = self._admit(st, order[a:b], s_time[a:b], s_value[a:b], qs, q_out, accepted)
             if not st.judged:
                 continue
-            out.extend(self._stale_batch(st, ticks, gt, gv))
+            out.extend(stale_batch(st, ticks, gt, gv))
             for lim in st.limits:
                 out.extend(lim.batch(gt, gv))
             out.extend(slug_rule.batch(st.slug, self.baselines, st.row, gt, gv))
@@ -347,7 +262,8 @@ class Engine:
         else:
             before = np.fmax.accumulate(np.concatenate(([st.last_time], ts[:-1])))
             ok = ts > before
-            self._out_of_order(st, float(ts[~ok][0]), int((~ok).sum()))
+            first = int(np.flatnonzero(~ok)[0])
+            self._out_of_order(st, float(ts[first]), int((~ok).sum()), float(before[first]))
             sel, ts, vs = sel[ok], ts[ok], vs[ok]
             qs = None if qs is None else qs[ok]
             if not sel.size:
@@ -384,60 +300,28 @@ class Engine:
             return ts, vs
         return ts[good], vs[good]
 
-    def _stale_batch(self, st: SensorState, ticks: Floats, gt: Floats, gv: Floats) -> list[Condition]:
-        """Stale conditions over a batch, as `tick` at each batch time would raise them."""
-        out: list[Condition] = []
-        sa = st.stale_after
-        since = st.fresh
-        if math.isnan(since) and ticks.size:
-            since = float(ticks[0])
-        carried = st.stale_active
-        if carried and gt.size:
-            out.append(stale_condition(st.sensor, float(gt[0]), float(gv[0]), sa, ConditionState.CLEARED))
-        active_at_end = carried and not gt.size
-        if ticks.size:
-            starts = np.concatenate(([since], gt))
-            ends = np.concatenate((gt, [math.inf]))
-            values = np.concatenate(([st.last_good], gv))
-            reach = np.minimum(ends, ticks[-1])
-            for i in np.flatnonzero(reach - starts > sa).tolist():
-                if i == 0 and carried:
-                    continue
-                tau = first_tick_after(ticks, float(starts[i]), sa, float(ends[i]))
-                if tau is None:
-                    continue
-                out.append(stale_condition(st.sensor, tau, float(values[i]), sa, ConditionState.ACTIVE))
-                if i < gt.size:
-                    out.append(
-                        stale_condition(st.sensor, float(gt[i]), float(gv[i]), sa, ConditionState.CLEARED)
-                    )
-                else:
-                    active_at_end = True
-        st.stale_active = active_at_end
-        if gt.size:
-            st.fresh = float(gt[-1])
-            st.last_good = float(gv[-1])
-        else:
-            st.fresh = since
-        return out
-
     # --- bad input, logged once per episode ------------------------------------------
 
     def _unknown(self, sensor: str, t: float, count: int = 1) -> None:
         self.counters.unknown_sensor += count
         if sensor not in self._unknown_logged:
             self._unknown_logged.add(sensor)
-            log.warning("sample for unknown sensor %r at %s ignored (not in the station config)", sensor, t)
+            log.warning(
+                "sample for unknown sensor %r at %s ignored (not in the station config)",
+                sensor,
+                _when(t),
+            )
 
-    def _out_of_order(self, st: SensorState, t: float, count: int) -> None:
+    def _out_of_order(self, st: SensorState, t: float, count: int, previous: float) -> None:
         self.counters.out_of_order += count
         if not st.ooo_episode:
             st.ooo_episode = True
             log.warning(
-                "sensor %s: sample at %s is not later than the previous one at %s; ignored",
+                "sensor %s: sample at %s is not later than the previous one at %s; ignored (%d so far)",
                 st.sensor,
-                t,
-                st.last_time,
+                _when(t),
+                _when(previous),
+                self.counters.out_of_order,
             )
 
     def _bad(self, st: SensorState, t: float, v: float, count: int) -> None:
@@ -449,7 +333,7 @@ class Engine:
                 "sensor %s: value %r at %s is not believable (valid %g..%g %s); flagged bad, not judged",
                 st.sensor,
                 v,
-                t,
+                _when(t),
                 st.lo,
                 st.hi,
                 st.rules.unit,

@@ -1,4 +1,5 @@
-"""Limit and stale-data rules: one step per sample (live) and one pass per batch (replay).
+"""Limit rules, one step per sample (live) and one pass per batch (replay), and the
+array helpers the batch forms of every rule share.
 
 Both forms implement the same definition; `tests/test_engine_replay.py` checks
 with hypothesis that they raise identical conditions.
@@ -9,9 +10,6 @@ the first sample that has been beyond continuously for at least `on_delay`, and
 clears at the first sample that has been back inside by more than `deadband`
 continuously for at least `off_delay`. Samples in the deadband hold the state and
 restart both timers.
-
-Stale: a sensor with no good sample for longer than `stale_after` raises a stale
-condition when the clock says so (`tick`); the next good sample clears it.
 """
 
 from __future__ import annotations
@@ -28,6 +26,19 @@ from monitor.units import conversion
 Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]
 NAN = math.nan
+
+
+def duration_text(seconds: float) -> str:
+    """15m, 24h, 90s: durations as the config writes them."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0 and not (unit == "d" and seconds <= 172800):
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def amount(value: float, unit: str) -> str:
+    """`603.2 gpm`, `9.5` (pH has no unit)."""
+    return f"{value:.4g} {unit}" if unit else f"{value:.4g}"
 
 
 def ffill_index(marker: Bools) -> npt.NDArray[np.intp]:
@@ -73,6 +84,7 @@ class LimitState:
         "rule",
         "scale",
         "sensor",
+        "unit",
     )
 
     def __init__(self, sensor: str, rules: LimitRule, sensor_unit: str, high: bool) -> None:
@@ -87,12 +99,19 @@ class LimitState:
         self.off_delay = rules.off_delay
         self.scale, self.offset = conversion(sensor_unit, rules.unit)
         self.citation = rules.citation
+        self.unit = "" if rules.unit == "pH" else rules.unit
         self.active = False
         self.a_start = NAN  # start of the current run beyond the limit
         self.b_start = NAN  # start of the current run back inside by more than the deadband
 
     def condition(self, t: float, value: float, state: ConditionState) -> Condition:
-        return Condition(t, self.sensor, self.rule, state, value, self.limit, self.citation)
+        side = "above the high" if self.high else "below the low"
+        now, limit = amount(value, self.unit), amount(self.limit, self.unit)
+        if state is ConditionState.ACTIVE:
+            text = f"{now} {side} limit {limit}"
+        else:
+            text = f"{now} back within the {self.rule} limit {limit}"
+        return Condition(t, self.sensor, self.rule, state, value, self.limit, self.citation, message=text)
 
     def step(self, t: float, raw: float) -> Condition | None:
         """Judge one good sample (in the sensor's unit)."""
@@ -145,27 +164,3 @@ class LimitState:
         self.a_start = float(a_start[-1]) if beyond[-1] else NAN
         self.b_start = float(b_start[-1]) if inside[-1] else NAN
         return out
-
-
-STALE_CITATION = "station config: stale_after"
-
-
-def stale_condition(
-    sensor: str, t: float, value: float, stale_after: float, state: ConditionState
-) -> Condition:
-    return Condition(
-        t, sensor, Rule.STALE, state, value, stale_after, STALE_CITATION, message="no good sample"
-    )
-
-
-def first_tick_after(ticks: Floats, since: float, stale_after: float, until: float) -> float | None:
-    """The first tick at which `tick - since > stale_after` holds, exactly as `tick()`
-    computes it, and that is not later than `until`; None when there is none."""
-    j = int(np.searchsorted(ticks, since + stale_after, side="left"))
-    while j > 0 and ticks[j - 1] - since > stale_after:
-        j -= 1
-    while j < ticks.size and not ticks[j] - since > stale_after:
-        j += 1
-    if j < ticks.size and ticks[j] <= until:
-        return float(ticks[j])
-    return None

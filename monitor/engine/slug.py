@@ -31,7 +31,7 @@ import numpy.typing as npt
 
 from monitor.config import SlugRule
 from monitor.engine.baseline import Baselines, Floats
-from monitor.engine.rules import NAN, ffill_index, hysteresis
+from monitor.engine.rules import NAN, amount, duration_text, ffill_index, hysteresis
 from monitor.model import Condition, ConditionState, Rule
 
 MAX_ROUNDS = 40
@@ -50,13 +50,15 @@ class SlugState:
         "prev_t",
         "run_start",
         "sensor",
+        "unit",
         "warm_since",
         "warmup",
         "window",
     )
 
-    def __init__(self, sensor: str, rule: SlugRule) -> None:
+    def __init__(self, sensor: str, rule: SlugRule, unit: str = "") -> None:
         self.sensor = sensor
+        self.unit = unit
         self.factor = rule.factor
         self.duration = rule.duration
         self.window = rule.window
@@ -76,7 +78,14 @@ class SlugState:
         return self.factor * self.last_mean
 
     def condition(self, t: float, value: float, limit: float, state: ConditionState) -> Condition:
-        return Condition(t, self.sensor, Rule.SLUG, state, value, limit, self.citation)
+        avg = f"{self.factor:g}x the {duration_text(self.window)} average (limit {amount(limit, self.unit)})"
+        if state is ConditionState.ACTIVE:
+            text = (
+                f"{amount(value, self.unit)} more than {avg} for longer than {duration_text(self.duration)}"
+            )
+        else:
+            text = f"{amount(value, self.unit)} back within {avg}"
+        return Condition(t, self.sensor, Rule.SLUG, state, value, limit, self.citation, message=text)
 
 
 def step(slug: SlugState | None, base: Baselines, row: int, t: float, v: float) -> Condition | None:

@@ -36,7 +36,7 @@ class Problem:
     example: str = ""
 
     def add(self, line: int, example: str, count: int = 1) -> None:
-        if self.count == 0:
+        if self.count == 0 or line < self.first_line:
             self.first_line, self.example = line, example
         self.count += count
 
@@ -60,7 +60,7 @@ class ReadReport:
                 f"{self.path}: {p.count} row(s) for unknown sensor {sensor!r} (first at line {p.first_line})"
             )
         for what, p in (
-            ("unreadable time", self.bad_time),
+            ("unreadable time or too few columns", self.bad_time),
             ("unreadable value (kept as bad data)", self.bad_value),
             ("out of order or duplicate time (skipped)", self.out_of_order),
         ):
@@ -107,7 +107,7 @@ def read_csv(
     report = ReadReport(str(path))
     parts: list[_Chunk] = []
     try:
-        with path.open(newline="", encoding="utf-8") as f:
+        with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: spreadsheet exports start with a BOM
             reader = csv.reader(f)
             header = next(reader, None)
             if header is None:
@@ -159,7 +159,8 @@ def _chunk(
     width = max(cols) + 1
     short = [i for i, r in enumerate(rows) if len(r) < width]
     for i in short:
-        report.bad_time.add(first_line + i, ",".join(rows[i]) or "(empty line)")
+        if any(cell.strip() for cell in rows[i]):  # blank lines are not rows
+            report.bad_time.add(first_line + i, ",".join(rows[i]))
     if short:
         drop = set(short)
         lines = np.array([first_line + i for i in range(len(rows)) if i not in drop], dtype=np.int64)

@@ -1,0 +1,74 @@
+"""The stale-data rule: a sensor with no good sample for longer than `stale_after`
+raises a stale condition at the first clock tick after that; the next good sample
+clears it. The live form is `Engine.tick`; this is the batch form, which ticks at
+every time in the batch as replay does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from monitor.engine.baseline import Floats
+from monitor.engine.state import SensorState
+from monitor.model import Condition, ConditionState, Rule
+
+STALE_CITATION = "station config: stale_after"
+
+
+def stale_condition(
+    sensor: str, t: float, value: float, stale_after: float, state: ConditionState
+) -> Condition:
+    return Condition(
+        t, sensor, Rule.STALE, state, value, stale_after, STALE_CITATION, message="no good sample"
+    )
+
+
+def first_tick_after(ticks: Floats, since: float, stale_after: float, until: float) -> float | None:
+    """The first tick at which `tick - since > stale_after` holds, exactly as `tick()`
+    computes it, and that is not later than `until`; None when there is none."""
+    j = int(np.searchsorted(ticks, since + stale_after, side="left"))
+    while j > 0 and ticks[j - 1] - since > stale_after:
+        j -= 1
+    while j < ticks.size and not ticks[j] - since > stale_after:
+        j += 1
+    if j < ticks.size and ticks[j] <= until:
+        return float(ticks[j])
+    return None
+
+
+def stale_batch(st: SensorState, ticks: Floats, gt: Floats, gv: Floats) -> list[Condition]:
+    """Stale conditions over a batch, as `tick` at each batch time would raise them."""
+    out: list[Condition] = []
+    sa = st.stale_after
+    since = st.fresh
+    if math.isnan(since) and ticks.size:
+        since = float(ticks[0])
+    carried = st.stale_active
+    if carried and gt.size:
+        out.append(stale_condition(st.sensor, float(gt[0]), float(gv[0]), sa, ConditionState.CLEARED))
+    active_at_end = carried and not gt.size
+    if ticks.size:
+        starts = np.concatenate(([since], gt))
+        ends = np.concatenate((gt, [math.inf]))
+        values = np.concatenate(([st.last_good], gv))
+        reach = np.minimum(ends, ticks[-1])
+        for i in np.flatnonzero(reach - starts > sa).tolist():
+            if i == 0 and carried:
+                continue
+            tau = first_tick_after(ticks, float(starts[i]), sa, float(ends[i]))
+            if tau is None:
+                continue
+            out.append(stale_condition(st.sensor, tau, float(values[i]), sa, ConditionState.ACTIVE))
+            if i < gt.size:
+                out.append(stale_condition(st.sensor, float(gt[i]), float(gv[i]), sa, ConditionState.CLEARED))
+            else:
+                active_at_end = True
+    st.stale_active = active_at_end
+    if gt.size:
+        st.fresh = float(gt[-1])
+        st.last_good = float(gv[-1])
+    else:
+        st.fresh = since
+    return out

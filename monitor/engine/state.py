@@ -1,0 +1,102 @@
+"""What the engine remembers per sensor, and what it reports: counters, status, replay results."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.config import SensorRules
+from monitor.engine.rules import NAN, LimitState
+from monitor.engine.slug import SlugState
+from monitor.model import Condition, Kind, Quality, Rule
+
+
+@dataclass
+class Counters:
+    """What the engine took in and turned away, for metrics and the replay report."""
+
+    samples: int = 0  # samples accepted (any quality)
+    unknown_sensor: int = 0  # samples for a sensor the config does not know
+    out_of_order: int = 0  # samples not later than the sensor's previous one
+    bad_values: int = 0  # values rejected as not believable (NaN, inf, out of range)
+    not_good: int = 0  # samples that arrived with a quality other than GOOD
+    conditions: int = 0
+    bad_by_sensor: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SensorStatus:
+    """One sensor as the console shows it."""
+
+    sensor: str
+    kind: Kind
+    unit: str
+    time: float | None
+    value: float | None
+    quality: Quality | None
+    baseline_mean: float | None
+    warming_up: bool
+    active: tuple[Rule, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """Per input sample: its quality after validation and whether it was accepted
+    (not out of order, known sensor); plus the conditions in time order."""
+
+    quality: npt.NDArray[np.int8]
+    accepted: npt.NDArray[np.bool_]
+    conditions: list[Condition]
+
+
+class SensorState:
+    """Everything the engine remembers about one sensor between samples."""
+
+    __slots__ = (
+        "bad_episode",
+        "fresh",
+        "hi",
+        "index",
+        "judged",
+        "last_good",
+        "last_time",
+        "limits",
+        "lo",
+        "ooo_episode",
+        "quality",
+        "row",
+        "rules",
+        "sensor",
+        "slug",
+        "stale_active",
+        "stale_after",
+        "value",
+    )
+
+    def __init__(self, index: int, rules: SensorRules, row: int) -> None:
+        self.index = index
+        self.sensor = rules.sensor
+        self.rules = rules
+        self.judged = rules.kind is not Kind.METER
+        self.row = row
+        self.lo, self.hi = rules.valid_range
+        self.stale_after = rules.stale_after
+        lim = rules.limits if self.judged else None
+        self.limits: list[LimitState] = []
+        if lim is not None:
+            if lim.high is not None:
+                self.limits.append(LimitState(rules.sensor, lim, rules.unit, high=True))
+            if lim.low is not None:
+                self.limits.append(LimitState(rules.sensor, lim, rules.unit, high=False))
+        self.slug = SlugState(rules.sensor, rules.slug, rules.unit) if self.judged and rules.slug else None
+        self.last_time = -math.inf
+        self.value = NAN
+        self.quality: Quality | None = None
+        self.fresh = NAN  # time of the last good sample (or when the watch started)
+        self.stale_active = False
+        self.last_good = NAN
+        self.bad_episode = False
+        self.ooo_episode = False

@@ -1,0 +1,278 @@
+"""The rules as chapter 139 states them: slug timing and long slugs, warm-up, limits with
+unit conversion, deadband and delays, stale data on an injected clock, bad values.
+
+Each scenario runs through the live path and the replay path; both must agree."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import pytest
+
+from monitor.engine import Engine
+from monitor.model import Condition, ConditionState, ManualClock, Quality, Rule, Sample
+from tests.engine_helpers import T0, canon, every, live, run_live, station
+
+ACTIVE, CLEARED = ConditionState.ACTIVE, ConditionState.CLEARED
+FLOW = station(
+    {"id": "outfall.flow", "kind": "flow", "unit": "gpm"}
+)  # profile: 5x 24 h, > 15 min, 20 h warm-up
+
+
+def both(config: Any, sensor: str, points: list[tuple[float, float]]) -> tuple[Engine, list[Condition]]:
+    """Run live and replay; assert they agree; return the live engine and its conditions."""
+    engine, conds = run_live(config, sensor, points)
+    other = Engine(config.rules, ManualClock())
+    idx = np.full(len(points), other.index(sensor))
+    t = np.array([p[0] for p in points])
+    v = np.array([p[1] for p in points])
+    assert canon(other.replay(idx, t, v).conditions) == canon(conds)
+    return engine, conds
+
+
+def flow_day(hours: float = 21.0, level: float = 100.0) -> list[tuple[float, float]]:
+    """A quiet history every 10 s with a little ripple, long enough to leave warm-up."""
+    n = int(hours * 360)
+    return every(10.0, [level + (i % 7) for i in range(n)])
+
+
+def then(points: list[tuple[float, float]], seconds: float, value: float) -> list[tuple[float, float]]:
+    """Append `seconds` of `value` at 10 s spacing after the last point."""
+    start = points[-1][0] + 10.0
+    return points + every(10.0, [value] * int(seconds / 10), start)
+
+
+def slugs(conds: list[Condition]) -> list[Condition]:
+    return [c for c in conds if c.rule is Rule.SLUG]
+
+
+@pytest.mark.parametrize(("minutes", "alarm"), [(14, False), (15, False), (16, True)])
+def test_slug_needs_longer_than_15_minutes(minutes: int, alarm: bool) -> None:
+    history = flow_day()
+    start = history[-1][0] + 10.0
+    points = then(then(history, minutes * 60, 603.2), 600, 100.0)
+    _, conds = both(FLOW, "outfall.flow", points)
+    if not alarm:
+        assert slugs(conds) == []
+        return
+    active, cleared = slugs(conds)
+    assert (active.state, cleared.state) == (ACTIVE, CLEARED)
+    assert active.time == start + 15 * 60 + 10  # the first sample over for longer than 15 min
+    assert active.citation == "§139-11"
+    assert active.limit == pytest.approx(5 * 103.0, rel=1e-3)  # 5x the 24 h average (100..106)
+    assert cleared.time == start + minutes * 60  # the first sample no longer over
+
+
+def test_six_hour_slug_is_one_alarm_active_for_six_hours() -> None:
+    history = flow_day()
+    start = history[-1][0] + 10.0
+    points = then(then(history, 6 * 3600, 620.0), 1800, 101.0)
+    engine, conds = both(FLOW, "outfall.flow", points)
+    active, cleared = slugs(conds)
+    assert active.state is ACTIVE and cleared.state is CLEARED
+    assert (active.time, cleared.time) == (start + 910, start + 6 * 3600)
+    # The slug stayed out of the baseline: the average is still the quiet one.
+    mean = engine.baseline_mean("outfall.flow")
+    assert mean is not None and mean == pytest.approx(103.0, rel=1e-3)
+    assert cleared.limit == pytest.approx(active.limit, rel=1e-3)
+
+
+def test_no_slug_is_judged_while_warming_up() -> None:
+    points = then(flow_day(hours=2.0), 3600, 900.0)  # a huge slug two hours in
+    engine, conds = both(FLOW, "outfall.flow", points)
+    assert slugs(conds) == []
+    assert engine.warming_up("outfall.flow") and engine.status("outfall.flow").warming_up
+    engine2, _ = both(FLOW, "outfall.flow", flow_day(hours=20.1))
+    assert not engine2.warming_up("outfall.flow")
+
+
+def test_a_gap_longer_than_max_gap_breaks_the_run() -> None:
+    history = flow_day()
+    over = then(history, 600, 700.0)  # 10 min over
+    gap_start = over[-1][0]
+    rest = every(10.0, [700.0] * 60, gap_start + 6 * 60)  # silent 6 min, then 10 min over
+    _, conds = both(FLOW, "outfall.flow", [*over, *rest])
+    assert slugs(conds) == []  # two runs of 10 min, not one of 26
+    rest = every(10.0, [700.0] * 60, gap_start + 4 * 60)  # silent 4 min (< max_gap 5 min)
+    _, conds = both(FLOW, "outfall.flow", [*over, *rest])
+    assert [c.state for c in slugs(conds)] == [ACTIVE]
+
+
+TEMPS = station(
+    {"id": "outfall.temp", "kind": "temperature", "unit": "degF"},
+    {"id": "influent.temp", "kind": "temperature", "unit": "degF", "influent": True},
+)
+
+
+def test_fahrenheit_sensor_is_judged_against_65_celsius() -> None:
+    points = every(10.0, [140.0, 149.0, 149.2, 140.0])  # 149 degF is exactly 65 degC: not beyond
+    _, conds = both(TEMPS, "outfall.temp", points)
+    active, cleared = conds
+    assert (active.rule, active.state, active.time) == (Rule.HIGH, ACTIVE, T0 + 20)
+    assert active.value == pytest.approx((149.2 - 32) * 5 / 9) and active.limit == 65.0
+    assert active.citation == "§139-15 D(1)"
+    assert cleared.time == T0 + 30 and cleared.value == pytest.approx(60.0)
+    _, conds = both(TEMPS, "influent.temp", every(10.0, [104.0, 104.5]))  # influent: 40 degC
+    assert [(c.time, c.limit) for c in conds] == [(T0 + 10, 40.0)]
+
+
+def test_flow_limit_in_another_unit() -> None:
+    config = station(
+        {"id": "f", "kind": "flow", "unit": "gpm", "limits": {"high": 1.0, "unit": "cfs"}, "slug": False}
+    )
+    # 1 cfs = 448.83 gpm
+    _, conds = both(config, "f", every(10.0, [448.0, 449.0, 440.0]))
+    active, cleared = conds
+    assert active.time == T0 + 10 and active.value == pytest.approx(449.0 / 448.831169, rel=1e-6)
+    assert cleared.time == T0 + 20
+
+
+PH = station(
+    {
+        "id": "ph",
+        "kind": "ph",
+        "limits": {"deadband": 0.2, "on_delay": "30s", "off_delay": "60s"},
+        "stale_after": "1h",
+    }
+)
+
+
+def test_on_delay_deadband_and_off_delay() -> None:
+    values = [7.0, 9.1, 9.1, 9.1, 7.0]  # beyond for 20 s only: no alarm (on-delay 30 s)
+    values += [9.0]  # exactly the limit is not beyond
+    values += [9.2, 9.2, 9.2, 9.2]  # beyond from t=60: active at t=90
+    values += [8.9] * 10  # inside, but within the 0.2 deadband: stays active
+    values += [8.7] * 5 + [9.1] + [8.7] * 7  # back inside for 50 s, beyond again, then 60 s inside
+    _, conds = both(PH, "ph", every(10.0, values))
+    active, cleared = conds
+    assert (active.state, active.time, active.value, active.limit) == (ACTIVE, T0 + 90, 9.2, 9.0)
+    assert active.citation == "§139-15 C(3)"
+    clear_from = T0 + 10 * (len(values) - 7)
+    assert (cleared.state, cleared.time) == (CLEARED, clear_from + 60)
+
+
+def test_low_limit_is_strictly_below() -> None:
+    _, conds = both(PH, "ph", every(40.0, [5.0, 4.9, 4.9, 5.3, 5.3, 5.3]))
+    assert [(c.rule, c.state, c.time) for c in conds] == [
+        (Rule.LOW, ACTIVE, T0 + 80),
+        (Rule.LOW, CLEARED, T0 + 200),
+    ]
+
+
+STALE = station({"id": "ph", "kind": "ph", "stale_after": "2m"}, {"id": "m", "kind": "meter"})
+
+
+def test_stale_follows_the_injected_clock() -> None:
+    clock = ManualClock(T0)
+    engine = Engine(STALE.rules, clock)
+    assert engine.tick() == []  # the watch starts
+    assert engine.process(Sample("ph", T0 + 5, 7.0)) == []
+    clock.set(T0 + 125)
+    assert engine.tick() == []  # exactly 2 min: not yet
+    clock.set(T0 + 126)
+    (stale,) = engine.tick()
+    assert (stale.rule, stale.state, stale.time, stale.limit) == (Rule.STALE, ACTIVE, T0 + 126, 120.0)
+    clock.advance(60)
+    assert engine.tick() == []  # raised once
+    assert engine.process(Sample("ph", T0 + 190, float("nan"), Quality.COMM_FAILURE)) == []
+    assert engine.process(Sample("ph", T0 + 195, 20.0)) == []  # bad data is not fresh data either
+    assert Rule.STALE in engine.status("ph").active
+    (cleared,) = engine.process(Sample("ph", T0 + 200, 7.1))
+    assert (cleared.state, cleared.time, cleared.value) == (CLEARED, T0 + 200, 7.1)
+
+
+def test_a_sensor_that_never_reports_goes_stale() -> None:
+    clock = ManualClock(T0)
+    engine = Engine(STALE.rules, clock)
+    engine.tick()
+    clock.advance(121)
+    assert [(c.sensor, c.rule) for c in engine.tick()] == [("ph", Rule.STALE)]  # meters are billing's
+
+
+def test_bad_values_are_flagged_counted_and_kept_out(caplog: pytest.LogCaptureFixture) -> None:
+    engine = Engine(FLOW.rules, ManualClock())
+    engine.process(Sample("outfall.flow", T0, 100.0))
+    engine.process(Sample("outfall.flow", T0 + 60, 100.0))
+    before = engine.baseline_mean("outfall.flow")
+    caplog.set_level(logging.WARNING)
+    for i, bad in enumerate([float("nan"), float("inf"), -5.0]):
+        sample = Sample("outfall.flow", T0 + 120 + i, bad)
+        assert engine.validate(sample).quality is Quality.BAD_DATA
+        assert engine.process(sample) == []
+    engine.process(Sample("outfall.flow", T0 + 180, 100.0))
+    engine.process(Sample("outfall.flow", T0 + 181, -1.0))
+    assert engine.counters.bad_values == 4
+    assert engine.counters.bad_by_sensor == {"outfall.flow": 4}
+    assert engine.baseline_mean("outfall.flow") == before == 100.0
+    assert caplog.text.count("not believable") == 2  # once per episode
+    assert engine.status("outfall.flow").quality is Quality.BAD_DATA
+    ph = Engine(PH.rules, ManualClock())
+    assert ph.validate(Sample("ph", T0, 14.5)).quality is Quality.BAD_DATA  # pH is 0-14
+    assert ph.validate(Sample("ph", T0, 14.0)).quality is Quality.GOOD
+
+
+def test_unknown_out_of_order_and_meters_pass_through() -> None:
+    engine = Engine(STALE.rules, ManualClock())
+    assert engine.process(Sample("nope", T0, 1.0)) == []
+    assert engine.process(Sample("m", T0, 1e6)) == []
+    assert engine.process(Sample("m", T0, 1e6 + 1)) == []  # same time again
+    assert engine.process(Sample("m", T0 - 1, 1e6)) == []
+    c = engine.counters
+    assert (c.unknown_sensor, c.out_of_order, c.samples) == (1, 2, 1)
+    status = engine.status("m")
+    assert status.value == 1e6 and status.baseline_mean is None and not status.warming_up
+
+
+def test_replay_of_whole_arrays_matches_live_for_a_station() -> None:
+    config = station(
+        {"id": "flow", "kind": "flow", "unit": "gpm", "slug": {"window": "2h", "warmup": "1h"}},
+        {"id": "ph", "kind": "ph"},
+    )
+    pts = then(every(10.0, [100.0] * 720), 1200, 700.0)
+    samples = [Sample("flow", t, v) for t, v in pts] + [Sample("ph", t + 5, 9.5) for t, _ in pts[::30]]
+    samples.sort(key=lambda s: s.time)
+    engine = Engine(config.rules, ManualClock())
+    expected = live(engine, samples)
+    other = Engine(config.rules, ManualClock())
+    got = other.replay(
+        np.array([other.index(s.sensor) for s in samples]),
+        np.array([s.time for s in samples]),
+        np.array([s.value for s in samples]),
+    )
+    assert canon(got.conditions) == canon(expected)
+    assert {(c.sensor, c.rule) for c in expected} == {("flow", Rule.SLUG), ("ph", Rule.HIGH)}
+    assert got.accepted.all() and (got.quality == 0).all()
+
+
+def test_engine_public_surface_is_small() -> None:
+    import monitor.engine
+
+    assert sorted(monitor.engine.__all__) == sorted(
+        ["CHECKPOINT_FILE", "CheckpointSchedule", "Counters", "Engine", "ReplayResult", "ReplayStep",
+         "SensorStatus", "load_checkpoint_or_start_fresh", "replay_steps", "restore_checkpoint",
+         "save_checkpoint"]
+    )  # fmt: skip
+    for name in monitor.engine.__all__:
+        assert hasattr(monitor.engine, name)
+
+
+def test_profile_limit_keeps_its_meaning_in_another_limit_unit() -> None:
+    # Writing limits in degF must not turn the profile's 65 degC into 65 degF.
+    config = station(
+        {"id": "t", "kind": "temperature", "unit": "degC", "limits": {"unit": "degF", "low": 100}},
+        {"id": "i", "kind": "temperature", "unit": "degC", "influent": True, "limits": {"unit": "degF"}},
+    )
+    t, i = config.rules["t"].limits, config.rules["i"].limits
+    assert t is not None and i is not None
+    assert t.low == 100.0 and t.high == pytest.approx(149.0) and t.unit == "degF"
+    assert i.high == pytest.approx(104.0) and i.unit == "degF"
+    _, conds = both(config, "t", every(10.0, [64.9, 65.1, 37.0, 37.9]))  # 100 degF = 37.8 degC
+    assert [(c.rule, c.state) for c in conds] == [
+        (Rule.HIGH, ACTIVE),
+        (Rule.HIGH, CLEARED),
+        (Rule.LOW, ACTIVE),
+        (Rule.LOW, CLEARED),
+    ]
+    assert conds[0].value == pytest.approx(149.18)
