@@ -171,7 +171,10 @@ class MeterBook:
         recorded_by: str = "",
         note: str = "",
     ) -> list[Condition]:
-        """Record an operator's meter swap (CLI and console API); re-judges later readings."""
+        """Record an operator's meter swap (CLI and console API); re-judges later readings.
+
+        Returns the meter alarm transitions it causes (usually the `backwards` alarm
+        clearing): hand them to the alarm manager like any other condition."""
         rep = Replacement(meter, to_ms(time), dec(old_final), dec(new_initial), recorded_by, note)
         if rep.old_final < 0 or rep.new_initial < 0:
             raise MeterError(f"meter {meter}: readings of a replacement must not be negative")
