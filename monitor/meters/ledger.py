@@ -64,6 +64,7 @@ class Ledger:
         self._last: dict[str, Row | None] = {}
         self._baseline: dict[str, Row | None] = {}
         self._version = -1
+        self._writes: list[tuple[object, ...]] = []  # rows written in this transaction, not yet sent
         with self._tx():
             for meter, spec in self.specs.items():
                 self._check_spec(meter, spec)
@@ -79,8 +80,12 @@ class Ledger:
             self._refresh()
             try:
                 yield
+                self._flush()
             except BaseException:
+                self._writes.clear()
                 self._db.execute("ROLLBACK")
+                self._last.clear()  # the caches may hold rows that were rolled back
+                self._baseline.clear()
                 raise
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -151,8 +156,17 @@ class Ledger:
                 out.extend(self._rejudge(meter, start))
         return out
 
+    def _flush(self) -> None:
+        """Send the buffered row writes in one statement (before any read of the table)."""
+        if self._writes:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO readings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self._writes
+            )
+            self._writes.clear()
+
     def _duplicate(self, meter: str, time_ms: int, reading: Decimal) -> bool:
         """True when a reading for this time is held already; a different value is a conflict."""
+        self._flush()
         held = self._db.execute(
             "SELECT reading FROM readings WHERE meter=? AND time_ms=? AND seq=?", (meter, time_ms, READING)
         ).fetchone()
@@ -188,10 +202,9 @@ class Ledger:
             message=step.message,
             limit=step.limit,
         )
-        self._db.execute(
-            "INSERT OR REPLACE INTO readings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        self._writes.append(
             (meter, time_ms, seq, str(reading), int(row.accepted), str(row.counts), str(row.volume),
-             ",".join(row.flags), row.message, "" if row.limit is None else str(row.limit)),
+             ",".join(row.flags), row.message, "" if row.limit is None else str(row.limit))
         )  # fmt: skip
         last = self._last.get(meter)
         if last is None or row.key >= last.key:
@@ -291,6 +304,7 @@ class Ledger:
 
     def _query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
         try:
+            self._flush()
             return list(self._db.execute(sql, params).fetchall())
         except sqlite3.Error as exc:
             raise StateError(f"meter ledger {self.path}: {exc}") from exc
