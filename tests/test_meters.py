@@ -284,3 +284,15 @@ def test_records_carry_the_latest_verdict_once(tmp_path: Path) -> None:
     records = book.take_records()
     assert [(r.time, r.consumption) for r in records] == [(t(0), 0), (t(1), 20), (t(2), 20), (t(3), 20)]
     book.close()
+
+
+def test_a_failed_batch_leaves_nothing_behind(tmp_path: Path) -> None:
+    book = book_at(tmp_path)
+    ledger = book.ledger
+    ledger.add_many([("a.meter", t(0), Decimal(100))])
+    with pytest.raises(MeterError, match="unknown meter 'nope'"):
+        ledger.add_many([("a.meter", t(1), Decimal(120)), ("nope", t(1), Decimal(1))])
+    assert [r.reading for r in ledger.rows("a.meter")] == [100]
+    rows = ledger.add_many([("a.meter", t(2), Decimal(140))])  # judged against hour 0, not the lost hour 1
+    assert rows[0].volume == 40 and ledger.last("a.meter") == rows[0]
+    book.close()
