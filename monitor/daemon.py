@@ -28,7 +28,7 @@ from monitor.alarms import AlarmManager, Dispatcher, Notifier
 from monitor.alarms.mqtt import AlarmPublisher, MqttCommands
 from monitor.alarms.webhook import people_notifiers
 from monitor.config import Config
-from monitor.engine import Engine, load_checkpoint_or_start_fresh, save_checkpoint
+from monitor.engine import CHECKPOINT_FILE, CheckpointSchedule, Engine, load_checkpoint_or_start_fresh
 from monitor.meters.book import MeterBook
 from monitor.model import (
     Alarm,
@@ -51,7 +51,6 @@ from monitor.web.view import SensorReading
 log = logging.getLogger(__name__)
 
 _ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS})
-CHECKPOINT_FILE = "baselines.ckpt"
 CHECKPOINT_INTERVAL = 300.0  # wall seconds between baseline checkpoints
 TICK = 1.0  # wall seconds between timer ticks
 STOP_DRAIN = 5.0  # wall seconds the outbox may drain at shutdown
@@ -80,6 +79,7 @@ class Daemon:
         self.engine = Engine(config.rules, self.clock)
         self.checkpoint_path = config.state_dir / CHECKPOINT_FILE
         self.restored = load_checkpoint_or_start_fresh(self.engine, self.checkpoint_path)
+        self.checkpoints = CheckpointSchedule(self.engine, self.checkpoint_path, CHECKPOINT_INTERVAL)
         self.alarms = AlarmManager.open(config, self.clock)
         self.sink: SampleSink = open_sink(config, self.clock, on_condition=self._outbox_condition)
         self.meters = MeterBook.open(config)
@@ -334,23 +334,19 @@ class Daemon:
 
     async def _timers(self) -> None:
         watchdog = watchdog_interval()
-        last_checkpoint = last_watchdog = time.monotonic()
+        last_watchdog = time.monotonic()
+        self.checkpoints.last_saved = last_watchdog
         while True:
             await asyncio.sleep(TICK)
             self.tick()
             now = time.monotonic()
-            if now - last_checkpoint >= CHECKPOINT_INTERVAL:
-                self.checkpoint()
-                last_checkpoint = now
+            self.checkpoints.save_if_due(now)
             if watchdog is not None and now - last_watchdog >= watchdog:
                 notify("WATCHDOG=1")
                 last_watchdog = now
 
     def checkpoint(self) -> None:
-        try:
-            save_checkpoint(self.engine, self.checkpoint_path)
-        except OSError as exc:
-            log.error("cannot write baseline checkpoint %s: %s", self.checkpoint_path, exc)
+        self.checkpoints.save(time.monotonic())
 
     # --- StationView (the console) ---------------------------------------------------
 

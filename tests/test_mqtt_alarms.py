@@ -12,10 +12,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from monitor.alarms.journal import Journal
+from monitor.alarms.manager import AlarmManager
 from monitor.alarms.mqtt import AlarmCommand, AlarmPublisher, MqttCommands, parse_command
+from monitor.alarms.notify import Dispatcher, Notifier
+from monitor.config import Alarms
 from monitor.errors import AlarmError, SourceError
-from monitor.model import Alarm, AlarmState, Priority, Rule
+from monitor.model import Alarm, AlarmState, Condition, ConditionState, ManualClock, Priority, Rule
 from monitor.sources.mqtt import MqttLink
 from tests.mqtt_tools import Peer, make_ca, mqtt_config
 from tests.services import Mosquitto, free_port, wait_until
@@ -37,6 +43,8 @@ PH_HIGH = Alarm(
 SLUG = dataclasses.replace(
     PH_HIGH, sensor="outfall.flow", rule=Rule.SLUG, value=900.0, limit=600.0, citation="§139-11"
 )
+PH_HIGH_CONDITION = Condition(T0, "outfall.ph", Rule.HIGH, ConditionState.ACTIVE, 9.6, 9.0, "§139-15 C(3)")
+SLUG_CONDITION = Condition(T0, "outfall.flow", Rule.SLUG, ConditionState.ACTIVE, 900.0, 600.0, "§139-11")
 
 
 def test_retained_alarm_state_seen_by_a_late_subscriber(mosquitto: Mosquitto) -> None:
@@ -77,6 +85,57 @@ def test_retained_alarm_state_seen_by_a_late_subscriber(mosquitto: Mosquitto) ->
         link.stop()
 
 
+def test_alarm_lifecycle_through_the_manager_and_dispatcher_mirror(
+    mosquitto: Mosquitto, tmp_path: Path
+) -> None:
+    """Raise, clear, acknowledge in the real alarm manager; the publisher, as the
+    dispatcher's mirror, leaves the broker with no retained alarm and four events."""
+    link = MqttLink(mqtt_config(mosquitto.port), "ps-2", client_id="t-alarm-mirror")
+    link.start()
+    link.wait_connected()
+    events = Peer(mosquitto.port, "t-alarm-mirror-events")
+    events.subscribe("station-monitor/ps-2/events")
+    clock = ManualClock(T0)
+    manager = AlarmManager(Alarms(), Journal(tmp_path / "journal.sqlite"), clock)
+    mirror: Notifier = AlarmPublisher(link, "station-monitor", "ps-2")
+    dispatcher = Dispatcher(Alarms(), clock, mirrors=[mirror])
+    dispatcher.attach(manager)
+    watcher = Peer(mosquitto.port, "t-alarm-mirror-watch")
+    watcher.subscribe("station-monitor/ps-2/alarms/#")
+
+    async def scenario() -> None:
+        task = asyncio.create_task(dispatcher.run())
+        manager.apply(PH_HIGH_CONDITION)
+        clock.advance(60)
+        manager.apply(
+            dataclasses.replace(PH_HIGH_CONDITION, time=T0 + 60, state=ConditionState.CLEARED, value=7.0)
+        )
+        manager.acknowledge("outfall.ph", Rule.HIGH, "operator", "back to normal")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while len(events.received()) < 3:
+            assert loop.time() < deadline, events.received()
+            await asyncio.sleep(0.02)
+        task.cancel()
+
+    try:
+        asyncio.run(scenario())
+        states = [json.loads(p)["state"] for _, p, _ in events.received()]
+        assert states == ["active_unacknowledged", "returned_unacknowledged", "normal"]
+        wait_until(lambda: len(watcher.received()) == 3, what="3 alarm state messages")
+        assert watcher.received()[-1][1] == b""  # normal again: the retained state is cleared
+        late = Peer(mosquitto.port, "t-alarm-mirror-late")
+        late.subscribe("station-monitor/ps-2/#")
+        wait_until(lambda: any(t.endswith("/status") for t, _, _ in late.received()), what="retained status")
+        assert [t for t, _, _ in late.received()] == ["station-monitor/ps-2/status"]  # no alarm left
+        late.close()
+    finally:
+        events.close()
+        watcher.close()
+        link.stop()
+        manager.close()
+
+
 def test_alarm_raised_while_the_broker_is_down_arrives_after_it_returns(tmp_path: Path) -> None:
     broker = Mosquitto(tmp_path / "broker")
     broker.start()
@@ -99,66 +158,18 @@ def test_alarm_raised_while_the_broker_is_down_arrives_after_it_returns(tmp_path
         broker.stop()
 
 
-class Desk:
-    """Stands in for the alarm manager (built in another branch) behind `AlarmActions`;
-    it only records what it was asked and refuses what the state does not allow."""
-
-    def __init__(self, *alarms: Alarm) -> None:
-        self.alarms = {a.key: a for a in alarms}
-
-    def _get(self, sensor: str, rule: Rule | str) -> Alarm:
-        try:
-            return self.alarms[(sensor, Rule(rule))]
-        except KeyError:
-            raise AlarmError(f"no alarm {sensor}/{rule}") from None
-
-    def acknowledge(self, sensor: str, rule: Rule | str, by: str, note: str | None = None) -> Alarm:
-        alarm = self._get(sensor, rule)
-        if alarm.acknowledged:
-            raise AlarmError(f"{sensor}/{rule} was already acknowledged by {alarm.acked_by}")
-        new = dataclasses.replace(
-            alarm, state=AlarmState.ACKED, acknowledged=True, acked_by=by, ack_note=note
-        )
-        self.alarms[new.key] = new
-        return new
-
-    def shelve(
-        self,
-        sensor: str,
-        rule: Rule | str,
-        by: str,
-        reason: str,
-        until: float | None = None,
-        duration: float | None = None,
-    ) -> Alarm:
-        alarm = self._get(sensor, rule)
-        end = until if until is not None else T0 + (duration or 3600)
-        new = dataclasses.replace(
-            alarm, state=AlarmState.SHELVED, shelved_by=by, shelved_until=end, shelve_reason=reason
-        )
-        self.alarms[new.key] = new
-        return new
-
-    def unshelve(self, sensor: str, rule: Rule | str, by: str) -> Alarm:
-        alarm = self._get(sensor, rule)
-        new = dataclasses.replace(alarm, state=AlarmState.UNACK, shelved_by=None, shelved_until=None)
-        self.alarms[new.key] = new
-        return new
-
-
 class DeployedMosquitto(Mosquitto):
-    """Mosquitto started from `deploy/mosquitto/mosquitto.conf` and `acl` as shipped,
-    with only the ports and file paths moved into the test's directory."""
+    """Mosquitto started from a shipped `deploy/mosquitto/*.conf` and the shipped `acl`,
+    with only the listeners and file paths moved into the test's directory."""
 
-    def __init__(self, workdir: Path, repo: Path, users: dict[str, str]) -> None:
+    def __init__(self, workdir: Path, repo: Path, conf_name: str, users: dict[str, str]) -> None:
         self.repo = repo
+        self.conf_name = conf_name
         self.tls_port = 0
         super().__init__(workdir, users=users)
 
     def _write_conf(self) -> None:
         d = self.workdir
-        certs = make_ca(d / "certs")
-        self.tls_port = free_port()
         pw = d / "passwd"
         pw.write_text("")
         for user, password in (self.users or {}).items():
@@ -166,41 +177,54 @@ class DeployedMosquitto(Mosquitto):
         pw.chmod(0o600)
         (d / "acl").write_text((self.repo / "deploy/mosquitto/acl").read_text())
         (d / "acl").chmod(0o600)
-        text = (self.repo / "deploy/mosquitto/mosquitto.conf").read_text()
-        for old, new in [
-            (r"^listener 1883 127\.0\.0\.1$", f"listener {self.port} 127.0.0.1"),
-            (r"^listener 8883$", f"listener {self.tls_port} 127.0.0.1"),
+        text = (self.repo / "deploy/mosquitto" / self.conf_name).read_text()
+        moves = [
+            (r"^listener 1883( 127\.0\.0\.1)?$", f"listener {self.port} 127.0.0.1"),
             (r"^password_file .*$", f"password_file {pw}"),
             (r"^acl_file .*$", f"acl_file {d / 'acl'}"),
             (r"^persistence_location .*$", f"persistence_location {d}/"),
-            (r"^cafile .*$", f"cafile {certs['ca']}"),
-            (r"^certfile .*$", f"certfile {certs['cert']}"),
-            (r"^keyfile .*$", f"keyfile {certs['key']}"),
-        ]:
+        ]
+        if re.search(r"^listener 8883$", text, flags=re.M):
+            certs = make_ca(d / "certs")
+            self.tls_port = free_port()
+            moves += [
+                (r"^listener 8883$", f"listener {self.tls_port} 127.0.0.1"),
+                (r"^cafile .*$", f"cafile {certs['ca']}"),
+                (r"^certfile .*$", f"certfile {certs['cert']}"),
+                (r"^keyfile .*$", f"keyfile {certs['key']}"),
+            ]
+        for old, new in moves:
             text, n = re.subn(old, new, text, flags=re.M)
             assert n == 1, old
+        assert "allow_anonymous false" in text and "max_queued_messages 1000000" in text
         self.conf.write_text(f"user {getpass.getuser()}\nlog_dest stdout\n" + text)
 
 
-@pytest.fixture
-def deployed(tmp_path: Path, repo_root: Path) -> Iterator[DeployedMosquitto]:
+@pytest.fixture(params=["mosquitto.conf", "container.conf"])
+def deployed(tmp_path: Path, repo_root: Path, request: pytest.FixtureRequest) -> Iterator[DeployedMosquitto]:
     users = {"station-monitor": "daemon-pw", "operator": "op-pw", "intruder": "in-pw", "field": "field-pw"}
-    server = DeployedMosquitto(tmp_path / "deployed", repo_root, users)
+    server = DeployedMosquitto(tmp_path / "deployed", repo_root, request.param, users)
     server.start()
     yield server
     server.stop()
 
 
 def test_commands_over_the_shipped_broker_config_and_acl(
-    deployed: DeployedMosquitto, monkeypatch: pytest.MonkeyPatch
+    deployed: DeployedMosquitto, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """Operator commands through the shipped ACL into the real alarm manager, whose
+    transitions go back out as retained alarm state."""
     monkeypatch.setenv("T_DAEMON_PW", "daemon-pw")
     cfg = mqtt_config(
         deployed.port, username="station-monitor", password="${T_DAEMON_PW}", command_users=["operator"]
     )
     link = MqttLink(cfg, "ps-1", client_id="t-cmd-daemon")
-    desk = Desk(PH_HIGH, SLUG)
-    commands = MqttCommands(link, cfg.topic_prefix, "ps-1", cfg.command_users, desk)
+    manager = AlarmManager(Alarms(), Journal(tmp_path / "journal.sqlite"), ManualClock(T0))
+    publisher = AlarmPublisher(link, cfg.topic_prefix, "ps-1")
+    manager.listen(lambda _entry, alarm: publisher.publish(alarm))
+    for c in (PH_HIGH_CONDITION, SLUG_CONDITION):
+        manager.apply(c)
+    commands = MqttCommands(link, cfg.topic_prefix, "ps-1", cfg.command_users, manager)
     link.start()
     link.wait_connected()
     operator = Peer(deployed.port, "t-cmd-op", "operator", "op-pw")
@@ -225,35 +249,57 @@ def test_commands_over_the_shipped_broker_config_and_acl(
             f"{base}/operator",
             json.dumps({**shelve, "reason": "tank cleaning", "id": "c3"}),
         )
+        await asyncio.to_thread(
+            operator.publish, f"{base}/operator", json.dumps({**ack, "id": "c4"})
+        )  # again
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 20
-        while len(operator.received()) < 3 or not intruder.received():
+        while len(operator.received()) < 4 or not intruder.received():
             assert loop.time() < deadline, (operator.received(), intruder.received())
             await asyncio.sleep(0.02)
         task.cancel()
 
     try:
         asyncio.run(scenario())
-        assert commands.accepted == 2 and commands.refused == 2  # the ACL-dropped one never arrived
-        ph = desk.alarms[("outfall.ph", Rule.HIGH)]
-        assert (ph.acked_by, ph.ack_note) == ("operator", "dosing pump restarted")
-        slug = desk.alarms[("outfall.flow", Rule.SLUG)]
-        assert (slug.shelved_by, slug.shelve_reason, slug.shelved_until) == (
+        assert commands.accepted == 2 and commands.refused == 3  # the ACL-dropped one never arrived
+        ph = manager.get("outfall.ph", Rule.HIGH)
+        assert ph is not None and (ph.state, ph.acked_by, ph.ack_note) == (
+            AlarmState.ACKED,
+            "operator",
+            "dosing pump restarted",
+        )
+        slug = manager.get("outfall.flow", Rule.SLUG)
+        assert slug is not None and (slug.state, slug.shelved_by, slug.shelve_reason, slug.shelved_until) == (
+            AlarmState.SHELVED,
             "operator",
             "tank cleaning",
             T0 + 1800,
         )
         replies = [json.loads(p) for _, p, _ in operator.received()]
-        assert [(r["ok"], r["id"]) for r in replies] == [(True, "c1"), (False, None), (True, "c3")]
+        assert [(r["ok"], r["id"]) for r in replies] == [
+            (True, "c1"),
+            (False, None),
+            (True, "c3"),
+            (False, "c4"),
+        ]
         assert replies[0]["alarm"]["state"] == "active_acknowledged"
         assert replies[1]["error"] == "shelve needs a reason"
+        assert "already acknowledged by operator" in replies[3]["error"]  # the manager's own words
         ((topic, payload, _),) = intruder.received()  # only its own reply: it cannot read the operator's
         assert topic == f"{base}/intruder/reply"
         assert "may not command alarms" in json.loads(payload)["error"]
+
+        late = Peer(deployed.port, "t-cmd-late", "operator", "op-pw")
+        late.subscribe("station-monitor/ps-1/alarms/#")
+        wait_until(lambda: len(late.received()) == 2, what="retained alarm state")
+        retained = {t.rsplit("/", 2)[-2]: json.loads(p)["state"] for t, p, _ in late.received()}
+        assert retained == {"outfall.ph": "active_acknowledged", "outfall.flow": "shelved"}
+        late.close()
     finally:
         operator.close()
         intruder.close()
         link.stop()
+        manager.close()
 
 
 def test_anonymous_client_is_refused_by_the_shipped_config(deployed: DeployedMosquitto) -> None:
@@ -264,6 +310,29 @@ def test_anonymous_client_is_refused_by_the_shipped_config(deployed: DeployedMos
             link.wait_connected()
     finally:
         link.stop()
+
+
+def test_shipped_debian_config_serves_tls_with_passwords(
+    tmp_path: Path, repo_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = DeployedMosquitto(
+        tmp_path / "tls", repo_root, "mosquitto.conf", {"station-monitor": "daemon-pw"}
+    )
+    server.start()
+    monkeypatch.setenv("T_DAEMON_PW", "daemon-pw")
+    cfg = mqtt_config(
+        server.tls_port,
+        username="station-monitor",
+        password="${T_DAEMON_PW}",
+        tls={"ca_file": str(server.workdir / "certs" / "ca.crt")},
+    )
+    link = MqttLink(cfg, "ps-1", client_id="t-deployed-tls")
+    try:
+        link.start()
+        link.wait_connected()
+    finally:
+        link.stop()
+        server.stop()
 
 
 BASE = "station-monitor/ps-1"
@@ -310,3 +379,32 @@ def test_command_from_user_not_in_command_users_is_refused() -> None:
         cmd({"action": "ack", "sensor": "a", "rule": "high"}, user="mallory")
     with pytest.raises(AlarmError, match="is not station-monitor/ps-1/commands/<user>"):
         parse_command(f"{BASE}/commands/operator/x", b"{}", BASE, ["operator"])
+
+
+command_values = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=30),
+    st.sampled_from(["ack", "shelve", "unshelve", "high", "slug", "outfall.ph", "30m", "2026-01-01T00:00Z"]),
+)  # fmt: skip
+command_docs = st.one_of(
+    st.dictionaries(
+        st.sampled_from(
+            ["action", "sensor", "rule", "user", "note", "reason", "until", "duration", "id", "x"]
+        ),
+        command_values,
+        max_size=8,
+    ),
+    st.recursive(command_values, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c)),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(doc=command_docs, raw=st.binary(max_size=64), use_raw=st.booleans())
+def test_random_commands_give_a_command_or_an_alarm_error(doc: object, raw: bytes, use_raw: bool) -> None:
+    payload = raw if use_raw else json.dumps(doc).encode()
+    try:
+        c = parse_command(f"{BASE}/commands/operator", payload, BASE, ["operator"])
+    except AlarmError as exc:
+        assert str(exc)
+        return
+    assert c.action in ("ack", "shelve", "unshelve") and c.user == "operator"
+    assert c.action != "shelve" or c.reason

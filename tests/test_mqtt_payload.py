@@ -185,3 +185,10 @@ def test_random_payloads_give_a_good_sample_or_a_payload_error(r: Route, topic: 
     assert math.isfinite(s.time) and s.time <= NOW + 300
     assert len(payload) <= 256
     assert s.sensor.endswith(".ph") and "/" not in s.sensor
+
+
+def test_route_knows_which_sensors_it_can_feed() -> None:
+    r = route(topic="plant/+/+", sensor="{1}.{2}")
+    assert r.feeds("outfall.ph") and r.feeds("a.b.c")
+    assert not r.feeds("outfall") and not route().feeds("outfall.flow")
+    assert route(topic="lab/temp", sensor="lab.temp").feeds("lab.temp")

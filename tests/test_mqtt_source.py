@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from monitor.errors import SourceError
-from monitor.model import Sample
+from monitor.model import Condition, ConditionState, Rule, Sample
 from monitor.sources.mqtt import MqttLink
 from monitor.sources.mqtt_ingest import MqttSource
 from tests.mqtt_tools import Peer, collect, make_ca, mqtt_config
@@ -133,7 +134,7 @@ def test_password_broker_accepts_the_right_password_and_reports_a_wrong_one(
         assert (
             f"MQTT broker 127.0.0.1:{server.port} refused the connection for user station-monitor" in message
         )
-        assert "password" in message.lower()  # the reason: bad user name or password / not authorized
+        assert re.search(r": (Not authorized|Bad user name or password) \(check mqtt.username", message)
         assert "wrong-horse-battery" not in message + caplog.text + repr(bad) + repr(bad_cfg)
         assert "refused the connection" in caplog.text
     finally:
@@ -200,7 +201,15 @@ def test_messages_published_while_disconnected_are_all_delivered(mosquitto: Mosq
         peer.close()
 
 
-def test_broker_restart_mid_stream_resumes_without_help(broker: Mosquitto) -> None:
+def _restart(broker: Mosquitto, forget: bool) -> None:
+    broker.stop()
+    if forget:  # a broker that lost its persistence file: our session and subscription are gone
+        (broker.workdir / "mosquitto.db").unlink()
+    broker.start()
+
+
+@pytest.mark.parametrize("forget", [False, True], ids=["broker-keeps-session", "broker-forgets-session"])
+def test_broker_restart_mid_stream_resumes_without_help(broker: Mosquitto, forget: bool) -> None:
     cfg = mqtt_config(broker.port, subscriptions=SUBS[:1])
     link = MqttLink(cfg, "ps-1", client_id="t-restart", reconnect_min=1, reconnect_max=2)
     source = MqttSource(link, cfg, "ps-1")
@@ -216,19 +225,18 @@ def test_broker_restart_mid_stream_resumes_without_help(broker: Mosquitto) -> No
         for i in range(20):
             await asyncio.to_thread(_publish_one, broker.port, f"before-{i}", f"{i}")
         await _until(lambda: len(got) >= 20)
-        await asyncio.to_thread(broker.restart)
+        await asyncio.to_thread(_restart, broker, forget)
         await _until(lambda: link.connected, timeout=30)
         for i in range(20):
             await asyncio.to_thread(_publish_one, broker.port, f"after-{i}", f"{100 + i}")
-        await _until(lambda: len(got) >= 40)
+        await _until(lambda: len({s.value for s in got}) >= 40)
         task.cancel()
         return got
 
     try:
         samples = asyncio.run(scenario())
-        # QoS 1 is at-least-once: a message in flight when the broker went down may be
-        # delivered again after the restart (seen here once in a few hundred runs).
-        # Nothing may be missing; a repeat is allowed.
+        # QoS 1 is at least once: the restarted broker may deliver again what it had not
+        # recorded as acknowledged, so count distinct readings; none may be missing.
         assert sorted({int(s.value) for s in samples}) == [*range(20), *range(100, 120)]
     finally:
         link.stop()
@@ -291,3 +299,34 @@ def test_birth_and_last_will_on_the_status_topic(mosquitto: Mosquitto, repo_root
         assert proc.stdout is not None
         proc.stdout.close()
         watcher.close()
+
+
+def test_broker_outage_raises_and_clears_comm_loss_on_the_fed_sensors(broker: Mosquitto) -> None:
+    cfg = mqtt_config(broker.port, subscriptions=SUBS, comm_loss_after="0.3s")
+    link = MqttLink(cfg, "ps-1", client_id="t-comm-loss", reconnect_min=1, reconnect_max=1)
+    source = MqttSource(link, cfg, "ps-1", sensors=[*SENSORS, "outfall.temp"])
+    assert source.fed == ["lab.temp", "mill.ph", "outfall.flow", "outfall.ph"]  # not outfall.temp
+    link.start()
+    link.wait_connected()
+
+    async def scenario() -> list[Condition]:
+        got: list[Condition] = []
+        task = asyncio.create_task(
+            source.run(lambda items: got.extend(i for i in items if isinstance(i, Condition)))
+        )
+        await asyncio.to_thread(broker.stop)
+        await _until(lambda: len(got) == 4)
+        await asyncio.to_thread(broker.start)
+        await _until(lambda: len(got) == 8, timeout=30)
+        task.cancel()
+        return got
+
+    try:
+        conditions = asyncio.run(scenario())
+    finally:
+        link.stop()
+    assert {(c.sensor, c.rule, c.state) for c in conditions[:4]} == {
+        (s, Rule.COMM_LOSS, ConditionState.ACTIVE) for s in source.fed
+    }
+    assert f"MQTT broker 127.0.0.1:{broker.port}: no broker for" in conditions[0].message
+    assert {c.state for c in conditions[4:]} == {ConditionState.CLEARED}

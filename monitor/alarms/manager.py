@@ -37,7 +37,6 @@ class AlarmManager:
         self.clock = clock
         self._records: dict[tuple[str, Rule], Record] = {}
         self._listeners: list[Listener] = []
-        self._overrides = {(o.sensor, o.rule): o.priority for o in config.overrides}
         self._restore()
 
     @classmethod
@@ -71,8 +70,7 @@ class AlarmManager:
         return sorted(key for key, rec in self._records.items() if rec.active)
 
     def priority(self, sensor: str, rule: Rule) -> Priority:
-        found = self._overrides.get((sensor, rule))
-        return found or self.config.priorities.get(rule, Priority.MEDIUM)
+        return self.config.priority_of(sensor, rule)
 
     # --- conditions from the engine ----------------------------------------
 

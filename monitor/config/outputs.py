@@ -90,6 +90,13 @@ class Alarms(Section):
     flood_window: Duration = Field(600.0, gt=0)
     webhook: Webhook | None = None
 
+    def priority_of(self, sensor: str, rule: Rule) -> Priority:
+        """A per-sensor override, else the rule's priority, else medium."""
+        for o in self.overrides:
+            if o.sensor == sensor and o.rule == rule:
+                return o.priority
+        return self.priorities.get(rule, Priority.MEDIUM)
+
     @model_validator(mode="after")
     def _shelve(self) -> Alarms:
         if self.shelve_default > self.shelve_max:

@@ -174,5 +174,8 @@ class Mqtt(Section):
     max_skew: Duration = 300.0
     max_payload: int = Field(65536, gt=0)
     stale_after: Duration | None = Field(None, gt=0)
+    comm_loss_after: Duration = Field(
+        30.0, gt=0, description="broker unreachable this long: comm-loss on every sensor MQTT feeds"
+    )
     publish_alarms: bool = True
     command_users: list[str] = []

@@ -47,17 +47,6 @@ def serializer_for(config: Config) -> SampleSerializer:
     )
 
 
-def priority_for(config: Config, sensor: str, rule: str) -> str:
-    """The alarm priority config gives (sensor, rule): an override, else the rule default."""
-    for o in config.alarms.overrides:
-        if o.sensor == sensor and str(o.rule) == rule:
-            return str(o.priority)
-    for r, p in config.alarms.priorities.items():
-        if str(r) == rule:
-            return str(p)
-    return ""
-
-
 class SampleSink:
     """Local store always; outbox (+ drainer) when InfluxDB is configured."""
 
@@ -101,7 +90,7 @@ class SampleSink:
         if self.outbox is not None and conditions:
             self.outbox.append(
                 [
-                    condition_line(self.station, c, priority_for(self.config, c.sensor, str(c.rule)))
+                    condition_line(self.station, c, str(self.config.alarms.priority_of(c.sensor, c.rule)))
                     for c in conditions
                 ]
             )

@@ -102,7 +102,9 @@ class Hub:
 
     def backoff(self) -> float:
         """Exponential backoff with full jitter in [50 %, 100 %] of the step."""
-        step: float = min(self._max, self._base * 2.0 ** max(0, self.connect_failures - 1))
+        # Cap the exponent: after weeks offline 2.0 ** failures would overflow a float.
+        exponent = min(max(0, self.connect_failures - 1), 60)
+        step: float = min(self._max, self._base * 2.0**exponent)
         return step * (0.5 + 0.5 * self._rng.random())
 
     async def connect(self, timeout: float) -> None:

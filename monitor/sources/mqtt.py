@@ -32,12 +32,14 @@ from paho.mqtt.reasoncodes import ReasonCode
 
 from monitor.config.sources import Mqtt
 from monitor.errors import SourceError
+from monitor.sources.payload import matches
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[str, bytes], None]
 """Called on paho's thread with (topic, payload) for each message on a subscription."""
 
+MAX_ROUTES = 10_000
 ONLINE = b"online"
 OFFLINE = b"offline"
 
@@ -68,6 +70,7 @@ class MqttLink:
         self._error: str | None = None
         self._down_since: float | None = None
         self._pending_subs: dict[int, str] = {}
+        self._routes: dict[str, tuple[Handler, ...]] = {}  # topic -> handlers, filled as topics arrive
         self._client = self._make_client(reconnect_min, reconnect_max)
 
     def __repr__(self) -> str:
@@ -91,14 +94,14 @@ class MqttLink:
         are not delivered before anyone listens for them."""
         with self._lock:
             self._subs[topic_filter] = (qos, handler)
-        self._client.message_callback_add(topic_filter, self._dispatch(topic_filter, handler))
+            self._routes = {}
         if self._connected:
             self._subscribe_all([topic_filter])
 
     def unsubscribe(self, topic_filter: str) -> None:
         with self._lock:
             self._subs.pop(topic_filter, None)
-        self._client.message_callback_remove(topic_filter)
+            self._routes = {}
         if self._connected:
             self._client.unsubscribe(topic_filter)
 
@@ -190,22 +193,32 @@ class MqttLink:
         client.on_connect_fail = self._on_connect_fail
         client.on_disconnect = self._on_disconnect
         client.on_subscribe = self._on_subscribe
-        client.on_message = self._on_unrouted
+        client.on_message = self._on_message
         return client
 
-    def _dispatch(self, topic_filter: str, handler: Handler) -> Callable[[Any, Any, paho.MQTTMessage], None]:
-        def on_message(_client: Any, _userdata: Any, msg: paho.MQTTMessage) -> None:
+    def _on_message(self, _client: Any, _userdata: Any, msg: paho.MQTTMessage) -> None:
+        """Route by topic through a cache: one dict lookup per message on the hot path."""
+        try:
+            topic = msg.topic
+        except UnicodeDecodeError:
+            log.warning("MQTT %s: dropped a message whose topic is not UTF-8", self.where)
+            return
+        routes = self._routes
+        handlers = routes.get(topic)
+        if handlers is None:
+            with self._lock:
+                handlers = tuple(h for f, (_q, h) in self._subs.items() if matches(f, topic))
+                if len(self._routes) >= MAX_ROUTES:  # a publisher inventing topics
+                    self._routes = {}
+                self._routes[topic] = handlers
+            if not handlers:
+                log.debug("MQTT %s: message on %r matches no subscription", self.where, topic)
+        payload = bytes(msg.payload)  # bytes(b) is b itself: no copy
+        for handler in handlers:
             try:
-                handler(msg.topic, bytes(msg.payload))  # bytes(b) is b itself: no copy
+                handler(topic, payload)
             except Exception:  # a handler bug must not kill paho's thread or lose the rest
-                log.exception(
-                    "MQTT %s: handler for %r failed on topic %r", self.where, topic_filter, msg.topic
-                )
-
-        return on_message
-
-    def _on_unrouted(self, _client: Any, _userdata: Any, msg: paho.MQTTMessage) -> None:
-        log.debug("MQTT %s: message on %r matches no subscription", self.where, msg.topic)
+                log.exception("MQTT %s: handler failed on topic %r", self.where, topic)
 
     def _on_connect(
         self, client: paho.Client, _userdata: Any, flags: Any, reason: ReasonCode, _props: Any

@@ -1,10 +1,15 @@
 """MQTT sensor ingestion: subscriptions in, samples out to the engine.
 
-paho calls our handler on its network thread. The handler only appends
-(route, topic, payload, receive time) to a deque and, at most once per drain,
-wakes the event loop with `call_soon_threadsafe`; parsing happens on the loop.
-So paho's thread never waits on the loop, nothing is dropped when the loop is
-busy, and a flood costs one wake-up per batch rather than one per message.
+paho calls our handler on its network thread. The handler parses the payload
+there (microseconds, no I/O, no locks), appends the sample to a deque and, at
+most once per drain, wakes the event loop with `call_soon_threadsafe`; the loop
+hands samples to the engine in batches. So paho's thread never waits on the loop,
+nothing is dropped when the loop is busy, and a flood costs one wake-up per batch.
+
+Why parse on paho's thread: with the GIL, a loop thread busy parsing makes paho's
+thread wait up to the switch interval after every socket call, and a QoS 1
+backlog then drains at half speed (measured with bench/mqtt_ingest.py). Parsing
+where the bytes arrive keeps all per-message work on one thread.
 """
 
 from __future__ import annotations
@@ -18,17 +23,26 @@ from typing import Protocol
 
 from monitor.config.sources import Mqtt
 from monitor.errors import PayloadError
-from monitor.model import Clock, Emit, Sample, WallClock
+from monitor.model import Clock, Condition, ConditionState, Emit, Rule, Sample, WallClock
 from monitor.sources.payload import BadPayloads, Limits, Route, parse
 
 log = logging.getLogger(__name__)
 
-BATCH = 2000
-"""Messages parsed per loop turn before yielding, so a backlog never stalls the loop."""
+BATCH = 5000
+"""Samples handed over per loop turn before yielding, so a backlog never stalls the loop."""
 
 
 class Subscriber(Protocol):
     """What ingestion needs from the broker link (an `MqttLink`)."""
+
+    @property
+    def where(self) -> str: ...
+
+    @property
+    def connected(self) -> bool: ...
+
+    @property
+    def last_error(self) -> str | None: ...
 
     def subscribe(self, topic_filter: str, qos: int, handler: _Handler, /) -> None: ...
 
@@ -53,16 +67,26 @@ class MqttSource:
         sensors: Collection[str] | None = None,
         clock: Clock | None = None,
         log_interval: float = 60.0,
+        linger: float = 0.005,
     ) -> None:
+        self.link = link
         self.station = station
         self.routes = [Route.compile(sub) for sub in config.subscriptions]
+        self.comm_loss_after = config.comm_loss_after
+        self.fed = sorted(
+            {r.sensor for r in self.routes if "{" not in r.sensor}
+            | {s for s in sensors or () if any(r.feeds(s) for r in self.routes)}
+        )  # the sensors a broker outage silences, for comm-loss
+        self.comm_loss = False
+        self._down_since: float | None = None
         self.limits = Limits(max_payload=config.max_payload, max_skew=config.max_skew)
         self.sensors = frozenset(sensors) if sensors is not None else None
         self.clock = clock or WallClock()
         self.bad = BadPayloads(interval=log_interval)
+        self.linger = linger
         self.received = 0
         self.samples = 0
-        self._queue: deque[tuple[Route, str, bytes, float]] = deque()
+        self._queue: deque[Sample] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._wake_pending = False
@@ -74,9 +98,20 @@ class MqttSource:
     def _handler(self, route: Route) -> _Handler:
         queue = self._queue
         now = self.clock.now
+        limits = self.limits
+        sensors = self.sensors
 
         def on_message(topic: str, payload: bytes) -> None:  # paho's thread
-            queue.append((route, topic, payload, now()))
+            received = now()
+            self.received += 1
+            try:
+                sample = parse(route, topic, payload, received, limits)
+                if sensors is not None and sample.sensor not in sensors:
+                    raise PayloadError(f"sensor {sample.sensor!r} is not configured in sensors")
+            except PayloadError as exc:
+                self._refused(topic, exc, received)
+                return
+            queue.append(sample)
             if not self._wake_pending and self._loop is not None:
                 self._wake_pending = True
                 # RuntimeError: the loop closed during shutdown; nothing left to hand to.
@@ -97,6 +132,7 @@ class MqttSource:
             "MQTT ingest for station %s: %d subscription(s): %s",
             self.station, len(self.routes), ", ".join(f"{r.filter} -> {r.sensor}" for r in self.routes),
         )  # fmt: skip
+        watch = asyncio.create_task(self._watch(emit))
         try:
             while True:
                 # Clear the flag before draining: a message appended after this either
@@ -107,32 +143,73 @@ class MqttSource:
                     await asyncio.sleep(0)
                 await self._wake.wait()
                 self._wake.clear()
+                # Let a burst gather: one wake-up per `linger` instead of one per message
+                # keeps the loop and paho's thread from trading the GIL for every reading.
+                await asyncio.sleep(self.linger)
         finally:
+            watch.cancel()
             self._loop = None
 
-    def drain(self, emit: Emit, limit: int = BATCH) -> int:
-        """Parse up to `limit` queued messages and emit their samples; returns how many."""
-        queue = self._queue
-        samples: list[Sample] = []
-        n = 0
-        while queue and n < limit:
-            route, topic, payload, received = queue.popleft()
-            n += 1
-            try:
-                sample = parse(route, topic, payload, received, self.limits)
-                if self.sensors is not None and sample.sensor not in self.sensors:
-                    raise PayloadError(f"sensor {sample.sensor!r} is not configured in sensors")
-            except PayloadError as exc:
-                self._refused(topic, exc, received)
-                continue
-            samples.append(sample)
-        self.received += n
-        if samples:
-            self.samples += len(samples)
-            emit(samples)
-        return n
+    async def _watch(self, emit: Emit, every: float = 1.0) -> None:
+        """Raise comm-loss on the fed sensors once the broker has been away for
+        `comm_loss_after`, and clear it when the link is back."""
+        while True:
+            conditions = self.check_link(self.clock.now())
+            if conditions:
+                emit(conditions)
+            await asyncio.sleep(every)
 
-    def _refused(self, topic: str, exc: PayloadError, now: float) -> None:
+    def check_link(self, now: float) -> list[Condition]:
+        """One look at the link; the comm-loss transitions it causes, if any."""
+        if self.link.connected:
+            self._down_since = None
+            if not self.comm_loss:
+                return []
+            self.comm_loss = False
+            log.info(
+                "MQTT %s: broker back, comm-loss cleared on %d sensor(s)", self.link.where, len(self.fed)
+            )
+            return self._conditions(ConditionState.CLEARED, now, 0.0, "broker reachable again")
+        if self._down_since is None:
+            self._down_since = now
+        down = now - self._down_since
+        if self.comm_loss or down < self.comm_loss_after:
+            return []
+        self.comm_loss = True
+        why = self.link.last_error or "connection lost"
+        log.warning(
+            "MQTT %s: comm-loss on %s (%s)", self.link.where, ", ".join(self.fed) or "no sensors", why
+        )
+        return self._conditions(ConditionState.ACTIVE, now, down, f"no broker for {down:.0f} s: {why}")
+
+    def _conditions(self, state: ConditionState, now: float, down: float, why: str) -> list[Condition]:
+        message = f"MQTT broker {self.link.where}: {why}"
+        return [
+            Condition(
+                time=now,
+                sensor=sensor,
+                rule=Rule.COMM_LOSS,
+                state=state,
+                value=down,
+                limit=self.comm_loss_after,
+                citation="",
+                message=message,
+                extra={"broker": self.link.where},
+            )
+            for sensor in self.fed
+        ]
+
+    def drain(self, emit: Emit, limit: int = BATCH) -> int:
+        """Emit up to `limit` queued samples in one batch; returns how many."""
+        queue = self._queue
+        count = min(limit, len(queue))
+        if count:
+            batch = [queue.popleft() for _ in range(count)]
+            self.samples += count
+            emit(batch)
+        return count
+
+    def _refused(self, topic: str, exc: PayloadError, now: float) -> None:  # paho's thread only
         count = self.bad.record(topic, now)
         if count is None:
             return
@@ -140,5 +217,5 @@ class MqttSource:
         log.warning("MQTT station %s topic %r: bad payload: %s%s", self.station, topic, exc, more)
 
     def pending(self) -> int:
-        """Messages received but not yet parsed (for health and metrics)."""
+        """Samples parsed but not yet handed to the engine (for health and metrics)."""
         return len(self._queue)

@@ -81,6 +81,14 @@ class Route:
             wild_levels=wild,
         )
 
+    def feeds(self, sensor: str) -> bool:
+        """Whether some topic matching this filter binds `sensor` (for comm-loss)."""
+        if "{" not in self.sensor:
+            return sensor == self.sensor
+        parts = _PLACEHOLDER.split(self.sensor)  # literal, n, literal, n, ..., literal
+        pattern = "".join(re.escape(p) if i % 2 == 0 else "[^/]+" for i, p in enumerate(parts))
+        return re.fullmatch(pattern, sensor) is not None
+
     def sensor_for(self, topic: str) -> str:
         """The sensor id, with `{n}` replaced by the topic level the n-th `+` matched."""
         if not self.wild_levels or "{" not in self.sensor:
