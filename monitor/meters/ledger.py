@@ -64,6 +64,7 @@ class Ledger:
         self._last: dict[str, Row | None] = {}
         self._baseline: dict[str, Row | None] = {}
         self._version = -1
+        self._conflicts: dict[str, list[str]] = {}
         self._writes: list[tuple[object, ...]] = []  # rows written in this transaction, not yet sent
         with self._tx():
             for meter, spec in self.specs.items():
@@ -131,6 +132,7 @@ class Ledger:
         are stored first and the meter is re-judged once from the oldest of them."""
         out: list[Row] = []
         rejudge: dict[str, tuple[int, int]] = {}
+        self._conflicts = {}
         with self._tx():
             for meter, time, reading in items:
                 spec = self.spec(meter)
@@ -154,6 +156,12 @@ class Ledger:
                 out.append(self._write(meter, time_ms, READING, reading, step))
             for meter, start in rejudge.items():
                 out.extend(self._rejudge(meter, start))
+        for meter, seen in self._conflicts.items():  # one line per meter and batch, not per reading
+            log.warning(
+                "meter %s: %d reading(s) differ from readings already in the ledger for the same time"
+                " (first: %s); kept the first, counted as conflicts",
+                meter, len(seen), seen[0],
+            )  # fmt: skip
         return out
 
     def _flush(self) -> None:
@@ -176,10 +184,8 @@ class Ledger:
             self._db.execute(
                 "INSERT OR IGNORE INTO conflicts VALUES (?, ?, ?, ?)", (meter, time_ms, held[0], str(reading))
             )
-            log.warning(
-                "meter %s at %s: reading %s conflicts with %s already in the ledger; kept the first",
-                meter, iso(time_ms / 1000), reading, held[0],
-            )  # fmt: skip
+            what = f"{iso(time_ms / 1000)} offered {reading}, held {held[0]}"
+            self._conflicts.setdefault(meter, []).append(what)
         return True
 
     def _judge(
