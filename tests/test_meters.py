@@ -302,3 +302,11 @@ def test_a_failed_batch_leaves_nothing_behind(tmp_path: Path) -> None:
     rows = ledger.add_many([("a.meter", t(2), Decimal(140))])  # judged against hour 0, not the lost hour 1
     assert rows[0].volume == 40 and ledger.last("a.meter") == rows[0]
     book.close()
+
+
+def test_a_book_without_an_outbox_keeps_no_records(tmp_path: Path) -> None:
+    config = build_config({**CONFIG, "state_dir": str(tmp_path / "state")})
+    book = MeterBook.open(config, records=False)
+    book.ingest([Sample("a.meter", t(h), 1000 + 10 * h) for h in range(50)])
+    assert book.take_records() == [] and book.ledger.count("a.meter") == 50
+    book.close()

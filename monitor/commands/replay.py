@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     book = (
         None
         if args.no_ledger or not any(s.kind is Kind.METER for s in config.sensors)
-        else MeterBook.open(config)
+        else MeterBook.open(config, records=False)  # with an InfluxDB sink: records=True, write them
     )
     meter_transitions = 0
     try:
