@@ -167,8 +167,9 @@ class Daemon:
         self.sink.write_samples(samples)
         if meter_samples:
             conditions.extend(self.meters.ingest(meter_samples))
-            for rec in self.meters.take_records():
-                self.sink.write_meter(rec.meter, rec.time, rec.reading, rec.consumption_ft3)
+        # Ledger rows to InfluxDB, with their verdict; also rows a replacement recorded through
+        # the console re-judged since the last batch.
+        self.sink.write_meter_records(self.meters.take_records())
         return self._raise(conditions)
 
     def _reconcile(self, sample: Sample) -> list[Condition]:
@@ -348,6 +349,11 @@ class Daemon:
         self.checkpoints.save(time.monotonic())
 
     # --- StationView (the console) ---------------------------------------------------
+
+    @property
+    def meter_book(self) -> MeterBook:
+        """The console mounts its meter routes (replacement through the API) on this."""
+        return self.meters
 
     @property
     def station_id(self) -> str:
