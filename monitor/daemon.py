@@ -313,6 +313,11 @@ class Daemon:
         self.tick()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.dispatcher.drain(), timeout=STOP_DRAIN)
+        # Let uvicorn finish its own shutdown: cancelled mid-way it leaves the listening
+        # socket open, and the daemon a SIGHUP reload starts cannot bind the port.
+        console = [t for t in tasks if t.get_name() == "console"]
+        if console:
+            await asyncio.wait(console, timeout=STOP_DRAIN)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -39,7 +39,7 @@ async def serve(path: Path, config: Config) -> None:
             try:
                 new = load_config(path)
             except ConfigError as exc:
-                log.error("reload refused, the running config stays: %s", "; ".join(exc.problems))
+                log.error("reload of %s refused, the running config stays: %s", path, "; ".join(exc.problems))
                 return
             log.info("reloading %s", path)
             reload.append(new)

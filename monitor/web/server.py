@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -15,6 +17,16 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
 log = logging.getLogger(__name__)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own SIGINT/SIGTERM handlers: the daemon owns the signals.
+    uvicorn's would also stop the console by themselves and re-raise the signal
+    after a clean shutdown, which reads as a second stop request."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 class ConsoleServer:
@@ -32,7 +44,7 @@ class ConsoleServer:
             lifespan="off",
             timeout_graceful_shutdown=2,
         )
-        self._server = uvicorn.Server(config)
+        self._server = _Server(config)
 
     @property
     def started(self) -> bool:
