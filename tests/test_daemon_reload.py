@@ -212,7 +212,8 @@ def test_lasting_failures_are_logged_once_not_on_every_retry(tmp_path: Path) -> 
             h = health()
             sources = {s["source"]: s for s in h.get("sources", [])}
             modbus = sources.get("modbus", {})
-            return modbus.get("failed_in_row", 0) >= 10 and h.get("outbox", {}).get("failures", 0) >= 3
+            failures = int(h.get("outbox", {}).get("failures", 0))
+            return int(modbus.get("failed_in_row", 0)) >= 10 and failures >= 3
 
         wait_until(retried, timeout=30, what=f"repeated failures; log:\n{log.read_text()}")
         stop(daemon, log)
