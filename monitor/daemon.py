@@ -29,6 +29,7 @@ from monitor.alarms.mqtt import AlarmPublisher, MqttCommands
 from monitor.alarms.webhook import people_notifiers
 from monitor.config import Config
 from monitor.engine import Engine, load_checkpoint_or_start_fresh, save_checkpoint
+from monitor.errors import MonitorError
 from monitor.meters.book import MeterBook
 from monitor.model import (
     Alarm,
@@ -267,7 +268,11 @@ class Daemon:
 
             server = console_server(self)
             start(server.serve(), "console")
-            await server.wait_started()
+            try:
+                await server.wait_started()
+            except MonitorError:
+                await self._shutdown(tasks, server)
+                raise
             self.console_url = f"http://{self.config.console.host}:{server.port}/"
         warming = sum(1 for s in self.engine.statuses() if s.warming_up)
         log.info(

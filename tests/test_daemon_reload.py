@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -229,3 +230,36 @@ def test_lasting_failures_are_logged_once_not_on_every_retry(tmp_path: Path) -> 
     )
     # Besides the errors: start-up, the comm-loss alarm, shutdown; not a line per retry.
     assert len(records) < 20, records
+
+
+def test_a_taken_console_port_is_one_clear_error_in_json(tmp_path: Path) -> None:
+    """uvicorn's own log lines go through our JSON handler too, and a console that
+    cannot listen ends the daemon with exit 1 and a line that says so (no traceback)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "station.yaml"
+        doc = {
+            "station": {"id": STATION},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [{"id": "outfall.ph", "kind": "ph"}],
+            "console": {"host": "127.0.0.1", "port": port},
+        }
+        config.write_text(yaml.safe_dump(doc))
+        done = subprocess.run(
+            [sys.executable, "-m", "monitor", "--log-json", "run", "--config", str(config)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1, done.stderr
+    log = tmp_path / "daemon.log"
+    log.write_text(done.stderr)
+    records = log_records(log)
+    assert not any("Traceback" in r["message"] or "exception" in r for r in records), done.stderr
+    errors = [r for r in records if r["level"] == "ERROR"]
+    assert any(r["logger"] == "uvicorn.error" and "address already in use" in r["message"] for r in errors)
+    last = errors[-1]["message"]
+    assert last.startswith(f"station {STATION} cannot run: the console cannot listen on 127.0.0.1:{port}")

@@ -11,7 +11,7 @@ from pathlib import Path
 from monitor.commands import load_config_or_exit
 from monitor.config import Config, load_config
 from monitor.daemon import Daemon
-from monitor.errors import ConfigError
+from monitor.errors import ConfigError, MonitorError
 
 HELP = "run the station monitor (SIGTERM/SIGINT stop it, SIGHUP reloads the config)"
 log = logging.getLogger("monitor.run")
@@ -23,7 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args.config)
-    asyncio.run(serve(Path(args.config), config))
+    try:
+        asyncio.run(serve(Path(args.config), config))
+    except MonitorError as exc:
+        log.error("station %s cannot run: %s", config.station.id, exc)
+        return 1
     return 0
 
 

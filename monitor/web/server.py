@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from monitor.config import Console
+from monitor.errors import MonitorError
 from monitor.web.events import Hub
 
 if TYPE_CHECKING:
@@ -43,8 +44,10 @@ class ConsoleServer:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=2,
+            log_config=None,  # our handlers (plain or --log-json), not uvicorn's own format
         )
         self._server = _Server(config)
+        self.failed: MonitorError | None = None
 
     @property
     def started(self) -> bool:
@@ -67,7 +70,12 @@ class ConsoleServer:
             )
         if self.console.token is None:
             log.info("console has no token: acknowledge and shelve are disabled")
-        await self._server.serve()
+        try:
+            await self._server.serve()
+        except SystemExit:  # uvicorn exits when it cannot listen, after logging why
+            where = f"{self.console.host}:{self.console.port}"
+            self.failed = MonitorError(f"the console cannot listen on {where} (see the error above)")
+            raise self.failed from None
 
     def stop(self) -> None:
         """End live streams first so shutdown does not wait for them."""
@@ -79,4 +87,6 @@ class ConsoleServer:
     async def wait_started(self, timeout: float = 10.0) -> None:
         async with asyncio.timeout(timeout):
             while not self._server.started:
+                if self.failed is not None:
+                    raise self.failed
                 await asyncio.sleep(0.01)
