@@ -90,6 +90,7 @@ class Daemon:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self.ready = asyncio.Event()
+        self.reloading = False  # set before stop() when a new daemon takes over (SIGHUP)
         self.console_url: str | None = None
         self.modbus = ModbusPoller(config.modbus.devices, self.clock) if config.modbus else None
         self.mqtt_link: MqttLink | None = None
@@ -293,7 +294,12 @@ class Daemon:
                     raise task.exception()  # type: ignore[misc]
         finally:
             stop_wait.cancel()
-            notify("STOPPING=1")
+            # STOPPING=1 would make systemd treat a reload as the service ending
+            # (and kill it after TimeoutStopSec); the next daemon sends READY=1.
+            if self.reloading:
+                notify(f"RELOADING=1\nMONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
+            else:
+                notify("STOPPING=1")
             await self._shutdown(tasks, server)
 
     def stop(self) -> None:

@@ -4,6 +4,7 @@ invalid one, `--log-json` writes one JSON object per line, and failures that las
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -117,7 +118,12 @@ def test_sighup_takes_a_valid_config_and_refuses_an_invalid_one(tmp_path: Path, 
     state = tmp_path / "state"
     config.write_text(yaml.safe_dump(station(state, simulator, console_port, {}, temp=False)))
     log = tmp_path / "daemon.log"
-    daemon = start(config, log)
+    # A real datagram socket where systemd would listen: the reload must say
+    # RELOADING=1 then READY=1, never STOPPING=1 (systemd would kill the service).
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify.sock"))
+    notify.setblocking(False)
+    daemon = start(config, log, env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock")})
     try:
 
         def ph_time() -> str | None:
@@ -175,10 +181,16 @@ def test_sighup_takes_a_valid_config_and_refuses_an_invalid_one(tmp_path: Path, 
         )
         assert daemon.poll() is None
         stop(daemon, log)
+        told = []
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                told.append(notify.recv(1000).decode().split("\n")[0])
     finally:
+        notify.close()
         if daemon.poll() is None:
             daemon.kill()
             daemon.wait()
+    assert told == ["READY=1", "RELOADING=1", "READY=1", "STOPPING=1"]
     messages = [r["message"] for r in log_records(log)]
     assert sum("reloading" in m for m in messages) == 1, messages
     assert sum(m.startswith(f"station {STATION} running") for m in messages) == 2, messages

@@ -40,6 +40,9 @@ async def serve(path: Path, config: Config) -> None:
         reload: list[Config] = []
 
         def on_reload(daemon: Daemon = daemon, reload: list[Config] = reload) -> None:
+            if reload:
+                log.info("a reload of %s is already under way", path)
+                return  # a second stop() would exit at once
             try:
                 new = load_config(path)
             except ConfigError as exc:
@@ -47,6 +50,7 @@ async def serve(path: Path, config: Config) -> None:
                 return
             log.info("reloading %s", path)
             reload.append(new)
+            daemon.reloading = True
             daemon.stop()
 
         loop.add_signal_handler(signal.SIGTERM, daemon.stop)
