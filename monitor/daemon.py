@@ -29,6 +29,7 @@ from monitor.alarms.mqtt import AlarmPublisher, MqttCommands
 from monitor.alarms.webhook import people_notifiers
 from monitor.config import Config
 from monitor.engine import CHECKPOINT_FILE, CheckpointSchedule, Engine, load_checkpoint_or_start_fresh
+from monitor.errors import MonitorError
 from monitor.meters.book import MeterBook
 from monitor.model import (
     Alarm,
@@ -89,6 +90,7 @@ class Daemon:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self.ready = asyncio.Event()
+        self.reloading = False  # set before stop() when a new daemon takes over (SIGHUP)
         self.console_url: str | None = None
         self.modbus = ModbusPoller(config.modbus.devices, self.clock) if config.modbus else None
         self.mqtt_link: MqttLink | None = None
@@ -167,8 +169,9 @@ class Daemon:
         self.sink.write_samples(samples)
         if meter_samples:
             conditions.extend(self.meters.ingest(meter_samples))
-            for rec in self.meters.take_records():
-                self.sink.write_meter(rec.meter, rec.time, rec.reading, rec.consumption_ft3)
+        # Ledger rows to InfluxDB, with their verdict; also rows a replacement recorded through
+        # the console re-judged since the last batch.
+        self.sink.write_meter_records(self.meters.take_records())
         return self._raise(conditions)
 
     def _reconcile(self, sample: Sample) -> list[Condition]:
@@ -267,7 +270,11 @@ class Daemon:
 
             server = console_server(self)
             start(server.serve(), "console")
-            await server.wait_started()
+            try:
+                await server.wait_started()
+            except MonitorError:
+                await self._shutdown(tasks, server)
+                raise
             self.console_url = f"http://{self.config.console.host}:{server.port}/"
         warming = sum(1 for s in self.engine.statuses() if s.warming_up)
         log.info(
@@ -288,7 +295,12 @@ class Daemon:
                     raise task.exception()  # type: ignore[misc]
         finally:
             stop_wait.cancel()
-            notify("STOPPING=1")
+            # STOPPING=1 would make systemd treat a reload as the service ending
+            # (and kill it after TimeoutStopSec); the next daemon sends READY=1.
+            if self.reloading:
+                notify(f"RELOADING=1\nMONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
+            else:
+                notify("STOPPING=1")
             await self._shutdown(tasks, server)
 
     def stop(self) -> None:
@@ -313,6 +325,11 @@ class Daemon:
         self.tick()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.dispatcher.drain(), timeout=STOP_DRAIN)
+        # Let uvicorn finish its own shutdown: cancelled mid-way it leaves the listening
+        # socket open, and the daemon a SIGHUP reload starts cannot bind the port.
+        console = [t for t in tasks if t.get_name() == "console"]
+        if console:
+            await asyncio.wait(console, timeout=STOP_DRAIN)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -348,6 +365,11 @@ class Daemon:
         self.checkpoints.save(time.monotonic())
 
     # --- StationView (the console) ---------------------------------------------------
+
+    @property
+    def meter_book(self) -> MeterBook:
+        """The console mounts its meter routes (replacement through the API) on this."""
+        return self.meters
 
     @property
     def station_id(self) -> str:

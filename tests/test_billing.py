@@ -162,3 +162,15 @@ def test_cli_replace_reports_inconsistent_figures(tmp_path: Path) -> None:
         "billing", "export", "--config", str(config), "--quarter", "2026Q3", "--out", "-"
     )
     assert no_billing.returncode == 1 and "no billing section" in no_billing.stderr
+
+
+def test_a_corrupt_ledger_is_reported_not_trusted(tmp_path: Path) -> None:
+    config = tmp_path / "station.yaml"
+    config.write_text(
+        "station: {id: ps-1}\nstate_dir: state\nsensors:\n  - {id: m, kind: meter}\n", encoding="utf-8"
+    )
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "ledger.sqlite").write_bytes(b"this is not a database" * 100)
+    got = run_monitor("meters", "list", "--config", str(config))
+    assert got.returncode == 1 and "meter ledger" in got.stderr and "ledger.sqlite" in got.stderr
+    assert "Traceback" not in got.stderr

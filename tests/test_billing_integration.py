@@ -2,7 +2,7 @@
 the same readings replayed from CSV, and the consumption copied to a real InfluxDB 1.6.
 
 - The ledger built live from the simulator equals the ledger built from the recorded
-  readings (`monitor meters ingest`), row for row, and both give the same export.
+  readings replayed with `monitor replay`, row for row, and both give the same export.
 - The consumption written to InfluxDB through the outbox sums, per meter over the
   quarter, to the export's `consumption_ft3`.
 """
@@ -21,9 +21,10 @@ from typing import Any
 import yaml
 
 from monitor.config import Config, load_config
+from monitor.daemon import Daemon
 from monitor.meters.billing import export_rows, quarter
 from monitor.meters.book import MeterBook
-from monitor.model import Condition, ConditionState, ManualClock, Sample, parse_time
+from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample, parse_time
 from monitor.sinks.pipeline import open_sink
 from monitor.sources.modbus import ModbusPoller
 from simulators.modbus_server import StationServer
@@ -133,13 +134,16 @@ def test_live_modbus_and_replayed_readings_give_the_same_ledger(tmp_path: Path) 
         out = csv.writer(fh)
         out.writerow(["time", "sensor", "value"])
         out.writerows([s.time, s.sensor, repr(s.value)] for s in recorded)
-    cli = [sys.executable, "-m", "monitor", "meters"]
+    cli = [sys.executable, "-m", "monitor"]
     args = ["--config", str(replay_dir / "station.yaml")]
-    done = subprocess.run([*cli, "ingest", *args, "--input", str(readings)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60)  # fmt: skip
-    assert done.returncode == 0, done.stderr
     done = subprocess.run(
-        [*cli, "replace", *args, "--meter", "mill.meter", "--time", repr(swap_time),
+        [*cli, "replay", *args, "--input", str(readings), "--events", str(replay_dir / "events.jsonl")],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "(1 meter alarm transition(s)" in done.stderr  # the unrecorded swap, as live
+    done = subprocess.run(
+        [*cli, "meters", "replace", *args, "--meter", "mill.meter", "--time", repr(swap_time),
          "--old-final", str(old_final), "--new-initial", "0"],
         capture_output=True, text=True, cwd=ROOT, timeout=60,
     )  # fmt: skip
@@ -162,8 +166,7 @@ def test_consumption_in_influxdb_equals_the_export(tmp_path: Path, influxdb1: In
         samples = [Sample(r["sensor"], parse_time(r["time"]), float(r["value"])) for r in csv.DictReader(fh)]
 
     def forward() -> None:
-        for rec in book.take_records():
-            sink.write_meter(rec.meter, rec.time, rec.reading, rec.consumption_ft3)
+        sink.write_meter_records(book.take_records())
 
     for i in range(0, len(samples), 1000):  # poll-cycle-sized batches, forwarded as they come
         book.ingest(samples[i : i + 1000])
@@ -186,6 +189,12 @@ def test_consumption_in_influxdb_equals_the_export(tmp_path: Path, influxdb1: In
         db="billing",
     )
     got = {s["tags"]["meter"]: s["values"][0][1] for s in result["results"][0]["series"]}
+    rejected = influxdb1.query(
+        "SELECT count(reading) FROM meter WHERE accepted = 0 GROUP BY meter", db="billing"
+    )
+    assert {s["tags"]["meter"]: s["values"][0][1] for s in rejected["results"][0]["series"]} == {
+        "village.meter": 1  # the spike, kept and visible, not billed
+    }
     want = {r["meter"]: Decimal(r["consumption_ft3"]) for r in rows}
     assert got.keys() == want.keys()
     for meter, total in got.items():
@@ -193,3 +202,36 @@ def test_consumption_in_influxdb_equals_the_export(tmp_path: Path, influxdb1: In
         assert Decimal(f"{total:.3f}") == want[meter], (meter, total, want[meter])
     expected = (CASE / "expected.csv").read_text(encoding="utf-8").splitlines()
     assert rows == list(csv.DictReader(expected))
+
+
+def test_the_daemon_pipeline_feeds_the_ledger_alarms_and_influxdb(
+    tmp_path: Path, influxdb1: InfluxDB1
+) -> None:
+    influxdb1.query("CREATE DATABASE daemon_meters")
+    raw = {
+        "station": {"id": "ps-1"},
+        "state_dir": "state",
+        "sensors": [{"id": "shop.meter", "kind": "meter", "register_digits": 5, "max_rate": 100}],
+        "influx": {"url": influxdb1.url, "api": "v1", "database": "daemon_meters"},
+        "console": {"enabled": False},
+    }
+    config = write_yaml(tmp_path / "station.yaml", raw)
+    daemon = Daemon(config, ManualClock(T0), console=False)
+    try:
+        daemon.process([Sample("shop.meter", T0 + h * 3600, 33_800 + 20 * h) for h in range(5)])
+        daemon.process([Sample("shop.meter", T0 + 5 * 3600, 15.0)])  # swapped, not yet recorded
+        alarm = daemon.alarms.get("shop.meter", Rule.METER)
+        assert alarm is not None and alarm.active and "went backwards" in alarm.message
+        cleared = daemon.meters.record_replacement("shop.meter", T0 + 4.5 * 3600, 33_890, 5)
+        assert [c.state for c in cleared] == [ConditionState.CLEARED]
+        daemon.process(cleared)  # as the console route does: the transition goes to the alarms
+        assert not daemon.alarms.get("shop.meter", Rule.METER).active  # type: ignore[union-attr]
+        daemon.process([Sample("shop.meter", T0 + 6 * 3600, 35.0)])  # flushes the re-judged rows too
+        assert asyncio.run(daemon.sink.drain(30)) == 0
+    finally:
+        daemon.meters.close()
+        daemon.alarms.close()
+        daemon.sink.close()
+    got = influxdb1.query("SELECT sum(consumption_ft3), min(accepted) FROM meter", db="daemon_meters")
+    # 4 x 20 before the swap, (33,890 - 33,880) + (15 - 5) across it, 20 after; all accepted now.
+    assert got["results"][0]["series"][0]["values"][0][1:] == [4 * 20 + 20 + 20, 1]

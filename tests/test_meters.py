@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from decimal import Decimal
 from fractions import Fraction
@@ -126,15 +127,20 @@ def t(hour: float) -> float:
     return parse_time("2026-07-01T00:00:00Z") + hour * H
 
 
-def test_reingest_is_idempotent_and_a_conflict_is_kept_out(tmp_path: Path) -> None:
+def test_reingest_is_idempotent_and_a_conflict_is_kept_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     book = book_at(tmp_path)
     samples = [Sample("a.meter", t(h), 1000 + 10 * h) for h in range(5)]
     book.ingest(samples)
     assert book.ingest(samples) == [] and book.ledger.count("a.meter") == 5
-    book.ingest([Sample("a.meter", t(2), 1234)])  # same time, different value
+    with caplog.at_level(logging.WARNING, logger="monitor.meters.ledger"):
+        book.ingest([Sample("a.meter", t(2), 1234), Sample("a.meter", t(3), 1)])  # same times, other values
+    (line,) = caplog.messages  # one line for the batch, naming the meter and the first conflict
+    assert "meter a.meter: 2 reading(s) differ" in line and "offered 1234, held 1020" in line
     rows = book.ledger.rows("a.meter")
     assert [r.reading for r in rows] == [1000, 1010, 1020, 1030, 1040]
-    assert book.ledger.conflicts("a.meter") == 1
+    assert book.ledger.conflicts("a.meter") == 2
     book.close()
 
 
@@ -283,4 +289,24 @@ def test_records_carry_the_latest_verdict_once(tmp_path: Path) -> None:
     book.ingest([Sample("a.meter", t(2), 1040)])  # late: hour 3 is re-judged (40 -> 20)
     records = book.take_records()
     assert [(r.time, r.consumption) for r in records] == [(t(0), 0), (t(1), 20), (t(2), 20), (t(3), 20)]
+    book.close()
+
+
+def test_a_failed_batch_leaves_nothing_behind(tmp_path: Path) -> None:
+    book = book_at(tmp_path)
+    ledger = book.ledger
+    ledger.add_many([("a.meter", t(0), Decimal(100))])
+    with pytest.raises(MeterError, match="unknown meter 'nope'"):
+        ledger.add_many([("a.meter", t(1), Decimal(120)), ("nope", t(1), Decimal(1))])
+    assert [r.reading for r in ledger.rows("a.meter")] == [100]
+    rows = ledger.add_many([("a.meter", t(2), Decimal(140))])  # judged against hour 0, not the lost hour 1
+    assert rows[0].volume == 40 and ledger.last("a.meter") == rows[0]
+    book.close()
+
+
+def test_a_book_without_an_outbox_keeps_no_records(tmp_path: Path) -> None:
+    config = build_config({**CONFIG, "state_dir": str(tmp_path / "state")})
+    book = MeterBook.open(config, records=False)
+    book.ingest([Sample("a.meter", t(h), 1000 + 10 * h) for h in range(50)])
+    assert book.take_records() == [] and book.ledger.count("a.meter") == 50
     book.close()

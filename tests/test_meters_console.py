@@ -13,6 +13,7 @@ import pytest
 from pydantic import SecretStr
 
 from monitor.config import Console, build_config
+from monitor.daemon import Daemon
 from monitor.meters.book import MeterBook
 from monitor.model import ManualClock, Rule, Sample, iso
 from monitor.web import create_app
@@ -90,3 +91,33 @@ def test_replacement_through_the_console_clears_the_meter_alarm(view: MeterView)
     assert sum(r.volume for r in rows) == 4 * 20 + 10 + 10 + 2 * 20
     assert view.meter_book.ledger.replacements("shop.meter")[0].recorded_by == "J. Operator"
     assert "/api/meters/{meter}/replacements" in call(view, "GET", "/openapi.json").json()["paths"]
+
+
+def test_the_daemon_offers_its_meter_book_to_the_console(tmp_path: Path) -> None:
+    config = build_config(
+        {
+            "station": {"id": "ps-1"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [{"id": "shop.meter", "kind": "meter", "register_digits": 5}],
+        }
+    )
+    daemon = Daemon(config, ManualClock(T0), console=False)
+    try:
+        app = create_app(daemon, Console(token=SecretStr(TOKEN)))
+
+        async def go() -> list[httpx.Response]:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
+                body = {"by": "op", "time": iso(T0), "old_final": 10, "new_initial": 0}
+                return [
+                    await client.get("/api/meters"),
+                    await client.post("/api/meters/shop.meter/replacements", headers=AUTH, json=body),
+                ]
+
+        listed, replaced = asyncio.run(go())
+        assert [m["meter"] for m in listed.json()] == ["shop.meter"]
+        assert replaced.status_code == 200 and daemon.meters.ledger.replacements("shop.meter")
+    finally:
+        daemon.meters.close()
+        daemon.alarms.close()
+        daemon.sink.close()

@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args.config)
     try:
-        book = MeterBook.open(config)
+        book = MeterBook.open(config, records=False)
     except MonitorError as exc:
         print(f"monitor meters: {exc}", file=sys.stderr)
         return 1

@@ -26,7 +26,8 @@ from typing import TextIO
 from monitor.commands import load_config_or_exit
 from monitor.engine import Engine, ReplayStep, replay_steps
 from monitor.errors import SourceError
-from monitor.model import ManualClock, Rule
+from monitor.meters.book import MeterBook
+from monitor.model import Kind, ManualClock, Rule
 from monitor.sinks.pipeline import SampleSink, open_sink, outbox_path
 from monitor.sources.replay import ReadReport, Samples, read_csv
 
@@ -51,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="with InfluxDB configured: seconds to deliver the outbox before exit (default 60)",
     )
+    parser.add_argument(
+        "--no-ledger",
+        action="store_true",
+        help="do not add meter readings to the meter ledger under state_dir (default: add them)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,19 +76,47 @@ def run(args: argparse.Namespace) -> int:
         print(f"replay: cannot write events to {args.events}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     sink = open_sink(config) if config.influx is not None else None
+    # Meter readings go to the station's ledger, as live polling does: re-replaying or
+    # replaying what was polled live does not double count (one row per meter and time).
+    book = (
+        None
+        if args.no_ledger or not any(s.kind is Kind.METER for s in config.sensors)
+        else MeterBook.open(config, records=sink is not None)
+    )
+    meter_transitions = 0
+
+    def steps() -> Iterator[ReplayStep]:
+        nonlocal meter_transitions
+        for step in replay(engine, samples):
+            if book is not None:
+                meter_transitions += len(
+                    book.ingest_arrays(
+                        engine.sensors, step.sensor, step.time, step.value, step.quality, step.accepted
+                    )
+                )
+                if sink is not None:
+                    sink.write_meter_records(book.take_records())
+            yield step
+
     try:
         with out:
             if sink is None:
-                for step in replay(engine, samples):
+                for step in steps():
                     events += write_events(step, out)
             else:
-                steps = replay(engine, samples)
                 events, left = asyncio.run(
-                    replay_to_influx(steps, engine.sensors, out, sink, args.drain_timeout)
+                    replay_to_influx(steps(), engine.sensors, out, sink, args.drain_timeout)
                 )
     finally:
         if sink is not None:
             sink.close()
+        if book is not None:
+            print(
+                f"replay: meter readings added to {book.ledger.path} ({meter_transitions} meter alarm"
+                f" transition(s); `monitor meters list` shows them)",
+                file=sys.stderr,
+            )
+            book.close()
     elapsed = max(time.perf_counter() - started, 1e-9)
     for report in reports:
         for line in report.lines():

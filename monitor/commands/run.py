@@ -11,7 +11,7 @@ from pathlib import Path
 from monitor.commands import load_config_or_exit
 from monitor.config import Config, load_config
 from monitor.daemon import Daemon
-from monitor.errors import ConfigError
+from monitor.errors import ConfigError, MonitorError
 
 HELP = "run the station monitor (SIGTERM/SIGINT stop it, SIGHUP reloads the config)"
 log = logging.getLogger("monitor.run")
@@ -23,7 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args.config)
-    asyncio.run(serve(Path(args.config), config))
+    try:
+        asyncio.run(serve(Path(args.config), config))
+    except MonitorError as exc:
+        log.error("station %s cannot run: %s", config.station.id, exc)
+        return 1
     return 0
 
 
@@ -36,13 +40,17 @@ async def serve(path: Path, config: Config) -> None:
         reload: list[Config] = []
 
         def on_reload(daemon: Daemon = daemon, reload: list[Config] = reload) -> None:
+            if reload:
+                log.info("a reload of %s is already under way", path)
+                return  # a second stop() would exit at once
             try:
                 new = load_config(path)
             except ConfigError as exc:
-                log.error("reload refused, the running config stays: %s", "; ".join(exc.problems))
+                log.error("reload of %s refused, the running config stays: %s", path, "; ".join(exc.problems))
                 return
             log.info("reloading %s", path)
             reload.append(new)
+            daemon.reloading = True
             daemon.stop()
 
         loop.add_signal_handler(signal.SIGTERM, daemon.stop)

@@ -17,7 +17,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 from typing import TextIO
@@ -39,7 +39,6 @@ MAJOR_GAL_PER_WORKDAY = 50_000  # §139-15: 50,000 gallons or more per average w
 MAJOR_SHARE = Fraction(5, 100)  # §139-15: more than 5 % of the flow carried by the system
 PENALTY_30 = Fraction(2, 100)  # §139-4: 2 % after 30 days
 PENALTY_60 = Fraction(10, 100)  # §139-4: a further 10 % of the accumulated amount after 60 days
-CENT = Decimal("0.01")
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,16 +132,6 @@ def usage(ledger: Ledger, meter: str, q: Quarter, max_gap: float) -> Usage:
         ft3=to_ft3(volume, spec.unit),
         flags=frozenset(out_flags),
     )
-
-
-def cents(x: Fraction | Decimal) -> Decimal:
-    return _round(x, CENT)
-
-
-def _round(x: Fraction | Decimal, step: Decimal) -> Decimal:
-    if isinstance(x, Fraction):
-        x = Decimal(x.numerator) / Decimal(x.denominator)  # 28 significant digits, far past a cent
-    return x.quantize(step, rounding=ROUND_HALF_UP)
 
 
 def _fmt(x: Fraction, places: int) -> str:

@@ -99,12 +99,15 @@ def meter_records(rows: Iterable[Row], specs: dict[str, MeterSpec]) -> list[Mete
 class MeterBook:
     """The ledger plus per-meter alarm state; one per daemon (or replay run)."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: Ledger, records: bool = True) -> None:
+        """`records=False` when nobody calls `take_records` (a replay without InfluxDB,
+        `monitor meters ingest`), so a long replay does not hold every row in memory."""
         self.ledger = ledger
         self.skipped = 0  # samples that were not readings: bad quality, NaN
         self._alarm: dict[str, bool] = {}
         self._seen: dict[str, tuple[int, int]] = {}
         self._pending: list[Row] = []
+        self._records = records
         for meter in ledger.specs:
             last = ledger.last(meter)
             if last is not None:
@@ -112,8 +115,8 @@ class MeterBook:
                 self._seen[meter] = last.key
 
     @classmethod
-    def open(cls, config: Config) -> MeterBook:
-        return cls(open_ledger(config))
+    def open(cls, config: Config, records: bool = True) -> MeterBook:
+        return cls(open_ledger(config), records)
 
     def close(self) -> None:
         self.ledger.close()
@@ -135,7 +138,8 @@ class MeterBook:
         if not readings:
             return []
         rows = self.ledger.add_many(readings)
-        self._pending.extend(rows)
+        if self._records:
+            self._pending.extend(rows)
         return self._conditions(rows)
 
     def ingest_arrays(
@@ -171,7 +175,10 @@ class MeterBook:
         recorded_by: str = "",
         note: str = "",
     ) -> list[Condition]:
-        """Record an operator's meter swap (CLI and console API); re-judges later readings."""
+        """Record an operator's meter swap (CLI and console API); re-judges later readings.
+
+        Returns the meter alarm transitions it causes (usually the `backwards` alarm
+        clearing): hand them to the alarm manager like any other condition."""
         rep = Replacement(meter, to_ms(time), dec(old_final), dec(new_initial), recorded_by, note)
         if rep.old_final < 0 or rep.new_initial < 0:
             raise MeterError(f"meter {meter}: readings of a replacement must not be negative")
@@ -180,7 +187,8 @@ class MeterBook:
             "meter %s replaced at %s: old final %s, new initial %s%s",
             meter, iso(time), rep.old_final, rep.new_initial, f" (by {recorded_by})" if recorded_by else "",
         )  # fmt: skip
-        self._pending.extend(rows)
+        if self._records:
+            self._pending.extend(rows)
         return self._conditions(rows)
 
     def take_records(self) -> list[MeterRecord]:

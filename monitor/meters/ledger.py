@@ -64,6 +64,8 @@ class Ledger:
         self._last: dict[str, Row | None] = {}
         self._baseline: dict[str, Row | None] = {}
         self._version = -1
+        self._conflicts: dict[str, list[str]] = {}
+        self._writes: list[tuple[object, ...]] = []  # rows written in this transaction, not yet sent
         with self._tx():
             for meter, spec in self.specs.items():
                 self._check_spec(meter, spec)
@@ -79,8 +81,12 @@ class Ledger:
             self._refresh()
             try:
                 yield
+                self._flush()
             except BaseException:
+                self._writes.clear()
                 self._db.execute("ROLLBACK")
+                self._last.clear()  # the caches may hold rows that were rolled back
+                self._baseline.clear()
                 raise
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -126,6 +132,7 @@ class Ledger:
         are stored first and the meter is re-judged once from the oldest of them."""
         out: list[Row] = []
         rejudge: dict[str, tuple[int, int]] = {}
+        self._conflicts = {}
         with self._tx():
             for meter, time, reading in items:
                 spec = self.spec(meter)
@@ -149,10 +156,25 @@ class Ledger:
                 out.append(self._write(meter, time_ms, READING, reading, step))
             for meter, start in rejudge.items():
                 out.extend(self._rejudge(meter, start))
+        for meter, seen in self._conflicts.items():  # one line per meter and batch, not per reading
+            log.warning(
+                "meter %s: %d reading(s) differ from readings already in the ledger for the same time"
+                " (first: %s); kept the first, counted as conflicts",
+                meter, len(seen), seen[0],
+            )  # fmt: skip
         return out
+
+    def _flush(self) -> None:
+        """Send the buffered row writes in one statement (before any read of the table)."""
+        if self._writes:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO readings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self._writes
+            )
+            self._writes.clear()
 
     def _duplicate(self, meter: str, time_ms: int, reading: Decimal) -> bool:
         """True when a reading for this time is held already; a different value is a conflict."""
+        self._flush()
         held = self._db.execute(
             "SELECT reading FROM readings WHERE meter=? AND time_ms=? AND seq=?", (meter, time_ms, READING)
         ).fetchone()
@@ -162,10 +184,8 @@ class Ledger:
             self._db.execute(
                 "INSERT OR IGNORE INTO conflicts VALUES (?, ?, ?, ?)", (meter, time_ms, held[0], str(reading))
             )
-            log.warning(
-                "meter %s at %s: reading %s conflicts with %s already in the ledger; kept the first",
-                meter, iso(time_ms / 1000), reading, held[0],
-            )  # fmt: skip
+            what = f"{iso(time_ms / 1000)} offered {reading}, held {held[0]}"
+            self._conflicts.setdefault(meter, []).append(what)
         return True
 
     def _judge(
@@ -188,10 +208,9 @@ class Ledger:
             message=step.message,
             limit=step.limit,
         )
-        self._db.execute(
-            "INSERT OR REPLACE INTO readings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        self._writes.append(
             (meter, time_ms, seq, str(reading), int(row.accepted), str(row.counts), str(row.volume),
-             ",".join(row.flags), row.message, "" if row.limit is None else str(row.limit)),
+             ",".join(row.flags), row.message, "" if row.limit is None else str(row.limit))
         )  # fmt: skip
         last = self._last.get(meter)
         if last is None or row.key >= last.key:
@@ -291,6 +310,7 @@ class Ledger:
 
     def _query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
         try:
+            self._flush()
             return list(self._db.execute(sql, params).fetchall())
         except sqlite3.Error as exc:
             raise StateError(f"meter ledger {self.path}: {exc}") from exc

@@ -3,18 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import uvicorn
 
 from monitor.config import Console
+from monitor.errors import MonitorError
 from monitor.web.events import Hub
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
 log = logging.getLogger(__name__)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own SIGINT/SIGTERM handlers: the daemon owns the signals.
+    uvicorn's would also stop the console by themselves and re-raise the signal
+    after a clean shutdown, which reads as a second stop request."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 class ConsoleServer:
@@ -31,8 +44,10 @@ class ConsoleServer:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=2,
+            log_config=None,  # our handlers (plain or --log-json), not uvicorn's own format
         )
-        self._server = uvicorn.Server(config)
+        self._server = _Server(config)
+        self.failed: MonitorError | None = None
 
     @property
     def started(self) -> bool:
@@ -55,7 +70,12 @@ class ConsoleServer:
             )
         if self.console.token is None:
             log.info("console has no token: acknowledge and shelve are disabled")
-        await self._server.serve()
+        try:
+            await self._server.serve()
+        except SystemExit:  # uvicorn exits when it cannot listen, after logging why
+            where = f"{self.console.host}:{self.console.port}"
+            self.failed = MonitorError(f"the console cannot listen on {where} (see the error above)")
+            raise self.failed from None
 
     def stop(self) -> None:
         """End live streams first so shutdown does not wait for them."""
@@ -67,4 +87,6 @@ class ConsoleServer:
     async def wait_started(self, timeout: float = 10.0) -> None:
         async with asyncio.timeout(timeout):
             while not self._server.started:
+                if self.failed is not None:
+                    raise self.failed
                 await asyncio.sleep(0.01)
