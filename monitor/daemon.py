@@ -316,11 +316,17 @@ class Daemon:
             server.stop()
         # Sources, pipeline, timers and drainer stop first; the dispatcher keeps
         # running until what it was handed is delivered (bounded).
-        late = {"console", "alarm dispatcher"}
+        late = {"console", "alarm dispatcher", "outbox drainer"}
         early = [t for t in tasks if t.get_name() not in late]
         for task in early:
             task.cancel()
         await asyncio.gather(*early, return_exceptions=True)
+        # The drainer is asked, not cancelled: it settles the request on the wire, so
+        # the batch is acknowledged once rather than sent again at the next start.
+        if self.sink.drainer is not None:
+            self.sink.drainer.stop()
+            drainer = [t for t in tasks if t.get_name() == "outbox drainer"]
+            await asyncio.wait(drainer, timeout=STOP_DRAIN)
         self._process_queued()
         self.tick()
         with contextlib.suppress(TimeoutError):
