@@ -7,10 +7,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.services import InfluxDB1, Mosquitto, VictoriaMetrics
 
-os.environ.setdefault("HYPOTHESIS_PROFILE", "ci")
+# In CI the property tests run the same examples every time (derandomize), so a red
+# build always means the change, never the dice; on a developer's machine they keep
+# exploring new examples.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session")
