@@ -303,6 +303,10 @@ class Daemon:
                 notify("STOPPING=1")
             await self._shutdown(tasks, server)
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
     def stop(self) -> None:
         """Stop gracefully; a second request while stopping exits at once (the
         outbox, journal and ledger are committed on disk, so nothing is lost)."""

@@ -275,3 +275,32 @@ def test_a_taken_console_port_is_one_clear_error_in_json(tmp_path: Path) -> None
     assert any(r["logger"] == "uvicorn.error" and "address already in use" in r["message"] for r in errors)
     last = errors[-1]["message"]
     assert last.startswith(f"station {STATION} cannot run: the console cannot listen on 127.0.0.1:{port}")
+
+
+def test_sigterm_right_after_sighup_stops_cleanly(tmp_path: Path, simulator: int) -> None:
+    """A stop that arrives while a reload is under way ends the process cleanly (exit 0)
+    instead of counting as a second stop request (an immediate exit 1)."""
+    console_port = free_port()
+    config = tmp_path / "station.yaml"
+    config.write_text(yaml.safe_dump(station(tmp_path / "state", simulator, console_port, {}, temp=False)))
+    log = tmp_path / "daemon.log"
+    daemon = start(config, log)
+    try:
+        wait_until(lambda: try_json(f"http://127.0.0.1:{console_port}/healthz") is not None, timeout=30)
+        config.write_text(yaml.safe_dump(station(tmp_path / "state", simulator, console_port, {}, temp=True)))
+        daemon.send_signal(signal.SIGHUP)
+        wait_until(lambda: "reloading" in log.read_text(), timeout=10, what="the reload to begin")
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+    messages = [r["message"] for r in log_records(log)]
+    assert not any("second stop request" in m for m in messages), messages
+    assert messages[-1] == f"station {STATION} stopped", messages
+    # SIGTERM reached the old daemon while it stopped for the reload (no new one
+    # starts), or the new one (which then stops): either way one clean stop at the end.
+    during = any(m.startswith("stop requested during the reload") for m in messages)
+    runs = sum(m.startswith(f"station {STATION} running") for m in messages)
+    assert runs == (1 if during else 2), messages

@@ -33,34 +33,42 @@ def run(args: argparse.Namespace) -> int:
 
 async def serve(path: Path, config: Config) -> None:
     """Run daemons one after another: a reload stops the running one cleanly and
-    starts one on the new config, so there is only ever one code path for start-up."""
+    starts one on the new config, so there is only ever one code path for start-up.
+    The signal handlers stay installed across a reload, so a stop that arrives in
+    between is never the default action (an abrupt exit)."""
     loop = asyncio.get_running_loop()
-    while True:
-        daemon = Daemon(config)
-        reload: list[Config] = []
+    daemon = Daemon(config)
+    reload: list[Config] = []
 
-        def on_reload(daemon: Daemon = daemon, reload: list[Config] = reload) -> None:
-            if reload:
-                log.info("a reload of %s is already under way", path)
-                return  # a second stop() would exit at once
-            try:
-                new = load_config(path)
-            except ConfigError as exc:
-                log.error("reload of %s refused, the running config stays: %s", path, "; ".join(exc.problems))
-                return
-            log.info("reloading %s", path)
-            reload.append(new)
-            daemon.reloading = True
-            daemon.stop()
-
-        loop.add_signal_handler(signal.SIGTERM, daemon.stop)
-        loop.add_signal_handler(signal.SIGINT, daemon.stop)
-        loop.add_signal_handler(signal.SIGHUP, on_reload)
-        try:
-            await daemon.run()
-        finally:
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                loop.remove_signal_handler(sig)
-        if not reload:
+    def on_reload() -> None:
+        if reload or daemon.stopping:  # a second stop() would exit at once
+            log.info("already stopping: the reload of %s is not done", path)
             return
-        config = reload[-1]
+        try:
+            new = load_config(path)
+        except ConfigError as exc:
+            log.error("reload of %s refused, the running config stays: %s", path, "; ".join(exc.problems))
+            return
+        log.info("reloading %s", path)
+        reload.append(new)
+        daemon.reloading = True
+        daemon.stop()
+
+    def on_stop() -> None:
+        if reload:  # stopping for a reload already: just do not start the next daemon
+            log.info("stop requested during the reload: not starting again")
+            reload.clear()
+            return
+        daemon.stop()
+
+    for sig, handler in ((signal.SIGTERM, on_stop), (signal.SIGINT, on_stop), (signal.SIGHUP, on_reload)):
+        loop.add_signal_handler(sig, handler)
+    try:
+        while True:
+            await daemon.run()
+            if not reload:
+                return
+            daemon = Daemon(reload.pop())
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
