@@ -21,7 +21,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "bootstrap: installing ${missing[*]} with apt-get" >&2
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >/dev/null
-    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+    apt-get install -y -q "${missing[@]}" >/dev/null
   else
     echo "bootstrap: missing ${missing[*]}; run as root or: sudo apt-get install ${APT_PACKAGES[*]}" >&2
     exit 1
