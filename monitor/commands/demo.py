@@ -167,10 +167,12 @@ def seed_history(daemon: Daemon, station: Station, start: float, speed: float) -
 async def _demo(config: Config, args: argparse.Namespace) -> int:
     start = time.time()
     clock = ScaledClock(args.speed, start)
-    station = Station(seed=7, speed=args.speed, start=start)
+    # The simulated station began a day before the live run, so the seeded history
+    # (meter totals included) is what it really read; same clock as `clock`.
+    station = Station(seed=7, speed=args.speed, start=start - HISTORY / args.speed, origin=start - HISTORY)
     for cycle in range(CYCLES):
         for name, at, duration in SCENARIOS:
-            station.inject(name, cycle * CYCLE + at, duration)
+            station.inject(name, HISTORY + cycle * CYCLE + at, duration)
     device = config.modbus.devices[0] if config.modbus else None
     assert device is not None and isinstance(device.port, int)
     server = StationServer(station, host="127.0.0.1", port=device.port)

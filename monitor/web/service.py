@@ -106,8 +106,8 @@ class StationCollector(Collector):
             if src["source"] == "modbus":
                 requests.add_metric([station, src["name"]], src["requests"])
                 errors.add_metric([station, src["name"]], src["errors"])
-                if src.get("latency") is not None:
-                    latency.add_metric([station, src["name"]], src["latency"])
+                if src.get("latency_ms") is not None:
+                    latency.add_metric([station, src["name"]], src["latency_ms"] / 1000.0)
             else:
                 mqtt_msgs.add_metric([station], src.get("received", 0))
                 mqtt_bad.add_metric([station], src.get("bad_payloads", 0))
