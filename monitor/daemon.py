@@ -278,7 +278,7 @@ class Daemon:
             "station %s running: %d sensor(s), %s%s%s",
             self.config.station.id,
             len(self.config.sensors),
-            "baselines restored from checkpoint" if self.restored else "no baseline checkpoint",
+            "baselines restored from checkpoint" if self.restored else "baselines not (all) restored",
             f", {warming} baseline(s) warming up" if warming else "",
             f", console {self.console_url}" if self.console_url else "",
         )

@@ -245,3 +245,47 @@ def test_a_restart_restarts_the_stale_watch_but_keeps_active_stale(tmp_path: Pat
     assert [(c.sensor, c.state) for c in restarted.tick(T0 + 3661)] == [("a", ConditionState.ACTIVE)]
     assert [c.state for c in restarted.process(Sample("b", T0 + 3662, 7.0))] == [ConditionState.CLEARED]
     assert restarted.baseline_mean("a") == 7.0
+
+
+def test_partial_restore_keeps_the_sensors_that_match(tmp_path: Path) -> None:
+    """A reload that adds a sensor must not cost the others their 24 h of history."""
+    before = station(
+        {"id": "flow", "kind": "flow", "unit": "gpm"},
+        {"id": "oil", "kind": "concentration", "slug": {"window": "24h"}},
+    )
+    engine = Engine(before.rules, ManualClock())
+    samples = [Sample(s, T0 + i * 60.0, 100.0 + i % 7) for i in range(1320) for s in ("flow", "oil")]  # 22 h
+    live(engine, samples)
+    mean = engine.baseline_mean("flow")
+    assert mean is not None
+    path = tmp_path / "engine.npz"
+    save_checkpoint(engine, path)
+
+    after = station(
+        {"id": "new.ph", "kind": "ph"},
+        {"id": "flow", "kind": "flow", "unit": "gpm"},
+        {"id": "oil", "kind": "concentration", "slug": {"window": "48h"}},  # changed: starts fresh
+    )
+    with pytest.raises(StateError, match="different sensor set"):
+        restore_checkpoint(Engine(after.rules), path)
+    resumed = Engine(after.rules, ManualClock())
+    assert restore_checkpoint(resumed, path, partial=True) == ["flow"]
+    assert resumed.baseline_mean("flow") == mean
+    assert not resumed.warming_up("flow")
+    assert resumed.baseline_mean("oil") is None and resumed.warming_up("oil")
+    assert resumed.status("new.ph").time is None
+    # The restored sensor carries on exactly as the uninterrupted engine does.
+    more = [Sample("flow", T0 + (1320 + i) * 60.0, 1000.0) for i in range(20)]  # a 20 min slug
+    # (Stale-data conditions of the other sensors differ by design: they are not the same.)
+    flow_only = [c for c in live(resumed, more) if c.sensor == "flow"]
+    assert canon(flow_only) == canon([c for c in live(engine, more) if c.sensor == "flow"])
+    assert any(c.rule == "slug" for c in flow_only)
+    assert resumed.baseline_mean("flow") == engine.baseline_mean("flow")
+
+
+def test_partial_restore_with_nothing_in_common_is_refused(tmp_path: Path) -> None:
+    engine = Engine(station({"id": "a", "kind": "flow"}).rules)
+    path = tmp_path / "engine.npz"
+    save_checkpoint(engine, path)
+    with pytest.raises(StateError, match="no sensor matches"):
+        restore_checkpoint(Engine(station({"id": "b", "kind": "flow"}).rules), path, partial=True)

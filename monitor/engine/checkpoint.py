@@ -90,12 +90,18 @@ def save_checkpoint(engine: Engine, path: str | Path) -> None:
         raise StateError(f"checkpoint {path}: cannot write ({exc.strerror or exc})") from exc
 
 
-def restore_checkpoint(engine: Engine, path: str | Path, restart_watch: bool = False) -> None:
+def restore_checkpoint(
+    engine: Engine, path: str | Path, restart_watch: bool = False, partial: bool = False
+) -> list[str]:
     """Load a checkpoint into a fresh engine; StateError (and no change) when it does not fit.
 
     With `restart_watch` (what a restarting daemon wants) the stale-data watch starts
     again at the next tick instead of counting the downtime against every sensor;
     a stale condition that was active stays active until its sensor reports.
+
+    With `partial` (a config that added or removed sensors) every sensor whose id,
+    kind, unit and window match is restored and the others start fresh; a sensor
+    that changed is never given its old history. Returns the ids restored.
     """
     path = Path(path)
     try:
@@ -107,49 +113,77 @@ def restore_checkpoint(engine: Engine, path: str | Path, restart_watch: bool = F
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
         raise StateError(f"checkpoint {path}: not a version {VERSION} engine checkpoint")
     mine = json.loads(json.dumps(signature(engine)))
-    if doc.get("sensors") != mine:
-        theirs = {str(s[0]) for s in doc.get("sensors", []) if isinstance(s, list) and s}
+    theirs = doc.get("sensors")
+    states = doc.get("state")
+    if not isinstance(theirs, list) or not isinstance(states, list) or len(theirs) != len(states):
+        raise StateError(f"checkpoint {path}: inconsistent state (sensor list)")
+    if theirs != mine:
+        their_ids = {str(s[0]) for s in theirs if isinstance(s, list) and s}
         ours = set(engine.sensors)
-        detail = f"missing {sorted(ours - theirs)}, extra {sorted(theirs - ours)}"
-        if theirs == ours:
+        detail = f"missing {sorted(ours - their_ids)}, extra {sorted(their_ids - ours)}"
+        if their_ids == ours:
             detail = "same sensors, different kind, unit or window"
-        raise StateError(f"checkpoint {path}: belongs to a different sensor set ({detail})")
+        if not partial:
+            raise StateError(f"checkpoint {path}: belongs to a different sensor set ({detail})")
+    pairs = _matching(theirs, mine)
+    if not pairs:
+        raise StateError(f"checkpoint {path}: belongs to a different sensor set (no sensor matches)")
     base = engine.baselines
-    if sums.shape != base.sums.shape or counts.shape != base.counts.shape:
+    if sums.ndim != 2 or sums.shape[1:] != base.sums.shape[1:] or counts.shape != sums.shape:
         raise StateError(
-            f"checkpoint {path}: baseline arrays have shape {sums.shape}, expected {base.sums.shape}"
+            f"checkpoint {path}: baseline arrays have shape {sums.shape}, expected (*, {base.sums.shape[1]})"
         )
     try:
-        _apply(engine, doc, sums, counts)
-        if restart_watch:
-            engine.last_tick = -math.inf
-            for st in engine._states:
-                st.fresh = math.nan
-    except (KeyError, TypeError, ValueError) as exc:
+        _apply(engine, doc, sums, counts, pairs)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise StateError(f"checkpoint {path}: inconsistent state ({exc!r})") from exc
+    if restart_watch:
+        engine.last_tick = -math.inf
+        for st in engine._states:
+            st.fresh = math.nan
+    return [engine._states[i].sensor for i, _ in pairs]
 
 
-def _apply(engine: Engine, doc: dict[str, Any], sums: npt.NDArray[Any], counts: npt.NDArray[Any]) -> None:
+def _matching(theirs: list[Any], mine: list[Any]) -> list[tuple[int, int]]:
+    """(our state index, their state index) of every sensor with the same signature."""
+    index = {str(s[0]): j for j, s in enumerate(theirs) if isinstance(s, list) and s}
+    pairs = []
+    for i, sig in enumerate(mine):
+        j = index.get(str(sig[0]))
+        if j is not None and theirs[j] == sig:
+            pairs.append((i, j))
+    return pairs
+
+
+def _apply(
+    engine: Engine,
+    doc: dict[str, Any],
+    sums: npt.NDArray[Any],
+    counts: npt.NDArray[Any],
+    pairs: list[tuple[int, int]],
+) -> None:
     states = doc["state"]
-    if len(states) != len(engine._states):
-        raise ValueError("sensor count")
+    # Their baseline rows, in order, belong to the entries that have a baseline.
+    rows: dict[int, int] = {}
+    for j, d in enumerate(states):
+        if "baseline" in d:
+            rows[j] = len(rows)
     # Check every entry before changing anything.
-    for st, d in zip(engine._states, states, strict=True):
+    for i, j in pairs:
+        st, d = engine._states[i], states[j]
         for k in _SENSOR:
             float(d[k])
         if st.row >= 0:
             for k in _BASE:
                 float(d["baseline"][k])
+            if rows[j] >= sums.shape[0]:
+                raise IndexError(f"baseline row {rows[j]} of {sums.shape[0]}")
         if st.slug is not None:
             for k in _SLUG:
                 float(d["slug"][k])
-        for lim in st.limits:
-            for k in _LIMIT:
-                float(d["limits"][str(lim.rule)][k])
     base = engine.baselines
-    base.sums[...] = sums
-    base.counts[...] = counts.astype(np.int64)
-    for st, d in zip(engine._states, states, strict=True):
+    for i, j in pairs:
+        st, d = engine._states[i], states[j]
         st.last_time, st.value, st.fresh, st.last_good = (
             float(d["last_time"]),
             float(d["value"]),
@@ -163,6 +197,8 @@ def _apply(engine: Engine, doc: dict[str, Any], sums: npt.NDArray[Any], counts: 
         )
         st.quality = None if d["quality"] is None else Quality(int(d["quality"]))
         if st.row >= 0:
+            base.sums[st.row] = sums[rows[j]]
+            base.counts[st.row] = counts[rows[j]].astype(np.int64)
             b = d["baseline"]
             base.total[st.row] = float(b["total"])
             base.n_total[st.row] = int(b["n_total"])
@@ -175,23 +211,35 @@ def _apply(engine: Engine, doc: dict[str, Any], sums: npt.NDArray[Any], counts: 
             for k in ("run_start", "prev_t", "warm_since", "last_mean"):
                 setattr(st.slug, k, float(s[k]))
         for lim in st.limits:
-            s = d["limits"][str(lim.rule)]
+            s = d["limits"].get(str(lim.rule))
+            if s is None:  # a limit side this sensor did not have before starts fresh
+                continue
             lim.active = bool(s["active"])
             lim.a_start, lim.b_start = float(s["a_start"]), float(s["b_start"])
     engine.last_tick = float(doc["last_tick"])
 
 
 def load_checkpoint_or_start_fresh(engine: Engine, path: str | Path) -> bool:
-    """At daemon start: restore if there is a checkpoint that fits (restarting the
-    stale-data watch), otherwise log why and start fresh. True when restored."""
+    """At daemon start: restore what fits (restarting the stale-data watch), otherwise
+    log why and start fresh. True when every sensor was restored."""
     path = Path(path)
     if not path.exists():
         log.info("no baseline checkpoint at %s: baselines start empty (warm-up applies)", path)
         return False
     try:
-        restore_checkpoint(engine, path, restart_watch=True)
+        restored = restore_checkpoint(engine, path, restart_watch=True, partial=True)
     except StateError as exc:
         log.warning("%s; ignored, baselines start empty (warm-up applies)", exc)
+        return False
+    fresh = [s for s in engine.sensors if s not in set(restored)]
+    if fresh:
+        log.warning(
+            "baselines restored from %s for %d sensor(s); %s changed or are new and start empty"
+            " (warm-up applies)",
+            path,
+            len(restored),
+            ", ".join(fresh),
+        )
         return False
     log.info("baselines and rule state restored from %s", path)
     return True
