@@ -30,6 +30,7 @@ from monitor.alarms.webhook import people_notifiers
 from monitor.config import Config
 from monitor.engine import CHECKPOINT_FILE, CheckpointSchedule, Engine, load_checkpoint_or_start_fresh
 from monitor.errors import MonitorError
+from monitor.health import health_snapshot
 from monitor.meters.book import MeterBook
 from monitor.model import (
     Alarm,
@@ -41,7 +42,6 @@ from monitor.model import (
     Rule,
     Sample,
     WallClock,
-    iso,
 )
 from monitor.sdnotify import notify, watchdog_interval
 from monitor.sinks.pipeline import SampleSink, open_sink
@@ -319,9 +319,7 @@ class Daemon:
         # running until what it was handed is delivered (bounded).
         late = {"console", "alarm dispatcher", "outbox drainer"}
         early = [t for t in tasks if t.get_name() not in late]
-        for task in early:
-            task.cancel()
-        await asyncio.gather(*early, return_exceptions=True)
+        await _cancel(early)
         # The drainer is asked, not cancelled: it settles the request on the wire, so
         # the batch is acknowledged once rather than sent again at the next start.
         if self.sink.drainer is not None:
@@ -337,9 +335,7 @@ class Daemon:
         console = [t for t in tasks if t.get_name() == "console"]
         if console:
             await asyncio.wait(console, timeout=STOP_DRAIN)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await _cancel(tasks)
         left = await self.sink.drain(STOP_DRAIN) if self.sink.drainer is not None else 0
         if left:
             log.warning("%d point(s) stay in the outbox for the next start", left)
@@ -418,65 +414,17 @@ class Daemon:
         return health_snapshot(self)
 
 
-def health_snapshot(daemon: Daemon) -> dict[str, object]:
-    """Sources, outbox and pipeline as JSON-able data (console, /readyz, /metrics)."""
-    sources: list[dict[str, object]] = []
-    if daemon.modbus is not None:
-        for dev in daemon.modbus.health():
-            sources.append(
-                {
-                    "source": "modbus",
-                    "name": dev.device,
-                    "endpoint": dev.endpoint,
-                    "connected": dev.connected,
-                    "last_poll": iso(dev.last_poll) if dev.last_poll is not None else None,
-                    "requests": dev.requests,
-                    "errors": dev.errors,
-                    "timeouts": dev.timeouts,
-                    "failed_in_row": dev.failed_in_row,
-                    "latency_ms": None if dev.last_latency is None else round(dev.last_latency * 1000, 2),
-                    "requests_per_cycle": dev.requests_per_cycle,
-                }
-            )
-    if daemon.mqtt_link is not None:
-        src = daemon.mqtt_source
-        sources.append(
-            {
-                "source": "mqtt",
-                "name": daemon.mqtt_link.where,
-                "connected": daemon.mqtt_link.connected,
-                "error": daemon.mqtt_link.last_error,
-                "received": src.received if src else 0,
-                "samples": src.samples if src else 0,
-                "bad_payloads": src.bad.total if src else 0,
-            }
+async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel and wait, bounded: a library task that swallows its cancellation must
+    not hold the shutdown (and the outbox, journal and checkpoint) hostage."""
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        return
+    _, stuck = await asyncio.wait(tasks, timeout=STOP_DRAIN)
+    if stuck:
+        log.warning(
+            "shutdown: %s did not stop within %gs; carrying on",
+            ", ".join(sorted(t.get_name() for t in stuck)),
+            STOP_DRAIN,
         )
-    outbox: dict[str, object] = {"configured": daemon.sink.outbox is not None}
-    if daemon.sink.outbox is not None:
-        st = daemon.sink.outbox.stats()
-        outbox.update(
-            pending=st.pending,
-            pending_bytes=st.pending_bytes,
-            max_bytes=st.max_bytes,
-            oldest_queued=st.oldest_queued,
-            dead_letters=st.dead_letters,
-            dropped=st.dropped,
-            written=st.written,
-        )
-        if daemon.sink.drainer is not None:
-            ds = daemon.sink.drainer.stats
-            outbox.update(last_error=ds.last_error, last_success=ds.last_success, failures=ds.failures)
-    c = daemon.engine.counters
-    return {
-        "sources": sources,
-        "outbox": outbox,
-        "engine": {
-            "samples": c.samples,
-            "bad_values": c.bad_values,
-            "unknown_sensor": c.unknown_sensor,
-            "out_of_order": c.out_of_order,
-            "conditions": c.conditions,
-        },
-        "samples_by_source": dict(daemon.counters.samples_by_source),
-        "baselines_restored": daemon.restored,
-    }

@@ -2,16 +2,48 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 from monitor.config import Config, load_config
 from monitor.errors import ConfigError
 
 EXIT_CONFIG = 2
+T = TypeVar("T")
+log = logging.getLogger("monitor")
+
+
+def run_bounded(main: Coroutine[Any, Any, T], grace: float = 5.0) -> T:
+    """`asyncio.run`, except that tasks left behind get `grace` seconds to end.
+
+    asyncio.run waits without limit for leftover tasks; one that swallows its
+    cancellation inside a library would keep a stopped daemon from ever exiting.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        result = loop.run_until_complete(main)
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            _, stuck = loop.run_until_complete(asyncio.wait(pending, timeout=grace))
+            if stuck:
+                log.warning(
+                    "exiting with %d task(s) that did not stop: %s",
+                    len(stuck),
+                    ", ".join(sorted(t.get_name() for t in stuck)),
+                )
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        return result
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
 
 
 def load_config_or_exit(path: str | Path) -> Config:

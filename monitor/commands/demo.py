@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from monitor.commands import print_config_error
+from monitor.commands import print_config_error, run_bounded
 from monitor.config import Config, build_config
 from monitor.daemon import Daemon
 from monitor.errors import ConfigError
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             print_config_error(exc)
             return 2
-        return asyncio.run(_demo(config, args))
+        return run_bounded(_demo(config, args))
     return 0
 
 
@@ -198,7 +198,8 @@ async def _demo(config: Config, args: argparse.Namespace) -> int:
             loop.call_later(args.duration, daemon.stop)
         await runner
     finally:
-        await server.stop()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(server.stop(), timeout=5.0)
     active = [a for a in daemon.alarms.alarms() if a.activated_at is not None]
     print(f"demo stopped; {len(active)} alarm(s) raised, state in {config.state_dir}", file=sys.stderr)
     return 0

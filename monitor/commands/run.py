@@ -8,7 +8,7 @@ import logging
 import signal
 from pathlib import Path
 
-from monitor.commands import load_config_or_exit
+from monitor.commands import load_config_or_exit, run_bounded
 from monitor.config import Config, load_config
 from monitor.daemon import Daemon
 from monitor.errors import ConfigError, MonitorError
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args.config)
     try:
-        asyncio.run(serve(Path(args.config), config))
+        run_bounded(serve(Path(args.config), config))
     except MonitorError as exc:
         log.error("station %s cannot run: %s", config.station.id, exc)
         return 1
