@@ -201,5 +201,6 @@ async def _demo(config: Config, args: argparse.Namespace) -> int:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(server.stop(), timeout=5.0)
     active = [a for a in daemon.alarms.alarms() if a.activated_at is not None]
-    print(f"demo stopped; {len(active)} alarm(s) raised, state in {config.state_dir}", file=sys.stderr)
+    where = f"state kept in {config.state_dir}" if args.state_dir else "temporary state removed"
+    print(f"demo stopped; {len(active)} alarm(s) raised, {where}", file=sys.stderr)
     return 0
