@@ -15,11 +15,12 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,25 @@ def http(
             return int(resp.status), bytes(resp.read())
     except urllib.error.HTTPError as exc:
         return int(exc.code), bytes(exc.read())
+
+
+@contextlib.contextmanager
+def simulator_process(*args: str) -> Iterator[int]:
+    """The station simulator as a process of its own (what a field device would be);
+    yields its Modbus TCP port. Extra `args` go to `python -m simulators.modbus_server`."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "simulators.modbus_server", "--port", str(port), *args],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: port_open(port), timeout=20, what="simulator")
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 class Server:

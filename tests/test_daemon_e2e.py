@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.mqtt_tools import Peer
-from tests.services import Mosquitto, VictoriaMetrics, free_port, port_open, wait_until
+from tests.services import Mosquitto, VictoriaMetrics, free_port, port_open, simulator_process, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 STATION = "ps-e2e"
@@ -36,19 +36,8 @@ def simulator() -> Iterator[int]:
 
     The baseline is the mean of whole minutes before a sample, so a slug can be
     judged only after the first minute boundary; 62 s is past it wherever it falls."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "simulators.modbus_server", "--port", str(port), "--scenario", "slug@62s+28s"],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_until(lambda: port_open(port), timeout=20, what="simulator")
+    with simulator_process("--scenario", "slug@62s+28s") as port:
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def write_config(tmp_path: Path, modbus_port: int, mqtt_port: int, vm_url: str, console_port: int) -> Path:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.services import free_port, port_open, wait_until
+from tests.services import free_port, simulator_process, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 STATION = "ps-reload"
@@ -42,19 +42,8 @@ def try_json(url: str) -> Any:
 
 @pytest.fixture
 def simulator() -> Iterator[int]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "simulators.modbus_server", "--port", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_until(lambda: port_open(port), timeout=20, what="simulator")
+    with simulator_process() as port:
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def station(

@@ -232,12 +232,17 @@ class ModbusPoller:
         interval = st.device.poll_interval
         start = loop.time()
         tick = 0
+        task = asyncio.current_task()
         while True:
             try:
                 emit(await self.poll(st.device.name))
             except Exception:  # a bug must not stop the other devices or this one's schedule
                 if st.episodes.fail("internal", "poll cycle failed unexpectedly", exc_info=True):
                     st.health.errors += 1
+            # pymodbus can swallow a cancellation that lands inside a request and turn it
+            # into an I/O error; honour it here, or the daemon's shutdown waits on us.
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
             # Next tick on the grid; a long cycle skips ticks instead of bursting.
             tick = max(tick + 1, math.floor((loop.time() - start) / interval) + 1)
             await asyncio.sleep(max(0.0, start + tick * interval - loop.time()))
