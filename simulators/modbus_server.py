@@ -50,7 +50,7 @@ from pymodbus.constants import ExcCodes
 from pymodbus.server import ModbusSerialServer, ModbusTcpServer
 from pymodbus.simulator import DataType, SimData, SimDevice
 
-from simulators.scenarios import Scenario, Station, load_scenarios, parse_spec
+from simulators.scenarios import Station, add_station_arguments, station_from_args
 
 REGISTERS = 1000
 
@@ -246,20 +246,7 @@ class StationServer:
 
 
 def build_stations(args: argparse.Namespace, start: float, offset: int = 0) -> dict[int, Station]:
-    scenarios: list[Scenario] = [parse_spec(s) for s in args.scenario]
-    if args.scenario_file:
-        scenarios.extend(load_scenarios(args.scenario_file))
-    return {
-        unit: Station(
-            seed=args.seed + offset * 100 + unit,
-            speed=args.speed,
-            start=start,
-            temp_unit=args.temp_unit,
-            meter_digits=args.meter_digits,
-            scenarios=scenarios,
-        )
-        for unit in args.units
-    }
+    return {unit: station_from_args(args, start, seed=args.seed + offset * 100 + unit) for unit in args.units}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -270,16 +257,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--units", type=lambda s: [int(x) for x in s.split(",")], default=[1], help="unit ids, e.g. 1,2"
     )
-    p.add_argument(
-        "--speed", type=float, default=1.0, help="station seconds per real second (60: a day in 24 min)"
-    )
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--temp-unit", choices=("degC", "degF"), default="degC")
-    p.add_argument("--meter-digits", type=int, default=8, help="meter register rolls over at 10^N ft3")
-    p.add_argument(
-        "--scenario", action="append", default=[], help="e.g. slug@10m+30m or ph_excursion@1h:value=3"
-    )
-    p.add_argument("--scenario-file", help="YAML/JSON list of {name, start, duration, ...}")
+    add_station_arguments(p)
     return p.parse_args(argv)
 
 

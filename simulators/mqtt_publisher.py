@@ -35,7 +35,7 @@ from types import FrameType
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
-from simulators.scenarios import Scenario, Station, load_scenarios, parse_spec
+from simulators.scenarios import Station, add_station_arguments, station_from_args
 
 TOPICS: dict[str, str] = {
     "flow": "outfall/flow",
@@ -79,18 +79,8 @@ def connect(args: argparse.Namespace) -> paho.Client:
 
 
 def run(args: argparse.Namespace, stop: threading.Event) -> int:
-    scenarios: list[Scenario] = [parse_spec(s) for s in args.scenario]
-    if args.scenario_file:
-        scenarios.extend(load_scenarios(args.scenario_file))
     start = time.time()
-    station = Station(
-        seed=args.seed,
-        speed=args.speed,
-        start=start,
-        temp_unit=args.temp_unit,
-        meter_digits=args.meter_digits,
-        scenarios=scenarios,
-    )
+    station = station_from_args(args, start)
     client = connect(args)
     print(
         f"pumping-station MQTT publisher -> {args.host}:{args.port} {args.prefix}/..., "
@@ -131,16 +121,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--qos", type=int, choices=(0, 1, 2), default=1)
     p.add_argument("--interval", type=float, default=1.0, help="seconds between readings")
     p.add_argument("--rounds", type=int, default=0, help="stop after N rounds (0: run until Ctrl-C)")
-    p.add_argument(
-        "--speed", type=float, default=1.0, help="station seconds per real second (60: a day in 24 min)"
-    )
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--temp-unit", choices=("degC", "degF"), default="degC")
-    p.add_argument("--meter-digits", type=int, default=8, help="meters roll over at 10^N ft3")
-    p.add_argument(
-        "--scenario", action="append", default=[], help="e.g. slug@10m+30m or ph_excursion@1h:value=3"
-    )
-    p.add_argument("--scenario-file", help="YAML/JSON list of {name, start, duration, ...}")
+    add_station_arguments(p)
     return p.parse_args(argv)
 
 

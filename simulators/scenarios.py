@@ -44,6 +44,7 @@ Noise is derived by hashing (seed, sensor, station second), so it is realistic
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import math
@@ -355,3 +356,32 @@ class Station:
 
 
 __all__ = ["METERS", "SCENARIOS", "SENSORS", "Scenario", "Station", "load_scenarios", "parse_spec", "seconds"]
+
+
+def add_station_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every simulator front end (Modbus server, MQTT publisher) shares."""
+    parser.add_argument(
+        "--speed", type=float, default=1.0, help="station seconds per real second (60: a day in 24 min)"
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--temp-unit", choices=("degC", "degF"), default="degC")
+    parser.add_argument("--meter-digits", type=int, default=8, help="meters roll over at 10^N ft3")
+    parser.add_argument(
+        "--scenario", action="append", default=[], help="e.g. slug@10m+30m or ph_excursion@1h:value=3"
+    )
+    parser.add_argument("--scenario-file", help="YAML/JSON list of {name, start, duration, ...}")
+
+
+def station_from_args(args: argparse.Namespace, start: float, seed: int | None = None) -> Station:
+    """The station `add_station_arguments` describes; `seed` overrides `--seed`."""
+    scenarios: list[Scenario] = [parse_spec(s) for s in args.scenario]
+    if args.scenario_file:
+        scenarios.extend(load_scenarios(args.scenario_file))
+    return Station(
+        seed=args.seed if seed is None else seed,
+        speed=args.speed,
+        start=start,
+        temp_unit=args.temp_unit,
+        meter_digits=args.meter_digits,
+        scenarios=scenarios,
+    )

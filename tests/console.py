@@ -9,14 +9,15 @@ import concurrent.futures
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import httpx
 from pydantic import SecretStr
 
 from monitor.alarms import AlarmManager, Journal
 from monitor.config import Alarms, Console
 from monitor.model import Condition, ConditionState, ManualClock, Quality, Rule, Sample, iso
-from monitor.web import ConsoleServer, SensorReading, create_app
+from monitor.web import ConsoleServer, SensorReading, StationView, create_app
 from tests.services import free_port
 
 T = TypeVar("T")
@@ -150,3 +151,15 @@ class LiveConsole:
 
         self.loop.call_soon_threadsafe(run)
         return future.result(timeout=10)
+
+
+def call(view: StationView, method: str, url: str, token: str | None = TOKEN, **kw: Any) -> httpx.Response:
+    """One request through the ASGI app (no socket needed for pure API behaviour)."""
+    app = create_app(view, Console(token=None if token is None else SecretStr(token)))
+
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
+            return await client.request(method, url, **kw)
+
+    return asyncio.run(go())

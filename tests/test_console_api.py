@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -11,12 +10,9 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import SecretStr
 
-from monitor.config import Console
 from monitor.model import ManualClock, Sample
-from monitor.web import create_app
-from tests.console import T0, TOKEN, LiveConsole, TableView, fill_day
+from tests.console import T0, TOKEN, LiveConsole, TableView, call, fill_day
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CITE = "§139-15 C(3)"
@@ -29,18 +25,6 @@ def view(tmp_path: Path) -> Iterator[TableView]:
     fill_day(v, T0 - 86400)
     yield v
     v.alarms.close()
-
-
-def call(view: TableView, method: str, url: str, token: str | None = TOKEN, **kw: Any) -> httpx.Response:
-    """One request through the ASGI app (no socket needed for pure API behaviour)."""
-    app = create_app(view, Console(token=None if token is None else SecretStr(token)))
-
-    async def go() -> httpx.Response:
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
-            return await client.request(method, url, **kw)
-
-    return asyncio.run(go())
 
 
 def test_reads(view: TableView) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -17,7 +16,7 @@ from monitor.daemon import Daemon
 from monitor.meters.book import MeterBook
 from monitor.model import ManualClock, Rule, Sample, iso
 from monitor.web import create_app
-from tests.console import T0, TOKEN, TableView
+from tests.console import T0, TOKEN, TableView, call
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -43,17 +42,6 @@ def view(tmp_path: Path) -> Iterator[MeterView]:
     yield v
     v.meter_book.close()
     v.alarms.close()
-
-
-def call(view: MeterView, method: str, url: str, token: str | None = TOKEN, **kw: Any) -> httpx.Response:
-    app = create_app(view, Console(token=None if token is None else SecretStr(token)))
-
-    async def go() -> httpx.Response:
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
-            return await client.request(method, url, **kw)
-
-    return asyncio.run(go())
 
 
 def test_replacement_through_the_console_clears_the_meter_alarm(view: MeterView) -> None:
