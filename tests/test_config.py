@@ -207,3 +207,13 @@ def test_config_schema_is_json_schema() -> None:
     assert schema["additionalProperties"] is False
     assert {"station", "sensors", "modbus", "mqtt", "influx"} <= set(schema["properties"])
     assert schema["properties"]["profile"]["type"] == "string"
+
+
+def test_station_timezone_is_an_iana_zone() -> None:
+    base = {"sensors": [{"id": "a", "kind": "ph"}]}
+    cfg = build_config({**base, "station": {"id": "s", "timezone": "America/New_York"}})
+    assert cfg.station.zone.key == "America/New_York"
+    assert build_config({**base, "station": {"id": "s"}}).station.timezone == "UTC"
+    with pytest.raises(ConfigError) as err:
+        build_config({**base, "station": {"id": "s", "timezone": "Mars/Olympus"}})
+    assert any(p.startswith("station.timezone:") for p in err.value.problems)

@@ -8,9 +8,10 @@ from collections.abc import Iterable, Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from monitor.config.outputs import Alarms, Billing, Console, Influx, Store
 from monitor.config.sensors import Profile, Sensor, SensorRules, key_error, profile_limit, resolve_rules
@@ -26,6 +27,23 @@ DEFAULT_PROFILE = Path(__file__).resolve().parent.parent / "profiles" / "barton-
 class Station(Section):
     id: str = Field(pattern=r"^[A-Za-z0-9_.:-]+$")
     name: str = ""
+    # The Town's clock: every human-facing date (billing quarters, incident due dates,
+    # callout schedules, reports) is cut in this IANA zone; event times stay UTC.
+    timezone: str = "UTC"
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"{value!r} is not an IANA time zone such as America/New_York") from exc
+        return value
+
+    @property
+    def zone(self) -> ZoneInfo:
+        """The station's local time zone."""
+        return ZoneInfo(self.timezone)
 
 
 class Config(Section):
