@@ -6,7 +6,7 @@ Starts `simulators.modbus_server` in a subprocess (20 endpoints on consecutive
 ports, so the server's CPU is not the poller's), then prints:
 
 - requests per cycle against the minimum the map allows (computed here
-  independently of the planner: each cluster of fields closer than max_gap,
+  independently of the planner: each cluster of fields closer than max_register_gap,
   in 125-register pieces);
 - poll-cycle time (all devices concurrently, `asyncio.gather` of
   `ModbusPoller.poll`), median and p99;
@@ -127,7 +127,13 @@ async def measure(base: int, n: int, cycles: int, server_pid: int) -> dict[str, 
     fields = device_fields()
     devices = [
         ModbusDevice.model_validate(
-            {"name": f"dev{i}", "host": "127.0.0.1", "port": base + i, "max_gap": MAX_GAP, "fields": fields}
+            {
+                "name": f"dev{i}",
+                "host": "127.0.0.1",
+                "port": base + i,
+                "max_register_gap": MAX_GAP,
+                "fields": fields,
+            }
         )
         for i in range(n)
     ]

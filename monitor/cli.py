@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "demo": "monitor.commands.demo",
     "check-config": "monitor.commands.check_config",
     "config-schema": "monitor.commands.config_schema",
+    "profile": "monitor.commands.profile",
     "replay": "monitor.commands.replay",
     "modbus": "monitor.commands.modbus",
     "import-telegraf": "monitor.commands.import_telegraf",

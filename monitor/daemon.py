@@ -59,7 +59,7 @@ STOP_DRAIN = 5.0  # wall seconds the outbox may drain at shutdown
 
 
 @dataclass
-class Counters:
+class PipelineCounters:
     """Pipeline figures for /metrics and the console's health panel."""
 
     samples_by_source: dict[str, int] = field(default_factory=dict)
@@ -76,7 +76,7 @@ class Daemon:
         self.clock = clock or WallClock()
         self.with_console = console and config.console.enabled
         config.state_dir.mkdir(parents=True, exist_ok=True)
-        self.counters = Counters()
+        self.counters = PipelineCounters()
         self.engine = Engine(config.rules, self.clock)
         self.checkpoint_path = config.state_dir / CHECKPOINT_FILE
         self.restored = load_checkpoint_or_start_fresh(self.engine, self.checkpoint_path)

@@ -128,6 +128,22 @@ BROKEN: list[tuple[str, dict[str, object], str]] = [
      with_sensors({"id": "m", "kind": "meter", "account": "acme"},
                   billing={"rate_per_kcf": 4, "accounts": [{"id": "other"}]}),
      "sensors[0].account: unknown account 'acme'"),
+    # Retired keys: an old file fails naming the new key; nothing old is accepted silently.
+    ("old slug max_gap", with_sensors({"id": "a", "kind": "flow", "slug": {"max_gap": "5m"}}),
+     "sensors[0].slug.max_gap: unknown key (renamed: did you mean 'max_sample_gap'?)"),
+    ("old modbus max_gap",
+     with_sensors({"id": "a", "kind": "flow"},
+                  modbus={"devices": [{**PLC, "max_gap": 10, "fields": [{"sensor": "a", "address": 0}]}]}),
+     "modbus.devices[0].max_gap: unknown key (renamed: did you mean 'max_register_gap'?)"),
+    ("old billing max_gap", {**base(), "billing": {"rate_per_kcf": 4, "max_gap": "1d"}},
+     "billing.max_gap: unknown key (renamed: did you mean 'max_reading_gap'?)"),
+    ("stale_after on a modbus device",
+     with_sensors({"id": "a", "kind": "flow"},
+                  modbus={"devices": [{**PLC, "stale_after": "5m",
+                                       "fields": [{"sensor": "a", "address": 0}]}]}),
+     "modbus.devices[0].stale_after: unknown key (removed, it never did anything: set stale_after on each"),
+    ("stale_after on mqtt", {**base(), "mqtt": {"stale_after": "5m"}},
+     "mqtt.stale_after: unknown key (removed, it never did anything"),
 ]  # fmt: skip
 
 
@@ -217,3 +233,37 @@ def test_station_timezone_is_an_iana_zone() -> None:
     with pytest.raises(ConfigError) as err:
         build_config({**base, "station": {"id": "s", "timezone": "Mars/Olympus"}})
     assert any(p.startswith("station.timezone:") for p in err.value.problems)
+
+
+def test_example_copied_alone_to_etc_passes_check_config(tmp_path: Path) -> None:
+    """The operator's first step: the example copied to /etc/station-monitor/ on its own
+    (its profile used to resolve beside the file, where nothing was)."""
+    etc = tmp_path / "etc" / "station-monitor"
+    etc.mkdir(parents=True)
+    (etc / "station.yaml").write_text((ROOT / "config" / "station.example.yaml").read_text())
+    result = run_monitor("check-config", str(etc / "station.yaml"), env=EXAMPLE_ENV)
+    assert result.returncode == 0, result.stderr
+
+
+def test_there_is_one_ordinance_profile_and_monitor_profile_prints_it(tmp_path: Path) -> None:
+    from monitor.config.load import DEFAULT_PROFILE
+
+    result = run_monitor("profile")
+    assert result.returncode == 0 and result.stdout == DEFAULT_PROFILE.read_text()
+    copies = [p for p in ROOT.glob("config/**/*.yaml") if "citation:" in p.read_text()]
+    assert copies == [], f"a second copy of the ordinance profile: {copies}"
+    # What the example config's comment tells an operator to do works as written.
+    (tmp_path / "ordinance.yaml").write_text(result.stdout)
+    raw = {**base(), "profile": "ordinance.yaml"}
+    assert build_config(raw, base_dir=tmp_path).profile.slug.max_sample_gap == 300.0
+
+
+def test_an_old_profile_key_names_the_new_one(tmp_path: Path) -> None:
+    from monitor.config.load import DEFAULT_PROFILE
+
+    text = DEFAULT_PROFILE.read_text().replace("max_sample_gap:", "max_gap:")
+    (tmp_path / "old.yaml").write_text(text)
+    with pytest.raises(ConfigError) as info:
+        build_config({**base(), "profile": "old.yaml"}, base_dir=tmp_path)
+    expected = "profile.slug.max_gap: unknown key (renamed: did you mean 'max_sample_gap'?)"
+    assert expected in info.value.problems

@@ -50,7 +50,7 @@ def write_config(tmp_path: Path, modbus_port: int, mqtt_port: int, vm_url: str, 
                 "kind": "flow",
                 "unit": "gpm",
                 # A short window so the test judges slugs after seconds, not 20 hours.
-                "slug": {"window": "10m", "warmup": "4s", "duration": "3s", "max_gap": "1m"},
+                "slug": {"window": "10m", "warmup": "4s", "duration": "3s", "max_sample_gap": "1m"},
             },
             {"id": "outfall.ph", "kind": "ph"},
         ],

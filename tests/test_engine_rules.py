@@ -88,14 +88,14 @@ def test_no_slug_is_judged_while_warming_up() -> None:
     assert not engine2.warming_up("outfall.flow")
 
 
-def test_a_gap_longer_than_max_gap_breaks_the_run() -> None:
+def test_a_gap_longer_than_max_sample_gap_breaks_the_run() -> None:
     history = flow_day()
     over = then(history, 600, 700.0)  # 10 min over
     gap_start = over[-1][0]
     rest = every(10.0, [700.0] * 60, gap_start + 6 * 60)  # silent 6 min, then 10 min over
     _, conds = both(FLOW, "outfall.flow", [*over, *rest])
     assert slugs(conds) == []  # two runs of 10 min, not one of 26
-    rest = every(10.0, [700.0] * 60, gap_start + 4 * 60)  # silent 4 min (< max_gap 5 min)
+    rest = every(10.0, [700.0] * 60, gap_start + 4 * 60)  # silent 4 min (< max_sample_gap 5 min)
     _, conds = both(FLOW, "outfall.flow", [*over, *rest])
     assert [c.state for c in slugs(conds)] == [ACTIVE]
 

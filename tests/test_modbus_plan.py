@@ -1,4 +1,4 @@
-"""Request planning: fewest reads under the protocol limits and max_gap; bisecting."""
+"""Request planning: fewest reads under the protocol limits and max_register_gap; bisecting."""
 
 from __future__ import annotations
 
@@ -17,15 +17,16 @@ def u16(address: int, register: str = "holding") -> dict[str, Any]:
     return {"sensor": f"s{address}", "register": register, "address": address, "type": "UINT16"}
 
 
-def test_gap_up_to_max_gap_is_read_through_and_one_more_splits() -> None:
-    assert spans([u16(0), u16(11)], max_gap=10) == [("holding", 0, 12)]  # 10 unused registers between
-    assert spans([u16(0), u16(12)], max_gap=10) == [("holding", 0, 1), ("holding", 12, 1)]
-    assert spans([u16(0), u16(1)], max_gap=0) == [("holding", 0, 2)]
+def test_gap_up_to_max_register_gap_is_read_through_and_one_more_splits() -> None:
+    assert spans([u16(0), u16(11)], max_register_gap=10) == [("holding", 0, 12)]  # 10 unused between
+    assert spans([u16(0), u16(12)], max_register_gap=10) == [("holding", 0, 1), ("holding", 12, 1)]
+    assert spans([u16(0), u16(1)], max_register_gap=0) == [("holding", 0, 2)]
 
 
 def test_a_request_never_exceeds_125_registers_or_2000_bits() -> None:
     regs = [u16(a) for a in range(0, 300)]
-    assert spans(regs, max_gap=0) == [("holding", 0, 125), ("holding", 125, 125), ("holding", 250, 50)]
+    expected = [("holding", 0, 125), ("holding", 125, 125), ("holding", 250, 50)]
+    assert spans(regs, max_register_gap=0) == expected
     wide = [
         {"sensor": f"f{a}", "address": a, "type": "FLOAT64"} for a in range(0, 128, 4)
     ]  # 32 x 4 registers

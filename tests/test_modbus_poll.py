@@ -163,7 +163,7 @@ def test_exception_2_marks_only_the_offending_field_and_splits(caplog: pytest.Lo
                 {"sensor": "a", "address": 15, "type": "UINT16"},
                 {"sensor": "b", "address": 25, "type": "UINT16"},  # the hole at 20 is in the gap
             ]
-            poller = ModbusPoller([device("plc", port, fields, max_gap=10)], ManualClock(T0))
+            poller = ModbusPoller([device("plc", port, fields, max_register_gap=10)], ManualClock(T0))
             assert len(poller.plans[0].requests) == 1
             cycles = [await poller.poll("plc") for _ in range(3)]
             requests = [r.describe().split(" (")[0] for r in poller.devices["plc"].requests]

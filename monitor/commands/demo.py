@@ -97,7 +97,6 @@ def demo_config(state_dir: Path, modbus_port: int, console_port: int, args: argp
                     "host": "127.0.0.1",
                     "port": modbus_port,
                     "poll_interval": "1s",
-                    "stale_after": "5m",
                     "fields": [
                         {"sensor": "outfall.flow", "address": 0, **field},
                         {"sensor": "outfall.ph", "address": 2, **field},

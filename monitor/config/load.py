@@ -160,11 +160,26 @@ def _format_errors(exc: ValidationError) -> list[str]:
     return lines
 
 
+# Keys that were renamed or removed: an old file fails with the new name, never silently.
+# (the mapping the key sits in, old key) -> hint.
+RETIRED_KEYS: dict[tuple[str, str], str] = {
+    ("slug", "max_gap"): "renamed: did you mean 'max_sample_gap'?",
+    ("devices", "max_gap"): "renamed: did you mean 'max_register_gap'?",
+    ("billing", "max_gap"): "renamed: did you mean 'max_reading_gap'?",
+    ("devices", "stale_after"): "removed, it never did anything: set stale_after on each sensor",
+    ("mqtt", "stale_after"): "removed, it never did anything: set stale_after on each sensor",
+}
+
+
 def _suggest(exc: ValidationError, loc: list[int | str]) -> str:
     """`did you mean 'limits'?` for a misspelt key, from the model's own field names."""
     key = loc[-1] if loc else ""
     if not isinstance(key, str):
         return ""
+    parent = next((p for p in reversed(loc[:-1]) if isinstance(p, str)), "")
+    retired = RETIRED_KEYS.get((parent, key))
+    if retired is not None:
+        return f" ({retired})"
     names = _known_keys()
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.75)
     return f" (did you mean {close[0]!r}?)" if close else ""

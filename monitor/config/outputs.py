@@ -117,5 +117,7 @@ class Billing(Section):
     rate_per_kcf: Decimal = Field(ge=0, description="dollars per 1,000 ft3 (§139-3)")
     minimum_charge: Decimal | None = Field(None, ge=0, description="per billing unit per quarter")
     year_start_month: int = Field(1, ge=1, le=12)
-    max_gap: Duration = Field(86400.0, gt=0, description="longer gaps mark a period estimated")
+    max_reading_gap: Duration = Field(
+        86400.0, gt=0, description="a longer gap between accepted meter readings marks a quarter estimated"
+    )
     accounts: list[Account] = []

@@ -55,7 +55,9 @@ class SlugOverride(Section):
     factor: float | None = Field(None, gt=1)
     duration: Duration | None = None
     window: Duration | None = Field(None, gt=0, le=7 * 86400)
-    max_gap: Duration | None = Field(None, gt=0)
+    max_sample_gap: Duration | None = Field(
+        None, gt=0, description="longest silence between good samples that keeps an over run going"
+    )
     warmup: Duration | None = None
     citation: str | None = None
 
@@ -118,13 +120,13 @@ class ProfileSlug(Section):
     factor: float = Field(gt=1)
     duration: Duration
     window: Duration = Field(gt=0)
-    max_gap: Duration = Field(gt=0)
+    max_sample_gap: Duration = Field(gt=0)
     warmup: Duration
     citation: str
 
 
 class Profile(Section):
-    """The ordinance as the software enforces it (config/ordinance-139.yaml)."""
+    """The ordinance as the software enforces it (the bundled monitor/profiles/barton-139.yaml)."""
 
     name: str
     limits: dict[str, ProfileLimit]
@@ -150,7 +152,7 @@ class SlugRule:
     factor: float
     duration: float
     window: float
-    max_gap: float
+    max_sample_gap: float
     warmup: float
     citation: str
 
@@ -224,7 +226,7 @@ def resolve_rules(sensor: Sensor, profile: Profile) -> SensorRules:
             factor=so.factor if so.factor is not None else ps.factor,
             duration=so.duration if so.duration is not None else ps.duration,
             window=so.window if so.window is not None else ps.window,
-            max_gap=so.max_gap if so.max_gap is not None else ps.max_gap,
+            max_sample_gap=so.max_sample_gap if so.max_sample_gap is not None else ps.max_sample_gap,
             warmup=so.warmup if so.warmup is not None else min(ps.warmup, so.window or ps.window),
             citation=so.citation or ps.citation,
         )

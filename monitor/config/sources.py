@@ -66,13 +66,14 @@ class ModbusDevice(Section):
     timeout: Duration = Field(1.0, gt=0)
     byte_order: ByteOrder = "ABCD"
     address_base: Literal[0, 1] = 0
-    max_gap: int = Field(10, ge=0, le=124, description="registers read through to merge requests")
+    max_register_gap: int = Field(
+        10, ge=0, le=124, description="unused registers read through to merge two requests into one"
+    )
     close_after_cycle: bool = False
     comm_loss_after: int = Field(3, ge=1, description="failed polls in a row before comm-loss")
     busy_retries: int = Field(2, ge=0)
     busy_pause: Duration = 0.2
     pause: Duration = Field(0.0, description="pause between requests on this connection")
-    stale_after: Duration | None = Field(None, gt=0)
     fields: list[ModbusField] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -173,7 +174,6 @@ class Mqtt(Section):
     subscriptions: list[Subscription] = []
     max_skew: Duration = 300.0
     max_payload: int = Field(65536, gt=0)
-    stale_after: Duration | None = Field(None, gt=0)
     comm_loss_after: Duration = Field(
         30.0, gt=0, description="broker unreachable this long: comm-loss on every sensor MQTT feeds"
     )

@@ -5,7 +5,7 @@ whole buckets before it. Over samples stay out of the baseline ("during normal
 operation"), so a long slug cannot raise its own threshold. The condition becomes
 active at the first over sample that ends a continuous over run longer than
 `duration`, and clears at the first good sample that is not over. A gap of more
-than `max_gap` between good samples restarts the run (an active slug stays active
+than `max_sample_gap` between good samples restarts the run (an active slug stays active
 across a gap while the samples stay over).
 
 Warm-up: for the first `warmup` of a sensor's history nothing is over and every
@@ -62,7 +62,7 @@ class SlugState:
         self.factor = rule.factor
         self.duration = rule.duration
         self.window = rule.window
-        self.max_gap = rule.max_gap
+        self.max_gap = rule.max_sample_gap
         self.warmup = rule.warmup
         self.citation = rule.citation
         self.active = False

@@ -102,7 +102,7 @@ class Usage:
     flags: frozenset[str]
 
 
-def usage(ledger: Ledger, meter: str, q: Quarter, max_gap: float) -> Usage:
+def usage(ledger: Ledger, meter: str, q: Quarter, max_reading_gap: float) -> Usage:
     """Sum of the deltas whose later reading falls in the quarter; no interpolation."""
     spec = ledger.spec(meter)
     before = ledger.accepted_at_or_before(meter, q.start_ms)
@@ -119,7 +119,7 @@ def usage(ledger: Ledger, meter: str, q: Quarter, max_gap: float) -> Usage:
     times = [q.start_ms, *(r.time_ms for r in accepted), q.end_ms]
     if before is None and accepted:
         times[0] = accepted[0].time_ms  # a meter installed mid-quarter: its first reading opens it
-    if not accepted or max(b - a for a, b in itertools.pairwise(times)) > max_gap * 1000:
+    if not accepted or max(b - a for a, b in itertools.pairwise(times)) > max_reading_gap * 1000:
         out_flags.add("estimated")
     first = before if before is not None else (accepted[0] if accepted else None)
     last = accepted[-1] if accepted else before
@@ -170,7 +170,7 @@ def export_rows(config: Config, ledger: Ledger, q: Quarter) -> list[dict[str, st
     meters_by_account: dict[str, list[str]] = defaultdict(list)
     for meter, spec in ledger.specs.items():
         meters_by_account[spec.account or ""].append(meter)
-    usages = {m: usage(ledger, m, q, billing.max_gap) for m in ledger.specs}
+    usages = {m: usage(ledger, m, q, billing.max_reading_gap) for m in ledger.specs}
     system_gal = sum((ft3_to_gal(u.ft3) for u in usages.values()), Fraction(0))
     out: list[dict[str, str]] = []
     for account in sorted(billing.accounts, key=lambda a: a.id):

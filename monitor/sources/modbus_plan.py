@@ -1,7 +1,7 @@
 """Compile a device's register map once into a read plan: as few requests as allowed.
 
 Per device and register type, fields sorted by address are merged greedily into
-one request while the next field starts at most `max_gap` registers after the
+one request while the next field starts at most `max_register_gap` registers after the
 current end and the request stays within the protocol's limit (125 registers or
 2,000 bits). Greedy from the lowest address is optimal for this covering problem,
 so the plan needs the fewest requests the map allows under that gap.
@@ -119,14 +119,14 @@ def resolve_fields(device: ModbusDevice) -> list[FieldRead]:
     return out
 
 
-def merge(fields: Sequence[FieldRead], max_gap: int) -> list[Request]:
+def merge(fields: Sequence[FieldRead], max_register_gap: int) -> list[Request]:
     """Greedy merge of one register type's fields into the fewest requests."""
     requests: list[Request] = []
     ordered = sorted(fields, key=lambda f: (f.address, f.count))
     group: list[FieldRead] = []
     start = end = 0
     for f in ordered:
-        if group and f.address - end <= max_gap and max(end, f.end) - start <= limit(f.kind):
+        if group and f.address - end <= max_register_gap and max(end, f.end) - start <= limit(f.kind):
             group.append(f)
             end = max(end, f.end)
             continue
@@ -142,7 +142,7 @@ def plan_device(device: ModbusDevice) -> ReadPlan:
     fields = resolve_fields(device)
     requests: list[Request] = []
     for kind in KIND_ORDER:
-        requests.extend(merge([f for f in fields if f.kind == kind], device.max_gap))
+        requests.extend(merge([f for f in fields if f.kind == kind], device.max_register_gap))
     return ReadPlan(device.name, tuple(requests))
 
 
@@ -174,7 +174,7 @@ def describe(plans: Sequence[ReadPlan], devices: Sequence[ModbusDevice]) -> str:
     for plan, dev in zip(plans, devices, strict=True):
         where = f"{dev.host}:{dev.port}" if dev.transport == "tcp" else str(dev.port)
         lines.append(
-            f"{dev.name} ({where} unit {dev.device_id}, max_gap {dev.max_gap}, "
+            f"{dev.name} ({where} unit {dev.device_id}, max_register_gap {dev.max_register_gap}, "
             f"address_base {dev.address_base}): "
             f"{len(plan.requests)} request(s) touching {plan.touched} registers/bits"
         )

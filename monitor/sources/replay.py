@@ -28,7 +28,7 @@ COLUMNS = ("time", "sensor", "value")
 
 
 @dataclass
-class Problem:
+class BadRows:
     """How often one kind of bad row occurred, and where first."""
 
     count: int = 0
@@ -47,10 +47,10 @@ class ReadReport:
 
     path: str
     rows: int = 0
-    unknown_sensor: dict[str, Problem] = field(default_factory=dict)
-    bad_time: Problem = field(default_factory=Problem)
-    bad_value: Problem = field(default_factory=Problem)
-    out_of_order: Problem = field(default_factory=Problem)
+    unknown_sensor: dict[str, BadRows] = field(default_factory=dict)
+    bad_time: BadRows = field(default_factory=BadRows)
+    bad_value: BadRows = field(default_factory=BadRows)
+    out_of_order: BadRows = field(default_factory=BadRows)
 
     def lines(self) -> list[str]:
         """One line per kind of problem, for stderr."""
@@ -176,7 +176,7 @@ def _chunk(
         report.bad_value.add(int(lines[i]), ",".join(rows[i]))
     for i in np.flatnonzero(sensor < 0).tolist():
         name = rows[i][si].strip()
-        report.unknown_sensor.setdefault(name, Problem()).add(int(lines[i]), ",".join(rows[i]))
+        report.unknown_sensor.setdefault(name, BadRows()).add(int(lines[i]), ",".join(rows[i]))
     keep = (sensor >= 0) & np.isfinite(time)
     return sensor[keep], time[keep], value[keep], quality[keep], lines[keep]
 

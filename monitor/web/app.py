@@ -24,7 +24,7 @@ from monitor import __version__
 from monitor.config import Console
 from monitor.errors import AlarmError, StateError
 from monitor.model import Rule, iso
-from monitor.web.events import Hub
+from monitor.web.events import ConsoleFeed
 from monitor.web.meters import add_meter_routes
 from monitor.web.models import (
     AckRequest,
@@ -63,9 +63,9 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
         docs_url=None,  # Swagger UI and ReDoc load from a CDN; the gateway has no internet
         redoc_url=None,
     )
-    hub = Hub()
-    app.state.hub = hub
-    view.alarms.listen(hub.on_transition)
+    feed = ConsoleFeed()
+    app.state.feed = feed
+    view.alarms.listen(feed.on_transition)
     token = console.token
 
     def authorised(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
@@ -186,20 +186,20 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
 
     @app.get("/api/health", response_model=dict[str, Any])
     async def health() -> object:
-        return _health(view, hub)
+        return _health(view, feed)
 
     def snapshot() -> object:
         return {
             "time": iso(view.now()),
             "sensors": [_reading(r) for r in view.sensors()],
-            "health": _health(view, hub),
+            "health": _health(view, feed),
         }
 
     @app.get("/api/events", include_in_schema=False)
     async def events() -> StreamingResponse:
         """text/event-stream: `alarm` on each transition, `sensors` every few seconds."""
         return StreamingResponse(
-            hub.stream(snapshot, refresh),
+            feed.stream(snapshot, refresh),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -249,9 +249,9 @@ def _reading(r: SensorReading) -> dict[str, object]:
     }
 
 
-def _health(view: StationView, hub: Hub) -> object:
+def _health(view: StationView, feed: ConsoleFeed) -> object:
     active = view.alarms.active()
     counts: dict[str, int] = {}
     for a in active:
         counts[a.state.value] = counts.get(a.state.value, 0) + 1
-    return jsonable({**view.health(), "alarms": counts, "console_clients": hub.clients})
+    return jsonable({**view.health(), "alarms": counts, "console_clients": feed.clients})

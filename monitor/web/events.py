@@ -21,7 +21,7 @@ def frame(event: str, data: object) -> str:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'), allow_nan=False)}\n\n"
 
 
-class Hub:
+class ConsoleFeed:
     """Fans alarm transitions out to every open console; a client that cannot keep up is dropped."""
 
     def __init__(self) -> None:

@@ -12,7 +12,7 @@ import uvicorn
 
 from monitor.config import Console
 from monitor.errors import MonitorError
-from monitor.web.events import Hub
+from monitor.web.events import ConsoleFeed
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -79,9 +79,9 @@ class ConsoleServer:
 
     def stop(self) -> None:
         """End live streams first so shutdown does not wait for them."""
-        hub = getattr(self.app.state, "hub", None)
-        if isinstance(hub, Hub):
-            hub.close()
+        feed = getattr(self.app.state, "feed", None)
+        if isinstance(feed, ConsoleFeed):
+            feed.close()
         self._server.should_exit = True
 
     async def wait_started(self, timeout: float = 10.0) -> None:
