@@ -2,17 +2,22 @@
 
 Each command module provides `HELP`, `add_arguments(parser)` and `run(args) -> int`.
 A module that is not there yet simply is not offered, so features land independently.
+
+Only the chosen command's module is imported, so `monitor --version` and
+`monitor billing rate` never load the daemon, the console (FastAPI, uvicorn) or
+the simulators; `monitor --help` imports them all to list their help lines.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 from monitor import __version__
-from monitor.commands import setup_logging
 
 COMMANDS: dict[str, str] = {
     "run": "monitor.commands.run",
@@ -31,31 +36,67 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _available() -> list[str]:
+    return [name for name, module in COMMANDS.items() if importlib.util.find_spec(module) is not None]
+
+
+def _load(name: str) -> ModuleType:
+    return importlib.import_module(COMMANDS[name])
+
+
+def build_parser(load: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser; `load` names the commands whose modules are imported (default all).
+
+    A command not loaded is still a valid choice (so a typo is reported with the
+    list of commands), it just has no options until it is chosen."""
     parser = argparse.ArgumentParser(
         prog="monitor",
         description="Pumping-station monitor: Modbus/MQTT in, chapter 139 alarms, InfluxDB and billing out.",
     )
     parser.add_argument("--version", action="version", version=f"station-monitor {__version__}")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
-    parser.add_argument("--log-json", action="store_true", help="one JSON object per log line")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        type=str.upper,
+        help="least severe log level written to stderr (default INFO)",
+    )
+    parser.add_argument("--log-json", action="store_true", help="one JSON object per log line (for journald)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, module_name in COMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue
-            raise
+    names = _available()
+    wanted = set(names if load is None else load)
+    for name in names:
+        if name not in wanted:
+            sub.add_parser(name)
+            continue
+        module = _load(name)
         cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(cmd)
         cmd.set_defaults(_run=module.run)
     return parser
 
 
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line, before parsing (None for --help, --version)."""
+    for arg in argv:
+        if arg in COMMANDS:
+            return arg
+        if arg in ("-h", "--help") or (not arg.startswith("-") and arg not in _LEVELS):
+            return None
+    return None
+
+
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "debug", "info", "warning", "error")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    chosen = chosen_command(args_list)
+    wants_help = any(a in ("-h", "--help") for a in args_list)
+    parser = build_parser(load=[chosen] if chosen else (None if wants_help else []))
+    args = parser.parse_args(args_list)
+    from monitor.commands import setup_logging
+
     setup_logging(args.log_level, args.log_json)
     try:
         code: int = args._run(args)

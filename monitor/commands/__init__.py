@@ -1,22 +1,49 @@
-"""Subcommands of `monitor`; this package sits on top and may import everything."""
+"""Subcommands of `monitor`; this package sits on top and may import everything.
+
+It is imported to list the commands, so it imports nothing heavy itself: each
+command module imports what it needs, and only the chosen one is loaded.
+"""
 
 from __future__ import annotations
 
-import asyncio
+import argparse
 import json
 import logging
 import sys
 import time
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from monitor.config import Config, load_config
-from monitor.errors import ConfigError
+if TYPE_CHECKING:
+    from monitor.config import Config
+    from monitor.errors import ConfigError
 
 EXIT_CONFIG = 2
 T = TypeVar("T")
 log = logging.getLogger("monitor")
+
+
+def add_config_argument(parser: argparse.ArgumentParser, positional: bool = False) -> None:
+    """`--config FILE`, the same on every command that reads a station config.
+
+    With `positional`, `monitor check-config FILE` keeps working as well."""
+    help_text = "station config YAML (e.g. /etc/station-monitor/station.yaml)"
+    if not positional:
+        parser.add_argument("--config", required=True, metavar="FILE", help=help_text)
+        return
+    parser.add_argument("--config", metavar="FILE", help=help_text)
+    parser.add_argument("config_file", nargs="?", metavar="FILE", help="the same, given without --config")
+
+
+def config_path(args: argparse.Namespace) -> str:
+    """The config file named either way (exactly one of `--config FILE` or `FILE`); exit 2 otherwise."""
+    given = [p for p in (args.config, getattr(args, "config_file", None)) if p]
+    if len(given) != 1:
+        print(f"monitor {args.command}: name the station config once: --config FILE", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG)
+    path: str = given[0]
+    return path
 
 
 def run_bounded(main: Coroutine[Any, Any, T], grace: float = 5.0) -> T:
@@ -25,6 +52,8 @@ def run_bounded(main: Coroutine[Any, Any, T], grace: float = 5.0) -> T:
     asyncio.run waits without limit for leftover tasks; one that swallows its
     cancellation inside a library would keep a stopped daemon from ever exiting.
     """
+    import asyncio
+
     loop = asyncio.new_event_loop()
     try:
         result = loop.run_until_complete(main)
@@ -48,6 +77,9 @@ def run_bounded(main: Coroutine[Any, Any, T], grace: float = 5.0) -> T:
 
 def load_config_or_exit(path: str | Path) -> Config:
     """Load a config, or print one line per problem and exit 2 (never a traceback)."""
+    from monitor.config import load_config
+    from monitor.errors import ConfigError
+
     try:
         return load_config(path)
     except ConfigError as exc:

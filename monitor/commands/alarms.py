@@ -9,7 +9,7 @@ import time
 
 from monitor.alarms import AlarmManager, Journal, journal_path
 from monitor.alarms.report import build_report, render
-from monitor.commands import load_config_or_exit
+from monitor.commands import add_config_argument, load_config_or_exit
 from monitor.config import Config, parse_duration
 from monitor.errors import StateError
 from monitor.model import Kind, WallClock, iso, parse_time
@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     listing = sub.add_parser("list", help="alarms that are not normal (from the journal)")
     journal = sub.add_parser("journal", help="journal entries, newest last")
     for p in (report, listing, journal):
-        p.add_argument("--config", required=True, help="station config YAML")
+        add_config_argument(p)
         p.add_argument("--json", action="store_true", help="machine-readable output")
     for p in (report, journal):
         p.add_argument("--since", default="30d", help="a duration back from --until (30d, 12h) or a time")

@@ -8,7 +8,7 @@ import time
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from monitor.commands import load_config_or_exit
+from monitor.commands import add_config_argument, load_config_or_exit
 from monitor.errors import MeterError, MonitorError
 from monitor.meters.billing import export_rows, quarter, rate, write_csv, write_export, write_json
 from monitor.meters.book import open_ledger
@@ -26,10 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--places", type=int, default=2, help="decimal places of the rate (default 2, cents)")
     p = sub.add_parser("export", help="one row per account and meter for a billing quarter")
-    p.add_argument("--config", required=True)
+    add_config_argument(p)
     p.add_argument("--quarter", required=True, help="e.g. 2026Q3 (quarters of the billing year)")
     p.add_argument("--out", required=True, help="output file, or - for stdout")
-    p.add_argument("--format", choices=("csv", "json"), default="csv")
+    p.add_argument("--format", choices=("csv", "json"), default="csv", help="file format (default csv)")
 
 
 def _decimal(text: str, what: str) -> Decimal:

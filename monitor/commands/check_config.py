@@ -1,10 +1,10 @@
-"""`monitor check-config FILE`: validate, then show what the daemon will enforce."""
+"""`monitor check-config [--config] FILE`: validate, then show what the daemon will enforce."""
 
 from __future__ import annotations
 
 import argparse
 
-from monitor.commands import load_config_or_exit
+from monitor.commands import add_config_argument, config_path, load_config_or_exit
 from monitor.config import Config
 from monitor.config.sensors import SensorRules
 
@@ -12,11 +12,11 @@ HELP = "validate a station config and print the effective rules (exit 2 on error
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="station config YAML")
+    add_config_argument(parser, positional=True)
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config_or_exit(args.config)
+    config = load_config_or_exit(config_path(args))
     print(summary(config))
     return 0
 

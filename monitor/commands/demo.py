@@ -21,15 +21,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monitor.commands import print_config_error, run_bounded
 from monitor.config import Config, build_config
 from monitor.daemon import Daemon
 from monitor.errors import ConfigError
 from monitor.model import Sample, ScaledClock
-from simulators.modbus_server import StationServer
-from simulators.scenarios import Station
+
+if TYPE_CHECKING:
+    # The simulators are imported when the demo runs, not when `monitor` lists its commands.
+    from simulators.scenarios import Station
 
 HELP = "run the monitor against a simulated station (console URL printed; Ctrl-C stops)"
 
@@ -57,8 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", help="keep state here (default: a fresh temporary directory)")
     parser.add_argument("--duration", type=float, help="stop after this many wall seconds")
     parser.add_argument("--influx-url", help="also write to this InfluxDB (v2 API; INFLUX_TOKEN env)")
-    parser.add_argument("--influx-org", default="barton")
-    parser.add_argument("--influx-bucket", default="station")
+    parser.add_argument("--influx-org", default="barton", help="InfluxDB organisation (default barton)")
+    parser.add_argument("--influx-bucket", default="station", help="InfluxDB bucket (default station)")
 
 
 def free_port(preferred: int) -> int:
@@ -164,6 +166,9 @@ def seed_history(daemon: Daemon, station: Station, start: float, speed: float) -
 
 
 async def _demo(config: Config, args: argparse.Namespace) -> int:
+    from simulators.modbus_server import StationServer
+    from simulators.scenarios import Station
+
     start = time.time()
     clock = ScaledClock(args.speed, start)
     # The simulated station began a day before the live run, so the seeded history

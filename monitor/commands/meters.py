@@ -7,7 +7,7 @@ import csv
 import sys
 from pathlib import Path
 
-from monitor.commands import load_config_or_exit
+from monitor.commands import add_config_argument, load_config_or_exit
 from monitor.errors import MeterError, MonitorError
 from monitor.meters.book import MeterBook
 from monitor.meters.ledger import to_ms
@@ -19,22 +19,22 @@ HELP = "meter ledger: list meters, show readings, record a meter replacement, in
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     p = sub.add_parser("list", help="each meter with its latest reading and alarm state")
-    p.add_argument("--config", required=True)
+    add_config_argument(p)
     p = sub.add_parser("show", help="a meter's ledger rows")
-    p.add_argument("--config", required=True)
-    p.add_argument("--meter", required=True)
+    add_config_argument(p)
+    p.add_argument("--meter", required=True, help="the meter's sensor id")
     p.add_argument("--since", help="ISO 8601 or epoch seconds (exclusive)")
     p.add_argument("--until", help="ISO 8601 or epoch seconds (inclusive)")
     p = sub.add_parser("replace", help="record a meter replacement (old final and new initial reading)")
-    p.add_argument("--config", required=True)
+    add_config_argument(p)
     p.add_argument("--meter", required=True, help="the meter's sensor id")
     p.add_argument("--time", required=True, help="when it was swapped, ISO 8601 with Z or an offset")
     p.add_argument("--old-final", required=True, help="the old meter's final register reading (counts)")
     p.add_argument("--new-initial", required=True, help="the new meter's initial register reading (counts)")
     p.add_argument("--by", default="", help="who recorded it (kept in the ledger)")
-    p.add_argument("--note", default="")
+    p.add_argument("--note", default="", help="why, e.g. the work order (kept in the ledger)")
     p = sub.add_parser("ingest", help="add meter readings from CSV files (time,sensor,value) to the ledger")
-    p.add_argument("--config", required=True)
+    add_config_argument(p)
     p.add_argument("--input", required=True, action="append", help="CSV with header time,sensor,value")
 
 

@@ -1,4 +1,8 @@
-"""`monitor modbus plan CONFIG` and `monitor modbus read CONFIG`: see what the poller will do."""
+"""`monitor modbus plan|read --config FILE`: see what the poller will do.
+
+`plan` needs no network; `read` polls every device once. The config may also be
+given positionally (`monitor modbus plan FILE`), as it was before `--config`.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import argparse
 import asyncio
 import math
 
-from monitor.commands import load_config_or_exit
+from monitor.commands import add_config_argument, config_path, load_config_or_exit
 from monitor.config import ModbusDevice
 from monitor.model import Condition, Sample, WallClock, iso
 from monitor.sources.modbus import ModbusPoller
@@ -18,14 +22,14 @@ HELP = "Modbus tools: `plan` prints each device's merged read requests, `read` p
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="modbus_command", metavar="ACTION", required=True)
     plan = sub.add_parser("plan", help="print the planned requests per device (no network)")
-    plan.add_argument("config", help="station config YAML")
+    add_config_argument(plan, positional=True)
     read = sub.add_parser("read", help="poll every device once and print the readings")
-    read.add_argument("config", help="station config YAML")
+    add_config_argument(read, positional=True)
     read.add_argument("--device", action="append", help="only this device (repeatable)")
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config_or_exit(args.config)
+    config = load_config_or_exit(config_path(args))
     devices = list(config.modbus.devices) if config.modbus else []
     if args.modbus_command == "read" and args.device:
         devices = [d for d in devices if d.name in args.device]

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import sys
 
-from monitor.commands import load_config_or_exit
+from monitor.commands import add_config_argument, load_config_or_exit
 from monitor.errors import SinkError
 from monitor.model import iso
 from monitor.sinks.batch import OutboxStats
@@ -20,10 +20,10 @@ EXIT_LEFT = 1  # drain: points remain (server unreachable or too slow)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     status = sub.add_parser("status", help="pending points, oldest pending, dead letters, dropped")
-    status.add_argument("--config", required=True, help="station config YAML")
+    add_config_argument(status)
     status.add_argument("--dead-letters", type=int, default=0, metavar="N", help="also print N dead letters")
     drain = sub.add_parser("drain", help="deliver pending points; exit 0 when empty, 1 with the count left")
-    drain.add_argument("--config", required=True, help="station config YAML")
+    add_config_argument(drain)
     drain.add_argument("--timeout", type=float, default=60.0, metavar="S", help="give up after S seconds")
 
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from monitor.commands import load_config_or_exit
+from monitor.commands import add_config_argument, load_config_or_exit
 from monitor.engine import Engine, ReplayStep, replay_steps
 from monitor.errors import SourceError
 from monitor.meters.book import MeterBook
@@ -36,7 +36,7 @@ EVENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="station config YAML")
+    add_config_argument(parser)
     parser.add_argument(
         "--input",
         required=True,

@@ -8,7 +8,7 @@ import logging
 import signal
 from pathlib import Path
 
-from monitor.commands import load_config_or_exit, run_bounded
+from monitor.commands import add_config_argument, load_config_or_exit, run_bounded
 from monitor.config import Config, load_config
 from monitor.daemon import Daemon
 from monitor.errors import ConfigError, MonitorError
@@ -18,7 +18,7 @@ log = logging.getLogger("monitor.run")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="station config YAML")
+    add_config_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:

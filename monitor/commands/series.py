@@ -6,7 +6,7 @@ import argparse
 import math
 import sys
 
-from monitor.commands import load_config_or_exit
+from monitor.commands import add_config_argument, load_config_or_exit
 from monitor.config import parse_duration
 from monitor.model import iso, parse_time
 from monitor.sinks.pipeline import store_path
@@ -16,7 +16,7 @@ HELP = "print a sensor's series from the local store (what the console's sparkli
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="station config YAML")
+    add_config_argument(parser)
     parser.add_argument("--sensor", help="sensor id (omit to list the latest value of every sensor)")
     parser.add_argument(
         "--since", default="24h", help="a duration back from the newest sample (24h) or a time (ISO 8601)"

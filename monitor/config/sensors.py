@@ -16,7 +16,7 @@ ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
 
 
 def key_error(key: str, message: str) -> PydanticCustomError:
-    """An error that names a key below the model that raised it (see load.format_error)."""
+    """An error naming a key below the model that raised it (`load._format_errors` puts it in the path)."""
     return PydanticCustomError("key_error", "{key}: {message}", {"key": key, "message": message})
 
 

@@ -4,7 +4,10 @@ One `.npz` file: the ring arrays, plus a JSON document with the sensor set it
 belongs to and each sensor's timers. Written to a temporary file, flushed to disk
 and renamed over the old one, so a crash leaves either the old or the new
 checkpoint, never half of one. On restore a file that is unreadable, corrupt, or
-from a different sensor set or window raises `StateError` and changes nothing.
+from another format version raises `StateError` and changes nothing; one from a
+different sensor set does too, unless the caller asks for a partial restore (a
+reload or restart with a changed config), which restores every sensor whose id,
+kind, unit and window still match and leaves the others to warm up.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Line protocol for the three measurements station-monitor writes.
 
 Pure functions, no I/O, so the outbox, the bench and the tests share one
-serialiser. The schema (README, "InfluxDB output"):
+serialiser. The schema (docs/outputs.md, "Schema"):
 
     sensor,station=<id>,sensor=<id>,kind=<kind>,unit=<unit> value=<float>,quality=<int>i <ns>
     alarm,station=<id>,sensor=<id>,rule=<rule>,priority=<p>,citation=<§> active=<0|1>i,value=..,limit=.. <ns>

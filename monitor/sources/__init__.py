@@ -1,1 +1,2 @@
-"""Field sources: Modbus poller, MQTT ingest, replay. Each hands `Sample`s to an `Emit`."""
+"""Field sources: the Modbus poller and MQTT ingest hand `Sample`s to an `Emit`;
+replay reads CSV history into NumPy arrays for the engine's batch path."""

@@ -1,0 +1,140 @@
+"""The command line: one way to name the config, help on every option, a light start."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from monitor.cli import COMMANDS, build_parser, chosen_command
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Commands that read no station config (everything else takes --config FILE).
+NO_CONFIG = {"demo", "config-schema", "profile", "import-telegraf", "billing rate"}
+# The positional form kept for these (it was the only form before --config).
+POSITIONAL = {"check-config", "modbus plan", "modbus read"}
+# Modules no command needs just to start: `monitor --version` must not load them.
+HEAVY = ("pydantic", "yaml", "numpy", "fastapi", "uvicorn", "pymodbus", "paho", "influxdb_client",
+         "httpx", "simulators", "monitor.daemon", "monitor.web", "monitor.config")  # fmt: skip
+
+
+def leaves(parser: argparse.ArgumentParser, name: str = "") -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """Every command a user can run, e.g. ("meters replace", parser)."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield name, parser
+        return
+    for action in subs:
+        for sub_name, sub in action.choices.items():
+            yield from leaves(sub, f"{name} {sub_name}".strip())
+
+
+def test_every_option_of_every_command_has_help_text() -> None:
+    missing = [
+        f"{cmd}: {'/'.join(a.option_strings) or a.dest}"
+        for cmd, parser in [("", build_parser()), *leaves(build_parser())]
+        for a in parser._actions
+        if not isinstance(a, argparse._SubParsersAction) and not (a.help or "").strip()
+    ]
+    assert missing == []
+
+
+def test_every_command_that_reads_a_config_takes_dash_dash_config() -> None:
+    commands = dict(leaves(build_parser()))
+    assert {name.split()[0] for name in commands} == set(COMMANDS)
+    for name, parser in commands.items():
+        options = {s for a in parser._actions for s in a.option_strings}
+        assert ("--config" in options) == (name not in NO_CONFIG), name
+        positional = any(a.dest == "config_file" for a in parser._actions)
+        assert positional == (name in POSITIONAL), name
+
+
+@pytest.mark.parametrize("form", [["--config", "config/minimal.yaml"], ["config/minimal.yaml"]])
+def test_check_config_and_modbus_plan_take_the_config_either_way(form: list[str]) -> None:
+    for command in (["check-config"], ["modbus", "plan"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "monitor", *command, *form],
+            capture_output=True, text=True, cwd=ROOT, timeout=60,
+        )  # fmt: skip
+        assert result.returncode == 0, (command, form, result.stderr)
+
+
+def test_naming_the_config_twice_or_not_at_all_exits_2() -> None:
+    for extra in ([], ["config/minimal.yaml", "--config", "config/minimal.yaml"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "monitor", "check-config", *extra],
+            capture_output=True, text=True, cwd=ROOT, timeout=60,
+        )  # fmt: skip
+        assert result.returncode == 2 and "--config FILE" in result.stderr, result.stderr
+
+
+def test_version_loads_no_heavy_module() -> None:
+    """`monitor --version` under 150 ms (bench/cli.py measures it) rests on this."""
+    probe = (
+        "import sys\n"
+        "from monitor.cli import main\n"
+        "try:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
+        "import json; print(json.dumps(sorted(sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("station-monitor ")
+    loaded = json.loads(result.stdout.splitlines()[-1])
+    heavy = sorted(m for m in loaded if m.split(".")[0] in HEAVY or m.startswith(HEAVY))
+    assert heavy == []
+
+
+def test_a_command_imports_only_its_own_module() -> None:
+    probe = (
+        "import sys\n"
+        "from monitor.cli import main\n"
+        "main(['billing', 'rate', '--budget', '1000', '--prior-year-kcf', '100'])\n"
+        "import json; print(json.dumps(sorted(sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert "rate_per_kcf: 10.00" in result.stdout
+    loaded = set(json.loads(result.stdout.splitlines()[-1]))
+    assert not {"monitor.commands.demo", "monitor.daemon", "fastapi", "simulators"} & loaded
+
+
+def test_demo_module_does_not_import_the_simulators() -> None:
+    probe = "import sys, monitor.commands.demo\nprint([m for m in sys.modules if m.startswith('simulators')])"
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("argv", "chosen"),
+    [
+        (["--version"], None),
+        (["--help"], None),
+        (["--log-level", "debug", "run", "--config", "x"], "run"),
+        (["--log-json", "meters", "list"], "meters"),
+        (["nonsense", "run"], None),
+    ],
+)
+def test_the_chosen_command_is_found_before_parsing(argv: list[str], chosen: str | None) -> None:
+    assert chosen_command(argv) == chosen
+
+
+def test_help_lists_every_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "monitor", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert result.returncode == 0
+    for name in COMMANDS:
+        assert name in result.stdout
