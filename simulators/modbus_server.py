@@ -50,7 +50,7 @@ from pymodbus.constants import ExcCodes
 from pymodbus.server import ModbusSerialServer, ModbusTcpServer
 from pymodbus.simulator import DataType, SimData, SimDevice
 
-from simulators.scenarios import Station, add_station_arguments, station_from_args
+from simulators.scenarios import Station, add_station_arguments, parse_spec, station_from_args
 
 REGISTERS = 1000
 
@@ -258,7 +258,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--units", type=lambda s: [int(x) for x in s.split(",")], default=[1], help="unit ids, e.g. 1,2"
     )
     add_station_arguments(p)
+    p.add_argument(
+        "--on-sigusr1",
+        metavar="NAME+DURATION",
+        help="start this scenario at the moment SIGUSR1 arrives, e.g. slug+60s (a test's trigger)",
+    )
     return p.parse_args(argv)
+
+
+def inject_now(stations: Sequence[Station], spec: str) -> None:
+    """Start scenario `name+duration[:params]` now, in every station's own time."""
+    now = time.time()
+    for station in stations:
+        name, _, rest = spec.partition("+")
+        station.add(parse_spec(f"{name}@{station.elapsed(now):.3f}s+{rest}"))
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -267,6 +280,10 @@ async def serve(args: argparse.Namespace) -> None:
         StationServer(build_stations(args, start, i), host=args.host, port=args.port + i)
         for i in range(args.count)
     ]
+    if args.on_sigusr1:  # before the port opens, so a trigger is never the default action (exit)
+        parse_spec(args.on_sigusr1.replace("+", "@0s+", 1))  # a bad spec fails now, not at the signal
+        stations = [st for srv in servers for st in srv.stations.values()]
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, inject_now, stations, args.on_sigusr1)
     for srv in servers:
         await srv.start()
     units = ",".join(map(str, args.units))

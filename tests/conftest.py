@@ -11,6 +11,33 @@ from hypothesis import settings
 
 from tests.services import InfluxDB1, Mosquitto, VictoriaMetrics
 
+# The `services` marker: a test that needs something outside the test's own process
+# and memory (Mosquitto, InfluxDB, VictoriaMetrics, Chromium, a Modbus server on a
+# socket, a `monitor` or simulator process). `make check` runs the rest in seconds;
+# `make test` runs everything. Applied here, from what a test uses, so nobody has to
+# remember to mark a test: a fixture below, or a module that imports a helper below.
+SERVICE_FIXTURES = {"mosquitto", "victoria", "influxdb1"}
+SERVICE_HELPERS = {
+    "Mosquitto", "VictoriaMetrics", "InfluxDB1", "simulator_process", "StationServer",
+    "MqttPublisher", "sync_playwright",
+}  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = getattr(item, "module", None)
+        helpers = SERVICE_HELPERS & set(vars(module)) if module is not None else set()
+        uses_subprocess_popen = module is not None and "subprocess" in vars(module) and _popen(module)
+        if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())) or helpers or uses_subprocess_popen:
+            item.add_marker(pytest.mark.services)
+
+
+def _popen(module: object) -> bool:
+    """A module that starts long-lived processes of its own (`subprocess.Popen`)."""
+    source = getattr(module, "__file__", None)
+    return bool(source) and "Popen(" in Path(str(source)).read_text(encoding="utf-8")
+
+
 # In CI the property tests run the same examples every time (derandomize), so a red
 # build always means the change, never the dice; on a developer's machine they keep
 # exploring new examples.

@@ -21,6 +21,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +60,20 @@ def http(
         return int(exc.code), bytes(exc.read())
 
 
+@dataclass(frozen=True)
+class SimulatorProcess:
+    port: int
+    proc: subprocess.Popen[bytes]
+
+    def trigger(self) -> None:
+        """Start the scenario given with `--on-sigusr1` now."""
+        self.proc.send_signal(signal.SIGUSR1)
+
+
 @contextlib.contextmanager
-def simulator_process(*args: str) -> Iterator[int]:
-    """The station simulator as a process of its own (what a field device would be);
-    yields its Modbus TCP port. Extra `args` go to `python -m simulators.modbus_server`."""
+def simulator_process(*args: str) -> Iterator[SimulatorProcess]:
+    """The station simulator as a process of its own (what a field device would be),
+    on a free Modbus TCP port. Extra `args` go to `python -m simulators.modbus_server`."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "simulators.modbus_server", "--port", str(port), *args],
@@ -72,7 +83,7 @@ def simulator_process(*args: str) -> Iterator[int]:
     )
     try:
         wait_until(lambda: port_open(port), timeout=20, what="simulator")
-        yield port
+        yield SimulatorProcess(port, proc)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -224,10 +235,12 @@ class VictoriaMetrics(Server):
             return False
         return status == 200
 
-    def export(self, match: str = '{__name__!=""}') -> list[dict[str, Any]]:
-        """Every series matching `match`, after a flush so fresh points are readable."""
+    def export(self, match: str = '{__name__!=""}', end: float | None = None) -> list[dict[str, Any]]:
+        """Every series matching `match`, after a flush so fresh points are readable;
+        `end` (epoch seconds, default now) for points an accelerated clock put ahead."""
         http("GET", f"{self.url}/internal/force_flush")
-        query = urllib.parse.urlencode({"match[]": match, "start": "0"})
+        window = {"start": "0"} if end is None else {"start": "0", "end": f"{end:.3f}"}
+        query = urllib.parse.urlencode({"match[]": match, **window})
         status, body = http("GET", f"{self.url}/api/v1/export?{query}")
         assert status == 200, body
         return [json.loads(line) for line in body.decode().splitlines() if line.strip()]

@@ -10,8 +10,10 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,15 @@ import pytest
 import yaml
 
 from tests.mqtt_tools import Peer
-from tests.services import Mosquitto, VictoriaMetrics, free_port, port_open, simulator_process, wait_until
+from tests.services import (
+    Mosquitto,
+    SimulatorProcess,
+    VictoriaMetrics,
+    free_port,
+    port_open,
+    simulator_process,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 STATION = "ps-e2e"
@@ -30,14 +40,17 @@ def get_json(url: str) -> Any:
         return json.loads(resp.read())
 
 
-@pytest.fixture
-def simulator() -> Iterator[int]:
-    """The station simulator at real speed with a slug from second 62 to second 90.
+# The daemon runs on an accelerated station clock (`monitor run --clock-speed`): the
+# baseline is the mean of whole minutes before a sample, so a slug can be judged only
+# after a minute boundary, which at 30x passes in two wall seconds instead of sixty.
+SPEED = 30.0
 
-    The baseline is the mean of whole minutes before a sample, so a slug can be
-    judged only after the first minute boundary; 62 s is past it wherever it falls."""
-    with simulator_process("--scenario", "slug@62s+28s") as port:
-        yield port
+
+@pytest.fixture
+def simulator() -> Iterator[SimulatorProcess]:
+    """The station simulator; `trigger()` starts a slug of 90 station seconds (3 s)."""
+    with simulator_process("--speed", str(SPEED), "--on-sigusr1", "slug+90s") as sim:
+        yield sim
 
 
 def write_config(tmp_path: Path, modbus_port: int, mqtt_port: int, vm_url: str, console_port: int) -> Path:
@@ -83,10 +96,12 @@ def write_config(tmp_path: Path, modbus_port: int, mqtt_port: int, vm_url: str, 
     return path
 
 
-def start_daemon(config: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_daemon(config: Path, log: Path, clock_start: float) -> subprocess.Popen[bytes]:
+    """`monitor run` at SPEED from `clock_start`, so a restart continues the same station time."""
+    clock = ["--clock-speed", str(SPEED), "--clock-start", repr(clock_start)]
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "monitor", "run", "--config", str(config)],
+            [sys.executable, "-m", "monitor", "run", "--config", str(config), *clock],
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -110,17 +125,35 @@ def own_services(tmp_path: Path) -> Iterator[tuple[Mosquitto, VictoriaMetrics]]:
         broker.stop()
 
 
+def flow(base: str) -> dict[str, Any]:
+    sensors = {s["id"]: s for s in get_json(f"{base}/api/sensors")}
+    found: dict[str, Any] = sensors["outfall.flow"]
+    return found
+
+
+def flow_baseline(base: str) -> float | None:
+    value: float | None = flow(base)["baseline"]
+    return value
+
+
+def station_minutes_of_flow(base: str, since: float) -> float:
+    """Event time of the latest flow reading, in station minutes after `since`."""
+    latest = flow(base)["time"]
+    return 0.0 if latest is None else (datetime.fromisoformat(latest).timestamp() - since) / 60
+
+
 def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart(
-    tmp_path: Path, simulator: int, own_services: tuple[Mosquitto, VictoriaMetrics]
+    tmp_path: Path, simulator: SimulatorProcess, own_services: tuple[Mosquitto, VictoriaMetrics]
 ) -> None:
     mosquitto, victoria = own_services
     console_port = free_port()
-    config = write_config(tmp_path, simulator, mosquitto.port, victoria.url, console_port)
+    config = write_config(tmp_path, simulator.port, mosquitto.port, victoria.url, console_port)
     log = tmp_path / "daemon.log"
     topic = f"station-monitor/{STATION}/alarms/outfall.flow/slug"
     watcher = Peer(mosquitto.port, "e2e-watch")
     watcher.subscribe(topic)
-    daemon = start_daemon(config, log)
+    clock_start = time.time()
+    daemon = start_daemon(config, log, clock_start)
     try:
         base = f"http://127.0.0.1:{console_port}"
         wait_until(lambda: port_open(console_port), timeout=30, what="console")
@@ -129,15 +162,20 @@ def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart
         def slug_on_mqtt() -> bool:
             return any(json.loads(p or b"{}").get("active") for t, p, _ in watcher.received() if t == topic)
 
-        wait_until(slug_on_mqtt, timeout=120, what=f"slug alarm on {topic}; log:\n{log.read_text()}")
+        # The slug starts once there are three station minutes of baseline to judge it by
+        # (six wall seconds), not at a guessed second.
+        wait_until(lambda: station_minutes_of_flow(base, clock_start) > 3, timeout=60, what="3 min of flow")
+        assert flow_baseline(base) is not None
+        assert not slug_on_mqtt()
+        simulator.trigger()
+        wait_until(slug_on_mqtt, timeout=60, what=f"slug alarm on {topic}; log:\n{log.read_text()}")
         alarm = next(json.loads(p) for t, p, _ in watcher.received() if t == topic and p)
         assert alarm["citation"] == "§139-11"
         assert alarm["state"] == "active_unacknowledged"
         assert alarm["value"] > alarm["limit"] > 0
         console_alarms = get_json(f"{base}/api/alarms")
         assert any(a["sensor"] == "outfall.flow" and a["rule"] == "slug" for a in console_alarms)
-        sensors = {s["id"]: s for s in get_json(f"{base}/api/sensors")}
-        assert sensors["outfall.flow"]["baseline"] is not None
+        assert flow_baseline(base) is not None
 
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=30) == 0, log.read_text()
@@ -157,22 +195,28 @@ def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart
         check=True,
     )
     assert re.search(r"^pending\s+0 point", status.stdout, re.MULTILINE), status.stdout
-    flow = victoria.export(f'{{__name__="sensor_value",station="{STATION}",sensor="outfall.flow"}}')
-    assert flow and len(flow[0]["values"]) > 20
+    station_now = clock_start + (time.time() - clock_start) * SPEED
+    flow = victoria.export(
+        f'{{__name__="sensor_value",station="{STATION}",sensor="outfall.flow"}}', end=station_now + 60
+    )
+    # Three station minutes at one reading per 7.5 station seconds before the slug, and
+    # the slug itself (more than 5x the baseline) made it to the database.
+    assert flow and len(flow[0]["values"]) > 15
+    assert max(flow[0]["values"]) > 5 * min(flow[0]["values"])
     alarms = victoria.export(
-        f'{{__name__=~"alarm_.*",station="{STATION}",sensor="outfall.flow",rule="slug"}}'
+        f'{{__name__=~"alarm_.*",station="{STATION}",sensor="outfall.flow",rule="slug"}}',
+        end=station_now + 60,
     )
     assert alarms, "the slug alarm transition is not in VictoriaMetrics"
 
     # A restart resumes with the baselines it had: judged at once, no new warm-up.
-    daemon = start_daemon(config, log)
+    daemon = start_daemon(config, log, clock_start)
     try:
         wait_until(
             lambda: "baselines restored from checkpoint" in log.read_text(), timeout=30, what="restart"
         )
         wait_until(lambda: port_open(console_port), timeout=30, what="console after restart")
-        sensors = {s["id"]: s for s in get_json(f"http://127.0.0.1:{console_port}/api/sensors")}
-        assert sensors["outfall.flow"]["baseline"] is not None
+        assert flow_baseline(f"http://127.0.0.1:{console_port}") is not None
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=30) == 0
     finally:

@@ -42,8 +42,8 @@ def try_json(url: str) -> Any:
 
 @pytest.fixture
 def simulator() -> Iterator[int]:
-    with simulator_process() as port:
-        yield port
+    with simulator_process() as sim:
+        yield sim.port
 
 
 def station(

@@ -12,6 +12,7 @@ from monitor.commands import add_config_argument, load_config_or_exit, run_bound
 from monitor.config import Config, load_config
 from monitor.daemon import Daemon
 from monitor.errors import ConfigError, MonitorError
+from monitor.model import Clock, ScaledClock
 
 HELP = "run the station monitor (SIGTERM/SIGINT stop it, SIGHUP reloads the config)"
 log = logging.getLogger("monitor.run")
@@ -19,25 +20,35 @@ log = logging.getLogger("monitor.run")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
+    test = parser.add_argument_group("accelerated clock (tests and simulations, never a real station)")
+    test.add_argument(
+        "--clock-speed", type=float, default=1.0, metavar="N",
+        help="station seconds per wall second, so a test sees minutes of baseline in seconds (default 1)",
+    )  # fmt: skip
+    test.add_argument(
+        "--clock-start", type=float, default=None, metavar="EPOCH",
+        help="the wall time the accelerated clock runs from (default: now); keep it across restarts",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args.config)
     try:
-        run_bounded(serve(Path(args.config), config))
+        clock = ScaledClock(args.clock_speed, args.clock_start) if args.clock_speed != 1.0 else None
+        run_bounded(serve(Path(args.config), config, clock))
     except MonitorError as exc:
         log.error("station %s cannot run: %s", config.station.id, exc)
         return 1
     return 0
 
 
-async def serve(path: Path, config: Config) -> None:
+async def serve(path: Path, config: Config, clock: Clock | None = None) -> None:
     """Run daemons one after another: a reload stops the running one cleanly and
     starts one on the new config, so there is only ever one code path for start-up.
     The signal handlers stay installed across a reload, so a stop that arrives in
     between is never the default action (an abrupt exit)."""
     loop = asyncio.get_running_loop()
-    daemon = Daemon(config)
+    daemon = Daemon(config, clock)
     reload: list[Config] = []
 
     def on_reload() -> None:
@@ -68,7 +79,7 @@ async def serve(path: Path, config: Config) -> None:
             await daemon.run()
             if not reload:
                 return
-            daemon = Daemon(reload.pop())
+            daemon = Daemon(reload.pop(), clock)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
