@@ -68,6 +68,29 @@ def test_alarms_of_an_offline_station_are_stale_not_cleared() -> None:
     assert [a["sensor"] for a in s["alarms"]] == ["outfall.flow"]
 
 
+def test_a_bridged_station_is_offline_while_its_bridge_is_down() -> None:
+    """Behind a cut bridge the station's own will cannot reach the central broker; the
+    bridge's notification (its will there) is what says the station is out of reach."""
+    view = FleetView(P)
+    view.connection(True)
+    view.handle(f"{P}/ps-1/bridge", b"1", 1.0)
+    view.handle(f"{P}/ps-1/status", b"online", 1.0)
+    view.handle(f"{P}/ps-1/alarms/outfall.ph/high", alarm(), 1.0)
+    (s,) = view.snapshot(2.0)["stations"]
+    assert (s["online"], s["bridge"], s["alarms"][0]["stale"]) == (True, True, False)
+    view.handle(f"{P}/ps-1/bridge", b"0", 5.0)
+    (s,) = view.snapshot(9.0)["stations"]
+    assert (s["online"], s["since"], s["last_seen"]) == (
+        False,
+        "1970-01-01T00:00:05Z",
+        "1970-01-01T00:00:05Z",
+    )
+    assert s["alarms"][0]["stale"] is True
+    view.handle(f"{P}/ps-1/bridge", b"1", 20.0)
+    (s,) = view.snapshot(21.0)["stations"]
+    assert (s["online"], s["since"]) == (True, "1970-01-01T00:00:20Z")
+
+
 def test_a_view_without_its_broker_claims_nothing_is_online() -> None:
     view = FleetView(P)
     view.connection(True)
@@ -103,9 +126,11 @@ def test_hostile_publishers_are_bounded_and_counted() -> None:
 @given(
     st.lists(
         st.tuples(
-            st.sampled_from(["status", "events", "alarms/x/high", "alarms/y/slug", "other/z"]),
+            st.sampled_from(["status", "bridge", "events", "alarms/x/high", "alarms/y/slug", "other/z"]),
             st.sampled_from(["ps-1", "ps-2", "bad id", ""]),
-            st.one_of(st.binary(max_size=50), st.sampled_from([b"online", b"offline", b"", alarm()])),
+            st.one_of(
+                st.binary(max_size=50), st.sampled_from([b"online", b"offline", b"", b"0", b"1", alarm()])
+            ),
         ),
         max_size=40,
     )

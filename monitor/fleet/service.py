@@ -30,7 +30,7 @@ class FleetService:
             client_id=client_id or config.mqtt.client_id or f"station-monitor-fleet-{time.time_ns() % 10**9}",
             announce=False,
         )
-        for suffix in ("status", "alarms/#", "events"):
+        for suffix in ("status", "bridge", "alarms/#", "events"):
             self.link.subscribe(f"{prefix}/+/{suffix}", 1, self._on_message)
 
     def _on_message(self, topic: str, payload: bytes) -> None:  # paho's thread

@@ -51,9 +51,15 @@ class StationState:
 
     id: str
     online: bool | None = None  # None: no status message seen yet
+    bridge: bool | None = None  # a Mosquitto bridge's notification: None when not bridged
     since: float | None = None
     last_online: float | None = None
     alarms: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def up(self) -> bool:
+        """Online as far as anyone can tell: its status says so and its bridge (if any) is up."""
+        return bool(self.online) and self.bridge is not False
 
 
 class FleetView:
@@ -96,9 +102,11 @@ class FleetView:
             self._status(parts[0], payload, now)
         elif len(parts) == 4 and parts[1] == "alarms":
             self._alarm(parts[0], parts[2], parts[3], payload, topic)
+        elif parts[1:] == ["bridge"]:
+            self._bridge(parts[0], payload, now)
         elif parts[1:] == ["events"]:
             station = self._station(parts[0], topic)
-            if station is not None and station.online:
+            if station is not None and station.up:
                 station.last_online = now
 
     def _station(self, sid: str, topic: str) -> StationState | None:
@@ -122,12 +130,30 @@ class FleetView:
         station = self._station(sid, topic)
         if station is None:
             return
-        online = text == "online"
-        if station.online is not None and station.online != online:
+        self._change(station, now, online=text == "online")
+
+    def _bridge(self, sid: str, payload: bytes, now: float) -> None:
+        """`<p>/<s>/bridge`: a gateway's Mosquitto bridge says 1 (up) or 0 (down, its will on
+        the central broker). With the link down the station's own last will cannot reach
+        the centre, so its retained `online` there would be a lie: the bridge decides."""
+        topic = f"{self.prefix}/{sid}/bridge"
+        text = payload.decode("utf-8", "replace").strip()
+        if text not in ("0", "1"):
+            self._refuse(topic, "bridge notification is neither 0 nor 1")
+            return
+        station = self._station(sid, topic)
+        if station is not None:
+            self._change(station, now, bridge=text == "1")
+
+    @staticmethod
+    def _change(station: StationState, now: float, **update: bool) -> None:
+        before_known, before = station.online is not None, station.up
+        for key, value in update.items():
+            setattr(station, key, value)
+        if before_known and station.online is not None and station.up != before:
             station.since = now  # a change this view saw happen
-        if online or station.online:  # online now, or online until this moment
+        if before or station.up:  # online now, or online until this moment
             station.last_online = now
-        station.online = online
 
     def _alarm(self, sid: str, sensor: str, rule: str, payload: bytes, topic: str) -> None:
         if not (_is_id(sensor) and _is_id(rule)):
@@ -174,7 +200,7 @@ class FleetView:
         }
 
     def _station_json(self, s: StationState, now: float) -> dict[str, Any]:
-        online = bool(s.online) and self.broker_connected
+        online = s.up and self.broker_connected
         last_seen = now if online else s.last_online
         stale = not online
         alarms = []
@@ -205,7 +231,8 @@ class FleetView:
                 unacked[p] += 1
         return {
             "id": s.id,
-            "online": bool(s.online),
+            "online": s.up,
+            "bridge": s.bridge,
             "since": None if s.since is None else iso(s.since),
             "last_seen": None if last_seen is None else iso(last_seen),
             "console": self.consoles.get(s.id),
