@@ -1,5 +1,8 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
-.PHONY: demo test lint bench clean
+# `make check` is the fast tier for the edit-test loop: lint, types, and the tests that
+# need no service (no Mosquitto, InfluxDB, VictoriaMetrics, Chromium, Modbus server or
+# daemon process; tests/conftest.py marks those `services`). `make test` is what CI runs.
+.PHONY: demo test check lint bench clean
 
 demo:
 	@scripts/bootstrap.sh python
@@ -11,6 +14,13 @@ test:
 	.venv/bin/ruff format --check monitor simulators tests bench
 	.venv/bin/mypy
 	.venv/bin/python -m pytest -q
+
+check:
+	@scripts/bootstrap.sh python
+	.venv/bin/ruff check monitor simulators tests bench
+	.venv/bin/ruff format --check monitor simulators tests bench
+	.venv/bin/mypy
+	.venv/bin/python -m pytest -q -m "not services"
 
 lint:
 	.venv/bin/ruff check monitor simulators tests bench

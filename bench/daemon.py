@@ -59,6 +59,7 @@ from pymodbus.constants import ExcCodes  # noqa: E402
 from simulators.modbus_server import StationServer  # noqa: E402
 from simulators.scenarios import Station  # noqa: E402
 from tests.services import Mosquitto, VictoriaMetrics, free_port, port_open  # noqa: E402
+from tests.waiting import until  # noqa: E402
 
 STATION = "ps-bench"
 PH_LOW = 5.0  # the ordinance profile's low pH limit (§139-15 C(3))
@@ -243,14 +244,6 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-async def wait_for(check: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 async def bench(args: argparse.Namespace, work: Path) -> int:
     units = list(range(1, args.devices + 1))
     ports = [free_port() for _ in range(args.endpoints)]
@@ -290,13 +283,13 @@ async def bench(args: argparse.Namespace, work: Path) -> int:
     )
     excursions: list[Excursion] = []
     try:
-        await wait_for(lambda: port_open(console_port) or daemon.poll() is not None, 60, "the console")
+        await until(lambda: port_open(console_port) or daemon.poll() is not None, 60, "the console")
         if daemon.poll() is not None:
             raise RuntimeError(
                 f"monitor run exited with {daemon.returncode}:\n{(work / 'daemon.log').read_text()}"
             )
         # Start-up is over once every sensor has been read at least once.
-        await wait_for(
+        await until(
             lambda: metric(base, "station_monitor_samples") >= 2 * len(units) * len(FIELDS), 30, "samples"
         )
         cpu0, wall0 = cpu_seconds(daemon.pid), time.monotonic()

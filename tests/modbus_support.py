@@ -50,15 +50,6 @@ class Collector:
         return sum(1 for s in self.samples(sensor) if s.quality is quality)
 
 
-async def wait_for(check: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Await until `check()` holds, with a deadline (the async twin of services.wait_until)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 @contextlib.asynccontextmanager
 async def running(run: Callable[[], Coroutine[Any, Any, None]]) -> Any:
     """Run a coroutine (the poller) as a task for the duration of the block."""

@@ -17,6 +17,7 @@ from monitor.config import Mqtt
 from monitor.model import Condition, Sample
 from monitor.sources.mqtt_ingest import MqttSource
 from tests.services import wait_until
+from tests.waiting import until
 
 
 class Peer:
@@ -85,14 +86,13 @@ async def collect(
 
     task = asyncio.create_task(source.run(emit))
     try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while not done(got):
-            if loop.time() > deadline:
-                raise TimeoutError(f"timed out after {timeout}s; have {len(got)} samples")
+
+        def finished() -> bool:
             if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
+                task.result()  # the source failed: raise its error, do not wait out the deadline
+            return done(got)
+
+        await until(finished, timeout, what=f"the samples (have {len(got)})")
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

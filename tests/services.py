@@ -16,14 +16,15 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.waiting import wait_until as wait_until  # noqa: PLC0414 (re-exported: tests import it from here)
 
 
 def free_port() -> int:
@@ -31,16 +32,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    """Poll `check` until true; the only waiting tests do on external processes."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.02)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

@@ -14,8 +14,9 @@ from monitor.model import ConditionState, ManualClock, Quality, Rule
 from monitor.sources.modbus import ModbusPoller
 from simulators.modbus_server import StationServer
 from simulators.scenarios import Station
-from tests.modbus_support import STATION_FIELDS, Collector, RecordingProxy, device, running, wait_for
+from tests.modbus_support import STATION_FIELDS, Collector, RecordingProxy, device, running
 from tests.services import free_port
+from tests.waiting import until
 
 T0 = 1_700_000_000.0
 
@@ -103,10 +104,10 @@ def test_a_timed_out_device_never_delays_another_and_reconnects() -> None:
             poller = ModbusPoller(devices, clock)
             out = Collector()
             async with running(lambda: poller.run(out)):
-                await wait_for(lambda: out.count("flow", Quality.COMM_FAILURE) >= 3, what="3 timeouts")
-                await wait_for(lambda: len(out.conditions()) >= 2, what="comm-loss")
+                await until(lambda: out.count("flow", Quality.COMM_FAILURE) >= 3, what="3 timeouts")
+                await until(lambda: len(out.conditions()) >= 2, what="comm-loss")
                 slow.faults.delay = 0.0
-                await wait_for(
+                await until(
                     lambda: any(c.state is ConditionState.CLEARED for c in out.conditions()), what="clear"
                 )
         fast_times = out.times("fast.flow")
@@ -219,11 +220,11 @@ def test_reconnect_backs_off_exponentially_with_jitter_then_recovers() -> None:
         hub = poller.devices["plc"].hub
         out = Collector()
         async with running(lambda: poller.run(out)):
-            await wait_for(lambda: len(hub.connect_attempts) >= 6, what="6 connect attempts")
+            await until(lambda: len(hub.connect_attempts) >= 6, what="6 connect attempts")
             attempts = list(hub.connect_attempts)
             polls = out.count("flow", Quality.COMM_FAILURE)
             async with StationServer(frozen_station(), port=port):
-                await wait_for(lambda: out.count("flow", Quality.GOOD) >= 1, what="recovery")
+                await until(lambda: out.count("flow", Quality.GOOD) >= 1, what="recovery")
                 assert poller.health()[0].connected
         gaps = [b - a for a, b in itertools.pairwise(attempts)]
         steps = [min(0.16, 0.02 * 2**i) for i in range(len(gaps))]
@@ -298,7 +299,7 @@ def test_read_only_only_function_codes_1_to_4_reach_the_device() -> None:
                 await poller.poll("plc")
                 for hub in poller.hubs.values():
                     hub.close()
-                await wait_for(lambda: len(proxy.function_codes) >= len(srv.function_codes), what="proxy")
+                await until(lambda: len(proxy.function_codes) >= len(srv.function_codes), what="proxy")
             finally:
                 await proxy.stop()
             return proxy.function_codes

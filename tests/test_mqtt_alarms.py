@@ -25,6 +25,7 @@ from monitor.model import Alarm, AlarmState, Condition, ConditionState, ManualCl
 from monitor.sources.mqtt import MqttLink
 from tests.mqtt_tools import Peer, make_ca, mqtt_config
 from tests.services import Mosquitto, free_port, wait_until
+from tests.waiting import until
 
 T0 = 1_767_225_600.0
 PH_HIGH = Alarm(
@@ -111,11 +112,7 @@ def test_alarm_lifecycle_through_the_manager_and_dispatcher_mirror(
             dataclasses.replace(PH_HIGH_CONDITION, time=T0 + 60, state=ConditionState.CLEARED, value=7.0)
         )
         manager.acknowledge("outfall.ph", Rule.HIGH, "operator", "back to normal")
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 20
-        while len(events.received()) < 3:
-            assert loop.time() < deadline, events.received()
-            await asyncio.sleep(0.02)
+        await until(lambda: len(events.received()) >= 3, what="3 events")
         task.cancel()
 
     try:
@@ -252,11 +249,10 @@ def test_commands_over_the_shipped_broker_config_and_acl(
         await asyncio.to_thread(
             operator.publish, f"{base}/operator", json.dumps({**ack, "id": "c4"})
         )  # again
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 20
-        while len(operator.received()) < 4 or not intruder.received():
-            assert loop.time() < deadline, (operator.received(), intruder.received())
-            await asyncio.sleep(0.02)
+        await until(
+            lambda: len(operator.received()) >= 4 and bool(intruder.received()),
+            what="4 replies to the operator and 1 to the intruder",
+        )
         task.cancel()
 
     try:

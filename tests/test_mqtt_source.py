@@ -21,6 +21,7 @@ from monitor.sources.mqtt import MqttLink
 from monitor.sources.mqtt_ingest import MqttSource
 from tests.mqtt_tools import Peer, collect, make_ca, mqtt_config
 from tests.services import Mosquitto, wait_until
+from tests.waiting import until
 
 SUBS = [
     {"topic": "plant/+/ph", "sensor": "{1}.ph"},
@@ -224,12 +225,12 @@ def test_broker_restart_mid_stream_resumes_without_help(broker: Mosquitto, forge
         )
         for i in range(20):
             await asyncio.to_thread(_publish_one, broker.port, f"before-{i}", f"{i}")
-        await _until(lambda: len(got) >= 20)
+        await until(lambda: len(got) >= 20)
         await asyncio.to_thread(_restart, broker, forget)
-        await _until(lambda: link.connected, timeout=30)
+        await until(lambda: link.connected, timeout=30)
         for i in range(20):
             await asyncio.to_thread(_publish_one, broker.port, f"after-{i}", f"{100 + i}")
-        await _until(lambda: len({s.value for s in got}) >= 40)
+        await until(lambda: len({s.value for s in got}) >= 40)
         task.cancel()
         return got
 
@@ -249,16 +250,6 @@ def _publish_one(port: int, client_id: str, payload: str) -> None:
         peer.publish("plant/outfall/ph", payload)
     finally:
         peer.close()
-
-
-async def _until(check: object, timeout: float = 20.0) -> None:
-    assert callable(check)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        if loop.time() > deadline:
-            raise TimeoutError("condition not met")
-        await asyncio.sleep(0.02)
 
 
 LINK_PROCESS = """
@@ -315,9 +306,9 @@ def test_broker_outage_raises_and_clears_comm_loss_on_the_fed_sensors(broker: Mo
             source.run(lambda items: got.extend(i for i in items if isinstance(i, Condition)))
         )
         await asyncio.to_thread(broker.stop)
-        await _until(lambda: len(got) == 4)
+        await until(lambda: len(got) == 4)
         await asyncio.to_thread(broker.start)
-        await _until(lambda: len(got) == 8, timeout=30)
+        await until(lambda: len(got) == 8, timeout=30)
         task.cancel()
         return got
 

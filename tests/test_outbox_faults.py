@@ -11,7 +11,6 @@ import sqlite3
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample
@@ -19,6 +18,7 @@ from monitor.sinks.outbox import Outbox
 from monitor.sinks.pipeline import open_sink, outbox_path, serializer_for
 from tests.services import VictoriaMetrics, wait_until
 from tests.sink_config import SENSORS, write_config
+from tests.waiting import until
 
 T0 = 1_700_000_000.0
 
@@ -56,16 +56,6 @@ def _want(samples: list[Sample]) -> Counter[tuple[str, int, float]]:
     return Counter((s.sensor, round(s.time * 1000), s.value) for s in samples)
 
 
-async def _until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    """wait_until for coroutines: the drainer must keep running while we wait."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        if loop.time() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 def test_server_stopped_mid_replay_every_point_arrives_exactly_once(tmp_path: Path) -> None:
     vm = VictoriaMetrics(tmp_path / "vm")  # no dedup: repeats would show
     vm.start()
@@ -88,15 +78,15 @@ def test_server_stopped_mid_replay_every_point_arrives_exactly_once(tmp_path: Pa
         async def scenario() -> int:
             task = asyncio.create_task(drainer.run())
             feed(0)
-            await _until(lambda: outbox.pending == 0, 20, "first slice delivered")
+            await until(lambda: outbox.pending == 0, 20, "first slice delivered")
             await asyncio.to_thread(vm.stop)
             for k in (1, 2, 3):
                 feed(k)
-            await _until(lambda: drainer.stats.failures >= 3, 20, "failed attempts while down")
+            await until(lambda: drainer.stats.failures >= 3, 20, "failed attempts while down")
             assert outbox.pending == 3 * 250 * len(SENSORS)
             await asyncio.to_thread(vm.start)
             feed(4)
-            await _until(lambda: outbox.pending == 0, 30, "backlog delivered after restart")
+            await until(lambda: outbox.pending == 0, 30, "backlog delivered after restart")
             drainer.stop()
             await task
             return await drainer.drain(10)
