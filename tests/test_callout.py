@@ -154,6 +154,11 @@ def test_ph_alarm_mails_alice_then_bob_after_the_delay_until_the_link_acknowledg
         ):
             assert fact in body
         assert "until 2026-01-13 23:00 EST" in body  # the link's expiry, local time too
+        console = (await rig.http.get("/api/callout")).json()
+        assert [o["name"] for o in console["on_call"]] == ["Alice Smith"]
+        [shown] = console["escalations"]
+        assert shown["next"]["person"] == "bob" and shown["next"]["at_local"] == "2026-01-13 22:00 EST"
+        assert shown["told"][0]["person"] == "alice" and shown["told"][0]["state"] == "sent"
         assert await rig.step(4.9) == 0 and smtp.to(BOB) == []
         assert await rig.step(0.2) == 1
         [second] = smtp.to(BOB)

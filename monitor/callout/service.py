@@ -39,7 +39,7 @@ from monitor.callout.rules import Matcher
 from monitor.callout.store import CalloutStore, Escalation, Message
 from monitor.config import Config
 from monitor.config.notify import Notify, Pipeline
-from monitor.errors import AlarmError, MonitorError
+from monitor.errors import AlarmError, MonitorError, StateError
 from monitor.model import Alarm, AlarmState, Clock, Condition, ConditionState, Rule, iso
 
 log = logging.getLogger(__name__)
@@ -212,8 +212,11 @@ class Callout:
         """Take every escalation step that is due (the daemon calls this every second)."""
         now = self.clock.now() if now is None else now
         self._flooding(now)
-        for esc in self.store.due(now):
-            self._step(esc, now)
+        try:
+            for esc in self.store.due(now):
+                self._step(esc, now)
+        except StateError as exc:  # a full disk: the step stays due and is taken next tick
+            log.error("callout: %s", exc)
 
     def _step(self, esc: Escalation, now: float) -> None:
         person_id = esc.roster[esc.next_step % len(esc.roster)]
@@ -383,48 +386,10 @@ class Callout:
     # --- console ---------------------------------------------------------------------
 
     def status(self, limit: int = 50) -> dict[str, object]:
-        """Escalations (who was told when, who is next) and who is on call now."""
-        now = self.clock.now()
-        out = []
-        for esc in self.store.recent(limit):
-            told = [
-                {
-                    "step": m.step,
-                    "person": m.person,
-                    "channel": m.channel,
-                    "state": m.state,
-                    "sent_at": None if m.sent_at is None else iso(m.sent_at),
-                    "attempts": m.attempts,
-                    "error": m.error,
-                }
-                for m in self.store.messages(esc.id)
-            ]
-            nxt = esc.next_person
-            out.append(
-                {
-                    "id": esc.id,
-                    "kind": esc.kind,
-                    "sensor": esc.sensor,
-                    "rule": esc.rule,
-                    "pipeline": esc.pipeline,
-                    "status": esc.status,
-                    "started": iso(esc.started),
-                    "ended_by": esc.ended_by,
-                    "ended_at": None if esc.ended_at is None else iso(esc.ended_at),
-                    "flood": esc.flood,
-                    "told": told,
-                    "next": None
-                    if nxt is None or esc.next_at is None
-                    else {"person": nxt, "at": iso(esc.next_at)},
-                }
-            )
-        return {
-            "time": iso(now),
-            "on_call": self.matcher.on_call(now),
-            "escalations": out,
-            "sent": self.sent,
-            "failed": self.failed,
-        }
+        """Escalations (who was told when, who is next) and who is on call now (the console)."""
+        from monitor.callout.status import describe
+
+        return describe(self, limit)
 
     async def aclose(self) -> None:
         for sender in self.senders.values():
