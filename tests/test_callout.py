@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import httpx
 import pytest
+import yaml
 from fastapi import FastAPI
 
 from monitor.alarms import AlarmManager
@@ -375,3 +376,15 @@ def test_bad_notify_config_names_the_key(tmp_path: Path, smtp: MailServer, chang
         build_config(raw)
     assert any(p.startswith(problem) for p in info.value.problems), info.value.problems
     assert "plain-text" not in str(info.value)
+
+
+def test_the_readme_callout_config_is_valid(repo_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (repo_root / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Callout\n", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    for name in ("SMTP_PASSWORD", "TWILIO_AUTH_TOKEN", "CALLOUT_LINK_SECRET"):
+        monkeypatch.setenv(name, "x")
+    config = build_config(yaml.safe_load(block))
+    assert config.notify is not None
+    assert config.notify.rosters["operators"] == ["alice", "bob"]
+    assert config.notify.channels["sms"].type == "http"
