@@ -151,7 +151,9 @@ class CalloutStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            self._db = sqlite3.connect(path, isolation_level=None)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # One event loop uses it; created elsewhere is fine (the console tests build it first).
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
@@ -160,7 +162,7 @@ class CalloutStore:
                 self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             elif int(row[0]) > SCHEMA_VERSION:
                 raise StateError(f"{path}: written by a newer station-monitor (schema {row[0]})")
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StateError(f"callout store {path}: {exc}") from exc
 
     @contextmanager
