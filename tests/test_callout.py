@@ -388,3 +388,26 @@ def test_the_readme_callout_config_is_valid(repo_root: Path, monkeypatch: pytest
     assert config.notify is not None
     assert config.notify.rosters["operators"] == ["alice", "bob"]
     assert config.notify.channels["sms"].type == "http"
+
+
+def test_an_acknowledgement_through_the_console_api_stops_the_escalation(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    from tests.console import TOKEN, TableView, call
+
+    config = build_config(raw_config(tmp_path, smtp.port))
+    clock = ManualClock(T0)
+    view = TableView(tmp_path / "journal.sqlite", clock)
+    callout = Callout(config, view.alarms, clock)
+    view.alarms.apply(ph(ConditionState.ACTIVE, T0))
+    assert asyncio.run(callout.deliver_due()) == 1
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    resp = call(view, "POST", "/api/alarms/outfall.ph/low/ack", json={"by": "dana"}, headers=headers)
+    assert resp.status_code == 200, resp.text
+    clock.advance(60)
+    callout.tick()
+    assert asyncio.run(callout.deliver_due()) == 0
+    assert smtp.to(BOB) == []
+    [esc] = cast(list[dict[str, Any]], callout.status()["escalations"])
+    assert esc["status"] == "acknowledged" and esc["ended_by"] == "dana"
+    asyncio.run(callout.aclose())
