@@ -411,3 +411,37 @@ def test_an_acknowledgement_through_the_console_api_stops_the_escalation(
     [esc] = cast(list[dict[str, Any]], callout.status()["escalations"])
     assert esc["status"] == "acknowledged" and esc["ended_by"] == "dana"
     asyncio.run(callout.aclose())
+
+
+def test_a_restart_starts_what_the_store_missed_and_repeats_nothing(tmp_path: Path, smtp: MailServer) -> None:
+    config = build_config(raw_config(tmp_path, smtp.port))
+    clock = ManualClock(T0)
+
+    async def go() -> None:
+        # killed between the journal's commit and the callout's: the alarm is there, no escalation
+        manager = AlarmManager.open(config, clock)
+        manager.apply(ph(ConditionState.ACTIVE, T0))
+        manager.close()
+        for _ in range(2):  # two restarts: the first starts the escalation, the second repeats nothing
+            manager = AlarmManager.open(config, clock)
+            callout = Callout(config, manager, clock)
+            callout.resume()
+            callout.tick()
+            await callout.deliver_due()
+            await callout.aclose()
+            manager.close()
+        assert len(smtp.to(ALICE)) == 1 and smtp.to(BOB) == []
+
+    asyncio.run(go())
+
+
+def test_repeat_goes_round_the_roster_again_then_stops(tmp_path: Path, smtp: MailServer) -> None:
+    async def test(rig: Rig) -> None:
+        rig.manager.apply(ph(ConditionState.ACTIVE, T0))
+        sent = [await rig.step()] + [await rig.step(5) for _ in range(5)]
+        assert sent == [1, 1, 1, 1, 0, 0]
+        assert len(smtp.to(ALICE)) == 2 and len(smtp.to(BOB)) == 2
+        [esc] = escalations(rig)
+        assert esc["status"] == "done" and esc["next"] is None
+
+    run(tmp_path, smtp, test, repeat=1)

@@ -203,3 +203,22 @@ def test_notify_test_sends_through_each_channel_of_a_person(
         assert "sms        +1555: FAILED" in capsys.readouterr().out
         assert main(["notify", "test", "--config", str(path), "--person", "nobody"]) == 2
         assert "notify.people: no person 'nobody'" in capsys.readouterr().err
+
+
+def test_heartbeat_counts_a_refused_ping_and_withholds_while_not_ready(provider: Provider) -> None:
+    from monitor.callout import Heartbeat
+    from monitor.config.notify import Heartbeat as HeartbeatConfig
+
+    problems: list[str] = []
+    beat = Heartbeat(HeartbeatConfig(url=provider.url + "/ping"), lambda: problems)
+    # the provider serves POST only, so the ping (a GET) is refused with 501: a failing dead-man URL
+
+    async def go() -> None:
+        await beat.beat()
+        assert beat.stats() == {"state": "failing", "sent": 0, "failed": 1, "withheld": 0}
+        problems.append("modbus sim not connected")
+        await beat.beat()
+        assert beat.stats()["state"] == "withheld" and beat.stats()["withheld"] == 1
+        await beat.aclose()
+
+    asyncio.run(go())

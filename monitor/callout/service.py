@@ -126,6 +126,14 @@ class Callout:
         """After a restart: an alarm waiting for acknowledgement whose activation the store
         never saw (killed between the journal's commit and ours) starts its escalation now."""
         now = self.clock.now()
+        on_call = ", ".join(f"{o['name']} ({o['pipeline']})" for o in self.matcher.on_call(now)) or "nobody"
+        log.info(
+            "callout: %d pipeline(s), %d people, channels %s; on call now: %s",
+            len(self.notify.pipelines),
+            len(self.notify.people),
+            ", ".join(self.notify.channels) or "none",
+            on_call,
+        )
         for alarm in self.manager.active():
             if alarm.state is AlarmState.UNACK and alarm.active:
                 self._activated(alarm, now, counted=False)
