@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "meters": "monitor.commands.meters",
     "billing": "monitor.commands.billing",
     "notify": "monitor.commands.notify",
+    "fleet": "monitor.commands.fleet",
 }
 
 
