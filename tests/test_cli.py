@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -53,6 +54,27 @@ def test_every_command_that_reads_a_config_takes_dash_dash_config() -> None:
         assert ("--config" in options) == (name not in NO_CONFIG), name
         positional = any(a.dest == "config_file" for a in parser._actions)
         assert positional == (name in POSITIONAL), name
+        # Secrets resolve from the unit's secrets.env the same way on every station command.
+        if "--config" in options and not name.startswith("fleet"):
+            assert "--env-file" in options, name
+
+
+def test_env_file_resolves_the_secrets_as_systemd_would(tmp_path: Path) -> None:
+    env = tmp_path / "secrets.env"
+    env.write_text("# secrets\nMQTT_PASSWORD=pw\nexport INFLUX_TOKEN='tok'\n\nCONSOLE_TOKEN=\"c t\"\n")
+    unset = {k: v for k, v in os.environ.items() if k not in ("MQTT_PASSWORD", "INFLUX_TOKEN", "CONSOLE_TOKEN")}
+    example = "config/station.example.yaml"
+    result = subprocess.run(
+        [sys.executable, "-m", "monitor", "check-config", "--env-file", str(env), example],
+        capture_output=True, text=True, cwd=ROOT, timeout=60, env=unset,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    env.write_text("MQTT_PASSWORD pw\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "monitor", "check-config", "--env-file", str(env), "config/minimal.yaml"],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2 and "line 1: not NAME=value" in result.stderr
 
 
 @pytest.mark.parametrize("form", [["--config", "config/minimal.yaml"], ["config/minimal.yaml"]])

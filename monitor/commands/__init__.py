@@ -29,11 +29,41 @@ def add_config_argument(parser: argparse.ArgumentParser, positional: bool = Fals
 
     With `positional`, `monitor check-config FILE` keeps working as well."""
     help_text = "station config YAML (e.g. /etc/station-monitor/station.yaml)"
+    parser.add_argument(
+        "--env-file",
+        metavar="FILE",
+        help="read NAME=value lines (the systemd unit's secrets.env) into the environment first, "
+        "so ${NAME} secrets resolve as they do for the service",
+    )
     if not positional:
         parser.add_argument("--config", required=True, metavar="FILE", help=help_text)
         return
     parser.add_argument("--config", metavar="FILE", help=help_text)
     parser.add_argument("config_file", nargs="?", metavar="FILE", help="the same, given without --config")
+
+
+def read_env_file(path: str | Path) -> dict[str, str]:
+    """`NAME=value` lines as systemd's EnvironmentFile= reads them (comments, blank
+    lines, `export`, single or double quotes); exit 2 naming the line otherwise."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        print(f"--env-file: cannot read {path}: {exc.strerror}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
+    out: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        name, sep, value = line.removeprefix("export ").partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not name.isidentifier():
+            print(f"--env-file: {path} line {number}: not NAME=value", file=sys.stderr)
+            raise SystemExit(EXIT_CONFIG)
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[name] = value
+    return out
 
 
 def config_path(args: argparse.Namespace) -> str:
@@ -75,10 +105,15 @@ def run_bounded(main: Coroutine[Any, Any, T], grace: float = 5.0) -> T:
         loop.close()
 
 
-def load_config_or_exit(path: str | Path) -> Config:
+def load_config_or_exit(path: str | Path, env_file: str | None = None) -> Config:
     """Load a config, or print one line per problem and exit 2 (never a traceback)."""
+    import os
+
     from monitor.config import load_config
     from monitor.errors import ConfigError
+
+    if env_file:
+        os.environ.update(read_env_file(env_file))
 
     try:
         return load_config(path)

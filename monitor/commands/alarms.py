@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config_or_exit(args.config)
+    config = load_config_or_exit(args.config, args.env_file)
     path = journal_path(config)
     if not path.exists():
         print(f"no alarm journal at {path}: the daemon has not raised an alarm here yet", file=sys.stderr)

@@ -63,7 +63,7 @@ def _rate(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    config = load_config_or_exit(args.config)
+    config = load_config_or_exit(args.config, args.env_file)
     if config.billing is None:
         raise MeterError(f"{args.config} has no billing section")
     q = quarter(args.quarter, config.billing.year_start_month)

@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config_or_exit(config_path(args))
+    config = load_config_or_exit(config_path(args), args.env_file)
     print(summary(config))
     return 0
 

@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config_or_exit(config_path(args))
+    config = load_config_or_exit(config_path(args), args.env_file)
     devices = list(config.modbus.devices) if config.modbus else []
     if args.modbus_command == "read" and args.device:
         devices = [d for d in devices if d.name in args.device]

@@ -10,7 +10,7 @@ import time
 
 from monitor.callout import build_senders
 from monitor.callout.message import local_time
-from monitor.commands import EXIT_CONFIG, load_config_or_exit
+from monitor.commands import EXIT_CONFIG, add_config_argument, load_config_or_exit
 from monitor.config import Config
 from monitor.errors import MonitorError
 
@@ -20,12 +20,12 @@ HELP = "callout: send a test message to a person through each of their channels"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     test = sub.add_parser("test", help="send a test message through each of a person's channels")
-    test.add_argument("--config", required=True, help="station config YAML")
+    add_config_argument(test)
     test.add_argument("--person", required=True, help="a key of notify.people")
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config_or_exit(args.config)
+    config = load_config_or_exit(args.config, args.env_file)
     if config.notify is None or args.person not in config.notify.people:
         known = ", ".join(sorted(config.notify.people)) if config.notify else "none (no notify: section)"
         print(f"notify.people: no person {args.person!r}; known: {known}", file=sys.stderr)

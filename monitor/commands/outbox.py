@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config_or_exit(args.config)
+    config = load_config_or_exit(args.config, args.env_file)
     path = outbox_path(config)
     if args.action == "status":
         if not path.exists():

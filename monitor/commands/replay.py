@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config_or_exit(args.config)
+    config = load_config_or_exit(args.config, args.env_file)
     engine = Engine(config.rules, ManualClock())
     started = time.perf_counter()
     try:

@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config_or_exit(args.config)
+    config = load_config_or_exit(args.config, args.env_file)
     try:
         clock = ScaledClock(args.clock_speed, args.clock_start) if args.clock_speed != 1.0 else None
         run_bounded(serve(Path(args.config), config, clock))

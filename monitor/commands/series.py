@@ -37,7 +37,7 @@ def _fmt(value: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config_or_exit(args.config)
+    config = load_config_or_exit(args.config, args.env_file)
     path = store_path(config)
     if not path.exists():
         print(f"no series store at {path} yet", file=sys.stderr)
