@@ -2,7 +2,7 @@
 # `make check` is the fast tier for the edit-test loop: lint, types, and the tests that
 # need no service (no Mosquitto, InfluxDB, VictoriaMetrics, Chromium, Modbus server or
 # daemon process; tests/conftest.py marks those `services`). `make test` is what CI runs.
-.PHONY: demo test check lint bench clean
+.PHONY: demo test check docs lint bench clean
 
 demo:
 	@scripts/bootstrap.sh python
@@ -10,20 +10,25 @@ demo:
 
 test:
 	@scripts/bootstrap.sh services
-	.venv/bin/ruff check monitor simulators tests bench
-	.venv/bin/ruff format --check monitor simulators tests bench
+	.venv/bin/ruff check monitor simulators tests bench scripts
+	.venv/bin/ruff format --check monitor simulators tests bench scripts
 	.venv/bin/mypy
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 	.venv/bin/python -m pytest -q
 
 check:
 	@scripts/bootstrap.sh python
-	.venv/bin/ruff check monitor simulators tests bench
-	.venv/bin/ruff format --check monitor simulators tests bench
+	.venv/bin/ruff check monitor simulators tests bench scripts
+	.venv/bin/ruff format --check monitor simulators tests bench scripts
 	.venv/bin/mypy
 	.venv/bin/python -m pytest -q -m "not services"
 
+docs:
+	@scripts/bootstrap.sh python
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict
+
 lint:
-	.venv/bin/ruff check monitor simulators tests bench
+	.venv/bin/ruff check monitor simulators tests bench scripts
 	.venv/bin/mypy
 
 bench:
@@ -31,4 +36,4 @@ bench:
 	for b in cli engine modbus_poll mqtt_ingest outbox alarms meters daemon fleet; do .venv/bin/python -m bench.$$b || exit 1; done
 
 clean:
-	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache state
+	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache state site

@@ -179,8 +179,9 @@ class DeployedMosquitto(Mosquitto):
             (r"^listener 1883( 127\.0\.0\.1)?$", f"listener {self.port} 127.0.0.1"),
             (r"^password_file .*$", f"password_file {pw}"),
             (r"^acl_file .*$", f"acl_file {d / 'acl'}"),
-            (r"^persistence_location .*$", f"persistence_location {d}/"),
         ]
+        if self.conf_name == "container.conf":
+            moves.append((r"^persistence_location .*$", f"persistence_location {d}/"))
         if re.search(r"^listener 8883$", text, flags=re.M):
             certs = make_ca(d / "certs")
             self.tls_port = free_port()
@@ -194,7 +195,36 @@ class DeployedMosquitto(Mosquitto):
             text, n = re.subn(old, new, text, flags=re.M)
             assert n == 1, old
         assert "allow_anonymous false" in text and "max_queued_messages 1000000" in text
-        self.conf.write_text(f"user {getpass.getuser()}\nlog_dest stdout\n" + text)
+        if self.conf_name == "container.conf":
+            self.conf.write_text(f"user {getpass.getuser()}\nlog_dest stdout\n" + text)
+            return
+        # mosquitto.conf goes into Debian's conf.d, under Debian's own main file, which sets
+        # persistence already: a second persistence_location stops Mosquitto 2.0.11.
+        (d / "conf.d").mkdir(exist_ok=True)
+        (d / "conf.d" / "station-monitor.conf").write_text(text)
+        main = DEBIAN_MOSQUITTO_CONF.replace("/var/lib/mosquitto/", f"{d}/")
+        main = main.replace("/etc/mosquitto/", f"{d}/")
+        main = main.replace("pid_file /run/mosquitto/mosquitto.pid\n", "")
+        main = main.replace("log_dest file /var/log/mosquitto/mosquitto.log", "log_dest stdout")
+        self.conf.write_text(f"user {getpass.getuser()}\n" + main)
+
+
+# /etc/mosquitto/mosquitto.conf as Debian's mosquitto 2.0.11 package ships it.
+DEBIAN_MOSQUITTO_CONF = """\
+# Place your local configuration in /etc/mosquitto/conf.d/
+#
+# A full description of the configuration file is at
+# /usr/share/doc/mosquitto/examples/mosquitto.conf.example
+
+pid_file /run/mosquitto/mosquitto.pid
+
+persistence true
+persistence_location /var/lib/mosquitto/
+
+log_dest file /var/log/mosquitto/mosquitto.log
+
+include_dir /etc/mosquitto/conf.d
+"""
 
 
 @pytest.fixture(params=["mosquitto.conf", "container.conf"])
