@@ -1,6 +1,6 @@
 """`monitor run` as a separate process, 200 sensors polled each second: CPU, RSS, alarm latency.
 
-    python bench/daemon.py [--duration 180] [--devices 20] [--endpoints 4] [--every 2]
+    python -m bench.daemon [--duration 180] [--devices 20] [--endpoints 4] [--every 2]
 
 The bench runs, on loopback:
 

@@ -272,3 +272,22 @@ def test_mkdocs_builds_strict(tmp_path: Path) -> None:
     assert (
         "max_sample_gap" in reference and "max_register_gap" in reference and "max_reading_gap" in reference
     )
+
+
+# Paths the reader creates (git-ignored secrets, their own station), or templates.
+READER_MADE = {"deploy/container/.env", "deploy/container/station/"}
+
+
+def test_inline_commands_and_paths_in_the_text_are_real() -> None:
+    """`python -m bench.daemon ...` or `deploy/...` in running text, not only in blocks."""
+    for page in PAGES:
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        for span in re.findall(r"`([^`\n]+)`", text):
+            argv = span.split()
+            if argv[0].endswith("python") and argv[1:2] == ["-m"] and argv[2] != "pytest" and "<" not in span:
+                module = ROOT / argv[2].replace(".", "/")
+                assert module.with_suffix(".py").exists() or module.is_dir(), f"{page.name}: {span}"
+            assert not re.match(r"^python \S+\.py", span), f"{page.name}: run `{span}` as a module (-m)"
+            for token in argv:
+                if token.startswith(REPO_DIRS) and "<" not in token and token not in READER_MADE:
+                    assert (ROOT / token.rstrip(".,:;")).exists(), f"{page.name}: {token} does not exist"
