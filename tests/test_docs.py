@@ -291,3 +291,56 @@ def test_inline_commands_and_paths_in_the_text_are_real() -> None:
             for token in argv:
                 if token.startswith(REPO_DIRS) and "<" not in token and token not in READER_MADE:
                     assert (ROOT / token.rstrip(".,:;")).exists(), f"{page.name}: {token} does not exist"
+
+
+def offline(argv: list[str]) -> bool:
+    """A documented `monitor` command that needs no device, server or state: run it."""
+    if argv[1:] == ["--version"] or argv[1:2] in (["config-schema"], ["profile"]):
+        return True
+    if argv[1:3] == ["billing", "rate"]:
+        return True
+    paths = [a for a in argv[2:] if a.endswith(".yaml")]
+    config_only = argv[1:2] == ["check-config"] or argv[1:3] == ["modbus", "plan"]
+    return config_only and bool(paths) and all((ROOT / p).exists() for p in paths)
+
+
+def test_documented_offline_commands_run_and_print_what_the_docs_say() -> None:
+    ran = 0
+    for where, command in documented():
+        argv = words(command)
+        if not (argv and MONITOR.match(argv[0]) and offline(argv)):
+            continue
+        if any(a.startswith("/") or a == "station.yaml" for a in argv[1:]):
+            continue  # a reader's own file: the install and first-device tests run those
+        result = subprocess.run(
+            [sys.executable, "-m", "monitor", *argv[1:]],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, (where, command, result.stderr)
+        said = command.partition(" # ")[2].strip()
+        if (said and ":" in said) or said.startswith("station-monitor "):
+            assert said in result.stdout, (where, said, result.stdout)
+        ran += 1
+    assert ran >= 4
+
+
+def test_a_documented_transcript_is_what_the_command_prints() -> None:
+    """A block that shows `$ monitor ...` and its output: the output is the real one."""
+    checked = 0
+    for page in PAGES:
+        for line, info, text in fenced(page):
+            if info or not text.startswith("$ monitor "):
+                continue
+            command, _, shown = text.partition("\n")
+            argv = words(command[2:])
+            assert offline(argv), f"{page.name}:{line}: only offline commands can be shown with output"
+            result = subprocess.run(
+                [sys.executable, "-m", "monitor", *argv[1:]], cwd=ROOT, capture_output=True, text=True,
+                timeout=120,
+            )  # fmt: skip
+            assert result.stdout.rstrip("\n") == shown.rstrip("\n"), f"{page.name}:{line}"
+            checked += 1
+    assert checked >= 1
