@@ -230,3 +230,29 @@ def test_show_lists_replacements_voids_and_corrections(tmp_path: Path) -> None:
     assert f"replaced at {swap}: old final 12090, new initial 5 by J. Op" in shown
     assert f"{swap}: replacement voided (old final 12095, new initial 5) by J. Op" in shown
     assert f"{iso(T + H)}: reading corrected 12020 -> 12021 by J. Op" in shown and ": photo" in shown
+
+
+def test_the_influxdb_copy_follows_a_void_and_a_correction(tmp_path: Path) -> None:
+    config = build_config({**RAW, "state_dir": str(tmp_path / "state")})
+    book = MeterBook.open(config, clock=ManualClock(NOW))
+    points: dict[tuple[str, float], float] = {}  # what InfluxDB holds: the last point per timestamp
+
+    def drain() -> None:
+        for r in book.take_records():
+            points[(r.meter, r.time)] = r.consumption_ft3
+
+    try:
+        book.ingest(readings())
+        book.record_replacement("shop.meter", T + 4.5 * H, 12_095, 5, "op")
+        drain()
+        assert sum(points.values()) == 80 + 15 + 10 + 40
+        book.void_replacement("shop.meter", T + 4.5 * H, "op", "typo")
+        drain()
+        assert points[("shop.meter", T + 4.5 * H)] == 0 and sum(points.values()) == 80
+        book.record_replacement("shop.meter", T + 4.5 * H, 12_090, 5, "op")
+        book.correct("shop.meter", T + 7 * H, 56, "op", "photo")  # 55 was read
+        drain()
+        (row,) = export_rows(config, book.ledger, quarter("2026Q3"))
+        assert sum(points.values()) == float(row["consumption_ft3"]) == 80 + 10 + 10 + 41
+    finally:
+        book.close()

@@ -245,7 +245,10 @@ class Amendments:
             self._append(meter, time_ms, CORRECTION, by, why, now,
                          original=str(held[0].reading), reading=str(reading))  # fmt: skip
             self._write(meter, time_ms, READING, reading, Step(True, ZERO, ZERO, frozenset()))
-            return self._rejudge(meter, (time_ms, READING))
+            changed = self._rejudge(meter, (time_ms, READING))
+            if not any(r.key == (time_ms, READING) for r in changed):  # judged as the placeholder was
+                changed[:0] = self._select(meter, "AND time_ms = ? AND seq = ?", time_ms, READING)
+            return changed
 
     def corrected_originals(self, meter: str, time_ms: int) -> set[Decimal]:
         """Readings at this time that a correction replaced: offered again (a replay of

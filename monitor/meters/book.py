@@ -24,8 +24,8 @@ import numpy.typing as npt
 
 from monitor.config import Config
 from monitor.errors import MeterError
-from monitor.meters.ledger import READING, Ledger, Replacement, Row, to_ms
-from monitor.meters.totalizer import ANOMALIES, MeterSpec, Step, condition, dec, to_ft3
+from monitor.meters.ledger import OLD_FINAL, READING, Ledger, Replacement, Row, to_ms
+from monitor.meters.totalizer import ANOMALIES, ZERO, MeterSpec, Step, condition, dec, to_ft3
 from monitor.model import Clock, Condition, Kind, Quality, Sample, WallClock, iso
 
 log = logging.getLogger(__name__)
@@ -209,8 +209,14 @@ class MeterBook:
         """Void a wrongly recorded replacement (appended, with who and why); the readings
         after it are judged again as if it had never been recorded."""
         self.ledger.spec(meter)
-        rows = self.ledger.void_replacement(meter, _ms(time), by, why, self.clock.now())
+        time_ms = _ms(time)
+        held = self.ledger.active_replacement(meter, time_ms)
+        rows = self.ledger.void_replacement(meter, time_ms, by, why, self.clock.now())
         log.info("meter %s: replacement at %s voided by %s: %s", meter, iso(time), by, why)
+        if held is not None and self._records:  # zero the swap's point in InfluxDB (take_records)
+            self._pending.append(
+                Row(meter, time_ms, OLD_FINAL, held.old_final, True, ZERO, ZERO, ("voided",), "voided")
+            )
         return self._amended(rows)
 
     def correct(
@@ -236,8 +242,10 @@ class MeterBook:
         # Both sides of a replacement make one point; send both even if one changed.
         swaps = {(r.meter, r.time_ms) for r in rows if r.seq != READING}
         for meter, time_ms in sorted(swaps):
+            mine = [r for r in rows if (r.meter, r.time_ms) == (meter, time_ms)]
             rows = [r for r in rows if (r.meter, r.time_ms) != (meter, time_ms)]
-            rows.extend(self.ledger.rows(meter, time_ms - 1, time_ms))
+            # A voided swap has no rows left: its own zero row overwrites the old point.
+            rows.extend(self.ledger.rows(meter, time_ms - 1, time_ms) or mine)
         return meter_records(sorted(rows, key=lambda r: (r.time_ms, r.meter, r.seq)), self.ledger.specs)
 
     def _conditions(self, rows: list[Row]) -> list[Condition]:
