@@ -109,11 +109,13 @@ def test_the_5_percent_prong_against_a_plant_influent_meter(tmp_path: Path) -> N
     try:
         t0, t1 = parse_time("2026-07-01T00:00:00Z"), parse_time("2026-10-01T00:00:00Z")
         # 30,000 gpd for 92 days (not 50,000 per workday) against a system of 500,000 gpd: 6 %.
+        # Two readings 92 days apart: the system figure is estimated, and the reason says so.
         book.ingest([Sample("m", t0, 0.0), Sample("m", t1, 30_000 * 92.0)])
         book.ingest([Sample("plant.influent", t0, 0.0), Sample("plant.influent", t1, 500_000 * 92.0)])
         (row,) = export_rows(config, book.ledger, quarter("2026Q3"))  # the plant meter is not billed
         assert row["classification"] == "major contributing industry"
-        assert "§139-15: 6.00 % of system meter plant.influent > 5 %" in row["classification_reason"]
+        reason = row["classification_reason"]
+        assert "§139-15: 6.00 % of system meter plant.influent (estimated) > 5 %" in reason
     finally:
         book.close()
 

@@ -131,7 +131,8 @@ def system_flow(config: Config, ledger: Ledger, q: Quarter) -> SystemFlow:
         return SystemFlow(Fraction(billing.system_flow_gpd) * q.days, "billing.system_flow_gpd")
     if billing.system_meter is not None:
         u = usage(ledger, billing.system_meter, q, billing.max_gap)
-        return SystemFlow(ft3_to_gal(u.ft3), f"system meter {billing.system_meter}")
+        caveat = f" ({', '.join(f for f in EXPORT_FLAGS if f in u.flags)})" if u.flags else ""
+        return SystemFlow(ft3_to_gal(u.ft3), f"system meter {billing.system_meter}{caveat}")
     return SystemFlow(None, "no billing.system_flow_gpd or billing.system_meter")
 
 
