@@ -256,3 +256,20 @@ def test_the_influxdb_copy_follows_a_void_and_a_correction(tmp_path: Path) -> No
         assert sum(points.values()) == float(row["consumption_ft3"]) == 80 + 10 + 10 + 41
     finally:
         book.close()
+
+
+def test_meters_ingest_counts_times_outside_1970_to_2100_as_bad_rows(tmp_path: Path) -> None:
+    config = tmp_path / "station.yaml"
+    config.write_text(yaml.safe_dump({**RAW, "state_dir": str(tmp_path / "state")}), encoding="utf-8")
+    data = tmp_path / "readings.csv"
+    data.write_text(
+        "time,sensor,value\n0001-01-01T00:00:00+01:00,shop.meter,5\n2026-07-01T00:00:00Z,shop.meter,6\n"
+        "1e12,shop.meter,7\n",
+        encoding="utf-8",
+    )
+    got = monitor_cli("meters", "ingest", "--config", str(config), "--input", str(data))
+    assert got.returncode == 0 and "1 meter reading(s)" in got.stdout and "2 bad row(s)" in got.stdout
+    shown = monitor_cli("meters", "show", "--config", str(config), "--meter", "shop.meter")
+    assert shown.returncode == 0 and shown.stdout.count("reading ") == 1
+    bad = monitor_cli("meters", "show", "--config", str(config), "--meter", "shop.meter", "--since", "soon")
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr

@@ -83,6 +83,8 @@ def _export(args: argparse.Namespace) -> int:
     if args.format == "xlsx" and args.out == "-":
         raise MeterError("an XLSX export needs --out FILE")
     quarters = [quarter(text, billing.year_start_month, config.station.zone) for text in args.quarter]
+    if len({str(q) for q in quarters}) < len(quarters):
+        raise MeterError("a --quarter is given twice")
     if args.presented and len(quarters) > 1:
         raise MeterError("--presented dates one bill: give one --quarter with it")
     bill = presentation(args.presented, quarters[0]) if args.presented else None

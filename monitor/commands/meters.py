@@ -14,6 +14,7 @@ from monitor.meters.book import MeterBook
 from monitor.meters.ledger import to_ms
 from monitor.model import Sample, iso, parse_time
 
+EARLIEST, LATEST = 0.0, 4_102_444_800.0  # 1970-01-01 and 2100-01-01: a meter reading is in between
 HELP = "meter ledger: list, show, record or void a meter replacement, correct a misread, ingest readings"
 
 
@@ -103,12 +104,12 @@ def _list(book: MeterBook) -> int:
 def _show(book: MeterBook, args: argparse.Namespace) -> int:
     ledger = book.ledger
     spec = ledger.spec(args.meter)
-    after = to_ms(parse_time(args.since)) if args.since else None
-    until = to_ms(parse_time(args.until)) if args.until else None
+    after = to_ms(_when(args.since)) if args.since else None
+    until = to_ms(_when(args.until)) if args.until else None
     print(f"meter {spec.meter} ({spec.unit} x{spec.multiplier}), account {spec.account or '-'}")
     for row in ledger.rows(args.meter, after, until):
         print("  " + row.describe() + (f"  {row.message}" if row.message else ""))
-    for line in iter_history(ledger, args.meter):
+    for line in iter_history(ledger, args.meter, after, until):
         print("  " + line)
     return 0
 
@@ -165,6 +166,8 @@ def _ingest(book: MeterBook, paths: list[Path]) -> int:
             for lineno, rec in enumerate(csv.DictReader(fh), start=2):
                 try:
                     sample = Sample(rec["sensor"], parse_time(rec["time"]), float(rec["value"]))
+                    if not EARLIEST <= sample.time < LATEST:
+                        raise ValueError(f"time {rec['time']} is outside 1970-2100")
                 except (KeyError, TypeError, ValueError) as exc:
                     bad += 1
                     if bad == 1:

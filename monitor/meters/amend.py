@@ -293,12 +293,18 @@ class Amendments:
         return {names[a.action] for a in self.amendments(meter, after_ms, until_ms) if a.action in names}
 
 
-def iter_history(ledger: Amendments, meter: str) -> Iterator[str]:
-    """`meters show`'s lines for the replacements and amendments of one meter."""
+def iter_history(
+    ledger: Amendments, meter: str, after_ms: int | None = None, until_ms: int | None = None
+) -> Iterator[str]:
+    """`meters show`'s lines for the replacements and amendments of one meter in a period."""
+    lo = -(2**62) if after_ms is None else after_ms
+    hi = 2**62 if until_ms is None else until_ms
     for rep in ledger.replacements(meter):
-        who = f" by {rep.recorded_by}" if rep.recorded_by else ""
-        yield (
-            f"replaced at {when(rep.time_ms)}: old final {rep.old_final}, new initial {rep.new_initial}{who}"
-        )
-    for a in ledger.amendments(meter):
+        if lo < rep.time_ms <= hi:
+            who = f" by {rep.recorded_by}" if rep.recorded_by else ""
+            yield (
+                f"replaced at {when(rep.time_ms)}: old final {rep.old_final},"
+                f" new initial {rep.new_initial}{who}"
+            )
+    for a in ledger.amendments(meter, after_ms, until_ms):
         yield a.describe()
