@@ -24,6 +24,7 @@ import pytest
 from monitor.config import load_config
 from monitor.meters.billing import columns, export_rows, quarter, write_csv
 from monitor.meters.book import MeterBook
+from monitor.meters.periods import presentation
 from monitor.model import Sample, parse_time
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,3 +185,42 @@ def test_same_export_whatever_the_order(order: str, tmp_path: Path) -> None:
     finally:
         book.close()
     assert export_text(config_path, name) == (CASES / name / "expected.csv").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("order", ["amendments-between-halves", "shuffled-then-replayed"])
+def test_amendments_give_the_same_export_whatever_the_order(order: str, tmp_path: Path) -> None:
+    """new-york through the MeterBook API: the replacement, its void and re-record, and the
+    correction made while readings still arrive (or all at once, shuffled); then the
+    readings replayed, misread included."""
+    name = "new-york"
+    config = load_config(case_dir(name, tmp_path))
+    samples = readings(name)
+    if order == "shuffled-then-replayed":
+        random.Random(17).shuffle(samples)
+    half = len(samples) // 2
+    between = order == "amendments-between-halves"
+    book = MeterBook.open(config)
+    try:
+        book.ingest(samples[:half] if between else samples)
+        late: list[dict[str, str]] = []  # the misread is in the second half: corrected once it is there
+        with (CASES / name / "amendments.csv").open(encoding="utf-8") as fh:
+            for a in csv.DictReader(fh):
+                t = parse_time(a["time"])
+                if a["action"] == "replace":
+                    book.record_replacement(a["meter"], t, a["old_final"], a["new_initial"], "api", a["why"])
+                elif a["action"] == "void-replacement":
+                    book.void_replacement(a["meter"], t, "api", a["why"])
+                elif between:
+                    late.append(a)
+                else:
+                    book.correct(a["meter"], t, a["reading"], "api", a["why"])
+        book.ingest(samples[half:] if between else samples)  # with the misread again
+        for a in late:
+            book.correct(a["meter"], parse_time(a["time"]), a["reading"], "api", a["why"])
+        assert config.billing is not None
+        q = quarter(settings(name)["quarter"], config.billing.year_start_month, config.station.zone)
+        out = io.StringIO()
+        write_csv(export_rows(config, book.ledger, q, presentation(settings(name)["presented"], q)), out)
+    finally:
+        book.close()
+    assert out.getvalue() == (CASES / name / "expected.csv").read_text(encoding="utf-8")
