@@ -43,7 +43,8 @@ def post_json(url: str, doc: object) -> tuple[int, Any]:
         with urllib.request.urlopen(req, timeout=15) as resp:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+        with err:
+            return err.code, json.loads(err.read())
 
 
 @pytest.fixture
@@ -144,8 +145,23 @@ def test_three_stations_kill_and_acknowledge_through_the_acl(tmp_path: Path, bro
         fleet = monitor("fleet", "serve", "--config", str(cfg), log=tmp_path / "fleet.log")
         base = f"http://127.0.0.1:{yaml.safe_load(cfg.read_text())['fleet']['port']}/"
         wait_until(lambda: _ready_fleet(base), timeout=30, what="fleet page")
-        page = urllib.request.urlopen(base, timeout=5)
-        assert page.headers["X-Frame-Options"] == "DENY" and b"Pumping stations" in page.read()
+        with urllib.request.urlopen(base, timeout=5) as page:
+            assert page.headers["X-Frame-Options"] == "DENY" and b"Pumping stations" in page.read()
+
+        # a page reached under a name it is not served as (DNS rebinding) gets nothing
+        req = urllib.request.Request(base + "api/stations", headers={"Host": "evil.example"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=5)
+        refused.value.close()
+        assert refused.value.code == 421
+        # a form post (no CORS preflight from a browser) is not an acknowledgement
+        req = urllib.request.Request(base + "api/ack", b"{}", {"Content-Type": "text/plain"}, method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=5)
+        refused.value.close()
+        assert refused.value.code == 415
+        status, reply = post_json(base + "api/ack", {"station": "ps-2", "x": "y" * 5000})
+        assert status == 413
 
         # acknowledgements: op-south may not command ps-2 (the broker's ACL says so) ...
         ack = {"station": "ps-2", "sensor": "outfall.ph", "rule": "high", "note": "on my way"}

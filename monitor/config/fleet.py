@@ -28,6 +28,10 @@ class Fleet(Section):
     consoles: dict[str, str] = Field(
         default_factory=dict, description="station id -> that station's console URL, linked from the page"
     )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="names the page is reached by besides localhost and fleet.host (e.g. fleet.example)",
+    )
     command_timeout: Duration = Field(5.0, gt=0, le=60, description="how long to wait for a station's reply")
     max_stations: int = Field(1000, gt=0, description="stations beyond this are refused (hostile publishers)")
 

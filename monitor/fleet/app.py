@@ -37,10 +37,19 @@ _HEADERS = {
 
 def create_fleet_app(service: FleetService) -> FastAPI:
     app = FastAPI(title="station-monitor fleet", docs_url=None, redoc_url=None, openapi_url=None)
+    fleet = service.config.fleet
+    hosts = {"localhost", "127.0.0.1", "[::1]", fleet.host.lower(), *(h.lower() for h in fleet.allowed_hosts)}
 
     @app.middleware("http")
     async def headers(request: Request, call_next: Any) -> Response:
-        response: Response = await call_next(request)
+        # A Host this view is not served as is a DNS-rebinding page reading it from a
+        # browser on the operator's machine: refuse it before any route runs.
+        host = request.headers.get("host", "").lower()
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if name not in hosts:
+            response: Response = JSONResponse({"ok": False, "error": "unknown Host"}, status_code=421)
+        else:
+            response = await call_next(request)
         response.headers.update(_HEADERS)
         return response
 
@@ -54,6 +63,8 @@ def create_fleet_app(service: FleetService) -> FastAPI:
 
     @app.post("/api/ack")
     async def ack(request: Request) -> JSONResponse:
+        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            return JSONResponse({"ok": False, "error": "send application/json"}, status_code=415)
         body = await _read_body(request)
         if isinstance(body, JSONResponse):
             return body
