@@ -223,3 +223,15 @@ def test_xlsx_needs_a_file(new_york: Path) -> None:
     got = monitor_cli("billing", "export", "--config", str(new_york), "--quarter", "2025Q4", "--quarter",
                       "2025Q3", "--presented", "2026-01-10", "--out", "-")  # fmt: skip
     assert got.returncode == 1 and "give one --quarter" in got.stderr
+
+
+def test_the_readme_billing_config_is_valid() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Water meters and billing\n", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    config = build_config({"station": {"id": "ps-1"}, **yaml.safe_load(block)})
+    assert config.billing is not None and config.billing.system_flow_gpd == 1_200_000
+    accounts = {a.id: a for a in config.billing.accounts}
+    assert accounts["high-school"].governmental and accounts["acme-mill"].sic_division == "D"
+    designation = accounts["plating"].designation
+    assert designation is not None and designation.classification == "major contributing industry"
