@@ -130,6 +130,7 @@ class StationServer:
         self._cache: dict[int, tuple[float, dict[str, list[tuple[int, list[int]]]]]] = {}
         self.connections = 0
         self.function_codes: list[int] = []
+        self.delayed_replies = 0  # replies that waited out `faults.delay` (a test waits on this)
         self.serial_port = serial_port  # serve Modbus RTU on this tty instead of TCP
         self.baudrate = baudrate
         self._server: ModbusTcpServer | ModbusSerialServer | None = None
@@ -168,6 +169,7 @@ class StationServer:
             if f.delay_count is not None:
                 f.delay_count -= 1
             await asyncio.sleep(f.delay)
+            self.delayed_replies += 1
         self._fill(unit, kind or "", start_address, registers)
         return None
 

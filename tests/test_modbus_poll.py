@@ -139,7 +139,7 @@ def test_after_a_timeout_a_late_reply_cannot_answer_the_next_request() -> None:
             srv.faults.delay, srv.faults.delay_count = 0.3, 1
             poller = ModbusPoller([device("plc", port, STATION_FIELDS[:1], timeout=0.1)], ManualClock(T0))
             first = await poller.poll("plc")
-            await asyncio.sleep(0.35)  # let the late reply go out on the old connection
+            await until(lambda: srv.delayed_replies == 1, what="the late reply, on the old connection")
             second = await poller.poll("plc")
             third = await poller.poll("plc")
         assert [s.quality for s in first] == [Quality.COMM_FAILURE]  # type: ignore[union-attr]
