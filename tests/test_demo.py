@@ -21,11 +21,10 @@ from tests.services import free_port, wait_until
 ROOT = Path(__file__).resolve().parent.parent
 
 
-# The demo's own accelerated clock: at 120x the first slug alarm (station minute 17)
-# comes about 9 s after start instead of 17 s. Not faster: the demo polls once a wall
-# second, and at 300x that is 5 station minutes between readings, which is the slug
-# rule's max_sample_gap, so no over run would ever last its 15 minutes.
-SPEED = "120"
+# The demo's own accelerated clock: at 240x the first slug alarm (station minute 17)
+# comes about 4 s after start instead of 17 s; the demo then polls every 0.25 s, one
+# reading per station minute, so the slug rule still sees a continuous run.
+SPEED = "240"
 
 
 def test_demo_serves_the_console_and_raises_a_slug_alarm(tmp_path: Path) -> None:

@@ -99,7 +99,9 @@ def demo_config(state_dir: Path, modbus_port: int, console_port: int, args: argp
                     "name": "station-sim",
                     "host": "127.0.0.1",
                     "port": modbus_port,
-                    "poll_interval": "1s",
+                    # A reading each station minute at most, so at any --speed the slug
+                    # rule sees a run (its max_sample_gap is 5 min); once a second at 60x.
+                    "poll_interval": min(1.0, max(0.1, 60.0 / args.speed)),
                     "fields": [
                         {"sensor": "outfall.flow", "address": 0, **field},
                         {"sensor": "outfall.ph", "address": 2, **field},
