@@ -21,7 +21,7 @@ check:
 	.venv/bin/ruff check monitor simulators tests bench scripts
 	.venv/bin/ruff format --check monitor simulators tests bench scripts
 	.venv/bin/mypy
-	.venv/bin/python -m pytest -q -m "not services"
+	.venv/bin/python -m pytest -q -n 2 -m "not services"
 
 docs:
 	@scripts/bootstrap.sh python
