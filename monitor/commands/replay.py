@@ -23,13 +23,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+import numpy as np
+
 from monitor.commands import load_config_or_exit
 from monitor.engine import Engine, ReplayStep, replay_steps
 from monitor.errors import SourceError
 from monitor.meters.book import MeterBook
 from monitor.model import Kind, ManualClock, Rule
 from monitor.sinks.pipeline import SampleSink, open_sink, outbox_path
-from monitor.sources.replay import ReadReport, Samples, read_csv
+from monitor.sources.replay import Samples, stream
 
 HELP = "replay recorded samples (CSV) through the rules and write the alarm events (JSON lines)"
 EVENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE})
@@ -63,11 +65,8 @@ def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args.config)
     engine = Engine(config.rules, ManualClock())
     started = time.perf_counter()
-    try:
-        samples, reports = read_inputs(args.input, engine.sensors)
-    except SourceError as exc:
-        print(f"replay: {exc}", file=sys.stderr)
-        return 1
+    batches, reports = stream(args.input, engine.sensors)
+    seen = np.zeros(len(engine.sensors), dtype=bool)
     events = 0
     left: int | None = None
     try:
@@ -87,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
 
     def steps() -> Iterator[ReplayStep]:
         nonlocal meter_transitions
-        for step in replay(engine, samples):
+        for step in replay(engine, batches):
+            seen[step.sensor[step.accepted]] = True
             if book is not None:
                 meter_transitions += len(
                     book.ingest_arrays(
@@ -107,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
                 events, left = asyncio.run(
                     replay_to_influx(steps(), engine.sensors, out, sink, args.drain_timeout)
                 )
+    except SourceError as exc:
+        print(f"replay: {exc}", file=sys.stderr)
+        return 1
     finally:
         if sink is not None:
             sink.close()
@@ -123,9 +126,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"replay: {line}", file=sys.stderr)
     for line in engine_report(engine):
         print(f"replay: {line}", file=sys.stderr)
-    seen = len(set(samples.sensor[samples.sensor >= 0].tolist()))
     n = engine.counters.samples
-    print(f"replay: {n} samples, {seen} sensors, {events} events, {n / elapsed:.0f} samples/s")
+    print(f"replay: {n} samples, {int(seen.sum())} sensors, {events} events, {n / elapsed:.0f} samples/s")
     if sink is not None and sink.drainer is not None:
         if left:
             print(
@@ -175,21 +177,11 @@ def write_step(sink: SampleSink, names: tuple[str, ...], step: ReplayStep) -> No
     sink.write_conditions(step.conditions)
 
 
-def read_inputs(paths: list[str], sensors: tuple[str, ...]) -> tuple[Samples, list[ReadReport]]:
-    """All inputs, merged into one stream in time order."""
-    parts: list[Samples] = []
-    reports: list[ReadReport] = []
-    for path in paths:
-        samples, report = read_csv(path, sensors)
-        parts.append(samples)
-        reports.append(report)
-    return (parts[0] if len(parts) == 1 else Samples.concat(parts)), reports
-
-
-def replay(engine: Engine, samples: Samples) -> Iterator[ReplayStep]:
+def replay(engine: Engine, batches: Iterable[Samples]) -> Iterator[ReplayStep]:
     """The replay loop: batches of samples with their conditions. A sink that should also
     receive the samples (an InfluxDB outbox) consumes these same steps."""
-    yield from replay_steps(engine, samples.sensor, samples.time, samples.value, samples.quality)
+    for b in batches:
+        yield from replay_steps(engine, b.sensor, b.time, b.value, b.quality)
 
 
 def write_events(step: ReplayStep, out: TextIO) -> int:
