@@ -17,6 +17,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -135,12 +136,13 @@ def stream(paths: Sequence[str | Path], sensors: Sequence[str]) -> tuple[Iterato
     by time) is still replayed, after them, and counted in `late`. The reports fill
     as the batches are consumed."""
     files = [_File(Path(p), sensors) for p in paths]
-    return _merge(files), [f.report for f in files]
+    return merge(files), [f.report for f in files]
 
 
 @dataclass
-class _Rows:
-    """Rows kept from one chunk, in file order, with their lines."""
+class Rows:
+    """Rows kept from one chunk, in file order, with their lines (for a historian:
+    the point's position in the answer, counting from 1)."""
 
     sensor: npt.NDArray[np.int32]
     time: npt.NDArray[np.float64]
@@ -148,16 +150,16 @@ class _Rows:
     quality: npt.NDArray[np.int8]
     lines: npt.NDArray[np.int64]
 
-    def take(self, keep: npt.NDArray[np.bool_]) -> _Rows:
-        return _Rows(
+    def take(self, keep: npt.NDArray[np.bool_]) -> Rows:
+        return Rows(
             self.sensor[keep], self.time[keep], self.value[keep], self.quality[keep], self.lines[keep]
         )
 
     @staticmethod
-    def join(parts: list[_Rows]) -> _Rows:
+    def join(parts: list[Rows]) -> Rows:
         if len(parts) == 1:
             return parts[0]
-        return _Rows(*(np.concatenate([getattr(p, f) for p in parts]) for f in _Rows.__dataclass_fields__))
+        return Rows(*(np.concatenate([getattr(p, f) for p in parts]) for f in Rows.__dataclass_fields__))
 
 
 class _File:
@@ -170,11 +172,11 @@ class _File:
         self.report = ReadReport(str(path))
         self.last = np.full(len(sensors), -math.inf)  # latest time per sensor read so far
 
-    def rows(self) -> Iterator[_Rows]:
+    def rows(self) -> Iterator[Rows]:
         for chunk in open_chunks(self.path):
             yield self._check(chunk)
 
-    def _check(self, c: Chunk) -> _Rows:
+    def _check(self, c: Chunk) -> Rows:
         r = self.report
         r.rows += int(c.lines.size) + len(c.short)
         for line, text in c.short:
@@ -200,12 +202,12 @@ class _File:
                 r.unknown_sensor.setdefault(name, Problem()).add(int(c.lines[at[i]]), c.text(int(at[i])), k)
         keep = ~unknown & ~unreadable & ~outside
         quality = np.where(c.value_ok, np.int8(Quality.GOOD), np.int8(Quality.BAD_DATA)).astype(np.int8)
-        rows = _Rows(sensor, time, c.value, quality, c.lines)
+        rows = Rows(sensor, time, c.value, quality, c.lines)
         if not keep.all():
             rows = rows.take(keep)
         return rows.take(self._in_order(rows))
 
-    def _in_order(self, rows: _Rows) -> npt.NDArray[np.bool_]:
+    def _in_order(self, rows: Rows) -> npt.NDArray[np.bool_]:
         """Rows later than every earlier row of the same sensor in this file."""
         keep = np.ones(rows.time.size, dtype=bool)
         if not rows.time.size:
@@ -235,9 +237,19 @@ def _add(problem: Problem, mask: npt.NDArray[np.bool_], c: Chunk) -> None:
         problem.add(int(c.lines[at[0]]), c.text(int(at[0])), int(at.size))
 
 
-def _merge(files: list[_File]) -> Iterator[Samples]:
+class Source(Protocol):
+    """Anything that yields rows in its own order: a file, a historian query."""
+
+    sensors: list[str]
+    report: ReadReport
+
+    def rows(self) -> Iterator[Rows]: ...
+
+
+def merge(files: Sequence[Source]) -> Iterator[Samples]:
+    """Sources merged into time-ordered batches (see `stream`)."""
     its = [f.rows() for f in files]
-    bufs: list[list[_Rows]] = [[] for _ in files]
+    bufs: list[list[Rows]] = [[] for _ in files]
     pos = [-math.inf] * len(files)
     done = [False] * len(files)
     frontier = -math.inf  # the latest time already handed on
@@ -255,11 +267,11 @@ def _merge(files: list[_File]) -> Iterator[Samples]:
             bufs[k].append(rows)
             pos[k] = max(pos[k], float(rows.time.max()))
         cut = min((pos[i] for i in range(len(files)) if not done[i]), default=math.inf)
-        out: list[_Rows] = []
+        out: list[Rows] = []
         for i, buf in enumerate(bufs):
             if not buf:
                 continue
-            whole = _Rows.join(buf)
+            whole = Rows.join(buf)
             now = whole.time < cut
             if now.all():
                 out.append(whole)
@@ -270,7 +282,7 @@ def _merge(files: list[_File]) -> Iterator[Samples]:
             else:
                 bufs[i] = [whole]
         if out:
-            rows = _Rows.join(out)
+            rows = Rows.join(out)
             order = np.argsort(rows.time, kind="stable")
             frontier = max(frontier, float(rows.time[order[-1]]))
             yield Samples(rows.sensor[order], rows.time[order], rows.value[order], rows.quality[order])
