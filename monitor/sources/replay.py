@@ -205,18 +205,22 @@ class _File:
         rows = Rows(sensor, time, c.value, quality, c.lines)
         if not keep.all():
             rows = rows.take(keep)
-        return rows.take(self._in_order(rows))
+        ordered = self._in_order(rows)
+        return rows if ordered.all() else rows.take(ordered)
 
     def _in_order(self, rows: Rows) -> npt.NDArray[np.bool_]:
         """Rows later than every earlier row of the same sensor in this file."""
         keep = np.ones(rows.time.size, dtype=bool)
         if not rows.time.size:
             return keep
-        order = np.argsort(rows.sensor, kind="stable")
-        present, starts = np.unique(rows.sensor[order], return_index=True)
-        bounds = [*starts.tolist(), int(order.size)]
-        for k, s in enumerate(present.tolist()):
-            sel = order[bounds[k] : bounds[k + 1]]
+        n = len(self.sensors)
+        key = rows.sensor.astype(np.uint16) if n < 65535 else rows.sensor  # uint16: a radix sort, O(n)
+        order = np.argsort(key, kind="stable")
+        counts = np.bincount(rows.sensor, minlength=n)
+        present = np.flatnonzero(counts)
+        bounds = np.concatenate(([0], np.cumsum(counts)))
+        for s in present.tolist():
+            sel = order[bounds[s] : bounds[s + 1]]
             t = rows.time[sel]
             before = np.maximum.accumulate(np.concatenate(([self.last[s]], t[:-1])))
             ok = t > before
@@ -283,6 +287,9 @@ def merge(files: Sequence[Source]) -> Iterator[Samples]:
                 bufs[i] = [whole]
         if out:
             rows = Rows.join(out)
-            order = np.argsort(rows.time, kind="stable")
-            frontier = max(frontier, float(rows.time[order[-1]]))
-            yield Samples(rows.sensor[order], rows.time[order], rows.value[order], rows.quality[order])
+            t = rows.time
+            if len(out) > 1 or bool(np.any(t[1:] < t[:-1])):  # time-ordered files skip the sort
+                order = np.argsort(t, kind="stable")
+                rows = Rows(rows.sensor[order], t[order], rows.value[order], rows.quality[order], rows.lines)
+            frontier = max(frontier, float(rows.time[-1]))
+            yield Samples(rows.sensor, rows.time, rows.value, rows.quality)
