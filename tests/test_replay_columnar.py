@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from monitor.errors import PayloadError
 from monitor.model import Quality, parse_time
 from monitor.sources import columnar
 from monitor.sources.replay import ReadReport, Samples, read_csv, stream
@@ -211,3 +212,22 @@ def test_a_parquet_file_without_the_columns_is_refused(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "lack time, sensor, value" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_line_without_end_is_refused_not_buffered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "endless.csv"
+    path.write_text("time,sensor,value\n1780444800,a,1\n" + "9" * 5000)
+    monkeypatch.setattr(columnar, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(columnar, "MAX_LINE_BYTES", 1024)
+    with pytest.raises(PayloadError, match="line 3 is longer than"):
+        read_csv(path, ["a"])
+
+
+def test_binary_garbage_exits_1_with_a_line(tmp_path: Path) -> None:
+    path = tmp_path / "garbage.csv"
+    path.write_bytes(bytes(range(256)) * 64)
+    result = replay(
+        "--config", str(CASE / "config.yaml"), "--input", str(path), "--events", str(tmp_path / "e")
+    )
+    assert result.returncode == 1, result.stderr
+    assert "garbage.csv" in result.stderr and "Traceback" not in result.stderr

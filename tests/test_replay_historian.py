@@ -4,9 +4,16 @@ VictoriaMetrics by `monitor replay`, read back in chunks, gives the same events.
 from __future__ import annotations
 
 import json
+import math
+import re
 import subprocess
 import sys
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +23,7 @@ import yaml
 
 from monitor.config import Config, load_config
 from monitor.engine import Engine, replay_steps
-from monitor.model import ManualClock
+from monitor.model import ManualClock, parse_time
 from monitor.sources import historian
 from monitor.sources.replay import Samples, merge, read_csv
 from tests.services import InfluxDB1, VictoriaMetrics
@@ -159,3 +166,90 @@ def test_an_unreachable_historian_exits_1_with_a_line(tmp_path: Path) -> None:
     result = replay(*args)
     assert result.returncode == 1
     assert "cannot read the history" in result.stderr and "Traceback" not in result.stderr
+
+
+class FluxAnswers:
+    """InfluxDB 2's query API as far as FluxHistory uses it: POST /api/v2/query answered
+    in annotated CSV (the dialect influxdb-client asks for) from the stored samples, for
+    the `range()` each query names. No InfluxDB 2 runs on this machine, so this
+    stand-in answers in its recorded wire format; InfluxQL and VictoriaMetrics above
+    are the real servers."""
+
+    HEAD = (
+        "#datatype,string,long,dateTime:RFC3339,string,double,long\r\n"
+        "#group,false,false,false,false,false,false\r\n"
+        "#default,_result,,,,,\r\n"
+        ",result,table,_time,sensor,value,quality\r\n"
+    )
+
+    def __init__(self, samples: Samples, names: list[str]) -> None:
+        self.samples, self.names = samples, names
+        self.queries: list[str] = []
+        self.tokens: set[str] = set()
+
+    def answer(self, flux: str) -> str:
+        self.queries.append(flux)
+        found = re.search(r"range\(start: (\S+), stop: (\S+)\)", flux)
+        assert found is not None, flux
+        a, b = (parse_time(x) for x in found.groups())
+        s = self.samples
+        rows = []
+        for i in np.flatnonzero((s.time >= a) & (s.time < b)).tolist():
+            when = datetime.fromtimestamp(float(s.time[i]), UTC).isoformat().replace("+00:00", "Z")
+            v = "" if math.isnan(s.value[i]) else repr(float(s.value[i]))
+            rows.append(f",,0,{when},{self.names[int(s.sensor[i])]},{v},{int(s.quality[i])}\r\n")
+        return self.HEAD + "".join(rows) + "\r\n" if rows else "\r\n"
+
+    @contextmanager
+    def serve(self) -> Iterator[str]:
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                owner.tokens.add(self.headers.get("Authorization", ""))
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+                text = owner.answer(body["query"]).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/csv; charset=utf-8")
+                self.send_header("Content-Length", str(len(text)))
+                self.end_headers()
+                self.wfile.write(text)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+def test_flux_history_replays_to_the_golden_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, config = station_config(tmp_path, {"url": "http://127.0.0.1:9", "org": "barton", "bucket": "b"})
+    answers = FluxAnswers(stored(config), list(config.rules))
+    with answers.serve() as url:
+        monkeypatch.setenv("REPLAY_TEST_TOKEN", "secret-token-0123456789")
+        influx = {"url": url, "org": "barton", "bucket": "b", "token": "${REPLAY_TEST_TOKEN}"}
+        config_path, config = station_config(tmp_path, influx)
+        out = tmp_path / "events.jsonl"
+        args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+        result = replay(*args, "--historian", "flux", "--events", str(out))
+        assert result.returncode == 0, result.stderr
+        assert events(out) == events(CASE / "events.jsonl")
+        assert "replay: 592 samples, 3 sensors, 8 events" in result.stdout
+        assert len(answers.queries) == 4  # a day in 6 h windows
+        assert answers.tokens == {"Token secret-token-0123456789"}
+        assert "secret-token" not in result.stdout + result.stderr
+        assert f'r.station == "{config.station.id}"' in answers.queries[0]
+        assert 'from(bucket: "b")' in answers.queries[0]
+        monkeypatch.setattr(historian, "WINDOW_S", 1800.0)
+        history = historian.open_history(config, 1780444800.0, 1780531200.0, "flux")
+        got = Samples.concat(list(merge([history])))
+        want = stored(config)
+        assert sorted(zip(got.time.tolist(), got.sensor.tolist(), strict=True)) == sorted(
+            zip(want.time.tolist(), want.sensor.tolist(), strict=True)
+        )

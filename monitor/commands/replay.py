@@ -106,7 +106,7 @@ def open_samples(
     """The files, or the historian's stored series, as time-ordered batches."""
     if not args.from_influx:
         return stream(args.input, sensors)
-    history = open_history(config, args.start, args.end, args.historian)
+    history = open_history(config, args.start, args.end, args.historian, sensors)
     return merge([history]), [history.report]
 
 

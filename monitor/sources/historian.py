@@ -95,7 +95,7 @@ class _History:
     """Rows from a historian: sensor names mapped, unknown ones counted like a file's."""
 
     def __init__(self, config: Config, start: float, end: float, what: str) -> None:
-        self.sensors = list(config.rules)
+        self.sensors = list(config.rules)  # `open_history(sensors=...)` may widen it
         self.index = {s: i for i, s in enumerate(self.sensors)}
         self.station = config.station.id
         self.start, self.end = start, end
@@ -229,7 +229,9 @@ def _json(line: bytes, target: str) -> dict[str, Any]:
     return doc
 
 
-def open_history(config: Config, start: float, end: float, kind: str = "auto") -> _History:
+def open_history(
+    config: Config, start: float, end: float, kind: str = "auto", sensors: Sequence[str] | None = None
+) -> _History:
     """The historian the config's `influx` section names: InfluxQL for `api: v1`; for
     `api: v2`, Flux on InfluxDB 2 or the export API on VictoriaMetrics (asked via /health)."""
     if config.influx is None:
@@ -240,12 +242,18 @@ def open_history(config: Config, start: float, end: float, kind: str = "auto") -
         else:
             health = Http(config.influx).health()
             kind = "flux" if '"influxdb"' in health else "victoriametrics"
+    history: _History
     if kind == "influxql":
         if config.influx.database is None:
             raise SourceError("influx.database: required to read InfluxDB 1.x (InfluxQL)")
-        return InfluxQLHistory(config, start, end)
-    if kind == "victoriametrics":
-        return VictoriaHistory(config, start, end)
-    from monitor.sources.historian_flux import FluxHistory
+        history = InfluxQLHistory(config, start, end)
+    elif kind == "victoriametrics":
+        history = VictoriaHistory(config, start, end)
+    else:
+        from monitor.sources.historian_flux import FluxHistory
 
-    return FluxHistory(config, start, end)
+        history = FluxHistory(config, start, end)
+    if sensors is not None:  # what-if: the candidate's sensors too
+        history.sensors = list(sensors)
+        history.index = {s: i for i, s in enumerate(sensors)}
+    return history

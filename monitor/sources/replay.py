@@ -14,6 +14,8 @@ happened on, for the report at the end. Every check works on whole chunks.
 from __future__ import annotations
 
 import math
+import queue
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,6 +236,47 @@ class _File:
         return keep
 
 
+_DONE = object()
+
+
+def _ahead(rows: Iterator[Rows], depth: int = 2) -> Iterator[Rows]:
+    """Read and check the next chunks on a thread while the engine judges this one:
+    pyarrow and NumPy release the GIL, so the two overlap on a second core. At most
+    `depth` chunks wait, so memory stays bounded; errors arrive in order."""
+    box: queue.Queue[object] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            for item in rows:
+                while not stop.is_set():
+                    try:
+                        box.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            box.put(_DONE)
+        except BaseException as exc:  # handed to the consumer, raised there
+            box.put(exc)
+
+    thread = threading.Thread(target=work, name="replay reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = box.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            assert isinstance(item, Rows)
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
 def _add(problem: Problem, mask: npt.NDArray[np.bool_], c: Chunk) -> None:
     """Count the rows of `mask`, remembering the first with its text: no loop per row."""
     at = np.flatnonzero(mask)
@@ -252,7 +295,7 @@ class Source(Protocol):
 
 def merge(files: Sequence[Source]) -> Iterator[Samples]:
     """Sources merged into time-ordered batches (see `stream`)."""
-    its = [f.rows() for f in files]
+    its = [_ahead(f.rows()) for f in files]
     bufs: list[list[Rows]] = [[] for _ in files]
     pos = [-math.inf] * len(files)
     done = [False] * len(files)
