@@ -98,7 +98,7 @@ def _csv_chunks(path: Path) -> Iterator[Chunk]:
     cols = _pick(path, header)
     width = max(header.index(c) for c in cols) + 1
     positions = [header.index(c) for c in cols]
-    kinds = [0]  # which typed parse worked on the last block: tried first on the next
+    kinds = [0, 0]  # the typed parse tried first, and how many blocks in a row needed text
     try:
         with path.open("rb") as f:
             f.readline()
@@ -180,10 +180,15 @@ def _csv_block(
             if kind == len(_KINDS) - 1:
                 raise
             continue
-        kinds[0] = kind
+        if kind < len(_KINDS) - 1:
+            kinds[0], kinds[1] = kind, 0
+        else:  # a block with a bad cell needs text; a file of them keeps to text after two
+            kinds[1] += 1
+            if kinds[1] >= 2:
+                kinds[0] = kind
         break
     assert table is not None
-    if any(o[0] < 0 for o in odd) or (odd and kinds[0] != len(_KINDS) - 1):
+    if any(o[0] < 0 for o in odd) or (odd and kind != len(_KINDS) - 1):
         table = parse(len(_KINDS) - 1, False)  # numbered rows; text so long rows can join
     n = table.num_rows
     batch = table.unify_dictionaries().combine_chunks().to_batches()
