@@ -231,3 +231,16 @@ def test_binary_garbage_exits_1_with_a_line(tmp_path: Path) -> None:
     )
     assert result.returncode == 1, result.stderr
     assert "garbage.csv" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_bad_input_is_refused_before_the_events_file_is_touched(tmp_path: Path) -> None:
+    good = tmp_path / "good.csv"
+    good.write_text("time,sensor,value\n1780444800,outfall.ph,7\n")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("when,what\n1,2\n")
+    events_file = tmp_path / "events.jsonl"
+    args = ["--config", str(CASE / "config.yaml"), "--input", str(good), "--input", str(bad)]
+    result = replay(*args, "--events", str(events_file))
+    assert result.returncode == 1
+    assert "bad.csv: header 'when,what' lacks column(s) time, sensor, value" in result.stderr
+    assert not events_file.exists()

@@ -65,8 +65,9 @@ def open_chunks(path: Path) -> Iterator[Chunk]:
     except OSError as exc:
         raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     if magic == b"PAR1":
-        return _parquet_chunks(path)
-    return _csv_chunks(path)
+        return _parquet_chunks(path, _parquet_file(path))
+    header = _header(path)  # checked now, so a bad file is refused before any output
+    return _csv_chunks(path, header, _pick(path, header))
 
 
 def _header(path: Path) -> list[str]:
@@ -91,11 +92,9 @@ def _pick(path: Path, header: list[str]) -> list[str]:
     return [header[names.index(c)] for c in COLUMNS]
 
 
-def _csv_chunks(path: Path) -> Iterator[Chunk]:
+def _csv_chunks(path: Path, header: list[str], cols: list[str]) -> Iterator[Chunk]:
     """Blocks of whole lines read here and parsed by pyarrow on all cores, one at a
     time: pyarrow's own streaming reader reads ahead without bound (the whole file)."""
-    header = _header(path)
-    cols = _pick(path, header)
     width = max(header.index(c) for c in cols) + 1
     positions = [header.index(c) for c in cols]
     kinds = [0, 0]  # the typed parse tried first, and how many blocks in a row needed text
@@ -407,15 +406,23 @@ def _nan_nulls(arr: pa.Array, scale: float) -> npt.NDArray[np.float64]:
     return out
 
 
-def _parquet_chunks(path: Path) -> Iterator[Chunk]:
+def _parquet_file(path: Path) -> pq.ParquetFile:
     try:
         pf = pq.ParquetFile(path)
-        names = {n.strip().lower(): n for n in pf.schema_arrow.names}
-        missing = [c for c in COLUMNS if c not in names]
-        if missing:
-            raise PayloadError(
-                f"{path}: columns {', '.join(pf.schema_arrow.names)} lack {', '.join(missing)}"
-            )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise PayloadError(f"{path}: not a readable Parquet file ({exc})") from exc
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    names = {n.strip().lower(): n for n in pf.schema_arrow.names}
+    missing = [c for c in COLUMNS if c not in names]
+    if missing:
+        raise PayloadError(f"{path}: columns {', '.join(pf.schema_arrow.names)} lack {', '.join(missing)}")
+    return pf
+
+
+def _parquet_chunks(path: Path, pf: pq.ParquetFile) -> Iterator[Chunk]:
+    names = {n.strip().lower(): n for n in pf.schema_arrow.names}
+    try:
         row = 1  # "line" of a Parquet row: its position, counting from 1
         for batch in pf.iter_batches(batch_size=PARQUET_ROWS, columns=[names[c] for c in COLUMNS]):
             n = batch.num_rows

@@ -173,9 +173,10 @@ class _File:
         self.index = {s: i for i, s in enumerate(sensors)}
         self.report = ReadReport(str(path))
         self.last = np.full(len(sensors), -math.inf)  # latest time per sensor read so far
+        self.chunks = open_chunks(path)  # opened (header checked) now: a bad file fails early
 
     def rows(self) -> Iterator[Rows]:
-        for chunk in open_chunks(self.path):
+        for chunk in self.chunks:
             yield self._check(chunk)
 
     def _check(self, c: Chunk) -> Rows:
