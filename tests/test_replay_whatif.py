@@ -61,7 +61,7 @@ def cond(t: float, state: ConditionState) -> Condition:
 
 
 def test_episodes_chattering_and_an_alarm_still_active_at_the_end() -> None:
-    side = Side()
+    side = Side(chatter_count=2, chatter_window=60.0)
     on, off = ConditionState.ACTIVE, ConditionState.CLEARED
     side.add(
         [cond(t, s) for t, s in [(0, on), (10, off), (30, on), (40, off), (70, on), (75, off), (500, on)]]
@@ -69,12 +69,13 @@ def test_episodes_chattering_and_an_alarm_still_active_at_the_end() -> None:
     side.close(800.0)
     episodes = side.episodes[("s", "high")]
     assert episodes[-1] == Episode(500.0, 800.0, True)
-    assert chattering([e.start for e in episodes]) == 1  # 0, 30, 70: three within a minute of each other
-    assert chattering([0, 30, 70, 100, 1000, 1010, 1020]) == 2
-    assert chattering([0, 61, 122]) == 0
+    assert chattering([e.start for e in episodes], 2, 60.0) == 0  # 0, 30, 70: never 3 in a minute
+    assert chattering([0, 20, 40, 50, 1000, 1010, 1020], 2, 60.0) == 2  # 3+ in a minute, twice
+    assert chattering([0, 20, 40, 50, 60, 70], 2, 60.0) == 1  # one episode while it lasts
+    assert chattering([0, 61, 122], 2, 60.0) == 0
     assert only(episodes, [Episode(35, 36, False)]) == [episodes[0], episodes[2], episodes[3]]
     rows = compare(side, Side(), UTC)
-    assert rows[0]["current"] == {"count": 4, "total_s": 325.0, "longest_s": 300.0, "chattering": 1}
+    assert rows[0]["current"] == {"count": 4, "total_s": 325.0, "longest_s": 300.0, "chattering": 0}
     assert rows[0]["only_current"] == [
         {"start": f"1970-01-01T00:{a}+00:00", "end": f"1970-01-01T00:{b}+00:00", "still_active": a == "08:20"}
         for a, b in [("00:00", "00:10"), ("00:30", "00:40"), ("01:10", "01:15"), ("08:20", "13:20")]

@@ -8,9 +8,10 @@ become episodes (active until cleared; one still active at the end lasts to the
 last sample) and are summed:
 
 - count: activations; total and longest time in alarm;
-- chattering episodes: runs of `CHATTER_COUNT` or more activations, each within
-  `CHATTER_S` of the one before (ISA-18.2 TR 18.2.5 calls an alarm that annunciates
-  3 or more times in a minute chattering);
+- chattering episodes: how often the alarm became chattering as the console would
+  flag it, by that side's own `alarms.chatter_count` and `alarms.chatter_window`
+  (more than 5 activations in 10 minutes by default): the count of activations in
+  the trailing window rises past the limit (one episode), until it falls back;
 - only-current / only-candidate: an episode of one side that no episode of the
   other side overlaps in time, with its times in the station's local zone.
 
@@ -23,11 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
-from itertools import pairwise
 
 import numpy as np
 
@@ -38,8 +38,6 @@ from monitor.model import Condition, ConditionState, ManualClock, Rule
 from monitor.sources.replay import ReadReport, Samples
 
 EVENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE})
-CHATTER_COUNT = 3
-CHATTER_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +51,8 @@ class Episode:
 class Side:
     """One config's alarms: transitions in, episodes per (sensor, rule) out."""
 
+    chatter_count: int = 5
+    chatter_window: float = 600.0
     active: dict[tuple[str, str], float] = field(default_factory=dict)
     episodes: dict[tuple[str, str], list[Episode]] = field(default_factory=lambda: defaultdict(list))
 
@@ -72,27 +72,29 @@ class Side:
         self.active.clear()
 
 
-def summary(episodes: list[Episode]) -> dict[str, float | int]:
+def summary(episodes: list[Episode], side: Side) -> dict[str, float | int]:
     spans = [e.end - e.start for e in episodes]
     return {
         "count": len(episodes),
         "total_s": round(sum(spans), 3),
         "longest_s": round(max(spans, default=0.0), 3),
-        "chattering": chattering([e.start for e in episodes]),
+        "chattering": chattering([e.start for e in episodes], side.chatter_count, side.chatter_window),
     }
 
 
-def chattering(starts: list[float]) -> int:
-    """Runs of CHATTER_COUNT+ activations, each within CHATTER_S of the previous."""
-    runs, length = 0, 1
-    for a, b in pairwise(starts):
-        if b - a <= CHATTER_S:
-            length += 1
-            if length == CHATTER_COUNT:
-                runs += 1
-        else:
-            length = 1
-    return runs
+def chattering(starts: list[float], count: int, window: float) -> int:
+    """Times the activations within the trailing `window` rose past `count`."""
+    recent: deque[float] = deque()
+    episodes, flagged = 0, False
+    for t in starts:
+        while recent and recent[0] <= t - window:
+            recent.popleft()
+        recent.append(t)
+        many = len(recent) > count
+        if many and not flagged:
+            episodes += 1
+        flagged = many
+    return episodes
 
 
 def only(mine: list[Episode], theirs: list[Episode]) -> list[Episode]:
@@ -115,8 +117,8 @@ def compare(current: Side, candidate: Side, zone: tzinfo | None = None) -> list[
             {
                 "sensor": key[0],
                 "rule": key[1],
-                "current": summary(a),
-                "candidate": summary(b),
+                "current": summary(a, current),
+                "candidate": summary(b, candidate),
                 "only_current": [_span(e, zone) for e in only(a, b)],
                 "only_candidate": [_span(e, zone) for e in only(b, a)],
             }
@@ -168,7 +170,7 @@ def run_what_if(args: argparse.Namespace, config: Config, candidate: Config, ope
     maps = [
         np.array([e.sensors.index(s) if s in e.sensors else -1 for s in names], np.int32) for e in engines
     ]
-    sides = [Side(), Side()]
+    sides = [Side(c.alarms.chatter_count, c.alarms.chatter_window) for c in (config, candidate)]
     last = -np.inf
     try:
         batches, reports = open_samples(args, config, tuple(names))
