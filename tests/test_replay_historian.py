@@ -97,6 +97,11 @@ def test_influxdb_1_history_replays_to_the_golden_events(tmp_path: Path, influxd
     influxdb1.query(f"CREATE DATABASE {db}")
     config_path, _ = station_config(tmp_path, {"url": influxdb1.url, "api": "v1", "database": db})
     write_then_read_back(tmp_path, config_path)
+    whatif = ROOT / "tests" / "cases" / "whatif" / "station-day"
+    args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+    result = replay(*args, "--what-if", str(whatif / "candidate.yaml"), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["rules"] == json.loads((whatif / "expected.json").read_text())
 
 
 def test_victoriametrics_history_replays_to_the_golden_events(
