@@ -244,3 +244,12 @@ def test_a_bad_input_is_refused_before_the_events_file_is_touched(tmp_path: Path
     assert result.returncode == 1
     assert "bad.csv: header 'when,what' lacks column(s) time, sensor, value" in result.stderr
     assert not events_file.exists()
+
+
+def test_a_full_disk_under_the_events_file_exits_1_with_a_line() -> None:
+    """/dev/full: every write fails with ENOSPC, as a full disk does."""
+    args = ["--config", str(CASE / "config.yaml"), "--input", str(CASE / "input.csv")]
+    result = replay(*args, "--events", "/dev/full")
+    assert result.returncode == 1
+    assert "cannot write events to /dev/full: No space left on device" in result.stderr
+    assert "Traceback" not in result.stderr

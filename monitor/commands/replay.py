@@ -172,6 +172,9 @@ def run(args: argparse.Namespace) -> int:
     except SourceError as exc:
         print(f"replay: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # the events file: a full disk, /dev/full, a yanked USB stick
+        print(f"replay: cannot write events to {args.events}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     finally:
         if sink is not None:
             sink.close()
