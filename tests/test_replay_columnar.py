@@ -16,6 +16,7 @@ import pytest
 from monitor.errors import PayloadError
 from monitor.model import Quality, parse_time
 from monitor.sources import columnar
+from monitor.sources import replay as replay_module
 from monitor.sources.replay import ReadReport, Samples, read_csv, stream
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -253,3 +254,17 @@ def test_a_full_disk_under_the_events_file_exits_1_with_a_line() -> None:
     assert result.returncode == 1
     assert "cannot write events to /dev/full: No space left on device" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_file_of_one_time_is_not_held_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows of the latest time wait for the rest of that time; a hostile file of one time
+    must not make them wait for the whole file."""
+    path = tmp_path / "one-time.csv"
+    names = [f"s{i}" for i in range(300)]
+    path.write_text("time,sensor,value\n" + "".join(f"1780444800,{n},1\n" for n in names))
+    monkeypatch.setattr(columnar, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(replay_module, "MAX_HELD", 40)
+    batches, reports = stream([path], names)
+    sizes = [len(b) for b in batches]
+    assert len(sizes) > 1 and max(sizes) <= 60
+    assert sum(sizes) == 300 and not reports[0].lines()

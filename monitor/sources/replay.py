@@ -30,6 +30,7 @@ from monitor.sources.columnar import Chunk, open_chunks
 T_MIN = 0.0  # 1970-01-01T00:00:00Z
 T_MAX = 4102444800.0  # 2100-01-01T00:00:00Z: later (or earlier than T_MIN) is a bad row
 MS_FROM = 1e11  # a bare number this large is epoch milliseconds (as seconds it is past year 5000)
+MAX_HELD = 2_000_000  # rows held back for a time not yet complete; past this they go on
 MAX_NAMES = 1000  # distinct unknown sensor names reported one by one; more are summed
 
 
@@ -321,6 +322,8 @@ def merge(files: Sequence[Source]) -> Iterator[Samples]:
                 continue
             whole = Rows.join(buf)
             now = whole.time < cut
+            if whole.time.size - int(np.count_nonzero(now)) > MAX_HELD:  # a file of one time
+                now = whole.time <= cut  # memory first: rows of that time may span two batches
             if now.all():
                 out.append(whole)
                 bufs[i] = []
