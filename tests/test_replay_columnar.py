@@ -268,3 +268,22 @@ def test_a_file_of_one_time_is_not_held_whole(tmp_path: Path, monkeypatch: pytes
     sizes = [len(b) for b in batches]
     assert len(sizes) > 1 and max(sizes) <= 60
     assert sum(sizes) == 300 and not reports[0].lines()
+
+
+def test_an_unterminated_quote_costs_its_block_not_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stdlib reader let one stray quote swallow the rest of the file; here it takes the
+    rest of its block at most, and the lines of later blocks stay right."""
+    path = tmp_path / "quote.csv"
+    rows = [f"{1780444800 + i},a,{i}" for i in range(100)]
+    rows += ['1780445800,"a,1']
+    rows += [f"{1780446800 + i},a,{i}" for i in range(300)]
+    rows += ["1780447800,zz,1"]  # line 403
+    path.write_text("time,sensor,value\n" + "\n".join(rows) + "\n")
+    monkeypatch.setattr(columnar, "BLOCK_BYTES", 512)
+    samples, report = read_csv(path, ["a"])
+    assert (report.bad_time.count, report.bad_time.first_line) == (1, 102)
+    assert 300 < len(samples) < 400
+    assert report.unknown_sensor["zz"].first_line == 403
+    assert report.unknown_sensor["zz"].example == "1780447800,zz,1"  # the row as written

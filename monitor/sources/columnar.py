@@ -171,6 +171,17 @@ def _csv_block(
             ),
         )
 
+    ends: list[npt.NDArray[np.intp]] = []
+
+    def text(at: int) -> str:
+        """Line `at` of the file as written (for the report's examples: a few per block)."""
+        if not ends:
+            ends.append(np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10))
+        k = at - line
+        a = 0 if k == 0 else int(ends[0][k - 1]) + 1
+        b = int(ends[0][k]) if k < ends[0].size else len(block)
+        return block[a:b].decode("utf-8", errors="replace").rstrip("\r")
+
     table = None
     for kind in (kinds[0], *range(kinds[0] + 1, len(_KINDS))):
         try:
@@ -193,12 +204,14 @@ def _csv_block(
     batch = table.unify_dictionaries().combine_chunks().to_batches()
     rows = batch[0] if batch else None
     if not odd:
-        return _chunk(rows, np.arange(line, line + n, dtype=np.int64), []), n
+        return _chunk(rows, np.arange(line, line + n, dtype=np.int64), [], source=text), n
     odd.sort()
     lines, short, extra = _place(line, n, odd, width, positions)
+    # An unterminated quote can swallow several lines into one bad row: count them.
+    held = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
     if extra:
-        return _chunk(_with_extra(rows, extra), lines, short, reorder=True), n + len(odd)
-    return _chunk(rows, lines, short), n + len(odd)
+        return _chunk(_with_extra(rows, extra), lines, short, reorder=True, source=text), held
+    return _chunk(rows, lines, short, source=text), held
 
 
 def _place(
@@ -244,6 +257,7 @@ def _chunk(
     lines: npt.NDArray[np.int64],
     short: list[tuple[int, str]],
     reorder: bool = False,
+    source: Callable[[int], str] | None = None,
 ) -> Chunk:
     if batch is None:
         none = np.empty(0, bool)
@@ -265,6 +279,8 @@ def _chunk(
         numeric, ok = numeric[index], ok[index]
 
     def text(i: int) -> str:
+        if source is not None:
+            return source(int(lines[i]))
         j = int(index[i])
         return ",".join("" if c[j].as_py() is None else str(c[j].as_py()) for c in (t_col, s_col, v_col))
 

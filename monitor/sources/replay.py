@@ -248,20 +248,24 @@ def _ahead(rows: Iterator[Rows], depth: int = 2) -> Iterator[Rows]:
     box: queue.Queue[object] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
+    def give(item: object) -> bool:
+        """Hand on one item; False once the consumer has gone."""
+        while not stop.is_set():
+            try:
+                box.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def work() -> None:
         try:
             for item in rows:
-                while not stop.is_set():
-                    try:
-                        box.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not give(item):
                     return
-            box.put(_DONE)
+            give(_DONE)
         except BaseException as exc:  # handed to the consumer, raised there
-            box.put(exc)
+            give(exc)
 
     thread = threading.Thread(target=work, name="replay reader", daemon=True)
     thread.start()
