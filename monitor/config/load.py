@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
+from monitor.config.incidents import Incidents, check_pairings
 from monitor.config.outputs import Alarms, Billing, Console, Influx, Store
 from monitor.config.sensors import Profile, Sensor, SensorRules, key_error, profile_limit, resolve_rules
 from monitor.config.sources import Modbus, Mqtt
@@ -60,6 +61,7 @@ class Config(Section):
     console: Console = Console()
     alarms: Alarms = Alarms()
     billing: Billing | None = None
+    incidents: Incidents = Incidents()
 
     @cached_property
     def rules(self) -> dict[str, SensorRules]:
@@ -269,6 +271,7 @@ def _check_rules(config: Config) -> list[str]:
             problems.append(f"sensors[{i}].slug.warmup: must not exceed slug.window")
         if sensor.kind is Kind.METER and config.billing is not None and sensor.account is None:
             problems.append(f"sensors[{i}].account: required for a meter when billing is configured")
+    problems.extend(check_pairings([(i, s.model_dump(), s.kind) for i, s in enumerate(config.sensors)]))
     return problems
 
 
