@@ -190,7 +190,7 @@ class Daemon:
             return
         try:
             changed = self.incidents.observe(samples, conditions)
-        except MonitorError as exc:
+        except (MonitorError, OSError) as exc:
             if not self._incident_error:
                 log.error("incidents not recorded: %s", exc)
             self._incident_error = True

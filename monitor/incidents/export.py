@@ -89,8 +89,9 @@ def plot_svg(inc: Incident, s: Series, zone: ZoneInfo, now: float) -> str:
     for k in range(7):
         t = t0 + (t1 - t0) * k / 6
         label = datetime.fromtimestamp(t, tz=zone).strftime("%m-%d %H:%M")
+        anchor = "start" if k == 0 else "end" if k == 6 else "middle"
         parts.append(
-            f'<text x="{x(t):.1f}" y="{H - BOTTOM + 16}" text-anchor="middle" font-size="11">{label}</text>'
+            f'<text x="{x(t):.1f}" y="{H - BOTTOM + 16}" text-anchor="{anchor}" font-size="11">{label}</text>'
         )
     if inc.figures.baseline is not None and math.isfinite(inc.figures.baseline):
         yb = y(inc.figures.baseline)

@@ -292,7 +292,8 @@ class IncidentTracker:
             if inc.end is not None and (final or self._final(inc, inc.end)):
                 self._freeze(inc)
                 continue
-            if inc.id in self._dirty or self.latest - self._refreshed.get(inc.id, -math.inf) >= REFRESH:
+            stale = inc.end is None and self.latest - self._refreshed.get(inc.id, -math.inf) >= REFRESH
+            if inc.id in self._dirty or stale:
                 self._refresh(inc)
         self._dirty.clear()
         out = list(self._changed.values())

@@ -38,7 +38,9 @@ OIL_AT = T0 + 30 * 3600 + 15.0
 
 
 def flow(t: np.ndarray) -> np.ndarray:
-    out: np.ndarray = 100.0 + 3.0 * np.sin(2 * math.pi * t / 7200.0) + bump(t, SLUG_AT, 1200.0, 3 * 3600.0, 600.0)
+    out: np.ndarray = (
+        100.0 + 3.0 * np.sin(2 * math.pi * t / 7200.0) + bump(t, SLUG_AT, 1200.0, 3 * 3600.0, 600.0)
+    )
     return out
 
 
