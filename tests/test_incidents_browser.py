@@ -88,3 +88,62 @@ def test_export_opens_offline_and_shows_threshold_and_shaded_incident(
     manifest = json.loads((out / "manifest.json").read_text())
     assert len(manifest["files"]) == 3
     context.close()
+
+
+def test_console_shows_what_is_overdue(browser: Browser, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    from monitor.incidents import IncidentTracker
+    from monitor.incidents.model import Note, NoteKind
+    from monitor.model import ManualClock, Sample
+    from tests.console import LiveConsole, TableView
+    from tests.incident_helpers import load
+
+    case = next(c for c in CASES if c.name == "slug-and-oil")
+    cfg = case_config(case, tmp_path / "state")
+    result = monitor(
+        "replay",
+        "--config",
+        str(cfg),
+        "--input",
+        str(case / "input.csv"),
+        "--events",
+        str(tmp_path / "e.jsonl"),
+    )
+    assert result.returncode == 0, result.stderr
+    slug, oil = incidents_json(cfg)
+
+    class StationWithIncidents(TableView):
+        """The console's test station, with the incident tracker the daemon offers."""
+
+        def __init__(self) -> None:
+            # 2026-06-20T00:00Z: the slug's statement (due the end of 2026-06-18 EDT) is overdue
+            super().__init__(tmp_path / "journal.sqlite", ManualClock(1781913600.0))
+            self.incidents = IncidentTracker(load(cfg))
+
+    view = StationWithIncidents()
+    try:
+        with LiveConsole(view, refresh=0.3) as live:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(live.url)
+            section = page.locator("#incidents-section")
+            expect(section).to_be_visible()
+            items = page.locator("#incidents-overdue li")
+            expect(items).to_have_count(1)
+            expect(items.first).to_have_attribute("data-incident", slug["id"])
+            expect(items.first).to_contain_text("§139-15 written statement")
+            expect(items.first).to_contain_text("2026-06-19 00:00 EDT")
+            page.screenshot(path=str(tmp_path / "console-overdue.png"), full_page=True)
+
+            # the statement arrives; the next refresh (an alarm transition here) clears the panel
+            live.call(
+                lambda: view.incidents.store.add_note(
+                    slug["id"], Note(1781913600.0, "R. Alvarez", "received", NoteKind.STATEMENT)
+                )
+            )
+            live.call(lambda: view.inject(Sample("outfall.ph", 1781913660.0, 9.6), 9.0, "§139-15 C(3)"))
+            expect(section).to_be_hidden()
+            assert oil["id"] not in page.content()
+            page.close()
+    finally:
+        view.incidents.close()

@@ -143,7 +143,8 @@ class IncidentStore:
         self.path = self.dir / FILE
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+            # One owner at a time (the daemon's loop, or a command), as with the alarm journal.
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
