@@ -189,9 +189,13 @@ def test_overdue_is_right_across_a_dst_change() -> None:
     got = _incident(start, due, (Note(due - 10, "sup", "received", NoteKind.STATEMENT),))
     assert overdue([got], due + 86400) == []
     notice = Note(start, "sup", "NOV 2026-17", NoteKind.NOTICE, due=start + 7 * 86400)
-    assert [d.what for d in overdue([_incident(start, due, (notice,))], start + 7 * 86400)] == [
-        "§139-21 A correction by notice"
-    ]
+    going_on = _incident(start, due, (notice,)).with_(end=None)
+    assert overdue([going_on], start + 7 * 86400 - 1) == []
+    assert [d.what for d in overdue([going_on], start + 7 * 86400)] == ["§139-21 A correction by notice"]
+    ended_late = going_on.with_(end=start + 8 * 86400)
+    assert [d.what for d in overdue([ended_late], start + 9 * 86400)] == ["§139-21 A correction by notice"]
+    corrected = going_on.with_(end=start + 6 * 86400)  # ended within the notice's time limit
+    assert overdue([corrected], start + 9 * 86400) == []
     # spring forward too: 2026-03-01 -> due end of 2026-03-16 EDT (DST began 03-08)
     spring = datetime(2026, 3, 1, 23, 30, tzinfo=zone).timestamp()
     assert statement_due(spring, zone, 15) == datetime(2026, 3, 17, 0, 0, tzinfo=zone).timestamp()

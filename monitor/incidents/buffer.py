@@ -29,6 +29,19 @@ class Recent:
     def last(self) -> float:
         return float(self.t[self.n - 1]) if self.n else -np.inf
 
+    def push(self, t: float, v: float, q: int) -> None:
+        """Append one sample (the live path); not later than the last one: dropped."""
+        n = self.n
+        if n and t <= self.t[n - 1]:
+            return
+        if n == self.t.size:
+            self._make_room(1, t)
+            n = self.n
+        self.t[n] = t
+        self.v[n] = v
+        self.q[n] = q
+        self.n = n + 1
+
     def extend(self, t: Floats, v: Floats, q: npt.NDArray[np.integer]) -> None:
         """Append samples later than the last one (earlier ones are dropped, as the engine does)."""
         if self.n:

@@ -10,8 +10,10 @@ Readings of chapter 139 the code takes:
   the UTC instant by an hour and not the local deadline.
 - §139-21 A: the Town serves "written notice stating the nature of the violation and
   providing a reasonable time limit for the satisfactory correction thereof". The
-  time limit is entered with the notice (a note of kind `notice`); it is overdue when
-  it passes and the case is not closed.
+  time limit is entered with the notice (a note of kind `notice`). It is owed while
+  the violation goes on, and overdue once the limit passes with the violation still
+  going on or ending after it (§139-21 B: "continue any violation beyond the time
+  limit"); a violation that ended by the limit owes nothing more.
 - §139-21 B: "Each day in which any such violation shall continue shall be deemed a
   separate offense." Violation days are the local calendar dates the violation
   touches, from its start to its end (or to now while it goes on).
@@ -94,7 +96,8 @@ def dues(incident: Incident, now: float) -> list[Due]:
             )
         )
     for n in incident.notes:
-        if n.kind is NoteKind.NOTICE and n.due is not None:
+        # Corrected in time (the violation ended by the notice's time limit): nothing owed.
+        if n.kind is NoteKind.NOTICE and n.due is not None and (incident.end is None or incident.end > n.due):
             out.append(Due(incident.id, "§139-21 A correction by notice", n.due, now >= n.due))
     return out
 

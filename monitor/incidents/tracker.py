@@ -129,18 +129,15 @@ class IncidentTracker:
 
     def add_samples(self, samples: Sequence[Sample]) -> None:
         """Live form: samples as validated by the engine (quality after validation)."""
-        by: dict[str, list[Sample]] = {}
+        recent = self.recent
+        latest = self.latest
         for s in samples:
-            if s.sensor in self.recent:
-                by.setdefault(s.sensor, []).append(s)
-        for sensor, items in by.items():
-            items.sort(key=lambda s: s.time)
-            self.recent[sensor].extend(
-                np.array([s.time for s in items], np.float64),
-                np.array([s.value for s in items], np.float64),
-                np.array([int(s.quality) for s in items], np.int8),
-            )
-            self.latest = max(self.latest, items[-1].time)
+            buf = recent.get(s.sensor)
+            if buf is not None:
+                buf.push(s.time, s.value, int(s.quality))
+                if s.time > latest:
+                    latest = s.time
+        self.latest = latest
 
     def add_columns(
         self,

@@ -1,0 +1,123 @@
+"""What incident records cost the pipeline: the tracker beside the engine, live and replay.
+
+Measures, in the same run:
+- live path: `Engine.process` for every sample of one-second batches (the peer), then the
+  same plus `IncidentTracker.observe` per batch; samples/s of both and the ratio;
+- replay path: `Engine.replay` (the peer), then the same plus the tracker fed the step's
+  columns; samples/s of both and the ratio;
+- the recent-sample buffer the tracker keeps (24 h + the longest rule delay + 1 h) in
+  bytes per sensor, after the run.
+
+The data: `--sensors` flow sensors at one sample per `--step` s for 26 h; one of them
+slugs (10x) for an hour at hour 22, which opens, ends and freezes one incident.
+
+    .venv/bin/python -m bench.incidents [--sensors 20] [--step 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from monitor.config import Config, build_config
+from monitor.engine import Engine
+from monitor.incidents import IncidentTracker
+from monitor.model import ManualClock, Quality, Sample
+
+T0 = 1_780_000_000.0
+HOURS = 26
+
+
+def station(n: int, state: Path) -> Config:
+    sensors = [{"id": f"f{i:03d}", "kind": "flow", "unit": "gpm", "stale_after": "10m"} for i in range(n)]
+    return build_config({"station": {"id": "bench"}, "state_dir": str(state), "sensors": sensors})
+
+
+def data(n: int, step: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    times = T0 + step * np.arange(int(HOURS * 3600 / step))
+    sensor = np.tile(np.arange(n), times.size)
+    t = np.repeat(times, n)
+    v = 100.0 + 5.0 * np.sin(2 * math.pi * t / 86400.0) + 0.1 * (sensor % 7)
+    slug = (sensor == 0) & (t >= T0 + 22 * 3600) & (t < T0 + 23 * 3600)
+    v = np.where(slug, 1000.0, v)
+    return sensor, t, v
+
+
+def live(config: Config, sensor: np.ndarray, t: np.ndarray, v: np.ndarray, n: int, track: bool) -> tuple[float, int]:
+    engine = Engine(config.rules, ManualClock())
+    tracker = IncidentTracker(config) if track else None
+    names = engine.sensors
+    samples = [Sample(names[i], ti, vi) for i, ti, vi in zip(sensor.tolist(), t.tolist(), v.tolist(), strict=True)]
+    started = time.perf_counter()
+    for k in range(0, len(samples), n):
+        batch = samples[k : k + n]
+        conditions = []
+        for s in batch:
+            conditions.extend(engine.process(s))
+        if tracker is not None:
+            tracker.observe(batch, conditions)
+    elapsed = time.perf_counter() - started
+    found = 0
+    if tracker is not None:
+        found = len(tracker.incidents())
+        tracker.close()
+    return elapsed, found
+
+
+def replay(config: Config, sensor: np.ndarray, t: np.ndarray, v: np.ndarray, track: bool) -> tuple[float, int]:
+    engine = Engine(config.rules, ManualClock())
+    tracker = IncidentTracker(config) if track else None
+    q = np.full(t.size, int(Quality.GOOD), np.int8)
+    started = time.perf_counter()
+    result = engine.replay(sensor, t, v, q)
+    if tracker is not None:
+        tracker.add_columns(engine.sensors, sensor, t, v, result.quality, result.accepted)
+        tracker.apply(result.conditions)
+        tracker.advance(final=True)
+    elapsed = time.perf_counter() - started
+    found = 0
+    if tracker is not None:
+        found = len(tracker.incidents())
+        buffer = sum(r.t.nbytes + r.v.nbytes + r.q.nbytes for r in tracker.recent.values()) / len(tracker.recent)
+        print(f"recent-sample buffer after 26 h: {buffer / 1e6:.2f} MB per sensor (capacity, 17 B/sample)")
+        tracker.close()
+    return elapsed, found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sensors", type=int, default=20)
+    parser.add_argument("--step", type=float, default=10.0, help="seconds between samples of a sensor")
+    args = parser.parse_args()
+    logging.disable(logging.WARNING)
+    sensor, t, v = data(args.sensors, args.step)
+    n = int(t.size)
+    print(f"data: {args.sensors} flow sensors x {HOURS} h at 1 sample / {args.step:g} s = {n:,} samples")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        peer, _ = live(station(args.sensors, root / "a"), sensor, t, v, args.sensors, track=False)
+        ours, found = live(station(args.sensors, root / "b"), sensor, t, v, args.sensors, track=True)
+        print(
+            f"live path: engine alone {n / peer:,.0f} samples/s, engine + incidents {n / ours:,.0f} samples/s,"
+            f" ratio {peer / ours:.2f} ({found} incident)"
+        )
+        peer, _ = replay(station(args.sensors, root / "c"), sensor, t, v, track=False)
+        ours, found = replay(station(args.sensors, root / "d"), sensor, t, v, track=True)
+        print(
+            f"replay path: engine alone {n / peer:,.0f} samples/s, engine + incidents {n / ours:,.0f} samples/s,"
+            f" ratio {peer / ours:.2f} ({found} incident)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
