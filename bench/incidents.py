@@ -52,11 +52,15 @@ def data(n: int, step: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return sensor, t, v
 
 
-def live(config: Config, sensor: np.ndarray, t: np.ndarray, v: np.ndarray, n: int, track: bool) -> tuple[float, int]:
+def live(
+    config: Config, sensor: np.ndarray, t: np.ndarray, v: np.ndarray, n: int, track: bool
+) -> tuple[float, int]:
     engine = Engine(config.rules, ManualClock())
     tracker = IncidentTracker(config) if track else None
     names = engine.sensors
-    samples = [Sample(names[i], ti, vi) for i, ti, vi in zip(sensor.tolist(), t.tolist(), v.tolist(), strict=True)]
+    samples = [
+        Sample(names[i], ti, vi) for i, ti, vi in zip(sensor.tolist(), t.tolist(), v.tolist(), strict=True)
+    ]
     started = time.perf_counter()
     for k in range(0, len(samples), n):
         batch = samples[k : k + n]
@@ -73,7 +77,9 @@ def live(config: Config, sensor: np.ndarray, t: np.ndarray, v: np.ndarray, n: in
     return elapsed, found
 
 
-def replay(config: Config, sensor: np.ndarray, t: np.ndarray, v: np.ndarray, track: bool) -> tuple[float, int]:
+def replay(
+    config: Config, sensor: np.ndarray, t: np.ndarray, v: np.ndarray, track: bool
+) -> tuple[float, int]:
     engine = Engine(config.rules, ManualClock())
     tracker = IncidentTracker(config) if track else None
     q = np.full(t.size, int(Quality.GOOD), np.int8)
@@ -87,7 +93,9 @@ def replay(config: Config, sensor: np.ndarray, t: np.ndarray, v: np.ndarray, tra
     found = 0
     if tracker is not None:
         found = len(tracker.incidents())
-        buffer = sum(r.t.nbytes + r.v.nbytes + r.q.nbytes for r in tracker.recent.values()) / len(tracker.recent)
+        buffer = sum(r.t.nbytes + r.v.nbytes + r.q.nbytes for r in tracker.recent.values()) / len(
+            tracker.recent
+        )
         print(f"recent-sample buffer after 26 h: {buffer / 1e6:.2f} MB per sensor (capacity, 17 B/sample)")
         tracker.close()
     return elapsed, found
@@ -107,14 +115,14 @@ def main() -> int:
         peer, _ = live(station(args.sensors, root / "a"), sensor, t, v, args.sensors, track=False)
         ours, found = live(station(args.sensors, root / "b"), sensor, t, v, args.sensors, track=True)
         print(
-            f"live path: engine alone {n / peer:,.0f} samples/s, engine + incidents {n / ours:,.0f} samples/s,"
-            f" ratio {peer / ours:.2f} ({found} incident)"
+            f"live path: engine alone {n / peer:,.0f} samples/s,"
+            f" engine + incidents {n / ours:,.0f} samples/s, ratio {peer / ours:.2f} ({found} incident)"
         )
         peer, _ = replay(station(args.sensors, root / "c"), sensor, t, v, track=False)
         ours, found = replay(station(args.sensors, root / "d"), sensor, t, v, track=True)
         print(
-            f"replay path: engine alone {n / peer:,.0f} samples/s, engine + incidents {n / ours:,.0f} samples/s,"
-            f" ratio {peer / ours:.2f} ({found} incident)"
+            f"replay path: engine alone {n / peer:,.0f} samples/s,"
+            f" engine + incidents {n / ours:,.0f} samples/s, ratio {peer / ours:.2f} ({found} incident)"
         )
     return 0
 

@@ -52,12 +52,14 @@ def test_console_api_reads_without_token_and_writes_with_it(tmp_path: Path) -> N
         assert post(daemon, f"/api/incidents/{ids[0]}/notes", hostile).status_code == 422
         wrong_due = {"by": "a", "text": "t", "kind": "note", "due": "2026-07-01T00:00:00Z"}
         assert post(daemon, f"/api/incidents/{ids[0]}/notes", wrong_due).status_code == 422
-        notice = {"by": "a", "text": "NOV 17", "kind": "notice", "due": "2026-06-20T12:00:00-04:00"}
+        # a notice whose time limit (07:00Z) passed before the oil excursion ended (07:15Z): overdue
+        notice = {"by": "a", "text": "NOV 17", "kind": "notice", "due": "2026-06-04T03:00:00-04:00"}
         after = post(daemon, f"/api/incidents/{ids[1]}/notes", notice).json()
-        assert (
-            after["due"][-1]["what"] == "§139-21 A correction by notice"
-            and after["due"][-1]["overdue"] is False
-        )
+        assert after["due"][-1]["what"] == "§139-21 A correction by notice" and after["due"][-1]["overdue"]
+        # one that gave until the 5th was met: the excursion ended in time, nothing more is owed
+        met = {"by": "a", "text": "NOV 18", "kind": "notice", "due": "2026-06-05T00:00:00-04:00"}
+        after = post(daemon, f"/api/incidents/{ids[1]}/notes", met).json()
+        assert [d["due"] for d in after["due"] if d["what"].startswith("§139-21")] == ["2026-06-04T07:00:00Z"]
 
         close = {"by": "R. Alvarez", "reason": "penalty paid"}
         assert post(daemon, f"/api/incidents/{ids[0]}/close", close, bearer=None).status_code == 401

@@ -135,8 +135,7 @@ class IncidentTracker:
             buf = recent.get(s.sensor)
             if buf is not None:
                 buf.push(s.time, s.value, int(s.quality))
-                if s.time > latest:
-                    latest = s.time
+                latest = max(latest, s.time)
         self.latest = latest
 
     def add_columns(
