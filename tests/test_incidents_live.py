@@ -4,10 +4,14 @@ the `incident` measurement in a real InfluxDB 1.6, and the merge window."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
-from monitor.model import ManualClock, Sample
+import pytest
+
+from monitor.errors import StateError
+from monitor.model import ManualClock, Rule, Sample
 from tests.console import TOKEN, call
 from tests.incident_helpers import CASES, case_config, close_daemon, feed, load, read_samples, run_live
 from tests.services import InfluxDB1
@@ -128,3 +132,45 @@ def test_incidents_reach_influxdb_as_their_own_measurement(tmp_path: Path, influ
     assert abs(row[cols.index("excess_volume_gal")] / 116226.58 - 1) < 0.005
     (oil,) = series["outfall.oil"]["values"]
     assert abs(oil[series["outfall.oil"]["columns"].index("excess_mass_lb")] / 7.4426 - 1) < 0.01
+
+
+def test_a_failing_incident_store_never_stops_the_pipeline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full disk under the incident store: the alarms still go out, the failure is logged
+    once, and the evidence catches up when the disk has room again. (A fake: a real disk
+    cannot be made full on demand here, and the tests run as root, so permissions do not stop
+    SQLite either.)"""
+    raw = tmp_path / "station.yaml"
+    raw.write_text(
+        f"station: {{id: ps-1}}\nstate_dir: {tmp_path / 'state'}\nconsole: {{enabled: false}}\n"
+        "sensors:\n  - {id: oil, kind: concentration, substance: oil, slug: false, stale_after: 10m}\n",
+        encoding="utf-8",
+    )
+    t0 = 1_780_000_000.0
+    samples = [Sample("oil", t0 + 60 * m, 150.0 if 60 <= m < 70 else 20.0) for m in range(240)]
+    daemon = run_live(load(raw), samples[:65])
+    try:
+        assert daemon.incidents is not None
+        store = daemon.incidents.store
+        real = store.add_evidence
+
+        def disk_full(*args: object, **kw: object) -> int:
+            raise StateError("incident store: database or disk is full")
+
+        monkeypatch.setattr(store, "add_evidence", disk_full)
+        with caplog.at_level(logging.ERROR):
+            feed(daemon, samples[65:120])
+        assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
+            "incidents not recorded: incident store: database or disk is full"
+        ]
+        alarm = daemon.alarms.get("oil", Rule.HIGH)
+        assert alarm is not None and not alarm.active and alarm.cleared_at == t0 + 60 * 70  # alarms went on
+
+        monkeypatch.setattr(store, "add_evidence", real)
+        feed(daemon, samples[120:])
+        (inc,) = daemon.incidents.incidents()
+        assert inc.frozen and inc.end == t0 + 60 * 70
+        assert inc.figures.samples == 11 and inc.figures.peak_value == 150.0  # nothing lost meanwhile
+    finally:
+        close_daemon(daemon)

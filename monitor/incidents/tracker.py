@@ -113,9 +113,9 @@ class IncidentTracker:
         self.recent = {s: Recent(keep) for s in self.watch}
         self.latest = -math.inf
         # Incidents still taking evidence, by (sensor, rule); restored from the store.
-        self.live: dict[tuple[str, str], Incident] = {}
+        self.live: dict[str, Incident] = {}
         for inc in self.store.incidents(unfrozen_only=True):
-            self.live[(inc.sensor, inc.rule)] = inc
+            self.live[inc.id] = inc
         self._dirty: set[str] = set()
         self._refreshed: dict[str, float] = {}
         self._changed: dict[str, Incident] = {}
@@ -191,20 +191,21 @@ class IncidentTracker:
         return cond.limit * scale + offset
 
     def _activate(self, cond: Condition) -> None:
-        key = (cond.sensor, str(cond.rule))
         w = self.watch[cond.sensor]
-        last = self.live.get(key)
+        last = self._latest_of(cond)
         if last is not None and last.end is None:
             return  # already open (a restart replayed the ACTIVE)
         if last is not None and last.end is not None and cond.time - last.end <= self.settings.merge_window:
             stored = self.store.get(last.id)
             if stored is None or stored.closed_at is None:
-                self.live[key] = last.with_(end=None, activations=last.activations + 1)
+                self.live[last.id] = last.with_(end=None, activations=last.activations + 1)
                 self._touch(last.id)
-                log.info("incident %s extended: %s active again within the merge window", last.id, key[0])
+                log.info(
+                    "incident %s extended: %s active again within the merge window", last.id, cond.sensor
+                )
                 return
-        if last is not None:
-            self._freeze(last)
+        # An earlier incident still settling (its hour of evidence after the end) freezes in
+        # `advance` on event time, as it would have without this new one.
         threshold = self._threshold(w, cond)
         if threshold is None:
             log.warning("%s/%s active without a finite limit; no incident opened", cond.sensor, cond.rule)
@@ -243,7 +244,7 @@ class IncidentTracker:
             flow_sensor=w.flow_sensor if w.kind is Kind.CONCENTRATION else None,
             evidence_until=start - self.settings.evidence_before - 1e-6,
         )
-        self.live[key] = inc
+        self.live[iid] = inc
         self._touch(iid)
         log.warning(
             "incident %s opened: %s %s since %s (%s)", iid, cond.sensor, cond.rule, iso(start), cond.citation
@@ -265,12 +266,16 @@ class IncidentTracker:
             )
 
     def _clear(self, cond: Condition) -> None:
-        key = (cond.sensor, str(cond.rule))
-        inc = self.live.get(key)
+        inc = self._latest_of(cond)
         if inc is None or inc.end is not None:
             return
-        self.live[key] = inc.with_(end=max(cond.time, inc.start))
+        self.live[inc.id] = inc.with_(end=max(cond.time, inc.start))
         self._touch(inc.id)
+
+    def _latest_of(self, cond: Condition) -> Incident | None:
+        """The newest incident still taking evidence for the condition's sensor and rule."""
+        found = [i for i in self.live.values() if i.sensor == cond.sensor and i.rule == cond.rule]
+        return max(found, key=lambda i: i.start) if found else None
 
     def _touch(self, iid: str) -> None:
         self._dirty.add(iid)
@@ -282,7 +287,7 @@ class IncidentTracker:
 
         `final` (end of a replay): the data ends here, so ended incidents are final now.
         """
-        for key, was in list(self.live.items()):
+        for key, was in sorted(self.live.items(), key=lambda kv: kv[1].start):
             inc = self._collect(was)
             self.live[key] = inc
             if inc.end is not None and (final or self._final(inc, inc.end)):
@@ -332,7 +337,7 @@ class IncidentTracker:
     def _refresh(self, inc: Incident) -> Incident:
         inc = inc.with_(figures=self.figures(inc))
         self.store.save(inc)
-        self.live[(inc.sensor, inc.rule)] = inc
+        self.live[inc.id] = inc
         self._refreshed[inc.id] = self.latest
         self._changed[inc.id] = inc
         return inc
@@ -366,7 +371,7 @@ class IncidentTracker:
         sha, rows = self.store.freeze_evidence(inc.id)
         inc = inc.with_(frozen=True, evidence_sha256=sha, evidence_rows=rows)
         self.store.save(inc)
-        self.live.pop((inc.sensor, inc.rule), None)
+        self.live.pop(inc.id, None)
         self._changed[inc.id] = inc
         log.info("incident %s final: %d evidence row(s), sha256 %s", inc.id, rows, sha)
 
