@@ -65,7 +65,7 @@ def check_golden(got: list[dict[str, object]], want: list[dict[str, float | str]
             assert rel <= 0.01, (g["excess_mass_lb"], w["excess_mass_lb"])
         else:
             assert g["excess_mass_lb"] is None
-        assert g["coverage"] == 1.0
+        assert abs(float(g["coverage"]) - float(w.get("coverage", 1.0))) <= 0.01, (g["coverage"], w)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -4,6 +4,8 @@ Everything is computed from the samples (the frozen evidence) and the threshold 
 condition reported, never from the engine's internals, so the figures mean the same
 whatever the engine does inside, and live and replay agree by construction.
 
+- end: the first good sample back within the threshold after the last one beyond it
+  (the alarm's clear, after a deadband and off-delay, is recorded as `clear_time`).
 - start: the first good sample of the run beyond the threshold that ends at the
   alarm (walking back over good samples while they stay beyond and no gap exceeds
   the rule's `max_gap`); not the alarm time, which is 15 min later for a slug.
@@ -73,6 +75,17 @@ def run_start(s: Series, alarm_time: float, threshold: float, high: bool, max_ga
     if first > i:
         return alarm_time  # the alarm sample itself is not beyond (a reconcile clear, say)
     return float(s.t[first])
+
+
+def run_end(s: Series, clear_time: float, threshold: float, high: bool) -> float:
+    """Time of the first sample back within the threshold after the last one beyond it, up
+    to the clear (a limit's deadband and off-delay clear the alarm later than that)."""
+    j = int(np.searchsorted(s.t, clear_time, "right"))
+    beyond = s.v[:j] > threshold if high else s.v[:j] < threshold
+    last = np.flatnonzero(beyond)
+    if not last.size or int(last[-1]) + 1 >= j:
+        return clear_time
+    return float(s.t[int(last[-1]) + 1])
 
 
 def usual_interval(s: Series, before: float, window: float) -> float | None:

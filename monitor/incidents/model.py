@@ -85,6 +85,7 @@ class Incident:
     figures: Figures
     statement_due: float
     flow_sensor: str | None = None
+    clear_time: float | None = None  # when the alarm cleared (after deadband and off-delay)
     activations: int = 1
     evidence_sha256: str | None = None
     evidence_rows: int = 0

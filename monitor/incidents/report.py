@@ -36,6 +36,7 @@ def incident_json(inc: Incident, zone: ZoneInfo, now: float) -> dict[str, object
         "start": iso(inc.start),
         "alarm_time": iso(inc.alarm_time),
         "end": _t(inc.end),
+        "clear_time": _t(inc.clear_time),
         "duration_s": None if inc.end is None else finite(inc.end - inc.start, 3),
         "unit": inc.unit,
         "threshold": finite(inc.threshold),
@@ -107,7 +108,13 @@ def detail_lines(inc: Incident, zone: ZoneInfo, now: float) -> list[str]:
         f"  rule         {inc.rule}, {inc.method}  [{inc.citation}]",
         f"  start        {local_text(inc.start, zone)}  (first sample beyond the threshold)",
         f"  alarm        {local_text(inc.alarm_time, zone)}",
-        "  end          " + (local_text(inc.end, zone) if inc.end is not None else "(still going on)"),
+        "  end          "
+        + (local_text(inc.end, zone) if inc.end is not None else "(still going on)")
+        + (
+            f"  (alarm cleared {local_text(inc.clear_time, zone)})"
+            if inc.clear_time is not None and inc.end is not None and inc.clear_time != inc.end
+            else ""
+        ),
         f"  duration     {duration_text(until - inc.start)}",
         f"  threshold    {_num(inc.threshold, inc.unit)}"
         + (f"  ({inc.factor:g} x baseline)" if inc.factor else ""),

@@ -28,7 +28,7 @@ import numpy.typing as npt
 from monitor.config import Config
 from monitor.incidents.buffer import Recent
 from monitor.incidents.due import statement_due
-from monitor.incidents.figures import Series, compute, mean_before, run_start, usual_interval
+from monitor.incidents.figures import Series, compute, mean_before, run_end, run_start, usual_interval
 from monitor.incidents.model import Figures, Incident, incident_id
 from monitor.incidents.store import IncidentStore
 from monitor.model import Condition, ConditionState, Kind, Rule, Sample, iso
@@ -269,7 +269,9 @@ class IncidentTracker:
         inc = self._latest_of(cond)
         if inc is None or inc.end is not None:
             return
-        self.live[inc.id] = inc.with_(end=max(cond.time, inc.start))
+        series = Series.of(*self.recent[cond.sensor].since(inc.start - 1.0, cond.time))
+        end = run_end(series, cond.time, inc.threshold, inc.rule != Rule.LOW)
+        self.live[inc.id] = inc.with_(end=max(end, inc.start), clear_time=cond.time)
         self._touch(inc.id)
 
     def _latest_of(self, cond: Condition) -> Incident | None:

@@ -117,5 +117,52 @@ def main() -> None:
     (case / "expected.json").write_text(json.dumps([slug, high], indent=2) + "\n", encoding="utf-8")
 
 
+PH_AT = T0 + 27 * 3600 + 20.0
+
+
+def ph(t: np.ndarray) -> np.ndarray:
+    out: np.ndarray = 7.2 + 0.3 * np.sin(2 * math.pi * t / 86400.0) - bump(t, PH_AT, 900.0, 2 * 3600.0, 3.6)
+    return out
+
+
+def ph_case() -> None:
+    """pH below the §139-15 C(3) low limit of 5.0 for about 2 h, with a 60 s on-delay; the
+    analyser drops readings (every 7th is missing) and reports its error value 99.0 twice."""
+    t = T0 + STEP * np.arange(31 * 3600 // STEP + 1)
+    v = ph(t)
+    keep = np.arange(t.size) % 7 != 3
+    bad = np.zeros(t.size, dtype=bool)
+    bad[[1700, 1705]] = True  # inside the excursion
+    case = HERE / "ph-low-gaps"
+    with (case / "input.csv").open("w", encoding="utf-8") as fh:
+        fh.write("time,sensor,value\n")
+        for ti, vi, k, b in zip(t.tolist(), v.tolist(), keep.tolist(), bad.tolist(), strict=True):
+            if k:
+                fh.write(f"{ti:.0f},outfall.ph,{99.0 if b else vi:.6f}\n")
+    good = keep & ~bad
+    tg, vg = t[good], v[good]
+    below = (vg < 5.0) & (tg > PH_AT - 3600)
+    i = int(np.flatnonzero(below)[0])
+    j = i + int(np.flatnonzero(~below[i:])[0])
+    start, end = float(tg[i]), float(tg[j])
+    base = float(vg[(tg >= start - 86400) & (tg < start)].mean())
+    inside = (tg >= start) & (tg <= end)
+    peak = float(vg[(tg >= start) & (tg < end)].min())
+    mean = fine_integral(ph, start, end) / (end - start)
+    expected = {
+        "sensor": "outfall.ph",
+        "rule": "low",
+        "start": start,
+        "end": end,
+        "baseline": base,
+        "peak_value": peak,
+        "peak_multiple": peak / base,
+        "mean_multiple": mean / base,
+        "coverage": float(inside.sum()) / ((end - start) / STEP + 1),
+    }
+    (case / "expected.json").write_text(json.dumps([expected], indent=2) + "\n", encoding="utf-8")
+
+
 if __name__ == "__main__":
     main()
+    ph_case()
