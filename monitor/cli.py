@@ -28,6 +28,8 @@ COMMANDS: dict[str, str] = {
     "meters": "monitor.commands.meters",
     "billing": "monitor.commands.billing",
     "incidents": "monitor.commands.incidents",
+    "notify": "monitor.commands.notify",
+    "fleet": "monitor.commands.fleet",
 }
 
 

@@ -14,6 +14,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from monitor.config.incidents import Incidents, check_pairings
+from monitor.config.notify import Notify
 from monitor.config.outputs import Alarms, Billing, Console, Influx, Store
 from monitor.config.sensors import Profile, Sensor, SensorRules, key_error, profile_limit, resolve_rules
 from monitor.config.sources import Modbus, Mqtt
@@ -62,6 +63,7 @@ class Config(Section):
     alarms: Alarms = Alarms()
     billing: Billing | None = None
     incidents: Incidents = Incidents()
+    notify: Notify | None = None  # callout: people, rosters, pipelines (monitor/callout)
 
     @cached_property
     def rules(self) -> dict[str, SensorRules]:
