@@ -313,3 +313,42 @@ def test_figures_never_crash_on_garbage() -> None:
         Series.of(t[:0], v[:0], q[:0]), start=0, until=1, baseline=1.0, high=True, max_gap=1, interval=None
     )
     assert empty.peak_value is None and empty.coverage == 0.0
+
+
+KILLED = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+from tests.incident_helpers import CASES, load, read_samples, run_live
+case = next(c for c in CASES if c.name == "slug-and-oil")
+samples = [s for s in read_samples(case) if s.time <= {until!r}]
+run_live(load({cfg!r}), samples)
+os.kill(os.getpid(), signal.SIGKILL)  # no shutdown, no checkpoint, connections left open
+"""
+
+
+def test_kill_9_in_the_middle_of_an_incident_loses_nothing(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from tests.incident_helpers import ROOT
+
+    case = next(c for c in CASES if c.name == "slug-and-oil")
+    cfg = case_config(case, tmp_path / "state")
+    want = expected(case)
+    oil = next(w for w in want if w["rule"] == "high")
+    mid = (oil["start"] + oil["end"]) / 2
+    script = KILLED.format(root=str(ROOT), until=mid, cfg=str(cfg))
+    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    during = {i["rule"]: i for i in incidents_json(cfg)}
+    assert during["high"]["end"] is None and during["slug"]["evidence"]["frozen"]
+
+    # the next start has no checkpoint: the engine judges the oil limit afresh and raises it
+    # again; the tracker knows the incident is open and carries on with it
+    daemon = run_live(load(cfg), [s for s in read_samples(case) if s.time > mid])
+    close_daemon(daemon)
+    got = incidents_json(cfg)
+    assert len(got) == 2
+    check_golden(got, want)
+    assert all(i["evidence"]["frozen"] for i in got)
