@@ -1,12 +1,14 @@
 """What incident records cost the pipeline: the tracker beside the engine, live and replay.
 
 Measures, in the same run:
-- live path: `Engine.process` for every sample of one-second batches (the peer), then the
-  same plus `IncidentTracker.observe` per batch; samples/s of both and the ratio;
+- live path, as the daemon runs it: each batch (one sample per sensor) committed to the
+  series store and judged by `Engine.process` (the peer), then the same plus
+  `IncidentTracker.observe` reading its look back from that store; samples/s of both and
+  the ratio;
 - replay path: `Engine.replay` (the peer), then the same plus the tracker fed the step's
   columns; samples/s of both and the ratio;
-- the recent-sample buffer the tracker keeps (24 h + the longest rule delay + 1 h) in
-  bytes per sensor, after the run.
+- the recent-sample buffer the tracker keeps per sensor after the run: live the qualifying
+  run plus half an hour (the day before comes from the store), replay the whole day.
 
 The data: `--sensors` flow sensors at one sample per `--step` s for 26 h; one of them
 slugs (10x) for an hour at hour 22, which opens, ends and freezes one incident.
@@ -32,6 +34,7 @@ from monitor.config import Config, build_config
 from monitor.engine import Engine
 from monitor.incidents import IncidentTracker
 from monitor.model import ManualClock, Quality, Sample
+from monitor.sinks.store import SeriesStore
 
 T0 = 1_780_000_000.0
 HOURS = 26
@@ -55,8 +58,10 @@ def data(n: int, step: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def live(
     config: Config, sensor: np.ndarray, t: np.ndarray, v: np.ndarray, n: int, track: bool
 ) -> tuple[float, int]:
+    """As the daemon does it: store the batch (series store), judge it, then the tracker."""
     engine = Engine(config.rules, ManualClock())
-    tracker = IncidentTracker(config) if track else None
+    store = SeriesStore(config.state_dir / "series.sqlite")
+    tracker = IncidentTracker(config, history=store.query) if track else None
     names = engine.sensors
     samples = [
         Sample(names[i], ti, vi) for i, ti, vi in zip(sensor.tolist(), t.tolist(), v.tolist(), strict=True)
@@ -64,6 +69,7 @@ def live(
     started = time.perf_counter()
     for k in range(0, len(samples), n):
         batch = samples[k : k + n]
+        store.append(batch)
         conditions = []
         for s in batch:
             conditions.extend(engine.process(s))
@@ -73,7 +79,10 @@ def live(
     found = 0
     if tracker is not None:
         found = len(tracker.incidents())
+        buffer = sum(r.nbytes for r in tracker.recent.values()) / len(tracker.recent)
+        print(f"live: recent-sample buffer after 26 h: {buffer / 1e3:.1f} KB per sensor (capacity)")
         tracker.close()
+    store.close()
     return elapsed, found
 
 
@@ -93,10 +102,8 @@ def replay(
     found = 0
     if tracker is not None:
         found = len(tracker.incidents())
-        buffer = sum(r.t.nbytes + r.v.nbytes + r.q.nbytes for r in tracker.recent.values()) / len(
-            tracker.recent
-        )
-        print(f"recent-sample buffer after 26 h: {buffer / 1e6:.2f} MB per sensor (capacity, 17 B/sample)")
+        buffer = sum(r.nbytes for r in tracker.recent.values()) / len(tracker.recent)
+        print(f"replay: recent-sample buffer after 26 h: {buffer / 1e3:.1f} KB per sensor (capacity)")
         tracker.close()
     return elapsed, found
 

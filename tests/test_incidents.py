@@ -352,3 +352,26 @@ def test_kill_9_in_the_middle_of_an_incident_loses_nothing(tmp_path: Path) -> No
     assert len(got) == 2
     check_golden(got, want)
     assert all(i["evidence"]["frozen"] for i in got)
+
+
+def test_a_backlog_judged_in_one_batch_gives_the_same_incidents(tmp_path: Path) -> None:
+    """A source delivering a day and a half at once (after an outage): the tracker keeps
+    only half an hour in memory, but never trims inside a batch, so the run and the
+    evidence are all there."""
+    for case in CASES:
+        cfg = case_config(case, tmp_path / case.name)
+        samples = read_samples(case)
+        daemon = run_live(load(cfg), samples, batch=len(samples))
+        close_daemon(daemon)
+        check_golden(incidents_json(cfg), expected(case))
+
+
+def test_replay_goes_on_when_the_incident_store_cannot_be_opened(tmp_path: Path) -> None:
+    case = next(c for c in CASES if c.name == "slug-and-oil")
+    cfg = case_config(case, tmp_path / "state")
+    (tmp_path / "state" / "incidents.sqlite").mkdir(parents=True)  # not a database: a directory
+    out = tmp_path / "events.jsonl"
+    result = monitor("replay", "--config", str(cfg), "--input", str(case / "input.csv"), "--events", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "replay: incidents not recorded: cannot open incident store" in result.stderr
+    assert len(out.read_text().splitlines()) == 4  # the alarm events are all there

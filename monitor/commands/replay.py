@@ -91,23 +91,32 @@ def run(args: argparse.Namespace) -> int:
         else MeterBook.open(config, records=sink is not None)
     )
     meter_transitions = 0
-    try:
-        tracker = None if args.no_incidents or not config.incidents.enabled else IncidentTracker(config)
-    except MonitorError as exc:
-        print(f"replay: {exc}", file=sys.stderr)
-        return 1
+    tracker: IncidentTracker | None = None
+    if not args.no_incidents and config.incidents.enabled:
+        try:
+            tracker = IncidentTracker(config)
+        except (MonitorError, OSError) as exc:
+            print(f"replay: incidents not recorded: {exc}", file=sys.stderr)
     recorded: set[str] = set()
 
     def track(step: ReplayStep | None) -> None:
-        """Incidents (issue 16) from the same step the events come from."""
+        """Incidents (issue 16) from the same step the events come from; an incident store
+        that fails (a full disk) is reported once and the replay goes on without it."""
+        nonlocal tracker
         if tracker is None:
             return
-        if step is not None:
-            tracker.add_columns(
-                engine.sensors, step.sensor, step.time, step.value, step.quality, step.accepted
-            )
-            tracker.apply(step.conditions)
-        changed = tracker.advance(final=step is None)
+        try:
+            if step is not None:
+                tracker.add_columns(
+                    engine.sensors, step.sensor, step.time, step.value, step.quality, step.accepted
+                )
+                tracker.apply(step.conditions)
+            changed = tracker.advance(final=step is None)
+        except (MonitorError, OSError) as exc:
+            print(f"replay: incidents not recorded from here on: {exc}", file=sys.stderr)
+            tracker.close()
+            tracker = None
+            return
         recorded.update(i.id for i in changed)
         if sink is not None and sink.outbox is not None and changed:
             sink.outbox.append(incident_lines(changed))

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 INCIDENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW})
 REFRESH = 300.0  # event seconds between figure updates of an open incident
 BASELINE_WINDOW = 86400.0  # a limit incident's baseline: the mean of the 24 h before the start
+SHORT_KEEP = 1800.0  # seconds kept in memory beyond the longest rule delay when a store has the rest
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +91,10 @@ History = Callable[[str, float, float], Sequence[Sample]]
 class IncidentTracker:
     """One station's incidents, fed in event time.
 
-    `history(sensor, since, until)` reads older samples (the daemon's series store):
-    after a restart the recent buffer is empty, and an incident opened then still
-    needs its 24 h of evidence and baseline from before.
+    `history(sensor, since, until)` reads older samples (the daemon's series store, where
+    every sample is committed before it is judged): with it the tracker keeps only the
+    last half hour or so in memory and reads the 24 h before a start back when an incident
+    opens (also after a restart); without it (replay) it keeps the whole day.
     """
 
     def __init__(
@@ -109,8 +111,14 @@ class IncidentTracker:
             + [r.limits.on_delay for r in config.rules.values() if r.limits is not None]
             + [0.0]
         )
-        keep = max(self.settings.evidence_before, BASELINE_WINDOW) + longest + 3600.0
+        # How far back an incident looks when it opens: its evidence and a limit's baseline.
+        self.look_back = max(self.settings.evidence_before, BASELINE_WINDOW) + longest + 3600.0
+        # With a series store to read that day back from, memory holds only the qualifying
+        # run (the longest rule delay, gaps and a margin); without one (replay), the day.
+        keep = self.look_back if history is None else longest + SHORT_KEEP
         self.recent = {s: Recent(keep) for s in self.watch}
+        self._keep = keep
+        self._trimmed = -math.inf
         self.latest = -math.inf
         # Incidents still taking evidence, by (sensor, rule); restored from the store.
         self.live: dict[str, Incident] = {}
@@ -129,6 +137,7 @@ class IncidentTracker:
 
     def add_samples(self, samples: Sequence[Sample]) -> None:
         """Live form: samples as validated by the engine (quality after validation)."""
+        self._trim()
         recent = self.recent
         latest = self.latest
         for s in samples:
@@ -150,6 +159,7 @@ class IncidentTracker:
         """Replay form: one replay step's columns (`sensor` indexes `names`)."""
         if not time.size:
             return
+        self._trim()
         ok = accepted & (sensor >= 0)
         idx, t, v, q = sensor[ok], time[ok], value[ok], quality[ok].astype(np.int8)
         order = np.argsort(idx, kind="stable")
@@ -164,6 +174,19 @@ class IncidentTracker:
                 recent.extend(t[a:b], v[a:b], q[a:b])
         if t.size:
             self.latest = max(self.latest, float(t.max()))
+
+    def _trim(self) -> None:
+        """Between batches: drop what no incident can need any more (at most every quarter
+        of the kept span, so the cost stays O(1) a sample)."""
+        if not math.isfinite(self.latest) or self.latest - self._trimmed < self._keep / 4:
+            return
+        self._trimmed = self.latest
+        pins: dict[str, float] = {}
+        for inc in self.live.values():
+            for sensor in self._sources(inc):
+                pins[sensor] = min(pins.get(sensor, math.inf), inc.evidence_until)
+        for sensor, recent in self.recent.items():
+            recent.trim(min(self.latest - recent.keep, pins.get(sensor, math.inf)))
 
     def apply(self, conditions: Sequence[Condition]) -> None:
         for cond in conditions:
@@ -254,7 +277,7 @@ class IncidentTracker:
         recent = self.recent.get(sensor)
         if self.history is None or recent is None:
             return
-        since = now - recent.keep
+        since = now - self.look_back
         if recent.first <= since + 60.0:
             return
         older = [s for s in self.history(sensor, since, min(recent.first, now)) if s.time < recent.first]
