@@ -120,15 +120,14 @@ class IncidentTracker:
         self._keep = keep
         self._trimmed = -math.inf
         self.latest = -math.inf
-        # Incidents still taking evidence, by (sensor, rule); restored from the store.
+        # Incidents still taking evidence (open, or settling after the end), by id; a restart
+        # restores them from the store.
         self.live: dict[str, Incident] = {}
         for inc in self.store.incidents(unfrozen_only=True):
             self.live[inc.id] = inc
         self._dirty: set[str] = set()
         self._refreshed: dict[str, float] = {}
         self._changed: dict[str, Incident] = {}
-        self._names: tuple[str, ...] = ()
-        self._name_map: list[Recent | None] = []
 
     def close(self) -> None:
         self.store.close()
