@@ -120,6 +120,10 @@ def test_an_incident_survives_a_restart_and_a_31_day_prune(tmp_path: Path) -> No
     open_now = [i for i in daemon.incidents.incidents() if i.end is None]
     assert [i.sensor for i in open_now] == ["outfall.flow"]
     close_daemon(daemon)  # the daemon stops mid-incident (checkpoint and stores on disk)
+    (going_on,) = incidents_json(cfg_path)
+    assert going_on["status"] == "open" and going_on["end"] is None and going_on["duration_s"] is None
+    assert going_on["peak_value"] == 703.0 and going_on["excess_volume_gal"] > 30_000  # figures so far
+    assert not going_on["evidence"]["frozen"] and going_on["evidence"]["sha256"] is None
 
     daemon = run_live(config, [s for s in samples if s.time > mid])
     close_daemon(daemon)
