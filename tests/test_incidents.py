@@ -379,3 +379,35 @@ def test_replay_goes_on_when_the_incident_store_cannot_be_opened(tmp_path: Path)
     assert result.returncode == 0, result.stderr
     assert "replay: incidents not recorded: cannot open incident store" in result.stderr
     assert len(out.read_text().splitlines()) == 4  # the alarm events are all there
+
+
+def test_the_readme_incidents_section_is_what_the_commands_do(tmp_path: Path) -> None:
+    """The config block loads, and the example report is `incidents show` on the golden case."""
+    import yaml
+
+    from monitor.config import build_config
+    from tests.incident_helpers import ROOT
+
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("\n## Incidents\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    config = build_config({"station": {"id": "ps-1"}, **yaml.safe_load(block)})
+    assert config.sensor("outfall.oil").flow_sensor == "outfall.flow"
+    assert config.incidents.merge_window == 3600 and config.incidents.statement_days == 15
+
+    example = section.split("$ monitor incidents show --config station.yaml --id ", 1)[1].split("```", 1)[0]
+    iid, report = example.split("\n", 1)
+    case = next(c for c in CASES if c.name == "slug-and-oil")
+    cfg = case_config(case, tmp_path / "state")
+    result = monitor(
+        "replay",
+        "--config",
+        str(cfg),
+        "--input",
+        str(case / "input.csv"),
+        "--events",
+        str(tmp_path / "e.jsonl"),
+    )
+    assert result.returncode == 0, result.stderr
+    shown = monitor("incidents", "show", "--config", str(cfg), "--id", iid)
+    assert shown.stdout == report
