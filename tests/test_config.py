@@ -267,3 +267,18 @@ def test_an_old_profile_key_names_the_new_one(tmp_path: Path) -> None:
         build_config({**base(), "profile": "old.yaml"}, base_dir=tmp_path)
     expected = "profile.slug.max_gap: unknown key (renamed: did you mean 'max_sample_gap'?)"
     assert expected in info.value.problems
+
+
+def test_config_reference_lists_every_key_of_every_section() -> None:
+    from monitor.commands.config_reference import config_schema
+
+    result = run_monitor("config-schema", "--markdown")
+    assert result.returncode == 0, result.stderr
+    schema = config_schema()
+    # Profile* describe the profile file, not the station config (its `profile:` is a path).
+    for name in ("(top level)", *(d for d in schema["$defs"] if not d.startswith("Profile"))):
+        model = schema if name == "(top level)" else schema["$defs"][name]
+        for key in model.get("properties", {}):
+            assert f"| `{key}` |" in result.stdout, (name, key)
+    assert "| `max_register_gap` | integer | `10` |" in result.stdout
+    assert "`sensors[].slug` below" in result.stdout

@@ -123,13 +123,25 @@ def _describe(node: Schema, defs: Schema) -> str:
     return (str(text).replace("\n", " ").replace("|", "\\|") + extra).strip()
 
 
-def _model(node: Schema, defs: Schema) -> Schema | None:
-    """The object model a key holds (itself, or the items of a list), if any."""
-    for v in _variants(node, defs):
-        held = _resolve(v.get("items", {}), defs) if v.get("type") == "array" else v
-        if "properties" in held:
-            return held
-    return None
+def _models(node: Schema, defs: Schema) -> list[tuple[str, str, Schema]]:
+    """The mappings a key holds: (path suffix, how it holds them, model) for the key
+    itself, the items of a list, or the values of a name -> mapping table."""
+    out: list[tuple[str, str, Schema]] = []
+    variants = _variants(node, defs)
+    if any(str(v.get("pattern", "")).startswith("^\\$\\{") for v in variants):
+        return out  # a secret: its {env: ...} / {file: ...} form is told in the type column
+    for v in variants:
+        tables = [*v.get("patternProperties", {}).values(), v.get("additionalProperties")]
+        if "properties" in v:
+            out.append(("", "mapping", v))
+        elif v.get("type") == "array":
+            items = _variants(v.get("items", {}), defs)
+            out += [("[]", "list of mappings", m) for m in items if "properties" in m]
+        for table in tables:
+            if isinstance(table, dict):
+                values = _variants(table, defs)
+                out += [(".<name>", "name -> mapping", m) for m in values if "properties" in m]
+    return out
 
 
 def reference_markdown(schema: Schema, comments: dict[str, str] | None = None, heading: str = "##") -> str:
@@ -149,12 +161,16 @@ def reference_markdown(schema: Schema, comments: dict[str, str] | None = None, h
             example = comments.get(where, "").replace("|", "\\|")
             if example and example not in meaning:
                 meaning = f"{meaning}; {example}" if meaning else example
-            rows.append(f"| `{key}` | {_type(node, defs)} | {_default(node, key in required)} | {meaning} |")
-            sub = _model(node, defs)
-            if sub is not None:
-                is_list = any(v.get("type") == "array" for v in _variants(node, defs))
-                child = key if path == "(top level)" else f"{path}.{key}"
-                queue.append((child + ("[]" if is_list else ""), sub))
+            kind, default = _type(node, defs), _default(node, key in required)
+            subs = _models(node, defs)
+            for suffix, _, sub in subs:
+                variant = f" ({sub['title']})" if len(subs) > 1 and "title" in sub else ""
+                queue.append((where + suffix + variant, sub))
+            if subs:
+                children = ", ".join(dict.fromkeys(f"`{where}{s}`" for s, _, _ in subs))
+                kind = f"{subs[0][1]}: {children} below"
+                default = "its defaults" if default == "see below" else default
+            rows.append(f"| `{key}` | {kind} | {default} | {meaning} |")
         if model.get("additionalProperties") and not model.get("properties"):
             continue
         out += [f"{heading} `{path}`" if path != "(top level)" else f"{heading} Top level", ""]
