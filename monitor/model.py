@@ -44,6 +44,8 @@ class Rule(StrEnum):
     COMM_LOSS = "comm_loss"
     METER = "meter"
     OUTBOX = "outbox"
+    BAD_VALUE = "bad_value"  # diagnostic: only unbelievable readings for a while
+    CLOCK = "clock"  # diagnostic: the gateway clock stepped
 
 
 class ConditionState(StrEnum):
