@@ -28,7 +28,13 @@ from monitor.alarms import AlarmManager, Dispatcher, Notifier
 from monitor.alarms.mqtt import AlarmPublisher, MqttCommands
 from monitor.alarms.webhook import people_notifiers
 from monitor.config import Config
-from monitor.engine import CHECKPOINT_FILE, CheckpointSchedule, Engine, load_checkpoint_or_start_fresh
+from monitor.engine import (
+    CHECKPOINT_FILE,
+    CheckpointSchedule,
+    Engine,
+    load_checkpoint_or_start_fresh,
+    slug_status,
+)
 from monitor.errors import MonitorError
 from monitor.health import health_snapshot
 from monitor.meters.book import MeterBook
@@ -52,7 +58,7 @@ from monitor.web.view import SensorReading
 
 log = logging.getLogger(__name__)
 
-_ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS})
+_ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS, Rule.BAD_VALUE})
 CHECKPOINT_INTERVAL = 300.0  # wall seconds between baseline checkpoints
 TICK = 1.0  # wall seconds between timer ticks
 STOP_DRAIN = 5.0  # wall seconds the outbox may drain at shutdown
@@ -401,6 +407,7 @@ class Daemon:
                     time=latest.time if latest is not None else None,
                     baseline=status.baseline_mean,
                     name=sensor.name,
+                    slug=slug_status(status, self.config.rules[sensor.id]),
                 )
             )
         return out

@@ -32,7 +32,7 @@ from monitor.sinks.pipeline import SampleSink, open_sink, outbox_path
 from monitor.sources.replay import ReadReport, Samples, read_csv
 
 HELP = "replay recorded samples (CSV) through the rules and write the alarm events (JSON lines)"
-EVENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE})
+EVENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.BAD_VALUE})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

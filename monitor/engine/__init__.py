@@ -30,7 +30,7 @@ from monitor.engine.checkpoint import (
 )
 from monitor.engine.engine import Engine
 from monitor.engine.replay import ReplayStep, replay_steps
-from monitor.engine.state import Counters, ReplayResult, SensorStatus
+from monitor.engine.state import Counters, ReplayResult, SensorStatus, slug_status
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -44,4 +44,5 @@ __all__ = [
     "replay_steps",
     "restore_checkpoint",
     "save_checkpoint",
+    "slug_status",
 ]

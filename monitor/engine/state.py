@@ -48,6 +48,16 @@ class SensorStatus:
     slug_not_judged: bool = False
 
 
+def slug_status(status: SensorStatus, rules: SensorRules) -> str:
+    """The slug rule's state as the console shows it: "" (no rule), warming_up,
+    not_judged (baseline below `slug.min_baseline`) or judged."""
+    if rules.slug is None:
+        return ""
+    if status.warming_up:
+        return "warming_up"
+    return "not_judged" if status.slug_not_judged else "judged"
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayResult:
     """Per input sample: its quality after validation and whether it was accepted
