@@ -14,29 +14,42 @@ from tests.test_config import run_monitor
 
 HEAD = "station: {id: ps-1}\nsensors:\n"
 
+FINITE, FINITE_DURATION = "must be a finite number", "must be a finite duration"
+# (name, the sensor as YAML, the key under sensors[0], the message)
 CASES = [
-    ("limit NaN", "  - {id: ph, kind: ph, limits: {high: .nan}}\n", "sensors[0].limits.high: must be a finite number"),
-    ("limit inf", "  - {id: ph, kind: ph, limits: {low: -.inf}}\n", "sensors[0].limits.low: must be a finite number"),
-    ("on_delay inf", "  - {id: ph, kind: ph, limits: {on_delay: .inf}}\n", "sensors[0].limits.on_delay: must be a finite duration"),
-    ("on_delay 'inf'", "  - {id: ph, kind: ph, limits: {off_delay: inf}}\n", "sensors[0].limits.off_delay: 'inf' is not a duration"),
-    ("deadband inf", "  - {id: ph, kind: ph, limits: {deadband: .inf}}\n", "sensors[0].limits.deadband: must be a finite number"),
-    ("slug factor inf", "  - {id: f, kind: flow, slug: {factor: .inf}}\n", "sensors[0].slug.factor: must be a finite number"),
-    ("slug factor NaN", "  - {id: f, kind: flow, slug: {factor: .nan}}\n", "sensors[0].slug.factor: must be a finite number"),
-    ("slug duration NaN", "  - {id: f, kind: flow, slug: {duration: .nan}}\n", "sensors[0].slug.duration: must be a finite duration"),
-    ("negative duration", "  - {id: f, kind: flow, slug: {duration: -5}}\n", "sensors[0].slug.duration: must not be negative"),
-    ("min_baseline NaN", "  - {id: f, kind: flow, slug: {min_baseline: .nan}}\n", "sensors[0].slug.min_baseline: must be a finite number"),
-    ("range inf", "  - {id: f, kind: flow, valid_range: {max: .inf}}\n", "sensors[0].valid_range.max: must be a finite number"),
-    ("stale_after inf", "  - {id: f, kind: flow, stale_after: .inf}\n", "sensors[0].stale_after: must be a finite duration"),
-    ("unknown method", "  - {id: f, kind: flow, slug: {method: average}}\n", "sensors[0].slug.method: must be 'sustained' or 'period_mean'"),
-]  # fmt: skip
+    ("limit NaN", "{id: ph, kind: ph, limits: {high: .nan}}", "limits.high", FINITE),
+    ("limit inf", "{id: ph, kind: ph, limits: {low: -.inf}}", "limits.low", FINITE),
+    ("on_delay inf", "{id: ph, kind: ph, limits: {on_delay: .inf}}", "limits.on_delay", FINITE_DURATION),
+    ("off_delay 'inf'", "{id: ph, kind: ph, limits: {off_delay: inf}}", "limits.off_delay", "'inf' is not a"),
+    ("deadband inf", "{id: ph, kind: ph, limits: {deadband: .inf}}", "limits.deadband", FINITE),
+    ("slug factor inf", "{id: f, kind: flow, slug: {factor: .inf}}", "slug.factor", FINITE),
+    ("slug factor NaN", "{id: f, kind: flow, slug: {factor: .nan}}", "slug.factor", FINITE),
+    ("slug duration NaN", "{id: f, kind: flow, slug: {duration: .nan}}", "slug.duration", FINITE_DURATION),
+    (
+        "negative duration",
+        "{id: f, kind: flow, slug: {duration: -5}}",
+        "slug.duration",
+        "must not be negative",
+    ),
+    ("min_baseline NaN", "{id: f, kind: flow, slug: {min_baseline: .nan}}", "slug.min_baseline", FINITE),
+    ("range inf", "{id: f, kind: flow, valid_range: {max: .inf}}", "valid_range.max", FINITE),
+    ("stale_after inf", "{id: f, kind: flow, stale_after: .inf}", "stale_after", FINITE_DURATION),
+    (
+        "unknown method",
+        "{id: f, kind: flow, slug: {method: average}}",
+        "slug.method",
+        "must be 'sustained' or",
+    ),
+]
 
 
-@pytest.mark.parametrize(("name", "body", "expected"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("name", "sensor", "key", "message"), CASES, ids=[c[0] for c in CASES])
 def test_a_number_that_would_silence_an_alarm_exits_2_naming_the_key(
-    tmp_path: Path, name: str, body: str, expected: str
+    tmp_path: Path, name: str, sensor: str, key: str, message: str
 ) -> None:
     path = tmp_path / "bad.yaml"
-    path.write_text(HEAD + body)
+    path.write_text(f"{HEAD}  - {sensor}\n")
+    expected = f"sensors[0].{key}: {message}"
     result = run_monitor("check-config", str(path))
     assert result.returncode == 2, (name, result.stdout)
     assert expected in result.stderr, result.stderr
