@@ -31,6 +31,7 @@ from monitor.config import Config
 from monitor.engine import (
     CHECKPOINT_FILE,
     CheckpointSchedule,
+    ClockWatch,
     Engine,
     load_checkpoint_or_start_fresh,
     slug_status,
@@ -87,6 +88,7 @@ class Daemon:
         self.checkpoint_path = config.state_dir / CHECKPOINT_FILE
         self.restored = load_checkpoint_or_start_fresh(self.engine, self.checkpoint_path)
         self.checkpoints = CheckpointSchedule(self.engine, self.checkpoint_path, CHECKPOINT_INTERVAL)
+        self.clock_watch = ClockWatch.for_clock(self.engine, self.clock)  # gateway clock steps
         self.alarms = AlarmManager.open(config, self.clock)
         self.sink: SampleSink = open_sink(config, self.clock, on_condition=self._outbox_condition)
         self.meters = MeterBook.open(config)
@@ -156,7 +158,7 @@ class Daemon:
         """Store, judge and alarm one batch; returns the alarm transitions it caused."""
         samples: list[Sample] = []
         meter_samples: list[Sample] = []
-        conditions: list[Condition] = []
+        conditions: list[Condition] = self.clock_watch.check() if self.clock_watch else []
         for item in items:
             if isinstance(item, Condition):
                 conditions.append(item)
@@ -237,6 +239,8 @@ class Daemon:
 
     def tick(self) -> None:
         """Timer work on the clock: stale data, shelve expiry, reminders, floods."""
+        if self.clock_watch is not None:
+            self._raise(self.clock_watch.check())
         now = self.clock.now()
         self._raise(self.engine.tick(now))
         self.alarms.tick(now)

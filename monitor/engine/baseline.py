@@ -148,6 +148,22 @@ class Baselines:
             self.win_sum[row] += q
             self.win_count[row] += count
 
+    def relabel(self, row: int, delta: float) -> int:
+        """The gateway clock stepped by `delta` seconds: the ring keeps its sums and
+        counts, its buckets are renamed by whole buckets (rounded down, so the next
+        reading never falls before the current bucket); returns that bucket shift."""
+        k = self.bucket[row]
+        shift = math.floor(delta / self.width[row])
+        if k == NO_BUCKET or shift == 0:
+            return 0
+        s, c = self.chronological(row)
+        n = self.size[row]
+        self.bucket[row] = k + shift
+        order = np.arange(k + shift - n, k + shift) % n
+        self.sums[row, order] = s[:-1]
+        self.counts[row, order] = c[:-1]
+        return shift
+
     def window(self, row: int) -> tuple[float, int]:
         """Sum and count of the window before the current bucket."""
         return float(self.win_sum[row]) * self.quantum[row], self.win_count[row]
