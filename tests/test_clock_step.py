@@ -5,8 +5,15 @@ warm-up without a false alarm."""
 
 from __future__ import annotations
 
+import csv
+import itertools
+import json
+import sys
 from pathlib import Path
 
+import pytest
+
+from monitor.config import load_config
 from monitor.engine import ClockWatch, Engine, restore_checkpoint, save_checkpoint
 from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample
 from tests.engine_helpers import T0, station
@@ -118,3 +125,38 @@ def test_a_step_forward_by_days_restarts_warm_up_without_a_false_alarm() -> None
     assert [c.rule for c in gw.conditions] == [Rule.CLOCK]
     assert gw.conditions[0].message == "gateway clock stepped forward by 2d 0h 0m"
     assert gw.engine.warming_up("flow")
+
+
+CASES = Path(__file__).resolve().parent / "cases" / "clock"
+
+
+def run_clock_case(case: Path) -> list[dict[str, object]]:
+    """Feed a case the way the daemon does: per wall second, the watch, a tick, the readings."""
+    config = load_config(case / "config.yaml")
+    engine = Engine(config.rules, ManualClock())
+    wall, mono = ManualClock(), ManualClock()
+    with (case / "input.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    watch = None
+    out: list[Condition] = []
+    for (w, m), group in itertools.groupby(rows, key=lambda r: (float(r["wall"]), float(r["monotonic"]))):
+        wall.set(w)
+        mono.set(m)
+        if watch is None:
+            watch = ClockWatch(engine, wall=wall.now, monotonic=mono.now)
+        out += watch.check()
+        out += engine.tick(w)
+        for r in group:
+            out += engine.process(Sample(r["sensor"], w, float(r["value"])))
+    return [c.to_json() | {"message": c.message} for c in out]
+
+
+@pytest.mark.parametrize("case", sorted(CASES.iterdir()), ids=lambda p: p.name)
+def test_golden_clock_case(case: Path) -> None:
+    expected = [json.loads(line) for line in (case / "events.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert run_clock_case(case) == expected
+
+
+if __name__ == "__main__":  # regenerate a case's events.jsonl after a reviewed change
+    for line in run_clock_case(Path(sys.argv[1])):
+        print(json.dumps(line, ensure_ascii=False))
