@@ -23,7 +23,7 @@ from monitor.engine import slug as slug_rule
 from monitor.engine.badvalue import bad_value_batch, bad_value_step
 from monitor.engine.baseline import Baselines, Floats
 from monitor.engine.stale import stale_batch, stale_condition
-from monitor.engine.state import FLOAT32_MAX, Counters, ReplayResult, SensorState, SensorStatus
+from monitor.engine.state import Counters, ReplayResult, SensorState, SensorStatus
 from monitor.model import Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, WallClock, iso
 
 log = logging.getLogger(__name__)
@@ -149,8 +149,10 @@ class Engine:
         st.value = v
         # Bad whichever path marked it: a source (a device error value), the daemon's
         # `validate`, or here; every one is counted and logged once per episode.
-        bad = sample.quality is Quality.BAD_DATA or (sample.quality is Quality.GOOD and not st.believable(v))
-        if bad:
+        q = sample.quality
+        if q is Quality.BAD_DATA or (
+            q is Quality.GOOD and not (st.lo <= v <= st.hi and not (st.bad_values and v in st.bad_values))
+        ):
             st.quality = Quality.BAD_DATA
             self._bad(st, t, v, 1)
             cond = bad_value_step(st, t, v, True) if st.judged else None
@@ -169,9 +171,10 @@ class Engine:
         if not st.judged:
             return []
         out: list[Condition] = []
-        cond = bad_value_step(st, t, v, False)
-        if cond is not None:
-            out.append(cond)
+        if st.bad_active or st.bad_since == st.bad_since:  # a bad run to end (NaN: none)
+            cond = bad_value_step(st, t, v, False)
+            if cond is not None:
+                out.append(cond)
         if st.stale_active:
             st.stale_active = False
             out.append(stale_condition(st.sensor, t, v, st.stale_after, ConditionState.CLEARED))
@@ -293,7 +296,7 @@ class Engine:
                 return empty, empty, None
         accepted[sel] = True
         self.counters.samples += int(sel.size)
-        believable = (vs > -FLOAT32_MAX) & (vs < FLOAT32_MAX) & (vs >= st.lo) & (vs <= st.hi)
+        believable = (vs >= st.lo) & (vs <= st.hi)
         if st.bad_values:
             believable &= ~np.isin(vs, list(st.bad_values))
         good = believable if qs is None else believable & (qs == _GOOD)

@@ -51,6 +51,7 @@ from monitor.model import Condition, ConditionState, Rule
 
 MAX_ROUNDS = 40
 FIRST_RETRY = 4096  # samples tried at once after a short run was stepped through
+MAX_STEPPED = 2048  # samples stepped at most after a short run before trying a batch again
 
 
 class SlugState:
@@ -141,7 +142,7 @@ def step(slug: SlugState | None, base: Baselines, row: int, t: float, v: float) 
         base.roll(row, k)
         if slug is not None and base.win_count[row] > 0:
             slug.last_mean = base.window(row)[0] / base.win_count[row]
-    q = base.quantize(row, v)
+    q = round(v / base.quantum[row])  # `Baselines.quantize`, inlined on the hot path
     if slug is None:
         base.cur_sum[row] += q
         base.cur_count[row] += 1
@@ -242,22 +243,44 @@ def batch(slug: SlugState | None, base: Baselines, row: int, t: Floats, v: Float
     chunk = n
     while p < n:
         end = min(n, p + chunk)
-        tried = _attempt(slug, base, row, t[p:end], v[p:end])
-        if isinstance(tried, list):
-            out.extend(tried)
+        conds, short = _attempt(slug, base, row, t[p:end], v[p:end])
+        out.extend(conds)
+        if short is None:
             p = end
             chunk *= 2
             continue
-        r, e = tried
-        if r > 0:
-            done = _attempt(slug, base, row, t[p : p + r], v[p : p + r])
-            assert isinstance(done, list), "the part before the first short run has none"
-            out.extend(done)
+        r, e = short
         stop = min(n, p + e + 2)  # the short run and the sample that ended it
         out.extend(_stepped(slug, base, row, t[p + r : stop], v[p + r : stop]))
-        p = stop
+        p = _step_until_quiet(slug, base, row, t, v, stop, out)
         chunk = FIRST_RETRY
     return out
+
+
+def _step_until_quiet(
+    slug: SlugState, base: Baselines, row: int, t: Floats, v: Floats, p: int, out: list[Condition]
+) -> int:
+    """After a short run, go on one sample at a time while the level hovers around the
+    threshold (short runs come in clusters), until a new bucket starts with no run
+    open, or `MAX_STEPPED` samples; returns where the vectorised path resumes."""
+    width = base.width[row]
+    quiet_k: int | None = None
+    end = min(int(t.size), p + MAX_STEPPED)
+    times, values = t[p:end].tolist(), v[p:end].tolist()
+    for ti, vi in zip(times, values, strict=True):
+        k = math.floor(ti / width)
+        if quiet_k is not None and k > quiet_k:
+            return p
+        cond = step(slug, base, row, ti, vi)
+        if cond is not None:
+            out.append(cond)
+        p += 1
+        if math.isnan(slug.run_start) and not slug.active:
+            if quiet_k is None:
+                quiet_k = k
+        else:
+            quiet_k = None
+    return p
 
 
 def _stepped(slug: SlugState, base: Baselines, row: int, t: Floats, v: Floats) -> list[Condition]:
@@ -271,9 +294,10 @@ def _stepped(slug: SlugState, base: Baselines, row: int, t: Floats, v: Floats) -
 
 def _attempt(
     slug: SlugState, base: Baselines, row: int, t: Floats, v: Floats
-) -> list[Condition] | tuple[int, int]:
-    """Judge and commit a batch in rounds; or, when an over run ends short inside it,
-    commit nothing and return (first index of that run, index of its last sample)."""
+) -> tuple[list[Condition], tuple[int, int] | None]:
+    """Judge and commit a batch in rounds. When an over run ends short inside it, only
+    the part before that run is committed, and (its first index, the index of its last
+    sample) comes back with that part's conditions."""
     win = base.batch(row, t)
     qv = win.quantize(v)
     prev = np.concatenate(([slug.prev_t], t[:-1]))
@@ -302,13 +326,20 @@ def _attempt(
             break
         over = now_over
     else:
-        return _stepped(slug, base, row, t, v)
+        return _stepped(slug, base, row, t, v), None
 
     run_start = _over_run_starts(t, over, gap, slug)
     qualified = over & (t - run_start > slug.duration)
     short = _first_short_run(over, gap, qualified, slug)
     if short is not None:
-        return short
+        r = short[0]
+        if r == 0:
+            return [], short
+        # Everything before the short run was decided right: commit that part.
+        win = base.batch(row, t[:r])
+        t, v, qv, over, qualified = t[:r], v[:r], qv[:r], over[:r], qualified[:r]
+        thr, m, run_start, warm_since = thr[:r], m[:r], run_start[:r], warm_since[:r]
+        cs, cc = cs[: r + 1], cc[: r + 1]
     state = hysteresis(qualified, ~over, slug.active)
     before = np.concatenate(([slug.active], state[:-1]))
     conds = [
@@ -326,8 +357,8 @@ def _attempt(
     slug.run_start = float(run_start[-1]) if over[-1] else NAN
     slug.prev_t = float(t[-1])
     slug.warm_since = float(warm_since[-1])
-    slug.last_mean = float(mean[-1])
-    return conds
+    slug.last_mean = float(m[-1])
+    return conds, short
 
 
 def _first_short_run(

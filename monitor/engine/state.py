@@ -16,6 +16,7 @@ from monitor.model import Condition, Kind, Quality, Rule
 # The largest FLOAT32, the value many PLCs send as an error code; it and beyond
 # (FLOAT64 max, infinities) are never a reading. NaN fails every comparison.
 FLOAT32_MAX = 3.4028234663852886e38
+BELOW_FLOAT32_MAX = float(np.nextafter(FLOAT32_MAX, 0.0))
 
 
 @dataclass
@@ -101,7 +102,9 @@ class SensorState:
         self.rules = rules
         self.judged = rules.kind is not Kind.METER
         self.row = row
-        self.lo, self.hi = rules.valid_range
+        # Clamped inside FLOAT32's largest, so one comparison pair also refuses the extremes.
+        self.lo = max(rules.valid_range[0], -BELOW_FLOAT32_MAX)
+        self.hi = min(rules.valid_range[1], BELOW_FLOAT32_MAX)
         self.bad_values = frozenset(rules.bad_values)
         self.stale_after = rules.stale_after
         lim = rules.limits if self.judged else None
@@ -125,4 +128,4 @@ class SensorState:
 
     def believable(self, v: float) -> bool:
         """Finite, inside the plausible range, and not one of the device's error values."""
-        return -FLOAT32_MAX < v < FLOAT32_MAX and self.lo <= v <= self.hi and v not in self.bad_values
+        return self.lo <= v <= self.hi and not (self.bad_values and v in self.bad_values)
