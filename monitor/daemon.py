@@ -27,6 +27,7 @@ from typing import Any
 from monitor.alarms import AlarmManager, Dispatcher, Notifier
 from monitor.alarms.mqtt import AlarmPublisher, MqttCommands
 from monitor.alarms.webhook import people_notifiers
+from monitor.callout import Callout, Heartbeat
 from monitor.config import Config
 from monitor.engine import (
     CHECKPOINT_FILE,
@@ -37,7 +38,7 @@ from monitor.engine import (
     slug_status,
 )
 from monitor.errors import MonitorError
-from monitor.health import health_snapshot
+from monitor.health import health_snapshot, readiness
 from monitor.meters.book import MeterBook
 from monitor.model import (
     Alarm,
@@ -126,6 +127,15 @@ class Daemon:
         self.dispatcher = Dispatcher(config.alarms, self.clock, notifiers=self.notifiers, mirrors=mirrors)
         self.dispatcher.attach(self.alarms)
         self.alarms.listen(lambda _entry, alarm: self.sink.write_alarms([alarm]))
+        # --- callout (monitor/callout): escalation along rosters, dead-man heartbeat ---
+        notify_cfg = config.notify
+        self.callout = None
+        if notify_cfg is not None and notify_cfg.pipelines:
+            self.callout = Callout(config, self.alarms, self.clock, on_condition=self._outbox_condition)
+        self.heartbeat = None
+        if notify_cfg is not None and notify_cfg.heartbeat is not None:
+            self.heartbeat = Heartbeat(notify_cfg.heartbeat, lambda: readiness(self.health()))
+        # --- end callout ---
         # Alarms the journal restored as active that the engine does not hold active
         # (no checkpoint, or the condition ended while we were down): the engine would
         # never send their CLEARED, so the first judged sample decides for it.
@@ -245,6 +255,8 @@ class Daemon:
         self._raise(self.engine.tick(now))
         self.alarms.tick(now)
         self.dispatcher.tick(now)
+        if self.callout is not None:
+            self.callout.tick(now)
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -272,6 +284,9 @@ class Daemon:
         if self.commands is not None:
             start(self.commands.run(), "mqtt commands")
         start(self._timers(), "timers")
+        if self.callout is not None:  # callout
+            self.callout.resume()
+            start(self.callout.run(), "callout")
         if self.with_console:
             from monitor.web.service import console_server
 
@@ -294,6 +309,8 @@ class Daemon:
         )
         notify("READY=1")
         self.ready.set()
+        if self.heartbeat is not None:  # callout: pings only once the daemon is up
+            start(self.heartbeat.run(), "heartbeat")
         stop_wait = asyncio.ensure_future(self._stopping.wait())
         try:
             done, _ = await asyncio.wait([stop_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -356,6 +373,9 @@ class Daemon:
             aclose = getattr(notifier, "aclose", None)
             if aclose is not None:
                 await aclose()
+        for closing in (self.callout, self.heartbeat):  # callout
+            if closing is not None:
+                await closing.aclose()
         self.sink.close()
         self.meters.close()
         self.alarms.close()

@@ -44,6 +44,7 @@ class Rule(StrEnum):
     COMM_LOSS = "comm_loss"
     METER = "meter"
     OUTBOX = "outbox"
+    NOTIFY = "notify"  # a callout channel keeps failing (diagnostic)
     BAD_VALUE = "bad_value"  # diagnostic: only unbelievable readings for a while
     CLOCK = "clock"  # diagnostic: the gateway clock stepped
 

@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
+from monitor.config.notify import Notify
 from monitor.config.outputs import Alarms, Billing, Console, Influx, Store
 from monitor.config.sensors import Profile, Sensor, SensorRules, key_error, profile_limit, resolve_rules
 from monitor.config.sources import Modbus, Mqtt
@@ -60,6 +61,7 @@ class Config(Section):
     console: Console = Console()
     alarms: Alarms = Alarms()
     billing: Billing | None = None
+    notify: Notify | None = None  # callout: people, rosters, pipelines (monitor/callout)
 
     @cached_property
     def rules(self) -> dict[str, SensorRules]:
