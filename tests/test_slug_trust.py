@@ -10,12 +10,14 @@ short over runs.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from monitor.config import build_config
 from monitor.engine import Engine
 from monitor.engine.baseline import Baselines, quantum_for
 from monitor.engine.slug import step
@@ -194,3 +196,36 @@ def test_a_baseline_mean_stays_between_the_smallest_and_largest_reading(
         seen = values[: i + 1]
         q = quantum_for(1e6)
         assert mean is None or min(seen) - q <= mean <= max(seen) + q
+
+
+def test_not_judged_shows_on_the_console_in_health_and_in_metrics(tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from monitor.daemon import Daemon
+    from monitor.health import health_snapshot
+    from monitor.web.service import StationCollector
+
+    config = build_config(
+        {
+            "station": {"id": "ps-nj"},
+            "state_dir": str(tmp_path),
+            "console": {"enabled": False},
+            "sensors": [FLOW, {"id": "ph", "kind": "ph"}],
+        }
+    )
+    daemon = Daemon(config, ManualClock(T0), console=False)
+    try:
+        # 21 hours of a pump that never ran: warm-up over, an average of 0 gpm.
+        daemon.process([Sample("flow", T0 + 60.0 * i, 0.0) for i in range(21 * 60)])
+        readings = {r.id: r.slug for r in daemon.sensors()}
+        assert readings == {"flow": "not_judged", "ph": ""}
+        assert health_snapshot(daemon)["engine"]["slug_not_judged"] == ["flow"]  # type: ignore[index]
+        registry = CollectorRegistry()
+        registry.register(StationCollector(daemon))
+        text = generate_latest(registry).decode()
+        assert 'station_monitor_slug_not_judged{sensor="flow",station="ps-nj"} 1.0' in text
+        # a real average brings it back to judged
+        daemon.process([Sample("flow", T0 + 21 * 3600 + 60.0 * i, 100.0) for i in range(60)])
+        assert {r.id: r.slug for r in daemon.sensors()}["flow"] == "judged"
+    finally:
+        daemon.sink.close()
