@@ -197,7 +197,7 @@ def test_corrupt_checkpoint_is_reported_and_ignored(tmp_path: Path, caplog: pyte
 @given(stream=streams())
 def test_replay_falls_back_to_one_sample_at_a_time_identically(stream: Stream) -> None:
     # One round is rarely enough when something is over; the fallback must agree too.
-    from monitor.engine import slug
+    from monitor.engine import slug_replay as slug
 
     saved = slug.MAX_ROUNDS
     slug.MAX_ROUNDS = 1

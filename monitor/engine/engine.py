@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from monitor.config import SensorRules
 from monitor.engine import slug as slug_rule
+from monitor.engine import slug_replay
 from monitor.engine.badvalue import bad_value_batch, bad_value_step
 from monitor.engine.baseline import Baselines, Floats
 from monitor.engine.stale import stale_batch, stale_condition
@@ -261,7 +262,7 @@ class Engine:
             out.extend(stale_batch(st, ticks, gt, gv))
             for lim in st.limits:
                 out.extend(lim.batch(gt, gv))
-            out.extend(slug_rule.batch(st.slug, self.baselines, st.row, gt, gv))
+            out.extend(slug_replay.batch(st.slug, self.baselines, st.row, gt, gv))
         if ticks.size:
             self.last_tick = float(ticks[-1])
         out.sort(key=self.sort_key)
