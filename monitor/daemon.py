@@ -89,8 +89,8 @@ class Daemon:
         self.checkpoint_path = config.state_dir / CHECKPOINT_FILE
         self.restored = load_checkpoint_or_start_fresh(self.engine, self.checkpoint_path)
         self.checkpoints = CheckpointSchedule(self.engine, self.checkpoint_path, CHECKPOINT_INTERVAL)
-        self.clock_watch = ClockWatch.for_clock(self.engine, self.clock)  # gateway clock steps
         self.alarms = AlarmManager.open(config, self.clock)
+        self.clock_watch = ClockWatch.for_clock(self.engine, self.clock, self.alarms.active_conditions())
         self.sink: SampleSink = open_sink(config, self.clock, on_condition=self._outbox_condition)
         self.meters = MeterBook.open(config)
         self._kinds = {s.id: s.kind for s in config.sensors}

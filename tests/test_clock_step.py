@@ -15,7 +15,8 @@ import pytest
 
 from monitor.config import load_config
 from monitor.engine import ClockWatch, Engine, restore_checkpoint, save_checkpoint
-from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample
+from monitor.engine.clock_step import HOLD
+from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample, WallClock
 from tests.engine_helpers import T0, station
 
 CONFIG = station(
@@ -160,3 +161,17 @@ def test_golden_clock_case(case: Path) -> None:
 if __name__ == "__main__":  # regenerate a case's events.jsonl after a reviewed change
     for line in run_clock_case(Path(sys.argv[1])):
         print(json.dumps(line, ensure_ascii=False))
+
+
+def test_a_clock_alarm_restored_as_active_clears_after_a_steady_clock() -> None:
+    engine = Engine(CONFIG.rules, ManualClock())
+    assert ClockWatch.for_clock(engine, ManualClock()) is None  # only the real clock is watched
+    watch = ClockWatch.for_clock(engine, WallClock(), active=[("gateway", Rule.CLOCK)])
+    assert watch is not None
+    # From here on the watch reads clocks the test moves (monotonic from where it started).
+    wall, mono = ManualClock(T0), ManualClock(watch._mono0)
+    watch.wall, watch.monotonic, watch._wall0 = wall.now, mono.now, T0
+    assert watch.check() == []
+    wall.advance(HOLD)
+    mono.advance(HOLD)
+    assert [c.state for c in watch.check()] == [CLEARED]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from monitor.engine.engine import Engine
 from monitor.model import Clock, Condition, ConditionState, Rule, WallClock
@@ -101,9 +101,18 @@ class ClockWatch:
         self._started = False
 
     @classmethod
-    def for_clock(cls, engine: Engine, clock: Clock) -> ClockWatch | None:
-        """A watch for the real clock; None for a test's or the demo's accelerated clock."""
-        return cls(engine) if isinstance(clock, WallClock) else None
+    def for_clock(
+        cls, engine: Engine, clock: Clock, active: Collection[tuple[str, Rule]] = ()
+    ) -> ClockWatch | None:
+        """A watch for the real clock; None for a test's or the demo's accelerated clock.
+        `active`: the alarms a restart restored as active; a clock alarm among them
+        clears after `HOLD` of a steady clock, like one raised in this run."""
+        if not isinstance(clock, WallClock):
+            return None
+        watch = cls(engine)
+        if (GATEWAY, Rule.CLOCK) in active:
+            watch._active_since = watch._mono0
+        return watch
 
     def check(self) -> list[Condition]:
         """Conditions for a step since the last check (and the clear after `HOLD`); the
