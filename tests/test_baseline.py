@@ -13,7 +13,7 @@ from monitor.engine.slug import step
 
 T0 = 1_780_000_000.0
 SCALE = 1e5  # the largest value a row's sensor can report; sums count in quanta of it
-QUANTUM = quantum_for(SCALE)  # 2^-19: each value is exact to half of this
+QUANTUM = quantum_for(SCALE)  # 2^-13: each value is exact to half of this
 
 
 @st.composite

@@ -5,9 +5,9 @@ window at one bucket per minute (a window longer than 24 h widens the bucket so
 the ring never grows past 1,440 columns: 23 KB a sensor, whatever the window).
 
 A ring slot holds the (sum, count) of *one* bucket, and the sums are exact
-integers: each value is counted in quanta of its sensor (a power of two, 2^-36 of
-the largest plausible value, e.g. 1.5e-5 gpm for a flow sensor with a 1,000,000
-gpm range), so
+integers: each value is counted in quanta of its sensor (a power of two, 2^-30 of
+the largest plausible value, e.g. 0.001 gpm for a flow sensor with a 1,000,000 gpm
+range), so
 
 - no running total grows forever and nothing is lost to rounding: a value that has
   left the window leaves no trace (a float running sum would keep the rounding
@@ -32,7 +32,10 @@ import numpy.typing as npt
 MAX_BUCKETS = 1440
 BUCKET_SECONDS = 60.0
 NO_BUCKET = -(2**62)  # a row that has seen no sample yet
-QUANTUM_BITS = 36  # the largest plausible value is 2^36 quanta; sums stay far below 2^63
+QUANTUM_BITS = 30  # the largest plausible value is 2^30 quanta
+# A batch's running totals are float64 holding whole numbers of quanta: exact while below
+# 2^53, so a batch is at most 2^23 samples of one sensor (the callers cut longer ones).
+MAX_BATCH = 2**23
 DEFAULT_SCALE = 1e9  # largest plausible value of a row when none is given
 
 Floats = npt.NDArray[np.float64]
@@ -50,7 +53,7 @@ def geometry(window: float) -> tuple[float, int]:
 
 
 def quantum_for(scale: float) -> float:
-    """The power of two that counts values up to `scale` in at most 2^36 quanta."""
+    """The power of two that counts values up to `scale` in at most 2^30 quanta."""
     scale = scale if math.isfinite(scale) and scale > 0 else DEFAULT_SCALE
     return math.ldexp(1.0, math.frexp(scale)[1] - QUANTUM_BITS)
 
@@ -173,7 +176,7 @@ class Baselines:
         if self.bucket[row] == NO_BUCKET:
             return None
         c = self.win_count[row]
-        return float(self.win_sum[row]) * self.quantum[row] / c if c > 0 else None
+        return float(self.win_sum[row]) / c * self.quantum[row] if c > 0 else None
 
     def chronological(self, row: int) -> tuple[Ints, Ints]:
         """Quanta and counts of buckets `bucket - n .. bucket` (the ring oldest first,
@@ -241,14 +244,16 @@ class BatchWindow:
             self.state_s = self.state_cs[hi] - self.state_cs[lo]
             self.state_c = self.state_cc[hi] - self.state_cc[lo]
 
-    def quantize(self, values: Floats) -> Ints:
-        """Values in the row's quanta (round half to even, as the live path)."""
-        return np.rint(values / self.quantum).astype(np.int64)
+    def quantize(self, values: Floats) -> Floats:
+        """Values in whole quanta of the row, as float64 (round half to even, as the live
+        path; the quantum is a power of two, so multiplying by its inverse is dividing)."""
+        x = values * (1.0 / self.quantum)
+        return np.rint(x, out=x)
 
-    def prefix(self, q: Ints, include: npt.NDArray[np.bool_] | None) -> tuple[Ints, Ints]:
+    def prefix(self, q: Floats, include: npt.NDArray[np.bool_] | None) -> tuple[Floats, Ints]:
         """Running totals of the batch's included samples before each sample (index 0:
-        none yet); exact integers, so cumulative sums are safe."""
-        cs = np.empty(q.size + 1, dtype=np.int64)
+        none yet); whole numbers of quanta below 2^53, so every one is exact."""
+        cs = np.empty(q.size + 1, dtype=np.float64)
         cs[0] = 0
         if include is None:
             np.cumsum(q, out=cs[1:])
@@ -261,7 +266,7 @@ class BatchWindow:
             np.cumsum(include, out=cc[1:])
         return cs, cc
 
-    def means(self, cs: Ints, cc: Ints) -> tuple[Floats, Ints]:
+    def means(self, cs: Floats, cc: Ints) -> tuple[Floats, Ints]:
         """Window mean (NaN when empty) and count before each bucket of the batch."""
         s = cs[self.j_now] - cs[self.j_old]
         count = cc[self.j_now] - cc[self.j_old]
@@ -269,36 +274,42 @@ class BatchWindow:
             s = s + self.state_s
             count = count + self.state_c
         mean = np.full(count.size, np.nan)
-        np.divide(s.astype(np.float64) * self.quantum, count, out=mean, where=count > 0)
+        # sum / count x quantum, as the live path: the quantum is a power of two.
+        np.divide(s, count, out=mean, where=count > 0)
+        mean *= self.quantum
         return mean, count
 
     def expand(self, per_bucket: Floats) -> Floats:
         """A per-bucket array spread over the samples of each bucket."""
         return np.repeat(per_bucket, self.per_bucket)
 
-    def commit(self, cs: Ints, cc: Ints) -> None:
+    def commit(self, cs: Floats, cc: Ints) -> None:
         """Write the batch into the ring and the row's totals."""
         if not self.k.size:
             return
         b, row, n = self.base, self.row, self.n
         k_end = int(self.k[-1])
-        xs = np.arange(k_end - n, k_end + 1, dtype=np.int64)
-        # Per bucket: the batch's part (difference of running totals at bucket edges) ...
-        j = np.searchsorted(self.buckets, xs, side="left")
-        edges = np.append(self.j_now, self.k.size)
-        lo, hi = edges[j], edges[np.minimum(j + 1, self.buckets.size)]
-        hit = (j < self.buckets.size) & (self.buckets[np.minimum(j, self.buckets.size - 1)] == xs)
-        s = np.where(hit, cs[hi] - cs[lo], 0)
-        c = np.where(hit, cc[hi] - cc[lo], 0)
-        # ... plus what the state held for it.
-        if self.m0 != NO_BUCKET:
-            old = xs - (self.m0 - n)
-            have = (old >= 0) & (old <= n)
+        lo_k = k_end - n
+        # Per bucket of the last n + 1: the batch's part (running totals at bucket edges) ...
+        i0 = int(np.searchsorted(self.buckets, lo_k, side="left"))
+        at = self.buckets[i0:] - lo_k
+        starts = self.j_now[i0:]
+        ends = np.empty_like(starts)
+        ends[:-1] = starts[1:]
+        ends[-1] = self.k.size
+        s = np.zeros(n + 1, dtype=np.int64)
+        c = np.zeros(n + 1, dtype=np.int64)
+        s[at] = (cs[ends] - cs[starts]).astype(np.int64)
+        c[at] = cc[ends] - cc[starts]
+        # ... plus what the state held for it (buckets m0 - n .. m0).
+        if self.m0 != NO_BUCKET and self.m0 >= lo_k:
             st_s, st_c = b.chronological(row)
-            s[have] += st_s[old[have]]
-            c[have] += st_c[old[have]]
-        b.sums[row, xs[:-1] % n] = s[:-1]
-        b.counts[row, xs[:-1] % n] = c[:-1]
+            shift = self.m0 - n - lo_k  # where the state's oldest bucket lands (<= 0)
+            s[: n + 1 + shift] += st_s[-shift:]
+            c[: n + 1 + shift] += st_c[-shift:]
+        order = np.arange(lo_k, k_end) % n
+        b.sums[row, order] = s[:-1]
+        b.counts[row, order] = c[:-1]
         b.cur_sum[row] = int(s[-1])
         b.cur_count[row] = int(c[-1])
         b.win_sum[row] = int(s[:-1].sum())

@@ -129,7 +129,7 @@ def step(slug: SlugState | None, base: Baselines, row: int, t: float, v: float) 
     if k != base.bucket[row]:
         base.roll(row, k)
         if slug is not None and base.win_count[row] > 0:
-            slug.last_mean = base.window(row)[0] / base.win_count[row]
+            slug.last_mean = float(base.win_sum[row]) / base.win_count[row] * base.quantum[row]
     q = round(v / base.quantum[row])  # `Baselines.quantize`, inlined on the hot path
     if slug is None:
         base.cur_sum[row] += q

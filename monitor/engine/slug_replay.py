@@ -16,7 +16,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from monitor.engine.baseline import Baselines, BatchWindow, Floats, Ints
+from monitor.engine.baseline import MAX_BATCH, Baselines, BatchWindow, Floats
 from monitor.engine.rules import NAN, ffill_index, hysteresis
 from monitor.engine.slug import SlugState, step
 from monitor.model import Condition, ConditionState
@@ -31,22 +31,23 @@ def batch(slug: SlugState | None, base: Baselines, row: int, t: Floats, v: Float
     if not t.size:
         return []
     if slug is None:
-        win = base.batch(row, t)
-        cs, cc = win.prefix(win.quantize(v), None)
-        win.commit(cs, cc)
+        for a in range(0, int(t.size), MAX_BATCH):
+            win = base.batch(row, t[a : a + MAX_BATCH])
+            cs, cc = win.prefix(win.quantize(v[a : a + MAX_BATCH]), None)
+            win.commit(cs, cc)
         return []
     if slug.method != "sustained":
         return _stepped(slug, base, row, t, v)
     out: list[Condition] = []
     p, n = 0, int(t.size)
-    chunk = n
+    chunk = min(n, MAX_BATCH)
     while p < n:
         end = min(n, p + chunk)
         conds, short = _attempt(slug, base, row, t[p:end], v[p:end])
         out.extend(conds)
         if short is None:
             p = end
-            chunk *= 2
+            chunk = min(2 * chunk, MAX_BATCH)
             continue
         r, e = short
         stop = min(n, p + e + 2)  # the short run and the sample that ended it
@@ -199,7 +200,7 @@ def _first_short_run(
 def _keep_pending(
     slug: SlugState,
     win: BatchWindow,
-    qv: Ints,
+    qv: Floats,
     over: npt.NDArray[np.bool_],
     state: npt.NDArray[np.bool_],
     run_start: Floats,
@@ -216,7 +217,7 @@ def _keep_pending(
         i -= 1
     for k, q in zip(win.k[i:].tolist(), qv[i:].tolist(), strict=True):
         entry = slug.pending.setdefault(k, [0, 0])
-        entry[0] += q
+        entry[0] += int(q)
         entry[1] += 1
 
 
