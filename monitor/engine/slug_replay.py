@@ -24,6 +24,7 @@ from monitor.model import Condition, ConditionState
 MAX_ROUNDS = 40
 FIRST_RETRY = 4096  # samples tried at once after a short run was stepped through
 MAX_STEPPED = 2048  # samples stepped at most after a short run before trying a batch again
+QUIET_BUCKETS = 10  # whole buckets with no over run before a batch is tried again
 
 
 def batch(slug: SlugState | None, base: Baselines, row: int, t: Floats, v: Floats) -> list[Condition]:
@@ -41,6 +42,7 @@ def batch(slug: SlugState | None, base: Baselines, row: int, t: Floats, v: Float
     out: list[Condition] = []
     p, n = 0, int(t.size)
     chunk = min(n, MAX_BATCH)
+    last_short = 0  # where the previous short run was: clusters far apart get big batches
     while p < n:
         end = min(n, p + chunk)
         conds, short = _attempt(slug, base, row, t[p:end], v[p:end])
@@ -53,7 +55,8 @@ def batch(slug: SlugState | None, base: Baselines, row: int, t: Floats, v: Float
         stop = min(n, p + e + 2)  # the short run and the sample that ended it
         out.extend(_stepped(slug, base, row, t[p + r : stop], v[p + r : stop]))
         p = _step_until_quiet(slug, base, row, t, v, stop, out)
-        chunk = FIRST_RETRY
+        chunk = min(MAX_BATCH, max(FIRST_RETRY, 2 * (p - last_short)))
+        last_short = p
     return out
 
 
@@ -61,15 +64,15 @@ def _step_until_quiet(
     slug: SlugState, base: Baselines, row: int, t: Floats, v: Floats, p: int, out: list[Condition]
 ) -> int:
     """After a short run, go on one sample at a time while the level hovers around the
-    threshold (short runs come in clusters), until a new bucket starts with no run
-    open, or `MAX_STEPPED` samples; returns where the vectorised path resumes."""
+    threshold (short runs come in clusters), until `QUIET_BUCKETS` whole buckets pass
+    with no run open, or `MAX_STEPPED` samples; returns where the batch path resumes."""
     width = base.width[row]
     quiet_k: int | None = None
     end = min(int(t.size), p + MAX_STEPPED)
     times, values = t[p:end].tolist(), v[p:end].tolist()
     for ti, vi in zip(times, values, strict=True):
         k = math.floor(ti / width)
-        if quiet_k is not None and k > quiet_k:
+        if quiet_k is not None and k > quiet_k + QUIET_BUCKETS:
             return p
         cond = step(slug, base, row, ti, vi)
         if cond is not None:
