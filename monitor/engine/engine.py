@@ -34,6 +34,7 @@ Diagnosis = tuple[Floats, Floats, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]
 DEFAULT_WINDOW = 86400.0  # baseline window of sensors without a slug rule (console only)
 _RULE_ORDER = {Rule.STALE: 0, Rule.BAD_VALUE: 1, Rule.HIGH: 2, Rule.LOW: 3, Rule.SLUG: 4}
 _GOOD, _BAD = int(Quality.GOOD), int(Quality.BAD_DATA)
+_GOOD_Q, _BAD_Q = Quality.GOOD, Quality.BAD_DATA
 
 
 def _when(t: float) -> str:
@@ -151,8 +152,10 @@ class Engine:
         # Bad whichever path marked it: a source (a device error value), the daemon's
         # `validate`, or here; every one is counted and logged once per episode.
         q = sample.quality
-        if q is Quality.BAD_DATA or (
-            q is Quality.GOOD and not (st.lo <= v <= st.hi and not (st.bad_values and v in st.bad_values))
+        if (
+            not (st.lo <= v <= st.hi and not (st.bad_values and v in st.bad_values))
+            if q is _GOOD_Q
+            else q is _BAD_Q
         ):
             st.quality = Quality.BAD_DATA
             self._bad(st, t, v, 1)

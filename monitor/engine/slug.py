@@ -57,6 +57,7 @@ class SlugState:
         "pending",
         "period",
         "period_sum",
+        "periodic",
         "prev_t",
         "run_start",
         "sensor",
@@ -76,6 +77,7 @@ class SlugState:
         self.warmup = rule.warmup
         self.citation = rule.citation
         self.method = rule.method
+        self.periodic = rule.method == "period_mean"
         self.min_baseline = rule.min_baseline
         self.active = False
         self.run_start = NAN  # start of the current continuous over run
@@ -137,15 +139,16 @@ def step(slug: SlugState | None, base: Baselines, row: int, t: float, v: float) 
         return None
     prev = slug.prev_t
     slug.prev_t = t
-    if math.isnan(prev) or t - prev > slug.window:
+    first = math.isnan(prev)  # the sensor's first sample
+    if first or t - prev > slug.window:
         slug.warm_since = t
-    gap = math.isnan(prev) or t - prev > slug.max_gap
     judged = not t - slug.warm_since < slug.warmup and slug.last_mean >= slug.min_baseline
     thr = slug.factor * slug.last_mean
-    if slug.method == "period_mean":
+    if slug.periodic:
+        gap = first or t - prev > slug.max_gap
         return _period_step(slug, base, row, t, v, k, q, gap, judged, thr)
     if judged and v > thr:
-        if gap or math.isnan(slug.run_start):
+        if first or t - prev > slug.max_gap or math.isnan(slug.run_start):
             _release(slug, base, row)
             slug.run_start = t
         if slug.active:
@@ -158,7 +161,8 @@ def step(slug: SlugState | None, base: Baselines, row: int, t: float, v: float) 
         entry[0] += q
         entry[1] += 1
         return None
-    _release(slug, base, row)
+    if slug.pending:
+        _release(slug, base, row)
     base.cur_sum[row] += q
     base.cur_count[row] += 1
     slug.run_start = NAN
