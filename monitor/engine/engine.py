@@ -164,11 +164,11 @@ class Engine:
                 return []
             self.counters.conditions += 1
             return [cond]
-        if sample.quality is not Quality.GOOD:
-            st.quality = sample.quality
+        if q is not _GOOD_Q:
+            st.quality = q
             self.counters.not_good += 1
             return []
-        st.quality = Quality.GOOD
+        st.quality = _GOOD_Q
         if st.bad_episode:
             st.bad_episode = False
             log.info("sensor %s: believable values again from %s", st.sensor, _when(t))
