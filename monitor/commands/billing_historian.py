@@ -86,6 +86,14 @@ def export_from_historian(args: argparse.Namespace) -> Sheets:
                     f" does not name, not billed: {', '.join(got.unknown_meters)}",
                     file=sys.stderr,
                 )
+            if got.unusable:
+                first = got.unusable[0]
+                print(
+                    f"warning: station {station}: {len(got.unusable)} accepted meter record(s) in"
+                    f" {reader.target} without a number skipped (first: meter {first.meter} at"
+                    f" {iso(first.time_ms / 1000)}); rows flagged unreconciled",
+                    file=sys.stderr,
+                )
             rows.extend({"station": station, **row} for row in build_rows(config, got.usages, q, bill))
             end = max(end, q.end.timestamp())
             notes.append(

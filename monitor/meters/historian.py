@@ -29,12 +29,15 @@ What the historian does not hold, and how the export says so (never a guess):
   them (a lost batch) or a value lost digits (in VictoriaMetrics 0.000123456789012345
   stored beside 999999999999999 reads back as 0). The figures are then not the
   ledger's, and the row says so.
+- an accepted record without a finite reading or consumption (written by hand, or by
+  another program) is skipped and its meter flagged `unreconciled`.
 - `incomplete`: the historian holds no record of the station from the quarter's end
   on, so its outbox may not have drained: figures may be short.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -86,6 +89,7 @@ class StationQuarter:
     usages: dict[str, Usage]
     complete: bool
     unknown_meters: tuple[str, ...]
+    unusable: tuple[MeterSample, ...] = ()  # accepted records without a number: skipped, flagged
 
 
 def exact(x: float | None, what: str) -> Decimal:
@@ -153,21 +157,32 @@ def station_quarter(config: Config, history: History, q: Quarter) -> StationQuar
     specs = meter_specs(config)
     by_meter: dict[str, list[MeterSample]] = {m: [] for m in specs}
     unknown: set[str] = set()
+    bad: list[MeterSample] = []
     for s in history.records(station, q.start_ms, q.end_ms):
-        if s.meter in by_meter:
-            by_meter[s.meter].append(s)
-        else:
+        if s.meter not in by_meter:
             unknown.add(s.meter)
-    usages = {
-        m: sample_usage(
-            m, spec, history.last_accepted(station, m, q.start_ms), by_meter[m], q, billing.max_gap
-        )
-        for m, spec in specs.items()
-    }
+        elif s.accepted and not usable(s):
+            bad.append(s)
+        else:
+            by_meter[s.meter].append(s)
+    usages: dict[str, Usage] = {}
+    for m, spec in specs.items():
+        before = history.last_accepted(station, m, q.start_ms)
+        if before is not None and not usable(before):
+            bad.append(before)
+            before = None
+        usages[m] = sample_usage(m, spec, before, by_meter[m], q, billing.max_gap)
+    for m in {s.meter for s in bad}:
+        usages[m] = _with(usages[m], "unreconciled")
     complete = history.has_records_from(station, q.end_ms)
     if not complete:
         usages = {m: _with(u, "incomplete") for m, u in usages.items()}
-    return StationQuarter(station, usages, complete, tuple(sorted(unknown)))
+    return StationQuarter(station, usages, complete, tuple(sorted(unknown)), tuple(bad))
+
+
+def usable(s: MeterSample) -> bool:
+    """An accepted record billing can use: a finite reading and consumption."""
+    return all(x is not None and math.isfinite(x) for x in (s.reading, s.consumption))
 
 
 def _with(u: Usage, flag: str) -> Usage:
