@@ -251,6 +251,71 @@ def test_a_correction_reaches_influxdb_but_not_its_flag(tmp_path: Path, influxdb
         assert h == {**o, "flags": ";".join(f for f in flags if f != "corrected")}
 
 
+def test_voids_and_corrections_reach_the_historian_as_figures_and_flags(
+    tmp_path: Path, influxdb1: InfluxDB1, victoria: VictoriaMetrics
+) -> None:
+    """The new-york golden case (a replacement, its void and re-record at the same time,
+    a corrected misread), forwarded after every step as the daemon does. InfluxDB ends
+    with the ledger's figures, without the amendment flags; VictoriaMetrics holds both
+    values of every rewritten point, and those rows say `rewritten`."""
+    ny = ROOT / "tests" / "cases" / "billing" / "new-york"
+    raw: dict[str, Any] = yaml.safe_load((ny / "config.yaml").read_text(encoding="utf-8"))
+    raw["station"]["id"] = "ps-ny"
+    influxdb1.query("CREATE DATABASE amended")
+    sections = {
+        "influx": {"url": influxdb1.url, "api": "v1", "database": "amended"},
+        "vm": {"url": victoria.url, "org": "o", "bucket": "amended"},
+    }
+    config = write_yaml(tmp_path / "station.yaml", {**raw, "state_dir": str(tmp_path / "state")})
+    for name, section in sections.items():
+        write_yaml(tmp_path / f"{name}.yaml", {**raw, "state_dir": str(tmp_path / name), "influx": section})
+    sinks = [open_sink(load_config(tmp_path / f"{name}.yaml")) for name in sections]
+    book = MeterBook.open(config)
+
+    def forward() -> None:
+        records = book.take_records()
+        for sink in sinks:
+            sink.write_meter_records(records)
+
+    with (ny / "readings.csv").open(encoding="utf-8") as fh:
+        readings = [Sample(r["sensor"], parse_time(r["time"]), float(r["value"])) for r in csv.DictReader(fh)]
+    for i in range(0, len(readings), 1000):
+        book.ingest(readings[i : i + 1000])
+        forward()
+    with (ny / "amendments.csv").open(encoding="utf-8") as fh:
+        for a in csv.DictReader(fh):
+            t = parse_time(a["time"])
+            if a["action"] == "replace":
+                book.record_replacement(a["meter"], t, a["old_final"], a["new_initial"], "clerk", a["why"])
+            elif a["action"] == "void-replacement":
+                book.void_replacement(a["meter"], t, "clerk", a["why"])
+            else:
+                book.correct(a["meter"], t, a["reading"], "clerk", a["why"])
+            forward()
+    for sink in sinks:
+        assert asyncio.run(sink.drain(60)) == 0
+        sink.close()
+    book.close()
+    http("GET", f"{victoria.url}/internal/force_flush")
+    own = own_export(Station(config, tmp_path, tmp_path), "2025Q4")
+    amended = {"shop.meter": {"voided replacement"}, "apartments.meter": {"corrected"}}
+    assert {o["meter"]: set(o["flags"].split(";")) & {"voided replacement", "corrected"} for o in own} == {
+        "plant.meter": set(), "school.meter": set(), **amended,
+    }  # fmt: skip
+
+    rows, _ = historian_export(tmp_path / "influx.yaml", quarter_text="2025Q4")
+    for h, o in zip(by_station(rows)["ps-ny"], own, strict=True):
+        flags = [f for f in o["flags"].split(";") if f and f not in amended.get(o["meter"], set())]
+        assert h == {**o, "flags": ";".join(flags)}, o["meter"]
+
+    rows, _ = historian_export(tmp_path / "vm.yaml", quarter_text="2025Q4")
+    for h, o in zip(by_station(rows)["ps-ny"], own, strict=True):
+        if o["meter"] in amended:
+            assert "rewritten" in h["flags"].split(";"), o["meter"]
+        else:
+            assert h == o, o["meter"]
+
+
 @given(
     st.decimals(allow_nan=False, allow_infinity=False, places=None).filter(
         lambda d: len(d.normalize().as_tuple().digits) <= 15 and abs(d.adjusted()) < 300
