@@ -20,6 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import openpyxl
 import pytest
 import yaml
 from hypothesis import given
@@ -183,6 +184,27 @@ def test_the_influxdb_export_equals_the_stations_own_exports(stations: tuple[Sta
         "acme-mill": "3499.68", "corner-shop": "139.99", "jones": "40.00", "village": "39298.49",
     }  # fmt: skip
     assert got["ps-2"][0]["period_start_utc"] == "2026-06-30T23:00:00Z"  # London's midnight
+
+
+def test_the_historian_export_as_xlsx_with_bill_dates(
+    stations: tuple[Station, Station], tmp_path: Path
+) -> None:
+    a, b = stations
+    out = tmp_path / "utility.xlsx"
+    args = ["--config", str(a.to_influx), "--config", str(b.to_influx), "--presented", "2026-10-05"]
+    done = subprocess.run(
+        [*CLI, "billing", "export", "--from-influx", *args, "--quarter", "2026Q3", "--format", "xlsx",
+         "--out", str(out)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "9 row(s) from the historian" in done.stderr
+    sheet = openpyxl.load_workbook(out).active
+    assert sheet is not None and sheet.title == "2026Q3"
+    header = [c.value for c in sheet[1]]
+    assert header[:3] == ["station", "account", "meter"] and "penalty_from_60" in header
+    stations_col = [row[0].value for row in sheet.iter_rows(min_row=2)]
+    assert stations_col[:9] == ["ps-1"] * 5 + ["ps-2"] * 4
 
 
 def test_victoriametrics_keeps_both_values_of_a_rejudged_row_and_the_export_says_so(
