@@ -46,8 +46,15 @@ def _configs(paths: list[str]) -> list[Config]:
     return configs
 
 
-def _key(influx: Influx) -> tuple[str, str, str]:
-    return (influx.url, influx.api, influx.database or "")
+def _key(influx: Influx) -> tuple[str, ...]:
+    """Stations that write to the same place with the same credentials share a reader."""
+    return (
+        influx.url,
+        influx.api,
+        influx.database or "",
+        influx.retention_policy or "",
+        influx.username or "",
+    )
 
 
 def export_from_historian(args: argparse.Namespace) -> Sheets:
@@ -59,7 +66,7 @@ def export_from_historian(args: argparse.Namespace) -> Sheets:
     if args.presented and len(names) > 1:
         raise MeterError("--presented dates one bill: give one --quarter with it")
     configs = _configs(args.config)
-    readers: dict[tuple[str, str, str], InfluxQLHistory | VictoriaHistory] = {}
+    readers: dict[tuple[str, ...], InfluxQLHistory | VictoriaHistory] = {}
     sheets: list[tuple[str, list[dict[str, str]]]] = []
     ends: list[float] = []
     notes: list[str] = []
