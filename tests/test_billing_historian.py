@@ -32,10 +32,10 @@ from monitor.meters.book import MeterBook, MeterRecord
 from monitor.meters.historian import exact, sample_usage
 from monitor.meters.totalizer import MeterSpec
 from monitor.model import Sample, parse_time
-from monitor.sinks.history import MeterSample as StoredSample
-from monitor.sinks.history import open_history
 from monitor.sinks.lineproto import meter_point_line
 from monitor.sinks.pipeline import open_sink
+from monitor.sources.meter_history import MeterSample as StoredSample
+from monitor.sources.meter_history import open_history
 from tests.services import InfluxDB1, VictoriaMetrics, http
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -464,7 +464,7 @@ def test_bad_invocations_give_one_line(tmp_path: Path, influxdb1: InfluxDB1) -> 
     for configs, message in (
         (["a.yaml"], "a.yaml has no influx section"),
         (["b.yaml", "b.yaml"], "station 'ps-1' is in both"),
-        (["b.yaml"], "cannot reach the server"),
+        (["b.yaml"], "cannot read the history"),
     ):
         args = [a for c in configs for a in ("--config", str(tmp_path / c))]
         done = subprocess.run(

@@ -19,7 +19,7 @@ from monitor.meters.billing import build_rows
 from monitor.meters.historian import station_quarter
 from monitor.meters.periods import presentation, quarter
 from monitor.model import iso
-from monitor.sinks.history import InfluxQLHistory, VictoriaHistory, open_history
+from monitor.sources.meter_history import InfluxQLHistory, VictoriaHistory, open_history
 
 
 @dataclass(frozen=True, slots=True)

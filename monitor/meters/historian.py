@@ -52,8 +52,8 @@ from monitor.meters.totalizer import MeterSpec, dec, to_ft3
 
 
 class MeterSample(Protocol):
-    """One stored `meter` point (`monitor.sinks.history.MeterSample` fits; meters may
-    not import sinks, so this is structural)."""
+    """One stored `meter` point (`monitor.sources.meter_history.MeterSample` fits; meters may
+    not import sources, so this is structural)."""
 
     @property
     def meter(self) -> str: ...
@@ -72,7 +72,7 @@ class MeterSample(Protocol):
 
 
 class History(Protocol):
-    """What billing asks of a historian (`monitor.sinks.history.open_history`)."""
+    """What billing asks of a historian (`monitor.sources.meter_history.open_history`)."""
 
     def records(self, station: str, after_ms: int, until_ms: int) -> Sequence[MeterSample]: ...
     def last_accepted(self, station: str, meter: str, at_ms: int) -> MeterSample | None: ...

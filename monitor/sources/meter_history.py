@@ -15,24 +15,20 @@ consumption_ft3, accepted. This module reads them back, as they are stored:
 
 An InfluxDB 2.x is not read through Flux: its `/api/v1/export` answers 404 and the
 error says so (its InfluxQL compatibility endpoint can be named with `api: v1`).
-Standard-library HTTP only; the password or token travels in a header.
+HTTP, credentials and TLS are `historian.Http`'s, which replay's reader uses too.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import ssl
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from monitor.config import Influx
-from monitor.errors import SinkError
+from monitor.errors import SourceError
+from monitor.sources.historian import Http
 
 FIELDS = ("reading", "consumption", "consumption_ft3", "accepted")
 DAY_MS = 86_400_000
@@ -61,39 +57,6 @@ def open_history(influx: Influx) -> InfluxQLHistory | VictoriaHistory:
     return InfluxQLHistory(influx) if influx.api == "v1" else VictoriaHistory(influx)
 
 
-class _Http:
-    """GET with basic auth or a token header, TLS as configured; errors as `SinkError`."""
-
-    def __init__(self, influx: Influx) -> None:
-        self.base = influx.url.rstrip("/")
-        self.timeout = influx.timeout
-        self.headers: dict[str, str] = {"Accept": "application/json"}
-        if influx.username is not None:
-            password = influx.password.get_secret_value() if influx.password else ""
-            token = base64.b64encode(f"{influx.username}:{password}".encode()).decode()
-            self.headers["Authorization"] = f"Basic {token}"
-        elif influx.token is not None:
-            self.headers["Authorization"] = f"Token {influx.token.get_secret_value()}"
-        self.context: ssl.SSLContext | None = None
-        if self.base.startswith("https:"):
-            self.context = ssl.create_default_context(cafile=str(influx.ca_file) if influx.ca_file else None)
-            if not influx.verify_tls:
-                self.context.check_hostname = False
-                self.context.verify_mode = ssl.CERT_NONE
-
-    def get(self, path: str, params: Iterable[tuple[str, str]], what: str) -> str:
-        url = f"{self.base}{path}?{urllib.parse.urlencode(list(params))}"
-        request = urllib.request.Request(url, headers=self.headers)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=self.context) as resp:
-                return str(resp.read().decode("utf-8"))
-        except urllib.error.HTTPError as exc:
-            body = exc.read().decode("utf-8", errors="replace").strip()[:500]
-            raise SinkError(f"{self.base}: {what}: HTTP {exc.code} {body}") from None
-        except (OSError, ValueError) as exc:
-            raise SinkError(f"{self.base}: {what}: cannot reach the server: {exc}") from None
-
-
 def _quote(text: str) -> str:
     """A string literal for InfluxQL ('...') or MetricsQL ("..."): both escape \\ and quotes."""
     return text.replace("\\", "\\\\").replace("'", "\\'").replace('"', '\\"')
@@ -110,21 +73,18 @@ class InfluxQLHistory:
 
     def __init__(self, influx: Influx) -> None:
         assert influx.database is not None  # checked by config
-        self._http = _Http(influx)
+        self._http = Http(influx)
         self._db = influx.database
         rp = influx.retention_policy
         self._from = f'"{_quote(rp)}"."meter"' if rp else '"meter"'
-        self.target = f"{influx.url} database {influx.database}"
+        self.target = f"{self._http.target} database {influx.database}"  # never the credentials
 
     def _select(self, where: str, tail: str = "") -> list[MeterSample]:
         q = f"SELECT {', '.join(FIELDS)} FROM {self._from} WHERE {where} GROUP BY *{tail}"
         params = [("db", self._db), ("q", q), ("epoch", "ms"), ("chunked", "true"), ("chunk_size", "10000")]
-        text = self._http.get("/query", params, f"database {self._db}")
         out: list[MeterSample] = []
-        for chunk in text.splitlines():
-            if not chunk.strip():
-                continue
-            for result in _results(json.loads(chunk), self.target):
+        for chunk in self._http.lines("/query", params):  # one JSON document per chunk
+            for result in _results(chunk, self.target):
                 for series in result.get("series", []):
                     out.extend(_influx_series(series))
         return sorted(out, key=lambda s: (s.time_ms, s.meter))
@@ -145,19 +105,23 @@ class InfluxQLHistory:
             f"SELECT accepted FROM {self._from} WHERE station = '{_quote(station)}'"
             f" AND time >= {from_ms}ms LIMIT 1"
         )
-        text = self._http.get("/query", [("db", self._db), ("q", q), ("epoch", "ms")], f"database {self._db}")
-        return any(r.get("series") for r in _results(json.loads(text), self.target))
+        lines = self._http.lines("/query", [("db", self._db), ("q", q), ("epoch", "ms")])
+        return any(r.get("series") for line in lines for r in _results(line, self.target))
 
 
-def _results(doc: Any, target: str) -> list[dict[str, Any]]:
+def _results(line: bytes, target: str) -> list[dict[str, Any]]:
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        raise SourceError(f"{target}: not a JSON answer ({line[:200]!r})") from None
     if not isinstance(doc, dict):
-        raise SinkError(f"{target}: unexpected answer to a query")
+        raise SourceError(f"{target}: unexpected answer to a query")
     if "error" in doc:
-        raise SinkError(f"{target}: {doc['error']}")
+        raise SourceError(f"{target}: {doc['error']}")
     results = doc.get("results", [])
     for r in results:
         if "error" in r:
-            raise SinkError(f"{target}: {r['error']}")
+            raise SourceError(f"{target}: {r['error']}")
     return list(results)
 
 
@@ -182,24 +146,23 @@ class VictoriaHistory:
     """VictoriaMetrics: `/api/v1/export` of `meter_<field>{station=...}` (JSON lines)."""
 
     def __init__(self, influx: Influx) -> None:
-        self._http = _Http(influx)
-        self.target = influx.url
+        self._http = Http(influx)
+        self.target = self._http.target  # never the credentials
 
-    def _export(self, match: str, start_ms: int | None, end_ms: int, limit: int | None = None) -> list[str]:
+    def _export(self, match: str, start_ms: int | None, end_ms: int, limit: int | None = None) -> list[bytes]:
         params = [("match[]", match), ("end", f"{end_ms / 1000:.3f}")]
         params.append(("start", "0" if start_ms is None else f"{start_ms / 1000:.3f}"))
         if limit is not None:
             params.append(("max_rows_per_line", str(limit)))
         try:
-            text = self._http.get("/api/v1/export", params, "export")
-        except SinkError as exc:
+            return list(self._http.lines("/api/v1/export", params))
+        except SourceError as exc:
             if " HTTP 404 " in str(exc):
-                raise SinkError(
+                raise SourceError(
                     f"{self.target} has no /api/v1/export: not VictoriaMetrics (an InfluxDB 2.x"
                     " cannot be read by --from-influx; give its v1 compatibility as api: v1)"
                 ) from None
             raise
-        return [line for line in text.splitlines() if line.strip()]
 
     def _match(self, station: str, meter: str | None = None) -> str:
         names = "|".join(FIELDS)
@@ -227,7 +190,7 @@ class VictoriaHistory:
         return bool(self._export(match, from_ms, 2**53, limit=1))
 
 
-def _merge(lines: list[str], target: str) -> list[MeterSample]:
+def _merge(lines: list[bytes], target: str) -> list[MeterSample]:
     """One sample per meter point from the per-field series; several different values
     at one time make the point `rewritten`, and the largest of each is taken."""
     points: dict[tuple[str, str, str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -238,7 +201,7 @@ def _merge(lines: list[str], target: str) -> list[MeterSample]:
             field = str(labels["__name__"]).removeprefix("meter_")
             pairs = zip(doc["timestamps"], doc["values"], strict=True)
         except (ValueError, KeyError, TypeError) as exc:
-            raise SinkError(f"{target}: unexpected export line: {exc}") from None
+            raise SourceError(f"{target}: unexpected export line: {exc}") from None
         key = (str(labels.get("meter", "")), str(labels.get("account", "")), str(labels.get("unit", "")))
         for t, v in pairs:
             value = _number(v)
