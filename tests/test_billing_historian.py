@@ -401,6 +401,12 @@ def test_a_missing_record_or_lost_digits_leave_the_quarter_unreconciled() -> Non
     assert sample_usage("m", spec, before, whole, q, 86_400).flags == frozenset()
     gap = whole[:50] + whole[51:]
     assert sample_usage("m", spec, before, gap, q, 86_400).flags == {"unreconciled"}
+    after = rec(185, 100.0 + 5 * 185 * 2, 10.0)  # the first reading past the quarter's end
+    assert whole[-1].time_ms == q.end_ms and after.time_ms > q.end_ms
+    assert sample_usage("m", spec, before, whole, q, 86_400, after).flags == frozenset()
+    tail = whole[:-1]  # the quarter's last record never arrived; the next quarter's did
+    assert sample_usage("m", spec, before, tail, q, 86_400, after).flags == {"unreconciled"}
+    assert sample_usage("m", spec, before, tail, q, 86_400).flags == frozenset()  # why `after` is read
     lost = [*whole[:50], rec(51, 0.0, 0.0), *whole[51:]]  # a value that lost its digits
     assert "unreconciled" in sample_usage("m", spec, before, lost, q, 86_400).flags
     wrap = [rec(1, 999_990.0, 10.0), rec(2, 5.0, 15.0)]  # 6 digits: 999,990 -> 5 is 15 ft3

@@ -25,8 +25,9 @@ What the historian does not hold, and how the export says so (never a guess):
   is (the re-judged rows are sent again). InfluxDB overwrites the point, so the
   figures follow the ledger; VictoriaMetrics keeps both values, flagged `rewritten`.
 - `unreconciled`: an accepted reading's consumption is not its rise over the previous
-  accepted reading held there, as the ledger wrote it: a record is missing between
-  them (a lost batch) or a value lost digits (in VictoriaMetrics 0.000123456789012345
+  accepted reading held there, as the ledger wrote it (checked up to the first
+  accepted reading past the quarter): a record is missing between them (a dead-letter
+  or dropped batch) or a value lost digits (in VictoriaMetrics 0.000123456789012345
   stored beside 999999999999999 reads back as 0). The figures are then not the
   ledger's, and the row says so.
 - an accepted record without a finite reading or consumption (written by hand, or by
@@ -76,6 +77,7 @@ class History(Protocol):
 
     def records(self, station: str, after_ms: int, until_ms: int) -> Sequence[MeterSample]: ...
     def last_accepted(self, station: str, meter: str, at_ms: int) -> MeterSample | None: ...
+    def next_accepted(self, station: str, meter: str, after_ms: int) -> MeterSample | None: ...
     def has_records_from(self, station: str, from_ms: int) -> bool: ...
 
 
@@ -106,8 +108,10 @@ def sample_usage(
     samples: Sequence[MeterSample],
     q: Quarter,
     max_gap: float,
+    after: MeterSample | None = None,
 ) -> Usage:
-    """One meter's quarter from its stored records with q.start < time <= q.end."""
+    """One meter's quarter from its stored records with q.start < time <= q.end;
+    `after`, the first accepted record past the quarter, shows whether its tail is there."""
     where = f"meter {meter}"
     for s in [*([before] if before else []), *samples]:
         if s.unit and s.unit != spec.unit:
@@ -133,6 +137,10 @@ def sample_usage(
         elif prev is not None and consumption != reading - prev:
             flags.add("unreconciled")  # a record is missing between them, or lost digits
         prev = reading
+    if after is not None and usable(after) and prev is not None:
+        reading, consumption = exact(after.reading, where), exact(after.consumption, where)
+        if reading >= prev and consumption != reading - prev:
+            flags.add("unreconciled")  # the quarter's last records did not reach the historian
     if estimated(q, None if before is None else before.time_ms, [s.time_ms for s in accepted], max_gap):
         flags.add("estimated")
     first = before if before is not None else (accepted[0] if accepted else None)
@@ -171,7 +179,8 @@ def station_quarter(config: Config, history: History, q: Quarter) -> StationQuar
         if before is not None and not usable(before):
             bad.append(before)
             before = None
-        usages[m] = sample_usage(m, spec, before, by_meter[m], q, billing.max_gap)
+        after = history.next_accepted(station, m, q.end_ms)
+        usages[m] = sample_usage(m, spec, before, by_meter[m], q, billing.max_gap, after)
     for m in {s.meter for s in bad}:
         usages[m] = _with(usages[m], "unreconciled")
     complete = history.has_records_from(station, q.end_ms)

@@ -32,8 +32,9 @@ from monitor.sources.historian import Http
 
 FIELDS = ("reading", "consumption", "consumption_ft3", "accepted")
 DAY_MS = 86_400_000
-# How far back `last_accepted` looks for the reading that opens a quarter, widening
-# only when nothing is found: most meters read daily, few stay silent for a year.
+# How far back `last_accepted` (ahead: `next_accepted`) looks for the reading that
+# opens (follows) a quarter, widening only when nothing is found: most meters read
+# daily, few stay silent for a year.
 LOOKBACK_MS = (2 * DAY_MS, 40 * DAY_MS, 400 * DAY_MS, None)
 
 
@@ -99,6 +100,15 @@ class InfluxQLHistory:
         )
         found = self._select(where, " ORDER BY time DESC LIMIT 1")  # the last per series (account, unit)
         return found[-1] if found else None
+
+    def next_accepted(self, station: str, meter: str, after_ms: int) -> MeterSample | None:
+        """The first accepted point of `meter` after `after_ms`."""
+        where = (
+            f"station = '{_quote(station)}' AND meter = '{_quote(meter)}'"
+            f" AND accepted = 1 AND time > {after_ms}ms"
+        )
+        found = self._select(where, " ORDER BY time ASC LIMIT 1")  # the first per series
+        return found[0] if found else None
 
     def has_records_from(self, station: str, from_ms: int) -> bool:
         q = (
@@ -183,6 +193,19 @@ class VictoriaHistory:
             ]
             if found:
                 return found[-1]
+        return None
+
+    def next_accepted(self, station: str, meter: str, after_ms: int) -> MeterSample | None:
+        """The first accepted point of `meter` after `after_ms`."""
+        for ahead in LOOKBACK_MS:
+            end = 2**53 if ahead is None else after_ms + ahead
+            found = [
+                s
+                for s in _merge(self._export(self._match(station, meter), after_ms + 1, end), self.target)
+                if s.meter == meter and s.time_ms > after_ms and s.accepted
+            ]
+            if found:
+                return found[0]
         return None
 
     def has_records_from(self, station: str, from_ms: int) -> bool:
