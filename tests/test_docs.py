@@ -76,7 +76,10 @@ def documented() -> list[tuple[str, str]]:
 
 def words(command: str) -> list[str]:
     """The first simple command of a line, `sudo` dropped, usage brackets opened."""
-    tokens = shlex.split(re.sub(r"\[([^\]]*)\]", r"\1", command), comments=True)
+    command = re.sub(r"\[([^\]]*)\]", r"\1", command)
+    # `$(printf -- '--config %s ' *.yaml)` stands for one or more of those options.
+    command = re.sub(r"\$\(printf -- '(--[a-z-]+) %s ' [^)]*\)", r"\1 station.yaml", command)
+    tokens = shlex.split(command, comments=True)
     for i, t in enumerate(tokens):
         if t in ("&&", "|", ";", "||") or t.startswith((">", "<", "2>")):
             tokens = tokens[:i]
