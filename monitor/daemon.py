@@ -27,7 +27,7 @@ from typing import Any
 from monitor.alarms import AlarmManager, Dispatcher, Notifier
 from monitor.alarms.mqtt import AlarmPublisher, MqttCommands
 from monitor.alarms.webhook import people_notifiers
-from monitor.callout import Callout, Heartbeat
+from monitor.callout import Callout, HeartbeatPinger
 from monitor.config import Config
 from monitor.engine import (
     CHECKPOINT_FILE,
@@ -141,7 +141,7 @@ class Daemon:
             self.callout = Callout(config, self.alarms, self.clock, on_condition=self._outbox_condition)
         self.heartbeat = None
         if notify_cfg is not None and notify_cfg.heartbeat is not None:
-            self.heartbeat = Heartbeat(notify_cfg.heartbeat, lambda: readiness(self.health()))
+            self.heartbeat = HeartbeatPinger(notify_cfg.heartbeat, lambda: readiness(self.health()))
         # --- end callout ---
         # Alarms the journal restored as active that the engine does not hold active
         # (no checkpoint, or the condition ended while we were down): the engine would

@@ -206,11 +206,11 @@ def test_notify_test_sends_through_each_channel_of_a_person(
 
 
 def test_heartbeat_counts_a_refused_ping_and_withholds_while_not_ready(provider: Provider) -> None:
-    from monitor.callout import Heartbeat
+    from monitor.callout import HeartbeatPinger
     from monitor.config.notify import Heartbeat as HeartbeatConfig
 
     problems: list[str] = []
-    beat = Heartbeat(HeartbeatConfig(url=provider.url + "/ping"), lambda: problems)
+    beat = HeartbeatPinger(HeartbeatConfig(url=provider.url + "/ping"), lambda: problems)
     # the provider serves POST only, so the ping (a GET) is refused with 501: a failing dead-man URL
 
     async def go() -> None:

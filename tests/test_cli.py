@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -161,3 +162,12 @@ def test_help_lists_every_command() -> None:
     assert result.returncode == 0
     for name in COMMANDS:
         assert name in result.stdout
+
+
+def test_one_name_per_class() -> None:
+    """`Hub`, `Counters` and `Problem` each named two different classes; never again."""
+    names: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "monitor").rglob("*.py")):
+        for name in re.findall(r"^class (\w+)", path.read_text(encoding="utf-8"), flags=re.M):
+            names.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    assert {n: where for n, where in names.items() if len(where) > 1} == {}

@@ -5,7 +5,7 @@ Sits beside `alarms/` (it listens to the `AlarmManager`); the daemon wires it, t
 console mounts `monitor.web.callout` on it. See `service.py` for the flow.
 """
 
-from monitor.callout.heartbeat import Heartbeat
+from monitor.callout.heartbeat import HeartbeatPinger
 from monitor.callout.service import STORE_FILE, Callout, LinkError, Sender, build_senders
 
-__all__ = ["STORE_FILE", "Callout", "Heartbeat", "LinkError", "Sender", "build_senders"]
+__all__ = ["STORE_FILE", "Callout", "HeartbeatPinger", "LinkError", "Sender", "build_senders"]

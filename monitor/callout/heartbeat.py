@@ -16,7 +16,7 @@ from monitor.errors import WriteError
 log = logging.getLogger(__name__)
 
 
-class Heartbeat:
+class HeartbeatPinger:
     """`problems()` is the daemon's readiness (what /readyz reports); empty means ready."""
 
     def __init__(self, config: HeartbeatConfig, problems: Callable[[], Sequence[str]]) -> None:

@@ -119,7 +119,7 @@ class Message:
 
 
 @dataclass(frozen=True, slots=True)
-class Link:
+class AckLink:
     nonce: str
     escalation: int
     person: str
@@ -358,11 +358,11 @@ class CalloutStore:
 
     # --- acknowledge links -----------------------------------------------------------
 
-    def link(self, nonce: str) -> Link | None:
+    def link(self, nonce: str) -> AckLink | None:
         rows = self._query(
             "SELECT nonce, escalation, person, expires, used_at, used_by FROM link WHERE nonce=?", (nonce,)
         )
-        return Link(*rows[0]) if rows else None  # type: ignore[arg-type]
+        return AckLink(*rows[0]) if rows else None  # type: ignore[arg-type]
 
     def use_link(self, nonce: str, by: str, now: float) -> bool:
         """Spend a link; False when it was spent already (single use, even under a race)."""

@@ -20,7 +20,7 @@ from monitor.meters.billing import build_rows
 from monitor.meters.historian import station_quarter
 from monitor.meters.periods import presentation, quarter
 from monitor.model import iso
-from monitor.sources.meter_history import InfluxQLHistory, VictoriaHistory, open_history
+from monitor.sources.meter_history import InfluxQLMeterHistory, VictoriaMeterHistory, open_history
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +69,7 @@ def export_from_historian(args: argparse.Namespace) -> Sheets:
     if args.env_file:
         os.environ.update(read_env_file(args.env_file))
     configs = _configs(args.config)
-    readers: dict[tuple[str, ...], InfluxQLHistory | VictoriaHistory] = {}
+    readers: dict[tuple[str, ...], InfluxQLMeterHistory | VictoriaMeterHistory] = {}
     sheets: list[tuple[str, list[dict[str, str]]]] = []
     ends: list[float] = []
     notes: list[str] = []

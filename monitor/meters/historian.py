@@ -52,7 +52,7 @@ from monitor.meters.periods import Quarter
 from monitor.meters.totalizer import MeterSpec, dec, to_ft3
 
 
-class MeterSample(Protocol):
+class StoredMeterPoint(Protocol):
     """One stored `meter` point (`monitor.sources.meter_history.MeterSample` fits; meters may
     not import sources, so this is structural)."""
 
@@ -75,9 +75,9 @@ class MeterSample(Protocol):
 class History(Protocol):
     """What billing asks of a historian (`monitor.sources.meter_history.open_history`)."""
 
-    def records(self, station: str, after_ms: int, until_ms: int) -> Sequence[MeterSample]: ...
-    def last_accepted(self, station: str, meter: str, at_ms: int) -> MeterSample | None: ...
-    def next_accepted(self, station: str, meter: str, after_ms: int) -> MeterSample | None: ...
+    def records(self, station: str, after_ms: int, until_ms: int) -> Sequence[StoredMeterPoint]: ...
+    def last_accepted(self, station: str, meter: str, at_ms: int) -> StoredMeterPoint | None: ...
+    def next_accepted(self, station: str, meter: str, after_ms: int) -> StoredMeterPoint | None: ...
     def has_records_from(self, station: str, from_ms: int) -> bool: ...
 
 
@@ -91,7 +91,7 @@ class StationQuarter:
     usages: dict[str, Usage]
     complete: bool
     unknown_meters: tuple[str, ...]
-    unusable: tuple[MeterSample, ...] = ()  # accepted records without a number: skipped, flagged
+    unusable: tuple[StoredMeterPoint, ...] = ()  # accepted records without a number: skipped, flagged
 
 
 def exact(x: float | None, what: str) -> Decimal:
@@ -104,11 +104,11 @@ def exact(x: float | None, what: str) -> Decimal:
 def sample_usage(
     meter: str,
     spec: MeterSpec,
-    before: MeterSample | None,
-    samples: Sequence[MeterSample],
+    before: StoredMeterPoint | None,
+    samples: Sequence[StoredMeterPoint],
     q: Quarter,
     max_reading_gap: float,
-    after: MeterSample | None = None,
+    after: StoredMeterPoint | None = None,
 ) -> Usage:
     """One meter's quarter from its stored records with q.start < time <= q.end;
     `after`, the first accepted record past the quarter, shows whether its tail is there."""
@@ -164,9 +164,9 @@ def station_quarter(config: Config, history: History, q: Quarter) -> StationQuar
         raise MeterError("the config has no billing section (rate_per_kcf, accounts)")
     station = config.station.id
     specs = meter_specs(config)
-    by_meter: dict[str, list[MeterSample]] = {m: [] for m in specs}
+    by_meter: dict[str, list[StoredMeterPoint]] = {m: [] for m in specs}
     unknown: set[str] = set()
-    bad: list[MeterSample] = []
+    bad: list[StoredMeterPoint] = []
     for s in history.records(station, q.start_ms, q.end_ms):
         if s.meter not in by_meter:
             unknown.add(s.meter)
@@ -190,7 +190,7 @@ def station_quarter(config: Config, history: History, q: Quarter) -> StationQuar
     return StationQuarter(station, usages, complete, tuple(sorted(unknown)), tuple(bad))
 
 
-def usable(s: MeterSample) -> bool:
+def usable(s: StoredMeterPoint) -> bool:
     """An accepted record billing can use: a finite reading and consumption."""
     return all(x is not None and math.isfinite(x) for x in (s.reading, s.consumption))
 

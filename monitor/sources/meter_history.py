@@ -53,9 +53,9 @@ class MeterSample:
     rewritten: bool = False  # more than one value was stored at this time (VictoriaMetrics)
 
 
-def open_history(influx: Influx) -> InfluxQLHistory | VictoriaHistory:
+def open_history(influx: Influx) -> InfluxQLMeterHistory | VictoriaMeterHistory:
     """The reader for the configured server (api v1: InfluxQL; v2: VictoriaMetrics export)."""
-    return InfluxQLHistory(influx) if influx.api == "v1" else VictoriaHistory(influx)
+    return InfluxQLMeterHistory(influx) if influx.api == "v1" else VictoriaMeterHistory(influx)
 
 
 def _quote(text: str) -> str:
@@ -69,7 +69,7 @@ def _number(value: object) -> float | None:
     return float(value)
 
 
-class InfluxQLHistory:
+class InfluxQLMeterHistory:
     """InfluxDB 1.x: `SELECT ... FROM meter` with `epoch=ms`, chunked."""
 
     def __init__(self, influx: Influx) -> None:
@@ -152,7 +152,7 @@ def _influx_series(series: dict[str, Any]) -> Iterator[MeterSample]:
         )
 
 
-class VictoriaHistory:
+class VictoriaMeterHistory:
     """VictoriaMetrics: `/api/v1/export` of `meter_<field>{station=...}` (JSON lines)."""
 
     def __init__(self, influx: Influx) -> None:

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse
 
-from monitor.callout import Callout, Heartbeat, LinkError
+from monitor.callout import Callout, HeartbeatPinger, LinkError
 from monitor.errors import AlarmError, StateError
 
 _HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer", "X-Robots-Tag": "noindex"}
@@ -32,7 +32,7 @@ def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(text, status_code=status, headers=_HEADERS)
 
 
-def add_callout_routes(app: FastAPI, callout: Callout | None, heartbeat: Heartbeat | None) -> None:
+def add_callout_routes(app: FastAPI, callout: Callout | None, heartbeat: HeartbeatPinger | None) -> None:
     @app.get("/api/callout", response_model=dict[str, Any])
     async def callout_state() -> object:
         """Escalations (who was told when, who is next), who is on call now, the heartbeat."""
