@@ -275,9 +275,9 @@ def test_mkdocs_builds_strict(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     reference = (tmp_path / "site" / "configuration-reference" / "index.html").read_text()
-    assert (
-        "max_sample_gap" in reference and "max_register_gap" in reference and "max_reading_gap" in reference
-    )
+    assert all(key in reference for key in ("max_sample_gap", "max_register_gap", "max_reading_gap"))
+    commands = (tmp_path / "site" / "commands" / "index.html").read_text()
+    assert all(f"monitor {name}" in commands for name in COMMANDS) and "--env-file" in commands
 
 
 # Paths the reader creates (git-ignored secrets, their own station), or templates.
