@@ -103,8 +103,9 @@ def test_every_problem_is_reported_once_per_line(tmp_path: Path) -> None:
 
 
 def test_the_profile_cannot_silence_an_alarm_either(tmp_path: Path) -> None:
-    profile = Path(__file__).resolve().parent.parent / "config" / "ordinance-139.yaml"
-    text = profile.read_text(encoding="utf-8").replace("factor: 5.0", "factor: .inf")
+    from monitor.config.load import DEFAULT_PROFILE  # the one profile file
+
+    text = DEFAULT_PROFILE.read_text(encoding="utf-8").replace("factor: 5.0", "factor: .inf")
     (tmp_path / "profile.yaml").write_text(text)
     path = tmp_path / "station.yaml"
     path.write_text("profile: profile.yaml\n" + HEAD + "  - {id: f, kind: flow}\n")
