@@ -28,7 +28,14 @@ import numpy.typing as npt
 from monitor.config import Config
 from monitor.incidents.buffer import Recent
 from monitor.incidents.due import statement_due
-from monitor.incidents.figures import Series, compute, mean_before, run_end, run_start, usual_interval
+from monitor.incidents.figures import (
+    Series,
+    compute,
+    mean_before,
+    run_end_since,
+    run_start,
+    usual_interval,
+)
 from monitor.incidents.model import Figures, Incident, incident_id
 from monitor.incidents.store import IncidentStore
 from monitor.model import Condition, ConditionState, Kind, Rule, Sample, iso
@@ -217,15 +224,18 @@ class IncidentTracker:
         last = self._latest_of(cond)
         if last is not None and last.end is None:
             return  # already open (a restart replayed the ACTIVE)
-        if last is not None and last.end is not None and cond.time - last.end <= self.settings.merge_window:
-            stored = self.store.get(last.id)
-            if stored is None or stored.closed_at is None:
-                self.live[last.id] = last.with_(end=None, activations=last.activations + 1)
-                self._touch(last.id)
-                log.info(
-                    "incident %s extended: %s active again within the merge window", last.id, cond.sensor
-                )
-                return
+        if (
+            last is not None
+            and last.end is not None
+            and cond.time - last.end <= self.settings.merge_window
+            and not self.store.closed(last.id)
+        ):
+            self.live[last.id] = last.with_(end=None, activations=last.activations + 1)
+            self._touch(last.id)
+            # DEBUG: a chattering condition extends an incident thousands of times in a
+            # replay; the "final" line counts the activations once per incident.
+            log.debug("incident %s extended: %s active again within the merge window", last.id, cond.sensor)
+            return
         # An earlier incident still settling (its hour of evidence after the end) freezes in
         # `advance` on event time, as it would have without this new one.
         threshold = self._threshold(w, cond)
@@ -291,8 +301,9 @@ class IncidentTracker:
         inc = self._latest_of(cond)
         if inc is None or inc.end is not None:
             return
-        series = Series.of(*self.recent[cond.sensor].since(inc.start - 1.0, cond.time))
-        end = run_end(series, cond.time, inc.threshold, inc.rule != Rule.LOW)
+        end = run_end_since(
+            self.recent[cond.sensor].since, inc.start - 1.0, cond.time, inc.threshold, inc.rule != Rule.LOW
+        )
         self.live[inc.id] = inc.with_(end=max(end, inc.start), clear_time=cond.time)
         self._touch(inc.id)
 
@@ -397,7 +408,13 @@ class IncidentTracker:
         self.store.save(inc)
         self.live.pop(inc.id, None)
         self._changed[inc.id] = inc
-        log.info("incident %s final: %d evidence row(s), sha256 %s", inc.id, rows, sha)
+        log.info(
+            "incident %s final: %d activation(s), %d evidence row(s), sha256 %s",
+            inc.id,
+            inc.activations,
+            rows,
+            sha,
+        )
 
     def incidents(self) -> list[Incident]:
         return self.store.incidents()
