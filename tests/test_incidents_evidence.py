@@ -33,6 +33,8 @@ TIMES = st.one_of(
 VALUES = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.integers(-(10**6), 10**6).map(lambda x: x / 1000),
+    st.integers(-(10**16), 10**16).map(lambda x: x / 1000),
+    st.integers(-(10**8), 10**8).map(lambda x: x / 10**4),
     st.sampled_from([0.0, -0.0, 1e16, 1e-5, 5e-324, 1e22, 0.1, math.nan, math.inf, -math.inf]),
 )
 

@@ -114,5 +114,4 @@ def _fast(name: bytes, t: Floats, v: Floats, q: Quality) -> bytes:
     label = np.broadcast_to(np.frombuffer(b"," + name + b",", np.uint8), (n, len(name) + 2))
     end = np.full((n, 1), ord("\n"), np.uint8)
     lines = np.hstack((stamp, label, values, sep, qualities, end))
-    joined: bytes = lines[lines != 0].tobytes()
-    return joined
+    return lines.tobytes().translate(None, b"\0")  # bytes.translate: faster than a boolean mask
