@@ -15,10 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.incidents import IncidentStore
+from monitor.incidents import IncidentStore, IncidentTracker
 from monitor.incidents.evidence import csv_rows, slow_rows
 from monitor.incidents.figures import Series, run_end, run_end_since
 from monitor.incidents.store import CSV_HEADER
+from tests.incident_helpers import load
 
 # Times an evidence file meets: whole seconds, milliseconds, sub-microsecond fractions that
 # round (half to even) up to the next second, the epoch, and the years the fast path refuses.
@@ -123,3 +124,21 @@ def test_the_windowed_end_is_the_whole_runs_end(
     after = min(start, clear)
     whole = run_end(Series.of(*fetch(after, clear)), clear, 10.0, high)
     assert run_end_since(fetch, after, clear, 10.0, high) == whole
+
+
+def test_only_sensors_that_can_open_an_incident_and_their_paired_flows_are_kept(tmp_path: Path) -> None:
+    (tmp_path / "station.yaml").write_text(
+        f"station: {{id: ps-1}}\nstate_dir: {tmp_path / 'state'}\nsensors:\n"
+        "  - {id: outfall.flow, kind: flow, unit: gpm, slug: false}\n"
+        "  - {id: spare.flow, kind: flow, unit: gpm, slug: false}\n"
+        "  - {id: inlet.flow, kind: flow, unit: gpm}\n"
+        "  - {id: outfall.oil, kind: concentration, substance: oil, unit: mg/L, slug: false,"
+        " flow_sensor: outfall.flow}\n"
+    )
+    config = load(tmp_path / "station.yaml")
+    tracker = IncidentTracker(config)
+    try:
+        # spare.flow has no rule that opens an incident and pairs with none: not copied
+        assert sorted(tracker.recent) == ["inlet.flow", "outfall.flow", "outfall.oil"]
+    finally:
+        tracker.close()

@@ -123,7 +123,13 @@ class IncidentTracker:
         # With a series store to read that day back from, memory holds only the qualifying
         # run (the longest rule delay, gaps and a margin); without one (replay), the day.
         keep = self.look_back if history is None else longest + SHORT_KEEP
-        self.recent = {s: Recent(keep) for s in self.watch}
+        # Only sensors a rule can open an incident on, and the flows paired with them, are
+        # kept: a day of every other sensor would be copied for nothing.
+        judged = [
+            s for s in self.watch if config.rules[s].slug is not None or config.rules[s].limits is not None
+        ]
+        paired = {self.watch[s].flow_sensor for s in judged} - {None}
+        self.recent = {s: Recent(keep) for s in self.watch if s in judged or s in paired}
         self._keep = keep
         self._trimmed = -math.inf
         self.latest = -math.inf
