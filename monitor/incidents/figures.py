@@ -49,6 +49,12 @@ class Series:
         order = np.argsort(t[good], kind="stable")
         return Series(t[good][order], v[good][order])
 
+    @staticmethod
+    def of_sorted(t: Floats, v: Floats, q: npt.NDArray[np.integer]) -> Series:
+        """`of` for samples already in time order (the recent buffer's): no sort."""
+        good = (q == 0) & np.isfinite(v)
+        return Series(t[good], v[good])
+
     def between(self, a: float, b: float) -> Series:
         """Samples with a <= t <= b."""
         i, j = np.searchsorted(self.t, a, "left"), np.searchsorted(self.t, b, "right")
@@ -93,14 +99,14 @@ Fetch = Callable[[float, float], tuple[Floats, Floats, npt.NDArray[np.int8]]]
 
 
 def run_end_since(fetch: Fetch, after: float, clear_time: float, threshold: float, high: bool) -> float:
-    """`run_end` over the samples `fetch(after, clear_time)` would give (after < t <= clear),
+    """`run_end` over the samples `fetch(after, clear_time)` gives (after < t <= clear, in time order),
     fetching only a window back from the clear: just the last sample beyond the threshold
     and the one after it matter, so the window widens until it holds one beyond (or reaches
     `after`). The same answer, without copying a day-long merged incident at every clear."""
     span = 3600.0
     while True:
         since = max(after, clear_time - span)
-        s = Series.of(*fetch(since, clear_time))
+        s = Series.of_sorted(*fetch(since, clear_time))
         beyond = s.v > threshold if high else s.v < threshold
         if since <= after or beyond.any():
             return run_end(s, clear_time, threshold, high)

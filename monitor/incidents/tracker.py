@@ -315,7 +315,7 @@ class IncidentTracker:
         if inc is None or inc.end is not None:
             return
         end = run_end_since(
-            self.recent[cond.sensor].since, inc.start - 1.0, cond.time, inc.threshold, inc.rule != Rule.LOW
+            self.recent[cond.sensor].window, inc.start - 1.0, cond.time, inc.threshold, inc.rule != Rule.LOW
         )
         self.live[inc.id] = inc.with_(end=max(end, inc.start), clear_time=cond.time)
         self._touch(inc.id)
