@@ -142,3 +142,18 @@ def test_only_sensors_that_can_open_an_incident_and_their_paired_flows_are_kept(
         assert sorted(tracker.recent) == ["inlet.flow", "outfall.flow", "outfall.oil"]
     finally:
         tracker.close()
+
+
+def test_live_batches_of_one_sample_fill_a_few_blocks_not_one_each(tmp_path: Path) -> None:
+    with IncidentStore(tmp_path) as store:
+        for i in range(5000):
+            assert store.add_evidence(
+                "i1", "flow", np.array([i * 1.0]), np.array([i / 8]), np.zeros(1, np.int8)
+            )
+        blocks = store._db.execute("SELECT COUNT(*) FROM evidence_block").fetchone()[0]
+        assert blocks == 2  # 4096 samples, then the rest
+        _, t, v, _ = store.evidence("i1")
+        assert t.tolist() == [i * 1.0 for i in range(5000)] and v.tolist() == [i / 8 for i in range(5000)]
+        # an earlier sample that arrives late (a backfill) gets a block of its own, read in order
+        assert store.add_evidence("i1", "flow", np.array([-1.0]), np.array([7.0]), np.zeros(1, np.int8)) == 1
+        assert store.evidence("i1")[1][:2].tolist() == [-1.0, 0.0]

@@ -82,6 +82,7 @@ _ADD_BLOCK = (
     "INSERT INTO evidence_block (incident, sensor, first, last, t, value, quality)"
     " VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
+BLOCK_ROWS = 4096  # a block grows by appends up to this many samples
 Columns = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int8]]
 
 
@@ -274,7 +275,7 @@ class IncidentStore:
                     new = ~np.isin(t, stored)
                     t, v, q = t[new], v[new], q[new]
                 if t.size:
-                    self._db.execute(_ADD_BLOCK, (iid, sensor, float(t[0]), float(t[-1]), *encode(t, v, q)))
+                    self._put_block(iid, sensor, t, v, q)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -282,6 +283,31 @@ class IncidentStore:
         except sqlite3.Error as exc:
             raise StateError(f"incident store {self.path}: cannot add evidence: {exc}") from exc
         return int(t.size)
+
+    def _put_block(
+        self,
+        iid: str,
+        sensor: str,
+        t: npt.NDArray[np.float64],
+        v: npt.NDArray[np.float64],
+        q: npt.NDArray[np.int8],
+    ) -> None:
+        """New samples later than the sensor's last block join it while it is small (live,
+        a batch brings one sample: a block each would make a day of evidence 86,400 blocks)."""
+        last = self._db.execute(
+            "SELECT rowid, first, last, t, value, quality FROM evidence_block"
+            " WHERE incident = ? AND sensor = ? ORDER BY rowid DESC LIMIT 1",
+            (iid, sensor),
+        ).fetchone()
+        if last is not None and float(t[0]) > last[2] and len(last[3]) // 8 + t.size <= BLOCK_ROWS:
+            old_t, old_v, old_q = decode(last[3], last[4], last[5])
+            both = encode(np.concatenate((old_t, t)), np.concatenate((old_v, v)), np.concatenate((old_q, q)))
+            self._db.execute(
+                "UPDATE evidence_block SET last = ?, t = ?, value = ?, quality = ? WHERE rowid = ?",
+                (float(t[-1]), *both, last[0]),
+            )
+            return
+        self._db.execute(_ADD_BLOCK, (iid, sensor, float(t[0]), float(t[-1]), *encode(t, v, q)))
 
     def _stored_times(self, iid: str, sensor: str, lo: float, hi: float) -> npt.NDArray[np.float64]:
         """Times already stored for the sensor within [lo, hi] (none, unless a batch is re-sent)."""
