@@ -13,7 +13,7 @@ import logging
 import httpx
 
 from monitor.alarms.notify import Flood, LogNotifier, Notifier
-from monitor.config import Config, Webhook
+from monitor.config import Config, Webhook, redact_url
 from monitor.errors import WriteError
 from monitor.model import Alarm
 
@@ -65,8 +65,8 @@ class WebhookNotifier:
         raise WriteError(f"webhook {self._where()}: {problem} after {attempts} attempt(s)", status=status)
 
     def _where(self) -> str:
-        """The URL without query string (it may carry a key)."""
-        return self.config.url.split("?", 1)[0]
+        """The URL without query string (it may carry a key) or password."""
+        return redact_url(self.config.url.split("?", 1)[0])
 
     async def aclose(self) -> None:
         await self._client.aclose()

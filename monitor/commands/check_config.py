@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from monitor.commands import load_config_or_exit
-from monitor.config import Config
+from monitor.config import Config, redact_url
 from monitor.config.sensors import SensorRules
 
 HELP = "validate a station config and print the effective rules (exit 2 on errors)"
@@ -99,7 +99,7 @@ def summary(config: Config) -> str:
         lines.append("  none (replay only)")
     if config.influx:
         target = config.influx.bucket if config.influx.api == "v2" else config.influx.database
-        lines.append(f"influx  {config.influx.api} {config.influx.url} -> {target}")
+        lines.append(f"influx  {config.influx.api} {redact_url(config.influx.url)} -> {target}")
     else:
         lines.append("influx  not configured: series go to the local store only")
     if config.console.enabled:

@@ -9,7 +9,7 @@ from monitor.config.load import DEFAULT_PROFILE, Config, Station, build_config, 
 from monitor.config.outputs import Account, Alarms, Billing, Console, Influx, Store, Webhook
 from monitor.config.sensors import LimitRule, Profile, Sensor, SensorRules, SlugRule
 from monitor.config.sources import Modbus, ModbusDevice, ModbusField, Mqtt, Subscription, Tls
-from monitor.config.types import Duration, Secret, parse_duration
+from monitor.config.types import Duration, Secret, parse_duration, redact_url
 
 __all__ = [
     "DEFAULT_PROFILE",
@@ -38,4 +38,5 @@ __all__ = [
     "build_config",
     "load_config",
     "parse_duration",
+    "redact_url",
 ]

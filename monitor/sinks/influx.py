@@ -17,7 +17,7 @@ from influxdb_client.client.write_api import SYNCHRONOUS
 from influxdb_client.domain.write_precision import WritePrecision
 from influxdb_client.rest import ApiException
 
-from monitor.config import Influx
+from monitor.config import Influx, redact_url
 from monitor.errors import WriteError
 from monitor.sinks.writer import parse_retry_after
 
@@ -43,9 +43,9 @@ class InfluxV2Writer:
         if not influx.verify_tls:
             # the operator chose this; say it once here rather than urllib3 on every request
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-            log.warning("%s: TLS certificate verification is off (verify_tls: false)", influx.url)
+            log.warning("%s: TLS certificate verification is off (verify_tls: false)", redact_url(influx.url))
         self._api = self._client.write_api(write_options=SYNCHRONOUS)
-        self.target = f"{influx.url} org {self.org} bucket {self.bucket}"
+        self.target = f"{redact_url(influx.url)} org {self.org} bucket {self.bucket}"
 
     def write(self, body: bytes) -> None:
         try:

@@ -13,7 +13,7 @@ import logging
 import ssl
 import urllib.parse
 
-from monitor.config import Influx
+from monitor.config import Influx, redact_url
 from monitor.errors import WriteError
 from monitor.sinks.writer import parse_retry_after
 
@@ -45,9 +45,11 @@ class InfluxV1Writer:
             if not influx.verify_tls:
                 self._context.check_hostname = False
                 self._context.verify_mode = ssl.CERT_NONE
-                log.warning("%s: TLS certificate verification is off (verify_tls: false)", influx.url)
+                log.warning(
+                    "%s: TLS certificate verification is off (verify_tls: false)", redact_url(influx.url)
+                )
         self._conn: http.client.HTTPConnection | None = None
-        self.target = f"{influx.url} database {influx.database}" + (
+        self.target = f"{redact_url(influx.url)} database {influx.database}" + (
             f" rp {influx.retention_policy}" if influx.retention_policy else ""
         )
 
