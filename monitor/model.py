@@ -44,6 +44,7 @@ class Rule(StrEnum):
     COMM_LOSS = "comm_loss"
     METER = "meter"
     OUTBOX = "outbox"
+    STATE = "state"  # a damaged state file was set aside at start
 
 
 class ConditionState(StrEnum):

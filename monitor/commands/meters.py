@@ -9,9 +9,10 @@ from pathlib import Path
 
 from monitor.commands import load_config_or_exit
 from monitor.errors import MeterError, MonitorError
-from monitor.meters.book import MeterBook
+from monitor.meters.book import MeterBook, ledger_path
 from monitor.meters.ledger import to_ms
 from monitor.model import Sample, iso, parse_time
+from monitor.sqlite import quick_check
 
 HELP = "meter ledger: list meters, show readings, record a meter replacement, ingest readings"
 
@@ -40,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args.config)
+    damage = quick_check(ledger_path(config))
+    if damage is not None:  # never "ok" from a damaged ledger
+        print(f"monitor meters: ledger {ledger_path(config)} is DAMAGED ({damage}); restore it from the "
+              "backup (README: State files, restore)", file=sys.stderr)  # fmt: skip
+        return 2
     try:
         book = MeterBook.open(config, records=False)
     except MonitorError as exc:

@@ -95,6 +95,7 @@ class Alarms(Section):
         Rule.COMM_LOSS: Priority.MEDIUM,
         Rule.METER: Priority.MEDIUM,
         Rule.OUTBOX: Priority.HIGH,
+        Rule.STATE: Priority.HIGH,
     }
     overrides: list[PriorityOverride] = []
     shelve_default: Duration = Field(3600.0, gt=0)
