@@ -7,7 +7,9 @@ ever catch our types:
     MonitorError
     ├── ConfigError            config file unreadable or invalid (exit code 2)
     ├── SourceError            a field source failed
-    │   ├── ModbusError        a Modbus request failed (timeout, exception code)
+    │   ├── ModbusError        a Modbus request failed (connection, exception code)
+    │   │   ├── ModbusTimeoutError      no answer within the device's timeout
+    │   │   └── MalformedResponseError  an answer that does not fit the request
     │   ├── PayloadError       an MQTT payload or replay row could not be parsed
     │   └── DecodeError        registers could not be decoded as the mapped type
     ├── SinkError              an output failed
@@ -47,6 +49,15 @@ class ModbusError(SourceError):
     def __init__(self, message: str, exception_code: int | None = None) -> None:
         self.exception_code = exception_code
         super().__init__(message)
+
+
+class ModbusTimeoutError(ModbusError):
+    """The device did not answer within its timeout (typed: never recognised by message text)."""
+
+
+class MalformedResponseError(ModbusError):
+    """The device answered, but not with what was asked (short, mismatched or undecodable):
+    only that request's fields are invalid; the device's other requests go on."""
 
 
 class PayloadError(SourceError):

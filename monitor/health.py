@@ -26,6 +26,8 @@ def health_snapshot(daemon: Daemon) -> dict[str, object]:
                     "requests": dev.requests,
                     "errors": dev.errors,
                     "timeouts": dev.timeouts,
+                    "malformed": dev.malformed,
+                    "invalid_requests": list(dev.invalid_requests),
                     "failed_in_row": dev.failed_in_row,
                     "latency_ms": None if dev.last_latency is None else round(dev.last_latency * 1000, 2),
                     "requests_per_cycle": dev.requests_per_cycle,
