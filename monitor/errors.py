@@ -14,6 +14,7 @@ ever catch our types:
     │   └── DecodeError        registers could not be decoded as the mapped type
     ├── SinkError              an output failed
     │   ├── WriteError         the time-series server refused or was unreachable
+    │   │   └── WriteTimeoutError  no answer within the configured timeout
     │   └── OutboxError        the local outbox could not be read or written
     ├── StateError             a checkpoint, journal or ledger is unusable
     ├── AlarmError             an operator action is not allowed in this state
@@ -83,6 +84,10 @@ class WriteError(SinkError):
         self.status = status
         self.retry_after = retry_after
         super().__init__(message)
+
+
+class WriteTimeoutError(WriteError):
+    """The server (or webhook receiver) did not answer within the configured timeout."""
 
 
 class OutboxError(SinkError):

@@ -74,4 +74,5 @@ def health_snapshot(daemon: Daemon) -> dict[str, object]:
         },
         "samples_by_source": dict(daemon.counters.samples_by_source),
         "baselines_restored": daemon.restored,
+        "alarm_listener_failures": dict(daemon.alarms.listener_failures),
     }

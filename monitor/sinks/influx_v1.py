@@ -14,7 +14,7 @@ import ssl
 import urllib.parse
 
 from monitor.config import Influx, redact_url
-from monitor.errors import WriteError
+from monitor.errors import WriteError, WriteTimeoutError
 from monitor.sinks.writer import parse_retry_after
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,9 @@ class InfluxV1Writer:
             conn.request("POST", self._path, body=body, headers=self._headers)
             resp = conn.getresponse()
             text = resp.read()
+        except TimeoutError as exc:  # socket.timeout: no answer within influx.timeout
+            self.close()
+            raise WriteTimeoutError(f"{self.target}: no answer in time: {exc}") from exc
         except (OSError, http.client.HTTPException) as exc:
             self.close()
             raise WriteError(f"{self.target}: cannot reach the server: {exc}") from exc

@@ -25,10 +25,13 @@ from collections.abc import Callable
 from typing import Any
 
 import paho.mqtt.client as paho
+from paho.mqtt.client import WebsocketConnectionError
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
+from paho.mqtt.exception import MQTTException
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
+from paho.mqtt.subscribeoptions import MQTTException as SubscribeOptionsError
 
 from monitor.config.sources import Mqtt
 from monitor.errors import SourceError
@@ -40,6 +43,27 @@ Handler = Callable[[str, bytes], None]
 """Called on paho's thread with (topic, payload) for each message on a subscription."""
 
 MAX_ROUTES = 10_000
+
+# The error map: every exception paho defines or lets through from our calls (a test checks
+# paho's own classes are covered), most specific first -> the cause in words. Each becomes a
+# SourceError naming the broker; the password is never part of it.
+ERRORS: dict[type[BaseException], str] = {
+    WebsocketConnectionError: "websocket handshake failed",
+    MQTTException: "MQTT protocol error",  # and MalformedPacket
+    SubscribeOptionsError: "invalid subscription options",  # a class of its own in paho 2
+    ssl.SSLError: "TLS error",
+    OSError: "network error",
+    ValueError: "invalid argument",
+    RuntimeError: "not possible in this state",
+}
+CAUGHT = tuple(ERRORS)
+
+
+def translate(exc: BaseException, what: str) -> SourceError:
+    cause = next((text for cls, text in ERRORS.items() if isinstance(exc, cls)), "error")
+    return SourceError(f"{what}: {cause}: {exc}" if str(exc) else f"{what}: {cause}")
+
+
 ONLINE = b"online"
 OFFLINE = b"offline"
 
@@ -176,8 +200,8 @@ class MqttLink:
         away and go out after the reconnect; QoS 0 ones are dropped then."""
         try:
             info = self._client.publish(topic, payload, qos=qos, retain=retain)
-        except ValueError as exc:
-            raise SourceError(f"cannot publish to {topic!r} on {self.where}: {exc}") from exc
+        except CAUGHT as exc:
+            raise translate(exc, f"cannot publish to {topic!r} on {self.where}") from exc
         if info.rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
             raise SourceError(f"cannot publish to {topic!r} on {self.where}: {paho.error_string(info.rc)}")
 
@@ -194,8 +218,8 @@ class MqttLink:
                 cfg.host, cfg.port, keepalive=max(1, round(cfg.keepalive)), clean_start=False,
                 properties=properties,
             )  # fmt: skip
-        except (OSError, ValueError) as exc:
-            raise SourceError(f"cannot connect to MQTT broker {self.where}: {exc}") from exc
+        except CAUGHT as exc:
+            raise translate(exc, f"cannot connect to MQTT broker {self.where}") from exc
         self._client.loop_start()
 
     def wait_connected(self, timeout: float = 10.0) -> None:
@@ -220,8 +244,9 @@ class MqttLink:
             info = self._client.publish(self.status_topic, OFFLINE, qos=1, retain=True)
             try:
                 info.wait_for_publish(timeout)
-            except (RuntimeError, ValueError):
-                log.warning("MQTT %s: offline status not confirmed before disconnect", self.where)
+            except CAUGHT as exc:
+                log.warning("MQTT %s: offline status not confirmed before disconnect (%s)", self.where,
+                            translate(exc, "publish"))  # fmt: skip
         self._client.disconnect()
         self._client.loop_stop()
         self._connected = False
@@ -254,8 +279,8 @@ class MqttLink:
                     keyfile=str(tls.key_file) if tls.key_file else None,
                     cert_reqs=ssl.CERT_REQUIRED if tls.verify else ssl.CERT_NONE,
                 )
-            except (OSError, ValueError) as exc:
-                raise SourceError(f"MQTT TLS setup for {self.where} failed: {exc}") from exc
+            except CAUGHT as exc:
+                raise translate(exc, f"MQTT TLS setup for {self.where} failed") from exc
             client.tls_insecure_set(not tls.verify)
         client.will_set(self.status_topic, OFFLINE, qos=1, retain=True)
         client.on_connect = self._on_connect
