@@ -43,9 +43,9 @@ def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args.config)
     damage = quick_check(ledger_path(config))
     if damage is not None:  # never "ok" from a damaged ledger
-        print(f"monitor meters: ledger {ledger_path(config)} is DAMAGED ({damage}); restore it from the "
-              "backup (README: State files, restore)", file=sys.stderr)  # fmt: skip
-        return 2
+        print(f"monitor meters: meter ledger {ledger_path(config)} is DAMAGED ({damage}); restore it from "
+              "the backup (README: State files, restore)", file=sys.stderr)  # fmt: skip
+        return 1
     try:
         book = MeterBook.open(config, records=False)
     except MonitorError as exc:
