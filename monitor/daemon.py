@@ -27,10 +27,13 @@ from typing import Any
 from monitor.alarms import AlarmManager, Dispatcher, Notifier
 from monitor.alarms.mqtt import AlarmPublisher, MqttCommands
 from monitor.alarms.webhook import people_notifiers
+from monitor.callout import Callout, Heartbeat
 from monitor.config import Config
 from monitor.engine import CHECKPOINT_FILE, CheckpointSchedule, Engine, load_checkpoint_or_start_fresh
 from monitor.errors import MonitorError
-from monitor.health import health_snapshot
+from monitor.health import health_snapshot, readiness
+from monitor.incidents import IncidentTracker
+from monitor.incidents.influx import incident_lines
 from monitor.meters.book import MeterBook
 from monitor.model import (
     Alarm,
@@ -84,6 +87,11 @@ class Daemon:
         self.alarms = AlarmManager.open(config, self.clock)
         self.sink: SampleSink = open_sink(config, self.clock, on_condition=self._outbox_condition)
         self.meters = MeterBook.open(config)
+        # Incidents (issue 16): fed each judged batch in `_track_incidents`.
+        self.incidents = (
+            IncidentTracker(config, history=self.sink.store.query) if config.incidents.enabled else None
+        )
+        self._incident_error = False
         self._kinds = {s.id: s.kind for s in config.sensors}
         self._latest: dict[str, Sample] = {}
         self._queue: deque[Sample | Condition] = deque()
@@ -118,6 +126,15 @@ class Daemon:
         self.dispatcher = Dispatcher(config.alarms, self.clock, notifiers=self.notifiers, mirrors=mirrors)
         self.dispatcher.attach(self.alarms)
         self.alarms.listen(lambda _entry, alarm: self.sink.write_alarms([alarm]))
+        # --- callout (monitor/callout): escalation along rosters, dead-man heartbeat ---
+        notify_cfg = config.notify
+        self.callout = None
+        if notify_cfg is not None and notify_cfg.pipelines:
+            self.callout = Callout(config, self.alarms, self.clock, on_condition=self._outbox_condition)
+        self.heartbeat = None
+        if notify_cfg is not None and notify_cfg.heartbeat is not None:
+            self.heartbeat = Heartbeat(notify_cfg.heartbeat, lambda: readiness(self.health()))
+        # --- end callout ---
         # Alarms the journal restored as active that the engine does not hold active
         # (no checkpoint, or the condition ended while we were down): the engine would
         # never send their CLEARED, so the first judged sample decides for it.
@@ -172,7 +189,27 @@ class Daemon:
         # Ledger rows to InfluxDB, with their verdict; also rows a replacement recorded through
         # the console re-judged since the last batch.
         self.sink.write_meter_records(self.meters.take_records())
-        return self._raise(conditions)
+        changed = self._raise(conditions)
+        self._track_incidents(samples, conditions)
+        return changed
+
+    def _track_incidents(self, samples: Sequence[Sample], conditions: Sequence[Condition]) -> None:
+        """Incidents (issue 16) from what was just judged; a failing incident store is
+        logged once and never stops the pipeline."""
+        if self.incidents is None:
+            return
+        try:
+            changed = self.incidents.observe(samples, conditions)
+        except (MonitorError, OSError) as exc:
+            if not self._incident_error:
+                log.error("incidents not recorded: %s", exc)
+            self._incident_error = True
+            return
+        if self._incident_error:
+            log.info("incidents recorded again")
+            self._incident_error = False
+        if changed and self.sink.outbox is not None:
+            self.sink.outbox.append(incident_lines(changed))
 
     def _reconcile(self, sample: Sample) -> list[Condition]:
         status = self.engine.status(sample.sensor)
@@ -235,6 +272,8 @@ class Daemon:
         self._raise(self.engine.tick(now))
         self.alarms.tick(now)
         self.dispatcher.tick(now)
+        if self.callout is not None:
+            self.callout.tick(now)
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -262,6 +301,9 @@ class Daemon:
         if self.commands is not None:
             start(self.commands.run(), "mqtt commands")
         start(self._timers(), "timers")
+        if self.callout is not None:  # callout
+            self.callout.resume()
+            start(self.callout.run(), "callout")
         if self.with_console:
             from monitor.web.service import console_server
 
@@ -284,6 +326,8 @@ class Daemon:
         )
         notify("READY=1")
         self.ready.set()
+        if self.heartbeat is not None:  # callout: pings only once the daemon is up
+            start(self.heartbeat.run(), "heartbeat")
         stop_wait = asyncio.ensure_future(self._stopping.wait())
         try:
             done, _ = await asyncio.wait([stop_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -346,8 +390,13 @@ class Daemon:
             aclose = getattr(notifier, "aclose", None)
             if aclose is not None:
                 await aclose()
+        for closing in (self.callout, self.heartbeat):  # callout
+            if closing is not None:
+                await closing.aclose()
         self.sink.close()
         self.meters.close()
+        if self.incidents is not None:
+            self.incidents.close()
         self.alarms.close()
         log.info("station %s stopped", self.config.station.id)
 

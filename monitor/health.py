@@ -3,7 +3,8 @@ read it, so each figure is gathered in one place."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from monitor.model import iso
 
@@ -76,3 +77,16 @@ def health_snapshot(daemon: Daemon) -> dict[str, object]:
         "baselines_restored": daemon.restored,
         "alarm_listener_failures": dict(daemon.alarms.listener_failures),
     }
+
+
+def readiness(health: Mapping[str, Any]) -> list[str]:
+    """Why the daemon is not ready: a source down, the outbox at its cap (/readyz and the
+    callout heartbeat both ask this)."""
+    problems = []
+    for src in health.get("sources", []):
+        if not src.get("connected", False):
+            problems.append(f"{src['source']} {src['name']} not connected")
+    outbox = health.get("outbox", {})
+    if outbox.get("configured") and outbox.get("pending_bytes", 0) >= 0.95 * outbox.get("max_bytes", 1):
+        problems.append("outbox at its size cap")
+    return problems

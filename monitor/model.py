@@ -44,6 +44,7 @@ class Rule(StrEnum):
     COMM_LOSS = "comm_loss"
     METER = "meter"
     OUTBOX = "outbox"
+    NOTIFY = "notify"  # a callout channel keeps failing (diagnostic)
     STATE = "state"  # a damaged state file was set aside at start
 
 

@@ -4,6 +4,7 @@ the console's Host names, and the compose file's Mosquitto binding."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -77,3 +78,31 @@ def test_compose_publishes_plain_mqtt_on_loopback_only(repo_root: Path) -> None:
             assert len(parts) == 3 and parts[0] == "127.0.0.1", f"plain MQTT beyond loopback: {port}"
     unit = (repo_root / "deploy" / "systemd" / "station-monitor.service").read_text()
     assert "StateDirectoryMode=0700" in unit and "UMask=0077" in unit
+
+
+def test_the_callout_link_host_and_path_pass_the_guard() -> None:
+    """The acknowledge link is its own credential and comes with the host of notify.link_base."""
+    import asyncio
+
+    import httpx
+    from pydantic import SecretStr
+
+    from monitor.web.guard import Guard
+
+    async def ok(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    console = Console(token=SecretStr("t" * 16))
+    guard = Guard(ok, console, extra_hosts=("gw-7.example:8443",), open_writes=("/callout/ack/",))
+
+    async def go() -> list[int]:
+        transport = httpx.ASGITransport(app=guard)
+        async with httpx.AsyncClient(transport=transport, base_url="https://gw-7.example:8443") as client:
+            return [
+                (await client.post("/callout/ack/nonce.sig")).status_code,
+                (await client.post("/api/alarms/a/high/ack", json={})).status_code,
+                (await client.get("/api/alarms", headers={"Host": "other.example"})).status_code,
+            ]
+
+    assert asyncio.run(go()) == [200, 401, 421]

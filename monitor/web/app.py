@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
@@ -66,7 +67,15 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
     )
     hub = Hub(limit=console.max_live_clients)
     app.state.hub = hub
-    app.add_middleware(Guard, console=console)  # host, token and body size before any route
+    # Host, token and body size before any route; the callout's acknowledge link is its own
+    # credential and arrives with the host of `notify.link_base`.
+    link_base = getattr(getattr(getattr(view, "config", None), "notify", None), "link_base", None)
+    app.add_middleware(
+        Guard,
+        console=console,
+        extra_hosts=(urlsplit(link_base).netloc,) if link_base else (),
+        open_writes=("/callout/ack/",),
+    )
     view.alarms.listen(hub.on_transition)
     token = console.token
 
@@ -145,6 +154,12 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
     ) -> dict[str, object]:
         known(sensor, rule)
         return view.alarms.return_to_service(sensor, rule, body.by).to_json()
+
+    tracker = getattr(view, "incidents", None)  # the daemon's IncidentTracker (issue 16)
+    if tracker is not None:
+        from monitor.web.incidents import add_incident_routes
+
+        add_incident_routes(app, view, tracker, token_required)
 
     meter_book = getattr(view, "meter_book", None)  # the daemon's MeterBook, when it has meters
     if meter_book is not None:

@@ -8,7 +8,8 @@ whole before the token check. Here, in order, before the app sees the request:
    `console.allowed_hosts`; anything else is 421 (a DNS-rebinding page in the
    operator's browser names its own host).
 2. Writes (any method but GET/HEAD/OPTIONS) need the bearer token, checked from
-   the headers alone: 403 when no token is configured, 401 when it is wrong.
+   the headers alone: 403 when no token is configured, 401 when it is wrong. Paths in
+   `open_writes` carry their own credential (the callout's signed acknowledge link).
 3. The body is limited to `console.max_body`: a Content-Length above it is 413
    at once; a chunked body is read here, counted as it arrives, cut at the limit.
 
@@ -38,7 +39,11 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
 SECURITY_HEADERS: list[tuple[bytes, bytes]] = [
     (b"x-frame-options", b"DENY"),
-    (b"content-security-policy", b"frame-ancestors 'none'; default-src 'self'; object-src 'none'"),
+    # Scripts only from the console itself; inline style attributes allowed (server-made pages use them).
+    (
+        b"content-security-policy",
+        b"frame-ancestors 'none'; default-src 'self'; style-src 'self' 'unsafe-inline'; object-src 'none'",
+    ),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
 ]
@@ -64,9 +69,16 @@ def allowed_hosts(console: Console) -> frozenset[str]:
 class Guard:
     """ASGI middleware: Host allow-list, token before body, body size limit, security headers."""
 
-    def __init__(self, app: ASGIApp, console: Console) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        console: Console,
+        extra_hosts: tuple[str, ...] = (),
+        open_writes: tuple[str, ...] = (),
+    ) -> None:
         self.app = app
-        self.hosts = allowed_hosts(console)
+        self.hosts = allowed_hosts(console) | {host_name(h) for h in extra_hosts}
+        self.open_writes = open_writes  # path prefixes whose writes carry their own credential
         self.any_host = "*" in console.allowed_hosts
         self.token = None if console.token is None else console.token.get_secret_value().encode()
         self.max_body = console.max_body
@@ -89,7 +101,10 @@ class Guard:
             log.debug("console: refused Host %r", host)
             await _problem(send_secured, 421, f"this console does not answer for host {host!r}")
             return
-        if scope.get("method", "GET") not in SAFE_METHODS:
+        path = str(scope.get("path", ""))
+        if scope.get("method", "GET") not in SAFE_METHODS and not path.startswith(
+            self.open_writes or ("\0",)
+        ):
             refusal = self._authorise(headers.get(b"authorization"))
             if refusal is not None:
                 self.refused["token"] += 1
