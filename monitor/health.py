@@ -45,6 +45,8 @@ def health_snapshot(daemon: Daemon) -> dict[str, object]:
                 "received": src.received if src else 0,
                 "samples": src.samples if src else 0,
                 "bad_payloads": src.bad.total if src else 0,
+                "oversized": daemon.mqtt_link.oversized,  # refused by size, unread
+                "handler_errors": daemon.mqtt_link.handler_errors,
             }
         )
     outbox: dict[str, object] = {"configured": daemon.sink.outbox is not None}

@@ -199,6 +199,9 @@ def test_a_200_mb_mqtt_payload_costs_no_memory_and_ingest_goes_on(
         wait_until(lambda: _ph(port) == 7.25, timeout=60, what="the reading after the 200 MB payload")
     finally:
         peer.close()
+    _, body = request("GET", f"http://127.0.0.1:{port}/api/health")
+    (mqtt,) = [s for s in json.loads(body)["sources"] if s["source"] == "mqtt"]
+    assert mqtt["oversized"] == 1  # counted (and logged once), not silently lost
     after = peak_rss(proc.pid)
     print(f"daemon peak RSS before {before >> 20} MB, after a 200 MB MQTT payload {after >> 20} MB")
     assert after - before < 32 << 20
