@@ -106,3 +106,12 @@ def test_the_callout_link_host_and_path_pass_the_guard() -> None:
             ]
 
     assert asyncio.run(go()) == [200, 401, 421]
+
+
+def test_check_config_says_a_wildcard_console_needs_allowed_hosts(tmp_path: Path) -> None:
+    config = tmp_path / "station.yaml"
+    config.write_text(MINIMAL + "console: {host: 0.0.0.0}\n")
+    result = run_monitor("check-config", str(config))
+    assert result.returncode == 0 and "console.allowed_hosts" in result.stdout
+    config.write_text(MINIMAL + "console: {host: 0.0.0.0, allowed_hosts: [gw-7.plant.lan]}\n")
+    assert "console.allowed_hosts" not in run_monitor("check-config", str(config)).stdout

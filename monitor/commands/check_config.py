@@ -105,6 +105,10 @@ def summary(config: Config) -> str:
     if config.console.enabled:
         write = "token set" if config.console.token else "no token: read-only"
         lines.append(f"console http://{config.console.host}:{config.console.port}/ ({write})")
+        if config.console.host in ("0.0.0.0", "::") and not config.console.allowed_hosts:
+            lines.append(
+                "        answers only for localhost: list the names operators type in console.allowed_hosts"
+            )
     if config.billing:
         lines.append(
             f"billing ${config.billing.rate_per_kcf} per 1,000 ft3, {len(config.billing.accounts)} account(s)"
