@@ -31,6 +31,7 @@ import numpy.typing as npt
 from monitor.errors import StateError
 from monitor.incidents.evidence import csv_rows, decode, encode
 from monitor.incidents.model import Figures, Incident, Note, NoteKind
+from monitor.sqlite import Schema, connect
 
 SCHEMA_VERSION = 2
 FILE = "incidents.sqlite"
@@ -66,6 +67,9 @@ CREATE TABLE IF NOT EXISTS evidence (
     quality INTEGER NOT NULL,
     PRIMARY KEY (incident, sensor, t)
 ) WITHOUT ROWID;
+"""
+# Version 2: evidence a batch at a time (the `evidence` rows of version 1 are still read).
+_BLOCKS = """
 CREATE TABLE IF NOT EXISTS evidence_block (
     incident TEXT NOT NULL,
     sensor TEXT NOT NULL,
@@ -77,6 +81,7 @@ CREATE TABLE IF NOT EXISTS evidence_block (
 );
 CREATE INDEX IF NOT EXISTS evidence_block_of ON evidence_block (incident, sensor, first);
 """
+SCHEMA = Schema("incident store", (_SCHEMA, _BLOCKS))  # its version is SCHEMA_VERSION (2)
 CSV_HEADER = "time,sensor,value,quality\n"
 _ADD_BLOCK = (
     "INSERT INTO evidence_block (incident, sensor, first, last, t, value, quality)"
@@ -161,22 +166,10 @@ class IncidentStore:
     def __init__(self, state_dir: Path) -> None:
         self.dir = Path(state_dir)
         self.path = self.dir / FILE
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            # One owner at a time (the daemon's loop, or a command), as with the alarm journal.
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
-            if version > SCHEMA_VERSION:
-                raise StateError(
-                    f"{self.path} was written by a newer station-monitor (schema {version}, this one knows"
-                    f" {SCHEMA_VERSION})"
-                )
-            self._db.executescript(_SCHEMA)
-            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        except sqlite3.Error as exc:
-            raise StateError(f"cannot open incident store {self.path}: {exc}") from exc
+        # One owner at a time (the daemon's loop, or a command), as with the alarm journal.
+        # Version 1 is `_SCHEMA`, 2 adds `_BLOCKS`; add a migration to SCHEMA to change a
+        # table, never edit one.
+        self._db = connect(self.path, SCHEMA, synchronous="NORMAL", check_same_thread=False)
 
     def close(self) -> None:
         self._db.close()
