@@ -62,7 +62,9 @@ def test_every_command_that_reads_a_config_takes_dash_dash_config() -> None:
 
 def test_env_file_resolves_the_secrets_as_systemd_would(tmp_path: Path) -> None:
     env = tmp_path / "secrets.env"
-    env.write_text("# secrets\nMQTT_PASSWORD=pw\nexport INFLUX_TOKEN='tok'\n\nCONSOLE_TOKEN=\"c t\"\n")
+    env.write_text(
+        "# secrets\nMQTT_PASSWORD=pw\nexport INFLUX_TOKEN='tok'\n\nCONSOLE_TOKEN=\"a console token, 16+\"\n"
+    )
     names = ("MQTT_PASSWORD", "INFLUX_TOKEN", "CONSOLE_TOKEN")
     unset = {k: v for k, v in os.environ.items() if k not in names}
     example = "config/station.example.yaml"

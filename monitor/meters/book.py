@@ -62,7 +62,7 @@ def open_ledger(config: Config) -> Ledger:
 
 @dataclass(frozen=True, slots=True)
 class MeterRecord:
-    """One ledger row as a point for InfluxDB (measurement `meter`, see the README).
+    """One ledger row as a point for InfluxDB (measurement `meter`, see docs/outputs.md).
 
     `reading` and `consumption` are in the meter's unit; `consumption_ft3` is the
     billed delta in ft3 (0 for a rejected reading), so summing it over a quarter
