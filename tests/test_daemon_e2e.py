@@ -42,13 +42,13 @@ def get_json(url: str) -> Any:
 
 # The daemon runs on an accelerated station clock (`monitor run --clock-speed`): the
 # baseline is the mean of whole minutes before a sample, so a slug can be judged only
-# after a minute boundary, which at 30x passes in two wall seconds instead of sixty.
-SPEED = 30.0
+# after a minute boundary, which at 60x passes in one wall second instead of sixty.
+SPEED = 60.0
 
 
 @pytest.fixture
 def simulator() -> Iterator[SimulatorProcess]:
-    """The station simulator; `trigger()` starts a slug of 90 station seconds (3 s)."""
+    """The station simulator; `trigger()` starts a slug of 90 station seconds (1.5 s)."""
     with simulator_process("--speed", str(SPEED), "--on-sigusr1", "slug+90s") as sim:
         yield sim
 
@@ -163,7 +163,7 @@ def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart
             return any(json.loads(p or b"{}").get("active") for t, p, _ in watcher.received() if t == topic)
 
         # The slug starts once there are three station minutes of baseline to judge it by
-        # (six wall seconds), not at a guessed second.
+        # (three wall seconds), not at a guessed second.
         wait_until(lambda: station_minutes_of_flow(base, clock_start) > 3, timeout=60, what="3 min of flow")
         assert flow_baseline(base) is not None
         assert not slug_on_mqtt()
@@ -199,9 +199,9 @@ def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart
     flow = victoria.export(
         f'{{__name__="sensor_value",station="{STATION}",sensor="outfall.flow"}}', end=station_now + 60
     )
-    # Three station minutes at one reading per 7.5 station seconds before the slug, and
-    # the slug itself (more than 5x the baseline) made it to the database.
-    assert flow and len(flow[0]["values"]) > 15
+    # Three station minutes of readings (one per 0.25 s x SPEED station seconds, less the
+    # daemon's start-up) before the slug, and the slug itself (over 5x) made it to the database.
+    assert flow and len(flow[0]["values"]) > 180 / (0.25 * SPEED) / 2
     assert max(flow[0]["values"]) > 5 * min(flow[0]["values"])
     alarms = victoria.export(
         f'{{__name__=~"alarm_.*",station="{STATION}",sensor="outfall.flow",rule="slug"}}',
