@@ -16,6 +16,7 @@ from monitor.daemon import Daemon
 from monitor.meters.book import MeterBook
 from monitor.model import ManualClock, Rule, Sample, iso
 from monitor.web import create_app
+from monitor.web.station import StationAdapter
 from tests.console import T0, TOKEN, TableView, call
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -89,9 +90,9 @@ def test_the_daemon_offers_its_meter_book_to_the_console(tmp_path: Path) -> None
             "sensors": [{"id": "shop.meter", "kind": "meter", "register_digits": 5}],
         }
     )
-    daemon = Daemon(config, ManualClock(T0), console=False)
+    daemon = Daemon(config, ManualClock(T0))
     try:
-        app = create_app(daemon, Console(token=SecretStr(TOKEN)))
+        app = create_app(StationAdapter(daemon), Console(token=SecretStr(TOKEN)))
 
         async def go() -> list[httpx.Response]:
             transport = httpx.ASGITransport(app=app)

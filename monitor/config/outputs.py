@@ -48,6 +48,11 @@ class Store(Section):
     """The local series store the console reads (and the only store without InfluxDB)."""
 
     retention: Duration = Field(30 * 86400.0, gt=0)
+    free_space_floor: int = Field(
+        256 << 20,
+        ge=0,
+        description="bytes free on the state disk below which a low-space alarm warns (0: off)",
+    )
 
 
 class Console(Section):
@@ -79,6 +84,8 @@ class Alarms(Section):
         Rule.COMM_LOSS: Priority.MEDIUM,
         Rule.METER: Priority.MEDIUM,
         Rule.OUTBOX: Priority.HIGH,
+        Rule.DISK_FULL: Priority.CRITICAL,
+        Rule.DISK_LOW: Priority.MEDIUM,
     }
     overrides: list[PriorityOverride] = []
     shelve_default: Duration = Field(3600.0, gt=0)

@@ -19,7 +19,7 @@ from influxdb_client.rest import ApiException
 
 from monitor.config import Influx
 from monitor.errors import WriteError
-from monitor.sinks.writer import parse_retry_after
+from monitor.sinks.retry_after import parse_retry_after
 
 log = logging.getLogger(__name__)
 

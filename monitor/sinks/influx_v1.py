@@ -15,7 +15,7 @@ import urllib.parse
 
 from monitor.config import Influx
 from monitor.errors import WriteError
-from monitor.sinks.writer import parse_retry_after
+from monitor.sinks.retry_after import parse_retry_after
 
 log = logging.getLogger(__name__)
 

@@ -5,12 +5,18 @@ for `store.retention` (30 days by default) behind the newest sample. It works
 with or without InfluxDB, so the gateway's own console never depends on the link.
 A repeated (sensor, time) replaces the earlier value, so replaying the same
 history twice does not double it.
+
+`hold` also keeps the batch as an *intake* record in the same transaction, until
+the pipeline `release`s it once the outbox and the ledger have it too; `held`
+lists what a crash left in between (see `monitor.pipeline`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from monitor.errors import SinkError
@@ -26,6 +32,7 @@ CREATE TABLE IF NOT EXISTS sample (
     PRIMARY KEY (sensor, t)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS sample_time ON sample (t);
+CREATE TABLE IF NOT EXISTS intake (seq INTEGER PRIMARY KEY, body BLOB NOT NULL);
 """
 
 PRUNE_EVERY = 3600.0  # seconds of event time between retention sweeps
@@ -70,6 +77,36 @@ class SeriesStore:
 
     def append(self, samples: Iterable[Sample]) -> int:
         """Store samples in one transaction (NaN values are kept as NULL); returns how many."""
+        return self._append(samples, None)[0]
+
+    def hold(self, samples: Sequence[Sample]) -> int:
+        """Store samples and keep them as an intake record, in one transaction; returns
+        the record's number for `release`."""
+        body = json.dumps([[s.sensor, s.time, s.value, int(s.quality)] for s in samples]).encode()
+        seq = self._append(samples, body)[1]
+        assert seq is not None
+        return seq
+
+    def release(self, seq: int) -> None:
+        """Forget an intake record: every store has its batch."""
+        try:
+            self._db.execute("DELETE FROM intake WHERE seq = ?", (seq,))
+        except sqlite3.Error as exc:
+            raise SinkError(f"cannot write to series store {self.path}: {exc}") from exc
+
+    def held(self) -> list[tuple[int, list[Sample]]]:
+        """Intake records not released, oldest first."""
+        try:
+            rows = self._db.execute("SELECT seq, body FROM intake ORDER BY seq").fetchall()
+        except sqlite3.Error as exc:
+            raise SinkError(f"cannot read series store {self.path}: {exc}") from exc
+        return [
+            (seq, [Sample(str(n), float(t), float(v), Quality(int(q))) for n, t, v, q in json.loads(body)])
+            for seq, body in rows
+        ]
+
+    def _append(self, samples: Iterable[Sample], body: bytes | None) -> tuple[int, int | None]:
+        seq: int | None = None
         try:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -83,6 +120,8 @@ class SeriesStore:
                     for s in samples
                 ]
                 self._db.executemany("INSERT OR REPLACE INTO sample VALUES (?, ?, ?, ?)", rows)
+                if body is not None:
+                    seq = self._db.execute("INSERT INTO intake (body) VALUES (?)", (body,)).lastrowid
                 if rows:
                     newest = max(r[1] for r in rows)
                     if self._newest is None or newest > self._newest:
@@ -90,13 +129,18 @@ class SeriesStore:
                     if self._newest - self._pruned_at >= PRUNE_EVERY:
                         self._db.execute("DELETE FROM sample WHERE t < ?", (self._newest - self.retention,))
                         self._pruned_at = self._newest
-                self._db.execute("COMMIT")
+                self._db.execute("COMMIT")  # a failed COMMIT rolls back below
             except BaseException:
-                self._db.execute("ROLLBACK")
+                # SQLite may have rolled back already (a full disk): a second ROLLBACK
+                # would hide the real cause behind "no transaction is active".
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):  # ids cached in the rolled-back transaction
+                    self._ids = dict(self._db.execute("SELECT name, id FROM sensor").fetchall())
                 raise
         except sqlite3.Error as exc:
             raise SinkError(f"cannot write to series store {self.path}: {exc}") from exc
-        return len(rows)
+        return len(rows), seq
 
     def sensors(self) -> list[str]:
         return sorted(self._ids)

@@ -1,0 +1,74 @@
+"""The low-space warning for the state disk, before a full disk stops intake.
+
+Checked from the daemon's timer (every `EVERY` seconds of its clock): below
+`store.free_space_floor` free bytes a `disk_low` alarm warns; it clears once
+the free space is back above the floor plus 10 % (a margin against chatter).
+A full disk itself is noticed where it hurts, by the pipeline's failed write
+(`disk_full`, critical); this is the warning that comes before it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+
+from monitor.model import Clock, Condition, ConditionState, Rule
+
+log = logging.getLogger(__name__)
+
+EVERY = 10.0  # seconds between looks at the file system
+SENSOR = "state_disk"
+CITATION = "station-monitor state disk"
+
+
+class DiskWatch:
+    """Free space under the state directory against a floor."""
+
+    def __init__(self, path: Path, floor: int, clock: Clock) -> None:
+        self.path = path
+        self.floor = floor
+        self.clock = clock
+        self.low = False
+        self.free: int | None = None
+        self._next = -math.inf
+        self._failed = False
+
+    def check(self, now: float) -> list[Condition]:
+        """The `disk_low` transition due at `now`, if any."""
+        if self.floor <= 0 or now < self._next:
+            return []
+        self._next = now + EVERY
+        try:
+            st = os.statvfs(self.path)
+        except OSError as exc:
+            if not self._failed:
+                log.warning("cannot read the free space of %s: %s", self.path, exc)
+            self._failed = True
+            return []
+        self._failed = False
+        free = st.f_bavail * st.f_frsize
+        self.free = free
+        if not self.low and free < self.floor:
+            self.low = True
+            log.warning("state disk %s: %d MiB free, below the floor of %d MiB",
+                        self.path, free >> 20, self.floor >> 20)  # fmt: skip
+            return [self._condition(now, ConditionState.ACTIVE, free, "free space below the floor")]
+        if self.low and free > self.floor * 1.1:
+            self.low = False
+            log.info("state disk %s: %d MiB free again", self.path, free >> 20)
+            return [self._condition(now, ConditionState.CLEARED, free, "free space above the floor again")]
+        return []
+
+    def _condition(self, now: float, state: ConditionState, free: int, why: str) -> Condition:
+        return Condition(
+            time=now,
+            sensor=SENSOR,
+            rule=Rule.DISK_LOW,
+            state=state,
+            value=float(free),
+            limit=float(self.floor),
+            citation=CITATION,
+            message=f"state disk {self.path}: {free >> 20} MiB free; {why} ({self.floor >> 20} MiB)",
+        )
