@@ -77,10 +77,10 @@ class Daemon:
         self.sink: SampleSink = open_sink(config, self.clock, on_condition=lambda c: self.pipeline.emit([c]))
         self.meters = MeterBook.open(config)
         reconciler = Reconciler(self.engine, self.alarms, config.rules)
-        self.pipeline = Pipeline(
-            config, self.clock, self.engine, self.alarms, self.sink, self.meters, reconciler
-        )
         self.disk = DiskWatch(config.state_dir, config.store.free_space_floor, self.clock)
+        self.pipeline = Pipeline(
+            config, self.clock, self.engine, self.alarms, self.sink, self.meters, reconciler, self.disk
+        )
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.ready = asyncio.Event()

@@ -50,8 +50,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from monitor import diskspace
 from monitor.alarms import AlarmManager
 from monitor.config import Config
+from monitor.diskspace import DiskWatch
 from monitor.engine import Engine
 from monitor.errors import SinkError, StateError
 from monitor.meters.book import MeterBook, meter_records
@@ -67,8 +69,8 @@ Ack = Callable[[], None]
 BATCH = 5000  # items per store transaction
 RETRY = 2.0  # seconds between attempts while the state disk refuses writes
 HOLD_MAX = 100_000  # Modbus items kept while stalled; MQTT waits on the broker instead
-DISK_SENSOR = "state_disk"
-DISK_CITATION = "station-monitor state disk"
+DISK_SENSOR = diskspace.SENSOR
+DISK_CITATION = diskspace.CITATION
 
 
 class BatchListener(Protocol):
@@ -90,6 +92,7 @@ class PipelineStats:
     dropped: int = 0  # Modbus items dropped while stalled (beyond HOLD_MAX)
     recovered: int = 0  # held intake batches re-applied at start
     listener_errors: int = 0
+    unjournaled: int = 0  # alarm transitions the journal refused (a full disk)
 
 
 @dataclass
@@ -138,6 +141,7 @@ class Pipeline:
         sink: SampleSink,
         meters: MeterBook,
         reconciler: Reconciler,
+        disk: DiskWatch | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -146,6 +150,7 @@ class Pipeline:
         self.sink = sink
         self.meters = meters
         self.reconciler = reconciler
+        self.disk = disk
         self.stats = PipelineStats()
         self.latest: dict[str, Sample] = {}
         self._kinds = {s.id: s.kind for s in config.sensors}
@@ -199,8 +204,13 @@ class Pipeline:
         """Work the queue; False when a store refused and the pipeline is stalled."""
         while True:
             batch = self._stuck
-            if batch is not None and time.monotonic() < self._retry_at:
-                return False
+            if batch is not None:
+                now = time.monotonic()
+                if now < self._retry_at:
+                    return False
+                if self.disk is not None and not self.disk.room():
+                    self._retry_at = now + RETRY  # the journal's room first
+                    return False
             if batch is None:
                 if not self._queue:
                     return True
@@ -292,7 +302,11 @@ class Pipeline:
         self.stats.conditions += len(conditions)
         changed: list[Alarm] = []
         for cond in conditions:
-            changed.extend(self.alarms.apply(cond))
+            try:
+                changed.extend(self.alarms.apply(cond))
+            except StateError as exc:  # the journal cannot be written: never a crash
+                self.stats.unjournaled += 1
+                log.error("alarm %s/%s %s not recorded: %s", cond.sensor, cond.rule, cond.state, exc)
         return changed
 
     def _tell(self, samples: Sequence[Sample], alarms: Sequence[Alarm]) -> None:
@@ -320,6 +334,8 @@ class Pipeline:
         if self.stats.stalled is None:
             self.stats.stalls += 1
             self.stats.stalled = str(exc)
+            if self.disk is not None:
+                self.disk.release_reserve()  # room to journal the alarm that says so
             log.error(
                 "state disk refused a write, intake paused (nothing is acknowledged until it is stored;"
                 " retrying every %gs): %s",
@@ -334,6 +350,8 @@ class Pipeline:
         log.info("state disk takes writes again; intake resumed (%d item(s) waited)", self._held)
         self.stats.stalled = None
         self._raise_and_tell([self._disk_condition(ConditionState.CLEARED, "writes succeed again")])
+        if self.disk is not None:
+            self.disk.keep_reserve()
 
     def _disk_condition(self, state: ConditionState, why: str) -> Condition:
         return Condition(
