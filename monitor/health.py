@@ -79,6 +79,7 @@ class PipelineHealth:
     dropped: int
     recovered: int
     listener_errors: int
+    unjournaled: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +176,7 @@ def gather(
             dropped=pipeline.dropped,
             recovered=pipeline.recovered,
             listener_errors=pipeline.listener_errors,
+            unjournaled=pipeline.unjournaled,
         ),
         samples_by_source=dict(pipeline.samples_by_source),
         baselines_restored=restored,

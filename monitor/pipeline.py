@@ -107,7 +107,8 @@ class _Batch:
     so a retry does not append what already committed a second time."""
 
     entries: list[_Entry]
-    samples: list[Sample]
+    raw: list[Sample]  # as the source read them: the engine judges (and counts bad values) these
+    samples: list[Sample]  # as stored: an unbelievable value marked BAD_DATA
     meter_samples: list[Sample]
     conditions: list[Condition]
     held: int | None = None  # intake record in the series store
@@ -239,6 +240,7 @@ class Pipeline:
             self.stats.last_batch_wall = time.time()
 
     def _prepare(self, entries: list[_Entry]) -> _Batch:
+        raw: list[Sample] = []
         samples: list[Sample] = []
         meters: list[Sample] = []
         conditions: list[Condition] = []
@@ -247,11 +249,12 @@ class Pipeline:
                 if isinstance(item, Condition):
                     conditions.append(item)
                     continue
+                raw.append(item)
                 sample = self.engine.validate(item)
                 samples.append(sample)
                 if self._kinds.get(sample.sensor) is Kind.METER:
                     meters.append(sample)
-        return _Batch(entries, samples, meters, conditions)
+        return _Batch(entries, raw, samples, meters, conditions)
 
     def _store(self, batch: _Batch) -> None:
         """Every store that must have the batch, each step at most once per batch."""
@@ -275,8 +278,8 @@ class Pipeline:
 
     def _judge(self, batch: _Batch) -> list[Alarm]:
         conditions = batch.conditions
-        for sample in batch.samples:
-            conditions.extend(self.engine.process(sample))
+        for raw, sample in zip(batch.raw, batch.samples, strict=True):
+            conditions.extend(self.engine.process(raw))  # counts and logs a bad value once per episode
             conditions.extend(self.reconciler.judged(sample))
             previous = self.latest.get(sample.sensor)
             if previous is None or sample.time >= previous.time:
@@ -376,7 +379,9 @@ class Pipeline:
             self.sink.write_samples_to_outbox(samples)
             conditions = self.meters.ingest(meters) if meters else []
             # Rows the ledger already held are no news to `take_records`: send them again.
-            records = [*self.meters.take_records(), *self._ledger_points(meters)]
+            fresh = self.meters.take_records()
+            sent = {(r.meter, r.time) for r in fresh}
+            records = [*fresh, *(r for r in self._ledger_points(meters) if (r.meter, r.time) not in sent)]
             self.sink.write_meter_records(records)
             self.sink.store.release(seq)
             self._raise_and_tell(conditions)
