@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from collections.abc import Iterator
@@ -105,7 +106,7 @@ def test_a_refused_store_judges_and_acknowledges_nothing_until_it_is_stored(tiny
         n = 0
         while daemon.pipeline.stats.stalled is None:  # until the disk refuses
             batch = [Sample("outfall.ph", T0 + n + k / 1000, 12.0) for k in range(500)]
-            daemon.pipeline.emit(batch, lambda n=n: acked.append(n))
+            daemon.pipeline.emit(batch, functools.partial(acked.append, n))
             daemon.pipeline.process_queued()
             n += 1
             assert n < 1000, "the disk never filled"
