@@ -27,6 +27,8 @@ COMMANDS: dict[str, str] = {
     "alarms": "monitor.commands.alarms",
     "meters": "monitor.commands.meters",
     "billing": "monitor.commands.billing",
+    "notify": "monitor.commands.notify",
+    "fleet": "monitor.commands.fleet",
 }
 
 

@@ -27,11 +27,12 @@ from typing import Any, Protocol
 from monitor.alarms import AlarmManager, Dispatcher, Notifier
 from monitor.alarms.mqtt import AlarmPublisher, MqttCommands
 from monitor.alarms.webhook import people_notifiers
+from monitor.callout import Callout, Heartbeat
 from monitor.config import Config
 from monitor.diskspace import DiskWatch
 from monitor.engine import CHECKPOINT_FILE, CheckpointSchedule, Engine, load_checkpoint_or_start_fresh
 from monitor.errors import MonitorError
-from monitor.health import Health, gather
+from monitor.health import Health, gather, readiness
 from monitor.meters.book import MeterBook
 from monitor.model import Clock, WallClock
 from monitor.pipeline import Pipeline
@@ -119,6 +120,17 @@ class Daemon:
         self.dispatcher = Dispatcher(config.alarms, self.clock, notifiers=self.notifiers, mirrors=mirrors)
         self.dispatcher.attach(self.alarms)
         self.alarms.listen(lambda _entry, alarm: self.sink.write_alarms([alarm]))
+        # --- callout (monitor/callout): escalation along rosters, dead-man heartbeat ---
+        notify_cfg = config.notify
+        self.callout: Callout | None = None
+        if notify_cfg is not None and notify_cfg.pipelines:
+            self.callout = Callout(
+                config, self.alarms, self.clock, on_condition=lambda c: self.pipeline.emit([c])
+            )
+        self.heartbeat: Heartbeat | None = None
+        if notify_cfg is not None and notify_cfg.heartbeat is not None:
+            self.heartbeat = Heartbeat(notify_cfg.heartbeat, lambda: readiness(self.health().to_json()))
+        # --- end callout ---
         self.pipeline.recover()
 
     def _on_connected(self) -> None:  # paho's thread
@@ -140,6 +152,8 @@ class Daemon:
         self.pipeline.tick(now)
         self.pipeline.submit(self.disk.check(now))
         self.dispatcher.tick(now)
+        if self.callout is not None:
+            self.callout.tick(now)
 
     def health(self) -> Health:
         return gather(
@@ -177,6 +191,9 @@ class Daemon:
         if self.commands is not None:
             start(self.commands.run(), "mqtt commands")
         start(self._timers(), "timers")
+        if self.callout is not None:  # callout
+            self.callout.resume()
+            start(self.callout.run(), "callout")
         if console is not None:
             start(console.serve(), "console")
             try:
@@ -196,6 +213,8 @@ class Daemon:
         )
         notify("READY=1")
         self.ready.set()
+        if self.heartbeat is not None:  # callout: pings only once the daemon is up
+            start(self.heartbeat.run(), "heartbeat")
         stop_wait = asyncio.ensure_future(self._stopping.wait())
         try:
             done, _ = await asyncio.wait([stop_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -259,6 +278,9 @@ class Daemon:
             aclose = getattr(notifier, "aclose", None)
             if aclose is not None:
                 await aclose()
+        for closing in (self.callout, self.heartbeat):  # callout
+            if closing is not None:
+                await closing.aclose()
         self.sink.close()
         self.meters.close()
         self.alarms.close()

@@ -7,7 +7,9 @@ module sits below `daemon.py`; `Health.to_json()` is the JSON the console serves
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from monitor.engine import Engine
 from monitor.model import iso
@@ -181,3 +183,19 @@ def gather(
         samples_by_source=dict(pipeline.samples_by_source),
         baselines_restored=restored,
     )
+
+
+def readiness(health: Mapping[str, Any]) -> list[str]:
+    """Why the daemon is not ready: a source down, the outbox at its cap, the state disk
+    refusing writes (/readyz and the callout heartbeat both ask this)."""
+    problems = []
+    for src in health.get("sources", []):
+        if not src.get("connected", False):
+            problems.append(f"{src['source']} {src['name']} not connected")
+    outbox = health.get("outbox", {})
+    if outbox.get("configured") and outbox.get("pending_bytes", 0) >= 0.95 * outbox.get("max_bytes", 1):
+        problems.append("outbox at its size cap")
+    stalled = health.get("pipeline", {}).get("stalled")
+    if stalled:
+        problems.append(f"state disk refuses writes: {stalled}")
+    return problems

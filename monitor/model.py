@@ -46,6 +46,7 @@ class Rule(StrEnum):
     OUTBOX = "outbox"
     DISK_FULL = "disk_full"
     DISK_LOW = "disk_low"
+    NOTIFY = "notify"  # a callout channel keeps failing (diagnostic)
 
 
 class ConditionState(StrEnum):

@@ -318,6 +318,10 @@ class Station:
             self.mean_flow / GALLONS_PER_FT3 / 60.0
         )
 
+    def relative_flow(self, el: float) -> float:
+        """The diurnal flow profile at `el` station seconds (1.0 is the daily mean), noise-free."""
+        return self._profile(self.origin + el)
+
     @staticmethod
     def _profile(st: float) -> float:
         hour = (st % _DAY) / 3600.0

@@ -11,6 +11,10 @@ import threading
 import urllib.request
 from pathlib import Path
 
+import pytest
+
+from monitor.commands.demo import HISTORY, slug_factor
+from simulators.scenarios import Station
 from tests.services import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,3 +66,15 @@ def test_demo_serves_the_console_and_raises_a_slug_alarm(tmp_path: Path) -> None
         reader.join(timeout=5)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+@pytest.mark.parametrize("hour", range(24))
+def test_demo_slug_is_a_slug_at_any_hour(hour: int) -> None:
+    """The demo's slug must exceed 5x the daily mean flow whenever it runs (it used to
+    stay under it when started between about 00:00 and 05:00 UTC, with no alarm)."""
+    start = 1_700_000_000.0 - 1_700_000_000.0 % 86400 + hour * 3600.0
+    station = Station(seed=7, speed=60.0, start=start - HISTORY / 60.0, origin=start - HISTORY)
+    el = HISTORY + 120.0
+    station.inject("slug", el, 1200.0, factor=slug_factor(station, el, 1200.0))
+    flows = [station.values(station.start + (el + s) / station.speed)["flow"] for s in range(0, 1200, 10)]
+    assert min(flows) > 5.0 * station.mean_flow

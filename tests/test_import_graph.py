@@ -4,9 +4,9 @@ and no import from a lower layer to a higher one.
 Layers, lowest first (a module may import its own layer and the ones below):
 
     0  model, errors, units, config, sdnotify
-    1  sources, engine, alarms, sinks, meters
+    1  sources, engine, alarms, sinks, meters, callout
     2  pipeline, reconcile, diskspace, health, daemon   (wiring)
-    3  web                                              (the console, on top of the daemon)
+    3  web, fleet                                       (the console on top of the daemon; the fleet view)
     4  commands, cli, __main__
 
 Read from the source with `ast`, so an import inside a function is seen too.
@@ -32,12 +32,14 @@ LAYERS: dict[str, int] = {
     "alarms": 1,
     "sinks": 1,
     "meters": 1,
+    "callout": 1,
     "pipeline": 2,
     "reconcile": 2,
     "diskspace": 2,
     "health": 2,
     "daemon": 2,
     "web": 3,
+    "fleet": 3,
     "commands": 4,
     "cli": 4,
     "__main__": 4,

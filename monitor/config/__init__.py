@@ -6,6 +6,7 @@ Split by section so each module stays small: `types` (durations, secrets),
 """
 
 from monitor.config.load import DEFAULT_PROFILE, Config, Station, build_config, load_config
+from monitor.config.notify import Notify
 from monitor.config.outputs import Account, Alarms, Billing, Console, Influx, Store, Webhook
 from monitor.config.sensors import LimitRule, Profile, Sensor, SensorRules, SlugRule
 from monitor.config.sources import Modbus, ModbusDevice, ModbusField, Mqtt, Subscription, Tls
@@ -25,6 +26,7 @@ __all__ = [
     "ModbusDevice",
     "ModbusField",
     "Mqtt",
+    "Notify",
     "Profile",
     "Secret",
     "Sensor",

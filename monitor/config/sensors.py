@@ -74,6 +74,7 @@ class Sensor(Section):
     name: str = ""
     influent: bool = Field(False, description="temperature of the treatment-works influent (40 °C)")
     substance: str | None = Field(None, description="for concentration sensors, e.g. oil")
+    discharger: str | None = None
     limits: Annotated[LimitsOverride, BeforeValidator(_switch)] = LimitsOverride()
     slug: Annotated[SlugOverride, BeforeValidator(_switch)] = SlugOverride()
     stale_after: Duration | None = Field(None, gt=0)

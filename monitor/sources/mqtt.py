@@ -19,13 +19,16 @@ into a message or a log line.
 
 from __future__ import annotations
 
+import json
 import logging
+import secrets
 import socket
 import ssl
 import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import paho.mqtt.client as paho
@@ -89,8 +92,12 @@ class MqttLink:
         client_id: str | None = None,
         reconnect_min: int = 1,
         reconnect_max: int = 30,
+        announce: bool = True,
     ) -> None:
+        """`announce=False` for a client that is not a station (the fleet view): no
+        birth, no last will, so it never shows up as a station itself."""
         self.config = config
+        self.announce = announce
         self.station = station
         self.client_id = client_id or config.client_id or f"station-monitor-{station}"
         self.status_topic = f"{config.topic_prefix}/{station}/status"
@@ -192,7 +199,7 @@ class MqttLink:
         The session stays on the broker (session expiry), so messages published
         while the daemon is down are delivered when it starts again."""
         self._stopping = True
-        if self._connected:
+        if self._connected and self.announce:
             info = self._client.publish(self.status_topic, OFFLINE, qos=1, retain=True)
             try:
                 info.wait_for_publish(timeout)
@@ -220,19 +227,9 @@ class MqttLink:
         if cfg.username is not None:
             password = cfg.password.get_secret_value() if cfg.password is not None else None
             client.username_pw_set(cfg.username, password)
-        if cfg.tls is not None:
-            tls = cfg.tls
-            try:
-                client.tls_set(
-                    ca_certs=str(tls.ca_file) if tls.ca_file else None,
-                    certfile=str(tls.cert_file) if tls.cert_file else None,
-                    keyfile=str(tls.key_file) if tls.key_file else None,
-                    cert_reqs=ssl.CERT_REQUIRED if tls.verify else ssl.CERT_NONE,
-                )
-            except (OSError, ValueError) as exc:
-                raise SourceError(f"MQTT TLS setup for {self.where} failed: {exc}") from exc
-            client.tls_insecure_set(not tls.verify)
-        client.will_set(self.status_topic, OFFLINE, qos=1, retain=True)
+        _set_tls(client, cfg, self.where)
+        if self.announce:
+            client.will_set(self.status_topic, OFFLINE, qos=1, retain=True)
         client.on_connect = self._on_connect
         client.on_connect_fail = self._on_connect_fail
         client.on_disconnect = self._on_disconnect
@@ -292,7 +289,8 @@ class MqttLink:
         self._connected = True
         self._error = None
         self._down_since = None
-        client.publish(self.status_topic, ONLINE, qos=1, retain=True)
+        if self.announce:
+            client.publish(self.status_topic, ONLINE, qos=1, retain=True)
         with self._lock:
             filters = list(self._subs)
         self._subscribe_all(filters)
@@ -358,6 +356,22 @@ class MqttLink:
                     self._pending_subs[mid] = topic_filter
 
 
+def _set_tls(client: paho.Client, cfg: Mqtt, where: str) -> None:
+    if cfg.tls is None:
+        return
+    tls = cfg.tls
+    try:
+        client.tls_set(
+            ca_certs=str(tls.ca_file) if tls.ca_file else None,
+            certfile=str(tls.cert_file) if tls.cert_file else None,
+            keyfile=str(tls.key_file) if tls.key_file else None,
+            cert_reqs=ssl.CERT_REQUIRED if tls.verify else ssl.CERT_NONE,
+        )
+    except (OSError, ValueError) as exc:
+        raise SourceError(f"MQTT TLS setup for {where} failed: {exc}") from exc
+    client.tls_insecure_set(not tls.verify)
+
+
 def _close_sockets(exc: BaseException | None) -> None:
     """paho 2.2 leaves the socket of a failed TLS handshake to the garbage collector;
     close it now (it is still referenced from the traceback's frames)."""
@@ -374,3 +388,103 @@ def _hint(reason: ReasonCode) -> str:
     if "password" in text or "not authorized" in text or "bad user" in text:
         return " (check mqtt.username, the password source and the broker's password file)"
     return ""
+
+
+@dataclass(frozen=True, slots=True)
+class CommandOutcome:
+    """What became of one operator command sent on a person's behalf.
+
+    `status`: `applied` / `refused` (the station replied), `not_authorized` (the
+    broker refused the login or, on MQTT 5, the publish: its ACL decides who may
+    command which station), `no_reply` (nothing came back in time: the station is
+    offline, or an MQTT 3.1.1 broker dropped a publish its ACL forbids), or
+    `unreachable` (no broker)."""
+
+    status: str
+    detail: str
+    reply: dict[str, Any] | None = None
+
+
+def send_command(
+    config: Mqtt, station: str, user: str, password: str, command: dict[str, Any], timeout: float = 5.0
+) -> CommandOutcome:
+    """Publish one command to `<prefix>/<station>/commands/<user>` as `user`, wait for the reply.
+
+    A short-lived connection with the person's own credentials, so the broker's ACL
+    (not this process) decides who may command which station, and the station
+    journals the person's name. The password is never logged."""
+    where = f"{config.host}:{config.port}"
+    base = f"{config.topic_prefix}/{station}/commands/{user}"
+    v5 = config.protocol == "5"
+    client = paho.Client(
+        CallbackAPIVersion.VERSION2,
+        client_id=f"fleet-cmd-{user}-{secrets.token_hex(4)}",
+        protocol=MQTTProtocolVersion.MQTTv5 if v5 else MQTTProtocolVersion.MQTTv311,
+        clean_session=None if v5 else True,
+    )
+    client.suppress_exceptions = True
+    client.username_pw_set(user, password)
+    _set_tls(client, config, where)
+    connected, subscribed, published, replied = (threading.Event() for _ in range(4))
+    state: dict[str, Any] = {}
+    command_id = str(command.get("id") or secrets.token_hex(6))
+    body = json.dumps({**command, "id": command_id}, separators=(",", ":")).encode()
+
+    def on_connect(_c: Any, _u: Any, _f: Any, reason: ReasonCode, _p: Any) -> None:
+        state["connect"] = reason
+        connected.set()
+
+    def on_subscribe(_c: Any, _u: Any, _mid: int, reasons: list[ReasonCode], _p: Any) -> None:
+        state["subscribe"] = reasons
+        subscribed.set()
+
+    def on_publish(_c: Any, _u: Any, _mid: int, reason: ReasonCode, _p: Any) -> None:
+        state["publish"] = reason
+        published.set()
+
+    def on_message(_c: Any, _u: Any, msg: paho.MQTTMessage) -> None:
+        try:
+            doc = json.loads(msg.payload)
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            return
+        if isinstance(doc, dict) and doc.get("id") == command_id:
+            state["reply"] = doc
+            replied.set()
+
+    client.on_connect = on_connect
+    client.on_subscribe = on_subscribe
+    client.on_publish = on_publish
+    client.on_message = on_message
+    try:
+        client.connect_async(config.host, config.port, keepalive=max(1, round(config.keepalive)))
+    except (OSError, ValueError) as exc:
+        return CommandOutcome("unreachable", f"cannot connect to MQTT broker {where}: {exc}")
+    client.loop_start()
+    try:
+        if not connected.wait(timeout):
+            return CommandOutcome("unreachable", f"no answer from MQTT broker {where} within {timeout:g} s")
+        reason: ReasonCode = state["connect"]
+        if reason.is_failure:
+            return CommandOutcome("not_authorized", f"broker {where} refused user {user}: {reason}")
+        client.subscribe(f"{base}/reply", 1)
+        subscribed.wait(timeout)
+        client.publish(base, body, qos=1)
+        if published.wait(timeout):
+            pub: ReasonCode | None = state.get("publish")
+            if pub is not None and pub.is_failure:
+                return CommandOutcome(
+                    "not_authorized", f"broker {where} refused the command for {user}: {pub}"
+                )
+        if not replied.wait(timeout):
+            return CommandOutcome(
+                "no_reply",
+                f"no reply from station {station} within {timeout:g} s (offline, or the broker's ACL "
+                f"does not let {user} command it)",
+            )
+        reply: dict[str, Any] = state["reply"]
+        if reply.get("ok"):
+            return CommandOutcome("applied", "applied", reply)
+        return CommandOutcome("refused", str(reply.get("error", "refused")), reply)
+    finally:
+        client.disconnect()
+        client.loop_stop()

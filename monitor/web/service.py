@@ -15,7 +15,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from monitor.health import readiness
 from monitor.web.app import create_app
+from monitor.web.callout import add_callout_routes
 from monitor.web.server import ConsoleServer
 from monitor.web.view import StationView
 
@@ -30,19 +32,8 @@ class DaemonView(StationView, Protocol):
 def console_server(view: DaemonView) -> ConsoleServer:
     app = create_app(view, view.config.console)
     add_health_routes(app, view)
+    add_callout_routes(app, getattr(view, "callout", None), getattr(view, "heartbeat", None))  # callout
     return ConsoleServer(app, view.config.console)
-
-
-def readiness(health: Mapping[str, Any]) -> list[str]:
-    """Why the daemon is not ready: a source down, the outbox at its cap."""
-    problems = []
-    for src in health.get("sources", []):
-        if not src.get("connected", False):
-            problems.append(f"{src['source']} {src['name']} not connected")
-    outbox = health.get("outbox", {})
-    if outbox.get("configured") and outbox.get("pending_bytes", 0) >= 0.95 * outbox.get("max_bytes", 1):
-        problems.append("outbox at its size cap")
-    return problems
 
 
 def add_health_routes(app: FastAPI, view: DaemonView) -> None:

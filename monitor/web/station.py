@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from monitor.alarms import AlarmManager
+from monitor.callout import Callout, Heartbeat
 from monitor.config import Config
 from monitor.daemon import Daemon
 from monitor.meters.book import MeterBook
@@ -34,6 +35,15 @@ class StationAdapter:
     @property
     def alarms(self) -> AlarmManager:
         return self.daemon.alarms
+
+    @property
+    def callout(self) -> Callout | None:
+        """The console's callout panel reads this (None without `notify.pipelines`)."""
+        return self.daemon.callout
+
+    @property
+    def heartbeat(self) -> Heartbeat | None:
+        return self.daemon.heartbeat
 
     @property
     def meter_book(self) -> MeterBook:

@@ -1,0 +1,102 @@
+"""What a page says, and the acknowledge link it carries.
+
+Every message names station, sensor, value and limit, the ordinance section and the
+time in station local time, so a person can judge it from a phone at night. The link
+is `<link_base>/callout/ack/<nonce>.<signature>`: the nonce is random and stored with
+its escalation, person and expiry; the signature (HMAC-SHA256 under `link_secret`)
+binds those, so a guessed or altered link fails before any state is touched.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from collections.abc import Sequence
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from monitor.model import Alarm
+
+
+def local_time(t: float, zone: ZoneInfo) -> str:
+    return datetime.fromtimestamp(t, zone).strftime("%Y-%m-%d %H:%M %Z")
+
+
+def _num(x: float | None, unit: str) -> str:
+    if x is None:
+        return "-"
+    return f"{x:g} {unit}".strip()
+
+
+def alarm_message(
+    alarm: Alarm, station: str, unit: str, zone: ZoneInfo, link: str | None, expires: float | None
+) -> tuple[str, str]:
+    """(subject, text) for one alarm; short enough for one or two SMS segments before the link."""
+    what = f"{alarm.sensor} {alarm.rule}"
+    subject = f"[{station}] {str(alarm.priority).upper()} {what}"
+    when = local_time(alarm.activated_at or alarm.updated_at, zone)
+    lines = [
+        f"{station}: {str(alarm.priority).upper()} alarm {what}",
+        f"value {_num(alarm.value, unit)}, limit {_num(alarm.limit, unit)}",
+        f"rule {alarm.citation}" if alarm.citation else "",
+        f"since {when}",
+        alarm.message,
+    ]
+    lines.append(_ack_line(link, expires, zone))
+    return subject, "\n".join(x for x in lines if x)
+
+
+def flood_message(
+    alarms: Sequence[Alarm], station: str, zone: ZoneInfo, now: float, link: str | None, expires: float | None
+) -> tuple[str, str]:
+    """One summary for a flood (EEMUA 191): the count and the first alarms, not one page each."""
+    subject = f"[{station}] ALARM FLOOD: {len(alarms)} alarms"
+    lines = [f"{station}: alarm flood, {len(alarms)} alarms unacknowledged at {local_time(now, zone)}"]
+    for a in alarms[:10]:
+        value = "-" if a.value is None else f"{a.value:g}"
+        lines.append(f"- {a.sensor} {a.rule} {value} ({a.citation})")
+    if len(alarms) > 10:
+        lines.append(f"- and {len(alarms) - 10} more")
+    lines.append(_ack_line(link, expires, zone, every=True))
+    return subject, "\n".join(lines)
+
+
+def _ack_line(link: str | None, expires: float | None, zone: ZoneInfo, every: bool = False) -> str:
+    if link is None or expires is None:
+        return "Acknowledge on the station console."
+    what = "all" if every else "it"
+    return f"Acknowledge {what}: {link} (once, until {local_time(expires, zone)})"
+
+
+class LinkSigner:
+    """Makes and checks `<nonce>.<signature>` tokens."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._key = secret
+
+    def make(self, escalation: int, person: str, expires: float) -> tuple[str, str]:
+        """(nonce, token)."""
+        nonce = secrets.token_urlsafe(18)
+        return nonce, f"{nonce}.{self._sign(nonce, escalation, person, expires)}"
+
+    def _sign(self, nonce: str, escalation: int, person: str, expires: float) -> str:
+        text = f"{nonce}|{escalation}|{person}|{expires!r}".encode()
+        digest = hmac.new(self._key, text, hashlib.sha256).digest()[:18]
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+    def check(self, token: str, escalation: int, person: str, expires: float) -> bool:
+        nonce, _, sig = token.partition(".")
+        return hmac.compare_digest(sig.encode(), self._sign(nonce, escalation, person, expires).encode())
+
+
+def nonce_of(token: str) -> str | None:
+    """The nonce part of a well-formed token; None for anything else (never an exception)."""
+    nonce, dot, sig = token.partition(".")
+    if not dot or not (10 <= len(nonce) <= 64) or not (10 <= len(sig) <= 64):
+        return None
+    allowed = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+    if not set(nonce) <= allowed or not set(sig) <= allowed:
+        return None
+    return nonce

@@ -1,0 +1,412 @@
+"""The callout: alarms in, escalations along a roster out, durable and exactly once.
+
+How it runs::
+
+    callout = Callout(config, manager, clock)   # listens to the manager's transitions
+    callout.resume()                            # alarms the store missed (kill -9 between the two)
+    asyncio.create_task(callout.run())          # delivers due messages, retries with back-off
+    callout.tick()                              # from the daemon's timer: due escalation steps
+
+An activation that a pipeline takes starts an escalation at step 0 (the roster's first
+person, now); each `delay` without acknowledgement takes the next step, through the
+roster `repeat + 1` times. An acknowledgement from anywhere (console, API, MQTT, a
+reply link: they all end in `AlarmManager.acknowledge`) ends it at once and cancels
+what was not sent yet; return to normal ends it when the pipeline says
+`stop_on_clear`; shelving, suppression or removal from service end it too.
+
+Floods (EEMUA 191, the `alarms.flood_count` / `flood_window` the dispatcher uses):
+once more than `flood_count` alarms were raised within the window, the escalations of
+that window and every alarm after it are folded into one flood escalation per
+pipeline, whose steps send one summary per person instead of a page per alarm.
+
+A channel that fails is retried with doubling back-off (`retry_initial` .. `retry_max`)
+and raises the diagnostic alarm `notify.<channel>/notify`, cleared by its next success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from monitor.alarms.journal import Entry
+from monitor.alarms.manager import AlarmManager
+from monitor.callout.message import LinkSigner, alarm_message, flood_message, nonce_of
+from monitor.callout.rules import Matcher
+from monitor.callout.store import CalloutStore, Escalation, Message
+from monitor.config import Config
+from monitor.config.notify import Notify, Pipeline
+from monitor.errors import AlarmError, MonitorError, StateError
+from monitor.model import Alarm, AlarmState, Clock, Condition, ConditionState, Rule, iso
+
+log = logging.getLogger(__name__)
+
+STORE_FILE = "callout.sqlite"
+CITATION = "station-monitor callout channel"
+_UNACK = (AlarmState.UNACK, AlarmState.RTN_UNACK)
+_ENDING = {"shelved": "shelved", "removed_from_service": "out of service", "suppressed": "suppressed"}
+
+
+class Sender(Protocol):
+    name: str
+
+    async def send(self, address: str, subject: str, text: str, link: str | None = None) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class LinkError(MonitorError):
+    """An acknowledge link that is unknown, forged, spent or expired (the text says which)."""
+
+
+def build_senders(notify: Notify, station: str) -> dict[str, Sender]:
+    from monitor.callout.email import EmailSender
+    from monitor.callout.http import HttpSender
+
+    out: dict[str, Sender] = {}
+    for name, channel in notify.channels.items():
+        if channel.type == "email":
+            out[name] = EmailSender(name, channel)
+        else:
+            out[name] = HttpSender(name, channel, station)
+    return out
+
+
+class Callout:
+    """See the module docstring. Call from the daemon's event loop only."""
+
+    def __init__(
+        self,
+        config: Config,
+        manager: AlarmManager,
+        clock: Clock,
+        senders: Mapping[str, Sender] | None = None,
+        on_condition: Callable[[Condition], None] | None = None,
+    ) -> None:
+        assert config.notify is not None
+        self.config = config
+        self.notify = config.notify
+        self.manager = manager
+        self.clock = clock
+        self.station = config.station.name or config.station.id
+        self.zone = config.station.zone
+        self.matcher = Matcher(config)
+        self.store = CalloutStore(config.state_dir / STORE_FILE)
+        self.senders: Mapping[str, Sender] = senders or build_senders(self.notify, self.station)
+        self.on_condition = on_condition or self._apply
+        secret = self.notify.link_secret
+        self.signer = None if secret is None else LinkSigner(secret.get_secret_value().encode())
+        self._units = {s.id: s.effective_unit for s in config.sensors}
+        self._raised: deque[float] = deque()
+        self._floods: dict[str, int] = {}  # pipeline -> its running flood escalation
+        self._wake = asyncio.Event()
+        self.sent = 0
+        self.failed = 0
+        manager.listen(self.on_transition)
+
+    def _apply(self, condition: Condition) -> None:
+        self.manager.apply(condition)
+
+    # --- alarms in -------------------------------------------------------------------
+
+    def on_transition(self, entry: Entry, alarm: Alarm) -> None:
+        if entry.event == "activated" and alarm.state is AlarmState.UNACK:
+            self._activated(alarm, self.clock.now())
+        elif entry.event == "acknowledged":
+            self._end_alarm(alarm, "acknowledged", entry.actor)
+        elif entry.event == "cleared":
+            self._end_alarm(alarm, "cleared", None, only_if_stop_on_clear=True)
+        elif entry.event in _ENDING:
+            self._end_alarm(alarm, _ENDING[entry.event], entry.actor)
+
+    def resume(self) -> None:
+        """After a restart: an alarm waiting for acknowledgement whose activation the store
+        never saw (killed between the journal's commit and ours) starts its escalation now."""
+        now = self.clock.now()
+        on_call = ", ".join(f"{o['name']} ({o['pipeline']})" for o in self.matcher.on_call(now)) or "nobody"
+        log.info(
+            "callout: %d pipeline(s), %d people, channels %s; on call now: %s",
+            len(self.notify.pipelines),
+            len(self.notify.people),
+            ", ".join(self.notify.channels) or "none",
+            on_call,
+        )
+        for alarm in self.manager.active():
+            if alarm.state is AlarmState.UNACK and alarm.active:
+                self._activated(alarm, now, counted=False)
+        for esc in self.store.running("flood"):
+            self._floods[esc.pipeline] = esc.id
+
+    def _activated(self, alarm: Alarm, now: float, counted: bool = True) -> None:
+        pipeline = self.matcher.pipeline(alarm, now)
+        if pipeline is None:
+            return
+        if counted:
+            self._raised.append(now)
+        flooding = self._flooding(now)
+        activated = alarm.activated_at or now
+        if self.store.known(alarm.sensor, str(alarm.rule), activated):
+            return  # this activation has its escalation already (a restart's resume)
+        esc = self._start("alarm", alarm.sensor, str(alarm.rule), activated, pipeline, now)
+        if esc is None:
+            return
+        if flooding:
+            # The summary goes out at the next tick, so the alarms of one burst share it.
+            self.store.fold(esc.id, self._flood_for(pipeline, now))
+        else:
+            self.tick(now)
+
+    def _start(
+        self, kind: str, sensor: str, rule: str, activated: float, p: Pipeline, now: float
+    ) -> Escalation | None:
+        roster = self.notify.rosters[p.roster]
+        steps = len(roster) * (p.repeat + 1)
+        return self.store.start(
+            kind, sensor, rule, activated, p.name, roster, steps, p.delay, p.stop_on_clear, now
+        )
+
+    def _flooding(self, now: float) -> bool:
+        window = self.config.alarms.flood_window
+        while self._raised and self._raised[0] <= now - window:
+            self._raised.popleft()
+        return len(self._raised) > self.config.alarms.flood_count
+
+    def _flood_for(self, pipeline: Pipeline, now: float) -> int:
+        """The pipeline's running flood escalation, started (and the window's escalations
+        folded into it) when there is none."""
+        known = self._floods.get(pipeline.name)
+        if known is not None:
+            esc = self.store.get(known)
+            if esc is not None and esc.status == "running":
+                return known
+        flood = self._start("flood", "(flood)", "flood", now, pipeline, now)
+        assert flood is not None
+        self._floods[pipeline.name] = flood.id
+        window_start = now - self.config.alarms.flood_window
+        for esc in self.store.running("alarm"):
+            if esc.pipeline == pipeline.name and esc.started > window_start:
+                self.store.fold(esc.id, flood.id)
+        log.warning("alarm flood: pipeline %s sends one summary per person", pipeline.name)
+        return flood.id
+
+    def _end_alarm(
+        self, alarm: Alarm, status: str, by: str | None, only_if_stop_on_clear: bool = False
+    ) -> None:
+        now = self.clock.now()
+        floods: set[int] = set()
+        for esc in self.store.find(alarm.sensor, str(alarm.rule)):
+            if only_if_stop_on_clear and not esc.stop_on_clear:
+                continue
+            if self.store.end(esc.id, status, by, now):
+                log.info(
+                    "callout for %s/%s ended: %s%s",
+                    alarm.sensor,
+                    alarm.rule,
+                    status,
+                    f" by {by}" if by else "",
+                )
+            if esc.flood is not None:
+                floods.add(esc.flood)
+        for flood in floods:
+            if not any(m.status in ("running", "flood") for m in self.store.members(flood)):
+                self.store.end(flood, "acknowledged" if status == "acknowledged" else "cleared", by, now)
+
+    # --- steps -----------------------------------------------------------------------
+
+    def tick(self, now: float | None = None) -> None:
+        """Take every escalation step that is due (the daemon calls this every second)."""
+        now = self.clock.now() if now is None else now
+        self._flooding(now)
+        try:
+            for esc in self.store.due(now):
+                self._step(esc, now)
+        except StateError as exc:  # a full disk: the step stays due and is taken next tick
+            log.error("callout: %s", exc)
+
+    def _step(self, esc: Escalation, now: float) -> None:
+        person_id = esc.roster[esc.next_step % len(esc.roster)]
+        person = self.notify.people.get(person_id)
+        pipeline = next((p for p in self.notify.pipelines if p.name == esc.pipeline), None)
+        link: tuple[str, float] | None = None
+        url = None
+        expires = None
+        if self.signer is not None and self.notify.link_base is not None:
+            expires = now + self.notify.link_ttl
+            nonce, token = self.signer.make(esc.id, person_id, expires)
+            link = (nonce, expires)
+            url = f"{self.notify.link_base.rstrip('/')}/callout/ack/{token}"
+        if esc.kind == "flood":
+            waiting = [a for a in self._flood_alarms(esc.id) if a.state in _UNACK]
+            subject, text = flood_message(waiting, self.station, self.zone, now, url, expires)
+        else:
+            alarm = self.manager.get(esc.sensor, esc.rule)
+            if alarm is None:
+                self.store.end(esc.id, "stopped", None, now)
+                return
+            unit = self._units.get(alarm.sensor, "")
+            subject, text = alarm_message(alarm, self.station, unit, self.zone, url, expires)
+        messages = []
+        if person is not None:
+            wanted = (
+                pipeline.channels if pipeline is not None and pipeline.channels else list(person.contacts)
+            )
+            messages = [(ch, person.contacts[ch], subject, text) for ch in wanted if ch in person.contacts]
+        if not messages:
+            log.error(
+                "callout %s step %d: %s has no channel of this pipeline", esc.id, esc.next_step, person_id
+            )
+        if self.store.step(esc, messages, person_id, link, now):
+            self._wake.set()
+
+    def _flood_alarms(self, flood: int) -> list[Alarm]:
+        out = []
+        for m in self.store.members(flood):
+            alarm = self.manager.get(m.sensor, m.rule)
+            if alarm is not None:
+                out.append(alarm)
+        return out
+
+    # --- delivery --------------------------------------------------------------------
+
+    async def deliver_due(self) -> int:
+        """Send every message that is due; returns how many were sent."""
+        count = 0
+        for m in self.store.pending(self.clock.now()):
+            sender = self.senders.get(m.channel)
+            if sender is None:
+                continue
+            try:
+                link = _link_of(m.text)
+                await sender.send(m.address, m.subject, m.text, link)
+            except MonitorError as exc:
+                self._failed(m, str(exc))
+                continue
+            now = self.clock.now()
+            self.store.sent(m, now)
+            count += 1
+            self.sent += 1
+            log.info("callout %s step %d: %s told by %s", m.escalation, m.step, m.person, m.channel)
+            self._channel_ok(m.channel, now)
+        return count
+
+    def _failed(self, m: Message, error: str) -> None:
+        self.failed += 1
+        now = self.clock.now()
+        backoff = min(self.notify.retry_initial * 2**m.attempts, self.notify.retry_max)
+        self.store.failed(m, error, now + backoff)
+        sensor = f"notify.{m.channel}"
+        existing = self.manager.get(sensor, Rule.NOTIFY)
+        if existing is None or not existing.active:
+            log.error("callout channel %s failing (retry in %gs): %s", m.channel, backoff, error)
+            self.on_condition(
+                Condition(
+                    now,
+                    sensor,
+                    Rule.NOTIFY,
+                    ConditionState.ACTIVE,
+                    float(m.attempts + 1),
+                    None,
+                    CITATION,
+                    f"channel {m.channel} failing: {error}"[:300],
+                )
+            )
+        else:
+            log.debug("callout channel %s still failing: %s", m.channel, error)
+
+    def _channel_ok(self, channel: str, now: float) -> None:
+        existing = self.manager.get(f"notify.{channel}", Rule.NOTIFY)
+        if existing is not None and existing.active:
+            log.info("callout channel %s recovered", channel)
+            self.on_condition(
+                Condition(
+                    now,
+                    f"notify.{channel}",
+                    Rule.NOTIFY,
+                    ConditionState.CLEARED,
+                    0.0,
+                    None,
+                    CITATION,
+                    f"channel {channel} delivering again",
+                )
+            )
+
+    async def run(self, poll: float = 1.0) -> None:
+        """Deliver until cancelled: woken by a new step, or every `poll` seconds for retries."""
+        while True:
+            self._wake.clear()
+            try:
+                await self.deliver_due()
+            except MonitorError as exc:
+                log.error("callout delivery: %s", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=poll)
+
+    # --- acknowledge links -----------------------------------------------------------
+
+    def check_link(self, token: str) -> tuple[Escalation, str]:
+        """(escalation, person id) of a valid, unspent, unexpired link; LinkError otherwise."""
+        nonce = nonce_of(token)
+        found = None if nonce is None else self.store.link(nonce)
+        if found is None or self.signer is None:
+            raise LinkError("this link is not valid")
+        if not self.signer.check(token, found.escalation, found.person, found.expires):
+            raise LinkError("this link is not valid")
+        if found.used_at is not None:
+            raise LinkError(f"this link was used already ({iso(found.used_at)})")
+        if self.clock.now() >= found.expires:
+            raise LinkError("this link has expired; acknowledge on the console")
+        esc = self.store.get(found.escalation)
+        if esc is None:
+            raise LinkError("this link is not valid")
+        return esc, found.person
+
+    def acknowledge_link(self, token: str) -> list[Alarm]:
+        """Spend a link and acknowledge its alarm(s) in the person's name (the journal records
+        it); a flood link acknowledges every alarm of the flood still waiting."""
+        esc, person_id = self.check_link(token)
+        person = self.notify.people.get(person_id)
+        name = person.name if person is not None else person_id
+        nonce = nonce_of(token)
+        assert nonce is not None
+        if not self.store.use_link(nonce, name, self.clock.now()):
+            raise LinkError("this link was used already")
+        keys = (
+            [(m.sensor, m.rule) for m in self.store.members(esc.id)]
+            if esc.kind == "flood"
+            else [(esc.sensor, esc.rule)]
+        )
+        done = []
+        for sensor, rule in keys:
+            alarm = self.manager.get(sensor, rule)
+            if alarm is None or alarm.state not in _UNACK:
+                continue
+            try:
+                done.append(self.manager.acknowledge(sensor, rule, name, note="acknowledged by callout link"))
+            except AlarmError as exc:
+                log.info("callout link: %s", exc)
+        if esc.kind == "flood":
+            self.store.end(esc.id, "acknowledged", name, self.clock.now())
+        return done
+
+    # --- console ---------------------------------------------------------------------
+
+    def status(self, limit: int = 50) -> dict[str, object]:
+        """Escalations (who was told when, who is next) and who is on call now (the console)."""
+        from monitor.callout.status import describe
+
+        return describe(self, limit)
+
+    async def aclose(self) -> None:
+        for sender in self.senders.values():
+            await sender.aclose()
+        self.store.close()
+
+
+def _link_of(text: str) -> str | None:
+    for word in text.split():
+        if "/callout/ack/" in word:
+            return word
+    return None

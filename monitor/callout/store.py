@@ -1,0 +1,376 @@
+"""Escalations, the messages they send and the acknowledge links they hand out, in SQLite.
+
+The one module of the callout that imports `sqlite3`; its errors become `StateError`.
+Exactly once comes from the keys: a message row is (escalation, step, person,
+channel) and is written in the same transaction that moves the escalation to its
+next step, so a restart neither skips a step nor repeats one. A message is marked
+sent after the provider accepted it; the only window for a repeat is a kill between
+the provider's OK and that commit (milliseconds), and then the person gets the page
+twice rather than never.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from monitor.errors import StateError
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS escalation (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind          TEXT NOT NULL,            -- alarm | flood
+    sensor        TEXT NOT NULL,
+    rule          TEXT NOT NULL,
+    activated_at  REAL NOT NULL,
+    pipeline      TEXT NOT NULL,
+    roster        TEXT NOT NULL,            -- JSON list of person ids, as at the start
+    steps         INTEGER NOT NULL,
+    delay         REAL NOT NULL,
+    stop_on_clear INTEGER NOT NULL,
+    started       REAL NOT NULL,
+    next_step     INTEGER NOT NULL DEFAULT 0,
+    next_at       REAL,
+    status        TEXT NOT NULL,            -- running | acknowledged | cleared | stopped | done | flood
+    ended_at      REAL,
+    ended_by      TEXT,
+    flood         INTEGER,                  -- the flood escalation this alarm was folded into
+    UNIQUE (kind, sensor, rule, activated_at, pipeline)
+);
+CREATE INDEX IF NOT EXISTS escalation_status ON escalation (status);
+CREATE TABLE IF NOT EXISTS message (
+    escalation INTEGER NOT NULL,
+    step       INTEGER NOT NULL,
+    person     TEXT NOT NULL,
+    channel    TEXT NOT NULL,
+    address    TEXT NOT NULL,
+    subject    TEXT NOT NULL,
+    text       TEXT NOT NULL,
+    state      TEXT NOT NULL,               -- pending | sent | cancelled
+    attempts   INTEGER NOT NULL DEFAULT 0,
+    next_try   REAL NOT NULL,
+    created    REAL NOT NULL,
+    sent_at    REAL,
+    error      TEXT,
+    PRIMARY KEY (escalation, step, person, channel)
+);
+CREATE INDEX IF NOT EXISTS message_state ON message (state, next_try);
+CREATE TABLE IF NOT EXISTS link (
+    nonce      TEXT PRIMARY KEY,
+    escalation INTEGER NOT NULL,
+    person     TEXT NOT NULL,
+    expires    REAL NOT NULL,
+    used_at    REAL,
+    used_by    TEXT
+);
+"""
+
+ACTIVE = ("running", "flood")
+
+
+@dataclass(frozen=True, slots=True)
+class Escalation:
+    id: int
+    kind: str
+    sensor: str
+    rule: str
+    activated_at: float
+    pipeline: str
+    roster: tuple[str, ...]
+    steps: int
+    delay: float
+    stop_on_clear: bool
+    started: float
+    next_step: int
+    next_at: float | None
+    status: str
+    ended_at: float | None
+    ended_by: str | None
+    flood: int | None
+
+    @property
+    def next_person(self) -> str | None:
+        if self.status != "running" or self.next_step >= self.steps:
+            return None
+        return self.roster[self.next_step % len(self.roster)]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    escalation: int
+    step: int
+    person: str
+    channel: str
+    address: str
+    subject: str
+    text: str
+    state: str
+    attempts: int
+    next_try: float
+    created: float
+    sent_at: float | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    nonce: str
+    escalation: int
+    person: str
+    expires: float
+    used_at: float | None
+    used_by: str | None
+
+
+_ESC = (
+    "id, kind, sensor, rule, activated_at, pipeline, roster, steps, delay, stop_on_clear, started, "
+    "next_step, next_at, status, ended_at, ended_by, flood"
+)
+_MSG = (
+    "escalation, step, person, channel, address, subject, text, state, attempts, next_try, created, "
+    "sent_at, error"
+)
+
+
+def _esc(row: tuple[object, ...]) -> Escalation:
+    values = list(row)
+    values[6] = tuple(json.loads(str(values[6])))
+    values[9] = bool(values[9])
+    return Escalation(*values)  # type: ignore[arg-type]
+
+
+class CalloutStore:
+    """`state_dir/callout.sqlite`; every method is one transaction. Not thread-safe."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # One event loop uses it; created elsewhere is fine (the console tests build it first).
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None:
+                self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise StateError(f"{path}: written by a newer station-monitor (schema {row[0]})")
+        except (sqlite3.Error, OSError) as exc:
+            raise StateError(f"callout store {path}: {exc}") from exc
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StateError(f"callout store {self.path}: {exc}") from exc
+
+    def _query(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
+        try:
+            return list(self._db.execute(sql, args).fetchall())
+        except sqlite3.Error as exc:
+            raise StateError(f"callout store {self.path}: {exc}") from exc
+
+    # --- escalations -----------------------------------------------------------------
+
+    def start(
+        self,
+        kind: str,
+        sensor: str,
+        rule: str,
+        activated_at: float,
+        pipeline: str,
+        roster: Sequence[str],
+        steps: int,
+        delay: float,
+        stop_on_clear: bool,
+        now: float,
+    ) -> Escalation | None:
+        """A new escalation, due at once; None when this activation already has one."""
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT OR IGNORE INTO escalation (kind, sensor, rule, activated_at, pipeline, roster, "
+                "steps, delay, stop_on_clear, started, next_at, status) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running')",
+                (
+                    kind,
+                    sensor,
+                    rule,
+                    activated_at,
+                    pipeline,
+                    json.dumps(list(roster)),
+                    steps,
+                    delay,
+                    int(stop_on_clear),
+                    now,
+                    now,
+                ),
+            )
+            if cur.rowcount == 0:
+                return None
+            rowid = cur.lastrowid
+        return self.get(int(rowid or 0))
+
+    def known(self, sensor: str, rule: str, activated_at: float) -> bool:
+        """Whether this activation has an escalation, under any pipeline or status."""
+        rows = self._query(
+            "SELECT 1 FROM escalation WHERE kind='alarm' AND sensor=? AND rule=? AND activated_at=?",
+            (sensor, rule, activated_at),
+        )
+        return bool(rows)
+
+    def get(self, escalation: int) -> Escalation | None:
+        rows = self._query(f"SELECT {_ESC} FROM escalation WHERE id=?", (escalation,))
+        return _esc(rows[0]) if rows else None
+
+    def find(self, sensor: str, rule: str, statuses: Sequence[str] = ACTIVE) -> list[Escalation]:
+        marks = ",".join("?" * len(statuses))
+        rows = self._query(
+            f"SELECT {_ESC} FROM escalation "
+            f"WHERE kind='alarm' AND sensor=? AND rule=? AND status IN ({marks})",
+            (sensor, rule, *statuses),
+        )
+        return [_esc(r) for r in rows]
+
+    def running(self, kind: str | None = None) -> list[Escalation]:
+        sql = f"SELECT {_ESC} FROM escalation WHERE status='running'"
+        rows = self._query(sql + (" AND kind=?" if kind else "") + " ORDER BY id", (kind,) if kind else ())
+        return [_esc(r) for r in rows]
+
+    def due(self, now: float) -> list[Escalation]:
+        rows = self._query(
+            f"SELECT {_ESC} FROM escalation WHERE status='running' AND next_at<=? ORDER BY next_at, id",
+            (now,),
+        )
+        return [_esc(r) for r in rows]
+
+    def members(self, flood: int) -> list[Escalation]:
+        rows = self._query(f"SELECT {_ESC} FROM escalation WHERE flood=? ORDER BY id", (flood,))
+        return [_esc(r) for r in rows]
+
+    def recent(self, limit: int = 50) -> list[Escalation]:
+        rows = self._query(f"SELECT {_ESC} FROM escalation ORDER BY id DESC LIMIT ?", (limit,))
+        return [_esc(r) for r in rows]
+
+    def step(
+        self,
+        esc: Escalation,
+        messages: Sequence[tuple[str, str, str, str]],
+        person: str,
+        link: tuple[str, float] | None,
+        now: float,
+    ) -> bool:
+        """Write step `esc.next_step`'s messages ((channel, address, subject, text)) and its link,
+        and move on, in one transaction; False when another caller took this step already."""
+        step = esc.next_step
+        last = step + 1 >= esc.steps
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE escalation SET next_step=?, next_at=?, status=? "
+                "WHERE id=? AND next_step=? AND status='running'",
+                (step + 1, None if last else now + esc.delay, "done" if last else "running", esc.id, step),
+            )
+            if cur.rowcount == 0:
+                return False
+            for channel, address, subject, text in messages:
+                db.execute(
+                    f"INSERT OR IGNORE INTO message ({_MSG}) "
+                    "VALUES (?,?,?,?,?,?,?,'pending',0,?,?,NULL,NULL)",
+                    (esc.id, step, person, channel, address, subject, text, now, now),
+                )
+            if link is not None:
+                db.execute(
+                    "INSERT INTO link (nonce, escalation, person, expires) VALUES (?,?,?,?)",
+                    (link[0], esc.id, person, link[1]),
+                )
+        return True
+
+    def end(self, escalation: int, status: str, by: str | None, now: float) -> bool:
+        """Stop an escalation (and the messages it has not sent yet); False if it had ended."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE escalation SET status=?, ended_at=?, ended_by=?, next_at=NULL "
+                "WHERE id=? AND status IN ('running', 'flood', 'done')",
+                (status, now, by, escalation),
+            )
+            db.execute(
+                "UPDATE message SET state='cancelled' WHERE escalation=? AND state='pending'", (escalation,)
+            )
+        return cur.rowcount > 0
+
+    def fold(self, escalation: int, flood: int) -> None:
+        """An alarm's escalation becomes part of a flood summary; its unsent messages are dropped."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE escalation SET status='flood', flood=?, next_at=NULL WHERE id=?", (flood, escalation)
+            )
+            db.execute(
+                "UPDATE message SET state='cancelled' WHERE escalation=? AND state='pending'", (escalation,)
+            )
+
+    # --- messages --------------------------------------------------------------------
+
+    def pending(self, now: float) -> list[Message]:
+        rows = self._query(
+            f"SELECT {_MSG} FROM message WHERE state='pending' AND next_try<=? ORDER BY next_try", (now,)
+        )
+        return [Message(*r) for r in rows]  # type: ignore[arg-type]
+
+    def messages(self, escalation: int) -> list[Message]:
+        rows = self._query(
+            f"SELECT {_MSG} FROM message WHERE escalation=? ORDER BY step, channel", (escalation,)
+        )
+        return [Message(*r) for r in rows]  # type: ignore[arg-type]
+
+    def sent(self, m: Message, now: float) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE message SET state='sent', sent_at=?, attempts=attempts+1, error=NULL "
+                "WHERE escalation=? AND step=? AND person=? AND channel=? AND state='pending'",
+                (now, m.escalation, m.step, m.person, m.channel),
+            )
+
+    def failed(self, m: Message, error: str, next_try: float) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE message SET attempts=attempts+1, error=?, next_try=? "
+                "WHERE escalation=? AND step=? AND person=? AND channel=? AND state='pending'",
+                (error[:500], next_try, m.escalation, m.step, m.person, m.channel),
+            )
+
+    def next_try(self) -> float | None:
+        rows = self._query("SELECT MIN(next_try) FROM message WHERE state='pending'")
+        value = rows[0][0] if rows else None
+        return None if value is None else float(value)  # type: ignore[arg-type]
+
+    # --- acknowledge links -----------------------------------------------------------
+
+    def link(self, nonce: str) -> Link | None:
+        rows = self._query(
+            "SELECT nonce, escalation, person, expires, used_at, used_by FROM link WHERE nonce=?", (nonce,)
+        )
+        return Link(*rows[0]) if rows else None  # type: ignore[arg-type]
+
+    def use_link(self, nonce: str, by: str, now: float) -> bool:
+        """Spend a link; False when it was spent already (single use, even under a race)."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE link SET used_at=?, used_by=? WHERE nonce=? AND used_at IS NULL", (now, by, nonce)
+            )
+        return cur.rowcount > 0
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,447 @@
+"""Callout against a real SMTP server (aiosmtpd on loopback): escalation along a roster on an
+injected clock, acknowledge links (single use, expiry, forgery), acknowledgement and return to
+normal stopping it, a failing provider retried with back-off behind a diagnostic alarm, floods
+as one summary per person, schedules in station local time, and the `notify:` config checks."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import pytest
+import yaml
+from fastapi import FastAPI
+
+from monitor.alarms import AlarmManager
+from monitor.callout import Callout
+from monitor.config import Config, build_config
+from monitor.errors import ConfigError
+from monitor.model import AlarmState, Condition, ConditionState, ManualClock, Rule
+from monitor.web.callout import add_callout_routes
+from tests.mqtt_tools import make_ca
+from tests.smtp import MailServer
+
+# Wednesday 14 January 2026, 03:00 UTC: 22:00 on Tuesday in Barton (America/New_York, EST).
+T0 = datetime(2026, 1, 14, 3, 0, tzinfo=UTC).timestamp()
+ALICE, BOB = "alice@example.org", "bob@example.org"
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return make_ca(tmp_path_factory.mktemp("ca"))
+
+
+@pytest.fixture
+def smtp(monkeypatch: pytest.MonkeyPatch, certs: dict[str, Path]) -> Iterator[MailServer]:
+    monkeypatch.setenv("CALLOUT_SMTP_PASSWORD", "mail-pw")
+    monkeypatch.setenv("CALLOUT_LINK_SECRET", "link-secret-for-tests")
+    monkeypatch.setenv("CALLOUT_CA", str(certs["ca"]))
+    with MailServer(users={"monitor": "mail-pw"}, certs=certs) as server:
+        yield server
+
+
+def raw_config(tmp_path: Path, smtp_port: int, **pipeline: Any) -> dict[str, Any]:
+    return {
+        "station": {"id": "ps-1", "name": "Barton PS 1", "timezone": "America/New_York"},
+        "state_dir": str(tmp_path / "state"),
+        "console": {"enabled": False},
+        "sensors": [
+            {"id": "outfall.ph", "kind": "ph", "discharger": "acme-plating"},
+            {"id": "outfall.flow", "kind": "flow", "unit": "gpm"},
+        ],
+        "notify": {
+            "channels": {
+                "mail": {
+                    "type": "email",
+                    "host": "127.0.0.1",
+                    "port": smtp_port,
+                    "security": "starttls",
+                    "ca_file": os.environ["CALLOUT_CA"],
+                    "username": "monitor",
+                    "password": "${CALLOUT_SMTP_PASSWORD}",
+                    "sender": "monitor@ps-1.example",
+                }
+            },
+            "people": {
+                "alice": {"name": "Alice Smith", "contacts": {"mail": ALICE}},
+                "bob": {"name": "Bob Jones", "contacts": {"mail": BOB}},
+            },
+            "rosters": {"operators": ["alice", "bob"]},
+            "pipelines": [
+                {
+                    "name": "operators",
+                    "roster": "operators",
+                    "delay": "5s",
+                    "match": {"rules": ["low", "high", "slug"]},  # not the channel's own diagnostic
+                    **pipeline,
+                }
+            ],
+            "link_base": "https://gateway.example/",
+            "link_secret": "${CALLOUT_LINK_SECRET}",
+            "link_ttl": "1h",
+        },
+    }
+
+
+def ph(state: ConditionState, t: float, value: float = 3.2, rule: Rule = Rule.LOW) -> Condition:
+    return Condition(t, "outfall.ph", rule, state, value, 5.0, "§139-15 C(3)")
+
+
+class Rig:
+    def __init__(self, config: Config, clock: ManualClock) -> None:
+        self.clock = clock
+        self.manager = AlarmManager.open(config, clock)
+        self.callout = Callout(config, self.manager, clock)
+        app = FastAPI()
+        add_callout_routes(app, self.callout, None)
+        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console")
+
+    async def step(self, seconds: float = 0.0) -> int:
+        self.clock.advance(seconds)
+        self.callout.tick()
+        return await self.callout.deliver_due()
+
+    async def close(self) -> None:
+        await self.http.aclose()
+        await self.callout.aclose()
+        self.manager.close()
+
+
+def escalations(rig: Rig) -> list[dict[str, Any]]:
+    return cast(list[dict[str, Any]], rig.callout.status()["escalations"])
+
+
+def link(body: str) -> str:
+    found = re.search(r"https://gateway\.example(/callout/ack/\S+)", body)
+    assert found is not None, body
+    return found.group(1)
+
+
+def run(tmp_path: Path, smtp: MailServer, test: Any, **pipeline: Any) -> None:
+    config = build_config(raw_config(tmp_path, smtp.port, **pipeline))
+
+    async def go() -> None:
+        rig = Rig(config, ManualClock(T0))
+        try:
+            await test(rig)
+        finally:
+            await rig.close()
+
+    asyncio.run(go())
+
+
+def test_ph_alarm_mails_alice_then_bob_after_the_delay_until_the_link_acknowledges(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    async def test(rig: Rig) -> None:
+        rig.manager.apply(ph(ConditionState.ACTIVE, T0))
+        assert await rig.step() == 1
+        [first] = smtp.to(ALICE)
+        assert first.subject == "[Barton PS 1] HIGH outfall.ph low"
+        body = first.body
+        for fact in (
+            "Barton PS 1",
+            "outfall.ph",
+            "value 3.2",
+            "limit 5",
+            "§139-15 C(3)",
+            "2026-01-13 22:00 EST",
+        ):
+            assert fact in body
+        assert "until 2026-01-13 23:00 EST" in body  # the link's expiry, local time too
+        console = (await rig.http.get("/api/callout")).json()
+        assert [o["name"] for o in console["on_call"]] == ["Alice Smith"]
+        [shown] = console["escalations"]
+        assert shown["next"]["person"] == "bob" and shown["next"]["at_local"] == "2026-01-13 22:00 EST"
+        assert shown["told"][0]["person"] == "alice" and shown["told"][0]["state"] == "sent"
+        assert await rig.step(4.9) == 0 and smtp.to(BOB) == []
+        assert await rig.step(0.2) == 1
+        [second] = smtp.to(BOB)
+        ack = link(second.body)
+
+        page = await rig.http.get(ack)  # opening the link (or a mail scanner) does not acknowledge
+        assert page.status_code == 200 and "Bob Jones" in page.text
+        assert rig.manager.get("outfall.ph", Rule.LOW).state is AlarmState.UNACK  # type: ignore[union-attr]
+        done = await rig.http.post(ack)
+        assert done.status_code == 200, done.text
+        alarm = rig.manager.get("outfall.ph", Rule.LOW)
+        assert alarm is not None and alarm.state is AlarmState.ACKED and alarm.acked_by == "Bob Jones"
+        [entry] = [e for e in rig.manager.journal.entries() if e.event == "acknowledged"]
+        assert entry.actor == "Bob Jones" and entry.note == "acknowledged by callout link"
+
+        again = await rig.http.post(ack)
+        assert again.status_code == 410 and "used already" in again.text
+        assert await rig.step(3600) == 0
+        assert len(smtp.mails) == 2
+        [esc] = escalations(rig)
+        assert esc["status"] == "acknowledged" and esc["ended_by"] == "Bob Jones"
+        assert [(t["person"], t["state"]) for t in esc["told"]] == [("alice", "sent"), ("bob", "sent")]
+
+    run(tmp_path, smtp, test, repeat=1)
+
+
+def test_links_expire_and_forged_or_garbage_links_are_refused(tmp_path: Path, smtp: MailServer) -> None:
+    async def test(rig: Rig) -> None:
+        rig.manager.apply(ph(ConditionState.ACTIVE, T0))
+        await rig.step()
+        ack = link(smtp.to(ALICE)[0].body)
+        nonce, sig = ack.rsplit("/", 1)[1].split(".")
+        forged = f"/callout/ack/{nonce}.{'A' * len(sig)}"
+        for bad in (
+            forged,
+            "/callout/ack/nonsense",
+            "/callout/ack/" + "x" * 150 + ".y",
+            "/callout/ack/a.b.c",
+        ):
+            resp = await rig.http.post(bad)
+            assert resp.status_code == 410, bad
+        rig.clock.advance(3600)
+        expired = await rig.http.post(ack)
+        assert expired.status_code == 410 and "expired" in expired.text
+        assert rig.manager.get("outfall.ph", Rule.LOW).state is AlarmState.UNACK  # type: ignore[union-attr]
+
+    run(tmp_path, smtp, test, delay="2h")
+
+
+def test_acknowledgement_elsewhere_stops_it_at_once_even_a_message_still_retrying(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    async def test(rig: Rig) -> None:
+        smtp.refuse = True
+        rig.manager.apply(ph(ConditionState.ACTIVE, T0))
+        assert await rig.step() == 0  # the mail server says 451; the message waits for a retry
+        rig.manager.acknowledge("outfall.ph", Rule.LOW, "console operator")
+        smtp.refuse = False
+        assert await rig.step(60) == 0
+        assert smtp.mails == []
+        [esc] = escalations(rig)
+        assert esc["status"] == "acknowledged" and esc["told"][0]["state"] == "cancelled"
+
+    run(tmp_path, smtp, test)
+
+
+def test_return_to_normal_stops_it_when_configured(tmp_path: Path, smtp: MailServer) -> None:
+    async def test(rig: Rig) -> None:
+        rig.manager.apply(ph(ConditionState.ACTIVE, T0))
+        await rig.step()
+        rig.manager.apply(ph(ConditionState.CLEARED, T0 + 1, value=7.0))
+        assert await rig.step(10) == 0
+        assert len(smtp.to(ALICE)) == 1 and smtp.to(BOB) == []
+
+    run(tmp_path, smtp, test)
+
+
+def test_without_stop_on_clear_it_goes_on_until_acknowledged(tmp_path: Path, smtp: MailServer) -> None:
+    async def test(rig: Rig) -> None:
+        rig.manager.apply(ph(ConditionState.ACTIVE, T0))
+        await rig.step()
+        rig.manager.apply(ph(ConditionState.CLEARED, T0 + 1, value=7.0))
+        assert await rig.step(10) == 1
+        assert len(smtp.to(BOB)) == 1
+
+    run(tmp_path, smtp, test, stop_on_clear=False)
+
+
+def test_a_failing_provider_is_retried_with_backoff_and_raises_a_diagnostic_alarm(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    async def test(rig: Rig) -> None:
+        smtp.refuse = True
+        rig.manager.apply(ph(ConditionState.ACTIVE, T0))
+        assert await rig.step() == 0
+        diag = rig.manager.get("notify.mail", Rule.NOTIFY)
+        assert diag is not None and diag.active and diag.state is AlarmState.UNACK
+        assert "451" in diag.message
+        assert await rig.step(4.9) == 0  # first retry after retry_initial (5 s)
+        assert rig.callout.failed == 1
+        assert await rig.step(0.1) == 0
+        assert rig.callout.failed == 2
+        assert await rig.step(9.9) == 0 and rig.callout.failed == 2  # then 10 s
+        smtp.refuse = False
+        assert await rig.step(0.1) == 1
+        assert len(smtp.to(ALICE)) == 1
+        diag = rig.manager.get("notify.mail", Rule.NOTIFY)
+        assert diag is not None and not diag.active
+        [esc] = escalations(rig)
+        assert esc["told"][0]["attempts"] == 3 and esc["told"][0]["error"] is None
+
+    run(tmp_path, smtp, test, delay="1h")
+
+
+def test_a_flood_is_one_summary_per_person(tmp_path: Path, smtp: MailServer) -> None:
+    async def test(rig: Rig) -> None:
+        for i in range(12):  # EEMUA 191: more than 10 alarms in 10 minutes
+            rig.manager.apply(
+                Condition(T0 + i, f"wetwell.level{i}", Rule.HIGH, ConditionState.ACTIVE, 9.0, 8.0, "site")
+            )
+        assert await rig.step() == 1
+        [summary] = smtp.to(ALICE)
+        assert "ALARM FLOOD: 12 alarms" in summary.subject
+        assert "wetwell.level9 " in summary.body and "and 2 more" in summary.body
+        assert await rig.step(5) == 1
+        [bob] = smtp.to(BOB)
+        assert "ALARM FLOOD" in bob.subject
+        done = await rig.http.post(link(bob.body))
+        assert done.status_code == 200
+        assert all(a.acked_by == "Bob Jones" for a in rig.manager.alarms())
+        assert await rig.step(3600) == 0
+        assert len(smtp.mails) == 2
+
+    run(tmp_path, smtp, test, repeat=3)
+
+
+def test_pipelines_match_by_schedule_in_local_time_holidays_and_discharger(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    raw = raw_config(tmp_path, smtp.port)
+    notify = raw["notify"]
+    notify["holidays"] = ["2026-01-13"]
+    notify["schedules"] = {
+        "office": {"days": ["mon", "tue", "wed", "thu", "fri"], "from": "07:00", "to": "17:00"},
+        "nights": {
+            "days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun", "holiday"],
+            "from": "17:00",
+            "to": "07:00",
+        },
+    }
+    notify["rosters"]["day"] = ["bob"]
+    notify["pipelines"] = [
+        {"name": "acme", "roster": "day", "match": {"dischargers": ["acme-plating"], "schedule": "office"}},
+        {"name": "night", "roster": "operators", "match": {"schedule": "nights"}},
+    ]
+    config = build_config(raw)
+
+    async def go() -> None:
+        clock = ManualClock(T0)
+        rig = Rig(config, clock)
+        try:
+            m = rig.callout.matcher
+            # 22:00 local on Tuesday 13 Jan, a holiday: nights (the holiday listed), not office
+            assert [o["pipeline"] for o in m.on_call(T0)] == ["night"]
+            # Wednesday 14 Jan 10:00 local: office hours, acme's pipeline first
+            ten = datetime(2026, 1, 14, 15, 0, tzinfo=UTC).timestamp()
+            assert [o["name"] for o in m.on_call(ten)] == ["Bob Jones"]
+            # Wednesday 06:59 local: still the night that started on Tuesday
+            early = datetime(2026, 1, 14, 11, 59, tzinfo=UTC).timestamp()
+            assert [o["pipeline"] for o in m.on_call(early)] == ["night"]
+            clock.set(ten)
+            rig.manager.apply(ph(ConditionState.ACTIVE, ten))
+            await rig.callout.deliver_due()
+            assert len(smtp.to(BOB)) == 1 and smtp.to(ALICE) == []
+            clock.set(ten + 60)
+            rig.manager.apply(
+                Condition(ten, "outfall.flow", Rule.SLUG, ConditionState.ACTIVE, 9, 5, "§139-11")
+            )
+            await rig.callout.deliver_due()
+            assert smtp.to(ALICE) == []  # flow has no discharger and the night pipeline is off
+        finally:
+            await rig.close()
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (
+            lambda n: n["rosters"].update(operators=["alice", "carol"]),
+            "notify.rosters.operators: unknown person",
+        ),
+        (lambda n: n["people"]["bob"]["contacts"].update(sms="+15550100"), "notify.people.bob.contacts.sms"),
+        (lambda n: n["pipelines"][0].update(roster="nobody"), "notify.pipelines[0].roster: unknown roster"),
+        (
+            lambda n: n["channels"]["mail"].update(password="plain-text"),
+            "notify.channels.mail.email.password",
+        ),
+        (lambda n: n.update(link_secret=None), "notify.link_secret: link_base and link_secret go together"),
+        (
+            lambda n: n["channels"].update(
+                sms={"type": "http", "url": "https://sms.example/{too}", "form": {"Body": "{text}"}}
+            ),
+            "notify.channels.sms.http.url: unknown placeholder {too}",
+        ),
+        (lambda n: n["pipelines"][0].update(delay="soon"), "notify.pipelines[0].delay"),
+    ],
+)
+def test_bad_notify_config_names_the_key(tmp_path: Path, smtp: MailServer, change: Any, problem: str) -> None:
+    raw = raw_config(tmp_path, smtp.port)
+    change(raw["notify"])
+    with pytest.raises(ConfigError) as info:
+        build_config(raw)
+    assert any(p.startswith(problem) for p in info.value.problems), info.value.problems
+    assert "plain-text" not in str(info.value)
+
+
+def test_the_readme_callout_config_is_valid(repo_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (repo_root / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Callout\n", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    for name in ("SMTP_PASSWORD", "TWILIO_AUTH_TOKEN", "CALLOUT_LINK_SECRET"):
+        monkeypatch.setenv(name, "x")
+    config = build_config(yaml.safe_load(block))
+    assert config.notify is not None
+    assert config.notify.rosters["operators"] == ["alice", "bob"]
+    assert config.notify.channels["sms"].type == "http"
+
+
+def test_an_acknowledgement_through_the_console_api_stops_the_escalation(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    from tests.console import TOKEN, TableView, call
+
+    config = build_config(raw_config(tmp_path, smtp.port))
+    clock = ManualClock(T0)
+    view = TableView(tmp_path / "journal.sqlite", clock)
+    callout = Callout(config, view.alarms, clock)
+    view.alarms.apply(ph(ConditionState.ACTIVE, T0))
+    assert asyncio.run(callout.deliver_due()) == 1
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    resp = call(view, "POST", "/api/alarms/outfall.ph/low/ack", json={"by": "dana"}, headers=headers)
+    assert resp.status_code == 200, resp.text
+    clock.advance(60)
+    callout.tick()
+    assert asyncio.run(callout.deliver_due()) == 0
+    assert smtp.to(BOB) == []
+    [esc] = cast(list[dict[str, Any]], callout.status()["escalations"])
+    assert esc["status"] == "acknowledged" and esc["ended_by"] == "dana"
+    asyncio.run(callout.aclose())
+
+
+def test_a_restart_starts_what_the_store_missed_and_repeats_nothing(tmp_path: Path, smtp: MailServer) -> None:
+    config = build_config(raw_config(tmp_path, smtp.port))
+    clock = ManualClock(T0)
+
+    async def go() -> None:
+        # killed between the journal's commit and the callout's: the alarm is there, no escalation
+        manager = AlarmManager.open(config, clock)
+        manager.apply(ph(ConditionState.ACTIVE, T0))
+        manager.close()
+        for _ in range(2):  # two restarts: the first starts the escalation, the second repeats nothing
+            manager = AlarmManager.open(config, clock)
+            callout = Callout(config, manager, clock)
+            callout.resume()
+            callout.tick()
+            await callout.deliver_due()
+            await callout.aclose()
+            manager.close()
+        assert len(smtp.to(ALICE)) == 1 and smtp.to(BOB) == []
+
+    asyncio.run(go())
+
+
+def test_repeat_goes_round_the_roster_again_then_stops(tmp_path: Path, smtp: MailServer) -> None:
+    async def test(rig: Rig) -> None:
+        rig.manager.apply(ph(ConditionState.ACTIVE, T0))
+        sent = [await rig.step()] + [await rig.step(5) for _ in range(5)]
+        assert sent == [1, 1, 1, 1, 0, 0]
+        assert len(smtp.to(ALICE)) == 2 and len(smtp.to(BOB)) == 2
+        [esc] = escalations(rig)
+        assert esc["status"] == "done" and esc["next"] is None
+
+    run(tmp_path, smtp, test, repeat=1)
