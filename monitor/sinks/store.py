@@ -14,8 +14,8 @@ lists what a crash left in between (see `monitor.pipeline`).
 from __future__ import annotations
 
 import contextlib
-import json
 import sqlite3
+from array import array
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -77,13 +77,13 @@ class SeriesStore:
 
     def append(self, samples: Iterable[Sample]) -> int:
         """Store samples in one transaction (NaN values are kept as NULL); returns how many."""
-        return self._append(samples, None)[0]
+        return self._append(samples, hold=False)[0]
 
     def hold(self, samples: Sequence[Sample]) -> int:
         """Store samples and keep them as an intake record, in one transaction; returns
-        the record's number for `release`."""
-        body = json.dumps([[s.sensor, s.time, s.value, int(s.quality)] for s in samples]).encode()
-        seq = self._append(samples, body)[1]
+        the record's number for `release`. The record holds the keys (sensor, time) only,
+        12 bytes a sample: the values are in the `sample` rows of the same transaction."""
+        seq = self._append(samples, hold=True)[1]
         assert seq is not None
         return seq
 
@@ -95,17 +95,31 @@ class SeriesStore:
             raise SinkError(f"cannot write to series store {self.path}: {exc}") from exc
 
     def held(self) -> list[tuple[int, list[Sample]]]:
-        """Intake records not released, oldest first."""
+        """Intake records not released, oldest first, with their samples as stored."""
+        names = {sid: name for name, sid in self._ids.items()}
+        out: list[tuple[int, list[Sample]]] = []
+        nan = float("nan")
         try:
-            rows = self._db.execute("SELECT seq, body FROM intake ORDER BY seq").fetchall()
+            for seq, body in self._db.execute("SELECT seq, body FROM intake ORDER BY seq").fetchall():
+                n = len(body) // 12
+                ids, times = array("i"), array("d")
+                ids.frombytes(body[: 4 * n])
+                times.frombytes(body[4 * n :])
+                samples = []
+                for sid, t in zip(ids, times, strict=True):
+                    row = self._db.execute(
+                        "SELECT value, quality FROM sample WHERE sensor = ? AND t = ?", (sid, t)
+                    ).fetchone()
+                    if row is not None:  # None: pruned by retention since
+                        samples.append(
+                            Sample(names[sid], t, nan if row[0] is None else row[0], Quality(row[1]))
+                        )
+                out.append((seq, samples))
         except sqlite3.Error as exc:
             raise SinkError(f"cannot read series store {self.path}: {exc}") from exc
-        return [
-            (seq, [Sample(str(n), float(t), float(v), Quality(int(q))) for n, t, v, q in json.loads(body)])
-            for seq, body in rows
-        ]
+        return out
 
-    def _append(self, samples: Iterable[Sample], body: bytes | None) -> tuple[int, int | None]:
+    def _append(self, samples: Iterable[Sample], hold: bool) -> tuple[int, int | None]:
         seq: int | None = None
         try:
             self._db.execute("BEGIN IMMEDIATE")
@@ -120,7 +134,11 @@ class SeriesStore:
                     for s in samples
                 ]
                 self._db.executemany("INSERT OR REPLACE INTO sample VALUES (?, ?, ?, ?)", rows)
-                if body is not None:
+                if hold:
+                    body = (
+                        array("i", [r[0] for r in rows]).tobytes()
+                        + array("d", [r[1] for r in rows]).tobytes()
+                    )
                     seq = self._db.execute("INSERT INTO intake (body) VALUES (?)", (body,)).lastrowid
                 if rows:
                     newest = max(r[1] for r in rows)
