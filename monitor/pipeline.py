@@ -372,7 +372,9 @@ class Pipeline:
 
     def recover(self) -> int:
         """Apply every batch the series store still holds to the outbox and the ledger
-        again (a crash came between their commits); returns how many."""
+        again (a crash came between their commits), and bring the meter alarms in line
+        with the ledger (a crash between its commit and the journal's); returns how many
+        batches."""
         count = 0
         for seq, samples in self.sink.store.held():
             meters = [s for s in samples if self._kinds.get(s.sensor) is Kind.METER]
@@ -386,6 +388,15 @@ class Pipeline:
             self.sink.store.release(seq)
             self._raise_and_tell(conditions)
             count += 1
+        journal = {
+            meter: alarm is not None and alarm.active
+            for meter in self.meters.ledger.specs
+            for alarm in [self.alarms.get(meter, Rule.METER)]
+        }
+        meter_conditions = self.meters.reconcile(journal)
+        if meter_conditions:
+            log.warning("%d meter alarm(s) brought in line with the ledger", len(meter_conditions))
+            self._raise_and_tell(meter_conditions)
         if count:
             log.warning("re-applied %d batch(es) a crash left between the stores", count)
         self.stats.recovered += count

@@ -127,3 +127,26 @@ def test_a_refused_store_judges_and_acknowledges_nothing_until_it_is_stored(tiny
         assert daemon.pipeline.stats.stalls == 1
     finally:
         close(daemon)
+
+
+def test_a_meter_alarm_the_ledger_holds_but_the_journal_missed_is_raised_at_start(tmp_path: Path) -> None:
+    config = station(tmp_path / "state")
+    daemon = Daemon(config, ManualClock(T0))
+    daemon.pipeline.process([Sample("shop.meter", T0 + 60 * i, 500.0 + i) for i in range(3)])
+    # The crash: the ledger committed a reading that went backwards; the journal never
+    # heard of the alarm it raises.
+    assert daemon.meters.ingest([Sample("shop.meter", T0 + 240, 10.0)])
+    close(daemon)
+
+    again = Daemon(config, ManualClock(T0))
+    try:
+        alarm = again.alarms.get("shop.meter", Rule.METER)
+        assert alarm is not None and alarm.active and "backwards" in alarm.message
+    finally:
+        close(again)
+    third = Daemon(config, ManualClock(T0))  # in line now: nothing raised twice
+    try:
+        entries = [e.event for e in third.alarms.journal.entries() if e.sensor == "shop.meter"]
+        assert entries == ["activated"]
+    finally:
+        close(third)
