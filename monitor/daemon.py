@@ -37,6 +37,7 @@ from monitor.meters.book import MeterBook
 from monitor.model import Clock, WallClock
 from monitor.pipeline import Pipeline
 from monitor.reconcile import Reconciler
+from monitor.recovery import recover
 from monitor.sdnotify import notify, watchdog_interval
 from monitor.sinks.pipeline import SampleSink, open_sink
 from monitor.sources.modbus import ModbusPoller
@@ -131,7 +132,7 @@ class Daemon:
         if notify_cfg is not None and notify_cfg.heartbeat is not None:
             self.heartbeat = Heartbeat(notify_cfg.heartbeat, lambda: readiness(self.health().to_json()))
         # --- end callout ---
-        self.pipeline.recover()
+        recover(self.pipeline)
 
     def _on_connected(self) -> None:  # paho's thread
         loop = self._loop

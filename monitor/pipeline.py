@@ -18,7 +18,7 @@ only makes a transaction across ATTACHed databases atomic in rollback-journal mo
 in WAL mode a crash can leave one file committed and another not. So the series
 store's transaction also holds the batch as an *intake* record, released once the
 outbox and ledger committed. At start, every held batch is applied again to the
-outbox and the ledger (`recover`). Each step is idempotent by key: the series store
+outbox and the ledger (`monitor.recovery.recover`). Each step is idempotent by key: the series store
 and the ledger keep one row per (sensor, time), and InfluxDB keeps one point per
 series and timestamp, so a repeated outbox line overwrites itself. Re-applying a
 held batch any number of times gives the same stores, so recovery converges even
@@ -56,8 +56,7 @@ from monitor.config import Config
 from monitor.diskspace import DiskWatch
 from monitor.engine import Engine
 from monitor.errors import SinkError, StateError
-from monitor.meters.book import MeterBook, meter_records
-from monitor.meters.ledger import Row, to_ms
+from monitor.meters.book import MeterBook
 from monitor.model import Alarm, Clock, Condition, ConditionState, Kind, Rule, Sample
 from monitor.reconcile import Reconciler
 from monitor.sinks.lineproto import MeterPoint
@@ -90,7 +89,7 @@ class PipelineStats:
     stalled: str | None = None  # the store's error while the state disk refuses writes
     stalls: int = 0
     dropped: int = 0  # Modbus items dropped while stalled (beyond HOLD_MAX)
-    recovered: int = 0  # held intake batches re-applied at start
+    recovered: int = 0  # held intake batches re-applied at start (`monitor.recovery`)
     listener_errors: int = 0
     unjournaled: int = 0  # alarm transitions the journal refused (a full disk)
 
@@ -322,10 +321,11 @@ class Pipeline:
 
     def tick(self, now: float) -> None:
         """Timer work on the clock: stale data, shelve expiry."""
-        self._raise_and_tell(self.engine.tick(now))
+        self.raise_conditions(self.engine.tick(now))
         self.alarms.tick(now)
 
-    def _raise_and_tell(self, conditions: Sequence[Condition]) -> None:
+    def raise_conditions(self, conditions: Sequence[Condition]) -> None:
+        """Raise conditions and tell the listeners what changed (timer work, recovery)."""
         alarms = self._raise(conditions)
         if alarms:
             self._tell((), alarms)
@@ -345,14 +345,14 @@ class Pipeline:
                 RETRY,
                 exc,
             )
-            self._raise_and_tell([self._disk_condition(ConditionState.ACTIVE, str(exc))])
+            self.raise_conditions([self._disk_condition(ConditionState.ACTIVE, str(exc))])
         else:
             log.debug("state disk still refuses writes: %s", exc)
 
     def _resume(self) -> None:
         log.info("state disk takes writes again; intake resumed (%d item(s) waited)", self._held)
         self.stats.stalled = None
-        self._raise_and_tell([self._disk_condition(ConditionState.CLEARED, "writes succeed again")])
+        self.raise_conditions([self._disk_condition(ConditionState.CLEARED, "writes succeed again")])
         if self.disk is not None:
             self.disk.keep_reserve()
 
@@ -368,47 +368,7 @@ class Pipeline:
             message=f"state disk {self.config.state_dir}: {why}",
         )
 
-    # --- recovery and the task ---------------------------------------------------------
-
-    def recover(self) -> int:
-        """Apply every batch the series store still holds to the outbox and the ledger
-        again (a crash came between their commits), and bring the meter alarms in line
-        with the ledger (a crash between its commit and the journal's); returns how many
-        batches."""
-        count = 0
-        for seq, samples in self.sink.store.held():
-            meters = [s for s in samples if self._kinds.get(s.sensor) is Kind.METER]
-            self.sink.write_samples_to_outbox(samples)
-            conditions = self.meters.ingest(meters) if meters else []
-            # Rows the ledger already held are no news to `take_records`: send them again.
-            fresh = self.meters.take_records()
-            sent = {(r.meter, r.time) for r in fresh}
-            records = [*fresh, *(r for r in self._ledger_points(meters) if (r.meter, r.time) not in sent)]
-            self.sink.write_meter_records(records)
-            self.sink.store.release(seq)
-            self._raise_and_tell(conditions)
-            count += 1
-        journal = {
-            meter: alarm is not None and alarm.active
-            for meter in self.meters.ledger.specs
-            for alarm in [self.alarms.get(meter, Rule.METER)]
-        }
-        meter_conditions = self.meters.reconcile(journal)
-        if meter_conditions:
-            log.warning("%d meter alarm(s) brought in line with the ledger", len(meter_conditions))
-            self._raise_and_tell(meter_conditions)
-        if count:
-            log.warning("re-applied %d batch(es) a crash left between the stores", count)
-        self.stats.recovered += count
-        return count
-
-    def _ledger_points(self, samples: Sequence[Sample]) -> list[MeterPoint]:
-        ledger = self.meters.ledger
-        rows: list[Row] = []
-        for meter in {s.sensor for s in samples}:
-            times = [to_ms(s.time) for s in samples if s.sensor == meter]
-            rows.extend(r for r in ledger.rows(meter, min(times) - 1, max(times)) if r.time_ms in set(times))
-        return list(meter_records(rows, ledger.specs))
+    # --- the task ----------------------------------------------------------------------
 
     async def run(self) -> None:
         """Work the queue until cancelled; retries on its own while stalled."""

@@ -5,7 +5,7 @@ Layers, lowest first (a module may import its own layer and the ones below):
 
     0  model, errors, units, config, sdnotify
     1  sources, engine, alarms, sinks, meters, callout
-    2  pipeline, reconcile, diskspace, health, daemon   (wiring)
+    2  pipeline, reconcile, recovery, diskspace, health, daemon   (wiring)
     3  web, fleet                                       (the console on top of the daemon; the fleet view)
     4  commands, cli, __main__
 
@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "callout": 1,
     "pipeline": 2,
     "reconcile": 2,
+    "recovery": 2,
     "diskspace": 2,
     "health": 2,
     "daemon": 2,
