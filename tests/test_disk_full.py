@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,6 +137,13 @@ def test_full_disk_stops_intake_with_an_alarm_and_resumes_when_freed(
         assert daemon.poll() is None, "the daemon must not exit on a full disk"
         held = stored(state)
         assert held < total  # the disk really filled before everything was in
+        with urllib.request.urlopen(f"http://127.0.0.1:{console}/metrics", timeout=5) as resp:
+            assert 'station_monitor_intake_stalled{station="ps-disk"} 1.0' in resp.read().decode()
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{console}/readyz", timeout=5)
+            raise AssertionError("/readyz must say not ready while the state disk refuses writes")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 503 and "state disk refuses writes" in exc.read().decode()
 
         ballast.unlink()  # an operator frees space; the daemon resumes by itself
         wait_until(

@@ -143,3 +143,19 @@ class StationCollector(Collector):
         )
         bad.add_metric([station], engine.get("bad_values", 0))
         yield bad
+        pipeline = h.get("pipeline", {})
+        stalled = GaugeMetricFamily(
+            "station_monitor_intake_stalled", "1 while the state disk refuses writes", labels=["station"]
+        )
+        stalled.add_metric([station], 1.0 if pipeline.get("stalled") else 0.0)
+        yield stalled
+        waiting = GaugeMetricFamily(
+            "station_monitor_intake_waiting", "Readings taken in and not yet stored", labels=["station"]
+        )
+        waiting.add_metric([station], pipeline.get("waiting", 0))
+        yield waiting
+        dropped = CounterMetricFamily(
+            "station_monitor_intake_dropped", "Readings dropped while intake was stalled", labels=["station"]
+        )
+        dropped.add_metric([station], pipeline.get("dropped", 0))
+        yield dropped
