@@ -120,6 +120,9 @@ def test_a_retained_command_is_ignored_and_an_old_one_refused(
         assert (commands.retained, commands.refused, commands.accepted) == (1, 1, 1)
         assert "publish commands without retain" in caplog.text
         assert "older than mqtt.command_max_age" in caplog.text
+        future = {"action": "ack", "sensor": "outfall.ph", "rule": "high", "sent": iso(T0 + 86400)}
+        assert commands.handle(topic, json.dumps(future).encode()) is None  # refused, not applied
+        assert "in the future" in caplog.text
     finally:
         operator.publish(topic, b"", retain=True)  # clear the retained command
         operator.close()

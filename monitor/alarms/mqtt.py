@@ -336,6 +336,8 @@ class MqttCommands:
                         f"command sent {age:.0f} s ago is older than mqtt.command_max_age"
                         f" ({self.max_age:g} s); send it again if it still applies"
                     )
+                if -age > self.max_age:  # a sender's clock off by more than the age allowed
+                    raise AlarmError(f"command sent {-age:.0f} s in the future: check the sender's clock")
             alarm = self._apply(cmd)
         except AlarmError as exc:
             self.refused += 1
