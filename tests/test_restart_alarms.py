@@ -146,8 +146,9 @@ def _get(url: str) -> Any:
         return None
 
 
+@pytest.mark.parametrize("forget", [True, False], ids=["broker-loses-its-store", "broker-keeps-its-store"])
 def test_after_a_broker_restart_a_late_subscriber_sees_what_the_console_shows(
-    tmp_path: Path, broker: Mosquitto
+    tmp_path: Path, broker: Mosquitto, forget: bool
 ) -> None:
     console = free_port()
     config = tmp_path / "station.yaml"
@@ -195,9 +196,10 @@ def test_after_a_broker_restart_a_late_subscriber_sees_what_the_console_shows(
         shown = states()
         assert shown == {"x.ph/low": "active_unacknowledged", "y.ph/low": "returned_unacknowledged"}
 
-        # The broker restarts and has lost its retained messages (no persistence file).
-        broker.stop()
-        (broker.workdir / "mosquitto.db").unlink(missing_ok=True)
+        # The broker is killed and restarts, with or without its persistence file.
+        broker.stop(signal.SIGKILL)
+        if forget:
+            (broker.workdir / "mosquitto.db").unlink(missing_ok=True)
         broker.start()
         wait_until(lambda: log.read_text().count("connected again") >= 1, timeout=60, what="reconnect")
 
