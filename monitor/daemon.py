@@ -21,7 +21,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
 from monitor.alarms import AlarmManager, Dispatcher, Notifier
@@ -33,8 +33,10 @@ from monitor.diskspace import DiskWatch
 from monitor.engine import CHECKPOINT_FILE, CheckpointSchedule, Engine, load_checkpoint_or_start_fresh
 from monitor.errors import MonitorError
 from monitor.health import Health, gather, readiness
+from monitor.incidents import IncidentTracker
+from monitor.incidents.influx import incident_lines
 from monitor.meters.book import MeterBook
-from monitor.model import Clock, WallClock
+from monitor.model import Alarm, Clock, Condition, Sample, WallClock
 from monitor.pipeline import Pipeline
 from monitor.reconcile import Reconciler
 from monitor.recovery import recover
@@ -83,6 +85,12 @@ class Daemon:
         self.pipeline = Pipeline(
             config, self.clock, self.engine, self.alarms, self.sink, self.meters, reconciler, self.disk
         )
+        # Incidents (issue 16): fed every judged batch through the pipeline's hook.
+        self.incidents = (
+            IncidentTracker(config, history=self.sink.store.query) if config.incidents.enabled else None
+        )
+        if self.incidents is not None:
+            self.pipeline.listen(IncidentFeed(self.incidents, self.sink))
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.ready = asyncio.Event()
@@ -284,6 +292,8 @@ class Daemon:
                 await closing.aclose()
         self.sink.close()
         self.meters.close()
+        if self.incidents is not None:
+            self.incidents.close()
         self.alarms.close()
         log.info("station %s stopped", self.config.station.id)
 
@@ -302,6 +312,35 @@ class Daemon:
 
     def checkpoint(self) -> None:
         self.checkpoints.save(time.monotonic())
+
+
+class IncidentFeed:
+    """Incidents (issue 16) from what the pipeline just judged; a failing incident store is
+    logged once and never stops the pipeline."""
+
+    def __init__(self, tracker: IncidentTracker, sink: SampleSink) -> None:
+        self.tracker = tracker
+        self.sink = sink
+        self.failing = False
+
+    def judged(
+        self, samples: Sequence[Sample], conditions: Sequence[Condition], alarms: Sequence[Alarm]
+    ) -> None:
+        try:
+            changed = self.tracker.observe(samples, conditions)
+        except (MonitorError, OSError) as exc:
+            if not self.failing:
+                log.error("incidents not recorded: %s", exc)
+            self.failing = True
+            return
+        if self.failing:
+            log.info("incidents recorded again")
+            self.failing = False
+        if changed and self.sink.outbox is not None:
+            try:
+                self.sink.outbox.append(incident_lines(changed))
+            except MonitorError as exc:
+                log.warning("%d incident point(s) not queued for InfluxDB: %s", len(changed), exc)
 
 
 async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:

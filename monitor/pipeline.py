@@ -31,11 +31,12 @@ is raised, the cause is logged once, and the batch is tried again every
 acknowledged); Modbus readings are kept up to `HOLD_MAX` items, beyond which the
 oldest unacknowledged-less (Modbus) items are dropped and counted.
 
-**Listeners** (incidents, callout): `listen(listener)` registers a `BatchListener`;
-after each batch is stored and judged (and after each timer tick), it gets the
-batch's samples and the alarm transitions they caused, before the source is
-acknowledged. A listener that raises is logged with its traceback and counted
-(`stats.listener_errors`); it cannot stop the pipeline or the acknowledgement.
+**Listeners** (incidents): `listen(listener)` registers a `BatchListener`; after
+each batch is stored and judged (and after timer work or an operator action that
+raised conditions), it gets the batch's samples, the conditions and the alarm
+transitions they caused, before the source is acknowledged. A listener that raises
+is logged with its traceback and counted (`stats.listener_errors`); it cannot stop
+the pipeline or the acknowledgement.
 """
 
 from __future__ import annotations
@@ -73,9 +74,13 @@ DISK_CITATION = diskspace.CITATION
 
 
 class BatchListener(Protocol):
-    """Told about every stored and judged batch (incidents, callout hook in here)."""
+    """Told about every stored and judged batch (incidents hook in here): its samples as
+    stored, the conditions they (or a timer, or an operator action) caused, and the alarm
+    transitions those made."""
 
-    def judged(self, samples: Sequence[Sample], alarms: Sequence[Alarm]) -> None: ...
+    def judged(
+        self, samples: Sequence[Sample], conditions: Sequence[Condition], alarms: Sequence[Alarm]
+    ) -> None: ...
 
 
 @dataclass
@@ -284,14 +289,16 @@ class Pipeline:
             if previous is None or sample.time >= previous.time:
                 self.latest[sample.sensor] = sample
         alarms = self._raise(conditions)
-        self._tell(batch.samples, alarms)
+        self._tell(batch.samples, conditions, alarms)
         return alarms
 
     def submit(self, conditions: Sequence[Condition]) -> list[Alarm]:
         """Conditions from outside the sample stream (a meter replacement the console
         recorded, the outbox cap): recorded and raised like the engine's."""
+        if not conditions:
+            return []
         alarms = self._raise(conditions)
-        self._tell((), alarms)
+        self._tell((), conditions, alarms)
         return alarms
 
     def _raise(self, conditions: Sequence[Condition]) -> list[Alarm]:
@@ -311,10 +318,12 @@ class Pipeline:
                 log.error("alarm %s/%s %s not recorded: %s", cond.sensor, cond.rule, cond.state, exc)
         return changed
 
-    def _tell(self, samples: Sequence[Sample], alarms: Sequence[Alarm]) -> None:
+    def _tell(
+        self, samples: Sequence[Sample], conditions: Sequence[Condition], alarms: Sequence[Alarm]
+    ) -> None:
         for listener in self._listeners:
             try:
-                listener.judged(samples, alarms)
+                listener.judged(samples, conditions, alarms)
             except Exception:
                 self.stats.listener_errors += 1
                 log.exception("pipeline listener %r failed", listener)
@@ -326,9 +335,8 @@ class Pipeline:
 
     def raise_conditions(self, conditions: Sequence[Condition]) -> None:
         """Raise conditions and tell the listeners what changed (timer work, recovery)."""
-        alarms = self._raise(conditions)
-        if alarms:
-            self._tell((), alarms)
+        if conditions:
+            self._tell((), conditions, self._raise(conditions))
 
     # --- a store that refuses ----------------------------------------------------------
 

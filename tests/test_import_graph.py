@@ -4,7 +4,7 @@ and no import from a lower layer to a higher one.
 Layers, lowest first (a module may import its own layer and the ones below):
 
     0  model, errors, units, config, sdnotify
-    1  sources, engine, alarms, sinks, meters, callout
+    1  sources, engine, alarms, sinks, meters, callout, incidents
     2  pipeline, reconcile, recovery, diskspace, health, daemon   (wiring)
     3  web, fleet                                       (the console on top of the daemon; the fleet view)
     4  commands, cli, __main__
@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "sinks": 1,
     "meters": 1,
     "callout": 1,
+    "incidents": 1,
     "pipeline": 2,
     "reconcile": 2,
     "recovery": 2,

@@ -14,7 +14,7 @@ from pydantic import SecretStr
 from monitor.config import Console, build_config
 from monitor.daemon import Daemon
 from monitor.meters.book import MeterBook
-from monitor.model import Alarm, ManualClock, Rule, Sample, iso
+from monitor.model import Alarm, Condition, ManualClock, Rule, Sample, iso
 from monitor.web import create_app
 from monitor.web.station import StationAdapter
 from tests.console import T0, TOKEN, TableView, call
@@ -126,7 +126,9 @@ def test_a_replacement_through_the_console_clears_the_alarm_through_the_pipeline
     seen: list[tuple[str, str]] = []
 
     class Listener:
-        def judged(self, samples: Sequence[Sample], alarms: Sequence[Alarm]) -> None:
+        def judged(
+            self, samples: Sequence[Sample], conditions: Sequence[Condition], alarms: Sequence[Alarm]
+        ) -> None:
             seen.extend((a.sensor, str(a.state)) for a in alarms)
 
     daemon.pipeline.listen(Listener())

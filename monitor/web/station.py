@@ -14,6 +14,7 @@ from monitor.alarms import AlarmManager
 from monitor.callout import Callout, Heartbeat
 from monitor.config import Config
 from monitor.daemon import Daemon
+from monitor.incidents import IncidentTracker
 from monitor.meters.book import MeterBook
 from monitor.model import Alarm, Condition, Quality
 from monitor.web.server import ConsoleServer
@@ -44,6 +45,11 @@ class StationAdapter:
     @property
     def heartbeat(self) -> Heartbeat | None:
         return self.daemon.heartbeat
+
+    @property
+    def incidents(self) -> IncidentTracker | None:
+        """The console's incident routes read this (None with `incidents.enabled: false`)."""
+        return self.daemon.incidents
 
     @property
     def meter_book(self) -> MeterBook:
