@@ -39,6 +39,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 
 from monitor.config.sources import Mqtt
 from monitor.errors import SourceError
+from monitor.sources.mqtt_receipt import AckedHandler, Receipt
 from monitor.sources.payload import matches
 
 log = logging.getLogger(__name__)
@@ -47,34 +48,6 @@ Handler = Callable[[str, bytes], None]
 """Called on paho's thread with (topic, payload) for each message on a subscription;
 the message is acknowledged when the handler returns."""
 
-
-class Receipt:
-    """One received message, for a handler that acknowledges it itself (`subscribe(...,
-    acked=True)`): `done()` once it is stored; the PUBACK goes out when every such
-    handler the message reached said so. `retain` is the broker's retained flag."""
-
-    __slots__ = ("_client", "_left", "_lock", "mid", "qos", "retain")
-
-    def __init__(self, client: paho.Client, mid: int, qos: int, retain: bool, handlers: int) -> None:
-        self._client = client
-        self.mid = mid
-        self.qos = qos
-        self.retain = retain
-        self._left = handlers
-        self._lock = threading.Lock()
-
-    def done(self) -> None:
-        with self._lock:
-            self._left -= 1
-            if self._left != 0:
-                return
-        if self.qos > 0:
-            self._client.ack(self.mid, self.qos)
-
-
-AckedHandler = Callable[[str, bytes, Receipt], None]
-"""Called on paho's thread with (topic, payload, receipt); the handler calls
-`receipt.done()` (on any thread) once the message may be acknowledged."""
 
 MAX_ROUTES = 10_000
 ONLINE = b"online"

@@ -30,7 +30,7 @@ from typing import Protocol
 from monitor.config.sources import Mqtt
 from monitor.errors import PayloadError
 from monitor.model import AckedEmit, Clock, Condition, ConditionState, Rule, Sample, WallClock
-from monitor.sources.mqtt import Receipt
+from monitor.sources.mqtt_receipt import Receipt
 from monitor.sources.payload import BadPayloads, Limits, Route, parse
 
 log = logging.getLogger(__name__)
