@@ -30,7 +30,13 @@ from monitor.alarms.webhook import people_notifiers
 from monitor.callout import Callout, Heartbeat
 from monitor.config import Config
 from monitor.diskspace import DiskWatch
-from monitor.engine import CHECKPOINT_FILE, CheckpointSchedule, Engine, load_checkpoint_or_start_fresh
+from monitor.engine import (
+    CHECKPOINT_FILE,
+    CheckpointSchedule,
+    ClockWatch,
+    Engine,
+    load_checkpoint_or_start_fresh,
+)
 from monitor.errors import MonitorError
 from monitor.health import Health, gather, readiness
 from monitor.incidents import IncidentTracker
@@ -78,12 +84,23 @@ class Daemon:
         self.restored = load_checkpoint_or_start_fresh(self.engine, self.checkpoint_path)
         self.checkpoints = CheckpointSchedule(self.engine, self.checkpoint_path, CHECKPOINT_INTERVAL)
         self.alarms = AlarmManager.open(config, self.clock)
+        # The gateway clock (engine/clock_step.py): checked before each batch is judged and
+        # on every tick; None for a test's or the demo's clock.
+        self.clock_watch = ClockWatch.for_clock(self.engine, self.clock, self.alarms.active_conditions())
         self.sink: SampleSink = open_sink(config, self.clock, on_condition=lambda c: self.pipeline.emit([c]))
         self.meters = MeterBook.open(config)
         reconciler = Reconciler(self.engine, self.alarms, config.rules)
         self.disk = DiskWatch(config.state_dir, config.store.free_space_floor, self.clock)
         self.pipeline = Pipeline(
-            config, self.clock, self.engine, self.alarms, self.sink, self.meters, reconciler, self.disk
+            config,
+            self.clock,
+            self.engine,
+            self.alarms,
+            self.sink,
+            self.meters,
+            reconciler,
+            self.disk,
+            before_judging=self.clock_watch.check if self.clock_watch is not None else None,
         )
         # Incidents (issue 16): fed every judged batch through the pipeline's hook.
         self.incidents = (
@@ -157,6 +174,8 @@ class Daemon:
 
     def tick(self) -> None:
         """Timer work on the clock: stale data, shelve expiry, reminders, floods, disk space."""
+        if self.clock_watch is not None:
+            self.pipeline.raise_conditions(self.clock_watch.check())
         now = self.clock.now()
         self.pipeline.tick(now)
         self.pipeline.submit(self.disk.check(now))

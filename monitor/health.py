@@ -68,6 +68,7 @@ class EngineHealth:
     unknown_sensor: int
     out_of_order: int
     conditions: int
+    slug_not_judged: tuple[str, ...] = ()  # slug rule not judged now (baseline below min_baseline)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +170,7 @@ def gather(
             unknown_sensor=c.unknown_sensor,
             out_of_order=c.out_of_order,
             conditions=c.conditions,
+            slug_not_judged=tuple(s.sensor for s in engine.statuses() if s.slug_not_judged),
         ),
         pipeline=PipelineHealth(
             batches=pipeline.batches,

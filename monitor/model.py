@@ -47,6 +47,8 @@ class Rule(StrEnum):
     DISK_FULL = "disk_full"
     DISK_LOW = "disk_low"
     NOTIFY = "notify"  # a callout channel keeps failing (diagnostic)
+    BAD_VALUE = "bad_value"  # diagnostic: only unbelievable readings for a while
+    CLOCK = "clock"  # diagnostic: the gateway clock stepped
 
 
 class ConditionState(StrEnum):

@@ -147,6 +147,7 @@ class Pipeline:
         meters: MeterBook,
         reconciler: Reconciler,
         disk: DiskWatch | None = None,
+        before_judging: Callable[[], list[Condition]] | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -156,6 +157,7 @@ class Pipeline:
         self.meters = meters
         self.reconciler = reconciler
         self.disk = disk
+        self.before_judging = before_judging  # the gateway clock's check (engine/clock_step.py)
         self.stats = PipelineStats()
         self.latest: dict[str, Sample] = {}
         self._kinds = {s.id: s.kind for s in config.sensors}
@@ -282,6 +284,8 @@ class Pipeline:
 
     def _judge(self, batch: _Batch) -> list[Alarm]:
         conditions = batch.conditions
+        if self.before_judging is not None:  # a clock step re-bases the engine before it judges
+            conditions[:0] = self.before_judging()
         for raw, sample in zip(batch.raw, batch.samples, strict=True):
             conditions.extend(self.engine.process(raw))  # counts and logs a bad value once per episode
             conditions.extend(self.reconciler.judged(sample))

@@ -23,7 +23,7 @@ from monitor.alarms import AlarmManager
 from monitor.engine import Engine
 from monitor.model import Condition, ConditionState, Quality, Rule, Sample
 
-ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS})
+ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS, Rule.BAD_VALUE})
 
 
 class Reconciler:

@@ -41,11 +41,12 @@ DEFAULT_UNIT: dict[Kind, str] = {
     Kind.METER: "ft3",
 }
 # What a healthy instrument can report, in the kind's default unit. Values
-# outside are bad data, never fed to a baseline.
+# outside are bad data, never fed to a baseline or a limit rule. Finite, so every
+# baseline has a largest value to count in (a station's `valid_range` narrows it).
 PHYSICAL_RANGE: dict[Kind, tuple[float, float]] = {
-    Kind.FLOW: (0.0, math.inf),
+    Kind.FLOW: (0.0, 1_000_000.0),  # gpm: 1,440 MGD, far beyond any lift station
     Kind.PH: (0.0, 14.0),
-    Kind.TEMPERATURE: (-50.0, 200.0),
+    Kind.TEMPERATURE: (-50.0, 150.0),
     Kind.CONCENTRATION: (0.0, 1_000_000.0),
     Kind.METER: (0.0, math.inf),
 }

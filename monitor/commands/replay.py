@@ -46,7 +46,7 @@ from monitor.sources.historian import KINDS, open_history
 from monitor.sources.replay import ReadReport, Samples, merge, stream
 
 HELP = "replay recorded samples (CSV, Parquet, the historian) through the rules; write the alarm events"
-EVENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE})
+EVENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.BAD_VALUE})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
@@ -13,6 +13,7 @@ from monitor.model import Kind
 from monitor.units import DEFAULT_UNIT, PHYSICAL_RANGE, UNITS, convert
 
 ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+SlugMethod = Literal["sustained", "period_mean"]
 
 
 def key_error(key: str, message: str) -> PydanticCustomError:
@@ -57,6 +58,8 @@ class SlugOverride(Section):
     window: Duration | None = Field(None, gt=0, le=7 * 86400)
     max_gap: Duration | None = Field(None, gt=0)
     warmup: Duration | None = None
+    method: SlugMethod | None = Field(None, description="sustained (default) or period_mean")
+    min_baseline: float | None = Field(None, gt=0, description="below this mean, not judged")
     citation: str | None = None
 
 
@@ -81,6 +84,8 @@ class Sensor(Section):
     slug: Annotated[SlugOverride, BeforeValidator(_switch)] = SlugOverride()
     stale_after: Duration | None = Field(None, gt=0)
     valid_range: ValidRange | None = None
+    # Values the device sends to mean "no reading" (e.g. -9999, 32767): bad data.
+    bad_values: list[float] = Field(default_factory=list)
     # Meters (kind: meter): the totalizer register and the account it bills to.
     register_digits: int | None = Field(None, ge=1, le=18)
     multiplier: float = Field(1.0, gt=0)
@@ -123,6 +128,9 @@ class ProfileSlug(Section):
     window: Duration = Field(gt=0)
     max_gap: Duration = Field(gt=0)
     warmup: Duration
+    method: SlugMethod = "sustained"
+    # Per kind, in the kind's default unit: a mean below it is not judged.
+    min_baseline: dict[Kind, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
     citation: str
 
 
@@ -133,6 +141,9 @@ class Profile(Section):
     limits: dict[str, ProfileLimit]
     slug: ProfileSlug
     stale_after: Duration = 300.0
+
+
+FALLBACK_MIN_BASELINE = 1e-9  # a kind the profile gives no floor: only an empty baseline is not judged
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +167,8 @@ class SlugRule:
     max_gap: float
     warmup: float
     citation: str
+    method: SlugMethod = "sustained"
+    min_baseline: float = FALLBACK_MIN_BASELINE
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +182,7 @@ class SensorRules:
     slug: SlugRule | None
     stale_after: float
     valid_range: tuple[float, float]
+    bad_values: tuple[float, ...] = ()
 
 
 def profile_limit(sensor: Sensor, profile: Profile) -> ProfileLimit | None:
@@ -230,6 +244,8 @@ def resolve_rules(sensor: Sensor, profile: Profile) -> SensorRules:
             max_gap=so.max_gap if so.max_gap is not None else ps.max_gap,
             warmup=so.warmup if so.warmup is not None else min(ps.warmup, so.window or ps.window),
             citation=so.citation or ps.citation,
+            method=so.method or ps.method,
+            min_baseline=so.min_baseline if so.min_baseline is not None else _min_baseline(sensor, ps),
         )
     # The physical range is tabled in the kind's default unit; judge in the sensor's.
     lo, hi = (
@@ -246,4 +262,13 @@ def resolve_rules(sensor: Sensor, profile: Profile) -> SensorRules:
         slug=slug,
         stale_after=sensor.stale_after if sensor.stale_after is not None else profile.stale_after,
         valid_range=(lo, hi),
+        bad_values=tuple(sensor.bad_values),
     )
+
+
+def _min_baseline(sensor: Sensor, ps: ProfileSlug) -> float:
+    """The profile's floor for the kind, converted from the kind's default unit."""
+    floor = ps.min_baseline.get(sensor.kind)
+    if floor is None:
+        return FALLBACK_MIN_BASELINE
+    return convert(floor, DEFAULT_UNIT[sensor.kind], sensor.effective_unit)

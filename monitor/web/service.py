@@ -143,6 +143,14 @@ class StationCollector(Collector):
         )
         bad.add_metric([station], engine.get("bad_values", 0))
         yield bad
+        not_judged = GaugeMetricFamily(
+            "station_monitor_slug_not_judged",
+            "1 while a sensor's slug rule is not judged (baseline below slug.min_baseline)",
+            labels=["station", "sensor"],
+        )
+        for sensor in engine.get("slug_not_judged", []):
+            not_judged.add_metric([station, sensor], 1)
+        yield not_judged
         pipeline = h.get("pipeline", {})
         stalled = GaugeMetricFamily(
             "station_monitor_intake_stalled", "1 while the state disk refuses writes", labels=["station"]

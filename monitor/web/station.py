@@ -14,6 +14,7 @@ from monitor.alarms import AlarmManager
 from monitor.callout import Callout, Heartbeat
 from monitor.config import Config
 from monitor.daemon import Daemon
+from monitor.engine import slug_status
 from monitor.incidents import IncidentTracker
 from monitor.meters.book import MeterBook
 from monitor.model import Alarm, Condition, Quality
@@ -88,6 +89,7 @@ class StationAdapter:
                     time=latest.time if latest is not None else None,
                     baseline=status.baseline_mean,
                     name=sensor.name,
+                    slug=slug_status(status, self.daemon.config.rules[sensor.id]),
                 )
             )
         return out
