@@ -193,6 +193,7 @@ class Daemon:
             pipeline=self.pipeline.stats,
             waiting=self.pipeline.waiting,
             restored=self.restored,
+            alarm_listener_failures=self.alarms.listener_failures,
         )
 
     # --- lifecycle -------------------------------------------------------------------

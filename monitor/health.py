@@ -29,6 +29,8 @@ class ModbusHealth:
     requests: int
     errors: int
     timeouts: int
+    malformed: int
+    invalid_requests: tuple[str, ...]
     failed_in_row: int
     latency_ms: float | None
     requests_per_cycle: int
@@ -43,6 +45,8 @@ class MqttHealth:
     received: int
     samples: int
     bad_payloads: int
+    oversized: int  # refused by size, unread
+    handler_errors: int
     source: str = "mqtt"
 
 
@@ -93,6 +97,7 @@ class Health:
     pipeline: PipelineHealth
     samples_by_source: dict[str, int] = field(default_factory=dict)
     baselines_restored: bool = False
+    alarm_listener_failures: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         """JSON-able data; an unconfigured outbox is `{"configured": false}` only."""
@@ -112,6 +117,7 @@ def gather(
     pipeline: PipelineStats,
     waiting: int,
     restored: bool,
+    alarm_listener_failures: Mapping[str, int] | None = None,
 ) -> Health:
     """The snapshot from the running parts."""
     sources: list[ModbusHealth | MqttHealth] = []
@@ -126,6 +132,8 @@ def gather(
                     requests=dev.requests,
                     errors=dev.errors,
                     timeouts=dev.timeouts,
+                    malformed=dev.malformed,
+                    invalid_requests=tuple(dev.invalid_requests),
                     failed_in_row=dev.failed_in_row,
                     latency_ms=None if dev.last_latency is None else round(dev.last_latency * 1000, 2),
                     requests_per_cycle=dev.requests_per_cycle,
@@ -141,6 +149,8 @@ def gather(
                 received=src.received if src else 0,
                 samples=src.samples if src else 0,
                 bad_payloads=src.bad.total if src else 0,
+                oversized=mqtt_link.oversized,
+                handler_errors=mqtt_link.handler_errors,
             )
         )
     outbox = OutboxHealth(configured=False)
@@ -184,6 +194,7 @@ def gather(
         ),
         samples_by_source=dict(pipeline.samples_by_source),
         baselines_restored=restored,
+        alarm_listener_failures=dict(alarm_listener_failures or {}),
     )
 
 

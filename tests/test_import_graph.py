@@ -3,9 +3,9 @@ and no import from a lower layer to a higher one.
 
 Layers, lowest first (a module may import its own layer and the ones below):
 
-    0  model, errors, units, config, sdnotify
+    0  model, errors, units, config, sdnotify, sqlite
     1  sources, engine, alarms, sinks, meters, callout, incidents
-    2  pipeline, reconcile, recovery, diskspace, health, daemon   (wiring)
+    2  pipeline, reconcile, recovery, state_check, diskspace, health, daemon   (wiring)
     3  web, fleet                                       (the console on top of the daemon; the fleet view)
     4  commands, cli, __main__
 
@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     "units": 0,
     "config": 0,
     "sdnotify": 0,
+    "sqlite": 0,
     "sources": 1,
     "engine": 1,
     "alarms": 1,
@@ -37,6 +38,7 @@ LAYERS: dict[str, int] = {
     "pipeline": 2,
     "reconcile": 2,
     "recovery": 2,
+    "state_check": 2,
     "diskspace": 2,
     "health": 2,
     "daemon": 2,
