@@ -141,7 +141,7 @@ def test_a_replacement_through_the_console_clears_the_alarm_through_the_pipeline
 
         async def go() -> httpx.Response:
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
                 body = {"by": "op", "time": iso(T0 + 3.5 * 3600), "old_final": 33_850, "new_initial": 5}
                 return await client.post("/api/meters/shop.meter/replacements", headers=AUTH, json=body)
 
