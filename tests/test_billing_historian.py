@@ -245,7 +245,7 @@ def test_a_station_whose_outbox_has_not_drained_is_flagged_incomplete(
 
 def test_a_correction_reaches_influxdb_but_not_its_flag(tmp_path: Path, influxdb1: InfluxDB1) -> None:
     """InfluxDB overwrites the corrected point, so the figures follow the ledger; that
-    it was corrected lives only in the ledger's amendments (README says so)."""
+    it was corrected lives only in the ledger's amendments (docs/fleet.md says so)."""
     influxdb1.query("CREATE DATABASE corrected")
     config = write_yaml(
         tmp_path / "c.yaml",

@@ -13,7 +13,7 @@ from fnmatch import fnmatchcase
 from zoneinfo import ZoneInfo
 
 from monitor.config import Config
-from monitor.config.notify import DAYS, Notify, Pipeline, Schedule
+from monitor.config.notify import DAYS, EscalationPipeline, Notify, Schedule
 from monitor.model import Alarm
 
 
@@ -54,13 +54,13 @@ class Matcher:
         self.holidays = frozenset[object](self.notify.holidays)
         self.dischargers = {s.id: s.discharger for s in config.sensors}
 
-    def in_force(self, pipeline: Pipeline, t: float) -> bool:
+    def in_force(self, pipeline: EscalationPipeline, t: float) -> bool:
         name = pipeline.match.schedule
         if name is None:
             return True
         return in_force(self.notify.schedules[name], self.holidays, t, self.zone)
 
-    def pipeline(self, alarm: Alarm, t: float) -> Pipeline | None:
+    def pipeline(self, alarm: Alarm, t: float) -> EscalationPipeline | None:
         for p in self.notify.pipelines:
             m = p.match
             if m.priorities and alarm.priority not in m.priorities:

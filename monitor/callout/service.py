@@ -38,7 +38,7 @@ from monitor.callout.message import LinkSigner, alarm_message, flood_message, no
 from monitor.callout.rules import Matcher
 from monitor.callout.store import CalloutStore, Escalation, Message
 from monitor.config import Config
-from monitor.config.notify import Notify, Pipeline
+from monitor.config.notify import EscalationPipeline, Notify
 from monitor.errors import AlarmError, MonitorError, StateError
 from monitor.model import Alarm, AlarmState, Clock, Condition, ConditionState, Rule, iso
 
@@ -160,7 +160,7 @@ class Callout:
             self.tick(now)
 
     def _start(
-        self, kind: str, sensor: str, rule: str, activated: float, p: Pipeline, now: float
+        self, kind: str, sensor: str, rule: str, activated: float, p: EscalationPipeline, now: float
     ) -> Escalation | None:
         roster = self.notify.rosters[p.roster]
         steps = len(roster) * (p.repeat + 1)
@@ -174,7 +174,7 @@ class Callout:
             self._raised.popleft()
         return len(self._raised) > self.config.alarms.flood_count
 
-    def _flood_for(self, pipeline: Pipeline, now: float) -> int:
+    def _flood_for(self, pipeline: EscalationPipeline, now: float) -> int:
         """The pipeline's running flood escalation, started (and the window's escalations
         folded into it) when there is none."""
         known = self._floods.get(pipeline.name)

@@ -132,7 +132,7 @@ class Match(Section):
     schedule: str | None = None
 
 
-class Pipeline(Section):
+class EscalationPipeline(Section):
     """A roster notified in order: first person, then after `delay` without acknowledgement
     the next; `repeat` more rounds after the last; `stop_on_clear` ends it at return to normal."""
 
@@ -159,7 +159,7 @@ class Notify(Section):
     rosters: dict[Annotated[str, Field(pattern=NAME)], list[str]] = {}
     schedules: dict[Annotated[str, Field(pattern=NAME)], Schedule] = {}
     holidays: list[date] = []
-    pipelines: list[Pipeline] = []
+    pipelines: list[EscalationPipeline] = []
     link_base: str | None = Field(
         None, pattern=r"^https?://", description="the console's URL as a phone reaches it"
     )
