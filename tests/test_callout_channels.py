@@ -222,3 +222,29 @@ def test_heartbeat_counts_a_refused_ping_and_withholds_while_not_ready(provider:
         await beat.aclose()
 
     asyncio.run(go())
+
+
+def test_a_header_template_carries_a_non_ascii_station_name_as_utf8(provider: Provider) -> None:
+    """httpx encodes str header values as ASCII: `Title: {subject}` with a station named
+    `Bärton – PS 1` raised UnicodeEncodeError (not an httpx error), which escaped the
+    callout's delivery loop and stopped the daemon at the first page."""
+    channel = HttpChannel.model_validate(
+        {
+            "type": "http",
+            "url": provider.url + "/{to}",
+            "body": "{text}",
+            "headers": {"Title": "{subject}", "X-Station": "{station}"},
+        }
+    )
+    sender = HttpSender("push", channel, "Bärton – PS 1")
+
+    async def go() -> None:
+        await sender.send("ops", "[Bärton – PS 1] HIGH outfall.ph low", "pH 3.2 °", None)
+        await sender.aclose()
+
+    asyncio.run(go())
+    [(_, _, headers, body)] = provider.requests
+    # http.server decodes header bytes as latin-1; the bytes on the wire are UTF-8
+    assert headers["Title"].encode("latin-1").decode("utf-8") == "[Bärton – PS 1] HIGH outfall.ph low"
+    assert headers["X-Station"].encode("latin-1").decode("utf-8") == "Bärton – PS 1"
+    assert body.decode("utf-8") == "pH 3.2 °"

@@ -48,7 +48,11 @@ class HttpSender:
             "station": self.station,
             "link": link or "",
         }
-        headers = {"User-Agent": "station-monitor", **{k: fill(v, values) for k, v in c.headers.items()}}
+        # As UTF-8 bytes: httpx encodes a str header as ASCII and raises on `Bärton`.
+        headers: dict[str, str | bytes] = {
+            "User-Agent": "station-monitor",
+            **{k: fill(v, values).encode("utf-8") for k, v in c.headers.items()},
+        }
         if c.token is not None:
             headers["Authorization"] = f"Bearer {c.token.get_secret_value()}"
         url = fill(c.url, values, encode=True)
