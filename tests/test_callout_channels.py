@@ -248,3 +248,52 @@ def test_a_header_template_carries_a_non_ascii_station_name_as_utf8(provider: Pr
     assert headers["Title"].encode("latin-1").decode("utf-8") == "[Bärton – PS 1] HIGH outfall.ph low"
     assert headers["X-Station"].encode("latin-1").decode("utf-8") == "Bärton – PS 1"
     assert body.decode("utf-8") == "pH 3.2 °"
+
+
+def test_the_priority_placeholder_is_the_alarms_priority(provider: Provider, tmp_path: Path) -> None:
+    """`{priority}` is documented and accepted by the config check, but was filled with ''."""
+    from monitor.alarms import AlarmManager
+    from monitor.callout import Callout
+    from monitor.config import build_config
+    from monitor.model import Condition, ConditionState, ManualClock, Rule
+
+    config = build_config(
+        {
+            "station": {"id": "ps-1"},
+            "state_dir": str(tmp_path / "state"),
+            "console": {"enabled": False},
+            "sensors": [{"id": "outfall.ph", "kind": "ph"}],
+            "notify": {
+                "channels": {
+                    "push": {
+                        "type": "http",
+                        "url": provider.url + "/{to}",
+                        "body": "{text}",
+                        "headers": {"Priority": "{priority}"},
+                    }
+                },
+                "people": {"alice": {"name": "Alice", "contacts": {"push": "ops"}}},
+                "rosters": {"operators": ["alice"]},
+                "pipelines": [{"name": "operators", "roster": "operators"}],
+            },
+        }
+    )
+    t0 = 1_800_000_000.0
+
+    async def go() -> None:
+        clock = ManualClock(t0)
+        manager = AlarmManager.open(config, clock)
+        callout = Callout(config, manager, clock)
+        try:
+            manager.apply(
+                Condition(t0, "outfall.ph", Rule.LOW, ConditionState.ACTIVE, 3.2, 5.0, "§139-15 C(3)")
+            )
+            callout.tick()
+            assert await callout.deliver_due() == 1
+        finally:
+            await callout.aclose()
+            manager.close()
+
+    asyncio.run(go())
+    [(_, _, headers, _)] = provider.requests
+    assert headers["Priority"] == "high"

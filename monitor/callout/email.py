@@ -27,7 +27,9 @@ class EmailSender:
         if config.security != "none":
             self._tls = ssl.create_default_context(cafile=str(config.ca_file) if config.ca_file else None)
 
-    async def send(self, address: str, subject: str, text: str, link: str | None = None) -> None:
+    async def send(
+        self, address: str, subject: str, text: str, link: str | None = None, priority: str = ""
+    ) -> None:
         c = self.config
         msg = EmailMessage()
         try:  # the library refuses a line break in a header (ValueError): this channel fails

@@ -39,7 +39,9 @@ class HttpSender:
             auth = httpx.BasicAuth(config.username, config.password.get_secret_value())
         self._client = httpx.AsyncClient(timeout=config.timeout, auth=auth)
 
-    async def send(self, address: str, subject: str, text: str, link: str | None = None) -> None:
+    async def send(
+        self, address: str, subject: str, text: str, link: str | None = None, priority: str = ""
+    ) -> None:
         c = self.config
         values = {
             "to": address,
@@ -47,6 +49,7 @@ class HttpSender:
             "text": text,
             "station": self.station,
             "link": link or "",
+            "priority": priority,
         }
         # As UTF-8 bytes: httpx encodes a str header as ASCII and raises on `Bärton`.
         headers: dict[str, str | bytes] = {
