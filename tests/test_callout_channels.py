@@ -297,3 +297,22 @@ def test_the_priority_placeholder_is_the_alarms_priority(provider: Provider, tmp
     asyncio.run(go())
     [(_, _, headers, _)] = provider.requests
     assert headers["Priority"] == "high"
+
+
+def test_a_password_in_the_channel_url_stays_out_of_the_error(provider: Provider) -> None:
+    """The error becomes a log line and the notify alarm's message (console, MQTT): the URL
+    in it goes through redact_url, as the webhook's does."""
+    url = provider.url.replace("http://", "http://ops:pw-in-url@") + "/x"
+    channel = HttpChannel.model_validate({"type": "http", "url": url, "body": "{text}"})
+    provider.status = 500
+    sender = HttpSender("push", channel, "PS")
+
+    async def go() -> None:
+        try:
+            with pytest.raises(WriteError) as info:
+                await sender.send("ops", "s", "t", None)
+        finally:
+            await sender.aclose()
+        assert "HTTP 500" in str(info.value) and "pw-in-url" not in str(info.value)
+
+    asyncio.run(go())

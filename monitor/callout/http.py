@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 import httpx
 
+from monitor.config import redact_url
 from monitor.config.notify import PLACEHOLDER, HttpChannel
 from monitor.errors import WriteError
 
@@ -66,7 +67,7 @@ class HttpSender:
             kwargs["json"] = {k: fill(v, values) for k, v in c.json_body.items()}
         elif c.body is not None:
             kwargs["content"] = fill(c.body, values).encode("utf-8")
-        where = url.split("?", 1)[0]
+        where = redact_url(url.split("?", 1)[0])  # logged and shown in the notify alarm
         try:
             resp = await self._client.request(c.method, url, headers=headers, **kwargs)  # type: ignore[arg-type]
         except httpx.HTTPError as exc:
@@ -86,7 +87,7 @@ class Pinger:
         self._client = httpx.AsyncClient(timeout=timeout, headers={"User-Agent": "station-monitor"})
 
     async def ping(self) -> None:
-        where = self.url.split("?", 1)[0]
+        where = redact_url(self.url.split("?", 1)[0])
         try:
             resp = await self._client.get(self.url)
         except httpx.HTTPError as exc:
