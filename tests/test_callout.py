@@ -176,7 +176,7 @@ def test_ph_alarm_mails_alice_then_bob_after_the_delay_until_the_link_acknowledg
         assert entry.actor == "Bob Jones" and entry.note == "acknowledged by callout link"
 
         again = await rig.http.post(ack)
-        assert again.status_code == 410 and "used already" in again.text
+        assert again.status_code == 410 and "used already (2026-01-13 22:00 EST)" in again.text
         assert await rig.step(3600) == 0
         assert len(smtp.mails) == 2
         [esc] = escalations(rig)

@@ -34,13 +34,13 @@ from typing import Protocol
 
 from monitor.alarms.journal import Entry
 from monitor.alarms.manager import AlarmManager
-from monitor.callout.message import LinkSigner, alarm_message, flood_message, nonce_of
+from monitor.callout.message import LinkSigner, alarm_message, flood_message, local_time, nonce_of
 from monitor.callout.rules import Matcher
 from monitor.callout.store import CalloutStore, Escalation, Message
 from monitor.config import Config
 from monitor.config.notify import Notify, Pipeline
 from monitor.errors import AlarmError, MonitorError, StateError
-from monitor.model import Alarm, AlarmState, Clock, Condition, ConditionState, Priority, Rule, iso
+from monitor.model import Alarm, AlarmState, Clock, Condition, ConditionState, Priority, Rule
 
 log = logging.getLogger(__name__)
 
@@ -370,7 +370,7 @@ class Callout:
         if not self.signer.check(token, found.escalation, found.person, found.expires):
             raise LinkError("this link is not valid")
         if found.used_at is not None:
-            raise LinkError(f"this link was used already ({iso(found.used_at)})")
+            raise LinkError(f"this link was used already ({local_time(found.used_at, self.zone)})")
         if self.clock.now() >= found.expires:
             raise LinkError("this link has expired; acknowledge on the console")
         esc = self.store.get(found.escalation)
