@@ -27,6 +27,8 @@ Quality = npt.NDArray[np.int8]
 _T = np.dtype("<f8")
 _Q = np.dtype("i1")
 _LAST_SECOND = 253_402_300_799.0  # 9999-12-31T23:59:59Z
+_INT_DIGITS = 11  # values below 1e11 are printed from integers
+_DECIMALS = 4  # with up to four decimals (0.0001 is the smallest `repr` prints without an exponent)
 _CHUNK = 1 << 18  # rows formatted at a time, so a months-long incident stays in bounded memory
 
 
@@ -78,6 +80,48 @@ def _digits(x: npt.NDArray[np.int64], width: int) -> npt.NDArray[np.uint8]:
     return out
 
 
+def _value_texts(x: Floats) -> npt.NDArray[np.uint8]:
+    """`repr` of each value as NUL-padded rows. A value with at most four decimals (most
+    readings) is printed from its integers: the fewest decimals k whose decimal
+    rint(|x| 10^k) / 10^k parses back to x are `repr`'s shortest round trip, because below
+    1e11 two k-decimal numbers lie further apart than the spacing of doubles. Values
+    outside that (exponent notation, more decimals) still go through `repr`."""
+    a = np.abs(x)
+    k_of = np.zeros(x.size, np.int64)
+    m_of = np.zeros(x.size, np.int64)
+    todo = np.flatnonzero((a < 1e11) & ((a >= 1e-4) | (a == 0.0)))
+    for k in range(1, _DECIMALS + 1):
+        scale = 10.0**k
+        m = np.rint(a[todo] * scale)
+        hit = m / scale == a[todo]
+        k_of[todo[hit]] = k
+        m_of[todo[hit]] = m[hit].astype(np.int64)
+        todo = todo[~hit]
+    done = k_of > 0
+    rest = np.flatnonzero(~done)
+    texts = [repr(v).encode() for v in x[rest].tolist()]
+    width = max([_INT_DIGITS + _DECIMALS + 2, *map(len, texts)])
+    out = np.zeros((x.size, width), np.uint8)
+    if texts:
+        table = _text_matrix(texts, np.arange(rest.size))
+        out[rest, : table.shape[1]] = table
+    k, m = k_of[done], m_of[done]
+    whole, frac = np.divmod(m, 10**k)
+    mat = np.zeros((k.size, width), np.uint8)
+    mat[:, 0] = np.where(np.signbit(x[done]), ord("-"), 0)
+    digits = _digits(whole, _INT_DIGITS)
+    power = 10 ** np.arange(_INT_DIGITS - 1, -1, -1, dtype=np.int64)
+    shown = (whole[:, None] >= power[None, :]) | (power[None, :] == 1)
+    mat[:, 1 : 1 + _INT_DIGITS] = np.where(shown, digits, 0)
+    mat[:, 1 + _INT_DIGITS] = ord(".")
+    decimals = _digits(frac * 10 ** (_DECIMALS - k), _DECIMALS)
+    mat[:, 2 + _INT_DIGITS : 2 + _INT_DIGITS + _DECIMALS] = np.where(
+        np.arange(_DECIMALS)[None, :] < k[:, None], decimals, 0
+    )
+    out[done] = mat
+    return out[:, out.any(axis=0)]  # columns NUL in every row (a sign, unused digits) dropped
+
+
 def _fast(name: bytes, t: Floats, v: Floats, q: Quality) -> bytes:
     n = int(t.size)
     # datetime.fromtimestamp: modf, the fraction times 1e6 rounded half to even, carried.
@@ -105,8 +149,7 @@ def _fast(name: bytes, t: Floats, v: Floats, q: Quality) -> bytes:
     finite = np.isfinite(v)
     bits = np.where(finite, v, 0.0).view(np.int64)
     bit_list, value_of = np.unique(bits, return_inverse=True)
-    texts = [repr(x).encode() for x in bit_list.view(np.float64).tolist()]
-    values = _text_matrix(texts, value_of.ravel())
+    values = _value_texts(bit_list.view(np.float64))[value_of.ravel()]
     values[~finite] = 0
     q_list, q_of = np.unique(q, return_inverse=True)
     qualities = _text_matrix([str(x).encode() for x in q_list.tolist()], q_of.ravel())
