@@ -81,45 +81,60 @@ def _digits(x: npt.NDArray[np.int64], width: int) -> npt.NDArray[np.uint8]:
 
 
 def _value_texts(x: Floats) -> npt.NDArray[np.uint8]:
-    """`repr` of each value as NUL-padded rows. A value with at most four decimals (most
-    readings) is printed from its integers: the fewest decimals k whose decimal
-    rint(|x| 10^k) / 10^k parses back to x are `repr`'s shortest round trip, because below
-    1e11 two k-decimal numbers lie further apart than the spacing of doubles. Values
-    outside that (exponent notation, more decimals) still go through `repr`."""
+    """`repr` of each finite value as NUL-padded rows (what is not finite: all NUL).
+
+    A value with at most four decimals (most readings) is printed from integers, row by
+    row without a sort: the fewest decimals k whose decimal rint(|x| 10^k) / 10^k parses
+    back to x give `repr`'s shortest round trip, because below 1e11 two k-decimal
+    numbers lie further apart than the spacing of doubles. The rest (exponent notation,
+    more decimals) goes through `repr`, each distinct bit pattern once (-0.0 stays "-0.0")."""
     a = np.abs(x)
     k_of = np.zeros(x.size, np.int64)
     m_of = np.zeros(x.size, np.int64)
     todo = np.flatnonzero((a < 1e11) & ((a >= 1e-4) | (a == 0.0)))
     for k in range(1, _DECIMALS + 1):
+        if not todo.size:
+            break
         scale = 10.0**k
         m = np.rint(a[todo] * scale)
         hit = m / scale == a[todo]
         k_of[todo[hit]] = k
         m_of[todo[hit]] = m[hit].astype(np.int64)
         todo = todo[~hit]
-    done = k_of > 0
-    rest = np.flatnonzero(~done)
-    texts = [repr(v).encode() for v in x[rest].tolist()]
-    width = max([_INT_DIGITS + _DECIMALS + 2, *map(len, texts)])
-    out = np.zeros((x.size, width), np.uint8)
-    if texts:
-        table = _text_matrix(texts, np.arange(rest.size))
-        out[rest, : table.shape[1]] = table
+    done = np.flatnonzero(k_of)
     k, m = k_of[done], m_of[done]
     whole, frac = np.divmod(m, 10**k)
-    mat = np.zeros((k.size, width), np.uint8)
+    width = len(str(int(whole.max()))) if whole.size else 1
+    rest = np.flatnonzero((k_of == 0) & np.isfinite(x))
+    bit_list, text_of = np.unique(x[rest].view(np.int64), return_inverse=True)
+    texts = [repr(v).encode() for v in bit_list.view(np.float64).tolist()]
+    out = np.zeros((x.size, max([width + _DECIMALS + 2, *map(len, texts)])), np.uint8)
+    if texts:
+        table = _text_matrix(texts, text_of.ravel())
+        out[rest, : table.shape[1]] = table
+    mat = np.zeros((k.size, width + _DECIMALS + 2), np.uint8)
     mat[:, 0] = np.where(np.signbit(x[done]), ord("-"), 0)
-    digits = _digits(whole, _INT_DIGITS)
-    power = 10 ** np.arange(_INT_DIGITS - 1, -1, -1, dtype=np.int64)
+    power = 10 ** np.arange(width - 1, -1, -1, dtype=np.int64)
     shown = (whole[:, None] >= power[None, :]) | (power[None, :] == 1)
-    mat[:, 1 : 1 + _INT_DIGITS] = np.where(shown, digits, 0)
-    mat[:, 1 + _INT_DIGITS] = ord(".")
+    mat[:, 1 : 1 + width] = np.where(shown, _digits(whole, width), 0)
+    mat[:, 1 + width] = ord(".")
     decimals = _digits(frac * 10 ** (_DECIMALS - k), _DECIMALS)
-    mat[:, 2 + _INT_DIGITS : 2 + _INT_DIGITS + _DECIMALS] = np.where(
-        np.arange(_DECIMALS)[None, :] < k[:, None], decimals, 0
-    )
-    out[done] = mat
-    return out[:, out.any(axis=0)]  # columns NUL in every row (a sign, unused digits) dropped
+    mat[:, 2 + width :] = np.where(np.arange(_DECIMALS)[None, :] < k[:, None], decimals, 0)
+    out[done, : mat.shape[1]] = mat
+    return out
+
+
+def _dense_unique(x: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]]:
+    """`np.unique(x, return_inverse=True)` for integers in a narrow range (days of a
+    day's evidence): a count instead of a sort."""
+    lo = int(x.min())
+    span = int(x.max()) - lo
+    if span > 4 * x.size + 1024:
+        values, inverse = np.unique(x, return_inverse=True)
+        return values, inverse.ravel()
+    present = np.bincount(x - lo, minlength=span + 1) > 0
+    rank = np.cumsum(present) - 1
+    return lo + np.flatnonzero(present), rank[x - lo]
 
 
 def _fast(name: bytes, t: Floats, v: Floats, q: Quality) -> bytes:
@@ -131,10 +146,10 @@ def _fast(name: bytes, t: Floats, v: Floats, q: Quality) -> bytes:
     micro[carry] -= 1e6
     sec = whole.astype(np.int64) + carry
     days, sod = np.divmod(sec, 86400)
-    day_list, day_of = np.unique(days, return_inverse=True)
+    day_list, day_of = _dense_unique(days)
     dates = np.datetime_as_string(day_list.astype("datetime64[D]"), unit="D")
     stamp = np.empty((n, 24), np.uint8)
-    stamp[:, 0:10] = _text_matrix([d.encode() for d in dates.tolist()], day_of.ravel())
+    stamp[:, 0:10] = _text_matrix([d.encode() for d in dates.tolist()], day_of)
     stamp[:, 10] = ord("T")
     stamp[:, 11:13] = _digits(sod // 3600, 2)
     stamp[:, 13] = ord(":")
@@ -145,14 +160,9 @@ def _fast(name: bytes, t: Floats, v: Floats, q: Quality) -> bytes:
     stamp[:, 20:23] = _digits(micro.astype(np.int64) // 1000, 3)
     stamp[micro == 0, 19:23] = 0
     stamp[:, 23] = ord("Z")
-    # Values: each distinct bit pattern printed once (so -0.0 stays "-0.0"); no value: empty.
-    finite = np.isfinite(v)
-    bits = np.where(finite, v, 0.0).view(np.int64)
-    bit_list, value_of = np.unique(bits, return_inverse=True)
-    values = _value_texts(bit_list.view(np.float64))[value_of.ravel()]
-    values[~finite] = 0
-    q_list, q_of = np.unique(q, return_inverse=True)
-    qualities = _text_matrix([str(x).encode() for x in q_list.tolist()], q_of.ravel())
+    values = _value_texts(v)  # no value (not finite): empty
+    q_list, q_of = _dense_unique(q.astype(np.int64))
+    qualities = _text_matrix([str(x).encode() for x in q_list.tolist()], q_of)
     sep = np.full((n, 1), ord(","), np.uint8)
     label = np.broadcast_to(np.frombuffer(b"," + name + b",", np.uint8), (n, len(name) + 2))
     end = np.full((n, 1), ord("\n"), np.uint8)
