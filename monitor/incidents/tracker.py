@@ -139,6 +139,7 @@ class IncidentTracker:
         for inc in self.store.incidents(unfrozen_only=True):
             self.live[inc.id] = inc
         self._dirty: set[str] = set()
+        self._closed: dict[str, bool] = {}  # within one `apply`: incident id -> closed by an operator
         self._refreshed: dict[str, float] = {}
         self._changed: dict[str, Incident] = {}
 
@@ -208,6 +209,9 @@ class IncidentTracker:
             recent.trim(min(self.latest - recent.keep, pins.get(sensor, math.inf)))
 
     def apply(self, conditions: Sequence[Condition]) -> None:
+        # Whether an operator closed an incident, asked once a batch: a chattering alarm
+        # re-activates thousands of times in a replay step, each a query otherwise.
+        self._closed = {}
         for cond in conditions:
             if cond.rule not in INCIDENT_RULES or cond.sensor not in self.watch:
                 continue
@@ -241,7 +245,7 @@ class IncidentTracker:
             last is not None
             and last.end is not None
             and cond.time - last.end <= self.settings.merge_window
-            and not self.store.closed(last.id)
+            and not self._is_closed(last.id)
         ):
             self.live[last.id] = last.with_(end=None, activations=last.activations + 1)
             self._touch(last.id)
@@ -294,6 +298,12 @@ class IncidentTracker:
         log.warning(
             "incident %s opened: %s %s since %s (%s)", iid, cond.sensor, cond.rule, iso(start), cond.citation
         )
+
+    def _is_closed(self, iid: str) -> bool:
+        closed = self._closed.get(iid)
+        if closed is None:
+            closed = self._closed[iid] = self.store.closed(iid)
+        return closed
 
     def _backfill(self, sensor: str, now: float) -> None:
         recent = self.recent.get(sensor)
