@@ -28,6 +28,7 @@ from monitor.config import Config, build_config
 from monitor.daemon import Daemon
 from monitor.errors import ConfigError
 from monitor.model import Sample, ScaledClock
+from monitor.web.station import console_for
 from simulators.modbus_server import StationServer
 from simulators.scenarios import Station
 
@@ -168,7 +169,7 @@ def seed_history(daemon: Daemon, station: Station, start: float, speed: float) -
     for i in range(steps):
         st = start - HISTORY + i * SEED_STEP  # station time
         values = station.values(start + (st - start) / speed)
-        daemon.process([Sample(SENSORS[k], st, v) for k, v in values.items() if k in SENSORS])
+        daemon.pipeline.process([Sample(SENSORS[k], st, v) for k, v in values.items() if k in SENSORS])
         count += len(SENSORS)
         if i % 60 == 0 or i == steps - 1:
             done = (i + 1) / steps
@@ -199,7 +200,7 @@ async def _demo(config: Config, args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, daemon.stop)
-        runner = asyncio.create_task(daemon.run())
+        runner = asyncio.create_task(daemon.run(console_for(daemon)))
         await daemon.ready.wait()
         token = os.environ[TOKEN_ENV]
         print(f"simulated station on modbus tcp://127.0.0.1:{device.port}, clock {args.speed:g}x")

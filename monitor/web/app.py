@@ -163,7 +163,10 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
 
     meter_book = getattr(view, "meter_book", None)  # the daemon's MeterBook, when it has meters
     if meter_book is not None:
-        add_meter_routes(app, meter_book, view.alarms, token_required)
+        # Transitions a replacement causes go through the daemon's pipeline (`submit`);
+        # a view without one (tests of the console alone) applies them directly.
+        submit = getattr(view, "submit", None) or (lambda cs: [view.alarms.apply(c) for c in cs])
+        add_meter_routes(app, meter_book, submit, token_required)
 
     @app.get("/api/journal", response_model=list[EntryOut])
     async def journal(
