@@ -169,9 +169,12 @@ def run(args: argparse.Namespace) -> int:
             return
         try:
             if step is not None:
-                tracker.add_columns(
-                    engine.sensors, step.sensor, step.time, step.value, step.quality, step.accepted
-                )
+                if step.by_sensor is not None and step.time.size:
+                    tracker.add_admitted(engine.sensors, step.by_sensor, step.quality)
+                else:
+                    tracker.add_columns(
+                        engine.sensors, step.sensor, step.time, step.value, step.quality, step.accepted
+                    )
                 tracker.apply(step.conditions)
             changed = tracker.advance(final=step is None)
         except (MonitorError, OSError) as exc:

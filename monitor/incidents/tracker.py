@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 INCIDENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW})
 REFRESH = 300.0  # event seconds between figure updates of an open incident
 BASELINE_WINDOW = 86400.0  # a limit incident's baseline: the mean of the 24 h before the start
+Part = tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.float64]]  # indices, t, v
 FREEZE_TOGETHER = 8  # incidents whose evidence files are written at once (each file in memory)
 SHORT_KEEP = 1800.0  # seconds kept in memory beyond the longest rule delay when a store has the rest
 
@@ -200,6 +201,25 @@ class IncidentTracker:
                 recent.extend(t[a:b], v[a:b], q[a:b])
         if t.size:
             self.latest = max(self.latest, float(t.max()))
+
+    def add_admitted(
+        self,
+        names: tuple[str, ...],
+        by_sensor: Sequence[Part | None],
+        quality: npt.NDArray[np.integer],
+    ) -> None:
+        """Replay form with the engine's own split of a non-empty step by sensor (its
+        `by_sensor`): what `add_columns` keeps, without sorting the step again."""
+        self._trim()
+        latest = self.latest
+        for name, part in zip(names, by_sensor, strict=True):
+            recent = self.recent.get(name) if part is not None else None
+            if recent is None or part is None:
+                continue
+            sel, t, v = part
+            recent.extend(t, v, quality[sel].astype(np.int8))
+            latest = max(latest, float(t[-1]))
+        self.latest = latest
 
     def _trim(self) -> None:
         """Between batches: drop what no incident can need any more (at most every quarter
