@@ -24,6 +24,7 @@ operator can act on (disk full, read-only, damaged, locked).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import sqlite3
@@ -83,11 +84,52 @@ class Schema:
 
 def translate(exc: BaseException, what: str, error: type[MonitorError] = StateError) -> MonitorError:
     """One sqlite3 exception -> `error("what: cause (sqlite's text)")`."""
-    code = getattr(exc, "sqlite_errorname", None)
-    cause = CAUSES.get(code or "", "")
+    cause = _cause(getattr(exc, "sqlite_errorname", None))
     if not cause:
         cause = next((text for cls, text in ERRORS.items() if isinstance(exc, cls)), "sqlite3 error")
     return error(f"{what}: {cause} ({exc})")
+
+
+def _cause(code: str | None) -> str:
+    """CAUSES by the extended result code, else by its primary code (SQLITE_IOERR_WRITE ->
+    SQLITE_IOERR)."""
+    if not code:
+        return ""
+    return CAUSES.get(code) or CAUSES.get("_".join(code.split("_")[:2]), "")
+
+
+def cause_of(exc: BaseException) -> str | None:
+    """The operator's cause of a (translated) error: the first sqlite3 exception in its
+    chain, its result code in words; None when there is none."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, sqlite3.Error):
+            return _cause(getattr(seen, "sqlite_errorname", None)) or None
+        seen = seen.__cause__
+    return None
+
+
+def real_cause(exc: Exception, directory: Path) -> str:
+    """The store's error with the cause an operator can act on in front. SQLite reports a
+    file system gone read-only under an open file as "disk I/O error" (it drops the errno,
+    EROFS), so the file system is asked first, with a one-byte write beside the stores;
+    if that succeeds, SQLite's result code in words."""
+    probe = directory / ".write-probe"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"\0")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        probe.unlink()
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+        name = errno.errorcode.get(err.errno or 0, "")
+        return f"{err.strerror or err} ({name}): {exc}" if name else f"{err.strerror or err}: {exc}"
+    cause = cause_of(exc)
+    return f"{cause}: {exc}" if cause else str(exc)
 
 
 def damaged(exc: BaseException) -> bool:
@@ -230,12 +272,14 @@ __all__ = [
     "ERRORS",
     "Schema",
     "StateLockedError",
+    "cause_of",
     "connect",
     "damaged",
     "lock_holder",
     "locked",
     "migrate",
     "quick_check",
+    "real_cause",
     "secure",
     "translate",
 ]
