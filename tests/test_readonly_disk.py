@@ -25,19 +25,29 @@ Needs root for `mount` and loop devices (the test machines run as root).
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
+import signal
 import sqlite3
 import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from monitor.config import Config, build_config
 from monitor.daemon import Daemon
 from monitor.model import ManualClock, Rule, Sample
+from tests.mqtt_tools import Peer
+from tests.services import Mosquitto, free_port, wait_until
 
+ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_767_225_600.0
 STALL_LINE = "state disk refused a write"
 
@@ -198,3 +208,110 @@ def test_a_real_read_only_file_system_stalls_intake_and_names_the_cause(
         assert "read-only" in alarm.message.lower()
     finally:
         close(daemon)
+
+
+def test_monitor_run_on_a_disk_gone_read_only_stays_up_and_says_so(
+    tmp_path: Path, ext4: tuple[Path, Path]
+) -> None:
+    """Against `monitor run` itself, with MQTT in: the real ext4 read-only switch."""
+    mount, sysfs = ext4
+    broker = Mosquitto(tmp_path / "broker")
+    broker.start()
+    state = mount / "state"
+    console = free_port()
+    config = tmp_path / "station.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "station": {"id": "ps-ro"},
+                "state_dir": str(state),
+                "sensors": [{"id": "a.flow", "kind": "flow", "unit": "gpm", "slug": False}],
+                "store": {"free_space_floor": 0},
+                "mqtt": {
+                    "host": "127.0.0.1",
+                    "port": broker.port,
+                    "client_id": "ro-station",
+                    "max_skew": "2d",
+                    "subscriptions": [
+                        {"topic": "ro/+/v", "sensor": "{1}", "format": "json", "value_path": "v",
+                         "time_path": "t"}
+                    ],
+                },
+                "console": {"host": "127.0.0.1", "port": console},
+            }
+        )
+    )  # fmt: skip
+    log = tmp_path / "daemon.log"
+    with log.open("ab") as out:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "monitor", "run", "--config", str(config)],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+        )
+    peer = Peer(broker.port, "ro-field")
+    watcher = Peer(broker.port, "ro-watcher")
+    try:
+        wait_until(lambda: "connected as" in log.read_text(), timeout=30, what="the daemon's MQTT session")
+        watcher.subscribe("#")
+        base = time.time() - 600
+        peer.publish_many(readings(base, range(100)))
+        wait_until(lambda: stored(state) == 100, timeout=30, what="the first readings stored")
+
+        (sysfs / "trigger_fs_error").write_text("station-monitor test: read-only now\n")
+        peer.publish_many(
+            [("ro/a.flow/v", json.dumps({"v": i, "t": base + i}).encode()) for i in range(100, 200)]
+        )
+        wait_until(
+            lambda: (disk_alarm(console) or {}).get("active") is True,
+            timeout=30,
+            what=f"the disk alarm on the console; log:\n{log.read_text()[-2000:]}",
+        )
+        alarm = disk_alarm(console)
+        assert alarm is not None and alarm["priority"] == "critical"
+        assert "Read-only file system" in alarm["message"], alarm
+        wait_until(
+            lambda: any(
+                "state_disk" in t and b"Read-only file system" in p for t, p, _ in watcher.received()
+            ),
+            timeout=30,
+            what="the disk alarm on MQTT",
+        )
+        assert daemon.poll() is None, "the daemon must not exit on a read-only disk"
+        assert stored(state) == 100  # nothing more taken in
+        lines = [ln for ln in log.read_text().splitlines() if STALL_LINE in ln]
+        assert len(lines) == 1 and "Read-only file system (EROFS)" in lines[0], lines
+        assert "Traceback" not in log.read_text()
+    finally:
+        peer.close()
+        watcher.close()
+        if daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)
+            try:
+                daemon.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait(timeout=10)
+        broker.stop()
+
+
+def readings(base: float, numbers: range) -> list[tuple[str, bytes]]:
+    return [("ro/a.flow/v", json.dumps({"v": i, "t": base + i}).encode()) for i in numbers]
+
+
+def disk_alarm(console: int) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{console}/api/alarms", timeout=5) as resp:
+            found = list(json.loads(resp.read()))
+    except OSError:
+        return None
+    return next((a for a in found if a["sensor"] == "state_disk" and a["rule"] == "disk_full"), None)
+
+
+def stored(state: Path) -> int:
+    """Rows in the series store (read-only: the mount may be)."""
+    db = sqlite3.connect(f"file:{state / 'series.sqlite'}?mode=ro", uri=True, timeout=10)
+    try:
+        return int(db.execute("SELECT COUNT(*) FROM sample").fetchone()[0])
+    finally:
+        db.close()
