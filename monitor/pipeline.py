@@ -26,7 +26,8 @@ if it is itself interrupted.
 
 **A store that fails** (disk full, read-only, I/O error) stalls the pipeline: the
 batch stays at the head of the queue unacknowledged, a critical `disk_full` alarm
-is raised, the cause is logged once, and the batch is tried again every
+is raised, the cause is logged once (`sqlite.real_cause`: SQLite calls a file system gone
+read-only a "disk I/O error", so the disk is asked), and the batch is tried again every
 `RETRY` seconds until it is stored. MQTT readings wait on the broker (nothing is
 acknowledged); Modbus readings are kept up to `HOLD_MAX` items, beyond which the
 oldest unacknowledged-less (Modbus) items are dropped and counted.
@@ -62,6 +63,7 @@ from monitor.model import Alarm, Clock, Condition, ConditionState, Kind, Rule, S
 from monitor.reconcile import Reconciler
 from monitor.sinks.lineproto import MeterPoint
 from monitor.sinks.pipeline import SampleSink
+from monitor.sqlite import real_cause
 
 log = logging.getLogger(__name__)
 
@@ -347,17 +349,18 @@ class Pipeline:
     def _stall(self, exc: Exception) -> None:
         self._retry_at = time.monotonic() + RETRY
         if self.stats.stalled is None:
+            why = real_cause(exc, self.config.state_dir)
             self.stats.stalls += 1
-            self.stats.stalled = str(exc)
+            self.stats.stalled = why
             if self.disk is not None:
                 self.disk.release_reserve()  # room to journal the alarm that says so
             log.error(
                 "state disk refused a write, intake paused (nothing is acknowledged until it is stored;"
                 " retrying every %gs): %s",
                 RETRY,
-                exc,
+                why,
             )
-            self.raise_conditions([self._disk_condition(ConditionState.ACTIVE, str(exc))])
+            self.raise_conditions([self._disk_condition(ConditionState.ACTIVE, why)])
         else:
             log.debug("state disk still refuses writes: %s", exc)
 
