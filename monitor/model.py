@@ -24,6 +24,18 @@ class Kind(StrEnum):
     TEMPERATURE = "temperature"
     CONCENTRATION = "concentration"
     METER = "meter"
+    # The pumping station itself (monitor/station): wet well, pumps, on/off signals, rain.
+    LEVEL = "level"
+    PUMP = "pump"
+    STATUS = "status"
+    RAIN = "rain"
+    CONDUCTIVITY = "conductivity"
+    TURBIDITY = "turbidity"
+    GAS = "gas"
+    SPEED = "speed"
+    CURRENT = "current"
+    # Computed from other sensors by an expression (monitor/station/derive.py).
+    DERIVED = "derived"
 
 
 class Quality(IntEnum):
@@ -45,6 +57,12 @@ class Rule(StrEnum):
     METER = "meter"
     OUTBOX = "outbox"
     NOTIFY = "notify"  # a callout channel keeps failing (diagnostic)
+    # The pumping station (monitor/station): on a level or pump sensor.
+    HIGH_LEVEL = "high_level"
+    OVERFLOW = "overflow"
+    FAIL_TO_START = "fail_to_start"
+    PUMP_STARTS = "pump_starts"
+    LONG_RUN = "long_run"
 
 
 class ConditionState(StrEnum):
