@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "billing": "monitor.commands.billing",
     "notify": "monitor.commands.notify",
     "fleet": "monitor.commands.fleet",
+    "pumps": "monitor.commands.pumps",
 }
 
 

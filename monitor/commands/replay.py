@@ -30,9 +30,19 @@ from monitor.meters.book import MeterBook
 from monitor.model import Kind, ManualClock, Rule
 from monitor.sinks.pipeline import SampleSink, open_sink, outbox_path
 from monitor.sources.replay import ReadReport, Samples, read_csv
+from monitor.station import StationStore, StationTracker, station_steps
+from monitor.station.replay import has_station
 
 HELP = "replay recorded samples (CSV) through the rules and write the alarm events (JSON lines)"
-EVENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE})
+EVENT_RULES = frozenset(
+    {
+        Rule.SLUG,
+        Rule.HIGH,
+        Rule.LOW,
+        Rule.STALE,
+        *(Rule.HIGH_LEVEL, Rule.OVERFLOW, Rule.FAIL_TO_START, Rule.PUMP_STARTS, Rule.LONG_RUN),
+    }
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,9 +95,14 @@ def run(args: argparse.Namespace) -> int:
     )
     meter_transitions = 0
 
+    # The pumping station (monitor/station): derived sensors, pump runs, overflow records.
+    station = StationStore.open(config.state_dir) if has_station(config) else None
+    tracker = StationTracker(config, station) if station is not None else None
+
     def steps() -> Iterator[ReplayStep]:
         nonlocal meter_transitions
-        for step in replay(engine, samples):
+        source = station_steps(config, engine, samples, tracker) if station else replay(engine, samples)
+        for step in source:
             if book is not None:
                 meter_transitions += len(
                     book.ingest_arrays(
@@ -110,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if sink is not None:
             sink.close()
+        if station is not None:
+            station.close()
         if book is not None:
             print(
                 f"replay: meter readings added to {book.ledger.path} ({meter_transitions} meter alarm"
