@@ -12,8 +12,9 @@ import pytest
 
 from monitor.config import Account, Config, build_config
 from monitor.errors import MeterError
-from monitor.meters.billing import classify, export_rows, quarter, rate
+from monitor.meters.billing import export_rows, quarter, rate
 from monitor.meters.book import MeterBook
+from monitor.meters.classes import SystemFlow, classify
 from monitor.model import Sample, iso, parse_time
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,27 +61,80 @@ def test_rate_is_budget_over_prior_year_kcf() -> None:
     assert bad.returncode == 1 and "budget 'lots' is not a number" in bad.stderr
 
 
-def acct(cls: str = "industrial", workdays: int = 5, residential: bool | None = None) -> Account:
+def acct(
+    cls: str = "industrial",
+    workdays: int = 5,
+    residential: bool | None = None,
+    sic: str | None = "D",
+    **more: object,
+) -> Account:
     return Account.model_validate(
-        {"id": "a", "class": cls, "workdays_per_week": workdays, "residential": residential}
-    )
+        {"id": "a", "class": cls, "workdays_per_week": workdays, "residential": residential,
+         "sic_division": sic, **more}
+    )  # fmt: skip
+
+
+def cls_of(account: Account, gal: Fraction, days: int, system: Fraction | None) -> str:
+    flow = SystemFlow(system, "billing.system_flow_gpd" if system is not None else "no system flow")
+    return classify(account, gal, days, flow)[0]
 
 
 def test_classification_thresholds() -> None:
     days, big = 91, Fraction(10**12)
     gal = Fraction(25_000 * days)
-    assert classify(acct(), gal, days, big) == "industrial"  # exactly 25,000 gpd is not "more than"
-    assert classify(acct(), gal + 1, days, big) == "industrial user"
+    assert cls_of(acct(), gal, days, big) == "industrial"  # exactly 25,000 gpd is not "more than"
+    assert cls_of(acct(), gal + 1, days, big) == "industrial user"
     # 50,000 gal per average workday: 91 days x 5/7 = 65 workdays.
-    assert classify(acct(), Fraction(50_000 * 65), days, big) == "major contributing industry"
-    assert classify(acct(), Fraction(50_000 * 65) - 1, days, big) == "industrial user"
-    # > 5 % of all metered flow makes an industrial user major, whatever its workdays.
+    assert cls_of(acct(), Fraction(50_000 * 65), days, big) == "major contributing industry"
+    assert cls_of(acct(), Fraction(50_000 * 65) - 1, days, big) == "industrial user"
+    # > 5 % of the municipal system's flow makes an industrial user major, whatever its workdays.
     small = gal + 1
-    assert classify(acct(workdays=7), small, days, small * 20) == "industrial user"  # exactly 5 %
-    assert classify(acct(workdays=7), small, days, small * 20 - 1) == "major contributing industry"
+    assert cls_of(acct(workdays=7), small, days, small * 20) == "industrial user"  # exactly 5 %
+    assert cls_of(acct(workdays=7), small, days, small * 20 - 1) == "major contributing industry"
     # Residential users are never industrial users, however much they use.
-    assert classify(acct("residential"), big, days, big) == "residential"
-    assert classify(acct("apartments", residential=True), big, days, big) == "apartments"
+    assert cls_of(acct("residential"), big, days, big) == "residential"
+    assert cls_of(acct("apartments", residential=True), big, days, big) == "apartments"
+
+
+def test_industrial_user_needs_every_condition_of_139_16_h1() -> None:
+    days, gal = 92, Fraction(40_000 * 92)  # 40,000 gpd, well over 25,000
+    flow = SystemFlow(None, "no billing.system_flow_gpd or billing.system_meter")
+    school = classify(acct("school", sic="I", governmental=True), gal, days, flow)
+    assert school == ("school", "§139-16 H(1): governmental user: not an industrial user")
+    mall = classify(acct("commercial", sic="G"), gal, days, flow)  # retail trade is division G
+    assert mall == (
+        "commercial",
+        "§139-16 H(1): SIC division G is not one of A, B, D, E, I: not an industrial user",
+    )
+    unknown = classify(acct("commercial", sic=None), gal, days, flow)
+    assert unknown == ("commercial", "§139-16 H(1): no sic_division configured: not an industrial user")
+    for division in ("A", "B", "D", "E", "I"):
+        got, reason = classify(acct(sic=division, workdays=7), gal, days, flow)
+        assert got == "industrial user"
+        assert reason.endswith(
+            "§139-15 5 % prong not judged (no billing.system_flow_gpd or billing.system_meter)"
+        )
+
+
+def test_the_superintendents_designation_overrides_and_says_why() -> None:
+    days, gal = 92, Fraction(1_000 * 92)  # 1,000 gpd: no flow prong can apply
+    flow = SystemFlow(Fraction(10**9), "billing.system_flow_gpd")
+    toxic = {"classification": "major contributing industry", "reason": "chromium in toxic amounts (§139-15)"}
+    assert classify(acct(designation=toxic), gal, days, flow) == (
+        "major contributing industry", "designation: chromium in toxic amounts (§139-15)"
+    )  # fmt: skip
+    bod = {"classification": "industrial user", "reason": "BOD equivalent of 30,000 gpd (§139-16 H(1)(b))"}
+    assert classify(acct(designation=bod), gal, days, flow)[0] == "industrial user"
+    # A designated industrial user is still judged against §139-15's flow prongs.
+    heavy = Fraction(60_000 * 92)
+    got, reason = classify(acct(designation=bod, workdays=7), heavy, days, flow)
+    assert got == "major contributing industry" and "60,000.00 gal per average workday >= 50,000" in reason
+    out = {"classification": "not industrial", "reason": "sanitary wastes only (§139-16 H(1)(a))"}
+    assert classify(acct(designation=out), heavy, days, flow) == (
+        "industrial", "designation: sanitary wastes only (§139-16 H(1)(a))"
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="reason"):
+        acct(designation={"classification": "industrial user"})
 
 
 def billing_config(tmp_path: Path, minimum: str | None = "25.00", units: int = 1) -> Config:

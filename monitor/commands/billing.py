@@ -10,8 +10,10 @@ from pathlib import Path
 
 from monitor.commands import load_config_or_exit
 from monitor.errors import MeterError, MonitorError
-from monitor.meters.billing import export_rows, quarter, rate, write_csv, write_export, write_json
+from monitor.meters.billing import export_rows, rate, write_csv, write_export, write_json
 from monitor.meters.book import open_ledger
+from monitor.meters.periods import presentation, quarter
+from monitor.meters.xlsx import write_xlsx
 from monitor.model import iso
 
 HELP = "billing: the §139-3 rate per 1,000 ft3, and the quarterly export from the meter ledger"
@@ -27,9 +29,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--places", type=int, default=2, help="decimal places of the rate (default 2, cents)")
     p = sub.add_parser("export", help="one row per account and meter for a billing quarter")
     p.add_argument("--config", required=True)
-    p.add_argument("--quarter", required=True, help="e.g. 2026Q3 (quarters of the billing year)")
-    p.add_argument("--out", required=True, help="output file, or - for stdout")
-    p.add_argument("--format", choices=("csv", "json"), default="csv")
+    p.add_argument(
+        "--quarter",
+        required=True,
+        action="append",
+        help="e.g. 2026Q3 (quarters of the billing year, cut at local midnight in station.timezone);"
+        " repeat for several (one XLSX sheet each)",
+    )
+    p.add_argument("--out", required=True, help="output file, or - for stdout (csv, json)")
+    p.add_argument("--format", choices=("csv", "json", "xlsx"), default="csv")
+    p.add_argument(
+        "--presented",
+        metavar="YYYY-MM-DD",
+        help="§139-4: the date the bill is presented; adds presented, penalty_from_30, penalty_from_60",
+    )
 
 
 def _decimal(text: str, what: str) -> Decimal:
@@ -64,23 +77,39 @@ def _rate(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args.config)
-    if config.billing is None:
+    billing = config.billing
+    if billing is None:
         raise MeterError(f"{args.config} has no billing section")
-    q = quarter(args.quarter, config.billing.year_start_month)
+    if args.format == "xlsx" and args.out == "-":
+        raise MeterError("an XLSX export needs --out FILE")
+    quarters = [quarter(text, billing.year_start_month, config.station.zone) for text in args.quarter]
+    if len({str(q) for q in quarters}) < len(quarters):
+        raise MeterError("a --quarter is given twice")
+    if args.presented and len(quarters) > 1:
+        raise MeterError("--presented dates one bill: give one --quarter with it")
+    bill = presentation(args.presented, quarters[0]) if args.presented else None
     ledger = open_ledger(config)
     try:
-        rows = export_rows(config, ledger, q)
+        sheets = [(str(q), export_rows(config, ledger, q, bill)) for q in quarters]
     finally:
         ledger.close()
-    if q.end.timestamp() > time.time():
-        print(f"warning: {q} ends {iso(q.end.timestamp())}, which is still to come: figures are provisional",
-              file=sys.stderr)  # fmt: skip
+    for q in quarters:
+        if q.end.timestamp() > time.time():
+            print(f"warning: {q} ends {iso(q.end.timestamp())}, still to come: figures are provisional",
+                  file=sys.stderr)  # fmt: skip
+    rows = [row for _, sheet in sheets for row in sheet]
     if args.out == "-":
         (write_json if args.format == "json" else write_csv)(rows, sys.stdout)
+        return 0
+    if args.format == "xlsx":
+        write_xlsx(sheets, Path(args.out))
     else:
         write_export(rows, Path(args.out), args.format)
+    for q in quarters:
         print(
-            f"{q}: {iso(q.start.timestamp())} to {iso(q.end.timestamp())}, {len(rows)} row(s) -> {args.out}",
+            f"{q}: {q.first_day} to {q.last_day} ({config.station.timezone}),"
+            f" {iso(q.start.timestamp())} to {iso(q.end.timestamp())} -> {args.out}",
             file=sys.stderr,
         )
+    print(f"{len(rows)} row(s) -> {args.out}", file=sys.stderr)
     return 0

@@ -1,4 +1,4 @@
-"""`monitor meters list|show|replace|ingest`: the meter ledger from the command line."""
+"""`monitor meters list|show|replace|correct|void-replacement|ingest`: the ledger from the CLI."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from pathlib import Path
 
 from monitor.commands import load_config_or_exit
 from monitor.errors import MeterError, MonitorError
+from monitor.meters.amend import iter_history
 from monitor.meters.book import MeterBook
 from monitor.meters.ledger import to_ms
 from monitor.model import Sample, iso, parse_time
 
-HELP = "meter ledger: list meters, show readings, record a meter replacement, ingest readings"
+EARLIEST, LATEST = 0.0, 4_102_444_800.0  # 1970-01-01 and 2100-01-01: a meter reading is in between
+HELP = "meter ledger: list, show, record or void a meter replacement, correct a misread, ingest readings"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +35,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--new-initial", required=True, help="the new meter's initial register reading (counts)")
     p.add_argument("--by", default="", help="who recorded it (kept in the ledger)")
     p.add_argument("--note", default="")
+    p = sub.add_parser("correct", help="correct a misread reading (appended to the ledger with who and why)")
+    p.add_argument("--config", required=True)
+    p.add_argument("--meter", required=True, help="the meter's sensor id")
+    p.add_argument("--time", required=True, help="the reading's exact time, as `meters show` prints it")
+    p.add_argument("--reading", required=True, help="the right register reading (counts)")
+    p.add_argument("--by", required=True, help="who corrects it (kept in the ledger)")
+    p.add_argument("--why", required=True, help="why (kept in the ledger, shown with the bill)")
+    p = sub.add_parser(
+        "void-replacement", help="void a wrongly recorded replacement (appended; readings re-judged)"
+    )
+    p.add_argument("--config", required=True)
+    p.add_argument("--meter", required=True, help="the meter's sensor id")
+    p.add_argument("--time", required=True, help="the replacement's time, as `meters show` prints it")
+    p.add_argument("--by", required=True, help="who voids it (kept in the ledger)")
+    p.add_argument("--why", required=True, help="why (kept in the ledger, shown with the bill)")
     p = sub.add_parser("ingest", help="add meter readings from CSV files (time,sensor,value) to the ledger")
     p.add_argument("--config", required=True)
     p.add_argument("--input", required=True, action="append", help="CSV with header time,sensor,value")
@@ -53,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
             return _show(book, args)
         if action == "replace":
             return _replace(book, args)
+        if action == "correct":
+            return _amend(book, args, "corrected")
+        if action == "void-replacement":
+            return _amend(book, args, "voided")
         return _ingest(book, [Path(p) for p in args.input])
     except MonitorError as exc:
         print(f"monitor meters {args.action}: {exc}", file=sys.stderr)
@@ -83,25 +104,25 @@ def _list(book: MeterBook) -> int:
 def _show(book: MeterBook, args: argparse.Namespace) -> int:
     ledger = book.ledger
     spec = ledger.spec(args.meter)
-    after = to_ms(parse_time(args.since)) if args.since else None
-    until = to_ms(parse_time(args.until)) if args.until else None
+    after = to_ms(_when(args.since)) if args.since else None
+    until = to_ms(_when(args.until)) if args.until else None
     print(f"meter {spec.meter} ({spec.unit} x{spec.multiplier}), account {spec.account or '-'}")
     for row in ledger.rows(args.meter, after, until):
         print("  " + row.describe() + (f"  {row.message}" if row.message else ""))
-    for rep in ledger.replacements(args.meter):
-        who = f" by {rep.recorded_by}" if rep.recorded_by else ""
-        print(
-            f"  replaced at {iso(rep.time_ms / 1000)}: old final {rep.old_final},"
-            f" new initial {rep.new_initial}{who}"
-        )
+    for line in iter_history(ledger, args.meter, after, until):
+        print("  " + line)
     return 0
 
 
-def _replace(book: MeterBook, args: argparse.Namespace) -> int:
+def _when(text: str) -> float:
     try:
-        when = parse_time(args.time)
+        return parse_time(text)
     except ValueError as exc:
         raise MeterError(str(exc)) from None
+
+
+def _replace(book: MeterBook, args: argparse.Namespace) -> int:
+    when = _when(args.time)
     conditions = book.record_replacement(
         args.meter, when, args.old_final, args.new_initial, args.by, args.note
     )
@@ -109,6 +130,23 @@ def _replace(book: MeterBook, args: argparse.Namespace) -> int:
         f"meter {args.meter} replaced at {iso(when)}: old final {args.old_final},"
         f" new initial {args.new_initial}"
         f" (ledger {book.ledger.path})"
+    )
+    for c in conditions:
+        print(f"  meter alarm {c.state}: {c.message}")
+    return 0
+
+
+def _amend(book: MeterBook, args: argparse.Namespace, done: str) -> int:
+    """`correct` and `void-replacement`: appended, then the meter's later rows re-judged."""
+    when = _when(args.time)
+    if done == "corrected":
+        conditions = book.correct(args.meter, when, args.reading, args.by, args.why)
+        what = f"reading at {iso(when)} corrected to {args.reading}"
+    else:
+        conditions = book.void_replacement(args.meter, when, args.by, args.why)
+        what = f"replacement at {iso(when)} voided"
+    print(
+        f"meter {args.meter}: {what} by {args.by} (ledger {book.ledger.path}); quarters re-judged from there"
     )
     for c in conditions:
         print(f"  meter alarm {c.state}: {c.message}")
@@ -128,6 +166,8 @@ def _ingest(book: MeterBook, paths: list[Path]) -> int:
             for lineno, rec in enumerate(csv.DictReader(fh), start=2):
                 try:
                     sample = Sample(rec["sensor"], parse_time(rec["time"]), float(rec["value"]))
+                    if not EARLIEST <= sample.time < LATEST:
+                        raise ValueError(f"time {rec['time']} is outside 1970-2100")
                 except (KeyError, TypeError, ValueError) as exc:
                     bad += 1
                     if bad == 1:

@@ -278,8 +278,14 @@ def _check_rules(config: Config) -> list[str]:
                 )
         if rules.slug is not None and rules.slug.warmup > rules.slug.window:
             problems.append(f"sensors[{i}].slug.warmup: must not exceed slug.window")
-        if sensor.kind is Kind.METER and config.billing is not None and sensor.account is None:
+        billing = config.billing
+        # The plant influent meter (billing.system_meter) is measured, not billed.
+        billed = billing is not None and sensor.id != billing.system_meter
+        if billed and sensor.kind is Kind.METER and sensor.account is None:
             problems.append(f"sensors[{i}].account: required for a meter when billing is configured")
+    system = config.billing.system_meter if config.billing is not None else None
+    if system is not None and system not in {s.id for s in config.sensors if s.kind is Kind.METER}:
+        problems.append(f"billing.system_meter: {system!r} is not a sensor of kind: meter")
     return problems
 
 

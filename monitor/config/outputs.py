@@ -110,6 +110,15 @@ class Alarms(Section):
         return self
 
 
+class Designation(Section):
+    """The Superintendent's determination, which overrides the flow-based classification:
+    the BOD/SS equivalence of §139-16 H(1)(b), toxic wastes (H(2)), the §139-15 toxic,
+    21-category and SPDES prongs, none of which a water meter can judge."""
+
+    classification: Literal["industrial user", "major contributing industry", "not industrial"]
+    reason: str = Field(min_length=1, max_length=500, description="kept in the export")
+
+
 class Account(Section):
     id: str = Field(pattern=r"^[A-Za-z0-9_.:-]+$")
     name: str = ""
@@ -117,6 +126,11 @@ class Account(Section):
     billing_units: int = Field(1, ge=1)
     workdays_per_week: int = Field(5, ge=1, le=7)
     residential: bool | None = Field(None, description="default: class == residential")
+    governmental: bool = Field(False, description="§139-16 H(1): never an industrial user by flow")
+    sic_division: Literal["A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "K"] | None = Field(
+        None, description="SIC Manual division; §139-16 H(1) names A, B, D, E and I"
+    )
+    designation: Designation | None = None
 
 
 class Billing(Section):
@@ -124,4 +138,16 @@ class Billing(Section):
     minimum_charge: Decimal | None = Field(None, ge=0, description="per billing unit per quarter")
     year_start_month: int = Field(1, ge=1, le=12)
     max_gap: Duration = Field(86400.0, gt=0, description="longer gaps mark a period estimated")
+    system_flow_gpd: Decimal | None = Field(
+        None, gt=0, description="§139-15 5 % prong: the municipal system's average daily flow, gal/day"
+    )
+    system_meter: str | None = Field(
+        None, description="§139-15 5 % prong: a kind: meter sensor on the plant influent (not billed)"
+    )
     accounts: list[Account] = []
+
+    @model_validator(mode="after")
+    def _one_system_flow(self) -> Billing:
+        if self.system_flow_gpd is not None and self.system_meter is not None:
+            raise key_error("system_meter", "set system_flow_gpd or system_meter, not both")
+        return self

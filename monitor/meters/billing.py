@@ -4,8 +4,10 @@ Reads the ledger only, so billing works on a gateway that never reached InfluxDB
 Volumes stay exact fractions and money exact decimals until the very end, where
 each output column is rounded once (money to cents, ROUND_HALF_UP).
 
-A delta belongs to the quarter its later reading falls in: period_start < time <=
-period_end (the reading at 00:00 on the first day closes the previous quarter).
+A delta belongs to the quarter its later reading falls in: period_start_utc < time <=
+period_end_utc (the reading at local midnight on the first day closes the previous
+quarter). Quarters are cut at the Town's midnight (`periods.py`); classes follow
+§139-16 H(1) and §139-15 (`classes.py`).
 """
 
 from __future__ import annotations
@@ -13,10 +15,8 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import re
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -24,60 +24,33 @@ from typing import TextIO
 
 from monitor.config import Account, Billing, Config
 from monitor.errors import MeterError
+from monitor.meters.classes import SystemFlow, classify
 from monitor.meters.ledger import Ledger
+from monitor.meters.periods import Presentation, Quarter, quarter
 from monitor.meters.totalizer import ANOMALIES, ft3_to_gal, to_ft3
 from monitor.model import iso
 
+__all__ = ["COLUMNS", "Quarter", "columns", "export_rows", "quarter", "rate", "write_csv", "write_json"]
+
 COLUMNS = (
-    "account", "meter", "period_start", "period_end", "first_read", "last_read", "unit",
-    "consumption_ft3", "consumption_kcf", "consumption_gal", "average_gpd", "charge",
-    "minimum_applied", "due_after_30_days", "due_after_60_days", "classification", "flags",
+    "account", "meter", "period_start", "period_end", "period_start_utc", "period_end_utc",
+    "first_read", "last_read", "unit", "consumption_ft3", "consumption_kcf", "consumption_gal",
+    "average_gpd", "charge", "minimum_applied", "due_after_30_days", "due_after_60_days",
+    "classification", "classification_reason", "flags",
 )  # fmt: skip
-EXPORT_FLAGS = ("rollover", "replacement", "estimated", "anomaly")
-INDUSTRIAL_GPD = 25_000  # §139-16 H(1): more than 25,000 gallons per day
-MAJOR_GAL_PER_WORKDAY = 50_000  # §139-15: 50,000 gallons or more per average workday
-MAJOR_SHARE = Fraction(5, 100)  # §139-15: more than 5 % of the flow carried by the system
+PRESENTED_COLUMNS = ("presented", "penalty_from_30", "penalty_from_60")  # only with --presented
+MONEY_COLUMNS = ("charge", "due_after_30_days", "due_after_60_days")
+EXPORT_FLAGS = ("rollover", "replacement", "estimated", "anomaly", "corrected", "voided replacement")
 PENALTY_30 = Fraction(2, 100)  # §139-4: 2 % after 30 days
 PENALTY_60 = Fraction(10, 100)  # §139-4: a further 10 % of the accumulated amount after 60 days
 
 
-@dataclass(frozen=True, slots=True)
-class Quarter:
-    """Billing quarter `n` (1-4) of billing year `year`, which starts on the 1st of
-    `year_start_month` of calendar year `year` (UTC midnight)."""
-
-    year: int
-    n: int
-    start: datetime
-    end: datetime
-
-    @property
-    def start_ms(self) -> int:
-        return int(self.start.timestamp()) * 1000
-
-    @property
-    def end_ms(self) -> int:
-        return int(self.end.timestamp()) * 1000
-
-    @property
-    def days(self) -> int:
-        return (self.end - self.start).days
-
-    def __str__(self) -> str:
-        return f"{self.year}Q{self.n}"
-
-
-def quarter(text: str, year_start_month: int = 1) -> Quarter:
-    """`2026Q3` -> the period; with year_start_month 7, 2026Q3 is January-March 2027."""
-    m = re.fullmatch(r"\s*(\d{4})\s*-?\s*[Qq]([1-4])\s*", text)
-    if not m:
-        raise MeterError(f"quarter {text!r} must look like 2026Q3")
-    year, n = int(m.group(1)), int(m.group(2))
-    first = (year_start_month - 1) + 3 * (n - 1)  # months after January of `year`
-    start = datetime(year + first // 12, first % 12 + 1, 1, tzinfo=UTC)
-    last = first + 3
-    end = datetime(year + last // 12, last % 12 + 1, 1, tzinfo=UTC)
-    return Quarter(year, n, start, end)
+def columns(presented: bool = False) -> tuple[str, ...]:
+    """The export's columns; the §139-4 dates follow the amounts due when a bill date is given."""
+    if not presented:
+        return COLUMNS
+    at = COLUMNS.index("due_after_60_days") + 1
+    return COLUMNS[:at] + PRESENTED_COLUMNS + COLUMNS[at:]
 
 
 def rate(budget: Decimal, prior_year_kcf: Decimal) -> Decimal:
@@ -115,6 +88,7 @@ def usage(ledger: Ledger, meter: str, q: Quarter, max_gap: float) -> Usage:
     out_flags: set[str] = {f for f in ("rollover", "replacement") if f in flags}
     if flags & set(ANOMALIES) or ledger.conflicts(meter, q.start_ms, q.end_ms):
         out_flags.add("anomaly")
+    out_flags |= ledger.amendment_flags(meter, q.start_ms, q.end_ms)
     # Coverage: accepted readings inside the quarter, clipped to its bounds.
     times = [q.start_ms, *(r.time_ms for r in accepted), q.end_ms]
     if before is None and accepted:
@@ -149,34 +123,55 @@ def _num(x: Decimal | None) -> str:
     return text
 
 
-def classify(account: Account, gal: Fraction, days: int, system_gal: Fraction) -> str:
-    """§139-16 H(1) industrial user; §139-15 major contributing industry (industrial users first)."""
-    residential = account.residential if account.residential is not None else account.class_ == "residential"
-    if residential or days <= 0:
-        return account.class_
-    if gal / days <= INDUSTRIAL_GPD:
-        return account.class_
-    workdays = Fraction(days * account.workdays_per_week, 7)
-    if gal / workdays >= MAJOR_GAL_PER_WORKDAY or (system_gal > 0 and gal / system_gal > MAJOR_SHARE):
-        return "major contributing industry"
-    return "industrial user"
+def system_flow(config: Config, ledger: Ledger, q: Quarter) -> SystemFlow:
+    """The municipal system's flow over the quarter for §139-15's 5 % prong, or why not."""
+    billing = config.billing
+    assert billing is not None
+    if billing.system_flow_gpd is not None:
+        return SystemFlow(Fraction(billing.system_flow_gpd) * q.days, "billing.system_flow_gpd")
+    if billing.system_meter is not None:
+        u = usage(ledger, billing.system_meter, q, billing.max_gap)
+        caveat = f" ({', '.join(f for f in EXPORT_FLAGS if f in u.flags)})" if u.flags else ""
+        return SystemFlow(ft3_to_gal(u.ft3), f"system meter {billing.system_meter}{caveat}")
+    return SystemFlow(None, "no billing.system_flow_gpd or billing.system_meter")
 
 
-def export_rows(config: Config, ledger: Ledger, q: Quarter) -> list[dict[str, str]]:
+def export_rows(
+    config: Config, ledger: Ledger, q: Quarter, presented: Presentation | None = None
+) -> list[dict[str, str]]:
     """One row per account and meter, in account then meter order."""
     billing = config.billing
     if billing is None:
         raise MeterError("the config has no billing section (rate_per_kcf, accounts)")
+    billed = [m for m in ledger.specs if m != billing.system_meter]
+    unbilled = sorted(m for m in billed if ledger.specs[m].account not in {a.id for a in billing.accounts})
+    if unbilled:
+        raise MeterError(f"meters without a billing account: {', '.join(unbilled)}")
     meters_by_account: dict[str, list[str]] = defaultdict(list)
-    for meter, spec in ledger.specs.items():
-        meters_by_account[spec.account or ""].append(meter)
-    usages = {m: usage(ledger, m, q, billing.max_gap) for m in ledger.specs}
-    system_gal = sum((ft3_to_gal(u.ft3) for u in usages.values()), Fraction(0))
+    for meter in billed:
+        meters_by_account[ledger.specs[meter].account or ""].append(meter)
+    usages = {m: usage(ledger, m, q, billing.max_gap) for m in billed}
+    system = system_flow(config, ledger, q)
+    period = {
+        "period_start": q.first_day.isoformat(),
+        "period_end": q.last_day.isoformat(),
+        "period_start_utc": iso(q.start.timestamp()),
+        "period_end_utc": iso(q.end.timestamp()),
+    }
+    dates = (
+        {}
+        if presented is None
+        else {
+            "presented": presented.presented.isoformat(),
+            "penalty_from_30": presented.penalty_from_30.isoformat(),
+            "penalty_from_60": presented.penalty_from_60.isoformat(),
+        }
+    )
     out: list[dict[str, str]] = []
     for account in sorted(billing.accounts, key=lambda a: a.id):
         meters = sorted(meters_by_account.get(account.id, []))
         account_gal = sum((ft3_to_gal(usages[m].ft3) for m in meters), Fraction(0))
-        cls = classify(account, account_gal, q.days, system_gal)
+        cls, reason = classify(account, account_gal, q.days, system)
         charges = {m: usages[m].ft3 / 1000 * Fraction(billing.rate_per_kcf) for m in meters}
         minimum = _minimum(billing, account)
         topup = max(minimum - sum(charges.values(), Fraction(0)), Fraction(0))
@@ -188,32 +183,27 @@ def export_rows(config: Config, ledger: Ledger, q: Quarter) -> list[dict[str, st
             due30 = charge * (1 + PENALTY_30)
             due60 = due30 * (1 + PENALTY_60)
             gal = ft3_to_gal(u.ft3)
-            out.append(
-                {
-                    "account": account.id,
-                    "meter": meter,
-                    "period_start": iso(q.start.timestamp()),
-                    "period_end": iso(q.end.timestamp()),
-                    "first_read": _num(u.first),
-                    "last_read": _num(u.last),
-                    "unit": u.unit,
-                    "consumption_ft3": _fmt(u.ft3, 3),
-                    "consumption_kcf": _fmt(u.ft3 / 1000, 6),
-                    "consumption_gal": _fmt(gal, 2),
-                    "average_gpd": _fmt(gal / q.days, 2),
-                    "charge": _fmt(charge, 2),
-                    "minimum_applied": "true" if topup > 0 else "false",
-                    "due_after_30_days": _fmt(due30, 2),
-                    "due_after_60_days": _fmt(due60, 2),
-                    "classification": cls,
-                    "flags": ";".join(f for f in EXPORT_FLAGS if f in u.flags),
-                }
-            )
-    unbilled = sorted(
-        m for m in ledger.specs if ledger.specs[m].account not in {a.id for a in billing.accounts}
-    )
-    if unbilled:
-        raise MeterError(f"meters without a billing account: {', '.join(unbilled)}")
+            row = {
+                "account": account.id,
+                "meter": meter,
+                **period,
+                "first_read": _num(u.first),
+                "last_read": _num(u.last),
+                "unit": u.unit,
+                "consumption_ft3": _fmt(u.ft3, 3),
+                "consumption_kcf": _fmt(u.ft3 / 1000, 6),
+                "consumption_gal": _fmt(gal, 2),
+                "average_gpd": _fmt(gal / q.days, 2),
+                "charge": _fmt(charge, 2),
+                "minimum_applied": "true" if topup > 0 else "false",
+                "due_after_30_days": _fmt(due30, 2),
+                "due_after_60_days": _fmt(due60, 2),
+                **dates,
+                "classification": cls,
+                "classification_reason": reason,
+                "flags": ";".join(f for f in EXPORT_FLAGS if f in u.flags),
+            }
+            out.append({c: row[c] for c in columns(presented is not None)})
     return out
 
 
@@ -224,7 +214,7 @@ def _minimum(billing: Billing, account: Account) -> Fraction:
 
 
 def write_csv(rows: list[dict[str, str]], out: TextIO) -> None:
-    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
 
@@ -244,6 +234,7 @@ def write_json(rows: list[dict[str, str]], out: TextIO) -> None:
 
 
 def write_export(rows: list[dict[str, str]], path: Path, fmt: str) -> None:
+    """Written beside the target and renamed, so a reader never sees half a file."""
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("w", encoding="utf-8", newline="") as fh:
         (write_json if fmt == "json" else write_csv)(rows, fh)

@@ -24,13 +24,27 @@ import numpy.typing as npt
 
 from monitor.config import Config
 from monitor.errors import MeterError
-from monitor.meters.ledger import READING, Ledger, Replacement, Row, to_ms
-from monitor.meters.totalizer import ANOMALIES, MeterSpec, Step, condition, dec, to_ft3
-from monitor.model import Condition, Kind, Quality, Sample, iso
+from monitor.meters.ledger import OLD_FINAL, READING, Ledger, Replacement, Row, to_ms
+from monitor.meters.totalizer import ANOMALIES, ZERO, MeterSpec, Step, condition, dec, to_ft3
+from monitor.model import Clock, Condition, Kind, Quality, Sample, WallClock, iso
 
 log = logging.getLogger(__name__)
 
 LEDGER_FILE = "ledger.sqlite"
+
+
+def _ms(time: float) -> int:
+    """Epoch seconds from an operator; a time no calendar holds is refused, not stored."""
+    if not math.isfinite(time) or not -(2**53) < time * 1000 < 2**53:
+        raise MeterError(f"time {time!r} is out of range")
+    return to_ms(time)
+
+
+def _figure(value: Decimal | float | str) -> Decimal:
+    out = dec(value.strip().replace(",", "") if isinstance(value, str) else value)
+    if not out.is_finite():
+        raise MeterError(f"{value!r} is not a number")
+    return out
 
 
 def meter_specs(config: Config) -> dict[str, MeterSpec]:
@@ -99,10 +113,12 @@ def meter_records(rows: Iterable[Row], specs: dict[str, MeterSpec]) -> list[Mete
 class MeterBook:
     """The ledger plus per-meter alarm state; one per daemon (or replay run)."""
 
-    def __init__(self, ledger: Ledger, records: bool = True) -> None:
+    def __init__(self, ledger: Ledger, records: bool = True, clock: Clock | None = None) -> None:
         """`records=False` when nobody calls `take_records` (a replay without InfluxDB,
-        `monitor meters ingest`), so a long replay does not hold every row in memory."""
+        `monitor meters ingest`), so a long replay does not hold every row in memory.
+        `clock` says what "in the future" means for an operator's replacement time."""
         self.ledger = ledger
+        self.clock: Clock = clock if clock is not None else WallClock()
         self.skipped = 0  # samples that were not readings: bad quality, NaN
         self._alarm: dict[str, bool] = {}
         self._seen: dict[str, tuple[int, int]] = {}
@@ -115,8 +131,8 @@ class MeterBook:
                 self._seen[meter] = last.key
 
     @classmethod
-    def open(cls, config: Config, records: bool = True) -> MeterBook:
-        return cls(open_ledger(config), records)
+    def open(cls, config: Config, records: bool = True, clock: Clock | None = None) -> MeterBook:
+        return cls(open_ledger(config), records, clock)
 
     def close(self) -> None:
         self.ledger.close()
@@ -177,16 +193,43 @@ class MeterBook:
     ) -> list[Condition]:
         """Record an operator's meter swap (CLI and console API); re-judges later readings.
 
-        Returns the meter alarm transitions it causes (usually the `backwards` alarm
-        clearing): hand them to the alarm manager like any other condition."""
-        rep = Replacement(meter, to_ms(time), dec(old_final), dec(new_initial), recorded_by, note)
-        if rep.old_final < 0 or rep.new_initial < 0:
-            raise MeterError(f"meter {meter}: readings of a replacement must not be negative")
-        rows = self.ledger.record_replacement(rep)
+        Checked before anything is written (see `amend.py`). Returns the meter alarm
+        transitions it causes (usually the `backwards` alarm clearing): hand them to the
+        alarm manager like any other condition."""
+        self.ledger.spec(meter)
+        rep = Replacement(meter, _ms(time), _figure(old_final), _figure(new_initial), recorded_by, note)
+        rows = self.ledger.record_replacement(rep, self.clock.now())
         log.info(
             "meter %s replaced at %s: old final %s, new initial %s%s",
             meter, iso(time), rep.old_final, rep.new_initial, f" (by {recorded_by})" if recorded_by else "",
         )  # fmt: skip
+        return self._amended(rows)
+
+    def void_replacement(self, meter: str, time: float, by: str, why: str) -> list[Condition]:
+        """Void a wrongly recorded replacement (appended, with who and why); the readings
+        after it are judged again as if it had never been recorded."""
+        self.ledger.spec(meter)
+        time_ms = _ms(time)
+        held = self.ledger.active_replacement(meter, time_ms)
+        rows = self.ledger.void_replacement(meter, time_ms, by, why, self.clock.now())
+        log.info("meter %s: replacement at %s voided by %s: %s", meter, iso(time), by, why)
+        if held is not None and self._records:  # zero the swap's point in InfluxDB (take_records)
+            self._pending.append(
+                Row(meter, time_ms, OLD_FINAL, held.old_final, True, ZERO, ZERO, ("voided",), "voided")
+            )
+        return self._amended(rows)
+
+    def correct(
+        self, meter: str, time: float, reading: Decimal | float | str, by: str, why: str
+    ) -> list[Condition]:
+        """Correct a misread reading (appended with the original, who and why)."""
+        self.ledger.spec(meter)
+        value = _figure(reading)
+        rows = self.ledger.correct(meter, _ms(time), value, by, why, self.clock.now())
+        log.info("meter %s: reading at %s corrected to %s by %s: %s", meter, iso(time), value, by, why)
+        return self._amended(rows)
+
+    def _amended(self, rows: list[Row]) -> list[Condition]:
         if self._records:
             self._pending.extend(rows)
         return self._conditions(rows)
@@ -199,8 +242,10 @@ class MeterBook:
         # Both sides of a replacement make one point; send both even if one changed.
         swaps = {(r.meter, r.time_ms) for r in rows if r.seq != READING}
         for meter, time_ms in sorted(swaps):
+            mine = [r for r in rows if (r.meter, r.time_ms) == (meter, time_ms)]
             rows = [r for r in rows if (r.meter, r.time_ms) != (meter, time_ms)]
-            rows.extend(self.ledger.rows(meter, time_ms - 1, time_ms))
+            # A voided swap has no rows left: its own zero row overwrites the old point.
+            rows.extend(self.ledger.rows(meter, time_ms - 1, time_ms) or mine)
         return meter_records(sorted(rows, key=lambda r: (r.time_ms, r.meter, r.seq)), self.ledger.specs)
 
     def _conditions(self, rows: list[Row]) -> list[Condition]:

@@ -8,8 +8,9 @@ or a replacement recorded after the fact, re-judges the rows after it, so replay
 live polling of the same readings give the same ledger.
 
 Re-ingesting the same (meter, time) is a no-op (replay after live cannot double
-count); a different value for a time already held is kept out, counted as a
-conflict, and shown as an anomaly.
+count, nor can a replay of a reading an operator corrected); a different value for a
+time already held is kept out, counted as a conflict, and shown as an anomaly.
+Replacements, voids and corrections are appended by `amend.Amendments`.
 
 Time is stored as integer milliseconds (the resolution InfluxDB keeps too).
 """
@@ -24,6 +25,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from monitor.errors import MeterError, StateError
+from monitor.meters.amend import Amendments
 from monitor.meters.rows import (
     NEW_INITIAL,
     OLD_FINAL,
@@ -42,7 +44,7 @@ __all__ = ["NEW_INITIAL", "OLD_FINAL", "READING", "Ledger", "Replacement", "Row"
 log = logging.getLogger(__name__)
 
 
-class Ledger:
+class Ledger(Amendments):
     """SQLite meter ledger under the state directory; one writer (the daemon or a command)."""
 
     def __init__(self, path: Path, specs: Mapping[str, MeterSpec]) -> None:
@@ -180,7 +182,7 @@ class Ledger:
         ).fetchone()
         if held is None:
             return False
-        if Decimal(held[0]) != reading:
+        if Decimal(held[0]) != reading and reading not in self.corrected_originals(meter, time_ms):
             self._db.execute(
                 "INSERT OR IGNORE INTO conflicts VALUES (?, ?, ?, ?)", (meter, time_ms, held[0], str(reading))
             )
@@ -249,62 +251,6 @@ class Ledger:
             if row.accepted:
                 base = row
         return changed
-
-    # -- replacements ----------------------------------------------------------------
-
-    def record_replacement(self, rep: Replacement) -> list[Row]:
-        """Record a meter swap: consumption across it is (old_final - last reading) +
-        (next reading - new_initial). Refuses figures that contradict the readings."""
-        spec = self.spec(rep.meter)
-        with self._tx():
-            held = self._db.execute(
-                "SELECT old_final, new_initial FROM replacements WHERE meter=? AND time_ms=?",
-                (rep.meter, rep.time_ms),
-            ).fetchone()
-            if held is not None:
-                if (Decimal(held[0]), Decimal(held[1])) == (rep.old_final, rep.new_initial):
-                    return []
-                raise MeterError(
-                    f"meter {rep.meter}: a replacement at {iso(rep.time_ms / 1000)} is already recorded "
-                    f"(old final {held[0]}, new initial {held[1]})"
-                )
-            base = self._accepted_before(rep.meter, (rep.time_ms, OLD_FINAL))
-            if base is not None:
-                step = self._judge(spec, base, rep.time_ms, rep.old_final, None)
-                if not step.accepted:
-                    raise MeterError(
-                        f"meter {rep.meter}: old final {rep.old_final} does not follow the last accepted"
-                        " reading "
-                        f"{base.reading} at {iso(base.time)}: {step.message}"
-                    )
-            after = self._select(
-                rep.meter, "AND time_ms > ? AND seq = 0 ORDER BY time_ms LIMIT 1", rep.time_ms
-            )
-            if after:
-                nxt = after[0]
-                step = judge(spec, rep.new_initial, (nxt.time_ms - rep.time_ms) / 1000, nxt.reading)
-                if not step.accepted:
-                    raise MeterError(
-                        f"meter {rep.meter}: new initial {rep.new_initial} does not lead to the next reading "
-                        f"{nxt.reading} at {iso(nxt.time)}: {step.message}"
-                    )
-            self._db.execute(
-                "INSERT INTO replacements VALUES (?, ?, ?, ?, ?, ?)",
-                (rep.meter, rep.time_ms, str(rep.old_final), str(rep.new_initial), rep.recorded_by, rep.note),
-            )
-            none = Step(True, ZERO, ZERO, frozenset())
-            self._write(rep.meter, rep.time_ms, OLD_FINAL, rep.old_final, none)
-            self._write(rep.meter, rep.time_ms, NEW_INITIAL, rep.new_initial, none)
-            return self._rejudge(rep.meter, (rep.time_ms, OLD_FINAL))
-
-    def replacements(self, meter: str | None = None) -> list[Replacement]:
-        sql = "SELECT meter, time_ms, old_final, new_initial, recorded_by, note FROM replacements"
-        rows = self._query(sql + (" WHERE meter=?" if meter else "") + " ORDER BY meter, time_ms",
-                           (meter,) if meter else ())  # fmt: skip
-        return [
-            Replacement(str(m), int(str(t)), Decimal(str(o)), Decimal(str(n)), str(b), str(note))
-            for m, t, o, n, b, note in rows
-        ]
 
     # -- queries -----------------------------------------------------------------------
 

@@ -33,6 +33,20 @@ CREATE TABLE IF NOT EXISTS replacements (
     note        TEXT    NOT NULL,
     PRIMARY KEY (meter, time_ms)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS amendments (  -- append-only; added in place to older ledgers
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    meter       TEXT    NOT NULL,
+    time_ms     INTEGER NOT NULL,   -- the reading or replacement it amends
+    action      TEXT    NOT NULL,   -- replacement (re-recorded), void-replacement, correction
+    old_final   TEXT    NOT NULL,   -- replacement figures ('' for a correction)
+    new_initial TEXT    NOT NULL,
+    original    TEXT    NOT NULL,   -- correction: the reading it replaced, and the corrected one
+    reading     TEXT    NOT NULL,
+    recorded_by TEXT    NOT NULL,
+    why         TEXT    NOT NULL,
+    recorded_at INTEGER NOT NULL    -- ms, when the operator recorded it
+);
+CREATE INDEX IF NOT EXISTS amendments_by_meter ON amendments (meter, time_ms);
 CREATE TABLE IF NOT EXISTS conflicts (
     meter   TEXT    NOT NULL,
     time_ms INTEGER NOT NULL,

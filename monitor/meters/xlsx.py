@@ -1,0 +1,98 @@
+"""The quarter export as an XLSX workbook for the billing clerk (the one openpyxl adapter).
+
+Same columns as the CSV, one sheet per quarter, and a totals row. Cells are typed so a
+spreadsheet can add them up: money and volumes are numbers shown with their places
+(money with two decimals), local dates are dates, UTC instants are date-times shown
+with a `Z`, `minimum_applied` is a boolean. Values come from the CSV's exact text, so
+the workbook and the CSV cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from pathlib import Path
+
+from openpyxl import Workbook
+from openpyxl.styles import Font
+
+from monitor.errors import MeterError
+
+PLACES = {  # column -> decimal places, as in the CSV
+    "consumption_ft3": 3,
+    "consumption_kcf": 6,
+    "consumption_gal": 2,
+    "average_gpd": 2,
+    "charge": 2,
+    "due_after_30_days": 2,
+    "due_after_60_days": 2,
+}
+TOTALLED = ("consumption_ft3", "consumption_kcf", "consumption_gal", "charge", "due_after_30_days",
+            "due_after_60_days")  # fmt: skip
+READINGS = ("first_read", "last_read")
+DATES = ("period_start", "period_end", "presented", "penalty_from_30", "penalty_from_60")
+INSTANTS = ("period_start_utc", "period_end_utc")
+Cell = str | Decimal | date | datetime | bool | None
+
+
+def _format(places: int) -> str:
+    return "#,##0" + ("." + "0" * places if places else "")
+
+
+def cell(column: str, text: str) -> Cell:
+    """One CSV value as a typed cell value."""
+    if text == "":
+        return None
+    if column in PLACES or column in READINGS:
+        return Decimal(text)
+    if column in DATES:
+        return date.fromisoformat(text)
+    if column in INSTANTS:  # Excel has no zones: a naive UTC time, shown with Z
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC).replace(tzinfo=None)
+    if column == "minimum_applied":
+        return text == "true"
+    return text
+
+
+def write_xlsx(sheets: Sequence[tuple[str, list[dict[str, str]]]], path: Path) -> None:
+    """One sheet per (name, rows); written beside `path` and renamed into place."""
+    book = Workbook()
+    book.remove(book.active)  # type: ignore[arg-type]
+    for name, rows in sheets:
+        sheet = book.create_sheet(title=name)
+        if not rows:
+            continue
+        columns = list(rows[0])
+        sheet.append(columns)
+        for c in sheet[1]:
+            c.font = Font(bold=True)
+        for row in rows:
+            sheet.append([cell(c, row[c]) for c in columns])
+        totals: list[Cell] = [None] * len(columns)
+        totals[0] = "total"
+        for c in TOTALLED:
+            totals[columns.index(c)] = sum((Decimal(r[c]) for r in rows), Decimal(0))
+        sheet.append(totals)
+        for c in sheet[sheet.max_row]:
+            c.font = Font(bold=True)
+        for i, column in enumerate(columns, start=1):
+            number_format = (
+                _format(PLACES[column])
+                if column in PLACES
+                else "yyyy-mm-dd"
+                if column in DATES
+                else 'yyyy-mm-dd hh:mm:ss"Z"'
+                if column in INSTANTS
+                else None
+            )
+            if number_format is not None:
+                for r in range(2, sheet.max_row + 1):
+                    sheet.cell(row=r, column=i).number_format = number_format
+        sheet.freeze_panes = "C2"
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        book.save(tmp)
+        tmp.replace(path)
+    except OSError as exc:
+        raise MeterError(f"cannot write {path}: {exc.strerror}") from None

@@ -1,0 +1,237 @@
+"""The export's periods (local midnight, DST), bill dates, the system flow for the 5 %
+prong, and the XLSX workbook read back with openpyxl and compared with the CSV."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import subprocess
+import sys
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+import yaml
+from openpyxl import load_workbook
+
+from monitor.config import build_config
+from monitor.errors import ConfigError, MeterError
+from monitor.meters.billing import columns, export_rows, quarter
+from monitor.meters.book import MeterBook
+from monitor.meters.periods import presentation
+from monitor.model import Sample, iso, parse_time
+
+ROOT = Path(__file__).resolve().parent.parent
+CASE = ROOT / "tests" / "cases" / "billing" / "new-york"
+NY = ZoneInfo("America/New_York")
+
+
+def monitor_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "start", "end", "days"),
+    [
+        ("2025Q4", "2025-10-01T04:00:00Z", "2026-01-01T05:00:00Z", 92),  # EDT -> EST: 2,209 hours
+        ("2026Q1", "2026-01-01T05:00:00Z", "2026-04-01T04:00:00Z", 90),  # EST -> EDT: 2,159 hours
+        ("2026Q3", "2026-07-01T04:00:00Z", "2026-10-01T04:00:00Z", 92),
+    ],
+)
+def test_quarters_are_cut_at_local_midnight(text: str, start: str, end: str, days: int) -> None:
+    q = quarter(text, 1, NY)
+    assert (iso(q.start.timestamp()), iso(q.end.timestamp()), q.days) == (start, end, days)
+    assert q.first_day.day == 1 and q.last_day.month in (3, 6, 9, 12)
+
+
+def test_a_reading_at_9pm_on_30_september_in_new_york_is_in_the_third_quarter(tmp_path: Path) -> None:
+    raw = {
+        "station": {"id": "ps-1", "timezone": "America/New_York"},
+        "state_dir": str(tmp_path / "state"),
+        "sensors": [{"id": "m", "kind": "meter", "unit": "ft3", "register_digits": 8, "account": "a"}],
+        "billing": {"rate_per_kcf": "1", "accounts": [{"id": "a", "class": "commercial"}]},
+    }
+    config = build_config(raw)
+    book = MeterBook.open(config)
+    try:
+        book.ingest(
+            [
+                Sample("m", parse_time("2026-09-30T20:00:00-04:00"), 0.0),
+                Sample("m", parse_time("2026-09-30T21:00:00-04:00"), 100.0),  # 01:00Z on 1 October
+                Sample("m", parse_time("2026-10-01T01:00:00-04:00"), 107.0),
+            ]
+        )
+        q3, q4 = (quarter(f"2026Q{n}", 1, config.station.zone) for n in (3, 4))
+        assert export_rows(config, book.ledger, q3)[0]["consumption_ft3"] == "100.000"
+        assert export_rows(config, book.ledger, q4)[0]["consumption_ft3"] == "7.000"
+        utc = quarter("2026Q3")  # the old UTC cut would have put the 9 pm reading in Q4
+        assert export_rows(config, book.ledger, utc)[0]["consumption_ft3"] == "0.000"
+    finally:
+        book.close()
+
+
+def test_presentation_dates_follow_139_4() -> None:
+    q = quarter("2025Q4", 1, NY)
+    bill = presentation("2026-01-10", q)
+    # Paid on or before day 30 (9 February): no penalty; 2 % from day 31, 10 % more from day 61.
+    assert (bill.penalty_from_30, bill.penalty_from_60) == (date(2026, 2, 10), date(2026, 3, 12))
+    for bad in ("2026-1-10", "10/01/2026", "2026-02-30", ""):
+        with pytest.raises(MeterError, match="like 2026-10-05"):
+            presentation(bad, q)
+    with pytest.raises(MeterError, match="before 2025Q4 has ended"):
+        presentation("2025-12-31", q)
+
+
+def system_meter_config(tmp_path: Path, **billing: Any) -> dict[str, Any]:
+    return {
+        "station": {"id": "ps-1"},
+        "state_dir": str(tmp_path / "state"),
+        "sensors": [
+            {"id": "plant.influent", "kind": "meter", "unit": "gal", "register_digits": 9},
+            {"id": "m", "kind": "meter", "unit": "gal", "register_digits": 9, "account": "a"},
+        ],
+        "billing": {
+            "rate_per_kcf": "1",
+            "accounts": [{"id": "a", "class": "industrial", "sic_division": "D", "workdays_per_week": 7}],
+            **billing,
+        },
+    }
+
+
+def test_the_5_percent_prong_against_a_plant_influent_meter(tmp_path: Path) -> None:
+    config = build_config(system_meter_config(tmp_path, system_meter="plant.influent"))
+    book = MeterBook.open(config)
+    try:
+        t0, t1 = parse_time("2026-07-01T00:00:00Z"), parse_time("2026-10-01T00:00:00Z")
+        # 30,000 gpd for 92 days (not 50,000 per workday) against a system of 500,000 gpd: 6 %.
+        # Two readings 92 days apart: the system figure is estimated, and the reason says so.
+        book.ingest([Sample("m", t0, 0.0), Sample("m", t1, 30_000 * 92.0)])
+        book.ingest([Sample("plant.influent", t0, 0.0), Sample("plant.influent", t1, 500_000 * 92.0)])
+        (row,) = export_rows(config, book.ledger, quarter("2026Q3"))  # the plant meter is not billed
+        assert row["classification"] == "major contributing industry"
+        reason = row["classification_reason"]
+        assert "§139-15: 6.00 % of system meter plant.influent (estimated) > 5 %" in reason
+    finally:
+        book.close()
+
+
+def test_system_flow_config_is_checked(tmp_path: Path) -> None:
+    both = system_meter_config(tmp_path, system_meter="plant.influent", system_flow_gpd=1)
+    with pytest.raises(ConfigError, match=r"billing.system_meter: set system_flow_gpd or system_meter"):
+        build_config(both)
+    with pytest.raises(ConfigError, match=r"billing.system_meter: 'nope' is not a sensor of kind: meter"):
+        build_config(system_meter_config(tmp_path, system_meter="nope"))
+    with pytest.raises(ConfigError, match=r"sensors\[0\].account: required"):
+        build_config(system_meter_config(tmp_path))  # without system_meter it is a meter to bill
+    path = tmp_path / "bad.yaml"
+    raw = system_meter_config(tmp_path, system_flow_gpd=-5)
+    raw["billing"]["accounts"][0]["sic_division"] = "Z"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    got = monitor_cli("check-config", str(path))
+    assert got.returncode == 2
+    assert "billing.system_flow_gpd" in got.stderr and "billing.accounts[0].sic_division" in got.stderr
+
+
+@pytest.fixture(scope="module")
+def new_york(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The new-york golden case's ledger, with its amendments applied through the CLI."""
+    from tests.test_billing_golden import amendments
+
+    tmp = tmp_path_factory.mktemp("new-york")
+    shutil.copy(CASE / "config.yaml", tmp / "config.yaml")
+    config = tmp / "config.yaml"
+    got = monitor_cli("meters", "ingest", "--config", str(config), "--input", str(CASE / "readings.csv"))
+    assert got.returncode == 0, got.stderr
+    for args in amendments("new-york"):
+        got = monitor_cli("meters", *args, "--config", str(config))
+        assert got.returncode == 0, got.stderr
+    return config
+
+
+def test_xlsx_has_the_csvs_figures_typed_one_sheet_per_quarter(new_york: Path, tmp_path: Path) -> None:
+    quarters = ("--quarter", "2025Q3", "--quarter", "2025Q4")
+    out_csv, out_xlsx = tmp_path / "q.csv", tmp_path / "q.xlsx"
+    got = monitor_cli("billing", "export", "--config", str(new_york), *quarters, "--out", str(out_csv))
+    assert got.returncode == 0, got.stderr
+    got = monitor_cli(
+        "billing", "export", "--config", str(new_york), *quarters, "--out", str(out_xlsx), "--format", "xlsx"
+    )
+    assert got.returncode == 0, got.stderr
+    with out_csv.open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    book = load_workbook(out_xlsx)
+    assert book.sheetnames == ["2025Q3", "2025Q4"]
+    for sheet in book.worksheets:
+        values = [list(r) for r in sheet.iter_rows(values_only=True)]
+        assert tuple(values[0]) == columns()
+        expected = [
+            r
+            for r in rows
+            if r["period_start"] == ("2025-07-01" if sheet.title == "2025Q3" else "2025-10-01")
+        ]
+        body, totals = values[1:-1], values[-1]
+        assert len(body) == len(expected) == 4
+        for got_row, want in zip(body, expected, strict=True):
+            cells = dict(zip(columns(), got_row, strict=True))
+            for column, text in want.items():
+                assert same(cells[column], text), (sheet.title, column, cells[column], text)
+        total = dict(zip(columns(), totals, strict=True))
+        assert total["account"] == "total"
+        for column in ("consumption_ft3", "charge", "due_after_30_days", "due_after_60_days"):
+            assert Decimal(str(total[column])) == sum(Decimal(r[column]) for r in expected), column
+        charge = sheet[f"{letter(columns().index('charge'))}2"]
+        assert isinstance(charge.value, (int, float)) and charge.number_format == "#,##0.00"
+        start = sheet[f"{letter(columns().index('period_start'))}2"]
+        assert start.is_date and start.number_format == "yyyy-mm-dd"
+    q4 = book["2025Q4"]
+    assert Decimal(str(q4.cell(row=6, column=columns().index("charge") + 1).value)).quantize(
+        Decimal("0.01")
+    ) == Decimal("1877.65") + Decimal("2133.55") + Decimal("187.77") + Decimal("753.02")
+
+
+def letter(index: int) -> str:
+    from openpyxl.utils import get_column_letter
+
+    return get_column_letter(index + 1)
+
+
+def same(cell: object, text: str) -> bool:
+    """An XLSX cell equals the CSV's text: numbers to the CSV's places, dates as dates."""
+    if text == "":
+        return cell is None
+    if isinstance(cell, bool):
+        return str(cell).lower() == text
+    if isinstance(cell, (int, float)):
+        want = Decimal(text)
+        return Decimal(repr(cell)).quantize(want) == want
+    if isinstance(cell, datetime):
+        if text.endswith("Z"):
+            return cell.isoformat() + "Z" == text
+        return cell.date().isoformat() == text
+    return cell == text
+
+
+def test_xlsx_needs_a_file(new_york: Path) -> None:
+    got = monitor_cli("billing", "export", "--config", str(new_york), "--quarter", "2025Q4", "--out", "-",
+                      "--format", "xlsx")  # fmt: skip
+    assert got.returncode == 1 and "an XLSX export needs --out FILE" in got.stderr
+    got = monitor_cli("billing", "export", "--config", str(new_york), "--quarter", "2025Q4", "--quarter",
+                      "2025Q3", "--presented", "2026-01-10", "--out", "-")  # fmt: skip
+    assert got.returncode == 1 and "give one --quarter" in got.stderr
+
+
+def test_the_readme_billing_config_is_valid() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Water meters and billing\n", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    config = build_config({"station": {"id": "ps-1"}, **yaml.safe_load(block)})
+    assert config.billing is not None and config.billing.system_flow_gpd == 1_200_000
+    accounts = {a.id: a for a in config.billing.accounts}
+    assert accounts["high-school"].governmental and accounts["acme-mill"].sic_division == "D"
+    designation = accounts["plating"].designation
+    assert designation is not None and designation.classification == "major contributing industry"
