@@ -49,6 +49,7 @@ from monitor.sinks.pipeline import SampleSink, open_sink
 from monitor.sources.modbus import ModbusPoller
 from monitor.sources.mqtt import MqttLink
 from monitor.sources.mqtt_ingest import MqttSource
+from monitor.station.live import LiveStation
 from monitor.web.view import SensorReading
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class Daemon:
         self.alarms = AlarmManager.open(config, self.clock)
         self.sink: SampleSink = open_sink(config, self.clock, on_condition=self._outbox_condition)
         self.meters = MeterBook.open(config)
+        self.station = LiveStation(config, self.alarms.active_conditions())  # pumps, wet well, derived
         self._kinds = {s.id: s.kind for s in config.sensors}
         self._latest: dict[str, Sample] = {}
         self._queue: deque[Sample | Condition] = deque()
@@ -161,7 +163,7 @@ class Daemon:
         samples: list[Sample] = []
         meter_samples: list[Sample] = []
         conditions: list[Condition] = []
-        for item in items:
+        for item in self.station.expand(items):  # + derived samples (monitor/station)
             if isinstance(item, Condition):
                 conditions.append(item)
                 continue
@@ -170,6 +172,7 @@ class Daemon:
             if self._kinds.get(sample.sensor) is Kind.METER:
                 meter_samples.append(sample)
             conditions.extend(self.engine.process(sample))
+            conditions.extend(self.station.track(sample))
             if self._unconfirmed and sample.quality is Quality.GOOD:
                 conditions.extend(self._reconcile(sample))
             previous = self._latest.get(sample.sensor)
@@ -367,6 +370,7 @@ class Daemon:
             if closing is not None:
                 await closing.aclose()
         self.sink.close()
+        self.station.close()
         self.meters.close()
         self.alarms.close()
         log.info("station %s stopped", self.config.station.id)
@@ -380,6 +384,7 @@ class Daemon:
             self.tick()
             now = time.monotonic()
             self.checkpoints.save_if_due(now)
+            self.station.save_if_due(now)
             if watchdog is not None and now - last_watchdog >= watchdog:
                 notify("WATCHDOG=1")
                 last_watchdog = now

@@ -21,6 +21,7 @@ Readings of the ordinance and the issue that the code takes:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
 import numpy.typing as npt
@@ -90,6 +91,20 @@ class StationTracker:
                 p.running, p.run_start, p.run_counted = True, run.start, run.started
         for rec in store.open_overflows():
             self.overflow = rec
+
+    def adopt(self, active: Iterable[tuple[str, Rule]]) -> None:
+        """Alarms the journal holds active after a restart: take them as the current state,
+        so the tracker sends their CLEARED when the condition is over."""
+        for sensor, rule in active:
+            pump = self.pumps.get(sensor)
+            if pump is not None and rule is Rule.PUMP_STARTS:
+                pump.starts_alarm = True
+            elif pump is not None and rule is Rule.LONG_RUN:
+                pump.long_run_alarm = True
+            elif sensor == self.level_id and rule is Rule.FAIL_TO_START:
+                self.fail_active = True
+            elif sensor == self.level_id and rule is Rule.HIGH_LEVEL:
+                self.high_active = True
 
     # --- feeding ------------------------------------------------------------------------
 
