@@ -30,6 +30,8 @@ from monitor.model import Quality, Sample
 from monitor.units import dimension
 
 _NAN = math.nan
+_GOOD = Quality.GOOD
+_NONE: list[Sample] = []  # shared empty result; callers only read it
 Fn = Callable[[], float]
 
 
@@ -117,6 +119,17 @@ class Derivation:
                 self._dependents.setdefault(self._slot[s], []).append(sid)
         self._dirty: set[str] = set()
         self._pending = -math.inf
+        # sensor -> slot, for the inputs only: one look-up per sample decides
+        self._watch = {s: i for s, i in inputs.items() if i in self._dependents}
+        # per slot: plausible range, to SI, window buffer, derived sensors that read it
+        self._info = [
+            (*self._range[i], *self._si[i], self._buffers.get(i), tuple(self._dependents.get(i, ())))
+            for i in range(len(inputs))
+        ]
+        self._steps = [
+            (sid, self._slot[sid], self._args[sid], self._fns[sid], p.scale, p.offset, p.max_input_age)
+            for sid, p in plans.items()
+        ]
 
     @property
     def inputs(self) -> frozenset[str]:
@@ -125,10 +138,10 @@ class Derivation:
 
     def feed(self, sample: Sample) -> list[Sample]:
         """Take one sample; returns derived samples due (at an earlier time)."""
-        slot = self._slot.get(sample.sensor)
-        if slot is None or slot not in self._dependents:
-            return []
-        return self._feed(slot, sample.time, sample.value, sample.quality is Quality.GOOD)
+        slot = self._watch.get(sample.sensor)
+        if slot is None:
+            return _NONE
+        return self._feed(slot, sample.time, sample.value, sample.quality is _GOOD)
 
     def flush(self) -> list[Sample]:
         """Derived samples still pending (end of a replay)."""
@@ -137,53 +150,50 @@ class Derivation:
         return self._evaluate(self._pending)
 
     def _feed(self, slot: int, t: float, v: float, good: bool) -> list[Sample]:
-        out: list[Sample] = []
-        if self._dirty and t > self._pending:
-            out = self._evaluate(self._pending)
-        if not t > self._times[slot] and good:
+        out = self._evaluate(self._pending) if t > self._pending and self._dirty else _NONE
+        times = self._times
+        if not t > times[slot] and good:
             return out  # out of order: the engine counts and logs it
-        lo, hi = self._range[slot]
-        if good and math.isfinite(v) and lo <= v <= hi:
-            scale, offset = self._si[slot]
+        lo, hi, scale, offset, buf, deps = self._info[slot]
+        if good and v - v == 0.0 and lo <= v <= hi:
             si = v * scale + offset
             self._vals[slot] = si
-            self._times[slot] = t
-            buf = self._buffers.get(slot)
+            times[slot] = t
             if buf is not None:
                 buf.add(t, si)
         else:
             self._vals[slot] = _NAN
-        self._dirty.update(self._dependents[slot])
-        self._pending = max(self._pending, t)
+        self._dirty.update(deps)
+        if t > self._pending:  # noqa: PLR1730 - a branch is cheaper than max() per sample
+            self._pending = t
         return out
 
     def _evaluate(self, t: float) -> list[Sample]:
         self._now = t
         out: list[Sample] = []
         dirty = self._dirty
-        for sid in self._order:
+        times = self._times
+        vals = self._vals
+        for sid, slot, args, fn, scale, offset, max_age in self._steps:
             if sid not in dirty:
                 continue
-            plan = self.plans[sid]
-            oldest = t - plan.max_input_age
-            times = self._times
             value = _NAN
-            if all(times[i] >= oldest for i in self._args[sid]):
-                value = self._fns[sid]() * plan.scale + plan.offset
-            slot = self._slot[sid]
-            if math.isfinite(value):
+            if min([times[i] for i in args]) >= t - max_age:
+                value = fn() * scale + offset
+            _, _, si_scale, si_offset, buf, deps = self._info[slot]
+            if value - value == 0.0:
                 out.append(Sample(sid, t, value))
                 self.made += 1
-                self._vals[slot] = value * self._si[slot][0] + self._si[slot][1]
-                self._times[slot] = t
-                buf = self._buffers.get(slot)
+                si = value * si_scale + si_offset
+                vals[slot] = si
+                times[slot] = t
                 if buf is not None:
-                    buf.add(t, self._vals[slot])
+                    buf.add(t, si)
             else:
                 self.skipped += 1
-                self._vals[slot] = _NAN
-            if slot in self._dependents:
-                dirty.update(self._dependents[slot])
+                vals[slot] = _NAN
+            if deps:
+                dirty.update(deps)
         dirty.clear()
         return out
 
@@ -213,8 +223,28 @@ class Derivation:
         if isinstance(node, Choice):
             test, then, other = (self._compile(n) for n in (node.test, node.then, node.otherwise))
             return lambda: _choose(test(), then, other)
-        a, b = self._compile(node.left), self._compile(node.right)
         op = node.op
+        left, right = node.left, node.right
+        # The common shapes without a call per operand: sensor (op) constant, sensor (op) sensor.
+        if op in ("+", "-", "*") and isinstance(left, Ref) and isinstance(right, (Ref, Num)):
+            i = self._slot[left.sensor]
+            if isinstance(right, Num):
+                c = right.value
+                return {"+": lambda: vals[i] + c, "-": lambda: vals[i] - c, "*": lambda: vals[i] * c}[op]
+            j = self._slot[right.sensor]
+            return {
+                "+": lambda: vals[i] + vals[j],
+                "-": lambda: vals[i] - vals[j],
+                "*": lambda: vals[i] * vals[j],
+            }[op]
+        if op in ("+", "-", "*") and isinstance(left, (Ref, Num)):
+            g = self._compile(right)
+            if isinstance(left, Num):
+                c = left.value
+                return {"+": lambda: c + g(), "-": lambda: c - g(), "*": lambda: c * g()}[op]
+            i = self._slot[left.sensor]
+            return {"+": lambda: vals[i] + g(), "-": lambda: vals[i] - g(), "*": lambda: vals[i] * g()}[op]
+        a, b = self._compile(left), self._compile(right)
         if op == "+":
             return lambda: a() + b()
         if op == "-":

@@ -74,6 +74,13 @@ class PumpStats:
         out.extend(self.judge(t))
         return out, run
 
+    def quiet(self, on: bool) -> bool:
+        """True when a reading that does not change the state needs no judging either."""
+        s = self.settings
+        if s is None or self.starts_alarm:
+            return s is None
+        return not (on and s.max_run is not None and not self.long_run_alarm)
+
     def judge(self, t: float) -> list[Condition]:
         """Starts in the last hour and the length of the current run, at event time `t`."""
         out: list[Condition] = []

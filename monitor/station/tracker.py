@@ -56,6 +56,7 @@ class StationTracker:
         self.inflow_id = well.inflow if well else None
         sp = config.sensor(well.level).setpoints if well else None
         self.setpoints = sp
+        self._overflow_at = sp.overflow if sp is not None else math.inf
         self.delay = well.fail_to_start_delay if well else math.inf
         self.report_within = well.report_within if well else 7200.0
         self._ranges = {sid: r.valid_range for sid, r in config.rules.items()}
@@ -115,7 +116,8 @@ class StationTracker:
 
     def _feed(self, sid: str, t: float, v: float, good: bool) -> list[Condition]:
         lo, hi = self._ranges[sid]
-        if not (good and math.isfinite(v) and lo <= v <= hi) or not t >= self.last_time:
+        # `v - v == 0` is False for NaN and infinities
+        if not (good and v - v == 0.0 and lo <= v <= hi) or t < self.last_time:
             return []
         self.last_time = t
         out: list[Condition] = []
@@ -123,7 +125,11 @@ class StationTracker:
         if pump is not None:
             if t <= pump.last_time:
                 return []
-            conds, run = pump.update(t, v >= 0.5)
+            on = v >= 0.5
+            if on is pump.running and pump.quiet(on):
+                pump.last_time = t  # nothing changed and nothing to judge: the common case
+                return out
+            conds, run = pump.update(t, on)
             out.extend(conds)
             if run is not None and self.store is not None:
                 self.store.save_run(run)
@@ -134,7 +140,12 @@ class StationTracker:
             self.switch_on = v >= 0.5
         elif sid == self.inflow_id:
             self.inflow_gpm = v * self._to_gpm
-        out.extend(self._judge_overflow(t))
+            if self.overflow is None:
+                return out
+        if self.overflow is None and not self.switch_on and not self.level >= self._overflow_at:
+            self._q_prev, self._t_prev = 0.0, t  # no overflow, none starting: nothing to integrate
+        else:
+            out.extend(self._judge_overflow(t))
         out.extend(self._judge_fail(t))
         return out
 
