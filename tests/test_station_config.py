@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from monitor.config import build_config, load_config
 from monitor.errors import ConfigError
@@ -263,3 +264,16 @@ def test_check_config_explains_the_station(tmp_path: Path) -> None:
     )
     assert out.returncode == 2
     assert "sensors[0].expression: unknown sensor 'b'" in out.stderr
+
+
+def test_the_readme_quotes_the_example_station_config() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Your station", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert block == (ROOT / "config" / "pump-station.yaml").read_text(encoding="utf-8")
+    snippet = section.split("```yaml\n")[2].split("```", 1)[0]
+    sensors = yaml.safe_load(snippet)
+    raw = add(BASE, {"id": "mill.oil", "kind": "concentration"})
+    raw = add(raw, {"id": "mill.flow", "kind": "flow"})
+    raw["sensors"] = [s for s in raw["sensors"] if s["id"] != "ps.inflow"] + sensors
+    assert set(build_config(raw).derived) == {"ps.inflow", "mill.oil_load", "ps.lead_flow"}
