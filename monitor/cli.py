@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "alarms": "monitor.commands.alarms",
     "meters": "monitor.commands.meters",
     "billing": "monitor.commands.billing",
+    "incidents": "monitor.commands.incidents",
     "notify": "monitor.commands.notify",
     "fleet": "monitor.commands.fleet",
     "pumps": "monitor.commands.pumps",

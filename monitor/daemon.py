@@ -32,6 +32,8 @@ from monitor.config import Config
 from monitor.engine import CHECKPOINT_FILE, CheckpointSchedule, Engine, load_checkpoint_or_start_fresh
 from monitor.errors import MonitorError
 from monitor.health import health_snapshot, readiness
+from monitor.incidents import IncidentTracker
+from monitor.incidents.influx import incident_lines
 from monitor.meters.book import MeterBook
 from monitor.model import (
     Alarm,
@@ -87,6 +89,11 @@ class Daemon:
         self.sink: SampleSink = open_sink(config, self.clock, on_condition=self._outbox_condition)
         self.meters = MeterBook.open(config)
         self.station = LiveStation(config, self.alarms.active_conditions())  # pumps, wet well, derived
+        # Incidents (issue 16): fed each judged batch in `_track_incidents`.
+        self.incidents = (
+            IncidentTracker(config, history=self.sink.store.query) if config.incidents.enabled else None
+        )
+        self._incident_error = False
         self._kinds = {s.id: s.kind for s in config.sensors}
         self._latest: dict[str, Sample] = {}
         self._queue: deque[Sample | Condition] = deque()
@@ -185,7 +192,27 @@ class Daemon:
         # Ledger rows to InfluxDB, with their verdict; also rows a replacement recorded through
         # the console re-judged since the last batch.
         self.sink.write_meter_records(self.meters.take_records())
-        return self._raise(conditions)
+        changed = self._raise(conditions)
+        self._track_incidents(samples, conditions)
+        return changed
+
+    def _track_incidents(self, samples: Sequence[Sample], conditions: Sequence[Condition]) -> None:
+        """Incidents (issue 16) from what was just judged; a failing incident store is
+        logged once and never stops the pipeline."""
+        if self.incidents is None:
+            return
+        try:
+            changed = self.incidents.observe(samples, conditions)
+        except (MonitorError, OSError) as exc:
+            if not self._incident_error:
+                log.error("incidents not recorded: %s", exc)
+            self._incident_error = True
+            return
+        if self._incident_error:
+            log.info("incidents recorded again")
+            self._incident_error = False
+        if changed and self.sink.outbox is not None:
+            self.sink.outbox.append(incident_lines(changed))
 
     def _reconcile(self, sample: Sample) -> list[Condition]:
         status = self.engine.status(sample.sensor)
@@ -372,6 +399,8 @@ class Daemon:
         self.sink.close()
         self.station.close()
         self.meters.close()
+        if self.incidents is not None:
+            self.incidents.close()
         self.alarms.close()
         log.info("station %s stopped", self.config.station.id)
 

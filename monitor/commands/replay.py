@@ -25,7 +25,9 @@ from typing import TextIO
 
 from monitor.commands import load_config_or_exit
 from monitor.engine import Engine, ReplayStep, replay_steps
-from monitor.errors import SourceError
+from monitor.errors import MonitorError, SourceError
+from monitor.incidents import IncidentTracker
+from monitor.incidents.influx import incident_lines
 from monitor.meters.book import MeterBook
 from monitor.model import Kind, ManualClock, Rule
 from monitor.sinks.pipeline import SampleSink, open_sink, outbox_path
@@ -63,6 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with InfluxDB configured: seconds to deliver the outbox before exit (default 60)",
     )
     parser.add_argument(
+        "--no-incidents",
+        action="store_true",
+        help="do not record incidents under state_dir (default: record them, as `monitor run` does)",
+    )
+    parser.add_argument(
         "--no-ledger",
         action="store_true",
         help="do not add meter readings to the meter ledger under state_dir (default: add them)",
@@ -94,15 +101,47 @@ def run(args: argparse.Namespace) -> int:
         else MeterBook.open(config, records=sink is not None)
     )
     meter_transitions = 0
+    tracker: IncidentTracker | None = None
+    if not args.no_incidents and config.incidents.enabled:
+        try:
+            tracker = IncidentTracker(config)
+        except (MonitorError, OSError) as exc:
+            print(f"replay: incidents not recorded: {exc}", file=sys.stderr)
+    recorded: set[str] = set()
+
+    def track(step: ReplayStep | None) -> None:
+        """Incidents (issue 16) from the same step the events come from; an incident store
+        that fails (a full disk) is reported once and the replay goes on without it."""
+        nonlocal tracker
+        if tracker is None:
+            return
+        try:
+            if step is not None:
+                tracker.add_columns(
+                    engine.sensors, step.sensor, step.time, step.value, step.quality, step.accepted
+                )
+                tracker.apply(step.conditions)
+            changed = tracker.advance(final=step is None)
+        except (MonitorError, OSError) as exc:
+            print(f"replay: incidents not recorded from here on: {exc}", file=sys.stderr)
+            tracker.close()
+            tracker = None
+            return
+        recorded.update(i.id for i in changed)
+        if sink is not None and sink.outbox is not None and changed:
+            sink.outbox.append(incident_lines(changed))
 
     # The pumping station (monitor/station): derived sensors, pump runs, overflow records.
     station = StationStore.open(config.state_dir) if has_station(config) else None
-    tracker = StationTracker(config, station) if station is not None else None
+    station_tracker = StationTracker(config, station) if station is not None else None
 
     def steps() -> Iterator[ReplayStep]:
         nonlocal meter_transitions
-        source = station_steps(config, engine, samples, tracker) if station else replay(engine, samples)
+        source = (
+            station_steps(config, engine, samples, station_tracker) if station else replay(engine, samples)
+        )
         for step in source:
+            track(step)
             if book is not None:
                 meter_transitions += len(
                     book.ingest_arrays(
@@ -112,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
                 if sink is not None:
                     sink.write_meter_records(book.take_records())
             yield step
+        track(None)
 
     try:
         with out:
@@ -134,6 +174,14 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             book.close()
+        if tracker is not None:
+            tracker.close()
+    if tracker is not None and recorded:
+        print(
+            f"replay: {len(recorded)} incident(s) recorded in {tracker.store.path}"
+            f" (`monitor incidents list --config {args.config}`)",
+            file=sys.stderr,
+        )
     elapsed = max(time.perf_counter() - started, 1e-9)
     for report in reports:
         for line in report.lines():

@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
+from monitor.config.incidents import Incidents, check_pairings
 from monitor.config.notify import Notify
 from monitor.config.outputs import Alarms, Billing, Console, Influx, Store
 from monitor.config.sensors import Profile, Sensor, SensorRules, key_error, profile_limit, resolve_rules
@@ -62,6 +63,7 @@ class Config(Section):
     console: Console = Console()
     alarms: Alarms = Alarms()
     billing: Billing | None = None
+    incidents: Incidents = Incidents()
     notify: Notify | None = None  # callout: people, rosters, pipelines (monitor/callout)
     wet_well: WetWell | None = None  # the pumping station (monitor/station)
 
@@ -286,6 +288,7 @@ def _check_rules(config: Config) -> list[str]:
     system = config.billing.system_meter if config.billing is not None else None
     if system is not None and system not in {s.id for s in config.sensors if s.kind is Kind.METER}:
         problems.append(f"billing.system_meter: {system!r} is not a sensor of kind: meter")
+    problems.extend(check_pairings([(i, s.model_dump(), s.kind) for i, s in enumerate(config.sensors)]))
     return problems
 
 

@@ -75,7 +75,9 @@ class Sensor(Section):
     name: str = ""
     influent: bool = Field(False, description="temperature of the treatment-works influent (40 °C)")
     substance: str | None = Field(None, description="for concentration sensors, e.g. oil")
-    discharger: str | None = None
+    # Incidents (issue 16): who discharges here, and the flow that carries a concentration.
+    discharger: str | None = Field(None, max_length=200, description="the discharger or account monitored")
+    flow_sensor: str | None = Field(None, description="flow sensor paired with a concentration (excess mass)")
     limits: Annotated[LimitsOverride, BeforeValidator(_switch)] = LimitsOverride()
     slug: Annotated[SlugOverride, BeforeValidator(_switch)] = SlugOverride()
     stale_after: Duration | None = Field(None, gt=0)

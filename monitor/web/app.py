@@ -144,6 +144,12 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
         known(sensor, rule)
         return view.alarms.return_to_service(sensor, rule, body.by).to_json()
 
+    tracker = getattr(view, "incidents", None)  # the daemon's IncidentTracker (issue 16)
+    if tracker is not None:
+        from monitor.web.incidents import add_incident_routes
+
+        add_incident_routes(app, view, tracker, token_required)
+
     meter_book = getattr(view, "meter_book", None)  # the daemon's MeterBook, when it has meters
     if meter_book is not None:
         add_meter_routes(app, meter_book, view.alarms, token_required)

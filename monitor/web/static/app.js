@@ -246,12 +246,23 @@ async function refreshJournal() {
     el("td", {}, e.note || ""))));
 }
 
+// Incidents (issue 16): what the Superintendent owes is overdue; hidden when nothing is.
+async function refreshIncidents() {
+  let items;
+  try { items = await getJSON("/api/incidents/overdue"); } catch (e) { return; }  // no incident store here
+  const list = $("#incidents-overdue");
+  list.replaceChildren(...items.map((d) => el("li", { "data-incident": d.incident },
+    el("strong", {}, d.what), ` for ${d.incident}: due ${d.due_local}`)));
+  $("#incidents-section").hidden = items.length === 0;
+}
+
 async function refreshAlarms() {
   try {
     alarms = await getJSON("/api/alarms");
     renderAlarms();
     renderSensors();
     await refreshJournal();
+    await refreshIncidents();
   } catch (e) { toast(String(e)); }
 }
 
@@ -306,6 +317,7 @@ async function start() {
   connect();
   setInterval(refreshSeries, 60000);
   setInterval(renderAlarms, 30000);  // keep "x min ago" honest
+  setInterval(refreshIncidents, 60000);
 }
 
 document.addEventListener("DOMContentLoaded", start);

@@ -1,0 +1,403 @@
+"""Open, extend, end and freeze incidents from the same stream the engine judged.
+
+The daemon (one batch at a time) and `monitor replay` (one replay step at a time)
+both hand over the batch's samples, then the conditions the batch raised, then ask
+the tracker to `advance`. Everything the tracker decides depends on event times
+only, so the two paths open the same incidents with the same figures.
+
+- An ACTIVE slug/high/low condition opens an incident whose start is the first
+  sample of the run that qualified (figures.run_start). A re-activation within
+  `incidents.merge_window` after the end extends the last incident instead.
+- A CLEARED condition ends it (end = the first sample back within).
+- Evidence (24 h before the start to 1 h after the end) is copied from the recent
+  buffer into the incident store as it arrives; once event time passes the end by
+  both the evidence window and the merge window, the incident is final: the figures
+  are computed one last time and the evidence is written to a file and hashed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.config import Config
+from monitor.incidents.buffer import Recent
+from monitor.incidents.due import statement_due
+from monitor.incidents.figures import Series, compute, mean_before, run_end, run_start, usual_interval
+from monitor.incidents.model import Figures, Incident, incident_id
+from monitor.incidents.store import IncidentStore
+from monitor.model import Condition, ConditionState, Kind, Rule, Sample, iso
+from monitor.units import conversion
+
+log = logging.getLogger(__name__)
+
+INCIDENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW})
+REFRESH = 300.0  # event seconds between figure updates of an open incident
+BASELINE_WINDOW = 86400.0  # a limit incident's baseline: the mean of the 24 h before the start
+SHORT_KEEP = 1800.0  # seconds kept in memory beyond the longest rule delay when a store has the rest
+
+
+@dataclass(frozen=True, slots=True)
+class Watch:
+    """What the tracker needs to know about one judged sensor."""
+
+    sensor: str
+    kind: Kind
+    unit: str
+    discharger: str | None
+    flow_sensor: str | None
+    factor: float | None
+    slug_gap: float
+    slug_method: str
+    limit_unit: str | None
+    limit_method: str
+    stale_after: float
+
+
+def watches(config: Config) -> dict[str, Watch]:
+    out: dict[str, Watch] = {}
+    for sensor in config.sensors:
+        rules = config.rules[sensor.id]
+        if rules.kind is Kind.METER:
+            continue
+        slug, lim = rules.slug, rules.limits
+        on_delay = lim.on_delay if lim is not None else 0.0
+        out[sensor.id] = Watch(
+            sensor=sensor.id,
+            kind=rules.kind,
+            unit=rules.unit,
+            discharger=sensor.discharger,
+            flow_sensor=sensor.flow_sensor,
+            factor=slug.factor if slug is not None else None,
+            slug_gap=slug.max_gap if slug is not None else rules.stale_after,
+            # `method` (sustained | period_mean) arrives with the slug rule rewrite; until
+            # then every slug is judged sample by sample over a sustained run.
+            slug_method=str(getattr(slug, "method", "sustained")),
+            limit_unit=lim.unit if lim is not None else None,
+            limit_method="instantaneous" if on_delay == 0 else f"on_delay {on_delay:g}s",
+            stale_after=rules.stale_after,
+        )
+    return out
+
+
+History = Callable[[str, float, float], Sequence[Sample]]
+
+
+class IncidentTracker:
+    """One station's incidents, fed in event time.
+
+    `history(sensor, since, until)` reads older samples (the daemon's series store, where
+    every sample is committed before it is judged): with it the tracker keeps only the
+    last half hour or so in memory and reads the 24 h before a start back when an incident
+    opens (also after a restart); without it (replay) it keeps the whole day.
+    """
+
+    def __init__(
+        self, config: Config, store: IncidentStore | None = None, history: History | None = None
+    ) -> None:
+        self.config = config
+        self.history = history
+        self.settings = config.incidents
+        self.zone = config.station.zone
+        self.store = store if store is not None else IncidentStore(config.state_dir)
+        self.watch = watches(config)
+        longest = max(
+            [r.slug.duration for r in config.rules.values() if r.slug is not None]
+            + [r.limits.on_delay for r in config.rules.values() if r.limits is not None]
+            + [0.0]
+        )
+        # How far back an incident looks when it opens: its evidence and a limit's baseline.
+        self.look_back = max(self.settings.evidence_before, BASELINE_WINDOW) + longest + 3600.0
+        # With a series store to read that day back from, memory holds only the qualifying
+        # run (the longest rule delay, gaps and a margin); without one (replay), the day.
+        keep = self.look_back if history is None else longest + SHORT_KEEP
+        self.recent = {s: Recent(keep) for s in self.watch}
+        self._keep = keep
+        self._trimmed = -math.inf
+        self.latest = -math.inf
+        # Incidents still taking evidence (open, or settling after the end), by id; a restart
+        # restores them from the store.
+        self.live: dict[str, Incident] = {}
+        for inc in self.store.incidents(unfrozen_only=True):
+            self.live[inc.id] = inc
+        self._dirty: set[str] = set()
+        self._refreshed: dict[str, float] = {}
+        self._changed: dict[str, Incident] = {}
+
+    def close(self) -> None:
+        self.store.close()
+
+    # --- input ----------------------------------------------------------------------------
+
+    def add_samples(self, samples: Sequence[Sample]) -> None:
+        """Live form: samples as validated by the engine (quality after validation)."""
+        self._trim()
+        recent = self.recent
+        latest = self.latest
+        for s in samples:
+            buf = recent.get(s.sensor)
+            if buf is not None:
+                buf.push(s.time, s.value, int(s.quality))
+                latest = max(latest, s.time)
+        self.latest = latest
+
+    def add_columns(
+        self,
+        names: tuple[str, ...],
+        sensor: npt.NDArray[np.integer],
+        time: npt.NDArray[np.float64],
+        value: npt.NDArray[np.float64],
+        quality: npt.NDArray[np.integer],
+        accepted: npt.NDArray[np.bool_],
+    ) -> None:
+        """Replay form: one replay step's columns (`sensor` indexes `names`)."""
+        if not time.size:
+            return
+        self._trim()
+        ok = accepted & (sensor >= 0)
+        idx, t, v, q = sensor[ok], time[ok], value[ok], quality[ok].astype(np.int8)
+        order = np.argsort(idx, kind="stable")
+        idx, t, v, q = idx[order], t[order], v[order], q[order]
+        bounds = np.flatnonzero(np.diff(idx)) + 1
+        for a, b in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [idx.size])), strict=True):
+            if a == b:
+                continue
+            name = names[int(idx[a])]
+            recent = self.recent.get(name)
+            if recent is not None:
+                recent.extend(t[a:b], v[a:b], q[a:b])
+        if t.size:
+            self.latest = max(self.latest, float(t.max()))
+
+    def _trim(self) -> None:
+        """Between batches: drop what no incident can need any more (at most every quarter
+        of the kept span, so the cost stays O(1) a sample)."""
+        if not math.isfinite(self.latest) or self.latest - self._trimmed < self._keep / 4:
+            return
+        self._trimmed = self.latest
+        pins: dict[str, float] = {}
+        for inc in self.live.values():
+            for sensor in self._sources(inc):
+                pins[sensor] = min(pins.get(sensor, math.inf), inc.evidence_until)
+        for sensor, recent in self.recent.items():
+            recent.trim(min(self.latest - recent.keep, pins.get(sensor, math.inf)))
+
+    def apply(self, conditions: Sequence[Condition]) -> None:
+        for cond in conditions:
+            if cond.rule not in INCIDENT_RULES or cond.sensor not in self.watch:
+                continue
+            if cond.state is ConditionState.ACTIVE:
+                self._activate(cond)
+            else:
+                self._clear(cond)
+
+    def observe(self, samples: Sequence[Sample], conditions: Sequence[Condition]) -> list[Incident]:
+        """One live batch, after the engine judged it; returns incidents that changed."""
+        self.add_samples(samples)
+        self.apply(conditions)
+        return self.advance()
+
+    # --- transitions ----------------------------------------------------------------------
+
+    def _threshold(self, w: Watch, cond: Condition) -> float | None:
+        if cond.limit is None or not math.isfinite(cond.limit):
+            return None
+        if cond.rule is Rule.SLUG or w.limit_unit is None:
+            return cond.limit
+        scale, offset = conversion(w.limit_unit, w.unit)
+        return cond.limit * scale + offset
+
+    def _activate(self, cond: Condition) -> None:
+        w = self.watch[cond.sensor]
+        last = self._latest_of(cond)
+        if last is not None and last.end is None:
+            return  # already open (a restart replayed the ACTIVE)
+        if last is not None and last.end is not None and cond.time - last.end <= self.settings.merge_window:
+            stored = self.store.get(last.id)
+            if stored is None or stored.closed_at is None:
+                self.live[last.id] = last.with_(end=None, activations=last.activations + 1)
+                self._touch(last.id)
+                log.info(
+                    "incident %s extended: %s active again within the merge window", last.id, cond.sensor
+                )
+                return
+        # An earlier incident still settling (its hour of evidence after the end) freezes in
+        # `advance` on event time, as it would have without this new one.
+        threshold = self._threshold(w, cond)
+        if threshold is None:
+            log.warning("%s/%s active without a finite limit; no incident opened", cond.sensor, cond.rule)
+            return
+        high = cond.rule is not Rule.LOW
+        for sensor in [cond.sensor] + ([w.flow_sensor] if w.flow_sensor else []):
+            self._backfill(sensor, cond.time)
+        recent = self.recent[cond.sensor]
+        series = Series.of(*recent.since(-math.inf, cond.time))
+        gap = w.slug_gap if cond.rule is Rule.SLUG else w.stale_after
+        start = run_start(series, cond.time, threshold, high, gap)
+        if cond.rule is Rule.SLUG and w.factor is not None:
+            baseline: float | None = threshold / w.factor
+        else:
+            baseline = mean_before(series, start, BASELINE_WINDOW)
+        iid = incident_id(start, cond.sensor, str(cond.rule))
+        existing = self.store.get(iid)
+        if existing is not None and existing.frozen:
+            log.info("incident %s is on record already (history replayed again); not recorded twice", iid)
+            return
+        inc = Incident(
+            id=iid,
+            station=self.config.station.id,
+            sensor=cond.sensor,
+            rule=str(cond.rule),
+            method=w.slug_method if cond.rule is Rule.SLUG else w.limit_method,
+            citation=cond.citation,
+            discharger=w.discharger,
+            unit=w.unit,
+            threshold=threshold,
+            factor=w.factor if cond.rule is Rule.SLUG else None,
+            alarm_time=cond.time,
+            end=None,
+            figures=Figures(start=start, baseline=baseline),
+            statement_due=statement_due(start, self.zone, self.settings.statement_days),
+            flow_sensor=w.flow_sensor if w.kind is Kind.CONCENTRATION else None,
+            evidence_until=start - self.settings.evidence_before - 1e-6,
+        )
+        self.live[iid] = inc
+        self._touch(iid)
+        log.warning(
+            "incident %s opened: %s %s since %s (%s)", iid, cond.sensor, cond.rule, iso(start), cond.citation
+        )
+
+    def _backfill(self, sensor: str, now: float) -> None:
+        recent = self.recent.get(sensor)
+        if self.history is None or recent is None:
+            return
+        since = now - self.look_back
+        if recent.first <= since + 60.0:
+            return
+        older = [s for s in self.history(sensor, since, min(recent.first, now)) if s.time < recent.first]
+        if older:
+            recent.prepend(
+                np.array([s.time for s in older], np.float64),
+                np.array([s.value for s in older], np.float64),
+                np.array([int(s.quality) for s in older], np.int8),
+            )
+
+    def _clear(self, cond: Condition) -> None:
+        inc = self._latest_of(cond)
+        if inc is None or inc.end is not None:
+            return
+        series = Series.of(*self.recent[cond.sensor].since(inc.start - 1.0, cond.time))
+        end = run_end(series, cond.time, inc.threshold, inc.rule != Rule.LOW)
+        self.live[inc.id] = inc.with_(end=max(end, inc.start), clear_time=cond.time)
+        self._touch(inc.id)
+
+    def _latest_of(self, cond: Condition) -> Incident | None:
+        """The newest incident still taking evidence for the condition's sensor and rule."""
+        found = [i for i in self.live.values() if i.sensor == cond.sensor and i.rule == cond.rule]
+        return max(found, key=lambda i: i.start) if found else None
+
+    def _touch(self, iid: str) -> None:
+        self._dirty.add(iid)
+
+    # --- evidence, figures, freezing -------------------------------------------------------
+
+    def advance(self, final: bool = False) -> list[Incident]:
+        """Copy new evidence, refresh figures, freeze what is final; returns what changed.
+
+        `final` (end of a replay): the data ends here, so ended incidents are final now.
+        """
+        for key, was in sorted(self.live.items(), key=lambda kv: kv[1].start):
+            inc = self._collect(was)
+            self.live[key] = inc
+            if inc.end is not None and (final or self._final(inc, inc.end)):
+                self._freeze(inc)
+                continue
+            stale = inc.end is None and self.latest - self._refreshed.get(inc.id, -math.inf) >= REFRESH
+            if inc.id in self._dirty or stale:
+                self._refresh(inc)
+        self._dirty.clear()
+        out = list(self._changed.values())
+        self._changed.clear()
+        return out
+
+    def _final(self, inc: Incident, end: float) -> bool:
+        """Past the merge window and the evidence window, with every source's samples
+        up to the end of the evidence in (or silent for longer than its stale time)."""
+        settled = end + max(self.settings.evidence_after, self.settings.merge_window)
+        if self.latest < settled:
+            return False
+        limit = end + self.settings.evidence_after
+        for sensor in self._sources(inc):
+            recent, w = self.recent.get(sensor), self.watch.get(sensor)
+            if recent is None or w is None:
+                continue
+            if recent.last < limit and self.latest < settled + w.stale_after:
+                return False
+        return True
+
+    def _sources(self, inc: Incident) -> list[str]:
+        return [inc.sensor] + ([inc.flow_sensor] if inc.flow_sensor else [])
+
+    def _collect(self, inc: Incident) -> Incident:
+        limit = math.inf if inc.end is None else inc.end + self.settings.evidence_after
+        until = limit
+        rows = 0
+        for sensor in self._sources(inc):
+            recent = self.recent.get(sensor)
+            if recent is None:
+                continue
+            t, v, q = recent.since(inc.evidence_until, limit)
+            rows += self.store.add_evidence(inc.id, sensor, t, v, q)
+            until = min(until, recent.last)
+        if not math.isfinite(until) or until <= inc.evidence_until:
+            return inc
+        return inc.with_(evidence_until=until, evidence_rows=inc.evidence_rows + rows)
+
+    def _refresh(self, inc: Incident) -> Incident:
+        inc = inc.with_(figures=self.figures(inc))
+        self.store.save(inc)
+        self.live[inc.id] = inc
+        self._refreshed[inc.id] = self.latest
+        self._changed[inc.id] = inc
+        return inc
+
+    def figures(self, inc: Incident) -> Figures:
+        """The incident's figures from its evidence rows (what survives a restart)."""
+        _, t, v, q = self.store.evidence(inc.id, inc.sensor)
+        s = Series.of(t, v, q)
+        until = inc.end if inc.end is not None else (float(s.t[-1]) if s.t.size else inc.start)
+        w = self.watch.get(inc.sensor)
+        gap = (w.slug_gap if inc.rule == Rule.SLUG else w.stale_after) if w is not None else math.inf
+        paired = None
+        if inc.flow_sensor is not None and inc.flow_sensor in self.watch:
+            _, ft, fv, fq = self.store.evidence(inc.id, inc.flow_sensor)
+            paired = (Series.of(ft, fv, fq), self.watch[inc.flow_sensor].unit)
+        return compute(
+            s,
+            start=inc.start,
+            until=until,
+            baseline=inc.figures.baseline,
+            high=inc.rule != Rule.LOW,
+            max_gap=gap,
+            interval=usual_interval(s, inc.start, BASELINE_WINDOW),
+            flow_unit=inc.unit if w is not None and w.kind is Kind.FLOW else None,
+            paired_flow=paired,
+        )
+
+    def _freeze(self, inc: Incident) -> None:
+        inc = self._collect(inc)
+        inc = inc.with_(figures=self.figures(inc))
+        sha, rows = self.store.freeze_evidence(inc.id)
+        inc = inc.with_(frozen=True, evidence_sha256=sha, evidence_rows=rows)
+        self.store.save(inc)
+        self.live.pop(inc.id, None)
+        self._changed[inc.id] = inc
+        log.info("incident %s final: %d evidence row(s), sha256 %s", inc.id, rows, sha)
+
+    def incidents(self) -> list[Incident]:
+        return self.store.incidents()

@@ -1,0 +1,101 @@
+"""Console API for incidents (issue 16): read with no token, notes and close with it.
+
+Mounted by `create_app` when the station view offers an `incident_tracker` (the
+daemon's). Notes and closes go to their own tables of the incident store, so they
+never race the tracker's updates of the figures.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import FastAPI, HTTPException, Query
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from monitor.incidents.due import overdue
+from monitor.incidents.model import Note, NoteKind, Status
+from monitor.incidents.report import incident_json
+from monitor.incidents.tracker import IncidentTracker
+from monitor.web.view import StationView
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "missing or wrong bearer token"},
+    403: {"description": "no console.token configured: writes are disabled"},
+    404: {"description": "no such incident"},
+    409: {"description": "the incident's case is closed already"},
+}
+
+
+class NoteRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    by: str = Field(min_length=1, max_length=100, description="who writes the note (kept with the time)")
+    text: str = Field(min_length=1, max_length=4000)
+    kind: Literal["note", "statement", "notice"] = Field(
+        "note", description="statement: the §139-15 written statement was received; notice: a §139-21 notice"
+    )
+    due: AwareDatetime | None = Field(None, description="notice only: its time limit for correction")
+
+
+class CloseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    by: str = Field(min_length=1, max_length=100)
+    reason: str = Field(min_length=1, max_length=2000)
+
+
+def add_incident_routes(
+    app: FastAPI, view: StationView, tracker: IncidentTracker, token_required: Any
+) -> None:
+    """`token_required` is the app's `Depends(...)` guard for writes."""
+    store, zone = tracker.store, tracker.zone
+
+    def get(iid: str) -> Any:
+        inc = store.get(iid)
+        if inc is None:
+            raise HTTPException(404, f"no incident {iid} on this station")
+        return inc
+
+    @app.get("/api/incidents", response_model=list[dict[str, Any]])
+    async def incidents(
+        status: Annotated[Literal["open", "ended", "closed", "overdue"] | None, Query()] = None,
+    ) -> list[dict[str, object]]:
+        now = view.now()
+        found = store.incidents()
+        if status == "overdue":
+            keys = {d.incident for d in overdue(found, now)}
+            found = [i for i in found if i.id in keys]
+        elif status is not None:
+            found = [i for i in found if i.status is Status(status)]
+        return [incident_json(i, zone, now) for i in found]
+
+    @app.get("/api/incidents/overdue", response_model=list[dict[str, Any]])
+    async def overdue_items() -> list[dict[str, object]]:
+        """What is overdue, oldest first (the console's banner)."""
+        return [d.to_json(zone) for d in overdue(store.incidents(), view.now())]
+
+    @app.get("/api/incidents/{iid}", response_model=dict[str, Any], responses={404: _ERRORS[404]})
+    async def incident(iid: str) -> dict[str, object]:
+        return incident_json(get(iid), zone, view.now())
+
+    @app.post("/api/incidents/{iid}/notes", response_model=dict[str, Any], responses=_ERRORS)
+    async def note(iid: str, body: NoteRequest, _: None = token_required) -> dict[str, object]:
+        get(iid)
+        kind = NoteKind(body.kind)
+        if body.due is not None and kind is not NoteKind.NOTICE:
+            raise HTTPException(422, "due goes with kind notice (its time limit for correction)")
+        due = None if body.due is None else _ts(body.due)
+        store.add_note(iid, Note(time=view.now(), by=body.by, text=body.text, kind=kind, due=due))
+        return incident_json(get(iid), zone, view.now())
+
+    @app.post("/api/incidents/{iid}/close", response_model=dict[str, Any], responses=_ERRORS)
+    async def close(iid: str, body: CloseRequest, _: None = token_required) -> dict[str, object]:
+        get(iid)
+        if not store.close_case(iid, view.now(), body.by, body.reason):
+            raise HTTPException(409, f"incident {iid} is closed already")
+        return incident_json(get(iid), zone, view.now())
+
+
+def _ts(when: datetime) -> float:
+    return when.timestamp()

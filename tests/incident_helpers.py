@@ -1,0 +1,86 @@
+"""Shared by the incident tests: the golden cases, a station config in tmp, and a live
+daemon fed the case's samples in small batches (as the pipeline would)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from monitor.config import Config, load_config
+from monitor.daemon import Daemon
+from monitor.model import ManualClock, Sample
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = sorted(p for p in (ROOT / "tests" / "cases" / "incidents").iterdir() if p.is_dir())
+
+
+def case_config(case: Path, state: Path, **extra: Any) -> Path:
+    """The case's config with its own state_dir (and any extra sections) under tmp."""
+    raw = yaml.safe_load((case / "config.yaml").read_text(encoding="utf-8"))
+    raw["state_dir"] = str(state)
+    raw.setdefault("console", {"enabled": False})
+    raw.update(extra)
+    path = state.parent / f"{state.name}.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def read_samples(case: Path) -> list[Sample]:
+    with (case / "input.csv").open(encoding="utf-8") as fh:
+        return [Sample(r["sensor"], float(r["time"]), float(r["value"])) for r in csv.DictReader(fh)]
+
+
+def expected(case: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = json.loads((case / "expected.json").read_text(encoding="utf-8"))
+    return out
+
+
+def monitor(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+
+
+def incidents_json(config: Path) -> list[dict[str, Any]]:
+    result = monitor("incidents", "list", "--config", str(config), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    out: list[dict[str, Any]] = json.loads(result.stdout)
+    return out
+
+
+def run_live(config: Config, samples: Iterable[Sample], batch: int = 7) -> Daemon:
+    """A daemon (no console, no sources started) processing the samples in batches;
+    the caller closes it with `close_daemon`."""
+    items = list(samples)
+    daemon = Daemon(config, ManualClock(items[0].time if items else 0.0), console=False)
+    feed(daemon, items, batch)
+    return daemon
+
+
+def feed(daemon: Daemon, items: list[Sample], batch: int = 7) -> None:
+    clock = daemon.clock
+    for i in range(0, len(items), batch):
+        part = items[i : i + batch]
+        assert isinstance(clock, ManualClock)
+        clock.set(part[-1].time)
+        daemon.process(part)
+
+
+def close_daemon(daemon: Daemon) -> None:
+    daemon.checkpoint()
+    if daemon.incidents is not None:
+        daemon.incidents.close()
+    daemon.meters.close()
+    daemon.alarms.close()
+    daemon.sink.close()
+
+
+def load(path: Path) -> Config:
+    return load_config(path)

@@ -1,0 +1,149 @@
+"""The exported incident report in real headless Chromium, offline: it renders from the
+one HTML file (no request leaves the page), the plot shows the threshold and the shaded
+incident, and it prints. The screenshot is kept in build/test-artifacts/ (and tmp)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Request, sync_playwright
+
+from tests.incident_helpers import CASES, ROOT, case_config, incidents_json, monitor
+from tests.test_console_browser import ARGS, CHROMIUM
+
+ARTIFACTS = ROOT / "build" / "test-artifacts"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def test_export_opens_offline_and_shows_threshold_and_shaded_incident(
+    browser: Browser, tmp_path: Path
+) -> None:
+    case = next(c for c in CASES if c.name == "slug-and-oil")
+    cfg = case_config(case, tmp_path / "state")
+    result = monitor(
+        "replay",
+        "--config",
+        str(cfg),
+        "--input",
+        str(case / "input.csv"),
+        "--events",
+        str(tmp_path / "e.jsonl"),
+    )
+    assert result.returncode == 0, result.stderr
+    inc = next(i for i in incidents_json(cfg) if i["rule"] == "slug")
+    out = tmp_path / "export"
+    assert (
+        monitor("incidents", "export", "--config", str(cfg), "--id", inc["id"], "--out", str(out)).returncode
+        == 0
+    )
+    report = out / f"{inc['id']}.html"
+
+    context = browser.new_context(offline=True, viewport={"width": 1100, "height": 1400})
+    requests: list[str] = []
+
+    def record(request: Request) -> None:
+        requests.append(request.url)
+
+    context.on("request", record)
+    page = context.new_page()
+    page.goto(report.as_uri())
+    assert requests == [report.as_uri()]  # nothing but the file itself: no script, font or CDN
+    assert page.title() == f"Incident {inc['id']}"
+    svg = page.locator("svg")
+    assert svg.count() == 1
+    threshold = page.locator("#threshold")
+    shaded = page.locator("#incident-period")
+    readings = page.locator("#readings")
+    assert shaded.is_visible() and readings.is_visible()
+    assert threshold.get_attribute("stroke") == "#c00"  # a horizontal line has no height to be "visible"
+    box_t, box_s, box_r = threshold.bounding_box(), shaded.bounding_box(), readings.bounding_box()
+    assert box_t is not None and box_s is not None and box_r is not None
+    # the shaded period is a real width (about 3 h 16 min of a 29 h plot) and the readings rise above the
+    # threshold line inside it
+    assert box_t["width"] > 800
+    assert 0.05 < box_s["width"] / box_t["width"] < 0.2
+    assert box_r["y"] < box_t["y"] < box_r["y"] + box_r["height"]
+    text = page.locator("body").inner_text()
+    assert "§139-11" in text and "excess vol." in text and "Barton Plating Co." in text
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = tmp_path / "incident-report.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 20_000
+    shutil.copy(shot, ARTIFACTS / "incident-report.png")
+    pdf = tmp_path / "incident-report.pdf"
+    page.pdf(path=str(pdf), format="Letter")  # it prints
+    assert pdf.read_bytes().startswith(b"%PDF") and pdf.stat().st_size > 10_000
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(manifest["files"]) == 3
+    context.close()
+
+
+def test_console_shows_what_is_overdue(browser: Browser, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    from monitor.incidents import IncidentTracker
+    from monitor.incidents.model import Note, NoteKind
+    from monitor.model import ManualClock, Sample
+    from tests.console import LiveConsole, TableView
+    from tests.incident_helpers import load
+
+    case = next(c for c in CASES if c.name == "slug-and-oil")
+    cfg = case_config(case, tmp_path / "state")
+    result = monitor(
+        "replay",
+        "--config",
+        str(cfg),
+        "--input",
+        str(case / "input.csv"),
+        "--events",
+        str(tmp_path / "e.jsonl"),
+    )
+    assert result.returncode == 0, result.stderr
+    slug, oil = incidents_json(cfg)
+
+    class StationWithIncidents(TableView):
+        """The console's test station, with the incident tracker the daemon offers."""
+
+        def __init__(self) -> None:
+            # 2026-06-20T00:00Z: the slug's statement (due the end of 2026-06-18 EDT) is overdue
+            super().__init__(tmp_path / "journal.sqlite", ManualClock(1781913600.0))
+            self.incidents = IncidentTracker(load(cfg))
+
+    view = StationWithIncidents()
+    try:
+        with LiveConsole(view, refresh=0.3) as live:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(live.url)
+            section = page.locator("#incidents-section")
+            expect(section).to_be_visible()
+            items = page.locator("#incidents-overdue li")
+            expect(items).to_have_count(1)
+            expect(items.first).to_have_attribute("data-incident", slug["id"])
+            expect(items.first).to_contain_text("§139-15 written statement")
+            expect(items.first).to_contain_text("2026-06-19 00:00 EDT")
+            page.screenshot(path=str(tmp_path / "console-overdue.png"), full_page=True)
+
+            # the statement arrives; the next refresh (an alarm transition here) clears the panel
+            live.call(
+                lambda: view.incidents.store.add_note(
+                    slug["id"], Note(1781913600.0, "R. Alvarez", "received", NoteKind.STATEMENT)
+                )
+            )
+            live.call(lambda: view.inject(Sample("outfall.ph", 1781913660.0, 9.6), 9.0, "§139-15 C(3)"))
+            expect(section).to_be_hidden()
+            assert oil["id"] not in page.content()
+            page.close()
+    finally:
+        view.incidents.close()
