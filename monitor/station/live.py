@@ -24,6 +24,7 @@ SAVE_INTERVAL = 30.0  # wall seconds between saves of what is in progress
 
 class LiveStation:
     def __init__(self, config: Config, active: Iterable[tuple[str, Rule]] = ()) -> None:
+        self.config = config
         self.derivation = Derivation(config.derived, config.rules) if config.derived else None
         self.store = StationStore.open(config.state_dir) if has_station(config) else None
         self.tracker = StationTracker(config, self.store, resume=True) if self.store is not None else None

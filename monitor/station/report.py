@@ -17,10 +17,12 @@ from monitor.station.store import StationStore
 
 
 def pump_figures(
-    store: StationStore, pumps: Sequence[str], start: float, end: float
+    store: StationStore, pumps: Sequence[str], start: float, end: float, open_until: float | None = None
 ) -> list[dict[str, object]]:
-    """Run hours (clipped to [start, end)), starts, starts per hour, longest run per pump."""
-    last = store.last_time()
+    """Run hours (clipped to [start, end)), starts, starts per hour, longest run per pump.
+
+    A run still going counts up to `open_until` (live: now), else to the last event time stored."""
+    last = open_until if open_until is not None else store.last_time()
     runs = store.runs(start, end)
     out: list[dict[str, object]] = []
     hours = max((end - start) / 3600.0, 1e-9)

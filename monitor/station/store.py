@@ -37,7 +37,9 @@ class StationStore:
         self.path = path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(path, isolation_level=None)
+            # One thread at a time uses it (the daemon's loop); the console may run on another
+            # loop thread in tests, so sqlite3's same-thread check is off.
+            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(
