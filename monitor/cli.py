@@ -34,7 +34,9 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """All subcommands, or just `only` (the one being run: importing every command
+    module, the daemon and the web app with it, costs a second at each start)."""
     parser = argparse.ArgumentParser(
         prog="monitor",
         description="Pumping-station monitor: Modbus/MQTT in, chapter 139 alarms, InfluxDB and billing out.",
@@ -44,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-json", action="store_true", help="one JSON object per log line")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in COMMANDS.items():
+        if only is not None and name != only:
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -57,8 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((w for w in words if not w.startswith("-")), None)
+    parser = build_parser(chosen if chosen in COMMANDS else None)
+    args = parser.parse_args(words)
     setup_logging(args.log_level, args.log_json)
     try:
         code: int = args._run(args)

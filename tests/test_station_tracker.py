@@ -148,7 +148,7 @@ def test_replaying_again_does_not_count_twice_and_a_restart_resumes_an_open_run(
 
 def test_a_clock_step_backwards_changes_nothing(tmp_path: Path) -> None:
     tracker = StationTracker(station(tmp_path))
-    feed(tracker, [Sample("p1", T0, 0.0), Sample("p1", T0 + 60, 1.0)])
+    feed(tracker, [Sample("p1", T0, 0.0), Sample("p1", T0 + 60, 1.0), Sample("lvl", T0 + 60, 4.0)])
     assert feed(tracker, [Sample("p1", T0 - 3600, 0.0), Sample("lvl", T0 - 3000, 9.5)]) == []
     assert tracker.pumps["p1"].running and tracker.overflow is None
 

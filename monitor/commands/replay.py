@@ -1,6 +1,8 @@
 """`monitor replay`: run recorded samples through the detection engine, write the events.
 
-    monitor replay --config CONFIG --input SAMPLES.csv [--input MORE.csv ...] --events EVENTS.jsonl
+    monitor replay --config CONFIG --input SAMPLES.csv|.parquet [--input MORE ...] --events EVENTS.jsonl
+    monitor replay --config CONFIG --from-influx --start T --end T --events EVENTS.jsonl
+    monitor replay --config CONFIG (--input ... | --from-influx ...) --what-if CANDIDATE.yaml [--format json]
 
 Each alarm-condition transition becomes one JSON line, in time order. Bad rows are
 counted and reported on stderr at the end; they never stop the replay. Prints a
@@ -9,7 +11,12 @@ one-line summary and exits 0; a bad config exits 2, an unreadable input file 1.
 With an `influx` section in the config, the samples and every alarm transition
 also go through the outbox to InfluxDB, drained while the replay runs and once
 more before exit (`--drain-timeout`); what cannot be delivered in time stays in
-the outbox for `monitor outbox drain`, and the replay still exits 0.
+the outbox for `monitor outbox drain`, and the replay still exits 0. Replaying
+from the historian (`--from-influx`) writes nothing back: not to InfluxDB, the ledger or
+the incident store (the live run recorded those already).
+
+`--what-if` runs the config and a candidate over the same samples in one pass and
+prints what each would have raised (`replay_whatif.py`).
 """
 
 from __future__ import annotations
@@ -23,19 +30,24 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+import numpy as np
+
 from monitor.commands import load_config_or_exit
+from monitor.commands.replay_whatif import run_what_if
+from monitor.config import Config
 from monitor.engine import Engine, ReplayStep, replay_steps
 from monitor.errors import MonitorError, SourceError
 from monitor.incidents import IncidentTracker
 from monitor.incidents.influx import incident_lines
 from monitor.meters.book import MeterBook
-from monitor.model import Kind, ManualClock, Rule
+from monitor.model import Kind, ManualClock, Rule, parse_time
 from monitor.sinks.pipeline import SampleSink, open_sink, outbox_path
-from monitor.sources.replay import ReadReport, Samples, read_csv
+from monitor.sources.historian import KINDS, open_history
+from monitor.sources.replay import ReadReport, Samples, merge, stream
 from monitor.station import StationStore, StationTracker, station_steps
 from monitor.station.replay import has_station
 
-HELP = "replay recorded samples (CSV) through the rules and write the alarm events (JSON lines)"
+HELP = "replay recorded samples (CSV, Parquet, the historian) through the rules; write the alarm events"
 EVENT_RULES = frozenset(
     {
         Rule.SLUG,
@@ -49,14 +61,37 @@ EVENT_RULES = frozenset(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="station config YAML")
-    parser.add_argument(
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
         "--input",
-        required=True,
         action="append",
-        metavar="SAMPLES.csv",
-        help="CSV with time,sensor,value; repeatable",
+        metavar="SAMPLES",
+        help="CSV or Parquet file with time,sensor,value columns; repeatable",
     )
-    parser.add_argument("--events", required=True, metavar="EVENTS.jsonl", help="where to write the events")
+    source.add_argument(
+        "--from-influx",
+        action="store_true",
+        help="read the station's stored samples back from the config's influx section (needs --start, --end)",
+    )
+    parser.add_argument(
+        "--start", type=_time_arg, metavar="T", help="with --from-influx: ISO 8601 or epoch s"
+    )
+    parser.add_argument("--end", type=_time_arg, metavar="T", help="with --from-influx: end (exclusive)")
+    parser.add_argument(
+        "--historian",
+        choices=("auto", *KINDS),
+        default="auto",
+        help="with --from-influx: how to read it (auto: InfluxQL for api v1, else asks the server)",
+    )
+    parser.add_argument("--events", metavar="EVENTS.jsonl", help="where to write the events")
+    parser.add_argument(
+        "--what-if",
+        metavar="CANDIDATE.yaml",
+        help="also run a candidate config over the same samples and report the alarms that differ",
+    )
+    parser.add_argument(
+        "--format", choices=("text", "json"), default="text", help="the --what-if report's format"
+    )
     parser.add_argument(
         "--drain-timeout",
         type=float,
@@ -76,15 +111,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _time_arg(text: str) -> float:
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def open_samples(
+    args: argparse.Namespace, config: Config, sensors: tuple[str, ...]
+) -> tuple[Iterable[Samples], list[ReadReport]]:
+    """The files, or the historian's stored series, as time-ordered batches."""
+    if not args.from_influx:
+        return stream(args.input, sensors)
+    history = open_history(config, args.start, args.end, args.historian, sensors)
+    return merge([history]), [history.report]
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.from_influx and (args.start is None or args.end is None or args.start >= args.end):
+        print("replay: --from-influx needs --start and a later --end", file=sys.stderr)
+        return 2
+    if args.what_if is None and args.events is None:
+        print("replay: --events is required (or --what-if for a comparison)", file=sys.stderr)
+        return 2
     config = load_config_or_exit(args.config)
+    if args.what_if is not None:
+        return run_what_if(args, config, load_config_or_exit(args.what_if), open_samples)
     engine = Engine(config.rules, ManualClock())
     started = time.perf_counter()
     try:
-        samples, reports = read_inputs(args.input, engine.sensors)
+        batches, reports = open_samples(args, config, engine.sensors)
     except SourceError as exc:
         print(f"replay: {exc}", file=sys.stderr)
         return 1
+    seen = np.zeros(len(engine.sensors), dtype=bool)
     events = 0
     left: int | None = None
     try:
@@ -92,17 +153,18 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"replay: cannot write events to {args.events}: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    sink = open_sink(config) if config.influx is not None else None
+    # From the historian nothing is written back: it holds these samples already.
+    sink = open_sink(config) if config.influx is not None and not args.from_influx else None
     # Meter readings go to the station's ledger, as live polling does: re-replaying or
     # replaying what was polled live does not double count (one row per meter and time).
     book = (
         None
-        if args.no_ledger or not any(s.kind is Kind.METER for s in config.sensors)
+        if args.no_ledger or args.from_influx or not any(s.kind is Kind.METER for s in config.sensors)
         else MeterBook.open(config, records=sink is not None)
     )
     meter_transitions = 0
     tracker: IncidentTracker | None = None
-    if not args.no_incidents and config.incidents.enabled:
+    if not args.no_incidents and not args.from_influx and config.incidents.enabled:
         try:
             tracker = IncidentTracker(config)
         except (MonitorError, OSError) as exc:
@@ -131,16 +193,20 @@ def run(args: argparse.Namespace) -> int:
         if sink is not None and sink.outbox is not None and changed:
             sink.outbox.append(incident_lines(changed))
 
-    # The pumping station (monitor/station): derived sensors, pump runs, overflow records.
-    station = StationStore.open(config.state_dir) if has_station(config) else None
-    station_tracker = StationTracker(config, station) if station is not None else None
+    # The pumping station (monitor/station): derived sensors, pump runs, overflow records (not
+    # recorded again from the historian: the live run recorded them).
+    station = StationStore.open(config.state_dir) if has_station(config) and not args.from_influx else None
+    station_tracker = StationTracker(config, station) if has_station(config) else None
 
     def steps() -> Iterator[ReplayStep]:
         nonlocal meter_transitions
         source = (
-            station_steps(config, engine, samples, station_tracker) if station else replay(engine, samples)
+            station_steps(config, engine, batches, station_tracker)
+            if station_tracker is not None
+            else replay(engine, batches)
         )
         for step in source:
+            seen[step.sensor[step.accepted]] = True
             track(step)
             if book is not None:
                 meter_transitions += len(
@@ -162,6 +228,12 @@ def run(args: argparse.Namespace) -> int:
                 events, left = asyncio.run(
                     replay_to_influx(steps(), engine.sensors, out, sink, args.drain_timeout)
                 )
+    except SourceError as exc:
+        print(f"replay: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # the events file: a full disk, /dev/full, a yanked USB stick
+        print(f"replay: cannot write events to {args.events}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     finally:
         if sink is not None:
             sink.close()
@@ -188,9 +260,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"replay: {line}", file=sys.stderr)
     for line in engine_report(engine):
         print(f"replay: {line}", file=sys.stderr)
-    seen = len(set(samples.sensor[samples.sensor >= 0].tolist()))
     n = engine.counters.samples
-    print(f"replay: {n} samples, {seen} sensors, {events} events, {n / elapsed:.0f} samples/s")
+    print(f"replay: {n} samples, {int(seen.sum())} sensors, {events} events, {n / elapsed:.0f} samples/s")
     if sink is not None and sink.drainer is not None:
         if left:
             print(
@@ -240,21 +311,11 @@ def write_step(sink: SampleSink, names: tuple[str, ...], step: ReplayStep) -> No
     sink.write_conditions(step.conditions)
 
 
-def read_inputs(paths: list[str], sensors: tuple[str, ...]) -> tuple[Samples, list[ReadReport]]:
-    """All inputs, merged into one stream in time order."""
-    parts: list[Samples] = []
-    reports: list[ReadReport] = []
-    for path in paths:
-        samples, report = read_csv(path, sensors)
-        parts.append(samples)
-        reports.append(report)
-    return (parts[0] if len(parts) == 1 else Samples.concat(parts)), reports
-
-
-def replay(engine: Engine, samples: Samples) -> Iterator[ReplayStep]:
+def replay(engine: Engine, batches: Iterable[Samples]) -> Iterator[ReplayStep]:
     """The replay loop: batches of samples with their conditions. A sink that should also
     receive the samples (an InfluxDB outbox) consumes these same steps."""
-    yield from replay_steps(engine, samples.sensor, samples.time, samples.value, samples.quality)
+    for b in batches:
+        yield from replay_steps(engine, b.sensor, b.time, b.value, b.quality)
 
 
 def write_events(step: ReplayStep, out: TextIO) -> int:

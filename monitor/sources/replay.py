@@ -1,30 +1,37 @@
-"""Samples from CSV files (`time,sensor,value`) as NumPy arrays for the engine's replay path.
+"""Samples from CSV or Parquet files (`time,sensor,value`) as NumPy batches for the engine.
 
-`time` is ISO 8601 with `Z` or an offset, or epoch seconds. Bad rows never stop a
-replay: a row for an unknown sensor or with an unreadable time is skipped, a row
-whose value cannot be read becomes a BAD_DATA sample (the reading happened, it is
-just not a number), and a row not later than the previous row of the same sensor
-in the same file is skipped as out of order. Each kind is counted, with the first
-line it happened on, for the report at the end.
+Files are streamed in chunks (see `stream`), so memory does not grow with the file.
+`time` is ISO 8601 with `Z` or an offset, epoch seconds, or epoch milliseconds (a
+bare number of 1e11 or more cannot be seconds: it is read as milliseconds, and the
+report says so once). Bad rows never stop a replay: a row for an unknown sensor,
+with an unreadable time, or with a time outside 1970..2100 is skipped; a row whose
+value cannot be read becomes a BAD_DATA sample (the reading happened, it is just not
+a number); a row not later than the previous row of the same sensor in the same
+file is skipped as out of order. Each kind is counted, with the first line it
+happened on, for the report at the end. Every check works on whole chunks.
 """
 
 from __future__ import annotations
 
-import csv
 import math
-from collections.abc import Sequence
+import queue
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from monitor.errors import PayloadError, SourceError
-from monitor.model import Quality, parse_time
+from monitor.model import Quality
+from monitor.sources.columnar import Chunk, open_chunks
 
-CHUNK_ROWS = 200_000
-COLUMNS = ("time", "sensor", "value")
+T_MIN = 0.0  # 1970-01-01T00:00:00Z
+T_MAX = 4102444800.0  # 2100-01-01T00:00:00Z: later (or earlier than T_MIN) is a bad row
+MS_FROM = 1e11  # a bare number this large is epoch milliseconds (as seconds it is past year 5000)
+MAX_HELD = 2_000_000  # rows held back for a time not yet complete; past this they go on
+MAX_NAMES = 1000  # distinct unknown sensor names reported one by one; more are summed
 
 
 @dataclass
@@ -49,8 +56,11 @@ class ReadReport:
     rows: int = 0
     unknown_sensor: dict[str, Problem] = field(default_factory=dict)
     bad_time: Problem = field(default_factory=Problem)
+    out_of_range: Problem = field(default_factory=Problem)
     bad_value: Problem = field(default_factory=Problem)
     out_of_order: Problem = field(default_factory=Problem)
+    milliseconds: Problem = field(default_factory=Problem)  # not a problem: said once so nobody wonders
+    late: Problem = field(default_factory=Problem)
 
     def lines(self) -> list[str]:
         """One line per kind of problem, for stderr."""
@@ -61,6 +71,7 @@ class ReadReport:
             )
         for what, p in (
             ("unreadable time or too few columns", self.bad_time),
+            ("a time outside 1970..2100 (skipped)", self.out_of_range),
             ("unreadable value (kept as bad data)", self.bad_value),
             ("out of order or duplicate time (skipped)", self.out_of_order),
         ):
@@ -68,6 +79,19 @@ class ReadReport:
                 out.append(
                     f"{self.path}: {p.count} row(s) with {what}, first at line {p.first_line}: {p.example}"
                 )
+        if self.milliseconds.count:
+            m = self.milliseconds
+            out.append(
+                f"{self.path}: {m.count} time(s) read as epoch milliseconds (too large for seconds),"
+                f" first at line {m.first_line}: {m.example}"
+            )
+        if self.late.count:
+            m = self.late
+            out.append(
+                f"{self.path}: {m.count} row(s) earlier than rows of other sensors already replayed,"
+                f" first at line {m.first_line} ({m.example}): replayed after them; their stale checks"
+                " may differ from a sorted file's. Sort the file by time to replay it exactly"
+            )
         return out
 
 
@@ -98,148 +122,225 @@ class Samples:
         )
 
 
-def read_csv(
-    path: str | Path, sensors: Sequence[str], chunk_rows: int = CHUNK_ROWS
-) -> tuple[Samples, ReadReport]:
-    """Read one CSV file; raises SourceError only when the file itself is unusable."""
-    path = Path(path)
-    index = {s: i for i, s in enumerate(sensors)}
-    report = ReadReport(str(path))
-    parts: list[_Chunk] = []
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: spreadsheet exports start with a BOM
-            reader = csv.reader(f)
-            header = next(reader, None)
-            if header is None:
-                raise PayloadError(f"{path}: empty file, expected a header {','.join(COLUMNS)}")
-            names = [h.strip().lower() for h in header]
-            missing = [c for c in COLUMNS if c not in names]
-            if missing:
-                raise PayloadError(
-                    f"{path}: header {','.join(header)!r} lacks column(s) {', '.join(missing)}"
-                )
-            cols = [names.index(c) for c in COLUMNS]
-            line = 1
-            while True:
-                rows = list(islice(reader, chunk_rows))
-                if not rows:
-                    break
-                parts.append(_chunk(rows, line + 1, cols, index, report))
-                line += len(rows)
-    except OSError as exc:
-        raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise PayloadError(f"{path}: not a readable CSV file ({exc})") from exc
-    if not parts:
-        return Samples.concat([]), report
-    sensor, time, value, quality, lines = (np.concatenate([p[i] for p in parts]) for i in range(5))
-    keep = _in_order(sensor, time, lines, report, sensors)
-    samples = Samples(sensor[keep].astype(np.int32), time[keep], value[keep], quality[keep].astype(np.int8))
-    order = np.argsort(samples.time, kind="stable")
-    return Samples(
-        samples.sensor[order], samples.time[order], samples.value[order], samples.quality[order]
-    ), report
+def read_csv(path: str | Path, sensors: Sequence[str]) -> tuple[Samples, ReadReport]:
+    """One file (CSV or Parquet) whole, in time order: for tests and small tools; the
+    replay command streams instead (`stream`)."""
+    batches, reports = stream([path], sensors)
+    return Samples.concat(list(batches)), reports[0]
 
 
-_Chunk = tuple[
-    npt.NDArray[np.int32],
-    npt.NDArray[np.float64],
-    npt.NDArray[np.float64],
-    npt.NDArray[np.int8],
-    npt.NDArray[np.int64],
-]
+def stream(paths: Sequence[str | Path], sensors: Sequence[str]) -> tuple[Iterator[Samples], list[ReadReport]]:
+    """All inputs merged into one stream of time-ordered batches, read chunk by chunk.
+
+    Memory holds about one chunk per input. A batch is cut below the earliest
+    "latest time read" among the inputs not yet finished, so rows of equal time are
+    always in one batch and several time-ordered files merge exactly as if sorted
+    together. A row earlier than rows already replayed (a file sorted by sensor, not
+    by time) is still replayed, after them, and counted in `late`. The reports fill
+    as the batches are consumed."""
+    files = [_File(Path(p), sensors) for p in paths]
+    return merge(files), [f.report for f in files]
 
 
-def _chunk(
-    rows: list[list[str]], first_line: int, cols: list[int], index: dict[str, int], report: ReadReport
-) -> _Chunk:
-    """Convert a chunk of rows; vectorised when the chunk is clean, row by row when not."""
-    report.rows += len(rows)
-    ti, si, vi = cols
-    width = max(cols) + 1
-    short = [i for i, r in enumerate(rows) if len(r) < width]
-    for i in short:
-        if any(cell.strip() for cell in rows[i]):  # blank lines are not rows
-            report.bad_time.add(first_line + i, ",".join(rows[i]))
-    if short:
-        drop = set(short)
-        lines = np.array([first_line + i for i in range(len(rows)) if i not in drop], dtype=np.int64)
-        rows = [r for i, r in enumerate(rows) if i not in drop]
-    else:
-        lines = np.arange(first_line, first_line + len(rows), dtype=np.int64)
-    n = len(rows)
-    sensor = np.fromiter((index.get(r[si].strip(), -1) for r in rows), np.int32, n)
-    time = _times([r[ti] for r in rows], lines, report)
-    value, ok = _values([r[vi] for r in rows])
-    quality = np.where(ok, int(Quality.GOOD), int(Quality.BAD_DATA)).astype(np.int8)
-    for i in np.flatnonzero(~ok).tolist():
-        report.bad_value.add(int(lines[i]), ",".join(rows[i]))
-    for i in np.flatnonzero(sensor < 0).tolist():
-        name = rows[i][si].strip()
-        report.unknown_sensor.setdefault(name, Problem()).add(int(lines[i]), ",".join(rows[i]))
-    keep = (sensor >= 0) & np.isfinite(time)
-    return sensor[keep], time[keep], value[keep], quality[keep], lines[keep]
+@dataclass
+class Rows:
+    """Rows kept from one chunk, in file order, with their lines (for a historian:
+    the point's position in the answer, counting from 1)."""
+
+    sensor: npt.NDArray[np.int32]
+    time: npt.NDArray[np.float64]
+    value: npt.NDArray[np.float64]
+    quality: npt.NDArray[np.int8]
+    lines: npt.NDArray[np.int64]
+
+    def take(self, keep: npt.NDArray[np.bool_]) -> Rows:
+        return Rows(
+            self.sensor[keep], self.time[keep], self.value[keep], self.quality[keep], self.lines[keep]
+        )
+
+    @staticmethod
+    def join(parts: list[Rows]) -> Rows:
+        if len(parts) == 1:
+            return parts[0]
+        return Rows(*(np.concatenate([getattr(p, f) for p in parts]) for f in Rows.__dataclass_fields__))
 
 
-def _times(texts: list[str], lines: npt.NDArray[np.int64], report: ReadReport) -> npt.NDArray[np.float64]:
-    try:
-        out = np.array(texts, dtype=np.float64)
-    except ValueError:
-        cache: dict[str, float] = {}
-        out = np.empty(len(texts))
-        for i, s in enumerate(texts):
-            t = cache.get(s)
-            if t is None:
-                try:
-                    t = parse_time(s)
-                except ValueError:
-                    t = math.nan
-                cache[s] = t
-            out[i] = t
-    for i in np.flatnonzero(~np.isfinite(out)).tolist():
-        report.bad_time.add(int(lines[i]), texts[i])
-    return out
+class _File:
+    """One input: its chunks checked row by row, vectorised, with the bad rows counted."""
+
+    def __init__(self, path: Path, sensors: Sequence[str]) -> None:
+        self.path = path
+        self.sensors = list(sensors)
+        self.index = {s: i for i, s in enumerate(sensors)}
+        self.report = ReadReport(str(path))
+        self.last = np.full(len(sensors), -math.inf)  # latest time per sensor read so far
+        self.chunks = open_chunks(path)  # opened (header checked) now: a bad file fails early
+
+    def rows(self) -> Iterator[Rows]:
+        for chunk in self.chunks:
+            yield self._check(chunk)
+
+    def _check(self, c: Chunk) -> Rows:
+        r = self.report
+        r.rows += int(c.lines.size) + len(c.short)
+        for line, text in c.short:
+            r.bad_time.add(line, text)
+        known = np.array([self.index.get(n, -1) for n in c.names], dtype=np.int32)
+        sensor = known[c.sensor] if c.names else c.sensor
+        time = c.time
+        ms = c.numeric & (time >= MS_FROM) & (time < T_MAX * 1000.0)
+        if ms.any():
+            time = np.where(ms, time / 1000.0, time)
+            _add(r.milliseconds, ms, c)
+        unreadable = ~np.isfinite(time)
+        _add(r.bad_time, unreadable, c)
+        outside = ~unreadable & ((time < T_MIN) | (time >= T_MAX))
+        _add(r.out_of_range, outside, c)
+        _add(r.bad_value, ~c.value_ok, c)
+        unknown = sensor < 0
+        if unknown.any():
+            codes, first, counts = np.unique(c.sensor[unknown], return_index=True, return_counts=True)
+            at = np.flatnonzero(unknown)
+            for code, i, k in zip(codes.tolist(), first.tolist(), counts.tolist(), strict=True):
+                name = c.names[code] if len(r.unknown_sensor) < MAX_NAMES else "(other names)"
+                r.unknown_sensor.setdefault(name, Problem()).add(int(c.lines[at[i]]), c.text(int(at[i])), k)
+        keep = ~unknown & ~unreadable & ~outside
+        quality = np.where(c.value_ok, np.int8(Quality.GOOD), np.int8(Quality.BAD_DATA)).astype(np.int8)
+        rows = Rows(sensor, time, c.value, quality, c.lines)
+        if not keep.all():
+            rows = rows.take(keep)
+        ordered = self._in_order(rows)
+        return rows if ordered.all() else rows.take(ordered)
+
+    def _in_order(self, rows: Rows) -> npt.NDArray[np.bool_]:
+        """Rows later than every earlier row of the same sensor in this file."""
+        keep = np.ones(rows.time.size, dtype=bool)
+        if not rows.time.size:
+            return keep
+        n = len(self.sensors)
+        key = rows.sensor.astype(np.uint16) if n < 65535 else rows.sensor  # uint16: a radix sort, O(n)
+        order = np.argsort(key, kind="stable")
+        counts = np.bincount(rows.sensor, minlength=n)
+        present = np.flatnonzero(counts)
+        bounds = np.concatenate(([0], np.cumsum(counts)))
+        for s in present.tolist():
+            sel = order[bounds[s] : bounds[s + 1]]
+            t = rows.time[sel]
+            before = np.maximum.accumulate(np.concatenate(([self.last[s]], t[:-1])))
+            ok = t > before
+            self.last[s] = max(float(before[-1]), float(t[-1]))
+            if not ok.all():
+                bad = sel[~ok]
+                first = int(bad[np.argmin(rows.lines[bad])])
+                example = f"{self.sensors[s]} at {rows.time[first]:.3f} after a later row"
+                self.report.out_of_order.add(int(rows.lines[first]), example, int(bad.size))
+                keep[bad] = False
+        return keep
 
 
-def _values(texts: list[str]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
-    """Values and whether each could be read at all (NaN/inf read fine: the engine judges them)."""
-    try:
-        return np.array(texts, dtype=np.float64), np.ones(len(texts), dtype=bool)
-    except ValueError:
-        pass
-    out = np.empty(len(texts))
-    ok = np.ones(len(texts), dtype=bool)
-    for i, s in enumerate(texts):
+_DONE = object()
+
+
+def _ahead(rows: Iterator[Rows], depth: int = 2) -> Iterator[Rows]:
+    """Read and check the next chunks on a thread while the engine judges this one:
+    pyarrow and NumPy release the GIL, so the two overlap on a second core. At most
+    `depth` chunks wait, so memory stays bounded; errors arrive in order."""
+    box: queue.Queue[object] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def give(item: object) -> bool:
+        """Hand on one item; False once the consumer has gone."""
+        while not stop.is_set():
+            try:
+                box.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
         try:
-            out[i] = float(s)
-        except ValueError:
-            out[i] = math.nan
-            ok[i] = False
-    return out, ok
+            for item in rows:
+                if not give(item):
+                    return
+            give(_DONE)
+        except BaseException as exc:  # handed to the consumer, raised there
+            give(exc)
+
+    thread = threading.Thread(target=work, name="replay reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = box.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            assert isinstance(item, Rows)
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=5)
 
 
-def _in_order(
-    sensor: npt.NDArray[np.int32],
-    time: npt.NDArray[np.float64],
-    lines: npt.NDArray[np.int64],
-    report: ReadReport,
-    sensors: Sequence[str],
-) -> npt.NDArray[np.bool_]:
-    """Rows later than every earlier row of the same sensor in this file."""
-    n_sensors = len(sensors)
-    keep = np.ones(sensor.size, dtype=bool)
-    order = np.argsort(sensor.astype(np.uint16) if n_sensors < 65535 else sensor, kind="stable")
-    bounds = np.searchsorted(sensor[order], np.arange(n_sensors + 1))
-    for s in range(n_sensors):
-        sel = order[bounds[s] : bounds[s + 1]]
-        if sel.size < 2:
-            continue
-        t = time[sel]
-        ok = np.concatenate(([True], t[1:] > np.maximum.accumulate(t)[:-1]))
-        if not ok.all():
-            bad = sel[~ok]
-            first = int(bad[np.argmin(lines[bad])])
-            example = f"{sensors[s]} at {time[first]:.3f} after a later row"
-            report.out_of_order.add(int(lines[first]), example, int(bad.size))
-            keep[bad] = False
-    return keep
+def _add(problem: Problem, mask: npt.NDArray[np.bool_], c: Chunk) -> None:
+    """Count the rows of `mask`, remembering the first with its text: no loop per row."""
+    at = np.flatnonzero(mask)
+    if at.size:
+        problem.add(int(c.lines[at[0]]), c.text(int(at[0])), int(at.size))
+
+
+class Source(Protocol):
+    """Anything that yields rows in its own order: a file, a historian query."""
+
+    sensors: list[str]
+    report: ReadReport
+
+    def rows(self) -> Iterator[Rows]: ...
+
+
+def merge(files: Sequence[Source]) -> Iterator[Samples]:
+    """Sources merged into time-ordered batches (see `stream`)."""
+    its = [_ahead(f.rows()) for f in files]
+    bufs: list[list[Rows]] = [[] for _ in files]
+    pos = [-math.inf] * len(files)
+    done = [False] * len(files)
+    frontier = -math.inf  # the latest time already handed on
+    while not all(done):
+        k = min((i for i in range(len(files)) if not done[i]), key=lambda i: pos[i])
+        rows = next(its[k], None)
+        if rows is None:
+            done[k] = True
+        elif rows.time.size:
+            late = rows.time < frontier
+            if late.any():
+                at = np.flatnonzero(late)
+                example = f"{files[k].sensors[int(rows.sensor[at[0]])]} at {rows.time[at[0]]:.3f}"
+                files[k].report.late.add(int(rows.lines[at[0]]), example, int(at.size))
+            bufs[k].append(rows)
+            pos[k] = max(pos[k], float(rows.time.max()))
+        cut = min((pos[i] for i in range(len(files)) if not done[i]), default=math.inf)
+        out: list[Rows] = []
+        for i, buf in enumerate(bufs):
+            if not buf:
+                continue
+            whole = Rows.join(buf)
+            now = whole.time < cut
+            if whole.time.size - int(np.count_nonzero(now)) > MAX_HELD:  # a file of one time
+                now = whole.time <= cut  # memory first: rows of that time may span two batches
+            if now.all():
+                out.append(whole)
+                bufs[i] = []
+            elif now.any():
+                out.append(whole.take(now))
+                bufs[i] = [whole.take(~now)]
+            else:
+                bufs[i] = [whole]
+        if out:
+            rows = Rows.join(out)
+            t = rows.time
+            if len(out) > 1 or bool(np.any(t[1:] < t[:-1])):  # time-ordered files skip the sort
+                order = np.argsort(t, kind="stable")
+                rows = Rows(rows.sensor[order], t[order], rows.value[order], rows.quality[order], rows.lines)
+            frontier = max(frontier, float(rows.time[-1]))
+            yield Samples(rows.sensor, rows.time, rows.value, rows.quality)

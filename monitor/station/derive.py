@@ -324,7 +324,8 @@ def derive_arrays(
     s_out = np.asarray(sensor, dtype=np.int64)
     if not made:
         return s_out, np.asarray(time, np.float64), np.asarray(value, np.float64), q
-    d_sensor = np.array([names.index(m.sensor) for m in made], dtype=np.int64)
+    index = {n: i for i, n in enumerate(names)}
+    d_sensor = np.array([index[m.sensor] for m in made], dtype=np.int64)
     d_time = np.array([m.time for m in made], dtype=np.float64)
     d_value = np.array([m.value for m in made], dtype=np.float64)
     all_t = np.concatenate((time, d_time))

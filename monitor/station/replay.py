@@ -2,12 +2,14 @@
 
 The engine judges the derived samples like measured ones (baselines, limits, slug);
 the tracker sees the validated samples of each step, in time order, as live does.
+Batches stream through: a derived sample still pending at the end of a batch comes
+with the next one (as live, it is made when a later reading arrives) or at the end.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -24,39 +26,65 @@ log = logging.getLogger(__name__)
 
 
 def station_steps(
-    config: Config, engine: Engine, samples: Samples, tracker: StationTracker | None
+    config: Config, engine: Engine, batches: Iterable[Samples], tracker: StationTracker | None
 ) -> Iterator[ReplayStep]:
     """`replay_steps` with derived sensors and the station tracker; conditions in time order."""
     names = engine.sensors
-    sensor: npt.NDArray[np.integer] = samples.sensor
-    time, value, quality = samples.time, samples.value, samples.quality
-    derived = [names.index(s) for s in config.derived]
-    if derived:
-        recorded = np.isin(sensor, np.array(derived))
-        if recorded.any():
-            # A recording of a live run carries the derived series too; they are computed again.
-            log.warning(
-                "%d recorded sample(s) of derived sensors ignored; derived sensors are computed"
-                " from their inputs",
-                int(recorded.sum()),
+    derivation = Derivation(config.derived, config.rules) if config.derived else None
+    derived = np.array([names.index(s) for s in config.derived], dtype=np.int64)
+    ignored = 0
+    for b in batches:
+        sensor: npt.NDArray[np.integer] = b.sensor
+        time, value, quality = b.time, b.value, b.quality
+        if derivation is not None:
+            recorded = np.isin(sensor, derived)
+            if recorded.any():
+                # A recording of a live run carries the derived series too; they are computed again.
+                ignored += int(recorded.sum())
+                keep = ~recorded
+                sensor, time, value, quality = sensor[keep], time[keep], value[keep], quality[keep]
+            sensor, time, value, quality = derive_arrays(
+                derivation, names, sensor, time, value, quality, final=False
             )
-            keep = ~recorded
-            sensor, time, value, quality = sensor[keep], time[keep], value[keep], quality[keep]
-        derivation = Derivation(config.derived, config.rules)
-        sensor, time, value, quality = derive_arrays(derivation, names, sensor, time, value, quality)
+        yield from _judge(engine, tracker, sensor, time, value, quality)
+    if derivation is not None:
+        e = np.empty(0, dtype=np.int64)
+        sensor, time, value, quality = derive_arrays(
+            derivation, names, e, np.empty(0), np.empty(0), np.empty(0, np.int8)
+        )
+        if time.size:
+            yield from _judge(engine, tracker, sensor, time, value, quality)
+    if ignored:
+        log.warning(
+            "%d recorded sample(s) of derived sensors ignored; derived sensors are computed"
+            " from their inputs",
+            ignored,
+        )
+    if tracker is not None:
+        tracker.save()
+
+
+def _judge(
+    engine: Engine,
+    tracker: StationTracker | None,
+    sensor: npt.NDArray[np.integer],
+    time: npt.NDArray[np.float64],
+    value: npt.NDArray[np.float64],
+    quality: npt.NDArray[np.integer],
+) -> Iterator[ReplayStep]:
     for step in replay_steps(engine, sensor, time, value, quality):
         if tracker is None:
             yield step
             continue
         ok = step.accepted
-        extra = track_arrays(tracker, names, step.sensor[ok], step.time[ok], step.value[ok], step.quality[ok])
+        extra = track_arrays(
+            tracker, engine.sensors, step.sensor[ok], step.time[ok], step.value[ok], step.quality[ok]
+        )
         if extra:
             merged = sorted([*step.conditions, *extra], key=engine.sort_key)
             yield replace(step, conditions=merged)
         else:
             yield step
-    if tracker is not None:
-        tracker.save()
 
 
 def has_station(config: Config) -> bool:

@@ -79,6 +79,7 @@ class StationTracker:
         self._q_prev = 0.0  # overflow rate (gpm) at the last integration time
         self._t_prev = -math.inf
         self.last_time = -math.inf
+        self._last: dict[str, float] = {}
         self.watched = frozenset(
             [*self.pumps, *(x for x in (self.level_id, self.switch_id, self.inflow_id) if x)]
         )
@@ -117,9 +118,11 @@ class StationTracker:
     def _feed(self, sid: str, t: float, v: float, good: bool) -> list[Condition]:
         lo, hi = self._ranges[sid]
         # `v - v == 0` is False for NaN and infinities
-        if not (good and v - v == 0.0 and lo <= v <= hi) or t < self.last_time:
+        # Per sensor: a derived sample comes a poll late, after other sensors' later readings.
+        if not (good and v - v == 0.0 and lo <= v <= hi) or t < self._last.get(sid, -math.inf):
             return []
-        self.last_time = t
+        self._last[sid] = t
+        self.last_time = max(self.last_time, t)
         out: list[Condition] = []
         pump = self.pumps.get(sid)
         if pump is not None:

@@ -1,0 +1,184 @@
+"""End-to-end `monitor replay` on a generated CSV and the same data as Parquet, beside
+the peer a data engineer would write: `pandas.read_csv(engine="pyarrow")` and a
+per-sensor `rolling("24h").mean()`. Each runs as its own process, timed from start to
+exit, with its peak RSS from the kernel (wait4). A second, smaller file shows whether
+peak RSS depends on the input's size.
+
+    .venv/bin/python -m bench.replay [--rows 10000000] [--sensors 50] [--time epoch|iso]
+
+Targets (issue 20): CSV >= 1.0x the pandas peer and >= 5 M samples/s; Parquet >= 10 M
+samples/s; peak RSS under 500 MB whatever the size (streamed in chunks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from monitor.sources.columnar import write_parquet
+
+T0 = 1_780_000_000
+STEP = 10
+
+
+def config(n: int) -> dict[str, Any]:
+    """Flow meters with the slug rule, pH with limits, temperatures: a station mix."""
+    sensors: list[dict[str, Any]] = []
+    for i in range(n):
+        if i % 5 < 3:
+            sensors.append({"id": f"flow{i}", "kind": "flow", "unit": "gpm"})
+        elif i % 5 == 3:
+            sensors.append({"id": f"ph{i}", "kind": "ph", "limits": {"deadband": 0.1, "on_delay": "30s"}})
+        else:
+            sensors.append({"id": f"temp{i}", "kind": "temperature", "unit": "degF"})
+    return {"station": {"id": "bench"}, "sensors": sensors}
+
+
+def generate(path: Path, rows: int, n_sensors: int, iso: bool, seed: int = 1) -> None:
+    """Time-major rows (every sensor each 10 s), written a million at a time."""
+    rng = np.random.default_rng(seed)
+    names = np.array([s["id"] for s in config(n_sensors)["sensors"]])
+    base = np.array([300.0 if n.startswith("flow") else 7.0 if n.startswith("ph") else 120.0 for n in names])
+    with path.open("w", encoding="utf-8") as f:
+        f.write("time,sensor,value\n")
+        for a in range(0, rows, 1_000_000):
+            i = np.arange(a, min(rows, a + 1_000_000))
+            t = T0 + (i // n_sensors) * STEP
+            s = i % n_sensors
+            day = np.sin(2 * np.pi * (t - T0) / 86400.0)
+            v = np.round(base[s] * (1 + 0.2 * day) * rng.normal(1.0, 0.03, i.size), 3)
+            if iso:
+                stamp = np.datetime_as_string(t.astype("datetime64[s]"), unit="s")
+                times = np.char.add(stamp.astype(str), "Z")
+            else:
+                times = t.astype(str)
+            lines = np.char.add(
+                np.char.add(np.char.add(np.char.add(times, ","), names[s]), ","), v.astype(str)
+            )
+            f.write("\n".join(lines.tolist()))
+            f.write("\n")
+
+
+def to_parquet(csv: Path, parquet: Path) -> None:
+    import pandas as pd  # type: ignore[import-untyped]
+
+    df = pd.read_csv(csv, engine="pyarrow")
+    t = df["time"]
+    secs = (
+        pd.to_datetime(t, utc=True).astype("int64").to_numpy() / 1e9
+        if t.dtype == object or str(t.dtype).startswith("str")
+        else t.to_numpy(dtype=float)
+    )
+    write_parquet(parquet, secs, df["sensor"].astype(str).tolist(), df["value"].to_numpy(dtype=float))
+
+
+PEER = """
+import sys, time
+t0 = time.perf_counter()
+import pandas as pd
+df = pd.read_csv(sys.argv[1], engine="pyarrow")
+t = df["time"]
+df["time"] = pd.to_datetime(t, utc=True) if t.dtype == object or str(t.dtype).startswith("str") \\
+    else pd.to_datetime(t, unit="s", utc=True)
+n = 0
+for name, g in df.groupby("sensor", sort=False):
+    m = g.set_index("time")["value"].rolling("24h").mean()
+    n += len(m)
+print(n, time.perf_counter() - t0)
+"""
+
+
+def run_peer(path: Path) -> tuple[float, float]:
+    """pandas in its own process (the wait4 figure is its own peak)."""
+    proc = subprocess.Popen([sys.executable, "-c", PEER, str(path)], stdout=subprocess.PIPE, text=True)
+    start = time.perf_counter()
+    _, _, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    assert proc.stdout is not None
+    proc.stdout.read()
+    return elapsed, usage.ru_maxrss / 1024
+
+
+def run_replay(cfg: Path, path: Path, events: Path) -> tuple[float, float, str]:
+    cmd = [sys.executable, "-m", "monitor", "replay", "--config", str(cfg), "--input", str(path)]
+    proc = subprocess.Popen(
+        [*cmd, "--events", str(events)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    start = time.perf_counter()
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    assert proc.stdout is not None
+    out = proc.stdout.read().strip().splitlines()
+    if status != 0:
+        raise SystemExit(f"monitor replay on {path} failed ({status})")
+    return elapsed, usage.ru_maxrss / 1024, out[-1] if out else ""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--sensors", type=int, default=50)
+    parser.add_argument("--time", choices=("epoch", "iso"), default="epoch", help="time column format")
+    parser.add_argument("--small", type=int, default=10, help="the RSS check's smaller file is rows / this")
+    parser.add_argument("--write", nargs=2, metavar=("CSV", "PARQUET"), help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.write:  # in a child process: the parent stays small, so children's peak RSS is their own
+        csv, parquet = (Path(p) for p in args.write)
+        generate(csv, args.rows, args.sensors, args.time == "iso", args.seed)
+        if args.write[1] != "-":
+            to_parquet(csv, parquet)
+        return 0
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPU(s)")
+    with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
+        d = Path(tmp)
+        cfg = d / "station.yaml"
+        cfg.write_text(yaml.safe_dump(config(args.sensors)))
+        rows = args.rows
+        csv, small = d / "big.csv", d / "small.csv"
+        start = time.perf_counter()
+        parquet = d / "big.parquet"
+        me = [sys.executable, "-m", "bench.replay", "--sensors", str(args.sensors), "--time", args.time]
+        subprocess.run([*me, "--rows", str(rows), "--write", str(csv), str(parquet)], check=True)
+        small_rows = str(rows // args.small)
+        subprocess.run([*me, "--rows", small_rows, "--seed", "2", "--write", str(small), "-"], check=True)
+        print(
+            f"data: {rows:,} rows ({args.sensors} sensors every {STEP} s, {args.time} times),"
+            f" CSV {csv.stat().st_size / 2**20:.0f} MiB, Parquet {parquet.stat().st_size / 2**20:.0f} MiB"
+            f" (generated in {time.perf_counter() - start:.0f} s)"
+        )
+        events = d / "events.jsonl"
+        _, small_rss, _ = run_replay(cfg, small, events)
+        csv_s, csv_rss, csv_line = run_replay(cfg, csv, events)
+        pq_s, pq_rss, pq_line = run_replay(cfg, parquet, events)
+        peer_s, peer_rss = run_peer(csv)
+    print("end to end, process start to exit (the replay's own figure, without start-up, in brackets):")
+    for what, s, rss, line in (("CSV", csv_s, csv_rss, csv_line), ("Parquet", pq_s, pq_rss, pq_line)):
+        print(f"  monitor replay, {what + ':':9} {rows / s / 1e6:6.2f} M samples/s  peak RSS {rss:6.0f} MiB")
+        print(f"      [{line}]")
+    print("  pandas read_csv(pyarrow) + rolling('24h').mean() per sensor:")
+    print(f"                            {rows / peer_s / 1e6:6.2f} M samples/s  peak RSS {peer_rss:6.0f} MiB")
+    print(f"  ratio CSV / pandas:       {peer_s / csv_s:6.2f}x (target >= 1.0; CSV target >= 5 M/s)")
+    print(f"  ratio Parquet / pandas:   {peer_s / pq_s:6.2f}x (Parquet target >= 10 M/s)")
+    print(
+        f"peak RSS by input size: {rows // args.small:,} rows {small_rss:.0f} MiB,"
+        f" {rows:,} rows {csv_rss:.0f} MiB (target < 500 MiB at any size;"
+        f" pandas holds the whole file: {peer_rss:.0f} MiB)"
+    )
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

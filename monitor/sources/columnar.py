@@ -1,0 +1,469 @@
+"""The one module that imports pyarrow: CSV and Parquet files as column chunks.
+
+Why pyarrow and not polars: Parquet needs an Arrow reader anyway, pandas (the
+benchmark's peer) already brings pyarrow, and its streaming CSV reader reports
+the physical line of each malformed row, which the bad-row report must quote.
+The reader runs on one thread so those line numbers are known; its C++ parser
+and the vectorised casts below still turn 8 M rows/s into arrays here.
+
+Each chunk comes out as NumPy arrays: the line each row was on, the sensor as an
+index into the chunk's own name table, the time in epoch seconds (NaN when the
+text is not a time) with a flag saying which came from a bare number, and the
+value with a flag saying whether it could be read at all. The checks that need
+no library (ranges, order, unknown sensors) live in `replay.py`.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
+
+from monitor.errors import PayloadError, SourceError
+from monitor.model import parse_time
+
+COLUMNS = ("time", "sensor", "value")
+BLOCK_BYTES = 8 << 20  # ~200k rows of `time,sensor,value` per chunk: memory stays flat
+PARQUET_ROWS = 256_000
+MAX_LINE_BYTES = 64 << 20  # a "line" longer than this is not a CSV row: refused, not buffered
+_NUMBER = r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(nan|inf|infinity)$"
+_ISO = r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([Zz]|[-+]\d\d(:?\d\d)?)$"
+_UTC_NS = pa.timestamp("ns", tz="UTC")
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One chunk of rows in file order; `names[sensor[i]]` is row i's sensor text."""
+
+    lines: npt.NDArray[np.int64]
+    names: list[str]
+    sensor: npt.NDArray[np.int32]
+    time: npt.NDArray[np.float64]
+    numeric: npt.NDArray[np.bool_]
+    value: npt.NDArray[np.float64]
+    value_ok: npt.NDArray[np.bool_]
+    short: list[tuple[int, str]]  # rows with too few cells: (line, text)
+    text: Callable[[int], str]  # row i as the file had it, for the report's example
+
+
+def open_chunks(path: Path) -> Iterator[Chunk]:
+    """CSV or Parquet (by magic bytes, not by name); raises SourceError/PayloadError
+    only when the file itself is unusable."""
+    try:
+        with path.open("rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    if magic == b"PAR1":
+        return _parquet_chunks(path, _parquet_file(path))
+    header = _header(path)  # checked now, so a bad file is refused before any output
+    return _csv_chunks(path, header, _pick(path, header))
+
+
+def _header(path: Path) -> list[str]:
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: spreadsheet exports start with a BOM
+            header = next(csv.reader(f), None)
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise PayloadError(f"{path}: not a readable CSV file ({exc})") from exc
+    if header is None:
+        raise PayloadError(f"{path}: empty file, expected a header {','.join(COLUMNS)}")
+    return header
+
+
+def _pick(path: Path, header: list[str]) -> list[str]:
+    """The file's own spelling of time, sensor, value (matched without case or blanks)."""
+    names = [h.strip().lower() for h in header]
+    missing = [c for c in COLUMNS if c not in names]
+    if missing:
+        raise PayloadError(f"{path}: header {','.join(header)!r} lacks column(s) {', '.join(missing)}")
+    return [header[names.index(c)] for c in COLUMNS]
+
+
+def _csv_chunks(path: Path, header: list[str], cols: list[str]) -> Iterator[Chunk]:
+    """Blocks of whole lines read here and parsed by pyarrow on all cores, one at a
+    time: pyarrow's own streaming reader reads ahead without bound (the whole file)."""
+    width = max(header.index(c) for c in cols) + 1
+    positions = [header.index(c) for c in cols]
+    kinds = [0, 0]  # the typed parse tried first, and how many blocks in a row needed text
+    try:
+        with path.open("rb") as f:
+            f.readline()
+            line, rest = 2, b""
+            while True:
+                data = f.read(BLOCK_BYTES)
+                buf = rest + data if rest else data
+                if not buf:
+                    break
+                if data:
+                    cut = buf.rfind(b"\n") + 1
+                    if cut == 0:  # one line longer than a block: read on, up to a point
+                        if len(buf) > MAX_LINE_BYTES:
+                            raise PayloadError(
+                                f"{path}: line {line} is longer than {MAX_LINE_BYTES >> 20} MiB"
+                            )
+                        rest = buf
+                        continue
+                    block, rest = buf[:cut], buf[cut:]
+                else:
+                    block, rest = buf, b""
+                chunk, lines = _csv_block(block, line, header, cols, width, positions, kinds)
+                yield chunk
+                line += lines
+    except pa.ArrowInvalid as exc:
+        raise PayloadError(f"{path}: not a readable CSV file ({exc})") from exc
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+
+
+# Column types tried in turn: epoch numbers, ISO 8601 times, then text (the vectorised
+# fallback below, which also finds the bad cells). A conversion error costs one re-parse.
+_KINDS = (
+    (pa.float64(), pa.float64()),
+    (_UTC_NS, pa.float64()),
+    (pa.string(), pa.string()),
+)
+
+
+def _csv_block(
+    block: bytes,
+    line: int,
+    header: list[str],
+    cols: list[str],
+    width: int,
+    positions: list[int],
+    kinds: list[int],
+) -> tuple[Chunk, int]:
+    """One block of lines, the first being line `line` of the file; returns the chunk
+    and how many lines the block held. Malformed rows are numbered only by a
+    single-threaded parse, so a block that has some is parsed again that way."""
+    odd: list[tuple[int, str, int]] = []
+
+    def invalid(row: Any) -> str:
+        at = -1 if row.number is None or row.number < 0 else int(row.number) + line - 1
+        odd.append((at, str(row.text), int(row.actual_columns)))
+        return "skip"
+
+    def parse(kind: int, threads: bool) -> pa.Table:
+        odd.clear()
+        t_type, v_type = _KINDS[kind]
+        types = dict.fromkeys(header, pa.string())
+        types[cols[0]], types[cols[2]] = t_type, v_type
+        types[cols[1]] = pa.dictionary(pa.int32(), pa.string())
+        return pa_csv.read_csv(
+            pa.py_buffer(block),
+            read_options=pa_csv.ReadOptions(use_threads=threads, column_names=header, block_size=1 << 20),
+            parse_options=pa_csv.ParseOptions(invalid_row_handler=invalid, ignore_empty_lines=False),
+            convert_options=pa_csv.ConvertOptions(
+                column_types=types, include_columns=cols, null_values=[""], strings_can_be_null=False
+            ),
+        )
+
+    ends: list[npt.NDArray[np.intp]] = []
+
+    def text(at: int) -> str:
+        """Line `at` of the file as written (for the report's examples: a few per block)."""
+        if not ends:
+            ends.append(np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10))
+        k = at - line
+        a = 0 if k == 0 else int(ends[0][k - 1]) + 1
+        b = int(ends[0][k]) if k < ends[0].size else len(block)
+        return block[a:b].decode("utf-8", errors="replace").rstrip("\r")
+
+    table = None
+    for kind in (kinds[0], *range(kinds[0] + 1, len(_KINDS))):
+        try:
+            table = parse(kind, True)
+        except pa.ArrowInvalid:
+            if kind == len(_KINDS) - 1:
+                raise
+            continue
+        if kind < len(_KINDS) - 1:
+            kinds[0], kinds[1] = kind, 0
+        else:  # a block with a bad cell needs text; a file of them keeps to text after two
+            kinds[1] += 1
+            if kinds[1] >= 2:
+                kinds[0] = kind
+        break
+    assert table is not None
+    if any(o[0] < 0 for o in odd) or (odd and kind != len(_KINDS) - 1):
+        table = parse(len(_KINDS) - 1, False)  # numbered rows; text so long rows can join
+    n = table.num_rows
+    batch = table.unify_dictionaries().combine_chunks().to_batches()
+    rows = batch[0] if batch else None
+    if not odd:
+        return _chunk(rows, np.arange(line, line + n, dtype=np.int64), [], source=text), n
+    odd.sort()
+    lines, short, extra = _place(line, n, odd, width, positions)
+    # An unterminated quote can swallow several lines into one bad row: count them.
+    held = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+    if extra:
+        return _chunk(_with_extra(rows, extra), lines, short, reorder=True, source=text), held
+    return _chunk(rows, lines, short, source=text), held
+
+
+def _place(
+    line: int, n: int, odd: list[tuple[int, str, int]], width: int, positions: list[int]
+) -> tuple[npt.NDArray[np.int64], list[tuple[int, str]], list[tuple[int, list[str]]]]:
+    """Line numbers of a batch's `n` good rows, given the malformed rows among them.
+
+    A row with fewer cells than the header is reported; one with more keeps its
+    first cells (the stdlib reader did the same), appended after the good rows."""
+    bad = {o[0] for o in odd}
+    span = np.arange(line, line + n + len(odd), dtype=np.int64)
+    good = span[~np.isin(span, np.fromiter(bad, np.int64, len(bad)))] if bad else span
+    short: list[tuple[int, str]] = []
+    extra: list[tuple[int, list[str]]] = []
+    for at, text, cells in odd:
+        row = next(csv.reader([text]), [])
+        if cells >= width and len(row) >= width:
+            extra.append((at, [row[p] for p in positions]))
+        elif text.strip(" \t\r\n,"):
+            short.append((at, text))
+    if extra:
+        good = np.concatenate([good, np.array([e[0] for e in extra], dtype=np.int64)])
+    return good, short, extra
+
+
+def _with_extra(batch: pa.RecordBatch | None, extra: list[tuple[int, list[str]]]) -> pa.RecordBatch:
+    cells = [pa.array([e[1][i] for e in extra], pa.string()) for i in range(3)]
+    more = pa.RecordBatch.from_arrays(cells, names=list(COLUMNS))
+    if batch is None:
+        return more
+    return pa.RecordBatch.from_arrays(
+        [pa.concat_arrays([_text(batch.column(i)), more.column(i)]) for i in range(3)],
+        names=list(COLUMNS),
+    )
+
+
+def _text(col: pa.Array) -> pa.Array:
+    return col.dictionary_decode() if pa.types.is_dictionary(col.type) else col.cast(pa.string())
+
+
+def _chunk(
+    batch: pa.RecordBatch | None,
+    lines: npt.NDArray[np.int64],
+    short: list[tuple[int, str]],
+    reorder: bool = False,
+    source: Callable[[int], str] | None = None,
+) -> Chunk:
+    if batch is None:
+        none = np.empty(0, bool)
+        return Chunk(lines[:0], [], np.empty(0, np.int32), np.empty(0), none, np.empty(0), none, short, str)
+    t_col, s_col, v_col = (batch.column(i) for i in range(3))
+    names, sensor = _sensors(s_col)
+    time, numeric = _times(t_col)
+    value, ok = _values(v_col)
+    index = np.arange(batch.num_rows)
+    blank = _blank(t_col, s_col, v_col)
+    moved = blank is not None
+    if blank is not None:  # a blank line is not a row: dropped, its line still counted
+        index = index[~blank]
+    if reorder:  # long rows were appended: back to file order
+        index = index[np.argsort(lines[index], kind="stable")]
+        moved = True
+    if moved:
+        lines, sensor, time, value = lines[index], sensor[index], time[index], value[index]
+        numeric, ok = numeric[index], ok[index]
+
+    def text(i: int) -> str:
+        if source is not None:
+            return source(int(lines[i]))
+        j = int(index[i])
+        return ",".join("" if c[j].as_py() is None else str(c[j].as_py()) for c in (t_col, s_col, v_col))
+
+    return Chunk(lines, names, sensor, time, numeric, value, ok, short, text)
+
+
+def _blank(t: pa.Array, s: pa.Array, v: pa.Array) -> npt.NDArray[np.bool_] | None:
+    """Rows from blank lines (every cell empty), or None when there are none (the usual)."""
+    names = s.dictionary if pa.types.is_dictionary(s.type) else None
+    if names is not None and "" not in names.to_pylist():
+        return None
+
+    def empty(c: pa.Array) -> pa.Array:
+        if pa.types.is_dictionary(c.type):
+            c = c.dictionary_decode()
+        if pa.types.is_string(c.type):
+            return pc.equal(pc.utf8_length(c), 0)
+        return c.is_null()
+
+    mask = pc.and_(pc.and_(empty(t), empty(s)), empty(v))
+    if not pc.any(mask).as_py():
+        return None
+    return _bools(mask)
+
+
+def _sensors(col: pa.Array) -> tuple[list[str], npt.NDArray[np.int32]]:
+    """Sensor names as a small table and an index per row (no Python string per row)."""
+    if not pa.types.is_dictionary(col.type):
+        col = pc.dictionary_encode(col.cast(pa.string()) if not pa.types.is_string(col.type) else col)
+    names = [("" if n is None else str(n)).strip() for n in col.dictionary.to_pylist()]
+    indices = col.indices
+    if indices.null_count:
+        indices = indices.fill_null(len(names))
+        names.append("")
+    idx = _numbers(indices).astype(np.int32, copy=False)
+    return names, idx
+
+
+def _times(col: pa.Array) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+    """Epoch seconds (NaN: not a time) and whether each was a bare number (its unit is
+    decided by the caller, which knows the valid range)."""
+    n = len(col)
+    if pa.types.is_timestamp(col.type):
+        ns = col.cast(pa.timestamp("ns", tz=col.type.tz)).cast(pa.int64())
+        return _nan_nulls(ns, 1e-9), np.zeros(n, bool)
+    if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
+        return _nan_nulls(col.cast(pa.float64()), 1.0), np.ones(n, bool)
+    col = col.cast(pa.string())
+    try:
+        return _nan_nulls(col.cast(pa.float64()), 1.0), np.ones(n, bool)
+    except pa.ArrowInvalid:
+        pass
+    try:
+        return _nan_nulls(col.cast(_UTC_NS).cast(pa.int64()), 1e-9), np.zeros(n, bool)
+    except pa.ArrowInvalid:
+        pass
+    col = pc.utf8_trim_whitespace(col)
+    num = pc.fill_null(pc.match_substring_regex(col, _NUMBER, ignore_case=True), False)
+    iso = pc.fill_null(pc.match_substring_regex(col, _ISO), False)
+    out = np.full(n, math.nan)
+    numeric = _bools(num)
+    out[numeric] = _numbers(pc.filter(col, num).cast(pa.float64()))
+    iso_mask = _bools(iso)
+    rest = ~numeric
+    try:
+        out[iso_mask] = _numbers(pc.filter(col, iso).cast(_UTC_NS).cast(pa.int64())) * 1e-9
+        rest &= ~iso_mask
+    except pa.ArrowInvalid:  # e.g. month 13 or a year past 2262: the slow path says which
+        pass
+    if rest.any():  # forms the vectorised parsers do not take: once per distinct text
+        cache: dict[str, float] = {}
+        texts = pc.filter(col, pa.array(rest)).to_pylist()
+        vals = np.empty(len(texts))
+        for i, s in enumerate(texts):
+            t = cache.get(s or "")
+            if t is None:
+                try:
+                    t = parse_time(s or "")
+                except ValueError:
+                    t = math.nan
+                cache[s or ""] = t
+            vals[i] = t
+        out[rest] = vals
+    return out, numeric
+
+
+def _values(col: pa.Array) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+    """Values and whether each could be read at all (NaN/inf read fine: the engine judges them)."""
+    n = len(col)
+    if pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_decimal(col.type):
+        v = col.cast(pa.float64())
+        ok = np.ones(n, bool) if not v.null_count else ~_bools(v.is_null())
+        return _nan_nulls(v, 1.0), ok
+    col = col.cast(pa.string())
+    try:
+        return _numbers(col.cast(pa.float64())), np.ones(n, bool)
+    except pa.ArrowInvalid:
+        pass
+    col = pc.utf8_trim_whitespace(col)
+    num = pc.fill_null(pc.match_substring_regex(col, _NUMBER, ignore_case=True), False)
+    ok = _bools(num)
+    out = np.full(n, math.nan)
+    out[ok] = _numbers(pc.filter(col, num).cast(pa.float64()))
+    for i in np.flatnonzero(~ok).tolist():  # the odd spellings float() takes ("1_000"): rare
+        try:
+            out[i] = float(col[i].as_py() or "")
+            ok[i] = True
+        except ValueError:
+            pass
+    return out, ok
+
+
+def _numbers(arr: pa.Array) -> npt.NDArray[Any]:
+    """A fixed-width array without nulls as NumPy, straight from its buffer.
+    (`Array.to_numpy` imports pandas on first use: a third of a second per replay.)"""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    assert not arr.null_count
+    dtype = np.dtype(arr.type.to_pandas_dtype()) if not pa.types.is_timestamp(arr.type) else np.int64
+    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
+
+
+def _bools(arr: pa.Array) -> npt.NDArray[np.bool_]:
+    """A boolean array (bit-packed in Arrow) as NumPy; nulls read as False."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.null_count:
+        arr = arr.fill_null(False)
+    bits = np.frombuffer(arr.buffers()[1], dtype=np.uint8)
+    return np.unpackbits(bits, bitorder="little")[arr.offset : arr.offset + len(arr)].astype(bool)
+
+
+def _nan_nulls(arr: pa.Array, scale: float) -> npt.NDArray[np.float64]:
+    out = _numbers(arr.fill_null(0) if arr.null_count else arr).astype(np.float64, copy=False)
+    if scale != 1.0:
+        out = out * scale
+    if arr.null_count:
+        out[_bools(arr.is_null())] = math.nan
+    return out
+
+
+def _parquet_file(path: Path) -> pq.ParquetFile:
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise PayloadError(f"{path}: not a readable Parquet file ({exc})") from exc
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    names = {n.strip().lower(): n for n in pf.schema_arrow.names}
+    missing = [c for c in COLUMNS if c not in names]
+    if missing:
+        raise PayloadError(f"{path}: columns {', '.join(pf.schema_arrow.names)} lack {', '.join(missing)}")
+    return pf
+
+
+def _parquet_chunks(path: Path, pf: pq.ParquetFile) -> Iterator[Chunk]:
+    names = {n.strip().lower(): n for n in pf.schema_arrow.names}
+    try:
+        row = 1  # "line" of a Parquet row: its position, counting from 1
+        for batch in pf.iter_batches(batch_size=PARQUET_ROWS, columns=[names[c] for c in COLUMNS]):
+            n = batch.num_rows
+            yield _chunk(batch, np.arange(row, row + n, dtype=np.int64), [])
+            row += n
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise PayloadError(f"{path}: not a readable Parquet file ({exc})") from exc
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+
+
+def write_table(path: Path, columns: dict[str, list[Any]], row_group_size: int = PARQUET_ROWS) -> None:
+    """Columns as given (text or numbers) into a Parquet file: for tests and tools."""
+    pq.write_table(pa.table(columns), path, row_group_size=row_group_size)
+
+
+def write_parquet(
+    path: Path, time: npt.NDArray[np.float64], sensor: list[str], value: npt.NDArray[np.float64]
+) -> None:
+    """A `time,sensor,value` Parquet file (time as UTC timestamps): for tests and the benchmark."""
+    table = pa.table(
+        {
+            "time": pa.array((time * 1e9).astype(np.int64)).cast(_UTC_NS),
+            "sensor": pa.array(sensor).dictionary_encode(),
+            "value": pa.array(value),
+        }
+    )
+    pq.write_table(table, path, row_group_size=PARQUET_ROWS)

@@ -1,0 +1,259 @@
+"""Replay from the historian: the station's `sensor` series read back, in chunks.
+
+What the daemon (or `monitor replay` with an `influx` section) wrote comes back as
+rows for `replay.merge`, so a stored quarter replays like a file:
+
+- InfluxDB 1.x: one InfluxQL query with `chunked=true`; the server streams the
+  answer in pieces of `CHUNK_POINTS`, each parsed and handed on before the next is
+  read, so memory does not grow with the range.
+- VictoriaMetrics: its export API (`/api/v1/export`, one JSON line per series), one
+  time window of `WINDOW_S` at a time; `sensor_quality` holds every sample,
+  `sensor_value` only the finite ones (line protocol cannot carry NaN).
+- InfluxDB 2.x: Flux through influxdb-client (`historian_flux.py`).
+
+Stored rows carry the quality the engine gave them, so a value judged not
+believable then is not judged now either. Everything here is the standard
+library (http.client, as the 1.x writer): no client library for two GET requests.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import math
+import ssl
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from monitor.config import Config, Influx
+from monitor.errors import SourceError
+from monitor.model import Quality
+from monitor.sources.replay import T_MAX, T_MIN, Problem, ReadReport, Rows
+
+CHUNK_POINTS = 50_000
+WINDOW_S = 6 * 3600.0
+KINDS = ("influxql", "flux", "victoriametrics")
+
+
+class Http:
+    """GET/POST with the config's TLS and credentials; errors become SourceError."""
+
+    def __init__(self, influx: Influx) -> None:
+        url = urllib.parse.urlsplit(influx.url)
+        self.base = url.path.rstrip("/")
+        self.https = url.scheme == "https"
+        self.host = url.hostname or "localhost"
+        self.port = url.port or (443 if self.https else 80)
+        self.timeout = influx.timeout
+        self.target = f"{url.scheme}://{self.host}:{self.port}{self.base}"  # never the credentials
+        self.headers: dict[str, str] = {}
+        if influx.username is not None:
+            password = influx.password.get_secret_value() if influx.password else ""
+            token = base64.b64encode(f"{influx.username}:{password}".encode()).decode()
+            self.headers["Authorization"] = f"Basic {token}"
+        elif influx.token is not None:
+            self.headers["Authorization"] = f"Token {influx.token.get_secret_value()}"
+        self.context: ssl.SSLContext | None = None
+        if self.https:
+            self.context = ssl.create_default_context(cafile=str(influx.ca_file) if influx.ca_file else None)
+            if not influx.verify_tls:
+                self.context.check_hostname = False
+                self.context.verify_mode = ssl.CERT_NONE
+
+    def lines(self, path: str, params: Sequence[tuple[str, str]]) -> Iterator[bytes]:
+        """The answer's lines, read as they arrive."""
+        if self.https:
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                self.host, self.port, timeout=self.timeout, context=self.context
+            )
+        else:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        try:
+            conn.request("GET", f"{self.base}{path}?{urllib.parse.urlencode(params)}", headers=self.headers)
+            resp = conn.getresponse()
+            if resp.status != 200:
+                text = resp.read(2000).decode(errors="replace").strip()
+                raise SourceError(f"{self.target}{path}: HTTP {resp.status} {text}")
+            while line := resp.readline():
+                if line.strip():
+                    yield line
+        except (OSError, http.client.HTTPException) as exc:
+            raise SourceError(f"{self.target}: cannot read the history ({exc})") from exc
+        finally:
+            conn.close()
+
+    def health(self) -> str:
+        """The body of `/health` (InfluxDB 2 answers JSON naming itself; VictoriaMetrics "OK")."""
+        return b"".join(self.lines("/health", [])).decode(errors="replace")
+
+
+class _History:
+    """Rows from a historian: sensor names mapped, unknown ones counted like a file's."""
+
+    def __init__(self, config: Config, start: float, end: float, what: str) -> None:
+        self.sensors = list(config.rules)  # `open_history(sensors=...)` may widen it
+        self.index = {s: i for i, s in enumerate(self.sensors)}
+        self.station = config.station.id
+        self.start, self.end = start, end
+        self.report = ReadReport(what)
+        self.points = 0
+
+    def rows(self) -> Iterator[Rows]:
+        raise NotImplementedError
+
+    def _rows(self, names: list[str], time: list[float], value: list[float], quality: list[int]) -> Rows:
+        n = len(time)
+        lines = np.arange(self.points + 1, self.points + n + 1, dtype=np.int64)
+        self.points += n
+        self.report.rows += n
+        sensor = np.fromiter((self.index.get(s, -1) for s in names), np.int32, n)
+        t = np.asarray(time, dtype=np.float64)
+        unknown = np.flatnonzero(sensor < 0)
+        for i in unknown.tolist():
+            self.report.unknown_sensor.setdefault(names[i], Problem()).add(int(lines[i]), names[i])
+        outside = (t < T_MIN) | (t >= T_MAX)
+        keep = (sensor >= 0) & ~outside
+        q = np.asarray(quality, dtype=np.int8)
+        rows = Rows(sensor, t, np.asarray(value, dtype=np.float64), q, lines)
+        return rows if keep.all() else rows.take(keep)
+
+
+class InfluxQLHistory(_History):
+    """InfluxDB 1.x: `SELECT value, quality, sensor FROM sensor WHERE station = ...`."""
+
+    def __init__(self, config: Config, start: float, end: float) -> None:
+        assert config.influx is not None and config.influx.database is not None
+        self.http = Http(config.influx)
+        self.influx = config.influx
+        super().__init__(config, start, end, f"{self.http.target} database {config.influx.database}")
+
+    def query(self) -> str:
+        station = self.station.replace("\\", "\\\\").replace("'", "\\'")
+        rp = f'"{self.influx.retention_policy}".' if self.influx.retention_policy else ""
+        return (
+            f'SELECT "value", "quality", "sensor" FROM {rp}"sensor" WHERE "station" = \'{station}\''
+            f" AND time >= {_ns(self.start)} AND time < {_ns(self.end)}"
+        )
+
+    def rows(self) -> Iterator[Rows]:
+        assert self.influx.database is not None
+        params = [
+            ("db", self.influx.database),
+            ("q", self.query()),
+            ("epoch", "ns"),
+            ("chunked", "true"),
+            ("chunk_size", str(CHUNK_POINTS)),
+        ]
+        for line in self.http.lines("/query", params):
+            doc = _json(line, self.http.target)
+            if "error" in doc:
+                raise SourceError(f"{self.report.path}: {doc['error']}")
+            for result in doc.get("results", []):
+                if "error" in result:
+                    raise SourceError(f"{self.report.path}: {result['error']}")
+                for series in result.get("series", []):
+                    yield self._series(series)
+
+    def _series(self, series: dict[str, Any]) -> Rows:
+        cols = {c: i for i, c in enumerate(series["columns"])}
+        ti, vi, qi, si = (cols[c] for c in ("time", "value", "quality", "sensor"))
+        values = series.get("values", [])
+        return self._rows(
+            [str(v[si]) for v in values],
+            [v[ti] * 1e-9 for v in values],
+            [math.nan if v[vi] is None else float(v[vi]) for v in values],
+            [int(Quality.GOOD) if v[qi] is None else int(v[qi]) for v in values],
+        )
+
+
+class VictoriaHistory(_History):
+    """VictoriaMetrics: `sensor_quality` and `sensor_value` exported a window at a time."""
+
+    def __init__(self, config: Config, start: float, end: float) -> None:
+        assert config.influx is not None
+        self.http = Http(config.influx)
+        super().__init__(config, start, end, f"{self.http.target} (VictoriaMetrics)")
+
+    def rows(self) -> Iterator[Rows]:
+        station = self.station.replace("\\", "\\\\").replace('"', '\\"')
+        match = f'{{__name__=~"sensor_(value|quality)",station="{station}"}}'
+        a = self.start
+        while a < self.end:
+            b = min(self.end, a + WINDOW_S)
+            params = [("match[]", match), ("start", f"{a:.3f}"), ("end", f"{b - 0.001:.3f}")]
+            quality: dict[str, tuple[list[int], list[float]]] = {}
+            value: dict[str, dict[int, float]] = {}
+            for line in self.http.lines("/api/v1/export", params):
+                doc = _json(line, self.http.target)
+                metric = doc.get("metric", {})
+                sensor = str(metric.get("sensor", ""))
+                if metric.get("__name__") == "sensor_quality":
+                    quality[sensor] = (doc["timestamps"], doc["values"])
+                else:
+                    value[sensor] = dict(zip(doc["timestamps"], doc["values"], strict=True))
+            names: list[str] = []
+            times: list[float] = []
+            vals: list[float] = []
+            quals: list[int] = []
+            for sensor, (ts, qs) in quality.items():
+                v = value.get(sensor, {})
+                names.extend([sensor] * len(ts))
+                times.extend(t / 1000.0 for t in ts)
+                vals.extend(float(v.get(t, math.nan)) for t in ts)
+                quals.extend(int(q) for q in qs)
+            order = np.argsort(np.asarray(times), kind="stable")
+            if order.size:
+                rows = self._rows(
+                    [names[i] for i in order], [times[i] for i in order], [vals[i] for i in order],
+                    [quals[i] for i in order],
+                )  # fmt: skip
+                yield rows
+            a = b
+
+
+def _ns(t: float) -> int:
+    return round(t * 1_000_000) * 1000
+
+
+def _json(line: bytes, target: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(line)
+    except ValueError as exc:
+        raise SourceError(f"{target}: not a JSON answer ({line[:200]!r})") from exc
+    if not isinstance(doc, dict):
+        raise SourceError(f"{target}: unexpected answer ({line[:200]!r})")
+    return doc
+
+
+def open_history(
+    config: Config, start: float, end: float, kind: str = "auto", sensors: Sequence[str] | None = None
+) -> _History:
+    """The historian the config's `influx` section names: InfluxQL for `api: v1`; for
+    `api: v2`, Flux on InfluxDB 2 or the export API on VictoriaMetrics (asked via /health)."""
+    if config.influx is None:
+        raise SourceError("--from-influx needs an `influx` section in the config")
+    if kind == "auto":
+        if config.influx.api == "v1":
+            kind = "influxql"
+        else:
+            health = Http(config.influx).health()
+            kind = "flux" if '"influxdb"' in health else "victoriametrics"
+    history: _History
+    if kind == "influxql":
+        if config.influx.database is None:
+            raise SourceError("influx.database: required to read InfluxDB 1.x (InfluxQL)")
+        history = InfluxQLHistory(config, start, end)
+    elif kind == "victoriametrics":
+        history = VictoriaHistory(config, start, end)
+    else:
+        from monitor.sources.historian_flux import FluxHistory
+
+        history = FluxHistory(config, start, end)
+    if sensors is not None:  # what-if: the candidate's sensors too
+        history.sensors = list(sensors)
+        history.index = {s: i for i, s in enumerate(sensors)}
+    return history

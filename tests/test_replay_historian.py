@@ -1,0 +1,260 @@
+"""`monitor replay --from-influx`: the golden case written to the real InfluxDB 1.6 and
+VictoriaMetrics by `monitor replay`, read back in chunks, gives the same events."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from monitor.config import Config, load_config
+from monitor.engine import Engine, replay_steps
+from monitor.model import ManualClock, parse_time
+from monitor.sources import historian
+from monitor.sources.replay import Samples, merge, read_csv
+from tests.services import InfluxDB1, VictoriaMetrics
+
+ROOT = Path(__file__).resolve().parent.parent
+CASE = ROOT / "tests" / "cases" / "replay" / "station-day"
+START, END = "2026-06-03T00:00:00Z", "2026-06-04T00:00:00Z"
+
+
+def replay(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "monitor", "replay", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def events(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def station_config(tmp_path: Path, influx: dict[str, Any]) -> tuple[Path, Config]:
+    raw: dict[str, Any] = yaml.safe_load((CASE / "config.yaml").read_text())
+    raw["station"]["id"] = f"ps-{uuid.uuid4().hex[:8]}"  # the servers are shared by the session
+    raw["state_dir"] = str(tmp_path / "state")
+    raw["influx"] = influx
+    path = tmp_path / "station.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path, load_config(path)
+
+
+def stored(config: Config) -> Samples:
+    """What `monitor replay` accepted from the golden input: what the historian holds."""
+    engine = Engine(config.rules, ManualClock())
+    samples, _ = read_csv(CASE / "input.csv", engine.sensors)
+    parts = []
+    for step in replay_steps(engine, samples.sensor, samples.time, samples.value, samples.quality):
+        ok = step.accepted
+        parts.append(
+            Samples(step.sensor[ok].astype(np.int32), step.time[ok], step.value[ok], step.quality[ok])
+        )
+    return Samples.concat(parts)
+
+
+def write_then_read_back(tmp_path: Path, config_path: Path, flush: Any = None) -> None:
+    written = replay(
+        "--config", str(config_path), "--input", str(CASE / "input.csv"), "--events", "/dev/null"
+    )
+    assert written.returncode == 0, written.stderr
+    assert "outbox drained" in written.stdout
+    if flush is not None:
+        flush()
+    out = tmp_path / "events.jsonl"
+    args = [
+        "--config",
+        str(config_path),
+        "--from-influx",
+        "--start",
+        START,
+        "--end",
+        END,
+        "--events",
+        str(out),
+    ]
+    back = replay(*args)
+    assert back.returncode == 0, back.stderr
+    assert events(out) == events(CASE / "events.jsonl")
+    assert "replay: 592 samples, 3 sensors, 8 events" in back.stdout
+    assert "outbox" not in back.stdout  # nothing written back to the historian
+
+
+def test_influxdb_1_history_replays_to_the_golden_events(tmp_path: Path, influxdb1: InfluxDB1) -> None:
+    db = f"h{uuid.uuid4().hex[:8]}"
+    influxdb1.query(f"CREATE DATABASE {db}")
+    config_path, _ = station_config(tmp_path, {"url": influxdb1.url, "api": "v1", "database": db})
+    write_then_read_back(tmp_path, config_path)
+    whatif = ROOT / "tests" / "cases" / "whatif" / "station-day"
+    args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+    result = replay(*args, "--what-if", str(whatif / "candidate.yaml"), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["rules"] == json.loads((whatif / "expected.json").read_text())
+
+
+def test_victoriametrics_history_replays_to_the_golden_events(
+    tmp_path: Path, victoria: VictoriaMetrics
+) -> None:
+    influx = {"url": victoria.url, "org": "barton", "bucket": "replay"}
+    config_path, _ = station_config(tmp_path, influx)
+    write_then_read_back(tmp_path, config_path, flush=lambda: victoria.export('{__name__="none"}'))
+
+
+@pytest.mark.parametrize("kind", ["influxql", "victoriametrics"])
+def test_history_read_in_small_chunks_is_the_stored_samples(
+    tmp_path: Path,
+    influxdb1: InfluxDB1,
+    victoria: VictoriaMetrics,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+) -> None:
+    if kind == "influxql":
+        db = f"h{uuid.uuid4().hex[:8]}"
+        influxdb1.query(f"CREATE DATABASE {db}")
+        config_path, config = station_config(tmp_path, {"url": influxdb1.url, "api": "v1", "database": db})
+    else:
+        influx = {"url": victoria.url, "org": "barton", "bucket": "replay"}
+        config_path, config = station_config(tmp_path, influx)
+    written = replay(
+        "--config", str(config_path), "--input", str(CASE / "input.csv"), "--events", "/dev/null"
+    )
+    assert written.returncode == 0, written.stderr
+    victoria.export('{__name__="none"}')  # flush
+    monkeypatch.setattr(historian, "CHUNK_POINTS", 37)
+    monkeypatch.setattr(historian, "WINDOW_S", 1800.0)
+    history = historian.open_history(config, 1780444800.0, 1780531200.0, kind)
+    batches = list(merge([history]))
+    assert len(batches) > 5
+    got, want = Samples.concat(batches), stored(config)
+    order_got = np.lexsort((got.sensor, got.time))
+    order_want = np.lexsort((want.sensor, want.time))
+    assert got.time[order_got].tolist() == want.time[order_want].tolist()
+    assert got.sensor[order_got].tolist() == want.sensor[order_want].tolist()
+    np.testing.assert_array_equal(got.value[order_got], want.value[order_want])
+    assert got.quality[order_got].tolist() == want.quality[order_want].tolist()
+
+
+def test_from_influx_without_an_influx_section_or_range_says_so(tmp_path: Path) -> None:
+    no_range = replay("--config", str(CASE / "config.yaml"), "--from-influx", "--events", "/dev/null")
+    assert no_range.returncode == 2 and "--from-influx needs --start and a later --end" in no_range.stderr
+    args = ["--config", str(CASE / "config.yaml"), "--from-influx", "--start", START, "--end", END]
+    no_influx = replay(*args, "--events", "/dev/null")
+    assert no_influx.returncode == 1
+    assert "needs an `influx` section" in no_influx.stderr and "Traceback" not in no_influx.stderr
+
+
+def test_an_unreachable_historian_exits_1_with_a_line(tmp_path: Path) -> None:
+    config_path, _ = station_config(tmp_path, {"url": "http://127.0.0.1:9", "api": "v1", "database": "x"})
+    args = [
+        "--config",
+        str(config_path),
+        "--from-influx",
+        "--start",
+        START,
+        "--end",
+        END,
+        "--events",
+        "/dev/null",
+    ]
+    result = replay(*args)
+    assert result.returncode == 1
+    assert "cannot read the history" in result.stderr and "Traceback" not in result.stderr
+
+
+class FluxAnswers:
+    """InfluxDB 2's query API as far as FluxHistory uses it: POST /api/v2/query answered
+    in annotated CSV (the dialect influxdb-client asks for) from the stored samples, for
+    the `range()` each query names. No InfluxDB 2 runs on this machine, so this
+    stand-in answers in its recorded wire format; InfluxQL and VictoriaMetrics above
+    are the real servers."""
+
+    HEAD = (
+        "#datatype,string,long,dateTime:RFC3339,string,double,long\r\n"
+        "#group,false,false,false,false,false,false\r\n"
+        "#default,_result,,,,,\r\n"
+        ",result,table,_time,sensor,value,quality\r\n"
+    )
+
+    def __init__(self, samples: Samples, names: list[str]) -> None:
+        self.samples, self.names = samples, names
+        self.queries: list[str] = []
+        self.tokens: set[str] = set()
+
+    def answer(self, flux: str) -> str:
+        self.queries.append(flux)
+        found = re.search(r"range\(start: (\S+), stop: (\S+)\)", flux)
+        assert found is not None, flux
+        a, b = (parse_time(x) for x in found.groups())
+        s = self.samples
+        rows = []
+        for i in np.flatnonzero((s.time >= a) & (s.time < b)).tolist():
+            when = datetime.fromtimestamp(float(s.time[i]), UTC).isoformat().replace("+00:00", "Z")
+            v = "" if math.isnan(s.value[i]) else repr(float(s.value[i]))
+            rows.append(f",,0,{when},{self.names[int(s.sensor[i])]},{v},{int(s.quality[i])}\r\n")
+        return self.HEAD + "".join(rows) + "\r\n" if rows else "\r\n"
+
+    @contextmanager
+    def serve(self) -> Iterator[str]:
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                owner.tokens.add(self.headers.get("Authorization", ""))
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+                text = owner.answer(body["query"]).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/csv; charset=utf-8")
+                self.send_header("Content-Length", str(len(text)))
+                self.end_headers()
+                self.wfile.write(text)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+def test_flux_history_replays_to_the_golden_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, config = station_config(tmp_path, {"url": "http://127.0.0.1:9", "org": "barton", "bucket": "b"})
+    answers = FluxAnswers(stored(config), list(config.rules))
+    with answers.serve() as url:
+        monkeypatch.setenv("REPLAY_TEST_TOKEN", "secret-token-0123456789")
+        influx = {"url": url, "org": "barton", "bucket": "b", "token": "${REPLAY_TEST_TOKEN}"}
+        config_path, config = station_config(tmp_path, influx)
+        out = tmp_path / "events.jsonl"
+        args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+        result = replay(*args, "--historian", "flux", "--events", str(out))
+        assert result.returncode == 0, result.stderr
+        assert events(out) == events(CASE / "events.jsonl")
+        assert "replay: 592 samples, 3 sensors, 8 events" in result.stdout
+        assert len(answers.queries) == 4  # a day in 6 h windows
+        assert answers.tokens == {"Token secret-token-0123456789"}
+        assert "secret-token" not in result.stdout + result.stderr
+        assert f'r.station == "{config.station.id}"' in answers.queries[0]
+        assert 'from(bucket: "b")' in answers.queries[0]
+        monkeypatch.setattr(historian, "WINDOW_S", 1800.0)
+        history = historian.open_history(config, 1780444800.0, 1780531200.0, "flux")
+        got = Samples.concat(list(merge([history])))
+        want = stored(config)
+        assert sorted(zip(got.time.tolist(), got.sensor.tolist(), strict=True)) == sorted(
+            zip(want.time.tolist(), want.sensor.tolist(), strict=True)
+        )

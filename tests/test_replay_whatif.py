@@ -1,0 +1,82 @@
+"""`monitor replay --what-if`: the current and a candidate config over the same samples
+in one pass; the golden case lists exactly the alarms that differ."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC
+from pathlib import Path
+
+from monitor.commands.replay_whatif import Episode, Side, chattering, compare, only
+from monitor.model import Condition, ConditionState, Rule
+
+ROOT = Path(__file__).resolve().parent.parent
+CASE = ROOT / "tests" / "cases" / "replay" / "station-day"
+WHATIF = ROOT / "tests" / "cases" / "whatif" / "station-day"
+
+
+def replay(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "monitor", "replay", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def test_golden_what_if_lists_exactly_the_alarms_that_differ() -> None:
+    args = ["--config", str(CASE / "config.yaml"), "--input", str(CASE / "input.csv")]
+    result = replay(*args, "--what-if", str(WHATIF / "candidate.yaml"), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["rules"] == json.loads((WHATIF / "expected.json").read_text())
+    differ = {
+        (r["sensor"], r["rule"], side, s["start"])
+        for r in doc["rules"]
+        for side in ("only_current", "only_candidate")
+        for s in r[side]
+    }
+    assert differ == {
+        ("outfall.ph", "high", "only_current", "2026-06-03T07:32:00+00:00"),
+        ("outfall.ph", "stale", "only_current", "2026-06-03T07:05:00+00:00"),
+    }
+    text = replay(*args, "--what-if", str(WHATIF / "candidate.yaml"))
+    assert text.returncode == 0, text.stderr
+    assert "outfall.ph high: 1 -> 0 alarm(s)" in text.stdout
+    assert "only current: 2026-06-03T07:32:00+00:00 .. 2026-06-03T07:41:00+00:00" in text.stdout
+    assert "outfall.temp high: 1 -> 1 alarm(s), in alarm 0h10m00s -> 3h19m00s" in text.stdout
+
+
+def test_the_same_config_twice_differs_nowhere() -> None:
+    args = ["--config", str(CASE / "config.yaml"), "--input", str(CASE / "input.csv")]
+    result = replay(*args, "--what-if", str(CASE / "config.yaml"), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    rules = json.loads(result.stdout)["rules"]
+    assert len(rules) == 4
+    assert all(
+        r["current"] == r["candidate"] and not r["only_current"] and not r["only_candidate"] for r in rules
+    )
+
+
+def cond(t: float, state: ConditionState) -> Condition:
+    return Condition(t, "s", Rule.HIGH, state, 1.0, 0.5, "")
+
+
+def test_episodes_chattering_and_an_alarm_still_active_at_the_end() -> None:
+    side = Side(chatter_count=2, chatter_window=60.0)
+    on, off = ConditionState.ACTIVE, ConditionState.CLEARED
+    side.add(
+        [cond(t, s) for t, s in [(0, on), (10, off), (30, on), (40, off), (70, on), (75, off), (500, on)]]
+    )
+    side.close(800.0)
+    episodes = side.episodes[("s", "high")]
+    assert episodes[-1] == Episode(500.0, 800.0, True)
+    assert chattering([e.start for e in episodes], 2, 60.0) == 0  # 0, 30, 70: never 3 in a minute
+    assert chattering([0, 20, 40, 50, 1000, 1010, 1020], 2, 60.0) == 2  # 3+ in a minute, twice
+    assert chattering([0, 20, 40, 50, 60, 70], 2, 60.0) == 1  # one episode while it lasts
+    assert chattering([0, 61, 122], 2, 60.0) == 0
+    assert only(episodes, [Episode(35, 36, False)]) == [episodes[0], episodes[2], episodes[3]]
+    rows = compare(side, Side(), UTC)
+    assert rows[0]["current"] == {"count": 4, "total_s": 325.0, "longest_s": 300.0, "chattering": 0}
+    assert rows[0]["only_current"] == [
+        {"start": f"1970-01-01T00:{a}+00:00", "end": f"1970-01-01T00:{b}+00:00", "still_active": a == "08:20"}
+        for a, b in [("00:00", "00:10"), ("00:30", "00:40"), ("01:10", "01:15"), ("08:20", "13:20")]
+    ]
