@@ -187,6 +187,9 @@ class Daemon:
                 self._latest[sample.sensor] = sample
         # Committed to disk (store, outbox) before anything counts as taken.
         self.sink.write_samples(samples)
+        daily = self.station.take_daily()  # pump and station totals of a local day just closed
+        if daily and self.sink.outbox is not None:
+            self.sink.outbox.append(daily)
         if meter_samples:
             conditions.extend(self.meters.ingest(meter_samples))
         # Ledger rows to InfluxDB, with their verdict; also rows a replacement recorded through

@@ -208,6 +208,9 @@ def run(args: argparse.Namespace) -> int:
         for step in source:
             seen[step.sensor[step.accepted]] = True
             track(step)
+            daily = station_tracker.take_daily() if station_tracker is not None else []
+            if daily and sink is not None and sink.outbox is not None:
+                sink.outbox.append(daily)  # pump and station totals of each local day
             if book is not None:
                 meter_transitions += len(
                     book.ingest_arrays(

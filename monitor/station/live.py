@@ -42,6 +42,10 @@ class LiveStation:
     def track(self, sample: Sample) -> list[Condition]:
         return [] if self.tracker is None else self.tracker.feed(sample)
 
+    def take_daily(self) -> list[str]:
+        """Daily totals (line protocol) of the local days closed since the last call."""
+        return self.tracker.take_daily() if self.tracker is not None else []
+
     def save_if_due(self, now: float) -> None:
         if self.tracker is not None and now - self._saved >= SAVE_INTERVAL:
             self._saved = now

@@ -29,6 +29,7 @@ import numpy.typing as npt
 from monitor.config import Config
 from monitor.config.station import pump_ids
 from monitor.model import Condition, ConditionState, Kind, Quality, Rule, Sample
+from monitor.station.daily import DailyTotals
 from monitor.station.pumps import PumpStats
 from monitor.station.store import OverflowRecord, StationStore
 from monitor.units import GALLONS_PER_FT3, conversion
@@ -80,6 +81,11 @@ class StationTracker:
         self._t_prev = -math.inf
         self.last_time = -math.inf
         self._last: dict[str, float] = {}
+        self.daily = (
+            DailyTotals(config.station.id, config.station.zone, list(self.pumps), store)
+            if store is not None
+            else None
+        )
         self.watched = frozenset(
             [*self.pumps, *(x for x in (self.level_id, self.switch_id, self.inflow_id) if x)]
         )
@@ -122,6 +128,9 @@ class StationTracker:
         if not (good and v - v == 0.0 and lo <= v <= hi) or t < self._last.get(sid, -math.inf):
             return []
         self._last[sid] = t
+        daily = self.daily
+        if daily is not None and t >= daily.day_end:
+            daily.advance(t)  # a local midnight passed: that day's totals for InfluxDB
         self.last_time = max(self.last_time, t)
         out: list[Condition] = []
         pump = self.pumps.get(sid)
@@ -267,6 +276,10 @@ class StationTracker:
         if rec is not None and self.store is not None and (out or rec.end is not None):
             self.store.save_overflow(rec)
         return out
+
+    def take_daily(self) -> list[str]:
+        """Line-protocol points of the local days closed since the last call."""
+        return self.daily.take() if self.daily is not None else []
 
     def save(self) -> None:
         """Persist what is in progress (open overflow volume, last event time)."""
