@@ -21,11 +21,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+
+from simulators.modbus_server import StationServer, encode
+from simulators.scenarios import Station
 
 GALLONS_PER_FT3 = 7.480519480519481
 GPM_PER_CFS = GALLONS_PER_FT3 * 60.0
@@ -198,6 +202,27 @@ class LiftStation:
                     out.write(f"{t:.0f},{sensor},{value:g}\n")
                     rows += 1
         return rows
+
+
+# The lift station's register map (`LiftServer`, and the modbus section of the README's example):
+#   holding 0  FLOAT32  level, ft        holding 2  FLOAT32  force-main flow, gpm
+#   holding 4  FLOAT32  mill flow, gpm   holding 6  UINT16   bit 0 pump 1, bit 1 pump 2 (run feedback)
+#   coil 0     pump 1 running            discrete 0  pump 2 running
+LIFT_MAP: tuple[tuple[int, str], ...] = ((0, LEVEL), (2, FLOW), (4, MILL))
+
+
+def lift_server(sim: LiftStation, port: int, clock: Callable[[], float]) -> StationServer:
+    """The simulated station as a Modbus TCP server (pymodbus), read-only, on `clock`'s time."""
+
+    class LiftServer(StationServer):
+        def _image(self, unit: int) -> dict[str, list[tuple[int, list[int]]]]:
+            v = sim.values(self.clock())
+            p1, p2 = int(v[PUMP1]), int(v[PUMP2])
+            holding = [(address, encode(v[sensor], "FLOAT32")) for address, sensor in LIFT_MAP]
+            holding.append((6, [p1 | (p2 << 1)]))
+            return {"holding": holding, "input": [], "coil": [(0, [p1])], "discrete": [(0, [p2])]}
+
+    return LiftServer({1: Station(seed=sim.seed)}, port=port, clock=clock, update_interval=0)
 
 
 def main(argv: list[str] | None = None) -> int:
