@@ -9,6 +9,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from monitor.commands import load_config_or_exit
+from monitor.commands.billing_historian import Sheets, export_from_historian
 from monitor.errors import MeterError, MonitorError
 from monitor.meters.billing import export_rows, rate, write_csv, write_export, write_json
 from monitor.meters.book import open_ledger
@@ -28,7 +29,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--places", type=int, default=2, help="decimal places of the rate (default 2, cents)")
     p = sub.add_parser("export", help="one row per account and meter for a billing quarter")
-    p.add_argument("--config", required=True)
+    p.add_argument(
+        "--config",
+        required=True,
+        action="append",
+        help="station config; with --from-influx give it once per station (each its own accounts and rate)",
+    )
+    p.add_argument(
+        "--from-influx",
+        action="store_true",
+        help="read the meter records from each config's influx server (InfluxDB 1.x or VictoriaMetrics)"
+        " instead of the local ledger; adds a station column",
+    )
     p.add_argument(
         "--quarter",
         required=True,
@@ -76,12 +88,16 @@ def _rate(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    config = load_config_or_exit(args.config)
-    billing = config.billing
-    if billing is None:
-        raise MeterError(f"{args.config} has no billing section")
     if args.format == "xlsx" and args.out == "-":
         raise MeterError("an XLSX export needs --out FILE")
+    if args.from_influx:
+        return _write(args, export_from_historian(args), "the historian")
+    if len(args.config) > 1:
+        raise MeterError("one --config per export from the ledger (several stations need --from-influx)")
+    config = load_config_or_exit(args.config[0])
+    billing = config.billing
+    if billing is None:
+        raise MeterError(f"{args.config[0]} has no billing section")
     quarters = [quarter(text, billing.year_start_month, config.station.zone) for text in args.quarter]
     if len({str(q) for q in quarters}) < len(quarters):
         raise MeterError("a --quarter is given twice")
@@ -93,23 +109,30 @@ def _export(args: argparse.Namespace) -> int:
         sheets = [(str(q), export_rows(config, ledger, q, bill)) for q in quarters]
     finally:
         ledger.close()
-    for q in quarters:
-        if q.end.timestamp() > time.time():
-            print(f"warning: {q} ends {iso(q.end.timestamp())}, still to come: figures are provisional",
-                  file=sys.stderr)  # fmt: skip
-    rows = [row for _, sheet in sheets for row in sheet]
+    notes = [
+        f"{q}: {q.first_day} to {q.last_day} ({config.station.timezone}),"
+        f" {iso(q.start.timestamp())} to {iso(q.end.timestamp())}"
+        for q in quarters
+    ]
+    return _write(args, Sheets(sheets, [q.end.timestamp() for q in quarters], notes), "the ledger")
+
+
+def _write(args: argparse.Namespace, sheets: Sheets, source: str) -> int:
+    for (q, _), end in zip(sheets.sheets, sheets.ends, strict=True):
+        if end > time.time():
+            print(
+                f"warning: {q} ends {iso(end)}, still to come: figures are provisional",
+                file=sys.stderr,
+            )
+    rows = [row for _, sheet in sheets.sheets for row in sheet]
     if args.out == "-":
         (write_json if args.format == "json" else write_csv)(rows, sys.stdout)
         return 0
     if args.format == "xlsx":
-        write_xlsx(sheets, Path(args.out))
+        write_xlsx(sheets.sheets, Path(args.out))
     else:
         write_export(rows, Path(args.out), args.format)
-    for q in quarters:
-        print(
-            f"{q}: {q.first_day} to {q.last_day} ({config.station.timezone}),"
-            f" {iso(q.start.timestamp())} to {iso(q.end.timestamp())} -> {args.out}",
-            file=sys.stderr,
-        )
-    print(f"{len(rows)} row(s) -> {args.out}", file=sys.stderr)
+    for note in sheets.notes:
+        print(f"{note} -> {args.out}", file=sys.stderr)
+    print(f"{len(rows)} row(s) from {source} -> {args.out}", file=sys.stderr)
     return 0

@@ -16,6 +16,7 @@ import csv
 import itertools
 import json
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -30,7 +31,10 @@ from monitor.meters.periods import Presentation, Quarter, quarter
 from monitor.meters.totalizer import ANOMALIES, ft3_to_gal, to_ft3
 from monitor.model import iso
 
-__all__ = ["COLUMNS", "Quarter", "columns", "export_rows", "quarter", "rate", "write_csv", "write_json"]
+__all__ = [
+    "COLUMNS", "Quarter", "Usage", "build_rows", "columns", "estimated", "export_rows", "quarter",
+    "rate", "write_csv", "write_json",
+]  # fmt: skip
 
 COLUMNS = (
     "account", "meter", "period_start", "period_end", "period_start_utc", "period_end_utc",
@@ -40,7 +44,10 @@ COLUMNS = (
 )  # fmt: skip
 PRESENTED_COLUMNS = ("presented", "penalty_from_30", "penalty_from_60")  # only with --presented
 MONEY_COLUMNS = ("charge", "due_after_30_days", "due_after_60_days")
-EXPORT_FLAGS = ("rollover", "replacement", "estimated", "anomaly", "corrected", "voided replacement")
+EXPORT_FLAGS = (
+    "rollover", "replacement", "estimated", "anomaly", "corrected", "voided replacement",
+    "rewritten", "unreconciled", "incomplete",  # only from the historian (`historian.py`)
+)  # fmt: skip
 PENALTY_30 = Fraction(2, 100)  # §139-4: 2 % after 30 days
 PENALTY_60 = Fraction(10, 100)  # §139-4: a further 10 % of the accumulated amount after 60 days
 
@@ -89,11 +96,7 @@ def usage(ledger: Ledger, meter: str, q: Quarter, max_gap: float) -> Usage:
     if flags & set(ANOMALIES) or ledger.conflicts(meter, q.start_ms, q.end_ms):
         out_flags.add("anomaly")
     out_flags |= ledger.amendment_flags(meter, q.start_ms, q.end_ms)
-    # Coverage: accepted readings inside the quarter, clipped to its bounds.
-    times = [q.start_ms, *(r.time_ms for r in accepted), q.end_ms]
-    if before is None and accepted:
-        times[0] = accepted[0].time_ms  # a meter installed mid-quarter: its first reading opens it
-    if not accepted or max(b - a for a, b in itertools.pairwise(times)) > max_gap * 1000:
+    if estimated(q, None if before is None else before.time_ms, [r.time_ms for r in accepted], max_gap):
         out_flags.add("estimated")
     first = before if before is not None else (accepted[0] if accepted else None)
     last = accepted[-1] if accepted else before
@@ -106,6 +109,17 @@ def usage(ledger: Ledger, meter: str, q: Quarter, max_gap: float) -> Usage:
         ft3=to_ft3(volume, spec.unit),
         flags=frozenset(out_flags),
     )
+
+
+def estimated(q: Quarter, before_ms: int | None, accepted_ms: list[int], max_gap: float) -> bool:
+    """Coverage, shared by the ledger and the historian: accepted readings inside the
+    quarter, clipped to its bounds, leave no gap longer than `max_gap` seconds."""
+    if not accepted_ms:
+        return True
+    times = [q.start_ms, *accepted_ms, q.end_ms]
+    if before_ms is None:
+        times[0] = accepted_ms[0]  # a meter installed mid-quarter: its first reading opens it
+    return max(b - a for a, b in itertools.pairwise(times)) > max_gap * 1000
 
 
 def _fmt(x: Fraction, places: int) -> str:
@@ -123,14 +137,14 @@ def _num(x: Decimal | None) -> str:
     return text
 
 
-def system_flow(config: Config, ledger: Ledger, q: Quarter) -> SystemFlow:
+def system_flow(config: Config, usages: Mapping[str, Usage], q: Quarter) -> SystemFlow:
     """The municipal system's flow over the quarter for §139-15's 5 % prong, or why not."""
     billing = config.billing
     assert billing is not None
     if billing.system_flow_gpd is not None:
         return SystemFlow(Fraction(billing.system_flow_gpd) * q.days, "billing.system_flow_gpd")
     if billing.system_meter is not None:
-        u = usage(ledger, billing.system_meter, q, billing.max_gap)
+        u = usages[billing.system_meter]
         caveat = f" ({', '.join(f for f in EXPORT_FLAGS if f in u.flags)})" if u.flags else ""
         return SystemFlow(ft3_to_gal(u.ft3), f"system meter {billing.system_meter}{caveat}")
     return SystemFlow(None, "no billing.system_flow_gpd or billing.system_meter")
@@ -139,19 +153,30 @@ def system_flow(config: Config, ledger: Ledger, q: Quarter) -> SystemFlow:
 def export_rows(
     config: Config, ledger: Ledger, q: Quarter, presented: Presentation | None = None
 ) -> list[dict[str, str]]:
-    """One row per account and meter, in account then meter order."""
+    """One row per account and meter, in account then meter order, from the ledger."""
     billing = config.billing
     if billing is None:
         raise MeterError("the config has no billing section (rate_per_kcf, accounts)")
-    billed = [m for m in ledger.specs if m != billing.system_meter]
-    unbilled = sorted(m for m in billed if ledger.specs[m].account not in {a.id for a in billing.accounts})
+    usages = {m: usage(ledger, m, q, billing.max_gap) for m in ledger.specs}
+    return build_rows(config, usages, q, presented)
+
+
+def build_rows(
+    config: Config, usages: Mapping[str, Usage], q: Quarter, presented: Presentation | None = None
+) -> list[dict[str, str]]:
+    """The export's rows from each meter's quarter (the system meter's too, if any),
+    however the usages were read: one computation of charges, classes and flags."""
+    billing = config.billing
+    if billing is None:
+        raise MeterError("the config has no billing section (rate_per_kcf, accounts)")
+    billed = [m for m in usages if m != billing.system_meter]
+    unbilled = sorted(m for m in billed if usages[m].account not in {a.id for a in billing.accounts})
     if unbilled:
         raise MeterError(f"meters without a billing account: {', '.join(unbilled)}")
     meters_by_account: dict[str, list[str]] = defaultdict(list)
     for meter in billed:
-        meters_by_account[ledger.specs[meter].account or ""].append(meter)
-    usages = {m: usage(ledger, m, q, billing.max_gap) for m in billed}
-    system = system_flow(config, ledger, q)
+        meters_by_account[usages[meter].account].append(meter)
+    system = system_flow(config, usages, q)
     period = {
         "period_start": q.first_day.isoformat(),
         "period_end": q.last_day.isoformat(),

@@ -1,0 +1,198 @@
+"""A station's billing quarter from the meter records in the central historian.
+
+The ledger path (`billing.usage`) and this one read usages differently and hand them
+to the same `billing.build_rows`, so charges, classes and rounding are one computation.
+
+Exact back from floats: the ledger keeps volumes and readings as exact Decimals and
+writes them as floats. `Decimal(repr(x))` (`totalizer.dec`) gives back the decimal a
+float was written from whenever that decimal has at most 15 significant digits: a
+double holds 15 significant digits exactly (DBL_DIG), so no other decimal of 15 digits
+or fewer reads back to the same double, and `repr` is the shortest one that does.
+InfluxDB keeps the double. VictoriaMetrics stores a block of a series as decimals at
+one scale with a bounded mantissa: 12 significant digits at the series' scale come
+back exact (tested against the real servers); a ledger series has one scale (the
+meter's multiplier fixes the places). Volumes are summed as Decimals, never floats.
+
+What the historian does not hold, and how the export says so (never a guess):
+- rollover and replacement are not written as flags; they are recognised from the
+  records the way the ledger accepted them: an accepted reading below the previous
+  one is a `rollover` when its consumption is exactly the register's wrap
+  (reading - previous + 10^digits x multiplier), else a recorded `replacement` (the
+  ledger rejects a register going backwards unless a replacement was recorded).
+- `anomaly`: a rejected record in the quarter. The ledger's `conflicts` (a reading
+  offered twice with two values) are not written out, so they cannot show.
+- `corrected` / `voided replacement`: amendments are not written out; their effect
+  is (the re-judged rows are sent again). InfluxDB overwrites the point, so the
+  figures follow the ledger; VictoriaMetrics keeps both values, flagged `rewritten`.
+- `unreconciled`: an accepted reading's consumption is not its rise over the previous
+  accepted reading held there, as the ledger wrote it (checked up to the first
+  accepted reading past the quarter): a record is missing between them (a dead-letter
+  or dropped batch) or a value lost digits (in VictoriaMetrics 0.000123456789012345
+  stored beside 999999999999999 reads back as 0). The figures are then not the
+  ledger's, and the row says so.
+- an accepted record without a finite reading or consumption (written by hand, or by
+  another program) is skipped and its meter flagged `unreconciled`.
+- `incomplete`: the historian holds no record of the station from the quarter's end
+  on, so its outbox may not have drained: figures may be short.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Protocol
+
+from monitor.config import Config
+from monitor.errors import MeterError
+from monitor.meters.billing import Usage, estimated
+from monitor.meters.book import meter_specs
+from monitor.meters.periods import Quarter
+from monitor.meters.totalizer import MeterSpec, dec, to_ft3
+
+
+class MeterSample(Protocol):
+    """One stored `meter` point (`monitor.sources.meter_history.MeterSample` fits; meters may
+    not import sources, so this is structural)."""
+
+    @property
+    def meter(self) -> str: ...
+    @property
+    def unit(self) -> str: ...
+    @property
+    def time_ms(self) -> int: ...
+    @property
+    def reading(self) -> float | None: ...
+    @property
+    def consumption(self) -> float | None: ...
+    @property
+    def accepted(self) -> float | None: ...
+    @property
+    def rewritten(self) -> bool: ...
+
+
+class History(Protocol):
+    """What billing asks of a historian (`monitor.sources.meter_history.open_history`)."""
+
+    def records(self, station: str, after_ms: int, until_ms: int) -> Sequence[MeterSample]: ...
+    def last_accepted(self, station: str, meter: str, at_ms: int) -> MeterSample | None: ...
+    def next_accepted(self, station: str, meter: str, after_ms: int) -> MeterSample | None: ...
+    def has_records_from(self, station: str, from_ms: int) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StationQuarter:
+    """What the historian gave for one station: usages per configured meter, whether
+    it has heard from the station since the quarter ended, meters it holds that the
+    config does not name."""
+
+    station: str
+    usages: dict[str, Usage]
+    complete: bool
+    unknown_meters: tuple[str, ...]
+    unusable: tuple[MeterSample, ...] = ()  # accepted records without a number: skipped, flagged
+
+
+def exact(x: float | None, what: str) -> Decimal:
+    """The decimal a stored float was written from (see the module docstring)."""
+    if x is None:
+        raise MeterError(f"{what} is missing")
+    return dec(x)
+
+
+def sample_usage(
+    meter: str,
+    spec: MeterSpec,
+    before: MeterSample | None,
+    samples: Sequence[MeterSample],
+    q: Quarter,
+    max_gap: float,
+    after: MeterSample | None = None,
+) -> Usage:
+    """One meter's quarter from its stored records with q.start < time <= q.end;
+    `after`, the first accepted record past the quarter, shows whether its tail is there."""
+    where = f"meter {meter}"
+    for s in [*([before] if before else []), *samples]:
+        if s.unit and s.unit != spec.unit:
+            raise MeterError(
+                f"{where}: the historian holds {s.unit} at {s.time_ms} ms, the config says {spec.unit}"
+            )
+    accepted = [s for s in samples if s.accepted]
+    flags: set[str] = set()
+    if any(not s.accepted for s in samples):
+        flags.add("anomaly")
+    if any(s.rewritten for s in samples):
+        flags.add("rewritten")
+    volume = Decimal(0)
+    prev = None if before is None else exact(before.reading, f"{where}: reading")
+    for s in accepted:
+        reading = exact(s.reading, f"{where}: reading at {s.time_ms} ms")
+        consumption = exact(s.consumption, f"{where}: consumption at {s.time_ms} ms")
+        volume += consumption
+        if prev is not None and reading < prev:
+            wrap = None if spec.modulus is None else spec.modulus * spec.multiplier
+            rolled = wrap is not None and consumption == reading - prev + wrap
+            flags.add("rollover" if rolled else "replacement")
+        elif prev is not None and consumption != reading - prev:
+            flags.add("unreconciled")  # a record is missing between them, or lost digits
+        prev = reading
+    if after is not None and usable(after) and prev is not None:
+        reading, consumption = exact(after.reading, where), exact(after.consumption, where)
+        if reading >= prev and consumption != reading - prev:
+            flags.add("unreconciled")  # the quarter's last records did not reach the historian
+    if estimated(q, None if before is None else before.time_ms, [s.time_ms for s in accepted], max_gap):
+        flags.add("estimated")
+    first = before if before is not None else (accepted[0] if accepted else None)
+    last = accepted[-1] if accepted else before
+    return Usage(
+        account=spec.account or "",
+        meter=meter,
+        unit=spec.unit,
+        first=None if first is None else exact(first.reading, f"{where}: reading"),
+        last=None if last is None else exact(last.reading, f"{where}: reading"),
+        ft3=to_ft3(volume, spec.unit),
+        flags=frozenset(flags),
+    )
+
+
+def station_quarter(config: Config, history: History, q: Quarter) -> StationQuarter:
+    """Every configured meter's quarter (the system meter's too) for one station."""
+    billing = config.billing
+    if billing is None:
+        raise MeterError("the config has no billing section (rate_per_kcf, accounts)")
+    station = config.station.id
+    specs = meter_specs(config)
+    by_meter: dict[str, list[MeterSample]] = {m: [] for m in specs}
+    unknown: set[str] = set()
+    bad: list[MeterSample] = []
+    for s in history.records(station, q.start_ms, q.end_ms):
+        if s.meter not in by_meter:
+            unknown.add(s.meter)
+        elif s.accepted and not usable(s):
+            bad.append(s)
+        else:
+            by_meter[s.meter].append(s)
+    usages: dict[str, Usage] = {}
+    for m, spec in specs.items():
+        before = history.last_accepted(station, m, q.start_ms)
+        if before is not None and not usable(before):
+            bad.append(before)
+            before = None
+        after = history.next_accepted(station, m, q.end_ms)
+        usages[m] = sample_usage(m, spec, before, by_meter[m], q, billing.max_gap, after)
+    for m in {s.meter for s in bad}:
+        usages[m] = _with(usages[m], "unreconciled")
+    complete = history.has_records_from(station, q.end_ms)
+    if not complete:
+        usages = {m: _with(u, "incomplete") for m, u in usages.items()}
+    return StationQuarter(station, usages, complete, tuple(sorted(unknown)), tuple(bad))
+
+
+def usable(s: MeterSample) -> bool:
+    """An accepted record billing can use: a finite reading and consumption."""
+    return all(x is not None and math.isfinite(x) for x in (s.reading, s.consumption))
+
+
+def _with(u: Usage, flag: str) -> Usage:
+    return Usage(u.account, u.meter, u.unit, u.first, u.last, u.ft3, u.flags | {flag})
