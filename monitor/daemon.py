@@ -29,7 +29,14 @@ from monitor.alarms.mqtt import AlarmPublisher, MqttCommands
 from monitor.alarms.webhook import people_notifiers
 from monitor.callout import Callout, Heartbeat
 from monitor.config import Config
-from monitor.engine import CHECKPOINT_FILE, CheckpointSchedule, Engine, load_checkpoint_or_start_fresh
+from monitor.engine import (
+    CHECKPOINT_FILE,
+    CheckpointSchedule,
+    ClockWatch,
+    Engine,
+    load_checkpoint_or_start_fresh,
+    slug_status,
+)
 from monitor.errors import MonitorError
 from monitor.health import health_snapshot, readiness
 from monitor.incidents import IncidentTracker
@@ -56,7 +63,7 @@ from monitor.web.view import SensorReading
 
 log = logging.getLogger(__name__)
 
-_ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS})
+_ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS, Rule.BAD_VALUE})
 CHECKPOINT_INTERVAL = 300.0  # wall seconds between baseline checkpoints
 TICK = 1.0  # wall seconds between timer ticks
 STOP_DRAIN = 5.0  # wall seconds the outbox may drain at shutdown
@@ -86,6 +93,7 @@ class Daemon:
         self.restored = load_checkpoint_or_start_fresh(self.engine, self.checkpoint_path)
         self.checkpoints = CheckpointSchedule(self.engine, self.checkpoint_path, CHECKPOINT_INTERVAL)
         self.alarms = AlarmManager.open(config, self.clock)
+        self.clock_watch = ClockWatch.for_clock(self.engine, self.clock, self.alarms.active_conditions())
         self.sink: SampleSink = open_sink(config, self.clock, on_condition=self._outbox_condition)
         self.meters = MeterBook.open(config)
         self.station = LiveStation(config, self.alarms.active_conditions())  # pumps, wet well, derived
@@ -169,7 +177,7 @@ class Daemon:
         """Store, judge and alarm one batch; returns the alarm transitions it caused."""
         samples: list[Sample] = []
         meter_samples: list[Sample] = []
-        conditions: list[Condition] = []
+        conditions: list[Condition] = self.clock_watch.check() if self.clock_watch else []
         for item in self.station.expand(items):  # + derived samples (monitor/station)
             if isinstance(item, Condition):
                 conditions.append(item)
@@ -274,6 +282,8 @@ class Daemon:
 
     def tick(self) -> None:
         """Timer work on the clock: stale data, shelve expiry, reminders, floods."""
+        if self.clock_watch is not None:
+            self._raise(self.clock_watch.check())
         now = self.clock.now()
         self._raise(self.engine.tick(now))
         self.alarms.tick(now)
@@ -458,6 +468,7 @@ class Daemon:
                     time=latest.time if latest is not None else None,
                     baseline=status.baseline_mean,
                     name=sensor.name,
+                    slug=slug_status(status, self.config.rules[sensor.id]),
                 )
             )
         return out

@@ -70,6 +70,8 @@ def health_snapshot(daemon: Daemon) -> dict[str, object]:
             "unknown_sensor": c.unknown_sensor,
             "out_of_order": c.out_of_order,
             "conditions": c.conditions,
+            # Sensors whose slug rule is not judged now (baseline below slug.min_baseline).
+            "slug_not_judged": [s.sensor for s in daemon.engine.statuses() if s.slug_not_judged],
         },
         "samples_by_source": dict(daemon.counters.samples_by_source),
         "baselines_restored": daemon.restored,

@@ -57,6 +57,8 @@ class Rule(StrEnum):
     METER = "meter"
     OUTBOX = "outbox"
     NOTIFY = "notify"  # a callout channel keeps failing (diagnostic)
+    BAD_VALUE = "bad_value"  # diagnostic: only unbelievable readings for a while
+    CLOCK = "clock"  # diagnostic: the gateway clock stepped
     # The pumping station (monitor/station): on a level or pump sensor.
     HIGH_LEVEL = "high_level"
     OVERFLOW = "overflow"

@@ -131,11 +131,12 @@ DEFAULT_UNIT: dict[Kind, str] = {
     Kind.DERIVED: "1",
 }
 # What a healthy instrument can report, in the kind's default unit. Values
-# outside are bad data, never fed to a baseline.
+# outside are bad data, never fed to a baseline or a limit rule. Finite, so every
+# baseline has a largest value to count in (a station's `valid_range` narrows it).
 PHYSICAL_RANGE: dict[Kind, tuple[float, float]] = {
-    Kind.FLOW: (0.0, math.inf),
+    Kind.FLOW: (0.0, 1_000_000.0),  # gpm: 1,440 MGD, far beyond any lift station
     Kind.PH: (0.0, 14.0),
-    Kind.TEMPERATURE: (-50.0, 200.0),
+    Kind.TEMPERATURE: (-50.0, 150.0),
     Kind.CONCENTRATION: (0.0, 1_000_000.0),
     Kind.METER: (0.0, math.inf),
     Kind.LEVEL: (-100.0, 1000.0),  # ft against the wet well's datum; a sump may sit below it
@@ -147,8 +148,10 @@ PHYSICAL_RANGE: dict[Kind, tuple[float, float]] = {
     Kind.GAS: (0.0, 100.0),
     Kind.SPEED: (0.0, 110.0),
     Kind.CURRENT: (0.0, 10_000.0),
-    Kind.DERIVED: (-math.inf, math.inf),
+    Kind.DERIVED: (-1e9, 1e9),  # see physical_range: from the kind its unit belongs to
 }
+# The kinds a derived sensor's unit is looked up in, for its range and ordinance defaults.
+JUDGED_KINDS = (Kind.FLOW, Kind.CONCENTRATION, Kind.TEMPERATURE, Kind.PH, Kind.LEVEL)
 # Where the kind's default unit does not convert to the sensor's (gas: %LEL vs ppm).
 _UNIT_RANGE: dict[tuple[Kind, str], tuple[float, float]] = {
     (Kind.GAS, _GAS_PPM): (0.0, 1_000_000.0),
@@ -158,14 +161,25 @@ _UNIT_RANGE: dict[tuple[Kind, str], tuple[float, float]] = {
 
 
 def physical_range(kind: Kind, unit: str) -> tuple[float, float]:
-    """The kind's physical range in `unit` (bad data outside it)."""
+    """The kind's physical range in `unit` (bad data outside it); always finite, so each
+    baseline row has a largest value to count in.
+
+    A derived sensor takes the range of the kind its unit belongs to, both signs (a
+    computed inflow may dip below zero for a moment), else ±1e9."""
+    if kind is Kind.DERIVED:
+        for judged in JUDGED_KINDS:
+            if unit in UNITS[judged]:
+                lo, hi = physical_range(judged, unit)
+                bound = max(abs(lo), abs(hi))
+                return -bound, bound
+        return PHYSICAL_RANGE[Kind.DERIVED]
     if (kind, unit) in _UNIT_RANGE:
         return _UNIT_RANGE[(kind, unit)]
     lo, hi = PHYSICAL_RANGE[kind]
     try:
         return convert(lo, DEFAULT_UNIT[kind], unit), convert(hi, DEFAULT_UNIT[kind], unit)
     except ValueError:
-        return PHYSICAL_RANGE[kind] if kind is not Kind.DERIVED else (-math.inf, math.inf)
+        return PHYSICAL_RANGE[kind]
 
 
 def dimension(unit: str, kind: Kind | None = None) -> tuple[Dim, float, float]:

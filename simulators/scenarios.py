@@ -32,6 +32,8 @@ are station seconds after the run began, so `slug@10m` starts 10 station minutes
                           (default 50 ft3) at `start`, so it wraps soon after;
                           applied from the beginning, so there is no jump
     meter_replacement     `meter` restarts from `reading` (default 0) at `start`
+    error_value           `sensor` (default "flow") reads the device error value `value`
+                          (default 3.4028235e38, FLOAT32's largest) in its own unit
 
 Scenarios come by name (`inject`), from a spec string (`parse_spec("slug@10m+30m")`,
 `"ph_excursion@1h+20m:value=3.2"`) or from a YAML/JSON file (`load_scenarios`),
@@ -71,6 +73,7 @@ SCENARIOS = (
     "device_offline",
     "meter_rollover",
     "meter_replacement",
+    "error_value",
 )
 METERS = ("meter", "mill_meter")
 GALLONS_PER_FT3 = 7.480519480519481
@@ -157,6 +160,7 @@ _DEFAULT_DURATION = {
     "device_offline": 300.0,
     "meter_rollover": math.inf,
     "meter_replacement": math.inf,
+    "error_value": 600.0,
 }
 
 
@@ -255,6 +259,9 @@ class Station:
                     out[sensor] = self._analog(sensor, s.start)
         if self.temp_unit == "degF":
             out["temperature"] = out["temperature"] * 9.0 / 5.0 + 32.0
+        for s in self.scenarios:
+            if s.name == "error_value" and s.active(el):
+                out[str(s.params.get("sensor", "flow"))] = float(s.params.get("value", 3.4028235e38))
         out["meter"] = float(self._meter("meter", el, 1.0))
         out["mill_meter"] = float(self._meter("mill_meter", el, self.mill_share))
         return out

@@ -8,10 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.engine.baseline import MAX_BUCKETS, Baselines, geometry
+from monitor.engine.baseline import MAX_BUCKETS, Baselines, geometry, quantum_for
 from monitor.engine.slug import step
 
 T0 = 1_780_000_000.0
+SCALE = 1e5  # the largest value a row's sensor can report; sums count in quanta of it
+QUANTUM = quantum_for(SCALE)  # 2^-13: each value is exact to half of this
 
 
 @st.composite
@@ -38,7 +40,7 @@ def brute_mean(width: float, size: int, times: np.ndarray, values: np.ndarray, k
 @given(stream=streams())
 def test_live_mean_equals_brute_force(stream: tuple[float, np.ndarray, np.ndarray]) -> None:
     window, times, values = stream
-    base = Baselines([window])
+    base = Baselines([window], [SCALE])
     width, size = geometry(window)
     for i, (t, v) in enumerate(zip(times.tolist(), values.tolist(), strict=True)):
         step(None, base, 0, t, v)
@@ -47,7 +49,7 @@ def test_live_mean_equals_brute_force(stream: tuple[float, np.ndarray, np.ndarra
         if expected is None:
             assert got is None
         else:
-            assert got == pytest.approx(expected, rel=1e-9)
+            assert got == pytest.approx(expected, rel=1e-9, abs=QUANTUM)
     # the per-bucket view of the ring agrees with a histogram of the window
     sums, counts = base.buckets(0)
     k = int(np.floor(times[-1] / width))
@@ -55,7 +57,7 @@ def test_live_mean_equals_brute_force(stream: tuple[float, np.ndarray, np.ndarra
     sel = (b >= k - size) & (b < k)
     assert np.array_equal(counts, np.bincount(b[sel] - (k - size), minlength=size))
     assert sums == pytest.approx(
-        np.bincount(b[sel] - (k - size), values[sel], minlength=size), rel=1e-9, abs=1e-6
+        np.bincount(b[sel] - (k - size), values[sel], minlength=size), rel=1e-9, abs=QUANTUM * times.size
     )
 
 
@@ -66,14 +68,14 @@ def test_batch_means_equal_brute_force_and_live(
 ) -> None:
     window, times, values = stream
     width, size = geometry(window)
-    live = Baselines([window])
-    batch = Baselines([window])
+    live = Baselines([window], [SCALE])
+    batch = Baselines([window], [SCALE])
     i = int(cut * times.size)
     for t, v in zip(times[:i].tolist(), values[:i].tolist(), strict=True):
         step(None, live, 0, t, v)
         step(None, batch, 0, t, v)
     win = batch.batch(0, times[i:])
-    cs, cc = win.prefix(values[i:], None)
+    cs, cc = win.prefix(win.quantize(values[i:]), None)
     mean, _ = win.means(cs, cc)
     per_sample = win.expand(mean)
     win.commit(cs, cc)
@@ -83,11 +85,17 @@ def test_batch_means_equal_brute_force_and_live(
         if expected is None:
             assert np.isnan(per_sample[j - i])
         else:
-            assert per_sample[j - i] == pytest.approx(expected, rel=1e-9)
+            assert per_sample[j - i] == pytest.approx(expected, rel=1e-9, abs=QUANTUM)
         step(None, live, 0, float(times[j]), float(values[j]))
     # and the batch left exactly the state the live path did
     assert np.array_equal(live.sums, batch.sums) and np.array_equal(live.counts, batch.counts)
-    assert (live.total, live.n_total, live.bucket) == (batch.total, batch.n_total, batch.bucket)
+    assert (live.cur_sum, live.cur_count, live.win_sum, live.win_count, live.bucket) == (
+        batch.cur_sum,
+        batch.cur_count,
+        batch.win_sum,
+        batch.win_count,
+        batch.bucket,
+    )
 
 
 @pytest.mark.parametrize(

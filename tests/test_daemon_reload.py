@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import socket
@@ -144,6 +145,29 @@ def test_sighup_takes_a_valid_config_and_refuses_an_invalid_one(tmp_path: Path, 
         wait_until(lambda: ph_time() != before, timeout=10, what="polling to go on after the refusal")
         assert [s["id"] for s in get_json(f"{base}/api/sensors")] == ["outfall.ph"]
         assert get_json(f"{base}/healthz")["status"] == "ok"
+
+        # A key written twice, or a limit that can never be crossed, is refused the same way
+        # (issue 12: YAML would keep the second `sensors:` block silently; NaN never alarms).
+        valid = yaml.safe_dump(station(state, simulator, console_port, {}, temp=False))
+        config.write_text(valid + "sensors: []\n")
+        daemon.send_signal(signal.SIGHUP)
+
+        def refusals() -> list[str]:
+            return [
+                r["message"]
+                for r in log_records(log)
+                if "reload" in r["message"] and "refused" in r["message"]
+            ]
+
+        wait_until(lambda: len(refusals()) == 2, timeout=20, what=f"the refusal; log:\n{log.read_text()}")
+        assert "sensors: duplicate key on line" in refusals()[1]
+        config.write_text(
+            yaml.safe_dump(station(state, simulator, console_port, {"high": math.nan}, temp=False))
+        )
+        daemon.send_signal(signal.SIGHUP)
+        wait_until(lambda: len(refusals()) == 3, timeout=20, what=f"the refusal; log:\n{log.read_text()}")
+        assert "sensors[0].limits.high: must be a finite number" in refusals()[2]
+        assert daemon.poll() is None
 
         # A valid changed config is taken: a new sensor, and a pH limit that the
         # simulator's ~7.2 now breaches, judged by the reloaded rules.

@@ -250,9 +250,9 @@ def test_engine_public_surface_is_small() -> None:
     import monitor.engine
 
     assert sorted(monitor.engine.__all__) == sorted(
-        ["CHECKPOINT_FILE", "CheckpointSchedule", "Counters", "Engine", "ReplayResult", "ReplayStep",
-         "SensorStatus", "load_checkpoint_or_start_fresh", "replay_steps", "restore_checkpoint",
-         "save_checkpoint"]
+        ["CHECKPOINT_FILE", "CheckpointSchedule", "ClockWatch", "Counters", "Engine", "ReplayResult",
+         "ReplayStep", "SensorStatus", "load_checkpoint_or_start_fresh", "replay_steps",
+         "restore_checkpoint", "save_checkpoint", "slug_status"]
     )  # fmt: skip
     for name in monitor.engine.__all__:
         assert hasattr(monitor.engine, name)

@@ -364,3 +364,41 @@ def test_a_silent_device_costs_one_timeout_per_cycle_not_one_per_request() -> No
         assert len(items) == len(fields)
 
     asyncio.run(scenario())
+
+
+def test_a_plc_error_value_and_the_ieee_extremes_are_bad_data_not_readings() -> None:
+    """Issue 12: FLOAT32's largest (3.4028235e38, the error code many PLCs send) was stored
+    as GOOD; a field's `bad_values` are the device's own error values, compared with what
+    the register holds (before scale)."""
+
+    async def scenario() -> None:
+        port = free_port()
+        station = frozen_station()
+        station.inject("error_value", 0, "1d", sensor="flow", value=3.4028235e38)
+        station.inject("error_value", 0, "1d", sensor="temperature", value=-999.9)  # INT16 x0.1: -9999
+        at = T0 + 60.0
+        async with StationServer(station, port=port, clock=lambda: at):
+            fields = [
+                {"sensor": "flow", "address": 0, "type": "FLOAT32"},
+                {
+                    "sensor": "temp_scaled",
+                    "address": 13,
+                    "type": "INT16",
+                    "scale": 0.1,
+                    "bad_values": [-9999],
+                },
+                {"sensor": "temp_plain", "address": 13, "type": "INT16", "scale": 0.1},
+                {"sensor": "ph", "address": 2, "type": "FLOAT32", "bad_values": [-9999]},
+            ]
+            poller = ModbusPoller([device("plc", port, fields)], ManualClock(T0 + 5))
+            items = await poller.poll("plc")
+        got = {s.sensor: s for s in items}
+        assert got["flow"].quality is Quality.BAD_DATA  # type: ignore[union-attr]
+        assert got["temp_scaled"].quality is Quality.BAD_DATA  # type: ignore[union-attr]
+        # Without bad_values the same register is a reading (the engine's plausible range
+        # for temperature, -50..150 degC, is what catches it there).
+        assert got["temp_plain"].quality is Quality.GOOD and got["temp_plain"].value == pytest.approx(-999.9)  # type: ignore[union-attr]
+        assert got["ph"].quality is Quality.GOOD  # type: ignore[union-attr]
+        assert poller.devices["plc"].health.bad_fields == 0  # bad data, not a failing field
+
+    asyncio.run(scenario())

@@ -56,7 +56,10 @@ def test_station_day_reports_bad_rows(tmp_path: Path) -> None:
     assert "unknown sensor 'outfall.level' (first at line 53)" in result.stderr
     assert "unreadable value (kept as bad data), first at line 84" in result.stderr
     assert "out of order or duplicate time (skipped), first at line 124" in result.stderr
-    assert "1 value(s) not believable" in result.stderr and "outfall.ph 1" in result.stderr
+    # The unreadable value (line 84) is bad data too: every bad reading counts, whichever
+    # path marked it (issue 13: bad values were not counted when a source flagged them).
+    assert "2 value(s) not believable" in result.stderr
+    assert "(outfall.ph 1, outfall.temp 1)" in result.stderr
     rules = {e["rule"] for e in events(out)}
     assert rules == {"slug", "high", "stale"}
     times = [str(e["time"]) for e in events(out)]

@@ -45,12 +45,14 @@ def _steps(config: Config, batch: int = 1_000_000) -> Iterator[ReplayStep]:
 
 
 def _expected(config: Config) -> Points:
-    """What the engine accepted from the golden input, with a finite value: what must arrive."""
+    """What the engine accepted from the golden input as GOOD, with a finite value: what must
+    arrive with a value (a bad reading goes out with its quality only, issue 12)."""
     names = tuple(config.rules)
     want: Points = Counter()
     for step in _steps(config):
-        for i, t, v, ok in zip(step.sensor, step.time, step.value, step.accepted, strict=True):
-            if ok and math.isfinite(v):
+        rows = zip(step.sensor, step.time, step.value, step.accepted, step.quality, strict=True)
+        for i, t, v, ok, q in rows:
+            if ok and q == 0 and math.isfinite(v):
                 want[(names[int(i)], round(float(t) * 1000), float(v))] += 1
     return want
 

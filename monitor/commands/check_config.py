@@ -61,9 +61,11 @@ def describe_slug(rules: SensorRules) -> str:
     slug = rules.slug
     if slug is None:
         return "no slug rule"
+    what = "every sample" if slug.method == "sustained" else "the mean"
     return (
         f"slug > {_num(slug.factor)}x {_dur(slug.window)} average for > {_dur(slug.duration)}"
-        f" (warm-up {_dur(slug.warmup)}) [{slug.citation}]"
+        f" ({slug.method}: {what}; warm-up {_dur(slug.warmup)};"
+        f" not judged below {_num(slug.min_baseline)} {rules.unit}) [{slug.citation}]"
     )
 
 

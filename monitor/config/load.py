@@ -134,12 +134,36 @@ def _read_yaml(path: Path) -> Any:
     except OSError as exc:
         raise ConfigError([f"(file): cannot read {path}: {exc.strerror}"], str(path)) from None
     try:
+        duplicates = duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader))
+        if duplicates:
+            raise ConfigError(duplicates, str(path))
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError([f"{where}: invalid YAML: {problem}"], str(path)) from None
+
+
+def duplicate_keys(node: yaml.Node | None, path: str = "") -> list[str]:
+    """Every key written twice in one mapping, at any level: YAML keeps the last one
+    silently, so a second `sensors:` block or `kind:` twice would replace the first."""
+    problems: list[str] = []
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key, value in node.value:
+            name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+            here = f"{path}.{name}" if path else name
+            line = key.start_mark.line + 1
+            if name in seen and name != "<<":
+                problems.append(f"{here}: duplicate key on line {line} (first on line {seen[name]})")
+            else:
+                seen[name] = line
+            problems.extend(duplicate_keys(value, here))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            problems.extend(duplicate_keys(item, f"{path}[{i}]"))
+    return problems
 
 
 def _path(loc: Iterable[int | str]) -> str:

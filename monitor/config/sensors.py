@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
@@ -11,9 +11,10 @@ from pydantic_core import PydanticCustomError
 from monitor.config.station import PumpSettings, Setpoints, check_sensor
 from monitor.config.types import Duration, Section
 from monitor.model import Kind
-from monitor.units import DEFAULT_UNIT, UNITS, convert, physical_range
+from monitor.units import DEFAULT_UNIT, JUDGED_KINDS, UNITS, convert, physical_range
 
 ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+SlugMethod = Literal["sustained", "period_mean"]
 
 
 def key_error(key: str, message: str) -> PydanticCustomError:
@@ -58,6 +59,8 @@ class SlugOverride(Section):
     window: Duration | None = Field(None, gt=0, le=7 * 86400)
     max_gap: Duration | None = Field(None, gt=0)
     warmup: Duration | None = None
+    method: SlugMethod | None = Field(None, description="sustained (default) or period_mean")
+    min_baseline: float | None = Field(None, gt=0, description="below this mean, not judged")
     citation: str | None = None
 
 
@@ -82,6 +85,8 @@ class Sensor(Section):
     slug: Annotated[SlugOverride, BeforeValidator(_switch)] = SlugOverride()
     stale_after: Duration | None = Field(None, gt=0)
     valid_range: ValidRange | None = None
+    # Values the device sends to mean "no reading" (e.g. -9999, 32767): bad data.
+    bad_values: list[float] = Field(default_factory=list)
     # Meters (kind: meter): the totalizer register and the account it bills to.
     register_digits: int | None = Field(None, ge=1, le=18)
     multiplier: float = Field(1.0, gt=0)
@@ -123,7 +128,7 @@ class Sensor(Section):
         if self.kind is not Kind.DERIVED:
             return self.kind
         unit = self.effective_unit
-        for kind in (Kind.FLOW, Kind.CONCENTRATION, Kind.TEMPERATURE, Kind.PH, Kind.LEVEL):
+        for kind in JUDGED_KINDS:
             if unit in UNITS[kind]:
                 return kind
         return Kind.DERIVED
@@ -143,6 +148,9 @@ class ProfileSlug(Section):
     window: Duration = Field(gt=0)
     max_gap: Duration = Field(gt=0)
     warmup: Duration
+    method: SlugMethod = "sustained"
+    # Per kind, in the kind's default unit: a mean below it is not judged.
+    min_baseline: dict[Kind, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
     citation: str
 
 
@@ -153,6 +161,9 @@ class Profile(Section):
     limits: dict[str, ProfileLimit]
     slug: ProfileSlug
     stale_after: Duration = 300.0
+
+
+FALLBACK_MIN_BASELINE = 1e-9  # a kind the profile gives no floor: only an empty baseline is not judged
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +187,8 @@ class SlugRule:
     max_gap: float
     warmup: float
     citation: str
+    method: SlugMethod = "sustained"
+    min_baseline: float = FALLBACK_MIN_BASELINE
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +202,7 @@ class SensorRules:
     slug: SlugRule | None
     stale_after: float
     valid_range: tuple[float, float]
+    bad_values: tuple[float, ...] = ()
 
 
 def profile_limit(sensor: Sensor, profile: Profile) -> ProfileLimit | None:
@@ -254,6 +268,8 @@ def resolve_rules(sensor: Sensor, profile: Profile) -> SensorRules:
             max_gap=so.max_gap if so.max_gap is not None else ps.max_gap,
             warmup=so.warmup if so.warmup is not None else min(ps.warmup, so.window or ps.window),
             citation=so.citation or ps.citation,
+            method=so.method or ps.method,
+            min_baseline=so.min_baseline if so.min_baseline is not None else _min_baseline(sensor, ps),
         )
     # The physical range is tabled in the kind's default unit; judge in the sensor's.
     lo, hi = physical_range(sensor.kind, sensor.effective_unit)
@@ -268,4 +284,14 @@ def resolve_rules(sensor: Sensor, profile: Profile) -> SensorRules:
         slug=slug,
         stale_after=sensor.stale_after if sensor.stale_after is not None else profile.stale_after,
         valid_range=(lo, hi),
+        bad_values=tuple(sensor.bad_values),
     )
+
+
+def _min_baseline(sensor: Sensor, ps: ProfileSlug) -> float:
+    """The profile's floor for the kind, converted from the kind's default unit."""
+    kind = sensor.judged_as  # a derived flow takes the flow's floor
+    floor = ps.min_baseline.get(kind)
+    if floor is None:
+        return FALLBACK_MIN_BASELINE
+    return convert(floor, DEFAULT_UNIT[kind], sensor.effective_unit)

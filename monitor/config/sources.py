@@ -36,6 +36,9 @@ class ModbusField(Section):
     offset: float = 0.0
     bit: int | None = Field(None, ge=0, le=15)
     length: int | None = Field(None, ge=1, le=125, description="registers, for STRING")
+    # The device's own error values, as the register holds them (before scale and
+    # offset), e.g. [-9999, 32767]: such a reading is stored as BAD_DATA.
+    bad_values: list[float] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _type_fits(self) -> ModbusField:

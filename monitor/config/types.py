@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -11,9 +12,11 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, SecretStr, WithJson
 
 
 class Section(BaseModel):
-    """Frozen and strict about keys: a typo must never silently disable an alarm."""
+    """Frozen and strict about keys, finite in every number: a typo, a NaN or an
+    infinity must never silently disable an alarm (`high: .nan` compares false with
+    everything, `on_delay: .inf` never elapses)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
@@ -38,6 +41,8 @@ def parse_duration(value: Any) -> float:
         seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
     else:
         raise ValueError("must be a duration such as 30s, 15m or 24h")
+    if not math.isfinite(seconds):
+        raise ValueError("must be a finite duration")
     if seconds < 0:
         raise ValueError("must not be negative")
     return seconds

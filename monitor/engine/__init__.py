@@ -18,6 +18,9 @@ The public surface, for the daemon (live), the replay command and billing:
   `CheckpointSchedule(engine, state_dir / CHECKPOINT_FILE).save_if_due(now)` for the daemon's
   timer, `.save(now)` at shutdown.
 
+- `ClockWatch(engine)` / `ClockWatch.for_clock(engine, clock)`: `.check()` notices a step
+  of the gateway's wall clock (against the monotonic clock) and re-bases the engine.
+
 Meters (kind `meter`) pass through validation only; billing judges them.
 """
 
@@ -28,13 +31,15 @@ from monitor.engine.checkpoint import (
     restore_checkpoint,
     save_checkpoint,
 )
+from monitor.engine.clock_step import ClockWatch
 from monitor.engine.engine import Engine
 from monitor.engine.replay import ReplayStep, replay_steps
-from monitor.engine.state import Counters, ReplayResult, SensorStatus
+from monitor.engine.state import Counters, ReplayResult, SensorStatus, slug_status
 
 __all__ = [
     "CHECKPOINT_FILE",
     "CheckpointSchedule",
+    "ClockWatch",
     "Counters",
     "Engine",
     "ReplayResult",
@@ -44,4 +49,5 @@ __all__ = [
     "replay_steps",
     "restore_checkpoint",
     "save_checkpoint",
+    "slug_status",
 ]

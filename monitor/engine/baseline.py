@@ -4,19 +4,21 @@ Each sensor owns one row of `sums` / `counts` (1,440 columns), a ring over its
 window at one bucket per minute (a window longer than 24 h widens the bucket so
 the ring never grows past 1,440 columns: 23 KB a sensor, whatever the window).
 
-A ring slot holds the running (sum, count) of the sensor's baseline samples at the
-*start* of a bucket; the per-bucket (sum, count) is the difference of two
-neighbours (`buckets()`). Keeping running totals instead of per-bucket sums costs
-nothing in memory and buys two things:
+A ring slot holds the (sum, count) of *one* bucket, and the sums are exact
+integers: each value is counted in quanta of its sensor (a power of two, 2^-30 of
+the largest plausible value, e.g. 0.001 gpm for a flow sensor with a 1,000,000 gpm
+range), so
 
-- the window total is one subtraction, so an update and a window mean are O(1);
-- the live path (one sample at a time) and the vectorised replay path (a NumPy
-  cumulative sum) add the same numbers in the same order, so they compute the
-  same float, bit for bit, and raise identical events.
+- no running total grows forever and nothing is lost to rounding: a value that has
+  left the window leaves no trace (a float running sum would keep the rounding
+  error of a 1e30 reading for good, and two 1e308 readings made it NaN);
+- addition is exact, so the order does not matter: the live path (one sample at a
+  time, `roll` / `add`), the vectorised replay path (NumPy cumulative sums) and a
+  sample of a short over run that enters its bucket late all give the same sums,
+  bit for bit, and the same window mean `sum * quantum / count`.
 
 The baseline of a sample in bucket `k` is the mean over buckets `k - n .. k - 1`
-(the whole buckets before it), so it is constant within a bucket and a sample
-never judges itself.
+(the whole buckets before it), so a sample never judges itself.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ import numpy.typing as npt
 MAX_BUCKETS = 1440
 BUCKET_SECONDS = 60.0
 NO_BUCKET = -(2**62)  # a row that has seen no sample yet
+QUANTUM_BITS = 30  # the largest plausible value is 2^30 quanta
+# A batch's running totals are float64 holding whole numbers of quanta: exact while below
+# 2^53, so a batch is at most 2^23 samples of one sensor (the callers cut longer ones).
+MAX_BATCH = 2**23
+DEFAULT_SCALE = 1e9  # largest plausible value of a row when none is given
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
@@ -45,29 +52,49 @@ def geometry(window: float) -> tuple[float, int]:
     return width, size
 
 
-class Baselines:
-    """Rolling window means of many sensors; one row per sensor."""
+def quantum_for(scale: float) -> float:
+    """The power of two that counts values up to `scale` in at most 2^30 quanta."""
+    scale = scale if math.isfinite(scale) and scale > 0 else DEFAULT_SCALE
+    return math.ldexp(1.0, math.frexp(scale)[1] - QUANTUM_BITS)
 
-    def __init__(self, windows: Sequence[float]) -> None:
+
+class Baselines:
+    """Rolling window means of many sensors; one row per sensor.
+
+    `scales[row]` is the largest magnitude a plausible value of the row can have
+    (values beyond it are bad data and never reach a baseline)."""
+
+    def __init__(self, windows: Sequence[float], scales: Sequence[float] | None = None) -> None:
         rows = len(windows)
         geo = [geometry(w) for w in windows]
         self.width: list[float] = [g[0] for g in geo]
         self.size: list[int] = [g[1] for g in geo]
-        self.sums: Floats = np.zeros((rows, MAX_BUCKETS), dtype=np.float64)
+        scales = scales if scales is not None else [DEFAULT_SCALE] * rows
+        self.quantum: list[float] = [quantum_for(s) for s in scales]
+        self.sums: Ints = np.zeros((rows, MAX_BUCKETS), dtype=np.int64)
         self.counts: Ints = np.zeros((rows, MAX_BUCKETS), dtype=np.int64)
         self._sum_rows = list(self.sums)
         self._count_rows = list(self.counts)
-        # Per row: running totals, the current bucket, and the totals at its start.
-        self.total: list[float] = [0.0] * rows
-        self.n_total: list[int] = [0] * rows
+        # Per row: the current bucket, its (sum, count) so far, and the window's totals
+        # (buckets `bucket - n .. bucket - 1`, always equal to the ring's sum).
         self.bucket: list[int] = [NO_BUCKET] * rows
-        self.start_sum: list[float] = [0.0] * rows
-        self.start_count: list[int] = [0] * rows
+        self.cur_sum: list[int] = [0] * rows
+        self.cur_count: list[int] = [0] * rows
+        self.win_sum: list[int] = [0] * rows
+        self.win_count: list[int] = [0] * rows
+
+    @property
+    def rows(self) -> int:
+        return len(self.bucket)
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the rings and the per-row totals."""
-        return int(self.sums.nbytes + self.counts.nbytes) + 5 * 8 * len(self.total)
+        return int(self.sums.nbytes + self.counts.nbytes) + 6 * 8 * self.rows
+
+    def quantize(self, row: int, value: float) -> int:
+        """A value in the row's quanta (round half to even, as `np.rint`)."""
+        return round(value / self.quantum[row])
 
     # --- live path: one sample at a time -------------------------------------------
 
@@ -77,57 +104,94 @@ class Baselines:
     def roll(self, row: int, k: int) -> None:
         """Move `row` on to bucket `k` (> the current one), closing the buckets between."""
         old = self.bucket[row]
-        n = self.size[row]
-        total = self.total[row]
-        sums, counts = self._sum_rows[row], self._count_rows[row]
-        lo = max(old, k - n)
-        if lo == old:
-            slot = old % n
-            sums[slot] = self.start_sum[row]
-            counts[slot] = self.start_count[row]
-            lo += 1
-        if lo < k:
-            n_total = self.n_total[row]
-            a, b = lo % n, (k - 1) % n + 1
-            if a < b:
-                sums[a:b] = total
-                counts[a:b] = n_total
-            else:
-                sums[a:n] = total
-                counts[a:n] = n_total
-                sums[:b] = total
-                counts[:b] = n_total
         self.bucket[row] = k
-        self.start_sum[row] = total
-        self.start_count[row] = self.n_total[row]
+        cur, ccur = self.cur_sum[row], self.cur_count[row]
+        self.cur_sum[row] = self.cur_count[row] = 0
+        if old == NO_BUCKET:
+            return
+        n = self.size[row]
+        sums, counts = self._sum_rows[row], self._count_rows[row]
+        d = k - old
+        if d > n:  # everything the ring held, and the closed bucket, left the window
+            sums[:] = 0
+            counts[:] = 0
+            self.win_sum[row] = self.win_count[row] = 0
+            return
+        slot = old % n  # held bucket old - n, which leaves; bucket `old` takes its place
+        if d == 1:
+            self.win_sum[row] += cur - int(sums[slot])
+            self.win_count[row] += ccur - int(counts[slot])
+            sums[slot] = cur
+            counts[slot] = ccur
+            return
+        slots = (old + np.arange(d)) % n  # buckets old - n .. k - n - 1 leave
+        self.win_sum[row] += cur - int(sums[slots].sum())
+        self.win_count[row] += ccur - int(counts[slots].sum())
+        sums[slots] = 0
+        counts[slots] = 0
+        sums[slot] = cur
+        counts[slot] = ccur
+
+    def add(self, row: int, q: int, count: int = 1) -> None:
+        """Add `q` quanta (`count` samples) to the current bucket."""
+        self.cur_sum[row] += q
+        self.cur_count[row] += count
+
+    def add_to(self, row: int, k: int, q: int, count: int) -> None:
+        """Add to bucket `k` (at or before the current one) late: the samples of a
+        short over run entering their buckets; dropped if `k` left the window."""
+        cur = self.bucket[row]
+        n = self.size[row]
+        if k == cur:
+            self.cur_sum[row] += q
+            self.cur_count[row] += count
+        elif cur - n <= k < cur:
+            self._sum_rows[row][k % n] += q
+            self._count_rows[row][k % n] += count
+            self.win_sum[row] += q
+            self.win_count[row] += count
+
+    def relabel(self, row: int, delta: float) -> int:
+        """The gateway clock stepped by `delta` seconds: the ring keeps its sums and
+        counts, its buckets are renamed by whole buckets (rounded down, so the next
+        reading never falls before the current bucket); returns that bucket shift."""
+        k = self.bucket[row]
+        shift = math.floor(delta / self.width[row])
+        if k == NO_BUCKET or shift == 0:
+            return 0
+        s, c = self.chronological(row)
+        n = self.size[row]
+        self.bucket[row] = k + shift
+        order = np.arange(k + shift - n, k + shift) % n
+        self.sums[row, order] = s[:-1]
+        self.counts[row, order] = c[:-1]
+        return shift
 
     def window(self, row: int) -> tuple[float, int]:
         """Sum and count of the window before the current bucket."""
-        slot = self.bucket[row] % self.size[row]
-        return (
-            self.start_sum[row] - float(self._sum_rows[row][slot]),
-            self.start_count[row] - int(self._count_rows[row][slot]),
-        )
-
-    def add(self, row: int, value: float) -> None:
-        self.total[row] += value
-        self.n_total[row] += 1
+        return float(self.win_sum[row]) * self.quantum[row], self.win_count[row]
 
     def mean(self, row: int) -> float | None:
-        """The window mean in force for the row's latest bucket; None when empty."""
+        """The window mean before the row's latest bucket; None when empty."""
         if self.bucket[row] == NO_BUCKET:
             return None
-        s, c = self.window(row)
-        return s / c if c > 0 else None
+        c = self.win_count[row]
+        return float(self.win_sum[row]) / c * self.quantum[row] if c > 0 else None
+
+    def chronological(self, row: int) -> tuple[Ints, Ints]:
+        """Quanta and counts of buckets `bucket - n .. bucket` (the ring oldest first,
+        then the current bucket)."""
+        n = self.size[row]
+        k = self.bucket[row]
+        order = np.arange(k - n, k) % n
+        s = np.append(self.sums[row, order], self.cur_sum[row])
+        c = np.append(self.counts[row, order], self.cur_count[row])
+        return s, c
 
     def buckets(self, row: int) -> tuple[Floats, Ints]:
         """Per-bucket (sum, count) of the window, oldest first (for tests and inspection)."""
-        n = self.size[row]
-        k = self.bucket[row]
-        order = (np.arange(k - n, k + 1)) % n
-        s = np.append(self.sums[row, order[:-1]], self.start_sum[row])
-        c = np.append(self.counts[row, order[:-1]], self.start_count[row])
-        return np.diff(s), np.diff(c)
+        s, c = self.chronological(row)
+        return s[:-1].astype(np.float64) * self.quantum[row], c[:-1]
 
     # --- replay path: a whole batch of one row at once -----------------------------
 
@@ -150,6 +214,7 @@ class BatchWindow:
         self.row = row
         n = base.size[row]
         self.n = n
+        self.quantum = base.quantum[row]
         scaled = times / base.width[row]
         # Truncation is floor for times after 1970 and saves a pass; `math.floor` live.
         k = (scaled if scaled.size and scaled[0] >= 0 else np.floor(scaled)).astype(np.int64)
@@ -161,59 +226,57 @@ class BatchWindow:
         uk = k[starts]
         self.buckets = uk
         self.per_bucket = np.diff(np.append(starts, k.size))
-        # Index into the running totals (0 = before the batch) at the start of each
-        # bucket and at the start of the bucket `n` before it.
+        # Index into the batch's running totals (0 = before the batch) at the start of
+        # each bucket and at the start of the first bucket not older than `n` before it.
         self.j_now = starts
         if uk.size and int(uk[-1] - uk[0]) == uk.size - 1:  # no empty bucket: plain offsets
             self.j_old = starts[np.maximum(np.arange(-n, uk.size - n), 0)]
         else:
             self.j_old = starts[np.searchsorted(uk, uk - n, side="left")]
-        # Buckets at or before the state's current one come from the ring.
+        # What the state holds (buckets m0 - n .. m0), as running totals oldest first.
         self.from_state = self.m0 != NO_BUCKET and bool(uk.size) and int(uk[0]) - n <= self.m0
         if self.from_state:
-            self.now_state = uk <= self.m0
-            self.old_state = (uk - n) <= self.m0
+            s, c = base.chronological(row)
+            self.state_cs = np.concatenate(([0], np.cumsum(s)))
+            self.state_cc = np.concatenate(([0], np.cumsum(c)))
+            lo = np.clip(uk - n - (self.m0 - n), 0, n + 1)
+            hi = np.clip(uk - (self.m0 - n), 0, n + 1)  # buckets up to u - 1
+            self.state_s = self.state_cs[hi] - self.state_cs[lo]
+            self.state_c = self.state_cc[hi] - self.state_cc[lo]
 
-    def _state_values(self, x: Ints) -> tuple[Floats, Ints]:
-        b = self.base
-        row = self.row
-        slot = x % self.n
-        s = b.sums[row, slot]
-        c = b.counts[row, slot]
-        cur = x == self.m0
-        s[cur] = b.start_sum[row]
-        c[cur] = b.start_count[row]
-        return s, c
+    def quantize(self, values: Floats) -> Floats:
+        """Values in whole quanta of the row, as float64 (round half to even, as the live
+        path; the quantum is a power of two, so multiplying by its inverse is dividing)."""
+        x = values * (1.0 / self.quantum)
+        return np.rint(x, out=x)
 
-    def prefix(self, values: Floats, include: npt.NDArray[np.bool_] | None) -> tuple[Floats, Ints]:
-        """Running totals before each sample (index 0 = the state's totals)."""
-        b, row = self.base, self.row
-        cs = np.empty(values.size + 1)
-        cs[0] = b.total[row]
+    def prefix(self, q: Floats, include: npt.NDArray[np.bool_] | None) -> tuple[Floats, Ints]:
+        """Running totals of the batch's included samples before each sample (index 0:
+        none yet); whole numbers of quanta below 2^53, so every one is exact."""
+        cs = np.empty(q.size + 1, dtype=np.float64)
+        cs[0] = 0
         if include is None:
-            cs[1:] = values
-            cc = np.arange(b.n_total[row], b.n_total[row] + values.size + 1, dtype=np.int64)
+            np.cumsum(q, out=cs[1:])
+            cc = np.arange(q.size + 1, dtype=np.int64)
         else:
-            np.multiply(values, include, out=cs[1:])
-            cc = np.empty(values.size + 1, dtype=np.int64)
-            cc[0] = b.n_total[row]
-            cc[1:] = include
-            np.cumsum(cc, out=cc)
-        np.cumsum(cs, out=cs)
+            np.multiply(q, include, out=cs[1:])
+            np.cumsum(cs[1:], out=cs[1:])
+            cc = np.empty(q.size + 1, dtype=np.int64)
+            cc[0] = 0
+            np.cumsum(include, out=cc[1:])
         return cs, cc
 
     def means(self, cs: Floats, cc: Ints) -> tuple[Floats, Ints]:
         """Window mean (NaN when empty) and count before each bucket of the batch."""
-        s_now, c_now = cs[self.j_now], cc[self.j_now]
-        s_old, c_old = cs[self.j_old], cc[self.j_old]
+        s = cs[self.j_now] - cs[self.j_old]
+        count = cc[self.j_now] - cc[self.j_old]
         if self.from_state:
-            sel = self.now_state
-            s_now[sel], c_now[sel] = self._state_values(self.buckets[sel])
-            sel = self.old_state
-            s_old[sel], c_old[sel] = self._state_values(self.buckets[sel] - self.n)
-        count = c_now - c_old
+            s = s + self.state_s
+            count = count + self.state_c
         mean = np.full(count.size, np.nan)
-        np.divide(s_now - s_old, count, out=mean, where=count > 0)
+        # sum / count x quantum, as the live path: the quantum is a power of two.
+        np.divide(s, count, out=mean, where=count > 0)
+        mean *= self.quantum
         return mean, count
 
     def expand(self, per_bucket: Floats) -> Floats:
@@ -226,17 +289,29 @@ class BatchWindow:
             return
         b, row, n = self.base, self.row, self.n
         k_end = int(self.k[-1])
-        lo = k_end - n if self.m0 == NO_BUCKET else max(self.m0, k_end - n)
-        xs = np.arange(lo, k_end + 1, dtype=np.int64)
-        j = self.j_now[np.searchsorted(self.buckets, xs, side="left")]
-        s, c = cs[j], cc[j]
-        if self.m0 != NO_BUCKET:
-            sel = xs <= self.m0
-            s[sel], c[sel] = self._state_values(xs[sel])
-        b.sums[row, xs[:-1] % n] = s[:-1]
-        b.counts[row, xs[:-1] % n] = c[:-1]
-        b.start_sum[row] = float(s[-1])
-        b.start_count[row] = int(c[-1])
+        lo_k = k_end - n
+        # Per bucket of the last n + 1: the batch's part (running totals at bucket edges) ...
+        i0 = int(np.searchsorted(self.buckets, lo_k, side="left"))
+        at = self.buckets[i0:] - lo_k
+        starts = self.j_now[i0:]
+        ends = np.empty_like(starts)
+        ends[:-1] = starts[1:]
+        ends[-1] = self.k.size
+        s = np.zeros(n + 1, dtype=np.int64)
+        c = np.zeros(n + 1, dtype=np.int64)
+        s[at] = (cs[ends] - cs[starts]).astype(np.int64)
+        c[at] = cc[ends] - cc[starts]
+        # ... plus what the state held for it (buckets m0 - n .. m0).
+        if self.m0 != NO_BUCKET and self.m0 >= lo_k:
+            st_s, st_c = b.chronological(row)
+            shift = self.m0 - n - lo_k  # where the state's oldest bucket lands (<= 0)
+            s[: n + 1 + shift] += st_s[-shift:]
+            c[: n + 1 + shift] += st_c[-shift:]
+        order = np.arange(lo_k, k_end) % n
+        b.sums[row, order] = s[:-1]
+        b.counts[row, order] = c[:-1]
+        b.cur_sum[row] = int(s[-1])
+        b.cur_count[row] = int(c[-1])
+        b.win_sum[row] = int(s[:-1].sum())
+        b.win_count[row] = int(c[:-1].sum())
         b.bucket[row] = k_end
-        b.total[row] = float(cs[-1])
-        b.n_total[row] = int(cc[-1])

@@ -30,9 +30,22 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "engine-checkpoint.npz"  # under the config's state_dir
 FORMAT = "station-monitor engine checkpoint"
-VERSION = 1
-_BASE = ("total", "n_total", "bucket", "start_sum", "start_count")
-_SENSOR = ("last_time", "value", "fresh", "stale_active", "last_good", "bad_episode", "ooo_episode")
+# Version 2: per-bucket sums in exact quanta (version 1 kept float running totals,
+# which a single absurd reading could poison for good; such a file is refused and
+# the baselines warm up again).
+VERSION = 2
+_BASE = ("bucket", "cur_sum", "cur_count", "win_sum", "win_count")
+_SENSOR = (
+    "last_time",
+    "value",
+    "fresh",
+    "stale_active",
+    "last_good",
+    "bad_episode",
+    "ooo_episode",
+    "bad_since",
+    "bad_active",
+)
 _SLUG = ("active", "run_start", "prev_t", "warm_since", "last_mean")
 _LIMIT = ("active", "a_start", "b_start")
 
@@ -42,7 +55,7 @@ def signature(engine: Engine) -> list[list[object]]:
     b = engine.baselines
     out: list[list[object]] = []
     for st in engine._states:
-        geo: list[object] = [b.width[st.row], b.size[st.row]] if st.row >= 0 else []
+        geo: list[object] = [b.width[st.row], b.size[st.row], b.quantum[st.row]] if st.row >= 0 else []
         window = st.slug.window if st.slug is not None else None
         out.append([st.sensor, str(st.rules.kind), st.rules.unit, window, *geo])
     return out
@@ -55,6 +68,8 @@ def _sensor_state(engine: Engine, st: SensorState) -> dict[str, Any]:
         doc["baseline"] = {k: getattr(engine.baselines, k)[st.row] for k in _BASE}
     if st.slug is not None:
         doc["slug"] = {k: getattr(st.slug, k) for k in _SLUG}
+        doc["slug"]["pending"] = [[k, q, c] for k, (q, c) in st.slug.pending.items()]
+        doc["slug"]["period"] = [list(p) for p in st.slug.period]
     doc["limits"] = {str(lim.rule): {k: getattr(lim, k) for k in _LIMIT} for lim in st.limits}
     return doc
 
@@ -175,12 +190,14 @@ def _apply(
             float(d[k])
         if st.row >= 0:
             for k in _BASE:
-                float(d["baseline"][k])
+                int(d["baseline"][k])
             if rows[j] >= sums.shape[0]:
                 raise IndexError(f"baseline row {rows[j]} of {sums.shape[0]}")
         if st.slug is not None:
             for k in _SLUG:
                 float(d["slug"][k])
+            for k, q, c in d["slug"]["pending"]:
+                int(k), int(q), int(c)
     base = engine.baselines
     for i, j in pairs:
         st, d = engine._states[i], states[j]
@@ -190,26 +207,29 @@ def _apply(
             float(d["fresh"]),
             float(d["last_good"]),
         )
-        st.stale_active, st.bad_episode, st.ooo_episode = (
+        st.stale_active, st.bad_episode, st.ooo_episode, st.bad_active = (
             bool(d["stale_active"]),
             bool(d["bad_episode"]),
             bool(d["ooo_episode"]),
+            bool(d["bad_active"]),
         )
+        st.bad_since = float(d["bad_since"])
         st.quality = None if d["quality"] is None else Quality(int(d["quality"]))
         if st.row >= 0:
             base.sums[st.row] = sums[rows[j]]
             base.counts[st.row] = counts[rows[j]].astype(np.int64)
             b = d["baseline"]
-            base.total[st.row] = float(b["total"])
-            base.n_total[st.row] = int(b["n_total"])
-            base.bucket[st.row] = int(b["bucket"])
-            base.start_sum[st.row] = float(b["start_sum"])
-            base.start_count[st.row] = int(b["start_count"])
+            for k in _BASE:
+                getattr(base, k)[st.row] = int(b[k])
         if st.slug is not None:
             s = d["slug"]
             st.slug.active = bool(s["active"])
             for k in ("run_start", "prev_t", "warm_since", "last_mean"):
                 setattr(st.slug, k, float(s[k]))
+            st.slug.pending = {int(k): [int(q), int(c)] for k, q, c in s["pending"]}
+            st.slug.period.clear()
+            st.slug.period.extend((float(pt), int(pq)) for pt, pq in s["period"])
+            st.slug.period_sum = sum(pq for _, pq in st.slug.period)
         for lim in st.limits:
             s = d["limits"].get(str(lim.rule))
             if s is None:  # a limit side this sensor did not have before starts fresh

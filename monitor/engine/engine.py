@@ -20,6 +20,8 @@ import numpy.typing as npt
 
 from monitor.config import SensorRules
 from monitor.engine import slug as slug_rule
+from monitor.engine import slug_replay
+from monitor.engine.badvalue import bad_value_batch, bad_value_step
 from monitor.engine.baseline import Baselines, Floats
 from monitor.engine.stale import stale_batch, stale_condition
 from monitor.engine.state import Counters, ReplayResult, SensorState, SensorStatus
@@ -27,9 +29,12 @@ from monitor.model import Clock, Condition, ConditionState, Kind, Quality, Rule,
 
 log = logging.getLogger(__name__)
 
+Diagnosis = tuple[Floats, Floats, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]
+
 DEFAULT_WINDOW = 86400.0  # baseline window of sensors without a slug rule (console only)
-_RULE_ORDER = {Rule.STALE: 0, Rule.HIGH: 1, Rule.LOW: 2, Rule.SLUG: 3}
+_RULE_ORDER = {Rule.STALE: 0, Rule.BAD_VALUE: 1, Rule.HIGH: 2, Rule.LOW: 3, Rule.SLUG: 4}
 _GOOD, _BAD = int(Quality.GOOD), int(Quality.BAD_DATA)
+_GOOD_Q, _BAD_Q = Quality.GOOD, Quality.BAD_DATA
 
 
 def _when(t: float) -> str:
@@ -58,16 +63,18 @@ class Engine:
         self.sensors: tuple[str, ...] = tuple(rules)
         self._index = {s: i for i, s in enumerate(self.sensors)}
         windows: list[float] = []
+        scales: list[float] = []
         self._states: list[SensorState] = []
         for i, r in enumerate(rules.values()):
             row = -1
             if r.kind is not Kind.METER:
                 row = len(windows)
                 windows.append(r.slug.window if r.slug else DEFAULT_WINDOW)
+                scales.append(max(abs(r.valid_range[0]), abs(r.valid_range[1])))
             self._states.append(SensorState(i, r, row))
         self._by_id = {st.sensor: st for st in self._states}
         self._judged = [st for st in self._states if st.judged]
-        self.baselines = Baselines(windows)
+        self.baselines = Baselines(windows, scales)
         self.last_tick = -math.inf
         self.counters = Counters()
         self._unknown_logged: set[str] = set()
@@ -88,6 +95,8 @@ class Engine:
             active.append(Rule.SLUG)
         if st.stale_active:
             active.append(Rule.STALE)
+        if st.bad_active:
+            active.append(Rule.BAD_VALUE)
         return SensorStatus(
             sensor=st.sensor,
             kind=st.rules.kind,
@@ -98,6 +107,7 @@ class Engine:
             baseline_mean=mean,
             warming_up=self.warming_up(sensor),
             active=tuple(active),
+            slug_not_judged=st.slug is not None and st.slug.not_judged(),
         )
 
     def statuses(self) -> list[SensorStatus]:
@@ -120,10 +130,9 @@ class Engine:
         st = self._by_id.get(sample.sensor)
         if st is None or sample.quality is not Quality.GOOD:
             return sample
-        v = sample.value
-        if math.isfinite(v) and st.lo <= v <= st.hi:
+        if st.believable(sample.value):
             return sample
-        return Sample(sample.sensor, sample.time, v, Quality.BAD_DATA)
+        return Sample(sample.sensor, sample.time, sample.value, Quality.BAD_DATA)
 
     def process(self, sample: Sample) -> list[Condition]:
         """Judge one sample; returns the conditions it changed (usually none)."""
@@ -140,21 +149,36 @@ class Engine:
         self.counters.samples += 1
         v = sample.value
         st.value = v
-        if sample.quality is not Quality.GOOD:
-            st.quality = sample.quality
-            self.counters.not_good += 1
-            return []
-        if not (math.isfinite(v) and st.lo <= v <= st.hi):
+        # Bad whichever path marked it: a source (a device error value), the daemon's
+        # `validate`, or here; every one is counted and logged once per episode.
+        q = sample.quality
+        if (
+            not (st.lo <= v <= st.hi and not (st.bad_values and v in st.bad_values))
+            if q is _GOOD_Q
+            else q is _BAD_Q
+        ):
             st.quality = Quality.BAD_DATA
             self._bad(st, t, v, 1)
+            cond = bad_value_step(st, t, v, True) if st.judged else None
+            if cond is None:
+                return []
+            self.counters.conditions += 1
+            return [cond]
+        if q is not _GOOD_Q:
+            st.quality = q
+            self.counters.not_good += 1
             return []
-        st.quality = Quality.GOOD
+        st.quality = _GOOD_Q
         if st.bad_episode:
             st.bad_episode = False
-            log.info("sensor %s: believable values again from %s", st.sensor, t)
+            log.info("sensor %s: believable values again from %s", st.sensor, _when(t))
         if not st.judged:
             return []
         out: list[Condition] = []
+        if st.bad_active or st.bad_since == st.bad_since:  # a bad run to end (NaN: none)
+            cond = bad_value_step(st, t, v, False)
+            if cond is not None:
+                out.append(cond)
         if st.stale_active:
             st.stale_active = False
             out.append(stale_condition(st.sensor, t, v, st.stale_after, ConditionState.CLEARED))
@@ -164,9 +188,9 @@ class Engine:
             cond = lim.step(t, v)
             if cond is not None:
                 out.append(cond)
-        cond = slug_rule.step(st.slug, self.baselines, st.row, t, v)
-        if cond is not None:
-            out.append(cond)
+        slug_cond = slug_rule.step(st.slug, self.baselines, st.row, t, v)
+        if slug_cond is not None:
+            out.append(slug_cond)
         self.counters.conditions += len(out)
         return out
 
@@ -231,13 +255,17 @@ class Engine:
         for st in self._states:
             a, b = int(bounds[st.index]), int(bounds[st.index + 1])
             qs = None if s_q is None else s_q[a:b]
-            gt, gv = self._admit(st, order[a:b], s_time[a:b], s_value[a:b], qs, q_out, accepted)
+            gt, gv, diag = self._admit(st, order[a:b], s_time[a:b], s_value[a:b], qs, q_out, accepted)
             if not st.judged:
                 continue
+            if diag is not None:
+                out.extend(bad_value_batch(st, *diag))
+            elif gt.size and (st.bad_active or not math.isnan(st.bad_since)):
+                out.extend(bad_value_batch(st, gt[:1], gv[:1], np.zeros(1, bool), np.ones(1, bool)))
             out.extend(stale_batch(st, ticks, gt, gv))
             for lim in st.limits:
                 out.extend(lim.batch(gt, gv))
-            out.extend(slug_rule.batch(st.slug, self.baselines, st.row, gt, gv))
+            out.extend(slug_replay.batch(st.slug, self.baselines, st.row, gt, gv))
         if ticks.size:
             self.last_tick = float(ticks[-1])
         out.sort(key=self.sort_key)
@@ -253,10 +281,12 @@ class Engine:
         qs: npt.NDArray[np.int8] | None,
         q_out: npt.NDArray[np.int8],
         accepted: npt.NDArray[np.bool_],
-    ) -> tuple[Floats, Floats]:
-        """Drop out-of-order samples, flag unbelievable values; returns the good ones."""
+    ) -> tuple[Floats, Floats, Diagnosis | None]:
+        """Drop out-of-order samples, flag unbelievable values; returns the good ones and,
+        when some were bad, what the bad-value rule needs (times, values, bad, good)."""
+        empty = np.empty(0)
         if not sel.size:
-            return np.empty(0), np.empty(0)
+            return empty, empty, None
         if ts[0] > st.last_time and bool(np.all(ts[1:] > ts[:-1])):
             st.ooo_episode = False
         else:
@@ -267,25 +297,23 @@ class Engine:
             sel, ts, vs = sel[ok], ts[ok], vs[ok]
             qs = None if qs is None else qs[ok]
             if not sel.size:
-                return np.empty(0), np.empty(0)
+                return empty, empty, None
         accepted[sel] = True
         self.counters.samples += int(sel.size)
-        good = np.isfinite(vs)
-        if st.lo > -math.inf:
-            good &= vs >= st.lo
-        if st.hi < math.inf:
-            good &= vs <= st.hi
-        if qs is not None:
-            good &= qs == _GOOD
-        bad = None
+        believable = (vs >= st.lo) & (vs <= st.hi)
+        if st.bad_values:
+            believable &= ~np.isin(vs, list(st.bad_values))
+        good = believable if qs is None else believable & (qs == _GOOD)
+        diag: Diagnosis | None = None
         if not good.all():
             good_q = np.ones(sel.size, dtype=bool) if qs is None else qs == _GOOD
-            self.counters.not_good += int(sel.size - good_q.sum())
-            bad = good_q & ~good
+            bad = (good_q & ~good) if qs is None else (good_q & ~good) | (qs == _BAD)
+            self.counters.not_good += int(sel.size - good_q.sum() - (~good_q & bad).sum())
             if bad.any():
                 q_out[sel[bad]] = _BAD
                 i = int(np.flatnonzero(bad)[0])
                 self._bad(st, float(ts[i]), float(vs[i]), int(bad.sum()))
+                diag = (ts, vs, bad, good)
             decisive = np.flatnonzero(bad | good)
             if decisive.size and good[decisive[-1]] and st.bad_episode:
                 st.bad_episode = False
@@ -296,9 +324,9 @@ class Engine:
         st.last_time = float(ts[-1])
         st.value = float(vs[-1])
         st.quality = Quality(int(q_out[sel[-1]]))
-        if bad is None:
-            return ts, vs
-        return ts[good], vs[good]
+        if diag is None and good.all():
+            return ts, vs, None
+        return ts[good], vs[good], diag
 
     # --- bad input, logged once per episode ------------------------------------------
 

@@ -13,6 +13,11 @@ from monitor.engine.rules import NAN, LimitState
 from monitor.engine.slug import SlugState
 from monitor.model import Condition, Kind, Quality, Rule
 
+# The largest FLOAT32, the value many PLCs send as an error code; it and beyond
+# (FLOAT64 max, infinities) are never a reading. NaN fails every comparison.
+FLOAT32_MAX = 3.4028234663852886e38
+BELOW_FLOAT32_MAX = float(np.nextafter(FLOAT32_MAX, 0.0))
+
 
 @dataclass
 class Counters:
@@ -40,6 +45,18 @@ class SensorStatus:
     baseline_mean: float | None
     warming_up: bool
     active: tuple[Rule, ...]
+    # Past warm-up but the baseline is below the slug rule's `min_baseline`: no slug is judged.
+    slug_not_judged: bool = False
+
+
+def slug_status(status: SensorStatus, rules: SensorRules) -> str:
+    """The slug rule's state as the console shows it: "" (no rule), warming_up,
+    not_judged (baseline below `slug.min_baseline`) or judged."""
+    if rules.slug is None:
+        return ""
+    if status.warming_up:
+        return "warming_up"
+    return "not_judged" if status.slug_not_judged else "judged"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +73,10 @@ class SensorState:
     """Everything the engine remembers about one sensor between samples."""
 
     __slots__ = (
+        "bad_active",
         "bad_episode",
+        "bad_since",
+        "bad_values",
         "fresh",
         "hi",
         "index",
@@ -82,7 +102,10 @@ class SensorState:
         self.rules = rules
         self.judged = rules.kind is not Kind.METER
         self.row = row
-        self.lo, self.hi = rules.valid_range
+        # Clamped inside FLOAT32's largest, so one comparison pair also refuses the extremes.
+        self.lo = max(rules.valid_range[0], -BELOW_FLOAT32_MAX)
+        self.hi = min(rules.valid_range[1], BELOW_FLOAT32_MAX)
+        self.bad_values = frozenset(rules.bad_values)
         self.stale_after = rules.stale_after
         lim = rules.limits if self.judged else None
         self.limits: list[LimitState] = []
@@ -100,3 +123,9 @@ class SensorState:
         self.last_good = NAN
         self.bad_episode = False
         self.ooo_episode = False
+        self.bad_since = NAN  # first of the current run of bad values (BAD_DATA)
+        self.bad_active = False  # the diagnostic bad-value condition
+
+    def believable(self, v: float) -> bool:
+        """Finite, inside the plausible range, and not one of the device's error values."""
+        return self.lo <= v <= self.hi and not (self.bad_values and v in self.bad_values)

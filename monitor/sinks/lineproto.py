@@ -10,8 +10,11 @@ serialiser. The schema (README, "InfluxDB output"):
 Only numeric fields: VictoriaMetrics stores numbers only (a string field turns
 into a bogus 0), so states are integers. Non-finite numbers cannot be written in
 line protocol and are left out of the line (a COMM_FAILURE sample keeps its
-`quality` field). Tags hold identifiers only, never values, so cardinality stays
-at sensors x rules.
+`quality` field). A reading that is not GOOD is written without its value: a
+BAD_DATA reading's number is by definition not believable (a finite 1e300 made a
+historian turn neighbouring good readings into 0.0), so only its quality goes out;
+the same for the value of a bad-value diagnostic alarm. Tags hold identifiers
+only, never values, so cardinality stays at sensors x rules.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from monitor.model import Alarm, AlarmState, Condition, ConditionState, Sample
+from monitor.model import Alarm, AlarmState, Condition, ConditionState, Rule, Sample
 
 _SPACE = {" ": r"\ ", "\n": r"\ ", "\r": r"\ ", "\t": r"\ "}  # line breaks cannot be escaped
 _KEY = str.maketrans({",": r"\,", "=": r"\=", "\\": "\\\\", **_SPACE})
@@ -141,7 +144,7 @@ class SampleSerializer:
             head = get(s.sensor) or self.prefix(s.sensor)
             v = float(s.value)
             t = round(s.time * 1_000_000) * 1000
-            if v - v == 0.0:  # finite: faster than math.isfinite on the hot path
+            if v - v == 0.0 and s.quality == 0:  # finite and GOOD (v - v: faster than isfinite)
                 out.append(f"{head}value={v!r},quality={int(s.quality)}i {t}")
             else:
                 out.append(f"{head}quality={int(s.quality)}i {t}")
@@ -161,7 +164,7 @@ class SampleSerializer:
         out = []
         for i, t, v, q in zip(sensor, time, value, quality, strict=True):
             ts = round(t * 1_000_000) * 1000
-            if v - v == 0.0:
+            if v - v == 0.0 and q == 0:
                 out.append(f"{heads[i]}value={float(v)!r},quality={int(q)}i {ts}")
             else:
                 out.append(f"{heads[i]}quality={int(q)}i {ts}")
@@ -181,7 +184,7 @@ def condition_line(station: str, cond: Condition, priority: str = "") -> str:
         },
         {
             "active": 1 if cond.state is ConditionState.ACTIVE else 0,
-            "value": float(cond.value),
+            "value": math.nan if cond.rule is Rule.BAD_VALUE else float(cond.value),
             "limit": math.nan if cond.limit is None else float(cond.limit),
         },
         cond.time,
@@ -195,7 +198,7 @@ def alarm_line(station: str, alarm: Alarm) -> str:
         "state_code": ALARM_STATE_CODE[alarm.state],
         "acknowledged": int(alarm.acknowledged),
     }
-    if alarm.value is not None:
+    if alarm.value is not None and alarm.rule is not Rule.BAD_VALUE:
         fields["value"] = float(alarm.value)
     if alarm.limit is not None:
         fields["limit"] = float(alarm.limit)

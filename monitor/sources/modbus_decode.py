@@ -19,7 +19,6 @@ all trailing NUL padding, so a 10-register name does not end in NUL characters.
 
 from __future__ import annotations
 
-import math
 import struct
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -165,13 +164,19 @@ def _decode_checked(
     return decode_value(words, type, byte_order, scale, bit)
 
 
+# The largest FLOAT32 (3.4028235e38): many PLCs send it (or FLOAT64's largest) as an
+# error code. It, anything beyond it, NaN and the infinities are never a reading.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def is_believable(value: int | float | str) -> bool:
-    """NaN and infinities are bad data, not readings."""
-    return not isinstance(value, float) or math.isfinite(value)
+    """NaN, infinities and the IEEE extremes are bad data, not readings."""
+    return not isinstance(value, float) or -FLOAT32_MAX < value < FLOAT32_MAX
 
 
 __all__ = [
     "BYTE_ORDERS",
+    "FLOAT32_MAX",
     "TYPES",
     "Decoder",
     "compile_decoder",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from monitor.config.sources import ModbusDevice
 from monitor.errors import DecodeError, ModbusError
 from monitor.model import Condition, ConditionState, Quality, Rule, Sample
-from monitor.sources.modbus_decode import compile_decoder
+from monitor.sources.modbus_decode import compile_decoder, is_believable
 from monitor.sources.modbus_health import DeviceHealth, Episodes
 from monitor.sources.modbus_plan import ReadPlan, Request
 
@@ -49,6 +49,10 @@ class DeviceState:
         fields = [f for r in plan.requests for f in r.fields]
         self.keys = {f.index: f"field {f.where()}" for f in fields}  # episode keys
         self.decoders = {f.index: compile_decoder(f.type, f.byte_order, f.scale, f.bit) for f in fields}
+        # Fields with error values also decode unscaled, to compare what the register holds.
+        self.raw_decoders = {
+            f.index: compile_decoder(f.type, f.byte_order, None, f.bit) for f in fields if f.bad_values
+        }
         self.health = DeviceHealth(device=device.name, endpoint=hub.key, unit=device.device_id)
         self.episodes = Episodes(log, f"modbus device {device.name} ({hub.key} unit {device.device_id})")
         self.comm_loss = False
@@ -79,8 +83,12 @@ def samples(st: DeviceState, request: Request, result: list[int] | ModbusError, 
             if isinstance(raw, str):
                 raise DecodeError(f"{f.type} decodes to text {raw!r}, not a reading")
             value = float(raw) + f.offset
-            if not math.isfinite(value):
-                raise DecodeError(f"device reports {raw}")
+            if not (is_believable(float(raw)) and is_believable(value)):
+                raise DecodeError(f"device reports {raw!r} (non-finite or an IEEE extreme)")
+            if f.bad_values and f.kind not in ("coil", "discrete"):
+                unscaled = st.raw_decoders[f.index](words)
+                if unscaled in f.bad_values:
+                    raise DecodeError(f"device reports {unscaled!r}, one of its bad_values")
         except DecodeError as exc:
             episodes.fail(keys[f.index], f"{f.where()} -> {f.sensor}: bad data: {exc}")
             out.append(Sample(f.sensor, now, math.nan, Quality.BAD_DATA))

@@ -40,6 +40,7 @@ class FieldRead:
     offset: float
     bit: int | None
     config_address: int  # as written in the config, for messages
+    bad_values: tuple[float, ...] = ()  # the device's error values, before scale and offset
 
     @property
     def end(self) -> int:
@@ -112,6 +113,7 @@ def resolve_fields(device: ModbusDevice) -> list[FieldRead]:
                 byte_order=f.byte_order or device.byte_order,
                 scale=f.scale,
                 offset=f.offset,
+                bad_values=tuple(f.bad_values),
                 bit=f.bit,
                 config_address=f.address,
             )

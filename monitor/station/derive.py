@@ -99,6 +99,7 @@ class Derivation:
         self._times = [-math.inf] * len(inputs)
         self._si: list[tuple[float, float]] = []
         self._range: list[tuple[float, float]] = []
+        self._bad = [frozenset(rules[s].bad_values) for s in inputs]  # a PLC's error values
         for s in inputs:
             r = rules[s]
             _, scale, offset = dimension(r.unit, r.kind)
@@ -155,7 +156,7 @@ class Derivation:
         if not t > times[slot] and good:
             return out  # out of order: the engine counts and logs it
         lo, hi, scale, offset, buf, deps = self._info[slot]
-        if good and v - v == 0.0 and lo <= v <= hi:
+        if good and v - v == 0.0 and lo <= v <= hi and not (self._bad[slot] and v in self._bad[slot]):
             si = v * scale + offset
             self._vals[slot] = si
             times[slot] = t

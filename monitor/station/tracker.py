@@ -60,7 +60,7 @@ class StationTracker:
         self._overflow_at = sp.overflow if sp is not None else math.inf
         self.delay = well.fail_to_start_delay if well else math.inf
         self.report_within = well.report_within if well else 7200.0
-        self._ranges = {sid: r.valid_range for sid, r in config.rules.items()}
+        self._ranges = {sid: (*r.valid_range, frozenset(r.bad_values)) for sid, r in config.rules.items()}
         self._to_ft = 1.0
         self._weir: tuple[float, float, float] | None = None  # C, L (ft), crest (level unit)
         if well is not None:
@@ -122,10 +122,12 @@ class StationTracker:
         return self._feed(sample.sensor, sample.time, sample.value, sample.quality is Quality.GOOD)
 
     def _feed(self, sid: str, t: float, v: float, good: bool) -> list[Condition]:
-        lo, hi = self._ranges[sid]
-        # `v - v == 0` is False for NaN and infinities
+        lo, hi, bad = self._ranges[sid]
+        # `v - v == 0` is False for NaN and infinities; `bad` holds a PLC's error values.
         # Per sensor: a derived sample comes a poll late, after other sensors' later readings.
         if not (good and v - v == 0.0 and lo <= v <= hi) or t < self._last.get(sid, -math.inf):
+            return []
+        if bad and v in bad:
             return []
         self._last[sid] = t
         daily = self.daily

@@ -259,6 +259,7 @@ def _reading(r: SensorReading) -> dict[str, object]:
         "quality": r.quality,
         "time": None if r.time is None else iso(r.time),
         "baseline": finite(r.baseline),
+        "slug": r.slug,
     }
 
 

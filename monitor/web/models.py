@@ -87,6 +87,7 @@ class SensorOut(BaseModel):
     quality: str
     time: datetime | None
     baseline: float | None
+    slug: str = ""
 
 
 class SeriesOut(BaseModel):

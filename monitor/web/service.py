@@ -143,3 +143,11 @@ class StationCollector(Collector):
         )
         bad.add_metric([station], engine.get("bad_values", 0))
         yield bad
+        not_judged = GaugeMetricFamily(
+            "station_monitor_slug_not_judged",
+            "1 while a sensor's slug rule is not judged (baseline below slug.min_baseline)",
+            labels=["station", "sensor"],
+        )
+        for sensor in engine.get("slug_not_judged", []):
+            not_judged.add_metric([station, sensor], 1)
+        yield not_judged

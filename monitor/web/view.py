@@ -26,6 +26,8 @@ class SensorReading:
     time: float | None
     baseline: float | None
     name: str = ""
+    # The slug rule: "" (none), "warming_up", "not_judged" (baseline below min_baseline), "judged".
+    slug: str = ""
 
 
 class StationView(Protocol):

@@ -210,7 +210,8 @@ function renderSensors() {
       el("div", {}, el("span", { class: "value" }, fmtNum(s.value)), el("span", { class: "unit" }, unit)),
       el("div", { class: "sub" },
         el("span", { class: `q ${s.quality}` }, s.quality.replace("_", " ")),
-        el("span", {}, s.baseline === null ? "no baseline yet" : `24 h avg ${fmtNum(s.baseline)}`)),
+        el("span", {}, (s.baseline === null ? "no baseline yet" : `24 h avg ${fmtNum(s.baseline)}`)
+          + (s.slug === "not_judged" ? " · slug not judged (baseline below floor)" : ""))),
       sparkline(series[s.id], s.baseline),
       el("div", { class: "sub" }, el("span", {}, s.id), el("span", {}, ago(s.time)))));
   }

@@ -1,0 +1,162 @@
+"""The gateway clock: notice when the wall clock steps, and keep judging.
+
+Live readings are stamped by the gateway's wall clock. When NTP (or an operator)
+steps it back, every new reading would be older than the last one judged and be
+dropped as out of order, stale detection would wait for the old time to come round
+again, and a restart would not help (the checkpoint holds the old times). So:
+
+- `ClockWatch.check()` compares the wall clock against the monotonic clock (which
+  never steps). A difference of more than `TOLERANCE` is a step.
+- A step back by `d` shifts everything the engine remembers in time by `-d`
+  (each sensor's last reading, timers, warm-up, the baseline ring's bucket labels,
+  the stale watch): the history happened `d` earlier, new readings are in order
+  and judged as before, and stale detection measures the monotonic time that passed.
+- A step forward by `d` restarts the stale watch and the limit timers (no false
+  stale alarm for the time that did not pass); a baseline that sees a gap longer
+  than its window warms up again, as any long gap does.
+- Either way a diagnostic `clock` condition says "gateway clock stepped back by …"
+  and clears after `HOLD` seconds of a steady clock.
+- At start, `check_restored()` compares the restored checkpoint with the wall
+  clock: readings "from the future" mean the clock stepped back while the daemon
+  was down, and are shifted the same way (a restart after a step is not blind).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Collection
+
+from monitor.engine.engine import Engine
+from monitor.model import Clock, Condition, ConditionState, Rule, WallClock
+
+log = logging.getLogger(__name__)
+
+TOLERANCE = 2.0  # seconds the wall clock may drift from the monotonic one between checks
+HOLD = 300.0  # seconds of a steady clock before the diagnostic clears
+GATEWAY = "gateway"  # the `sensor` of the clock condition
+CITATION = "gateway clock (NTP)"
+
+
+def step_text(seconds: float) -> str:
+    """3d 0h 5m, 2h 10m, 42s."""
+    s = abs(seconds)
+    if s < 60:
+        return f"{s:.0f}s"
+    days, rest = divmod(round(s), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes = rest // 60
+    if days:
+        return f"{days}d {hours}h {minutes}m"
+    return f"{hours}h {minutes}m" if hours else f"{minutes}m"
+
+
+def shift(engine: Engine, delta: float) -> None:
+    """Move everything the engine remembers by `delta` seconds (a step back: < 0)."""
+    for st in engine._states:
+        st.last_time += delta
+        st.fresh += delta
+        st.bad_since += delta
+        for lim in st.limits:
+            lim.a_start += delta
+            lim.b_start += delta
+        slug = st.slug
+        if st.row >= 0:
+            k = engine.baselines.relabel(st.row, delta)
+            if slug is not None and k:
+                slug.pending = {b + k: qc for b, qc in slug.pending.items()}
+        if slug is not None:
+            slug.prev_t += delta
+            slug.warm_since += delta
+            slug.run_start += delta
+            slug.period = type(slug.period)((t + delta, q) for t, q in slug.period)
+    engine.last_tick += delta
+
+
+def restart_watches(engine: Engine) -> None:
+    """After a step forward: the stale watch and the limit timers start again."""
+    engine.last_tick = -math.inf
+    for st in engine._states:
+        st.fresh = math.nan
+        for lim in st.limits:
+            lim.a_start = lim.b_start = math.nan
+
+
+class ClockWatch:
+    """Wall clock against the monotonic clock, for one engine (injectable for tests)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        wall: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.engine = engine
+        self.wall = wall
+        self.monotonic = monotonic
+        self._wall0 = wall()
+        self._mono0 = monotonic()
+        self._active_since: float | None = None  # monotonic time of the last step while active
+        self._started = False
+
+    @classmethod
+    def for_clock(
+        cls, engine: Engine, clock: Clock, active: Collection[tuple[str, Rule]] = ()
+    ) -> ClockWatch | None:
+        """A watch for the real clock; None for a test's or the demo's accelerated clock.
+        `active`: the alarms a restart restored as active; a clock alarm among them
+        clears after `HOLD` of a steady clock, like one raised in this run."""
+        if not isinstance(clock, WallClock):
+            return None
+        watch = cls(engine)
+        if (GATEWAY, Rule.CLOCK) in active:
+            watch._active_since = watch._mono0
+        return watch
+
+    def check(self) -> list[Condition]:
+        """Conditions for a step since the last check (and the clear after `HOLD`); the
+        first check also looks at the history a checkpoint restored."""
+        if not self._started:
+            self._started = True
+            restored = self.check_restored()
+            if restored:
+                return restored
+        wall, mono = self.wall(), self.monotonic()
+        step = wall - (self._wall0 + (mono - self._mono0))
+        self._wall0, self._mono0 = wall, mono
+        if abs(step) > TOLERANCE:
+            return self._stepped(wall, mono, step, "")
+        if self._active_since is not None and mono - self._active_since >= HOLD:
+            self._active_since = None
+            return [self._condition(wall, 0.0, ConditionState.CLEARED, "gateway clock steady again")]
+        return []
+
+    def check_restored(self) -> list[Condition]:
+        """At start: a restored history newer than the wall clock means it stepped back."""
+        wall, mono = self.wall(), self.monotonic()
+        self._wall0, self._mono0 = wall, mono
+        newest = max((st.last_time for st in self.engine._states), default=-math.inf)
+        newest = max(newest, self.engine.last_tick)
+        if not math.isfinite(newest) or newest - wall <= TOLERANCE:
+            return []
+        # How long the daemon was down is unknown: the history ends a second before now.
+        return self._stepped(wall, mono, wall - newest - 1.0, " at least (while the daemon was stopped)")
+
+    def _stepped(self, wall: float, mono: float, step: float, when: str) -> list[Condition]:
+        if step < 0:
+            shift(self.engine, step)
+        else:
+            restart_watches(self.engine)
+        direction = "back" if step < 0 else "forward"
+        text = f"gateway clock stepped {direction} by {step_text(step)}{when}"
+        what = "readings re-based" if step < 0 else "stale watch restarted"
+        log.warning("%s; %s, judging goes on", text, what)
+        self._active_since = mono
+        return [self._condition(wall, step, ConditionState.ACTIVE, text)]
+
+    def _condition(self, t: float, step: float, state: ConditionState, text: str) -> Condition:
+        return Condition(t, GATEWAY, Rule.CLOCK, state, step, TOLERANCE, CITATION, message=text)
+
+
+__all__ = ["GATEWAY", "HOLD", "TOLERANCE", "ClockWatch", "shift", "step_text"]

@@ -1,0 +1,177 @@
+"""The gateway clock (issue 12, item 5), driven by injected wall and monotonic clocks:
+a step back is noticed, raises a diagnostic, and judging goes on (limits within their
+on-delay, stale on time); a restart after a step is not blind; a step forward restarts
+warm-up without a false alarm."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from monitor.config import load_config
+from monitor.engine import ClockWatch, Engine, restore_checkpoint, save_checkpoint
+from monitor.engine.clock_step import HOLD
+from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample, WallClock
+from tests.engine_helpers import T0, station
+
+CONFIG = station(
+    {"id": "ph", "kind": "ph", "limits": {"on_delay": "10s"}, "stale_after": "60s"},
+    {"id": "flow", "kind": "flow", "unit": "gpm", "stale_after": "1h"},
+)
+DAYS3 = 3 * 86400.0
+ACTIVE, CLEARED = ConditionState.ACTIVE, ConditionState.CLEARED
+
+
+class Gateway:
+    """An engine fed the way the daemon feeds it: readings stamped by the wall clock,
+    a tick a second, the clock watch before each."""
+
+    def __init__(self, engine: Engine, wall: ManualClock, mono: ManualClock) -> None:
+        self.engine, self.wall, self.mono = engine, wall, mono
+        self.watch = ClockWatch(engine, wall=wall.now, monotonic=mono.now)
+        self.conditions: list[Condition] = []
+
+    def second(self, **readings: float) -> None:
+        """One second passes on both clocks; then a tick and the readings."""
+        self.wall.advance(1.0)
+        self.mono.advance(1.0)
+        out = self.watch.check()
+        out += self.engine.tick(self.wall.now())
+        for sensor, value in readings.items():
+            out += self.engine.process(Sample(sensor, self.wall.now(), value))
+        self.conditions += out
+
+    def of(self, rule: Rule) -> list[Condition]:
+        return [c for c in self.conditions if c.rule is rule]
+
+
+def gateway(start: float = T0) -> Gateway:
+    return Gateway(Engine(CONFIG.rules, ManualClock()), ManualClock(start), ManualClock(1000.0))
+
+
+def test_after_a_step_back_a_ph_excursion_still_alarms_within_its_on_delay_and_stale_still_works() -> None:
+    gw = gateway()
+    for _ in range(3600):
+        gw.second(ph=7.0, flow=100.0)
+    gw.wall.advance(-DAYS3)  # NTP steps the gateway clock back by 3 days
+    for _ in range(20):
+        gw.second(ph=12.5, flow=100.0)
+    (clock,) = gw.of(Rule.CLOCK)
+    assert clock.state is ACTIVE and clock.sensor == "gateway"
+    assert clock.message == "gateway clock stepped back by 3d 0h 0m"
+    step_at = T0 + 3600 - DAYS3
+    (high,) = gw.of(Rule.HIGH)
+    assert high.state is ACTIVE and high.time == step_at + 11.0  # 10 s on-delay, judged on
+    assert gw.engine.counters.out_of_order == 0
+    status = gw.engine.status("ph")
+    assert status.value == 12.5 and status.time == gw.wall.now()
+    # pH stops reporting: stale after 60 s, measured on the monotonic clock.
+    for _ in range(62):
+        gw.second(flow=100.0)
+    (stale,) = [c for c in gw.of(Rule.STALE) if c.sensor == "ph"]
+    assert stale.state is ACTIVE and stale.time == step_at + 20.0 + 61.0
+
+
+def test_without_the_watch_every_reading_after_a_step_back_is_dropped() -> None:
+    """The failure this fixes, so the test above can fail."""
+    engine = Engine(CONFIG.rules, ManualClock())
+    for i in range(60):
+        engine.process(Sample("ph", T0 + i, 7.0))
+    for i in range(20):
+        assert engine.process(Sample("ph", T0 + 60 + i - DAYS3, 12.5)) == []
+    assert engine.counters.out_of_order == 20
+
+
+def test_the_clock_diagnostic_clears_after_a_steady_clock() -> None:
+    gw = gateway()
+    gw.second(ph=7.0)
+    gw.wall.advance(-600.0)
+    for _ in range(301):
+        gw.second(ph=7.0)
+    assert [c.state for c in gw.of(Rule.CLOCK)] == [ACTIVE, CLEARED]
+    assert gw.of(Rule.CLOCK)[0].message == "gateway clock stepped back by 10m"
+
+
+def test_a_restart_after_a_step_back_is_not_blind(tmp_path: Path) -> None:
+    gw = gateway()
+    for _ in range(600):
+        gw.second(ph=7.0, flow=100.0)
+    save_checkpoint(gw.engine, tmp_path / "cp.npz")
+    # The daemon restarts while the clock has been stepped back by 3 days.
+    engine = Engine(CONFIG.rules, ManualClock())
+    restore_checkpoint(engine, tmp_path / "cp.npz", restart_watch=True)
+    mean = engine.baseline_mean("flow")
+    again = Gateway(engine, ManualClock(gw.wall.now() - DAYS3), ManualClock(5.0))
+    for _ in range(20):
+        again.second(ph=12.5, flow=100.0)
+    (clock,) = again.of(Rule.CLOCK)
+    assert "stepped back by 3d 0h 0m at least (while the daemon was stopped)" in clock.message
+    assert [c.state for c in again.of(Rule.HIGH)] == [ACTIVE]
+    assert engine.counters.out_of_order == 0
+    assert engine.baseline_mean("flow") == mean  # the baseline came through the step
+
+
+def test_a_step_forward_by_days_restarts_warm_up_without_a_false_alarm() -> None:
+    gw = gateway()
+    for _ in range(600):
+        gw.second(ph=7.0, flow=100.0)
+    gw.wall.advance(2 * 86400.0)
+    for _ in range(120):
+        gw.second(ph=7.0, flow=100.0)
+    assert [c.rule for c in gw.conditions] == [Rule.CLOCK]
+    assert gw.conditions[0].message == "gateway clock stepped forward by 2d 0h 0m"
+    assert gw.engine.warming_up("flow")
+
+
+CASES = Path(__file__).resolve().parent / "cases" / "clock"
+
+
+def run_clock_case(case: Path) -> list[dict[str, object]]:
+    """Feed a case the way the daemon does: per wall second, the watch, a tick, the readings."""
+    config = load_config(case / "config.yaml")
+    engine = Engine(config.rules, ManualClock())
+    wall, mono = ManualClock(), ManualClock()
+    with (case / "input.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    watch = None
+    out: list[Condition] = []
+    for (w, m), group in itertools.groupby(rows, key=lambda r: (float(r["wall"]), float(r["monotonic"]))):
+        wall.set(w)
+        mono.set(m)
+        if watch is None:
+            watch = ClockWatch(engine, wall=wall.now, monotonic=mono.now)
+        out += watch.check()
+        out += engine.tick(w)
+        for r in group:
+            out += engine.process(Sample(r["sensor"], w, float(r["value"])))
+    return [c.to_json() | {"message": c.message} for c in out]
+
+
+@pytest.mark.parametrize("case", sorted(CASES.iterdir()), ids=lambda p: p.name)
+def test_golden_clock_case(case: Path) -> None:
+    expected = [json.loads(line) for line in (case / "events.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert run_clock_case(case) == expected
+
+
+if __name__ == "__main__":  # regenerate a case's events.jsonl after a reviewed change
+    for line in run_clock_case(Path(sys.argv[1])):
+        print(json.dumps(line, ensure_ascii=False))
+
+
+def test_a_clock_alarm_restored_as_active_clears_after_a_steady_clock() -> None:
+    engine = Engine(CONFIG.rules, ManualClock())
+    assert ClockWatch.for_clock(engine, ManualClock()) is None  # only the real clock is watched
+    watch = ClockWatch.for_clock(engine, WallClock(), active=[("gateway", Rule.CLOCK)])
+    assert watch is not None
+    # From here on the watch reads clocks the test moves (monotonic from where it started).
+    wall, mono = ManualClock(T0), ManualClock(watch._mono0)
+    watch.wall, watch.monotonic, watch._wall0 = wall.now, mono.now, T0
+    assert watch.check() == []
+    wall.advance(HOLD)
+    mono.advance(HOLD)
+    assert [c.state for c in watch.check()] == [CLEARED]
