@@ -182,3 +182,23 @@ def test_batches_cut_anywhere_give_the_same_events_as_one_batch(week: Run) -> No
     whole = run([])
     assert run([7, 12_345, 12_346, 40_001]) == whole
     assert any(x[2] == "fail_to_start" for x in whole[:-1])  # type: ignore[index]
+
+
+def test_what_if_computes_the_derived_inflow_on_both_sides(week: Run, tmp_path: Path) -> None:
+    """A candidate that judges the derived inflow at 2x its 24 h average (the storm is ~4x)."""
+    raw = yaml.safe_load(week.config.read_text(encoding="utf-8"))
+    raw["state_dir"] = str(tmp_path / "candidate-state")
+    for s in raw["sensors"]:
+        if s["id"] == "ps.inflow":
+            s["slug"] = {"factor": 2.0}
+    candidate = tmp_path / "candidate.yaml"
+    candidate.write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
+    out = monitor(
+        "replay", "--config", str(week.config), "--input", str(week.csv), "--what-if", str(candidate),
+        "--format", "json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rows = {(r["sensor"], r["rule"]): r for r in json.loads(out.stdout)["rules"]}
+    inflow = rows[("ps.inflow", "slug")]
+    assert inflow["current"]["count"] == 0 and inflow["candidate"]["count"] >= 1
+    assert rows[("mill.flow", "slug")]["only_current"] == rows[("mill.flow", "slug")]["only_candidate"] == []
