@@ -277,3 +277,23 @@ def test_the_readme_quotes_the_example_station_config() -> None:
     raw = add(raw, {"id": "mill.flow", "kind": "flow"})
     raw["sensors"] = [s for s in raw["sensors"] if s["id"] != "ps.inflow"] + sensors
     assert set(build_config(raw).derived) == {"ps.inflow", "mill.oil_load", "ps.lead_flow"}
+
+
+def test_pumps_report_refuses_bad_times_and_says_when_there_is_no_state(tmp_path: Path) -> None:
+    raw = copy.deepcopy(BASE)
+    raw["state_dir"] = str(tmp_path / "state")
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+
+    def report(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "monitor", "pumps", "report", "--config", str(path), *args],
+            capture_output=True, text=True, cwd=ROOT, timeout=60,
+        )  # fmt: skip
+
+    out = report("--start", "2026-01-01T00:00:00Z", "--end", "2026-01-02T00:00:00Z", "--format", "json")
+    assert out.returncode == 1 and "no station state" in out.stderr and "monitor replay" in out.stderr
+    out = report("--start", "2026-01-01T00:00:00", "--end", "2026-01-02T00:00:00Z")
+    assert out.returncode == 2 and "has no zone" in out.stderr
+    out = report("--start", "2026-01-02T00:00:00Z", "--end", "2026-01-01T00:00:00Z")
+    assert out.returncode == 2 and "--end must be after --start" in out.stderr
