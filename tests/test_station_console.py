@@ -90,6 +90,9 @@ def test_station_view_on_a_phone(browser: Browser, tmp_path: Path) -> None:
             assert state["overflow"]["volume_gal"] > 0
             assert state["overflow"]["report_due_local"].endswith("-05:00")  # America/New_York
             assert all(p["today_starts"] > 0 and p["today_run_hours"] > 0 for p in state["pumps"])
+            totals = state["totals"]
+            assert totals["today_starts"] == sum(p["today_starts"] for p in state["pumps"])
+            expect(page.locator("#today")).to_contain_text(f"{totals['today_starts']} starts")
     finally:
         daemon.station.close()
         daemon.meters.close()

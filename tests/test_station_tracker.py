@@ -160,3 +160,20 @@ def test_conditions_carry_what_an_operator_needs(tmp_path: Path) -> None:
     assert (high.rule, high.state, high.limit) == (Rule.HIGH_LEVEL, ConditionState.ACTIVE, 8.0)
     assert (over.rule, over.limit) == (Rule.OVERFLOW, 9.0)
     assert "report within 2 h" in over.message
+
+
+def test_a_pumps_speed_and_current_are_kept_for_the_console(tmp_path: Path) -> None:
+    config = build_config(
+        {
+            "station": {"id": "t"},
+            "sensors": [
+                {"id": "p1", "kind": "pump", "pump": {"speed": "p1.hz", "amps": "p1.a"}},
+                {"id": "p1.hz", "kind": "speed", "unit": "Hz"},
+                {"id": "p1.a", "kind": "current"},
+            ],
+        }
+    )
+    tracker = StationTracker(config)
+    feed(tracker, [Sample("p1", T0, 1.0), Sample("p1.hz", T0, 58.5), Sample("p1.a", T0, 41.0)])
+    feed(tracker, [Sample("p1.a", T0 + 10, 1e9)])  # beyond the current kind's range: kept out
+    assert tracker.readings == {"p1": {"speed": 58.5, "amps": 41.0}}

@@ -86,8 +86,16 @@ class StationTracker:
             if store is not None
             else None
         )
+        # A pump's drive speed and motor current (pump: {speed, amps}): latest reading, for the console.
+        self.drive: dict[str, tuple[str, str]] = {}
+        for pid, p in self.pumps.items():
+            for key in ("speed", "amps"):
+                ref = getattr(p.settings, key, None) if p.settings is not None else None
+                if ref is not None:
+                    self.drive[ref] = (pid, key)
+        self.readings: dict[str, dict[str, float]] = {pid: {} for pid in self.pumps}
         self.watched = frozenset(
-            [*self.pumps, *(x for x in (self.level_id, self.switch_id, self.inflow_id) if x)]
+            [*self.pumps, *self.drive, *(x for x in (self.level_id, self.switch_id, self.inflow_id) if x)]
         )
         if resume and store is not None:
             self._resume(store)
@@ -156,6 +164,10 @@ class StationTracker:
             self.inflow_gpm = v * self._to_gpm
             if self.overflow is None:
                 return out
+        elif sid in self.drive:
+            pid, key = self.drive[sid]
+            self.readings[pid][key] = v
+            return out
         if self.overflow is None and not self.switch_on and not self.level >= self._overflow_at:
             self._q_prev, self._t_prev = 0.0, t  # no overflow, none starting: nothing to integrate
         else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, time
+from typing import cast
 from zoneinfo import ZoneInfo
 
 from monitor.config import Config
@@ -74,6 +75,8 @@ def snapshot(config: Config, tracker: StationTracker, now: float) -> dict[str, o
                 "today_run_hours": figures.get("run_hours", 0.0),
                 "today_starts": figures.get("starts", 0),
                 "capacity_gpm": p.capacity_gpm,
+                "speed": tracker.readings[pid].get("speed"),
+                "amps": tracker.readings[pid].get("amps"),
                 "alarms": [
                     r for r, on in (("pump_starts", p.starts_alarm), ("long_run", p.long_run_alarm)) if on
                 ],
@@ -103,6 +106,10 @@ def snapshot(config: Config, tracker: StationTracker, now: float) -> dict[str, o
         "timezone": config.station.timezone,
         "level": level,
         "pumps": pumps,
+        "totals": {  # the station: every pump together, today
+            "today_run_hours": round(sum(cast(float, f["run_hours"]) for f in today.values()), 4),
+            "today_starts": sum(cast(int, f["starts"]) for f in today.values()),
+        },
         "inflow": inflow,
         "overflow": overflow,
     }

@@ -37,8 +37,8 @@ function drawLevel(level) {
   $("level-state").textContent = state.join(" · ") || (level.time ? `read ${level.time}` : "");
 }
 
-function drawPumps(pumps, today) {
-  $("today").textContent = `today ${today}`;
+function drawPumps(pumps, today, totals) {
+  $("today").textContent = `today ${today}: ${fmt(totals.today_run_hours)} h, ${totals.today_starts} starts`;
   const box = $("pumps");
   box.replaceChildren();
   for (const p of pumps) {
@@ -47,8 +47,10 @@ function drawPumps(pumps, today) {
     card.appendChild(el("div", "name", p.name || p.sensor));
     card.appendChild(el("div", "state", p.state));
     const alarms = p.alarms.length ? ` · ${p.alarms.join(", ").replace("_", " ")}` : "";
+    const drive = (p.speed !== null && p.speed !== undefined ? ` · speed ${fmt(p.speed, 0)}` : "") +
+      (p.amps !== null && p.amps !== undefined ? ` · ${fmt(p.amps, 1)} A` : "");
     card.appendChild(el("div", "figs",
-      `${fmt(p.today_run_hours)} h run · ${p.today_starts} starts today${alarms}`));
+      `${fmt(p.today_run_hours)} h run · ${p.today_starts} starts today${drive}${alarms}`));
     box.appendChild(card);
   }
 }
@@ -70,7 +72,7 @@ async function refresh() {
     $("title").textContent = `Wet well · ${s.station}`;
     $("clock").textContent = `${s.time_local} (${s.timezone})`;
     drawLevel(s.level);
-    drawPumps(s.pumps, s.today_local);
+    drawPumps(s.pumps, s.today_local, s.totals);
     $("inflow").textContent = s.inflow ? fmt(s.inflow.value_gpm, 0) : "–";
     drawOverflow(s.overflow);
     document.body.dataset.ready = "1";
