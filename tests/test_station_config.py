@@ -297,3 +297,16 @@ def test_pumps_report_refuses_bad_times_and_says_when_there_is_no_state(tmp_path
     assert out.returncode == 2 and "has no zone" in out.stderr
     out = report("--start", "2026-01-02T00:00:00Z", "--end", "2026-01-01T00:00:00Z")
     assert out.returncode == 2 and "--end must be after --start" in out.stderr
+
+
+def test_no_source_may_feed_a_derived_sensor() -> None:
+    raw = copy.deepcopy(BASE)
+    field = {"sensor": "ps.inflow", "register": "holding", "address": 0, "type": "FLOAT32"}
+    raw["modbus"] = {"devices": [{"name": "plc", "host": "127.0.0.1", "fields": [field]}]}
+    raw["mqtt"] = {"host": "127.0.0.1", "subscriptions": [{"topic": "x/inflow", "sensor": "ps.inflow"}]}
+    assert problems(raw) == [
+        "modbus.devices[0].fields[0].sensor: 'ps.inflow' is derived (computed from its expression);"
+        " no source may feed it",
+        "mqtt.subscriptions[0].sensor: 'ps.inflow' is derived (computed from its expression);"
+        " no source may feed it",
+    ]

@@ -18,7 +18,7 @@ from monitor.config.notify import Notify
 from monitor.config.outputs import Alarms, Billing, Console, Influx, Store
 from monitor.config.sensors import Profile, Sensor, SensorRules, key_error, profile_limit, resolve_rules
 from monitor.config.sources import Modbus, Mqtt
-from monitor.config.station import DerivedPlan, WetWell, check_wet_well, derived_plans
+from monitor.config.station import DerivedPlan, WetWell, check_fed, check_wet_well, derived_plans
 from monitor.config.types import Section
 from monitor.errors import ConfigError
 from monitor.model import Kind
@@ -122,6 +122,8 @@ def build_config(raw: dict[str, Any], base_dir: Path = Path("."), source: str = 
         problems.extend(_check_rules(config))
         problems.extend(derived_plans(config.sensors)[1])
         problems.extend(check_wet_well(config.wet_well, config.sensors))
+        derived = {s.id for s in config.sensors if s.kind is Kind.DERIVED}
+        problems.extend(check_fed(derived, config.modbus, config.mqtt))
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)), source)
     assert config is not None

@@ -22,6 +22,7 @@ from monitor.units import conversion, dimension
 
 if TYPE_CHECKING:
     from monitor.config.sensors import Sensor
+    from monitor.config.sources import Modbus, Mqtt
 
 
 def _quantity(value: Any) -> Any:
@@ -289,6 +290,27 @@ def check_wet_well(well: WetWell | None, sensors: Sequence[Sensor]) -> list[str]
             well.weir.length.to("ft")
         except ValueError:
             problems.append("wet_well.weir.length: must be a length such as 4 ft")
+    return problems
+
+
+def check_fed(derived: set[str], modbus: Modbus | None, mqtt: Mqtt | None) -> list[str]:
+    """A derived sensor is computed; a source that also feeds it would make two series of one."""
+    problems: list[str] = []
+    if not derived:
+        return problems
+    for d, device in enumerate(modbus.devices if modbus is not None else []):
+        for f, field in enumerate(device.fields):
+            if field.sensor in derived:
+                problems.append(
+                    f"modbus.devices[{d}].fields[{f}].sensor: {field.sensor!r} is derived (computed from"
+                    " its expression); no source may feed it"
+                )
+    for s, sub in enumerate(mqtt.subscriptions if mqtt is not None else []):
+        if sub.sensor in derived:
+            problems.append(
+                f"mqtt.subscriptions[{s}].sensor: {sub.sensor!r} is derived (computed from its expression);"
+                " no source may feed it"
+            )
     return problems
 
 
