@@ -43,6 +43,7 @@ class PumpStats:
     starts_alarm: bool = False
     long_run_alarm: bool = False
     run_counted: bool = False  # the run in progress began with a start we saw
+    last_stop: float = float("-inf")  # when the last run ended (the longest idle pump leads next)
 
     def update(self, t: float, on: bool) -> tuple[list[Condition], PumpRun | None]:
         """A good reading at `t`; returns alarm transitions and a run that started or ended."""
@@ -67,6 +68,7 @@ class PumpStats:
             self.run_seconds += length
             self.longest_run = max(self.longest_run, length)
             self.run_start = None
+            self.last_stop = t
             run = PumpRun(self.sensor, start, t, started=self.run_counted)
             if self.long_run_alarm:
                 self.long_run_alarm = False

@@ -30,6 +30,20 @@ def _finite(x: float) -> float | None:
     return round(x, 4) if math.isfinite(x) else None
 
 
+def _failed(tracker: StationTracker) -> set[str]:
+    """The pumps that should be running while fail-to-start is up: the lead (with alternation,
+    the pump idle longest) between lead_on and lag_on; every idle pump above lag_on."""
+    if not tracker.fail_active:
+        return set()
+    idle = [p for p in tracker.pumps.values() if p.running is False]
+    sp = tracker.setpoints
+    if not idle or sp is None:
+        return set()
+    if sp.lag_on is None or tracker.level >= sp.lag_on:
+        return {p.sensor for p in idle}
+    return {min(idle, key=lambda p: p.last_stop).sensor}
+
+
 def snapshot(config: Config, tracker: StationTracker, now: float) -> dict[str, object]:
     """JSON-able state of the wet well and its pumps at `now` (the daemon's clock)."""
     zone = config.station.zone
@@ -56,12 +70,13 @@ def snapshot(config: Config, tracker: StationTracker, now: float) -> dict[str, o
             "fail_to_start": tracker.fail_active,
         }
     pumps = []
+    failed = _failed(tracker)
     for pid, p in tracker.pumps.items():
         if p.running is None:
             state = "unknown"
         elif p.running:
             state = "running"
-        elif tracker.fail_active:
+        elif pid in failed:
             state = "failed"  # called (level above lead_on past the delay) and not running
         else:
             state = "stopped"
