@@ -7,11 +7,14 @@ ever catch our types:
     MonitorError
     ├── ConfigError            config file unreadable or invalid (exit code 2)
     ├── SourceError            a field source failed
-    │   ├── ModbusError        a Modbus request failed (timeout, exception code)
+    │   ├── ModbusError        a Modbus request failed (connection, exception code)
+    │   │   ├── ModbusTimeoutError      no answer within the device's timeout
+    │   │   └── MalformedResponseError  an answer that does not fit the request
     │   ├── PayloadError       an MQTT payload or replay row could not be parsed
     │   └── DecodeError        registers could not be decoded as the mapped type
     ├── SinkError              an output failed
     │   ├── WriteError         the time-series server refused or was unreachable
+    │   │   └── WriteTimeoutError  no answer within the configured timeout
     │   └── OutboxError        the local outbox could not be read or written
     ├── StateError             a checkpoint, journal or ledger is unusable
     ├── AlarmError             an operator action is not allowed in this state
@@ -49,6 +52,15 @@ class ModbusError(SourceError):
         super().__init__(message)
 
 
+class ModbusTimeoutError(ModbusError):
+    """The device did not answer within its timeout (typed: never recognised by message text)."""
+
+
+class MalformedResponseError(ModbusError):
+    """The device answered, but not with what was asked (short, mismatched or undecodable):
+    only that request's fields are invalid; the device's other requests go on."""
+
+
 class PayloadError(SourceError):
     """A payload or input row could not be turned into a sample."""
 
@@ -72,6 +84,10 @@ class WriteError(SinkError):
         self.status = status
         self.retry_after = retry_after
         super().__init__(message)
+
+
+class WriteTimeoutError(WriteError):
+    """The server (or webhook receiver) did not answer within the configured timeout."""
 
 
 class OutboxError(SinkError):

@@ -27,6 +27,8 @@ def health_snapshot(daemon: Daemon) -> dict[str, object]:
                     "requests": dev.requests,
                     "errors": dev.errors,
                     "timeouts": dev.timeouts,
+                    "malformed": dev.malformed,
+                    "invalid_requests": list(dev.invalid_requests),
                     "failed_in_row": dev.failed_in_row,
                     "latency_ms": None if dev.last_latency is None else round(dev.last_latency * 1000, 2),
                     "requests_per_cycle": dev.requests_per_cycle,
@@ -43,6 +45,8 @@ def health_snapshot(daemon: Daemon) -> dict[str, object]:
                 "received": src.received if src else 0,
                 "samples": src.samples if src else 0,
                 "bad_payloads": src.bad.total if src else 0,
+                "oversized": daemon.mqtt_link.oversized,  # refused by size, unread
+                "handler_errors": daemon.mqtt_link.handler_errors,
             }
         )
     outbox: dict[str, object] = {"configured": daemon.sink.outbox is not None}
@@ -75,6 +79,7 @@ def health_snapshot(daemon: Daemon) -> dict[str, object]:
         },
         "samples_by_source": dict(daemon.counters.samples_by_source),
         "baselines_restored": daemon.restored,
+        "alarm_listener_failures": dict(daemon.alarms.listener_failures),
     }
 
 

@@ -59,6 +59,7 @@ class Rule(StrEnum):
     NOTIFY = "notify"  # a callout channel keeps failing (diagnostic)
     BAD_VALUE = "bad_value"  # diagnostic: only unbelievable readings for a while
     CLOCK = "clock"  # diagnostic: the gateway clock stepped
+    STATE = "state"  # a damaged state file was set aside at start
     # The pumping station (monitor/station): on a level or pump sensor.
     HIGH_LEVEL = "high_level"
     OVERFLOW = "overflow"

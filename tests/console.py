@@ -159,7 +159,7 @@ def call(view: StationView, method: str, url: str, token: str | None = TOKEN, **
 
     async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             return await client.request(method, url, **kw)
 
     return asyncio.run(go())

@@ -100,7 +100,7 @@ class Rig:
         self.callout = Callout(config, self.manager, clock)
         app = FastAPI()
         add_callout_routes(app, self.callout, None)
-        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console")
+        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
 
     async def step(self, seconds: float = 0.0) -> int:
         self.clock.advance(seconds)

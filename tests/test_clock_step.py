@@ -172,6 +172,11 @@ def test_a_clock_alarm_restored_as_active_clears_after_a_steady_clock() -> None:
     wall, mono = ManualClock(T0), ManualClock(watch._mono0)
     watch.wall, watch.monotonic, watch._wall0 = wall.now, mono.now, T0
     assert watch.check() == []
-    wall.advance(HOLD)
-    mono.advance(HOLD)
+    # Not before HOLD of a steady clock; then it clears. (Whole seconds either side: the
+    # monotonic origin is any float, so `(m + HOLD) - m` need not be exactly HOLD.)
+    wall.advance(HOLD - 1)
+    mono.advance(HOLD - 1)
+    assert watch.check() == []
+    wall.advance(2)
+    mono.advance(2)
     assert [c.state for c in watch.check()] == [CLEARED]

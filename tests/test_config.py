@@ -15,7 +15,7 @@ from monitor.config import build_config, load_config, parse_duration
 from monitor.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE_ENV = {"MQTT_PASSWORD": "pw", "INFLUX_TOKEN": "tok", "CONSOLE_TOKEN": "console-secret"}
+EXAMPLE_ENV = {"MQTT_PASSWORD": "pw", "INFLUX_TOKEN": "tok", "CONSOLE_TOKEN": "console-secret-0123"}
 
 
 def run_monitor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -178,12 +178,12 @@ def test_missing_file_exits_2(tmp_path: Path) -> None:
 
 def test_secret_from_file(tmp_path: Path) -> None:
     secret = tmp_path / "token"
-    secret.write_text("s3cret\n")
+    secret.write_text("s3cret-console-token\n")
     raw = {**base(), "console": {"token": {"file": str(secret)}}}
     config = build_config(raw)
     assert config.console.token is not None
-    assert config.console.token.get_secret_value() == "s3cret"
-    assert "s3cret" not in repr(config)
+    assert config.console.token.get_secret_value() == "s3cret-console-token"
+    assert "s3cret-console-token" not in repr(config)
 
 
 def test_config_is_frozen() -> None:

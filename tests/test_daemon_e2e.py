@@ -90,7 +90,7 @@ def start_daemon(config: Path, log: Path) -> subprocess.Popen[bytes]:
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "E2E_TOKEN": "e2e-secret"},
+            env={**os.environ, "E2E_TOKEN": "e2e-secret-0123456789"},
         )
 
 
@@ -153,7 +153,7 @@ def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart
         cwd=ROOT,
         capture_output=True,
         text=True,
-        env={**os.environ, "E2E_TOKEN": "e2e-secret"},
+        env={**os.environ, "E2E_TOKEN": "e2e-secret-0123456789"},
         check=True,
     )
     assert re.search(r"^pending\s+0 point", status.stdout, re.MULTILINE), status.stdout

@@ -228,7 +228,7 @@ def test_lasting_failures_are_logged_once_not_on_every_retry(tmp_path: Path) -> 
     }
     config.write_text(yaml.safe_dump(doc))
     log = tmp_path / "daemon.log"
-    daemon = start(config, log, env={"RELOAD_TOKEN": "do-not-log-me"})
+    daemon = start(config, log, env={"RELOAD_TOKEN": "do-not-log-me-0123456"})
     try:
 
         def health() -> dict[str, Any]:

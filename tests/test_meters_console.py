@@ -57,7 +57,7 @@ def test_replacement_through_the_console_clears_the_meter_alarm(view: MeterView)
 
     body = {"by": "J. Operator", "time": "2026-06-01T00:00:00Z", "old_final": 33_890, "new_initial": "5"}
     assert call(view, "POST", "/api/meters/shop.meter/replacements", token=None, json=body).status_code == 403
-    wrong = call(view, "POST", "/api/meters/shop.meter/replacements", token="nope", json=body)
+    wrong = call(view, "POST", "/api/meters/shop.meter/replacements", token="nope-not-the-token", json=body)
     assert wrong.status_code == 401
     assert call(view, "POST", "/api/meters/nope/replacements", headers=AUTH, json=body).status_code == 404
     swap = T0 + 4.5 * 3600
@@ -95,7 +95,7 @@ def test_the_daemon_offers_its_meter_book_to_the_console(tmp_path: Path) -> None
 
         async def go() -> list[httpx.Response]:
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
                 body = {"by": "op", "time": iso(T0), "old_final": 10, "new_initial": 0}
                 return [
                     await client.get("/api/meters"),

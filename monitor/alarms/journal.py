@@ -16,6 +16,7 @@ from pathlib import Path
 
 from monitor.errors import StateError
 from monitor.model import Rule, iso
+from monitor.sqlite import Schema, connect
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS journal (
@@ -40,6 +41,7 @@ BEGIN SELECT RAISE(ABORT, 'the alarm journal is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS journal_no_delete BEFORE DELETE ON journal
 BEGIN SELECT RAISE(ABORT, 'the alarm journal is append-only'); END;
 """
+SCHEMA = Schema("alarm journal", (_SCHEMA,))  # add a migration to change a table; never edit one
 
 _COLUMNS = "id, time, sensor, rule, event, state, priority, actor, note, until, value, lim, citation, message"
 
@@ -108,15 +110,9 @@ class Journal:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # One owner (the manager, on one event loop) but possibly built on another thread.
-            self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-        except (OSError, sqlite3.Error) as exc:
-            raise StateError(f"alarm journal {path}: cannot open: {exc}") from exc
+        # One owner (the manager, on one event loop) but possibly built on another thread.
+        # FULL: an acknowledgement or an activation on record must survive a power cut.
+        self._db = connect(path, SCHEMA, synchronous="FULL", check_same_thread=False)
 
     def append(self, entry: Entry) -> Entry:
         """Write one row durably before the transition it records is announced."""

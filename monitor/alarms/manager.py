@@ -37,6 +37,11 @@ class AlarmManager:
         self.clock = clock
         self._records: dict[tuple[str, Rule], Record] = {}
         self._listeners: list[Listener] = []
+        # A listener (console, MQTT mirror, notifications, InfluxDB copy) that fails does not
+        # undo the journaled transition, but it is never silent: counted per listener (health,
+        # /metrics), ERROR with the traceback when an episode starts, INFO when it works again.
+        self.listener_failures: dict[str, int] = {}
+        self._failing: set[str] = set()
         self._restore()
 
     @classmethod
@@ -266,10 +271,26 @@ class AlarmManager:
         apply_event(rec, entry)
         alarm = rec.snapshot()
         for listener in self._listeners:
+            name = getattr(listener, "__qualname__", type(listener).__qualname__)
             try:
                 listener(entry, alarm)
             except Exception:
-                log.exception("alarm listener failed on %s %s", _name(rec), event)
+                self.listener_failures[name] = self.listener_failures.get(name, 0) + 1
+                if name in self._failing:
+                    log.debug(
+                        "alarm listener %s failed again on %s %s", name, _name(rec), event, exc_info=True
+                    )
+                else:
+                    self._failing.add(name)
+                    log.exception(
+                        "alarm listener %s failed on %s %s; counted in health", name, _name(rec), event
+                    )
+                continue
+            if name in self._failing:
+                self._failing.discard(name)
+                log.info(
+                    "alarm listener %s works again (%d failure(s) so far)", name, self.listener_failures[name]
+                )
         return alarm
 
     def _restore(self) -> None:

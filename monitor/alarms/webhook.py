@@ -13,11 +13,23 @@ import logging
 import httpx
 
 from monitor.alarms.notify import Flood, LogNotifier, Notifier
-from monitor.config import Config, Webhook
-from monitor.errors import WriteError
+from monitor.config import Config, Webhook, redact_url
+from monitor.errors import WriteError, WriteTimeoutError
 from monitor.model import Alarm
 
 log = logging.getLogger(__name__)
+
+# The error map: every exception httpx defines (a test checks none is missing) -> what
+# the last attempt's failure becomes. Timeouts are typed (WriteTimeoutError); an invalid
+# URL or a stream misuse is not retried-into-success but still reported as a WriteError.
+ERRORS: dict[type[Exception], type[WriteError]] = {
+    httpx.TimeoutException: WriteTimeoutError,
+    httpx.HTTPError: WriteError,  # transport, protocol, proxy, redirects, status
+    httpx.InvalidURL: WriteError,
+    httpx.CookieConflict: WriteError,
+    httpx.StreamError: WriteError,
+}
+CAUGHT = tuple(ERRORS)
 
 
 class WebhookNotifier:
@@ -46,12 +58,15 @@ class WebhookNotifier:
         delay = self.backoff
         problem = ""
         status: int | None = None
+        timed_out = False
         for attempt in range(1, attempts + 1):
             try:
                 resp = await self._client.post(self.config.url, json=payload)
-            except httpx.HTTPError as exc:
+            except CAUGHT as exc:
                 problem, status = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, None
+                timed_out = isinstance(exc, httpx.TimeoutException)
             else:
+                timed_out = False
                 if resp.status_code < 300:
                     return
                 status = resp.status_code
@@ -62,11 +77,12 @@ class WebhookNotifier:
                 log.debug("webhook %s attempt %d/%d: %s", self._where(), attempt, attempts, problem)
                 await asyncio.sleep(delay)
                 delay *= 2
-        raise WriteError(f"webhook {self._where()}: {problem} after {attempts} attempt(s)", status=status)
+        error = WriteTimeoutError if timed_out else WriteError
+        raise error(f"webhook {self._where()}: {problem} after {attempts} attempt(s)", status=status)
 
     def _where(self) -> str:
-        """The URL without query string (it may carry a key)."""
-        return self.config.url.split("?", 1)[0]
+        """The URL without query string (it may carry a key) or password."""
+        return redact_url(self.config.url.split("?", 1)[0])
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from monitor.errors import StateError
+from monitor.sqlite import Schema, connect, translate
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -145,25 +146,27 @@ def _esc(row: tuple[object, ...]) -> Escalation:
     return Escalation(*values)  # type: ignore[arg-type]
 
 
+STORE_SCHEMA = Schema("callout store", (_SCHEMA,))  # add a migration to change a table
+
+
 class CalloutStore:
     """`state_dir/callout.sqlite`; every method is one transaction. Not thread-safe."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # One event loop uses it; created elsewhere is fine (the console tests build it first).
+        self._db = connect(
+            path, Schema("callout store", (_SCHEMA,)), synchronous="FULL", check_same_thread=False
+        )
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # One event loop uses it; created elsewhere is fine (the console tests build it first).
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
             row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
                 self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             elif int(row[0]) > SCHEMA_VERSION:
                 raise StateError(f"{path}: written by a newer station-monitor (schema {row[0]})")
-        except (sqlite3.Error, OSError) as exc:
-            raise StateError(f"callout store {path}: {exc}") from exc
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise translate(exc, f"callout store {path}") from exc
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:

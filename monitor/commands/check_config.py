@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from monitor.commands import load_config_or_exit
-from monitor.config import Config
+from monitor.config import Config, redact_url
 from monitor.config.sensors import Sensor, SensorRules
 from monitor.config.station import pump_ids
 from monitor.model import Kind
@@ -166,12 +166,16 @@ def summary(config: Config) -> str:
         lines.append("  none (replay only)")
     if config.influx:
         target = config.influx.bucket if config.influx.api == "v2" else config.influx.database
-        lines.append(f"influx  {config.influx.api} {config.influx.url} -> {target}")
+        lines.append(f"influx  {config.influx.api} {redact_url(config.influx.url)} -> {target}")
     else:
         lines.append("influx  not configured: series go to the local store only")
     if config.console.enabled:
         write = "token set" if config.console.token else "no token: read-only"
         lines.append(f"console http://{config.console.host}:{config.console.port}/ ({write})")
+        if config.console.host in ("0.0.0.0", "::") and not config.console.allowed_hosts:
+            lines.append(
+                "        answers only for localhost: list the names operators type in console.allowed_hosts"
+            )
     if config.billing:
         lines.append(
             f"billing ${config.billing.rate_per_kcf} per 1,000 ft3, {len(config.billing.accounts)} account(s)"

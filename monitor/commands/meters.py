@@ -10,9 +10,10 @@ from pathlib import Path
 from monitor.commands import load_config_or_exit
 from monitor.errors import MeterError, MonitorError
 from monitor.meters.amend import iter_history
-from monitor.meters.book import MeterBook
+from monitor.meters.book import MeterBook, ledger_path
 from monitor.meters.ledger import to_ms
 from monitor.model import Sample, iso, parse_time
+from monitor.sqlite import quick_check
 
 EARLIEST, LATEST = 0.0, 4_102_444_800.0  # 1970-01-01 and 2100-01-01: a meter reading is in between
 HELP = "meter ledger: list, show, record or void a meter replacement, correct a misread, ingest readings"
@@ -57,6 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args.config)
+    damage = quick_check(ledger_path(config))
+    if damage is not None:  # never "ok" from a damaged ledger
+        print(f"monitor meters: meter ledger {ledger_path(config)} is DAMAGED ({damage}); restore it from "
+              "the backup (README: State files, restore)", file=sys.stderr)  # fmt: skip
+        return 1
     try:
         book = MeterBook.open(config, records=False)
     except MonitorError as exc:

@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
+import time
 from pathlib import Path
 
-from monitor.commands import load_config_or_exit, run_bounded
+from monitor.commands import EXIT_CONFIG, load_config_or_exit, run_bounded
 from monitor.config import Config, load_config
 from monitor.daemon import Daemon
-from monitor.errors import ConfigError, MonitorError
+from monitor.errors import ConfigError, MonitorError, StateError
+from monitor.model import Condition
+from monitor.state_check import check_state, require_sound_records, set_aside_alarms
 
 HELP = "run the station monitor (SIGTERM/SIGINT stop it, SIGHUP reloads the config)"
 log = logging.getLogger("monitor.run")
@@ -23,21 +27,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args.config)
+    os.umask(0o077)  # state files are the daemon's alone, with or without systemd's UMask
+    verdicts = check_state(config)
     try:
-        run_bounded(serve(Path(args.config), config))
+        require_sound_records(verdicts)
+    except StateError as exc:
+        log.error("station %s cannot start: %s", config.station.id, exc)
+        return EXIT_CONFIG
+    try:
+        run_bounded(serve(Path(args.config), config, set_aside_alarms(verdicts, time.time())))
     except MonitorError as exc:
         log.error("station %s cannot run: %s", config.station.id, exc)
         return 1
     return 0
 
 
-async def serve(path: Path, config: Config) -> None:
+async def serve(path: Path, config: Config, startup: list[Condition] | None = None) -> None:
     """Run daemons one after another: a reload stops the running one cleanly and
     starts one on the new config, so there is only ever one code path for start-up.
     The signal handlers stay installed across a reload, so a stop that arrives in
     between is never the default action (an abrupt exit)."""
     loop = asyncio.get_running_loop()
     daemon = Daemon(config)
+    daemon.emit(startup or [])  # `state` alarms for damaged files set aside (state_check)
     reload: list[Config] = []
 
     def on_reload() -> None:

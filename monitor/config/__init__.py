@@ -10,7 +10,7 @@ from monitor.config.notify import Notify
 from monitor.config.outputs import Account, Alarms, Billing, Console, Influx, Store, Webhook
 from monitor.config.sensors import LimitRule, Profile, Sensor, SensorRules, SlugRule
 from monitor.config.sources import Modbus, ModbusDevice, ModbusField, Mqtt, Subscription, Tls
-from monitor.config.types import Duration, Secret, parse_duration
+from monitor.config.types import Duration, Secret, parse_duration, redact_url
 
 __all__ = [
     "DEFAULT_PROFILE",
@@ -40,4 +40,5 @@ __all__ = [
     "build_config",
     "load_config",
     "parse_duration",
+    "redact_url",
 ]

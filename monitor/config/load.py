@@ -135,6 +135,10 @@ def _read_yaml(path: Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([f"(file): cannot read {path}: {exc.strerror}"], str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            [f"(file): {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8"], str(path)
+        ) from None
     try:
         duplicates = duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader))
         if duplicates:

@@ -50,11 +50,27 @@ class Store(Section):
     retention: Duration = Field(30 * 86400.0, gt=0)
 
 
+MIN_TOKEN = 16  # characters; a short bearer token can be guessed over the network
+
+
 class Console(Section):
     host: str = Field("127.0.0.1", description="127.0.0.1 keeps the console on the gateway")
     port: int = Field(8080, ge=0, lt=65536)
-    token: Secret | None = Field(None, description="bearer token for ack, shelve, return to service")
+    token: Secret | None = Field(
+        None, description=f"bearer token for ack, shelve, return to service (at least {MIN_TOKEN} characters)"
+    )
     enabled: bool = True
+    allowed_hosts: list[str] = Field(
+        [], description="Host header names the console answers besides localhost and `host` (DNS rebinding)"
+    )
+    max_body: int = Field(64 * 1024, ge=1024, le=16 << 20, description="largest request body, bytes")
+    max_live_clients: int = Field(16, ge=1, le=1000, description="open live-update streams; more get 503")
+
+    @model_validator(mode="after")
+    def _token_length(self) -> Console:
+        if self.token is not None and len(self.token.get_secret_value()) < MIN_TOKEN:
+            raise key_error("token", f"must be at least {MIN_TOKEN} characters (e.g. `openssl rand -hex 16`)")
+        return self
 
 
 class Webhook(Section):
@@ -80,6 +96,7 @@ class Alarms(Section):
         Rule.METER: Priority.MEDIUM,
         Rule.OUTBOX: Priority.HIGH,
         Rule.NOTIFY: Priority.HIGH,
+        Rule.STATE: Priority.HIGH,
         Rule.OVERFLOW: Priority.CRITICAL,  # a discharge the Town must report
         Rule.FAIL_TO_START: Priority.CRITICAL,
         Rule.HIGH_LEVEL: Priority.HIGH,

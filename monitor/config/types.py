@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -118,3 +119,27 @@ Secret = Annotated[
 ]
 
 SensorId = Annotated[str, WithJsonSchema({"type": "string", "pattern": r"^[A-Za-z0-9_.:-]+$"})]
+
+
+_SECRET_PARAM = re.compile(r"token|key|pass|secret|auth|sig|credential", re.I)
+
+
+def redact_url(url: str) -> str:
+    """A URL fit for logs and output: a password in it and secret-looking query values
+    (`token`, `key`, `password`, ...) become `***`. Every printed URL goes through this."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "(unparsable URL)"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:***@{host}" if ":" in userinfo else f"***@{host}"
+    query = "&".join(
+        f"{k}=***" if _SECRET_PARAM.search(k) else (f"{k}={v}" if v or "=" in item else k)
+        for item in parts.query.split("&")
+        if item
+        for k, _, v in [item.partition("=")]
+    )
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

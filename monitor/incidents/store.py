@@ -28,6 +28,7 @@ import numpy.typing as npt
 from monitor.errors import StateError
 from monitor.incidents.model import Figures, Incident, Note, NoteKind
 from monitor.model import iso
+from monitor.sqlite import Schema, connect
 
 SCHEMA_VERSION = 1
 FILE = "incidents.sqlite"
@@ -64,6 +65,7 @@ CREATE TABLE IF NOT EXISTS evidence (
     PRIMARY KEY (incident, sensor, t)
 ) WITHOUT ROWID;
 """
+SCHEMA = Schema("incident store", (_SCHEMA,))  # its version is SCHEMA_VERSION (1)
 CSV_HEADER = "time,sensor,value,quality\n"
 _ADD_EVIDENCE = "INSERT OR IGNORE INTO evidence (incident, sensor, t, value, quality) VALUES (?, ?, ?, ?, ?)"
 
@@ -143,22 +145,9 @@ class IncidentStore:
     def __init__(self, state_dir: Path) -> None:
         self.dir = Path(state_dir)
         self.path = self.dir / FILE
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            # One owner at a time (the daemon's loop, or a command), as with the alarm journal.
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
-            if version > SCHEMA_VERSION:
-                raise StateError(
-                    f"{self.path} was written by a newer station-monitor (schema {version}, this one knows"
-                    f" {SCHEMA_VERSION})"
-                )
-            self._db.executescript(_SCHEMA)
-            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        except sqlite3.Error as exc:
-            raise StateError(f"cannot open incident store {self.path}: {exc}") from exc
+        # One owner at a time (the daemon's loop, or a command), as with the alarm journal.
+        # Version 1 is `_SCHEMA`; add a migration to SCHEMA to change a table, never edit one.
+        self._db = connect(self.path, SCHEMA, synchronous="NORMAL", check_same_thread=False)
 
     def close(self) -> None:
         self._db.close()

@@ -38,10 +38,12 @@ from monitor.meters.rows import (
 )
 from monitor.meters.totalizer import ZERO, MeterSpec, Step, first_step, judge, order_flags
 from monitor.model import iso
+from monitor.sqlite import Schema, connect, translate
 
 __all__ = ["NEW_INITIAL", "OLD_FINAL", "READING", "Ledger", "Replacement", "Row", "to_ms"]
 
 log = logging.getLogger(__name__)
+LEDGER_SCHEMA = Schema("meter ledger", (SCHEMA,))  # add a migration to change a table; never edit one
 
 
 class Ledger(Amendments):
@@ -50,19 +52,17 @@ class Ledger(Amendments):
     def __init__(self, path: Path, specs: Mapping[str, MeterSpec]) -> None:
         self.path = path
         self.specs = dict(specs)
+        # FULL: a committed reading is what the bill is cut from; it must survive a power cut.
+        self._db = connect(path, LEDGER_SCHEMA, synchronous="FULL")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(path), isolation_level=None, timeout=30)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(SCHEMA)
             got = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if got is None:
                 self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
             elif got[0] != SCHEMA_VERSION:
                 raise StateError(f"meter ledger {path} has schema {got[0]}, expected {SCHEMA_VERSION}")
-        except (sqlite3.Error, OSError) as exc:
-            raise StateError(f"meter ledger {path} cannot be opened: {exc}") from exc
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise translate(exc, f"meter ledger {path}") from exc
         self._last: dict[str, Row | None] = {}
         self._baseline: dict[str, Row | None] = {}
         self._version = -1

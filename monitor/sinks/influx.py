@@ -8,20 +8,54 @@ path (handing it `Point` objects is about 15x slower). Its exceptions become
 
 from __future__ import annotations
 
+import http.client
 import logging
 from typing import Any, cast
 
 import urllib3
+from influxdb_client.client.exceptions import InfluxDBError
 from influxdb_client.client.influxdb_client import InfluxDBClient
 from influxdb_client.client.write_api import SYNCHRONOUS
 from influxdb_client.domain.write_precision import WritePrecision
 from influxdb_client.rest import ApiException
 
-from monitor.config import Influx
-from monitor.errors import WriteError
+from monitor.config import Influx, redact_url
+from monitor.errors import WriteError, WriteTimeoutError
 from monitor.sinks.writer import parse_retry_after
 
 log = logging.getLogger(__name__)
+
+
+# The error map: what `write` can meet from influxdb-client and the urllib3 under it, most
+# specific first (a test checks every exception class those libraries define is covered).
+# ApiException carries the HTTP status and is translated with it, in `translate`.
+ERRORS: dict[type[BaseException], type[WriteError]] = {
+    urllib3.exceptions.TimeoutError: WriteTimeoutError,  # connect or read timeout
+    TimeoutError: WriteTimeoutError,
+    ApiException: WriteError,
+    InfluxDBError: WriteError,
+    urllib3.exceptions.HTTPError: WriteError,  # connection refused, TLS, protocol
+    urllib3.exceptions.ProxySchemeUnsupported: WriteError,
+    http.client.HTTPException: WriteError,  # IncompleteRead and kin
+    OSError: WriteError,
+}
+_CAUGHT = tuple(ERRORS)
+
+
+def translate(exc: BaseException, target: str) -> WriteError:
+    """One client exception -> `WriteError` (status, Retry-After) or `WriteTimeoutError`."""
+    if isinstance(exc, ApiException) and exc.status:
+        return WriteError(
+            f"{target}: HTTP {exc.status} {_reason(exc)}",
+            status=int(exc.status),
+            retry_after=parse_retry_after(_header(exc, "Retry-After")),
+        )
+    kind = next((ours for cls, ours in ERRORS.items() if isinstance(exc, cls)), WriteError)
+    # the client wraps TLS and connection failures as ApiException with status 0
+    text = _reason(exc) if isinstance(exc, ApiException) else str(exc) or type(exc).__name__
+    if kind is WriteTimeoutError:
+        return WriteTimeoutError(f"{target}: no answer in time: {text}")
+    return kind(f"{target}: cannot reach the server: {text}")
 
 
 class InfluxV2Writer:
@@ -43,9 +77,9 @@ class InfluxV2Writer:
         if not influx.verify_tls:
             # the operator chose this; say it once here rather than urllib3 on every request
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-            log.warning("%s: TLS certificate verification is off (verify_tls: false)", influx.url)
+            log.warning("%s: TLS certificate verification is off (verify_tls: false)", redact_url(influx.url))
         self._api = self._client.write_api(write_options=SYNCHRONOUS)
-        self.target = f"{influx.url} org {self.org} bucket {self.bucket}"
+        self.target = f"{redact_url(influx.url)} org {self.org} bucket {self.bucket}"
 
     def write(self, body: bytes) -> None:
         try:
@@ -55,16 +89,8 @@ class InfluxV2Writer:
                 record=body,
                 write_precision=cast(WritePrecision, WritePrecision.NS),
             )
-        except ApiException as exc:
-            if not exc.status:  # the client wraps TLS and connection failures as status 0
-                raise WriteError(f"{self.target}: cannot reach the server: {_reason(exc)}") from exc
-            raise WriteError(
-                f"{self.target}: HTTP {exc.status} {_reason(exc)}",
-                status=int(exc.status) if exc.status else None,
-                retry_after=parse_retry_after(_header(exc, "Retry-After")),
-            ) from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise WriteError(f"{self.target}: cannot reach the server: {exc}") from exc
+        except _CAUGHT as exc:
+            raise translate(exc, self.target) from exc
 
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]

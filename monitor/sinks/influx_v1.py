@@ -13,8 +13,8 @@ import logging
 import ssl
 import urllib.parse
 
-from monitor.config import Influx
-from monitor.errors import WriteError
+from monitor.config import Influx, redact_url
+from monitor.errors import WriteError, WriteTimeoutError
 from monitor.sinks.writer import parse_retry_after
 
 log = logging.getLogger(__name__)
@@ -45,9 +45,11 @@ class InfluxV1Writer:
             if not influx.verify_tls:
                 self._context.check_hostname = False
                 self._context.verify_mode = ssl.CERT_NONE
-                log.warning("%s: TLS certificate verification is off (verify_tls: false)", influx.url)
+                log.warning(
+                    "%s: TLS certificate verification is off (verify_tls: false)", redact_url(influx.url)
+                )
         self._conn: http.client.HTTPConnection | None = None
-        self.target = f"{influx.url} database {influx.database}" + (
+        self.target = f"{redact_url(influx.url)} database {influx.database}" + (
             f" rp {influx.retention_policy}" if influx.retention_policy else ""
         )
 
@@ -67,6 +69,9 @@ class InfluxV1Writer:
             conn.request("POST", self._path, body=body, headers=self._headers)
             resp = conn.getresponse()
             text = resp.read()
+        except TimeoutError as exc:  # socket.timeout: no answer within influx.timeout
+            self.close()
+            raise WriteTimeoutError(f"{self.target}: no answer in time: {exc}") from exc
         except (OSError, http.client.HTTPException) as exc:
             self.close()
             raise WriteError(f"{self.target}: cannot reach the server: {exc}") from exc

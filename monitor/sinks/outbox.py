@@ -30,6 +30,7 @@ from typing import Literal
 from monitor.errors import OutboxError
 from monitor.model import Clock, Condition, ConditionState, Rule, WallClock
 from monitor.sinks.batch import Batch, DeadLetter, OutboxStats, Piece, Rejected
+from monitor.sqlite import Schema, connect, translate
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 INSERT OR IGNORE INTO meta VALUES (1, 1, 0, 0, 0, 0, 0);
 """
+SCHEMA = Schema("outbox", (_SCHEMA,))  # add a migration to change a table; never edit one
 
 
 class Outbox:
@@ -90,14 +92,8 @@ class Outbox:
         self.clock: Clock = clock or WallClock()
         self.on_condition = on_condition
         self.synchronous = synchronous
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
-            self._db.executescript(_SCHEMA)
-        except (OSError, sqlite3.Error) as exc:
-            raise OutboxError(f"cannot open outbox {self.path}: {exc}") from exc
+        self._db = connect(self.path, SCHEMA, synchronous="FULL" if synchronous == "full" else "NORMAL",
+                           error=OutboxError)  # fmt: skip
 
     def close(self) -> None:
         self._db.close()
@@ -337,7 +333,10 @@ class Outbox:
 
     @property
     def pending(self) -> int:
-        return int(self._db.execute("SELECT pending_rows FROM meta").fetchone()[0])
+        try:
+            return int(self._db.execute("SELECT pending_rows FROM meta").fetchone()[0])
+        except sqlite3.Error as exc:
+            raise translate(exc, f"outbox {self.path}", OutboxError) from exc
 
     def pending_lines(self, limit: int = 1000) -> list[str]:
         """The oldest pending points as text (for diagnostics and tests)."""
@@ -345,10 +344,13 @@ class Outbox:
         return [] if batch is None else [x.decode(errors="replace") for x in batch.lines]
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
-        rows = self._db.execute(
-            "SELECT id, queued, failed, status, reason, line FROM dead_letter ORDER BY id DESC LIMIT ?",
-            (limit,),
-        ).fetchall()
+        try:
+            rows = self._db.execute(
+                "SELECT id, queued, failed, status, reason, line FROM dead_letter ORDER BY id DESC LIMIT ?",
+                (limit,),
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise translate(exc, f"outbox {self.path}", OutboxError) from exc
         return [
             DeadLetter(r[0], r[1], r[2], r[3], r[4], bytes(r[5]).decode(errors="replace"))
             for r in reversed(rows)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from monitor.errors import SinkError
 from monitor.model import Quality, Sample
+from monitor.sqlite import Schema, connect, translate
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sensor (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
@@ -27,6 +28,7 @@ CREATE TABLE IF NOT EXISTS sample (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS sample_time ON sample (t);
 """
+SCHEMA = Schema("series store", (_SCHEMA,))  # add a migration to change a table; never edit one
 
 PRUNE_EVERY = 3600.0  # seconds of event time between retention sweeps
 
@@ -37,16 +39,13 @@ class SeriesStore:
     def __init__(self, path: Path, retention: float = 30 * 86400.0) -> None:
         self.path = Path(path)
         self.retention = retention
+        self._db = connect(self.path, SCHEMA, synchronous="NORMAL", error=SinkError)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
             self._ids: dict[str, int] = dict(self._db.execute("SELECT name, id FROM sensor").fetchall())
             newest = self._db.execute("SELECT MAX(t) FROM sample").fetchone()[0]
-        except (OSError, sqlite3.Error) as exc:
-            raise SinkError(f"cannot open series store {self.path}: {exc}") from exc
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise translate(exc, f"series store {self.path}", SinkError) from exc
         self._newest: float | None = newest
         self._pruned_at: float = newest if newest is not None else float("-inf")
 
@@ -145,10 +144,13 @@ class SeriesStore:
         """The newest sample of every sensor."""
         out: dict[str, Sample] = {}
         nan = float("nan")
-        for name, sid in self._ids.items():
-            row = self._db.execute(
-                "SELECT t, value, quality FROM sample WHERE sensor = ? ORDER BY t DESC LIMIT 1", (sid,)
-            ).fetchone()
-            if row is not None:
-                out[name] = Sample(name, row[0], nan if row[1] is None else row[1], Quality(row[2]))
+        try:
+            for name, sid in self._ids.items():
+                row = self._db.execute(
+                    "SELECT t, value, quality FROM sample WHERE sensor = ? ORDER BY t DESC LIMIT 1", (sid,)
+                ).fetchone()
+                if row is not None:
+                    out[name] = Sample(name, row[0], nan if row[1] is None else row[1], Quality(row[2]))
+        except sqlite3.Error as exc:
+            raise translate(exc, f"series store {self.path}", SinkError) from exc
         return out

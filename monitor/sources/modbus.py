@@ -26,10 +26,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pymodbus.client import AsyncModbusSerialClient, AsyncModbusTcpClient
-from pymodbus.exceptions import ModbusException
+from pymodbus.exceptions import (
+    ConnectionException,
+    MessageRegisterException,
+    ModbusException,
+    ModbusIOException,
+    NoSuchIdException,
+    NotImplementedException,
+    ParameterException,
+)
 
 from monitor.config.sources import ModbusDevice
-from monitor.errors import ModbusError
+from monitor.errors import MalformedResponseError, ModbusError, ModbusTimeoutError
 from monitor.model import Clock, Condition, Emit, Quality, Sample, WallClock
 from monitor.sources.modbus_decode import decode_value
 from monitor.sources.modbus_device import (
@@ -37,12 +45,39 @@ from monitor.sources.modbus_device import (
     EXCEPTION_NAMES,
     DeviceState,
     comm_state,
+    malformed_state,
     samples,
 )
 from monitor.sources.modbus_health import DeviceHealth
 from monitor.sources.modbus_plan import ReadPlan, Request, plan_device, split
 
 log = logging.getLogger(__name__)
+
+# The error map: every pymodbus exception (a test checks none is missing), most specific
+# first. pymodbus' own response timeout is set longer than ours (`TIMEOUT_SLACK`), so a
+# timeout is always our `asyncio.timeout` firing (ModbusTimeoutError), and what pymodbus
+# raises about a response means the answer did not fit the request.
+ERRORS: dict[type[Exception], type[ModbusError]] = {
+    ConnectionException: ModbusError,  # connection refused or lost: the device is away
+    ModbusIOException: MalformedResponseError,  # a reply for another unit or transaction
+    NoSuchIdException: MalformedResponseError,
+    NotImplementedException: MalformedResponseError,  # a reply pymodbus cannot decode
+    ParameterException: MalformedResponseError,  # a decoded value out of range
+    MessageRegisterException: ModbusError,  # our misuse of pymodbus, not the device
+    ModbusException: MalformedResponseError,  # e.g. "Unknown response": a reply of the wrong kind
+}
+FUNCTION_CODES = {"coil": 1, "discrete": 2, "holding": 3, "input": 4}  # the only ones ever sent
+TIMEOUT_SLACK = 1.0  # seconds pymodbus waits beyond our own cut
+
+
+def translate(exc: Exception, where: str) -> ModbusError:
+    """One pymodbus (or socket) exception -> ours, naming the endpoint."""
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
+        return ModbusTimeoutError(f"{where}: timeout")
+    for cls, ours in ERRORS.items():
+        if isinstance(exc, cls):
+            return ours(f"{where}: {exc}")
+    return ModbusError(f"{where}: {type(exc).__name__}: {exc}")  # OSError and kin: the link
 
 
 def endpoint(device: ModbusDevice) -> str:
@@ -62,9 +97,9 @@ class Hub:
         timeout: float | None = None,
     ) -> None:
         self.key = endpoint(device)
-        # pymodbus' own response timeout: the longest of the devices sharing this endpoint;
-        # each read is cut at its own device's timeout by `read`.
-        self._timeout = timeout or device.timeout
+        # pymodbus' own response timeout: longer than the longest of the devices sharing this
+        # endpoint, so `read` always cuts first, at the device's own timeout (a typed timeout).
+        self._timeout = (timeout or device.timeout) + TIMEOUT_SLACK
         self.lock = asyncio.Lock()
         self._template = device
         self._client: Any = None
@@ -151,22 +186,30 @@ class Hub:
                 response = await call(request.address, count=request.count, device_id=device_id)
         except TimeoutError:
             self.close()
-            raise ModbusError(f"{self.key}: timeout after {timeout:g}s") from None
-        except ModbusException as exc:
-            self.close()  # pymodbus' own timeout or a broken frame: start clean
-            text = "timeout" if "No response" in str(exc) else str(exc)
-            raise ModbusError(f"{self.key}: {text}") from exc
+            raise ModbusTimeoutError(f"{self.key}: timeout after {timeout:g}s") from None
+        except (ModbusException, OSError) as exc:
+            self.close()  # a broken or mismatched frame, a lost link: start clean
+            raise translate(exc, self.key) from exc
         if response.isError():
             code = int(getattr(response, "exception_code", 0) or 0)
             name = EXCEPTION_NAMES.get(code, "unknown")
             raise ModbusError(f"{self.key}: exception {code} ({name})", exception_code=code)
+        answered = getattr(response, "function_code", None)
+        if answered != FUNCTION_CODES[request.kind]:
+            raise MalformedResponseError(
+                f"{self.key}: asked with FC{FUNCTION_CODES[request.kind]}, answered FC{answered}"
+            )
         if request.kind in ("coil", "discrete"):
-            return [int(bool(b)) for b in response.bits[: request.count]]
-        words = [int(w) for w in response.registers]
-        if len(words) != request.count:
-            self.close()
-            raise ModbusError(f"{self.key}: asked for {request.count} registers, got {len(words)}")
-        return words
+            bits = getattr(response, "bits", None)
+            if not isinstance(bits, list) or len(bits) < request.count:
+                got = len(bits) if isinstance(bits, list) else type(response).__name__
+                raise MalformedResponseError(f"{self.key}: asked for {request.count} bit(s), got {got}")
+            return [int(bool(b)) for b in bits[: request.count]]
+        registers = getattr(response, "registers", None)
+        if not isinstance(registers, list) or len(registers) != request.count:
+            got = len(registers) if isinstance(registers, list) else type(response).__name__
+            raise MalformedResponseError(f"{self.key}: asked for {request.count} register(s), got {got}")
+        return [int(w) for w in registers]
 
 
 class ModbusPoller:
@@ -266,9 +309,7 @@ class ModbusPoller:
                     await asyncio.sleep(dev.pause)
                 got = await self._read(st, request)
                 results.extend(got)
-                silent = next(
-                    (x for _, x in got if isinstance(x, ModbusError) and x.exception_code is None), None
-                )
+                silent = next((x for _, x in got if isinstance(x, ModbusError) and _silent(x)), None)
             if dev.close_after_cycle:
                 st.hub.close()
         st.requests = [r for r, _ in results]
@@ -278,6 +319,7 @@ class ModbusPoller:
         items: list[Sample | Condition] = []
         answered = False
         comm_error: ModbusError | None = None
+        malformed_state(st, results)
         for request, result in results:
             if isinstance(result, ModbusError) and (
                 result.exception_code is None or result.exception_code in COMM_CODES
@@ -301,8 +343,10 @@ class ModbusPoller:
                 words = await st.hub.read(dev.device_id, request, dev.timeout)
             except ModbusError as exc:
                 st.health.errors += 1
-                if "timeout" in str(exc):
+                if isinstance(exc, ModbusTimeoutError):
                     st.health.timeouts += 1
+                elif isinstance(exc, MalformedResponseError):
+                    st.health.malformed += 1
                 if exc.exception_code == 6 and attempt < dev.busy_retries:
                     await asyncio.sleep(dev.busy_pause)
                     continue
@@ -319,4 +363,19 @@ class ModbusPoller:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-__all__ = ["DeviceHealth", "DeviceState", "Hub", "ModbusPoller", "decode_value", "endpoint"]
+def _silent(error: ModbusError) -> bool:
+    """No answer at all (timeout, link down): the rest of the cycle would not be answered either.
+    A malformed answer is an answer: the device's other requests go on."""
+    return error.exception_code is None and not isinstance(error, MalformedResponseError)
+
+
+__all__ = [
+    "ERRORS",
+    "DeviceHealth",
+    "DeviceState",
+    "Hub",
+    "ModbusPoller",
+    "decode_value",
+    "endpoint",
+    "translate",
+]

@@ -12,7 +12,7 @@ import math
 from typing import TYPE_CHECKING
 
 from monitor.config.sources import ModbusDevice
-from monitor.errors import DecodeError, ModbusError
+from monitor.errors import DecodeError, MalformedResponseError, ModbusError
 from monitor.model import Condition, ConditionState, Quality, Rule, Sample
 from monitor.sources.modbus_decode import compile_decoder, is_believable
 from monitor.sources.modbus_health import DeviceHealth, Episodes
@@ -127,6 +127,22 @@ def comm_state(
     return []
 
 
+def malformed_state(st: DeviceState, results: list[tuple[Request, list[int] | ModbusError]]) -> None:
+    """Requests whose answer did not fit: logged once per episode, listed in the comm state.
+    Only their fields go COMM_FAILURE; the device's other requests are read as usual."""
+    invalid = []
+    for request, result in results:
+        key = f"answer {request.describe()}"
+        if isinstance(result, MalformedResponseError):
+            invalid.append(request.describe())
+            st.episodes.fail(
+                key, f"malformed answer to {request.describe()}: {result}; only its fields are lost"
+            )
+        elif not isinstance(result, ModbusError) and key in st.episodes:
+            st.episodes.ok(key, f"{request.describe()} answered properly again")
+    st.health.invalid_requests = tuple(invalid)
+
+
 def _conditions(st: DeviceState, state: ConditionState, now: float, why: str) -> list[Condition]:
     """One comm-loss condition per sensor the device feeds."""
     message = f"modbus device {st.device.name} ({st.hub.key} unit {st.device.device_id}): {why}"
@@ -146,4 +162,4 @@ def _conditions(st: DeviceState, state: ConditionState, now: float, why: str) ->
     ]
 
 
-__all__ = ["COMM_CODES", "EXCEPTION_NAMES", "DeviceState", "comm_state", "samples"]
+__all__ = ["COMM_CODES", "EXCEPTION_NAMES", "DeviceState", "comm_state", "malformed_state", "samples"]

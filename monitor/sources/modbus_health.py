@@ -25,6 +25,8 @@ class DeviceHealth:
     cycles: int = 0
     failed_in_row: int = 0  # poll cycles without any answer, in a row
     bad_fields: int = 0  # episodes of a field at an address the device refuses
+    malformed: int = 0  # answers that did not fit their request (short, mismatched, undecodable)
+    invalid_requests: tuple[str, ...] = ()  # requests whose last answer was unusable: the comm state
     last_poll: float | None = None  # event time of the last cycle the device answered
     last_latency: float | None = None  # seconds, last successful request
     last_cycle: float | None = None  # seconds, last whole poll cycle

@@ -28,10 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import paho.mqtt.client as paho
+from paho.mqtt.client import WebsocketConnectionError
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
+from paho.mqtt.exception import MQTTException
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
+from paho.mqtt.subscribeoptions import MQTTException as SubscribeOptionsError
 
 from monitor.config.sources import Mqtt
 from monitor.errors import SourceError
@@ -43,8 +46,91 @@ Handler = Callable[[str, bytes], None]
 """Called on paho's thread with (topic, payload) for each message on a subscription."""
 
 MAX_ROUTES = 10_000
+
+# The error map: every exception paho defines or lets through from our calls (a test checks
+# paho's own classes are covered), most specific first -> the cause in words. Each becomes a
+# SourceError naming the broker; the password is never part of it.
+ERRORS: dict[type[BaseException], str] = {
+    WebsocketConnectionError: "websocket handshake failed",
+    MQTTException: "MQTT protocol error",  # and MalformedPacket
+    SubscribeOptionsError: "invalid subscription options",  # a class of its own in paho 2
+    ssl.SSLError: "TLS error",
+    OSError: "network error",
+    ValueError: "invalid argument",
+    RuntimeError: "not possible in this state",
+}
+CAUGHT = tuple(ERRORS)
+
+
+def translate(exc: BaseException, what: str) -> SourceError:
+    cause = next((text for cls, text in ERRORS.items() if isinstance(exc, cls)), "error")
+    return SourceError(f"{what}: {cause}: {exc}" if str(exc) else f"{what}: {cause}")
+
+
 ONLINE = b"online"
 OFFLINE = b"offline"
+
+
+TOPIC_ROOM = 4096  # bytes of topic, properties and header a packet may add to max_payload
+
+
+def max_packet(max_payload: int) -> int:
+    """The largest packet read at all: twice max_payload, so a payload a little over the
+    limit still arrives and is counted and logged as a bad payload on its topic, while
+    a huge one is refused by size before it is read (by the broker on MQTT 5)."""
+    return 2 * max_payload + TOPIC_ROOM
+
+
+_HEAD = 2 + 65535 + 2  # a PUBLISH's topic length, longest topic and packet id
+_CHUNK = 65536
+_PUBLISH = 0x30
+
+
+class GuardedClient(paho.Client):
+    """paho reads a whole packet into memory before any callback sees it, so a 200 MB
+    payload cost 200 MB (and more) before `max_payload` could refuse it. MQTT 5 asks the
+    broker not to send such packets at all (Maximum Packet Size in CONNECT); this guard
+    covers 3.1.1 and a broker that ignores the limit: a packet over `max_packet` is read
+    in 64 KB chunks and thrown away as it arrives, keeping only its topic and packet id,
+    then acknowledged (so the broker does not send it again) and reported to `on_oversized`.
+
+    It overrides two private paho methods (`_sock_recv`, `_packet_handle`);
+    tests/test_mqtt_guard.py proves it against a real Mosquitto on each paho upgrade.
+    """
+
+    max_packet: int = 1 << 20
+    on_oversized: Callable[[str, int], None] | None = None
+
+    _skipping = 0  # remaining length of the packet being thrown away; 0 when none
+
+    def _sock_recv(self, bufsize: int) -> bytes:
+        packet = self._in_packet
+        if packet["have_remaining"] and packet["remaining_length"] > self.max_packet:
+            self._skipping = int(packet["remaining_length"])
+            kept = packet["packet"]
+            if len(kept) > _HEAD:
+                del kept[_HEAD:]
+            bufsize = min(bufsize, _CHUNK)
+        return super()._sock_recv(bufsize)
+
+    def _packet_handle(self) -> MQTTErrorCode:
+        size, self._skipping = self._skipping, 0
+        if not size:
+            return super()._packet_handle()
+        command = int(self._in_packet["command"])
+        if command & 0xF0 != _PUBLISH:
+            return MQTTErrorCode.MQTT_ERR_PROTOCOL  # an oversized non-PUBLISH: drop the link
+        head = bytes(self._in_packet["packet"])
+        length = int.from_bytes(head[:2], "big")
+        topic = head[2 : 2 + length].decode("utf-8", "replace")
+        qos = (command & 0x06) >> 1
+        if qos and len(head) >= 4 + length:
+            mid = int.from_bytes(head[2 + length : 4 + length], "big")
+            # Acknowledge: refused for good, so the broker must not send it again.
+            (self._send_puback if qos == 1 else self._send_pubrec)(mid)
+        if self.on_oversized is not None:
+            self.on_oversized(topic, size)
+        return MQTTErrorCode.MQTT_ERR_SUCCESS
 
 
 class MqttLink:
@@ -78,6 +164,10 @@ class MqttLink:
         self._down_since: float | None = None
         self._pending_subs: dict[int, str] = {}
         self._routes: dict[str, tuple[Handler, ...]] = {}  # topic -> handlers, filled as topics arrive
+        self.max_packet = max_packet(config.max_payload)
+        self.oversized = 0  # packets refused by size before they were read into memory
+        self.handler_errors = 0  # messages a handler failed on
+        self._handler_failing: set[str] = set()  # topics whose handler failure was logged
         self._client = self._make_client(reconnect_min, reconnect_max)
 
     def __repr__(self) -> str:
@@ -117,8 +207,8 @@ class MqttLink:
         away and go out after the reconnect; QoS 0 ones are dropped then."""
         try:
             info = self._client.publish(topic, payload, qos=qos, retain=retain)
-        except ValueError as exc:
-            raise SourceError(f"cannot publish to {topic!r} on {self.where}: {exc}") from exc
+        except CAUGHT as exc:
+            raise translate(exc, f"cannot publish to {topic!r} on {self.where}") from exc
         if info.rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
             raise SourceError(f"cannot publish to {topic!r} on {self.where}: {paho.error_string(info.rc)}")
 
@@ -129,13 +219,14 @@ class MqttLink:
         if cfg.protocol == "5":
             properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
             properties.SessionExpiryInterval = int(cfg.session_expiry)
+            properties.MaximumPacketSize = self.max_packet  # the broker must not send more
         try:
             self._client.connect_async(
                 cfg.host, cfg.port, keepalive=max(1, round(cfg.keepalive)), clean_start=False,
                 properties=properties,
             )  # fmt: skip
-        except (OSError, ValueError) as exc:
-            raise SourceError(f"cannot connect to MQTT broker {self.where}: {exc}") from exc
+        except CAUGHT as exc:
+            raise translate(exc, f"cannot connect to MQTT broker {self.where}") from exc
         self._client.loop_start()
 
     def wait_connected(self, timeout: float = 10.0) -> None:
@@ -160,8 +251,9 @@ class MqttLink:
             info = self._client.publish(self.status_topic, OFFLINE, qos=1, retain=True)
             try:
                 info.wait_for_publish(timeout)
-            except (RuntimeError, ValueError):
-                log.warning("MQTT %s: offline status not confirmed before disconnect", self.where)
+            except CAUGHT as exc:
+                log.warning("MQTT %s: offline status not confirmed before disconnect (%s)", self.where,
+                            translate(exc, "publish"))  # fmt: skip
         self._client.disconnect()
         self._client.loop_stop()
         self._connected = False
@@ -171,12 +263,14 @@ class MqttLink:
     def _make_client(self, reconnect_min: int, reconnect_max: int) -> paho.Client:
         cfg = self.config
         v5 = cfg.protocol == "5"
-        client = paho.Client(
+        client = GuardedClient(
             CallbackAPIVersion.VERSION2,
             client_id=self.client_id,
             protocol=MQTTProtocolVersion.MQTTv5 if v5 else MQTTProtocolVersion.MQTTv311,
             clean_session=None if v5 else False,
         )
+        client.max_packet = self.max_packet
+        client.on_oversized = self._on_oversized
         client.suppress_exceptions = True  # a bug in a handler must not end the network thread
         client.max_queued_messages_set(0)
         client.reconnect_delay_set(reconnect_min, reconnect_max)
@@ -214,8 +308,27 @@ class MqttLink:
         for handler in handlers:
             try:
                 handler(topic, payload)
-            except Exception:  # a handler bug must not kill paho's thread or lose the rest
-                log.exception("MQTT %s: handler failed on topic %r", self.where, topic)
+            except Exception as exc:  # a handler bug must not kill paho's thread or lose the rest
+                self._handler_failed(topic, exc)
+
+    def _handler_failed(self, topic: str, exc: Exception) -> None:
+        """Counted always; a traceback once per topic, not once per message."""
+        self.handler_errors += 1
+        if topic in self._handler_failing or len(self._handler_failing) >= MAX_ROUTES:
+            log.debug("MQTT %s: handler failed on topic %r again: %r", self.where, topic, exc)
+            return
+        self._handler_failing.add(topic)
+        log.error("MQTT %s: handler failed on topic %r (logged once per topic)", self.where, topic,
+                  exc_info=exc)  # fmt: skip
+
+    def _on_oversized(self, topic: str, size: int) -> None:
+        """paho's thread: a packet over the size limit was thrown away unread."""
+        self.oversized += 1
+        if self.oversized == 1 or self.oversized % 1000 == 0:
+            log.warning(
+                "MQTT %s: refused a %d-byte message on %r unread (over max_payload %d); %d so far",
+                self.where, size, topic, self.config.max_payload, self.oversized,
+            )  # fmt: skip
 
     def _on_connect(
         self, client: paho.Client, _userdata: Any, flags: Any, reason: ReasonCode, _props: Any
@@ -303,8 +416,8 @@ def _set_tls(client: paho.Client, cfg: Mqtt, where: str) -> None:
             keyfile=str(tls.key_file) if tls.key_file else None,
             cert_reqs=ssl.CERT_REQUIRED if tls.verify else ssl.CERT_NONE,
         )
-    except (OSError, ValueError) as exc:
-        raise SourceError(f"MQTT TLS setup for {where} failed: {exc}") from exc
+    except CAUGHT as exc:
+        raise translate(exc, f"MQTT TLS setup for {where} failed") from exc
     client.tls_insecure_set(not tls.verify)
 
 

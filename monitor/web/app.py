@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
@@ -25,6 +26,7 @@ from monitor.config import Console
 from monitor.errors import AlarmError, StateError
 from monitor.model import Rule, iso
 from monitor.web.events import Hub
+from monitor.web.guard import Guard
 from monitor.web.meters import add_meter_routes
 from monitor.web.models import (
     AckRequest,
@@ -63,8 +65,17 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
         docs_url=None,  # Swagger UI and ReDoc load from a CDN; the gateway has no internet
         redoc_url=None,
     )
-    hub = Hub()
+    hub = Hub(limit=console.max_live_clients)
     app.state.hub = hub
+    # Host, token and body size before any route; the callout's acknowledge link is its own
+    # credential and arrives with the host of `notify.link_base`.
+    link_base = getattr(getattr(getattr(view, "config", None), "notify", None), "link_base", None)
+    app.add_middleware(
+        Guard,
+        console=console,
+        extra_hosts=(urlsplit(link_base).netloc,) if link_base else (),
+        open_writes=("/callout/ack/",),
+    )
     view.alarms.listen(hub.on_transition)
     token = console.token
 
@@ -201,18 +212,25 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
     async def health() -> object:
         return _health(view, hub)
 
-    def snapshot() -> object:
+    def snapshot() -> dict[str, Any]:
         return {
             "time": iso(view.now()),
             "sensors": [_reading(r) for r in view.sensors()],
             "health": _health(view, hub),
         }
 
-    @app.get("/api/events", include_in_schema=False)
-    async def events() -> StreamingResponse:
-        """text/event-stream: `alarm` on each transition, `sensors` every few seconds."""
+    @app.get("/api/events", include_in_schema=False, response_model=None)
+    async def events() -> StreamingResponse | JSONResponse:
+        """text/event-stream: `alarm` on each transition, `sensors` once, then `changes`."""
+        queue = hub.open()
+        if queue is None:
+            return JSONResponse(
+                {"detail": f"too many live-update clients (limit {hub.limit}); try again later"},
+                status_code=503,
+                headers={"Retry-After": "30"},
+            )
         return StreamingResponse(
-            hub.stream(snapshot, refresh),
+            hub.stream(queue, snapshot, refresh),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )

@@ -1,11 +1,13 @@
-"""Server-sent events: alarm transitions at once, sensor readings every few seconds."""
+"""Server-sent events: alarm transitions at once, changed sensor readings every few seconds."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from monitor.alarms import Entry
 from monitor.model import Alarm
@@ -22,11 +24,20 @@ def frame(event: str, data: object) -> str:
 
 
 class Hub:
-    """Fans alarm transitions out to every open console; a client that cannot keep up is dropped."""
+    """Fans alarm transitions out to every open console; a client that cannot keep up is dropped.
 
-    def __init__(self) -> None:
+    At most `limit` streams are open at once (the route answers 503 past it), and after
+    the first full `sensors` snapshot a client gets only `changes`: the sensors whose
+    reading changed and the health block when it changed. The snapshot itself is taken
+    once per refresh for all clients, not once per client.
+    """
+
+    def __init__(self, limit: int = 16) -> None:
         self._clients: set[asyncio.Queue[str]] = set()
         self.closed = False
+        self.limit = limit
+        self.refused = 0  # streams refused at the limit
+        self._snap: tuple[float, dict[str, Any]] | None = None
 
     @property
     def clients(self) -> int:
@@ -53,20 +64,52 @@ class Hub:
             queue.put_nowait(_CLOSE)
         self._clients.clear()
 
-    async def stream(self, snapshot: Callable[[], object], every: float) -> AsyncIterator[str]:
-        """One client's stream: a snapshot now and every `every` seconds, alarms as they happen."""
+    def open(self) -> asyncio.Queue[str] | None:
+        """Take a place for a new stream; None when `limit` streams are open already."""
+        if len(self._clients) >= self.limit:
+            self.refused += 1
+            if self.refused == 1 or self.refused % 100 == 0:
+                log.warning(
+                    "console: live-update stream refused at the limit of %d (%d so far)",
+                    self.limit,
+                    self.refused,
+                )
+            return None
         queue: asyncio.Queue[str] = asyncio.Queue(_CLIENT_QUEUE)
-        if self.closed:
-            return
         self._clients.add(queue)
+        return queue
+
+    def _shared(self, snapshot: Callable[[], dict[str, Any]], every: float) -> dict[str, Any]:
+        """One snapshot per refresh period, shared by every client."""
+        now = time.monotonic()
+        if self._snap is None or now - self._snap[0] >= every / 2:
+            self._snap = (now, snapshot())
+        return self._snap[1]
+
+    async def stream(
+        self, queue: asyncio.Queue[str], snapshot: Callable[[], dict[str, Any]], every: float
+    ) -> AsyncIterator[str]:
+        """One client's stream: a snapshot now, changes every `every` seconds, alarms as they happen."""
+        if self.closed:
+            self._clients.discard(queue)
+            return
         try:
             yield "retry: 2000\n\n"
-            yield frame("sensors", snapshot())
+            first = self._shared(snapshot, every)
+            yield frame("sensors", first)
+            sent = {str(s["id"]): s for s in first.get("sensors", [])}
+            health = first.get("health")
             while True:
                 try:
                     text = await asyncio.wait_for(queue.get(), timeout=every)
                 except TimeoutError:
-                    yield frame("sensors", snapshot())
+                    snap = self._shared(snapshot, every)
+                    changed = [s for s in snap.get("sensors", []) if sent.get(str(s["id"])) != s]
+                    sent.update((str(s["id"]), s) for s in changed)
+                    delta: dict[str, Any] = {"time": snap.get("time"), "sensors": changed}
+                    if snap.get("health") != health:
+                        health = delta["health"] = snap.get("health")
+                    yield frame("changes", delta)
                     continue
                 if text == _CLOSE:
                     return

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import uvicorn
+from uvicorn.importer import ImportFromStringError
 
 from monitor.config import Console
 from monitor.errors import MonitorError
@@ -18,6 +19,20 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
 log = logging.getLogger(__name__)
+
+# The error map: what `uvicorn.Server.serve` can let through (a test checks uvicorn's own
+# exception classes are covered). uvicorn logs why it cannot listen, then exits.
+ERRORS: dict[type[BaseException], str] = {
+    SystemExit: "the console cannot listen on {where} (see the error above)",
+    OSError: "the console cannot listen on {where}: {exc}",
+    ImportFromStringError: "the console app could not be loaded: {exc}",
+}
+CAUGHT = tuple(ERRORS)
+
+
+def translate(exc: BaseException, where: str) -> MonitorError:
+    text = next(t for cls, t in ERRORS.items() if isinstance(exc, cls))
+    return MonitorError(text.format(where=where, exc=exc))
 
 
 class _Server(uvicorn.Server):
@@ -72,9 +87,8 @@ class ConsoleServer:
             log.info("console has no token: acknowledge and shelve are disabled")
         try:
             await self._server.serve()
-        except SystemExit:  # uvicorn exits when it cannot listen, after logging why
-            where = f"{self.console.host}:{self.console.port}"
-            self.failed = MonitorError(f"the console cannot listen on {where} (see the error above)")
+        except CAUGHT as exc:
+            self.failed = translate(exc, f"{self.console.host}:{self.console.port}")
             raise self.failed from None
 
     def stop(self) -> None:

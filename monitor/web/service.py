@@ -80,6 +80,11 @@ class StationCollector(Collector):
         errors = CounterMetricFamily(
             "station_monitor_modbus_errors", "Modbus requests failed", labels=["station", "device"]
         )
+        malformed = CounterMetricFamily(
+            "station_monitor_modbus_malformed",
+            "Modbus answers that did not fit their request",
+            labels=["station", "device"],
+        )
         latency = GaugeMetricFamily(
             "station_monitor_modbus_latency_seconds", "Last request round trip", labels=["station", "device"]
         )
@@ -97,12 +102,13 @@ class StationCollector(Collector):
             if src["source"] == "modbus":
                 requests.add_metric([station, src["name"]], src["requests"])
                 errors.add_metric([station, src["name"]], src["errors"])
+                malformed.add_metric([station, src["name"]], src.get("malformed", 0))
                 if src.get("latency_ms") is not None:
                     latency.add_metric([station, src["name"]], src["latency_ms"] / 1000.0)
             else:
                 mqtt_msgs.add_metric([station], src.get("received", 0))
                 mqtt_bad.add_metric([station], src.get("bad_payloads", 0))
-        yield from (requests, errors, latency, connected, mqtt_msgs, mqtt_bad)
+        yield from (requests, errors, malformed, latency, connected, mqtt_msgs, mqtt_bad)
         outbox = h.get("outbox", {})
         if outbox.get("configured"):
             for name, key, doc in (
@@ -151,3 +157,11 @@ class StationCollector(Collector):
         for sensor in engine.get("slug_not_judged", []):
             not_judged.add_metric([station, sensor], 1)
         yield not_judged
+        listeners = CounterMetricFamily(
+            "station_monitor_alarm_listener_failures",
+            "Alarm transitions a listener (console, MQTT, notification, InfluxDB) failed on",
+            labels=["station", "listener"],
+        )
+        for name, count in h.get("alarm_listener_failures", {}).items():
+            listeners.add_metric([station, name], count)
+        yield listeners

@@ -288,6 +288,18 @@ function connect() {
     renderHealth(snap.health);
     if (first) refreshSeries();
   });
+  // after the first snapshot the daemon sends only what changed
+  es.addEventListener("changes", (ev) => {
+    const delta = JSON.parse(ev.data);
+    for (const s of delta.sensors) {
+      const i = sensors.findIndex((x) => x.id === s.id);
+      if (i >= 0) sensors[i] = s; else sensors.push(s);
+    }
+    clockSkew = Date.now() - new Date(delta.time).getTime();
+    $("#clock").textContent = fmtTime(delta.time);
+    if (delta.sensors.length) renderSensors();
+    if (delta.health) renderHealth(delta.health);
+  });
 }
 
 async function start() {
