@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import paho.mqtt.client as paho
@@ -160,8 +160,10 @@ def station_monitor(port: int, n: int) -> tuple[float, int, int]:
         nonlocal count, first, last
         done = asyncio.Event()
 
-        def emit(items: Sequence[Sample | Condition]) -> None:
+        def emit(items: Sequence[Sample | Condition], ack: Callable[[], None] | None = None) -> None:
             nonlocal count, first, last
+            if ack is not None:
+                ack()
             if count == 0:
                 first = time.perf_counter()
             for item in items:

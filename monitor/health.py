@@ -1,58 +1,164 @@
-"""The daemon's health as JSON-able data: the console's gateway panel, /readyz and /metrics
-read it, so each figure is gathered in one place."""
+"""The daemon's health as a typed snapshot: the console's gateway panel, /readyz and
+/metrics read it, so each figure is gathered in one place.
+
+`gather` takes the parts (sources, sink, engine, pipeline), not the daemon, so this
+module sits below `daemon.py`; `Health.to_json()` is the JSON the console serves.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
+from monitor.engine import Engine
 from monitor.model import iso
+from monitor.pipeline import PipelineStats
+from monitor.sinks.pipeline import SampleSink
+from monitor.sources.modbus import ModbusPoller
+from monitor.sources.mqtt import MqttLink
+from monitor.sources.mqtt_ingest import MqttSource
 
-if TYPE_CHECKING:
-    from monitor.daemon import Daemon
+
+@dataclass(frozen=True, slots=True)
+class ModbusHealth:
+    name: str
+    endpoint: str
+    connected: bool
+    last_poll: str | None
+    requests: int
+    errors: int
+    timeouts: int
+    malformed: int
+    invalid_requests: tuple[str, ...]
+    failed_in_row: int
+    latency_ms: float | None
+    requests_per_cycle: int
+    source: str = "modbus"
 
 
-def health_snapshot(daemon: Daemon) -> dict[str, object]:
-    """Sources, outbox and pipeline as JSON-able data (console, /readyz, /metrics)."""
-    sources: list[dict[str, object]] = []
-    if daemon.modbus is not None:
-        for dev in daemon.modbus.health():
+@dataclass(frozen=True, slots=True)
+class MqttHealth:
+    name: str
+    connected: bool
+    error: str | None
+    received: int
+    samples: int
+    bad_payloads: int
+    oversized: int  # refused by size, unread
+    handler_errors: int
+    source: str = "mqtt"
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxHealth:
+    configured: bool
+    pending: int = 0
+    pending_bytes: int = 0
+    max_bytes: int = 0
+    oldest_queued: float | None = None
+    dead_letters: int = 0
+    dropped: int = 0
+    written: int = 0
+    last_error: str | None = None
+    last_success: float | None = None
+    failures: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineHealth:
+    samples: int
+    bad_values: int
+    unknown_sensor: int
+    out_of_order: int
+    conditions: int
+    slug_not_judged: tuple[str, ...] = ()  # slug rule not judged now (baseline below min_baseline)
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineHealth:
+    """`stalled` names the store's error while the state disk refuses writes."""
+
+    batches: int
+    waiting: int
+    stalled: str | None
+    stalls: int
+    dropped: int
+    recovered: int
+    listener_errors: int
+    unjournaled: int
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    sources: tuple[ModbusHealth | MqttHealth, ...]
+    outbox: OutboxHealth
+    engine: EngineHealth
+    pipeline: PipelineHealth
+    samples_by_source: dict[str, int] = field(default_factory=dict)
+    baselines_restored: bool = False
+    alarm_listener_failures: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        """JSON-able data; an unconfigured outbox is `{"configured": false}` only."""
+        doc = asdict(self)
+        if not self.outbox.configured:
+            doc["outbox"] = {"configured": False}
+        return doc
+
+
+def gather(
+    *,
+    modbus: ModbusPoller | None,
+    mqtt_link: MqttLink | None,
+    mqtt_source: MqttSource | None,
+    sink: SampleSink,
+    engine: Engine,
+    pipeline: PipelineStats,
+    waiting: int,
+    restored: bool,
+    alarm_listener_failures: Mapping[str, int] | None = None,
+) -> Health:
+    """The snapshot from the running parts."""
+    sources: list[ModbusHealth | MqttHealth] = []
+    if modbus is not None:
+        for dev in modbus.health():
             sources.append(
-                {
-                    "source": "modbus",
-                    "name": dev.device,
-                    "endpoint": dev.endpoint,
-                    "connected": dev.connected,
-                    "last_poll": iso(dev.last_poll) if dev.last_poll is not None else None,
-                    "requests": dev.requests,
-                    "errors": dev.errors,
-                    "timeouts": dev.timeouts,
-                    "malformed": dev.malformed,
-                    "invalid_requests": list(dev.invalid_requests),
-                    "failed_in_row": dev.failed_in_row,
-                    "latency_ms": None if dev.last_latency is None else round(dev.last_latency * 1000, 2),
-                    "requests_per_cycle": dev.requests_per_cycle,
-                }
+                ModbusHealth(
+                    name=dev.device,
+                    endpoint=dev.endpoint,
+                    connected=dev.connected,
+                    last_poll=iso(dev.last_poll) if dev.last_poll is not None else None,
+                    requests=dev.requests,
+                    errors=dev.errors,
+                    timeouts=dev.timeouts,
+                    malformed=dev.malformed,
+                    invalid_requests=tuple(dev.invalid_requests),
+                    failed_in_row=dev.failed_in_row,
+                    latency_ms=None if dev.last_latency is None else round(dev.last_latency * 1000, 2),
+                    requests_per_cycle=dev.requests_per_cycle,
+                )
             )
-    if daemon.mqtt_link is not None:
-        src = daemon.mqtt_source
+    if mqtt_link is not None:
+        src = mqtt_source
         sources.append(
-            {
-                "source": "mqtt",
-                "name": daemon.mqtt_link.where,
-                "connected": daemon.mqtt_link.connected,
-                "error": daemon.mqtt_link.last_error,
-                "received": src.received if src else 0,
-                "samples": src.samples if src else 0,
-                "bad_payloads": src.bad.total if src else 0,
-                "oversized": daemon.mqtt_link.oversized,  # refused by size, unread
-                "handler_errors": daemon.mqtt_link.handler_errors,
-            }
+            MqttHealth(
+                name=mqtt_link.where,
+                connected=mqtt_link.connected,
+                error=mqtt_link.last_error,
+                received=src.received if src else 0,
+                samples=src.samples if src else 0,
+                bad_payloads=src.bad.total if src else 0,
+                oversized=mqtt_link.oversized,
+                handler_errors=mqtt_link.handler_errors,
+            )
         )
-    outbox: dict[str, object] = {"configured": daemon.sink.outbox is not None}
-    if daemon.sink.outbox is not None:
-        st = daemon.sink.outbox.stats()
-        outbox.update(
+    outbox = OutboxHealth(configured=False)
+    if sink.outbox is not None:
+        st = sink.outbox.stats()
+        ds = sink.drainer.stats if sink.drainer is not None else None
+        outbox = OutboxHealth(
+            configured=True,
             pending=st.pending,
             pending_bytes=st.pending_bytes,
             max_bytes=st.max_bytes,
@@ -60,32 +166,41 @@ def health_snapshot(daemon: Daemon) -> dict[str, object]:
             dead_letters=st.dead_letters,
             dropped=st.dropped,
             written=st.written,
+            last_error=ds.last_error if ds else None,
+            last_success=ds.last_success if ds else None,
+            failures=ds.failures if ds else 0,
         )
-        if daemon.sink.drainer is not None:
-            ds = daemon.sink.drainer.stats
-            outbox.update(last_error=ds.last_error, last_success=ds.last_success, failures=ds.failures)
-    c = daemon.engine.counters
-    return {
-        "sources": sources,
-        "outbox": outbox,
-        "engine": {
-            "samples": c.samples,
-            "bad_values": c.bad_values,
-            "unknown_sensor": c.unknown_sensor,
-            "out_of_order": c.out_of_order,
-            "conditions": c.conditions,
-            # Sensors whose slug rule is not judged now (baseline below slug.min_baseline).
-            "slug_not_judged": [s.sensor for s in daemon.engine.statuses() if s.slug_not_judged],
-        },
-        "samples_by_source": dict(daemon.counters.samples_by_source),
-        "baselines_restored": daemon.restored,
-        "alarm_listener_failures": dict(daemon.alarms.listener_failures),
-    }
+    c = engine.counters
+    return Health(
+        sources=tuple(sources),
+        outbox=outbox,
+        engine=EngineHealth(
+            samples=c.samples,
+            bad_values=c.bad_values,
+            unknown_sensor=c.unknown_sensor,
+            out_of_order=c.out_of_order,
+            conditions=c.conditions,
+            slug_not_judged=tuple(s.sensor for s in engine.statuses() if s.slug_not_judged),
+        ),
+        pipeline=PipelineHealth(
+            batches=pipeline.batches,
+            waiting=waiting,
+            stalled=pipeline.stalled,
+            stalls=pipeline.stalls,
+            dropped=pipeline.dropped,
+            recovered=pipeline.recovered,
+            listener_errors=pipeline.listener_errors,
+            unjournaled=pipeline.unjournaled,
+        ),
+        samples_by_source=dict(pipeline.samples_by_source),
+        baselines_restored=restored,
+        alarm_listener_failures=dict(alarm_listener_failures or {}),
+    )
 
 
 def readiness(health: Mapping[str, Any]) -> list[str]:
-    """Why the daemon is not ready: a source down, the outbox at its cap (/readyz and the
-    callout heartbeat both ask this)."""
+    """Why the daemon is not ready: a source down, the outbox at its cap, the state disk
+    refusing writes (/readyz and the callout heartbeat both ask this)."""
     problems = []
     for src in health.get("sources", []):
         if not src.get("connected", False):
@@ -93,4 +208,7 @@ def readiness(health: Mapping[str, Any]) -> list[str]:
     outbox = health.get("outbox", {})
     if outbox.get("configured") and outbox.get("pending_bytes", 0) >= 0.95 * outbox.get("max_bytes", 1):
         problems.append("outbox at its size cap")
+    stalled = health.get("pipeline", {}).get("stalled")
+    if stalled:
+        problems.append(f"state disk refuses writes: {stalled}")
     return problems

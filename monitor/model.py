@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time as _time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import IntEnum, StrEnum
@@ -56,6 +56,8 @@ class Rule(StrEnum):
     COMM_LOSS = "comm_loss"
     METER = "meter"
     OUTBOX = "outbox"
+    DISK_FULL = "disk_full"
+    DISK_LOW = "disk_low"
     NOTIFY = "notify"  # a callout channel keeps failing (diagnostic)
     BAD_VALUE = "bad_value"  # diagnostic: only unbelievable readings for a while
     CLOCK = "clock"  # diagnostic: the gateway clock stepped
@@ -208,6 +210,13 @@ class Emit(Protocol):
     a thread of its own (paho) crosses over with `loop.call_soon_threadsafe`."""
 
     def __call__(self, items: Sequence[Sample | Condition], /) -> None: ...
+
+
+class AckedEmit(Protocol):
+    """`Emit` for a source whose readings are acknowledged (MQTT QoS 1): `ack` is
+    called once the items are stored and judged, never before."""
+
+    def __call__(self, items: Sequence[Sample | Condition], ack: Callable[[], None] | None, /) -> None: ...
 
 
 class Clock(Protocol):

@@ -59,7 +59,7 @@ def run_live(config: Config, samples: Iterable[Sample], batch: int = 7) -> Daemo
     """A daemon (no console, no sources started) processing the samples in batches;
     the caller closes it with `close_daemon`."""
     items = list(samples)
-    daemon = Daemon(config, ManualClock(items[0].time if items else 0.0), console=False)
+    daemon = Daemon(config, ManualClock(items[0].time if items else 0.0))
     feed(daemon, items, batch)
     return daemon
 
@@ -70,7 +70,7 @@ def feed(daemon: Daemon, items: list[Sample], batch: int = 7) -> None:
         part = items[i : i + batch]
         assert isinstance(clock, ManualClock)
         clock.set(part[-1].time)
-        daemon.process(part)
+        daemon.pipeline.process(part)
 
 
 def close_daemon(daemon: Daemon) -> None:

@@ -7,8 +7,9 @@ import asyncio
 import contextlib
 import subprocess
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
@@ -74,14 +75,29 @@ def mqtt_config(port: int, **kw: object) -> Mqtt:
     return Mqtt.model_validate({"host": "127.0.0.1", "port": port, **kw})
 
 
+def acking(
+    got: list[Any], kind: type
+) -> Callable[[Sequence[Sample | Condition], Callable[[], None] | None], None]:
+    """An emit for `MqttSource.run` that keeps items of `kind` and acknowledges at once."""
+
+    def emit(items: Sequence[Sample | Condition], ack: Callable[[], None] | None) -> None:
+        got.extend(i for i in items if isinstance(i, kind))
+        if ack is not None:
+            ack()
+
+    return emit
+
+
 async def collect(
     source: MqttSource, done: Callable[[list[Sample]], bool], timeout: float = 20.0
 ) -> list[Sample]:
     """Run `source` until `done(samples)` holds; fail after `timeout` seconds."""
     got: list[Sample] = []
 
-    def emit(items: Iterable[Sample | Condition]) -> None:
+    def emit(items: Iterable[Sample | Condition], ack: Callable[[], None] | None = None) -> None:
         got.extend(i for i in items if isinstance(i, Sample))
+        if ack is not None:
+            ack()  # stored (here: collected), so the broker may forget the messages
 
     task = asyncio.create_task(source.run(emit))
     try:

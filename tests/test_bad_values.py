@@ -17,7 +17,6 @@ from monitor.config import build_config
 from monitor.daemon import Daemon
 from monitor.engine import Engine
 from monitor.engine.badvalue import BAD_VALUE_DELAY
-from monitor.health import health_snapshot
 from monitor.model import ConditionState, ManualClock, Quality, Rule, Sample
 from monitor.sinks.lineproto import SampleSerializer, SeriesInfo, condition_line
 from tests.engine_helpers import T0, canon, live, station
@@ -39,9 +38,9 @@ def test_monitor_run_counts_every_bad_reading_whichever_path_marked_it(
             "sensors": SENSORS,
         }
     )
-    daemon = Daemon(config, ManualClock(T0), console=False)
+    daemon = Daemon(config, ManualClock(T0))
     caplog.set_level(logging.WARNING, logger="monitor.engine")
-    daemon.process(
+    daemon.pipeline.process(
         [
             Sample("ph", T0, 15.0),  # out of the plausible range: the daemon's validate marks it
             Sample("ph", T0 + 1, math.nan, Quality.BAD_DATA),  # a source marked it (a device error value)
@@ -52,7 +51,7 @@ def test_monitor_run_counts_every_bad_reading_whichever_path_marked_it(
         ]
     )
     assert daemon.engine.counters.bad_values == 5
-    assert health_snapshot(daemon)["engine"]["bad_values"] == 5  # type: ignore[index]
+    assert daemon.health().engine.bad_values == 5
     assert daemon.engine.counters.bad_by_sensor == {"ph": 3, "flow": 2}
     warnings = [r.getMessage() for r in caplog.records if "not believable" in r.getMessage()]
     assert len(warnings) == 2  # once per episode and sensor

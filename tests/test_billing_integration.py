@@ -216,17 +216,17 @@ def test_the_daemon_pipeline_feeds_the_ledger_alarms_and_influxdb(
         "console": {"enabled": False},
     }
     config = write_yaml(tmp_path / "station.yaml", raw)
-    daemon = Daemon(config, ManualClock(T0), console=False)
+    daemon = Daemon(config, ManualClock(T0))
     try:
-        daemon.process([Sample("shop.meter", T0 + h * 3600, 33_800 + 20 * h) for h in range(5)])
-        daemon.process([Sample("shop.meter", T0 + 5 * 3600, 15.0)])  # swapped, not yet recorded
+        daemon.pipeline.process([Sample("shop.meter", T0 + h * 3600, 33_800 + 20 * h) for h in range(5)])
+        daemon.pipeline.process([Sample("shop.meter", T0 + 5 * 3600, 15.0)])  # swapped, not yet recorded
         alarm = daemon.alarms.get("shop.meter", Rule.METER)
         assert alarm is not None and alarm.active and "went backwards" in alarm.message
         cleared = daemon.meters.record_replacement("shop.meter", T0 + 4.5 * 3600, 33_890, 5)
         assert [c.state for c in cleared] == [ConditionState.CLEARED]
-        daemon.process(cleared)  # as the console route does: the transition goes to the alarms
+        daemon.pipeline.submit(cleared)  # as the console route does: the transition goes to the alarms
         assert not daemon.alarms.get("shop.meter", Rule.METER).active  # type: ignore[union-attr]
-        daemon.process([Sample("shop.meter", T0 + 6 * 3600, 35.0)])  # flushes the re-judged rows too
+        daemon.pipeline.process([Sample("shop.meter", T0 + 6 * 3600, 35.0)])  # flushes the re-judged rows too
         assert asyncio.run(daemon.sink.drain(30)) == 0
     finally:
         daemon.meters.close()

@@ -159,10 +159,15 @@ def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart
     assert re.search(r"^pending\s+0 point", status.stdout, re.MULTILINE), status.stdout
     flow = victoria.export(f'{{__name__="sensor_value",station="{STATION}",sensor="outfall.flow"}}')
     assert flow and len(flow[0]["values"]) > 20
-    alarms = victoria.export(
-        f'{{__name__=~"alarm_.*",station="{STATION}",sensor="outfall.flow",rule="slug"}}'
+    # A series written in the last moments (the shutdown drain) becomes searchable in
+    # VictoriaMetrics' index a little after its points are flushed: wait for it, bounded.
+    wait_until(
+        lambda: bool(
+            victoria.export(f'{{__name__=~"alarm_.*",station="{STATION}",sensor="outfall.flow",rule="slug"}}')
+        ),
+        timeout=15,
+        what="the slug alarm transition in VictoriaMetrics",
     )
-    assert alarms, "the slug alarm transition is not in VictoriaMetrics"
 
     # A restart resumes with the baselines it had: judged at once, no new warm-up.
     daemon = start_daemon(config, log)

@@ -152,10 +152,10 @@ def test_an_incident_survives_a_restart_and_a_31_day_prune(tmp_path: Path) -> No
     # tampering with the evidence rows is detected
     iid = got[0]["id"]
     db = sqlite3.connect(tmp_path / "state" / "incidents.sqlite")
-    db.execute(
-        "UPDATE evidence SET value = value + 1"
-        " WHERE incident = ? AND t = (SELECT MIN(t) FROM evidence WHERE incident = ?)",
-        (iid, iid),
+    db.execute(  # the evidence is stored a batch at a time: zero the values of the first batch
+        "UPDATE evidence_block SET value = zeroblob(length(value))"
+        " WHERE rowid = (SELECT MIN(rowid) FROM evidence_block WHERE incident = ?)",
+        (iid,),
     )
     db.commit()
     db.close()

@@ -10,19 +10,23 @@ from typing import Any
 
 import pytest
 
+from monitor.daemon import Daemon
 from monitor.errors import StateError
 from monitor.model import ManualClock, Rule, Sample
+from monitor.web.station import StationAdapter
 from tests.console import TOKEN, call
 from tests.incident_helpers import CASES, case_config, close_daemon, feed, load, read_samples, run_live
 from tests.services import InfluxDB1
 
 
 def post(
-    daemon: object, url: str, body: dict[str, str], bearer: str | None = TOKEN, configured: bool = True
+    daemon: Daemon, url: str, body: dict[str, str], bearer: str | None = TOKEN, configured: bool = True
 ) -> Any:
     """A write through the console app (served with tests.console.TOKEN unless not `configured`)."""
     headers = {} if bearer is None else {"Authorization": f"Bearer {bearer}"}
-    return call(daemon, "POST", url, token=TOKEN if configured else None, json=body, headers=headers)  # type: ignore[arg-type]
+    return call(
+        StationAdapter(daemon), "POST", url, token=TOKEN if configured else None, json=body, headers=headers
+    )
 
 
 def test_console_api_reads_without_token_and_writes_with_it(tmp_path: Path) -> None:
@@ -30,18 +34,18 @@ def test_console_api_reads_without_token_and_writes_with_it(tmp_path: Path) -> N
     config = load(case_config(case, tmp_path / "state"))  # `call` serves it with tests.console.TOKEN
     daemon = run_live(config, read_samples(case))
     try:
-        listed = call(daemon, "GET", "/api/incidents", token=None)
+        listed = call(StationAdapter(daemon), "GET", "/api/incidents", token=None)
         assert listed.status_code == 200
         ids = [i["id"] for i in listed.json()]
         assert len(ids) == 2
-        one = call(daemon, "GET", f"/api/incidents/{ids[0]}", token=None).json()
+        one = call(StationAdapter(daemon), "GET", f"/api/incidents/{ids[0]}", token=None).json()
         assert one["rule"] == "slug" and one["statement_due"].endswith("Z")
-        assert call(daemon, "GET", "/api/incidents/no-such", token=None).status_code == 404
+        assert call(StationAdapter(daemon), "GET", "/api/incidents/no-such", token=None).status_code == 404
         # the daemon's clock is June 2026: the statements are not overdue yet (due June 19)
-        assert call(daemon, "GET", "/api/incidents/overdue", token=None).json() == []
+        assert call(StationAdapter(daemon), "GET", "/api/incidents/overdue", token=None).json() == []
         assert isinstance(daemon.clock, ManualClock)
         daemon.clock.set(1781913600.0)  # 2026-06-20T00:00Z, past 2026-06-19 04:00Z
-        overdue = call(daemon, "GET", "/api/incidents/overdue", token=None).json()
+        overdue = call(StationAdapter(daemon), "GET", "/api/incidents/overdue", token=None).json()
         # the slug began 2026-06-03 22:13 EDT (02:13Z on the 4th): its date of occurrence is the 3rd
         # local, so it is overdue; the oil one began on the 4th local and is due a day later
         assert [d["incident"] for d in overdue] == ids[:1] and overdue[0]["due_local"].endswith("EDT")
@@ -71,7 +75,8 @@ def test_console_api_reads_without_token_and_writes_with_it(tmp_path: Path) -> N
         assert closed.status_code == 200 and closed.json()["status"] == "closed"
         assert post(daemon, f"/api/incidents/{ids[0]}/close", close).status_code == 409
         assert [
-            i["id"] for i in call(daemon, "GET", "/api/incidents?status=closed", token=None).json()
+            i["id"]
+            for i in call(StationAdapter(daemon), "GET", "/api/incidents?status=closed", token=None).json()
         ] == ids[:1]
     finally:
         close_daemon(daemon)

@@ -4,7 +4,7 @@ alarm (a real AlarmManager) clears, and inconsistent figures are refused with th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -14,8 +14,9 @@ from pydantic import SecretStr
 from monitor.config import Console, build_config
 from monitor.daemon import Daemon
 from monitor.meters.book import MeterBook
-from monitor.model import ManualClock, Rule, Sample, iso
+from monitor.model import Alarm, Condition, ManualClock, Rule, Sample, iso
 from monitor.web import create_app
+from monitor.web.station import StationAdapter
 from tests.console import T0, TOKEN, TableView, call
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -89,9 +90,9 @@ def test_the_daemon_offers_its_meter_book_to_the_console(tmp_path: Path) -> None
             "sensors": [{"id": "shop.meter", "kind": "meter", "register_digits": 5}],
         }
     )
-    daemon = Daemon(config, ManualClock(T0), console=False)
+    daemon = Daemon(config, ManualClock(T0))
     try:
-        app = create_app(daemon, Console(token=SecretStr(TOKEN)))
+        app = create_app(StationAdapter(daemon), Console(token=SecretStr(TOKEN)))
 
         async def go() -> list[httpx.Response]:
             transport = httpx.ASGITransport(app=app)
@@ -105,6 +106,50 @@ def test_the_daemon_offers_its_meter_book_to_the_console(tmp_path: Path) -> None
         listed, replaced = asyncio.run(go())
         assert [m["meter"] for m in listed.json()] == ["shop.meter"]
         assert replaced.status_code == 200 and daemon.meters.ledger.replacements("shop.meter")
+    finally:
+        daemon.meters.close()
+        daemon.alarms.close()
+        daemon.sink.close()
+
+
+def test_a_replacement_through_the_console_clears_the_alarm_through_the_pipeline(tmp_path: Path) -> None:
+    """Regression: the route applied the conditions to the alarm manager itself, around the
+    pipeline, so nothing that follows the pipeline (incidents, callout, the outbox) saw them."""
+    config = build_config(
+        {
+            "station": {"id": "ps-1"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [{"id": "shop.meter", "kind": "meter", "register_digits": 5}],
+        }
+    )
+    daemon = Daemon(config, ManualClock(T0 + 86400))
+    seen: list[tuple[str, str]] = []
+
+    class Listener:
+        def judged(
+            self, samples: Sequence[Sample], conditions: Sequence[Condition], alarms: Sequence[Alarm]
+        ) -> None:
+            seen.extend((a.sensor, str(a.state)) for a in alarms)
+
+    daemon.pipeline.listen(Listener())
+    try:
+        daemon.pipeline.process([Sample("shop.meter", T0 + 3600 * h, 33_800 + 20 * h) for h in range(3)])
+        daemon.pipeline.process([Sample("shop.meter", T0 + 4 * 3600, 15.0)])  # swapped, not recorded
+        alarm = daemon.alarms.get("shop.meter", Rule.METER)
+        assert alarm is not None and alarm.active
+        app = create_app(StationAdapter(daemon), Console(token=SecretStr(TOKEN)))
+
+        async def go() -> httpx.Response:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+                body = {"by": "op", "time": iso(T0 + 3.5 * 3600), "old_final": 33_850, "new_initial": 5}
+                return await client.post("/api/meters/shop.meter/replacements", headers=AUTH, json=body)
+
+        replaced = asyncio.run(go())
+        assert replaced.status_code == 200 and replaced.json()["alarm_cleared"] is True
+        assert seen[-1] == ("shop.meter", "returned_unacknowledged")  # the listener saw it
+        conditions = daemon.pipeline.stats.conditions
+        assert conditions == 2  # activated by the reading, cleared by the replacement: both counted
     finally:
         daemon.meters.close()
         daemon.alarms.close()

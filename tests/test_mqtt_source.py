@@ -19,7 +19,7 @@ from monitor.errors import SourceError
 from monitor.model import Condition, ConditionState, Rule, Sample
 from monitor.sources.mqtt import MqttLink
 from monitor.sources.mqtt_ingest import MqttSource
-from tests.mqtt_tools import Peer, collect, make_ca, mqtt_config
+from tests.mqtt_tools import Peer, acking, collect, make_ca, mqtt_config
 from tests.services import Mosquitto, wait_until
 
 SUBS = [
@@ -219,9 +219,7 @@ def test_broker_restart_mid_stream_resumes_without_help(broker: Mosquitto, forge
 
     async def scenario() -> list[Sample]:
         got: list[Sample] = []
-        task = asyncio.create_task(
-            source.run(lambda items: got.extend(i for i in items if isinstance(i, Sample)))
-        )
+        task = asyncio.create_task(source.run(acking(got, Sample)))
         for i in range(20):
             await asyncio.to_thread(_publish_one, broker.port, f"before-{i}", f"{i}")
         await _until(lambda: len(got) >= 20)
@@ -311,9 +309,7 @@ def test_broker_outage_raises_and_clears_comm_loss_on_the_fed_sensors(broker: Mo
 
     async def scenario() -> list[Condition]:
         got: list[Condition] = []
-        task = asyncio.create_task(
-            source.run(lambda items: got.extend(i for i in items if isinstance(i, Condition)))
-        )
+        task = asyncio.create_task(source.run(acking(got, Condition)))
         await asyncio.to_thread(broker.stop)
         await _until(lambda: len(got) == 4)
         await asyncio.to_thread(broker.start)

@@ -202,8 +202,8 @@ def test_not_judged_shows_on_the_console_in_health_and_in_metrics(tmp_path: Path
     from prometheus_client import CollectorRegistry, generate_latest
 
     from monitor.daemon import Daemon
-    from monitor.health import health_snapshot
     from monitor.web.service import StationCollector
+    from monitor.web.station import StationAdapter
 
     config = build_config(
         {
@@ -213,19 +213,20 @@ def test_not_judged_shows_on_the_console_in_health_and_in_metrics(tmp_path: Path
             "sensors": [FLOW, {"id": "ph", "kind": "ph"}],
         }
     )
-    daemon = Daemon(config, ManualClock(T0), console=False)
+    daemon = Daemon(config, ManualClock(T0))
+    view = StationAdapter(daemon)
     try:
         # 21 hours of a pump that never ran: warm-up over, an average of 0 gpm.
-        daemon.process([Sample("flow", T0 + 60.0 * i, 0.0) for i in range(21 * 60)])
-        readings = {r.id: r.slug for r in daemon.sensors()}
+        daemon.pipeline.process([Sample("flow", T0 + 60.0 * i, 0.0) for i in range(21 * 60)])
+        readings = {r.id: r.slug for r in view.sensors()}
         assert readings == {"flow": "not_judged", "ph": ""}
-        assert health_snapshot(daemon)["engine"]["slug_not_judged"] == ["flow"]  # type: ignore[index]
+        assert daemon.health().engine.slug_not_judged == ("flow",)
         registry = CollectorRegistry()
-        registry.register(StationCollector(daemon))
+        registry.register(StationCollector(view))
         text = generate_latest(registry).decode()
         assert 'station_monitor_slug_not_judged{sensor="flow",station="ps-nj"} 1.0' in text
         # a real average brings it back to judged
-        daemon.process([Sample("flow", T0 + 21 * 3600 + 60.0 * i, 100.0) for i in range(60)])
-        assert {r.id: r.slug for r in daemon.sensors()}["flow"] == "judged"
+        daemon.pipeline.process([Sample("flow", T0 + 21 * 3600 + 60.0 * i, 100.0) for i in range(60)])
+        assert {r.id: r.slug for r in view.sensors()}["flow"] == "judged"
     finally:
         daemon.sink.close()

@@ -15,6 +15,7 @@ from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwr
 from monitor.config import load_config
 from monitor.daemon import Daemon
 from monitor.model import ManualClock, Sample
+from monitor.web.station import StationAdapter
 from simulators.lift_station import LiftStation
 from tests.console import LiveConsole
 from tests.test_console_browser import ARGS, CHROMIUM
@@ -47,19 +48,19 @@ def test_station_view_on_a_phone(browser: Browser, tmp_path: Path) -> None:
     episode = next(a for a, b in sim.truth.fail_to_start if b - a > 200)
     over_start, _ = sim.truth.overflows[0]
     clock = ManualClock(START)
-    daemon = Daemon(load_config(write_config(tmp_path, "console")), clock, console=False)
+    daemon = Daemon(load_config(write_config(tmp_path, "console")), clock)
     t = START
 
     def feed_until(until: float) -> None:
         nonlocal t
         while t <= until:
             clock.set(t)
-            daemon.process([Sample(s, t, v) for s, v in sim.values(t).items()])
+            daemon.pipeline.process([Sample(s, t, v) for s, v in sim.values(t).items()])
             t += 10.0
 
     try:
         feed_until(episode + 150)  # the fail-to-start alarm is up (2 min delay), no pump runs
-        with LiveConsole(daemon) as live:  # type: ignore[arg-type]
+        with LiveConsole(StationAdapter(daemon)) as live:  # type: ignore[arg-type]
             state = httpx.get(f"{live.url}/api/wet-well", timeout=10).json()
             assert state["level"]["fail_to_start"] is True
             # Pump 1 is the one that failed: with alternation, the lead is the pump idle longest.
@@ -78,7 +79,7 @@ def test_station_view_on_a_phone(browser: Browser, tmp_path: Path) -> None:
 
         # The daemon's stores belong to the thread that opened them (its loop, here the test's).
         feed_until(over_start + 1800)  # half an hour into the storm's overflow
-        with LiveConsole(daemon) as live:  # type: ignore[arg-type]
+        with LiveConsole(StationAdapter(daemon)) as live:  # type: ignore[arg-type]
             page = browser.new_page(viewport=PHONE)
             page.goto(f"{live.url}/station")
             expect(page.locator("#overflow")).to_contain_text("OVERFLOW since")

@@ -74,11 +74,11 @@ def test_live_and_replay_record_the_same_runs_overflows_and_alarms(tmp_path: Pat
     # Stopped half way (an open run or overflow stays open on disk), then started again.
     for part in (batches[:half], batches[half:]):
         clock = ManualClock(part[0][0].time)
-        daemon = Daemon(load_config(live_config), clock, console=False)
+        daemon = Daemon(load_config(live_config), clock)
         try:
             for batch in part:
                 clock.set(batch[0].time)
-                daemon.process(batch)
+                daemon.pipeline.process(batch)
             daemon.station.close()
         finally:
             daemon.meters.close()
@@ -91,7 +91,7 @@ def test_live_and_replay_record_the_same_runs_overflows_and_alarms(tmp_path: Pat
     assert all(p["starts"] > 50 for p in pumps)
 
     # The alarm journal holds the station's alarms as the replay's events have them.
-    daemon = Daemon(load_config(live_config), ManualClock(batches[-1][0].time), console=False)
+    daemon = Daemon(load_config(live_config), ManualClock(batches[-1][0].time))
     try:
         fail = daemon.alarms.get("ps.level", Rule.FAIL_TO_START)
         overflow = daemon.alarms.get("ps.level", Rule.OVERFLOW)

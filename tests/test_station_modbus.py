@@ -67,7 +67,7 @@ def test_run_against_modbus_and_replay_of_its_recording_agree(tmp_path: Path) ->
     async def run() -> float:
         server = lift_server(sim, port, clock.now)
         await server.start()
-        daemon = Daemon(config, clock, console=False)
+        daemon = Daemon(config, clock)
         task = asyncio.create_task(daemon.run())
         deadline = time.monotonic() + 120
         try:

@@ -12,6 +12,13 @@ Topics, for `<p>` = `mqtt.topic_prefix` and `<s>` = the station id:
                                      `pattern write <p>/+/commands/%u`
     <p>/<s>/commands/<user>/reply    the outcome of each command, for that user only
 
+A command published with the retain flag is ignored (logged once per topic,
+with the advice to publish without it): the broker would hand it to every new
+session, and the daemon would apply it again at every start. A command may say
+when it was sent (`"sent"`, ISO 8601 with a zone or epoch seconds); one older
+than `mqtt.command_max_age` (it waited in the broker's session while the
+daemon was down) is refused, so an 8-hour-old shelve is not applied now.
+
 This module knows nothing of paho: it talks to a `Link` (publish + subscribe),
 which `monitor.sources.mqtt.MqttLink` is, and to `AlarmActions`, which the alarm
 manager is. It never decides an alarm's state; it mirrors snapshots.
@@ -31,7 +38,7 @@ from typing import Literal, Protocol
 
 from monitor.config.types import parse_duration
 from monitor.errors import AlarmError, MonitorError
-from monitor.model import Alarm, AlarmState, Rule, parse_time
+from monitor.model import Alarm, AlarmState, Clock, Rule, WallClock, parse_time
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +51,19 @@ class Publisher(Protocol):
     def publish(self, topic: str, payload: bytes, qos: int, retain: bool, /) -> None: ...
 
 
+class Delivery(Protocol):
+    """How a received command is acknowledged (`monitor.sources.mqtt.Receipt`)."""
+
+    @property
+    def retain(self) -> bool: ...
+
+    def done(self) -> None: ...
+
+
 class Link(Publisher, Protocol):
-    def subscribe(self, topic_filter: str, qos: int, handler: Callable[[str, bytes], None], /) -> None: ...
+    def subscribe(
+        self, topic_filter: str, qos: int, handler: Callable[[str, bytes, Delivery], None], *, acked: bool
+    ) -> None: ...
 
 
 class AlarmActions(Protocol):
@@ -116,9 +134,9 @@ class AlarmPublisher:
 
 Action = Literal["ack", "shelve", "unshelve"]
 _FIELDS: dict[str, frozenset[str]] = {
-    "ack": frozenset({"action", "sensor", "rule", "user", "note", "id"}),
-    "shelve": frozenset({"action", "sensor", "rule", "user", "reason", "until", "duration", "id"}),
-    "unshelve": frozenset({"action", "sensor", "rule", "user", "id"}),
+    "ack": frozenset({"action", "sensor", "rule", "user", "note", "id", "sent"}),
+    "shelve": frozenset({"action", "sensor", "rule", "user", "reason", "until", "duration", "id", "sent"}),
+    "unshelve": frozenset({"action", "sensor", "rule", "user", "id", "sent"}),
 }
 
 
@@ -135,6 +153,7 @@ class AlarmCommand:
     until: float | None = None
     duration: float | None = None
     id: str | None = None
+    sent: float | None = None
 
 
 def parse_command(topic: str, payload: bytes, base: str, users: Collection[str]) -> AlarmCommand:
@@ -179,6 +198,7 @@ def parse_command(topic: str, payload: bytes, base: str, users: Collection[str])
         until=_until(doc.get("until")),
         duration=_duration(doc.get("duration")),
         id=_text(doc, "id"),
+        sent=_time(doc.get("sent"), "sent"),
     )
     if action == "shelve" and not cmd.reason:
         raise AlarmError("shelve needs a reason")
@@ -200,14 +220,20 @@ def _text(doc: dict[str, object], key: str) -> str | None:
 
 
 def _until(value: object) -> float | None:
+    return _time(value, "until")
+
+
+def _time(value: object, key: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise AlarmError("until must be ISO 8601 with a zone, or epoch seconds")
+        raise AlarmError(f"{key} must be ISO 8601 with a zone, or epoch seconds")
     try:
         t = parse_time(value)
     except (ValueError, OverflowError) as exc:
-        raise AlarmError(f"until: {exc}") from None
+        raise AlarmError(f"{key}: {exc}") from None
+    if not math.isfinite(t):
+        raise AlarmError(f"{key} must be a finite time")
     return t
 
 
@@ -231,21 +257,33 @@ class MqttCommands:
     """
 
     def __init__(
-        self, link: Link, prefix: str, station: str, users: Collection[str], actions: AlarmActions
+        self,
+        link: Link,
+        prefix: str,
+        station: str,
+        users: Collection[str],
+        actions: AlarmActions,
+        *,
+        clock: Clock | None = None,
+        max_age: float = 300.0,
     ) -> None:
         self.link = link
         self.base = f"{prefix}/{station}"
         self.users = frozenset(users)
         self.actions = actions
+        self.clock: Clock = clock or WallClock()
+        self.max_age = max_age
         self.accepted = 0
         self.refused = 0
-        self._queue: deque[tuple[str, bytes]] = deque()
+        self.retained = 0
+        self._retained_logged: set[str] = set()
+        self._queue: deque[tuple[str, bytes, Delivery | None]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
-        link.subscribe(f"{self.base}/commands/+", 1, self._on_message)
+        link.subscribe(f"{self.base}/commands/+", 1, self._on_message, acked=True)
 
-    def _on_message(self, topic: str, payload: bytes) -> None:  # paho's thread
-        self._queue.append((topic, payload))
+    def _on_message(self, topic: str, payload: bytes, delivery: Delivery) -> None:  # paho's thread
+        self._queue.append((topic, payload, delivery))
         loop = self._loop
         if loop is not None:
             with contextlib.suppress(RuntimeError):  # loop closed during shutdown
@@ -258,10 +296,31 @@ class MqttCommands:
             while True:
                 self._wake.clear()
                 while self._queue:
-                    self.handle(*self._queue.popleft())
+                    topic, payload, delivery = self._queue.popleft()
+                    try:
+                        if delivery is not None and delivery.retain:
+                            self._ignore_retained(topic)
+                        else:
+                            self.handle(topic, payload)
+                    finally:
+                        if delivery is not None:
+                            delivery.done()  # applied (journaled) or refused: not again
                 await self._wake.wait()
         finally:
             self._loop = None
+
+    def _ignore_retained(self, topic: str) -> None:
+        self.retained += 1
+        if topic in self._retained_logged:
+            return
+        self._retained_logged.add(topic)
+        log.warning(
+            "MQTT command on %r ignored: it was published with the retain flag, so the broker would"
+            " deliver it again at every start; publish commands without retain, and clear this one"
+            " with an empty retained message (mosquitto_pub -r -n -t %s)",
+            topic,
+            topic,
+        )
 
     def handle(self, topic: str, payload: bytes) -> Alarm | None:
         """Validate and apply one command; the reply says what happened either way."""
@@ -270,6 +329,15 @@ class MqttCommands:
         try:
             cmd = parse_command(topic, payload, self.base, self.users)
             command_id = cmd.id
+            if cmd.sent is not None:
+                age = self.clock.now() - cmd.sent
+                if age > self.max_age:
+                    raise AlarmError(
+                        f"command sent {age:.0f} s ago is older than mqtt.command_max_age"
+                        f" ({self.max_age:g} s); send it again if it still applies"
+                    )
+                if -age > self.max_age:  # a sender's clock off by more than the age allowed
+                    raise AlarmError(f"command sent {-age:.0f} s in the future: check the sender's clock")
             alarm = self._apply(cmd)
         except AlarmError as exc:
             self.refused += 1

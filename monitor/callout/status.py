@@ -3,13 +3,27 @@ who is next and when) and who is on call now, times in station local time as wel
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
+from zoneinfo import ZoneInfo
 
 from monitor.callout.message import local_time
-from monitor.model import iso
+from monitor.callout.rules import Matcher
+from monitor.callout.store import CalloutStore
+from monitor.config import Config
+from monitor.model import Clock, iso
 
-if TYPE_CHECKING:
-    from monitor.callout.service import Callout
+
+class Callout(Protocol):
+    """What the console's view reads of `monitor.callout.service.Callout` (a protocol, so
+    this module and the service do not import each other)."""
+
+    config: Config
+    clock: Clock
+    zone: ZoneInfo
+    matcher: Matcher
+    store: CalloutStore
+    sent: int
+    failed: int
 
 
 def describe(callout: Callout, limit: int = 50) -> dict[str, object]:

@@ -28,6 +28,7 @@ from monitor.config import Config, build_config
 from monitor.daemon import Daemon
 from monitor.errors import ConfigError
 from monitor.model import Sample, ScaledClock
+from monitor.web.station import console_for
 from simulators.lift_station import LiftStation, lift_server
 from simulators.modbus_server import StationServer
 from simulators.scenarios import Station
@@ -179,7 +180,7 @@ def seed_history(
         batch = [Sample(SENSORS[k], st, v) for k, v in values.items() if k in SENSORS]
         if lift is not None:
             batch += demo_station.readings(lift, st)
-        daemon.process(batch)
+        daemon.pipeline.process(batch)
         count += len(batch)
         if i % 60 == 0 or i == steps - 1:
             done = (i + 1) / steps
@@ -216,7 +217,7 @@ async def _demo(config: Config, args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, daemon.stop)
-        runner = asyncio.create_task(daemon.run())
+        runner = asyncio.create_task(daemon.run(console_for(daemon)))
         await daemon.ready.wait()
         token = os.environ[TOKEN_ENV]
         print(f"simulated station on modbus tcp://127.0.0.1:{device.port}, clock {args.speed:g}x")

@@ -47,9 +47,11 @@ async def serve(path: Path, config: Config, startup: list[Condition] | None = No
     starts one on the new config, so there is only ever one code path for start-up.
     The signal handlers stay installed across a reload, so a stop that arrives in
     between is never the default action (an abrupt exit)."""
+    from monitor.web.station import console_for  # the console sits on top of the daemon
+
     loop = asyncio.get_running_loop()
     daemon = Daemon(config)
-    daemon.emit(startup or [])  # `state` alarms for damaged files set aside (state_check)
+    daemon.pipeline.emit(startup or [])  # `state` alarms for damaged files set aside (state_check)
     reload: list[Config] = []
 
     def on_reload() -> None:
@@ -77,7 +79,7 @@ async def serve(path: Path, config: Config, startup: list[Condition] | None = No
         loop.add_signal_handler(sig, handler)
     try:
         while True:
-            await daemon.run()
+            await daemon.run(console_for(daemon))
             if not reload:
                 return
             daemon = Daemon(reload.pop())

@@ -123,7 +123,15 @@ def build_config(raw: dict[str, Any], base_dir: Path = Path("."), source: str = 
         problems.extend(derived_plans(config.sensors)[1])
         problems.extend(check_wet_well(config.wet_well, config.sensors))
         derived = {s.id for s in config.sensors if s.kind is Kind.DERIVED}
-        problems.extend(check_fed(derived, config.modbus, config.mqtt))
+        fed = [
+            (f"modbus.devices[{d}].fields[{f}].sensor", field.sensor)
+            for d, device in enumerate(config.modbus.devices if config.modbus else [])
+            for f, field in enumerate(device.fields)
+        ] + [
+            (f"mqtt.subscriptions[{s}].sensor", sub.sensor)
+            for s, sub in enumerate(config.mqtt.subscriptions if config.mqtt else [])
+        ]
+        problems.extend(check_fed(derived, fed))
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)), source)
     assert config is not None

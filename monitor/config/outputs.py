@@ -48,6 +48,11 @@ class Store(Section):
     """The local series store the console reads (and the only store without InfluxDB)."""
 
     retention: Duration = Field(30 * 86400.0, gt=0)
+    free_space_floor: int = Field(
+        256 << 20,
+        ge=0,
+        description="bytes free on the state disk below which a low-space alarm warns (0: off)",
+    )
 
 
 MIN_TOKEN = 16  # characters; a short bearer token can be guessed over the network
@@ -95,6 +100,8 @@ class Alarms(Section):
         Rule.COMM_LOSS: Priority.MEDIUM,
         Rule.METER: Priority.MEDIUM,
         Rule.OUTBOX: Priority.HIGH,
+        Rule.DISK_FULL: Priority.CRITICAL,
+        Rule.DISK_LOW: Priority.MEDIUM,
         Rule.NOTIFY: Priority.HIGH,
         Rule.STATE: Priority.HIGH,
         Rule.OVERFLOW: Priority.CRITICAL,  # a discharge the Town must report

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from monitor.config.station import PumpSettings, Setpoints, check_sensor
+from monitor.config.station_models import PumpSettings, Setpoints, check_sensor
 from monitor.config.types import Duration, Section
 from monitor.model import Kind
 from monitor.units import DEFAULT_UNIT, JUDGED_KINDS, UNITS, convert, physical_range

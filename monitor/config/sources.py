@@ -182,3 +182,6 @@ class Mqtt(Section):
     )
     publish_alarms: bool = True
     command_users: list[str] = []
+    command_max_age: Duration = Field(
+        300.0, gt=0, description="commands older than this (by their `sent` time) are refused"
+    )

@@ -54,7 +54,7 @@ def signature(engine: Engine) -> list[list[object]]:
     """What a checkpoint must match: each sensor's id, kind, unit and baseline geometry."""
     b = engine.baselines
     out: list[list[object]] = []
-    for st in engine._states:
+    for st in engine.sensor_states():
         geo: list[object] = [b.width[st.row], b.size[st.row], b.quantum[st.row]] if st.row >= 0 else []
         window = st.slug.window if st.slug is not None else None
         out.append([st.sensor, str(st.rules.kind), st.rules.unit, window, *geo])
@@ -82,7 +82,7 @@ def save_checkpoint(engine: Engine, path: str | Path) -> None:
         "version": VERSION,
         "sensors": signature(engine),
         "last_tick": engine.last_tick,
-        "state": [_sensor_state(engine, st) for st in engine._states],
+        "state": [_sensor_state(engine, st) for st in engine.sensor_states()],
     }
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -154,9 +154,9 @@ def restore_checkpoint(
         raise StateError(f"checkpoint {path}: inconsistent state ({exc!r})") from exc
     if restart_watch:
         engine.last_tick = -math.inf
-        for st in engine._states:
+        for st in engine.sensor_states():
             st.fresh = math.nan
-    return [engine._states[i].sensor for i, _ in pairs]
+    return [engine.sensor_states()[i].sensor for i, _ in pairs]
 
 
 def _matching(theirs: list[Any], mine: list[Any]) -> list[tuple[int, int]]:
@@ -185,7 +185,7 @@ def _apply(
             rows[j] = len(rows)
     # Check every entry before changing anything.
     for i, j in pairs:
-        st, d = engine._states[i], states[j]
+        st, d = engine.sensor_states()[i], states[j]
         for k in _SENSOR:
             float(d[k])
         if st.row >= 0:
@@ -200,7 +200,7 @@ def _apply(
                 int(k), int(q), int(c)
     base = engine.baselines
     for i, j in pairs:
-        st, d = engine._states[i], states[j]
+        st, d = engine.sensor_states()[i], states[j]
         st.last_time, st.value, st.fresh, st.last_good = (
             float(d["last_time"]),
             float(d["value"]),

@@ -54,7 +54,7 @@ def step_text(seconds: float) -> str:
 
 def shift(engine: Engine, delta: float) -> None:
     """Move everything the engine remembers by `delta` seconds (a step back: < 0)."""
-    for st in engine._states:
+    for st in engine.sensor_states():
         st.last_time += delta
         st.fresh += delta
         st.bad_since += delta
@@ -77,7 +77,7 @@ def shift(engine: Engine, delta: float) -> None:
 def restart_watches(engine: Engine) -> None:
     """After a step forward: the stale watch and the limit timers start again."""
     engine.last_tick = -math.inf
-    for st in engine._states:
+    for st in engine.sensor_states():
         st.fresh = math.nan
         for lim in st.limits:
             lim.a_start = lim.b_start = math.nan
@@ -136,7 +136,7 @@ class ClockWatch:
         """At start: a restored history newer than the wall clock means it stepped back."""
         wall, mono = self.wall(), self.monotonic()
         self._wall0, self._mono0 = wall, mono
-        newest = max((st.last_time for st in self.engine._states), default=-math.inf)
+        newest = max((st.last_time for st in self.engine.sensor_states()), default=-math.inf)
         newest = max(newest, self.engine.last_tick)
         if not math.isfinite(newest) or newest - wall <= TOLERANCE:
             return []

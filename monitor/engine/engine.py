@@ -82,6 +82,35 @@ class Engine:
 
     # --- accessors -------------------------------------------------------------------
 
+    def sensor_states(self) -> tuple[SensorState, ...]:
+        """Each sensor's live state in config order: what a checkpoint saves and restores
+        (the engine's own objects, so a restore changes the engine in place)."""
+        return tuple(self._states)
+
+    def restore_active(self, sensor: str, rule: Rule) -> bool:
+        """Take an alarm the journal holds as active as the engine's own state, so it
+        ends by the rule's own judgement (deadband, off-delay) and is never raised
+        twice. True for the limit rules; other rules are reconciled by the caller."""
+        st = self._by_id.get(sensor)
+        if st is None:
+            return False
+        for lim in st.limits:
+            if lim.rule is rule:
+                lim.active = True
+                return True
+        return False
+
+    def pending(self, sensor: str) -> tuple[Rule, ...]:
+        """Rules of `sensor` whose on-delay or slug duration is running: the latest sample
+        was beyond the limit, but not yet for long enough to be active."""
+        st = self._by_id.get(sensor)
+        if st is None:
+            return ()
+        out = [lim.rule for lim in st.limits if not lim.active and not math.isnan(lim.a_start)]
+        if st.slug is not None and not st.slug.active and not math.isnan(st.slug.run_start):
+            out.append(Rule.SLUG)
+        return tuple(out)
+
     def index(self, sensor: str) -> int:
         """Position of a sensor in `sensors` (the index replay arrays use); -1 if unknown."""
         return self._index.get(sensor, -1)

@@ -112,6 +112,12 @@ class Recent:
         j = int(np.searchsorted(self.t[: self.n], until, "right"))
         return self.t[i:j].copy(), self.v[i:j].copy(), self.q[i:j].copy()
 
+    def window(self, after: float, until: float) -> tuple[Floats, Floats, npt.NDArray[np.int8]]:
+        """Views of the samples with after < t <= until (valid until the next append or trim)."""
+        i = int(np.searchsorted(self.t[: self.n], after, "right"))
+        j = int(np.searchsorted(self.t[: self.n], until, "right"))
+        return self.t[i:j], self.v[i:j], self.q[i:j]
+
     @property
     def nbytes(self) -> int:
         return int(self.t.nbytes + self.v.nbytes + self.q.nbytes)

@@ -21,6 +21,7 @@ whatever the engine does inside, and live and replay agree by construction.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +48,12 @@ class Series:
         good = (q == 0) & np.isfinite(v)
         order = np.argsort(t[good], kind="stable")
         return Series(t[good][order], v[good][order])
+
+    @staticmethod
+    def of_sorted(t: Floats, v: Floats, q: npt.NDArray[np.integer]) -> Series:
+        """`of` for samples already in time order (the recent buffer's): no sort."""
+        good = (q == 0) & np.isfinite(v)
+        return Series(t[good], v[good])
 
     def between(self, a: float, b: float) -> Series:
         """Samples with a <= t <= b."""
@@ -86,6 +93,24 @@ def run_end(s: Series, clear_time: float, threshold: float, high: bool) -> float
     if not last.size or int(last[-1]) + 1 >= j:
         return clear_time
     return float(s.t[int(last[-1]) + 1])
+
+
+Fetch = Callable[[float, float], tuple[Floats, Floats, npt.NDArray[np.int8]]]
+
+
+def run_end_since(fetch: Fetch, after: float, clear_time: float, threshold: float, high: bool) -> float:
+    """`run_end` over the samples `fetch(after, clear_time)` gives (after < t <= clear, in time order),
+    fetching only a window back from the clear: just the last sample beyond the threshold
+    and the one after it matter, so the window widens until it holds one beyond (or reaches
+    `after`). The same answer, without copying a day-long merged incident at every clear."""
+    span = 3600.0
+    while True:
+        since = max(after, clear_time - span)
+        s = Series.of_sorted(*fetch(since, clear_time))
+        beyond = s.v > threshold if high else s.v < threshold
+        if since <= after or beyond.any():
+            return run_end(s, clear_time, threshold, high)
+        span *= 8
 
 
 def usual_interval(s: Series, before: float, window: float) -> float | None:

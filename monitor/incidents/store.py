@@ -6,7 +6,11 @@ console only append notes and closes, in their own tables, so a note written whi
 the daemon updates the figures is never lost to a read-modify-write race.
 
 Evidence is kept here, not in the series store, so the 30-day prune never touches
-it. When an incident is final its evidence is written once to
+it. Since schema 2 it is stored a batch at a time, one `evidence_block` row of NumPy
+columns per batch and sensor (`evidence.py`): a row per sample cost more than judging
+the samples. Rows a schema 1 store holds in `evidence` are read alongside.
+
+When an incident is final its evidence is written once to
 `state_dir/incidents/<id>/evidence.csv` and the SHA-256 of those bytes is recorded;
 `verify` recomputes the hash and the CSV from the rows.
 """
@@ -14,7 +18,6 @@ it. When an incident is final its evidence is written once to
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import math
 import os
@@ -26,11 +29,11 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.errors import StateError
+from monitor.incidents.evidence import csv_rows, decode, encode
 from monitor.incidents.model import Figures, Incident, Note, NoteKind
-from monitor.model import iso
 from monitor.sqlite import Schema, connect
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FILE = "incidents.sqlite"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS incident (
@@ -65,9 +68,27 @@ CREATE TABLE IF NOT EXISTS evidence (
     PRIMARY KEY (incident, sensor, t)
 ) WITHOUT ROWID;
 """
-SCHEMA = Schema("incident store", (_SCHEMA,))  # its version is SCHEMA_VERSION (1)
+# Version 2: evidence a batch at a time (the `evidence` rows of version 1 are still read).
+_BLOCKS = """
+CREATE TABLE IF NOT EXISTS evidence_block (
+    incident TEXT NOT NULL,
+    sensor TEXT NOT NULL,
+    first REAL NOT NULL,
+    last REAL NOT NULL,
+    t BLOB NOT NULL,
+    value BLOB NOT NULL,
+    quality BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS evidence_block_of ON evidence_block (incident, sensor, first);
+"""
+SCHEMA = Schema("incident store", (_SCHEMA, _BLOCKS))  # its version is SCHEMA_VERSION (2)
 CSV_HEADER = "time,sensor,value,quality\n"
-_ADD_EVIDENCE = "INSERT OR IGNORE INTO evidence (incident, sensor, t, value, quality) VALUES (?, ?, ?, ?, ?)"
+_ADD_BLOCK = (
+    "INSERT INTO evidence_block (incident, sensor, first, last, t, value, quality)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+BLOCK_ROWS = 4096  # a block grows by appends up to this many samples
+Columns = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int8]]
 
 
 def _num(x: float | None) -> float | None:
@@ -146,7 +167,8 @@ class IncidentStore:
         self.dir = Path(state_dir)
         self.path = self.dir / FILE
         # One owner at a time (the daemon's loop, or a command), as with the alarm journal.
-        # Version 1 is `_SCHEMA`; add a migration to SCHEMA to change a table, never edit one.
+        # Version 1 is `_SCHEMA`, 2 adds `_BLOCKS`; add a migration to SCHEMA to change a
+        # table, never edit one.
         self._db = connect(self.path, SCHEMA, synchronous="NORMAL", check_same_thread=False)
 
     def close(self) -> None:
@@ -178,6 +200,14 @@ class IncidentStore:
         row = self._run("SELECT id, sensor, rule, start, frozen, data FROM incident WHERE id = ?", (iid,))
         found = row.fetchone()
         return None if found is None else self._complete(_incident(found))
+
+    def closed(self, iid: str) -> bool:
+        """Whether the incident is on record and its case closed (`get` without reading it all)."""
+        row = self._run(
+            "SELECT 1 FROM incident JOIN closing ON closing.incident = incident.id WHERE incident.id = ?",
+            (iid,),
+        )
+        return row.fetchone() is not None
 
     def incidents(self, *, unfrozen_only: bool = False) -> list[Incident]:
         where = " WHERE frozen = 0" if unfrozen_only else ""
@@ -223,51 +253,120 @@ class IncidentStore:
         v: npt.NDArray[np.float64],
         q: npt.NDArray[np.int8],
     ) -> int:
+        """Store the samples not stored yet (first one wins at a time, as INSERT OR IGNORE
+        did with rows) as one block; returns how many were new."""
         if not t.size:
             return 0
-        rows = [
-            (iid, sensor, ti, vi if math.isfinite(vi) else None, qi)
-            for ti, vi, qi in zip(t.tolist(), v.tolist(), q.tolist(), strict=True)
-        ]
+        t, first = np.unique(np.asarray(t, np.float64), return_index=True)
+        v, q = np.asarray(v, np.float64)[first], np.asarray(q)[first]
+        lo, hi = float(t[0]), float(t[-1])
         try:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                cur = self._db.executemany(
-                    _ADD_EVIDENCE,
-                    rows,
-                )
+                stored = self._stored_times(iid, sensor, lo, hi)
+                if stored.size:
+                    new = ~np.isin(t, stored)
+                    t, v, q = t[new], v[new], q[new]
+                if t.size:
+                    self._put_block(iid, sensor, t, v, q)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
             raise StateError(f"incident store {self.path}: cannot add evidence: {exc}") from exc
-        return int(cur.rowcount)
+        return int(t.size)
+
+    def _put_block(
+        self,
+        iid: str,
+        sensor: str,
+        t: npt.NDArray[np.float64],
+        v: npt.NDArray[np.float64],
+        q: npt.NDArray[np.int8],
+    ) -> None:
+        """New samples later than the sensor's last block join it while it is small (live,
+        a batch brings one sample: a block each would make a day of evidence 86,400 blocks)."""
+        last = self._db.execute(
+            "SELECT rowid, first, last, t, value, quality FROM evidence_block"
+            " WHERE incident = ? AND sensor = ? ORDER BY rowid DESC LIMIT 1",
+            (iid, sensor),
+        ).fetchone()
+        if last is not None and float(t[0]) > last[2] and len(last[3]) // 8 + t.size <= BLOCK_ROWS:
+            old_t, old_v, old_q = decode(last[3], last[4], last[5])
+            both = encode(np.concatenate((old_t, t)), np.concatenate((old_v, v)), np.concatenate((old_q, q)))
+            self._db.execute(
+                "UPDATE evidence_block SET last = ?, t = ?, value = ?, quality = ? WHERE rowid = ?",
+                (float(t[-1]), *both, last[0]),
+            )
+            return
+        self._db.execute(_ADD_BLOCK, (iid, sensor, float(t[0]), float(t[-1]), *encode(t, v, q)))
+
+    def _stored_times(self, iid: str, sensor: str, lo: float, hi: float) -> npt.NDArray[np.float64]:
+        """Times already stored for the sensor within [lo, hi] (none, unless a batch is re-sent)."""
+        found = [
+            np.array(
+                [
+                    r[0]
+                    for r in self._db.execute(
+                        "SELECT t FROM evidence WHERE incident = ? AND sensor = ? AND t BETWEEN ? AND ?",
+                        (iid, sensor, lo, hi),
+                    )
+                ],
+                np.float64,
+            )
+        ]
+        for (blob,) in self._db.execute(
+            "SELECT t FROM evidence_block WHERE incident = ? AND sensor = ? AND first <= ? AND last >= ?",
+            (iid, sensor, hi, lo),
+        ):
+            found.append(np.frombuffer(blob, "<f8").astype(np.float64))
+        return np.concatenate(found)
+
+    def _columns(self, iid: str, sensor: str | None) -> dict[str, Columns]:
+        """Each sensor's evidence in time order: schema 1 rows, then the blocks."""
+        where = "incident = ?" if sensor is None else "incident = ? AND sensor = ?"
+        args = (iid,) if sensor is None else (iid, sensor)
+        parts: dict[str, list[Columns]] = {}
+        rows = self._run(
+            f"SELECT sensor, t, value, quality FROM evidence WHERE {where} ORDER BY sensor, t", args
+        )
+        legacy = rows.fetchall()
+        if legacy:
+            names = [r[0] for r in legacy]
+            t = np.array([r[1] for r in legacy], np.float64)
+            v = np.array([math.nan if r[2] is None else r[2] for r in legacy], np.float64)
+            q = np.array([r[3] for r in legacy], np.int8)
+            for name in dict.fromkeys(names):
+                i, j = names.index(name), len(names) - names[::-1].index(name)
+                parts.setdefault(name, []).append((t[i:j], v[i:j], q[i:j]))
+        blocks = self._run(
+            f"SELECT sensor, t, value, quality FROM evidence_block WHERE {where} ORDER BY rowid", args
+        )
+        for name, tb, vb, qb in blocks.fetchall():
+            parts.setdefault(name, []).append(decode(tb, vb, qb))
+        out: dict[str, Columns] = {}
+        for name in sorted(parts):
+            t, v, q = (np.concatenate(c) for c in zip(*parts[name], strict=True))
+            order = np.argsort(t, kind="stable")
+            out[name] = (t[order], v[order], q[order].astype(np.int8))
+        return out
 
     def evidence(
         self, iid: str, sensor: str | None = None
     ) -> tuple[list[str], npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int8]]:
         """(sensor names, times, values (NaN for none), qualities), by sensor then time."""
-        sql = "SELECT sensor, t, value, quality FROM evidence WHERE incident = ?"
-        args: tuple[object, ...] = (iid,)
-        if sensor is not None:
-            sql += " AND sensor = ?"
-            args += (sensor,)
-        rows = self._run(sql + " ORDER BY sensor, t", args).fetchall()
-        names = [r[0] for r in rows]
-        t = np.array([r[1] for r in rows], np.float64)
-        v = np.array([math.nan if r[2] is None else r[2] for r in rows], np.float64)
-        q = np.array([r[3] for r in rows], np.int8)
-        return names, t, v, q
+        cols = self._columns(iid, sensor)
+        if not cols:
+            return [], np.empty(0, np.float64), np.empty(0, np.float64), np.empty(0, np.int8)
+        names = [name for name, (t, _, _) in cols.items() for _ in range(t.size)]
+        t, v, q = (np.concatenate(c) for c in zip(*cols.values(), strict=True))
+        return names, t, v, q.astype(np.int8)
 
     def evidence_csv(self, iid: str) -> bytes:
         """The evidence as CSV, byte for byte what is hashed: time (ISO UTC), sensor, value, quality."""
-        names, t, v, q = self.evidence(iid)
-        out = io.StringIO()
-        out.write(CSV_HEADER)
-        for name, ti, vi, qi in zip(names, t.tolist(), v.tolist(), q.tolist(), strict=True):
-            out.write(f"{iso(ti)},{name},{repr(vi) if math.isfinite(vi) else ''},{qi}\n")
-        return out.getvalue().encode("utf-8")
+        body = (csv_rows(name, t, v, q) for name, (t, v, q) in self._columns(iid, None).items())
+        return CSV_HEADER.encode("utf-8") + b"".join(body)
 
     def evidence_path(self, iid: str) -> Path:
         return self.dir / "incidents" / iid / "evidence.csv"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -247,6 +247,21 @@ class MeterBook:
             # A voided swap has no rows left: its own zero row overwrites the old point.
             rows.extend(self.ledger.rows(meter, time_ms - 1, time_ms) or mine)
         return meter_records(sorted(rows, key=lambda r: (r.time_ms, r.meter, r.seq)), self.ledger.specs)
+
+    def reconcile(self, journal_active: Mapping[str, bool]) -> list[Condition]:
+        """The meter alarm transitions that bring the alarm journal in line with the ledger,
+        whose latest row per meter decides (a crash fell between the ledger's commit and
+        the journal's). `journal_active`: meter -> its alarm is active in the journal."""
+        out: list[Condition] = []
+        for meter, spec in self.ledger.specs.items():
+            last = self.ledger.last(meter)
+            active = last is not None and not last.accepted
+            if last is None or active == journal_active.get(meter, False):
+                continue
+            flags = frozenset(last.flags) & frozenset(ANOMALIES)
+            step = Step(False, last.counts, last.volume, flags, last.message, last.limit)
+            out.append(condition(spec, last.time, last.reading, step if active else None))
+        return out
 
     def _conditions(self, rows: list[Row]) -> list[Condition]:
         """Alarm transitions: active when a meter's latest row is rejected, cleared when a

@@ -84,13 +84,16 @@ class Ledger(Amendments):
             try:
                 yield
                 self._flush()
+                self._db.execute("COMMIT")
             except BaseException:
                 self._writes.clear()
-                self._db.execute("ROLLBACK")
+                # SQLite may have rolled back already (a full disk): a second ROLLBACK
+                # would hide the real cause behind "no transaction is active".
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 self._last.clear()  # the caches may hold rows that were rolled back
                 self._baseline.clear()
                 raise
-            self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             raise StateError(f"meter ledger {self.path}: {exc}") from exc
 

@@ -21,7 +21,7 @@ from influxdb_client.rest import ApiException
 
 from monitor.config import Influx, redact_url
 from monitor.errors import WriteError, WriteTimeoutError
-from monitor.sinks.writer import parse_retry_after
+from monitor.sinks.retry_after import parse_retry_after
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import urllib.parse
 
 from monitor.config import Influx, redact_url
 from monitor.errors import WriteError, WriteTimeoutError
-from monitor.sinks.writer import parse_retry_after
+from monitor.sinks.retry_after import parse_retry_after
 
 log = logging.getLogger(__name__)
 

@@ -373,7 +373,21 @@ class _Transaction:
 
     def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
         try:
-            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+            if exc_type is None:
+                try:
+                    self.db.execute("COMMIT")
+                except sqlite3.Error:
+                    _rollback(self.db)
+                    raise
+            else:
+                # SQLite may have rolled back already (a full disk): a second ROLLBACK
+                # would hide the real cause behind "no transaction is active".
+                _rollback(self.db)
         finally:
             if self.relax:
                 self.db.execute("PRAGMA synchronous=FULL")
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    if db.in_transaction:
+        db.execute("ROLLBACK")

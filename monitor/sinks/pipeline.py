@@ -72,6 +72,11 @@ class SampleSink:
         if self.outbox is not None:
             self.outbox.append(self.serializer.samples(samples))
 
+    def write_samples_to_outbox(self, samples: Sequence[Sample]) -> None:
+        """Queue samples for InfluxDB only (the series store has them already); committed on return."""
+        if self.outbox is not None and samples:
+            self.outbox.append(self.serializer.samples(samples))
+
     def write_columns(
         self,
         names: Sequence[str],

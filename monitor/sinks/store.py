@@ -5,12 +5,18 @@ for `store.retention` (30 days by default) behind the newest sample. It works
 with or without InfluxDB, so the gateway's own console never depends on the link.
 A repeated (sensor, time) replaces the earlier value, so replaying the same
 history twice does not double it.
+
+`hold` also keeps the batch as an *intake* record in the same transaction, until
+the pipeline `release`s it once the outbox and the ledger have it too; `held`
+lists what a crash left in between (see `monitor.pipeline`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Iterable
+from array import array
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from monitor.errors import SinkError
@@ -28,7 +34,11 @@ CREATE TABLE IF NOT EXISTS sample (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS sample_time ON sample (t);
 """
-SCHEMA = Schema("series store", (_SCHEMA,))  # add a migration to change a table; never edit one
+# Version 2: the pipeline's intake records (keys of a batch until every store has it).
+_INTAKE = """
+CREATE TABLE IF NOT EXISTS intake (seq INTEGER PRIMARY KEY, body BLOB NOT NULL);
+"""
+SCHEMA = Schema("series store", (_SCHEMA, _INTAKE))  # add a migration to change a table; never edit one
 
 PRUNE_EVERY = 3600.0  # seconds of event time between retention sweeps
 
@@ -69,6 +79,50 @@ class SeriesStore:
 
     def append(self, samples: Iterable[Sample]) -> int:
         """Store samples in one transaction (NaN values are kept as NULL); returns how many."""
+        return self._append(samples, hold=False)[0]
+
+    def hold(self, samples: Sequence[Sample]) -> int:
+        """Store samples and keep them as an intake record, in one transaction; returns
+        the record's number for `release`. The record holds the keys (sensor, time) only,
+        12 bytes a sample: the values are in the `sample` rows of the same transaction."""
+        seq = self._append(samples, hold=True)[1]
+        assert seq is not None
+        return seq
+
+    def release(self, seq: int) -> None:
+        """Forget an intake record: every store has its batch."""
+        try:
+            self._db.execute("DELETE FROM intake WHERE seq = ?", (seq,))
+        except sqlite3.Error as exc:
+            raise SinkError(f"cannot write to series store {self.path}: {exc}") from exc
+
+    def held(self) -> list[tuple[int, list[Sample]]]:
+        """Intake records not released, oldest first, with their samples as stored."""
+        names = {sid: name for name, sid in self._ids.items()}
+        out: list[tuple[int, list[Sample]]] = []
+        nan = float("nan")
+        try:
+            for seq, body in self._db.execute("SELECT seq, body FROM intake ORDER BY seq").fetchall():
+                n = len(body) // 12
+                ids, times = array("i"), array("d")
+                ids.frombytes(body[: 4 * n])
+                times.frombytes(body[4 * n :])
+                samples = []
+                for sid, t in zip(ids, times, strict=True):
+                    row = self._db.execute(
+                        "SELECT value, quality FROM sample WHERE sensor = ? AND t = ?", (sid, t)
+                    ).fetchone()
+                    if row is not None:  # None: pruned by retention since
+                        samples.append(
+                            Sample(names[sid], t, nan if row[0] is None else row[0], Quality(row[1]))
+                        )
+                out.append((seq, samples))
+        except sqlite3.Error as exc:
+            raise SinkError(f"cannot read series store {self.path}: {exc}") from exc
+        return out
+
+    def _append(self, samples: Iterable[Sample], hold: bool) -> tuple[int, int | None]:
+        seq: int | None = None
         try:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -82,6 +136,12 @@ class SeriesStore:
                     for s in samples
                 ]
                 self._db.executemany("INSERT OR REPLACE INTO sample VALUES (?, ?, ?, ?)", rows)
+                if hold:
+                    body = (
+                        array("i", [r[0] for r in rows]).tobytes()
+                        + array("d", [r[1] for r in rows]).tobytes()
+                    )
+                    seq = self._db.execute("INSERT INTO intake (body) VALUES (?)", (body,)).lastrowid
                 if rows:
                     newest = max(r[1] for r in rows)
                     if self._newest is None or newest > self._newest:
@@ -89,13 +149,18 @@ class SeriesStore:
                     if self._newest - self._pruned_at >= PRUNE_EVERY:
                         self._db.execute("DELETE FROM sample WHERE t < ?", (self._newest - self.retention,))
                         self._pruned_at = self._newest
-                self._db.execute("COMMIT")
+                self._db.execute("COMMIT")  # a failed COMMIT rolls back below
             except BaseException:
-                self._db.execute("ROLLBACK")
+                # SQLite may have rolled back already (a full disk): a second ROLLBACK
+                # would hide the real cause behind "no transaction is active".
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):  # ids cached in the rolled-back transaction
+                    self._ids = dict(self._db.execute("SELECT name, id FROM sensor").fetchall())
                 raise
         except sqlite3.Error as exc:
             raise SinkError(f"cannot write to series store {self.path}: {exc}") from exc
-        return len(rows)
+        return len(rows), seq
 
     def sensors(self) -> list[str]:
         return sorted(self._ids)

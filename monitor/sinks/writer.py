@@ -8,11 +8,10 @@ for the config's `influx.api`.
 
 from __future__ import annotations
 
-import email.utils
-import time
 from typing import Protocol
 
 from monitor.config import Influx
+from monitor.sinks.retry_after import parse_retry_after
 
 
 class LineWriter(Protocol):
@@ -28,22 +27,6 @@ class LineWriter(Protocol):
     def close(self) -> None: ...
 
 
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Retry-After as seconds: either delta-seconds or an HTTP date (RFC 9110)."""
-    if not value:
-        return None
-    text = value.strip()
-    try:
-        return max(0.0, float(text))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
 def make_writer(influx: Influx) -> LineWriter:
     """The writer for `influx.api`: v2 through influxdb-client, v1 through `/write`."""
     if influx.api == "v2":
@@ -53,3 +36,6 @@ def make_writer(influx: Influx) -> LineWriter:
     from monitor.sinks.influx_v1 import InfluxV1Writer
 
     return InfluxV1Writer(influx)
+
+
+__all__ = ["LineWriter", "make_writer", "parse_retry_after"]

@@ -32,10 +32,10 @@ import numpy as np
 from monitor.config import Config, Influx
 from monitor.errors import SourceError
 from monitor.model import Quality
-from monitor.sources.replay import T_MAX, T_MIN, Problem, ReadReport, Rows
+from monitor.sources.historian_rows import WINDOW_S, _History
+from monitor.sources.replay import Rows
 
 CHUNK_POINTS = 50_000
-WINDOW_S = 6 * 3600.0
 KINDS = ("influxql", "flux", "victoriametrics")
 
 
@@ -89,37 +89,6 @@ class Http:
     def health(self) -> str:
         """The body of `/health` (InfluxDB 2 answers JSON naming itself; VictoriaMetrics "OK")."""
         return b"".join(self.lines("/health", [])).decode(errors="replace")
-
-
-class _History:
-    """Rows from a historian: sensor names mapped, unknown ones counted like a file's."""
-
-    def __init__(self, config: Config, start: float, end: float, what: str) -> None:
-        self.sensors = list(config.rules)  # `open_history(sensors=...)` may widen it
-        self.index = {s: i for i, s in enumerate(self.sensors)}
-        self.station = config.station.id
-        self.start, self.end = start, end
-        self.report = ReadReport(what)
-        self.points = 0
-
-    def rows(self) -> Iterator[Rows]:
-        raise NotImplementedError
-
-    def _rows(self, names: list[str], time: list[float], value: list[float], quality: list[int]) -> Rows:
-        n = len(time)
-        lines = np.arange(self.points + 1, self.points + n + 1, dtype=np.int64)
-        self.points += n
-        self.report.rows += n
-        sensor = np.fromiter((self.index.get(s, -1) for s in names), np.int32, n)
-        t = np.asarray(time, dtype=np.float64)
-        unknown = np.flatnonzero(sensor < 0)
-        for i in unknown.tolist():
-            self.report.unknown_sensor.setdefault(names[i], Problem()).add(int(lines[i]), names[i])
-        outside = (t < T_MIN) | (t >= T_MAX)
-        keep = (sensor >= 0) & ~outside
-        q = np.asarray(quality, dtype=np.int8)
-        rows = Rows(sensor, t, np.asarray(value, dtype=np.float64), q, lines)
-        return rows if keep.all() else rows.take(keep)
 
 
 class InfluxQLHistory(_History):

@@ -18,7 +18,7 @@ from urllib3.exceptions import HTTPError
 from monitor.config import Config
 from monitor.errors import SourceError
 from monitor.model import Quality
-from monitor.sources.historian import WINDOW_S, _History
+from monitor.sources.historian_rows import WINDOW_S, _History
 from monitor.sources.replay import Rows
 
 FLUX = """from(bucket: {bucket})

@@ -7,9 +7,10 @@ and failure episodes live in its `DeviceState`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from monitor.config.sources import ModbusDevice
 from monitor.errors import DecodeError, MalformedResponseError, ModbusError
@@ -17,9 +18,6 @@ from monitor.model import Condition, ConditionState, Quality, Rule, Sample
 from monitor.sources.modbus_decode import compile_decoder, is_believable
 from monitor.sources.modbus_health import DeviceHealth, Episodes
 from monitor.sources.modbus_plan import ReadPlan, Request
-
-if TYPE_CHECKING:
-    from monitor.sources.modbus import Hub
 
 log = logging.getLogger("monitor.sources.modbus")
 
@@ -37,10 +35,26 @@ EXCEPTION_NAMES = {
 COMM_CODES = frozenset({5, 6, 10, 11})
 
 
+class Connection(Protocol):
+    """The connection a device's requests go through (`monitor.sources.modbus.Hub`),
+    as a protocol so this module does not import the pymodbus adapter."""
+
+    key: str
+    lock: asyncio.Lock
+    connect_attempts: list[float]
+
+    @property
+    def connected(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+    async def read(self, device_id: int, request: Request, timeout: float) -> list[int]: ...
+
+
 class DeviceState:
     """A device's live plan (requests are split after exception 2) and bookkeeping."""
 
-    def __init__(self, device: ModbusDevice, plan: ReadPlan, hub: Hub) -> None:
+    def __init__(self, device: ModbusDevice, plan: ReadPlan, hub: Connection) -> None:
         self.device = device
         self.plan = plan
         self.requests = list(plan.requests)

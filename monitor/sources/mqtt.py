@@ -7,10 +7,14 @@ that thread and must only hand the message over (see `MqttSource`).
 
 Sessions are persistent (MQTT 5 session expiry, or clean_session false on 3.1.1)
 with a stable client id, so QoS 1 messages published while the daemon was briefly
-away are delivered when it comes back. paho reconnects with exponential backoff;
-every subscription is made again on each connect, so a broker that restarted
-without its persistence file still feeds us. Every paho error is translated into
-`SourceError` here; the password is never put into a message or a log line.
+away are delivered when it comes back. Acknowledgement is manual: a message is
+acknowledged when its handler returns, or, for handlers subscribed with
+`acked=True` (sensor readings), when the handler's `Receipt.done()` says it is
+stored; a message not acknowledged when the daemon dies is delivered again.
+paho reconnects with exponential backoff; every subscription is made again on each
+connect, so a broker that restarted without its persistence file still feeds us.
+Every paho error is translated into `SourceError` here; the password is never put
+into a message or a log line.
 """
 
 from __future__ import annotations
@@ -38,12 +42,15 @@ from paho.mqtt.subscribeoptions import MQTTException as SubscribeOptionsError
 
 from monitor.config.sources import Mqtt
 from monitor.errors import SourceError
+from monitor.sources.mqtt_receipt import AckedHandler, Receipt
 from monitor.sources.payload import matches
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[str, bytes], None]
-"""Called on paho's thread with (topic, payload) for each message on a subscription."""
+"""Called on paho's thread with (topic, payload) for each message on a subscription;
+the message is acknowledged when the handler returns."""
+
 
 MAX_ROUTES = 10_000
 
@@ -155,7 +162,8 @@ class MqttLink:
         self.status_topic = f"{config.topic_prefix}/{station}/status"
         self.where = f"{config.host}:{config.port}"
         self.user = config.username or "(anonymous)"
-        self._subs: dict[str, tuple[int, Handler]] = {}
+        self._subs: dict[str, tuple[int, Handler | AckedHandler, bool]] = {}
+        self._connected_callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._settled = threading.Event()  # first CONNACK (good or refused) or connect failure
         self._connected = False
@@ -163,7 +171,8 @@ class MqttLink:
         self._error: str | None = None
         self._down_since: float | None = None
         self._pending_subs: dict[int, str] = {}
-        self._routes: dict[str, tuple[Handler, ...]] = {}  # topic -> handlers, filled as topics arrive
+        # topic -> (handlers, acked handlers), filled as topics arrive
+        self._routes: dict[str, tuple[tuple[Handler, ...], tuple[AckedHandler, ...]]] = {}
         self.max_packet = max_packet(config.max_payload)
         self.oversized = 0  # packets refused by size before they were read into memory
         self.handler_errors = 0  # messages a handler failed on
@@ -184,16 +193,23 @@ class MqttLink:
         """Why the last connect attempt failed (None once connected)."""
         return self._error
 
-    def subscribe(self, topic_filter: str, qos: int, handler: Handler) -> None:
+    def subscribe(
+        self, topic_filter: str, qos: int, handler: Handler | AckedHandler, *, acked: bool = False
+    ) -> None:
         """Route messages on `topic_filter` to `handler`; kept across reconnects.
 
-        Register before `start()` so that messages the broker kept for our session
-        are not delivered before anyone listens for them."""
+        With `acked`, `handler` is an `AckedHandler` and acknowledges through its
+        `Receipt`. Register before `start()` so that messages the broker kept for our
+        session are not delivered before anyone listens for them."""
         with self._lock:
-            self._subs[topic_filter] = (qos, handler)
+            self._subs[topic_filter] = (qos, handler, acked)
             self._routes = {}
         if self._connected:
             self._subscribe_all([topic_filter])
+
+    def on_connected(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (on paho's thread) after every successful connect."""
+        self._connected_callbacks.append(callback)
 
     def unsubscribe(self, topic_filter: str) -> None:
         with self._lock:
@@ -268,6 +284,7 @@ class MqttLink:
             client_id=self.client_id,
             protocol=MQTTProtocolVersion.MQTTv5 if v5 else MQTTProtocolVersion.MQTTv311,
             clean_session=None if v5 else False,
+            manual_ack=True,
         )
         client.max_packet = self.max_packet
         client.on_oversized = self._on_oversized
@@ -294,22 +311,37 @@ class MqttLink:
         except UnicodeDecodeError:
             log.warning("MQTT %s: dropped a message whose topic is not UTF-8", self.where)
             return
-        routes = self._routes
-        handlers = routes.get(topic)
-        if handlers is None:
+        routes = self._routes.get(topic)
+        if routes is None:
             with self._lock:
-                handlers = tuple(h for f, (_q, h) in self._subs.items() if matches(f, topic))
+                subs = [(h, acked) for f, (_q, h, acked) in self._subs.items() if matches(f, topic)]
+                routes = (
+                    tuple(h for h, acked in subs if not acked),  # type: ignore[misc]
+                    tuple(h for h, acked in subs if acked),  # type: ignore[misc]
+                )
                 if len(self._routes) >= MAX_ROUTES:  # a publisher inventing topics
                     self._routes = {}
-                self._routes[topic] = handlers
-            if not handlers:
+                self._routes[topic] = routes
+            if not subs:
                 log.debug("MQTT %s: message on %r matches no subscription", self.where, topic)
+        plain, acked = routes
         payload = bytes(msg.payload)  # bytes(b) is b itself: no copy
-        for handler in handlers:
+        for handler in plain:
             try:
                 handler(topic, payload)
             except Exception as exc:  # a handler bug must not kill paho's thread or lose the rest
                 self._handler_failed(topic, exc)
+        if not acked:
+            if msg.qos > 0:
+                self._client.ack(msg.mid, msg.qos)
+            return
+        receipt = Receipt(self._client, msg.mid, msg.qos, bool(msg.retain), len(acked))
+        for acked_handler in acked:
+            try:
+                acked_handler(topic, payload, receipt)
+            except Exception as exc:
+                self._handler_failed(topic, exc)
+                receipt.done()
 
     def _handler_failed(self, topic: str, exc: Exception) -> None:
         """Counted always; a traceback once per topic, not once per message."""
@@ -348,6 +380,11 @@ class MqttLink:
         with self._lock:
             filters = list(self._subs)
         self._subscribe_all(filters)
+        for callback in self._connected_callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("MQTT %s: on-connect callback failed", self.where)
         if was_down is not None:
             log.info("MQTT %s: connected again after %.0f s", self.where, time.monotonic() - was_down)
         else:

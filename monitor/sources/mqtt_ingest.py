@@ -6,6 +6,12 @@ most once per drain, wakes the event loop with `call_soon_threadsafe`; the loop
 hands samples to the engine in batches. So paho's thread never waits on the loop,
 nothing is dropped when the loop is busy, and a flood costs one wake-up per batch.
 
+Each message's `Receipt` travels with its sample (or alone, for a refused
+payload, so acknowledgements keep the order the broker sent in); the batch's
+`ack` completes them once the pipeline has stored and judged the batch. Until
+then the broker holds the messages as in flight, and delivers them again to the
+next session if the daemon dies.
+
 Why parse on paho's thread: with the GIL, a loop thread busy parsing makes paho's
 thread wait up to the switch interval after every socket call, and a QoS 1
 backlog then drains at half speed (measured with bench/mqtt_ingest.py). Parsing
@@ -18,12 +24,13 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 from monitor.config.sources import Mqtt
 from monitor.errors import PayloadError
-from monitor.model import Clock, Condition, ConditionState, Emit, Rule, Sample, WallClock
+from monitor.model import AckedEmit, Clock, Condition, ConditionState, Rule, Sample, WallClock
+from monitor.sources.mqtt_receipt import Receipt
 from monitor.sources.payload import BadPayloads, Limits, Route, parse
 
 log = logging.getLogger(__name__)
@@ -44,11 +51,11 @@ class Subscriber(Protocol):
     @property
     def last_error(self) -> str | None: ...
 
-    def subscribe(self, topic_filter: str, qos: int, handler: _Handler, /) -> None: ...
+    def subscribe(self, topic_filter: str, qos: int, handler: _Handler, *, acked: bool) -> None: ...
 
 
 class _Handler(Protocol):
-    def __call__(self, topic: str, payload: bytes, /) -> None: ...
+    def __call__(self, topic: str, payload: bytes, receipt: Receipt, /) -> None: ...
 
 
 class MqttSource:
@@ -86,13 +93,16 @@ class MqttSource:
         self.linger = linger
         self.received = 0
         self.samples = 0
-        self._queue: deque[Sample] = deque()
+        self._queue: deque[tuple[Sample | None, Receipt]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._wake_pending = False
         for route in self.routes:
             link.subscribe(
-                route.filter, route.qos if route.qos is not None else config.qos, self._handler(route)
+                route.filter,
+                route.qos if route.qos is not None else config.qos,
+                self._handler(route),
+                acked=True,
             )
 
     def _handler(self, route: Route) -> _Handler:
@@ -101,17 +111,18 @@ class MqttSource:
         limits = self.limits
         sensors = self.sensors
 
-        def on_message(topic: str, payload: bytes) -> None:  # paho's thread
+        def on_message(topic: str, payload: bytes, receipt: Receipt) -> None:  # paho's thread
             received = now()
             self.received += 1
+            sample: Sample | None = None
             try:
                 sample = parse(route, topic, payload, received, limits)
                 if sensors is not None and sample.sensor not in sensors:
                     raise PayloadError(f"sensor {sample.sensor!r} is not configured in sensors")
             except PayloadError as exc:
                 self._refused(topic, exc, received)
-                return
-            queue.append(sample)
+                sample = None  # acknowledged in turn: the broker must not send it again
+            queue.append((sample, receipt))
             if not self._wake_pending and self._loop is not None:
                 self._wake_pending = True
                 # RuntimeError: the loop closed during shutdown; nothing left to hand to.
@@ -124,7 +135,7 @@ class MqttSource:
         if self._wake is not None:
             self._wake.set()
 
-    async def run(self, emit: Emit) -> None:
+    async def run(self, emit: AckedEmit) -> None:
         """Hand samples to `emit` until cancelled."""
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
@@ -150,13 +161,13 @@ class MqttSource:
             watch.cancel()
             self._loop = None
 
-    async def _watch(self, emit: Emit, every: float = 1.0) -> None:
+    async def _watch(self, emit: AckedEmit, every: float = 1.0) -> None:
         """Raise comm-loss on the fed sensors once the broker has been away for
         `comm_loss_after`, and clear it when the link is back."""
         while True:
             conditions = self.check_link(self.clock.now())
             if conditions:
-                emit(conditions)
+                emit(conditions, None)
             await asyncio.sleep(every)
 
     def check_link(self, now: float) -> list[Condition]:
@@ -199,14 +210,16 @@ class MqttSource:
             for sensor in self.fed
         ]
 
-    def drain(self, emit: Emit, limit: int = BATCH) -> int:
-        """Emit up to `limit` queued samples in one batch; returns how many."""
+    def drain(self, emit: AckedEmit, limit: int = BATCH) -> int:
+        """Emit up to `limit` queued messages in one batch, with the `ack` that
+        acknowledges them; returns how many messages."""
         queue = self._queue
         count = min(limit, len(queue))
         if count:
-            batch = [queue.popleft() for _ in range(count)]
-            self.samples += count
-            emit(batch)
+            taken = [queue.popleft() for _ in range(count)]
+            batch = [s for s, _ in taken if s is not None]
+            self.samples += len(batch)
+            emit(batch, _acker([r for _, r in taken]))
         return count
 
     def _refused(self, topic: str, exc: PayloadError, now: float) -> None:  # paho's thread only
@@ -219,3 +232,11 @@ class MqttSource:
     def pending(self) -> int:
         """Samples parsed but not yet handed to the engine (for health and metrics)."""
         return len(self._queue)
+
+
+def _acker(receipts: Sequence[Receipt]) -> Callable[[], None]:
+    def ack() -> None:
+        for receipt in receipts:
+            receipt.done()
+
+    return ack

@@ -2,21 +2,21 @@
 
 Mounted by `create_app` when the station view offers a `meter_book` (the daemon's
 `MeterBook`); the meter alarm transitions a replacement causes (a `backwards` alarm
-clearing) go to the alarm manager like any other condition.
+clearing) go through the daemon's pipeline (`submit`) like any other condition.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
 
 from fastapi import FastAPI, HTTPException
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from monitor.alarms import AlarmManager
 from monitor.errors import MeterError
 from monitor.meters.book import MeterBook
-from monitor.model import iso
+from monitor.model import Condition, iso
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "missing or wrong bearer token"},
@@ -54,8 +54,14 @@ class MeterOut(BaseModel):
     message: str
 
 
-def add_meter_routes(app: FastAPI, book: MeterBook, alarms: AlarmManager, token_required: Any) -> None:
-    """`token_required` is the app's `Depends(...)` guard for writes."""
+def add_meter_routes(
+    app: FastAPI,
+    book: MeterBook,
+    submit: Callable[[Sequence[Condition]], object],
+    token_required: Any,
+) -> None:
+    """`token_required` is the app's `Depends(...)` guard for writes; `submit` hands the
+    alarm transitions a replacement causes to the daemon's pipeline."""
     ledger = book.ledger
 
     def known(meter: str) -> None:
@@ -90,8 +96,7 @@ def add_meter_routes(app: FastAPI, book: MeterBook, alarms: AlarmManager, token_
             )
         except MeterError as exc:
             raise HTTPException(409, str(exc)) from None
-        for condition in conditions:
-            alarms.apply(condition)
+        submit(conditions)
         return ReplacementOut(
             meter=meter,
             time=iso(when),

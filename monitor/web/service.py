@@ -157,6 +157,22 @@ class StationCollector(Collector):
         for sensor in engine.get("slug_not_judged", []):
             not_judged.add_metric([station, sensor], 1)
         yield not_judged
+        pipeline = h.get("pipeline", {})
+        stalled = GaugeMetricFamily(
+            "station_monitor_intake_stalled", "1 while the state disk refuses writes", labels=["station"]
+        )
+        stalled.add_metric([station], 1.0 if pipeline.get("stalled") else 0.0)
+        yield stalled
+        waiting = GaugeMetricFamily(
+            "station_monitor_intake_waiting", "Readings taken in and not yet stored", labels=["station"]
+        )
+        waiting.add_metric([station], pipeline.get("waiting", 0))
+        yield waiting
+        dropped = CounterMetricFamily(
+            "station_monitor_intake_dropped", "Readings dropped while intake was stalled", labels=["station"]
+        )
+        dropped.add_metric([station], pipeline.get("dropped", 0))
+        yield dropped
         listeners = CounterMetricFamily(
             "station_monitor_alarm_listener_failures",
             "Alarm transitions a listener (console, MQTT, notification, InfluxDB) failed on",

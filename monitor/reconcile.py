@@ -1,0 +1,72 @@
+"""Alarms across a restart: what the journal holds as active stays so until the
+engine has judged that sensor again.
+
+After a crash the engine may restart from an older checkpoint (or none), while the
+alarm journal is exact. An alarm the journal holds as active, acknowledged or not,
+must neither be reported "cleared" because the engine has not seen a breach yet,
+nor activated a second time (a second activation would count twice in the KPIs).
+
+- A limit alarm (high, low) is handed to the engine as its own active state
+  (`Engine.restore_active`): it ends by the rule's deadband and off-delay, and a
+  reading still beyond the limit raises nothing new.
+- Slug, stale and comm-loss alarms wait here until a good reading of the sensor has
+  been judged: a slug is kept while the baseline warms up and while an over-run is
+  in progress; it clears when the reading is back within the factor, stale and
+  comm-loss clear on the first good reading (data flows again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from monitor.alarms import AlarmManager
+from monitor.engine import Engine
+from monitor.model import Condition, ConditionState, Quality, Rule, Sample
+
+ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS, Rule.BAD_VALUE})
+
+
+class Reconciler:
+    """Holds the journal's active alarms the engine does not know yet."""
+
+    def __init__(self, engine: Engine, alarms: AlarmManager, sensors: Collection[str]) -> None:
+        self.engine = engine
+        self.alarms = alarms
+        self.unconfirmed: set[tuple[str, Rule]] = set()
+        for sensor, rule in alarms.active_conditions():
+            if rule not in ENGINE_RULES or sensor not in sensors:
+                continue
+            if rule in engine.status(sensor).active or engine.restore_active(sensor, rule):
+                continue
+            self.unconfirmed.add((sensor, rule))
+
+    def judged(self, sample: Sample) -> list[Condition]:
+        """After the engine judged `sample`: the restored alarms its verdict ends."""
+        if not self.unconfirmed or sample.quality is not Quality.GOOD:
+            return []
+        status = self.engine.status(sample.sensor)
+        if status.quality is not Quality.GOOD:
+            return []
+        pending = self.engine.pending(sample.sensor)
+        out = []
+        for key in [k for k in self.unconfirmed if k[0] == sample.sensor]:
+            rule = key[1]
+            if rule is Rule.SLUG and (status.warming_up or Rule.SLUG in pending):
+                continue  # cannot judge the slug yet, or the over-run goes on: stays as journaled
+            self.unconfirmed.discard(key)
+            alarm = self.alarms.get(*key)
+            if rule in status.active or alarm is None:
+                continue
+            out.append(
+                Condition(
+                    time=sample.time,
+                    sensor=sample.sensor,
+                    rule=rule,
+                    state=ConditionState.CLEARED,
+                    value=sample.value,
+                    limit=alarm.limit,
+                    citation=alarm.citation,
+                    message="not active after restart",
+                )
+            )
+        return out

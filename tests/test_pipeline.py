@@ -1,0 +1,152 @@
+"""The pipeline's order (store, judge, acknowledge) and its recovery, in process."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from monitor.config import Config, build_config
+from monitor.daemon import Daemon
+from monitor.model import ManualClock, Quality, Rule, Sample
+
+T0 = 1_767_225_600.0
+
+
+def station(state: Path, influx: bool = False) -> Config:
+    raw: dict[str, object] = {
+        "station": {"id": "ps-pipe"},
+        "state_dir": str(state),
+        "sensors": [
+            {"id": "outfall.ph", "kind": "ph"},
+            {"id": "shop.meter", "kind": "meter", "register_digits": 6},
+        ],
+        "console": {"enabled": False},
+        "store": {"free_space_floor": 0},
+    }
+    if influx:  # nothing listens there: points stay in the outbox, where the test reads them
+        raw["influx"] = {"url": "http://127.0.0.1:9", "api": "v1", "database": "x"}
+    return build_config(raw)
+
+
+def close(daemon: Daemon) -> None:
+    daemon.sink.close()
+    daemon.meters.close()
+    daemon.alarms.close()
+
+
+def test_a_bad_value_is_counted_stored_as_bad_and_raises_nothing(tmp_path: Path) -> None:
+    """Regression: the pipeline marked it bad before the engine saw it, so
+    station_monitor_bad_values_total stayed 0."""
+    daemon = Daemon(station(tmp_path / "state"), ManualClock(T0))
+    try:
+        daemon.pipeline.process([Sample("outfall.ph", T0, 7.0), Sample("outfall.ph", T0 + 1, 99.0)])
+        assert daemon.engine.counters.bad_values == 1
+        assert daemon.health().to_json()["engine"]["bad_values"] == 1  # type: ignore[index]
+        stored = daemon.sink.store.query("outfall.ph")
+        assert [s.quality for s in stored] == [Quality.GOOD, Quality.BAD_DATA]
+        assert daemon.alarms.get("outfall.ph", Rule.HIGH) is None
+    finally:
+        close(daemon)
+
+
+def test_a_batch_a_crash_left_between_the_stores_is_applied_again_at_start(tmp_path: Path) -> None:
+    config = station(tmp_path / "state", influx=True)
+    daemon = Daemon(config, ManualClock(T0))
+    readings = [Sample("shop.meter", T0 + 60 * i, 100.0 + i) for i in range(3)]
+    # The crash: the series store committed the batch (and its intake record); the
+    # outbox and the ledger never saw it.
+    daemon.sink.store.hold(readings)
+    close(daemon)
+
+    again = Daemon(config, ManualClock(T0))
+    try:
+        assert again.pipeline.stats.recovered == 1
+        assert again.sink.store.held() == []
+        rows = again.meters.ledger.rows("shop.meter", 0, 10**15)
+        assert [int(r.reading) for r in rows] == [100, 101, 102]
+        assert again.sink.outbox is not None
+        body = "\n".join(again.sink.outbox.pending_lines(1000))
+        lines = body.splitlines()
+        assert sum(1 for ln in lines if ln.startswith("sensor,") and "sensor=shop.meter" in ln) == 3
+        assert sum(1 for ln in lines if ln.startswith("meter,") and "meter=shop.meter" in ln) == 3
+    finally:
+        close(again)
+    # Applying it again changes nothing: the ledger and store are idempotent by key.
+    third = Daemon(config, ManualClock(T0))
+    try:
+        assert third.pipeline.stats.recovered == 0
+        assert len(third.meters.ledger.rows("shop.meter", 0, 10**15)) == 3
+    finally:
+        close(third)
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_a_refused_store_judges_and_acknowledges_nothing_until_it_is_stored(tiny_disk: Path) -> None:
+    daemon = Daemon(station(tiny_disk / "state"), ManualClock(T0))
+    try:
+        st = os.statvfs(tiny_disk)
+        ballast = tiny_disk / "ballast"
+        ballast.write_bytes(b"\0" * (st.f_bavail * st.f_frsize - (64 << 10)))
+        acked: list[int] = []
+        n = 0
+        while daemon.pipeline.stats.stalled is None:  # until the disk refuses
+            batch = [Sample("outfall.ph", T0 + n + k / 1000, 12.0) for k in range(500)]
+            daemon.pipeline.emit(batch, functools.partial(acked.append, n))
+            daemon.pipeline.process_queued()
+            n += 1
+            assert n < 1000, "the disk never filled"
+        judged = daemon.engine.counters.samples
+        assert acked == list(range(n - 1))  # the refused batch is not acknowledged
+        alarm = daemon.alarms.get("state_disk", Rule.DISK_FULL)
+        assert alarm is not None and alarm.active
+        assert daemon.pipeline.process_queued() is False  # not retried before RETRY
+        assert daemon.engine.counters.samples == judged  # nothing judged while refused
+
+        ballast.unlink()
+        daemon.pipeline._retry_at = 0.0  # the retry timer's wait, skipped (a monotonic deadline)
+        assert daemon.pipeline.process_queued() is True
+        assert acked == list(range(n))
+        assert daemon.engine.counters.samples == judged + 500
+        alarm = daemon.alarms.get("state_disk", Rule.DISK_FULL)
+        assert alarm is not None and not alarm.active
+        assert daemon.pipeline.stats.stalls == 1
+    finally:
+        close(daemon)
+
+
+def test_a_meter_alarm_the_ledger_holds_but_the_journal_missed_is_raised_at_start(tmp_path: Path) -> None:
+    config = station(tmp_path / "state")
+    daemon = Daemon(config, ManualClock(T0))
+    daemon.pipeline.process([Sample("shop.meter", T0 + 60 * i, 500.0 + i) for i in range(3)])
+    # The crash: the ledger committed a reading that went backwards; the journal never
+    # heard of the alarm it raises.
+    assert daemon.meters.ingest([Sample("shop.meter", T0 + 240, 10.0)])
+    close(daemon)
+
+    again = Daemon(config, ManualClock(T0))
+    try:
+        alarm = again.alarms.get("shop.meter", Rule.METER)
+        assert alarm is not None and alarm.active and "backwards" in alarm.message
+    finally:
+        close(again)
+    third = Daemon(config, ManualClock(T0))  # in line now: nothing raised twice
+    try:
+        entries = [e.event for e in third.alarms.journal.entries() if e.sensor == "shop.meter"]
+        assert entries == ["activated"]
+    finally:
+        close(third)
