@@ -177,3 +177,20 @@ def test_a_pumps_speed_and_current_are_kept_for_the_console(tmp_path: Path) -> N
     feed(tracker, [Sample("p1", T0, 1.0), Sample("p1.hz", T0, 58.5), Sample("p1.a", T0, 41.0)])
     feed(tracker, [Sample("p1.a", T0 + 10, 1e9)])  # beyond the current kind's range: kept out
     assert tracker.readings == {"p1": {"speed": 58.5, "amps": 41.0}}
+
+
+def test_a_station_store_that_refuses_writes_never_stops_the_alarms(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    # As root no permission makes SQLite refuse, and a full disk cannot be had on demand:
+    # closing the connection makes every write fail with a real sqlite3 error instead.
+    store.db.close()
+    conds = feed(tracker, [Sample("p1", T0, 0.0), Sample("p1", T0 + 60, 1.0), Sample("lvl", T0 + 60, 9.5)])
+    assert [c.rule for c in conds] == [Rule.HIGH_LEVEL, Rule.OVERFLOW]
+    tracker.save()
+    assert tracker.store_errors >= 3 and tracker.pumps["p1"].starts == 1
+    refused = [r for r in caplog.records if "not recorded" in r.getMessage()]
+    assert len(refused) == 1 and "station store" in refused[0].getMessage()

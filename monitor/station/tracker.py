@@ -20,20 +20,25 @@ Readings of the ordinance and the issue that the code takes:
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from monitor.config import Config
 from monitor.config.station import pump_ids
+from monitor.errors import MonitorError
 from monitor.model import Condition, ConditionState, Kind, Quality, Rule, Sample
 from monitor.station.daily import DailyTotals
 from monitor.station.pumps import PumpStats
 from monitor.station.store import OverflowRecord, StationStore
 from monitor.units import GALLONS_PER_FT3, conversion
 
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 CITATION_OVERFLOW = "station config (overflow: report within)"
 CITATION_LEVEL = "station config (wet-well setpoints)"
 
@@ -81,6 +86,8 @@ class StationTracker:
         self._t_prev = -math.inf
         self.last_time = -math.inf
         self._last: dict[str, float] = {}
+        self.store_errors = 0
+        self._store_failing = False
         self.daily = (
             DailyTotals(config.station.id, config.station.zone, list(self.pumps), store)
             if store is not None
@@ -140,7 +147,7 @@ class StationTracker:
         self._last[sid] = t
         daily = self.daily
         if daily is not None and t >= daily.day_end:
-            daily.advance(t)  # a local midnight passed: that day's totals for InfluxDB
+            self._stored(daily.advance, t)  # a local midnight passed: that day's totals for InfluxDB
         self.last_time = max(self.last_time, t)
         out: list[Condition] = []
         pump = self.pumps.get(sid)
@@ -154,7 +161,7 @@ class StationTracker:
             conds, run = pump.update(t, on)
             out.extend(conds)
             if run is not None and self.store is not None:
-                self.store.save_run(run)
+                self._stored(self.store.save_run, run)
         elif sid == self.level_id:
             self.level, self.level_time = v, t
             out.extend(self._judge_level(t))
@@ -288,7 +295,7 @@ class StationTracker:
                 )
             )
         if rec is not None and self.store is not None and (out or rec.end is not None):
-            self.store.save_overflow(rec)
+            self._stored(self.store.save_overflow, rec)
         return out
 
     def take_daily(self) -> list[str]:
@@ -300,9 +307,24 @@ class StationTracker:
         if self.store is None:
             return
         if self.overflow is not None:
-            self.store.save_overflow(self.overflow)
+            self._stored(self.store.save_overflow, self.overflow)
         if self.last_time > -math.inf:
-            self.store.save_progress(self.last_time)
+            self._stored(self.store.save_progress, self.last_time)
+
+    def _stored(self, write: Callable[[_T], None], arg: _T) -> None:
+        """A write to the station store; one that fails (a full disk) is logged once and
+        counted, and never stops the alarms: they are judged from memory."""
+        try:
+            write(arg)
+        except MonitorError as exc:
+            self.store_errors += 1
+            if not self._store_failing:
+                log.error("station store: runs and overflow records not recorded: %s", exc)
+            self._store_failing = True
+            return
+        if self._store_failing:
+            self._store_failing = False
+            log.info("station store: records written again (%d write(s) lost)", self.store_errors)
 
 
 def track_arrays(
