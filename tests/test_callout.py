@@ -176,7 +176,7 @@ def test_ph_alarm_mails_alice_then_bob_after_the_delay_until_the_link_acknowledg
         assert entry.actor == "Bob Jones" and entry.note == "acknowledged by callout link"
 
         again = await rig.http.post(ack)
-        assert again.status_code == 410 and "used already" in again.text
+        assert again.status_code == 410 and "used already (2026-01-13 22:00 EST)" in again.text
         assert await rig.step(3600) == 0
         assert len(smtp.mails) == 2
         [esc] = escalations(rig)
@@ -445,3 +445,52 @@ def test_repeat_goes_round_the_roster_again_then_stops(tmp_path: Path, smtp: Mai
         assert esc["status"] == "done" and esc["next"] is None
 
     run(tmp_path, smtp, test, repeat=1)
+
+
+def test_a_station_name_with_a_line_break_still_pages_with_a_one_line_subject(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """A YAML folded scalar (`name: >`) leaves a trailing newline in the station name; a
+    newline in a header made EmailMessage raise ValueError, which killed the callout task
+    (and with it the daemon) at the first page."""
+    raw = raw_config(tmp_path, smtp.port)
+    raw["station"]["name"] = "Barton PS 1\r\nBcc: mallory@example.org\n"
+    config = build_config(raw)
+
+    async def go() -> None:
+        rig = Rig(config, ManualClock(T0))
+        try:
+            rig.manager.apply(ph(ConditionState.ACTIVE, T0))
+            assert await rig.step() == 1
+            [mail] = smtp.mails
+            assert mail.to == (ALICE,)
+            assert mail.subject == "[Barton PS 1 Bcc: mallory@example.org] HIGH outfall.ph low"
+            assert mail.message["Bcc"] is None
+        finally:
+            await rig.close()
+
+    asyncio.run(go())
+
+
+def test_an_address_with_a_line_break_fails_the_channel_not_the_callout(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """A contact address the mail library refuses is that channel failing (retried, the
+    diagnostic alarm raised), never an exception out of the delivery loop."""
+    raw = raw_config(tmp_path, smtp.port)
+    raw["notify"]["people"]["alice"]["contacts"]["mail"] = ALICE + "\nBcc: mallory@example.org"
+    config = build_config(raw)
+
+    async def go() -> None:
+        rig = Rig(config, ManualClock(T0))
+        try:
+            rig.manager.apply(ph(ConditionState.ACTIVE, T0))
+            assert await rig.step() == 0
+            assert smtp.mails == []
+            assert rig.callout.failed == 1
+            diag = rig.manager.get("notify.mail", Rule.NOTIFY)
+            assert diag is not None and diag.active
+        finally:
+            await rig.close()
+
+    asyncio.run(go())

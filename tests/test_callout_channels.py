@@ -222,3 +222,97 @@ def test_heartbeat_counts_a_refused_ping_and_withholds_while_not_ready(provider:
         await beat.aclose()
 
     asyncio.run(go())
+
+
+def test_a_header_template_carries_a_non_ascii_station_name_as_utf8(provider: Provider) -> None:
+    """httpx encodes str header values as ASCII: `Title: {subject}` with a station named
+    `Bärton – PS 1` raised UnicodeEncodeError (not an httpx error), which escaped the
+    callout's delivery loop and stopped the daemon at the first page."""
+    channel = HttpChannel.model_validate(
+        {
+            "type": "http",
+            "url": provider.url + "/{to}",
+            "body": "{text}",
+            "headers": {"Title": "{subject}", "X-Station": "{station}"},
+        }
+    )
+    sender = HttpSender("push", channel, "Bärton – PS 1")
+
+    async def go() -> None:
+        await sender.send("ops", "[Bärton – PS 1] HIGH outfall.ph low", "pH 3.2 °", None)
+        await sender.aclose()
+
+    asyncio.run(go())
+    [(_, _, headers, body)] = provider.requests
+    # http.server decodes header bytes as latin-1; the bytes on the wire are UTF-8
+    assert headers["Title"].encode("latin-1").decode("utf-8") == "[Bärton – PS 1] HIGH outfall.ph low"
+    assert headers["X-Station"].encode("latin-1").decode("utf-8") == "Bärton – PS 1"
+    assert body.decode("utf-8") == "pH 3.2 °"
+
+
+def test_the_priority_placeholder_is_the_alarms_priority(provider: Provider, tmp_path: Path) -> None:
+    """`{priority}` is documented and accepted by the config check, but was filled with ''."""
+    from monitor.alarms import AlarmManager
+    from monitor.callout import Callout
+    from monitor.config import build_config
+    from monitor.model import Condition, ConditionState, ManualClock, Rule
+
+    config = build_config(
+        {
+            "station": {"id": "ps-1"},
+            "state_dir": str(tmp_path / "state"),
+            "console": {"enabled": False},
+            "sensors": [{"id": "outfall.ph", "kind": "ph"}],
+            "notify": {
+                "channels": {
+                    "push": {
+                        "type": "http",
+                        "url": provider.url + "/{to}",
+                        "body": "{text}",
+                        "headers": {"Priority": "{priority}"},
+                    }
+                },
+                "people": {"alice": {"name": "Alice", "contacts": {"push": "ops"}}},
+                "rosters": {"operators": ["alice"]},
+                "pipelines": [{"name": "operators", "roster": "operators"}],
+            },
+        }
+    )
+    t0 = 1_800_000_000.0
+
+    async def go() -> None:
+        clock = ManualClock(t0)
+        manager = AlarmManager.open(config, clock)
+        callout = Callout(config, manager, clock)
+        try:
+            manager.apply(
+                Condition(t0, "outfall.ph", Rule.LOW, ConditionState.ACTIVE, 3.2, 5.0, "§139-15 C(3)")
+            )
+            callout.tick()
+            assert await callout.deliver_due() == 1
+        finally:
+            await callout.aclose()
+            manager.close()
+
+    asyncio.run(go())
+    [(_, _, headers, _)] = provider.requests
+    assert headers["Priority"] == "high"
+
+
+def test_a_password_in_the_channel_url_stays_out_of_the_error(provider: Provider) -> None:
+    """The error becomes a log line and the notify alarm's message (console, MQTT): the URL
+    in it goes through redact_url, as the webhook's does."""
+    url = provider.url.replace("http://", "http://ops:pw-in-url@") + "/x"
+    channel = HttpChannel.model_validate({"type": "http", "url": url, "body": "{text}"})
+    provider.status = 500
+    sender = HttpSender("push", channel, "PS")
+
+    async def go() -> None:
+        try:
+            with pytest.raises(WriteError) as info:
+                await sender.send("ops", "s", "t", None)
+        finally:
+            await sender.aclose()
+        assert "HTTP 500" in str(info.value) and "pw-in-url" not in str(info.value)
+
+    asyncio.run(go())

@@ -180,3 +180,27 @@ def test_a_clock_alarm_restored_as_active_clears_after_a_steady_clock() -> None:
     wall.advance(2)
     mono.advance(2)
     assert [c.state for c in watch.check()] == [CLEARED]
+
+
+def test_a_quick_restart_with_a_device_clock_ahead_is_no_clock_step(tmp_path: Path) -> None:
+    """MQTT payload times come from the device's clock, accepted up to mqtt.max_skew
+    (300 s) ahead of the gateway's. A restart within that lead saw readings "from the
+    future" and raised a false "gateway clock stepped back" alarm, moving every sensor's
+    history back. The gateway's own clock is its last tick: that is what is compared."""
+    config = station(
+        {"id": "ph", "kind": "ph", "stale_after": "1h"},
+        {"id": "mq", "kind": "flow", "unit": "gpm", "stale_after": "1h"},
+    )
+    gw = Gateway(Engine(config.rules, ManualClock()), ManualClock(T0), ManualClock(1000.0))
+    for _ in range(120):
+        gw.second(ph=7.0)
+        gw.conditions += gw.engine.process(Sample("mq", gw.wall.now() + 60.0, 100.0))  # 60 s fast
+    save_checkpoint(gw.engine, tmp_path / "cp.npz")
+    engine = Engine(config.rules, ManualClock())
+    restore_checkpoint(engine, tmp_path / "cp.npz", restart_watch=True)
+    again = Gateway(engine, ManualClock(gw.wall.now() + 5.0), ManualClock(5.0))  # back 5 s later
+    for _ in range(3):
+        again.second(ph=7.0)
+        again.conditions += engine.process(Sample("mq", again.wall.now() + 60.0, 100.0))
+    assert again.of(Rule.CLOCK) == []
+    assert engine.counters.out_of_order == 0

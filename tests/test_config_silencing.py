@@ -111,3 +111,41 @@ def test_the_profile_cannot_silence_an_alarm_either(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert info.value.problems == ["profile.slug.factor: must be a finite number"]
+
+
+RANGE_CASES = [
+    (
+        "pH range below the §139-15 C(3) high limit",
+        "{id: ph, kind: ph, valid_range: {min: 4.0, max: 8.5}}",
+        "sensors[0].valid_range.max: 8.5 pH is not above the high limit 9 pH (§139-15 C(3))",
+    ),
+    (
+        "pH range above the low limit",
+        "{id: ph, kind: ph, valid_range: {min: 5.0}}",
+        "sensors[0].valid_range.min: 5 pH is not below the low limit 5 pH (§139-15 C(3))",
+    ),
+    (
+        "influent temperature in degF, the limit in degC",
+        "{id: t, kind: temperature, unit: degF, influent: true, valid_range: {max: 100}}",
+        "sensors[0].valid_range.max: 100 degF is not above the high limit 104 degF (§139-15 D(1))",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "sensor", "message"), RANGE_CASES, ids=[c[0] for c in RANGE_CASES])
+def test_a_plausible_range_that_excludes_a_limit_exits_2(
+    tmp_path: Path, name: str, sensor: str, message: str
+) -> None:
+    """A reading outside `valid_range` is bad data and never reaches a limit rule: a range
+    that stops at (or short of) a limit silences that limit for good."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"{HEAD}  - {sensor}\n")
+    result = run_monitor("check-config", str(path))
+    assert result.returncode == 2, (name, result.stdout)
+    assert message in result.stderr, result.stderr
+
+
+def test_a_plausible_range_around_the_limits_is_fine(tmp_path: Path) -> None:
+    path = tmp_path / "ok.yaml"
+    path.write_text(HEAD + "  - {id: ph, kind: ph, valid_range: {min: 4.5, max: 9.5}}\n")
+    load_config(path)

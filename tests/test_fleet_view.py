@@ -144,3 +144,24 @@ def test_any_message_sequence_gives_a_well_formed_snapshot(msgs: list[tuple[str,
     for s in doc["stations"]:
         assert isinstance(s["online"], bool)
         assert all(isinstance(a["state"], str) and a["stale"] is not s["online"] for a in s["alarms"])
+
+
+def test_an_alarm_with_nan_or_odd_types_cannot_take_the_fleet_page_down() -> None:
+    """json.loads takes NaN, Infinity and 1e999; the app's JSONResponse refuses them
+    (allow_nan=False), and an object as priority is unhashable: one station's odd alarm
+    answered 500 on /api/stations for the whole fleet. Such fields are shown as null."""
+    view = FleetView(P)
+    view.connection(True)
+    view.handle(f"{P}/ps-1/status", b"online", 1.0)
+    view.handle(f"{P}/ps-2/status", b"online", 1.0)
+    view.handle(f"{P}/ps-1/alarms/a/high", b'{"state": "active_unacknowledged", "value": NaN, "limit": 1e999,'
+                b' "priority": {"x": 1}, "active": "yes", "message": ["m"], "citation": 7,'
+                b' "activated_at": Infinity}', 1.0)  # fmt: skip
+    view.handle(f"{P}/ps-2/alarms/b/high", alarm(value=12.5, limit=9), 1.0)
+    doc = json.loads(json.dumps(view.snapshot(2.0), allow_nan=False))  # as the app renders it
+    one, two = doc["stations"]
+    [odd] = one["alarms"]
+    assert odd["state"] == "active_unacknowledged"
+    assert all(odd[k] is None for k in ("value", "limit", "priority", "active", "message", "citation"))
+    assert odd["activated_at"] is None
+    assert two["alarms"][0]["value"] == 12.5 and two["alarms"][0]["priority"] == "high"

@@ -224,7 +224,9 @@ def test_broker_restart_mid_stream_resumes_without_help(broker: Mosquitto, forge
             await asyncio.to_thread(_publish_one, broker.port, f"before-{i}", f"{i}")
         await _until(lambda: len(got) >= 20)
         await asyncio.to_thread(_restart, broker, forget)
-        await _until(lambda: link.connected, timeout=30)
+        # A broker that forgot its sessions delivers nothing to us until it has our
+        # subscriptions again: publish after it acknowledged them (they are re-made on connect).
+        await _until(lambda: link.subscribed, timeout=30)
         for i in range(20):
             await asyncio.to_thread(_publish_one, broker.port, f"after-{i}", f"{100 + i}")
         await _until(lambda: len({s.value for s in got}) >= 40)

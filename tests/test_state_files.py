@@ -252,3 +252,18 @@ def test_damage_found_after_start_is_a_monitor_error_not_a_crash(released: Path)
     corrupt(released / "series.sqlite")
     with pytest.raises(MonitorError, match="series store"), SeriesStore(released / "series.sqlite") as store:
         store.latest()
+
+
+@pytest.mark.parametrize("odd", ["ps#1", "ps?1", "ps%41 1"])
+def test_a_sound_file_in_a_directory_with_uri_characters_is_not_called_damaged(
+    tmp_path: Path, odd: str
+) -> None:
+    """quick_check opened `file:{path}?mode=rw`: SQLite reads `#` and `?` in a URI as its
+    end and `%41` as `A`, so a sound ledger under such a directory was 'damaged' (the
+    daemon refused to start) and a sound outbox was set aside at every start."""
+    state = tmp_path / odd
+    shutil.copytree(RELEASE, state, ignore=shutil.ignore_patterns("*.py"))
+    for name in FILES:
+        assert quick_check(state / name) is None, name
+    corrupt(state / "outbox.sqlite")
+    assert quick_check(state / "outbox.sqlite") is not None

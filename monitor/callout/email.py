@@ -27,15 +27,20 @@ class EmailSender:
         if config.security != "none":
             self._tls = ssl.create_default_context(cafile=str(config.ca_file) if config.ca_file else None)
 
-    async def send(self, address: str, subject: str, text: str, link: str | None = None) -> None:
+    async def send(
+        self, address: str, subject: str, text: str, link: str | None = None, priority: str = ""
+    ) -> None:
         c = self.config
         msg = EmailMessage()
-        msg["From"] = c.sender
-        msg["To"] = address
-        msg["Subject"] = subject
-        msg["Date"] = formatdate(localtime=False)
-        msg["Message-ID"] = make_msgid(domain=c.sender.rsplit("@", 1)[-1])
-        msg.set_content(text)
+        try:  # the library refuses a line break in a header (ValueError): this channel fails
+            msg["From"] = c.sender
+            msg["To"] = address
+            msg["Subject"] = subject
+            msg["Date"] = formatdate(localtime=False)
+            msg["Message-ID"] = make_msgid(domain=c.sender.rsplit("@", 1)[-1])
+            msg.set_content(text)
+        except ValueError as exc:
+            raise WriteError(f"e-mail channel {self.name}: cannot make the message: {exc}") from None
         try:
             await aiosmtplib.send(
                 msg,

@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 import httpx
 
+from monitor.config import redact_url
 from monitor.config.notify import PLACEHOLDER, HttpChannel
 from monitor.errors import WriteError
 
@@ -39,7 +40,9 @@ class HttpSender:
             auth = httpx.BasicAuth(config.username, config.password.get_secret_value())
         self._client = httpx.AsyncClient(timeout=config.timeout, auth=auth)
 
-    async def send(self, address: str, subject: str, text: str, link: str | None = None) -> None:
+    async def send(
+        self, address: str, subject: str, text: str, link: str | None = None, priority: str = ""
+    ) -> None:
         c = self.config
         values = {
             "to": address,
@@ -47,8 +50,13 @@ class HttpSender:
             "text": text,
             "station": self.station,
             "link": link or "",
+            "priority": priority,
         }
-        headers = {"User-Agent": "station-monitor", **{k: fill(v, values) for k, v in c.headers.items()}}
+        # As UTF-8 bytes: httpx encodes a str header as ASCII and raises on `Bärton`.
+        headers: dict[str, str | bytes] = {
+            "User-Agent": "station-monitor",
+            **{k: fill(v, values).encode("utf-8") for k, v in c.headers.items()},
+        }
         if c.token is not None:
             headers["Authorization"] = f"Bearer {c.token.get_secret_value()}"
         url = fill(c.url, values, encode=True)
@@ -59,7 +67,7 @@ class HttpSender:
             kwargs["json"] = {k: fill(v, values) for k, v in c.json_body.items()}
         elif c.body is not None:
             kwargs["content"] = fill(c.body, values).encode("utf-8")
-        where = url.split("?", 1)[0]
+        where = redact_url(url.split("?", 1)[0])  # logged and shown in the notify alarm
         try:
             resp = await self._client.request(c.method, url, headers=headers, **kwargs)  # type: ignore[arg-type]
         except httpx.HTTPError as exc:
@@ -79,7 +87,7 @@ class Pinger:
         self._client = httpx.AsyncClient(timeout=timeout, headers={"User-Agent": "station-monitor"})
 
     async def ping(self) -> None:
-        where = self.url.split("?", 1)[0]
+        where = redact_url(self.url.split("?", 1)[0])
         try:
             resp = await self._client.get(self.url)
         except httpx.HTTPError as exc:

@@ -24,6 +24,12 @@ def local_time(t: float, zone: ZoneInfo) -> str:
     return datetime.fromtimestamp(t, zone).strftime("%Y-%m-%d %H:%M %Z")
 
 
+def one_line(text: str) -> str:
+    """`text` with every run of whitespace (line breaks included) as one space: a subject
+    is a mail header, and a line break in a header is refused (or, unchecked, injected)."""
+    return " ".join(text.split())
+
+
 def _num(x: float | None, unit: str) -> str:
     if x is None:
         return "-"
@@ -35,7 +41,7 @@ def alarm_message(
 ) -> tuple[str, str]:
     """(subject, text) for one alarm; short enough for one or two SMS segments before the link."""
     what = f"{alarm.sensor} {alarm.rule}"
-    subject = f"[{station}] {str(alarm.priority).upper()} {what}"
+    subject = one_line(f"[{one_line(station)}] {str(alarm.priority).upper()} {what}")
     when = local_time(alarm.activated_at or alarm.updated_at, zone)
     lines = [
         f"{station}: {str(alarm.priority).upper()} alarm {what}",
@@ -52,7 +58,7 @@ def flood_message(
     alarms: Sequence[Alarm], station: str, zone: ZoneInfo, now: float, link: str | None, expires: float | None
 ) -> tuple[str, str]:
     """One summary for a flood (EEMUA 191): the count and the first alarms, not one page each."""
-    subject = f"[{station}] ALARM FLOOD: {len(alarms)} alarms"
+    subject = f"[{one_line(station)}] ALARM FLOOD: {len(alarms)} alarms"
     lines = [f"{station}: alarm flood, {len(alarms)} alarms unacknowledged at {local_time(now, zone)}"]
     for a in alarms[:10]:
         value = "-" if a.value is None else f"{a.value:g}"

@@ -34,13 +34,13 @@ from typing import Protocol
 
 from monitor.alarms.journal import Entry
 from monitor.alarms.manager import AlarmManager
-from monitor.callout.message import LinkSigner, alarm_message, flood_message, nonce_of
+from monitor.callout.message import LinkSigner, alarm_message, flood_message, local_time, nonce_of
 from monitor.callout.rules import Matcher
 from monitor.callout.store import CalloutStore, Escalation, Message
 from monitor.config import Config
 from monitor.config.notify import Notify, Pipeline
 from monitor.errors import AlarmError, MonitorError, StateError
-from monitor.model import Alarm, AlarmState, Clock, Condition, ConditionState, Rule, iso
+from monitor.model import Alarm, AlarmState, Clock, Condition, ConditionState, Priority, Rule
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,9 @@ _ENDING = {"shelved": "shelved", "removed_from_service": "out of service", "supp
 class Sender(Protocol):
     name: str
 
-    async def send(self, address: str, subject: str, text: str, link: str | None = None) -> None: ...
+    async def send(
+        self, address: str, subject: str, text: str, link: str | None = None, priority: str = ""
+    ) -> None: ...
 
     async def aclose(self) -> None: ...
 
@@ -280,7 +282,7 @@ class Callout:
                 continue
             try:
                 link = _link_of(m.text)
-                await sender.send(m.address, m.subject, m.text, link)
+                await sender.send(m.address, m.subject, m.text, link, self._priority(m.escalation))
             except MonitorError as exc:
                 self._failed(m, str(exc))
                 continue
@@ -291,6 +293,19 @@ class Callout:
             log.info("callout %s step %d: %s told by %s", m.escalation, m.step, m.person, m.channel)
             self._channel_ok(m.channel, now)
         return count
+
+    def _priority(self, escalation: int) -> str:
+        """The `{priority}` an HTTP template asks for: the alarm's, a flood's highest."""
+        esc = self.store.get(escalation)
+        if esc is None:
+            return ""
+        if esc.kind == "flood":
+            alarms = self._flood_alarms(esc.id)
+        else:
+            alarm = self.manager.get(esc.sensor, esc.rule)
+            alarms = [] if alarm is None else [alarm]
+        order = list(Priority)
+        return str(min((a.priority for a in alarms), key=order.index, default=""))
 
     def _failed(self, m: Message, error: str) -> None:
         self.failed += 1
@@ -355,7 +370,7 @@ class Callout:
         if not self.signer.check(token, found.escalation, found.person, found.expires):
             raise LinkError("this link is not valid")
         if found.used_at is not None:
-            raise LinkError(f"this link was used already ({iso(found.used_at)})")
+            raise LinkError(f"this link was used already ({local_time(found.used_at, self.zone)})")
         if self.clock.now() >= found.expires:
             raise LinkError("this link has expired; acknowledge on the console")
         esc = self.store.get(found.escalation)

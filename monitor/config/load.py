@@ -22,7 +22,7 @@ from monitor.config.station import DerivedPlan, WetWell, check_fed, check_wet_we
 from monitor.config.types import Section
 from monitor.errors import ConfigError
 from monitor.model import Kind
-from monitor.units import conversion
+from monitor.units import conversion, convert
 
 DEFAULT_PROFILE = Path(__file__).resolve().parent.parent / "profiles" / "barton-139.yaml"
 
@@ -309,6 +309,7 @@ def _check_rules(config: Config) -> list[str]:
                 conversion(rules.unit, lim.unit)
             except ValueError:
                 problems.append(f"sensors[{i}].limits.unit: cannot compare {rules.unit} with {lim.unit}")
+            problems.extend(_range_silences(i, sensor, rules))
             if lim.low is not None and lim.high is not None and lim.low >= lim.high:
                 base = profile_limit(sensor, config.profile)
                 side = "low" if "low" in sensor.limits.model_fields_set else "high"
@@ -328,6 +329,32 @@ def _check_rules(config: Config) -> list[str]:
         problems.append(f"billing.system_meter: {system!r} is not a sensor of kind: meter")
     problems.extend(check_pairings([(i, s.model_dump(), s.kind) for i, s in enumerate(config.sensors)]))
     return problems
+
+
+def _range_silences(i: int, sensor: Sensor, rules: SensorRules) -> list[str]:
+    """A reading outside `valid_range` is bad data and never reaches a limit rule, so a
+    range that stops at or short of a limit silences that side for good."""
+    lim = rules.limits
+    if lim is None or sensor.valid_range is None:
+        return []
+    try:
+        low, high = (None if x is None else convert(x, lim.unit, rules.unit) for x in (lim.low, lim.high))
+    except ValueError:
+        return []  # not comparable: reported above
+    vlo, vhi = rules.valid_range
+    unit = rules.unit
+    out = []
+    if high is not None and sensor.valid_range.max is not None and vhi <= high:
+        out.append(
+            f"sensors[{i}].valid_range.max: {vhi:g} {unit} is not above the high limit {high:g} {unit}"
+            f" ({lim.citation}); readings over it would be bad data and never alarm"
+        )
+    if low is not None and sensor.valid_range.min is not None and vlo >= low:
+        out.append(
+            f"sensors[{i}].valid_range.min: {vlo:g} {unit} is not below the low limit {low:g} {unit}"
+            f" ({lim.citation}); readings under it would be bad data and never alarm"
+        )
+    return out
 
 
 __all__ = ["Config", "Station", "build_config", "key_error", "load_config"]

@@ -152,6 +152,7 @@ def restore_checkpoint(
         _apply(engine, doc, sums, counts, pairs)
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise StateError(f"checkpoint {path}: inconsistent state ({exc!r})") from exc
+    engine.restored_tick = engine.last_tick
     if restart_watch:
         engine.last_tick = -math.inf
         for st in engine.sensor_states():

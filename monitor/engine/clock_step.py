@@ -136,8 +136,12 @@ class ClockWatch:
         """At start: a restored history newer than the wall clock means it stepped back."""
         wall, mono = self.wall(), self.monotonic()
         self._wall0, self._mono0 = wall, mono
-        newest = max((st.last_time for st in self.engine.sensor_states()), default=-math.inf)
-        newest = max(newest, self.engine.last_tick)
+        # The last tick is the gateway's own clock; readings may be stamped by a device's
+        # (MQTT payload times, up to mqtt.max_skew ahead): they decide only without a tick.
+        newest = self.engine.restored_tick
+        if not math.isfinite(newest):
+            newest = max((st.last_time for st in self.engine.sensor_states()), default=-math.inf)
+            newest = max(newest, self.engine.last_tick)
         if not math.isfinite(newest) or newest - wall <= TOLERANCE:
             return []
         # How long the daemon was down is unknown: the history ends a second before now.

@@ -76,6 +76,9 @@ class Engine:
         self._judged = [st for st in self._states if st.judged]
         self.baselines = Baselines(windows, scales)
         self.last_tick = -math.inf
+        # The last tick a restored checkpoint held: the gateway's own clock when it was saved
+        # (readings may carry a device's clock, ahead of it); the clock watch compares it.
+        self.restored_tick = -math.inf
         self.counters = Counters()
         self._unknown_logged: set[str] = set()
         self.sort_key = event_order(self._index)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,20 @@ log = logging.getLogger(__name__)
 _ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-")
 PRIORITIES = tuple(p.value for p in Priority)
 UNACKNOWLEDGED = frozenset({AlarmState.UNACK.value, AlarmState.RTN_UNACK.value})
+
+
+def _of(doc: dict[str, Any], key: str, kind: type) -> Any:
+    """A field of a station's alarm as the type a station sends, else None: whatever a
+    publisher wrote must not break the page for every other station."""
+    value = doc.get(key)
+    return value if isinstance(value, kind) else None
+
+
+def _number(value: Any) -> float | None:
+    """A finite number or None (the JSON answer refuses NaN and infinities)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return value
 
 
 def _is_id(text: str) -> bool:
@@ -210,14 +225,14 @@ class FleetView:
                     "sensor": sensor,
                     "rule": rule,
                     "state": doc.get("state"),
-                    "priority": doc.get("priority"),
-                    "active": doc.get("active"),
-                    "acknowledged": doc.get("acknowledged"),
-                    "value": doc.get("value"),
-                    "limit": doc.get("limit"),
-                    "citation": doc.get("citation"),
-                    "message": doc.get("message"),
-                    "activated_at": doc.get("activated_at"),
+                    "priority": _of(doc, "priority", str),
+                    "active": _of(doc, "active", bool),
+                    "acknowledged": _of(doc, "acknowledged", bool),
+                    "value": _number(doc.get("value")),
+                    "limit": _number(doc.get("limit")),
+                    "citation": _of(doc, "citation", str),
+                    "message": _of(doc, "message", str),
+                    "activated_at": _of(doc, "activated_at", str),
                     "stale": stale,
                 }
             )

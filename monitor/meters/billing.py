@@ -238,10 +238,19 @@ def _minimum(billing: Billing, account: Account) -> Fraction:
     return Fraction(billing.minimum_charge) * account.billing_units
 
 
+TEXT_COLUMNS = ("station", "account", "meter", "unit", "classification", "classification_reason", "flags")
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet reads as the start of a formula
+
+
 def write_csv(rows: list[dict[str, str]], out: TextIO) -> None:
+    """Text from the config (an account's class, an id) that a spreadsheet would run as a
+    formula gets a leading `'` (OWASP's CSV-injection advice); numbers are left as written."""
     writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else COLUMNS, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows(
+        {c: "'" + v if c in TEXT_COLUMNS and v.startswith(FORMULA_START) else v for c, v in r.items()}
+        for r in rows
+    )
 
 
 def write_json(rows: list[dict[str, str]], out: TextIO) -> None:

@@ -69,6 +69,9 @@ def write_xlsx(sheets: Sequence[tuple[str, list[dict[str, str]]]], path: Path) -
             c.font = Font(bold=True)
         for row in rows:
             sheet.append([cell(c, row[c]) for c in columns])
+            for c in sheet[sheet.max_row]:  # openpyxl makes any text starting with `=` a formula
+                if c.data_type == "f":
+                    c.data_type = "s"
         totals: list[Cell] = [None] * len(columns)
         totals[0] = "total"
         for c in TOTALLED:

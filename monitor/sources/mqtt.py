@@ -171,6 +171,7 @@ class MqttLink:
         self._error: str | None = None
         self._down_since: float | None = None
         self._pending_subs: dict[int, str] = {}
+        self._subs_sent = False  # this connection's subscriptions have been sent
         # topic -> (handlers, acked handlers), filled as topics arrive
         self._routes: dict[str, tuple[tuple[Handler, ...], tuple[AckedHandler, ...]]] = {}
         self.max_packet = max_packet(config.max_payload)
@@ -206,6 +207,14 @@ class MqttLink:
             self._routes = {}
         if self._connected:
             self._subscribe_all([topic_filter])
+
+    @property
+    def subscribed(self) -> bool:
+        """Connected, and the broker has acknowledged every subscription of this connection:
+        from here on a message published to a subscribed topic reaches us (a broker that
+        restarted without its sessions has none of ours until then)."""
+        with self._lock:
+            return self._connected and self._subs_sent and not self._pending_subs
 
     def on_connected(self, callback: Callable[[], None]) -> None:
         """Call `callback` (on paho's thread) after every successful connect."""
@@ -380,6 +389,7 @@ class MqttLink:
         with self._lock:
             filters = list(self._subs)
         self._subscribe_all(filters)
+        self._subs_sent = True
         for callback in self._connected_callbacks:
             try:
                 callback()
@@ -404,6 +414,7 @@ class MqttLink:
         if not self._connected:
             return
         self._connected = False
+        self._subs_sent = False
         if self._stopping:
             return
         self._down_since = time.monotonic()
