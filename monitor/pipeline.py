@@ -64,6 +64,7 @@ from monitor.reconcile import Reconciler
 from monitor.sinks.lineproto import MeterPoint
 from monitor.sinks.pipeline import SampleSink
 from monitor.sqlite import real_cause
+from monitor.station.live import LiveStation
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,7 @@ class Pipeline:
         reconciler: Reconciler,
         disk: DiskWatch | None = None,
         before_judging: Callable[[], list[Condition]] | None = None,
+        station: LiveStation | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -160,6 +162,7 @@ class Pipeline:
         self.reconciler = reconciler
         self.disk = disk
         self.before_judging = before_judging  # the gateway clock's check (engine/clock_step.py)
+        self.station = station  # derived samples into each batch, pumps and wet well judged
         self.stats = PipelineStats()
         self.latest: dict[str, Sample] = {}
         self._kinds = {s.id: s.kind for s in config.sensors}
@@ -253,7 +256,9 @@ class Pipeline:
         meters: list[Sample] = []
         conditions: list[Condition] = []
         for entry in entries:
-            for item in entry.items:
+            # + the derived samples the batch makes due (monitor/station), stored like the rest
+            items = entry.items if self.station is None else self.station.expand(entry.items)
+            for item in items:
                 if isinstance(item, Condition):
                     conditions.append(item)
                     continue
@@ -290,6 +295,8 @@ class Pipeline:
             conditions[:0] = self.before_judging()
         for raw, sample in zip(batch.raw, batch.samples, strict=True):
             conditions.extend(self.engine.process(raw))  # counts and logs a bad value once per episode
+            if self.station is not None:
+                conditions.extend(self.station.track(sample))
             conditions.extend(self.reconciler.judged(sample))
             previous = self.latest.get(sample.sensor)
             if previous is None or sample.time >= previous.time:
