@@ -168,6 +168,9 @@ def main() -> int:
     print(f"replay call peak allocation (tracemalloc):    {peak / 2**20:7.1f} MiB for {n:,} samples")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"process peak RSS (inputs, pandas, engine):    {rss:7.1f} MiB")
+    from bench.station import report as station_report  # derived sensors, pump statistics
+
+    station_report(args.days, args.repeat)
     return 0
 
 

@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "incidents": "monitor.commands.incidents",
     "notify": "monitor.commands.notify",
     "fleet": "monitor.commands.fleet",
+    "pumps": "monitor.commands.pumps",
 }
 
 

@@ -51,6 +51,7 @@ from monitor.sinks.pipeline import SampleSink, open_sink
 from monitor.sources.modbus import ModbusPoller
 from monitor.sources.mqtt import MqttLink
 from monitor.sources.mqtt_ingest import MqttSource
+from monitor.station.live import LiveStation
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,7 @@ class Daemon:
         self.meters = MeterBook.open(config)
         reconciler = Reconciler(self.engine, self.alarms, config.rules)
         self.disk = DiskWatch(config.state_dir, config.store.free_space_floor, self.clock)
+        self.station = LiveStation(config, self.alarms.active_conditions())  # pumps, wet well, derived
         self.pipeline = Pipeline(
             config,
             self.clock,
@@ -101,7 +103,9 @@ class Daemon:
             reconciler,
             self.disk,
             before_judging=self.clock_watch.check if self.clock_watch is not None else None,
+            station=self.station,
         )
+        self.pipeline.listen(DailyFeed(self.station, self.sink))  # pump and station totals per local day
         # Incidents (issue 16): fed every judged batch through the pipeline's hook.
         self.incidents = (
             IncidentTracker(config, history=self.sink.store.query) if config.incidents.enabled else None
@@ -311,6 +315,7 @@ class Daemon:
             if closing is not None:
                 await closing.aclose()
         self.sink.close()
+        self.station.close()
         self.meters.close()
         if self.incidents is not None:
             self.incidents.close()
@@ -326,12 +331,28 @@ class Daemon:
             self.tick()
             now = time.monotonic()
             self.checkpoints.save_if_due(now)
+            self.station.save_if_due(now)
             if watchdog is not None and now - last_watchdog >= watchdog:
                 notify("WATCHDOG=1")
                 last_watchdog = now
 
     def checkpoint(self) -> None:
         self.checkpoints.save(time.monotonic())
+
+
+class DailyFeed:
+    """The station's daily totals (a local day just closed) to the outbox for InfluxDB."""
+
+    def __init__(self, station: LiveStation, sink: SampleSink) -> None:
+        self.station = station
+        self.sink = sink
+
+    def judged(
+        self, samples: Sequence[Sample], conditions: Sequence[Condition], alarms: Sequence[Alarm]
+    ) -> None:
+        lines = self.station.take_daily()
+        if lines and self.sink.outbox is not None:
+            self.sink.outbox.append(lines)
 
 
 class IncidentFeed:

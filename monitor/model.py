@@ -24,6 +24,18 @@ class Kind(StrEnum):
     TEMPERATURE = "temperature"
     CONCENTRATION = "concentration"
     METER = "meter"
+    # The pumping station itself (monitor/station): wet well, pumps, on/off signals, rain.
+    LEVEL = "level"
+    PUMP = "pump"
+    STATUS = "status"
+    RAIN = "rain"
+    CONDUCTIVITY = "conductivity"
+    TURBIDITY = "turbidity"
+    GAS = "gas"
+    SPEED = "speed"
+    CURRENT = "current"
+    # Computed from other sensors by an expression (monitor/station/derive.py).
+    DERIVED = "derived"
 
 
 class Quality(IntEnum):
@@ -50,6 +62,12 @@ class Rule(StrEnum):
     BAD_VALUE = "bad_value"  # diagnostic: only unbelievable readings for a while
     CLOCK = "clock"  # diagnostic: the gateway clock stepped
     STATE = "state"  # a damaged state file was set aside at start
+    # The pumping station (monitor/station): on a level or pump sensor.
+    HIGH_LEVEL = "high_level"
+    OVERFLOW = "overflow"
+    FAIL_TO_START = "fail_to_start"
+    PUMP_STARTS = "pump_starts"
+    LONG_RUN = "long_run"
 
 
 class ConditionState(StrEnum):

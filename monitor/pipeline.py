@@ -26,7 +26,8 @@ if it is itself interrupted.
 
 **A store that fails** (disk full, read-only, I/O error) stalls the pipeline: the
 batch stays at the head of the queue unacknowledged, a critical `disk_full` alarm
-is raised, the cause is logged once, and the batch is tried again every
+is raised, the cause is logged once (`sqlite.real_cause`: SQLite calls a file system gone
+read-only a "disk I/O error", so the disk is asked), and the batch is tried again every
 `RETRY` seconds until it is stored. MQTT readings wait on the broker (nothing is
 acknowledged); Modbus readings are kept up to `HOLD_MAX` items, beyond which the
 oldest unacknowledged-less (Modbus) items are dropped and counted.
@@ -62,6 +63,8 @@ from monitor.model import Alarm, Clock, Condition, ConditionState, Kind, Rule, S
 from monitor.reconcile import Reconciler
 from monitor.sinks.lineproto import MeterPoint
 from monitor.sinks.pipeline import SampleSink
+from monitor.sqlite import real_cause
+from monitor.station.live import LiveStation
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +151,7 @@ class Pipeline:
         reconciler: Reconciler,
         disk: DiskWatch | None = None,
         before_judging: Callable[[], list[Condition]] | None = None,
+        station: LiveStation | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -158,6 +162,7 @@ class Pipeline:
         self.reconciler = reconciler
         self.disk = disk
         self.before_judging = before_judging  # the gateway clock's check (engine/clock_step.py)
+        self.station = station  # derived samples into each batch, pumps and wet well judged
         self.stats = PipelineStats()
         self.latest: dict[str, Sample] = {}
         self._kinds = {s.id: s.kind for s in config.sensors}
@@ -251,7 +256,9 @@ class Pipeline:
         meters: list[Sample] = []
         conditions: list[Condition] = []
         for entry in entries:
-            for item in entry.items:
+            # + the derived samples the batch makes due (monitor/station), stored like the rest
+            items = entry.items if self.station is None else self.station.expand(entry.items)
+            for item in items:
                 if isinstance(item, Condition):
                     conditions.append(item)
                     continue
@@ -288,6 +295,8 @@ class Pipeline:
             conditions[:0] = self.before_judging()
         for raw, sample in zip(batch.raw, batch.samples, strict=True):
             conditions.extend(self.engine.process(raw))  # counts and logs a bad value once per episode
+            if self.station is not None:
+                conditions.extend(self.station.track(sample))
             conditions.extend(self.reconciler.judged(sample))
             previous = self.latest.get(sample.sensor)
             if previous is None or sample.time >= previous.time:
@@ -347,17 +356,18 @@ class Pipeline:
     def _stall(self, exc: Exception) -> None:
         self._retry_at = time.monotonic() + RETRY
         if self.stats.stalled is None:
+            why = real_cause(exc, self.config.state_dir)
             self.stats.stalls += 1
-            self.stats.stalled = str(exc)
+            self.stats.stalled = why
             if self.disk is not None:
                 self.disk.release_reserve()  # room to journal the alarm that says so
             log.error(
                 "state disk refused a write, intake paused (nothing is acknowledged until it is stored;"
                 " retrying every %gs): %s",
                 RETRY,
-                exc,
+                why,
             )
-            self.raise_conditions([self._disk_condition(ConditionState.ACTIVE, str(exc))])
+            self.raise_conditions([self._disk_condition(ConditionState.ACTIVE, why)])
         else:
             log.debug("state disk still refuses writes: %s", exc)
 

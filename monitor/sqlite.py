@@ -14,7 +14,9 @@ can be rebuilt or re-sent). Each is opened with `connect(path, schema, ...)`:
   before versions existed (user_version 0, tables present) upgrades in place. A file
   newer than the code is refused: an older release must not write into it.
 
-`quick_check` is the start-up integrity check. `translate` is the error map: every
+`quick_check` is the start-up integrity check. A file another process holds locked
+(`monitor outbox drain`, a backup tool) is not damage: after the busy wait it raises
+`StateLockedError` naming the holder, so nobody moves a sound file aside. `translate` is the error map: every
 `sqlite3` exception becomes one of ours, naming the file, with the cause in words an
 operator can act on (disk full, read-only, damaged, locked).
 """
@@ -22,8 +24,11 @@ operator can act on (disk full, read-only, damaged, locked).
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 import sqlite3
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -61,6 +66,10 @@ CAUSES: dict[str, str] = {
 DAMAGE = frozenset({"SQLITE_CORRUPT", "SQLITE_NOTADB"})
 
 
+class StateLockedError(StateError):
+    """Another process holds a state file locked past the busy wait: not damage."""
+
+
 @dataclass(frozen=True)
 class Schema:
     """A store's name (for messages) and its forward migrations, oldest first."""
@@ -75,11 +84,52 @@ class Schema:
 
 def translate(exc: BaseException, what: str, error: type[MonitorError] = StateError) -> MonitorError:
     """One sqlite3 exception -> `error("what: cause (sqlite's text)")`."""
-    code = getattr(exc, "sqlite_errorname", None)
-    cause = CAUSES.get(code or "", "")
+    cause = _cause(getattr(exc, "sqlite_errorname", None))
     if not cause:
         cause = next((text for cls, text in ERRORS.items() if isinstance(exc, cls)), "sqlite3 error")
     return error(f"{what}: {cause} ({exc})")
+
+
+def _cause(code: str | None) -> str:
+    """CAUSES by the extended result code, else by its primary code (SQLITE_IOERR_WRITE ->
+    SQLITE_IOERR)."""
+    if not code:
+        return ""
+    return CAUSES.get(code) or CAUSES.get("_".join(code.split("_")[:2]), "")
+
+
+def cause_of(exc: BaseException) -> str | None:
+    """The operator's cause of a (translated) error: the first sqlite3 exception in its
+    chain, its result code in words; None when there is none."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, sqlite3.Error):
+            return _cause(getattr(seen, "sqlite_errorname", None)) or None
+        seen = seen.__cause__
+    return None
+
+
+def real_cause(exc: Exception, directory: Path) -> str:
+    """The store's error with the cause an operator can act on in front. SQLite reports a
+    file system gone read-only under an open file as "disk I/O error" (it drops the errno,
+    EROFS), so the file system is asked first, with a one-byte write beside the stores;
+    if that succeeds, SQLite's result code in words."""
+    probe = directory / ".write-probe"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"\0")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        probe.unlink()
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+        name = errno.errorcode.get(err.errno or 0, "")
+        return f"{err.strerror or err} ({name}): {exc}" if name else f"{err.strerror or err}: {exc}"
+    cause = cause_of(exc)
+    return f"{cause}: {exc}" if cause else str(exc)
 
 
 def damaged(exc: BaseException) -> bool:
@@ -156,34 +206,80 @@ def migrate(db: sqlite3.Connection, schema: Schema, what: str, error: type[Monit
     return found
 
 
-def quick_check(path: Path) -> str | None:
+def locked(exc: BaseException) -> bool:
+    """True when SQLite gave up waiting for another connection's lock (not damage)."""
+    code = str(getattr(exc, "sqlite_errorname", "") or "")
+    return code.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "database is locked" in str(exc)
+
+
+# struct flock on Linux (short l_type, short l_whence, off_t l_start, off_t l_len, pid_t l_pid)
+_FLOCK = "hhqqi4x"
+
+
+def lock_holder(path: Path) -> str | None:
+    """Who holds a POSIX lock on the file or its -shm (SQLite's locks): "pid N (name)"."""
+    for candidate in (path, path.with_name(path.name + "-shm")):
+        try:
+            with candidate.open("rb") as f:
+                probe = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+                l_type, _, _, _, pid = struct.unpack(_FLOCK, fcntl.fcntl(f, fcntl.F_GETLK, probe))
+        except OSError:
+            continue
+        if l_type != fcntl.F_UNLCK and pid > 0:
+            try:
+                name = Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:
+                name = "?"
+            return f"pid {pid} ({name})"
+    return None
+
+
+def quick_check(path: Path, timeout: float = 30.0) -> str | None:
     """None when `PRAGMA quick_check` finds the file sound (or there is no file yet);
-    else what is wrong, in SQLite's words (the first few problems)."""
+    else what is wrong, in SQLite's words (the first few problems). A file still
+    locked by another process after `timeout` seconds raises `StateLockedError`: locked
+    is not damaged, and the caller must not treat it so."""
     if not path.exists():
         return None
     try:
         # as_uri() percent-encodes: a `#`, `?` or `%` in the path must not end or change it
         uri = f"{path.resolve().as_uri()}?mode=rw"
-        db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0)
+        db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=timeout)
     except sqlite3.Error as exc:
+        _raise_if_locked(path, exc, timeout)
         return str(exc)
     try:
         rows = [str(r[0]) for r in db.execute("PRAGMA quick_check(5)").fetchall()]
     except sqlite3.Error as exc:
+        _raise_if_locked(path, exc, timeout)
         return str(exc)
     finally:
         db.close()
     return None if rows == ["ok"] else "; ".join(rows)
 
 
+def _raise_if_locked(path: Path, exc: sqlite3.Error, timeout: float) -> None:
+    if locked(exc):
+        holder = lock_holder(path) or "another process (its id not visible from here)"
+        raise StateLockedError(
+            f"{path} is locked by {holder} ({exc}; waited {timeout:g}s): not damaged, left as it is; "
+            f"stop that process (e.g. `monitor outbox drain`, a backup) and start again"
+        ) from exc
+
+
 __all__ = [
     "CAUSES",
     "ERRORS",
     "Schema",
+    "StateLockedError",
+    "cause_of",
     "connect",
     "damaged",
+    "lock_holder",
+    "locked",
     "migrate",
     "quick_check",
+    "real_cause",
     "secure",
     "translate",
 ]

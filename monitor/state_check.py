@@ -12,6 +12,11 @@ Two kinds of file, two answers:
   with its -wal and -shm) for inspection, a fresh one is started, and a `state` alarm
   (activated and returned at once, so it waits for an acknowledgement) tells the operator.
 
+A file another process holds locked past the busy wait (`monitor outbox drain`, a
+backup tool) is neither: it is sound as far as anyone knows, so it is never moved
+aside; the daemon refuses to start (exit 2) with a line naming the file and the
+process holding the lock.
+
 Called by `monitor run` before the daemon opens anything; `meters list` uses
 `quick_check` too, so it never reports "ok" for a damaged ledger.
 """
@@ -31,7 +36,7 @@ from monitor.errors import StateError
 from monitor.meters.book import ledger_path
 from monitor.model import Condition, ConditionState, Rule
 from monitor.sinks.pipeline import outbox_path, store_path
-from monitor.sqlite import quick_check, secure
+from monitor.sqlite import StateLockedError, quick_check, secure
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +52,7 @@ class Verdict:
     record: bool  # True: ledger or journal (stop when damaged); False: set aside
     problem: str | None = None
     moved_to: Path | None = None
+    locked: str | None = None  # held locked by another process: not checked, not moved
 
     @property
     def sensor(self) -> str:
@@ -63,8 +69,9 @@ def state_files(config: Config) -> list[tuple[str, Path, bool]]:
     ]
 
 
-def check_state(config: Config, now: float | None = None) -> list[Verdict]:
-    """Check every state file; set damaged copies aside. Never raises for damage."""
+def check_state(config: Config, now: float | None = None, busy_wait: float = 30.0) -> list[Verdict]:
+    """Check every state file; set damaged copies aside. Never raises for damage or a lock;
+    a file locked longer than `busy_wait` seconds is left alone with `locked` set."""
     state = config.state_dir
     state.mkdir(mode=0o700, parents=True, exist_ok=True)
     for existing in state.iterdir():  # checkpoint and databases: the daemon's user only
@@ -72,7 +79,11 @@ def check_state(config: Config, now: float | None = None) -> list[Verdict]:
             secure(existing)
     verdicts = []
     for name, path, record in state_files(config):
-        problem = quick_check(path)
+        try:
+            problem = quick_check(path, timeout=busy_wait)
+        except StateLockedError as exc:
+            verdicts.append(Verdict(name, path, record, locked=str(exc)))
+            continue
         moved = None
         if problem is not None and not record:
             moved = set_aside(path, now if now is not None else time.time())
@@ -91,16 +102,17 @@ def set_aside(path: Path, now: float) -> Path:
 
 
 def require_sound_records(verdicts: list[Verdict]) -> None:
-    """StateError naming each damaged record and what to do; the daemon must not start."""
-    bad = [v for v in verdicts if v.record and v.problem is not None]
+    """StateError naming each damaged record, or any file another process holds locked,
+    and what to do; the daemon must not start."""
+    bad = [
+        f"{v.name} {v.path} is damaged ({v.problem}): stop here, restore it from the backup "
+        f"(docs/operator-guide.md, State files) and start again; the daemon does not write into it"
+        for v in verdicts
+        if v.record and v.problem is not None
+    ]
+    bad += [f"{v.name} {v.locked}" for v in verdicts if v.locked is not None]
     if bad:
-        raise StateError(
-            "; ".join(
-                f"{v.name} {v.path} is damaged ({v.problem}): stop here, restore it from the backup "
-                f"(docs/operator-guide.md, State files) and start again; the daemon does not write into it"
-                for v in bad
-            )
-        )
+        raise StateError("; ".join(bad))
 
 
 def set_aside_alarms(verdicts: list[Verdict], now: float) -> list[Condition]:

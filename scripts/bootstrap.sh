@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_services="${1:-services}"   # "services" (tests) or "python" (demo only)
-APT_PACKAGES=(mosquitto influxdb victoria-metrics chromium socat)
+APT_PACKAGES=(mosquitto influxdb victoria-metrics chromium socat e2fsprogs)
 
 missing=()
 if [ "$want_services" = services ]; then
@@ -14,7 +14,8 @@ if [ "$want_services" = services ]; then
   command -v influxd >/dev/null || missing+=(influxdb)
   command -v victoria-metrics >/dev/null || missing+=(victoria-metrics)
   command -v chromium >/dev/null || missing+=(chromium)
-  command -v socat >/dev/null || missing+=(socat)   # linked ptys for the Modbus RTU test
+  command -v socat >/dev/null || missing+=(socat)   # linked ptys for the Modbus RTU test, the WAN relay
+  command -v mkfs.ext4 >/dev/null || [ -x /sbin/mkfs.ext4 ] || missing+=(e2fsprogs)  # the read-only disk test
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then

@@ -49,7 +49,8 @@ def commands(info: str, text: str) -> list[str]:
     """Command lines of a block: every line of a `sh` block (continuations joined, heredoc
     bodies and comments dropped), or the `$ ` lines of any other block."""
     if info != "sh":
-        return [line[2:] for line in text.split("\n") if line.startswith("$ ")]
+        joined = text.replace("\\\n", " ")  # a `$ ` command continued on the next line
+        return [line[2:] for line in joined.split("\n") if line.startswith("$ ")]
     out: list[str] = []
     heredoc: str | None = None
     for line in text.replace("\\\n", " ").split("\n"):
@@ -340,7 +341,7 @@ def test_a_documented_transcript_is_what_the_command_prints() -> None:
         for line, info, text in fenced(page):
             if info or not text.startswith("$ monitor "):
                 continue
-            command, _, shown = text.partition("\n")
+            command, _, shown = text.replace("\\\n", " ").partition("\n")
             argv = words(command[2:])
             if not offline(argv):
                 continue  # a transcript of the reader's own station: its page's own test runs it

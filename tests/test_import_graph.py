@@ -4,7 +4,7 @@ and no import from a lower layer to a higher one.
 Layers, lowest first (a module may import its own layer and the ones below):
 
     0  model, errors, units, config, sdnotify, sqlite
-    1  sources, engine, alarms, sinks, meters, callout, incidents
+    1  sources, engine, alarms, sinks, meters, callout, incidents, station
     2  pipeline, reconcile, recovery, state_check, diskspace, health, daemon   (wiring)
     3  web, fleet                                       (the console on top of the daemon; the fleet view)
     4  commands, cli, __main__
@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "meters": 1,
     "callout": 1,
     "incidents": 1,
+    "station": 1,  # the pumping station: derived sensors, pumps, wet well (issue 15)
     "pipeline": 2,
     "reconcile": 2,
     "recovery": 2,

@@ -157,3 +157,67 @@ def test_live_batches_of_one_sample_fill_a_few_blocks_not_one_each(tmp_path: Pat
         # an earlier sample that arrives late (a backfill) gets a block of its own, read in order
         assert store.add_evidence("i1", "flow", np.array([-1.0]), np.array([7.0]), np.zeros(1, np.int8)) == 1
         assert store.evidence("i1")[1][:2].tolist() == [-1.0, 0.0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 40),  # time step (0: same time as the previous row)
+            st.integers(-1, 3),  # sensor index (-1: unknown, as the readers mark it)
+            st.one_of(st.floats(-10.0, 4000.0), st.sampled_from([math.nan, math.inf, -5.0, 1e9])),
+            st.sampled_from([0, 0, 0, 1, 2]),  # quality in: good, bad data, not good
+            st.booleans(),  # sent out of order (30 s earlier)
+        ),
+        min_size=1,
+        max_size=300,
+    ),
+    st.integers(1, 80),
+)
+def test_the_engines_split_by_sensor_fills_the_tracker_as_the_columns_do(
+    tmp_path_factory: pytest.TempPathFactory, rows: list[tuple[int, int, float, int, bool]], batch: int
+) -> None:
+    """`add_admitted` (the engine's per-sensor split of a replay step) keeps exactly what
+    `add_columns` keeps: unknown sensors, out-of-order rows and bad values included."""
+    from monitor.engine import Engine, replay_steps
+    from monitor.model import ManualClock
+
+    tmp = tmp_path_factory.mktemp("split")
+    (tmp / "station.yaml").write_text(
+        f"station: {{id: ps-1}}\nstate_dir: {tmp / 'state'}\nsensors:\n"
+        "  - {id: outfall.flow, kind: flow, unit: gpm, slug: false}\n"
+        "  - {id: inlet.flow, kind: flow, unit: gpm}\n"
+        "  - {id: spare.flow, kind: flow, unit: gpm, slug: false}\n"
+        "  - {id: outfall.oil, kind: concentration, substance: oil, unit: mg/L, slug: false,"
+        " flow_sensor: outfall.flow}\n"
+    )
+    config = load(tmp / "station.yaml")
+    t = np.cumsum([float(r[0]) for r in rows]) + 1.78e9
+    t = np.where([r[4] for r in rows], t - 30.0, t)
+    t = np.maximum.accumulate(t)  # a batch is in time order; the sensor's own order may not be
+    sensor = np.array([r[1] for r in rows])
+    value = np.array([r[2] for r in rows])
+    quality = np.array([r[3] for r in rows], np.int8)
+    kept: list[dict[str, tuple[list[float], list[float], list[int]]]] = []
+    for split in (True, False):
+        engine = Engine(config.rules, ManualClock())
+        tracker = IncidentTracker(config)
+        try:
+            for step in replay_steps(engine, sensor, t, value, quality, batch_size=batch):
+                assert step.by_sensor is not None
+                if split:
+                    tracker.add_admitted(engine.sensors, step.by_sensor, step.quality)
+                else:
+                    tracker.add_columns(
+                        engine.sensors, step.sensor, step.time, step.value, step.quality, step.accepted
+                    )
+            kept.append(
+                {
+                    name: (r.t[: r.n].tolist(), r.v[: r.n].tolist(), r.q[: r.n].tolist())
+                    for name, r in tracker.recent.items()
+                }
+            )
+            kept[-1]["latest"] = ([tracker.latest], [], [])
+        finally:
+            tracker.close()
+    assert repr(kept[0]) == repr(kept[1])  # repr: NaN values compare equal

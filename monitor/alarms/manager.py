@@ -11,7 +11,7 @@ from pathlib import Path
 from monitor.alarms.journal import Entry, Journal
 from monitor.alarms.state import Record, apply_event, sort_key
 from monitor.config import Alarms, Config
-from monitor.errors import AlarmError
+from monitor.errors import AlarmError, StateError
 from monitor.model import Alarm, AlarmState, Clock, Condition, ConditionState, Priority, Rule, iso
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,10 @@ class AlarmManager:
         # /metrics), ERROR with the traceback when an episode starts, INFO when it works again.
         self.listener_failures: dict[str, int] = {}
         self._failing: set[str] = set()
+        # The one exception to "journal first": the state disk's own alarm when the journal,
+        # on that disk, refuses (read-only, I/O errors). It is shown from memory (console,
+        # MQTT) and journaled, in order, as soon as the journal takes writes again.
+        self._late: list[Entry] = []
         self._restore()
 
     @classmethod
@@ -267,7 +271,7 @@ class AlarmManager:
         )
         after = rec.copy()
         apply_event(after, draft)
-        entry = self.journal.append(replace(draft, state=str(after.state)))
+        entry = self._append(replace(draft, state=str(after.state)))
         apply_event(rec, entry)
         alarm = rec.snapshot()
         for listener in self._listeners:
@@ -292,6 +296,25 @@ class AlarmManager:
                     "alarm listener %s works again (%d failure(s) so far)", name, self.listener_failures[name]
                 )
         return alarm
+
+    def _append(self, entry: Entry) -> Entry:
+        while self._late:  # the disk alarm's transitions the journal missed, first
+            try:
+                self.journal.append(self._late[0])
+            except StateError:
+                break
+            self._late.pop(0)
+        try:
+            if self._late and entry.rule is Rule.DISK_FULL:
+                raise StateError("alarm journal: earlier state disk transitions not written yet")
+            return self.journal.append(entry)
+        except StateError as exc:
+            if entry.rule is not Rule.DISK_FULL:
+                raise
+            log.warning("alarm %s/%s %s shown but not journaled yet (journaled once the state disk "
+                        "takes writes): %s", entry.sensor, entry.rule, entry.event, exc)  # fmt: skip
+            self._late.append(entry)
+            return entry
 
     def _restore(self) -> None:
         count = 0

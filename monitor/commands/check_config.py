@@ -6,7 +6,9 @@ import argparse
 
 from monitor.commands import add_config_argument, config_path, load_config_or_exit
 from monitor.config import Config, redact_url
-from monitor.config.sensors import SensorRules
+from monitor.config.sensors import Sensor, SensorRules
+from monitor.config.station import pump_ids
+from monitor.model import Kind
 
 HELP = "validate a station config and print the effective rules (exit 2 on errors)"
 
@@ -67,6 +69,62 @@ def describe_slug(rules: SensorRules) -> str:
     )
 
 
+def describe_station(sensor: Sensor) -> str | None:
+    """The pumping-station kinds, in the words of a lift-station operator."""
+    u = sensor.effective_unit
+    if sensor.kind is Kind.LEVEL:
+        sp = sensor.setpoints
+        if sp is None:
+            return "level, no setpoints"
+        parts = [f"pumps stop at {_num(sp.off)} {u}", f"lead on {_num(sp.lead_on)} {u}"]
+        if sp.lag_on is not None:
+            parts.append(f"lag on {_num(sp.lag_on)} {u}")
+        if sp.high is not None:
+            parts.append(f"high level alarm {_num(sp.high)} {u}")
+        parts.append(f"overflow (critical) {_num(sp.overflow)} {u}")
+        return f"wet well {sensor.id}: " + ", ".join(parts)
+    if sensor.kind is Kind.PUMP:
+        p = sensor.pump
+        if p is None:
+            return "pump run feedback (0/1); no duty alarms"
+        parts = []
+        if p.capacity is not None:
+            parts.append(f"pump {_num(p.capacity.value)} {p.capacity.unit}")
+        if p.max_starts_per_hour is not None:
+            parts.append(f"alarm > {p.max_starts_per_hour} starts/h")
+        if p.max_run is not None:
+            parts.append(f"run > {_dur(p.max_run)}")
+        for key in ("speed", "amps"):
+            if getattr(p, key):
+                parts.append(f"{key} from {getattr(p, key)}")
+        return ", ".join(parts) or "pump run feedback (0/1)"
+    if sensor.kind is Kind.STATUS:
+        return "on/off signal (0/1)"
+    if sensor.kind is Kind.RAIN:
+        return f"rain in {u} per interval"
+    return None
+
+
+def describe_wet_well(config: Config) -> list[str]:
+    well = config.wet_well
+    if well is None:
+        return []
+    pumps = ", ".join(pump_ids(well, config.sensors)) or "none"
+    if well.weir is not None:
+        volume = (
+            f"weir {_num(well.weir.length.value)} {well.weir.length.unit}, C {_num(well.weir.coefficient)}"
+        )
+    elif well.inflow is not None:
+        volume = f"inflow {well.inflow} above the running pumps' capacity"
+    else:
+        volume = "no estimate (configure a weir or an inflow)"
+    return [
+        f"wet well: level {well.level}, pumps {pumps}; fail to start after {_dur(well.fail_to_start_delay)}"
+        f" above lead_on with no pump running; overflow report within {_dur(well.report_within)}"
+        f" ({config.station.timezone}); volume from {volume}"
+    ]
+
+
 def summary(config: Config) -> str:
     lines = [
         f"station {config.station.id}" + (f" ({config.station.name})" if config.station.name else ""),
@@ -84,7 +142,14 @@ def summary(config: Config) -> str:
             lines.append(f"{head} meter x{_num(sensor.multiplier)}, {digits}, account {sensor.account}")
             continue
         stale = f"stale after {_dur(rules.stale_after)}"
+        station = describe_station(sensor)
+        if station is not None:
+            lines.append(f"{head} {station}; {stale}")
+            continue
         lines.append(f"{head} {describe_limits(rules)}; {describe_slug(rules)}; {stale}")
+        if sensor.expression:
+            lines.append(f"  {'':<{width}}  derived = {sensor.expression}")
+    lines.extend(describe_wet_well(config))
     lines.append("sources:")
     if config.modbus and config.modbus.devices:
         for dev in config.modbus.devices:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from monitor.commands import print_config_error, run_bounded
+from monitor.commands import demo_station, print_config_error, run_bounded
 from monitor.config import Config, build_config
 from monitor.daemon import Daemon
 from monitor.errors import ConfigError
@@ -32,6 +32,7 @@ from monitor.web.station import console_for
 
 if TYPE_CHECKING:
     # The simulators are imported when the demo runs, not when `monitor` lists its commands.
+    from simulators.lift_station import LiftStation
     from simulators.scenarios import Station
 
 HELP = "run the monitor against a simulated station (console URL printed; Ctrl-C stops)"
@@ -77,7 +78,9 @@ def free_port(preferred: int) -> int:
     raise OSError("no free port")
 
 
-def demo_config(state_dir: Path, modbus_port: int, console_port: int, args: argparse.Namespace) -> Config:
+def demo_config(
+    state_dir: Path, modbus_port: int, console_port: int, args: argparse.Namespace, lift_port: int = 25021
+) -> Config:
     """The embedded station: the simulator's map (config/simulator.yaml), local store."""
     field = {"register": "holding", "type": "FLOAT32"}
     raw: dict[str, Any] = {
@@ -93,7 +96,9 @@ def demo_config(state_dir: Path, modbus_port: int, console_port: int, args: argp
              "account": "town", "name": "Station water meter"},
             {"id": "mill.meter", "kind": "meter", "unit": "ft3", "register_digits": 8,
              "account": "mill", "name": "Mill water meter"},
+            *demo_station.station_sensors(),
         ],
+        "wet_well": demo_station.wet_well(),
         "modbus": {
             "devices": [
                 {
@@ -112,7 +117,8 @@ def demo_config(state_dir: Path, modbus_port: int, console_port: int, args: argp
                         {"sensor": "station.meter", "register": "holding", "address": 8, "type": "UINT32"},
                         {"sensor": "mill.meter", "register": "holding", "address": 10, "type": "UINT32"},
                     ],
-                }
+                },
+                demo_station.station_device(lift_port),
             ]
         },
         "console": {"host": "127.0.0.1", "port": console_port, "token": "${" + TOKEN_ENV + "}"},
@@ -145,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             state_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="monitor-demo-")))
         try:
-            config = demo_config(state_dir, free_port(25020), free_port(args.port), args)
+            config = demo_config(state_dir, free_port(25020), free_port(args.port), args, free_port(25021))
         except ConfigError as exc:
             print_config_error(exc)
             return 2
@@ -165,15 +171,20 @@ def slug_factor(station: Station, el: float, duration: float) -> float:
     return max(SLUG_LEVEL, SLUG_LEVEL / (0.96 * low))
 
 
-def seed_history(daemon: Daemon, station: Station, start: float, speed: float) -> int:
+def seed_history(
+    daemon: Daemon, station: Station, start: float, speed: float, lift: LiftStation | None = None
+) -> int:
     """A day of readings before the live run, through the daemon's own pipeline."""
     steps = int(HISTORY / SEED_STEP)
     count = 0
     for i in range(steps):
         st = start - HISTORY + i * SEED_STEP  # station time
         values = station.values(start + (st - start) / speed)
-        daemon.pipeline.process([Sample(SENSORS[k], st, v) for k, v in values.items() if k in SENSORS])
-        count += len(SENSORS)
+        batch = [Sample(SENSORS[k], st, v) for k, v in values.items() if k in SENSORS]
+        if lift is not None:
+            batch += demo_station.readings(lift, st)
+        daemon.pipeline.process(batch)
+        count += len(batch)
         if i % 60 == 0 or i == steps - 1:
             done = (i + 1) / steps
             print(f"\rseeding a day of history: {done:4.0%} ({count:,} readings)", end="", flush=True)
@@ -182,6 +193,7 @@ def seed_history(daemon: Daemon, station: Station, start: float, speed: float) -
 
 
 async def _demo(config: Config, args: argparse.Namespace) -> int:
+    from simulators.lift_station import lift_server
     from simulators.modbus_server import StationServer
     from simulators.scenarios import Station
 
@@ -200,9 +212,15 @@ async def _demo(config: Config, args: argparse.Namespace) -> int:
     server = StationServer(station, host="127.0.0.1", port=device.port)
     logging.getLogger("pymodbus").setLevel(logging.WARNING)
     await server.start()
+    # The lift station (wet well, two pumps) on its own simulated device, same clock.
+    lift = demo_station.lift_station(start, HISTORY)
+    lift_device = config.modbus.devices[1] if config.modbus and len(config.modbus.devices) > 1 else None
+    assert lift_device is not None and isinstance(lift_device.port, int)
+    lift_server_ = lift_server(lift, lift_device.port, clock.now)
+    await lift_server_.start()
     daemon = Daemon(config, clock)
     try:
-        seed_history(daemon, station, start, args.speed)
+        seed_history(daemon, station, start, args.speed, lift)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, daemon.stop)
@@ -216,12 +234,19 @@ async def _demo(config: Config, args: argparse.Namespace) -> int:
             "average), a pH excursion from minute 30; Ctrl-C stops",
             flush=True,
         )
+        print(
+            f"wet well and pumps: {daemon.console_url}station (pump 1 fails to start from station"
+            " minute 20, a storm overflows the well from hour 2)",
+            flush=True,
+        )
         if args.duration is not None:
             loop.call_later(args.duration, daemon.stop)
         await runner
     finally:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(server.stop(), timeout=5.0)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(lift_server_.stop(), timeout=5.0)
     active = [a for a in daemon.alarms.alarms() if a.activated_at is not None]
     where = f"state kept in {config.state_dir}" if args.state_dir else "temporary state removed"
     print(f"demo stopped; {len(active)} alarm(s) raised, {where}", file=sys.stderr)

@@ -13,7 +13,7 @@ from monitor.meters.amend import iter_history
 from monitor.meters.book import MeterBook, ledger_path
 from monitor.meters.ledger import to_ms
 from monitor.model import Sample, iso, parse_time
-from monitor.sqlite import quick_check
+from monitor.sqlite import StateLockedError, quick_check
 
 EARLIEST, LATEST = 0.0, 4_102_444_800.0  # 1970-01-01 and 2100-01-01: a meter reading is in between
 HELP = "meter ledger: list, show, record or void a meter replacement, correct a misread, ingest readings"
@@ -58,7 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args.config, args.env_file)
-    damage = quick_check(ledger_path(config))
+    try:
+        damage = quick_check(ledger_path(config))
+    except StateLockedError as exc:  # locked is not damaged: say which, never "ok", never "DAMAGED"
+        print(f"monitor meters: meter ledger {exc}", file=sys.stderr)
+        return 1
     if damage is not None:  # never "ok" from a damaged ledger
         print(f"monitor meters: meter ledger {ledger_path(config)} is DAMAGED ({damage}); restore it from "
               "the backup (docs/operator-guide.md, State files)", file=sys.stderr)  # fmt: skip

@@ -44,9 +44,20 @@ from monitor.model import Kind, ManualClock, Rule, parse_time
 from monitor.sinks.pipeline import SampleSink, open_sink, outbox_path
 from monitor.sources.historian import KINDS, open_history
 from monitor.sources.replay import ReadReport, Samples, merge, stream
+from monitor.station import StationStore, StationTracker, station_steps
+from monitor.station.replay import has_station
 
 HELP = "replay recorded samples (CSV, Parquet, the historian) through the rules; write the alarm events"
-EVENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.BAD_VALUE})
+EVENT_RULES = frozenset(
+    {
+        Rule.SLUG,
+        Rule.HIGH,
+        Rule.LOW,
+        Rule.STALE,
+        Rule.BAD_VALUE,
+        *(Rule.HIGH_LEVEL, Rule.OVERFLOW, Rule.FAIL_TO_START, Rule.PUMP_STARTS, Rule.LONG_RUN),
+    }
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -169,9 +180,12 @@ def run(args: argparse.Namespace) -> int:
             return
         try:
             if step is not None:
-                tracker.add_columns(
-                    engine.sensors, step.sensor, step.time, step.value, step.quality, step.accepted
-                )
+                if step.by_sensor is not None and step.time.size:
+                    tracker.add_admitted(engine.sensors, step.by_sensor, step.quality)
+                else:
+                    tracker.add_columns(
+                        engine.sensors, step.sensor, step.time, step.value, step.quality, step.accepted
+                    )
                 tracker.apply(step.conditions)
             changed = tracker.advance(final=step is None)
         except (MonitorError, OSError) as exc:
@@ -183,11 +197,24 @@ def run(args: argparse.Namespace) -> int:
         if sink is not None and sink.outbox is not None and changed:
             sink.outbox.append(incident_lines(changed))
 
+    # The pumping station (monitor/station): derived sensors, pump runs, overflow records (not
+    # recorded again from the historian: the live run recorded them).
+    station = StationStore.open(config.state_dir) if has_station(config) and not args.from_influx else None
+    station_tracker = StationTracker(config, station) if has_station(config) else None
+
     def steps() -> Iterator[ReplayStep]:
         nonlocal meter_transitions
-        for step in replay(engine, batches):
+        source = (
+            station_steps(config, engine, batches, station_tracker)
+            if station_tracker is not None
+            else replay(engine, batches)
+        )
+        for step in source:
             seen[step.sensor[step.accepted]] = True
             track(step)
+            daily = station_tracker.take_daily() if station_tracker is not None else []
+            if daily and sink is not None and sink.outbox is not None:
+                sink.outbox.append(daily)  # pump and station totals of each local day
             if book is not None:
                 meter_transitions += len(
                     book.ingest_arrays(
@@ -217,6 +244,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if sink is not None:
             sink.close()
+        if station is not None:
+            station.close()
         if book is not None:
             print(
                 f"replay: meter readings added to {book.ledger.path} ({meter_transitions} meter alarm"

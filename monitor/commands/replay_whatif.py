@@ -30,12 +30,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 
 import numpy as np
+import numpy.typing as npt
 
 from monitor.config import Config
 from monitor.engine import Engine, replay_steps
+from monitor.engine.baseline import Floats
 from monitor.errors import SourceError
 from monitor.model import Condition, ConditionState, ManualClock, Rule
 from monitor.sources.replay import ReadReport, Samples
+from monitor.station.derive import Derivation, derive_arrays
 
 EVENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE})
 
@@ -171,16 +174,30 @@ def run_what_if(args: argparse.Namespace, config: Config, candidate: Config, ope
         np.array([e.sensors.index(s) if s in e.sensors else -1 for s in names], np.int32) for e in engines
     ]
     sides = [Side(c.alarms.chatter_count, c.alarms.chatter_window) for c in (config, candidate)]
+    # Derived sensors (monitor/station) are computed from their inputs on each side.
+    derivations = [Derivation(c.derived, c.rules) if c.derived else None for c in (config, candidate)]
+    derived = [
+        np.array([e.index(s) for s in c.derived], np.int64)
+        for e, c in zip(engines, (config, candidate), strict=True)
+    ]
     last = -np.inf
     try:
         batches, reports = open_samples(args, config, tuple(names))
         for b in batches:
-            for engine, index, side in zip(engines, maps, sides, strict=True):
+            for engine, index, side, derivation, own in zip(
+                engines, maps, sides, derivations, derived, strict=True
+            ):
                 sensor = index[b.sensor]
-                known = sensor >= 0
-                for step in replay_steps(
-                    engine, sensor[known], b.time[known], b.value[known], b.quality[known]
-                ):
+                known = (sensor >= 0) & ~np.isin(sensor, own)  # recorded derived values: computed again
+                arrays: tuple[npt.NDArray[np.integer], Floats, Floats, npt.NDArray[np.integer]] = (
+                    sensor[known],
+                    b.time[known],
+                    b.value[known],
+                    b.quality[known],
+                )
+                if derivation is not None:
+                    arrays = derive_arrays(derivation, engine.sensors, *arrays, final=False)
+                for step in replay_steps(engine, *arrays):
                     side.add(step.conditions)
             if len(b):
                 last = max(last, float(b.time[-1]))

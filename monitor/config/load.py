@@ -18,6 +18,7 @@ from monitor.config.notify import Notify
 from monitor.config.outputs import Alarms, Billing, Console, Influx, Store
 from monitor.config.sensors import Profile, Sensor, SensorRules, key_error, profile_limit, resolve_rules
 from monitor.config.sources import Modbus, Mqtt
+from monitor.config.station import DerivedPlan, WetWell, check_fed, check_wet_well, derived_plans
 from monitor.config.types import Section
 from monitor.errors import ConfigError
 from monitor.model import Kind
@@ -64,10 +65,16 @@ class Config(Section):
     billing: Billing | None = None
     incidents: Incidents = Incidents()
     notify: Notify | None = None  # callout: people, rosters, pipelines (monitor/callout)
+    wet_well: WetWell | None = None  # the pumping station (monitor/station)
 
     @cached_property
     def rules(self) -> dict[str, SensorRules]:
         return {s.id: resolve_rules(s, self.profile) for s in self.sensors}
+
+    @cached_property
+    def derived(self) -> dict[str, DerivedPlan]:
+        """Derived sensors, compiled and in dependency order (checked when loading)."""
+        return derived_plans(self.sensors)[0]
 
     def sensor(self, sensor_id: str) -> Sensor:
         for s in self.sensors:
@@ -113,6 +120,18 @@ def build_config(raw: dict[str, Any], base_dir: Path = Path("."), source: str = 
     problems.extend(_cross_check(raw))
     if config is not None and not problems:
         problems.extend(_check_rules(config))
+        problems.extend(derived_plans(config.sensors)[1])
+        problems.extend(check_wet_well(config.wet_well, config.sensors))
+        derived = {s.id for s in config.sensors if s.kind is Kind.DERIVED}
+        fed = [
+            (f"modbus.devices[{d}].fields[{f}].sensor", field.sensor)
+            for d, device in enumerate(config.modbus.devices if config.modbus else [])
+            for f, field in enumerate(device.fields)
+        ] + [
+            (f"mqtt.subscriptions[{s}].sensor", sub.sensor)
+            for s, sub in enumerate(config.mqtt.subscriptions if config.mqtt else [])
+        ]
+        problems.extend(check_fed(derived, fed))
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)), source)
     assert config is not None

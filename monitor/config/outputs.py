@@ -104,6 +104,11 @@ class Alarms(Section):
         Rule.DISK_LOW: Priority.MEDIUM,
         Rule.NOTIFY: Priority.HIGH,
         Rule.STATE: Priority.HIGH,
+        Rule.OVERFLOW: Priority.CRITICAL,  # a discharge the Town must report
+        Rule.FAIL_TO_START: Priority.CRITICAL,
+        Rule.HIGH_LEVEL: Priority.HIGH,
+        Rule.PUMP_STARTS: Priority.MEDIUM,
+        Rule.LONG_RUN: Priority.MEDIUM,
     }
     overrides: list[PriorityOverride] = []
     shelve_default: Duration = Field(3600.0, gt=0)

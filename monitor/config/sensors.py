@@ -8,9 +8,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from monitor.config.station_models import PumpSettings, Setpoints, check_sensor
 from monitor.config.types import Duration, Section
 from monitor.model import Kind
-from monitor.units import DEFAULT_UNIT, PHYSICAL_RANGE, UNITS, convert
+from monitor.units import DEFAULT_UNIT, JUDGED_KINDS, UNITS, convert, physical_range
 
 ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
 SlugMethod = Literal["sustained", "period_mean"]
@@ -93,9 +94,17 @@ class Sensor(Section):
     multiplier: float = Field(1.0, gt=0)
     account: str | None = None
     max_rate: float | None = Field(None, gt=0, description="meter units per hour")
+    # The pumping station (config/station.py): a wet well's level, a pump, a derived sensor.
+    setpoints: Setpoints | None = None
+    pump: PumpSettings | None = None
+    expression: str | None = Field(None, description="derived sensors: e.g. ps.flow + area * rate(ps.level)")
+    constants: dict[str, str | float] = Field(default_factory=dict, description="e.g. {area: 80 ft2}")
+    max_input_age: Duration = Field(300.0, gt=0, description="derived: inputs older than this stop it")
 
     @model_validator(mode="after")
     def _unit_fits_kind(self) -> Sensor:
+        for key, message in check_sensor(self):
+            raise key_error(key, message)
         allowed = UNITS[self.kind]
         if self.unit is not None and self.unit not in allowed:
             if self.kind is Kind.PH:
@@ -114,6 +123,17 @@ class Sensor(Section):
     @property
     def effective_unit(self) -> str:
         return self.unit or DEFAULT_UNIT[self.kind]
+
+    @property
+    def judged_as(self) -> Kind:
+        """The kind whose ordinance defaults apply: a derived sensor in gpm is judged as a flow."""
+        if self.kind is not Kind.DERIVED:
+            return self.kind
+        unit = self.effective_unit
+        for kind in JUDGED_KINDS:
+            if unit in UNITS[kind]:
+                return kind
+        return Kind.DERIVED
 
 
 class ProfileLimit(Section):
@@ -190,11 +210,12 @@ class SensorRules:
 def profile_limit(sensor: Sensor, profile: Profile) -> ProfileLimit | None:
     """The profile entry for this sensor: `kind.substance` / `kind.influent`, then `kind`."""
     qualifier = "influent" if sensor.influent else sensor.substance
+    kind = sensor.judged_as
     if qualifier:
-        found = profile.limits.get(f"{sensor.kind}.{qualifier}")
+        found = profile.limits.get(f"{kind}.{qualifier}")
         if found is not None:
             return found
-    return profile.limits.get(str(sensor.kind))
+    return profile.limits.get(str(kind))
 
 
 def _from_profile(value: float | None, given: bool, profile_unit: str, unit: str) -> float | None:
@@ -220,7 +241,10 @@ def resolve_rules(sensor: Sensor, profile: Profile) -> SensorRules:
             # another unit (65 degC stays 65 degC under `limits: {unit: degF}`).
             low, high = (
                 _from_profile(
-                    x, side in given, base.unit or DEFAULT_UNIT[sensor.kind], unit or sensor.effective_unit
+                    x,
+                    side in given,
+                    base.unit or DEFAULT_UNIT[sensor.judged_as],
+                    unit or sensor.effective_unit,
                 )
                 for x, side in ((low, "low"), (high, "high"))
             )
@@ -237,7 +261,7 @@ def resolve_rules(sensor: Sensor, profile: Profile) -> SensorRules:
             )
     slug: SlugRule | None = None
     ps, so = profile.slug, sensor.slug
-    slug_by_default = sensor.kind in ps.kinds
+    slug_by_default = sensor.judged_as in ps.kinds
     if so.enabled and (slug_by_default or so.model_fields_set - {"enabled"}):
         slug = SlugRule(
             factor=so.factor if so.factor is not None else ps.factor,
@@ -250,9 +274,7 @@ def resolve_rules(sensor: Sensor, profile: Profile) -> SensorRules:
             min_baseline=so.min_baseline if so.min_baseline is not None else _min_baseline(sensor, ps),
         )
     # The physical range is tabled in the kind's default unit; judge in the sensor's.
-    lo, hi = (
-        convert(x, DEFAULT_UNIT[sensor.kind], sensor.effective_unit) for x in PHYSICAL_RANGE[sensor.kind]
-    )
+    lo, hi = physical_range(sensor.kind, sensor.effective_unit)
     if sensor.valid_range is not None:
         lo = sensor.valid_range.min if sensor.valid_range.min is not None else lo
         hi = sensor.valid_range.max if sensor.valid_range.max is not None else hi
@@ -270,7 +292,8 @@ def resolve_rules(sensor: Sensor, profile: Profile) -> SensorRules:
 
 def _min_baseline(sensor: Sensor, ps: ProfileSlug) -> float:
     """The profile's floor for the kind, converted from the kind's default unit."""
-    floor = ps.min_baseline.get(sensor.kind)
+    kind = sensor.judged_as  # a derived flow takes the flow's floor
+    floor = ps.min_baseline.get(kind)
     if floor is None:
         return FALLBACK_MIN_BASELINE
-    return convert(floor, DEFAULT_UNIT[sensor.kind], sensor.effective_unit)
+    return convert(floor, DEFAULT_UNIT[kind], sensor.effective_unit)

@@ -24,7 +24,7 @@ from monitor.engine import slug_replay
 from monitor.engine.badvalue import bad_value_batch, bad_value_step
 from monitor.engine.baseline import Baselines, Floats
 from monitor.engine.stale import stale_batch, stale_condition
-from monitor.engine.state import Counters, ReplayResult, SensorState, SensorStatus
+from monitor.engine.state import Admitted, Counters, ReplayResult, SensorState, SensorStatus
 from monitor.model import Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, WallClock, iso
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,7 @@ class Engine:
         self.counters = Counters()
         self._unknown_logged: set[str] = set()
         self.sort_key = event_order(self._index)
+        self._parts: list[Admitted | None] = []  # the replay batch's accepted samples by sensor
 
     # --- accessors -------------------------------------------------------------------
 
@@ -284,6 +285,7 @@ class Engine:
         s_time, s_value = time[order], value[order]
         s_q = None if quality is None else q_in[order]
         out: list[Condition] = []
+        self._parts = [None] * n_states
         for st in self._states:
             a, b = int(bounds[st.index]), int(bounds[st.index + 1])
             qs = None if s_q is None else s_q[a:b]
@@ -302,7 +304,7 @@ class Engine:
             self.last_tick = float(ticks[-1])
         out.sort(key=self.sort_key)
         self.counters.conditions += len(out)
-        return ReplayResult(q_out, accepted, out)
+        return ReplayResult(q_out, accepted, out, self._parts)
 
     def _admit(
         self,
@@ -331,6 +333,7 @@ class Engine:
             if not sel.size:
                 return empty, empty, None
         accepted[sel] = True
+        self._parts[st.index] = (sel, ts, vs)
         self.counters.samples += int(sel.size)
         believable = (vs >= st.lo) & (vs <= st.hi)
         if st.bad_values:

@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from monitor.engine.baseline import Floats
 from monitor.engine.engine import Engine
+from monitor.engine.state import Admitted
 from monitor.model import Condition
 
 DEFAULT_BATCH = 1_000_000
@@ -30,6 +31,7 @@ class ReplayStep:
     quality: npt.NDArray[np.int8]
     accepted: npt.NDArray[np.bool_]
     conditions: list[Condition]
+    by_sensor: list[Admitted | None] | None = None  # ReplayResult.by_sensor
 
 
 def replay_steps(
@@ -60,5 +62,6 @@ def replay_steps(
             result.quality,
             result.accepted,
             result.conditions,
+            result.by_sensor,
         )
         start = end

@@ -60,6 +60,16 @@ def run_starts(times: Floats, member: Bools, carried: float) -> Floats:
     return np.where(last >= 0, times[np.maximum(last, 0)], carried)
 
 
+def _last_run_start(times: Floats, member: Bools, carried: float) -> float:
+    """`run_starts(times, member, carried)[-1]` if the last sample is a member, else NaN."""
+    if not member[-1]:
+        return NAN
+    outside = np.flatnonzero(~member)
+    if outside.size:
+        return float(times[int(outside[-1]) + 1])
+    return carried if not math.isnan(carried) else float(times[0])
+
+
 def hysteresis(to_on: Bools, to_off: Bools, initial: bool) -> Bools:
     """State after each sample of a two-state machine switched on/off by disjoint flags."""
     decisive = to_on | to_off
@@ -146,6 +156,12 @@ class LimitState:
             beyond, inside = v > self.limit, v < self.clear_at
         else:
             beyond, inside = v < self.limit, v > self.clear_at
+        if not (beyond.any() if not self.active else inside.any()):
+            # Inactive and never beyond, or active and never back inside: the state holds
+            # (most batches); only the timers of the runs open at the end are kept.
+            self.a_start = _last_run_start(times, beyond, self.a_start)
+            self.b_start = _last_run_start(times, inside, self.b_start)
+            return []
         a_start = run_starts(times, beyond, self.a_start)
         b_start = run_starts(times, inside, self.b_start)
         on = beyond & (times - a_start >= self.on_delay)

@@ -131,6 +131,16 @@ def _attempt(
     else:
         return _stepped(slug, base, row, t, v), None
 
+    if not slug.active and math.isnan(slug.run_start) and not over.any():
+        # Nothing over and no run open from before (most batches): no condition, no short
+        # run, nothing pending; what the general path below concludes, without its passes.
+        slug.pending.clear()
+        win.commit(cs, cc)
+        slug.prev_t = float(t[-1])
+        slug.warm_since = float(warm_since[-1])
+        slug.last_mean = float(m[-1])
+        return [], None
+
     run_start = _over_run_starts(t, over, gap, slug)
     qualified = over & (t - run_start > slug.duration)
     short = _first_short_run(over, gap, qualified, slug)

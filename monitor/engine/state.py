@@ -67,6 +67,13 @@ class ReplayResult:
     quality: npt.NDArray[np.int8]
     accepted: npt.NDArray[np.bool_]
     conditions: list[Condition]
+    # Per sensor index: the accepted samples (batch indices, times, values) in time order,
+    # None for a sensor with none; the split the engine made anyway, for the incident
+    # tracker (so it does not sort the batch by sensor again).
+    by_sensor: list[Admitted | None] | None = None
+
+
+Admitted = tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.float64]]
 
 
 class SensorState:

@@ -106,10 +106,16 @@ def run_end_since(fetch: Fetch, after: float, clear_time: float, threshold: floa
     span = 3600.0
     while True:
         since = max(after, clear_time - span)
-        s = Series.of_sorted(*fetch(since, clear_time))
-        beyond = s.v > threshold if high else s.v < threshold
-        if since <= after or beyond.any():
-            return run_end(s, clear_time, threshold, high)
+        t, v, q = fetch(since, clear_time)
+        # `run_end` over the good samples (all at or before the clear), without copying them
+        good = (q == 0) & np.isfinite(v)
+        beyond = good & (v > threshold if high else v < threshold)
+        at = np.flatnonzero(beyond)
+        if since <= after or at.size:
+            if not at.size:
+                return clear_time
+            later = np.flatnonzero(good[int(at[-1]) + 1 :])
+            return float(t[int(at[-1]) + 1 + int(later[0])]) if later.size else clear_time
         span *= 8
 
 

@@ -8,7 +8,7 @@ epoch seconds UTC; human-facing dates are cut in the station's zone (see `due`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 
 from monitor.model import iso
@@ -111,7 +111,19 @@ class Incident:
         return None if until is None else max(0.0, until - self.start)
 
     def with_(self, **changes: object) -> Incident:
-        return replace(self, **changes)  # type: ignore[arg-type]
+        """`dataclasses.replace`, without its per-call field introspection (a replay
+        extends and ends incidents tens of thousands of times)."""
+        if not changes.keys() <= _INCIDENT_FIELDS:
+            return replace(self, **changes)  # type: ignore[arg-type]  # raises TypeError
+        new = object.__new__(Incident)
+        for name in _INCIDENT_FIELD_ORDER:
+            _set(new, name, changes[name] if name in changes else getattr(self, name))
+        return new
+
+
+_set = object.__setattr__  # the frozen dataclass's own way in (its __init__ does the same)
+_INCIDENT_FIELD_ORDER = tuple(f.name for f in fields(Incident))
+_INCIDENT_FIELDS = frozenset(_INCIDENT_FIELD_ORDER)
 
 
 def finite(x: float | None, digits: int = 6) -> float | None:

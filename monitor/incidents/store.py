@@ -373,7 +373,11 @@ class IncidentStore:
 
     def freeze_evidence(self, iid: str) -> tuple[str, int]:
         """Write the evidence file once (atomically) and return (SHA-256, rows)."""
-        data = self.evidence_csv(iid)
+        return self.write_evidence(iid, self.evidence_csv(iid))
+
+    def write_evidence(self, iid: str, data: bytes) -> tuple[str, int]:
+        """`freeze_evidence`'s durable half, no database access: safe in another thread, so
+        the fsyncs of incidents frozen together overlap."""
         path = self.evidence_path(iid)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -161,6 +161,13 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
 
         add_incident_routes(app, view, tracker, token_required)
 
+    live_station = getattr(view, "live_station", None)  # the daemon's LiveStation (pumps, wet well)
+    station_tracker = getattr(live_station, "tracker", None)
+    if station_tracker is not None:
+        from monitor.web.wetwell import add_station_routes
+
+        add_station_routes(app, view, live_station.config, station_tracker, STATIC)  # type: ignore[union-attr]
+
     meter_book = getattr(view, "meter_book", None)  # the daemon's MeterBook, when it has meters
     if meter_book is not None:
         # Transitions a replacement causes go through the daemon's pipeline (`submit`);

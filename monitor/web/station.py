@@ -18,6 +18,7 @@ from monitor.engine import slug_status
 from monitor.incidents import IncidentTracker
 from monitor.meters.book import MeterBook
 from monitor.model import Alarm, Condition, Quality
+from monitor.station.live import LiveStation
 from monitor.web.server import ConsoleServer
 from monitor.web.service import console_server
 from monitor.web.view import SensorReading
@@ -51,6 +52,11 @@ class StationAdapter:
     def incidents(self) -> IncidentTracker | None:
         """The console's incident routes read this (None with `incidents.enabled: false`)."""
         return self.daemon.incidents
+
+    @property
+    def live_station(self) -> LiveStation:
+        """The console's wet-well routes read this (monitor/web/wetwell.py)."""
+        return self.daemon.station
 
     @property
     def meter_book(self) -> MeterBook:

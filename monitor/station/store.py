@@ -1,0 +1,118 @@
+"""Pump runs and overflow records on disk (state_dir/station.sqlite), for reports and restarts.
+
+One row per pump run and per overflow, keyed by (sensor, start): replaying the
+same history again replaces its rows instead of counting them twice, and what
+`monitor run` recorded and what `monitor replay` of its output recorded are the
+same rows. Open runs and overflows (`end` NULL) are picked up again after a restart.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from monitor.sqlite import Schema, connect, translate
+from monitor.station.pumps import PumpRun
+
+FILE = "station.sqlite"
+
+
+@dataclass(slots=True)
+class OverflowRecord:
+    """One overflow: when, how high, how much, and when it must be reported by."""
+
+    sensor: str
+    start: float
+    due: float
+    end: float | None = None
+    peak: float = float("nan")
+    volume_gal: float | None = None
+    method: str = ""  # weir | inflow | "" (no estimate possible)
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    pump TEXT NOT NULL, start REAL NOT NULL, end REAL, started INTEGER NOT NULL,
+    PRIMARY KEY (pump, start));
+CREATE TABLE IF NOT EXISTS overflows (
+    sensor TEXT NOT NULL, start REAL NOT NULL, end REAL, peak REAL, volume_gal REAL,
+    due REAL NOT NULL, method TEXT NOT NULL, PRIMARY KEY (sensor, start));
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+SCHEMA = Schema("station store", (_SCHEMA,))
+
+
+class StationStore:
+    """Every write and read raises `StateError` naming the file when SQLite refuses."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        # One thread at a time uses it (the daemon's loop); the console may run on another
+        # loop thread in tests, so sqlite3's same-thread check is off.
+        self.db = connect(path, SCHEMA, check_same_thread=False)
+
+    def _run(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+        try:
+            return self.db.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise translate(exc, f"station store {self.path}") from exc
+
+    @classmethod
+    def open(cls, state_dir: Path) -> StationStore:
+        return cls(state_dir / FILE)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def save_run(self, run: PumpRun) -> None:
+        self._run(
+            "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?)",
+            (run.pump, run.start, run.end, int(run.started)),
+        )
+
+    def save_overflow(self, rec: OverflowRecord) -> None:
+        peak = rec.peak if rec.peak == rec.peak else None
+        self._run(
+            "INSERT OR REPLACE INTO overflows VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (rec.sensor, rec.start, rec.end, peak, rec.volume_gal, rec.due, rec.method),
+        )
+
+    def save_progress(self, t: float) -> None:
+        """The last event time judged: where an open run is counted up to in a report."""
+        self._run("INSERT OR REPLACE INTO meta VALUES ('last_time', ?)", (repr(t),))
+
+    def last_time(self) -> float | None:
+        rows = self._run("SELECT value FROM meta WHERE key = 'last_time'")
+        return float(rows[0][0]) if rows else None
+
+    def runs(self, start: float, end: float) -> list[PumpRun]:
+        """Runs that overlap [start, end)."""
+        rows = self._run(
+            "SELECT pump, start, end, started FROM runs WHERE start < ? AND (end IS NULL OR end > ?)"
+            " ORDER BY start",
+            (end, start),
+        )
+        return [PumpRun(p, s, e, bool(c)) for p, s, e, c in rows]
+
+    def open_runs(self) -> list[PumpRun]:
+        rows = self._run("SELECT pump, start, started FROM runs WHERE end IS NULL")
+        return [PumpRun(p, s, None, bool(c)) for p, s, c in rows]
+
+    def overflows(self, start: float, end: float) -> list[OverflowRecord]:
+        rows = self._run(
+            "SELECT sensor, start, end, peak, volume_gal, due, method FROM overflows"
+            " WHERE start < ? AND (end IS NULL OR end > ?) ORDER BY start",
+            (end, start),
+        )
+        return [
+            OverflowRecord(s, st, due, e, float("nan") if pk is None else pk, vol, m)
+            for s, st, e, pk, vol, due, m in rows
+        ]
+
+    def open_overflows(self) -> list[OverflowRecord]:
+        return [r for r in self.overflows(float("-inf"), float("inf")) if r.end is None]
+
+
+__all__ = ["FILE", "OverflowRecord", "StationStore"]

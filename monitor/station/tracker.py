@@ -1,0 +1,354 @@
+"""The station on event time: pumps, the wet well's level, fail to start, high level, overflows.
+
+Fed every sample in time order (measured and derived), live one by one and in
+replay from the merged arrays (`track_arrays`): the same code in both, so the
+same runs, records and alarm transitions. Readings that are not good (bad data,
+comm failure, outside the kind's range) change nothing: a pump keeps its last
+known state and an overflow its last known extent.
+
+Readings of the ordinance and the issue that the code takes:
+- `overflow` (the high-high level) or the overflow switch raises `overflow`, a critical
+  alarm, and opens an overflow record; `high` alone raises `high_level` (no record).
+- Fail to start: the level above `lead_on` for longer than `fail_to_start_delay`
+  with no pump running; it clears when a pump runs or the level falls to `lead_on`.
+- Overflow volume: with a weir, Francis' Q = C L H^1.5 on the level above the crest,
+  integrated between level samples (trapezoids); without one, the station inflow above
+  the capacity of the pumps running, while the level is at or above `overflow`.
+  Chapter 139 sets no reporting time; `report_within` (2 h default) is the utility's
+  (New York's Sewage Pollution Right to Know Act asks for 2 hours).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.config import Config
+from monitor.config.station import pump_ids
+from monitor.errors import MonitorError
+from monitor.model import Condition, ConditionState, Kind, Quality, Rule, Sample
+from monitor.station.daily import DailyTotals
+from monitor.station.pumps import PumpStats
+from monitor.station.store import OverflowRecord, StationStore
+from monitor.units import GALLONS_PER_FT3, conversion
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+CITATION_OVERFLOW = "station config (overflow: report within)"
+CITATION_LEVEL = "station config (wet-well setpoints)"
+
+
+class StationTracker:
+    """Pump statistics and wet-well events of one station; `feed` samples in time order."""
+
+    def __init__(self, config: Config, store: StationStore | None = None, *, resume: bool = False) -> None:
+        self.config = config
+        self.store = store
+        well = config.wet_well
+        self.pumps: dict[str, PumpStats] = {}
+        for pid in (
+            pump_ids(well, config.sensors) if well else [s.id for s in config.sensors if s.kind is Kind.PUMP]
+        ):
+            s = config.sensor(pid)
+            cap = s.pump.capacity.to("gpm") if s.pump is not None and s.pump.capacity is not None else None
+            self.pumps[pid] = PumpStats(pid, s.pump, cap)
+        self.level_id = well.level if well else None
+        self.switch_id = well.overflow_switch if well else None
+        self.inflow_id = well.inflow if well else None
+        sp = config.sensor(well.level).setpoints if well else None
+        self.setpoints = sp
+        self._overflow_at = sp.overflow if sp is not None else math.inf
+        self.delay = well.fail_to_start_delay if well else math.inf
+        self.report_within = well.report_within if well else 7200.0
+        self._ranges = {sid: (*r.valid_range, frozenset(r.bad_values)) for sid, r in config.rules.items()}
+        self._to_ft = 1.0
+        self._weir: tuple[float, float, float] | None = None  # C, L (ft), crest (level unit)
+        if well is not None:
+            self._to_ft = conversion(config.rules[well.level].unit, "ft")[0]
+            if well.weir is not None and sp is not None:
+                crest = well.weir.crest if well.weir.crest is not None else sp.overflow
+                self._weir = (well.weir.coefficient, well.weir.length.to("ft"), crest)
+        self._to_gpm = conversion(config.rules[self.inflow_id].unit, "gpm")[0] if self.inflow_id else 1.0
+        self.level = math.nan
+        self.level_time = -math.inf
+        self.inflow_gpm = math.nan
+        self.switch_on = False
+        self.above_since: float | None = None
+        self.fail_active = False
+        self.high_active = False
+        self.overflow: OverflowRecord | None = None
+        self._q_prev = 0.0  # overflow rate (gpm) at the last integration time
+        self._t_prev = -math.inf
+        self.last_time = -math.inf
+        self._last: dict[str, float] = {}
+        self.store_errors = 0
+        self._store_failing = False
+        self.daily = (
+            DailyTotals(config.station.id, config.station.zone, list(self.pumps), store)
+            if store is not None
+            else None
+        )
+        # A pump's drive speed and motor current (pump: {speed, amps}): latest reading, for the console.
+        self.drive: dict[str, tuple[str, str]] = {}
+        for pid, p in self.pumps.items():
+            for key in ("speed", "amps"):
+                ref = getattr(p.settings, key, None) if p.settings is not None else None
+                if ref is not None:
+                    self.drive[ref] = (pid, key)
+        self.readings: dict[str, dict[str, float]] = {pid: {} for pid in self.pumps}
+        self.watched = frozenset(
+            [*self.pumps, *self.drive, *(x for x in (self.level_id, self.switch_id, self.inflow_id) if x)]
+        )
+        if resume and store is not None:
+            self._resume(store)
+
+    def _resume(self, store: StationStore) -> None:
+        for run in store.open_runs():
+            p = self.pumps.get(run.pump)
+            if p is not None:
+                p.running, p.run_start, p.run_counted = True, run.start, run.started
+        for rec in store.open_overflows():
+            self.overflow = rec
+
+    def adopt(self, active: Iterable[tuple[str, Rule]]) -> None:
+        """Alarms the journal holds active after a restart: take them as the current state,
+        so the tracker sends their CLEARED when the condition is over."""
+        for sensor, rule in active:
+            pump = self.pumps.get(sensor)
+            if pump is not None and rule is Rule.PUMP_STARTS:
+                pump.starts_alarm = True
+            elif pump is not None and rule is Rule.LONG_RUN:
+                pump.long_run_alarm = True
+            elif sensor == self.level_id and rule is Rule.FAIL_TO_START:
+                self.fail_active = True
+            elif sensor == self.level_id and rule is Rule.HIGH_LEVEL:
+                self.high_active = True
+
+    # --- feeding ------------------------------------------------------------------------
+
+    def feed(self, sample: Sample) -> list[Condition]:
+        if sample.sensor not in self.watched:
+            return []
+        return self._feed(sample.sensor, sample.time, sample.value, sample.quality is Quality.GOOD)
+
+    def _feed(self, sid: str, t: float, v: float, good: bool) -> list[Condition]:
+        lo, hi, bad = self._ranges[sid]
+        # `v - v == 0` is False for NaN and infinities; `bad` holds a PLC's error values.
+        # Per sensor: a derived sample comes a poll late, after other sensors' later readings.
+        if not (good and v - v == 0.0 and lo <= v <= hi) or t < self._last.get(sid, -math.inf):
+            return []
+        if bad and v in bad:
+            return []
+        self._last[sid] = t
+        daily = self.daily
+        if daily is not None and t >= daily.day_end:
+            self._stored(daily.advance, t)  # a local midnight passed: that day's totals for InfluxDB
+        self.last_time = max(self.last_time, t)
+        out: list[Condition] = []
+        pump = self.pumps.get(sid)
+        if pump is not None:
+            if t <= pump.last_time:
+                return []
+            on = v >= 0.5
+            if on is pump.running and pump.quiet(on):
+                pump.last_time = t  # nothing changed and nothing to judge: the common case
+                return out
+            conds, run = pump.update(t, on)
+            out.extend(conds)
+            if run is not None and self.store is not None:
+                self._stored(self.store.save_run, run)
+        elif sid == self.level_id:
+            self.level, self.level_time = v, t
+            out.extend(self._judge_level(t))
+        elif sid == self.switch_id:
+            self.switch_on = v >= 0.5
+        elif sid == self.inflow_id:
+            self.inflow_gpm = v * self._to_gpm
+            if self.overflow is None:
+                return out
+        elif sid in self.drive:
+            pid, key = self.drive[sid]
+            self.readings[pid][key] = v
+            return out
+        if self.overflow is None and not self.switch_on and not self.level >= self._overflow_at:
+            self._q_prev, self._t_prev = 0.0, t  # no overflow, none starting: nothing to integrate
+        else:
+            out.extend(self._judge_overflow(t))
+        out.extend(self._judge_fail(t))
+        return out
+
+    def _judge_level(self, t: float) -> list[Condition]:
+        sp = self.setpoints
+        if sp is None or sp.high is None:
+            return []
+        above = self.level >= sp.high
+        if above != self.high_active:
+            self.high_active = above
+            state = ConditionState.ACTIVE if above else ConditionState.CLEARED
+            return [
+                Condition(t, self.level_id or "", Rule.HIGH_LEVEL, state, self.level, sp.high, CITATION_LEVEL)
+            ]
+        return []
+
+    def _judge_fail(self, t: float) -> list[Condition]:
+        sp = self.setpoints
+        if sp is None or self.level_id is None:
+            return []
+        calling = self.level > sp.lead_on and not any(p.running for p in self.pumps.values())
+        if calling:
+            if self.above_since is None:
+                self.above_since = t
+            if not self.fail_active and t - self.above_since >= self.delay:
+                self.fail_active = True
+                idle = ", ".join(self.pumps) or "no pumps configured"
+                return [
+                    Condition(
+                        t,
+                        self.level_id,
+                        Rule.FAIL_TO_START,
+                        ConditionState.ACTIVE,
+                        self.level,
+                        sp.lead_on,
+                        CITATION_LEVEL,
+                        message=f"level above lead_on for {t - self.above_since:.0f} s,"
+                        f" no pump running ({idle})",
+                    )
+                ]
+            return []
+        self.above_since = None
+        if self.fail_active:
+            self.fail_active = False
+            return [
+                Condition(
+                    t,
+                    self.level_id,
+                    Rule.FAIL_TO_START,
+                    ConditionState.CLEARED,
+                    self.level,
+                    sp.lead_on,
+                    CITATION_LEVEL,
+                )
+            ]
+        return []
+
+    def _rate_gpm(self) -> tuple[float, str]:
+        """Overflow rate now and how it is estimated."""
+        if self._weir is not None:
+            c, length, crest = self._weir
+            head = max(0.0, (self.level - crest) * self._to_ft) if math.isfinite(self.level) else 0.0
+            return c * length * head**1.5 * GALLONS_PER_FT3 * 60.0, "weir"
+        if self.inflow_id is not None and self.setpoints is not None:
+            if not (self.level >= self.setpoints.overflow) or math.isnan(self.inflow_gpm):
+                return 0.0, "inflow"
+            capacity = sum(p.capacity_gpm or 0.0 for p in self.pumps.values() if p.running)
+            return max(0.0, self.inflow_gpm - capacity), "inflow"
+        return 0.0, ""
+
+    def _judge_overflow(self, t: float) -> list[Condition]:
+        sp = self.setpoints
+        level_over = sp is not None and self.level >= sp.overflow
+        over = level_over or self.switch_on
+        rec = self.overflow
+        q, method = self._rate_gpm()
+        out: list[Condition] = []
+        if rec is not None and self._t_prev > -math.inf and t > self._t_prev and rec.volume_gal is not None:
+            mean = (self._q_prev + q) / 2.0 if method == "weir" else self._q_prev
+            rec.volume_gal += mean * (t - self._t_prev) / 60.0
+        self._q_prev, self._t_prev = q, t
+        sensor = self.level_id or self.switch_id or ""
+        if over and rec is None:
+            rec = OverflowRecord(sensor, t, t + self.report_within, method=method)
+            rec.volume_gal = 0.0 if method else None
+            self.overflow = rec
+            why = "level at or above overflow" if level_over else "overflow switch on"
+            out.append(
+                Condition(
+                    t,
+                    sensor,
+                    Rule.OVERFLOW,
+                    ConditionState.ACTIVE,
+                    self.level,
+                    sp.overflow if sp else None,
+                    CITATION_OVERFLOW,
+                    message=f"{why}; report within {self.report_within / 3600:g} h",
+                )
+            )
+        if rec is not None and math.isfinite(self.level):
+            rec.peak = self.level if math.isnan(rec.peak) else max(rec.peak, self.level)
+        if rec is not None and not over:
+            rec.end = t
+            self.overflow = None
+            out.append(
+                Condition(
+                    t,
+                    sensor,
+                    Rule.OVERFLOW,
+                    ConditionState.CLEARED,
+                    self.level,
+                    sp.overflow if sp else None,
+                    CITATION_OVERFLOW,
+                )
+            )
+        if rec is not None and self.store is not None and (out or rec.end is not None):
+            self._stored(self.store.save_overflow, rec)
+        return out
+
+    def take_daily(self) -> list[str]:
+        """Line-protocol points of the local days closed since the last call."""
+        return self.daily.take() if self.daily is not None else []
+
+    def save(self) -> None:
+        """Persist what is in progress (open overflow volume, last event time)."""
+        if self.store is None:
+            return
+        if self.overflow is not None:
+            self._stored(self.store.save_overflow, self.overflow)
+        if self.last_time > -math.inf:
+            self._stored(self.store.save_progress, self.last_time)
+
+    def _stored(self, write: Callable[[_T], None], arg: _T) -> None:
+        """A write to the station store; one that fails (a full disk) is logged once and
+        counted, and never stops the alarms: they are judged from memory."""
+        try:
+            write(arg)
+        except MonitorError as exc:
+            self.store_errors += 1
+            if not self._store_failing:
+                log.error("station store: runs and overflow records not recorded: %s", exc)
+            self._store_failing = True
+            return
+        if self._store_failing:
+            self._store_failing = False
+            log.info("station store: records written again (%d write(s) lost)", self.store_errors)
+
+
+def track_arrays(
+    tracker: StationTracker,
+    names: tuple[str, ...],
+    sensor: npt.NDArray[np.integer],
+    time: npt.NDArray[np.float64],
+    value: npt.NDArray[np.float64],
+    quality: npt.NDArray[np.integer],
+) -> list[Condition]:
+    """Replay: feed the station's samples of a batch (in time order) to the tracker."""
+    index = {n: i for i, n in enumerate(names)}
+    wanted = {index[s]: s for s in tracker.watched if s in index}
+    if not wanted:
+        return []
+    idx = np.flatnonzero(np.isin(sensor, np.fromiter(wanted, dtype=np.int64)))
+    out: list[Condition] = []
+    feed = tracker._feed
+    good = int(Quality.GOOD)
+    for i, t, v, q in zip(
+        sensor[idx].tolist(), time[idx].tolist(), value[idx].tolist(), quality[idx].tolist(), strict=True
+    ):
+        out.extend(feed(wanted[i], t, v, q == good))
+    return out
+
+
+__all__ = ["StationTracker", "track_arrays"]

@@ -1,0 +1,79 @@
+"""The demo shows the lift station: its wet well on /station, pump 1 failing to start within
+the first wall minute, and a storm that overflows the well later in the day."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from monitor.commands.demo import HISTORY
+from monitor.commands.demo_station import lift_station
+from tests.services import free_port, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_demo_lift_station_fails_to_start_early_and_overflows_in_the_storm() -> None:
+    start = 1_780_000_000.0
+    sim = lift_station(start, HISTORY)
+    episodes = [a - start for a, b in sim.truth.fail_to_start if b - a > 150]
+    assert episodes and 20 * 60 <= episodes[0] <= 40 * 60  # within the first wall minute at 60x
+    (over_start, over_end), *_ = sim.truth.overflows
+    assert 2 * 3600 < over_start - start < over_end - start < 6 * 3600
+    assert sim.truth.overflow_gal > 1000
+
+
+def get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def test_demo_shows_the_wet_well_and_a_pump_that_fails_to_start(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "demo", "--duration", "45", "--port", str(free_port()),
+         "--state-dir", str(tmp_path / "state")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        lines.extend(proc.stdout)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        wait_until(
+            lambda: any("wet well and pumps: http" in ln for ln in lines), timeout=90, what="station URL"
+        )
+        found = re.search(r"wet well and pumps: (http://\S+)/station", "".join(lines))
+        assert found is not None
+        base = found.group(1)
+        state = get(f"{base}/api/wet-well")
+        assert [p["sensor"] for p in state["pumps"]] == ["ps.pump1", "ps.pump2"]
+        assert state["level"]["setpoints"]["overflow"] == 9.0
+        assert state["level"]["value"] is not None  # the seeded day and the live polls reached it
+
+        def failed_to_start() -> bool:
+            alarms = get(f"{base}/api/alarms?all=true")
+            return any(a["sensor"] == "ps.level" and a["rule"] == "fail_to_start" for a in alarms)
+
+        wait_until(failed_to_start, timeout=60, what="fail_to_start in the demo")
+        assert proc.wait(timeout=90) == 0
+        reader.join(timeout=5)
+        assert "Traceback" not in "".join(lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(timeout=5)
+        if proc.stdout is not None:
+            proc.stdout.close()
