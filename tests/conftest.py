@@ -19,7 +19,7 @@ from tests.services import InfluxDB1, Mosquitto, VictoriaMetrics
 SERVICE_FIXTURES = {"mosquitto", "victoria", "influxdb1"}
 SERVICE_HELPERS = {
     "Mosquitto", "VictoriaMetrics", "InfluxDB1", "simulator_process", "StationServer",
-    "MqttPublisher", "sync_playwright",
+    "MqttPublisher", "sync_playwright", "lift_server", "LiftServer",
 }  # fmt: skip
 
 
@@ -27,9 +27,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         module = getattr(item, "module", None)
         helpers = SERVICE_HELPERS & set(vars(module)) if module is not None else set()
+        helpers |= _simulator_servers(module)
         uses_subprocess_popen = module is not None and "subprocess" in vars(module) and _popen(module)
         if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())) or helpers or uses_subprocess_popen:
             item.add_marker(pytest.mark.services)
+
+
+def _simulator_servers(module: object) -> set[str]:
+    """Any server a simulator module offers (a socket of its own), whatever its name."""
+    found = set()
+    for name, obj in (vars(module) if module is not None else {}).items():
+        if str(getattr(obj, "__module__", "")).startswith("simulators.") and "server" in name.lower():
+            found.add(name)
+    return found
 
 
 def _popen(module: object) -> bool:
