@@ -172,6 +172,7 @@ class MqttLink:
         self._down_since: float | None = None
         self._pending_subs: dict[int, str] = {}
         self._subs_sent = False  # this connection's subscriptions have been sent
+        self._subs_acked = threading.Event()  # ... and the broker acknowledged every one
         # topic -> (handlers, acked handlers), filled as topics arrive
         self._routes: dict[str, tuple[tuple[Handler, ...], tuple[AckedHandler, ...]]] = {}
         self.max_packet = max_packet(config.max_payload)
@@ -255,16 +256,22 @@ class MqttLink:
         self._client.loop_start()
 
     def wait_connected(self, timeout: float = 10.0) -> None:
-        """Block until the first connect succeeded; raise `SourceError` saying why not."""
+        """Block until the first connect succeeded; raise `SourceError` saying why not.
+
+        Then wait (within the same `timeout`) for the broker to acknowledge the
+        subscriptions: until it has, a message published to them is not delivered to us,
+        so "connected" alone would let a caller start too early. A broker that never
+        answers a SUBSCRIBE is not an error here; the connection stands."""
         deadline = time.monotonic() + timeout
         while not self._connected:
             self._settled.wait(max(0.0, deadline - time.monotonic()))
             if self._connected:
-                return
+                break
             if self._error is not None:
                 raise SourceError(self._error)
             if time.monotonic() >= deadline:
                 raise SourceError(f"no answer from MQTT broker {self.where} within {timeout:g} s")
+        self._subs_acked.wait(max(0.0, deadline - time.monotonic()))
 
     def stop(self, timeout: float = 5.0) -> None:
         """Say `offline` (retained), flush what is queued, disconnect, end the thread.
@@ -390,6 +397,7 @@ class MqttLink:
             filters = list(self._subs)
         self._subscribe_all(filters)
         self._subs_sent = True
+        self._note_subscribed()
         for callback in self._connected_callbacks:
             try:
                 callback()
@@ -415,6 +423,7 @@ class MqttLink:
             return
         self._connected = False
         self._subs_sent = False
+        self._subs_acked.clear()
         if self._stopping:
             return
         self._down_since = time.monotonic()
@@ -425,10 +434,15 @@ class MqttLink:
     ) -> None:
         with self._lock:
             topic = self._pending_subs.pop(mid, "?")
+        self._note_subscribed()
         for reason in reasons:
             if reason.is_failure:
                 log.error("MQTT %s: broker refused subscription %r for user %s: %s (check the ACL)",
                           self.where, topic, self.user, reason)  # fmt: skip
+
+    def _note_subscribed(self) -> None:
+        if self.subscribed:
+            self._subs_acked.set()
 
     def _fail(self, message: str) -> None:
         """One failed attempt: ERROR when an episode starts, DEBUG while it lasts."""
