@@ -48,6 +48,18 @@ def monitor(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def replay_case(name: str, tmp_path: Path) -> Path:
+    """Replay the incident golden case `name` into a fresh state under `tmp_path`; its config."""
+    case = next(c for c in CASES if c.name == name)
+    cfg = case_config(case, tmp_path / "state")
+    events = tmp_path / "e.jsonl"
+    result = monitor(
+        "replay", "--config", str(cfg), "--input", str(case / "input.csv"), "--events", str(events)
+    )
+    assert result.returncode == 0, result.stderr
+    return cfg
+
+
 def incidents_json(config: Path) -> list[dict[str, Any]]:
     result = monitor("incidents", "list", "--config", str(config), "--format", "json")
     assert result.returncode == 0, result.stderr

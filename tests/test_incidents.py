@@ -26,6 +26,7 @@ from tests.incident_helpers import (
     load,
     monitor,
     read_samples,
+    replay_case,
     run_live,
 )
 
@@ -209,18 +210,7 @@ def test_overdue_is_right_across_a_dst_change() -> None:
 
 
 def test_notes_close_and_export_through_the_cli(tmp_path: Path) -> None:
-    case = next(c for c in CASES if c.name == "slug-and-oil")
-    cfg = case_config(case, tmp_path / "state")
-    result = monitor(
-        "replay",
-        "--config",
-        str(cfg),
-        "--input",
-        str(case / "input.csv"),
-        "--events",
-        str(tmp_path / "e.jsonl"),
-    )
-    assert result.returncode == 0, result.stderr
+    cfg = replay_case("slug-and-oil", tmp_path)
     first = incidents_json(cfg)[0]
     assert first["overdue"] == ["§139-15 written statement"]  # June 2026 is long past
     listed = monitor("incidents", "list", "--config", str(cfg), "--status", "overdue")
@@ -397,17 +387,6 @@ def test_the_documented_incidents_page_is_what_the_commands_do(tmp_path: Path) -
 
     example = section.split("$ monitor incidents show --config station.yaml --id ", 1)[1].split("```", 1)[0]
     iid, report = example.split("\n", 1)
-    case = next(c for c in CASES if c.name == "slug-and-oil")
-    cfg = case_config(case, tmp_path / "state")
-    result = monitor(
-        "replay",
-        "--config",
-        str(cfg),
-        "--input",
-        str(case / "input.csv"),
-        "--events",
-        str(tmp_path / "e.jsonl"),
-    )
-    assert result.returncode == 0, result.stderr
+    cfg = replay_case("slug-and-oil", tmp_path)
     shown = monitor("incidents", "show", "--config", str(cfg), "--id", iid)
     assert shown.stdout == report

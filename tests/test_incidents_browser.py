@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Request, sync_playwright
 
-from tests.incident_helpers import CASES, ROOT, case_config, incidents_json, monitor
+from tests.incident_helpers import ROOT, incidents_json, monitor, replay_case
 from tests.test_console_browser import ARGS, CHROMIUM
 
 ARTIFACTS = ROOT / "build" / "test-artifacts"
@@ -29,18 +29,7 @@ def browser() -> Iterator[Browser]:
 def test_export_opens_offline_and_shows_threshold_and_shaded_incident(
     browser: Browser, tmp_path: Path
 ) -> None:
-    case = next(c for c in CASES if c.name == "slug-and-oil")
-    cfg = case_config(case, tmp_path / "state")
-    result = monitor(
-        "replay",
-        "--config",
-        str(cfg),
-        "--input",
-        str(case / "input.csv"),
-        "--events",
-        str(tmp_path / "e.jsonl"),
-    )
-    assert result.returncode == 0, result.stderr
+    cfg = replay_case("slug-and-oil", tmp_path)
     inc = next(i for i in incidents_json(cfg) if i["rule"] == "slug")
     out = tmp_path / "export"
     assert (
@@ -99,18 +88,7 @@ def test_console_shows_what_is_overdue(browser: Browser, tmp_path: Path) -> None
     from tests.console import LiveConsole, TableView
     from tests.incident_helpers import load
 
-    case = next(c for c in CASES if c.name == "slug-and-oil")
-    cfg = case_config(case, tmp_path / "state")
-    result = monitor(
-        "replay",
-        "--config",
-        str(cfg),
-        "--input",
-        str(case / "input.csv"),
-        "--events",
-        str(tmp_path / "e.jsonl"),
-    )
-    assert result.returncode == 0, result.stderr
+    cfg = replay_case("slug-and-oil", tmp_path)
     slug, oil = incidents_json(cfg)
 
     class StationWithIncidents(TableView):
