@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import yaml
 from monitor.config import Config, load_config
 from monitor.daemon import Daemon
 from monitor.model import ManualClock, Sample
+from tests.cli import run_monitor
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = sorted(p for p in (ROOT / "tests" / "cases" / "incidents").iterdir() if p.is_dir())
@@ -43,9 +43,8 @@ def expected(case: Path) -> list[dict[str, Any]]:
 
 
 def monitor(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
-    )
+    """`monitor *args` from the repository root, in this process (tests/cli.py)."""
+    return run_monitor(*args, cwd=ROOT)
 
 
 def replay_case(name: str, tmp_path: Path) -> Path:

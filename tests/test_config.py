@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,20 +11,15 @@ import pytest
 import monitor
 from monitor.config import build_config, load_config, parse_duration
 from monitor.errors import ConfigError
+from tests import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_ENV = {"MQTT_PASSWORD": "pw", "INFLUX_TOKEN": "tok", "CONSOLE_TOKEN": "console-secret-0123"}
 
 
 def run_monitor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitor", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        cwd=ROOT,
-        timeout=60,
-    )
+    """`monitor *args` from the repository root, in this process (tests/cli.py)."""
+    return cli.run_monitor(*args, env=env, cwd=ROOT)
 
 
 def test_public_surface_is_small() -> None:
@@ -46,9 +39,9 @@ def test_examples_pass_check_config(name: str) -> None:
     assert "§139-15 C(3)" in result.stdout
 
 
-def test_effective_rules_come_from_the_profile() -> None:
+def test_effective_rules_come_from_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in EXAMPLE_ENV.items():
-        os.environ[key] = value
+        monkeypatch.setenv(key, value)
     config = load_config(ROOT / "config" / "station.example.yaml")
     ph = config.rules["outfall.ph"].limits
     assert ph is not None and (ph.low, ph.high, ph.citation) == (5.0, 9.0, "§139-15 C(3)")
