@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from monitor.alarms import AlarmManager, Journal
 from monitor.config import Alarms
 from monitor.model import Condition, ConditionState, ManualClock, Rule, parse_time
+from tests import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 PH = "outfall.ph"
@@ -52,9 +52,8 @@ def write_history(state_dir: Path) -> None:
 
 
 def monitor(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
+    """`monitor *args` from the repository root, in this process (tests/cli.py)."""
+    return cli.run_monitor(*args, cwd=ROOT)
 
 
 def station(tmp_path: Path) -> Path:

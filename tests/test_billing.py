@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -16,14 +15,14 @@ from monitor.meters.billing import export_rows, quarter, rate
 from monitor.meters.book import MeterBook
 from monitor.meters.classes import SystemFlow, classify
 from monitor.model import Sample, iso, parse_time
+from tests import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_monitor(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
+    """`monitor *args` from the repository root, in this process (tests/cli.py)."""
+    return cli.run_monitor(*args, cwd=ROOT)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import shutil
 import subprocess
-import sys
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -23,6 +22,7 @@ from monitor.meters.billing import columns, export_rows, quarter
 from monitor.meters.book import MeterBook
 from monitor.meters.periods import presentation
 from monitor.model import Sample, iso, parse_time
+from tests import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = ROOT / "tests" / "cases" / "billing" / "new-york"
@@ -30,9 +30,8 @@ NY = ZoneInfo("America/New_York")
 
 
 def monitor_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
-    )
+    """`monitor *args` from the repository root, in this process (tests/cli.py)."""
+    return cli.run_monitor(*args, cwd=ROOT)
 
 
 @pytest.mark.parametrize(

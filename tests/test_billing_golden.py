@@ -15,7 +15,6 @@ import json
 import random
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from monitor.meters.billing import columns, export_rows, quarter, write_csv
 from monitor.meters.book import MeterBook
 from monitor.meters.periods import presentation
 from monitor.model import Sample, parse_time
+from tests import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "cases" / "billing"
@@ -33,9 +33,8 @@ DEFAULTS: dict[str, Any] = {"quarter": "2026Q3", "presented": None, "replay_tran
 
 
 def monitor_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
-    )
+    """`monitor *args` from the repository root, in this process (tests/cli.py)."""
+    return cli.run_monitor(*args, cwd=ROOT)
 
 
 def case_dir(name: str, tmp_path: Path) -> Path:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -18,6 +17,7 @@ from monitor.errors import MeterError
 from monitor.meters.billing import export_rows, quarter
 from monitor.meters.book import MeterBook
 from monitor.model import ManualClock, Sample, iso, parse_time
+from tests import cli
 from tests.console import call
 from tests.test_meters_console import AUTH, MeterView
 
@@ -59,9 +59,8 @@ def tables(path: Path) -> dict[str, list[tuple[object, ...]]]:
 
 
 def monitor_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
-    )
+    """`monitor *args` from the repository root, in this process (tests/cli.py)."""
+    return cli.run_monitor(*args, cwd=ROOT)
 
 
 @pytest.mark.parametrize(
