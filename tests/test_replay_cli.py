@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,19 +13,15 @@ import pytest
 from monitor.errors import PayloadError
 from monitor.model import Quality
 from monitor.sources.replay import read_csv
+from tests import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = sorted((ROOT / "tests" / "cases" / "replay").iterdir())
 
 
 def replay(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitor", "replay", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
+    """`monitor replay *args` from the repository root, in this process (tests/cli.py)."""
+    return cli.run_monitor("replay", *args, cwd=ROOT)
 
 
 def events(path: Path) -> list[dict[str, object]]:

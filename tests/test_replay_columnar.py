@@ -7,7 +7,6 @@ import contextlib
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from monitor.model import Quality, parse_time
 from monitor.sources import columnar
 from monitor.sources import replay as replay_module
 from monitor.sources.replay import ReadReport, Samples, read_csv, stream
+from tests import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = ROOT / "tests" / "cases" / "replay" / "station-day"
@@ -25,13 +25,8 @@ SENSORS = ("outfall.flow", "outfall.ph", "outfall.temp")
 
 
 def replay(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitor", "replay", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    """`monitor replay *args` from the repository root, in this process (tests/cli.py)."""
+    return cli.run_monitor("replay", *args, cwd=ROOT)
 
 
 def events(path: Path) -> list[dict[str, object]]:

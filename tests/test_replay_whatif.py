@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from datetime import UTC
 from pathlib import Path
 
 from monitor.commands.replay_whatif import Episode, Side, chattering, compare, only
 from monitor.model import Condition, ConditionState, Rule
+from tests import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = ROOT / "tests" / "cases" / "replay" / "station-day"
@@ -18,8 +18,8 @@ WHATIF = ROOT / "tests" / "cases" / "whatif" / "station-day"
 
 
 def replay(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "monitor", "replay", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    """`monitor replay *args` from the repository root, in this process (tests/cli.py)."""
+    return cli.run_monitor("replay", *args, cwd=ROOT)
 
 
 def test_golden_what_if_lists_exactly_the_alarms_that_differ() -> None:

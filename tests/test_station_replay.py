@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from monitor.model import ManualClock, Sample, parse_time
 from monitor.sources.replay import Samples, read_csv
 from monitor.station import Derivation, StationTracker, derive_arrays, station_steps, track_arrays
 from simulators.lift_station import LiftStation
+from tests import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 START = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -31,9 +31,8 @@ DELAY = 120.0  # fail_to_start_delay of config/pump-station.yaml
 
 
 def monitor(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, cwd=ROOT, timeout=300
-    )
+    """`monitor *args` from the repository root, in this process (tests/cli.py)."""
+    return cli.run_monitor(*args, cwd=ROOT)
 
 
 @dataclass
