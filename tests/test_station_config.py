@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from monitor.config import build_config, load_config
 from monitor.errors import ConfigError
 from monitor.model import Kind
 from monitor.units import convert, physical_range
+from tests.cli import run_monitor
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -239,13 +239,7 @@ def test_a_unit_that_does_not_fit_the_kind_is_refused() -> None:
 
 
 def test_check_config_explains_the_station(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "monitor", "check-config", str(ROOT / "config" / "pump-station.yaml")],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
+    out = run_monitor("check-config", str(ROOT / "config" / "pump-station.yaml"), cwd=ROOT)
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "wet well ps.level: pumps stop at 2 ft, lead on 5 ft, lag on 6.5 ft" in text
@@ -256,12 +250,7 @@ def test_check_config_explains_the_station(tmp_path: Path) -> None:
         "station: {id: s}\nsensors:\n  - {id: a, kind: derived, unit: gpm, expression: b + 1}\n",
         encoding="utf-8",
     )
-    out = subprocess.run(
-        [sys.executable, "-m", "monitor", "check-config", str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = run_monitor("check-config", str(bad))
     assert out.returncode == 2
     assert "sensors[0].expression: unknown sensor 'b'" in out.stderr
 
@@ -285,10 +274,7 @@ def test_pumps_report_refuses_bad_times_and_says_when_there_is_no_state(tmp_path
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
 
     def report(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "monitor", "pumps", "report", "--config", str(path), *args],
-            capture_output=True, text=True, cwd=ROOT, timeout=60,
-        )  # fmt: skip
+        return run_monitor("pumps", "report", "--config", str(path), *args, cwd=ROOT)
 
     out = report("--start", "2026-01-01T00:00:00Z", "--end", "2026-01-02T00:00:00Z", "--format", "json")
     assert out.returncode == 1 and "no station state" in out.stderr and "monitor replay" in out.stderr

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 from monitor.model import Quality, Sample
 from monitor.sinks.pipeline import open_sink, store_path
 from monitor.sinks.store import SeriesStore
+from tests.cli import run_monitor
 from tests.sink_config import write_config
 
 T0 = 1_700_000_000.0
@@ -56,20 +55,24 @@ def test_no_influx_samples_go_to_the_store_and_monitor_series_prints_them(
     sink.close()
     assert store_path(config).exists()
     assert not (config.state_dir / "outbox.sqlite").exists()
-    cmd = [sys.executable, "-m", "monitor", "series", "--config", str(config_path)]
-    out = subprocess.run([*cmd, "--sensor", "outfall.flow"], cwd=repo_root, capture_output=True, text=True)
+    cmd = ["series", "--config", str(config_path)]
+    out = run_monitor(*cmd, "--sensor", "outfall.flow", cwd=repo_root)
     assert out.returncode == 0, out.stderr
     rows = out.stdout.splitlines()
     assert len(rows) == 25  # --since 24h back from the newest sample, both ends included
     assert rows[-1] == "2023-11-16T21:13:20Z\t147\tgood"
-    capped = subprocess.run(
-        [*cmd, "--sensor", "outfall.flow", "--since", "2023-11-14T00:00:00Z", "--max-points", "4"],
+    capped = run_monitor(
+        *cmd,
+        "--sensor",
+        "outfall.flow",
+        "--since",
+        "2023-11-14T00:00:00Z",
+        "--max-points",
+        "4",
         cwd=repo_root,
-        capture_output=True,
-        text=True,
     )
     assert len(capped.stdout.splitlines()) == 4
-    listing = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True)
+    listing = run_monitor(*cmd, cwd=repo_root)
     assert listing.stdout.startswith("outfall.flow\t2023-11-16T21:13:20Z\t147\tgood")
-    missing = subprocess.run([*cmd, "--sensor", "nope"], cwd=repo_root, capture_output=True, text=True)
+    missing = run_monitor(*cmd, "--sensor", "nope", cwd=repo_root)
     assert missing.returncode == 1 and "no samples for sensor 'nope'" in missing.stderr
