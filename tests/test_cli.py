@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from monitor.cli import COMMANDS, build_parser, chosen_command
+from tests.cli import run_monitor
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,43 +65,32 @@ def test_env_file_resolves_the_secrets_as_systemd_would(tmp_path: Path) -> None:
     env.write_text(
         "# secrets\nMQTT_PASSWORD=pw\nexport INFLUX_TOKEN='tok'\n\nCONSOLE_TOKEN=\"a console token, 16+\"\n"
     )
-    names = ("MQTT_PASSWORD", "INFLUX_TOKEN", "CONSOLE_TOKEN")
-    unset = {k: v for k, v in os.environ.items() if k not in names}
+    unset: dict[str, str | None] = dict.fromkeys(("MQTT_PASSWORD", "INFLUX_TOKEN", "CONSOLE_TOKEN"))
     example = "config/station.example.yaml"
-    result = subprocess.run(
-        [sys.executable, "-m", "monitor", "check-config", "--env-file", str(env), example],
-        capture_output=True, text=True, cwd=ROOT, timeout=60, env=unset,
-    )  # fmt: skip
+    result = run_monitor("check-config", "--env-file", str(env), example, cwd=ROOT, env=unset)
     assert result.returncode == 0, result.stderr
     env.write_text("MQTT_PASSWORD pw\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "monitor", "check-config", "--env-file", str(env), "config/minimal.yaml"],
-        capture_output=True, text=True, cwd=ROOT, timeout=60,
-    )  # fmt: skip
+    result = run_monitor("check-config", "--env-file", str(env), "config/minimal.yaml", cwd=ROOT)
     assert result.returncode == 2 and "line 1: not NAME=value" in result.stderr
 
 
 @pytest.mark.parametrize("form", [["--config", "config/minimal.yaml"], ["config/minimal.yaml"]])
 def test_check_config_and_modbus_plan_take_the_config_either_way(form: list[str]) -> None:
     for command in (["check-config"], ["modbus", "plan"]):
-        result = subprocess.run(
-            [sys.executable, "-m", "monitor", *command, *form],
-            capture_output=True, text=True, cwd=ROOT, timeout=60,
-        )  # fmt: skip
+        result = run_monitor(*command, *form, cwd=ROOT)
         assert result.returncode == 0, (command, form, result.stderr)
 
 
 def test_naming_the_config_twice_or_not_at_all_exits_2() -> None:
     for extra in ([], ["config/minimal.yaml", "--config", "config/minimal.yaml"]):
-        result = subprocess.run(
-            [sys.executable, "-m", "monitor", "check-config", *extra],
-            capture_output=True, text=True, cwd=ROOT, timeout=60,
-        )  # fmt: skip
+        result = run_monitor("check-config", *extra, cwd=ROOT)
         assert result.returncode == 2 and "--config FILE" in result.stderr, result.stderr
 
 
 def test_version_loads_no_heavy_module() -> None:
-    """`monitor --version` under 150 ms (bench/cli.py measures it) rests on this."""
+    """`monitor --version` under 150 ms (bench/cli.py measures it) rests on this.
+
+    This and the next two need a fresh interpreter, to see what it imports: subprocesses."""
     probe = (
         "import sys\n"
         "from monitor.cli import main\n"
@@ -158,6 +147,7 @@ def test_the_chosen_command_is_found_before_parsing(argv: list[str], chosen: str
 
 
 def test_help_lists_every_command() -> None:
+    """`monitor --help` in a real process: the entry point imports every command to list it."""
     result = subprocess.run(
         [sys.executable, "-m", "monitor", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60
     )

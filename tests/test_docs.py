@@ -17,6 +17,7 @@ import pytest
 
 from monitor.cli import COMMANDS, build_parser
 from simulators.modbus_server import parse_args as simulator_args
+from tests.cli import run_monitor
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -27,6 +28,7 @@ SYSTEM = {
 }  # fmt: skip
 REPO_DIRS = ("config/", "deploy/", "scripts/", "docs/", "monitor/", "simulators/", "tests/", "bench/")
 MONITOR = re.compile(r"^(?:\S*/)?monitor$")
+INSTALLED = Path(sys.executable).parent / "monitor"  # the script `pip install` made for monitor.cli:entry
 
 
 def fenced(path: Path) -> list[tuple[int, str, str]]:
@@ -150,8 +152,9 @@ def test_curl_paths_are_routes_the_daemon_serves() -> None:
 
 
 def sandboxed(block: str, tmp: Path) -> str:
-    """A docs block rewritten to run here: /etc and /srv under `tmp`, our `monitor`, no root."""
-    text = block.replace("/opt/station-monitor/bin/monitor", f"{sys.executable} -m monitor")
+    """A docs block rewritten to run here: /etc and /srv under `tmp`, no root, and the
+    `monitor` script pip installed into this venv (its entry point, in a real process)."""
+    text = block.replace("/opt/station-monitor/bin/monitor", str(INSTALLED))
     for top in ("/etc/", "/srv/", "/var/lib/"):
         text = text.replace(top, f"{tmp}{top}")
     return 'set -e; sudo() { "$@"; }; systemctl() { :; }\n' + text
@@ -319,13 +322,7 @@ def test_documented_offline_commands_run_and_print_what_the_docs_say() -> None:
             continue
         if any(a.startswith("/") or a == "station.yaml" for a in argv[1:]):
             continue  # a reader's own file: the install and first-device tests run those
-        result = subprocess.run(
-            [sys.executable, "-m", "monitor", *argv[1:]],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        result = run_monitor(*argv[1:], cwd=ROOT)
         assert result.returncode == 0, (where, command, result.stderr)
         said = command.partition(" # ")[2].strip()
         if (said and ":" in said) or said.startswith("station-monitor "):
@@ -345,10 +342,7 @@ def test_a_documented_transcript_is_what_the_command_prints() -> None:
             argv = words(command[2:])
             if not offline(argv):
                 continue  # a transcript of the reader's own station: its page's own test runs it
-            result = subprocess.run(
-                [sys.executable, "-m", "monitor", *argv[1:]], cwd=ROOT, capture_output=True, text=True,
-                timeout=120,
-            )  # fmt: skip
+            result = run_monitor(*argv[1:], cwd=ROOT)
             assert result.stdout.rstrip("\n") == shown.rstrip("\n"), f"{page.name}:{line}"
             checked += 1
     assert checked >= 1
