@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -36,11 +34,11 @@ from monitor.sinks.lineproto import meter_point_line
 from monitor.sinks.pipeline import open_sink
 from monitor.sources.meter_history import MeterSample as StoredSample
 from monitor.sources.meter_history import open_history
+from tests.cli import run_monitor
 from tests.services import InfluxDB1, VictoriaMetrics, http
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = ROOT / "tests" / "cases" / "billing" / "quarter"
-CLI = [sys.executable, "-m", "monitor"]
 
 
 def write_yaml(path: Path, raw: dict[str, Any]) -> Config:
@@ -139,10 +137,9 @@ def own_export(station: Station, text: str = "2026Q3") -> list[dict[str, str]]:
 
 def historian_export(*configs: Path, quarter_text: str = "2026Q3") -> tuple[list[dict[str, str]], str]:
     args = [a for c in configs for a in ("--config", str(c))]
-    done = subprocess.run(
-        [*CLI, "billing", "export", "--from-influx", *args, "--quarter", quarter_text, "--out", "-"],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
-    )  # fmt: skip
+    done = run_monitor(
+        "billing", "export", "--from-influx", *args, "--quarter", quarter_text, "--out", "-", cwd=ROOT
+    )
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     return list(csv.DictReader(io.StringIO(done.stdout))), done.stderr
@@ -192,10 +189,9 @@ def test_the_historian_export_as_xlsx_with_bill_dates(
     a, b = stations
     out = tmp_path / "utility.xlsx"
     args = ["--config", str(a.to_influx), "--config", str(b.to_influx), "--presented", "2026-10-05"]
-    done = subprocess.run(
-        [*CLI, "billing", "export", "--from-influx", *args, "--quarter", "2026Q3", "--format", "xlsx",
-         "--out", str(out)],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    done = run_monitor(
+        "billing", "export", "--from-influx", *args, "--quarter", "2026Q3", "--format", "xlsx",
+        "--out", str(out), cwd=ROOT,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "9 row(s) from the historian" in done.stderr
@@ -473,15 +469,13 @@ def test_bad_invocations_give_one_line(tmp_path: Path, influxdb1: InfluxDB1) -> 
         (["b.yaml"], "cannot read the history"),
     ):
         args = [a for c in configs for a in ("--config", str(tmp_path / c))]
-        done = subprocess.run(
-            [*CLI, "billing", "export", "--from-influx", *args, "--quarter", "2026Q3", "--out", "-"],
-            capture_output=True, text=True, cwd=ROOT, timeout=60,
-        )  # fmt: skip
+        done = run_monitor(
+            "billing", "export", "--from-influx", *args, "--quarter", "2026Q3", "--out", "-", cwd=ROOT
+        )
         assert done.returncode == 1, done.stderr
         assert message in done.stderr and "Traceback" not in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
     two = [
-        *CLI,
         "billing",
         "export",
         "--config",
@@ -489,7 +483,5 @@ def test_bad_invocations_give_one_line(tmp_path: Path, influxdb1: InfluxDB1) -> 
         "--config",
         str(tmp_path / "a.yaml"),
     ]
-    done = subprocess.run(
-        [*two, "--quarter", "2026Q3", "--out", "-"], capture_output=True, text=True, cwd=ROOT
-    )
+    done = run_monitor(*two, "--quarter", "2026Q3", "--out", "-", cwd=ROOT)
     assert done.returncode == 1 and "several stations need --from-influx" in done.stderr

@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import csv
 import shutil
-import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from monitor.sinks.pipeline import open_sink
 from monitor.sources.modbus import ModbusPoller
 from simulators.modbus_server import StationServer
 from simulators.scenarios import Station
+from tests.cli import run_monitor
 from tests.services import InfluxDB1, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,18 +133,15 @@ def test_live_modbus_and_replayed_readings_give_the_same_ledger(tmp_path: Path) 
         out = csv.writer(fh)
         out.writerow(["time", "sensor", "value"])
         out.writerows([s.time, s.sensor, repr(s.value)] for s in recorded)
-    cli = [sys.executable, "-m", "monitor"]
     args = ["--config", str(replay_dir / "station.yaml")]
-    done = subprocess.run(
-        [*cli, "replay", *args, "--input", str(readings), "--events", str(replay_dir / "events.jsonl")],
-        capture_output=True, text=True, cwd=ROOT, timeout=60,
-    )  # fmt: skip
+    done = run_monitor(
+        "replay", *args, "--input", str(readings), "--events", str(replay_dir / "events.jsonl"), cwd=ROOT
+    )
     assert done.returncode == 0, done.stderr
     assert "(1 meter alarm transition(s)" in done.stderr  # the unrecorded swap, as live
-    done = subprocess.run(
-        [*cli, "meters", "replace", *args, "--meter", "mill.meter", "--time", repr(swap_time),
-         "--old-final", str(old_final), "--new-initial", "0"],
-        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    done = run_monitor(
+        "meters", "replace", *args, "--meter", "mill.meter", "--time", repr(swap_time),
+        "--old-final", str(old_final), "--new-initial", "0", cwd=ROOT,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     replay_config = load_config(replay_dir / "station.yaml")

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
+from tests.cli import run_monitor
 from tests.services import free_port, port_open, simulator_process, wait_until
 from tests.test_docs import fenced
 
@@ -42,10 +44,9 @@ def test_the_first_device_steps_work_as_written(tmp_path: Path) -> None:
         text = config.read_text().replace("port: 5020", f"port: {sim.port}")
         config.write_text(text + f"console: {{port: {console}}}\n")
         for line in check.strip().splitlines():
-            result = subprocess.run(
-                line.replace(".venv/bin/monitor", monitor), shell=True, cwd=tmp_path,
-                capture_output=True, text=True, timeout=120,
-            )  # fmt: skip
+            program, *argv = shlex.split(line)
+            assert program == ".venv/bin/monitor", line
+            result = run_monitor(*argv, cwd=tmp_path)
             assert result.returncode == 0, (line, result.stdout, result.stderr)
             if "modbus read" in line:
                 assert "outfall.ph" in result.stdout and "GOOD" in result.stdout, result.stdout

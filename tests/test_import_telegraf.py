@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from monitor.model import ManualClock, Quality, Sample
 from monitor.sources.modbus import ModbusPoller
 from simulators.modbus_server import StationServer
 from simulators.scenarios import Station
+from tests import cli
 from tests.services import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,9 +24,8 @@ CASE = ROOT / "tests" / "cases" / "telegraf_request"
 
 
 def monitor(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
+    """`monitor *args` from the repository root, in this process (tests/cli.py)."""
+    return cli.run_monitor(*args, cwd=ROOT)
 
 
 def test_golden_case_converts_and_passes_check_config(tmp_path: Path) -> None:

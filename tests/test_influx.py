@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 
 from monitor.model import Condition, ConditionState, Quality, Rule, Sample
 from monitor.sinks.pipeline import open_sink
+from tests.cli import run_monitor
 from tests.services import InfluxDB1, VictoriaMetrics
 from tests.sink_config import SENSORS, write_config
 
@@ -126,21 +125,8 @@ def test_malformed_point_goes_to_dead_letters_while_the_rest_arrive(
     assert (stats.pending, stats.dead_letters) == (0, 2)
     count = influxdb1.query('SELECT COUNT("value") FROM "sensor"', db="dead")
     assert count["results"][0]["series"][0]["values"][0][1] == 120
-    status = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "monitor",
-            "outbox",
-            "status",
-            "--config",
-            str(config_path),
-            "--dead-letters",
-            "5",
-        ],
-        cwd=repo_root,
-        capture_output=True,
-        text=True,
+    status = run_monitor(
+        "outbox", "status", "--config", str(config_path), "--dead-letters", "5", cwd=repo_root
     )
     assert status.returncode == 0, status.stderr
     assert "dead letters    2" in status.stdout

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import yaml
 
+from tests import cli
 from tests.services import free_port, port_open, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def monitor(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
+    """`monitor *args` from the repository root, in this process (tests/cli.py)."""
+    return cli.run_monitor(*args, cwd=ROOT)
 
 
 def test_simulator_config_passes_check_config_and_plans_two_requests() -> None:

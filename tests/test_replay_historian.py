@@ -7,7 +7,6 @@ import json
 import math
 import re
 import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from monitor.engine import Engine, replay_steps
 from monitor.model import ManualClock, parse_time
 from monitor.sources import historian
 from monitor.sources.replay import Samples, merge, read_csv
+from tests import cli
 from tests.services import InfluxDB1, VictoriaMetrics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,8 +34,8 @@ START, END = "2026-06-03T00:00:00Z", "2026-06-04T00:00:00Z"
 
 
 def replay(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "monitor", "replay", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    """`monitor replay *args` from the repository root, in this process (tests/cli.py)."""
+    return cli.run_monitor("replay", *args, cwd=ROOT)
 
 
 def events(path: Path) -> list[dict[str, object]]:

@@ -7,7 +7,6 @@ import io
 import json
 import math
 import subprocess
-import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from monitor.engine import Engine, ReplayStep, replay_steps
 from monitor.model import ManualClock
 from monitor.sinks.pipeline import open_sink
 from monitor.sources.replay import read_csv
+from tests.cli import run_monitor
 from tests.services import VictoriaMetrics, wait_until
 
 CASE = Path(__file__).parent / "cases" / "replay" / "station-day"
@@ -68,9 +68,9 @@ def _got(vm: VictoriaMetrics) -> Points:
 def _replay(
     config_path: Path, tmp_path: Path, repo_root: Path, *extra: str
 ) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "monitor", "replay", "--config", str(config_path)]
+    cmd = ["replay", "--config", str(config_path)]
     cmd += ["--input", str(CASE / "input.csv"), "--events", str(tmp_path / "events.jsonl"), *extra]
-    return subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=120)
+    return run_monitor(*cmd, cwd=repo_root)
 
 
 def test_replay_writes_samples_and_alarm_transitions(tmp_path: Path, repo_root: Path) -> None:
@@ -108,8 +108,7 @@ def test_replay_with_the_server_away_exits_0_and_leaves_the_points(tmp_path: Pat
     assert "monitor outbox drain" in done.stderr
     vm.start()
     try:
-        drain = [sys.executable, "-m", "monitor", "outbox", "drain", "--config", str(config_path)]
-        delivered = subprocess.run(drain, cwd=repo_root, capture_output=True, text=True, timeout=120)
+        delivered = run_monitor("outbox", "drain", "--config", str(config_path), cwd=repo_root)
         assert delivered.returncode == 0, delivered.stderr
         assert _got(vm) == want
     finally:
