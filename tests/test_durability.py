@@ -121,6 +121,7 @@ class Killer:
         self, config: Path, log: Path, rng: random.Random, proc: subprocess.Popen[bytes] | None = None
     ) -> None:
         self.config, self.log, self.rng = config, log, rng
+        self.running_before = _running(log)
         self.proc = proc or start(config, log)  # a start-up costs seconds: take over a running one
         self.kills = 0
 
@@ -133,6 +134,7 @@ class Killer:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=10)
         self.kills += 1
+        self.running_before = _running(self.log)
         self.proc = start(self.config, self.log)
 
     def stop(self) -> None:
@@ -213,21 +215,21 @@ def test_sigkill_at_random_moments_loses_and_doubles_nothing(
                         killer.kill_after(points, total - total // 4, "points in InfluxDB")
                     else:
                         killer.kill_after(functools.partial(stored, state), total, "readings stored")
+            assert phase1_kills + killer.kills >= 6, "the test must kill the daemon several times"
+
+            # The daemon started after the last kill is the last, clean run: it takes the rest
+            # of the readings and empties the outbox into InfluxDB.
+            final = killer.proc
             wait_until(lambda: stored(state) >= total, timeout=120, what="phase 2 readings stored")
+            wait_until(lambda: _influx_count(influxdb1, database, "sensor") >= total - total // 4,
+                       timeout=120, what="the outbox drained")  # fmt: skip
+            wait_until(lambda: _influx_count(influxdb1, database, "meter") >= total // 4, timeout=60,
+                       what="meter rows drained")  # fmt: skip
+            wait_until(lambda: _running(log) > killer.running_before, timeout=30, what="start")
+            final.send_signal(signal.SIGTERM)
+            assert final.wait(timeout=60) == 0, log.read_text()[-3000:]
         finally:
             killer.stop()
-        assert phase1_kills + killer.kills >= 6, "the test must kill the daemon several times"
-
-        # A last clean run empties the outbox into InfluxDB.
-        starts = log.read_text().count("running: 4 sensor(s)")
-        final = start(config, log)
-        wait_until(lambda: _influx_count(influxdb1, database, "sensor") >= total - total // 4,
-                   timeout=120, what="the outbox drained")  # fmt: skip
-        wait_until(lambda: _influx_count(influxdb1, database, "meter") >= total // 4, timeout=60,
-                   what="meter rows drained")  # fmt: skip
-        wait_until(lambda: log.read_text().count("running: 4 sensor(s)") > starts, timeout=30, what="start")
-        final.send_signal(signal.SIGTERM)
-        assert final.wait(timeout=60) == 0, log.read_text()[-3000:]
     finally:
         peer.close()
 
@@ -263,6 +265,11 @@ def test_sigkill_at_random_moments_loses_and_doubles_nothing(
     ledger.close()
     meter_values = [1000 + i for i in range(total) if SENSORS[i % len(SENSORS)] == METER]
     assert sorted(held) == meter_values
+
+
+def _running(log: Path) -> int:
+    """How many daemons have logged that they run."""
+    return log.read_text().count("running: 4 sensor(s)")
 
 
 def _influx_count(influx: InfluxDB1, database: str, measurement: str) -> int:
