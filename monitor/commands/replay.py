@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -40,7 +39,7 @@ from monitor.errors import MonitorError, SourceError
 from monitor.incidents import IncidentTracker
 from monitor.incidents.influx import incident_lines
 from monitor.meters.book import MeterBook
-from monitor.model import Kind, ManualClock, Rule, parse_time
+from monitor.model import Kind, ManualClock, Rule, event_lines, parse_time
 from monitor.sinks.pipeline import SampleSink, open_sink, outbox_path
 from monitor.sources.historian import KINDS, open_history
 from monitor.sources.replay import ReadReport, Samples, merge, stream
@@ -326,12 +325,11 @@ def replay(engine: Engine, batches: Iterable[Samples]) -> Iterator[ReplayStep]:
 
 
 def write_events(step: ReplayStep, out: TextIO) -> int:
-    n = 0
-    for cond in step.conditions:
-        if cond.rule in EVENT_RULES:
-            out.write(json.dumps(cond.to_json(), ensure_ascii=False) + "\n")
-            n += 1
-    return n
+    """The step's event lines, in one write."""
+    events = [c for c in step.conditions if c.rule in EVENT_RULES]
+    if events:
+        out.write(event_lines(events))
+    return len(events)
 
 
 def engine_report(engine: Engine) -> list[str]:
