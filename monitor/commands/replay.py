@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     tracker: IncidentTracker | None = None
     if not args.no_incidents and not args.from_influx and config.incidents.enabled:
         try:
-            tracker = IncidentTracker(config)
+            tracker = IncidentTracker(config, background=True)  # frozen on a worker thread
         except (MonitorError, OSError) as exc:
             print(f"replay: incidents not recorded: {exc}", file=sys.stderr)
     recorded: set[str] = set()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -119,9 +120,21 @@ class IncidentTracker:
     """
 
     def __init__(
-        self, config: Config, store: IncidentStore | None = None, history: History | None = None
+        self,
+        config: Config,
+        store: IncidentStore | None = None,
+        history: History | None = None,
+        background: bool = False,
     ) -> None:
         self.config = config
+        # `background` (replay): final incidents are frozen (figures, evidence file, hash,
+        # the frozen record) on a worker thread with a connection of its own, in order, while
+        # the replay goes on; their frozen form is returned by a later `advance`, and a
+        # failure there is raised by it. Live, the daemon freezes in the batch that ends them.
+        self.background = background
+        self._freezer: ThreadPoolExecutor | None = None
+        self._freezer_store: IncidentStore | None = None
+        self._freezing: deque[tuple[str, Future[Incident]]] = deque()
         self.history = history
         self.settings = config.incidents
         self.zone = config.station.zone
@@ -165,9 +178,18 @@ class IncidentTracker:
         self._changed: dict[str, Incident] = {}
 
     def close(self) -> None:
+        """Frozen incidents still on the worker are finished first (nothing is lost); a
+        failure there was raised by `advance` already, and what was queued after it is dropped."""
         if self._writers is not None:
             self._writers.shutdown()
             self._writers = None
+        if self._freezer is not None:
+            self._freezer.shutdown(wait=True, cancel_futures=True)
+            self._freezer = None
+        self._freezing.clear()
+        if self._freezer_store is not None:
+            self._freezer_store.close()
+            self._freezer_store = None
         self.store.close()
 
     # --- input ----------------------------------------------------------------------------
@@ -339,7 +361,7 @@ class IncidentTracker:
             baseline = mean_before(series, start, BASELINE_WINDOW)
         iid = incident_id(start, cond.sensor, str(cond.rule))
         existing = self.store.get(iid)
-        if existing is not None and existing.frozen:
+        if any(iid == i for i, _ in self._freezing) or (existing is not None and existing.frozen):
             log.info("incident %s is on record already (history replayed again); not recorded twice", iid)
             return
         inc = Incident(
@@ -452,8 +474,12 @@ class IncidentTracker:
             stale = inc.end is None and self.latest - self._refreshed.get(inc.id, -math.inf) >= REFRESH
             if inc.id in self._dirty or stale:
                 self._refresh(inc)
-        for a in range(0, len(finals), FREEZE_TOGETHER):
-            self._freeze(finals[a : a + FREEZE_TOGETHER])
+        if self.background:
+            self._freeze_later(finals)
+            self._harvest(wait=final)
+        else:
+            for a in range(0, len(finals), FREEZE_TOGETHER):
+                self._freeze(finals[a : a + FREEZE_TOGETHER])
         self._dirty.clear()
         out = list(self._changed.values())
         self._changed.clear()
@@ -500,16 +526,17 @@ class IncidentTracker:
         self._changed[inc.id] = inc
         return inc
 
-    def figures(self, inc: Incident) -> Figures:
+    def figures(self, inc: Incident, store: IncidentStore | None = None) -> Figures:
         """The incident's figures from its evidence rows (what survives a restart)."""
-        _, t, v, q = self.store.evidence(inc.id, inc.sensor)
+        store = self.store if store is None else store
+        _, t, v, q = store.evidence(inc.id, inc.sensor)
         s = Series.of(t, v, q)
         until = inc.end if inc.end is not None else (float(s.t[-1]) if s.t.size else inc.start)
         w = self.watch.get(inc.sensor)
         gap = (w.slug_gap if inc.rule == Rule.SLUG else w.stale_after) if w is not None else math.inf
         paired = None
         if inc.flow_sensor is not None and inc.flow_sensor in self.watch:
-            _, ft, fv, fq = self.store.evidence(inc.id, inc.flow_sensor)
+            _, ft, fv, fq = store.evidence(inc.id, inc.flow_sensor)
             paired = (Series.of(ft, fv, fq), self.watch[inc.flow_sensor].unit)
         return compute(
             s,
@@ -553,5 +580,47 @@ class IncidentTracker:
                 sha,
             )
 
+    def _freeze_later(self, finals: list[Incident]) -> None:
+        """`_freeze` on the worker: the last evidence is copied in here (this connection),
+        the rest there, one incident after another, each file durable before its record."""
+        for ended in finals:
+            inc = self._collect(ended)
+            self.store.save(inc)  # on record, ended, should the worker fail to freeze it
+            self.live.pop(inc.id, None)
+            self._changed.pop(inc.id, None)  # its frozen form comes with a later `advance`
+            if self._freezer is None:
+                self._freezer = ThreadPoolExecutor(1, thread_name_prefix="freezer")
+            self._freezing.append((inc.id, self._freezer.submit(self._freeze_one, inc)))
+
+    def _freeze_one(self, inc: Incident) -> Incident:
+        """On the worker thread, with its own connection (WAL: the replay's writes go on)."""
+        if self._freezer_store is None:
+            self._freezer_store = IncidentStore(self.store.dir)
+        store = self._freezer_store
+        inc = inc.with_(figures=self.figures(inc, store))
+        sha, rows = store.freeze_evidence(inc.id)
+        inc = inc.with_(frozen=True, evidence_sha256=sha, evidence_rows=rows)
+        store.save(inc)
+        return inc
+
+    def _harvest(self, wait: bool) -> None:
+        """Frozen incidents from the worker, in the order they were handed over; `wait`:
+        all of them. A failure on the worker is raised here."""
+        while self._freezing:
+            _, done = self._freezing[0]
+            if not wait and not done.done():
+                return
+            inc = done.result()
+            self._freezing.popleft()
+            self._changed[inc.id] = inc
+            log.info(
+                "incident %s final: %d activation(s), %d evidence row(s), sha256 %s",
+                inc.id,
+                inc.activations,
+                inc.evidence_rows,
+                inc.evidence_sha256,
+            )
+
     def incidents(self) -> list[Incident]:
+        self._harvest(wait=True)
         return self.store.incidents()
