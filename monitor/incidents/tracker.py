@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from monitor.incidents.figures import (
     run_start,
     usual_interval,
 )
+from monitor.incidents.freezer import Freezer
 from monitor.incidents.model import Figures, Incident, incident_id
 from monitor.incidents.store import IncidentStore
 from monitor.model import Condition, ConditionState, Kind, Rule, Sample, iso
@@ -131,14 +131,11 @@ class IncidentTracker:
         # the frozen record) on a worker thread with a connection of its own, in order, while
         # the replay goes on; their frozen form is returned by a later `advance`, and a
         # failure there is raised by it. Live, the daemon freezes in the batch that ends them.
-        self.background = background
-        self._freezer: ThreadPoolExecutor | None = None
-        self._freezer_store: IncidentStore | None = None
-        self._freezing: deque[tuple[str, Future[Incident]]] = deque()
         self.history = history
         self.settings = config.incidents
         self.zone = config.station.zone
         self.store = store if store is not None else IncidentStore(config.state_dir)
+        self._freezer = Freezer(self.store.dir, self.figures) if background else None
         self.watch = watches(config)
         longest = max(
             [r.slug.duration for r in config.rules.values() if r.slug is not None]
@@ -184,12 +181,7 @@ class IncidentTracker:
             self._writers.shutdown()
             self._writers = None
         if self._freezer is not None:
-            self._freezer.shutdown(wait=True, cancel_futures=True)
-            self._freezer = None
-        self._freezing.clear()
-        if self._freezer_store is not None:
-            self._freezer_store.close()
-            self._freezer_store = None
+            self._freezer.close()
         self.store.close()
 
     # --- input ----------------------------------------------------------------------------
@@ -361,7 +353,8 @@ class IncidentTracker:
             baseline = mean_before(series, start, BASELINE_WINDOW)
         iid = incident_id(start, cond.sensor, str(cond.rule))
         existing = self.store.get(iid)
-        if any(iid == i for i, _ in self._freezing) or (existing is not None and existing.frozen):
+        freezing = self._freezer is not None and iid in self._freezer
+        if freezing or (existing is not None and existing.frozen):
             log.info("incident %s is on record already (history replayed again); not recorded twice", iid)
             return
         inc = Incident(
@@ -474,9 +467,9 @@ class IncidentTracker:
             stale = inc.end is None and self.latest - self._refreshed.get(inc.id, -math.inf) >= REFRESH
             if inc.id in self._dirty or stale:
                 self._refresh(inc)
-        if self.background:
-            self._freeze_later(finals)
-            self._harvest(wait=final)
+        if self._freezer is not None:
+            self._freeze_later(self._freezer, finals)
+            self._harvest(self._freezer, wait=final)
         else:
             for a in range(0, len(finals), FREEZE_TOGETHER):
                 self._freeze(finals[a : a + FREEZE_TOGETHER])
@@ -580,38 +573,18 @@ class IncidentTracker:
                 sha,
             )
 
-    def _freeze_later(self, finals: list[Incident]) -> None:
-        """`_freeze` on the worker: the last evidence is copied in here (this connection),
-        the rest there, one incident after another, each file durable before its record."""
+    def _freeze_later(self, freezer: Freezer, finals: list[Incident]) -> None:
+        """`_freeze` on the worker (`freezer.py`): the last evidence is copied in here, on
+        this connection, and the ended record saved, so a failure there loses nothing."""
         for ended in finals:
             inc = self._collect(ended)
-            self.store.save(inc)  # on record, ended, should the worker fail to freeze it
+            self.store.save(inc)
             self.live.pop(inc.id, None)
             self._changed.pop(inc.id, None)  # its frozen form comes with a later `advance`
-            if self._freezer is None:
-                self._freezer = ThreadPoolExecutor(1, thread_name_prefix="freezer")
-            self._freezing.append((inc.id, self._freezer.submit(self._freeze_one, inc)))
+            freezer.submit(inc)
 
-    def _freeze_one(self, inc: Incident) -> Incident:
-        """On the worker thread, with its own connection (WAL: the replay's writes go on)."""
-        if self._freezer_store is None:
-            self._freezer_store = IncidentStore(self.store.dir)
-        store = self._freezer_store
-        inc = inc.with_(figures=self.figures(inc, store))
-        sha, rows = store.freeze_evidence(inc.id)
-        inc = inc.with_(frozen=True, evidence_sha256=sha, evidence_rows=rows)
-        store.save(inc)
-        return inc
-
-    def _harvest(self, wait: bool) -> None:
-        """Frozen incidents from the worker, in the order they were handed over; `wait`:
-        all of them. A failure on the worker is raised here."""
-        while self._freezing:
-            _, done = self._freezing[0]
-            if not wait and not done.done():
-                return
-            inc = done.result()
-            self._freezing.popleft()
+    def _harvest(self, freezer: Freezer, wait: bool) -> None:
+        for inc in freezer.take(wait):
             self._changed[inc.id] = inc
             log.info(
                 "incident %s final: %d activation(s), %d evidence row(s), sha256 %s",
@@ -622,5 +595,6 @@ class IncidentTracker:
             )
 
     def incidents(self) -> list[Incident]:
-        self._harvest(wait=True)
+        if self._freezer is not None:
+            self._harvest(self._freezer, wait=True)
         return self.store.incidents()
