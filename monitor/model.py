@@ -7,9 +7,10 @@ history and tests run the same code. Timer rules read a `Clock` instead.
 
 from __future__ import annotations
 
+import json as _json
 import math
 import time as _time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import IntEnum, StrEnum
@@ -141,6 +142,53 @@ def _finite_or_none(x: float | None) -> float | None:
     if x is None or not math.isfinite(x):
         return None
     return round(x, 6)
+
+
+def event_lines(conditions: Iterable[Condition]) -> str:
+    """JSON lines, each byte for byte `json.dumps(c.to_json(), ensure_ascii=False)`, built
+    without a dict and an encoder per event: a replay writes tens of thousands. Strings
+    are escaped once per distinct text, whole-second times formatted from a cached date."""
+    texts: dict[str, str] = {}
+    days: dict[int, str] = {}
+    out: list[str] = []
+    for c in conditions:
+        out.append(
+            f'{{"time": "{_iso_cached(c.time, days)}", "sensor": {_text(c.sensor, texts)},'
+            f' "rule": {_text(str(c.rule), texts)}, "state": {_text(str(c.state), texts)},'
+            f' "value": {_number(c.value)}, "limit": {_number(c.limit)},'
+            f' "citation": {_text(c.citation, texts)}}}\n'
+        )
+    return "".join(out)
+
+
+def _text(s: str, cache: dict[str, str]) -> str:
+    found = cache.get(s)
+    if found is None:
+        found = cache[s] = _json.dumps(s, ensure_ascii=False)
+    return found
+
+
+def _number(x: float | None) -> str:
+    r = _finite_or_none(x)
+    if r is None:
+        return "null"
+    return float.__repr__(r) if isinstance(r, float) else _json.dumps(r)
+
+
+_LAST_SECOND = 253402300800  # 10000-01-01: later times go the long way (and fail there)
+
+
+def _iso_cached(t: float, days: dict[int, str]) -> str:
+    """`iso(t)`; a whole second's date looked up once a day."""
+    if not (t == t // 1 and 0 <= t < _LAST_SECOND):
+        return iso(t)
+    day, sec = divmod(int(t), 86400)
+    date = days.get(day)
+    if date is None:
+        date = days[day] = datetime.fromtimestamp(day * 86400, tz=UTC).date().isoformat()
+    h, rest = divmod(sec, 3600)
+    m, s = divmod(rest, 60)
+    return f"{date}T{h:02d}:{m:02d}:{s:02d}Z"
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ import hashlib
 import json
 import math
 import sqlite3
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -370,6 +371,33 @@ def test_replay_goes_on_when_the_incident_store_cannot_be_opened(tmp_path: Path)
     assert "replay: incidents not recorded: incident store" in result.stderr
     assert "cannot open the file" in result.stderr
     assert len(out.read_text().splitlines()) == 4  # the alarm events are all there
+
+
+def test_a_full_disk_while_freezing_is_reported_once_and_the_replay_goes_on(tmp_path: Path) -> None:
+    """The evidence files go to a real 100 KiB tmpfs: the first incident's file (78 KB) fits,
+    the second's (142 KB) meets ENOSPC on the freezing thread. The replay says so once, writes
+    every event and exits 0; the first incident is frozen, the second is on record, ended,
+    with its evidence rows in the store, unfrozen."""
+    case = next(c for c in CASES if c.name == "slug-and-oil")
+    cfg = case_config(case, tmp_path / "state")
+    disk = tmp_path / "state" / "incidents"
+    disk.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=100k,mode=0700", "tmpfs", str(disk)], check=True)
+    try:
+        out = tmp_path / "events.jsonl"
+        args = ("replay", "--config", str(cfg), "--input", str(case / "input.csv"), "--events", str(out))
+        result = monitor(*args)
+        assert result.returncode == 0, result.stderr
+        failed = [line for line in result.stderr.splitlines() if "not recorded" in line]
+        assert len(failed) == 1 and "No space left on device" in failed[0], result.stderr
+        assert failed[0].startswith("replay: incidents not recorded from here on: cannot write incident")
+        assert len(out.read_text().splitlines()) == 4  # the alarm events are all there
+        slug, oil = incidents_json(cfg)
+        assert slug["evidence"]["frozen"] and not oil["evidence"]["frozen"]
+        assert oil["evidence"]["rows"] > 0 and oil["end"] is not None  # on record, nothing lost
+        assert not list(disk.glob("*/evidence.tmp"))  # the half-written file gave its room back
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
 
 
 def test_the_documented_incidents_page_is_what_the_commands_do(tmp_path: Path) -> None:

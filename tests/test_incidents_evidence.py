@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from monitor.incidents import IncidentStore, IncidentTracker
 from monitor.incidents.evidence import csv_rows, slow_rows
-from monitor.incidents.figures import Series, run_end, run_end_since
+from monitor.incidents.figures import Series, run_end, run_end_since, run_ends
 from monitor.incidents.store import CSV_HEADER
 from tests.incident_helpers import load
 
@@ -124,6 +124,35 @@ def test_the_windowed_end_is_the_whole_runs_end(
     after = min(start, clear)
     whole = run_end(Series.of(*fetch(after, clear)), clear, 10.0, high)
     assert run_end_since(fetch, after, clear, 10.0, high) == whole
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0.0, 40.0), st.booleans()), min_size=0, max_size=300),
+    st.lists(st.floats(-100.0, 1.5e5), min_size=1, max_size=30),
+    st.floats(-100.0, 1e5),
+    st.booleans(),
+    st.integers(0, 2**16),
+)
+def test_the_ends_of_many_clears_at_once_are_each_clears_own(
+    steps: list[tuple[float, bool]], clears: list[float], after: float, high: bool, seed: int
+) -> None:
+    """`run_ends` (a whole step's clears of one incident) against `run_end_since` per clear:
+    samples every 0-40 min (some bad, some NaN), clears anywhere, also on a sample's time."""
+    t = np.cumsum([0.0] + [60.0 * (s[0] + 0.001) for s in steps])
+    rng = np.random.default_rng(seed)
+    v = rng.uniform(0.0, 20.0, t.size)
+    v[rng.uniform(size=t.size) < 0.05] = np.nan
+    q = np.array([0] + [0 if s[1] else 1 for s in steps], np.int8)
+    on_samples = [float(t[int(c) % t.size]) for c in clears[: len(clears) // 2]]
+    times = np.array(sorted(clears + on_samples), np.float64)
+
+    def fetch(a: float, until: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        keep = (t > a) & (t <= until)
+        return t[keep], v[keep], q[keep]
+
+    one_by_one = [run_end_since(fetch, after, float(c), 10.0, high) for c in times]
+    assert run_ends(t, v, q, after, times, 10.0, high).tolist() == one_by_one
 
 
 def test_only_sensors_that_can_open_an_incident_and_their_paired_flows_are_kept(tmp_path: Path) -> None:

@@ -22,30 +22,29 @@ prints what each would have raised (`replay_whatif.py`).
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
 from monitor.commands import add_config_argument, load_config_or_exit
-from monitor.commands.replay_whatif import run_what_if
 from monitor.config import Config
 from monitor.engine import Engine, ReplayStep, replay_steps
 from monitor.errors import MonitorError, SourceError
 from monitor.incidents import IncidentTracker
-from monitor.incidents.influx import incident_lines
-from monitor.meters.book import MeterBook
-from monitor.model import Kind, ManualClock, Rule, parse_time
-from monitor.sinks.pipeline import SampleSink, open_sink, outbox_path
+from monitor.model import Kind, ManualClock, Rule, event_lines, parse_time
 from monitor.sources.historian import KINDS, open_history
 from monitor.sources.replay import ReadReport, Samples, merge, stream
-from monitor.station import StationStore, StationTracker, station_steps
-from monitor.station.replay import has_station
+
+if TYPE_CHECKING:
+    from monitor.sinks.pipeline import SampleSink
+    from monitor.station import StationStore, StationTracker
+
+# What only some replays need (the outbox and asyncio, the meter ledger, the station's parts,
+# the historian, --what-if) is imported where it is used: start-up is part of every replay.
 
 HELP = "replay recorded samples (CSV, Parquet, the historian) through the rules; write the alarm events"
 EVENT_RULES = frozenset(
@@ -138,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     config = load_config_or_exit(args.config, args.env_file)
     if args.what_if is not None:
+        from monitor.commands.replay_whatif import run_what_if
+
         return run_what_if(args, config, load_config_or_exit(args.what_if), open_samples)
     engine = Engine(config.rules, ManualClock())
     started = time.perf_counter()
@@ -155,19 +156,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"replay: cannot write events to {args.events}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     # From the historian nothing is written back: it holds these samples already.
-    sink = open_sink(config) if config.influx is not None and not args.from_influx else None
+    sink: SampleSink | None = None
+    if config.influx is not None and not args.from_influx:
+        from monitor.sinks.pipeline import open_sink
+
+        sink = open_sink(config)
     # Meter readings go to the station's ledger, as live polling does: re-replaying or
     # replaying what was polled live does not double count (one row per meter and time).
-    book = (
-        None
-        if args.no_ledger or args.from_influx or not any(s.kind is Kind.METER for s in config.sensors)
-        else MeterBook.open(config, records=sink is not None)
-    )
+    book = None
+    if not (args.no_ledger or args.from_influx or not any(s.kind is Kind.METER for s in config.sensors)):
+        from monitor.meters.book import MeterBook
+
+        book = MeterBook.open(config, records=sink is not None)
     meter_transitions = 0
     tracker: IncidentTracker | None = None
     if not args.no_incidents and not args.from_influx and config.incidents.enabled:
         try:
-            tracker = IncidentTracker(config)
+            tracker = IncidentTracker(config, background=True)  # frozen on a worker thread
         except (MonitorError, OSError) as exc:
             print(f"replay: incidents not recorded: {exc}", file=sys.stderr)
     recorded: set[str] = set()
@@ -195,20 +200,28 @@ def run(args: argparse.Namespace) -> int:
             return
         recorded.update(i.id for i in changed)
         if sink is not None and sink.outbox is not None and changed:
+            from monitor.incidents.influx import incident_lines
+
             sink.outbox.append(incident_lines(changed))
 
     # The pumping station (monitor/station): derived sensors, pump runs, overflow records (not
     # recorded again from the historian: the live run recorded them).
-    station = StationStore.open(config.state_dir) if has_station(config) and not args.from_influx else None
-    station_tracker = StationTracker(config, station) if has_station(config) else None
+    station: StationStore | None = None
+    station_tracker: StationTracker | None = None
+    if config.has_station:
+        from monitor.station import StationStore, StationTracker
+
+        station = StationStore.open(config.state_dir) if not args.from_influx else None
+        station_tracker = StationTracker(config, station)
 
     def steps() -> Iterator[ReplayStep]:
         nonlocal meter_transitions
-        source = (
-            station_steps(config, engine, batches, station_tracker)
-            if station_tracker is not None
-            else replay(engine, batches)
-        )
+        if station_tracker is not None:
+            from monitor.station import station_steps
+
+            source = station_steps(config, engine, batches, station_tracker)
+        else:
+            source = replay(engine, batches)
         for step in source:
             seen[step.sensor[step.accepted]] = True
             track(step)
@@ -232,6 +245,8 @@ def run(args: argparse.Namespace) -> int:
                 for step in steps():
                     events += write_events(step, out)
             else:
+                import asyncio
+
                 events, left = asyncio.run(
                     replay_to_influx(steps(), engine.sensors, out, sink, args.drain_timeout)
                 )
@@ -270,6 +285,8 @@ def run(args: argparse.Namespace) -> int:
     n = engine.counters.samples
     print(f"replay: {n} samples, {int(seen.sum())} sensors, {events} events, {n / elapsed:.0f} samples/s")
     if sink is not None and sink.drainer is not None:
+        from monitor.sinks.pipeline import outbox_path
+
         if left:
             print(
                 f"replay: {left} point(s) remain in the outbox {outbox_path(config)}"
@@ -290,6 +307,8 @@ async def replay_to_influx(
 ) -> tuple[int, int]:
     """Replay with the outbox drained alongside, then drain what is left for up to
     `drain_timeout` seconds; returns (events, points left in the outbox)."""
+    import asyncio
+
     assert sink.drainer is not None
     drainer = sink.drainer
     task = asyncio.create_task(drainer.run(), name="outbox drainer")
@@ -326,12 +345,11 @@ def replay(engine: Engine, batches: Iterable[Samples]) -> Iterator[ReplayStep]:
 
 
 def write_events(step: ReplayStep, out: TextIO) -> int:
-    n = 0
-    for cond in step.conditions:
-        if cond.rule in EVENT_RULES:
-            out.write(json.dumps(cond.to_json(), ensure_ascii=False) + "\n")
-            n += 1
-    return n
+    """The step's event lines, in one write."""
+    events = [c for c in step.conditions if c.rule in EVENT_RULES]
+    if events:
+        out.write(event_lines(events))
+    return len(events)
 
 
 def engine_report(engine: Engine) -> list[str]:

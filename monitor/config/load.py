@@ -76,6 +76,13 @@ class Config(Section):
         """Derived sensors, compiled and in dependency order (checked when loading)."""
         return derived_plans(self.sensors)[0]
 
+    @property
+    def has_station(self) -> bool:
+        """Whether the pumping station's parts (monitor/station) have anything to do: derived
+        sensors, a wet well or pumps. Here so a replay without them never imports them."""
+        pumps = any(s.kind is Kind.PUMP for s in self.sensors)
+        return bool(self.derived) or self.wet_well is not None or pumps
+
     def sensor(self, sensor_id: str) -> Sensor:
         for s in self.sensors:
             if s.id == sensor_id:

@@ -114,9 +114,11 @@ class LimitState:
         self.a_start = NAN  # start of the current run beyond the limit
         self.b_start = NAN  # start of the current run back inside by more than the deadband
 
-    def condition(self, t: float, value: float, state: ConditionState) -> Condition:
+    def condition(self, t: float, value: float, state: ConditionState, limit: str | None = None) -> Condition:
+        """`limit`: the limit's text, when the caller formatted it once for many."""
         side = "above the high" if self.high else "below the low"
-        now, limit = amount(value, self.unit), amount(self.limit, self.unit)
+        now = amount(value, self.unit)
+        limit = amount(self.limit, self.unit) if limit is None else limit
         if state is ConditionState.ACTIVE:
             text = f"{now} {side} limit {limit}"
         else:
@@ -168,13 +170,11 @@ class LimitState:
         off = inside & (times - b_start >= self.off_delay)
         state = hysteresis(on, off, self.active)
         prev = np.concatenate(([self.active], state[:-1]))
+        at = np.flatnonzero(state != prev)
+        limit = amount(self.limit, self.unit)
         out = [
-            self.condition(
-                float(times[i]),
-                float(v[i]),
-                ConditionState.ACTIVE if state[i] else ConditionState.CLEARED,
-            )
-            for i in np.flatnonzero(state != prev)
+            self.condition(t, x, ConditionState.ACTIVE if on else ConditionState.CLEARED, limit)
+            for t, x, on in zip(times[at].tolist(), v[at].tolist(), state[at].tolist(), strict=True)
         ]
         self.active = bool(state[-1])
         self.a_start = float(a_start[-1]) if beyond[-1] else NAN

@@ -119,6 +119,45 @@ def run_end_since(fetch: Fetch, after: float, clear_time: float, threshold: floa
         span *= 8
 
 
+def run_ends(
+    t: Floats,
+    v: Floats,
+    q: npt.NDArray[np.int8],
+    after: float,
+    clears: Floats,
+    threshold: float,
+    high: bool,
+) -> Floats:
+    """`run_end_since` for many clears of one incident at once, over one time-ordered
+    buffer: for each clear, the first good sample after the last good one beyond the
+    threshold in (after, clear], else the clear itself. A chattering alarm clears
+    thousands of times in a replay step; this is one pass instead of a search each."""
+    out = np.array(clears, np.float64)
+    if not out.size:
+        return out
+    i0 = int(np.searchsorted(t, after, "right"))
+    j = np.searchsorted(t, out, "right") - i0  # per clear: the window is [i0, i0 + j)
+    top = int(j.max())
+    if top <= 0:
+        return out
+    tt, vv, qq = t[i0 : i0 + top], v[i0 : i0 + top], q[i0 : i0 + top]
+    good = (qq == 0) & np.isfinite(vv)
+    beyond = np.flatnonzero(good & (vv > threshold if high else vv < threshold))
+    goods = np.flatnonzero(good)
+    k = np.searchsorted(beyond, j, "left") - 1  # the last beyond before each window's end
+    has = k >= 0
+    if not has.any() or not goods.size:
+        return out
+    last = beyond[k[has]]
+    p = np.searchsorted(goods, last, "right")  # the first good one after it
+    found = p < goods.size
+    nxt = goods[np.minimum(p, goods.size - 1)]
+    found &= nxt < j[has]
+    at = np.flatnonzero(has)[found]
+    out[at] = tt[nxt[found]]
+    return out
+
+
 def usual_interval(s: Series, before: float, window: float) -> float | None:
     """The sensor's usual sampling interval: the median spacing in `window` before `before`."""
     w = s.before(before - window, before)

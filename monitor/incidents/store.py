@@ -379,15 +379,16 @@ class IncidentStore:
         """`freeze_evidence`'s durable half, no database access: safe in another thread, so
         the fsyncs of incidents frozen together overlap."""
         path = self.evidence_path(iid)
+        tmp = path.with_suffix(".tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
             with tmp.open("wb") as fh:
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
         except OSError as exc:
+            tmp.unlink(missing_ok=True)  # a full disk gets back what the half-written file took
             raise StateError(f"cannot write incident evidence {path}: {exc.strerror or exc}") from exc
         return hashlib.sha256(data).hexdigest(), data.count(b"\n") - 1
 

@@ -33,10 +33,11 @@ from monitor.incidents.figures import (
     Series,
     compute,
     mean_before,
-    run_end_since,
+    run_ends,
     run_start,
     usual_interval,
 )
+from monitor.incidents.freezer import Freezer
 from monitor.incidents.model import Figures, Incident, incident_id
 from monitor.incidents.store import IncidentStore
 from monitor.model import Condition, ConditionState, Kind, Rule, Sample, iso
@@ -98,6 +99,17 @@ def watches(config: Config) -> dict[str, Watch]:
 History = Callable[[str, float, float], Sequence[Sample]]
 
 
+@dataclass(slots=True)
+class _Draft:
+    """An incident's end, clear time and activations while one batch is applied."""
+
+    inc: Incident
+    end: float | None
+    clear_time: float | None
+    activations: int
+    changed: bool = False
+
+
 class IncidentTracker:
     """One station's incidents, fed in event time.
 
@@ -108,13 +120,22 @@ class IncidentTracker:
     """
 
     def __init__(
-        self, config: Config, store: IncidentStore | None = None, history: History | None = None
+        self,
+        config: Config,
+        store: IncidentStore | None = None,
+        history: History | None = None,
+        background: bool = False,
     ) -> None:
         self.config = config
+        # `background` (replay): final incidents are frozen (figures, evidence file, hash,
+        # the frozen record) on a worker thread with a connection of its own, in order, while
+        # the replay goes on; their frozen form is returned by a later `advance`, and a
+        # failure there is raised by it. Live, the daemon freezes in the batch that ends them.
         self.history = history
         self.settings = config.incidents
         self.zone = config.station.zone
         self.store = store if store is not None else IncidentStore(config.state_dir)
+        self._freezer = Freezer(self.store.dir, self.figures) if background else None
         self.watch = watches(config)
         longest = max(
             [r.slug.duration for r in config.rules.values() if r.slug is not None]
@@ -143,14 +164,24 @@ class IncidentTracker:
             self.live[inc.id] = inc
         self._dirty: set[str] = set()
         self._closed: dict[str, bool] = {}  # within one `apply`: incident id -> closed by an operator
+        # Within one `apply`: each sensor and rule's clear times, the ends found for them by
+        # incident, the newest incident of each sensor and rule, and the drafts.
+        self._clears: dict[tuple[str, str], list[float]] = {}
+        self._ends: dict[str, dict[float, float]] = {}
+        self._newest: dict[tuple[str, str], Incident | None] = {}
+        self._drafts: dict[str, _Draft] = {}
         self._writers: ThreadPoolExecutor | None = None  # evidence files of incidents final together
         self._refreshed: dict[str, float] = {}
         self._changed: dict[str, Incident] = {}
 
     def close(self) -> None:
+        """Frozen incidents still on the worker are finished first (nothing is lost); a
+        failure there was raised by `advance` already, and what was queued after it is dropped."""
         if self._writers is not None:
             self._writers.shutdown()
             self._writers = None
+        if self._freezer is not None:
+            self._freezer.close()
         self.store.close()
 
     # --- input ----------------------------------------------------------------------------
@@ -235,16 +266,36 @@ class IncidentTracker:
             recent.trim(min(self.latest - recent.keep, pins.get(sensor, math.inf)))
 
     def apply(self, conditions: Sequence[Condition]) -> None:
-        # Whether an operator closed an incident, asked once a batch: a chattering alarm
-        # re-activates thousands of times in a replay step, each a query otherwise.
+        """One batch's transitions, in order. A chattering alarm re-activates and clears
+        thousands of times in a replay step: the ends of all its clears are found in one
+        pass (`run_ends`), and an incident's end, clear time and activations are kept in a
+        draft while the batch lasts and put into its record once, at the end."""
+        # Whether an operator closed an incident, asked once a batch (a query each otherwise).
         self._closed = {}
-        for cond in conditions:
-            if cond.rule not in INCIDENT_RULES or cond.sensor not in self.watch:
-                continue
-            if cond.state is ConditionState.ACTIVE:
-                self._activate(cond)
-            else:
-                self._clear(cond)
+        mine = [c for c in conditions if c.rule in INCIDENT_RULES and c.sensor in self.watch]
+        if not mine:
+            return
+        self._clears = {}
+        for cond in mine:
+            if cond.state is not ConditionState.ACTIVE:
+                self._clears.setdefault((cond.sensor, str(cond.rule)), []).append(cond.time)
+        self._ends = {}
+        self._newest = {}
+        self._drafts = {}
+        try:
+            for cond in mine:
+                if cond.state is ConditionState.ACTIVE:
+                    self._activate(cond)
+                else:
+                    self._clear(cond)
+        finally:
+            for iid, d in self._drafts.items():
+                if d.changed:
+                    self.live[iid] = d.inc.with_(
+                        end=d.end, clear_time=d.clear_time, activations=d.activations
+                    )
+            self._drafts = {}
+            self._ends = {}
 
     def observe(self, samples: Sequence[Sample], conditions: Sequence[Condition]) -> list[Incident]:
         """One live batch, after the engine judged it; returns incidents that changed."""
@@ -264,20 +315,24 @@ class IncidentTracker:
 
     def _activate(self, cond: Condition) -> None:
         w = self.watch[cond.sensor]
-        last = self._latest_of(cond)
+        last = self._draft_of(cond)
         if last is not None and last.end is None:
             return  # already open (a restart replayed the ACTIVE)
         if (
             last is not None
             and last.end is not None
             and cond.time - last.end <= self.settings.merge_window
-            and not self._is_closed(last.id)
+            and not self._is_closed(last.inc.id)
         ):
-            self.live[last.id] = last.with_(end=None, activations=last.activations + 1)
-            self._touch(last.id)
+            last.end = None
+            last.activations += 1
+            last.changed = True
+            self._touch(last.inc.id)
             # DEBUG: a chattering condition extends an incident thousands of times in a
             # replay; the "final" line counts the activations once per incident.
-            log.debug("incident %s extended: %s active again within the merge window", last.id, cond.sensor)
+            log.debug(
+                "incident %s extended: %s active again within the merge window", last.inc.id, cond.sensor
+            )
             return
         # An earlier incident still settling (its hour of evidence after the end) freezes in
         # `advance` on event time, as it would have without this new one.
@@ -298,7 +353,8 @@ class IncidentTracker:
             baseline = mean_before(series, start, BASELINE_WINDOW)
         iid = incident_id(start, cond.sensor, str(cond.rule))
         existing = self.store.get(iid)
-        if existing is not None and existing.frozen:
+        freezing = self._freezer is not None and iid in self._freezer
+        if freezing or (existing is not None and existing.frozen):
             log.info("incident %s is on record already (history replayed again); not recorded twice", iid)
             return
         inc = Incident(
@@ -320,6 +376,12 @@ class IncidentTracker:
             evidence_until=start - self.settings.evidence_before - 1e-6,
         )
         self.live[iid] = inc
+        self._drafts.pop(iid, None)  # a record of the same id replaced: its draft goes with it
+        self._ends.pop(iid, None)
+        key = (cond.sensor, str(cond.rule))
+        newest = self._newest.get(key)
+        if newest is None or inc.start >= newest.start:
+            self._newest[key] = inc
         self._touch(iid)
         log.warning(
             "incident %s opened: %s %s since %s (%s)", iid, cond.sensor, cond.rule, iso(start), cond.citation
@@ -340,6 +402,7 @@ class IncidentTracker:
             return
         older = [s for s in self.history(sensor, since, min(recent.first, now)) if s.time < recent.first]
         if older:
+            self._ends = {}  # ends found before this backfill looked at less
             recent.prepend(
                 np.array([s.time for s in older], np.float64),
                 np.array([s.value for s in older], np.float64),
@@ -347,19 +410,41 @@ class IncidentTracker:
             )
 
     def _clear(self, cond: Condition) -> None:
-        inc = self._latest_of(cond)
-        if inc is None or inc.end is not None:
+        d = self._draft_of(cond)
+        if d is None or d.end is not None:
             return
-        end = run_end_since(
-            self.recent[cond.sensor].window, inc.start - 1.0, cond.time, inc.threshold, inc.rule != Rule.LOW
-        )
-        self.live[inc.id] = inc.with_(end=max(end, inc.start), clear_time=cond.time)
+        inc = d.inc
+        ends = self._ends.get(inc.id)
+        if ends is None:
+            # The ends of every clear of this sensor and rule in the batch, for this incident
+            # (its start and threshold); the recent buffer does not change within a batch.
+            times = self._clears[(cond.sensor, str(cond.rule))]
+            t, v, q = self.recent[cond.sensor].window(-math.inf, math.inf)
+            found = run_ends(t, v, q, inc.start - 1.0, np.array(times), inc.threshold, inc.rule != Rule.LOW)
+            ends = self._ends[inc.id] = dict(zip(times, found.tolist(), strict=True))
+        d.end = max(ends[cond.time], inc.start)
+        d.clear_time = cond.time
+        d.changed = True
         self._touch(inc.id)
 
     def _latest_of(self, cond: Condition) -> Incident | None:
-        """The newest incident still taking evidence for the condition's sensor and rule."""
+        """The newest incident still taking evidence for the condition's sensor and rule
+        (found once a batch; `_activate` keeps it up to date as it opens incidents)."""
+        key = (cond.sensor, str(cond.rule))
+        if key in self._newest:
+            return self._newest[key]
         found = [i for i in self.live.values() if i.sensor == cond.sensor and i.rule == cond.rule]
-        return max(found, key=lambda i: i.start) if found else None
+        newest = self._newest[key] = max(found, key=lambda i: i.start) if found else None
+        return newest
+
+    def _draft_of(self, cond: Condition) -> _Draft | None:
+        inc = self._latest_of(cond)
+        if inc is None:
+            return None
+        d = self._drafts.get(inc.id)
+        if d is None:
+            d = self._drafts[inc.id] = _Draft(inc, inc.end, inc.clear_time, inc.activations)
+        return d
 
     def _touch(self, iid: str) -> None:
         self._dirty.add(iid)
@@ -382,8 +467,12 @@ class IncidentTracker:
             stale = inc.end is None and self.latest - self._refreshed.get(inc.id, -math.inf) >= REFRESH
             if inc.id in self._dirty or stale:
                 self._refresh(inc)
-        for a in range(0, len(finals), FREEZE_TOGETHER):
-            self._freeze(finals[a : a + FREEZE_TOGETHER])
+        if self._freezer is not None:
+            self._freeze_later(self._freezer, finals)
+            self._harvest(self._freezer, wait=final)
+        else:
+            for a in range(0, len(finals), FREEZE_TOGETHER):
+                self._freeze(finals[a : a + FREEZE_TOGETHER])
         self._dirty.clear()
         out = list(self._changed.values())
         self._changed.clear()
@@ -430,16 +519,17 @@ class IncidentTracker:
         self._changed[inc.id] = inc
         return inc
 
-    def figures(self, inc: Incident) -> Figures:
+    def figures(self, inc: Incident, store: IncidentStore | None = None) -> Figures:
         """The incident's figures from its evidence rows (what survives a restart)."""
-        _, t, v, q = self.store.evidence(inc.id, inc.sensor)
+        store = self.store if store is None else store
+        _, t, v, q = store.evidence(inc.id, inc.sensor)
         s = Series.of(t, v, q)
         until = inc.end if inc.end is not None else (float(s.t[-1]) if s.t.size else inc.start)
         w = self.watch.get(inc.sensor)
         gap = (w.slug_gap if inc.rule == Rule.SLUG else w.stale_after) if w is not None else math.inf
         paired = None
         if inc.flow_sensor is not None and inc.flow_sensor in self.watch:
-            _, ft, fv, fq = self.store.evidence(inc.id, inc.flow_sensor)
+            _, ft, fv, fq = store.evidence(inc.id, inc.flow_sensor)
             paired = (Series.of(ft, fv, fq), self.watch[inc.flow_sensor].unit)
         return compute(
             s,
@@ -483,5 +573,28 @@ class IncidentTracker:
                 sha,
             )
 
+    def _freeze_later(self, freezer: Freezer, finals: list[Incident]) -> None:
+        """`_freeze` on the worker (`freezer.py`): the last evidence is copied in here, on
+        this connection, and the ended record saved, so a failure there loses nothing."""
+        for ended in finals:
+            inc = self._collect(ended)
+            self.store.save(inc)
+            self.live.pop(inc.id, None)
+            self._changed.pop(inc.id, None)  # its frozen form comes with a later `advance`
+            freezer.submit(inc)
+
+    def _harvest(self, freezer: Freezer, wait: bool) -> None:
+        for inc in freezer.take(wait):
+            self._changed[inc.id] = inc
+            log.info(
+                "incident %s final: %d activation(s), %d evidence row(s), sha256 %s",
+                inc.id,
+                inc.activations,
+                inc.evidence_rows,
+                inc.evidence_sha256,
+            )
+
     def incidents(self) -> list[Incident]:
+        if self._freezer is not None:
+            self._harvest(self._freezer, wait=True)
         return self.store.incidents()

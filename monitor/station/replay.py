@@ -17,7 +17,6 @@ import numpy.typing as npt
 
 from monitor.config import Config
 from monitor.engine import Engine, ReplayStep, replay_steps
-from monitor.model import Kind
 from monitor.sources.replay import Samples
 from monitor.station.derive import Derivation, derive_arrays
 from monitor.station.tracker import StationTracker, track_arrays
@@ -89,11 +88,7 @@ def _judge(
 
 def has_station(config: Config) -> bool:
     """Whether a replay needs the station parts at all."""
-    return (
-        bool(config.derived)
-        or config.wet_well is not None
-        or any(s.kind is Kind.PUMP for s in config.sensors)
-    )
+    return config.has_station
 
 
 __all__ = ["has_station", "station_steps"]
