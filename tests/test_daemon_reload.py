@@ -217,7 +217,9 @@ def test_lasting_failures_are_logged_once_not_on_every_retry(tmp_path: Path) -> 
     base = f"http://127.0.0.1:{console_port}"
     config = tmp_path / "station.yaml"
     doc = station(tmp_path / "state", dead[0], console_port, {}, temp=False)
-    doc["modbus"]["devices"][0].update(timeout="200ms", comm_loss_after=2)
+    # Retried often (a poll each 100 ms, the database again after 200 ms at most), so
+    # ten failed polls and three failed writes come within a second or two.
+    doc["modbus"]["devices"][0].update(timeout="200ms", comm_loss_after=2, poll_interval="100ms")
     doc["mqtt"] = {"host": "127.0.0.1", "port": dead[1], "topic_prefix": "station-monitor"}
     doc["influx"] = {
         "url": f"http://127.0.0.1:{dead[2]}",
@@ -225,6 +227,7 @@ def test_lasting_failures_are_logged_once_not_on_every_retry(tmp_path: Path) -> 
         "bucket": "b",
         "token": "${RELOAD_TOKEN}",
         "flush_interval": "100ms",
+        "max_backoff": "200ms",
     }
     config.write_text(yaml.safe_dump(doc))
     log = tmp_path / "daemon.log"
