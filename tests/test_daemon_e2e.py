@@ -158,7 +158,7 @@ def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart
     daemon = start_daemon(config, log, clock_start)
     try:
         base = f"http://127.0.0.1:{console_port}"
-        wait_until(lambda: port_open(console_port), timeout=30, what="console")
+        wait_until(lambda: port_open(console_port), timeout=90, what="console")
         assert get_json(f"{base}/healthz")["status"] == "ok"
 
         def slug_on_mqtt() -> bool:
@@ -225,9 +225,9 @@ def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart
     daemon = start_daemon(config, log, clock_start)
     try:
         wait_until(
-            lambda: "baselines restored from checkpoint" in log.read_text(), timeout=30, what="restart"
+            lambda: "baselines restored from checkpoint" in log.read_text(), timeout=90, what="restart"
         )
-        wait_until(lambda: port_open(console_port), timeout=30, what="console after restart")
+        wait_until(lambda: port_open(console_port), timeout=90, what="console after restart")
         assert flow_baseline(base) is not None
         # ... and still there once the restarted daemon has judged a reading of its own.
         stopped_at = flow_time(base)

@@ -48,7 +48,7 @@ def test_demo_serves_the_console_and_raises_a_slug_alarm(tmp_path: Path) -> None
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        wait_until(lambda: any("console: http" in ln for ln in lines), timeout=60, what="console URL")
+        wait_until(lambda: any("console: http" in ln for ln in lines), timeout=90, what="console URL")
         url = re.search(r"console: (http://\S+)", "".join(lines))
         assert url is not None
         with urllib.request.urlopen(url.group(1), timeout=5) as resp:

@@ -111,7 +111,7 @@ def test_full_disk_stops_intake_with_an_alarm_and_resumes_when_freed(
         )
     try:
         peer = Peer(broker.port, "disk-field")
-        wait_until(lambda: "connected as" in log.read_text(), timeout=30, what="the daemon's MQTT session")
+        wait_until(lambda: "connected as" in log.read_text(), timeout=90, what="the daemon's MQTT session")
         # Leave about 1.5 MB for the stores to fill.
         st = os.statvfs(small_disk)
         ballast = small_disk / "ballast"
