@@ -244,7 +244,7 @@ def test_lasting_failures_are_logged_once_not_on_every_retry(tmp_path: Path) -> 
             failures = int(h.get("outbox", {}).get("failures", 0))
             return int(modbus.get("failed_in_row", 0)) >= 10 and failures >= 3
 
-        wait_until(retried, timeout=30, what=f"repeated failures; log:\n{log.read_text()}")
+        wait_until(retried, timeout=90, what=f"repeated failures; log:\n{log.read_text()}")
         stop(daemon, log)
     finally:
         if daemon.poll() is None:

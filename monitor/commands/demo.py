@@ -236,7 +236,12 @@ async def _demo(config: Config, args: argparse.Namespace) -> int:
     daemon = Daemon(config, clock)
     try:
         seed_history(daemon, station, start, args.speed, lift)
-        schedule(station, station.elapsed(time.time()))
+        # The live run continues the seeded day where it ends, however long the seeding
+        # took (seconds on a busy machine: station hours at 240x): the station clock,
+        # the simulators on it included, starts now at `start`.
+        clock.start = time.time()
+        station.start = clock.start - HISTORY / args.speed
+        schedule(station, station.elapsed(clock.start))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, daemon.stop)
