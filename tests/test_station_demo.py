@@ -46,7 +46,7 @@ SPEED = "240"
 def test_demo_shows_the_wet_well_and_a_pump_that_fails_to_start(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "monitor", "demo", "--speed", SPEED, "--duration", "300",
-         "--port", str(free_port()), "--state-dir", str(tmp_path / "state")],
+         "--port", str(free_port()), "--modbus-port", "0", "--state-dir", str(tmp_path / "state")],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
@@ -80,6 +80,9 @@ def test_demo_shows_the_wet_well_and_a_pump_that_fails_to_start(tmp_path: Path) 
         reader.join(timeout=5)
         assert "Traceback" not in "".join(lines)
         assert "demo stopped;" in "".join(lines)
+    except TimeoutError as exc:  # say what the demo said
+        said = "".join(lines)[-3000:]
+        raise AssertionError(f"{exc}; the demo (exit {proc.poll()}) printed:\n{said}") from exc
     finally:
         if proc.poll() is None:
             proc.kill()

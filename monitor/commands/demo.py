@@ -60,6 +60,11 @@ TOKEN_ENV = "MONITOR_DEMO_TOKEN"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speed", type=float, default=60.0, help="station seconds per wall second")
     parser.add_argument("--port", type=int, default=8080, help="console port (a free one if taken)")
+    parser.add_argument(
+        "--modbus-port", type=int, default=25020,
+        help="the simulated station's Modbus TCP port, the lift station's the next one (a free one if"
+        " taken; 0: any free ports, for demos side by side)",
+    )  # fmt: skip
     parser.add_argument("--state-dir", help="keep state here (default: a fresh temporary directory)")
     parser.add_argument("--duration", type=float, help="stop after this many wall seconds")
     parser.add_argument("--influx-url", help="also write to this InfluxDB (v2 API; INFLUX_TOKEN env)")
@@ -153,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             state_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="monitor-demo-")))
         try:
-            config = demo_config(state_dir, free_port(25020), free_port(args.port), args, free_port(25021))
+            modbus, lift = (args.modbus_port, args.modbus_port + 1) if args.modbus_port else (0, 0)
+            config = demo_config(state_dir, free_port(modbus), free_port(args.port), args, free_port(lift))
         except ConfigError as exc:
             print_config_error(exc)
             return 2
