@@ -126,7 +126,7 @@ def test_sigkill_between_escalation_steps_then_each_step_is_sent_exactly_once(
         },
         "people": {p: {"name": p.title(), "contacts": {"mail": a}} for p, a in PEOPLE.items()},
         "rosters": {"night": list(PEOPLE)},
-        "pipelines": [{"name": "ph", "roster": "night", "delay": "4s", "match": {"sensors": ["outfall.*"]}}],
+        "pipelines": [{"name": "ph", "roster": "night", "delay": "2s", "match": {"sensors": ["outfall.*"]}}],
         "link_base": "https://gateway.example",
         "link_secret": "${LINK_SECRET}",
     }
@@ -136,7 +136,7 @@ def test_sigkill_between_escalation_steps_then_each_step_is_sent_exactly_once(
     daemon = start_daemon(config, log, certs["ca"])
     try:
         smtp.wait_for(PEOPLE["alice"], timeout=60)
-        daemon.send_signal(signal.SIGKILL)  # bob's step is 4 s away
+        daemon.send_signal(signal.SIGKILL)  # bob's step is 2 s away
         daemon.wait(timeout=10)
         assert smtp.to(PEOPLE["bob"]) == [], "the kill came too late to fall between the steps"
         daemon = start_daemon(config, log, certs["ca"])
