@@ -10,8 +10,8 @@ A timer drives what event time alone cannot: stale data, shelve expiry, reminder
 the low-space check, checkpoints and the systemd watchdog.
 
 Shutdown is bounded: sources stop, what was emitted is processed, the outbox
-gets a short chance to drain (what remains stays on disk for next time),
-baselines are checkpointed, connections close.
+gets a short chance to drain (one attempt when the database is already down; what
+remains stays on disk for next time), baselines are checkpointed, connections close.
 """
 
 from __future__ import annotations
@@ -301,7 +301,10 @@ class Daemon:
         if console_task:
             await asyncio.wait(console_task, timeout=STOP_DRAIN)
         await _cancel(tasks)
-        left = await self.sink.drain(STOP_DRAIN) if self.sink.drainer is not None else 0
+        # With the database already down (the drainer's last attempt failed), one more
+        # attempt rather than STOP_DRAIN seconds of retries: the rest waits on disk.
+        down = self.sink.drainer is not None and self.sink.drainer.failing
+        left = await self.sink.drain(0.0 if down else STOP_DRAIN)
         if left:
             log.warning("%d point(s) stay in the outbox for the next start", left)
         self.checkpoint()

@@ -284,12 +284,13 @@ class ScaledClock:
     """Time running `speed` times faster than the wall clock from `start` (the demo
     and the simulator share one, so a day of station life passes in minutes)."""
 
-    def __init__(self, speed: float, start: float | None = None) -> None:
+    def __init__(self, speed: float, start: float | None = None, origin: float | None = None) -> None:
         self.speed = speed
-        self.start = _time.time() if start is None else start
+        self.start = _time.time() if start is None else start  # the wall time it runs from
+        self.origin = self.start if origin is None else origin  # its time at `start`
 
     def now(self) -> float:
-        return self.start + (_time.time() - self.start) * self.speed
+        return self.origin + (_time.time() - self.start) * self.speed
 
 
 class ManualClock:

@@ -62,8 +62,10 @@ def write_config(tmp_path: Path, modbus_port: int, mqtt_port: int, vm_url: str, 
                 "id": "outfall.flow",
                 "kind": "flow",
                 "unit": "gpm",
-                # A short window so the test judges slugs after seconds, not 20 hours.
-                "slug": {"window": "10m", "warmup": "4s", "duration": "3s", "max_sample_gap": "1m"},
+                # A short warm-up so the test judges slugs after seconds, not 20 hours; a
+                # window (an hour: a wall minute) that outlasts the stop and warm restart
+                # under load, so the restored baseline is the one judged after the restart.
+                "slug": {"window": "1h", "warmup": "4s", "duration": "3s", "max_sample_gap": "1m"},
             },
             {"id": "outfall.ph", "kind": "ph"},
         ],
@@ -136,10 +138,10 @@ def flow_baseline(base: str) -> float | None:
     return value
 
 
-def station_minutes_of_flow(base: str, since: float) -> float:
-    """Event time of the latest flow reading, in station minutes after `since`."""
+def flow_time(base: str) -> float | None:
+    """Event time of the latest flow reading; None before the first."""
     latest = flow(base)["time"]
-    return 0.0 if latest is None else (datetime.fromisoformat(latest).timestamp() - since) / 60
+    return None if latest is None else datetime.fromisoformat(latest).timestamp()
 
 
 def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart(
@@ -156,15 +158,21 @@ def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart
     daemon = start_daemon(config, log, clock_start)
     try:
         base = f"http://127.0.0.1:{console_port}"
-        wait_until(lambda: port_open(console_port), timeout=30, what="console")
+        wait_until(lambda: port_open(console_port), timeout=90, what="console")
         assert get_json(f"{base}/healthz")["status"] == "ok"
 
         def slug_on_mqtt() -> bool:
             return any(json.loads(p or b"{}").get("active") for t, p, _ in watcher.received() if t == topic)
 
         # The slug starts once there are three station minutes of baseline to judge it by
-        # (three wall seconds), not at a guessed second.
-        wait_until(lambda: station_minutes_of_flow(base, clock_start) > 3, timeout=60, what="3 min of flow")
+        # (three wall seconds), not at a guessed second. Counted from the first reading
+        # seen, not from the clock's start: a daemon slow to start under load (5 wall s
+        # are 5 station min) would otherwise have its first reading already "3 min in",
+        # with no whole minute of baseline before it.
+        wait_until(lambda: flow_time(base) is not None, timeout=60, what="a flow reading")
+        first = flow_time(base)
+        assert first is not None
+        wait_until(lambda: (flow_time(base) or first) - first > 3 * 60, timeout=60, what="3 min of flow")
         assert flow_baseline(base) is not None
         assert not slug_on_mqtt()
         simulator.trigger()
@@ -183,6 +191,7 @@ def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart
     finally:
         if daemon.poll() is None:
             daemon.kill()
+            daemon.wait(timeout=30)
         watcher.close()
 
     # Nothing left in the outbox; the series and the alarm are in the database.
@@ -216,12 +225,18 @@ def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart
     daemon = start_daemon(config, log, clock_start)
     try:
         wait_until(
-            lambda: "baselines restored from checkpoint" in log.read_text(), timeout=30, what="restart"
+            lambda: "baselines restored from checkpoint" in log.read_text(), timeout=90, what="restart"
         )
-        wait_until(lambda: port_open(console_port), timeout=30, what="console after restart")
-        assert flow_baseline(f"http://127.0.0.1:{console_port}") is not None
+        wait_until(lambda: port_open(console_port), timeout=90, what="console after restart")
+        assert flow_baseline(base) is not None
+        # ... and still there once the restarted daemon has judged a reading of its own.
+        stopped_at = flow_time(base)
+        assert stopped_at is not None
+        wait_until(lambda: (flow_time(base) or 0.0) > stopped_at, timeout=30, what="a reading after restart")
+        assert flow_baseline(base) is not None
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=30) == 0
     finally:
         if daemon.poll() is None:
             daemon.kill()
+            daemon.wait(timeout=30)

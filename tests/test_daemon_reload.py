@@ -122,7 +122,7 @@ def test_sighup_takes_a_valid_config_and_refuses_an_invalid_one(tmp_path: Path, 
                 (s["time"] for s in sensors if s["id"] == "outfall.ph" and s["value"] is not None), None
             )
 
-        wait_until(lambda: ph_time() is not None, timeout=30, what=f"a pH reading; log:\n{log.read_text()}")
+        wait_until(lambda: ph_time() is not None, timeout=90, what=f"a pH reading; log:\n{log.read_text()}")
         assert not get_json(f"{base}/api/alarms")  # pH ~7.2 is inside 5.0..9.0
 
         # An invalid config is refused with the problem named; the old one keeps running.
@@ -217,7 +217,9 @@ def test_lasting_failures_are_logged_once_not_on_every_retry(tmp_path: Path) -> 
     base = f"http://127.0.0.1:{console_port}"
     config = tmp_path / "station.yaml"
     doc = station(tmp_path / "state", dead[0], console_port, {}, temp=False)
-    doc["modbus"]["devices"][0].update(timeout="200ms", comm_loss_after=2)
+    # Retried often (a poll each 100 ms, the database again after 200 ms at most), so
+    # ten failed polls and three failed writes come within a second or two.
+    doc["modbus"]["devices"][0].update(timeout="200ms", comm_loss_after=2, poll_interval="100ms")
     doc["mqtt"] = {"host": "127.0.0.1", "port": dead[1], "topic_prefix": "station-monitor"}
     doc["influx"] = {
         "url": f"http://127.0.0.1:{dead[2]}",
@@ -225,6 +227,7 @@ def test_lasting_failures_are_logged_once_not_on_every_retry(tmp_path: Path) -> 
         "bucket": "b",
         "token": "${RELOAD_TOKEN}",
         "flush_interval": "100ms",
+        "max_backoff": "200ms",
     }
     config.write_text(yaml.safe_dump(doc))
     log = tmp_path / "daemon.log"
@@ -241,7 +244,7 @@ def test_lasting_failures_are_logged_once_not_on_every_retry(tmp_path: Path) -> 
             failures = int(h.get("outbox", {}).get("failures", 0))
             return int(modbus.get("failed_in_row", 0)) >= 10 and failures >= 3
 
-        wait_until(retried, timeout=30, what=f"repeated failures; log:\n{log.read_text()}")
+        wait_until(retried, timeout=90, what=f"repeated failures; log:\n{log.read_text()}")
         stop(daemon, log)
     finally:
         if daemon.poll() is None:
@@ -299,7 +302,7 @@ def test_sigterm_right_after_sighup_stops_cleanly(tmp_path: Path, simulator: int
     log = tmp_path / "daemon.log"
     daemon = start(config, log)
     try:
-        wait_until(lambda: try_json(f"http://127.0.0.1:{console_port}/healthz") is not None, timeout=30)
+        wait_until(lambda: try_json(f"http://127.0.0.1:{console_port}/healthz") is not None, timeout=90)
         config.write_text(yaml.safe_dump(station(tmp_path / "state", simulator, console_port, {}, temp=True)))
         daemon.send_signal(signal.SIGHUP)
         wait_until(lambda: "reloading" in log.read_text(), timeout=10, what="the reload to begin")

@@ -31,7 +31,7 @@ def test_demo_serves_the_console_and_raises_a_slug_alarm(tmp_path: Path) -> None
     """Started, watched until its slug alarm, stopped with Ctrl-C as a newcomer would."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "monitor", "demo", "--speed", SPEED, "--duration", "300",
-         "--port", str(free_port()), "--state-dir", str(tmp_path / "state")],
+         "--port", str(free_port()), "--modbus-port", "0", "--state-dir", str(tmp_path / "state")],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -48,7 +48,7 @@ def test_demo_serves_the_console_and_raises_a_slug_alarm(tmp_path: Path) -> None
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        wait_until(lambda: any("console: http" in ln for ln in lines), timeout=60, what="console URL")
+        wait_until(lambda: any("console: http" in ln for ln in lines), timeout=90, what="console URL")
         url = re.search(r"console: (http://\S+)", "".join(lines))
         assert url is not None
         with urllib.request.urlopen(url.group(1), timeout=5) as resp:
@@ -69,6 +69,9 @@ def test_demo_serves_the_console_and_raises_a_slug_alarm(tmp_path: Path) -> None
         text = "".join(lines)
         assert "alarm outfall.flow/slug active" in text
         assert "Traceback" not in text
+    except TimeoutError as exc:  # say what the demo said
+        said = "".join(lines)[-3000:]
+        raise AssertionError(f"{exc}; the demo (exit {proc.poll()}) printed:\n{said}") from exc
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -101,6 +101,7 @@ def test_full_disk_stops_intake_with_an_alarm_and_resumes_when_freed(
         )
     )  # fmt: skip
     log = tmp_path / "daemon.log"
+    peer: Peer | None = None
     with log.open("ab") as out:
         daemon = subprocess.Popen(
             [sys.executable, "-m", "monitor", "run", "--config", str(config)],
@@ -108,9 +109,9 @@ def test_full_disk_stops_intake_with_an_alarm_and_resumes_when_freed(
             stdout=subprocess.DEVNULL,
             stderr=out,
         )
-    peer = Peer(broker.port, "disk-field")
     try:
-        wait_until(lambda: "connected as" in log.read_text(), timeout=30, what="the daemon's MQTT session")
+        peer = Peer(broker.port, "disk-field")
+        wait_until(lambda: "connected as" in log.read_text(), timeout=90, what="the daemon's MQTT session")
         # Leave about 1.5 MB for the stores to fill.
         st = os.statvfs(small_disk)
         ballast = small_disk / "ballast"
@@ -157,10 +158,11 @@ def test_full_disk_stops_intake_with_an_alarm_and_resumes_when_freed(
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=60) == 0, log.read_text()[-3000:]
     finally:
-        peer.close()
-        if daemon.poll() is None:
+        if daemon.poll() is None:  # a failure path: end the daemon first, whatever else fails
             daemon.kill()
-            daemon.wait(timeout=10)
+            daemon.wait(timeout=30)
+        if peer is not None:
+            peer.close()
 
     text = log.read_text()
     assert text.count("state disk refused a write") == 1, text[-3000:]

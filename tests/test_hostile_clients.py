@@ -72,7 +72,7 @@ def daemon(tmp_path: Path, mosquitto: Mosquitto) -> Iterator[tuple[subprocess.Po
             env={**os.environ, "HOSTILE_TOKEN": TOKEN},
         )
     try:
-        wait_until(lambda: _status(port, "GET", "/healthz") == 200, timeout=30, what="the console")
+        wait_until(lambda: _status(port, "GET", "/healthz") == 200, timeout=90, what="the console")
         yield proc, port, log
     finally:
         proc.terminate()
@@ -190,7 +190,7 @@ def test_a_200_mb_mqtt_payload_costs_no_memory_and_ingest_goes_on(
     daemon: tuple[subprocess.Popen[bytes], int, Path], mosquitto: Mosquitto
 ) -> None:
     proc, port, _log = daemon
-    wait_until(lambda: _connected(port), timeout=20, what="the daemon's MQTT link")
+    wait_until(lambda: _connected(port), timeout=60, what="the daemon's MQTT link")
     before = peak_rss(proc.pid)
     peer = Peer(mosquitto.port, f"hostile-peer-{port}")
     try:

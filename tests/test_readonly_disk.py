@@ -252,7 +252,7 @@ def test_monitor_run_on_a_disk_gone_read_only_stays_up_and_says_so(
     peer = Peer(broker.port, "ro-field")
     watcher = Peer(broker.port, "ro-watcher")
     try:
-        wait_until(lambda: "connected as" in log.read_text(), timeout=30, what="the daemon's MQTT session")
+        wait_until(lambda: "connected as" in log.read_text(), timeout=90, what="the daemon's MQTT session")
         watcher.subscribe("#")
         base = time.time() - 600
         peer.publish_many(readings(base, range(100)))

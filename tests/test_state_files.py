@@ -235,7 +235,7 @@ def test_a_damaged_copy_is_set_aside_with_an_alarm_and_a_fresh_one_started(
             return []
         return list(json.loads(body)) if status == 200 else []
 
-    wait_until(lambda: any(a["sensor"] == sensor for a in alarms()), timeout=30, what=f"the {sensor} alarm")
+    wait_until(lambda: any(a["sensor"] == sensor for a in alarms()), timeout=90, what=f"the {sensor} alarm")
     (alarm,) = [a for a in alarms() if a["sensor"] == sensor]
     assert alarm["rule"] == "state" and alarm["state"] == "returned_unacknowledged", alarm
     assert "damaged" in alarm["message"] and name in alarm["message"]

@@ -74,10 +74,16 @@ def hold() -> Iterator[Callable[[Path], subprocess.Popen[str]]]:
         proc.stdout.close()
 
 
+# The start-up check's wait for a lock (`store.lock_wait`, default 30 s), short here so
+# the commands below give up after a second instead of SQLite's default half minute.
+LOCK_WAIT = 1.0
+
+
 def config_for(state: Path) -> dict[str, object]:
     return {
         "station": {"id": "ps-locked"},
         "state_dir": str(state),
+        "store": {"lock_wait": f"{LOCK_WAIT:g}s"},
         "sensors": [{"id": "outfall.ph", "kind": "ph"}],
         "console": {"host": "127.0.0.1", "port": free_port()},
     }
@@ -121,11 +127,12 @@ def test_once_the_lock_is_gone_the_same_file_checks_sound(
 def test_monitor_run_refuses_to_start_on_a_locked_outbox_with_exit_2(
     tmp_path: Path, state: Path, hold: Callable[[Path], subprocess.Popen[str]]
 ) -> None:
-    """Against `monitor run` itself: it waits the full 30 s busy timeout, then exits 2."""
+    """Against `monitor run` itself: it waits its whole `store.lock_wait`, then exits 2."""
     holder = hold(state / "outbox.sqlite")
     config = tmp_path / "station.yaml"
     config.write_text(yaml.safe_dump(config_for(state)))
     before = (state / "outbox.sqlite").read_bytes()
+    started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "monitor", "run", "--config", str(config)],
         capture_output=True,
@@ -133,9 +140,11 @@ def test_monitor_run_refuses_to_start_on_a_locked_outbox_with_exit_2(
         cwd=ROOT,
         timeout=120,
     )
+    assert time.monotonic() - started >= LOCK_WAIT  # it waited for the lock before giving up
     assert result.returncode == 2, result.stderr
     line = result.stderr.strip().splitlines()[-1]
     assert "cannot start" in line and str(state / "outbox.sqlite") in line and f"pid {holder.pid}" in line
+    assert "locked" in line and f"waited {LOCK_WAIT:g}s" in line
     assert "Traceback" not in result.stderr
     assert not list(state.glob("*.damaged-*"))
     assert (state / "outbox.sqlite").read_bytes() == before
@@ -149,6 +158,7 @@ def test_meters_list_says_locked_not_damaged_and_not_ok(
     doc = config_for(state)
     doc["sensors"] = [{"id": "shop.meter", "kind": "meter", "unit": "ft3", "register_digits": 6}]
     config.write_text(yaml.safe_dump(doc))
+    started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "monitor", "meters", "list", "--config", str(config)],
         capture_output=True,
@@ -156,6 +166,29 @@ def test_meters_list_says_locked_not_damaged_and_not_ok(
         cwd=ROOT,
         timeout=120,
     )
+    assert time.monotonic() - started >= LOCK_WAIT  # it waited for the lock before giving up
     assert result.returncode == 1, result.stderr
     assert f"pid {holder.pid}" in result.stderr and "locked" in result.stderr
+    assert f"waited {LOCK_WAIT:g}s" in result.stderr
     assert "DAMAGED" not in result.stderr and " ok" not in result.stdout
+
+
+def test_lock_wait_is_shown_by_check_config_and_a_bad_one_exits_2_naming_the_key(
+    tmp_path: Path, state: Path
+) -> None:
+    config = tmp_path / "station.yaml"
+    config.write_text(yaml.safe_dump(config_for(state)))
+    shown = subprocess.run(
+        [sys.executable, "-m", "monitor", "check-config", str(config)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert f"waits {LOCK_WAIT:g}s for a locked state file" in shown.stdout
+    doc = config_for(state)
+    doc["store"] = {"lock_wait": "0s"}
+    config.write_text(yaml.safe_dump(doc))
+    bad = subprocess.run(
+        [sys.executable, "-m", "monitor", "check-config", str(config)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "store.lock_wait" in bad.stderr, bad.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from monitor.commands import add_config_argument, config_path, load_config_or_exit
-from monitor.config import Config, redact_url
+from monitor.config import Config, Store, redact_url
 from monitor.config.sensors import Sensor, SensorRules
 from monitor.config.station import pump_ids
 from monitor.model import Kind
@@ -169,6 +169,9 @@ def summary(config: Config) -> str:
         lines.append(f"influx  {config.influx.api} {redact_url(config.influx.url)} -> {target}")
     else:
         lines.append("influx  not configured: series go to the local store only")
+    if config.store.lock_wait != Store().lock_wait:
+        wait = _dur(config.store.lock_wait)
+        lines.append(f"state   waits {wait} for a locked state file, then refuses to start")
     if config.console.enabled:
         write = "token set" if config.console.token else "no token: read-only"
         lines.append(f"console http://{config.console.host}:{config.console.port}/ ({write})")

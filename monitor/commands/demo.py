@@ -39,7 +39,8 @@ HELP = "run the monitor against a simulated station (console URL printed; Ctrl-C
 
 HISTORY = 86400.0  # station seconds of history seeded before the live run
 SEED_STEP = 60.0  # one seeded sample per sensor per station minute
-# Every station hour (a wall minute at 60x) for a day: a slug from minute 2 for
+SEED_BATCH = 60  # seeded steps (station minutes) stored and judged as one batch
+# Every station hour of the live run (a wall minute at 60x) for a day: a slug from minute 2 for
 # 20 minutes, and a pH excursion from minute 30 for 8 minutes.
 SCENARIOS = (("slug", 120.0, 1200.0), ("ph_excursion", 1800.0, 480.0))
 CYCLE, CYCLES = 3600.0, 24
@@ -59,6 +60,11 @@ TOKEN_ENV = "MONITOR_DEMO_TOKEN"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speed", type=float, default=60.0, help="station seconds per wall second")
     parser.add_argument("--port", type=int, default=8080, help="console port (a free one if taken)")
+    parser.add_argument(
+        "--modbus-port", type=int, default=25020,
+        help="the simulated station's Modbus TCP port, the lift station's the next one (a free one if"
+        " taken; 0: any free ports, for demos side by side)",
+    )  # fmt: skip
     parser.add_argument("--state-dir", help="keep state here (default: a fresh temporary directory)")
     parser.add_argument("--duration", type=float, help="stop after this many wall seconds")
     parser.add_argument("--influx-url", help="also write to this InfluxDB (v2 API; INFLUX_TOKEN env)")
@@ -83,6 +89,9 @@ def demo_config(
 ) -> Config:
     """The embedded station: the simulator's map (config/simulator.yaml), local store."""
     field = {"register": "holding", "type": "FLOAT32"}
+    # A reading each station minute at most, so at any --speed the slug rule sees a run
+    # (its max_sample_gap is 5 min) and the wet well a fill; once a second at 60x.
+    poll_interval = min(1.0, max(0.1, 60.0 / args.speed))
     raw: dict[str, Any] = {
         "station": {"id": "demo", "name": "Demo pumping station (simulated)"},
         "state_dir": str(state_dir),
@@ -105,9 +114,7 @@ def demo_config(
                     "name": "station-sim",
                     "host": "127.0.0.1",
                     "port": modbus_port,
-                    # A reading each station minute at most, so at any --speed the slug
-                    # rule sees a run (its max_sample_gap is 5 min); once a second at 60x.
-                    "poll_interval": min(1.0, max(0.1, 60.0 / args.speed)),
+                    "poll_interval": poll_interval,
                     "fields": [
                         {"sensor": "outfall.flow", "address": 0, **field},
                         {"sensor": "outfall.ph", "address": 2, **field},
@@ -118,7 +125,7 @@ def demo_config(
                         {"sensor": "mill.meter", "register": "holding", "address": 10, "type": "UINT32"},
                     ],
                 },
-                demo_station.station_device(lift_port),
+                demo_station.station_device(lift_port, poll_interval),
             ]
         },
         "console": {"host": "127.0.0.1", "port": console_port, "token": "${" + TOKEN_ENV + "}"},
@@ -151,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             state_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="monitor-demo-")))
         try:
-            config = demo_config(state_dir, free_port(25020), free_port(args.port), args, free_port(25021))
+            modbus, lift = (args.modbus_port, args.modbus_port + 1) if args.modbus_port else (0, 0)
+            config = demo_config(state_dir, free_port(modbus), free_port(args.port), args, free_port(lift))
         except ConfigError as exc:
             print_config_error(exc)
             return 2
@@ -171,23 +179,41 @@ def slug_factor(station: Station, el: float, duration: float) -> float:
     return max(SLUG_LEVEL, SLUG_LEVEL / (0.96 * low))
 
 
+def schedule(station: Station, live: float) -> None:
+    """The slugs and pH excursions of every station hour, counted from `live` (station
+    seconds since the simulation began) when the live run starts, so the first slug
+    comes two station minutes after the console URL however long the seeding took."""
+    for cycle in range(CYCLES):
+        for name, at, duration in SCENARIOS:
+            el = live + cycle * CYCLE + at
+            params = {"factor": slug_factor(station, el, duration)} if name == "slug" else {}
+            station.inject(name, el, duration, **params)
+
+
 def seed_history(
     daemon: Daemon, station: Station, start: float, speed: float, lift: LiftStation | None = None
 ) -> int:
-    """A day of readings before the live run, through the daemon's own pipeline."""
+    """A day of readings before the live run, through the daemon's own pipeline.
+
+    A station hour of readings per batch, as the live pipeline merges queued polls:
+    one transaction per store and hour instead of one per minute (the ledger's
+    synchronous=FULL commit took most of the seeding's time, 7 of 11 s)."""
     steps = int(HISTORY / SEED_STEP)
     count = 0
+    batch: list[Sample] = []
     for i in range(steps):
         st = start - HISTORY + i * SEED_STEP  # station time
         values = station.values(start + (st - start) / speed)
-        batch = [Sample(SENSORS[k], st, v) for k, v in values.items() if k in SENSORS]
+        batch += [Sample(SENSORS[k], st, v) for k, v in values.items() if k in SENSORS]
         if lift is not None:
             batch += demo_station.readings(lift, st)
+        if (i + 1) % SEED_BATCH and i != steps - 1:
+            continue
         daemon.pipeline.process(batch)
         count += len(batch)
-        if i % 60 == 0 or i == steps - 1:
-            done = (i + 1) / steps
-            print(f"\rseeding a day of history: {done:4.0%} ({count:,} readings)", end="", flush=True)
+        batch = []
+        done = (i + 1) / steps
+        print(f"\rseeding a day of history: {done:4.0%} ({count:,} readings)", end="", flush=True)
     print(flush=True)
     return count
 
@@ -202,11 +228,6 @@ async def _demo(config: Config, args: argparse.Namespace) -> int:
     # The simulated station began a day before the live run, so the seeded history
     # (meter totals included) is what it really read; same clock as `clock`.
     station = Station(seed=7, speed=args.speed, start=start - HISTORY / args.speed, origin=start - HISTORY)
-    for cycle in range(CYCLES):
-        for name, at, duration in SCENARIOS:
-            el = HISTORY + cycle * CYCLE + at
-            params = {"factor": slug_factor(station, el, duration)} if name == "slug" else {}
-            station.inject(name, el, duration, **params)
     device = config.modbus.devices[0] if config.modbus else None
     assert device is not None and isinstance(device.port, int)
     server = StationServer(station, host="127.0.0.1", port=device.port)
@@ -221,6 +242,12 @@ async def _demo(config: Config, args: argparse.Namespace) -> int:
     daemon = Daemon(config, clock)
     try:
         seed_history(daemon, station, start, args.speed, lift)
+        # The live run continues the seeded day where it ends, however long the seeding
+        # took (seconds on a busy machine: station hours at 240x): the station clock,
+        # the simulators on it included, starts now at `start`.
+        clock.start = time.time()
+        station.start = clock.start - HISTORY / args.speed
+        schedule(station, station.elapsed(clock.start))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, daemon.stop)

@@ -33,13 +33,14 @@ def station_sensors() -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def station_device(port: int) -> dict[str, Any]:
+def station_device(port: int, poll_interval: float = 1.0) -> dict[str, Any]:
+    """The lift station's PLC; polled as often as the outfall device (a station minute at most)."""
     bit = {"type": "BIT"}
     return {
         "name": "lift-station-sim",
         "host": "127.0.0.1",
         "port": port,
-        "poll_interval": "1s",
+        "poll_interval": poll_interval,
         "fields": [
             {"sensor": "ps.level", "register": "holding", "address": 0, "type": "FLOAT32"},
             {"sensor": "ps.flow", "register": "holding", "address": 2, "type": "FLOAT32"},

@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args.config, args.env_file)
     try:
-        damage = quick_check(ledger_path(config))
+        damage = quick_check(ledger_path(config), timeout=config.store.lock_wait)
     except StateLockedError as exc:  # locked is not damaged: say which, never "ok", never "DAMAGED"
         print(f"monitor meters: meter ledger {exc}", file=sys.stderr)
         return 1

@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args.config, args.env_file)
     os.umask(0o077)  # state files are the daemon's alone, with or without systemd's UMask
-    verdicts = check_state(config)
+    verdicts = check_state(config, busy_wait=config.store.lock_wait)
     try:
         require_sound_records(verdicts)
     except StateError as exc:

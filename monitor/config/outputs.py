@@ -53,6 +53,13 @@ class Store(Section):
         ge=0,
         description="bytes free on the state disk below which a low-space alarm warns (0: off)",
     )
+    lock_wait: Duration = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="how long the start-up check (and `monitor meters`) waits for a state file another"
+        " process holds locked (a backup, `monitor outbox drain`) before refusing: exit 2, nothing moved",
+    )
 
 
 MIN_TOKEN = 16  # characters; a short bearer token can be guessed over the network

@@ -138,6 +138,11 @@ class Drainer:
         finally:
             self._waiting = None
 
+    @property
+    def failing(self) -> bool:
+        """The last attempt failed: the server is down or refusing, until one succeeds."""
+        return self._failing
+
     def stop(self) -> None:
         """Make `run()` return once the request under way is settled (waits are cut short)."""
         self._stopping = True
