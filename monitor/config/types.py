@@ -19,7 +19,7 @@ class Section(BaseModel):
 
     `defer_build`: a section's validator is built when first used, inside the one
     `Config` validator, not once per class at import (a command that only imports the
-    config builds only the few used as field defaults, not all of them)."""
+    config, or validates one section, no longer builds all forty)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
