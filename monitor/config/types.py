@@ -15,13 +15,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, SecretStr, WithJson
 class Section(BaseModel):
     """Frozen and strict about keys, finite in every number: a typo, a NaN or an
     infinity must never silently disable an alarm (`high: .nan` compares false with
-    everything, `on_delay: .inf` never elapses).
+    everything, `on_delay: .inf` never elapses)."""
 
-    `defer_build`: a section's validator is built when first used, inside the one
-    `Config` validator, not once per class at import (a command that only imports the
-    config, or validates one section, no longer builds all forty)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
