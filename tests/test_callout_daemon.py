@@ -126,7 +126,7 @@ def test_sigkill_between_escalation_steps_then_each_step_is_sent_exactly_once(
         },
         "people": {p: {"name": p.title(), "contacts": {"mail": a}} for p, a in PEOPLE.items()},
         "rosters": {"night": list(PEOPLE)},
-        "pipelines": [{"name": "ph", "roster": "night", "delay": "4s", "match": {"sensors": ["outfall.*"]}}],
+        "pipelines": [{"name": "ph", "roster": "night", "delay": "2s", "match": {"sensors": ["outfall.*"]}}],
         "link_base": "https://gateway.example",
         "link_secret": "${LINK_SECRET}",
     }
@@ -144,7 +144,7 @@ def test_sigkill_between_escalation_steps_then_each_step_is_sent_exactly_once(
             timeout=30,
             what=f"the daemon to record alice's step; log:\n{log.read_text()}",
         )
-        daemon.send_signal(signal.SIGKILL)  # bob's step is 4 s away
+        daemon.send_signal(signal.SIGKILL)  # bob's step is 2 s away
         daemon.wait(timeout=10)
         assert smtp.to(PEOPLE["bob"]) == [], "the kill came too late to fall between the steps"
         daemon = start_daemon(config, log, certs["ca"])

@@ -10,6 +10,7 @@ seeded generator, so a failure can be run again as it was.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,33 +109,67 @@ def stored(state: Path) -> int:
 
 
 class Killer:
-    """Runs the daemon and SIGKILLs it at random moments, starting it again each time."""
+    """Runs the daemon and SIGKILLs it at seeded random points of its work, starting it again.
 
-    def __init__(self, config: Path, log: Path, rng: random.Random) -> None:
+    A kill point is an amount of progress, not a time: the daemon is killed once it has
+    stored `rng.randint(1, 1500)` readings more than when it started (or once InfluxDB holds
+    that many more points), so each kill lands while it works, under any load, and the run
+    takes as long as the work and the start-ups, not a timer.
+    """
+
+    def __init__(
+        self, config: Path, log: Path, rng: random.Random, proc: subprocess.Popen[bytes] | None = None
+    ) -> None:
         self.config, self.log, self.rng = config, log, rng
-        self.proc = start(config, log)
+        self.running_before = _running(log)
+        self.proc = proc or start(config, log)  # a start-up costs seconds: take over a running one
         self.kills = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Killer:
+    def kill_after(self, progress: Callable[[], int], limit: int, what: str) -> None:
+        """Kill the daemon once `progress()` has grown by a random amount (or reached `limit`,
+        when less work is left), then start it again."""
+        before, step = progress(), self.rng.randint(1, 1500)
+        target = min(before + step, limit)
+        wait_until(lambda: progress() >= target, timeout=120, what=f"{target - before} more {what}")
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        self.kills += 1
+        self.running_before = _running(self.log)
+        self.proc = start(self.config, self.log)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+class Publisher:
+    """The field side: publishes a phase's readings in chunks of 500 from its own thread,
+    while the daemon is killed and started again (QoS 1: the broker keeps them meanwhile)."""
+
+    def __init__(self, peer: Peer, batch: list[tuple[str, bytes]]) -> None:
+        self._thread = threading.Thread(target=self._run, args=(peer, batch), daemon=True)
+        self.error: BaseException | None = None
+
+    def _run(self, peer: Peer, batch: list[tuple[str, bytes]]) -> None:
+        try:
+            for chunk in range(0, len(batch), 500):
+                peer.publish_many(batch[chunk : chunk + 500])
+        except BaseException as exc:
+            self.error = exc
+
+    def __enter__(self) -> Publisher:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-        if exc[0] is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        self._thread.join(timeout=120)
+        assert not self._thread.is_alive(), "the publisher did not finish"
+        if self.error is not None:
+            raise self.error
 
-    def _run(self) -> None:
-        # The daemon takes about a second to start: it gets 0 to 2 s of work before each kill.
-        while not self._stop.wait(self.rng.uniform(1.0, 3.0)):
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
-            self.kills += 1
-            self.proc = start(self.config, self.log)
+
+KILLS = (5, 4)  # kill points in phase 1 (InfluxDB down) and phase 2 (up)
 
 
 def test_sigkill_at_random_moments_loses_and_doubles_nothing(
@@ -158,41 +193,43 @@ def test_sigkill_at_random_moments_loses_and_doubles_nothing(
     peer = Peer(broker.port, "dur-field")
     try:
         # Phase 1, InfluxDB down: readings pour in while the daemon is killed again and again.
-        daemon.send_signal(signal.SIGKILL)
-        daemon.wait(timeout=10)
-        with Killer(config, log, rng) as killer:
-            batch = readings(0, first, base)
-            for chunk in range(0, first, 500):
-                peer.publish_many(batch[chunk : chunk + 500])
-                time.sleep(rng.uniform(0.2, 0.6))
-        wait_until(lambda: stored(state) >= first, timeout=120, what="phase 1 readings stored")
+        killer = Killer(config, log, rng, daemon)
+        try:
+            with Publisher(peer, readings(0, first, base)):
+                for _ in range(KILLS[0]):
+                    killer.kill_after(functools.partial(stored, state), first, "readings stored")
+            wait_until(lambda: stored(state) >= first, timeout=120, what="phase 1 readings stored")
+        finally:
+            killer.stop()
         phase1_kills = killer.kills
-        killer.proc.send_signal(signal.SIGKILL)
-        killer.proc.wait(timeout=10)
 
         # Phase 2, InfluxDB up: killed during ingest and during the outbox drain.
         config.write_text(yaml.safe_dump(station(state, broker.port, influxdb1.url, database)))
         influxdb1.query(f'CREATE DATABASE "{database}"')
-        with Killer(config, log, rng) as killer:
-            batch = readings(first, second, base)
-            for chunk in range(0, second, 500):
-                peer.publish_many(batch[chunk : chunk + 500])
-                time.sleep(rng.uniform(0.2, 0.6))
-        wait_until(lambda: stored(state) >= total, timeout=120, what="phase 2 readings stored")
-        assert phase1_kills + killer.kills >= 6, "the test must kill the daemon several times"
-        killer.proc.send_signal(signal.SIGKILL)
-        killer.proc.wait(timeout=10)
+        killer = Killer(config, log, rng)
+        try:
+            with Publisher(peer, readings(first, second, base)):
+                for k in range(KILLS[1]):
+                    if k % 2:
+                        points = functools.partial(_influx_count, influxdb1, database, "sensor")
+                        killer.kill_after(points, total - total // 4, "points in InfluxDB")
+                    else:
+                        killer.kill_after(functools.partial(stored, state), total, "readings stored")
+            assert phase1_kills + killer.kills >= 6, "the test must kill the daemon several times"
 
-        # A last clean run empties the outbox into InfluxDB.
-        starts = log.read_text().count("running: 4 sensor(s)")
-        final = start(config, log)
-        wait_until(lambda: _influx_count(influxdb1, database, "sensor") >= total - total // 4,
-                   timeout=120, what="the outbox drained")  # fmt: skip
-        wait_until(lambda: _influx_count(influxdb1, database, "meter") >= total // 4, timeout=60,
-                   what="meter rows drained")  # fmt: skip
-        wait_until(lambda: log.read_text().count("running: 4 sensor(s)") > starts, timeout=30, what="start")
-        final.send_signal(signal.SIGTERM)
-        assert final.wait(timeout=60) == 0, log.read_text()[-3000:]
+            # The daemon started after the last kill is the last, clean run: it takes the rest
+            # of the readings and empties the outbox into InfluxDB.
+            final = killer.proc
+            wait_until(lambda: stored(state) >= total, timeout=120, what="phase 2 readings stored")
+            wait_until(lambda: _influx_count(influxdb1, database, "sensor") >= total - total // 4,
+                       timeout=120, what="the outbox drained")  # fmt: skip
+            wait_until(lambda: _influx_count(influxdb1, database, "meter") >= total // 4, timeout=60,
+                       what="meter rows drained")  # fmt: skip
+            wait_until(lambda: _running(log) > killer.running_before, timeout=30, what="start")
+            final.send_signal(signal.SIGTERM)
+            assert final.wait(timeout=60) == 0, log.read_text()[-3000:]
+        finally:
+            killer.stop()
     finally:
         peer.close()
 
@@ -228,6 +265,11 @@ def test_sigkill_at_random_moments_loses_and_doubles_nothing(
     ledger.close()
     meter_values = [1000 + i for i in range(total) if SENSORS[i % len(SENSORS)] == METER]
     assert sorted(held) == meter_values
+
+
+def _running(log: Path) -> int:
+    """How many daemons have logged that they run."""
+    return log.read_text().count("running: 4 sensor(s)")
 
 
 def _influx_count(influx: InfluxDB1, database: str, measurement: str) -> int:

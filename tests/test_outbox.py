@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from monitor.model import Condition, ConditionState, ManualClock, Rule
 from monitor.sinks.batch import Batch, Rejected
-from monitor.sinks.outbox import Outbox
+from monitor.sinks.outbox import SEGMENT_LINES, Outbox
 
 
 def _lines(n: int, start: int = 0) -> list[str]:
@@ -234,3 +234,25 @@ def test_outbox_matches_a_plain_queue_model(ops: list[Op], cap_lines: int) -> No
             assert ob.pending_lines(10**6) == list(model)
             assert (stats.pending, stats.dropped, stats.written) == (len(model), dropped, written)
             assert stats.pending_bytes == len(model) * size
+
+
+def test_a_large_append_is_stored_in_bounded_segments_and_drains_in_order(tmp_path: Path) -> None:
+    """A replay appends millions of points at once; held in one row, every 5,000-point batch
+    would re-read and rewrite the whole row (quadratic). One transaction, rows of at most
+    SEGMENT_LINES, and batches that cut a segment still deliver every line once, in order."""
+    lines = _lines(12_345)
+    with Outbox(tmp_path / "o.sqlite", clock=ManualClock(1000.0)) as ob:
+        assert ob.append(lines) == 0
+        rows = list(ob._db.execute("SELECT id, count FROM segment ORDER BY id"))
+        assert [n for _, n in rows] == [SEGMENT_LINES] * 12 + [345]
+        last = rows[-1][0]
+        assert ob.pending == 12_345
+        got: list[bytes] = []
+        while (batch := ob.peek(1_500)) is not None:  # 1,500 cuts every other segment
+            got.extend(batch.body.split(b"\n"))
+            ob.ack(batch)
+        assert got == [line.encode() for line in lines]
+        assert ob.stats().pending == 0
+    with Outbox(tmp_path / "o.sqlite", clock=ManualClock(2000.0)) as ob:  # ids never repeat
+        ob.append(_lines(3))
+        assert [i for (i,) in ob._db.execute("SELECT id FROM segment")] == [last + 1]

@@ -111,7 +111,8 @@ def test_sigkill_mid_drain_then_restart_loses_nothing(tmp_path: Path, repo_root:
         )
         samples = [s for k in range(80) for s in _chunk(k)]  # 80,000 points
         with Outbox(outbox_path(config)) as outbox:
-            outbox.append(serializer_for(config).samples(samples))
+            for k in range(80):  # appended slice by slice, as a replay or the daemon appends them
+                outbox.append(serializer_for(config).samples(_chunk(k)))
         drain = [
             sys.executable,
             "-m",

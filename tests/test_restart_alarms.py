@@ -185,9 +185,18 @@ def test_after_a_broker_restart_a_late_subscriber_sees_what_the_console_shows(
     try:
         wait_until(lambda: "connected as" in log.read_text(), timeout=30, what="the daemon's MQTT session")
         field = Peer(broker.port, "rb-field")
-        field.publish("rb/x/ph", b"3.0")
-        field.publish("rb/y/ph", b"3.0")
-        wait_until(lambda: len(states()) == 2, timeout=20, what="two alarms")
+
+        def both_raised() -> bool:
+            """The daemon logs "connected as" before the broker has its subscription, and a
+            reading published before that is not for it: pH 3 again until both alarms show
+            (the same reading again changes nothing once an alarm is raised)."""
+            if len(states()) == 2:
+                return True
+            field.publish("rb/x/ph", b"3.0")
+            field.publish("rb/y/ph", b"3.0")
+            return False
+
+        wait_until(both_raised, timeout=30, what="two alarms")
         field.publish("rb/y/ph", b"7.0")  # y returns, unacknowledged
         wait_until(
             lambda: states().get("y.ph/low") == "returned_unacknowledged", timeout=20, what="y returned"
@@ -203,10 +212,25 @@ def test_after_a_broker_restart_a_late_subscriber_sees_what_the_console_shows(
         broker.start()
         wait_until(lambda: log.read_text().count("connected again") >= 1, timeout=60, what="reconnect")
 
+        # The daemon re-publishes its alarms after "connected again" is logged, so a subscriber
+        # arriving now could get them live. The first late subscriber is the barrier: once it has
+        # seen both topics (live or retained), the broker holds both; a second, later one must
+        # then receive both from the broker's retained store, with the retain flag.
+        topics = {"station-monitor/ps-rb/alarms/x.ph/low", "station-monitor/ps-rb/alarms/y.ph/low"}
+        barrier = Peer(broker.port, "rb-barrier")
+        barrier.subscribe("station-monitor/ps-rb/alarms/#")
+        wait_until(
+            lambda: topics <= {topic for topic, payload, _ in barrier.received() if payload},
+            timeout=20,
+            what=f"both alarms at the broker; got {barrier.received()}",
+        )
+        barrier.close()
         late = Peer(broker.port, "rb-late")
         late.subscribe("station-monitor/ps-rb/alarms/#")
         wait_until(
-            lambda: len(late.received()) >= 2, timeout=20, what=f"retained alarms; got {late.received()}"
+            lambda: topics <= {topic for topic, payload, flag in late.received() if flag and payload},
+            timeout=20,
+            what=f"retained alarms; got {late.received()}",
         )
         retained = {
             topic.split("/alarms/", 1)[1]: json.loads(payload)["state"]

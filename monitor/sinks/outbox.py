@@ -1,8 +1,8 @@
 """The durable outbox: every point is committed here before it counts as taken.
 
 One SQLite file in WAL mode (`state_dir/outbox.sqlite`). Each `append` commits
-one *segment* row: its lines joined by newlines, so a 5,000-point append is one
-row, not 5,000, and a batch for the server is a few blobs concatenated. A
+*segment* row per 1,000 lines: the lines joined by newlines, so a 5,000-point append
+is five rows, not 5,000, and a batch for the server is a few blobs concatenated. A
 segment's `skip` counts its leading lines already gone (acknowledged or
 dropped); the row is deleted when all are.
 
@@ -38,6 +38,10 @@ OUTBOX_SENSOR = "outbox"  # the pseudo-sensor the OUTBOX condition names
 OUTBOX_CITATION = "station-monitor outbox size cap"
 CLEAR_FRACTION = 0.9  # the cap alarm clears once the backlog is below 90 % of the cap
 MAX_REASON = 2000
+# An append is stored as segments of at most this many lines (in one transaction): a batch
+# that takes part of a segment rewrites that row, so a 10 M-point replay append held in one
+# row would be re-read and rewritten by every 5,000-point batch (quadratic drain).
+SEGMENT_LINES = 1000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS segment (
@@ -113,24 +117,31 @@ class Outbox:
         """
         if not lines:
             return 0
-        body = "\n".join(lines).encode()
-        if body.count(b"\n") != len(lines) - 1:
-            raise OutboxError(f"a point for {self.path} contains a line break; the serialiser must escape it")
-        size = len(body) + 1
+        bodies = []
+        for at in range(0, len(lines), SEGMENT_LINES):
+            part = lines[at : at + SEGMENT_LINES]
+            body = "\n".join(part).encode()
+            if body.count(b"\n") != len(part) - 1:
+                raise OutboxError(
+                    f"a point for {self.path} contains a line break; the serialiser must escape it"
+                )
+            bodies.append((len(part), body))
+        size = sum(len(body) + 1 for _, body in bodies)
         now = self.clock.now()
         try:
             with _Transaction(self._db) as db:
                 next_id, pending_bytes, episode = db.execute(
                     "SELECT next_id, pending_bytes, episode_dropped FROM meta"
                 ).fetchone()
-                db.execute(
-                    "INSERT INTO segment VALUES (?, ?, ?, 0, ?, ?)", (next_id, now, len(lines), size, body)
+                db.executemany(
+                    "INSERT INTO segment VALUES (?, ?, ?, 0, ?, ?)",
+                    [(next_id + i, now, n, len(body) + 1, body) for i, (n, body) in enumerate(bodies)],
                 )
                 dropped_rows = dropped_bytes = 0
                 if pending_bytes + size > self.max_bytes:
                     dropped_rows, dropped_bytes = self._drop_oldest(db, pending_bytes + size - self.max_bytes)
                 db.execute(
-                    "UPDATE meta SET next_id = next_id + 1, pending_rows = pending_rows + ?,"
+                    f"UPDATE meta SET next_id = next_id + {len(bodies)}, pending_rows = pending_rows + ?,"
                     " pending_bytes = pending_bytes + ?, dropped = dropped + ?,"
                     " episode_dropped = episode_dropped + ?",
                     (len(lines) - dropped_rows, size - dropped_bytes, dropped_rows, dropped_rows),
