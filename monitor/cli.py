@@ -11,6 +11,7 @@ the simulators; `monitor --help` imports them all to list their help lines.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import importlib.util
 import sys
@@ -110,7 +111,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    """`monitor` as a program: `main()`, then an exit that skips the interpreter's last
+    garbage collections.
+
+    At exit every object is either still referenced or garbage the process takes with
+    it. Frozen (`gc.freeze`), the final collections no longer walk the hundreds of
+    thousands that pydantic, FastAPI and NumPy leave: that was most of `monitor run`'s
+    SIGTERM-to-exit time and a sixth of `check-config`'s CPU. Objects freed by their
+    reference count are still finalised; every store is closed explicitly before this.
+    """
+    try:
+        code = main()
+    finally:
+        gc.freeze()
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from monitor.alarms import AlarmManager, Dispatcher, Notifier
 from monitor.alarms.mqtt import AlarmPublisher, MqttCommands
-from monitor.alarms.webhook import people_notifiers
+from monitor.alarms.people import people_notifiers
 from monitor.callout import Callout, HeartbeatPinger
 from monitor.config import Config
 from monitor.diskspace import DiskWatch

@@ -136,6 +136,14 @@ def test_sigkill_between_escalation_steps_then_each_step_is_sent_exactly_once(
     daemon = start_daemon(config, log, certs["ca"])
     try:
         smtp.wait_for(PEOPLE["alice"], timeout=60)
+        # Between the steps means after the daemon has recorded alice's as sent: the server
+        # has her mail before the client's QUIT and the commit, and a kill in that window
+        # rightly sends it again (at least once). The log line follows the commit.
+        wait_until(
+            lambda: "step 0: alice told by mail" in log.read_text(),
+            timeout=30,
+            what=f"the daemon to record alice's step; log:\n{log.read_text()}",
+        )
         daemon.send_signal(signal.SIGKILL)  # bob's step is 2 s away
         daemon.wait(timeout=10)
         assert smtp.to(PEOPLE["bob"]) == [], "the kill came too late to fall between the steps"

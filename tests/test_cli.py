@@ -121,6 +121,24 @@ def test_a_command_imports_only_its_own_module() -> None:
     assert "rate_per_kcf: 10.00" in result.stdout
     loaded = set(json.loads(result.stdout.splitlines()[-1]))
     assert not {"monitor.commands.demo", "monitor.daemon", "fastapi", "simulators"} & loaded
+    # The export's historian (pyarrow), ledger (NumPy) and spreadsheet writer load with the export.
+    assert not {"pyarrow", "numpy", "openpyxl", "monitor.commands.billing_historian"} & loaded
+
+
+def test_monitor_run_loads_no_replay_reader_and_no_unconfigured_http_client() -> None:
+    """What `monitor run` imports before it is ready: the replay input (pyarrow) is for
+    `monitor replay`, httpx for a configured webhook or heartbeat only."""
+    probe = (
+        "import sys, monitor.commands.run, monitor.web.station\n"
+        "import json; print(json.dumps(sorted(sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = set(json.loads(result.stdout.splitlines()[-1]))
+    assert {"monitor.daemon", "fastapi", "uvicorn"} <= loaded  # the probe did load the daemon
+    assert not {"pyarrow", "monitor.sources.replay", "httpx", "openpyxl"} & loaded
 
 
 def test_demo_module_does_not_import_the_simulators() -> None:

@@ -32,10 +32,25 @@ state must be exact), or as a *notifier* to get what a person should get
 gives the raw (`Entry`, `Alarm`) stream synchronously (the console uses it).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from monitor.alarms.journal import Entry, Journal
 from monitor.alarms.manager import AlarmManager, journal_path
 from monitor.alarms.notify import Dispatcher, Flood, LogNotifier, Notifier
-from monitor.alarms.webhook import WebhookNotifier, people_notifiers
+from monitor.alarms.people import people_notifiers
+
+if TYPE_CHECKING:
+    from monitor.alarms.webhook import WebhookNotifier
+
+
+def __getattr__(name: str) -> Any:
+    """`WebhookNotifier` on first use (PEP 562): it loads httpx, which most stations never need."""
+    if name == "WebhookNotifier":
+        from monitor.alarms.webhook import WebhookNotifier
+
+        return WebhookNotifier
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AlarmManager",

@@ -12,8 +12,8 @@ import logging
 
 import httpx
 
-from monitor.alarms.notify import Flood, LogNotifier, Notifier
-from monitor.config import Config, Webhook, redact_url
+from monitor.alarms.notify import Flood
+from monitor.config import Webhook, redact_url
 from monitor.errors import WriteError, WriteTimeoutError
 from monitor.model import Alarm
 
@@ -86,11 +86,3 @@ class WebhookNotifier:
 
     async def aclose(self) -> None:
         await self._client.aclose()
-
-
-def people_notifiers(config: Config) -> list[Notifier]:
-    """The notifiers a station's config asks for: always the log, the webhook when set."""
-    out: list[Notifier] = [LogNotifier()]
-    if config.alarms.webhook is not None:
-        out.append(WebhookNotifier(config.alarms.webhook, config.station.id))
-    return out

@@ -8,10 +8,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from monitor.callout.http import Pinger
 from monitor.config.notify import Heartbeat as HeartbeatConfig
 from monitor.errors import WriteError
+
+if TYPE_CHECKING:
+    from monitor.callout.http import Pinger
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +25,9 @@ class HeartbeatPinger:
     def __init__(self, config: HeartbeatConfig, problems: Callable[[], Sequence[str]]) -> None:
         self.config = config
         self.problems = problems
-        self.pinger = Pinger(config.url, config.timeout)
+        from monitor.callout.http import Pinger  # httpx, only when a heartbeat is configured
+
+        self.pinger: Pinger = Pinger(config.url, config.timeout)
         self.sent = 0
         self.failed = 0
         self.withheld = 0

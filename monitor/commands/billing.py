@@ -7,15 +7,19 @@ import sys
 import time
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from monitor.commands import load_config_or_exit
-from monitor.commands.billing_historian import Sheets, export_from_historian
 from monitor.errors import MeterError, MonitorError
 from monitor.meters.billing import export_rows, rate, write_csv, write_export, write_json
-from monitor.meters.book import open_ledger
 from monitor.meters.periods import presentation, quarter
-from monitor.meters.xlsx import write_xlsx
 from monitor.model import iso
+
+if TYPE_CHECKING:
+    from monitor.commands.billing_historian import Sheets
+
+# The historian (pyarrow), the ledger (NumPy) and openpyxl are imported by the export
+# that needs them: `billing rate` is arithmetic and starts without them.
 
 HELP = "billing: the §139-3 rate per 1,000 ft3, and the quarterly export from the meter ledger"
 
@@ -95,6 +99,9 @@ def _rate(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     if args.format == "xlsx" and args.out == "-":
         raise MeterError("an XLSX export needs --out FILE")
+    from monitor.commands.billing_historian import Sheets, export_from_historian
+    from monitor.meters.book import open_ledger
+
     if args.from_influx:
         return _write(args, export_from_historian(args), "the historian")
     if len(args.config) > 1:
@@ -134,6 +141,8 @@ def _write(args: argparse.Namespace, sheets: Sheets, source: str) -> int:
         (write_json if args.format == "json" else write_csv)(rows, sys.stdout)
         return 0
     if args.format == "xlsx":
+        from monitor.meters.xlsx import write_xlsx
+
         write_xlsx(sheets.sheets, Path(args.out))
     else:
         write_export(rows, Path(args.out), args.format)

@@ -11,15 +11,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from monitor.config import Config
 from monitor.engine import Engine, ReplayStep, replay_steps
-from monitor.sources.replay import Samples
 from monitor.station.derive import Derivation, derive_arrays
 from monitor.station.tracker import StationTracker, track_arrays
+
+if TYPE_CHECKING:  # the replay input (and pyarrow behind it): only replay itself loads it
+    from monitor.sources.replay import Samples
 
 log = logging.getLogger(__name__)
 
