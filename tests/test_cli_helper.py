@@ -163,7 +163,10 @@ def test_process_state_a_command_changes_is_put_back(monkeypatch: pytest.MonkeyP
         return 0
 
     monkeypatch.setattr(monitor.commands.profile, "run", run)
-    logging.getLogger("pymodbus")
+    # A known level that is not the stand-in's (an earlier test in this worker may have left
+    # pymodbus at CRITICAL: the daemon's own modbus source sets it).
+    pymodbus = logging.getLogger("pymodbus")
+    monkeypatch.setattr(pymodbus, "level", logging.WARNING)
     umask = os.umask(0o022)
     os.umask(umask)
     hup, policy = signal.getsignal(signal.SIGHUP), asyncio.get_event_loop_policy()
@@ -171,7 +174,7 @@ def test_process_state_a_command_changes_is_put_back(monkeypatch: pytest.MonkeyP
     now = os.umask(0o022)
     os.umask(now)
     assert (now, signal.getsignal(signal.SIGHUP), asyncio.get_event_loop_policy()) == (umask, hup, policy)
-    assert logging.getLogger("pymodbus").level == logging.NOTSET
+    assert logging.getLogger("pymodbus").level == logging.WARNING
     assert logging.root.manager.disable == logging.NOTSET
 
 
