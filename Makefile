@@ -7,6 +7,11 @@
 # would compile its ~110 modules again (0.25 s of CPU for `monitor run` on this machine).
 .PHONY: demo test check docs lint bench clean bytecode
 
+# Some machines (this one) set PYTHONDONTWRITEBYTECODE: then pytest cannot cache its
+# rewritten test modules either, and every xdist worker spends ~6 s of CPU rewriting the
+# asserts of all 100 test modules again. The recipes below run without it.
+unexport PYTHONDONTWRITEBYTECODE
+
 bytecode:
 	.venv/bin/python -m compileall -q monitor simulators
 
@@ -29,7 +34,7 @@ check:
 	.venv/bin/ruff format --check monitor simulators tests bench scripts
 	.venv/bin/mypy
 	$(MAKE) --no-print-directory bytecode
-	.venv/bin/python -m pytest -q -n 2 -m "not services"
+	MONITOR_TEST_TIER=check .venv/bin/python -m pytest -q -n 2 -m "not services and not integration"
 
 docs:
 	@scripts/bootstrap.sh python

@@ -52,8 +52,13 @@ def _popen(module: object) -> bool:
 # build always means the change, never the dice; on a developer's machine they keep
 # exploring new examples.
 settings.register_profile("ci", derandomize=True, print_blob=True)
+# `make check` (the edit-test loop) draws fewer examples: tests/examples.py scales the
+# explicit counts, this profile the default of the tests that set none.
+settings.register_profile("check", max_examples=20)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+elif os.environ.get("MONITOR_TEST_TIER") == "check":
+    settings.load_profile("check")
 
 
 @pytest.fixture(scope="session")

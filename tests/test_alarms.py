@@ -15,6 +15,7 @@ from monitor.config import Alarms
 from monitor.config.outputs import PriorityOverride
 from monitor.errors import AlarmError
 from monitor.model import Alarm, AlarmState, Condition, ConditionState, ManualClock, Priority, Rule
+from tests.examples import examples
 
 T0 = 1_780_000_000.0
 PH = "outfall.ph"
@@ -372,7 +373,7 @@ def test_journal_open_failure_is_a_state_error(tmp_path: Path) -> None:
 OPS = ["on", "off", "ack", "shelve", "unshelve", "remove", "return", "suppress", "unsuppress", "wait"]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st_ops=strategies.lists(
         strategies.tuples(strategies.sampled_from(OPS), strategies.booleans()), max_size=30

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from monitor.engine.baseline import MAX_BUCKETS, Baselines, geometry, quantum_for
 from monitor.engine.slug import step
+from tests.examples import examples
 
 T0 = 1_780_000_000.0
 SCALE = 1e5  # the largest value a row's sensor can report; sums count in quanta of it
@@ -36,7 +37,7 @@ def brute_mean(width: float, size: int, times: np.ndarray, values: np.ndarray, k
     return float(np.mean(values[sel])) if sel.any() else None
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(stream=streams())
 def test_live_mean_equals_brute_force(stream: tuple[float, np.ndarray, np.ndarray]) -> None:
     window, times, values = stream
@@ -61,7 +62,7 @@ def test_live_mean_equals_brute_force(stream: tuple[float, np.ndarray, np.ndarra
     )
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(stream=streams(), cut=st.floats(0, 1))
 def test_batch_means_equal_brute_force_and_live(
     stream: tuple[float, np.ndarray, np.ndarray], cut: float

@@ -27,6 +27,8 @@ from monitor.meters.periods import presentation
 from monitor.model import Sample, parse_time
 from tests import cli
 
+pytestmark = pytest.mark.integration  # whole commands over golden cases: `make test`, not `make check`
+
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "cases" / "billing"
 DEFAULTS: dict[str, Any] = {"quarter": "2026Q3", "presented": None, "replay_transitions": 3}

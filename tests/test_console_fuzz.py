@@ -15,6 +15,7 @@ from monitor.config import Console
 from monitor.model import ManualClock, Sample
 from monitor.web import create_app
 from tests.console import T0, TOKEN, TableView, fill_day
+from tests.examples import examples
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -37,7 +38,9 @@ def test_api_never_answers_500(tmp_path: Path) -> None:
     for operation in operations:
 
         @given(case=operation.as_strategy())
-        @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @settings(
+            max_examples=examples(30), deadline=None, suppress_health_check=list(HealthCheck), database=None
+        )
         def fuzz(case: Any) -> None:
             # With the token, so generated bodies reach the alarm manager, not just the auth check.
             case.call_and_validate(headers=AUTH, checks=[not_a_server_error])

@@ -166,6 +166,7 @@ def block(page: str, containing: str) -> str:
     return found[0]
 
 
+@pytest.mark.integration
 def test_the_install_steps_give_a_config_that_checks_clean(tmp_path: Path) -> None:
     """The old README's example, copied to /etc, failed twice: its profile path resolved
     beside the copy, and three secrets were unset. The documented steps, run as written."""
@@ -271,6 +272,7 @@ def test_the_example_config_comments_describe_real_keys() -> None:
         assert section in reference and f"| `{key}` |" in reference.split(section, 1)[1], path
 
 
+@pytest.mark.integration
 def test_mkdocs_builds_strict(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-d", str(tmp_path / "site")],

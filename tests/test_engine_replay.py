@@ -21,6 +21,7 @@ from monitor.engine import (
 from monitor.errors import StateError
 from monitor.model import ConditionState, ManualClock, Sample
 from tests.engine_helpers import T0, as_samples, canon, live, station
+from tests.examples import examples
 
 # Short windows so a few hundred samples cover warm-up, slugs, gaps and restarts.
 CONFIG = station(
@@ -140,7 +141,7 @@ def replay_all(engine: Engine, stream: Stream, batch: int) -> list:  # type: ign
     return out
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream=streams(), batch=st.integers(1, 500), config=st.sampled_from([CONFIG, PLAIN, EDGES]))
 def test_replay_equals_live(stream: Stream, batch: int, config: Config) -> None:
     a = Engine(config.rules, ManualClock())
@@ -155,7 +156,7 @@ def test_replay_equals_live(stream: Stream, batch: int, config: Config) -> None:
     assert np.array_equal(a.baselines.counts, b.baselines.counts)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream=streams(), cut=st.floats(0, 1), use_replay=st.booleans())
 def test_checkpoint_and_restore_give_the_same_events(
     stream: Stream, cut: float, use_replay: bool, tmp_path_factory: pytest.TempPathFactory
@@ -220,7 +221,7 @@ def test_corrupt_checkpoint_is_reported_and_ignored(tmp_path: Path, caplog: pyte
     assert not (tmp_path / "engine.npz.tmp").exists()
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream=streams())
 def test_replay_falls_back_to_one_sample_at_a_time_identically(stream: Stream) -> None:
     # One round is rarely enough when something is over; the fallback must agree too.

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.model import Condition, ConditionState, Rule, event_lines
+from tests.examples import examples
 
 times = st.one_of(
     st.integers(0, 4_102_444_800).map(float),
@@ -33,7 +34,7 @@ conditions = st.builds(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.lists(conditions, max_size=20))
 def test_event_lines_are_json_dumps_of_to_json_byte_for_byte(conds: list[Condition]) -> None:
     expected = "".join(json.dumps(c.to_json(), ensure_ascii=False) + "\n" for c in conds)

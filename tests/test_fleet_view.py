@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.fleet.view import FleetView
+from tests.examples import examples
 
 P = "station-monitor"
 ALARM = {
@@ -122,7 +123,7 @@ def test_hostile_publishers_are_bounded_and_counted() -> None:
     assert "ps-0" not in view.stations
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(
         st.tuples(

@@ -31,6 +31,8 @@ from tests.incident_helpers import (
     run_live,
 )
 
+pytestmark = pytest.mark.integration  # whole commands over golden cases: `make test`, not `make check`
+
 CONTRACT = {
     "id", "sensor", "rule", "citation", "start", "alarm_time", "end", "baseline", "peak_value",
     "peak_multiple", "excess_volume_gal", "excess_mass_lb", "coverage", "statement_due",

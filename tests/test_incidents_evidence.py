@@ -19,6 +19,7 @@ from monitor.incidents import IncidentStore, IncidentTracker
 from monitor.incidents.evidence import csv_rows, slow_rows
 from monitor.incidents.figures import Series, run_end, run_end_since, run_ends
 from monitor.incidents.store import CSV_HEADER
+from tests.examples import examples
 from tests.incident_helpers import load
 
 # Times an evidence file meets: whole seconds, milliseconds, sub-microsecond fractions that
@@ -40,7 +41,7 @@ VALUES = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(st.tuples(TIMES, VALUES, st.integers(-128, 127)), min_size=0, max_size=60),
     st.sampled_from(["flow", "outfall.oil", "pH é"]),
@@ -101,7 +102,7 @@ def test_a_schema_1_store_reads_and_verifies_and_a_sample_is_stored_once(tmp_pat
         assert store.evidence("i1", "oil")[1].tolist() == [15.0]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(st.tuples(st.floats(0.0, 40.0), st.booleans()), min_size=0, max_size=400),
     st.floats(0.0, 2e5),
@@ -126,7 +127,7 @@ def test_the_windowed_end_is_the_whole_runs_end(
     assert run_end_since(fetch, after, clear, 10.0, high) == whole
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(st.tuples(st.floats(0.0, 40.0), st.booleans()), min_size=0, max_size=300),
     st.lists(st.floats(-100.0, 1.5e5), min_size=1, max_size=30),
@@ -188,7 +189,7 @@ def test_live_batches_of_one_sample_fill_a_few_blocks_not_one_each(tmp_path: Pat
         assert store.evidence("i1")[1][:2].tolist() == [-1.0, 0.0]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.lists(
         st.tuples(

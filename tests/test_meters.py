@@ -19,6 +19,7 @@ from monitor.meters.book import MeterBook, meter_records, meter_specs
 from monitor.meters.ledger import Ledger, Replacement, to_ms
 from monitor.meters.totalizer import MeterSpec, dec, ft3_to_gal, judge, to_ft3
 from monitor.model import ConditionState, Quality, Rule, Sample, parse_time
+from tests.examples import examples
 
 H = 3600.0
 
@@ -158,7 +159,7 @@ def test_bad_quality_samples_and_other_sensors_are_not_readings(tmp_path: Path) 
     book.close()
 
 
-@settings(max_examples=25, deadline=None)  # two SQLite ledgers per example
+@settings(max_examples=examples(25), deadline=None)  # two SQLite ledgers per example
 @given(seed=st.integers(0, 2**32 - 1))
 def test_any_arrival_order_gives_the_same_ledger(seed: int, tmp_path_factory: pytest.TempPathFactory) -> None:
     rng = random.Random(seed)

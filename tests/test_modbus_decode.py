@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from monitor.errors import DecodeError
 from monitor.sources.modbus import decode_value
 from monitor.sources.modbus_decode import TYPES, compile_decoder, register_count
+from tests.examples import examples
 
 ORDERS = ("ABCD", "DCBA", "BADC", "CDAB")
 
@@ -144,7 +145,7 @@ def test_bad_input_raises_decode_error() -> None:
     assert register_count("STRING", 5) == 5 and register_count("FLOAT64") == 4
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     words=st.lists(st.integers(0, 0xFFFF), min_size=4, max_size=4),
     type=st.sampled_from(sorted(TYPES)),

@@ -23,6 +23,7 @@ from monitor.config import Alarms
 from monitor.errors import AlarmError, SourceError
 from monitor.model import Alarm, AlarmState, Condition, ConditionState, ManualClock, Priority, Rule
 from monitor.sources.mqtt import MqttLink
+from tests.examples import examples
 from tests.mqtt_tools import Peer, make_ca, mqtt_config
 from tests.services import Mosquitto, free_port, wait_until
 from tests.waiting import until
@@ -423,7 +424,7 @@ command_docs = st.one_of(
 )
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(doc=command_docs, raw=st.binary(max_size=64), use_raw=st.booleans())
 def test_random_commands_give_a_command_or_an_alarm_error(doc: object, raw: bytes, use_raw: bool) -> None:
     payload = raw if use_raw else json.dumps(doc).encode()

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from monitor.config import Subscription
 from monitor.errors import PayloadError
 from monitor.sources.payload import BadPayloads, Limits, Route, matches, parse
+from tests.examples import examples
 
 NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
@@ -172,7 +173,7 @@ routes = st.sampled_from(
 topics = st.one_of(st.just("plant/outfall/ph"), st.text(max_size=10).map(lambda t: f"plant/{t}/ph"))
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=examples(2000), deadline=None)
 @given(r=routes, topic=topics, payload=payloads)
 def test_random_payloads_give_a_good_sample_or_a_payload_error(r: Route, topic: str, payload: bytes) -> None:
     limits = Limits(max_payload=256, max_skew=300)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from monitor.model import Condition, ConditionState, ManualClock, Rule
 from monitor.sinks.batch import Batch, Rejected
 from monitor.sinks.outbox import SEGMENT_LINES, Outbox
+from tests.examples import examples
 
 
 def _lines(n: int, start: int = 0) -> list[str]:
@@ -169,7 +170,7 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(ops=ops, cap_lines=st.integers(5, 80))
 def test_outbox_matches_a_plain_queue_model(ops: list[Op], cap_lines: int) -> None:
     """Appends of any size, batches of any size cut across segments, reads ahead of a

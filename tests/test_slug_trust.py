@@ -23,6 +23,7 @@ from monitor.engine.baseline import Baselines, quantum_for
 from monitor.engine.slug import step
 from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample
 from tests.engine_helpers import T0, canon, live, station
+from tests.examples import examples
 
 FLOW: dict[str, Any] = {"id": "flow", "kind": "flow", "unit": "gpm", "stale_after": "1h"}
 STEP = 30.0  # seconds between readings
@@ -162,7 +163,7 @@ def test_min_baseline_is_converted_to_the_sensor_unit() -> None:
     assert o.min_baseline == 0.5
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     values=st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=300),
     steps=st.lists(st.sampled_from([0.5, 10.0, 60.0, 3600.0, 90000.0]), min_size=1, max_size=300),
@@ -182,7 +183,7 @@ def test_no_sequence_of_finite_readings_makes_a_baseline_negative_or_nan(
         assert slug is not None and (math.isnan(slug.last_mean) or slug.last_mean >= 0.0)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     values=st.lists(st.floats(0.0, 1e6), min_size=1, max_size=200), window=st.sampled_from([600.0, 86400.0])
 )

@@ -12,12 +12,15 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
 import yaml
 
 from monitor.config import load_config
 from monitor.daemon import Daemon
 from monitor.model import ManualClock, Rule, Sample
 from simulators.lift_station import LiftStation
+
+pytestmark = pytest.mark.integration  # whole commands over golden cases: `make test`, not `make check`
 
 ROOT = Path(__file__).resolve().parent.parent
 START = 1_767_225_600.0

@@ -24,6 +24,8 @@ from monitor.station import Derivation, StationTracker, derive_arrays, station_s
 from simulators.lift_station import LiftStation
 from tests import cli
 
+pytestmark = pytest.mark.integration  # whole commands over golden cases: `make test`, not `make check`
+
 ROOT = Path(__file__).resolve().parent.parent
 START = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 INTERVAL = 10.0
