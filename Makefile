@@ -1,7 +1,11 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
-# `make check` is the fast tier for the edit-test loop: lint, types, and the tests that
-# need no service (no Mosquitto, InfluxDB, VictoriaMetrics, Chromium, Modbus server or
-# daemon process; tests/conftest.py marks those `services`). `make test` is what CI runs.
+# `make test` is what CI runs: lint, types and every test (the docs build strict among
+# them, tests/test_docs.py) on four xdist workers (two cores: many tests wait on a broker,
+# a database or a daemon rather than the CPU), the longest first (tests/conftest.py).
+# `make check` is the fast tier for the edit-test loop: lint, types, and the unit and
+# property tests that need no service (no Mosquitto, InfluxDB, VictoriaMetrics, Chromium,
+# Modbus server or daemon process; tests/conftest.py marks those `services`) and are not
+# whole commands over golden cases (`integration`), with a fifth of the property examples.
 # Each target byte-compiles the package first: the test suite starts `monitor` a few
 # hundred times, and with PYTHONDONTWRITEBYTECODE set (or a read-only tree) every start
 # would compile its ~110 modules again (0.25 s of CPU for `monitor run` on this machine).
@@ -24,9 +28,8 @@ test:
 	.venv/bin/ruff check monitor simulators tests bench scripts
 	.venv/bin/ruff format --check monitor simulators tests bench scripts
 	.venv/bin/mypy
-	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 	$(MAKE) --no-print-directory bytecode
-	.venv/bin/python -m pytest -q
+	.venv/bin/python -m pytest -q -n 4 --dist loadfile
 
 check:
 	@scripts/bootstrap.sh python

@@ -23,7 +23,20 @@ SERVICE_HELPERS = {
 }  # fmt: skip
 
 
+# The longest tests (each 10-60 s of mostly waiting on a daemon, a broker or a kill),
+# longest first. They start first, spread over the xdist workers, so their waits overlap
+# the hundreds of short tests instead of trailing after them.
+LONG_FIRST = (
+    "tests/test_station_demo.py", "tests/test_durability.py", "tests/test_disk_full.py",
+    "tests/test_station_modbus.py", "tests/test_fleet.py", "tests/test_demo.py",
+    "tests/test_fleet_bridge.py", "tests/test_daemon_e2e.py", "tests/test_callout_daemon.py",
+    "tests/test_hostile_clients.py", "tests/test_mqtt_payload.py", "tests/test_outbox_faults.py",
+)  # fmt: skip
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable
     for item in items:
         module = getattr(item, "module", None)
         helpers = SERVICE_HELPERS & set(vars(module)) if module is not None else set()
