@@ -1,6 +1,6 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
 # `make test` is what CI runs: lint, types and every test (the docs build strict among
-# them, tests/test_docs.py) on four xdist workers (two cores: many tests wait on a broker,
+# them, tests/test_docs.py) on three xdist workers (two cores: many tests wait on a broker,
 # a database or a daemon rather than the CPU), the longest first (tests/conftest.py).
 # `make check` is the fast tier for the edit-test loop: lint, types, and the unit and
 # property tests that need no service (no Mosquitto, InfluxDB, VictoriaMetrics, Chromium,
@@ -29,7 +29,7 @@ test:
 	.venv/bin/ruff format --check monitor simulators tests bench scripts
 	.venv/bin/mypy
 	$(MAKE) --no-print-directory bytecode
-	.venv/bin/python -m pytest -q -n 4 --dist loadfile
+	.venv/bin/python -m pytest -q -n 3 --dist loadfile
 
 check:
 	@scripts/bootstrap.sh python
