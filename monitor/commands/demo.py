@@ -92,6 +92,10 @@ def demo_config(
     # A reading each station minute at most, so at any --speed the slug rule sees a run
     # (its max_sample_gap is 5 min) and the wet well a fill; once a second at 60x.
     poll_interval = min(1.0, max(0.1, 60.0 / args.speed))
+    # The wet well's PLC every 15 station seconds (4 times a second at 60x): pump 1's failure
+    # to start shows for about a station minute before the lag pump takes over, and one read a
+    # minute, late under load, could miss it entirely.
+    lift_interval = min(1.0, max(0.1, 15.0 / args.speed))
     raw: dict[str, Any] = {
         "station": {"id": "demo", "name": "Demo pumping station (simulated)"},
         "state_dir": str(state_dir),
@@ -125,7 +129,7 @@ def demo_config(
                         {"sensor": "mill.meter", "register": "holding", "address": 10, "type": "UINT32"},
                     ],
                 },
-                demo_station.station_device(lift_port, poll_interval),
+                demo_station.station_device(lift_port, lift_interval),
             ]
         },
         "console": {"host": "127.0.0.1", "port": console_port, "token": "${" + TOKEN_ENV + "}"},
