@@ -19,7 +19,7 @@ from tests.services import InfluxDB1, Mosquitto, VictoriaMetrics
 SERVICE_FIXTURES = {"mosquitto", "victoria", "influxdb1"}
 SERVICE_HELPERS = {
     "Mosquitto", "VictoriaMetrics", "InfluxDB1", "simulator_process", "StationServer",
-    "MqttPublisher", "sync_playwright", "lift_server", "LiftServer",
+    "MqttPublisher", "sync_playwright", "lift_server", "LiftServer", "running_demo",
 }  # fmt: skip
 
 

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
-import threading
 import urllib.request
 from pathlib import Path
 
@@ -16,10 +11,8 @@ import pytest
 
 from monitor.commands.demo import HISTORY, slug_factor
 from simulators.scenarios import Station
-from tests.services import free_port, wait_until
-
-ROOT = Path(__file__).resolve().parent.parent
-
+from tests.demo_process import running_demo
+from tests.services import wait_until
 
 # The demo's own accelerated clock: at 240x the first slug alarm (station minute 17)
 # comes about 4 s after start instead of 17 s; the demo then polls every 0.25 s, one
@@ -29,27 +22,10 @@ SPEED = "240"
 
 def test_demo_serves_the_console_and_raises_a_slug_alarm(tmp_path: Path) -> None:
     """Started, watched until its slug alarm, stopped with Ctrl-C as a newcomer would."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "monitor", "demo", "--speed", SPEED, "--duration", "300",
-         "--port", str(free_port()), "--modbus-port", "0", "--state-dir", str(tmp_path / "state")],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
-    lines: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
+    with running_demo(SPEED, tmp_path / "state") as demo:
+        lines = demo.lines
         wait_until(lambda: any("console: http" in ln for ln in lines), timeout=90, what="console URL")
-        url = re.search(r"console: (http://\S+)", "".join(lines))
+        url = re.search(r"console: (http://\S+)", demo.text())
         assert url is not None
         with urllib.request.urlopen(url.group(1), timeout=5) as resp:
             assert resp.status == 200
@@ -63,22 +39,9 @@ def test_demo_serves_the_console_and_raises_a_slug_alarm(tmp_path: Path) -> None
 
         wait_until(slug_alarm_raised, timeout=60, what="slug alarm in the demo")
         wait_until(lambda: any("alarm outfall.flow/slug active" in ln for ln in lines), what="the log line")
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
-        reader.join(timeout=5)
-        text = "".join(lines)
+        text = demo.stop()
         assert "alarm outfall.flow/slug active" in text
         assert "Traceback" not in text
-    except TimeoutError as exc:  # say what the demo said
-        said = "".join(lines)[-3000:]
-        raise AssertionError(f"{exc}; the demo (exit {proc.poll()}) printed:\n{said}") from exc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        reader.join(timeout=5)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 @pytest.mark.parametrize("hour", range(24))

@@ -4,21 +4,15 @@ the first wall minute, and a storm that overflows the well later in the day."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
-import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from monitor.commands.demo import HISTORY
 from monitor.commands.demo_station import lift_station
-from tests.services import free_port, wait_until
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.demo_process import running_demo
+from tests.services import wait_until
 
 
 def test_the_demo_lift_station_fails_to_start_early_and_overflows_in_the_storm() -> None:
@@ -46,25 +40,11 @@ SPEED = "60"
 
 
 def test_demo_shows_the_wet_well_and_a_pump_that_fails_to_start(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "monitor", "demo", "--speed", SPEED, "--duration", "300",
-         "--port", str(free_port()), "--modbus-port", "0", "--state-dir", str(tmp_path / "state")],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
-    lines: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        lines.extend(proc.stdout)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
+    with running_demo(SPEED, tmp_path / "state") as demo:
         wait_until(
-            lambda: any("wet well and pumps: http" in ln for ln in lines), timeout=90, what="station URL"
+            lambda: any("wet well and pumps: http" in ln for ln in demo.lines), timeout=90, what="station URL"
         )
-        found = re.search(r"wet well and pumps: (http://\S+)/station", "".join(lines))
+        found = re.search(r"wet well and pumps: (http://\S+)/station", demo.text())
         assert found is not None
         base = found.group(1)
         state = get(f"{base}/api/wet-well")
@@ -77,18 +57,6 @@ def test_demo_shows_the_wet_well_and_a_pump_that_fails_to_start(tmp_path: Path) 
             return any(a["sensor"] == "ps.level" and a["rule"] == "fail_to_start" for a in alarms)
 
         wait_until(failed_to_start, timeout=150, what="fail_to_start in the demo")
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
-        reader.join(timeout=5)
-        assert "Traceback" not in "".join(lines)
-        assert "demo stopped;" in "".join(lines)
-    except TimeoutError as exc:  # say what the demo said
-        said = "".join(lines)[-3000:]
-        raise AssertionError(f"{exc}; the demo (exit {proc.poll()}) printed:\n{said}") from exc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        reader.join(timeout=5)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        text = demo.stop()
+        assert "Traceback" not in text
+        assert "demo stopped;" in text
