@@ -257,3 +257,23 @@ def test_a_large_append_is_stored_in_bounded_segments_and_drains_in_order(tmp_pa
     with Outbox(tmp_path / "o.sqlite", clock=ManualClock(2000.0)) as ob:  # ids never repeat
         ob.append(_lines(3))
         assert [i for (i,) in ob._db.execute("SELECT id FROM segment")] == [last + 1]
+
+
+def test_an_append_larger_than_the_cap_keeps_its_newest_lines_across_segments(tmp_path: Path) -> None:
+    """The cap may cut into the segments of the very append that overflowed it: the oldest
+    lines go, counted, and what stays is the newest, in order, with consistent counters."""
+    line_size = len(_lines(1)[0]) + 1
+    clock = ManualClock(1000.0)
+    with Outbox(tmp_path / "o.sqlite", max_bytes=1_500 * line_size, clock=clock) as ob:
+        ob.append(_lines(200))
+        assert ob.append(_lines(2_500, start=200)) == 1_200  # 200 older + 1,000 of its own
+        stats = ob.stats()
+        assert (stats.pending, stats.dropped) == (1_500, 1_200)
+        assert ob.pending_lines(1) == _lines(1, start=1_200)
+        got: list[bytes] = []
+        while (batch := ob.peek(700)) is not None:
+            got.extend(batch.body.split(b"\n"))
+            ob.ack(batch)
+        assert got == [line.encode() for line in _lines(1_500, start=1_200)]
+        stats = ob.stats()
+        assert (stats.pending, stats.written, stats.dropped) == (0, 1_500, 1_200)
