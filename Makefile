@@ -6,18 +6,14 @@
 # property tests that need no service (no Mosquitto, InfluxDB, VictoriaMetrics, Chromium,
 # Modbus server or daemon process; tests/conftest.py marks those `services`) and are not
 # whole commands over golden cases (`integration`), with a fifth of the property examples.
-# Each target byte-compiles the package first: the test suite starts `monitor` a few
-# hundred times, and with PYTHONDONTWRITEBYTECODE set (or a read-only tree) every start
-# would compile its ~110 modules again (0.25 s of CPU for `monitor run` on this machine).
-.PHONY: demo test check docs lint bench clean bytecode types suite
+.PHONY: demo test check docs lint bench clean types suite
 
-# Some machines (this one) set PYTHONDONTWRITEBYTECODE: then pytest cannot cache its
-# rewritten test modules either, and every xdist worker spends ~6 s of CPU rewriting the
-# asserts of all 100 test modules again. The recipes below run without it.
+# Some machines (this one) set PYTHONDONTWRITEBYTECODE. The recipes below run without it:
+# with it, each of the few hundred `monitor` processes the suite starts would compile its
+# ~110 modules again (0.25 s of CPU for `monitor run`), and pytest could not cache its
+# rewritten test modules (~6 s of CPU per xdist worker). Without it, the first process to
+# import a module writes its bytecode and the rest load it.
 unexport PYTHONDONTWRITEBYTECODE
-
-bytecode:
-	.venv/bin/python -m compileall -q monitor simulators
 
 demo:
 	@scripts/bootstrap.sh python
@@ -27,7 +23,6 @@ test:
 	@scripts/bootstrap.sh services
 	.venv/bin/ruff check monitor simulators tests bench scripts
 	.venv/bin/ruff format --check monitor simulators tests bench scripts
-	$(MAKE) --no-print-directory bytecode
 	$(MAKE) --no-print-directory -j2 types suite
 
 # `make test`'s two long steps side by side: the suite leaves a sixth of the two cores idle
@@ -43,7 +38,6 @@ check:
 	.venv/bin/ruff check monitor simulators tests bench scripts
 	.venv/bin/ruff format --check monitor simulators tests bench scripts
 	.venv/bin/mypy
-	$(MAKE) --no-print-directory bytecode
 	MONITOR_TEST_TIER=check .venv/bin/python -m pytest -q -n 2 -m "not services and not integration"
 
 docs:
@@ -56,7 +50,6 @@ lint:
 
 bench:
 	@scripts/bootstrap.sh services
-	$(MAKE) --no-print-directory bytecode
 	for b in cli engine modbus_poll mqtt_ingest outbox alarms meters incidents durability hostile daemon fleet pipeline mqtt_acked station billing_historian replay; do .venv/bin/python -m bench.$$b || exit 1; done
 
 clean:
