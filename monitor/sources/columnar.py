@@ -424,7 +424,7 @@ def _nan_nulls(arr: pa.Array, scale: float) -> npt.NDArray[np.float64]:
 
 def _parquet_file(path: Path) -> pq.ParquetFile:
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(path, pre_buffer=False)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise PayloadError(f"{path}: not a readable Parquet file ({exc})") from exc
     except OSError as exc:
