@@ -34,7 +34,7 @@ from monitor.commands import add_config_argument, load_config_or_exit
 from monitor.config import Config
 from monitor.engine import Engine, ReplayStep, replay_steps
 from monitor.errors import MonitorError, SourceError
-from monitor.incidents import IncidentTracker
+from monitor.incidents.worker import IncidentWorker
 from monitor.model import Kind, ManualClock, Rule, event_lines, parse_time
 from monitor.sources.historian import KINDS, open_history
 from monitor.sources.replay import ReadReport, Samples, merge, stream
@@ -142,10 +142,19 @@ def run(args: argparse.Namespace) -> int:
         return run_what_if(args, config, load_config_or_exit(args.what_if), open_samples)
     engine = Engine(config.rules, ManualClock())
     started = time.perf_counter()
+    # Before the input is opened: the worker is forked, and no reader thread runs yet.
+    tracker: IncidentWorker | None = None
+    if not args.no_incidents and not args.from_influx and config.incidents.enabled:
+        try:
+            tracker = IncidentWorker(config)  # the tracker in a process of its own
+        except (MonitorError, OSError) as exc:
+            print(f"replay: incidents not recorded: {exc}", file=sys.stderr)
     try:
         batches, reports = open_samples(args, config, engine.sensors)
     except SourceError as exc:
         print(f"replay: {exc}", file=sys.stderr)
+        if tracker is not None:
+            tracker.close()
         return 1
     seen = np.zeros(len(engine.sensors), dtype=bool)
     events = 0
@@ -154,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.events).open("w", encoding="utf-8")  # noqa: SIM115 - closed by `with out` below
     except OSError as exc:
         print(f"replay: cannot write events to {args.events}: {exc.strerror or exc}", file=sys.stderr)
+        if tracker is not None:
+            tracker.close()
         return 1
     # From the historian nothing is written back: it holds these samples already.
     sink: SampleSink | None = None
@@ -169,12 +180,6 @@ def run(args: argparse.Namespace) -> int:
 
         book = MeterBook.open(config, records=sink is not None)
     meter_transitions = 0
-    tracker: IncidentTracker | None = None
-    if not args.no_incidents and not args.from_influx and config.incidents.enabled:
-        try:
-            tracker = IncidentTracker(config, background=True)  # frozen on a worker thread
-        except (MonitorError, OSError) as exc:
-            print(f"replay: incidents not recorded: {exc}", file=sys.stderr)
     recorded: set[str] = set()
 
     def track(step: ReplayStep | None) -> None:
@@ -272,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
             tracker.close()
     if tracker is not None and recorded:
         print(
-            f"replay: {len(recorded)} incident(s) recorded in {tracker.store.path}"
+            f"replay: {len(recorded)} incident(s) recorded in {tracker.path}"
             f" (`monitor incidents list --config {args.config}`)",
             file=sys.stderr,
         )

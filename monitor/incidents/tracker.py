@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -51,6 +51,34 @@ BASELINE_WINDOW = 86400.0  # a limit incident's baseline: the mean of the 24 h b
 Part = tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.float64]]  # indices, t, v
 FREEZE_TOGETHER = 8  # incidents whose evidence files are written at once (each file in memory)
 SHORT_KEEP = 1800.0  # seconds kept in memory beyond the longest rule delay when a store has the rest
+
+
+# One sensor's samples of a replay step: name, time, value, quality (int8).
+Series_ = tuple[str, npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int8]]
+
+
+def kept_series(
+    kept: Container[str],
+    names: tuple[str, ...],
+    by_sensor: Sequence[Part | None],
+    quality: npt.NDArray[np.integer],
+) -> list[Series_]:
+    """The engine's split of a replay step (its `by_sensor`), for the sensors in `kept`."""
+    out: list[Series_] = []
+    for name, part in zip(names, by_sensor, strict=True):
+        if part is not None and name in kept:
+            sel, t, v = part
+            out.append((name, t, v, quality[sel].astype(np.int8)))
+    return out
+
+
+def kept_sensors(config: Config) -> set[str]:
+    """The sensors whose samples an incident can need: those a rule can open one on, and
+    the flows paired with them (a day of every other sensor would be copied for nothing)."""
+    watch = watches(config)
+    judged = [s for s in watch if config.rules[s].slug is not None or config.rules[s].limits is not None]
+    paired = {watch[s].flow_sensor for s in judged} - {None}
+    return {s for s in watch if s in judged or s in paired}
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,13 +175,8 @@ class IncidentTracker:
         # With a series store to read that day back from, memory holds only the qualifying
         # run (the longest rule delay, gaps and a margin); without one (replay), the day.
         keep = self.look_back if history is None else longest + SHORT_KEEP
-        # Only sensors a rule can open an incident on, and the flows paired with them, are
-        # kept: a day of every other sensor would be copied for nothing.
-        judged = [
-            s for s in self.watch if config.rules[s].slug is not None or config.rules[s].limits is not None
-        ]
-        paired = {self.watch[s].flow_sensor for s in judged} - {None}
-        self.recent = {s: Recent(keep) for s in self.watch if s in judged or s in paired}
+        kept = kept_sensors(config)
+        self.recent = {s: Recent(keep) for s in self.watch if s in kept}
         self._keep = keep
         self._trimmed = -math.inf
         self.latest = -math.inf
@@ -241,14 +264,17 @@ class IncidentTracker:
     ) -> None:
         """Replay form with the engine's own split of a non-empty step by sensor (its
         `by_sensor`): what `add_columns` keeps, without sorting the step again."""
+        self.add_series(kept_series(self.recent, names, by_sensor, quality))
+
+    def add_series(self, series: Sequence[Series_]) -> None:
+        """Replay form: each kept sensor's samples of one step, (name, time, value, quality)."""
         self._trim()
         latest = self.latest
-        for name, part in zip(names, by_sensor, strict=True):
-            recent = self.recent.get(name) if part is not None else None
-            if recent is None or part is None:
+        for name, t, v, q in series:
+            recent = self.recent.get(name)
+            if recent is None or not t.size:
                 continue
-            sel, t, v = part
-            recent.extend(t, v, quality[sel].astype(np.int8))
+            recent.extend(t, v, q)
             latest = max(latest, float(t[-1]))
         self.latest = latest
 

@@ -1,0 +1,200 @@
+"""The replay's incident tracker in a process of its own (monitor/incidents/worker.py):
+the same incidents, evidence and log lines as the tracker in process, and a worker that
+dies is reported once while the replay writes every event and exits 0."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pytest
+import yaml
+
+from monitor.config import Config, build_config
+from monitor.engine import Engine, replay_steps
+from monitor.incidents import Incident, IncidentStore, IncidentTracker
+from monitor.incidents.worker import IncidentWorker
+from monitor.model import ManualClock
+from tests.incident_helpers import CASES, case_config, load, read_samples
+from tests.incident_helpers import monitor as run
+
+T0 = 1_780_000_000.0
+
+
+class Tracker(Protocol):
+    def add_admitted(self, *args: Any) -> None: ...
+    def add_columns(self, *args: Any) -> None: ...
+    def apply(self, *args: Any) -> None: ...
+    def advance(self, final: bool = False) -> list[Incident]: ...
+    def close(self) -> None: ...
+
+
+def chattering(state: Path, days: int = 3) -> tuple[Config, np.ndarray, np.ndarray, np.ndarray]:
+    """Two temperatures that cross 65 degC every evening, with noise (thousands of
+    transitions, incidents that end and freeze mid-replay), and a flow with a slug."""
+    raw = {
+        "station": {"id": "ps-w"},
+        "state_dir": str(state),
+        "console": {"enabled": False},
+        "sensors": [
+            {"id": "temp1", "kind": "temperature", "unit": "degF"},
+            {"id": "temp2", "kind": "temperature", "unit": "degF"},
+            {"id": "flow1", "kind": "flow", "unit": "gpm"},
+        ],
+    }
+    config = build_config(raw)
+    rng = np.random.default_rng(7)
+    n = days * 8640
+    t = T0 + np.arange(n) * 10.0
+    day = np.sin(2 * np.pi * (t - T0) / 86400.0)
+    temps = [120.0 * (1 + 0.2 * day) * rng.normal(1.0, 0.03, n) for _ in range(2)]
+    flow = 300.0 * (1 + 0.2 * day) * rng.normal(1.0, 0.03, n)
+    flow[(t > T0 + 1.5 * 86400) & (t < T0 + 1.5 * 86400 + 3600)] *= 8  # an hour's slug on day 2
+    sensor = np.tile(np.arange(3), n)
+    time = np.repeat(t, 3)
+    value = np.column_stack([temps[0], temps[1], flow]).ravel()
+    return config, sensor, time, value
+
+
+def record(
+    config: Config, tracker: Tracker, sensor: np.ndarray, time: np.ndarray, value: np.ndarray, batch: int
+) -> dict[str, Incident]:
+    """What `monitor replay` does with a tracker: each step's samples, conditions, advance."""
+    engine = Engine(config.rules, ManualClock())
+    last: dict[str, Incident] = {}
+    try:
+        for step in replay_steps(engine, sensor, time, value, batch_size=batch):
+            if step.by_sensor is not None and step.time.size:
+                tracker.add_admitted(engine.sensors, step.by_sensor, step.quality)
+            else:
+                tracker.add_columns(
+                    engine.sensors, step.sensor, step.time, step.value, step.quality, step.accepted
+                )
+            tracker.apply(step.conditions)
+            last.update((i.id, i) for i in tracker.advance())
+        last.update((i.id, i) for i in tracker.advance(final=True))
+    finally:
+        tracker.close()
+    return last
+
+
+def on_record(state: Path) -> tuple[str, dict[str, bytes]]:
+    """The store's incidents (repr: NaN equals NaN) and every evidence file's bytes."""
+    store = IncidentStore(state)
+    try:
+        incidents = repr(store.incidents())
+    finally:
+        store.close()
+    files = {str(p.relative_to(state)): p.read_bytes() for p in sorted(state.rglob("*.csv*"))}
+    return incidents, files
+
+
+Make = Callable[[Config], Tracker]
+IN_PROCESS: Make = lambda c: IncidentTracker(c, background=True)  # noqa: E731
+
+
+def test_the_worker_records_what_the_tracker_in_process_records(tmp_path: Path) -> None:
+    config, sensor, time, value = chattering(tmp_path / "a")
+    other = chattering(tmp_path / "b")[0]
+    here = record(config, IN_PROCESS(config), sensor, time, value, batch=20_000)
+    there = record(other, IncidentWorker(other), sensor, time, value, batch=20_000)
+    assert len(here) >= 4 and any(i.rule == "slug" for i in here.values())
+    assert all(i.frozen for i in here.values())
+    # the same incidents in their final (frozen) form; when each came back depends on the
+    # freezing thread's pace, here and there
+    assert repr(sorted(there.items())) == repr(sorted(here.items()))
+    assert on_record(tmp_path / "b") == on_record(tmp_path / "a")
+    assert on_record(tmp_path / "a")[1], "evidence files were written"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_the_worker_records_the_golden_cases_as_in_process(case: Path, tmp_path: Path) -> None:
+    samples = read_samples(case)
+    configs = [load(case_config(case, tmp_path / s)) for s in ("a", "b")]
+    names = configs[0].rules.keys()
+    index = {s: i for i, s in enumerate(names)}
+    sensor = np.array([index.get(s.sensor, -1) for s in samples])
+    time = np.array([s.time for s in samples])
+    value = np.array([s.value for s in samples])
+    here = record(configs[0], IN_PROCESS(configs[0]), sensor, time, value, batch=97)
+    there = record(configs[1], IncidentWorker(configs[1]), sensor, time, value, batch=97)
+    assert here and repr(sorted(there.items())) == repr(sorted(here.items()))
+    assert on_record(tmp_path / "b") == on_record(tmp_path / "a")
+
+
+def _raw(config: Config) -> dict[str, Any]:
+    return {
+        "station": {"id": config.station.id},
+        "console": {"enabled": False},
+        "sensors": [
+            {"id": s.id, "kind": str(s.kind), **({"unit": s.unit} if s.unit else {})} for s in config.sensors
+        ],
+    }
+
+
+def test_a_worker_that_dies_is_reported_once_and_the_replay_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker is killed (SIGKILL, a real process) after the first step it was given:
+    the replay says so once, writes every event (as a replay without incidents does),
+    exits 0 and leaves no process behind."""
+    config, sensor, time, value = chattering(tmp_path / "state", days=2)
+    csv = tmp_path / "input.csv"
+    names = list(config.rules)
+    rows = zip(sensor.tolist(), time.tolist(), value.tolist(), strict=True)
+    lines = [f"{t:.0f},{names[s]},{v!r}" for s, t, v in rows]
+    csv.write_text("time,sensor,value\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    cfg = tmp_path / "station.yaml"
+    cfg.write_text(yaml.safe_dump({**_raw(config), "state_dir": str(tmp_path / "state")}), encoding="utf-8")
+
+    killed: list[int] = []
+    advance = IncidentWorker.advance
+
+    def advance_then_die(self: IncidentWorker, final: bool = False) -> list[Incident]:
+        out = advance(self, final)
+        pid = self._proc.pid if self._proc is not None else None
+        if not killed and pid is not None:
+            killed.append(pid)
+            os.kill(pid, signal.SIGKILL)
+        return out
+
+    monkeypatch.setattr(IncidentWorker, "advance", advance_then_die)
+    result = run("replay", "--config", str(cfg), "--input", str(csv), "--events", str(tmp_path / "e.jsonl"))
+    assert result.returncode == 0, result.stderr
+    failed = [line for line in result.stderr.splitlines() if "not recorded" in line]
+    assert failed == [
+        "replay: incidents not recorded from here on: the incident worker process stopped (exit -9)"
+    ]
+    assert killed
+    with pytest.raises(ProcessLookupError):
+        os.kill(killed[0], 0)  # reaped, not a zombie
+    monkeypatch.undo()
+    plain = run(
+        "replay", "--config", str(cfg), "--input", str(csv), "--events", str(tmp_path / "plain.jsonl"),
+        "--no-incidents",
+    )  # fmt: skip
+    assert plain.returncode == 0, plain.stderr
+    events = (tmp_path / "e.jsonl").read_text(encoding="utf-8")
+    assert events and events == (tmp_path / "plain.jsonl").read_text(encoding="utf-8")
+
+
+def test_the_workers_log_lines_are_the_replays(tmp_path: Path) -> None:
+    """What the tracker logs in the child (an incident opened, one final) reaches the
+    replay's own stderr, in the replay's log format."""
+    case = next(c for c in CASES if c.name == "slug-and-oil")
+    cfg = case_config(case, tmp_path / "state")
+    result = run(
+        "replay", "--config", str(cfg), "--input", str(case / "input.csv"), "--events", str(tmp_path / "e")
+    )
+    assert result.returncode == 0, result.stderr
+    opened = [
+        line
+        for line in result.stderr.splitlines()
+        if "monitor.incidents.tracker" in line and "opened" in line
+    ]
+    final = [line for line in result.stderr.splitlines() if "final:" in line and "sha256" in line]
+    assert len(opened) == 2 and len(final) == 2, result.stderr
