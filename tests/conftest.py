@@ -20,6 +20,7 @@ SERVICE_FIXTURES = {"mosquitto", "victoria", "influxdb1"}
 SERVICE_HELPERS = {
     "Mosquitto", "VictoriaMetrics", "InfluxDB1", "simulator_process", "StationServer",
     "MqttPublisher", "sync_playwright", "lift_server", "LiftServer", "running_demo",
+    "running_daemon", "spawn_daemon",
 }  # fmt: skip
 
 

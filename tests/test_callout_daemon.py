@@ -5,12 +5,12 @@ local HTTP server while the daemon is ready and stopping once a device is down."
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.daemon_process import DaemonProcess, running_daemon
 from tests.mqtt_tools import make_ca
 from tests.services import free_port, http, port_open, wait_until
 from tests.smtp import MailServer
@@ -55,6 +56,12 @@ class Simulator:
             self.proc.terminate()
             self.proc.wait(timeout=10)
 
+    def __enter__(self) -> Simulator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 @pytest.fixture
 def ph_excursion() -> Iterator[Simulator]:
@@ -90,16 +97,9 @@ def write_config(tmp_path: Path, modbus_port: int, console_port: int, notify: di
     return path
 
 
-def start_daemon(config: Path, log: Path, ca: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "SMTP_PASSWORD": "mail-pw", "LINK_SECRET": "s3cret-link-key", "SMTP_CA": str(ca)}
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "monitor", "run", "--config", str(config)],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+def daemon_with_secrets(config: Path, log: Path, ca: Path) -> AbstractContextManager[DaemonProcess]:
+    env = {"SMTP_PASSWORD": "mail-pw", "LINK_SECRET": "s3cret-link-key", "SMTP_CA": str(ca)}
+    return running_daemon(config, log, env=env)
 
 
 def callout_state(console_port: int) -> dict[str, Any]:
@@ -133,8 +133,7 @@ def test_sigkill_between_escalation_steps_then_each_step_is_sent_exactly_once(
     console_port = free_port()
     config = write_config(tmp_path, ph_excursion.port, console_port, notify)
     log = tmp_path / "daemon.log"
-    daemon = start_daemon(config, log, certs["ca"])
-    try:
+    with daemon_with_secrets(config, log, certs["ca"]) as daemon:
         smtp.wait_for(PEOPLE["alice"], timeout=60)
         # Between the steps means after the daemon has recorded alice's as sent: the server
         # has her mail before the client's QUIT and the commit, and a kill in that window
@@ -144,10 +143,10 @@ def test_sigkill_between_escalation_steps_then_each_step_is_sent_exactly_once(
             timeout=30,
             what=f"the daemon to record alice's step; log:\n{log.read_text()}",
         )
-        daemon.send_signal(signal.SIGKILL)  # bob's step is 2 s away
-        daemon.wait(timeout=10)
+        daemon.proc.send_signal(signal.SIGKILL)  # bob's step is 2 s away
+        daemon.proc.wait(timeout=10)
         assert smtp.to(PEOPLE["bob"]) == [], "the kill came too late to fall between the steps"
-        daemon = start_daemon(config, log, certs["ca"])
+    with daemon_with_secrets(config, log, certs["ca"]):
         smtp.wait_for(PEOPLE["carol"], timeout=60)
         wait_until(lambda: port_open(console_port), timeout=30, what="console")
 
@@ -165,9 +164,6 @@ def test_sigkill_between_escalation_steps_then_each_step_is_sent_exactly_once(
         for address in PEOPLE.values():
             assert len(smtp.to(address)) == 1, (address, log.read_text())
         assert "low" in smtp.to(PEOPLE["carol"])[0].subject
-    finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=30)
 
 
 class Pings:
@@ -209,14 +205,12 @@ class Pings:
 def test_heartbeat_pings_while_ready_and_stops_when_a_device_is_down(
     tmp_path: Path, certs: dict[str, Path]
 ) -> None:
-    sim = Simulator()
     console_port = free_port()
-    with Pings() as pings:
+    with Simulator() as sim, Pings() as pings:
         notify = {"heartbeat": {"url": pings.url, "interval": "200ms", "timeout": "2s"}}
         config = write_config(tmp_path, sim.port, console_port, notify)
         log = tmp_path / "daemon.log"
-        daemon = start_daemon(config, log, certs["ca"])
-        try:
+        with daemon_with_secrets(config, log, certs["ca"]):
             wait_until(lambda: pings.received() >= 3, timeout=60, what=f"3 pings; log:\n{log.read_text()}")
             sim.stop()  # the only device dies
             base = f"http://127.0.0.1:{console_port}"
@@ -232,7 +226,3 @@ def test_heartbeat_pings_while_ready_and_stops_when_a_device_is_down(
             seen = pings.received()
             wait_until(lambda: withheld(int(beat["withheld"]) + 3), timeout=30, what="3 more intervals")
             assert pings.received() == seen
-        finally:
-            daemon.send_signal(signal.SIGTERM)
-            daemon.wait(timeout=30)
-            sim.stop()

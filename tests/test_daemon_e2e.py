@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, closing
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.daemon_process import DaemonProcess, running_daemon
 from tests.mqtt_tools import Peer
 from tests.services import (
     Mosquitto,
@@ -33,6 +34,7 @@ from tests.services import (
 
 ROOT = Path(__file__).resolve().parent.parent
 STATION = "ps-e2e"
+TOKEN = {"E2E_TOKEN": "e2e-secret-0123456789"}
 
 
 def get_json(url: str) -> Any:
@@ -98,17 +100,10 @@ def write_config(tmp_path: Path, modbus_port: int, mqtt_port: int, vm_url: str, 
     return path
 
 
-def start_daemon(config: Path, log: Path, clock_start: float) -> subprocess.Popen[bytes]:
+def daemon_at_speed(config: Path, log: Path, clock_start: float) -> AbstractContextManager[DaemonProcess]:
     """`monitor run` at SPEED from `clock_start`, so a restart continues the same station time."""
     clock = ["--clock-speed", str(SPEED), "--clock-start", repr(clock_start)]
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "monitor", "run", "--config", str(config), *clock],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "E2E_TOKEN": "e2e-secret-0123456789"},
-        )
+    return running_daemon(config, log, env=TOKEN, extra_args=clock)
 
 
 @pytest.fixture
@@ -155,8 +150,7 @@ def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart
     watcher = Peer(mosquitto.port, "e2e-watch")
     watcher.subscribe(topic)
     clock_start = time.time()
-    daemon = start_daemon(config, log, clock_start)
-    try:
+    with closing(watcher), daemon_at_speed(config, log, clock_start) as daemon:
         base = f"http://127.0.0.1:{console_port}"
         wait_until(lambda: port_open(console_port), timeout=90, what="console")
         assert get_json(f"{base}/healthz")["status"] == "ok"
@@ -185,14 +179,7 @@ def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart
         assert any(a["sensor"] == "outfall.flow" and a["rule"] == "slug" for a in console_alarms)
         assert flow_baseline(base) is not None
 
-        daemon.send_signal(signal.SIGTERM)
-        assert daemon.wait(timeout=30) == 0, log.read_text()
-        assert "stopped" in log.read_text()
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait(timeout=30)
-        watcher.close()
+        assert "stopped" in daemon.stop(timeout=30)
 
     # Nothing left in the outbox; the series and the alarm are in the database.
     status = subprocess.run(
@@ -200,7 +187,7 @@ def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart
         cwd=ROOT,
         capture_output=True,
         text=True,
-        env={**os.environ, "E2E_TOKEN": "e2e-secret-0123456789"},
+        env={**os.environ, **TOKEN},
         check=True,
     )
     assert re.search(r"^pending\s+0 point", status.stdout, re.MULTILINE), status.stdout
@@ -222,8 +209,7 @@ def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart
     )
 
     # A restart resumes with the baselines it had: judged at once, no new warm-up.
-    daemon = start_daemon(config, log, clock_start)
-    try:
+    with daemon_at_speed(config, log, clock_start) as daemon:
         wait_until(
             lambda: "baselines restored from checkpoint" in log.read_text(), timeout=90, what="restart"
         )
@@ -235,9 +221,4 @@ def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart
         stopped_at = flow_time(base) or 0.0
         wait_until(lambda: (flow_time(base) or 0.0) > stopped_at, timeout=30, what="a reading after restart")
         assert flow_baseline(base) is not None
-        daemon.send_signal(signal.SIGTERM)
-        assert daemon.wait(timeout=30) == 0
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait(timeout=30)
+        daemon.stop(timeout=30)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import signal
 import socket
 import subprocess
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.daemon_process import DaemonProcess, running_daemon
 from tests.services import free_port, simulator_process, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,15 +74,11 @@ def station(
     }
 
 
-def start(config: Path, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "monitor", "--log-json", "run", "--config", str(config)],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=out,
-            env={**os.environ, **(env or {})},
-        )
+def json_daemon(
+    config: Path, log: Path, env: dict[str, str] | None = None
+) -> contextlib.AbstractContextManager[DaemonProcess]:
+    """`monitor --log-json run`: these tests read its log back as JSON lines."""
+    return running_daemon(config, log, env=env, options=["--log-json"])
 
 
 def log_records(log: Path) -> list[dict[str, Any]]:
@@ -94,11 +90,6 @@ def log_records(log: Path) -> list[dict[str, Any]]:
         assert {"time", "level", "logger", "message"} <= record.keys(), line
         records.append(record)
     return records
-
-
-def stop(daemon: subprocess.Popen[bytes], log: Path) -> None:
-    daemon.send_signal(signal.SIGTERM)
-    assert daemon.wait(timeout=30) == 0, log.read_text()
 
 
 def test_sighup_takes_a_valid_config_and_refuses_an_invalid_one(tmp_path: Path, simulator: int) -> None:
@@ -113,8 +104,7 @@ def test_sighup_takes_a_valid_config_and_refuses_an_invalid_one(tmp_path: Path, 
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(str(tmp_path / "notify.sock"))
     notify.setblocking(False)
-    daemon = start(config, log, env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock")})
-    try:
+    with notify, json_daemon(config, log, env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock")}) as daemon:
 
         def ph_time() -> str | None:
             sensors = try_json(f"{base}/api/sensors") or []
@@ -128,7 +118,7 @@ def test_sighup_takes_a_valid_config_and_refuses_an_invalid_one(tmp_path: Path, 
         # An invalid config is refused with the problem named; the old one keeps running.
         broken = station(state, simulator, console_port, {"deadband": -1}, temp=True)
         config.write_text(yaml.safe_dump(broken))
-        daemon.send_signal(signal.SIGHUP)
+        daemon.proc.send_signal(signal.SIGHUP)
 
         def refused() -> dict[str, Any] | None:
             return next(
@@ -140,7 +130,7 @@ def test_sighup_takes_a_valid_config_and_refuses_an_invalid_one(tmp_path: Path, 
         assert record is not None
         assert record["level"] == "ERROR"
         assert "sensors[0].limits.deadband" in record["message"] and str(config) in record["message"]
-        assert daemon.poll() is None
+        assert daemon.proc.poll() is None
         before = ph_time()
         wait_until(lambda: ph_time() != before, timeout=10, what="polling to go on after the refusal")
         assert [s["id"] for s in get_json(f"{base}/api/sensors")] == ["outfall.ph"]
@@ -150,7 +140,7 @@ def test_sighup_takes_a_valid_config_and_refuses_an_invalid_one(tmp_path: Path, 
         # (issue 12: YAML would keep the second `sensors:` block silently; NaN never alarms).
         valid = yaml.safe_dump(station(state, simulator, console_port, {}, temp=False))
         config.write_text(valid + "sensors: []\n")
-        daemon.send_signal(signal.SIGHUP)
+        daemon.proc.send_signal(signal.SIGHUP)
 
         def refusals() -> list[str]:
             return [
@@ -164,15 +154,15 @@ def test_sighup_takes_a_valid_config_and_refuses_an_invalid_one(tmp_path: Path, 
         config.write_text(
             yaml.safe_dump(station(state, simulator, console_port, {"high": math.nan}, temp=False))
         )
-        daemon.send_signal(signal.SIGHUP)
+        daemon.proc.send_signal(signal.SIGHUP)
         wait_until(lambda: len(refusals()) == 3, timeout=20, what=f"the refusal; log:\n{log.read_text()}")
         assert "sensors[0].limits.high: must be a finite number" in refusals()[2]
-        assert daemon.poll() is None
+        assert daemon.proc.poll() is None
 
         # A valid changed config is taken: a new sensor, and a pH limit that the
         # simulator's ~7.2 now breaches, judged by the reloaded rules.
         config.write_text(yaml.safe_dump(station(state, simulator, console_port, {"high": 6.5}, temp=True)))
-        daemon.send_signal(signal.SIGHUP)
+        daemon.proc.send_signal(signal.SIGHUP)
 
         def ph_high_alarm() -> dict[str, Any] | None:
             alarms = try_json(f"{base}/api/alarms") or []
@@ -192,17 +182,12 @@ def test_sighup_takes_a_valid_config_and_refuses_an_invalid_one(tmp_path: Path, 
             timeout=10,
             what="a reading of the new sensor",
         )
-        assert daemon.poll() is None
-        stop(daemon, log)
+        assert daemon.proc.poll() is None
+        daemon.stop(timeout=30)
         told = []
         with contextlib.suppress(BlockingIOError):
             while True:
                 told.append(notify.recv(1000).decode().split("\n")[0])
-    finally:
-        notify.close()
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait()
     assert told == ["READY=1", "RELOADING=1", "READY=1", "STOPPING=1"]
     messages = [r["message"] for r in log_records(log)]
     assert sum("reloading" in m for m in messages) == 1, messages
@@ -231,8 +216,7 @@ def test_lasting_failures_are_logged_once_not_on_every_retry(tmp_path: Path) -> 
     }
     config.write_text(yaml.safe_dump(doc))
     log = tmp_path / "daemon.log"
-    daemon = start(config, log, env={"RELOAD_TOKEN": "do-not-log-me-0123456"})
-    try:
+    with json_daemon(config, log, env={"RELOAD_TOKEN": "do-not-log-me-0123456"}) as daemon:
 
         def health() -> dict[str, Any]:
             return try_json(f"{base}/api/health") or {}
@@ -245,11 +229,7 @@ def test_lasting_failures_are_logged_once_not_on_every_retry(tmp_path: Path) -> 
             return int(modbus.get("failed_in_row", 0)) >= 10 and failures >= 3
 
         wait_until(retried, timeout=90, what=f"repeated failures; log:\n{log.read_text()}")
-        stop(daemon, log)
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait()
+        daemon.stop(timeout=30)
     records = log_records(log)
     assert "do-not-log-me" not in log.read_text()
     errors = Counter(r["logger"] for r in records if r["level"] == "ERROR")
@@ -300,18 +280,12 @@ def test_sigterm_right_after_sighup_stops_cleanly(tmp_path: Path, simulator: int
     config = tmp_path / "station.yaml"
     config.write_text(yaml.safe_dump(station(tmp_path / "state", simulator, console_port, {}, temp=False)))
     log = tmp_path / "daemon.log"
-    daemon = start(config, log)
-    try:
+    with json_daemon(config, log) as daemon:
         wait_until(lambda: try_json(f"http://127.0.0.1:{console_port}/healthz") is not None, timeout=90)
         config.write_text(yaml.safe_dump(station(tmp_path / "state", simulator, console_port, {}, temp=True)))
-        daemon.send_signal(signal.SIGHUP)
+        daemon.proc.send_signal(signal.SIGHUP)
         wait_until(lambda: "reloading" in log.read_text(), timeout=10, what="the reload to begin")
-        daemon.send_signal(signal.SIGTERM)
-        assert daemon.wait(timeout=30) == 0, log.read_text()
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait()
+        daemon.stop(timeout=30)
     messages = [r["message"] for r in log_records(log)]
     assert not any("second stop request" in m for m in messages), messages
     assert messages[-1] == f"station {STATION} stopped", messages

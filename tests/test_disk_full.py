@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.daemon_process import running_daemon
 from tests.mqtt_tools import Peer
 from tests.services import Mosquitto, free_port, wait_until
 
@@ -101,16 +101,7 @@ def test_full_disk_stops_intake_with_an_alarm_and_resumes_when_freed(
         )
     )  # fmt: skip
     log = tmp_path / "daemon.log"
-    peer: Peer | None = None
-    with log.open("ab") as out:
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "monitor", "run", "--config", str(config)],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=out,
-        )
-    try:
-        peer = Peer(broker.port, "disk-field")
+    with running_daemon(config, log) as daemon, closing(Peer(broker.port, "disk-field")) as peer:
         wait_until(lambda: "connected as" in log.read_text(), timeout=90, what="the daemon's MQTT session")
         # Leave about 1.5 MB for the stores to fill.
         st = os.statvfs(small_disk)
@@ -135,7 +126,7 @@ def test_full_disk_stops_intake_with_an_alarm_and_resumes_when_freed(
         )
         full = disk_alarm(console, "disk_full")
         assert full is not None and full["priority"] == "critical"
-        assert daemon.poll() is None, "the daemon must not exit on a full disk"
+        assert daemon.proc.poll() is None, "the daemon must not exit on a full disk"
         held = stored(state)
         assert held < total  # the disk really filled before everything was in
         with urllib.request.urlopen(f"http://127.0.0.1:{console}/metrics", timeout=5) as resp:
@@ -155,14 +146,7 @@ def test_full_disk_stops_intake_with_an_alarm_and_resumes_when_freed(
             timeout=30,
             what="the disk-full alarm returning",
         )
-        daemon.send_signal(signal.SIGTERM)
-        assert daemon.wait(timeout=60) == 0, log.read_text()[-3000:]
-    finally:
-        if daemon.poll() is None:  # a failure path: end the daemon first, whatever else fails
-            daemon.kill()
-            daemon.wait(timeout=30)
-        if peer is not None:
-            peer.close()
+        daemon.stop(timeout=60)
 
     text = log.read_text()
     assert text.count("state disk refused a write") == 1, text[-3000:]

@@ -16,8 +16,6 @@ import os
 import random
 import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.daemon_process import DaemonProcess, spawn_daemon
 from tests.mqtt_tools import Peer
 from tests.services import InfluxDB1, Mosquitto, free_port, wait_until
 
@@ -74,16 +73,6 @@ def station(state: Path, broker: int, influx_url: str, database: str) -> dict[st
     }
 
 
-def start(config: Path, log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "monitor", "run", "--config", str(config)],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=out,
-        )
-
-
 def readings(start_index: int, count: int, base: float) -> list[tuple[str, bytes]]:
     """Reading i goes to sensor i % 4 at time base + i/100 with value i."""
     out = []
@@ -118,11 +107,11 @@ class Killer:
     """
 
     def __init__(
-        self, config: Path, log: Path, rng: random.Random, proc: subprocess.Popen[bytes] | None = None
+        self, config: Path, log: Path, rng: random.Random, daemon: DaemonProcess | None = None
     ) -> None:
         self.config, self.log, self.rng = config, log, rng
         self.running_before = _running(log)
-        self.proc = proc or start(config, log)  # a start-up costs seconds: take over a running one
+        self.daemon = daemon or spawn_daemon(config, log)  # a start-up costs seconds: take over a running one
         self.kills = 0
 
     def kill_after(self, progress: Callable[[], int], limit: int, what: str) -> None:
@@ -131,16 +120,16 @@ class Killer:
         before, step = progress(), self.rng.randint(1, 1500)
         target = min(before + step, limit)
         wait_until(lambda: progress() >= target, timeout=120, what=f"{target - before} more {what}")
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
+        self.daemon.proc.send_signal(signal.SIGKILL)
+        self.daemon.proc.wait(timeout=10)
         self.kills += 1
         self.running_before = _running(self.log)
-        self.proc = start(self.config, self.log)
+        self.daemon = spawn_daemon(self.config, self.log)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        if self.daemon.proc.poll() is None:
+            self.daemon.proc.send_signal(signal.SIGKILL)
+            self.daemon.proc.wait(timeout=10)
 
 
 class Publisher:
@@ -186,7 +175,7 @@ def test_sigkill_at_random_moments_loses_and_doubles_nothing(
     first, second = 12_000, 8_000
     total = first + second
 
-    daemon = start(config, log)
+    daemon = spawn_daemon(config, log)
     wait_until(
         lambda: "connected as" in log.read_text(), timeout=30, what=f"MQTT connect; log:\n{log.read_text()}"
     )
@@ -219,15 +208,14 @@ def test_sigkill_at_random_moments_loses_and_doubles_nothing(
 
             # The daemon started after the last kill is the last, clean run: it takes the rest
             # of the readings and empties the outbox into InfluxDB.
-            final = killer.proc
+            final = killer.daemon
             wait_until(lambda: stored(state) >= total, timeout=120, what="phase 2 readings stored")
             wait_until(lambda: _influx_count(influxdb1, database, "sensor") >= total - total // 4,
                        timeout=120, what="the outbox drained")  # fmt: skip
             wait_until(lambda: _influx_count(influxdb1, database, "meter") >= total // 4, timeout=60,
                        what="meter rows drained")  # fmt: skip
             wait_until(lambda: _running(log) > killer.running_before, timeout=30, what="start")
-            final.send_signal(signal.SIGTERM)
-            assert final.wait(timeout=60) == 0, log.read_text()[-3000:]
+            final.stop(timeout=60)
         finally:
             killer.stop()
     finally:

@@ -14,12 +14,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.daemon_process import DaemonProcess, running_daemon
 from tests.mqtt_tools import Peer
 from tests.services import Mosquitto, free_port, wait_until
 
@@ -95,30 +97,20 @@ def fleet_config(tmp_path: Path, port: int, consoles: dict[str, int]) -> Path:
     return path
 
 
-def monitor(*args: str, log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "monitor", *args],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**ENV, "T_FLEET_PW": "south-pw"},
-        )
-
-
 def test_three_stations_kill_and_acknowledge_through_the_acl(tmp_path: Path, broker: Mosquitto) -> None:
-    procs: dict[str, subprocess.Popen[bytes]] = {}
+    procs: dict[str, DaemonProcess] = {}
     consoles: dict[str, int] = {}
-    field = Peer(broker.port, "t-field", "field", "field-pw")
-    fleet: subprocess.Popen[bytes] | None = None
-    try:
+    env = {**ENV, "T_FLEET_PW": "south-pw"}
+    with closing(Peer(broker.port, "t-field", "field", "field-pw")) as field, ExitStack() as stack:
         for sid in STATIONS:
             path, consoles[sid] = station_config(tmp_path, sid, broker.port)
-            procs[sid] = monitor("run", "--config", str(path), log=tmp_path / f"{sid}.log")
+            procs[sid] = stack.enter_context(running_daemon(path, tmp_path / f"{sid}.log", env=env, grace=15))
         cfg = fleet_config(tmp_path, broker.port, consoles)
         # the fleet page starts with the stations (its start-up overlaps theirs); it is first
         # asked for anything once the stations are up and `fleet status` has run
-        fleet = monitor("fleet", "serve", "--config", str(cfg), log=tmp_path / "fleet.log")
+        stack.enter_context(
+            running_daemon(cfg, tmp_path / "fleet.log", command=["fleet", "serve"], env=env, grace=15)
+        )
         for sid in STATIONS:
             wait_until(functools.partial(_ready, consoles[sid]), timeout=60, what=f"{sid} console")
         # pH 12.5 at ps-2 and pH 3 at ps-3 (both out of §139-15 C(3)); ps-1 is fine
@@ -130,7 +122,7 @@ def test_three_stations_kill_and_acknowledge_through_the_acl(tmp_path: Path, bro
         # `monitor fleet status` (the contract): all three with their alarms after listening 2 s
         out = subprocess.run(
             [sys.executable, "-m", "monitor", "fleet", "status", "--config", str(cfg), "--format", "json"],
-            cwd=ROOT, capture_output=True, text=True, timeout=60, env={**ENV, "T_FLEET_PW": "south-pw"},
+            cwd=ROOT, capture_output=True, text=True, timeout=60, env=env,
         )  # fmt: skip
         assert out.returncode == 0, out.stderr
         doc = json.loads(out.stdout)
@@ -187,8 +179,8 @@ def test_three_stations_kill_and_acknowledge_through_the_acl(tmp_path: Path, bro
         assert "north-pw" not in (tmp_path / "fleet.log").read_text()
 
         # a gateway dies: the broker publishes its last will within 1.5 x keepalive
-        procs["ps-3"].send_signal(signal.SIGKILL)
-        procs["ps-3"].wait(timeout=10)
+        procs["ps-3"].proc.send_signal(signal.SIGKILL)
+        procs["ps-3"].proc.wait(timeout=10)
         killed = time.monotonic()
         wait_until(
             lambda: not _station(base, "ps-3")["online"], timeout=1.5 * KEEPALIVE + 30, what="ps-3 offline"
@@ -202,7 +194,7 @@ def test_three_stations_kill_and_acknowledge_through_the_acl(tmp_path: Path, bro
 
         # a gateway that hangs (socket open, nothing sent: a dead network looks the same) goes
         # offline when the broker's keepalive check gives up, and comes back by itself
-        procs["ps-1"].send_signal(signal.SIGSTOP)
+        procs["ps-1"].proc.send_signal(signal.SIGSTOP)
         stopped = time.monotonic()
         try:
             wait_until(
@@ -213,18 +205,8 @@ def test_three_stations_kill_and_acknowledge_through_the_acl(tmp_path: Path, bro
             print(f"ps-1 shown offline {time.monotonic() - stopped:.1f} s after it hung")
             assert time.monotonic() - stopped >= 0.5 * KEEPALIVE  # the will, not a clean disconnect
         finally:
-            procs["ps-1"].send_signal(signal.SIGCONT)
+            procs["ps-1"].proc.send_signal(signal.SIGCONT)
         wait_until(lambda: _station(base, "ps-1")["online"], timeout=30, what="ps-1 online again")
-    finally:
-        field.close()
-        for proc in [*procs.values(), *([fleet] if fleet else [])]:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in [*procs.values(), *([fleet] if fleet else [])]:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 def _ready(port: int) -> bool:

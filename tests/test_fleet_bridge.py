@@ -12,16 +12,17 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.daemon_process import running_daemon
 from tests.mqtt_tools import Peer
 from tests.services import Mosquitto, VictoriaMetrics, free_port, port_open, wait_until
 
@@ -70,13 +71,6 @@ def bridge_conf(sid: str, relay: Relay) -> str:
     return re.sub(r"^restart_timeout .*$", "restart_timeout 1", text, flags=re.MULTILINE)
 
 
-def spawn(log: Path, *args: str) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "monitor", *args], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=ENV
-        )
-
-
 @pytest.fixture
 def central(tmp_path: Path) -> Iterator[tuple[Mosquitto, VictoriaMetrics]]:
     broker, victoria = Mosquitto(tmp_path / "central"), VictoriaMetrics(tmp_path / "vm")
@@ -123,22 +117,25 @@ def test_a_cut_bridge_loses_nothing_and_the_fleet_recovers(
     broker, victoria = central
     relays = {sid: Relay(broker.port) for sid in STATIONS}
     locals_: dict[str, Mosquitto] = {}
-    procs: list[subprocess.Popen[bytes]] = []
-    peers: list[Peer] = []
-    try:
+    # undone in reverse: the peers, the fleet view, then each station's daemon, broker and relay
+    with ExitStack() as stack:
         consoles: dict[str, int] = {}
         for sid in STATIONS:
+            stack.callback(relays[sid].cut)  # also a relay that comes up again mid-test
             relays[sid].up()
             (tmp_path / sid).mkdir()
             local = Mosquitto(tmp_path / sid / "mosquitto", extra=bridge_conf(sid, relays[sid]))
             local.start()
+            stack.callback(local.stop)
             locals_[sid] = local
             path, consoles[sid] = station_config(tmp_path, sid, local.port, victoria.url)
-            procs.append(spawn(tmp_path / f"{sid}.log", "run", "--config", str(path)))
+            stack.enter_context(running_daemon(path, tmp_path / f"{sid}.log", env=ENV, grace=15))
         fleet_cfg = tmp_path / "fleet.yaml"
         fleet_port = free_port()
         fleet_cfg.write_text(yaml.safe_dump({"mqtt": {"port": broker.port}, "fleet": {"port": fleet_port}}))
-        procs.append(spawn(tmp_path / "fleet.log", "fleet", "--config", str(fleet_cfg)))
+        stack.enter_context(
+            running_daemon(fleet_cfg, tmp_path / "fleet.log", command=["fleet"], env=ENV, grace=15)
+        )
         fleet = f"http://127.0.0.1:{fleet_port}/api/stations"
 
         def station(sid: str) -> dict[str, Any]:
@@ -154,11 +151,11 @@ def test_a_cut_bridge_loses_nothing_and_the_fleet_recovers(
                 return False
 
         wait_until(both_online, timeout=60, what="both stations online on the central broker")
-        watcher = Peer(broker.port, "t-central-events")
-        peers.append(watcher)
+        watcher = stack.enter_context(closing(Peer(broker.port, "t-central-events")))
         watcher.subscribe("station-monitor/+/events")
-        fields = {sid: Peer(locals_[sid].port, f"t-field-{sid}") for sid in STATIONS}
-        peers.extend(fields.values())
+        fields = {
+            sid: stack.enter_context(closing(Peer(locals_[sid].port, f"t-field-{sid}"))) for sid in STATIONS
+        }
         sent = {sid: 0 for sid in STATIONS}
         t0 = time.time() - 250
 
@@ -213,18 +210,3 @@ def test_a_cut_bridge_loses_nothing_and_the_fleet_recovers(
         for sid in STATIONS:
             wait_until(functools.partial(all_stored, sid), timeout=60, what=f"every {sid} reading centrally")
         print(f"readings stored centrally: {[stored(s) for s in STATIONS]}, sent {sent}")
-    finally:
-        for peer in peers:
-            peer.close()
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        for relay in relays.values():
-            relay.cut()
-        for local in locals_.values():
-            local.stop()

@@ -8,11 +8,9 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
 import re
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.daemon_process import running_daemon
 from tests.mqtt_tools import Peer
 from tests.services import Mosquitto, free_port, wait_until
 from tests.services import http as request
@@ -63,24 +62,9 @@ def daemon(tmp_path: Path, mosquitto: Mosquitto) -> Iterator[tuple[subprocess.Po
     }
     config.write_text(yaml.safe_dump(doc))
     log = tmp_path / "daemon.log"
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "monitor", "run", "--config", str(config)],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=out,
-            env={**os.environ, "HOSTILE_TOKEN": TOKEN},
-        )
-    try:
+    with running_daemon(config, log, env={"HOSTILE_TOKEN": TOKEN}, grace=20) as run:
         wait_until(lambda: _status(port, "GET", "/healthz") == 200, timeout=90, what="the console")
-        yield proc, port, log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        yield run.proc, port, log
 
 
 def _status(port: int, method: str, path: str, headers: dict[str, str] | None = None) -> int:

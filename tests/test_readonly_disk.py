@@ -28,13 +28,12 @@ import functools
 import json
 import logging
 import os
-import signal
 import sqlite3
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,7 @@ import yaml
 from monitor.config import Config, build_config
 from monitor.daemon import Daemon
 from monitor.model import ManualClock, Rule, Sample
+from tests.daemon_process import running_daemon
 from tests.mqtt_tools import Peer
 from tests.services import Mosquitto, free_port, wait_until
 
@@ -242,16 +242,11 @@ def test_monitor_run_on_a_disk_gone_read_only_stays_up_and_says_so(
         )
     )  # fmt: skip
     log = tmp_path / "daemon.log"
-    with log.open("ab") as out:
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "monitor", "run", "--config", str(config)],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=out,
-        )
-    peer = Peer(broker.port, "ro-field")
-    watcher = Peer(broker.port, "ro-watcher")
-    try:
+    with ExitStack() as stack:
+        stack.callback(broker.stop)
+        daemon = stack.enter_context(running_daemon(config, log, grace=60))
+        peer = stack.enter_context(closing(Peer(broker.port, "ro-field")))
+        watcher = stack.enter_context(closing(Peer(broker.port, "ro-watcher")))
         wait_until(lambda: "connected as" in log.read_text(), timeout=90, what="the daemon's MQTT session")
         watcher.subscribe("#")
         base = time.time() - 600
@@ -277,22 +272,11 @@ def test_monitor_run_on_a_disk_gone_read_only_stays_up_and_says_so(
             timeout=30,
             what="the disk alarm on MQTT",
         )
-        assert daemon.poll() is None, "the daemon must not exit on a read-only disk"
+        assert daemon.proc.poll() is None, "the daemon must not exit on a read-only disk"
         assert stored(state) == 100  # nothing more taken in
         lines = [ln for ln in log.read_text().splitlines() if STALL_LINE in ln]
         assert len(lines) == 1 and "Read-only file system (EROFS)" in lines[0], lines
         assert "Traceback" not in log.read_text()
-    finally:
-        peer.close()
-        watcher.close()
-        if daemon.poll() is None:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                daemon.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait(timeout=10)
-        broker.stop()
 
 
 def readings(base: float, numbers: range) -> list[tuple[str, bytes]]:

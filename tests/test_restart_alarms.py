@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +22,7 @@ from monitor.daemon import Daemon
 from monitor.engine import CHECKPOINT_FILE
 from monitor.model import AlarmState, Condition, ConditionState, ManualClock, Rule, Sample, iso
 from monitor.sources.mqtt import MqttLink
+from tests.daemon_process import running_daemon
 from tests.mqtt_tools import Peer, mqtt_config
 from tests.services import Mosquitto, free_port, wait_until
 
@@ -169,20 +167,12 @@ def test_after_a_broker_restart_a_late_subscriber_sees_what_the_console_shows(
         )
     )
     log = tmp_path / "daemon.log"
-    with log.open("ab") as out:
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "monitor", "run", "--config", str(config)],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=out,
-            env={**os.environ},
-        )
     base = f"http://127.0.0.1:{console}"
 
     def states() -> dict[str, str]:
         return {f"{a['sensor']}/{a['rule']}": a["state"] for a in _get(f"{base}/api/alarms") or []}
 
-    try:
+    with running_daemon(config, log) as daemon:
         wait_until(lambda: "connected as" in log.read_text(), timeout=30, what="the daemon's MQTT session")
         field = Peer(broker.port, "rb-field")
 
@@ -239,9 +229,4 @@ def test_after_a_broker_restart_a_late_subscriber_sees_what_the_console_shows(
         }
         late.close()
         assert retained == states() == shown
-        daemon.send_signal(signal.SIGTERM)
-        assert daemon.wait(timeout=60) == 0, log.read_text()[-3000:]
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait(timeout=10)
+        daemon.stop(timeout=60)

@@ -7,12 +7,12 @@ import inspect
 import json
 import os
 import shutil
-import signal
 import sqlite3
 import stat
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import ExitStack
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from monitor.meters.totalizer import MeterSpec
 from monitor.sinks.outbox import Outbox
 from monitor.sinks.store import SeriesStore
 from monitor.sqlite import ERRORS, Schema, connect, quick_check, translate, user_version
+from tests.daemon_process import running_daemon
 from tests.services import free_port, http, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,30 +190,15 @@ def test_meters_list_reports_a_damaged_ledger(tmp_path: Path, released: Path) ->
 
 @pytest.fixture
 def daemon_on(tmp_path: Path) -> Iterator[Any]:
-    procs: list[subprocess.Popen[bytes]] = []
+    with ExitStack() as daemons:
 
-    def start(state: Path) -> tuple[subprocess.Popen[bytes], int]:
-        port = free_port()
-        config = write_config(tmp_path, state, port)
-        with (tmp_path / "daemon.log").open("ab") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "monitor", "run", "--config", str(config)],
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
-        procs.append(proc)
-        return proc, port
+        def start(state: Path) -> tuple[subprocess.Popen[bytes], int]:
+            port = free_port()
+            config = write_config(tmp_path, state, port)
+            daemon = daemons.enter_context(running_daemon(config, tmp_path / "daemon.log", grace=20))
+            return daemon.proc, port
 
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        yield start
 
 
 @pytest.mark.parametrize(
