@@ -27,6 +27,7 @@ import multiprocessing
 import queue
 import threading
 import traceback
+import warnings
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -75,7 +76,12 @@ class IncidentWorker:
             name="incidents",
             daemon=True,
         )
-        self._proc.start()
+        with warnings.catch_warnings():
+            # Python 3.12 warns on a fork beside other threads (a test runner's, pyarrow's
+            # pool when the interpreter has read files before): the child takes no lock of
+            # theirs; logging re-creates its own at the fork.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self._proc.start()
         # Each end is held by one process only: a child that dies is an end of file here
         # (even mid-message), and a closed step pipe is the end of the input there.
         steps_in.close()
