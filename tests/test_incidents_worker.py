@@ -17,6 +17,7 @@ import yaml
 from monitor.config import Config, build_config
 from monitor.engine import Engine, replay_steps
 from monitor.incidents import Incident, IncidentStore, IncidentTracker
+from monitor.incidents.freezer import Freezer
 from monitor.incidents.worker import IncidentWorker
 from monitor.model import ManualClock
 from tests.incident_helpers import CASES, case_config, load, read_samples
@@ -198,3 +199,95 @@ def test_the_workers_log_lines_are_the_replays(tmp_path: Path) -> None:
     ]
     final = [line for line in result.stderr.splitlines() if "final:" in line and "sha256" in line]
     assert len(opened) == 2 and len(final) == 2, result.stderr
+
+
+def _in_child(owner: type, name: str, before: Callable[[], None], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`owner.name` calls `before()` first when it runs in the forked worker (the fork
+    copies the patched class), as it was elsewhere."""
+    parent = os.getpid()
+    method = getattr(owner, name)
+
+    def patched(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if os.getpid() != parent and (name != "advance" or kwargs.get("final") or any(args)):
+            before()
+        return method(self, *args, **kwargs)
+
+    monkeypatch.setattr(owner, name, patched)
+
+
+def _worker_pids(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The pids of the incident workers started from here on (noted when the replay
+    first waits on one: for "ready")."""
+    pids: list[int] = []
+    drain = IncidentWorker._drain
+
+    def noted(self: IncidentWorker, *args: Any, **kwargs: Any) -> None:
+        pid = self._proc.pid if self._proc is not None else None
+        if pid is not None and pid not in pids:
+            pids.append(pid)
+        drain(self, *args, **kwargs)
+
+    monkeypatch.setattr(IncidentWorker, "_drain", noted)
+    return pids
+
+
+def _kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+KILL_POINTS = {
+    "before ready": (IncidentTracker, "__init__"),
+    "mid-step": (IncidentTracker, "apply"),
+    "in the final advance": (IncidentTracker, "advance"),
+    "mid-freeze": (Freezer, "_freeze"),
+}
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_a_worker_killed_at_any_point_leaves_a_usable_store(
+    point: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL (a real one, the child sends it to itself) before the worker is ready, in
+    the middle of a step, during the final advance and while an incident freezes: the
+    replay says so once, writes every event, exits 0, and `monitor incidents list` reads
+    what was recorded."""
+    _in_child(*KILL_POINTS[point], _kill_self, monkeypatch)
+    case = next(c for c in CASES if c.name == "slug-and-oil")
+    cfg = case_config(case, tmp_path / "state")
+    events = tmp_path / "e.jsonl"
+    result = run("replay", "--config", str(cfg), "--input", str(case / "input.csv"), "--events", str(events))
+    assert result.returncode == 0, result.stderr
+    failed = [line for line in result.stderr.splitlines() if "not recorded" in line]
+    assert len(failed) == 1 and failed[0].endswith("the incident worker process stopped (exit -9)"), failed
+    assert len(events.read_text(encoding="utf-8").splitlines()) == 4  # every alarm event
+    listed = run("incidents", "list", "--config", str(cfg))
+    assert listed.returncode == 0, listed.stderr
+
+
+def test_the_worker_is_stopped_when_the_replay_fails_before_its_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker starts first (before the input is opened); a part opened after it that
+    fails (here the meter ledger: a directory where the database should be) still ends
+    the worker and reaps it, as every later failure does."""
+    pids = _worker_pids(monkeypatch)
+    state = tmp_path / "state"
+    (state / "ledger.sqlite").mkdir(parents=True)
+    raw = {
+        "station": {"id": "ps-w"},
+        "state_dir": str(state),
+        "console": {"enabled": False},
+        "sensors": [
+            {"id": "flow1", "kind": "flow", "unit": "gpm"},
+            {"id": "home.meter", "kind": "meter", "unit": "gal", "register_digits": 6, "max_rate": 200},
+        ],
+    }
+    cfg = tmp_path / "station.yaml"
+    cfg.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    csv = tmp_path / "input.csv"
+    csv.write_text(f"time,sensor,value\n{T0:.0f},flow1,300\n", encoding="utf-8")
+    result = run("replay", "--config", str(cfg), "--input", str(csv), "--events", str(tmp_path / "e.jsonl"))
+    assert result.returncode == 1 and "meter ledger" in result.stderr, result.stderr
+    assert len(pids) == 1
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)  # stopped and reaped, not left to the garbage collector

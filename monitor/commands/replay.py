@@ -168,17 +168,32 @@ def run(args: argparse.Namespace) -> int:
         return 1
     # From the historian nothing is written back: it holds these samples already.
     sink: SampleSink | None = None
-    if config.influx is not None and not args.from_influx:
-        from monitor.sinks.pipeline import open_sink
-
-        sink = open_sink(config)
-    # Meter readings go to the station's ledger, as live polling does: re-replaying or
-    # replaying what was polled live does not double count (one row per meter and time).
     book = None
-    if not (args.no_ledger or args.from_influx or not any(s.kind is Kind.METER for s in config.sensors)):
-        from monitor.meters.book import MeterBook
+    station: StationStore | None = None
+    station_tracker: StationTracker | None = None
+    try:
+        if config.influx is not None and not args.from_influx:
+            from monitor.sinks.pipeline import open_sink
 
-        book = MeterBook.open(config, records=sink is not None)
+            sink = open_sink(config)
+        # Meter readings go to the station's ledger, as live polling does: re-replaying or
+        # replaying what was polled live does not double count (one row per meter and time).
+        if not (args.no_ledger or args.from_influx or not any(s.kind is Kind.METER for s in config.sensors)):
+            from monitor.meters.book import MeterBook
+
+            book = MeterBook.open(config, records=sink is not None)
+        # The pumping station (monitor/station): derived sensors, pump runs, overflow records
+        # (not recorded again from the historian: the live run recorded them).
+        if config.has_station:
+            from monitor.station import StationStore, StationTracker
+
+            station = StationStore.open(config.state_dir) if not args.from_influx else None
+            station_tracker = StationTracker(config, station)
+    except BaseException:  # what is open is closed here, the worker stopped and reaped
+        for part in (station, book, sink, out, tracker):
+            if part is not None:
+                part.close()
+        raise
     meter_transitions = 0
     recorded: set[str] = set()
 
@@ -208,16 +223,6 @@ def run(args: argparse.Namespace) -> int:
             from monitor.incidents.influx import incident_lines
 
             sink.outbox.append(incident_lines(changed))
-
-    # The pumping station (monitor/station): derived sensors, pump runs, overflow records (not
-    # recorded again from the historian: the live run recorded them).
-    station: StationStore | None = None
-    station_tracker: StationTracker | None = None
-    if config.has_station:
-        from monitor.station import StationStore, StationTracker
-
-        station = StationStore.open(config.state_dir) if not args.from_influx else None
-        station_tracker = StationTracker(config, station)
 
     def steps() -> Iterator[ReplayStep]:
         nonlocal meter_transitions
