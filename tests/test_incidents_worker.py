@@ -4,6 +4,7 @@ dies is reported once while the replay writes every event and exits 0."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Callable
@@ -16,7 +17,7 @@ import yaml
 
 from monitor.config import Config, build_config
 from monitor.engine import Engine, replay_steps
-from monitor.incidents import Incident, IncidentStore, IncidentTracker
+from monitor.incidents import Incident, IncidentStore, IncidentTracker, worker
 from monitor.incidents.freezer import Freezer
 from monitor.incidents.worker import IncidentWorker
 from monitor.model import ManualClock
@@ -262,6 +263,32 @@ def test_a_worker_killed_at_any_point_leaves_a_usable_store(
     assert len(events.read_text(encoding="utf-8").splitlines()) == 4  # every alarm event
     listed = run("incidents", "list", "--config", str(cfg))
     assert listed.returncode == 0, listed.stderr
+
+
+def test_a_ctrl_c_while_the_worker_cleans_up_does_not_hang_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C goes to the whole process group, the worker included, and one can land
+    while the worker closes its tracker (a second Ctrl-C, or the first one at the end of
+    a replay): here a real SIGINT the child sends itself there. The worker still finishes
+    its cleanup and exits on its own; it used to stop its cleanup halfway and then wait for
+    its result writer for ever, until the replay killed it after CLOSE_WAIT."""
+    monkeypatch.setattr(worker, "CLOSE_WAIT", 5.0)
+    _in_child(IncidentTracker, "close", lambda: os.kill(os.getpid(), signal.SIGINT), monkeypatch)
+    pids = _worker_pids(monkeypatch)
+    case = next(c for c in CASES if c.name == "slug-and-oil")
+    cfg = case_config(case, tmp_path / "state")
+    events = tmp_path / "e.jsonl"
+    result = run("replay", "--config", str(cfg), "--input", str(case / "input.csv"), "--events", str(events))
+    assert result.returncode == 0, result.stderr
+    assert "did not stop" not in result.stderr and "not recorded" not in result.stderr, result.stderr
+    assert "2 incident(s) recorded" in result.stderr
+    assert len(pids) == 1
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)  # reaped
+    listed = run("incidents", "list", "--config", str(cfg), "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert [i["evidence"]["frozen"] for i in json.loads(listed.stdout)] == [True, True]
 
 
 def test_the_worker_is_stopped_when_the_replay_fails_before_its_loop(

@@ -25,6 +25,7 @@ import logging
 import logging.handlers
 import multiprocessing
 import queue
+import signal
 import threading
 import traceback
 import warnings
@@ -133,11 +134,13 @@ class IncidentWorker:
                 self._post(("final",))
                 self._drain(until=("done",))
                 self._done = True
-        except OSError:  # the child is gone (a broken pipe): what did it say before?
-            self._drain()
-            raise self._gone() from None
-        out, self._changed = self._changed, []
-        return out
+        except OSError:  # the child is gone (a broken pipe)
+            pass
+        else:
+            out, self._changed = self._changed, []
+            return out
+        self._drain()  # what did it say before? (outside the handler: not "during handling of")
+        raise self._gone()
 
     def close(self) -> None:
         """Let the child finish what it was given (after a failure it has stopped already)."""
@@ -228,7 +231,13 @@ class _Forward(logging.handlers.QueueHandler):
 
 
 def _serve(config: Config, inbox: Connection, outbox: Connection, theirs: tuple[Connection, ...]) -> None:
-    """The child: a tracker fed from the step pipe until "final" or the end of the pipe."""
+    """The child: a tracker fed from the step pipe until "final" or the end of the pipe.
+
+    Ctrl-C reaches this process too (the terminal signals the whole group): it stops the
+    work, but never the setup or the cleanup below, which must end the result writer for
+    the process to exit (a second Ctrl-C used to leave it waiting for that thread)."""
+    # A Ctrl-C in the setup is the replay's alone: it closes the pipe, which ends this too.
+    interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)
     for conn in theirs:  # the replay's ends, copied by the fork
         conn.close()
     back: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
@@ -240,6 +249,8 @@ def _serve(config: Config, inbox: Connection, outbox: Connection, theirs: tuple[
     root.addHandler(_Forward(back))
     tracker: IncidentTracker | None = None
     try:
+        if interrupt is not None:
+            signal.signal(signal.SIGINT, interrupt)  # as the replay has it (ignored in a `&` job)
         try:
             tracker = IncidentTracker(config, background=True)
         except (MonitorError, OSError) as exc:
@@ -271,6 +282,7 @@ def _serve(config: Config, inbox: Connection, outbox: Connection, theirs: tuple[
     except BaseException:
         back.put(("crash", traceback.format_exc()))
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         if tracker is not None:
             tracker.close()
         back.put(None)
