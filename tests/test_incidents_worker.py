@@ -315,6 +315,10 @@ def test_the_worker_is_stopped_when_the_replay_fails_before_its_loop(
     csv.write_text(f"time,sensor,value\n{T0:.0f},flow1,300\n", encoding="utf-8")
     result = run("replay", "--config", str(cfg), "--input", str(csv), "--events", str(tmp_path / "e.jsonl"))
     assert result.returncode == 1 and "meter ledger" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr  # one line that names the file, not a traceback
+    assert [line for line in result.stderr.splitlines() if line.startswith("replay: ")] == [
+        line for line in result.stderr.splitlines() if "ledger.sqlite" in line
+    ], result.stderr
     assert len(pids) == 1
     with pytest.raises(ProcessLookupError):
         os.kill(pids[0], 0)  # stopped and reaped, not left to the garbage collector

@@ -189,11 +189,14 @@ def run(args: argparse.Namespace) -> int:
 
             station = StationStore.open(config.state_dir) if not args.from_influx else None
             station_tracker = StationTracker(config, station)
-    except BaseException:  # what is open is closed here, the worker stopped and reaped
+    except BaseException as exc:  # what is open is closed here, the worker stopped and reaped
         for part in (station, book, sink, out, tracker):
             if part is not None:
                 part.close()
-        raise
+        if not isinstance(exc, MonitorError | OSError):
+            raise
+        print(f"replay: {exc}", file=sys.stderr)  # a ledger or station store that cannot be opened
+        return 1
     meter_transitions = 0
     recorded: set[str] = set()
 
