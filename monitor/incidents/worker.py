@@ -15,7 +15,9 @@ The tracker is the same code in the same order on the same steps, so the inciden
 the ones the in-process tracker records (tests/test_incidents_worker.py). A failure in
 the child (a full disk, a store that cannot be opened) comes back as the `MonitorError`
 the in-process tracker would have raised, with its text; a child that dies comes back
-as one too, and the replay goes on without incidents, as it does after a failure.
+as one too, and the replay goes on without incidents, as it does after a failure. A bug
+(any other exception in the tracker) ends the replay with the child's traceback and exit
+1, as it did in process.
 """
 
 from __future__ import annotations
