@@ -50,10 +50,14 @@ def test_the_first_device_steps_work_as_written(tmp_path: Path) -> None:
             assert result.returncode == 0, (line, result.stdout, result.stderr)
             if "modbus read" in line:
                 assert "outfall.ph" in result.stdout and "GOOD" in result.stdout, result.stdout
-        daemon = subprocess.Popen(
-            run.strip().replace(".venv/bin/monitor", monitor).split(), cwd=tmp_path,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
-        )  # fmt: skip
+        # Its log to a file, not a pipe: a pipe read only after the exit would stop a daemon
+        # that logs more than the pipe holds (64 KiB) while the test waits on it.
+        log_file = tmp_path / "daemon.log"
+        with log_file.open("w", encoding="utf-8") as err:
+            daemon = subprocess.Popen(
+                run.strip().replace(".venv/bin/monitor", monitor).split(), cwd=tmp_path,
+                stdout=subprocess.DEVNULL, stderr=err, text=True, env=dict(os.environ),
+            )  # fmt: skip
         try:
             wait_until(lambda: port_open(console), timeout=60, what="the console")
 
@@ -69,8 +73,7 @@ def test_the_first_device_steps_work_as_written(tmp_path: Path) -> None:
         finally:
             if daemon.poll() is None:
                 daemon.kill()
-            assert daemon.stderr is not None
-            log = daemon.stderr.read()
-            daemon.stderr.close()
+                daemon.wait(timeout=30)
+        log = log_file.read_text(encoding="utf-8")
         assert "Traceback" not in log
         assert (tmp_path / "state").is_dir()  # "the state ... is in state/ beside the config"
