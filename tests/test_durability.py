@@ -176,9 +176,16 @@ def test_sigkill_at_random_moments_loses_and_doubles_nothing(
     total = first + second
 
     daemon = spawn_daemon(config, log)
-    wait_until(
-        lambda: "connected as" in log.read_text(), timeout=30, what=f"MQTT connect; log:\n{log.read_text()}"
-    )
+    try:
+        wait_until(
+            lambda: "connected as" in log.read_text(),
+            timeout=30,
+            what=f"MQTT connect; log:\n{log.read_text()}",
+        )
+    except BaseException:  # a daemon that never connected does not outlive the test
+        daemon.proc.kill()
+        daemon.proc.wait(timeout=10)
+        raise
     peer = Peer(broker.port, "dur-field")
     try:
         # Phase 1, InfluxDB down: readings pour in while the daemon is killed again and again.
