@@ -322,3 +322,36 @@ def test_the_worker_is_stopped_when_the_replay_fails_before_its_loop(
     assert len(pids) == 1
     with pytest.raises(ProcessLookupError):
         os.kill(pids[0], 0)  # stopped and reaped, not left to the garbage collector
+
+
+def test_without_a_worker_process_the_replay_records_its_incidents_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway at its process limit refuses the fork (EAGAIN). That cannot be caused on
+    demand here (the tests run as root, which RLIMIT_NPROC does not bind), so `os.fork`
+    is replaced by one that raises, and only here. The replay says so once and records
+    the same incidents in its own process instead of none."""
+    import errno
+
+    case = next(c for c in CASES if c.name == "slug-and-oil")
+    normal = case_config(case, tmp_path / "normal")
+    result = run(
+        "replay", "--config", str(normal), "--input", str(case / "input.csv"), "--events", str(tmp_path / "a")
+    )
+    assert result.returncode == 0, result.stderr
+
+    def refuse() -> int:
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", refuse)
+    cfg = case_config(case, tmp_path / "state")
+    result = run(
+        "replay", "--config", str(cfg), "--input", str(case / "input.csv"), "--events", str(tmp_path / "b")
+    )
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "incident worker" in line]
+    assert len(said) == 1 and "Resource temporarily unavailable" in said[0], result.stderr
+    assert "recorded in this process" in said[0]
+    assert "not recorded" not in result.stderr
+    assert (tmp_path / "b").read_text() == (tmp_path / "a").read_text()
+    assert on_record(tmp_path / "state") == on_record(tmp_path / "normal")  # incidents, evidence files

@@ -34,7 +34,8 @@ from monitor.commands import add_config_argument, load_config_or_exit
 from monitor.config import Config
 from monitor.engine import Engine, ReplayStep, replay_steps
 from monitor.errors import MonitorError, SourceError
-from monitor.incidents.worker import IncidentWorker
+from monitor.incidents import IncidentTracker
+from monitor.incidents.worker import IncidentWorker, replay_tracker
 from monitor.model import Kind, ManualClock, Rule, event_lines, parse_time
 from monitor.sources.historian import KINDS, open_history
 from monitor.sources.replay import ReadReport, Samples, merge, stream
@@ -143,10 +144,10 @@ def run(args: argparse.Namespace) -> int:
     engine = Engine(config.rules, ManualClock())
     started = time.perf_counter()
     # Before the input is opened: the worker is forked, and no reader thread runs yet.
-    tracker: IncidentWorker | None = None
+    tracker: IncidentWorker | IncidentTracker | None = None
     if not args.no_incidents and not args.from_influx and config.incidents.enabled:
         try:
-            tracker = IncidentWorker(config)  # the tracker in a process of its own
+            tracker = replay_tracker(config)  # in a process of its own
         except (MonitorError, OSError) as exc:
             print(f"replay: incidents not recorded: {exc}", file=sys.stderr)
     try:

@@ -22,6 +22,7 @@ import math
 from collections.abc import Callable, Container, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -196,6 +197,11 @@ class IncidentTracker:
         self._writers: ThreadPoolExecutor | None = None  # evidence files of incidents final together
         self._refreshed: dict[str, float] = {}
         self._changed: dict[str, Incident] = {}
+
+    @property
+    def path(self) -> Path:
+        """The incident store's file."""
+        return self.store.path
 
     def close(self) -> None:
         """Frozen incidents still on the worker are finished first (nothing is lost); a

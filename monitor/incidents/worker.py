@@ -60,6 +60,20 @@ AHEAD = 4  # replay steps the child takes in ahead of its tracker (a step: ~17 M
 Message = tuple[Any, ...]
 
 
+class WorkerUnavailableError(MonitorError):
+    """No worker process could be started (fork refused: a process or memory limit)."""
+
+
+def replay_tracker(config: Config) -> IncidentWorker | IncidentTracker:
+    """The replay's incident tracker: in a worker process, or, when none can be started,
+    in this one (slower, the same incidents) rather than none at all."""
+    try:
+        return IncidentWorker(config)
+    except WorkerUnavailableError as exc:
+        log.warning("%s; incidents are recorded in this process instead (slower)", exc)
+        return IncidentTracker(config, background=True)
+
+
 class IncidentWorker:
     """`IncidentTracker(config, background=True)` for `monitor replay`, in a child process."""
 
@@ -69,8 +83,11 @@ class IncidentWorker:
         # fork: the child starts at once with the config already in memory, and the replay
         # has not opened its input yet (no reader threads to copy mid-work).
         ctx = multiprocessing.get_context("fork")
-        steps_in, steps_out = ctx.Pipe(duplex=False)
-        results_in, results_out = ctx.Pipe(duplex=False)
+        try:
+            steps_in, steps_out = ctx.Pipe(duplex=False)
+            results_in, results_out = ctx.Pipe(duplex=False)
+        except OSError as exc:  # out of file descriptors
+            raise WorkerUnavailableError(f"cannot start the incident worker: {exc.strerror or exc}") from exc
         self._send: Connection | None = steps_out
         self._recv = results_in
         self._proc: BaseProcess | None = ctx.Process(
@@ -84,7 +101,15 @@ class IncidentWorker:
             # pool when the interpreter has read files before): the child takes no lock of
             # theirs; logging re-creates its own at the fork.
             warnings.simplefilter("ignore", DeprecationWarning)
-            self._proc.start()
+            try:
+                self._proc.start()
+            except OSError as exc:  # no fork: a process or memory limit
+                for conn in (steps_in, steps_out, results_in, results_out):
+                    conn.close()
+                self._proc = None
+                raise WorkerUnavailableError(
+                    f"cannot start the incident worker process: {exc.strerror or exc}"
+                ) from exc
         # Each end is held by one process only: a child that dies is an end of file here
         # (even mid-message), and a closed step pipe is the end of the input there.
         steps_in.close()
