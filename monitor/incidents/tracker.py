@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,10 +73,11 @@ def kept_series(
     return out
 
 
-def kept_sensors(config: Config) -> set[str]:
+def kept_sensors(config: Config, watch: Mapping[str, Watch] | None = None) -> set[str]:
     """The sensors whose samples an incident can need: those a rule can open one on, and
-    the flows paired with them (a day of every other sensor would be copied for nothing)."""
-    watch = watches(config)
+    the flows paired with them (a day of every other sensor would be copied for nothing).
+    `watch`: `watches(config)`, when the caller has it already."""
+    watch = watches(config) if watch is None else watch
     judged = [s for s in watch if config.rules[s].slug is not None or config.rules[s].limits is not None]
     paired = {watch[s].flow_sensor for s in judged} - {None}
     return {s for s in watch if s in judged or s in paired}
@@ -176,7 +177,7 @@ class IncidentTracker:
         # With a series store to read that day back from, memory holds only the qualifying
         # run (the longest rule delay, gaps and a margin); without one (replay), the day.
         keep = self.look_back if history is None else longest + SHORT_KEEP
-        kept = kept_sensors(config)
+        kept = kept_sensors(config, self.watch)
         self.recent = {s: Recent(keep) for s in self.watch if s in kept}
         self._keep = keep
         self._trimmed = -math.inf
