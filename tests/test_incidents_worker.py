@@ -5,11 +5,12 @@ dies is reported once while the replay writes every event and exits 0."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from monitor.config import Config, build_config
 from monitor.engine import Engine, replay_steps
 from monitor.incidents import Incident, IncidentStore, IncidentTracker, worker
 from monitor.incidents.freezer import Freezer
-from monitor.incidents.worker import IncidentWorker
+from monitor.incidents.worker import IncidentWorker, ReplayTracker, hand_over
 from monitor.model import ManualClock
 from tests.incident_helpers import CASES, case_config, load, read_samples
 from tests.incident_helpers import monitor as run
@@ -27,28 +28,28 @@ from tests.incident_helpers import monitor as run
 T0 = 1_780_000_000.0
 
 
-class Tracker(Protocol):
-    def add_admitted(self, *args: Any) -> None: ...
-    def add_columns(self, *args: Any) -> None: ...
-    def apply(self, *args: Any) -> None: ...
-    def advance(self, final: bool = False) -> list[Incident]: ...
-    def close(self) -> None: ...
+CHATTERING = [
+    {"id": "temp1", "kind": "temperature", "unit": "degF"},
+    {"id": "temp2", "kind": "temperature", "unit": "degF"},
+    {"id": "flow1", "kind": "flow", "unit": "gpm"},
+]
+
+
+def station(state: Path, sensors: list[dict[str, Any]]) -> dict[str, Any]:
+    """A station config (as YAML would give it) with its state under `state`."""
+    return {
+        "station": {"id": "ps-w"},
+        "state_dir": str(state),
+        "console": {"enabled": False},
+        "sensors": sensors,
+    }
 
 
 def chattering(state: Path, days: int = 3) -> tuple[Config, np.ndarray, np.ndarray, np.ndarray]:
     """Two temperatures that cross 65 degC every evening, with noise (thousands of
-    transitions, incidents that end and freeze mid-replay), and a flow with a slug."""
-    raw = {
-        "station": {"id": "ps-w"},
-        "state_dir": str(state),
-        "console": {"enabled": False},
-        "sensors": [
-            {"id": "temp1", "kind": "temperature", "unit": "degF"},
-            {"id": "temp2", "kind": "temperature", "unit": "degF"},
-            {"id": "flow1", "kind": "flow", "unit": "gpm"},
-        ],
-    }
-    config = build_config(raw)
+    transitions, incidents that end and freeze mid-replay), and a flow with a slug; a
+    PLC's garbage here and there (NaN, 1e30: bad data, not judged, kept as evidence)."""
+    config = build_config(station(state, CHATTERING))
     rng = np.random.default_rng(7)
     n = days * 8640
     t = T0 + np.arange(n) * 10.0
@@ -56,6 +57,9 @@ def chattering(state: Path, days: int = 3) -> tuple[Config, np.ndarray, np.ndarr
     temps = [120.0 * (1 + 0.2 * day) * rng.normal(1.0, 0.03, n) for _ in range(2)]
     flow = 300.0 * (1 + 0.2 * day) * rng.normal(1.0, 0.03, n)
     flow[(t > T0 + 1.5 * 86400) & (t < T0 + 1.5 * 86400 + 3600)] *= 8  # an hour's slug on day 2
+    for series in (*temps, flow):
+        series[rng.choice(n, 20, replace=False)] = math.nan
+        series[rng.choice(n, 20, replace=False)] = 1e30
     sensor = np.tile(np.arange(3), n)
     time = np.repeat(t, 3)
     value = np.column_stack([temps[0], temps[1], flow]).ravel()
@@ -63,20 +67,19 @@ def chattering(state: Path, days: int = 3) -> tuple[Config, np.ndarray, np.ndarr
 
 
 def record(
-    config: Config, tracker: Tracker, sensor: np.ndarray, time: np.ndarray, value: np.ndarray, batch: int
+    config: Config,
+    tracker: ReplayTracker,
+    sensor: np.ndarray,
+    time: np.ndarray,
+    value: np.ndarray,
+    batch: int,
 ) -> dict[str, Incident]:
-    """What `monitor replay` does with a tracker: each step's samples, conditions, advance."""
+    """What `monitor replay` does with a tracker: each step handed over, then advance."""
     engine = Engine(config.rules, ManualClock())
     last: dict[str, Incident] = {}
     try:
         for step in replay_steps(engine, sensor, time, value, batch_size=batch):
-            if step.by_sensor is not None and step.time.size:
-                tracker.add_admitted(engine.sensors, step.by_sensor, step.quality)
-            else:
-                tracker.add_columns(
-                    engine.sensors, step.sensor, step.time, step.value, step.quality, step.accepted
-                )
-            tracker.apply(step.conditions)
+            hand_over(tracker, engine.sensors, step)
             last.update((i.id, i) for i in tracker.advance())
         last.update((i.id, i) for i in tracker.advance(final=True))
     finally:
@@ -95,14 +98,14 @@ def on_record(state: Path) -> tuple[str, dict[str, bytes]]:
     return incidents, files
 
 
-Make = Callable[[Config], Tracker]
-IN_PROCESS: Make = lambda c: IncidentTracker(c, background=True)  # noqa: E731
+def in_process(config: Config) -> IncidentTracker:
+    return IncidentTracker(config, background=True)
 
 
 def test_the_worker_records_what_the_tracker_in_process_records(tmp_path: Path) -> None:
     config, sensor, time, value = chattering(tmp_path / "a")
     other = chattering(tmp_path / "b")[0]
-    here = record(config, IN_PROCESS(config), sensor, time, value, batch=20_000)
+    here = record(config, in_process(config), sensor, time, value, batch=20_000)
     there = record(other, IncidentWorker(other), sensor, time, value, batch=20_000)
     assert len(here) >= 4 and any(i.rule == "slug" for i in here.values())
     assert all(i.frozen for i in here.values())
@@ -122,20 +125,10 @@ def test_the_worker_records_the_golden_cases_as_in_process(case: Path, tmp_path:
     sensor = np.array([index.get(s.sensor, -1) for s in samples])
     time = np.array([s.time for s in samples])
     value = np.array([s.value for s in samples])
-    here = record(configs[0], IN_PROCESS(configs[0]), sensor, time, value, batch=97)
+    here = record(configs[0], in_process(configs[0]), sensor, time, value, batch=97)
     there = record(configs[1], IncidentWorker(configs[1]), sensor, time, value, batch=97)
     assert here and repr(sorted(there.items())) == repr(sorted(here.items()))
     assert on_record(tmp_path / "b") == on_record(tmp_path / "a")
-
-
-def _raw(config: Config) -> dict[str, Any]:
-    return {
-        "station": {"id": config.station.id},
-        "console": {"enabled": False},
-        "sensors": [
-            {"id": s.id, "kind": str(s.kind), **({"unit": s.unit} if s.unit else {})} for s in config.sensors
-        ],
-    }
 
 
 def test_a_worker_that_dies_is_reported_once_and_the_replay_goes_on(
@@ -151,7 +144,7 @@ def test_a_worker_that_dies_is_reported_once_and_the_replay_goes_on(
     lines = [f"{t:.0f},{names[s]},{v!r}" for s, t, v in rows]
     csv.write_text("time,sensor,value\n" + "\n".join(lines) + "\n", encoding="utf-8")
     cfg = tmp_path / "station.yaml"
-    cfg.write_text(yaml.safe_dump({**_raw(config), "state_dir": str(tmp_path / "state")}), encoding="utf-8")
+    cfg.write_text(yaml.safe_dump(station(tmp_path / "state", CHATTERING)), encoding="utf-8")
 
     killed: list[int] = []
     advance = IncidentWorker.advance
@@ -300,17 +293,9 @@ def test_the_worker_is_stopped_when_the_replay_fails_before_its_loop(
     pids = _worker_pids(monkeypatch)
     state = tmp_path / "state"
     (state / "ledger.sqlite").mkdir(parents=True)
-    raw = {
-        "station": {"id": "ps-w"},
-        "state_dir": str(state),
-        "console": {"enabled": False},
-        "sensors": [
-            {"id": "flow1", "kind": "flow", "unit": "gpm"},
-            {"id": "home.meter", "kind": "meter", "unit": "gal", "register_digits": 6, "max_rate": 200},
-        ],
-    }
+    meter = {"id": "home.meter", "kind": "meter", "unit": "gal", "register_digits": 6, "max_rate": 200}
     cfg = tmp_path / "station.yaml"
-    cfg.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    cfg.write_text(yaml.safe_dump(station(state, [CHATTERING[2], meter])), encoding="utf-8")
     csv = tmp_path / "input.csv"
     csv.write_text(f"time,sensor,value\n{T0:.0f},flow1,300\n", encoding="utf-8")
     result = run("replay", "--config", str(cfg), "--input", str(csv), "--events", str(tmp_path / "e.jsonl"))

@@ -34,8 +34,7 @@ from monitor.commands import add_config_argument, load_config_or_exit
 from monitor.config import Config
 from monitor.engine import Engine, ReplayStep, replay_steps
 from monitor.errors import MonitorError, SourceError
-from monitor.incidents import IncidentTracker
-from monitor.incidents.worker import IncidentWorker, replay_tracker
+from monitor.incidents.worker import ReplayTracker, hand_over, replay_tracker
 from monitor.model import Kind, ManualClock, Rule, event_lines, parse_time
 from monitor.sources.historian import KINDS, open_history
 from monitor.sources.replay import ReadReport, Samples, merge, stream
@@ -144,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     engine = Engine(config.rules, ManualClock())
     started = time.perf_counter()
     # Before the input is opened: the worker is forked, and no reader thread runs yet.
-    tracker: IncidentWorker | IncidentTracker | None = None
+    tracker: ReplayTracker | None = None
     if not args.no_incidents and not args.from_influx and config.incidents.enabled:
         try:
             tracker = replay_tracker(config)  # in a process of its own
@@ -209,13 +208,7 @@ def run(args: argparse.Namespace) -> int:
             return
         try:
             if step is not None:
-                if step.by_sensor is not None and step.time.size:
-                    tracker.add_admitted(engine.sensors, step.by_sensor, step.quality)
-                else:
-                    tracker.add_columns(
-                        engine.sensors, step.sensor, step.time, step.value, step.quality, step.accepted
-                    )
-                tracker.apply(step.conditions)
+                hand_over(tracker, engine.sensors, step)
             changed = tracker.advance(final=step is None)
         except (MonitorError, OSError) as exc:
             print(f"replay: incidents not recorded from here on: {exc}", file=sys.stderr)

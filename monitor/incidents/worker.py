@@ -34,7 +34,7 @@ import warnings
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -49,6 +49,8 @@ from monitor.model import Condition
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
+    from monitor.engine import ReplayStep
+
 log = logging.getLogger(__name__)
 
 CLOSE_WAIT = 60.0  # seconds the child gets to finish freezing once the replay is done
@@ -60,11 +62,49 @@ AHEAD = 4  # replay steps the child takes in ahead of its tracker (a step: ~17 M
 Message = tuple[Any, ...]
 
 
+class ReplayTracker(Protocol):
+    """What a replay needs of its incident tracker: `IncidentWorker`, or `IncidentTracker`
+    when no worker process can be started."""
+
+    @property
+    def path(self) -> Path: ...
+
+    def add_admitted(
+        self, names: tuple[str, ...], by_sensor: Sequence[Part | None], quality: npt.NDArray[np.integer]
+    ) -> None: ...
+
+    def add_columns(
+        self,
+        names: tuple[str, ...],
+        sensor: npt.NDArray[np.integer],
+        time: npt.NDArray[np.float64],
+        value: npt.NDArray[np.float64],
+        quality: npt.NDArray[np.integer],
+        accepted: npt.NDArray[np.bool_],
+    ) -> None: ...
+
+    def apply(self, conditions: Sequence[Condition]) -> None: ...
+
+    def advance(self, final: bool = False) -> list[Incident]: ...
+
+    def close(self) -> None: ...
+
+
+def hand_over(tracker: ReplayTracker, names: tuple[str, ...], step: ReplayStep) -> None:
+    """One replay step into a tracker: its samples (the engine's split by sensor when it
+    made one), then its conditions; the caller then asks it to `advance`."""
+    if step.by_sensor is not None and step.time.size:
+        tracker.add_admitted(names, step.by_sensor, step.quality)
+    else:
+        tracker.add_columns(names, step.sensor, step.time, step.value, step.quality, step.accepted)
+    tracker.apply(step.conditions)
+
+
 class WorkerUnavailableError(MonitorError):
     """No worker process could be started (fork refused: a process or memory limit)."""
 
 
-def replay_tracker(config: Config) -> IncidentWorker | IncidentTracker:
+def replay_tracker(config: Config) -> ReplayTracker:
     """The replay's incident tracker: in a worker process, or, when none can be started,
     in this one (slower, the same incidents) rather than none at all."""
     try:
