@@ -340,3 +340,42 @@ def test_without_a_worker_process_the_replay_records_its_incidents_in_process(
     assert "not recorded" not in result.stderr
     assert (tmp_path / "b").read_text() == (tmp_path / "a").read_text()
     assert on_record(tmp_path / "state") == on_record(tmp_path / "normal")  # incidents, evidence files
+
+
+def test_a_steps_samples_cross_the_pipe_as_raw_bytes_unchanged() -> None:
+    """The series go down the step pipe as bytes, not pickled: every column comes back
+    with its dtype and values (NaN, -0.0, a strided view, an empty series, odd lengths
+    that would misalign the floats if the qualities were not sent last)."""
+    rng = np.random.default_rng(3)
+    wide = rng.normal(size=14)
+    series = [
+        ("a", np.array([1.0, 2.5, 3.0]), np.array([math.nan, -0.0, 1e30]), np.array([0, 1, 2], np.int8)),
+        ("b", np.empty(0), np.empty(0), np.empty(0, np.int8)),
+        ("c", wide[::2], wide[1::2], rng.integers(-3, 3, 7).astype(np.int8)),
+    ]
+    read, write = os.pipe()
+    try:
+        for part in worker._payload(series):
+            worker._write_all(write, part)
+        got = worker._read_series(read, [(name, int(t.size)) for name, t, _, _ in series])
+    finally:
+        os.close(read)
+        os.close(write)
+    assert [g[0] for g in got] == ["a", "b", "c"]
+    for (_, t, v, q), (_, gt, gv, gq) in zip(series, got, strict=True):
+        assert gt.dtype == np.float64 and gv.dtype == np.float64 and gq.dtype == np.int8
+        assert gt.tobytes() == t.tobytes() and gv.tobytes() == v.tobytes() and gq.tobytes() == q.tobytes()
+
+
+def test_a_step_cut_short_by_the_replays_end_is_the_end_of_the_input() -> None:
+    """A replay that dies mid-step (its half of the bytes sent) ends the child's input
+    (`_read_ahead` puts None): no step is made of what was left."""
+    series = [("a", np.arange(4.0), np.arange(4.0), np.zeros(4, np.int8))]
+    read, write = os.pipe()
+    try:
+        worker._write_all(write, worker._payload(series)[0])
+        os.close(write)
+        with pytest.raises(EOFError):
+            worker._read_series(read, [("a", 4)])
+    finally:
+        os.close(read)
