@@ -61,6 +61,22 @@ def test_the_column_wise_csv_is_the_row_at_a_time_csv(
     assert csv_rows(name, t, v, q) == want
 
 
+def test_the_word_wise_lines_mix_every_field_width_as_the_row_at_a_time_csv() -> None:
+    """One call with what makes the words differ row by row: every quality, times with and
+    without milliseconds across midnight and a new year, readings of four decimals beside
+    whole numbers above 10^4, NaN, -0.0 and `repr`s wider than the value's two words."""
+    n = 4096
+    rng = np.random.default_rng(11)
+    t = 1_798_761_000.0 + np.cumsum(rng.choice([0.001, 0.25, 1.0, 7.0, 1e-7], n))  # over 2027-01-01
+    v = np.round(rng.normal(0.0, 50.0, n), 3)
+    v[::7] = np.round(rng.normal(0.0, 1e6, n // 7 + 1), 1)
+    v[::11] = rng.normal(0.0, 1.0, n // 11 + 1) / 3.0  # 17 digits
+    v[::13] = -1.2345678901234567e-300
+    v[5::17], v[6::17] = math.nan, -0.0
+    q = (np.arange(n) % 256 - 128).astype(np.int8)
+    assert csv_rows("pH é", t, v, q) == slow_rows("pH é", t, v, q)
+
+
 def test_a_schema_1_store_reads_and_verifies_and_a_sample_is_stored_once(tmp_path: Path) -> None:
     with IncidentStore(tmp_path) as store:
         pass
