@@ -118,6 +118,26 @@ def test_a_schema_1_store_reads_and_verifies_and_a_sample_is_stored_once(tmp_pat
         assert store.evidence("i1", "oil")[1].tolist() == [15.0]
 
 
+def test_evidence_blocks_stored_out_of_time_order_are_read_in_time_order(tmp_path: Path) -> None:
+    """Blocks in time order (a replay, a live run) are read without a sort; a batch older
+    than what is stored (a backfill) is still read where it belongs, values with it."""
+    with IncidentStore(tmp_path) as store:
+        store.add_evidence("i1", "flow", np.array([10.0, 11.0]), np.array([1.0, 2.0]), np.zeros(2, np.int8))
+        store.add_evidence("i1", "oil", np.array([3.0, 4.0]), np.array([5.0, 6.0]), np.zeros(2, np.int8))
+        store.add_evidence("i1", "flow", np.array([5.0, 6.0]), np.array([3.0, 4.0]), np.ones(2, np.int8))
+        cols = store.columns("i1")
+        assert list(cols) == ["flow", "oil"]
+        t, v, q = cols["flow"]
+        assert (t.tolist(), v.tolist(), q.tolist()) == (
+            [5.0, 6.0, 10.0, 11.0],
+            [3.0, 4.0, 1.0, 2.0],
+            [1, 1, 0, 0],
+        )
+        assert t.flags.writeable and t.dtype == np.float64 and q.dtype == np.int8
+        assert [c.tolist() for c in store.columns("i1", "oil")["oil"]] == [[3.0, 4.0], [5.0, 6.0], [0, 0]]
+        assert store.evidence_csv("i1", cols) == store.evidence_csv("i1")
+
+
 @settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(st.tuples(st.floats(0.0, 40.0), st.booleans()), min_size=0, max_size=400),

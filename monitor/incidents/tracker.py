@@ -40,7 +40,7 @@ from monitor.incidents.figures import (
 )
 from monitor.incidents.freezer import Freezer
 from monitor.incidents.model import Figures, Incident, incident_id
-from monitor.incidents.store import IncidentStore
+from monitor.incidents.store import Columns, IncidentStore
 from monitor.model import Condition, ConditionState, Kind, Rule, Sample, iso
 from monitor.units import conversion
 
@@ -53,6 +53,8 @@ Part = tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.float
 FREEZE_TOGETHER = 8  # incidents whose evidence files are written at once (each file in memory)
 SHORT_KEEP = 1800.0  # seconds kept in memory beyond the longest rule delay when a store has the rest
 
+
+_NO_EVIDENCE: Columns = (np.empty(0, np.float64), np.empty(0, np.float64), np.empty(0, np.int8))
 
 # One sensor's samples of a replay step: name, time, value, quality (int8).
 Series_ = tuple[str, npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int8]]
@@ -552,18 +554,25 @@ class IncidentTracker:
         self._changed[inc.id] = inc
         return inc
 
-    def figures(self, inc: Incident, store: IncidentStore | None = None) -> Figures:
-        """The incident's figures from its evidence rows (what survives a restart)."""
+    def figures(
+        self, inc: Incident, store: IncidentStore | None = None, columns: dict[str, Columns] | None = None
+    ) -> Figures:
+        """The incident's figures from its evidence rows (what survives a restart);
+        `columns`: all of them (`store.columns(inc.id)`), when the caller has read them."""
         store = self.store if store is None else store
-        _, t, v, q = store.evidence(inc.id, inc.sensor)
-        s = Series.of(t, v, q)
+
+        def evidence(sensor: str) -> Series:
+            cols = store.columns(inc.id, sensor) if columns is None else columns
+            t, v, q = cols.get(sensor, _NO_EVIDENCE)
+            return Series.of_sorted(t, v, q)  # `columns` are in time order
+
+        s = evidence(inc.sensor)
         until = inc.end if inc.end is not None else (float(s.t[-1]) if s.t.size else inc.start)
         w = self.watch.get(inc.sensor)
         gap = (w.slug_gap if inc.rule == Rule.SLUG else w.stale_after) if w is not None else math.inf
         paired = None
         if inc.flow_sensor is not None and inc.flow_sensor in self.watch:
-            _, ft, fv, fq = store.evidence(inc.id, inc.flow_sensor)
-            paired = (Series.of(ft, fv, fq), self.watch[inc.flow_sensor].unit)
+            paired = (evidence(inc.flow_sensor), self.watch[inc.flow_sensor].unit)
         return compute(
             s,
             start=inc.start,
@@ -585,8 +594,9 @@ class IncidentTracker:
         try:
             for ended in incidents:
                 collected = self._collect(ended)
-                inc = collected.with_(figures=self.figures(collected))
-                data = self.store.evidence_csv(inc.id)
+                columns = self.store.columns(collected.id)  # read once, for the figures and the file
+                inc = collected.with_(figures=self.figures(collected, columns=columns))
+                data = self.store.evidence_csv(inc.id, columns)
                 if self._writers is None:
                     self._writers = ThreadPoolExecutor(FREEZE_TOGETHER, thread_name_prefix="evidence")
                 pending.append((inc, self._writers.submit(self.store.write_evidence, inc.id, data)))
