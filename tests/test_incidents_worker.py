@@ -379,3 +379,17 @@ def test_a_step_cut_short_by_the_replays_end_is_the_end_of_the_input() -> None:
             worker._read_series(read, [("a", 4)])
     finally:
         os.close(read)
+
+
+def test_the_replay_collects_its_garbage_as_before_once_the_worker_is_forked(tmp_path: Path) -> None:
+    """The worker is forked with the interpreter's objects frozen (its collections skip
+    them); the replay unfreezes at once: nothing of its own stays out of its collections."""
+    import gc
+
+    config = chattering(tmp_path)[0]
+    before = gc.get_freeze_count()
+    started = IncidentWorker(config)
+    try:
+        assert gc.get_freeze_count() == before
+    finally:
+        started.close()

@@ -23,6 +23,7 @@ as one too, and the replay goes on without incidents, as it does after a failure
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import logging.handlers
 import multiprocessing
@@ -143,6 +144,10 @@ class IncidentWorker:
             # pool when the interpreter has read files before): the child takes no lock of
             # theirs; logging re-creates its own at the fork.
             warnings.simplefilter("ignore", DeprecationWarning)
+            # Frozen at the fork, what the child inherits (config, modules: hundreds of
+            # thousands of objects) is never walked by its garbage collections, nor its
+            # pages copied for it; this process unfreezes at once and collects as before.
+            gc.freeze()
             try:
                 self._proc.start()
             except OSError as exc:  # no fork: a process or memory limit
@@ -152,6 +157,8 @@ class IncidentWorker:
                 raise WorkerUnavailableError(
                     f"cannot start the incident worker process: {exc.strerror or exc}"
                 ) from exc
+            finally:
+                gc.unfreeze()
         # Each end is held by one process only: a child that dies is an end of file here
         # (even mid-message), and a closed step pipe is the end of the input there.
         steps_in.close()
