@@ -287,3 +287,47 @@ def test_the_engines_split_by_sensor_fills_the_tracker_as_the_columns_do(
         finally:
             tracker.close()
     assert repr(kept[0]) == repr(kept[1])  # repr: NaN values compare equal
+
+
+def test_a_batch_of_chattering_transitions_extends_an_incident_unless_its_case_was_closed(
+    tmp_path: Path,
+) -> None:
+    """Re-activations within the merge window extend the incident within one batch (its
+    activations counted, its end the last clear's); after an operator closed its case,
+    one opens a new incident instead."""
+    from monitor.model import Condition, ConditionState, Rule, Sample
+
+    raw = tmp_path / "station.yaml"
+    raw.write_text(
+        f"station: {{id: ps-1}}\nstate_dir: {tmp_path / 'state'}\nconsole: {{enabled: false}}\n"
+        "incidents: {merge_window: 1h}\n"
+        "sensors:\n  - {id: oil, kind: concentration, substance: oil, slug: false, stale_after: 10m}\n",
+        encoding="utf-8",
+    )
+    config = load(raw)
+    t0 = 1_780_000_000.0
+
+    def value(m: int) -> float:
+        return 150.0 if 60 <= m < 70 or 90 <= m < 100 or 110 <= m < 115 or 160 <= m < 170 else 20.0
+
+    def cond(m: int, state: ConditionState) -> Condition:
+        return Condition(t0 + 60 * m, "oil", Rule.HIGH, state, value(m), 100.0, "§139-5")
+
+    tracker = IncidentTracker(config)
+    try:
+        tracker.add_samples([Sample("oil", t0 + 60 * m, value(m)) for m in range(0, 130)])
+        chatter = [(60, True), (70, False), (90, True), (100, False), (110, True), (115, False)]
+        tracker.apply([cond(m, ConditionState.ACTIVE if on else ConditionState.CLEARED) for m, on in chatter])
+        tracker.advance()
+        (first,) = tracker.live.values()
+        assert first.activations == 3 and first.end == t0 + 60 * 115 and first.clear_time == t0 + 60 * 115
+        tracker.store.close_case(first.id, t0 + 60 * 120, "R. Alvarez", "penalty paid")
+        tracker.add_samples([Sample("oil", t0 + 60 * m, value(m)) for m in range(130, 175)])
+        tracker.apply([cond(160, ConditionState.ACTIVE), cond(170, ConditionState.CLEARED)])
+        tracker.advance()
+        on_record = {i.id: i for i in tracker.incidents()}
+        assert len(on_record) == 2 and on_record[first.id].activations == 3
+        (second,) = (i for i in on_record.values() if i.id != first.id)
+        assert second.start == t0 + 60 * 160 and second.end == t0 + 60 * 170
+    finally:
+        tracker.close()

@@ -318,11 +318,7 @@ class IncidentTracker:
         self._newest = {}
         self._drafts = {}
         try:
-            for cond in mine:
-                if cond.state is ConditionState.ACTIVE:
-                    self._activate(cond)
-                else:
-                    self._clear(cond)
+            self._transitions(mine)
         finally:
             for iid, d in self._drafts.items():
                 if d.changed:
@@ -331,6 +327,49 @@ class IncidentTracker:
                     )
             self._drafts = {}
             self._ends = {}
+
+    def _transitions(self, mine: list[Condition]) -> None:
+        """`_activate` or `_clear` for each transition, in order, with their two commonest
+        cases inline (a chattering alarm's re-activation within the merge window and its
+        clear): the draft of each sensor and rule is looked up once, not a few calls deep
+        for each of thousands of transitions. The drafts are looked up again after an
+        `_activate` that went further (it may have opened an incident)."""
+        merge = self.settings.merge_window
+        drafts: dict[tuple[str, Rule], _Draft] = {}
+        dirty = self._dirty
+        for cond in mine:
+            key = (cond.sensor, cond.rule)
+            d = drafts.get(key)
+            if d is None:
+                d = self._draft_of(cond)  # as `_activate` and `_clear` begin
+                if d is not None:
+                    drafts[key] = d
+            if cond.state is ConditionState.ACTIVE:
+                if d is not None:
+                    if d.end is None:
+                        continue  # already open (a restart replayed the ACTIVE)
+                    if cond.time - d.end <= merge and not self._is_closed(d.inc.id):
+                        d.end = None
+                        d.activations += 1
+                        d.changed = True
+                        dirty.add(d.inc.id)
+                        log.debug(
+                            "incident %s extended: %s active again within the merge window",
+                            d.inc.id,
+                            cond.sensor,
+                        )
+                        continue
+                self._activate(cond)
+                drafts.clear()
+            elif d is not None and d.end is None:
+                ends = self._ends.get(d.inc.id)
+                if ends is None:
+                    self._clear(cond)  # finds the ends of the batch's clears
+                    continue
+                d.end = max(ends[cond.time], d.inc.start)
+                d.clear_time = cond.time
+                d.changed = True
+                dirty.add(d.inc.id)
 
     def observe(self, samples: Sequence[Sample], conditions: Sequence[Condition]) -> list[Incident]:
         """One live batch, after the engine judged it; returns incidents that changed."""
