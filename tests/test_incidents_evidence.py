@@ -118,6 +118,22 @@ def test_a_schema_1_store_reads_and_verifies_and_a_sample_is_stored_once(tmp_pat
         assert store.evidence("i1", "oil")[1].tolist() == [15.0]
 
 
+def test_a_batch_in_time_order_is_stored_as_a_shuffled_one_with_repeats_is(tmp_path: Path) -> None:
+    """A step's samples (in time order, one a time) are stored without a sort; the same
+    samples shuffled, with repeats (the first at a time wins), store the same."""
+    rng = np.random.default_rng(5)
+    t = np.cumsum(rng.uniform(0.5, 2.0, 300))
+    v, q = rng.normal(size=300), rng.integers(0, 3, 300).astype(np.int8)
+    v[::9] = np.nan
+    mixed = np.concatenate((rng.permutation(300), rng.integers(0, 300, 50)))
+    stored = []
+    for name, order in (("sorted", np.arange(300)), ("mixed", mixed)):
+        with IncidentStore(tmp_path / name) as store:
+            assert store.add_evidence("i1", "flow", t[order], v[order], q[order]) == 300
+            stored.append([c.tobytes() for c in store.columns("i1")["flow"]])
+    assert stored[0] == stored[1] == [t.tobytes(), v.tobytes(), q.tobytes()]
+
+
 def test_evidence_blocks_stored_out_of_time_order_are_read_in_time_order(tmp_path: Path) -> None:
     """Blocks in time order (a replay, a live run) are read without a sort; a batch older
     than what is stored (a backfill) is still read where it belongs, values with it."""

@@ -263,8 +263,10 @@ class IncidentStore:
         did with rows) as one block; returns how many were new."""
         if not t.size:
             return 0
-        t, first = np.unique(np.asarray(t, np.float64), return_index=True)
-        v, q = np.asarray(v, np.float64)[first], np.asarray(q)[first]
+        t, v, q = np.asarray(t, np.float64), np.asarray(v, np.float64), np.asarray(q)
+        if not (t[1:] > t[:-1]).all():  # in time order, one a time (a step's): as it is, no sort
+            t, first = np.unique(t, return_index=True)
+            v, q = v[first], q[first]
         lo, hi = float(t[0]), float(t[-1])
         try:
             self._db.execute("BEGIN IMMEDIATE")
