@@ -393,3 +393,22 @@ def test_the_replay_collects_its_garbage_as_before_once_the_worker_is_forked(tmp
         assert gc.get_freeze_count() == before
     finally:
         started.close()
+
+
+def test_a_steps_conditions_cross_as_columns_and_come_back_equal() -> None:
+    """The conditions go down pickled one list a field; the child's are equal to the
+    replay's, field for field (no limit, a message, extra figures, both states)."""
+    import pickle
+
+    from monitor.model import Condition, ConditionState, Rule
+
+    sent = [
+        Condition(T0, "temp1", Rule.HIGH, ConditionState.ACTIVE, 151.5, 149.0, "§139-5"),
+        Condition(
+            T0 + 10, "flow1", Rule.SLUG, ConditionState.CLEARED, 300.0, None, "§139-7", "m", {"x": 1.5}
+        ),
+    ]
+    columns = pickle.loads(pickle.dumps(worker._condition_columns(sent)))
+    got = [Condition(*c) for c in zip(*columns, strict=True)]
+    assert got == sent and [repr(c) for c in got] == [repr(c) for c in sent]
+    assert [Condition(*c) for c in zip(*worker._condition_columns([]), strict=True)] == []
