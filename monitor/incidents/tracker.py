@@ -418,7 +418,9 @@ class IncidentTracker:
         for sensor in [cond.sensor] + ([w.flow_sensor] if w.flow_sensor else []):
             self._backfill(sensor, cond.time)
         recent = self.recent[cond.sensor]
-        series = Series.of(*recent.since(-math.inf, cond.time))
+        t, v, q = recent.window(-math.inf, cond.time)  # views: `Series` keeps copies
+        # the buffer is in time order (a backfill is put before its first sample): no sort
+        series = Series.of_sorted(t, v, q) if (t[1:] >= t[:-1]).all() else Series.of(t, v, q)
         gap = w.slug_gap if cond.rule is Rule.SLUG else w.stale_after
         start = run_start(series, cond.time, threshold, high, gap)
         if cond.rule is Rule.SLUG and w.factor is not None:
