@@ -36,12 +36,15 @@ from monitor.engine import Engine, ReplayStep, replay_steps
 from monitor.errors import MonitorError, SourceError
 from monitor.incidents.worker import ReplayTracker, hand_over, replay_tracker
 from monitor.model import Kind, ManualClock, Rule, event_lines, parse_time
-from monitor.sources.historian import KINDS, open_history
 from monitor.sources.replay import ReadReport, Samples, merge, stream
 
 if TYPE_CHECKING:
     from monitor.sinks.pipeline import SampleSink
     from monitor.station import StationStore, StationTracker
+
+# The historian readers (monitor.sources.historian: http.client, ssl), imported by --from-influx
+# only; their names are spelled here so --help lists them (a test keeps the two the same).
+HISTORIANS = ("influxql", "flux", "victoriametrics")
 
 # What only some replays need (the outbox and asyncio, the meter ledger, the station's parts,
 # the historian, --what-if) is imported where it is used: start-up is part of every replay.
@@ -79,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--end", type=_time_arg, metavar="T", help="with --from-influx: end (exclusive)")
     parser.add_argument(
         "--historian",
-        choices=("auto", *KINDS),
+        choices=("auto", *HISTORIANS),
         default="auto",
         help="with --from-influx: how to read it (auto: InfluxQL for api v1, else asks the server)",
     )
@@ -124,6 +127,8 @@ def open_samples(
     """The files, or the historian's stored series, as time-ordered batches."""
     if not args.from_influx:
         return stream(args.input, sensors)
+    from monitor.sources.historian import open_history
+
     history = open_history(config, args.start, args.end, args.historian, sensors)
     return merge([history]), [history.report]
 

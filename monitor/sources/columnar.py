@@ -20,14 +20,15 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
-import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 from monitor.errors import PayloadError, SourceError
 from monitor.model import parse_time
@@ -39,6 +40,10 @@ MAX_LINE_BYTES = 64 << 20  # a "line" longer than this is not a CSV row: refused
 _NUMBER = r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(nan|inf|infinity)$"
 _ISO = r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([Zz]|[-+]\d\d(:?\d\d)?)$"
 _UTC_NS = pa.timestamp("ns", tz="UTC")
+
+# pyarrow.compute (~70 ms to import) and pyarrow.parquet (~30 ms) are imported where they
+# are needed: a clean file of numbers or timestamps is read without either (`Array.cast`
+# and `fill_null` import pyarrow.compute too, so the clean paths avoid them).
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +297,7 @@ def _blank(t: pa.Array, s: pa.Array, v: pa.Array) -> npt.NDArray[np.bool_] | Non
     names = s.dictionary if pa.types.is_dictionary(s.type) else None
     if names is not None and "" not in names.to_pylist():
         return None
+    import pyarrow.compute as pc
 
     def empty(c: pa.Array) -> pa.Array:
         if pa.types.is_dictionary(c.type):
@@ -309,6 +315,8 @@ def _blank(t: pa.Array, s: pa.Array, v: pa.Array) -> npt.NDArray[np.bool_] | Non
 def _sensors(col: pa.Array) -> tuple[list[str], npt.NDArray[np.int32]]:
     """Sensor names as a small table and an index per row (no Python string per row)."""
     if not pa.types.is_dictionary(col.type):
+        import pyarrow.compute as pc
+
         col = pc.dictionary_encode(col.cast(pa.string()) if not pa.types.is_string(col.type) else col)
     names = [("" if n is None else str(n)).strip() for n in col.dictionary.to_pylist()]
     indices = col.indices
@@ -324,10 +332,16 @@ def _times(col: pa.Array) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_
     decided by the caller, which knows the valid range)."""
     n = len(col)
     if pa.types.is_timestamp(col.type):
+        if col.type.unit == "ns" and not col.null_count:  # its int64 buffer, read as such
+            return _nan_nulls(col, 1e-9), np.zeros(n, bool)
         ns = col.cast(pa.timestamp("ns", tz=col.type.tz)).cast(pa.int64())
         return _nan_nulls(ns, 1e-9), np.zeros(n, bool)
+    if pa.types.is_float64(col.type):
+        return _nan_nulls(col, 1.0), np.ones(n, bool)
     if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
         return _nan_nulls(col.cast(pa.float64()), 1.0), np.ones(n, bool)
+    import pyarrow.compute as pc
+
     col = col.cast(pa.string())
     try:
         return _nan_nulls(col.cast(pa.float64()), 1.0), np.ones(n, bool)
@@ -371,9 +385,11 @@ def _values(col: pa.Array) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool
     """Values and whether each could be read at all (NaN/inf read fine: the engine judges them)."""
     n = len(col)
     if pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_decimal(col.type):
-        v = col.cast(pa.float64())
+        v = col if pa.types.is_float64(col.type) else col.cast(pa.float64())
         ok = np.ones(n, bool) if not v.null_count else ~_bools(v.is_null())
         return _nan_nulls(v, 1.0), ok
+    import pyarrow.compute as pc
+
     col = col.cast(pa.string())
     try:
         return _numbers(col.cast(pa.float64())), np.ones(n, bool)
@@ -399,7 +415,7 @@ def _numbers(arr: pa.Array) -> npt.NDArray[Any]:
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     assert not arr.null_count
-    dtype = np.dtype(arr.type.to_pandas_dtype()) if not pa.types.is_timestamp(arr.type) else np.int64
+    dtype = np.dtype(np.int64 if pa.types.is_timestamp(arr.type) else arr.type.to_pandas_dtype())
     return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
 
 
@@ -423,6 +439,8 @@ def _nan_nulls(arr: pa.Array, scale: float) -> npt.NDArray[np.float64]:
 
 
 def _parquet_file(path: Path) -> pq.ParquetFile:
+    import pyarrow.parquet as pq
+
     try:
         pf = pq.ParquetFile(path, pre_buffer=False)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
@@ -440,7 +458,10 @@ def _parquet_chunks(path: Path, pf: pq.ParquetFile) -> Iterator[Chunk]:
     names = {n.strip().lower(): n for n in pf.schema_arrow.names}
     try:
         row = 1  # "line" of a Parquet row: its position, counting from 1
-        for batch in pf.iter_batches(batch_size=PARQUET_ROWS, columns=[names[c] for c in COLUMNS]):
+        # One thread: the engine and the incident worker have the other core already; pyarrow's
+        # decoding threads cost more CPU than they gained in wall time on two cores.
+        columns = [names[c] for c in COLUMNS]
+        for batch in pf.iter_batches(batch_size=PARQUET_ROWS, columns=columns, use_threads=False):
             n = batch.num_rows
             yield _chunk(batch, np.arange(row, row + n, dtype=np.int64), [])
             row += n
@@ -452,6 +473,8 @@ def _parquet_chunks(path: Path, pf: pq.ParquetFile) -> Iterator[Chunk]:
 
 def write_table(path: Path, columns: dict[str, list[Any]], row_group_size: int = PARQUET_ROWS) -> None:
     """Columns as given (text or numbers) into a Parquet file: for tests and tools."""
+    import pyarrow.parquet as pq
+
     pq.write_table(pa.table(columns), path, row_group_size=row_group_size)
 
 
@@ -459,6 +482,8 @@ def write_parquet(
     path: Path, time: npt.NDArray[np.float64], sensor: list[str], value: npt.NDArray[np.float64]
 ) -> None:
     """A `time,sensor,value` Parquet file (time as UTC timestamps): for tests and the benchmark."""
+    import pyarrow.parquet as pq
+
     table = pa.table(
         {
             "time": pa.array((time * 1e9).astype(np.int64)).cast(_UTC_NS),
