@@ -3,6 +3,8 @@ check keeps, counts the same bad rows, and carries the same latest times on."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -94,3 +96,47 @@ def test_bit_count_without_numpy_2(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _bit_count(masks).tolist() == want
     monkeypatch.delattr(np, "bitwise_count", raising=False)
     assert replay._bit_count(masks).tolist() == want
+
+
+class _Source:
+    """A source that hands over prepared chunks (a file, without the file)."""
+
+    def __init__(self, chunks: list[Rows], n: int) -> None:
+        self.chunks = chunks
+        self.sensors = [f"s{i}" for i in range(n)]
+        self.report = replay.ReadReport("mem")
+
+    def rows(self) -> Iterator[Rows]:
+        yield from self.chunks
+
+
+@pytest.mark.parametrize("kind", ["clean", "swap"])
+def test_merge_cuts_sorted_and_unsorted_chunks_alike(kind: str) -> None:
+    """Batches in time order, each time whole in one batch, every row once: whether a
+    chunk is cut at a position (time-sorted) or by a mask (not sorted)."""
+    rng = np.random.default_rng(7)
+    a, b = _chunks(rng, 5, kind), _chunks(rng, 3, "clean")
+    for rows in b:
+        rows.time += 5.0  # between a's times
+    batches = list(replay.merge([_Source(a, 5), _Source(b, 3)]))
+    assert len(batches) > 2
+    times = np.concatenate([x.time for x in batches])
+    rows = Rows.join(a + b)
+    assert times.size == rows.time.size
+    if kind == "clean":
+        assert times.tolist() == sorted(times.tolist())
+        for x, y in itertools.pairwise(batches):
+            assert x.time[-1] < y.time[0]  # no time split over two batches
+    else:
+        for x in batches:
+            assert x.time.tolist() == sorted(x.time.tolist())
+    assert sorted(
+        zip(times.tolist(), np.concatenate([x.sensor for x in batches]).tolist(), strict=True)
+    ) == sorted(zip(rows.time.tolist(), rows.sensor.tolist(), strict=True))
+
+
+def test_split_gives_both_sides_without_copying() -> None:
+    rows = _rows(np.arange(6) % 2, np.arange(6.0))
+    head, tail = rows.split(4)
+    assert head.time.tolist() == [0, 1, 2, 3] and tail.lines.tolist() == [6, 7]
+    assert np.shares_memory(head.value, rows.value) and np.shares_memory(tail.quality, rows.quality)

@@ -158,6 +158,12 @@ class Rows:
             self.sensor[keep], self.time[keep], self.value[keep], self.quality[keep], self.lines[keep]
         )
 
+    def split(self, at: int) -> tuple[Rows, Rows]:
+        """The rows before `at` and from `at` on, as views (no copy)."""
+        head = Rows(self.sensor[:at], self.time[:at], self.value[:at], self.quality[:at], self.lines[:at])
+        tail = Rows(self.sensor[at:], self.time[at:], self.value[at:], self.quality[at:], self.lines[at:])
+        return head, tail
+
     @staticmethod
     def join(parts: list[Rows]) -> Rows:
         if len(parts) == 1:
@@ -361,15 +367,30 @@ def merge(files: Sequence[Source]) -> Iterator[Samples]:
             if not buf:
                 continue
             whole = Rows.join(buf)
-            now = whole.time < cut
-            if whole.time.size - int(np.count_nonzero(now)) > MAX_HELD:  # a file of one time
-                now = whole.time <= cut  # memory first: rows of that time may span two batches
-            if now.all():
+            t = whole.time
+            if bool(np.all(t[1:] >= t[:-1])):  # the usual, a time-sorted file: cut at a position
+                end = int(np.searchsorted(t, cut, "left"))
+                if t.size - end > MAX_HELD:  # a file of one time
+                    end = int(np.searchsorted(t, cut, "right"))  # rows of that time may span two batches
+                if end == t.size:
+                    out.append(whole)
+                    bufs[i] = []
+                elif end:
+                    now, rest = whole.split(end)
+                    out.append(now)
+                    bufs[i] = [rest]
+                else:
+                    bufs[i] = [whole]
+                continue
+            now_mask = t < cut
+            if t.size - int(np.count_nonzero(now_mask)) > MAX_HELD:  # a file of one time
+                now_mask = t <= cut  # memory first: rows of that time may span two batches
+            if now_mask.all():
                 out.append(whole)
                 bufs[i] = []
-            elif now.any():
-                out.append(whole.take(now))
-                bufs[i] = [whole.take(~now)]
+            elif now_mask.any():
+                out.append(whole.take(now_mask))
+                bufs[i] = [whole.take(~now_mask)]
             else:
                 bufs[i] = [whole]
         if out:
