@@ -51,3 +51,17 @@ def test_a_clean_parquet_file_replays_without_compute(tmp_path: Path) -> None:
     loaded = _loaded(path)
     assert "pyarrow.parquet" in loaded
     assert "pyarrow.compute" not in loaded
+
+
+def test_config_validators_are_built_on_first_use() -> None:
+    probe = (
+        "import sys; from monitor import config; from monitor.config.load import load_config\n"
+        "before = [m.__pydantic_complete__ for m in (config.Config, config.Sensor, config.Notify)]\n"
+        "load_config(sys.argv[1])\n"
+        "print(before, [m.__pydantic_complete__ for m in (config.Config, config.Sensor, config.Notify)])\n"
+    )
+    example = Path(__file__).resolve().parent.parent / "config" / "minimal.yaml"
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(example)], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split("] [") == ["[False, False, False", "True, True, False]\n"]
