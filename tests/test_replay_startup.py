@@ -65,3 +65,19 @@ def test_config_validators_are_built_on_first_use() -> None:
         [sys.executable, "-c", probe, str(example)], capture_output=True, text=True, check=True
     )
     assert out.stdout.split("] [") == ["[False, False, False", "True, True, False]\n"]
+
+
+def test_no_incident_worker_without_incidents(tmp_path: Path) -> None:
+    """`--no-incidents` does not import the worker (multiprocessing, tracker, store)."""
+    station = Path(__file__).resolve().parent.parent / "config" / "minimal.yaml"
+    samples = tmp_path / "s.csv"
+    samples.write_text("time,sensor,value\n")
+    probe = (
+        "import json, sys\nfrom monitor.cli import main\n"
+        "code = main(['replay', '--config', sys.argv[1], '--input', sys.argv[2], '--no-incidents',"
+        " '--events', sys.argv[3]])\n"
+        "print(json.dumps([code, 'monitor.incidents.worker' in sys.modules]))\n"
+    )
+    args = [str(station), str(samples), str(tmp_path / "e.jsonl")]
+    out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.splitlines()[-1]) == [0, False]
