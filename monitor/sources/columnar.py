@@ -58,7 +58,7 @@ class Chunk:
     value: npt.NDArray[np.float64]
     value_ok: npt.NDArray[np.bool_]
     short: list[tuple[int, str]]  # rows with too few cells: (line, text)
-    text: Callable[[int], str]  # row i as the file had it, for the report's example
+    text: Callable[[int], str]  # row i as written, for the report: until the next chunk is read
 
 
 def open_chunks(path: Path) -> Iterator[Chunk]:
