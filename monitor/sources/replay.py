@@ -262,7 +262,11 @@ class _File:
         sensor twice; the latest times are noted. False sends the rows to the full check
         (which then finds the culprits), so the answer only has to be exact when True."""
         t, s = rows.time, rows.sensor
-        if not (bool(np.all(t[1:] >= t[:-1])) and bool(np.all(t > self.last[s]))):
+        if not bool(np.all(t[1:] >= t[:-1])):
+            return False
+        # Sorted, so only the first rows, up to the latest time read so far, can be too early.
+        early = int(np.searchsorted(t, self.last.max(), "right"))
+        if early and not bool(np.all(t[:early] > self.last[s[:early]])):
             return False
         tie = t[1:] == t[:-1]
         # Each time's sensors distinct: in a rising order (a file written sensor by sensor in
