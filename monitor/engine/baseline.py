@@ -182,10 +182,10 @@ class Baselines:
         """Quanta and counts of buckets `bucket - n .. bucket` (the ring oldest first,
         then the current bucket)."""
         n = self.size[row]
-        k = self.bucket[row]
-        order = np.arange(k - n, k) % n
-        s = np.append(self.sums[row, order], self.cur_sum[row])
-        c = np.append(self.counts[row, order], self.cur_count[row])
+        p = self.bucket[row] % n  # the slot of bucket `bucket - n`: the ring in two slices
+        sums, counts = self._sum_rows[row], self._count_rows[row]
+        s = np.concatenate((sums[p:n], sums[:p], (self.cur_sum[row],)))
+        c = np.concatenate((counts[p:n], counts[:p], (self.cur_count[row],)))
         return s, c
 
     def buckets(self, row: int) -> tuple[Floats, Ints]:
@@ -195,8 +195,27 @@ class Baselines:
 
     # --- replay path: a whole batch of one row at once -----------------------------
 
-    def batch(self, row: int, times: Floats) -> BatchWindow:
-        return BatchWindow(self, row, times)
+    def batch(self, row: int, times: Floats, lookups: bool = True) -> BatchWindow:
+        return BatchWindow(self, row, times, lookups)
+
+    def absorb(self, row: int, times: Floats, values: Floats) -> None:
+        """Commit a batch of a row no rule judges (no slug rule: the baseline is kept for the
+        console and checkpoints): only the last n + 1 buckets reach the ring, so the samples
+        before them are skipped, and no window mean is looked up."""
+        if not times.size:
+            return
+        width, last = self.width[row], float(times[-1])
+        start = 0
+        if math.isfinite(last):
+            # One bucket of margin below bucket `last - n`, so rounding in `t / width` cannot
+            # drop a sample the commit needs; the commit ignores buckets older than that.
+            oldest = (math.floor(last / width) - self.size[row] - 1) * width
+            if times[0] < oldest:
+                start = int(np.searchsorted(times, oldest, side="left"))
+        for a in range(start, int(times.size), MAX_BATCH):
+            win = self.batch(row, times[a : a + MAX_BATCH], lookups=False)
+            cs, cc = win.prefix(win.quantize(values[a : a + MAX_BATCH]), None)
+            win.commit(cs, cc)
 
 
 class BatchWindow:
@@ -209,7 +228,7 @@ class BatchWindow:
     over the bucket's samples.
     """
 
-    def __init__(self, base: Baselines, row: int, times: Floats) -> None:
+    def __init__(self, base: Baselines, row: int, times: Floats, lookups: bool = True) -> None:
         self.base = base
         self.row = row
         n = base.size[row]
@@ -229,6 +248,9 @@ class BatchWindow:
         # Index into the batch's running totals (0 = before the batch) at the start of
         # each bucket and at the start of the first bucket not older than `n` before it.
         self.j_now = starts
+        self.from_state = False
+        if not lookups:  # commit only (`Baselines.absorb`): no window means before buckets
+            return
         if uk.size and int(uk[-1] - uk[0]) == uk.size - 1:  # no empty bucket: plain offsets
             self.j_old = starts[np.maximum(np.arange(-n, uk.size - n), 0)]
         else:
@@ -307,9 +329,10 @@ class BatchWindow:
             shift = self.m0 - n - lo_k  # where the state's oldest bucket lands (<= 0)
             s[: n + 1 + shift] += st_s[-shift:]
             c[: n + 1 + shift] += st_c[-shift:]
-        order = np.arange(lo_k, k_end) % n
-        b.sums[row, order] = s[:-1]
-        b.counts[row, order] = c[:-1]
+        p = lo_k % n  # the slot of bucket lo_k: the ring written in two slices
+        sums, counts = b._sum_rows[row], b._count_rows[row]
+        sums[p:n], sums[:p] = s[: n - p], s[n - p : n]
+        counts[p:n], counts[:p] = c[: n - p], c[n - p : n]
         b.cur_sum[row] = int(s[-1])
         b.cur_count[row] = int(c[-1])
         b.win_sum[row] = int(s[:-1].sum())

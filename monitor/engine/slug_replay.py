@@ -32,10 +32,7 @@ def batch(slug: SlugState | None, base: Baselines, row: int, t: Floats, v: Float
     if not t.size:
         return []
     if slug is None:
-        for a in range(0, int(t.size), MAX_BATCH):
-            win = base.batch(row, t[a : a + MAX_BATCH])
-            cs, cc = win.prefix(win.quantize(v[a : a + MAX_BATCH]), None)
-            win.commit(cs, cc)
+        base.absorb(row, t, v)
         return []
     if slug.method != "sustained":
         return _stepped(slug, base, row, t, v)
