@@ -125,12 +125,12 @@ class Condition:
     message: str = ""
     extra: dict[str, float | str] = field(default_factory=dict)
 
-    def __reduce__(self) -> tuple[type[Condition], tuple[object, ...]]:
-        """Pickled as its constructor call: a replay hands tens of thousands to its incident
+    def __reduce__(self) -> tuple[Callable[..., Condition], tuple[object, ...]]:
+        """Pickled as a `new_condition` call: a replay hands tens of thousands to its incident
         worker (monitor/incidents/worker.py), and a slotted dataclass's own pickling looks
         its fields up again for each one (six times slower)."""
         return (
-            Condition,
+            new_condition,
             (self.time, self.sensor, self.rule, self.state, self.value, self.limit, self.citation,
              self.message, self.extra),
         )  # fmt: skip
@@ -146,6 +146,40 @@ class Condition:
             "limit": _finite_or_none(self.limit),
             "citation": self.citation,
         }
+
+
+_new = object.__new__
+_SET = tuple(
+    getattr(Condition, f).__set__
+    for f in ("time", "sensor", "rule", "state", "value", "limit", "citation", "message", "extra")
+)
+
+
+def new_condition(
+    time: float,
+    sensor: str,
+    rule: Rule,
+    state: ConditionState,
+    value: float,
+    limit: float | None,
+    citation: str,
+    message: str = "",
+    extra: dict[str, float | str] | None = None,
+) -> Condition:
+    """`Condition(...)` at less than half the cost: the slots are set directly, not through
+    the frozen dataclass's `__init__` (a busy replay builds tens of thousands)."""
+    c = _new(Condition)
+    s_time, s_sensor, s_rule, s_state, s_value, s_limit, s_citation, s_message, s_extra = _SET
+    s_time(c, time)
+    s_sensor(c, sensor)
+    s_rule(c, rule)
+    s_state(c, state)
+    s_value(c, value)
+    s_limit(c, limit)
+    s_citation(c, citation)
+    s_message(c, message)
+    s_extra(c, {} if extra is None else extra)
+    return c
 
 
 def _finite_or_none(x: float | None) -> float | None:

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.config import LimitRule
-from monitor.model import Condition, ConditionState, Rule
+from monitor.model import Condition, ConditionState, Rule, new_condition
 from monitor.units import conversion
 
 Floats = npt.NDArray[np.float64]
@@ -123,7 +123,7 @@ class LimitState:
             text = f"{now} {side} limit {limit}"
         else:
             text = f"{now} back within the {self.rule} limit {limit}"
-        return Condition(t, self.sensor, self.rule, state, value, self.limit, self.citation, message=text)
+        return new_condition(t, self.sensor, self.rule, state, value, self.limit, self.citation, text)
 
     def step(self, t: float, raw: float) -> Condition | None:
         """Judge one good sample (in the sensor's unit)."""
