@@ -190,19 +190,54 @@ def _finite_or_none(x: float | None) -> float | None:
 
 def event_lines(conditions: Iterable[Condition]) -> str:
     """JSON lines, each byte for byte `json.dumps(c.to_json(), ensure_ascii=False)`, built
-    without a dict and an encoder per event: a replay writes tens of thousands. Strings
-    are escaped once per distinct text, whole-second times formatted from a cached date."""
+    without a dict and an encoder per event: a replay writes tens of thousands. The whole
+    seconds of all times are formatted at once (NumPy), the text between the time and the
+    value is built once per sensor, rule, state and citation, a number once per value."""
+    conds = conditions if isinstance(conditions, list) else list(conditions)
+    if not conds:
+        return ""
+    stamps = _iso_many([c.time for c in conds])
     texts: dict[str, str] = {}
-    days: dict[int, str] = {}
+    heads: dict[tuple[str, str, str, str], tuple[str, str]] = {}
+    numbers: dict[float, str] = {}
     out: list[str] = []
-    for c in conditions:
-        out.append(
-            f'{{"time": "{_iso_cached(c.time, days)}", "sensor": {_text(c.sensor, texts)},'
-            f' "rule": {_text(str(c.rule), texts)}, "state": {_text(str(c.state), texts)},'
-            f' "value": {_number(c.value)}, "limit": {_number(c.limit)},'
-            f' "citation": {_text(c.citation, texts)}}}\n'
-        )
+    for c, stamp in zip(conds, stamps, strict=True):
+        key = (c.sensor, c.rule, c.state, c.citation)
+        head = heads.get(key)
+        if head is None:
+            head = heads[key] = (
+                f'", "sensor": {_text(c.sensor, texts)}, "rule": {_text(str(c.rule), texts)},'
+                f' "state": {_text(str(c.state), texts)}, "value": ',
+                f', "citation": {_text(c.citation, texts)}}}\n',
+            )
+        value, limit = c.value, c.limit
+        # A plain finite float as `_number` writes it (`x - x` is NaN for inf and NaN).
+        v = _repr(round(value, 6)) if type(value) is float and value - value == 0 else _number(value)
+        # A limit is mostly one of a few: cached, but for zero (0.0 and -0.0: one key, two texts).
+        lim = numbers.get(limit) if type(limit) is float and limit else None
+        if lim is None:
+            lim = _number(limit)
+            if type(limit) is float and limit:
+                numbers[limit] = lim
+        out.append(f'{{"time": "{stamp}{head[0]}{v}, "limit": {lim}{head[1]}')
     return "".join(out)
+
+
+_repr = float.__repr__
+
+
+def _iso_many(times: list[float]) -> list[str]:
+    """`iso(t)` of each time: whole seconds of years 1970 to 9999 in one NumPy call, any
+    other the long way (and what fails there fails the same)."""
+    import numpy as np
+
+    t = np.array(times, dtype=np.float64)
+    whole = (t == np.floor(t)) & (t >= 0) & (t < _LAST_SECOND)
+    out = [s + "Z" for s in np.datetime_as_string(np.where(whole, t, 0).astype("datetime64[s]")).tolist()]
+    if not whole.all():
+        for i in np.flatnonzero(~whole).tolist():
+            out[i] = iso(times[i])
+    return out
 
 
 def _text(s: str, cache: dict[str, str]) -> str:
