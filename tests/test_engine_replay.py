@@ -367,3 +367,27 @@ def test_partial_restore_with_nothing_in_common_is_refused(tmp_path: Path) -> No
     save_checkpoint(engine, path)
     with pytest.raises(StateError, match="no sensor matches"):
         restore_checkpoint(Engine(station({"id": "b", "kind": "flow"}).rules), path, partial=True)
+
+
+def test_replay_freezes_what_exists_for_its_steps_only() -> None:
+    """The objects that exist before the replay are frozen while it runs (the collections
+    its conditions set off skip them) and thawed after it, unless the caller froze them."""
+    import gc
+
+    sensor, time, value, quality = (
+        np.zeros(3, np.int64),
+        T0 + np.arange(3.0),
+        np.ones(3),
+        np.zeros(3, np.int8),
+    )
+    engine = Engine(CONFIG.rules, ManualClock())
+    assert gc.get_freeze_count() == 0
+    during = [gc.get_freeze_count() for _ in replay_steps(engine, sensor, time, value, quality, batch_size=1)]
+    assert len(during) == 3 and min(during) > 0 and gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        list(replay_steps(engine, sensor, time + 10, value, quality))
+        assert gc.get_freeze_count() > frozen // 2  # still frozen (a few were freed since)
+    finally:
+        gc.unfreeze()
