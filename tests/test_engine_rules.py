@@ -296,3 +296,26 @@ def test_new_condition_is_the_constructors_condition_and_pickles_as_one() -> Non
     extra: dict[str, float | str] = {"k": 1.0}
     back = pickle.loads(pickle.dumps(new_condition(*args, "m", extra)))
     assert back == Condition(*args, message="m", extra=extra) and back.extra == extra
+
+
+@pytest.mark.parametrize("unit", ["degC", "pH", "gpm"])
+@pytest.mark.parametrize("high", [True, False])
+def test_batch_limit_conditions_carry_the_live_messages(unit: str, high: bool) -> None:
+    """The batch builds its transitions' texts once for many: each condition, message
+    included, is what `condition` gives for it one at a time."""
+    from monitor.config.sensors import LimitRule
+    from monitor.engine.rules import LimitState
+
+    rule = LimitRule(low=2.0, high=9.0, unit=unit, deadband=0.5, on_delay=0.0, off_delay=0.0, citation="§ x")
+    lim = LimitState("s1", rule, unit, high)
+    times = [T0, T0 + 1, T0 + 2.5]
+    values = [12.345678, 0.001234, 1e6]
+    states = [True, False, True]
+    got = lim._conditions(times, values, states)
+    expected = [
+        lim.condition(t, x, ACTIVE if on else CLEARED) for t, x, on in zip(times, values, states, strict=True)
+    ]
+    assert got == expected and [c.message for c in got] == [c.message for c in expected]
+    assert got[0].message.startswith(
+        "12.35" + (" " + unit if unit != "pH" else "") + (" above" if high else " below")
+    )
