@@ -391,3 +391,15 @@ def test_replay_freezes_what_exists_for_its_steps_only() -> None:
         assert gc.get_freeze_count() > frozen // 2  # still frozen (a few were freed since)
     finally:
         gc.unfreeze()
+
+
+def test_time_major_is_recognised_only_when_every_index_matches() -> None:
+    """The transpose is taken only for every sensor once per step in index order; a narrow
+    integer array cannot pass for more sensors than its type holds (uint8: 256)."""
+    from monitor.engine.engine import _time_major
+
+    assert _time_major(np.tile(np.arange(5, dtype=np.int32), 3), 3, 5)
+    assert not _time_major(np.array([0, 1, 2, 3, 4, 0, 1, 2, 4, 3]), 2, 5)
+    assert not _time_major(np.array([0, 1, 2, 3, -1, 0, 1, 2, 3, 4]), 2, 5)
+    assert not _time_major(np.tile(np.arange(300) % 256, 2).astype(np.uint8), 2, 300)
+    assert _time_major(np.tile(np.arange(300), 2).astype(np.int16), 2, 300)

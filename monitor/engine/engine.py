@@ -61,7 +61,10 @@ _TIME = attrgetter("time")
 
 def _time_major(sensor: npt.NDArray[np.integer], steps: int, n_states: int) -> bool:
     """True when the batch holds every sensor once per step, in index order."""
-    return bool((sensor.reshape(steps, n_states) == np.arange(n_states, dtype=sensor.dtype)).all())
+    # In the array's own integer type where it holds every index (no cast of the batch).
+    fits = sensor.dtype.kind in "iu" and np.iinfo(sensor.dtype).max >= n_states - 1
+    expected = np.arange(n_states, dtype=sensor.dtype if fits else np.int64)
+    return bool((sensor.reshape(steps, n_states) == expected).all())
 
 
 class Engine:
