@@ -192,7 +192,7 @@ def event_lines(conditions: Iterable[Condition]) -> str:
     """JSON lines, each byte for byte `json.dumps(c.to_json(), ensure_ascii=False)`, built
     without a dict and an encoder per event: a replay writes tens of thousands. The whole
     seconds of all times are formatted at once (NumPy), the text between the time and the
-    value is built once per sensor, rule, state and citation, a number once per value."""
+    value is built once per sensor, rule, state and citation, a limit's number once per value."""
     conds = conditions if isinstance(conditions, list) else list(conditions)
     if not conds:
         return ""
@@ -255,19 +255,6 @@ def _number(x: float | None) -> str:
 
 
 _LAST_SECOND = 253402300800  # 10000-01-01: later times go the long way (and fail there)
-
-
-def _iso_cached(t: float, days: dict[int, str]) -> str:
-    """`iso(t)`; a whole second's date looked up once a day."""
-    if not (t == t // 1 and 0 <= t < _LAST_SECOND):
-        return iso(t)
-    day, sec = divmod(int(t), 86400)
-    date = days.get(day)
-    if date is None:
-        date = days[day] = datetime.fromtimestamp(day * 86400, tz=UTC).date().isoformat()
-    h, rest = divmod(sec, 3600)
-    m, s = divmod(rest, 60)
-    return f"{date}T{h:02d}:{m:02d}:{s:02d}Z"
 
 
 @dataclass(frozen=True, slots=True)
