@@ -99,6 +99,32 @@ def test_batch_means_equal_brute_force_and_live(
     )
 
 
+@settings(max_examples=examples(120), deadline=None)
+@given(stream=streams(), cut=st.floats(0, 1))
+def test_absorb_leaves_the_state_of_the_live_path(
+    stream: tuple[float, np.ndarray, np.ndarray], cut: float
+) -> None:
+    """A row no rule judges commits only its batch's last buckets (`absorb` skips the
+    older samples): the ring and totals are still exactly what the live path leaves."""
+    window, times, values = stream
+    live = Baselines([window], [SCALE])
+    batch = Baselines([window], [SCALE])
+    i = int(cut * times.size)
+    for t, v in zip(times[:i].tolist(), values[:i].tolist(), strict=True):
+        step(None, batch, 0, t, v)
+    for t, v in zip(times.tolist(), values.tolist(), strict=True):
+        step(None, live, 0, t, v)
+    batch.absorb(0, times[i:], values[i:])
+    assert np.array_equal(live.sums, batch.sums) and np.array_equal(live.counts, batch.counts)
+    assert (live.cur_sum, live.cur_count, live.win_sum, live.win_count, live.bucket) == (
+        batch.cur_sum,
+        batch.cur_count,
+        batch.win_sum,
+        batch.win_count,
+        batch.bucket,
+    )
+
+
 @pytest.mark.parametrize(
     ("window", "width", "size"),
     [(86400.0, 60.0, 1440), (3600.0, 60.0, 60), (90.0, 60.0, 2), (7 * 86400.0, 420.0, 1440)],

@@ -156,6 +156,56 @@ def test_replay_equals_live(stream: Stream, batch: int, config: Config) -> None:
     assert np.array_equal(a.baselines.counts, b.baselines.counts)
 
 
+@st.composite
+def time_major(draw: st.DrawFn) -> Stream:
+    """Every sensor once per step in config order (a station's export; the engine groups
+    such a batch by a transpose); a few steps of zero length repeat a time."""
+    sensor, _, value, quality = draw(streams())
+    m = draw(st.integers(1, 80))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    dt = rng.choice([0.0, 5.0, 10.0, 60.0, 400.0], size=m, p=[0.05, 0.3, 0.4, 0.2, 0.05])
+    time = np.repeat(T0 + np.cumsum(dt), 5)
+    sensors = np.tile(np.arange(5), m)
+    # each sensor's values drawn from the stream's values for that sensor (kinds differ)
+    pick = [value[sensor == i] if (sensor == i).any() else np.array([1.0]) for i in range(5)]
+    value = np.array([pick[i][j % pick[i].size] for j, i in enumerate(sensors.tolist())])
+    return sensors, time, value, np.resize(quality, time.size)
+
+
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=time_major(), batch=st.integers(1, 500), config=st.sampled_from([CONFIG, PLAIN, EDGES]))
+def test_time_major_batches_equal_live(stream: Stream, batch: int, config: Config) -> None:
+    """Grouped by the transpose (and by the sort where a cut leaves a part step), the
+    conditions, their order, qualities and accepted flags are the live path's."""
+    sensor, time, value, quality = stream
+    a = Engine(config.rules, ManualClock())
+    expected = live(a, as_samples(config, *stream))
+    b = Engine(config.rules, ManualClock())
+    got = []
+    for step in replay_steps(b, sensor, time, value, quality, batch_size=batch):
+        got += step.conditions
+        parts = step.by_sensor
+        assert parts is not None
+        for i, part in enumerate(parts):
+            if part is not None:  # each sensor's accepted samples, by position in the batch
+                assert (step.sensor[part[0]] == i).all() and step.accepted[part[0]].all()
+                assert np.array_equal(step.time[part[0]], part[1])
+    assert canon(got) == canon(expected)
+    assert a.counters == b.counters
+    for s in a.sensors:
+        assert a.status(s) == b.status(s)
+    assert np.array_equal(a.baselines.sums, b.baselines.sums)
+    c = Engine(config.rules, ManualClock())  # one batch, the transpose; shuffled steps, the sort
+    whole = c.replay(sensor, time, value, quality)
+    d = Engine(config.rules, ManualClock())
+    swap = np.arange(time.size).reshape(-1, 5)[:, ::-1].ravel()
+    other = d.replay(sensor[swap], time[swap], value[swap], quality[swap])
+    assert canon(whole.conditions) == canon(expected) == canon(other.conditions)
+    assert np.array_equal(whole.quality[swap], other.quality) and np.array_equal(
+        whole.accepted[swap], other.accepted
+    )
+
+
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream=streams(), cut=st.floats(0, 1), use_replay=st.booleans())
 def test_checkpoint_and_restore_give_the_same_events(
@@ -317,3 +367,39 @@ def test_partial_restore_with_nothing_in_common_is_refused(tmp_path: Path) -> No
     save_checkpoint(engine, path)
     with pytest.raises(StateError, match="no sensor matches"):
         restore_checkpoint(Engine(station({"id": "b", "kind": "flow"}).rules), path, partial=True)
+
+
+def test_replay_freezes_what_exists_for_its_steps_only() -> None:
+    """The objects that exist before the replay are frozen while it runs (the collections
+    its conditions set off skip them) and thawed after it, unless the caller froze them."""
+    import gc
+
+    sensor, time, value, quality = (
+        np.zeros(3, np.int64),
+        T0 + np.arange(3.0),
+        np.ones(3),
+        np.zeros(3, np.int8),
+    )
+    engine = Engine(CONFIG.rules, ManualClock())
+    assert gc.get_freeze_count() == 0
+    during = [gc.get_freeze_count() for _ in replay_steps(engine, sensor, time, value, quality, batch_size=1)]
+    assert len(during) == 3 and min(during) > 0 and gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        list(replay_steps(engine, sensor, time + 10, value, quality))
+        assert gc.get_freeze_count() > frozen // 2  # still frozen (a few were freed since)
+    finally:
+        gc.unfreeze()
+
+
+def test_time_major_is_recognised_only_when_every_index_matches() -> None:
+    """The transpose is taken only for every sensor once per step in index order; a narrow
+    integer array cannot pass for more sensors than its type holds (uint8: 256)."""
+    from monitor.engine.engine import _time_major
+
+    assert _time_major(np.tile(np.arange(5, dtype=np.int32), 3), 3, 5)
+    assert not _time_major(np.array([0, 1, 2, 3, 4, 0, 1, 2, 4, 3]), 2, 5)
+    assert not _time_major(np.array([0, 1, 2, 3, -1, 0, 1, 2, 3, 4]), 2, 5)
+    assert not _time_major(np.tile(np.arange(300) % 256, 2).astype(np.uint8), 2, 300)
+    assert _time_major(np.tile(np.arange(300), 2).astype(np.int16), 2, 300)

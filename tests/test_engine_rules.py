@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from monitor.engine import Engine
-from monitor.model import Condition, ConditionState, ManualClock, Quality, Rule, Sample
+from monitor.model import Condition, ConditionState, ManualClock, Quality, Rule, Sample, new_condition
 from tests.engine_helpers import T0, canon, every, live, run_live, station
 
 ACTIVE, CLEARED = ConditionState.ACTIVE, ConditionState.CLEARED
@@ -276,3 +276,46 @@ def test_profile_limit_keeps_its_meaning_in_another_limit_unit() -> None:
         (Rule.LOW, CLEARED),
     ]
     assert conds[0].value == pytest.approx(149.18)
+
+
+def test_new_condition_is_the_constructors_condition_and_pickles_as_one() -> None:
+    """The engine builds conditions with `new_condition` (slots set directly): equal to
+    `Condition(...)`, with a dict of its own, frozen, and a pickle round trip keeps it."""
+    import dataclasses
+    import pickle
+
+    args = (T0, "ph1", Rule.HIGH, ACTIVE, 9.5, 9.0, "§139-15 D(1)")
+    fast, slow = (
+        new_condition(*args, "9.5 above the high limit 9"),
+        Condition(*args, message="9.5 above the high limit 9"),
+    )
+    assert fast == slow and repr(fast) == repr(slow)
+    assert new_condition(*args).extra == {} and new_condition(*args).extra is not new_condition(*args).extra
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.value = 1.0  # type: ignore[misc]
+    extra: dict[str, float | str] = {"k": 1.0}
+    back = pickle.loads(pickle.dumps(new_condition(*args, "m", extra)))
+    assert back == Condition(*args, message="m", extra=extra) and back.extra == extra
+
+
+@pytest.mark.parametrize("unit", ["degC", "pH", "gpm"])
+@pytest.mark.parametrize("high", [True, False])
+def test_batch_limit_conditions_carry_the_live_messages(unit: str, high: bool) -> None:
+    """The batch builds its transitions' texts once for many: each condition, message
+    included, is what `condition` gives for it one at a time."""
+    from monitor.config.sensors import LimitRule
+    from monitor.engine.rules import LimitState
+
+    rule = LimitRule(low=2.0, high=9.0, unit=unit, deadband=0.5, on_delay=0.0, off_delay=0.0, citation="§ x")
+    lim = LimitState("s1", rule, unit, high)
+    times = [T0, T0 + 1, T0 + 2.5]
+    values = [12.345678, 0.001234, 1e6]
+    states = [True, False, True]
+    got = lim._conditions(times, values, states)
+    expected = [
+        lim.condition(t, x, ACTIVE if on else CLEARED) for t, x, on in zip(times, values, states, strict=True)
+    ]
+    assert got == expected and [c.message for c in got] == [c.message for c in expected]
+    assert got[0].message.startswith(
+        "12.35" + (" " + unit if unit != "pH" else "") + (" above" if high else " below")
+    )

@@ -46,3 +46,14 @@ def test_quotes_backslashes_and_non_ascii_are_escaped_as_json_does() -> None:
     line = event_lines([c])
     assert json.loads(line) == c.to_json()
     assert line == json.dumps(c.to_json(), ensure_ascii=False) + "\n"
+
+
+def test_zero_and_negative_zero_and_repeated_numbers_keep_their_own_text() -> None:
+    """Numbers are formatted once per value: 0.0 and -0.0 are one dict key, not one text."""
+    t = 1_780_000_000.0
+    conds = [
+        Condition(t, "a", Rule.HIGH, ConditionState.ACTIVE, v, lim, "c")
+        for v, lim in [(0.0, -0.0), (-0.0, 0.0), (2.5, 2.5), (2.5, None), (float("nan"), 1), (7, 7.0)]
+    ] + [Condition(t + 0.5, "a", Rule.LOW, ConditionState.CLEARED, 1.0, 2.0, "c")]
+    assert event_lines(conds) == "".join(json.dumps(c.to_json(), ensure_ascii=False) + "\n" for c in conds)
+    assert '"value": -0.0, "limit": 0.0' in event_lines(conds[1:2])

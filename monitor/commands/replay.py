@@ -34,14 +34,20 @@ from monitor.commands import add_config_argument, load_config_or_exit
 from monitor.config import Config
 from monitor.engine import Engine, ReplayStep, replay_steps
 from monitor.errors import MonitorError, SourceError
-from monitor.incidents.worker import ReplayTracker, hand_over, replay_tracker
 from monitor.model import Kind, ManualClock, Rule, event_lines, parse_time
-from monitor.sources.historian import KINDS, open_history
 from monitor.sources.replay import ReadReport, Samples, merge, stream
 
 if TYPE_CHECKING:
+    from monitor.incidents.worker import ReplayTracker
     from monitor.sinks.pipeline import SampleSink
     from monitor.station import StationStore, StationTracker
+
+# The historian readers (monitor.sources.historian: http.client, ssl), imported by --from-influx
+# only; their names are spelled here so --help lists them (a test keeps the two the same).
+HISTORIANS = ("influxql", "flux", "victoriametrics")
+
+# The incident worker (multiprocessing, the tracker, the store) is imported when incidents
+# are recorded, not for --no-incidents, --from-influx or a station without them.
 
 # What only some replays need (the outbox and asyncio, the meter ledger, the station's parts,
 # the historian, --what-if) is imported where it is used: start-up is part of every replay.
@@ -79,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--end", type=_time_arg, metavar="T", help="with --from-influx: end (exclusive)")
     parser.add_argument(
         "--historian",
-        choices=("auto", *KINDS),
+        choices=("auto", *HISTORIANS),
         default="auto",
         help="with --from-influx: how to read it (auto: InfluxQL for api v1, else asks the server)",
     )
@@ -124,6 +130,8 @@ def open_samples(
     """The files, or the historian's stored series, as time-ordered batches."""
     if not args.from_influx:
         return stream(args.input, sensors)
+    from monitor.sources.historian import open_history
+
     history = open_history(config, args.start, args.end, args.historian, sensors)
     return merge([history]), [history.report]
 
@@ -145,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
     # Before the input is opened: the worker is forked, and no reader thread runs yet.
     tracker: ReplayTracker | None = None
     if not args.no_incidents and not args.from_influx and config.incidents.enabled:
+        from monitor.incidents.worker import replay_tracker
+
         try:
             tracker = replay_tracker(config)  # in a process of its own
         except (MonitorError, OSError) as exc:
@@ -206,6 +216,8 @@ def run(args: argparse.Namespace) -> int:
         nonlocal tracker
         if tracker is None:
             return
+        from monitor.incidents.worker import hand_over
+
         try:
             if step is not None:
                 hand_over(tracker, engine.sensors, step)

@@ -17,7 +17,7 @@ import numpy.typing as npt
 from monitor.engine.baseline import Floats
 from monitor.engine.rules import amount, duration_text, hysteresis, run_starts
 from monitor.engine.state import SensorState
-from monitor.model import Condition, ConditionState, Rule
+from monitor.model import Condition, ConditionState, Rule, new_condition
 
 BAD_VALUE_DELAY = 60.0  # seconds of nothing but bad readings before the diagnostic alarm
 BAD_VALUE_CITATION = "plausible range (station config: valid_range, bad_values)"
@@ -32,7 +32,7 @@ def bad_value_condition(st: SensorState, t: float, value: float, state: Conditio
         )
     else:
         text = f"believable reading {amount(value, unit)} again"
-    return Condition(t, st.sensor, Rule.BAD_VALUE, state, value, None, BAD_VALUE_CITATION, message=text)
+    return new_condition(t, st.sensor, Rule.BAD_VALUE, state, value, None, BAD_VALUE_CITATION, text)
 
 
 def bad_value_step(st: SensorState, t: float, value: float, bad: bool) -> Condition | None:

@@ -182,10 +182,10 @@ class Baselines:
         """Quanta and counts of buckets `bucket - n .. bucket` (the ring oldest first,
         then the current bucket)."""
         n = self.size[row]
-        k = self.bucket[row]
-        order = np.arange(k - n, k) % n
-        s = np.append(self.sums[row, order], self.cur_sum[row])
-        c = np.append(self.counts[row, order], self.cur_count[row])
+        p = self.bucket[row] % n  # the slot of bucket `bucket - n`: the ring in two slices
+        sums, counts = self._sum_rows[row], self._count_rows[row]
+        s = np.concatenate((sums[p:n], sums[:p], (self.cur_sum[row],)))
+        c = np.concatenate((counts[p:n], counts[:p], (self.cur_count[row],)))
         return s, c
 
     def buckets(self, row: int) -> tuple[Floats, Ints]:
@@ -195,8 +195,35 @@ class Baselines:
 
     # --- replay path: a whole batch of one row at once -----------------------------
 
-    def batch(self, row: int, times: Floats) -> BatchWindow:
-        return BatchWindow(self, row, times)
+    def batch(self, row: int, times: Floats, lookups: bool = True) -> BatchWindow:
+        return BatchWindow(self, row, times, lookups)
+
+    def absorb(self, row: int, times: Floats, values: Floats) -> None:
+        """Commit a batch of a row no rule judges (no slug rule: the baseline is kept for the
+        console and checkpoints): only the last n + 1 buckets reach the ring, so the samples
+        before them are skipped, and no window mean is looked up."""
+        if not times.size:
+            return
+        width, last = self.width[row], float(times[-1])
+        start = 0
+        if math.isfinite(last):
+            # One bucket of margin below bucket `last - n`, so rounding in `t / width` cannot
+            # drop a sample the commit needs; the commit ignores buckets older than that.
+            oldest = (math.floor(last / width) - self.size[row] - 1) * width
+            if times[0] < oldest:
+                start = int(np.searchsorted(times, oldest, side="left"))
+        for a in range(start, int(times.size), MAX_BATCH):
+            win = self.batch(row, times[a : a + MAX_BATCH], lookups=False)
+            cs, cc = win.prefix(win.quantize(values[a : a + MAX_BATCH]), None)
+            win.commit(cs, cc)
+
+
+def _running(x: Ints) -> Ints:
+    """Running totals with a leading 0: `concatenate(([0], cumsum(x)))` in one array."""
+    out = np.empty(x.size + 1, dtype=np.int64)
+    out[0] = 0
+    np.cumsum(x, out=out[1:])
+    return out
 
 
 class BatchWindow:
@@ -209,7 +236,7 @@ class BatchWindow:
     over the bucket's samples.
     """
 
-    def __init__(self, base: Baselines, row: int, times: Floats) -> None:
+    def __init__(self, base: Baselines, row: int, times: Floats, lookups: bool = True) -> None:
         self.base = base
         self.row = row
         n = base.size[row]
@@ -225,10 +252,17 @@ class BatchWindow:
         starts = np.flatnonzero(first)
         uk = k[starts]
         self.buckets = uk
-        self.per_bucket = np.diff(np.append(starts, k.size))
+        per_bucket = np.empty_like(starts)  # np.diff(np.append(...)) without their wrappers
+        np.subtract(starts[1:], starts[:-1], out=per_bucket[:-1])
+        if starts.size:
+            per_bucket[-1] = k.size - starts[-1]
+        self.per_bucket = per_bucket
         # Index into the batch's running totals (0 = before the batch) at the start of
         # each bucket and at the start of the first bucket not older than `n` before it.
         self.j_now = starts
+        self.from_state = False
+        if not lookups:  # commit only (`Baselines.absorb`): no window means before buckets
+            return
         if uk.size and int(uk[-1] - uk[0]) == uk.size - 1:  # no empty bucket: plain offsets
             self.j_old = starts[np.maximum(np.arange(-n, uk.size - n), 0)]
         else:
@@ -237,10 +271,13 @@ class BatchWindow:
         self.from_state = self.m0 != NO_BUCKET and bool(uk.size) and int(uk[0]) - n <= self.m0
         if self.from_state:
             s, c = base.chronological(row)
-            self.state_cs = np.concatenate(([0], np.cumsum(s)))
-            self.state_cc = np.concatenate(([0], np.cumsum(c)))
-            lo = np.clip(uk - n - (self.m0 - n), 0, n + 1)
-            hi = np.clip(uk - (self.m0 - n), 0, n + 1)  # buckets up to u - 1
+            self.state_cs = _running(s)
+            self.state_cc = _running(c)
+            # np.clip(x, 0, n + 1), without its wrapper's cost (a sixth of the window's setup)
+            lo = uk - self.m0
+            np.minimum(np.maximum(lo, 0, out=lo), n + 1, out=lo)
+            hi = uk - (self.m0 - n)  # buckets up to u - 1
+            np.minimum(np.maximum(hi, 0, out=hi), n + 1, out=hi)
             self.state_s = self.state_cs[hi] - self.state_cs[lo]
             self.state_c = self.state_cc[hi] - self.state_cc[lo]
 
@@ -307,9 +344,10 @@ class BatchWindow:
             shift = self.m0 - n - lo_k  # where the state's oldest bucket lands (<= 0)
             s[: n + 1 + shift] += st_s[-shift:]
             c[: n + 1 + shift] += st_c[-shift:]
-        order = np.arange(lo_k, k_end) % n
-        b.sums[row, order] = s[:-1]
-        b.counts[row, order] = c[:-1]
+        p = lo_k % n  # the slot of bucket lo_k: the ring written in two slices
+        sums, counts = b._sum_rows[row], b._count_rows[row]
+        sums[p:n], sums[:p] = s[: n - p], s[n - p : n]
+        counts[p:n], counts[:p] = c[: n - p], c[n - p : n]
         b.cur_sum[row] = int(s[-1])
         b.cur_count[row] = int(c[-1])
         b.win_sum[row] = int(s[:-1].sum())

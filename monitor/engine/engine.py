@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
+from operator import attrgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +54,17 @@ def event_order(sensors: Mapping[str, int]) -> Callable[[Condition], tuple[float
         )
 
     return key
+
+
+_TIME = attrgetter("time")
+
+
+def _time_major(sensor: npt.NDArray[np.integer], steps: int, n_states: int) -> bool:
+    """True when the batch holds every sensor once per step, in index order."""
+    # In the array's own integer type where it holds every index (no cast of the batch).
+    fits = sensor.dtype.kind in "iu" and np.iinfo(sensor.dtype).max >= n_states - 1
+    expected = np.arange(n_states, dtype=sensor.dtype if fits else np.int64)
+    return bool((sensor.reshape(steps, n_states) == expected).all())
 
 
 class Engine:
@@ -275,34 +287,48 @@ class Engine:
             ticks = ticks[np.concatenate(([0], changes))]
             ticks = ticks[np.isfinite(ticks)]
         n_states = len(self._states)
-        known = (sensor >= 0) & (sensor < n_states)
-        key = (sensor if known.all() else np.where(known, sensor, n_states)).astype(np.uint16)
-        order = np.argsort(key, kind="stable")
-        bounds = np.concatenate(([0], np.cumsum(np.bincount(key, minlength=n_states + 1))))
-        unknown = order[bounds[n_states] :]
-        if unknown.size:
-            self._unknown(f"index {int(sensor[unknown[0]])}", float(time[unknown[0]]), int(unknown.size))
-        s_time, s_value = time[order], value[order]
-        s_q = None if quality is None else q_in[order]
+        steps = n // n_states if n_states else 0
+        order: npt.NDArray[np.intp] | None = None
+        if steps and steps * n_states == n and _time_major(sensor, steps, n_states):
+            # Every sensor once at each step, in config order (a station's export): grouped
+            # by sensor with one transpose, sensor i's samples at i, i + S, i + 2S, ...
+            s_time = time.reshape(steps, n_states).T.ravel()
+            s_value = value.reshape(steps, n_states).T.ravel()
+            s_q = None if quality is None else q_in.reshape(steps, n_states).T.ravel()
+            bounds = np.arange(0, n + 1, steps)
+        else:
+            known = (sensor >= 0) & (sensor < n_states)
+            key = (sensor if known.all() else np.where(known, sensor, n_states)).astype(np.uint16)
+            order = np.argsort(key, kind="stable")
+            bounds = np.concatenate(([0], np.cumsum(np.bincount(key, minlength=n_states + 1))))
+            unknown = order[bounds[n_states] :]
+            if unknown.size:
+                self._unknown(f"index {int(sensor[unknown[0]])}", float(time[unknown[0]]), int(unknown.size))
+            s_time, s_value = time[order], value[order]
+            s_q = None if quality is None else q_in[order]
         out: list[Condition] = []
         self._parts = [None] * n_states
         for st in self._states:
-            a, b = int(bounds[st.index]), int(bounds[st.index + 1])
+            i = st.index
+            a, b = int(bounds[i]), int(bounds[i + 1])
+            sel = np.arange(i, n, n_states) if order is None else order[a:b]
             qs = None if s_q is None else s_q[a:b]
-            gt, gv, diag = self._admit(st, order[a:b], s_time[a:b], s_value[a:b], qs, q_out, accepted)
+            gt, gv, diag = self._admit(st, sel, s_time[a:b], s_value[a:b], qs, q_out, accepted)
             if not st.judged:
                 continue
+            # Each sensor's conditions in event order (stale, bad value, limits, slug; each
+            # rule's in time order), sensors in index order: a stable sort by time is enough.
+            out.extend(stale_batch(st, ticks, gt, gv))
             if diag is not None:
                 out.extend(bad_value_batch(st, *diag))
             elif gt.size and (st.bad_active or not math.isnan(st.bad_since)):
                 out.extend(bad_value_batch(st, gt[:1], gv[:1], np.zeros(1, bool), np.ones(1, bool)))
-            out.extend(stale_batch(st, ticks, gt, gv))
             for lim in st.limits:
                 out.extend(lim.batch(gt, gv))
             out.extend(slug_replay.batch(st.slug, self.baselines, st.row, gt, gv))
         if ticks.size:
             self.last_tick = float(ticks[-1])
-        out.sort(key=self.sort_key)
+        out.sort(key=_TIME)
         self.counters.conditions += len(out)
         return ReplayResult(q_out, accepted, out, self._parts)
 

@@ -6,6 +6,7 @@ can write each step's samples and conditions from the same loop.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -48,6 +49,30 @@ def replay_steps(
     concatenated, are in the same order as one big batch would give.
     """
     n = int(time.size)
+    # What exists now (the config, pydantic's and NumPy's objects, the tracker) outlives
+    # the replay: frozen, the collections that tens of thousands of conditions set off
+    # no longer walk it again each time (10 M rows: 0.6 -> 0.3 s of collections). Unfrozen
+    # at the end, so a long-lived process (the tests) collects as before; a caller's own
+    # freeze is left alone.
+    if gc.get_freeze_count():
+        yield from _steps(engine, sensor, time, value, quality, batch_size, n)
+        return
+    gc.freeze()
+    try:
+        yield from _steps(engine, sensor, time, value, quality, batch_size, n)
+    finally:
+        gc.unfreeze()
+
+
+def _steps(
+    engine: Engine,
+    sensor: npt.NDArray[np.integer],
+    time: Floats,
+    value: Floats,
+    quality: npt.NDArray[np.integer] | None,
+    batch_size: int,
+    n: int,
+) -> Iterator[ReplayStep]:
     start = 0
     while start < n:
         end = min(n, start + max(1, batch_size))

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.config import LimitRule
-from monitor.model import Condition, ConditionState, Rule
+from monitor.model import Condition, ConditionState, Rule, new_condition
 from monitor.units import conversion
 
 Floats = npt.NDArray[np.float64]
@@ -123,7 +123,25 @@ class LimitState:
             text = f"{now} {side} limit {limit}"
         else:
             text = f"{now} back within the {self.rule} limit {limit}"
-        return Condition(t, self.sensor, self.rule, state, value, self.limit, self.citation, message=text)
+        return new_condition(t, self.sensor, self.rule, state, value, self.limit, self.citation, text)
+
+    def _conditions(self, times: list[float], values: list[float], states: list[bool]) -> list[Condition]:
+        """`condition` for each transition of a batch, its texts built once (a chattering
+        limit makes tens of thousands): the same messages, byte for byte."""
+        limit = amount(self.limit, self.unit)
+        side = "above the high" if self.high else "below the low"
+        unit = f" {self.unit}" if self.unit else ""
+        on_text = f" {side} limit {limit}"
+        off_text = f" back within the {self.rule} limit {limit}"
+        sensor, rule, lim, citation = self.sensor, self.rule, self.limit, self.citation
+        active, cleared = ConditionState.ACTIVE, ConditionState.CLEARED
+        return [
+            new_condition(
+                t, sensor, rule, active if on else cleared, x, lim, citation,
+                f"{x:.4g}{unit}{on_text if on else off_text}",
+            )
+            for t, x, on in zip(times, values, states, strict=True)
+        ]  # fmt: skip
 
     def step(self, t: float, raw: float) -> Condition | None:
         """Judge one good sample (in the sensor's unit)."""
@@ -171,11 +189,7 @@ class LimitState:
         state = hysteresis(on, off, self.active)
         prev = np.concatenate(([self.active], state[:-1]))
         at = np.flatnonzero(state != prev)
-        limit = amount(self.limit, self.unit)
-        out = [
-            self.condition(t, x, ConditionState.ACTIVE if on else ConditionState.CLEARED, limit)
-            for t, x, on in zip(times[at].tolist(), v[at].tolist(), state[at].tolist(), strict=True)
-        ]
+        out = self._conditions(times[at].tolist(), v[at].tolist(), state[at].tolist())
         self.active = bool(state[-1])
         self.a_start = float(a_start[-1]) if beyond[-1] else NAN
         self.b_start = float(b_start[-1]) if inside[-1] else NAN

@@ -39,7 +39,7 @@ from collections import deque
 from monitor.config import SlugRule
 from monitor.engine.baseline import Baselines
 from monitor.engine.rules import NAN, amount, duration_text
-from monitor.model import Condition, ConditionState, Rule
+from monitor.model import Condition, ConditionState, Rule, new_condition
 
 
 class SlugState:
@@ -115,7 +115,7 @@ class SlugState:
             )
         else:
             text = f"{amount(value, self.unit)} back within {avg} (method sustained)"
-        return Condition(t, self.sensor, Rule.SLUG, state, value, limit, self.citation, message=text)
+        return new_condition(t, self.sensor, Rule.SLUG, state, value, limit, self.citation, text)
 
 
 def _release(slug: SlugState, base: Baselines, row: int) -> None:

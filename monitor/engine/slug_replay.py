@@ -32,10 +32,7 @@ def batch(slug: SlugState | None, base: Baselines, row: int, t: Floats, v: Float
     if not t.size:
         return []
     if slug is None:
-        for a in range(0, int(t.size), MAX_BATCH):
-            win = base.batch(row, t[a : a + MAX_BATCH])
-            cs, cc = win.prefix(win.quantize(v[a : a + MAX_BATCH]), None)
-            win.commit(cs, cc)
+        base.absorb(row, t, v)
         return []
     if slug.method != "sustained":
         return _stepped(slug, base, row, t, v)
@@ -105,11 +102,17 @@ def _attempt(
     qv = win.quantize(v)
     prev = np.concatenate(([slug.prev_t], t[:-1]))
     first = np.isnan(prev)
-    restart = first | (t - prev > slug.window)
-    last = ffill_index(restart)
-    warm_since = np.where(last >= 0, t[np.maximum(last, 0)], slug.warm_since)
-    warm = ~(t - warm_since < slug.warmup)
-    gap = first | (t - prev > slug.max_gap)
+    step = t - prev
+    restart = first | (step > slug.window)
+    warm_since: Floats
+    if restart.any():
+        last = ffill_index(restart)
+        warm_since = np.where(last >= 0, t[np.maximum(last, 0)], slug.warm_since)
+        warm = ~(t - warm_since < slug.warmup)
+    else:  # no restart in the batch (most): warm-up counts from the state's start
+        warm_since = np.full(1, slug.warm_since)  # only its last is read below
+        warm = ~(t - slug.warm_since < slug.warmup)
+    gap = first | (step > slug.max_gap)
 
     # The mean in force for the state's current bucket was taken when it started
     # (samples of a short run that entered since count from the next bucket on).
@@ -120,8 +123,10 @@ def _attempt(
         mean, count = win.means(cs, cc)
         if carry_first:
             mean[0], count[0] = slug.last_mean, 1
-        have = ffill_index(count > 0)
-        mean = np.where(have >= 0, mean[np.maximum(have, 0)], slug.last_mean)
+        have_count = count > 0
+        if not have_count.all():  # an empty window: the last mean before it holds
+            have = ffill_index(have_count)
+            mean = np.where(have >= 0, mean[np.maximum(have, 0)], slug.last_mean)
         m = win.expand(mean)
         thr = slug.factor * m
         now_over = warm & (m >= slug.min_baseline) & (v > thr)

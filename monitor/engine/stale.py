@@ -12,7 +12,7 @@ import numpy as np
 
 from monitor.engine.baseline import Floats
 from monitor.engine.state import SensorState
-from monitor.model import Condition, ConditionState, Rule
+from monitor.model import Condition, ConditionState, Rule, new_condition
 
 STALE_CITATION = "station config: stale_after"
 
@@ -20,9 +20,7 @@ STALE_CITATION = "station config: stale_after"
 def stale_condition(
     sensor: str, t: float, value: float, stale_after: float, state: ConditionState
 ) -> Condition:
-    return Condition(
-        t, sensor, Rule.STALE, state, value, stale_after, STALE_CITATION, message="no good sample"
-    )
+    return new_condition(t, sensor, Rule.STALE, state, value, stale_after, STALE_CITATION, "no good sample")
 
 
 def first_tick_after(ticks: Floats, since: float, stale_after: float, until: float) -> float | None:

@@ -20,14 +20,15 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
-import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 from monitor.errors import PayloadError, SourceError
 from monitor.model import parse_time
@@ -39,6 +40,10 @@ MAX_LINE_BYTES = 64 << 20  # a "line" longer than this is not a CSV row: refused
 _NUMBER = r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(nan|inf|infinity)$"
 _ISO = r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([Zz]|[-+]\d\d(:?\d\d)?)$"
 _UTC_NS = pa.timestamp("ns", tz="UTC")
+
+# pyarrow.compute (~70 ms to import) and pyarrow.parquet (~30 ms) are imported where they
+# are needed: a clean file of numbers or timestamps is read without either (`Array.cast`
+# and `fill_null` import pyarrow.compute too, so the clean paths avoid them).
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +58,7 @@ class Chunk:
     value: npt.NDArray[np.float64]
     value_ok: npt.NDArray[np.bool_]
     short: list[tuple[int, str]]  # rows with too few cells: (line, text)
-    text: Callable[[int], str]  # row i as the file had it, for the report's example
+    text: Callable[[int], str]  # row i as written, for the report: until the next chunk is read
 
 
 def open_chunks(path: Path) -> Iterator[Chunk]:
@@ -94,38 +99,57 @@ def _pick(path: Path, header: list[str]) -> list[str]:
 
 def _csv_chunks(path: Path, header: list[str], cols: list[str]) -> Iterator[Chunk]:
     """Blocks of whole lines read here and parsed by pyarrow on all cores, one at a
-    time: pyarrow's own streaming reader reads ahead without bound (the whole file)."""
+    time: pyarrow's own streaming reader reads ahead without bound (the whole file).
+
+    The blocks are read into one reused buffer (a fresh 8 MiB `bytes` per block, joined
+    to the last block's unfinished line and sliced again, cost three copies and the page
+    faults of new memory): a chunk's `text` is valid until the next chunk is read. Each
+    read takes BLOCK_BYTES more, as before, so the blocks end where they always did."""
     width = max(header.index(c) for c in cols) + 1
     positions = [header.index(c) for c in cols]
     kinds = [0, 0]  # the typed parse tried first, and how many blocks in a row needed text
+    buf = bytearray(BLOCK_BYTES + (64 << 10))
     try:
         with path.open("rb") as f:
             f.readline()
-            line, rest = 2, b""
+            line, held = 2, 0  # held: bytes of an unfinished line at the front of buf
             while True:
-                data = f.read(BLOCK_BYTES)
-                buf = rest + data if rest else data
-                if not buf:
+                if held + BLOCK_BYTES > len(buf):  # a long line: a larger buffer (the old may be in use)
+                    buf = _grown(buf, held, held + BLOCK_BYTES)
+                with memoryview(buf) as into:
+                    got = f.readinto(into[held : held + BLOCK_BYTES])
+                end = held + got
+                if not end:
                     break
-                if data:
-                    cut = buf.rfind(b"\n") + 1
+                if got:
+                    cut = buf.rfind(b"\n", 0, end) + 1
                     if cut == 0:  # one line longer than a block: read on, up to a point
-                        if len(buf) > MAX_LINE_BYTES:
+                        if end > MAX_LINE_BYTES:
                             raise PayloadError(
                                 f"{path}: line {line} is longer than {MAX_LINE_BYTES >> 20} MiB"
                             )
-                        rest = buf
+                        held = end
                         continue
-                    block, rest = buf[:cut], buf[cut:]
                 else:
-                    block, rest = buf, b""
-                chunk, lines = _csv_block(block, line, header, cols, width, positions, kinds)
+                    cut = end
+                chunk, lines = _csv_block(memoryview(buf)[:cut], line, header, cols, width, positions, kinds)
                 yield chunk
                 line += lines
+                held = end - cut
+                if held:  # the unfinished line to the front, for the next read to complete
+                    buf[:held] = buf[cut:end]
     except pa.ArrowInvalid as exc:
         raise PayloadError(f"{path}: not a readable CSV file ({exc})") from exc
     except OSError as exc:
         raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+
+
+def _grown(buf: bytearray, held: int, size: int) -> bytearray:
+    """A new buffer of at least `size` bytes starting with `buf`'s first `held`; a new one,
+    not `buf` resized, since the last chunk may still hold a view of it."""
+    out = bytearray(max(size, 2 * len(buf)))
+    out[:held] = buf[:held]
+    return out
 
 
 # Column types tried in turn: epoch numbers, ISO 8601 times, then text (the vectorised
@@ -138,7 +162,7 @@ _KINDS = (
 
 
 def _csv_block(
-    block: bytes,
+    block: memoryview,
     line: int,
     header: list[str],
     cols: list[str],
@@ -180,7 +204,7 @@ def _csv_block(
         k = at - line
         a = 0 if k == 0 else int(ends[0][k - 1]) + 1
         b = int(ends[0][k]) if k < ends[0].size else len(block)
-        return block[a:b].decode("utf-8", errors="replace").rstrip("\r")
+        return bytes(block[a:b]).decode("utf-8", errors="replace").rstrip("\r")
 
     table = None
     for kind in (kinds[0], *range(kinds[0] + 1, len(_KINDS))):
@@ -208,7 +232,8 @@ def _csv_block(
     odd.sort()
     lines, short, extra = _place(line, n, odd, width, positions)
     # An unterminated quote can swallow several lines into one bad row: count them.
-    held = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+    newlines = np.frombuffer(block, dtype=np.uint8) == 10
+    held = int(np.count_nonzero(newlines)) + (0 if newlines[-1] else 1)
     if extra:
         return _chunk(_with_extra(rows, extra), lines, short, reorder=True, source=text), held
     return _chunk(rows, lines, short, source=text), held
@@ -266,22 +291,21 @@ def _chunk(
     names, sensor = _sensors(s_col)
     time, numeric = _times(t_col)
     value, ok = _values(v_col)
-    index = np.arange(batch.num_rows)
+    index: npt.NDArray[np.intp] | None = None  # the batch's row of each chunk row, if not the same
     blank = _blank(t_col, s_col, v_col)
-    moved = blank is not None
     if blank is not None:  # a blank line is not a row: dropped, its line still counted
-        index = index[~blank]
+        index = np.flatnonzero(~blank)
     if reorder:  # long rows were appended: back to file order
-        index = index[np.argsort(lines[index], kind="stable")]
-        moved = True
-    if moved:
+        rows = np.arange(batch.num_rows) if index is None else index
+        index = rows[np.argsort(lines[rows], kind="stable")]
+    if index is not None:
         lines, sensor, time, value = lines[index], sensor[index], time[index], value[index]
         numeric, ok = numeric[index], ok[index]
 
     def text(i: int) -> str:
         if source is not None:
             return source(int(lines[i]))
-        j = int(index[i])
+        j = i if index is None else int(index[i])
         return ",".join("" if c[j].as_py() is None else str(c[j].as_py()) for c in (t_col, s_col, v_col))
 
     return Chunk(lines, names, sensor, time, numeric, value, ok, short, text)
@@ -292,6 +316,7 @@ def _blank(t: pa.Array, s: pa.Array, v: pa.Array) -> npt.NDArray[np.bool_] | Non
     names = s.dictionary if pa.types.is_dictionary(s.type) else None
     if names is not None and "" not in names.to_pylist():
         return None
+    import pyarrow.compute as pc
 
     def empty(c: pa.Array) -> pa.Array:
         if pa.types.is_dictionary(c.type):
@@ -309,6 +334,8 @@ def _blank(t: pa.Array, s: pa.Array, v: pa.Array) -> npt.NDArray[np.bool_] | Non
 def _sensors(col: pa.Array) -> tuple[list[str], npt.NDArray[np.int32]]:
     """Sensor names as a small table and an index per row (no Python string per row)."""
     if not pa.types.is_dictionary(col.type):
+        import pyarrow.compute as pc
+
         col = pc.dictionary_encode(col.cast(pa.string()) if not pa.types.is_string(col.type) else col)
     names = [("" if n is None else str(n)).strip() for n in col.dictionary.to_pylist()]
     indices = col.indices
@@ -324,10 +351,16 @@ def _times(col: pa.Array) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_
     decided by the caller, which knows the valid range)."""
     n = len(col)
     if pa.types.is_timestamp(col.type):
+        if col.type.unit == "ns" and not col.null_count:  # its int64 buffer, read as such
+            return _nan_nulls(col, 1e-9), np.zeros(n, bool)
         ns = col.cast(pa.timestamp("ns", tz=col.type.tz)).cast(pa.int64())
         return _nan_nulls(ns, 1e-9), np.zeros(n, bool)
+    if pa.types.is_float64(col.type):
+        return _nan_nulls(col, 1.0), np.ones(n, bool)
     if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
         return _nan_nulls(col.cast(pa.float64()), 1.0), np.ones(n, bool)
+    import pyarrow.compute as pc
+
     col = col.cast(pa.string())
     try:
         return _nan_nulls(col.cast(pa.float64()), 1.0), np.ones(n, bool)
@@ -371,9 +404,11 @@ def _values(col: pa.Array) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool
     """Values and whether each could be read at all (NaN/inf read fine: the engine judges them)."""
     n = len(col)
     if pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_decimal(col.type):
-        v = col.cast(pa.float64())
+        v = col if pa.types.is_float64(col.type) else col.cast(pa.float64())
         ok = np.ones(n, bool) if not v.null_count else ~_bools(v.is_null())
         return _nan_nulls(v, 1.0), ok
+    import pyarrow.compute as pc
+
     col = col.cast(pa.string())
     try:
         return _numbers(col.cast(pa.float64())), np.ones(n, bool)
@@ -399,7 +434,7 @@ def _numbers(arr: pa.Array) -> npt.NDArray[Any]:
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     assert not arr.null_count
-    dtype = np.dtype(arr.type.to_pandas_dtype()) if not pa.types.is_timestamp(arr.type) else np.int64
+    dtype = np.dtype(np.int64 if pa.types.is_timestamp(arr.type) else arr.type.to_pandas_dtype())
     return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
 
 
@@ -414,15 +449,17 @@ def _bools(arr: pa.Array) -> npt.NDArray[np.bool_]:
 
 
 def _nan_nulls(arr: pa.Array, scale: float) -> npt.NDArray[np.float64]:
-    out = _numbers(arr.fill_null(0) if arr.null_count else arr).astype(np.float64, copy=False)
-    if scale != 1.0:
-        out = out * scale
+    raw = _numbers(arr.fill_null(0) if arr.null_count else arr)
+    # int64 nanoseconds to seconds in one pass (the same float64 conversion, then the product)
+    out = np.multiply(raw, scale) if scale != 1.0 else raw.astype(np.float64, copy=False)
     if arr.null_count:
         out[_bools(arr.is_null())] = math.nan
     return out
 
 
 def _parquet_file(path: Path) -> pq.ParquetFile:
+    import pyarrow.parquet as pq
+
     try:
         pf = pq.ParquetFile(path, pre_buffer=False)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
@@ -440,7 +477,10 @@ def _parquet_chunks(path: Path, pf: pq.ParquetFile) -> Iterator[Chunk]:
     names = {n.strip().lower(): n for n in pf.schema_arrow.names}
     try:
         row = 1  # "line" of a Parquet row: its position, counting from 1
-        for batch in pf.iter_batches(batch_size=PARQUET_ROWS, columns=[names[c] for c in COLUMNS]):
+        # One thread: the engine and the incident worker have the other core already; pyarrow's
+        # decoding threads cost more CPU than they gained in wall time on two cores.
+        columns = [names[c] for c in COLUMNS]
+        for batch in pf.iter_batches(batch_size=PARQUET_ROWS, columns=columns, use_threads=False):
             n = batch.num_rows
             yield _chunk(batch, np.arange(row, row + n, dtype=np.int64), [])
             row += n
@@ -452,6 +492,8 @@ def _parquet_chunks(path: Path, pf: pq.ParquetFile) -> Iterator[Chunk]:
 
 def write_table(path: Path, columns: dict[str, list[Any]], row_group_size: int = PARQUET_ROWS) -> None:
     """Columns as given (text or numbers) into a Parquet file: for tests and tools."""
+    import pyarrow.parquet as pq
+
     pq.write_table(pa.table(columns), path, row_group_size=row_group_size)
 
 
@@ -459,6 +501,8 @@ def write_parquet(
     path: Path, time: npt.NDArray[np.float64], sensor: list[str], value: npt.NDArray[np.float64]
 ) -> None:
     """A `time,sensor,value` Parquet file (time as UTC timestamps): for tests and the benchmark."""
+    import pyarrow.parquet as pq
+
     table = pa.table(
         {
             "time": pa.array((time * 1e9).astype(np.int64)).cast(_UTC_NS),
