@@ -47,7 +47,7 @@ from monitor.errors import MonitorError
 from monitor.incidents.model import Incident
 from monitor.incidents.store import FILE
 from monitor.incidents.tracker import IncidentTracker, Part, Series_, kept_sensors, kept_series
-from monitor.model import Condition
+from monitor.model import Condition, new_condition
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -149,6 +149,7 @@ class IncidentWorker:
             # Frozen at the fork, what the child inherits (config, modules: hundreds of
             # thousands of objects) is never walked by its garbage collections, nor its
             # pages copied for it; this process unfreezes at once and collects as before.
+            frozen_before = gc.get_freeze_count()  # a caller that froze: left as it chose
             gc.freeze()
             try:
                 self._proc.start()
@@ -160,7 +161,8 @@ class IncidentWorker:
                     f"cannot start the incident worker process: {exc.strerror or exc}"
                 ) from exc
             finally:
-                gc.unfreeze()
+                if not frozen_before:
+                    gc.unfreeze()
         # Each end is held by one process only: a child that dies is an end of file here
         # (even mid-message), and a closed step pipe is the end of the input there.
         steps_in.close()
@@ -337,7 +339,7 @@ def _read_ahead(inbox: Connection, ahead: queue.Queue[Message | None]) -> None:
             if message[0] == "step":
                 kind, sizes, conditions, columns = message
                 series = _read_series(inbox.fileno(), sizes)
-                message = (kind, series, [Condition(*c) for c in zip(*conditions, strict=True)], columns)
+                message = (kind, series, [new_condition(*c) for c in zip(*conditions, strict=True)], columns)
         except (EOFError, OSError):
             ahead.put(None)
             return
