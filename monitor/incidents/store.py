@@ -294,14 +294,19 @@ class IncidentStore:
         q: npt.NDArray[np.int8],
     ) -> None:
         """New samples later than the sensor's last block join it while it is small (live,
-        a batch brings one sample: a block each would make a day of evidence 86,400 blocks)."""
+        a batch brings one sample: a block each would make a day of evidence 86,400 blocks).
+        The last block's columns are read only to join it (a replay step's block is too big
+        to join, and reading it back each time cost as much as writing it)."""
         last = self._db.execute(
-            "SELECT rowid, first, last, t, value, quality FROM evidence_block"
+            "SELECT rowid, last, length(t) FROM evidence_block"
             " WHERE incident = ? AND sensor = ? ORDER BY rowid DESC LIMIT 1",
             (iid, sensor),
         ).fetchone()
-        if last is not None and float(t[0]) > last[2] and len(last[3]) // 8 + t.size <= BLOCK_ROWS:
-            old_t, old_v, old_q = decode(last[3], last[4], last[5])
+        if last is not None and float(t[0]) > last[1] and last[2] // 8 + t.size <= BLOCK_ROWS:
+            blobs = self._db.execute(
+                "SELECT t, value, quality FROM evidence_block WHERE rowid = ?", (last[0],)
+            ).fetchone()
+            old_t, old_v, old_q = decode(*blobs)
             both = encode(np.concatenate((old_t, t)), np.concatenate((old_v, v)), np.concatenate((old_q, q)))
             self._db.execute(
                 "UPDATE evidence_block SET last = ?, t = ?, value = ?, quality = ? WHERE rowid = ?",
