@@ -61,6 +61,22 @@ def test_the_column_wise_csv_is_the_row_at_a_time_csv(
     assert csv_rows(name, t, v, q) == want
 
 
+def test_the_word_wise_lines_mix_every_field_width_as_the_row_at_a_time_csv() -> None:
+    """One call with what makes the words differ row by row: every quality, times with and
+    without milliseconds across midnight and a new year, readings of four decimals beside
+    whole numbers above 10^4, NaN, -0.0 and `repr`s wider than the value's two words."""
+    n = 4096
+    rng = np.random.default_rng(11)
+    t = 1_798_761_000.0 + np.cumsum(rng.choice([0.001, 0.25, 1.0, 7.0, 1e-7], n))  # over 2027-01-01
+    v = np.round(rng.normal(0.0, 50.0, n), 3)
+    v[::7] = np.round(rng.normal(0.0, 1e6, n // 7 + 1), 1)
+    v[::11] = rng.normal(0.0, 1.0, n // 11 + 1) / 3.0  # 17 digits
+    v[::13] = -1.2345678901234567e-300
+    v[5::17], v[6::17] = math.nan, -0.0
+    q = (np.arange(n) % 256 - 128).astype(np.int8)
+    assert csv_rows("pH é", t, v, q) == slow_rows("pH é", t, v, q)
+
+
 def test_a_schema_1_store_reads_and_verifies_and_a_sample_is_stored_once(tmp_path: Path) -> None:
     with IncidentStore(tmp_path) as store:
         pass
@@ -100,6 +116,42 @@ def test_a_schema_1_store_reads_and_verifies_and_a_sample_is_stored_once(tmp_pat
         sha, rows = store.freeze_evidence("i1")
         assert rows == 5 and sha == hashlib.sha256(csv).hexdigest()
         assert store.evidence("i1", "oil")[1].tolist() == [15.0]
+
+
+def test_a_batch_in_time_order_is_stored_as_a_shuffled_one_with_repeats_is(tmp_path: Path) -> None:
+    """A step's samples (in time order, one a time) are stored without a sort; the same
+    samples shuffled, with repeats (the first at a time wins), store the same."""
+    rng = np.random.default_rng(5)
+    t = np.cumsum(rng.uniform(0.5, 2.0, 300))
+    v, q = rng.normal(size=300), rng.integers(0, 3, 300).astype(np.int8)
+    v[::9] = np.nan
+    mixed = np.concatenate((rng.permutation(300), rng.integers(0, 300, 50)))
+    stored = []
+    for name, order in (("sorted", np.arange(300)), ("mixed", mixed)):
+        with IncidentStore(tmp_path / name) as store:
+            assert store.add_evidence("i1", "flow", t[order], v[order], q[order]) == 300
+            stored.append([c.tobytes() for c in store.columns("i1")["flow"]])
+    assert stored[0] == stored[1] == [t.tobytes(), v.tobytes(), q.tobytes()]
+
+
+def test_evidence_blocks_stored_out_of_time_order_are_read_in_time_order(tmp_path: Path) -> None:
+    """Blocks in time order (a replay, a live run) are read without a sort; a batch older
+    than what is stored (a backfill) is still read where it belongs, values with it."""
+    with IncidentStore(tmp_path) as store:
+        store.add_evidence("i1", "flow", np.array([10.0, 11.0]), np.array([1.0, 2.0]), np.zeros(2, np.int8))
+        store.add_evidence("i1", "oil", np.array([3.0, 4.0]), np.array([5.0, 6.0]), np.zeros(2, np.int8))
+        store.add_evidence("i1", "flow", np.array([5.0, 6.0]), np.array([3.0, 4.0]), np.ones(2, np.int8))
+        cols = store.columns("i1")
+        assert list(cols) == ["flow", "oil"]
+        t, v, q = cols["flow"]
+        assert (t.tolist(), v.tolist(), q.tolist()) == (
+            [5.0, 6.0, 10.0, 11.0],
+            [3.0, 4.0, 1.0, 2.0],
+            [1, 1, 0, 0],
+        )
+        assert t.flags.writeable and t.dtype == np.float64 and q.dtype == np.int8
+        assert [c.tolist() for c in store.columns("i1", "oil")["oil"]] == [[3.0, 4.0], [5.0, 6.0], [0, 0]]
+        assert store.evidence_csv("i1", cols) == store.evidence_csv("i1")
 
 
 @settings(max_examples=examples(200), deadline=None)
@@ -251,3 +303,47 @@ def test_the_engines_split_by_sensor_fills_the_tracker_as_the_columns_do(
         finally:
             tracker.close()
     assert repr(kept[0]) == repr(kept[1])  # repr: NaN values compare equal
+
+
+def test_a_batch_of_chattering_transitions_extends_an_incident_unless_its_case_was_closed(
+    tmp_path: Path,
+) -> None:
+    """Re-activations within the merge window extend the incident within one batch (its
+    activations counted, its end the last clear's); after an operator closed its case,
+    one opens a new incident instead."""
+    from monitor.model import Condition, ConditionState, Rule, Sample
+
+    raw = tmp_path / "station.yaml"
+    raw.write_text(
+        f"station: {{id: ps-1}}\nstate_dir: {tmp_path / 'state'}\nconsole: {{enabled: false}}\n"
+        "incidents: {merge_window: 1h}\n"
+        "sensors:\n  - {id: oil, kind: concentration, substance: oil, slug: false, stale_after: 10m}\n",
+        encoding="utf-8",
+    )
+    config = load(raw)
+    t0 = 1_780_000_000.0
+
+    def value(m: int) -> float:
+        return 150.0 if 60 <= m < 70 or 90 <= m < 100 or 110 <= m < 115 or 160 <= m < 170 else 20.0
+
+    def cond(m: int, state: ConditionState) -> Condition:
+        return Condition(t0 + 60 * m, "oil", Rule.HIGH, state, value(m), 100.0, "§139-5")
+
+    tracker = IncidentTracker(config)
+    try:
+        tracker.add_samples([Sample("oil", t0 + 60 * m, value(m)) for m in range(0, 130)])
+        chatter = [(60, True), (70, False), (90, True), (100, False), (110, True), (115, False)]
+        tracker.apply([cond(m, ConditionState.ACTIVE if on else ConditionState.CLEARED) for m, on in chatter])
+        tracker.advance()
+        (first,) = tracker.live.values()
+        assert first.activations == 3 and first.end == t0 + 60 * 115 and first.clear_time == t0 + 60 * 115
+        tracker.store.close_case(first.id, t0 + 60 * 120, "R. Alvarez", "penalty paid")
+        tracker.add_samples([Sample("oil", t0 + 60 * m, value(m)) for m in range(130, 175)])
+        tracker.apply([cond(160, ConditionState.ACTIVE), cond(170, ConditionState.CLEARED)])
+        tracker.advance()
+        on_record = {i.id: i for i in tracker.incidents()}
+        assert len(on_record) == 2 and on_record[first.id].activations == 3
+        (second,) = (i for i in on_record.values() if i.id != first.id)
+        assert second.start == t0 + 60 * 160 and second.end == t0 + 60 * 170
+    finally:
+        tracker.close()

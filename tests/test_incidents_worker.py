@@ -340,3 +340,75 @@ def test_without_a_worker_process_the_replay_records_its_incidents_in_process(
     assert "not recorded" not in result.stderr
     assert (tmp_path / "b").read_text() == (tmp_path / "a").read_text()
     assert on_record(tmp_path / "state") == on_record(tmp_path / "normal")  # incidents, evidence files
+
+
+def test_a_steps_samples_cross_the_pipe_as_raw_bytes_unchanged() -> None:
+    """The series go down the step pipe as bytes, not pickled: every column comes back
+    with its dtype and values (NaN, -0.0, a strided view, an empty series, odd lengths
+    that would misalign the floats if the qualities were not sent last)."""
+    rng = np.random.default_rng(3)
+    wide = rng.normal(size=14)
+    series = [
+        ("a", np.array([1.0, 2.5, 3.0]), np.array([math.nan, -0.0, 1e30]), np.array([0, 1, 2], np.int8)),
+        ("b", np.empty(0), np.empty(0), np.empty(0, np.int8)),
+        ("c", wide[::2], wide[1::2], rng.integers(-3, 3, 7).astype(np.int8)),
+    ]
+    read, write = os.pipe()
+    try:
+        for part in worker._payload(series):
+            worker._write_all(write, part)
+        got = worker._read_series(read, [(name, int(t.size)) for name, t, _, _ in series])
+    finally:
+        os.close(read)
+        os.close(write)
+    assert [g[0] for g in got] == ["a", "b", "c"]
+    for (_, t, v, q), (_, gt, gv, gq) in zip(series, got, strict=True):
+        assert gt.dtype == np.float64 and gv.dtype == np.float64 and gq.dtype == np.int8
+        assert gt.tobytes() == t.tobytes() and gv.tobytes() == v.tobytes() and gq.tobytes() == q.tobytes()
+
+
+def test_a_step_cut_short_by_the_replays_end_is_the_end_of_the_input() -> None:
+    """A replay that dies mid-step (its half of the bytes sent) ends the child's input
+    (`_read_ahead` puts None): no step is made of what was left."""
+    series = [("a", np.arange(4.0), np.arange(4.0), np.zeros(4, np.int8))]
+    read, write = os.pipe()
+    try:
+        worker._write_all(write, worker._payload(series)[0])
+        os.close(write)
+        with pytest.raises(EOFError):
+            worker._read_series(read, [("a", 4)])
+    finally:
+        os.close(read)
+
+
+def test_the_replay_collects_its_garbage_as_before_once_the_worker_is_forked(tmp_path: Path) -> None:
+    """The worker is forked with the interpreter's objects frozen (its collections skip
+    them); the replay unfreezes at once: nothing of its own stays out of its collections."""
+    import gc
+
+    config = chattering(tmp_path)[0]
+    gc.unfreeze()  # as a replay starts (an earlier test may have frozen in this process)
+    started = IncidentWorker(config)
+    try:
+        assert gc.get_freeze_count() == 0
+    finally:
+        started.close()
+
+
+def test_a_steps_conditions_cross_as_columns_and_come_back_equal() -> None:
+    """The conditions go down pickled one list a field; the child's are equal to the
+    replay's, field for field (no limit, a message, extra figures, both states)."""
+    import pickle
+
+    from monitor.model import Condition, ConditionState, Rule, new_condition
+
+    sent = [
+        Condition(T0, "temp1", Rule.HIGH, ConditionState.ACTIVE, 151.5, 149.0, "§139-5"),
+        Condition(
+            T0 + 10, "flow1", Rule.SLUG, ConditionState.CLEARED, 300.0, None, "§139-7", "m", {"x": 1.5}
+        ),
+    ]
+    columns = pickle.loads(pickle.dumps(worker._condition_columns(sent)))
+    got = [new_condition(*c) for c in zip(*columns, strict=True)]
+    assert got == sent and [repr(c) for c in got] == [repr(c) for c in sent]
+    assert [new_condition(*c) for c in zip(*worker._condition_columns([]), strict=True)] == []

@@ -17,9 +17,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from monitor.incidents.model import Figures, Incident
-from monitor.incidents.store import IncidentStore
+from monitor.incidents.store import Columns, IncidentStore
 
-FiguresOf = Callable[[Incident, IncidentStore], Figures]
+FiguresOf = Callable[[Incident, IncidentStore, dict[str, Columns]], Figures]
 
 
 class Freezer:
@@ -45,8 +45,9 @@ class Freezer:
         if self._store is None:
             self._store = IncidentStore(self.state_dir)
         store = self._store
-        inc = inc.with_(figures=self.figures(inc, store))
-        sha, rows = store.freeze_evidence(inc.id)
+        columns = store.columns(inc.id)  # read once, for the figures and the file
+        inc = inc.with_(figures=self.figures(inc, store, columns))
+        sha, rows = store.freeze_evidence(inc.id, columns)
         inc = inc.with_(frozen=True, evidence_sha256=sha, evidence_rows=rows)
         store.save(inc)
         return inc

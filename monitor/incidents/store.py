@@ -91,6 +91,12 @@ BLOCK_ROWS = 4096  # a block grows by appends up to this many samples
 Columns = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int8]]
 
 
+def _view(t: bytes, v: bytes, q: bytes) -> Columns:
+    """A block's columns as read-only views of its blobs (`decode` without the copies:
+    they are concatenated into new arrays next)."""
+    return np.frombuffer(t, "<f8"), np.frombuffer(v, "<f8"), np.frombuffer(q, np.int8)
+
+
 def _num(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else x
 
@@ -257,8 +263,10 @@ class IncidentStore:
         did with rows) as one block; returns how many were new."""
         if not t.size:
             return 0
-        t, first = np.unique(np.asarray(t, np.float64), return_index=True)
-        v, q = np.asarray(v, np.float64)[first], np.asarray(q)[first]
+        t, v, q = np.asarray(t, np.float64), np.asarray(v, np.float64), np.asarray(q)
+        if not (t[1:] > t[:-1]).all():  # in time order, one a time (a step's): as it is, no sort
+            t, first = np.unique(t, return_index=True)
+            v, q = v[first], q[first]
         lo, hi = float(t[0]), float(t[-1])
         try:
             self._db.execute("BEGIN IMMEDIATE")
@@ -286,14 +294,19 @@ class IncidentStore:
         q: npt.NDArray[np.int8],
     ) -> None:
         """New samples later than the sensor's last block join it while it is small (live,
-        a batch brings one sample: a block each would make a day of evidence 86,400 blocks)."""
+        a batch brings one sample: a block each would make a day of evidence 86,400 blocks).
+        The last block's columns are read only to join it (a replay step's block is too big
+        to join, and reading it back each time cost as much as writing it)."""
         last = self._db.execute(
-            "SELECT rowid, first, last, t, value, quality FROM evidence_block"
+            "SELECT rowid, last, length(t) FROM evidence_block"
             " WHERE incident = ? AND sensor = ? ORDER BY rowid DESC LIMIT 1",
             (iid, sensor),
         ).fetchone()
-        if last is not None and float(t[0]) > last[2] and len(last[3]) // 8 + t.size <= BLOCK_ROWS:
-            old_t, old_v, old_q = decode(last[3], last[4], last[5])
+        if last is not None and float(t[0]) > last[1] and last[2] // 8 + t.size <= BLOCK_ROWS:
+            blobs = self._db.execute(
+                "SELECT t, value, quality FROM evidence_block WHERE rowid = ?", (last[0],)
+            ).fetchone()
+            old_t, old_v, old_q = decode(*blobs)
             both = encode(np.concatenate((old_t, t)), np.concatenate((old_v, v)), np.concatenate((old_q, q)))
             self._db.execute(
                 "UPDATE evidence_block SET last = ?, t = ?, value = ?, quality = ? WHERE rowid = ?",
@@ -323,8 +336,10 @@ class IncidentStore:
             found.append(np.frombuffer(blob, "<f8").astype(np.float64))
         return np.concatenate(found)
 
-    def _columns(self, iid: str, sensor: str | None) -> dict[str, Columns]:
-        """Each sensor's evidence in time order: schema 1 rows, then the blocks."""
+    def columns(self, iid: str, sensor: str | None = None) -> dict[str, Columns]:
+        """Each sensor's evidence (of one sensor, or all) in time order: schema 1 rows, then
+        the blocks. The blocks of a replay or a live run come in time order: they are only
+        concatenated, not sorted again (a sort and three copies each time figures were read)."""
         where = "incident = ?" if sensor is None else "incident = ? AND sensor = ?"
         args = (iid,) if sensor is None else (iid, sensor)
         parts: dict[str, list[Columns]] = {}
@@ -344,36 +359,42 @@ class IncidentStore:
             f"SELECT sensor, t, value, quality FROM evidence_block WHERE {where} ORDER BY rowid", args
         )
         for name, tb, vb, qb in blocks.fetchall():
-            parts.setdefault(name, []).append(decode(tb, vb, qb))
+            parts.setdefault(name, []).append(_view(tb, vb, qb))
         out: dict[str, Columns] = {}
         for name in sorted(parts):
-            t, v, q = (np.concatenate(c) for c in zip(*parts[name], strict=True))
-            order = np.argsort(t, kind="stable")
-            out[name] = (t[order], v[order], q[order].astype(np.int8))
+            t = np.concatenate([c[0] for c in parts[name]]).astype(np.float64, copy=False)
+            v = np.concatenate([c[1] for c in parts[name]]).astype(np.float64, copy=False)
+            q = np.concatenate([c[2] for c in parts[name]])
+            if not (t[1:] >= t[:-1]).all():  # a stable sort of what is in order changes nothing
+                order = np.argsort(t, kind="stable")
+                t, v, q = t[order], v[order], q[order]
+            out[name] = (t, v, q)
         return out
 
     def evidence(
         self, iid: str, sensor: str | None = None
     ) -> tuple[list[str], npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int8]]:
         """(sensor names, times, values (NaN for none), qualities), by sensor then time."""
-        cols = self._columns(iid, sensor)
+        cols = self.columns(iid, sensor)
         if not cols:
             return [], np.empty(0, np.float64), np.empty(0, np.float64), np.empty(0, np.int8)
         names = [name for name, (t, _, _) in cols.items() for _ in range(t.size)]
         t, v, q = (np.concatenate(c) for c in zip(*cols.values(), strict=True))
-        return names, t, v, q.astype(np.int8)
+        return names, t, v, q
 
-    def evidence_csv(self, iid: str) -> bytes:
-        """The evidence as CSV, byte for byte what is hashed: time (ISO UTC), sensor, value, quality."""
-        body = (csv_rows(name, t, v, q) for name, (t, v, q) in self._columns(iid, None).items())
+    def evidence_csv(self, iid: str, columns: dict[str, Columns] | None = None) -> bytes:
+        """The evidence as CSV, byte for byte what is hashed: time (ISO UTC), sensor, value,
+        quality. `columns`: `columns(iid)`, when the caller has read them already."""
+        cols = self.columns(iid) if columns is None else columns
+        body = (csv_rows(name, t, v, q) for name, (t, v, q) in cols.items())
         return CSV_HEADER.encode("utf-8") + b"".join(body)
 
     def evidence_path(self, iid: str) -> Path:
         return self.dir / "incidents" / iid / "evidence.csv"
 
-    def freeze_evidence(self, iid: str) -> tuple[str, int]:
+    def freeze_evidence(self, iid: str, columns: dict[str, Columns] | None = None) -> tuple[str, int]:
         """Write the evidence file once (atomically) and return (SHA-256, rows)."""
-        return self.write_evidence(iid, self.evidence_csv(iid))
+        return self.write_evidence(iid, self.evidence_csv(iid, columns))
 
     def write_evidence(self, iid: str, data: bytes) -> tuple[str, int]:
         """`freeze_evidence`'s durable half, no database access: safe in another thread, so

@@ -40,7 +40,7 @@ from monitor.incidents.figures import (
 )
 from monitor.incidents.freezer import Freezer
 from monitor.incidents.model import Figures, Incident, incident_id
-from monitor.incidents.store import IncidentStore
+from monitor.incidents.store import Columns, IncidentStore
 from monitor.model import Condition, ConditionState, Kind, Rule, Sample, iso
 from monitor.units import conversion
 
@@ -53,6 +53,8 @@ Part = tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.float
 FREEZE_TOGETHER = 8  # incidents whose evidence files are written at once (each file in memory)
 SHORT_KEEP = 1800.0  # seconds kept in memory beyond the longest rule delay when a store has the rest
 
+
+_NO_EVIDENCE: Columns = (np.empty(0, np.float64), np.empty(0, np.float64), np.empty(0, np.int8))
 
 # One sensor's samples of a replay step: name, time, value, quality (int8).
 Series_ = tuple[str, npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int8]]
@@ -316,11 +318,7 @@ class IncidentTracker:
         self._newest = {}
         self._drafts = {}
         try:
-            for cond in mine:
-                if cond.state is ConditionState.ACTIVE:
-                    self._activate(cond)
-                else:
-                    self._clear(cond)
+            self._transitions(mine)
         finally:
             for iid, d in self._drafts.items():
                 if d.changed:
@@ -329,6 +327,49 @@ class IncidentTracker:
                     )
             self._drafts = {}
             self._ends = {}
+
+    def _transitions(self, mine: list[Condition]) -> None:
+        """`_activate` or `_clear` for each transition, in order, with their two commonest
+        cases inline (a chattering alarm's re-activation within the merge window and its
+        clear): the draft of each sensor and rule is looked up once, not a few calls deep
+        for each of thousands of transitions. The drafts are looked up again after an
+        `_activate` that went further (it may have opened an incident)."""
+        merge = self.settings.merge_window
+        drafts: dict[tuple[str, Rule], _Draft] = {}
+        dirty = self._dirty
+        for cond in mine:
+            key = (cond.sensor, cond.rule)
+            d = drafts.get(key)
+            if d is None:
+                d = self._draft_of(cond)  # as `_activate` and `_clear` begin
+                if d is not None:
+                    drafts[key] = d
+            if cond.state is ConditionState.ACTIVE:
+                if d is not None:
+                    if d.end is None:
+                        continue  # already open (a restart replayed the ACTIVE)
+                    if cond.time - d.end <= merge and not self._is_closed(d.inc.id):
+                        d.end = None
+                        d.activations += 1
+                        d.changed = True
+                        dirty.add(d.inc.id)
+                        log.debug(
+                            "incident %s extended: %s active again within the merge window",
+                            d.inc.id,
+                            cond.sensor,
+                        )
+                        continue
+                self._activate(cond)
+                drafts.clear()
+            elif d is not None and d.end is None:
+                ends = self._ends.get(d.inc.id)
+                if ends is None:
+                    self._clear(cond)  # finds the ends of the batch's clears
+                    continue
+                d.end = max(ends[cond.time], d.inc.start)
+                d.clear_time = cond.time
+                d.changed = True
+                dirty.add(d.inc.id)
 
     def observe(self, samples: Sequence[Sample], conditions: Sequence[Condition]) -> list[Incident]:
         """One live batch, after the engine judged it; returns incidents that changed."""
@@ -377,7 +418,9 @@ class IncidentTracker:
         for sensor in [cond.sensor] + ([w.flow_sensor] if w.flow_sensor else []):
             self._backfill(sensor, cond.time)
         recent = self.recent[cond.sensor]
-        series = Series.of(*recent.since(-math.inf, cond.time))
+        t, v, q = recent.window(-math.inf, cond.time)  # views: `Series` keeps copies
+        # the buffer is in time order (a backfill is put before its first sample): no sort
+        series = Series.of_sorted(t, v, q) if (t[1:] >= t[:-1]).all() else Series.of(t, v, q)
         gap = w.slug_gap if cond.rule is Rule.SLUG else w.stale_after
         start = run_start(series, cond.time, threshold, high, gap)
         if cond.rule is Rule.SLUG and w.factor is not None:
@@ -552,18 +595,25 @@ class IncidentTracker:
         self._changed[inc.id] = inc
         return inc
 
-    def figures(self, inc: Incident, store: IncidentStore | None = None) -> Figures:
-        """The incident's figures from its evidence rows (what survives a restart)."""
+    def figures(
+        self, inc: Incident, store: IncidentStore | None = None, columns: dict[str, Columns] | None = None
+    ) -> Figures:
+        """The incident's figures from its evidence rows (what survives a restart);
+        `columns`: all of them (`store.columns(inc.id)`), when the caller has read them."""
         store = self.store if store is None else store
-        _, t, v, q = store.evidence(inc.id, inc.sensor)
-        s = Series.of(t, v, q)
+
+        def evidence(sensor: str) -> Series:
+            cols = store.columns(inc.id, sensor) if columns is None else columns
+            t, v, q = cols.get(sensor, _NO_EVIDENCE)
+            return Series.of_sorted(t, v, q)  # `columns` are in time order
+
+        s = evidence(inc.sensor)
         until = inc.end if inc.end is not None else (float(s.t[-1]) if s.t.size else inc.start)
         w = self.watch.get(inc.sensor)
         gap = (w.slug_gap if inc.rule == Rule.SLUG else w.stale_after) if w is not None else math.inf
         paired = None
         if inc.flow_sensor is not None and inc.flow_sensor in self.watch:
-            _, ft, fv, fq = store.evidence(inc.id, inc.flow_sensor)
-            paired = (Series.of(ft, fv, fq), self.watch[inc.flow_sensor].unit)
+            paired = (evidence(inc.flow_sensor), self.watch[inc.flow_sensor].unit)
         return compute(
             s,
             start=inc.start,
@@ -585,8 +635,9 @@ class IncidentTracker:
         try:
             for ended in incidents:
                 collected = self._collect(ended)
-                inc = collected.with_(figures=self.figures(collected))
-                data = self.store.evidence_csv(inc.id)
+                columns = self.store.columns(collected.id)  # read once, for the figures and the file
+                inc = collected.with_(figures=self.figures(collected, columns=columns))
+                data = self.store.evidence_csv(inc.id, columns)
                 if self._writers is None:
                     self._writers = ThreadPoolExecutor(FREEZE_TOGETHER, thread_name_prefix="evidence")
                 pending.append((inc, self._writers.submit(self.store.write_evidence, inc.id, data)))
