@@ -77,6 +77,24 @@ def test_the_word_wise_lines_mix_every_field_width_as_the_row_at_a_time_csv() ->
     assert csv_rows("pH é", t, v, q) == slow_rows("pH é", t, v, q)
 
 
+@pytest.mark.parametrize("days", [2.0, 90.0])  # an incident's span, and one past a date a day
+def test_whole_seconds_and_four_decimals_take_six_words_a_line_as_the_row_at_a_time_csv(days: float) -> None:
+    """Most evidence: whole-second times and readings of up to four decimals, where the
+    quality shares the value's second word; every quality, a sign, every decimal count,
+    whole numbers up to 9999, across midnight and a new year."""
+    n = 5000
+    rng = np.random.default_rng(5)
+    t = np.sort(rng.integers(0, int(days * 86400), n)).astype(np.float64) + 1_798_700_000.0
+    v = rng.integers(-99_999_999, 99_999_999, n) / 10**4
+    v[::9] = np.round(v[::9], 1)
+    v[1::9] = np.trunc(v[1::9])
+    v[2::9] = 0.0
+    v[3::9] = -0.0
+    q = (np.arange(n) % 256 - 128).astype(np.int8)
+    for name in ("flow", "a.long.sensor_name:9", "pH é"):
+        assert csv_rows(name, t, v, q) == slow_rows(name, t, v, q)
+
+
 def test_a_schema_1_store_reads_and_verifies_and_a_sample_is_stored_once(tmp_path: Path) -> None:
     with IncidentStore(tmp_path) as store:
         pass
