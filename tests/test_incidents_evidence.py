@@ -95,6 +95,17 @@ def test_whole_seconds_and_four_decimals_take_six_words_a_line_as_the_row_at_a_t
         assert csv_rows(name, t, v, q) == slow_rows(name, t, v, q)
 
 
+def test_the_rows_of_an_evidence_file_are_its_lines_even_for_a_name_with_a_newline(tmp_path: Path) -> None:
+    """`freeze_evidence` gives the rows without counting the file's lines: the same number."""
+    with IncidentStore(tmp_path) as store:
+        store.add_evidence("i1", "flow", np.array([1.0, 2.0, 3.0]), np.ones(3), np.zeros(3, np.int8))
+        store.add_evidence("i1", "odd\nname", np.array([1.0, 2.0]), np.ones(2), np.zeros(2, np.int8))
+        sha, rows = store.freeze_evidence("i1")
+        data = store.evidence_path("i1").read_bytes()
+        assert rows == data.count(b"\n") - 1 == 7
+        assert store.write_evidence("i2", data) == (sha, rows)  # counted: the same
+
+
 def test_a_schema_1_store_reads_and_verifies_and_a_sample_is_stored_once(tmp_path: Path) -> None:
     with IncidentStore(tmp_path) as store:
         pass

@@ -40,7 +40,7 @@ from monitor.incidents.figures import (
 )
 from monitor.incidents.freezer import Freezer
 from monitor.incidents.model import Figures, Incident, incident_id
-from monitor.incidents.store import Columns, IncidentStore
+from monitor.incidents.store import Columns, IncidentStore, csv_lines
 from monitor.model import Condition, ConditionState, Kind, Rule, Sample, iso
 from monitor.units import conversion
 
@@ -640,7 +640,8 @@ class IncidentTracker:
                 data = self.store.evidence_csv(inc.id, columns)
                 if self._writers is None:
                     self._writers = ThreadPoolExecutor(FREEZE_TOGETHER, thread_name_prefix="evidence")
-                pending.append((inc, self._writers.submit(self.store.write_evidence, inc.id, data)))
+                lines = csv_lines(columns)
+                pending.append((inc, self._writers.submit(self.store.write_evidence, inc.id, data, lines)))
         finally:
             wait([f for _, f in pending])
         for final, done in pending:
