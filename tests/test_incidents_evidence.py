@@ -6,6 +6,7 @@ gives the whole run's answer."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import sqlite3
 from pathlib import Path
@@ -335,11 +336,11 @@ def test_the_engines_split_by_sensor_fills_the_tracker_as_the_columns_do(
 
 
 def test_a_batch_of_chattering_transitions_extends_an_incident_unless_its_case_was_closed(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Re-activations within the merge window extend the incident within one batch (its
-    activations counted, its end the last clear's); after an operator closed its case,
-    one opens a new incident instead."""
+    activations counted, its end the last clear's, a DEBUG line each); after an operator
+    closed its case, one opens a new incident instead."""
     from monitor.model import Condition, ConditionState, Rule, Sample
 
     raw = tmp_path / "station.yaml"
@@ -362,7 +363,12 @@ def test_a_batch_of_chattering_transitions_extends_an_incident_unless_its_case_w
     try:
         tracker.add_samples([Sample("oil", t0 + 60 * m, value(m)) for m in range(0, 130)])
         chatter = [(60, True), (70, False), (90, True), (100, False), (110, True), (115, False)]
-        tracker.apply([cond(m, ConditionState.ACTIVE if on else ConditionState.CLEARED) for m, on in chatter])
+        batch = [cond(m, ConditionState.ACTIVE if on else ConditionState.CLEARED) for m, on in chatter]
+        with caplog.at_level(logging.DEBUG, logger="monitor.incidents.tracker"):
+            tracker.apply(batch)
+        extended = [r.getMessage() for r in caplog.records if "active again" in r.getMessage()]
+        assert len(extended) == 2
+        assert all(m.endswith(": oil active again within the merge window") for m in extended)
         tracker.advance()
         (first,) = tracker.live.values()
         assert first.activations == 3 and first.end == t0 + 60 * 115 and first.clear_time == t0 + 60 * 115
