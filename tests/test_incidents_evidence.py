@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from monitor.incidents import IncidentStore, IncidentTracker
 from monitor.incidents.evidence import csv_rows, slow_rows
-from monitor.incidents.figures import Series, run_end, run_end_since, run_ends
+from monitor.incidents.figures import Series, median, run_end, run_end_since, run_ends
 from monitor.incidents.store import CSV_HEADER
 from tests.examples import examples
 from tests.incident_helpers import load
@@ -105,6 +105,21 @@ def test_the_rows_of_an_evidence_file_are_its_lines_even_for_a_name_with_a_newli
         data = store.evidence_path("i1").read_bytes()
         assert rows == data.count(b"\n") - 1 == 7
         assert store.write_evidence("i2", data) == (sha, rows)  # counted: the same
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.sampled_from([1.0, 10.0, 10.5, 1e300]), st.floats(1e-300, 1e308, allow_nan=False)),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_the_usual_intervals_median_is_numpys(spacings: list[float]) -> None:
+    """`median` (the usual interval) gives `np.median`'s float, to the bit: odd and even
+    counts, ties, halves that round, sums that overflow."""
+    x = np.array(spacings, np.float64)
+    assert np.array(median(x)).tobytes() == np.array(float(np.median(x))).tobytes()
 
 
 def test_a_schema_1_store_reads_and_verifies_and_a_sample_is_stored_once(tmp_path: Path) -> None:
