@@ -199,12 +199,17 @@ def _fast(name: bytes, t: Floats, v: Floats, q: Quality) -> bytes:
     """One chunk's lines, built word-wise (`_words`) in one matrix, NULs dropped at the end."""
     hm_of, sec_of, ms, whole_of, frac_a, frac_b, sign, quality, frac_quality = _words()
     n = int(t.size)
-    # datetime.fromtimestamp: modf, the fraction times 1e6 rounded half to even, carried.
+    # datetime.fromtimestamp: modf, the fraction times 1e6 rounded half to even, carried
+    # (whole seconds, most evidence: no fraction to round).
     whole = np.floor(t)
-    micro = np.round((t - whole) * 1e6)
-    carry = micro >= 1e6
-    micro[carry] -= 1e6
-    sec = whole.astype(np.int64) + carry
+    if (whole == t).all():
+        micro = None
+        sec = whole.astype(np.int64)
+    else:
+        micro = np.round((t - whole) * 1e6)
+        carry = micro >= 1e6
+        micro[carry] -= 1e6
+        sec = whole.astype(np.int64) + carry
     days, sod = np.divmod(sec, 86400)
     # the value: a sign and whole numbers below 10^4 with up to four decimals (most readings)
     # word-wise; the rest as `_value_texts` prints them, each in a field wide enough
@@ -221,9 +226,9 @@ def _fast(name: bytes, t: Floats, v: Floats, q: Quality) -> bytes:
     lines = np.zeros((n, at + value_words + (0 if every else 1)), np.uint64)
     lines[:, 0], lines[:, 1] = _day_words(days)
     lines[:, 1] |= hm_of[sod]
-    if micro.any():
+    if micro is not None and micro.any():
         lines[:, 2] = sec_of[sod] | ms[np.where(micro == 0, 1000, micro.astype(np.int64) // 1000)]
-    else:  # whole seconds (most evidence): `Z` right after them
+    else:  # whole seconds: `Z` right after them
         lines[:, 2] = sec_of[sod] | ms[1000]
     lines[:, 3:at] = label
     if every:
