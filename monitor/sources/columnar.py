@@ -185,7 +185,7 @@ def _csv_block(
         t_type, v_type = _KINDS[kind]
         types = dict.fromkeys(header, pa.string())
         types[cols[0]], types[cols[2]] = t_type, v_type
-        types[cols[1]] = pa.dictionary(pa.int32(), pa.string())
+        types[cols[1]] = pa.string()  # names to indices in `_sensors`: cheaper than a dictionary here
         return pa_csv.read_csv(
             pa.py_buffer(block),
             read_options=pa_csv.ReadOptions(use_threads=threads, column_names=header, block_size=1 << 20),
@@ -288,11 +288,11 @@ def _chunk(
         none = np.empty(0, bool)
         return Chunk(lines[:0], [], np.empty(0, np.int32), np.empty(0), none, np.empty(0), none, short, str)
     t_col, s_col, v_col = (batch.column(i) for i in range(3))
-    names, sensor = _sensors(s_col)
+    names, sensor, empty = _sensors(s_col)
     time, numeric = _times(t_col)
     value, ok = _values(v_col)
     index: npt.NDArray[np.intp] | None = None  # the batch's row of each chunk row, if not the same
-    blank = _blank(t_col, s_col, v_col)
+    blank = _blank(t_col, s_col, v_col) if empty else None
     if blank is not None:  # a blank line is not a row: dropped, its line still counted
         index = np.flatnonzero(~blank)
     if reorder:  # long rows were appended: back to file order
@@ -312,10 +312,8 @@ def _chunk(
 
 
 def _blank(t: pa.Array, s: pa.Array, v: pa.Array) -> npt.NDArray[np.bool_] | None:
-    """Rows from blank lines (every cell empty), or None when there are none (the usual)."""
-    names = s.dictionary if pa.types.is_dictionary(s.type) else None
-    if names is not None and "" not in names.to_pylist():
-        return None
+    """Rows from blank lines (every cell empty), or None when there are none; asked only
+    when some sensor cell is empty."""
     import pyarrow.compute as pc
 
     def empty(c: pa.Array) -> pa.Array:
@@ -331,19 +329,58 @@ def _blank(t: pa.Array, s: pa.Array, v: pa.Array) -> npt.NDArray[np.bool_] | Non
     return _bools(mask)
 
 
-def _sensors(col: pa.Array) -> tuple[list[str], npt.NDArray[np.int32]]:
-    """Sensor names as a small table and an index per row (no Python string per row)."""
+def _sensors(col: pa.Array) -> tuple[list[str], npt.NDArray[np.int32], bool]:
+    """Sensor names as a small table and an index per row (no Python string per row), and
+    whether any cell is empty (so the chunk may hold blank lines)."""
+    if pa.types.is_string(col.type) and not col.null_count:
+        found = _cycle(col)
+        if found is not None:
+            return found
     if not pa.types.is_dictionary(col.type):
         import pyarrow.compute as pc
 
         col = pc.dictionary_encode(col.cast(pa.string()) if not pa.types.is_string(col.type) else col)
-    names = [("" if n is None else str(n)).strip() for n in col.dictionary.to_pylist()]
+    raw = col.dictionary.to_pylist()
+    names = [("" if n is None else str(n)).strip() for n in raw]
     indices = col.indices
+    empty = "" in raw
     if indices.null_count:
         indices = indices.fill_null(len(names))
         names.append("")
+        empty = True
     idx = _numbers(indices).astype(np.int32, copy=False)
-    return names, idx
+    return names, idx, empty
+
+
+MAX_CYCLE = 1024  # sensors a time in a file written time by time that `_cycle` recognises
+
+
+def _cycle(col: pa.StringArray) -> tuple[list[str], npt.NDArray[np.int32], bool] | None:
+    """The usual file (every sensor each time, always in the same order) names its
+    sensors in a cycle: then row i's name is row i mod p's, shown for the whole chunk in
+    two vectorised comparisons of Arrow's buffers (every row p bytes-long cycle after it
+    the same length, the text p rows on equal), rather than a hash of every row's text.
+    The names come in order of first appearance, one code a distinct text, as a
+    dictionary would have them; None (any other file) leaves it to the dictionary."""
+    n = len(col)
+    head: list[str] = col.slice(0, min(n, 2 * MAX_CYCLE)).to_pylist()
+    p = next((i for i in range(1, len(head) // 2 + 1) if head[i] == head[0] and head[i:] == head[:-i]), 0)
+    if not p:
+        return None
+    bufs = col.buffers()
+    offs = np.frombuffer(bufs[1], np.int32, n + 1, col.offset * 4)
+    a, e = int(offs[0]), int(offs[-1])
+    period = int(offs[p]) - a
+    if not bool(np.all(offs[p:] - offs[:-p] == period)):
+        return None
+    size = e - a - period
+    if size and not bufs[2].slice(a + period, size).equals(bufs[2].slice(a, size)):  # a memcmp
+        return None
+    codes: dict[str, int] = {}
+    first = np.array([codes.setdefault(s, len(codes)) for s in head[:p]], dtype=np.int32)
+    reps = -(-n // p)
+    idx = np.tile(first, reps)[:n] if reps > 1 else first[:n]
+    return [s.strip() for s in codes], idx, "" in codes
 
 
 def _times(col: pa.Array) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
