@@ -361,12 +361,21 @@ def _cycle(col: pa.StringArray) -> tuple[list[str], npt.NDArray[np.int32], bool]
     two vectorised comparisons of Arrow's buffers (every row p bytes-long cycle after it
     the same length, the text p rows on equal), rather than a hash of every row's text.
     The names come in order of first appearance, one code a distinct text, as a
-    dictionary would have them; None (any other file) leaves it to the dictionary."""
+    dictionary would have them; None (any other file) leaves it to the dictionary. A chunk
+    of no more rows than that is read as text whole (a small file, the last chunk: no
+    pyarrow.compute to import for them)."""
     n = len(col)
     head: list[str] = col.slice(0, min(n, 2 * MAX_CYCLE)).to_pylist()
-    p = next((i for i in range(1, len(head) // 2 + 1) if head[i] == head[0] and head[i:] == head[:-i]), 0)
+    if len(head) == n:
+        p = n
+    else:
+        p = next((i for i in range(1, len(head) // 2 + 1) if head[i] == head[0] and head[i:] == head[:-i]), 0)
     if not p:
         return None
+    if p == n:
+        codes: dict[str, int] = {}
+        idx = np.array([codes.setdefault(s, len(codes)) for s in head], dtype=np.int32)
+        return [s.strip() for s in codes], idx, "" in codes
     bufs = col.buffers()
     offs = np.frombuffer(bufs[1], np.int32, n + 1, col.offset * 4)
     a, e = int(offs[0]), int(offs[-1])
@@ -376,7 +385,7 @@ def _cycle(col: pa.StringArray) -> tuple[list[str], npt.NDArray[np.int32], bool]
     size = e - a - period
     if size and not bufs[2].slice(a + period, size).equals(bufs[2].slice(a, size)):  # a memcmp
         return None
-    codes: dict[str, int] = {}
+    codes = {}
     first = np.array([codes.setdefault(s, len(codes)) for s in head[:p]], dtype=np.int32)
     reps = -(-n // p)
     idx = np.tile(first, reps)[:n] if reps > 1 else first[:n]
