@@ -98,8 +98,9 @@ def _pick(path: Path, header: list[str]) -> list[str]:
 
 
 def _csv_chunks(path: Path, header: list[str], cols: list[str]) -> Iterator[Chunk]:
-    """Blocks of whole lines read here and parsed by pyarrow on all cores, one at a
-    time: pyarrow's own streaming reader reads ahead without bound (the whole file).
+    """Blocks of whole lines read here and parsed by pyarrow, one at a time, on one thread
+    (its pool took more CPU than it saved wall time with the engine and the incident
+    worker on the other core): pyarrow's own streaming reader reads ahead without bound.
 
     The blocks are read into one reused buffer (a fresh 8 MiB `bytes` per block, joined
     to the last block's unfinished line and sliced again, cost three copies and the page
@@ -172,7 +173,7 @@ def _csv_block(
 ) -> tuple[Chunk, int]:
     """One block of lines, the first being line `line` of the file; returns the chunk
     and how many lines the block held. Malformed rows are numbered only by a
-    single-threaded parse, so a block that has some is parsed again that way."""
+    single-threaded parse (the one here); a block that has some is parsed again as text."""
     odd: list[tuple[int, str, int]] = []
 
     def invalid(row: Any) -> str:
@@ -180,7 +181,7 @@ def _csv_block(
         odd.append((at, str(row.text), int(row.actual_columns)))
         return "skip"
 
-    def parse(kind: int, threads: bool) -> pa.Table:
+    def parse(kind: int) -> pa.Table:
         odd.clear()
         t_type, v_type = _KINDS[kind]
         types = dict.fromkeys(header, pa.string())
@@ -188,7 +189,7 @@ def _csv_block(
         types[cols[1]] = pa.string()  # names to indices in `_sensors`: cheaper than a dictionary here
         return pa_csv.read_csv(
             pa.py_buffer(block),
-            read_options=pa_csv.ReadOptions(use_threads=threads, column_names=header, block_size=1 << 20),
+            read_options=pa_csv.ReadOptions(use_threads=False, column_names=header, block_size=1 << 20),
             parse_options=pa_csv.ParseOptions(invalid_row_handler=invalid, ignore_empty_lines=False),
             convert_options=pa_csv.ConvertOptions(
                 column_types=types, include_columns=cols, null_values=[""], strings_can_be_null=False
@@ -209,7 +210,7 @@ def _csv_block(
     table = None
     for kind in (kinds[0], *range(kinds[0] + 1, len(_KINDS))):
         try:
-            table = parse(kind, True)
+            table = parse(kind)
         except pa.ArrowInvalid:
             if kind == len(_KINDS) - 1:
                 raise
@@ -223,7 +224,7 @@ def _csv_block(
         break
     assert table is not None
     if any(o[0] < 0 for o in odd) or (odd and kind != len(_KINDS) - 1):
-        table = parse(len(_KINDS) - 1, False)  # numbered rows; text so long rows can join
+        table = parse(len(_KINDS) - 1)  # text, so long rows can join
     n = table.num_rows
     batch = table.unify_dictionaries().combine_chunks().to_batches()
     rows = batch[0] if batch else None
