@@ -376,3 +376,20 @@ def test_a_cycle_is_checked_past_the_rows_it_was_guessed_from(
     assert (columnar._cycle(col) is not None) is cycle
     names, idx, _ = columnar._sensors(col)
     assert [names[i] for i in idx] == texts
+
+
+def test_a_cycle_is_looked_for_among_the_first_few_repeats_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first row's name coming back is a possible cycle length, each compared over the
+    head; only the first eight are tried (a head with many repeats that break late would
+    cost a comparison each), so a cycle past them is left to the dictionary, read the same."""
+    import pyarrow as pa
+
+    monkeypatch.setattr(columnar, "MAX_CYCLE", 32)
+    cycle = [t for k in range(9) for t in ("a", f"x{k}")]  # "a" eight times more before it cycles
+    texts = cycle * 5
+    col = pa.array(texts, pa.string())
+    assert columnar._cycle(col) is None
+    names, idx, _ = columnar._sensors(col)
+    assert [names[i] for i in idx] == texts
+    short = [t for k in range(8) for t in ("a", f"x{k}")]  # repeats at 2, 4 .. 14, cycles at 16
+    assert columnar._cycle(pa.array(short * 5, pa.string())) is not None

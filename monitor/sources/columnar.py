@@ -19,6 +19,7 @@ import csv
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -370,7 +371,10 @@ def _cycle(col: pa.StringArray) -> tuple[list[str], npt.NDArray[np.int32], bool]
     if len(head) == n:
         p = n
     else:
-        p = next((i for i in range(1, len(head) // 2 + 1) if head[i] == head[0] and head[i:] == head[:-i]), 0)
+        # The first few rows naming the first row's sensor again: each a possible cycle length,
+        # checked on the head (a few, so a head that breaks late is not compared row by row often).
+        again = islice((i for i in range(1, len(head) // 2 + 1) if head[i] == head[0]), 8)
+        p = next((i for i in again if head[i:] == head[:-i]), 0)
     if not p:
         return None
     if p == n:
