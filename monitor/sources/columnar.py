@@ -359,12 +359,12 @@ MAX_CYCLE = 1024  # sensors a time in a file written time by time that `_cycle` 
 
 def _cycle(col: pa.StringArray) -> tuple[list[str], npt.NDArray[np.int32], bool] | None:
     """The usual file (every sensor each time, always in the same order) names its
-    sensors in a cycle: then row i's name is row i mod p's, shown for the whole chunk in
-    two vectorised comparisons of Arrow's buffers (every row p bytes-long cycle after it
-    the same length, the text p rows on equal), rather than a hash of every row's text.
-    The names come in order of first appearance, one code a distinct text, as a
+    sensors in a cycle of p rows: then row i's name is row i mod p's, shown for the whole
+    chunk by two vectorised comparisons of Arrow's buffers (each cell as long as the one
+    p rows on, and the text one cycle's bytes on the same), rather than a hash of every
+    cell. The names come in order of first appearance, one code a distinct text, as a
     dictionary would have them; None (any other file) leaves it to the dictionary. A chunk
-    of no more rows than that is read as text whole (a small file, the last chunk: no
+    of at most 2 * MAX_CYCLE rows is read as text whole (a small file, a last chunk: no
     pyarrow.compute to import for them)."""
     n = len(col)
     head: list[str] = col.slice(0, min(n, 2 * MAX_CYCLE)).to_pylist()
