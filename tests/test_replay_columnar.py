@@ -319,3 +319,77 @@ def test_reading_parquet_holds_the_same_memory_whatever_the_files_size(tmp_path:
         assert rows == n
         peaks.append(peak)
     assert peaks[1] <= peaks[0] + (2 << 20), [p >> 20 for p in peaks]
+
+
+@pytest.mark.parametrize("max_cycle", [2, 1024])
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ["a", "b", " c", "a", "b", " c", "a"],  # every sensor each time, the order kept
+        ["a", "b", "a", "c"] * 3,  # a name twice in a cycle: one code, as a dictionary
+        ["a"] * 5,
+        ["a", "b", "a", "b", "b", "a"],  # the order changes
+        ["a", "b", "a", "bb", "a", "b"],  # the same lengths cycle but not the text
+        ["ab", "c", "a", "bc", "ab", "c"],  # the same text cycles but not the cells
+        ["a", "b", "", "a", "b", ""],  # an empty cell: the chunk may hold a blank line
+        ["a"],
+    ],
+)
+def test_sensor_names_read_as_the_dictionary_reads_them(
+    monkeypatch: pytest.MonkeyPatch, texts: list[str], max_cycle: int
+) -> None:
+    """A small chunk is read as text, one whose names repeat in a cycle skips the hash of
+    every row's text, any other is dictionary-encoded; whichever way, each row's name,
+    the table (first appearance, stripped) and the empty flag are the dictionary's."""
+    import pyarrow as pa
+
+    monkeypatch.setattr(columnar, "MAX_CYCLE", max_cycle)
+    col = pa.array(texts, pa.string())
+    for arr in (col, pa.concat_arrays([pa.array(["x"]), col]).slice(1)):  # an offset into the buffers too
+        if max_cycle == 1024:
+            assert columnar._cycle(arr) is not None  # read as text whole
+        names, idx, empty = columnar._sensors(arr)
+        want = columnar._sensors(arr.dictionary_encode())
+        assert (names, idx.tolist(), empty) == (want[0], want[1].tolist(), want[2])
+        assert [names[i] for i in idx] == [t.strip() for t in texts]
+        assert empty == ("" in texts)
+
+
+@pytest.mark.parametrize(
+    ("texts", "cycle"),
+    [
+        (["a", "b"] * 4, True),
+        (["a", "b", "a", "b", "a", "c", "a", "b"], False),  # the text breaks the cycle past the head
+        (["a", "b", "a", "b", "a", "bb", "a", "b"], False),  # a length breaks it
+        (["a", "b", "a", "b", "b", "a", "a", "b"], False),  # the lengths cycle, the text does not
+    ],
+)
+def test_a_cycle_is_checked_past_the_rows_it_was_guessed_from(
+    monkeypatch: pytest.MonkeyPatch, texts: list[str], cycle: bool
+) -> None:
+    """Only the first 2 * MAX_CYCLE names are read as text; the rest are compared in
+    Arrow's buffers, so a break anywhere after them sends the chunk to the dictionary."""
+    import pyarrow as pa
+
+    monkeypatch.setattr(columnar, "MAX_CYCLE", 2)
+    col = pa.array(texts, pa.string())
+    assert (columnar._cycle(col) is not None) is cycle
+    names, idx, _ = columnar._sensors(col)
+    assert [names[i] for i in idx] == texts
+
+
+def test_a_cycle_is_looked_for_among_the_first_few_repeats_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first row's name coming back is a possible cycle length, each compared over the
+    head; only the first eight are tried (a head with many repeats that break late would
+    cost a comparison each), so a cycle past them is left to the dictionary, read the same."""
+    import pyarrow as pa
+
+    monkeypatch.setattr(columnar, "MAX_CYCLE", 32)
+    cycle = [t for k in range(9) for t in ("a", f"x{k}")]  # "a" eight times more before it cycles
+    texts = cycle * 5
+    col = pa.array(texts, pa.string())
+    assert columnar._cycle(col) is None
+    names, idx, _ = columnar._sensors(col)
+    assert [names[i] for i in idx] == texts
+    short = [t for k in range(8) for t in ("a", f"x{k}")]  # repeats at 2, 4 .. 14, cycles at 16
+    assert columnar._cycle(pa.array(short * 5, pa.string())) is not None

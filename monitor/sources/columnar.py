@@ -19,6 +19,7 @@ import csv
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,8 +99,9 @@ def _pick(path: Path, header: list[str]) -> list[str]:
 
 
 def _csv_chunks(path: Path, header: list[str], cols: list[str]) -> Iterator[Chunk]:
-    """Blocks of whole lines read here and parsed by pyarrow on all cores, one at a
-    time: pyarrow's own streaming reader reads ahead without bound (the whole file).
+    """Blocks of whole lines read here and parsed by pyarrow, one at a time, on one thread
+    (its pool took more CPU than it saved wall time with the engine and the incident
+    worker on the other core): pyarrow's own streaming reader reads ahead without bound.
 
     The blocks are read into one reused buffer (a fresh 8 MiB `bytes` per block, joined
     to the last block's unfinished line and sliced again, cost three copies and the page
@@ -172,7 +174,7 @@ def _csv_block(
 ) -> tuple[Chunk, int]:
     """One block of lines, the first being line `line` of the file; returns the chunk
     and how many lines the block held. Malformed rows are numbered only by a
-    single-threaded parse, so a block that has some is parsed again that way."""
+    single-threaded parse (the one here); a block that has some is parsed again as text."""
     odd: list[tuple[int, str, int]] = []
 
     def invalid(row: Any) -> str:
@@ -180,15 +182,15 @@ def _csv_block(
         odd.append((at, str(row.text), int(row.actual_columns)))
         return "skip"
 
-    def parse(kind: int, threads: bool) -> pa.Table:
+    def parse(kind: int) -> pa.Table:
         odd.clear()
         t_type, v_type = _KINDS[kind]
         types = dict.fromkeys(header, pa.string())
         types[cols[0]], types[cols[2]] = t_type, v_type
-        types[cols[1]] = pa.dictionary(pa.int32(), pa.string())
+        types[cols[1]] = pa.string()  # names to indices in `_sensors`: cheaper than a dictionary here
         return pa_csv.read_csv(
             pa.py_buffer(block),
-            read_options=pa_csv.ReadOptions(use_threads=threads, column_names=header, block_size=1 << 20),
+            read_options=pa_csv.ReadOptions(use_threads=False, column_names=header, block_size=1 << 20),
             parse_options=pa_csv.ParseOptions(invalid_row_handler=invalid, ignore_empty_lines=False),
             convert_options=pa_csv.ConvertOptions(
                 column_types=types, include_columns=cols, null_values=[""], strings_can_be_null=False
@@ -209,7 +211,7 @@ def _csv_block(
     table = None
     for kind in (kinds[0], *range(kinds[0] + 1, len(_KINDS))):
         try:
-            table = parse(kind, True)
+            table = parse(kind)
         except pa.ArrowInvalid:
             if kind == len(_KINDS) - 1:
                 raise
@@ -223,7 +225,7 @@ def _csv_block(
         break
     assert table is not None
     if any(o[0] < 0 for o in odd) or (odd and kind != len(_KINDS) - 1):
-        table = parse(len(_KINDS) - 1, False)  # numbered rows; text so long rows can join
+        table = parse(len(_KINDS) - 1)  # text, so long rows can join
     n = table.num_rows
     batch = table.unify_dictionaries().combine_chunks().to_batches()
     rows = batch[0] if batch else None
@@ -288,11 +290,11 @@ def _chunk(
         none = np.empty(0, bool)
         return Chunk(lines[:0], [], np.empty(0, np.int32), np.empty(0), none, np.empty(0), none, short, str)
     t_col, s_col, v_col = (batch.column(i) for i in range(3))
-    names, sensor = _sensors(s_col)
+    names, sensor, empty = _sensors(s_col)
     time, numeric = _times(t_col)
     value, ok = _values(v_col)
     index: npt.NDArray[np.intp] | None = None  # the batch's row of each chunk row, if not the same
-    blank = _blank(t_col, s_col, v_col)
+    blank = _blank(t_col, s_col, v_col) if empty else None
     if blank is not None:  # a blank line is not a row: dropped, its line still counted
         index = np.flatnonzero(~blank)
     if reorder:  # long rows were appended: back to file order
@@ -312,10 +314,8 @@ def _chunk(
 
 
 def _blank(t: pa.Array, s: pa.Array, v: pa.Array) -> npt.NDArray[np.bool_] | None:
-    """Rows from blank lines (every cell empty), or None when there are none (the usual)."""
-    names = s.dictionary if pa.types.is_dictionary(s.type) else None
-    if names is not None and "" not in names.to_pylist():
-        return None
+    """Rows from blank lines (every cell empty), or None when there are none; asked only
+    when some sensor cell is empty."""
     import pyarrow.compute as pc
 
     def empty(c: pa.Array) -> pa.Array:
@@ -331,19 +331,70 @@ def _blank(t: pa.Array, s: pa.Array, v: pa.Array) -> npt.NDArray[np.bool_] | Non
     return _bools(mask)
 
 
-def _sensors(col: pa.Array) -> tuple[list[str], npt.NDArray[np.int32]]:
-    """Sensor names as a small table and an index per row (no Python string per row)."""
+def _sensors(col: pa.Array) -> tuple[list[str], npt.NDArray[np.int32], bool]:
+    """Sensor names as a small table and an index per row (no Python string per row), and
+    whether any cell is empty (so the chunk may hold blank lines)."""
+    if pa.types.is_string(col.type) and not col.null_count:
+        found = _cycle(col)
+        if found is not None:
+            return found
     if not pa.types.is_dictionary(col.type):
         import pyarrow.compute as pc
 
         col = pc.dictionary_encode(col.cast(pa.string()) if not pa.types.is_string(col.type) else col)
-    names = [("" if n is None else str(n)).strip() for n in col.dictionary.to_pylist()]
+    raw = col.dictionary.to_pylist()
+    names = [("" if n is None else str(n)).strip() for n in raw]
     indices = col.indices
+    empty = "" in raw
     if indices.null_count:
         indices = indices.fill_null(len(names))
         names.append("")
+        empty = True
     idx = _numbers(indices).astype(np.int32, copy=False)
-    return names, idx
+    return names, idx, empty
+
+
+MAX_CYCLE = 1024  # sensors a time in a file written time by time that `_cycle` recognises
+
+
+def _cycle(col: pa.StringArray) -> tuple[list[str], npt.NDArray[np.int32], bool] | None:
+    """The usual file (every sensor each time, always in the same order) names its
+    sensors in a cycle of p rows: then row i's name is row i mod p's, shown for the whole
+    chunk by two vectorised comparisons of Arrow's buffers (each cell as long as the one
+    p rows on, and the text one cycle's bytes on the same), rather than a hash of every
+    cell. The names come in order of first appearance, one code a distinct text, as a
+    dictionary would have them; None (any other file) leaves it to the dictionary. A chunk
+    of at most 2 * MAX_CYCLE rows is read as text whole (a small file, a last chunk: no
+    pyarrow.compute to import for them)."""
+    n = len(col)
+    head: list[str] = col.slice(0, min(n, 2 * MAX_CYCLE)).to_pylist()
+    if len(head) == n:
+        p = n
+    else:
+        # The first few rows naming the first row's sensor again: each a possible cycle length,
+        # checked on the head (a few, so a head that breaks late is not compared row by row often).
+        again = islice((i for i in range(1, len(head) // 2 + 1) if head[i] == head[0]), 8)
+        p = next((i for i in again if head[i:] == head[:-i]), 0)
+    if not p:
+        return None
+    if p == n:
+        codes: dict[str, int] = {}
+        idx = np.array([codes.setdefault(s, len(codes)) for s in head], dtype=np.int32)
+        return [s.strip() for s in codes], idx, "" in codes
+    bufs = col.buffers()
+    offs = np.frombuffer(bufs[1], np.int32, n + 1, col.offset * 4)
+    a, e = int(offs[0]), int(offs[-1])
+    period = int(offs[p]) - a
+    if not bool(np.all(offs[p:] - offs[:-p] == period)):
+        return None
+    size = e - a - period
+    if size and not bufs[2].slice(a + period, size).equals(bufs[2].slice(a, size)):  # a memcmp
+        return None
+    codes = {}
+    first = np.array([codes.setdefault(s, len(codes)) for s in head[:p]], dtype=np.int32)
+    reps = -(-n // p)
+    idx = np.tile(first, reps)[:n] if reps > 1 else first[:n]
+    return [s.strip() for s in codes], idx, "" in codes
 
 
 def _times(col: pa.Array) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
