@@ -6,6 +6,7 @@ gives the whole run's answer."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import sqlite3
 from pathlib import Path
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 
 from monitor.incidents import IncidentStore, IncidentTracker
 from monitor.incidents.evidence import csv_rows, slow_rows
-from monitor.incidents.figures import Series, run_end, run_end_since, run_ends
+from monitor.incidents.figures import Series, median, run_end, run_end_since, run_ends
 from monitor.incidents.store import CSV_HEADER
 from tests.examples import examples
 from tests.incident_helpers import load
@@ -75,6 +76,51 @@ def test_the_word_wise_lines_mix_every_field_width_as_the_row_at_a_time_csv() ->
     v[5::17], v[6::17] = math.nan, -0.0
     q = (np.arange(n) % 256 - 128).astype(np.int8)
     assert csv_rows("pH é", t, v, q) == slow_rows("pH é", t, v, q)
+
+
+@pytest.mark.parametrize("days", [2.0, 90.0])  # an incident's span, and one past a date a day
+def test_whole_seconds_and_four_decimals_take_six_words_a_line_as_the_row_at_a_time_csv(days: float) -> None:
+    """Most evidence: whole-second times and readings of up to four decimals, where the
+    quality shares the value's second word; every quality, a sign, every decimal count,
+    whole numbers up to 9999, across midnight and a new year."""
+    n = 5000
+    rng = np.random.default_rng(5)
+    t = np.sort(rng.integers(0, int(days * 86400), n)).astype(np.float64) + 1_798_700_000.0
+    v = rng.integers(-99_999_999, 99_999_999, n) / 10**4
+    v[::9] = np.round(v[::9], 1)
+    v[1::9] = np.trunc(v[1::9])
+    v[2::9] = 0.0
+    v[3::9] = -0.0
+    q = (np.arange(n) % 256 - 128).astype(np.int8)
+    for name in ("flow", "a.long.sensor_name:9", "pH é"):
+        assert csv_rows(name, t, v, q) == slow_rows(name, t, v, q)
+
+
+def test_the_rows_of_an_evidence_file_are_its_lines_even_for_a_name_with_a_newline(tmp_path: Path) -> None:
+    """`freeze_evidence` gives the rows without counting the file's lines: the same number."""
+    with IncidentStore(tmp_path) as store:
+        store.add_evidence("i1", "flow", np.array([1.0, 2.0, 3.0]), np.ones(3), np.zeros(3, np.int8))
+        store.add_evidence("i1", "odd\nname", np.array([1.0, 2.0]), np.ones(2), np.zeros(2, np.int8))
+        sha, rows = store.freeze_evidence("i1")
+        data = store.evidence_path("i1").read_bytes()
+        assert rows == data.count(b"\n") - 1 == 7
+        assert store.write_evidence("i2", data) == (sha, rows)  # counted: the same
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.sampled_from([1.0, 10.0, 10.5, 1e300]), st.floats(1e-300, 1e308, allow_nan=False)),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_the_usual_intervals_median_is_numpys(spacings: list[float]) -> None:
+    """`median` (the usual interval) gives `np.median`'s float, to the bit: odd and even
+    counts, ties, halves that round, sums that overflow."""
+    x = np.array(spacings, np.float64)
+    with np.errstate(over="ignore"):  # both warn of an overflow (inf), in their own words
+        assert np.array(median(x)).tobytes() == np.array(float(np.median(x))).tobytes()
 
 
 def test_a_schema_1_store_reads_and_verifies_and_a_sample_is_stored_once(tmp_path: Path) -> None:
@@ -306,11 +352,11 @@ def test_the_engines_split_by_sensor_fills_the_tracker_as_the_columns_do(
 
 
 def test_a_batch_of_chattering_transitions_extends_an_incident_unless_its_case_was_closed(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Re-activations within the merge window extend the incident within one batch (its
-    activations counted, its end the last clear's); after an operator closed its case,
-    one opens a new incident instead."""
+    activations counted, its end the last clear's, a DEBUG line each); after an operator
+    closed its case, one opens a new incident instead."""
     from monitor.model import Condition, ConditionState, Rule, Sample
 
     raw = tmp_path / "station.yaml"
@@ -333,7 +379,12 @@ def test_a_batch_of_chattering_transitions_extends_an_incident_unless_its_case_w
     try:
         tracker.add_samples([Sample("oil", t0 + 60 * m, value(m)) for m in range(0, 130)])
         chatter = [(60, True), (70, False), (90, True), (100, False), (110, True), (115, False)]
-        tracker.apply([cond(m, ConditionState.ACTIVE if on else ConditionState.CLEARED) for m, on in chatter])
+        batch = [cond(m, ConditionState.ACTIVE if on else ConditionState.CLEARED) for m, on in chatter]
+        with caplog.at_level(logging.DEBUG, logger="monitor.incidents.tracker"):
+            tracker.apply(batch)
+        extended = [r.getMessage() for r in caplog.records if "active again" in r.getMessage()]
+        assert len(extended) == 2
+        assert all(m.endswith(": oil active again within the merge window") for m in extended)
         tracker.advance()
         (first,) = tracker.live.values()
         assert first.activations == 3 and first.end == t0 + 60 * 115 and first.clear_time == t0 + 60 * 115

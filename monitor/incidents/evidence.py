@@ -154,7 +154,9 @@ def _words() -> tuple[npt.NDArray[np.uint64], ...]:
 
     A line is 8-byte words: `YYYY-MM-`, `DDTHH:MM`, `:SS.mmmZ` (`:SS\\0\\0\\0\\0Z` without
     milliseconds), `,name,` NUL padded, the value (a sign byte, four integer digits right
-    aligned, `.dddd`: 10 bytes over two words), `,quality\\n`."""
+    aligned, `.dddd`: 10 bytes over two words), `,quality\\n` (in the value's second word
+    when every value of the chunk is printed word-wise: a word less a line to fill and drop
+    the NULs of)."""
     ints, fracs = (x.tobytes() for x in _tables())
 
     def table(texts: list[bytes]) -> npt.NDArray[np.uint64]:
@@ -168,12 +170,25 @@ def _words() -> tuple[npt.NDArray[np.uint64], ...]:
     frac_b = table([fracs[5 * i + 3 : 5 * i + 5] + b"\0" * 6 for i in range(10_000)])
     sign = table([b"\0" * 8, b"-" + b"\0" * 7])
     quality = table([f",{i}\n".encode().ljust(8, b"\0") for i in range(-128, 128)])
-    return hm, sec, ms, whole, frac_a, frac_b, sign, quality
+    # by the second of the day: `HH:MM` of the second word, `:SS` of the third (no divmod by 60)
+    hm_of, sec_of = hm[np.arange(86400) // 60], sec[np.arange(86400) % 60]
+    # `,quality\n` after the two digits `frac_b` may hold, for the 6-word lines
+    frac_quality = table([f"\0\0,{i}\n".encode().ljust(8, b"\0") for i in range(-128, 128)])
+    return hm_of, sec_of, ms, whole, frac_a, frac_b, sign, quality, frac_quality
+
+
+_SPAN_DAYS = 64  # a chunk within this many days looks its dates up by day (an incident's: 1-3)
 
 
 def _day_words(days: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
-    """Each row's `YYYY-MM-` and `DD` + `T` words (one text a distinct day)."""
-    day_list, day_of = _dense_unique(days)
+    """Each row's `YYYY-MM-` and `DD` + `T` words (one text a distinct day, or every day of
+    a short span: no count of the days present)."""
+    lo = int(days.min())
+    span = int(days.max()) - lo
+    if span < _SPAN_DAYS:
+        day_list, day_of = np.arange(lo, lo + span + 1), days - lo
+    else:
+        day_list, day_of = _dense_unique(days)
     dates = np.datetime_as_string(day_list.astype("datetime64[D]"), unit="D").tolist()
     first = np.frombuffer(b"".join(d[:8].encode() for d in dates), np.uint64)
     second = np.frombuffer(b"".join(d[8:].encode() + b"T\0\0\0\0\0" for d in dates), np.uint64)
@@ -182,32 +197,45 @@ def _day_words(days: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.uint64], npt
 
 def _fast(name: bytes, t: Floats, v: Floats, q: Quality) -> bytes:
     """One chunk's lines, built word-wise (`_words`) in one matrix, NULs dropped at the end."""
-    hm, sec_of, ms, whole_of, frac_a, frac_b, sign, quality = _words()
+    hm_of, sec_of, ms, whole_of, frac_a, frac_b, sign, quality, frac_quality = _words()
     n = int(t.size)
-    # datetime.fromtimestamp: modf, the fraction times 1e6 rounded half to even, carried.
+    # datetime.fromtimestamp: modf, the fraction times 1e6 rounded half to even, carried
+    # (whole seconds, most evidence: no fraction to round).
     whole = np.floor(t)
-    micro = np.round((t - whole) * 1e6)
-    carry = micro >= 1e6
-    micro[carry] -= 1e6
-    sec = whole.astype(np.int64) + carry
+    if (whole == t).all():
+        micro = None
+        sec = whole.astype(np.int64)
+    else:
+        micro = np.round((t - whole) * 1e6)
+        carry = micro >= 1e6
+        micro[carry] -= 1e6
+        sec = whole.astype(np.int64) + carry
     days, sod = np.divmod(sec, 86400)
-    minute, second = np.divmod(sod, 60)
     # the value: a sign and whole numbers below 10^4 with up to four decimals (most readings)
     # word-wise; the rest as `_value_texts` prints them, each in a field wide enough
     a = np.abs(v)
     with np.errstate(over="ignore", invalid="ignore"):  # huge and not finite: not exact
         m = np.rint(a * 1e4)
         exact = (m / 1e4 == a) & (a < 1e4) & ((a >= 1e-4) | (a == 0.0))
-    rest = np.flatnonzero(~exact & np.isfinite(v))
+    every = bool(exact.all())  # the common case: slices, not index arrays, and 6-word lines
+    rest = np.flatnonzero(~exact & np.isfinite(v)) if not every else np.empty(0, np.intp)
     rest_text = _value_texts(v[rest]) if rest.size else np.zeros((0, 0), np.uint8)
     value_words = max(2, -(-rest_text.shape[1] // 8))
     label = np.frombuffer((b"," + name + b",").ljust(-(-(len(name) + 2) // 8) * 8, b"\0"), np.uint64)
     at = 3 + label.size  # the value's first word
-    lines = np.zeros((n, at + value_words + 1), np.uint64)
+    lines = np.zeros((n, at + value_words + (0 if every else 1)), np.uint64)
     lines[:, 0], lines[:, 1] = _day_words(days)
-    lines[:, 1] |= hm[minute]
-    lines[:, 2] = sec_of[second] | ms[np.where(micro == 0, 1000, micro.astype(np.int64) // 1000)]
+    lines[:, 1] |= hm_of[sod]
+    if micro is not None and micro.any():
+        lines[:, 2] = sec_of[sod] | ms[np.where(micro == 0, 1000, micro.astype(np.int64) // 1000)]
+    else:  # whole seconds: `Z` right after them
+        lines[:, 2] = sec_of[sod] | ms[1000]
     lines[:, 3:at] = label
+    if every:
+        whole_part, frac = np.divmod(m.astype(np.int64), 10_000)
+        lines[:, at] = sign[np.signbit(v).view(np.int8)] | whole_of[whole_part] | frac_a[frac]
+        lines[:, at + 1] = frac_b[frac] | frac_quality[q.astype(np.intp) + 128]
+        return lines.tobytes().translate(None, b"\0")
     done = np.flatnonzero(exact)
     whole_part, frac = np.divmod(m[done].astype(np.int64), 10_000)
     lines[done, at] = sign[np.signbit(v[done]).view(np.int8)] | whole_of[whole_part] | frac_a[frac]

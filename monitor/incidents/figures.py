@@ -165,7 +165,19 @@ def usual_interval(s: Series, before: float, window: float) -> float | None:
         return None
     d = np.diff(w.t)
     d = d[d > 0]
-    return float(np.median(d)) if d.size else None
+    return median(d) if d.size else None
+
+
+def median(x: Floats) -> float:
+    """`np.median` of a non-empty array without NaN, as it computes it (the middle one, or
+    the mean of the middle two, after a partition) without its wrappers and NaN check: a
+    third of its time (190 -> 70 us for a day at 10 s), taken at each refresh and freeze of
+    an incident, and no import of numpy.ma on first use."""
+    k = x.size // 2
+    if x.size % 2:
+        return float(np.partition(x, k)[k])
+    part = np.partition(x, (k - 1, k))
+    return float((part[k - 1] + part[k]) / 2)
 
 
 def mean_before(s: Series, start: float, window: float) -> float | None:

@@ -97,6 +97,12 @@ def _view(t: bytes, v: bytes, q: bytes) -> Columns:
     return np.frombuffer(t, "<f8"), np.frombuffer(v, "<f8"), np.frombuffer(q, np.int8)
 
 
+def csv_lines(columns: dict[str, Columns]) -> int:
+    """What `data.count(b"\\n") - 1` gives for `evidence_csv`'s bytes of these columns, without
+    reading them: a line a sample, plus the newlines a sensor's name would hold."""
+    return sum(t.size * (1 + name.count("\n")) for name, (t, _, _) in columns.items())
+
+
 def _num(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else x
 
@@ -386,19 +392,22 @@ class IncidentStore:
         """The evidence as CSV, byte for byte what is hashed: time (ISO UTC), sensor, value,
         quality. `columns`: `columns(iid)`, when the caller has read them already."""
         cols = self.columns(iid) if columns is None else columns
-        body = (csv_rows(name, t, v, q) for name, (t, v, q) in cols.items())
-        return CSV_HEADER.encode("utf-8") + b"".join(body)
+        body = [csv_rows(name, t, v, q) for name, (t, v, q) in cols.items()]
+        return b"".join([CSV_HEADER.encode("utf-8"), *body])  # one copy of the whole, not two
 
     def evidence_path(self, iid: str) -> Path:
         return self.dir / "incidents" / iid / "evidence.csv"
 
     def freeze_evidence(self, iid: str, columns: dict[str, Columns] | None = None) -> tuple[str, int]:
         """Write the evidence file once (atomically) and return (SHA-256, rows)."""
-        return self.write_evidence(iid, self.evidence_csv(iid, columns))
+        cols = self.columns(iid) if columns is None else columns
+        return self.write_evidence(iid, self.evidence_csv(iid, cols), csv_lines(cols))
 
-    def write_evidence(self, iid: str, data: bytes) -> tuple[str, int]:
+    def write_evidence(self, iid: str, data: bytes, rows: int | None = None) -> tuple[str, int]:
         """`freeze_evidence`'s durable half, no database access: safe in another thread, so
-        the fsyncs of incidents frozen together overlap."""
+        the fsyncs of incidents frozen together overlap. `rows`: `csv_lines` of the columns
+        `data` was made of, when the caller has them (counting a day's lines in the bytes
+        took as long as hashing them)."""
         path = self.evidence_path(iid)
         tmp = path.with_suffix(".tmp")
         try:
@@ -411,7 +420,7 @@ class IncidentStore:
         except OSError as exc:
             tmp.unlink(missing_ok=True)  # a full disk gets back what the half-written file took
             raise StateError(f"cannot write incident evidence {path}: {exc.strerror or exc}") from exc
-        return hashlib.sha256(data).hexdigest(), data.count(b"\n") - 1
+        return hashlib.sha256(data).hexdigest(), data.count(b"\n") - 1 if rows is None else rows
 
     def verify(self, inc: Incident) -> bool:
         """True when the evidence file and the rows both still hash to the recorded SHA-256."""

@@ -40,7 +40,7 @@ from monitor.incidents.figures import (
 )
 from monitor.incidents.freezer import Freezer
 from monitor.incidents.model import Figures, Incident, incident_id
-from monitor.incidents.store import Columns, IncidentStore
+from monitor.incidents.store import Columns, IncidentStore, csv_lines
 from monitor.model import Condition, ConditionState, Kind, Rule, Sample, iso
 from monitor.units import conversion
 
@@ -333,10 +333,14 @@ class IncidentTracker:
         cases inline (a chattering alarm's re-activation within the merge window and its
         clear): the draft of each sensor and rule is looked up once, not a few calls deep
         for each of thousands of transitions. The drafts are looked up again after an
-        `_activate` that went further (it may have opened an incident)."""
+        `_activate` that went further (it may have opened an incident). Whether DEBUG is on
+        is asked once, and a closed case looked up in place (26,000 calls each in a 10 M-row
+        replay)."""
         merge = self.settings.merge_window
         drafts: dict[tuple[str, Rule], _Draft] = {}
         dirty = self._dirty
+        closed = self._closed
+        debug = log.isEnabledFor(logging.DEBUG)
         for cond in mine:
             key = (cond.sensor, cond.rule)
             d = drafts.get(key)
@@ -348,16 +352,22 @@ class IncidentTracker:
                 if d is not None:
                     if d.end is None:
                         continue  # already open (a restart replayed the ACTIVE)
-                    if cond.time - d.end <= merge and not self._is_closed(d.inc.id):
+                    iid = d.inc.id
+                    within = cond.time - d.end <= merge
+                    shut = closed.get(iid) if within else None
+                    if within and shut is None:
+                        shut = self._is_closed(iid)
+                    if within and not shut:
                         d.end = None
                         d.activations += 1
                         d.changed = True
-                        dirty.add(d.inc.id)
-                        log.debug(
-                            "incident %s extended: %s active again within the merge window",
-                            d.inc.id,
-                            cond.sensor,
-                        )
+                        dirty.add(iid)
+                        if debug:
+                            log.debug(
+                                "incident %s extended: %s active again within the merge window",
+                                iid,
+                                cond.sensor,
+                            )
                         continue
                 self._activate(cond)
                 drafts.clear()
@@ -640,7 +650,8 @@ class IncidentTracker:
                 data = self.store.evidence_csv(inc.id, columns)
                 if self._writers is None:
                     self._writers = ThreadPoolExecutor(FREEZE_TOGETHER, thread_name_prefix="evidence")
-                pending.append((inc, self._writers.submit(self.store.write_evidence, inc.id, data)))
+                lines = csv_lines(columns)
+                pending.append((inc, self._writers.submit(self.store.write_evidence, inc.id, data, lines)))
         finally:
             wait([f for _, f in pending])
         for final, done in pending:
