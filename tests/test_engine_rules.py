@@ -319,3 +319,45 @@ def test_batch_limit_conditions_carry_the_live_messages(unit: str, high: bool) -
     assert got[0].message.startswith(
         "12.35" + (" " + unit if unit != "pH" else "") + (" above" if high else " below")
     )
+
+
+@pytest.mark.parametrize("on_delay", [0.0, 20.0])
+@pytest.mark.parametrize("off_delay", [0.0, 30.0])
+@pytest.mark.parametrize("last", [T0 + 1e4, float("inf")])
+def test_batch_limit_without_delays_equals_the_steps(on_delay: float, off_delay: float, last: float) -> None:
+    """A side with no on or off delay switches without computing its runs' starts; what it
+    raises and the timers it keeps are the live steps' (also when the last time is +inf,
+    where `inf - inf` is NaN and the live rule does not switch)."""
+    from monitor.config.sensors import LimitRule
+    from monitor.engine.rules import LimitState
+
+    rng = np.random.default_rng(7)
+    times = np.append(T0 + np.cumsum(rng.choice([1.0, 5.0, 10.0], 400)), last)
+    values = rng.choice([1.0, 8.5, 8.9, 9.5, 20.0], times.size)
+    values[-2:] = [1.0, 20.0]  # the last sample starts a run beyond the high limit
+    rule = LimitRule(
+        low=None, high=9.0, unit="pH", deadband=0.3, on_delay=on_delay, off_delay=off_delay, citation="x"
+    )
+    batch, steps = LimitState("s", rule, "pH", True), LimitState("s", rule, "pH", True)
+    with np.errstate(invalid="ignore"):  # inf - inf, as in the live step
+        got = batch.batch(times[:200], values[:200]) + batch.batch(times[200:], values[200:])
+    expected = [c for t, v in zip(times.tolist(), values.tolist(), strict=True) if (c := steps.step(t, v))]
+    assert got == expected and len(got) >= 2
+    assert (batch.active, batch.a_start, batch.b_start) == (steps.active, steps.a_start, steps.b_start)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_transitions_are_where_the_hysteresis_state_changes(seed: int) -> None:
+    """`transitions` gives the indices and final state that the full state array gives."""
+    from monitor.engine.rules import hysteresis, transitions
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 60))
+    pick = rng.choice(3, n, p=[0.6, 0.2, 0.2])  # 0 neither, 1 on, 2 off
+    on, off = pick == 1, pick == 2
+    for initial in (False, True):
+        state = hysteresis(on, off, initial)
+        prev = np.concatenate(([initial], state[:-1]))
+        at, final = transitions(on, off, initial)
+        assert at.tolist() == np.flatnonzero(state != prev).tolist()
+        assert final == (bool(state[-1]) if n else initial)
