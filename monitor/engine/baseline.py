@@ -254,8 +254,15 @@ class Baselines:
                 start = int(np.searchsorted(times, oldest, side="left"))
         for a in range(start, int(times.size), MAX_BATCH):
             win = self.batch(row, times[a : a + MAX_BATCH], lookups=False)
-            cs, cc = win.prefix(win.quantize(values[a : a + MAX_BATCH]), None)
-            win.commit(cs, cc)
+            q = win.quantize(values[a : a + MAX_BATCH])
+            if self.bucket[row] == NO_BUCKET or int(win.buckets[0]) >= self.bucket[row]:
+                # Each bucket's quanta summed on their own, no running totals to take apart:
+                # whole numbers below 2^53, so the sums are exact and the commit's.
+                sums = np.add.reduceat(q, win.j_now).astype(np.int64)
+                self.advance(row, win.buckets, sums, win.per_bucket)
+            else:
+                cs, cc = win.prefix(q, None)
+                win.commit(cs, cc)
 
 
 def _running(x: Ints) -> Ints:
