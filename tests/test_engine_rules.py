@@ -361,3 +361,25 @@ def test_transitions_are_where_the_hysteresis_state_changes(seed: int) -> None:
         at, final = transitions(on, off, initial)
         assert at.tolist() == np.flatnonzero(state != prev).tolist()
         assert final == (bool(state[-1]) if n else initial)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_quiet_stale_batch_is_one_with_no_candidate(seed: int) -> None:
+    """`_quiet` (the stale rule's short cut) holds exactly when the general pass finds no
+    sample, nor the last tick, more than `stale_after` after the one before it (a last
+    time of +inf, never ticked, is left to the general pass)."""
+    from monitor.engine.stale import _quiet
+
+    rng = np.random.default_rng(seed)
+    sa = float(rng.choice([30.0, 300.0]))
+    gaps = rng.choice([1.0, 10.0, 29.0, 30.0, 31.0, 299.0, 300.0, 301.0], int(rng.integers(1, 30)))
+    ticks = T0 + np.cumsum(gaps)
+    gt = np.sort(rng.choice(ticks, int(rng.integers(1, ticks.size + 1)), replace=False))
+    if seed % 5 == 0:
+        gt[-1] = np.inf  # admitted, but never ticked
+    since = float(ticks[0] - rng.choice([0.0, 20.0, 400.0]))
+    starts = np.concatenate(([since], gt))
+    ends = np.concatenate((gt, [np.inf]))
+    with np.errstate(invalid="ignore"):
+        candidates = np.minimum(ends, ticks[-1]) - starts > sa
+    assert _quiet(ticks, since, gt, sa) == (not candidates.any() and bool(np.isfinite(gt[-1])))
