@@ -3,6 +3,8 @@ streams with gaps, on both the live and the batch path; memory stays within 32 K
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -123,6 +125,54 @@ def test_absorb_leaves_the_state_of_the_live_path(
         batch.win_count,
         batch.bucket,
     )
+
+
+def _state(base: Baselines) -> tuple[object, ...]:
+    return (
+        base.sums.tolist(),
+        base.counts.tolist(),
+        base.cur_sum,
+        base.cur_count,
+        base.win_sum,
+        base.win_count,
+        base.bucket,
+    )
+
+
+@settings(max_examples=examples(120), deadline=None)
+@given(stream=streams(), cuts=st.lists(st.floats(0, 1), max_size=4))
+def test_commit_advancing_the_ring_equals_rebuilding_it(
+    stream: tuple[float, np.ndarray, np.ndarray], cuts: list[float]
+) -> None:
+    """A batch's commit clears and writes only the slots it passes over (`advance`): the
+    state after each batch is what rebuilding the last n + 1 buckets in time order gives."""
+    window, times, values = stream
+    fast = Baselines([window], [SCALE])
+    slow = Baselines([window], [SCALE])
+    edges = sorted({0, times.size, *(int(c * times.size) for c in cuts)})
+    for a, b in itertools.pairwise(edges):
+        for base, rebuild in ((fast, False), (slow, True)):
+            win = base.batch(0, times[a:b])
+            cs, cc = win.prefix(win.quantize(values[a:b]), None)
+            win.commit(cs, cc, rebuild=rebuild)
+        assert _state(fast) == _state(slow)
+
+
+@pytest.mark.parametrize("window", [120.0, 600.0, 3600.0])
+@pytest.mark.parametrize("size", [1, 3, 5, 20, 60, 150])
+def test_commit_advancing_the_ring_equals_rebuilding_it_at_every_cut(window: float, size: int) -> None:
+    """Batches of every size from a steady stream (and one gap longer than the window):
+    each advance from each ring position leaves the state a rebuild leaves."""
+    times = T0 + np.cumsum(np.where(np.arange(900) == 500, 2 * window + 7, 7.0))
+    values = ((np.arange(times.size) % 13 + 1.0) * 1.25).astype(np.float64)
+    fast = Baselines([window], [SCALE])
+    slow = Baselines([window], [SCALE])
+    for a in range(0, times.size, size):
+        for base, rebuild in ((fast, False), (slow, True)):
+            win = base.batch(0, times[a : a + size])
+            cs, cc = win.prefix(win.quantize(values[a : a + size]), None)
+            win.commit(cs, cc, rebuild=rebuild)
+        assert _state(fast) == _state(slow)
 
 
 @pytest.mark.parametrize(

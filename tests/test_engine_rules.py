@@ -319,3 +319,93 @@ def test_batch_limit_conditions_carry_the_live_messages(unit: str, high: bool) -
     assert got[0].message.startswith(
         "12.35" + (" " + unit if unit != "pH" else "") + (" above" if high else " below")
     )
+
+
+@pytest.mark.parametrize("on_delay", [0.0, 20.0])
+@pytest.mark.parametrize("off_delay", [0.0, 30.0])
+@pytest.mark.parametrize("last", [T0 + 1e4, float("inf")])
+def test_batch_limit_without_delays_equals_the_steps(on_delay: float, off_delay: float, last: float) -> None:
+    """A side with no on or off delay switches without computing its runs' starts; what it
+    raises and the timers it keeps are the live steps' (also when the last time is +inf,
+    where `inf - inf` is NaN and the live rule does not switch)."""
+    from monitor.config.sensors import LimitRule
+    from monitor.engine.rules import LimitState
+
+    rng = np.random.default_rng(7)
+    times = np.append(T0 + np.cumsum(rng.choice([1.0, 5.0, 10.0], 400)), last)
+    values = rng.choice([1.0, 8.5, 8.9, 9.5, 20.0], times.size)
+    values[-2:] = [1.0, 20.0]  # the last sample starts a run beyond the high limit
+    rule = LimitRule(
+        low=None, high=9.0, unit="pH", deadband=0.3, on_delay=on_delay, off_delay=off_delay, citation="x"
+    )
+    batch, steps = LimitState("s", rule, "pH", True), LimitState("s", rule, "pH", True)
+    with np.errstate(invalid="ignore"):  # inf - inf, as in the live step
+        got = batch.batch(times[:200], values[:200]) + batch.batch(times[200:], values[200:])
+    expected = [c for t, v in zip(times.tolist(), values.tolist(), strict=True) if (c := steps.step(t, v))]
+    assert got == expected and len(got) >= 2
+    assert (batch.active, batch.a_start, batch.b_start) == (steps.active, steps.a_start, steps.b_start)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_transitions_are_where_the_hysteresis_state_changes(seed: int) -> None:
+    """`transitions` gives the indices and final state that the full state array gives."""
+    from monitor.engine.rules import hysteresis, transitions
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 60))
+    pick = rng.choice(3, n, p=[0.6, 0.2, 0.2])  # 0 neither, 1 on, 2 off
+    on, off = pick == 1, pick == 2
+    for initial in (False, True):
+        state = hysteresis(on, off, initial)
+        prev = np.concatenate(([initial], state[:-1]))
+        at, final = transitions(on, off, initial)
+        assert at.tolist() == np.flatnonzero(state != prev).tolist()
+        assert final == (bool(state[-1]) if n else initial)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_quiet_stale_batch_is_one_with_no_candidate(seed: int) -> None:
+    """`_quiet` (the stale rule's short cut) holds exactly when the general pass finds no
+    sample, nor the last tick, more than `stale_after` after the one before it (a last
+    time of +inf, never ticked, is left to the general pass)."""
+    from monitor.engine.stale import _quiet
+
+    rng = np.random.default_rng(seed)
+    sa = float(rng.choice([30.0, 300.0]))
+    gaps = rng.choice([1.0, 10.0, 29.0, 30.0, 31.0, 299.0, 300.0, 301.0], int(rng.integers(1, 30)))
+    ticks = T0 + np.cumsum(gaps)
+    gt = np.sort(rng.choice(ticks, int(rng.integers(1, ticks.size + 1)), replace=False))
+    if seed % 5 == 0:
+        gt[-1] = np.inf  # admitted, but never ticked
+    since = float(ticks[0] - rng.choice([0.0, 20.0, 400.0]))
+    starts = np.concatenate(([since], gt))
+    ends = np.concatenate((gt, [np.inf]))
+    with np.errstate(invalid="ignore"):
+        candidates = np.minimum(ends, ticks[-1]) - starts > sa
+    assert _quiet(ticks, since, gt, sa) == (not candidates.any() and bool(np.isfinite(gt[-1])))
+
+
+@pytest.mark.parametrize("spike", [None, 1.0, 30.0])
+def test_a_warm_quiet_slug_batch_ends_as_the_live_steps(spike: float | None) -> None:
+    """A warm batch with nothing carried over is settled from each bucket's largest value
+    (no per-sample threshold): quiet, or with one sample over (a short run) or a slug of
+    `spike` minutes inside it, its conditions and the rule's state are the live path's."""
+    points = flow_day(22.0)
+    later = every(10.0, [100.0 + (i % 7) for i in range(720)], start=points[-1][0] + 10.0)
+    if spike is not None:
+        for j in range(300, 300 + max(1, int(spike * 6))):
+            later[j] = (later[j][0], 900.0)
+    engine, conds = run_live(FLOW, "outfall.flow", points + later)
+    other = Engine(FLOW.rules, ManualClock())
+    got: list[Condition] = []
+    for part in (points, later):
+        t = np.array([p[0] for p in part])
+        v = np.array([p[1] for p in part])
+        got += other.replay(np.zeros(t.size, dtype=np.int64), t, v).conditions
+    assert canon(got) == canon(conds) and len(conds) == (2 if spike == 30.0 else 0)
+    mine, theirs = other.sensor_states()[0].slug, engine.sensor_states()[0].slug
+    assert mine is not None and theirs is not None
+    assert (mine.prev_t, mine.warm_since, mine.last_mean, mine.active, mine.pending) == (
+        theirs.prev_t, theirs.warm_since, theirs.last_mean, theirs.active, theirs.pending,
+    )  # fmt: skip
+    assert other.baselines.win_sum == engine.baselines.win_sum

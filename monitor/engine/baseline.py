@@ -198,6 +198,46 @@ class Baselines:
     def batch(self, row: int, times: Floats, lookups: bool = True) -> BatchWindow:
         return BatchWindow(self, row, times, lookups)
 
+    def advance(self, row: int, buckets: Ints, sums: Ints, counts: Ints) -> None:
+        """Move `row` on to bucket `buckets[-1]`, adding each bucket's quanta and count:
+        `buckets` rise, none before the current bucket. Only the ring slots of the buckets
+        passed over are cleared and only the batch's buckets written (`roll` for many),
+        not the whole ring rebuilt in time order."""
+        n = self.size[row]
+        k_end = int(buckets[-1])
+        old = self.bucket[row]
+        ring_s, ring_c = self._sum_rows[row], self._count_rows[row]
+        d = k_end - old
+        if d == 0:
+            self.cur_sum[row] += int(sums[-1])
+            self.cur_count[row] += int(counts[-1])
+            return
+        if old == NO_BUCKET or d > n:  # everything the ring held left the window
+            ring_s[:] = 0
+            ring_c[:] = 0
+        else:  # buckets old .. k_end - 1 take the slots of old - n .. k_end - n - 1
+            p = old % n
+            if p + d <= n:
+                ring_s[p : p + d] = 0
+                ring_c[p : p + d] = 0
+            else:
+                ring_s[p:] = 0
+                ring_c[p:] = 0
+                ring_s[: p + d - n] = 0
+                ring_c[: p + d - n] = 0
+            ring_s[p] = self.cur_sum[row]
+            ring_c[p] = self.cur_count[row]
+        if buckets.size > 1:
+            i0 = 0 if int(buckets[0]) >= k_end - n else int(np.searchsorted(buckets, k_end - n))
+            slots = buckets[i0:-1] % n  # distinct: fewer than n buckets
+            ring_s[slots] += sums[i0:-1]
+            ring_c[slots] += counts[i0:-1]
+        self.bucket[row] = k_end
+        self.cur_sum[row] = int(sums[-1])
+        self.cur_count[row] = int(counts[-1])
+        self.win_sum[row] = int(ring_s.sum())
+        self.win_count[row] = int(ring_c.sum())
+
     def absorb(self, row: int, times: Floats, values: Floats) -> None:
         """Commit a batch of a row no rule judges (no slug rule: the baseline is kept for the
         console and checkpoints): only the last n + 1 buckets reach the ring, so the samples
@@ -214,8 +254,15 @@ class Baselines:
                 start = int(np.searchsorted(times, oldest, side="left"))
         for a in range(start, int(times.size), MAX_BATCH):
             win = self.batch(row, times[a : a + MAX_BATCH], lookups=False)
-            cs, cc = win.prefix(win.quantize(values[a : a + MAX_BATCH]), None)
-            win.commit(cs, cc)
+            q = win.quantize(values[a : a + MAX_BATCH])
+            if self.bucket[row] == NO_BUCKET or int(win.buckets[0]) >= self.bucket[row]:
+                # Each bucket's quanta summed on their own, no running totals to take apart:
+                # whole numbers below 2^53, so the sums are exact and the commit's.
+                sums = np.add.reduceat(q, win.j_now).astype(np.int64)
+                self.advance(row, win.buckets, sums, win.per_bucket)
+            else:
+                cs, cc = win.prefix(q, None)
+                win.commit(cs, cc)
 
 
 def _running(x: Ints) -> Ints:
@@ -320,8 +367,10 @@ class BatchWindow:
         """A per-bucket array spread over the samples of each bucket."""
         return np.repeat(per_bucket, self.per_bucket)
 
-    def commit(self, cs: Floats, cc: Ints) -> None:
-        """Write the batch into the ring and the row's totals."""
+    def commit(self, cs: Floats, cc: Ints, rebuild: bool = False) -> None:
+        """Write the batch into the ring and the row's totals: `Baselines.advance` when the
+        batch starts at or after the row's current bucket (always, in replay), else (or with
+        `rebuild`, for the tests) the last n + 1 buckets rebuilt in time order."""
         if not self.k.size:
             return
         b, row, n = self.base, self.row, self.n
@@ -329,15 +378,20 @@ class BatchWindow:
         lo_k = k_end - n
         # Per bucket of the last n + 1: the batch's part (running totals at bucket edges) ...
         i0 = int(np.searchsorted(self.buckets, lo_k, side="left"))
-        at = self.buckets[i0:] - lo_k
         starts = self.j_now[i0:]
         ends = np.empty_like(starts)
         ends[:-1] = starts[1:]
         ends[-1] = self.k.size
+        part_s = (cs[ends] - cs[starts]).astype(np.int64)
+        part_c = cc[ends] - cc[starts]
+        if not rebuild and (self.m0 == NO_BUCKET or int(self.buckets[0]) >= self.m0):
+            b.advance(row, self.buckets[i0:], part_s, part_c)
+            return
+        at = self.buckets[i0:] - lo_k
         s = np.zeros(n + 1, dtype=np.int64)
         c = np.zeros(n + 1, dtype=np.int64)
-        s[at] = (cs[ends] - cs[starts]).astype(np.int64)
-        c[at] = cc[ends] - cc[starts]
+        s[at] = part_s
+        c[at] = part_c
         # ... plus what the state held for it (buckets m0 - n .. m0).
         if self.m0 != NO_BUCKET and self.m0 >= lo_k:
             st_s, st_c = b.chronological(row)

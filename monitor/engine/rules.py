@@ -77,6 +77,19 @@ def hysteresis(to_on: Bools, to_off: Bools, initial: bool) -> Bools:
     return np.where(last >= 0, to_on[np.maximum(last, 0)], initial)
 
 
+def transitions(to_on: Bools, to_off: Bools, initial: bool) -> tuple[npt.NDArray[np.intp], bool]:
+    """Where `hysteresis(to_on, to_off, initial)` changes and its final state, from the
+    decisive samples alone (a batch's transitions without the state of every sample)."""
+    at = np.flatnonzero(to_on | to_off)
+    if not at.size:
+        return at, initial
+    on = to_on[at]
+    change = np.empty(at.size, dtype=bool)
+    change[0] = bool(on[0]) != initial
+    np.not_equal(on[1:], on[:-1], out=change[1:])
+    return at[change], bool(on[-1])
+
+
 class LimitState:
     """One side (high or low) of one sensor's limits, with its timers."""
 
@@ -182,15 +195,23 @@ class LimitState:
             self.a_start = _last_run_start(times, beyond, self.a_start)
             self.b_start = _last_run_start(times, inside, self.b_start)
             return []
-        a_start = run_starts(times, beyond, self.a_start)
-        b_start = run_starts(times, inside, self.b_start)
-        on = beyond & (times - a_start >= self.on_delay)
-        off = inside & (times - b_start >= self.off_delay)
-        state = hysteresis(on, off, self.active)
-        prev = np.concatenate(([self.active], state[:-1]))
-        at = np.flatnonzero(state != prev)
-        out = self._conditions(times[at].tolist(), v[at].tolist(), state[at].tolist())
-        self.active = bool(state[-1])
-        self.a_start = float(a_start[-1]) if beyond[-1] else NAN
-        self.b_start = float(b_start[-1]) if inside[-1] else NAN
+        # Without a delay a sample beyond (back inside) switches at once: `t - start >= 0`
+        # holds for every finite time, so the runs' starts are needed only at the end.
+        finite = float(times[-1]) < math.inf  # the times rise: all finite then
+        if self.on_delay == 0 and finite:
+            on, a_last = beyond, _last_run_start(times, beyond, self.a_start)
+        else:
+            a_start = run_starts(times, beyond, self.a_start)
+            on = beyond & (times - a_start >= self.on_delay)
+            a_last = float(a_start[-1]) if beyond[-1] else NAN
+        if self.off_delay == 0 and finite:
+            off, b_last = inside, _last_run_start(times, inside, self.b_start)
+        else:
+            b_start = run_starts(times, inside, self.b_start)
+            off = inside & (times - b_start >= self.off_delay)
+            b_last = float(b_start[-1]) if inside[-1] else NAN
+        at, self.active = transitions(on, off, self.active)
+        out = self._conditions(times[at].tolist(), v[at].tolist(), on[at].tolist())
+        self.a_start = a_last
+        self.b_start = b_last
         return out

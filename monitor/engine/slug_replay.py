@@ -100,19 +100,26 @@ def _attempt(
     sample) comes back with that part's conditions."""
     win = base.batch(row, t)
     qv = win.quantize(v)
-    prev = np.concatenate(([slug.prev_t], t[:-1]))
-    first = np.isnan(prev)
-    step = t - prev
-    restart = first | (step > slug.window)
+    # Each sample's step from the one before (NaN for the first sample ever: a restart).
+    first = math.isnan(slug.prev_t)
+    step = np.empty(t.size)
+    step[0] = t[0] - slug.prev_t
+    np.subtract(t[1:], t[:-1], out=step[1:])
+    restart = step > slug.window
+    restart[0] |= first
     warm_since: Floats
+    warm: npt.NDArray[np.bool_] | None  # None: every sample is warm
     if restart.any():
         last = ffill_index(restart)
         warm_since = np.where(last >= 0, t[np.maximum(last, 0)], slug.warm_since)
         warm = ~(t - warm_since < slug.warmup)
     else:  # no restart in the batch (most): warm-up counts from the state's start
         warm_since = np.full(1, slug.warm_since)  # only its last is read below
-        warm = ~(t - slug.warm_since < slug.warmup)
-    gap = first | (step > slug.max_gap)
+        # `t - since` rises with t: warm from the first sample on, warm throughout.
+        warm = ~(t - slug.warm_since < slug.warmup) if t[0] - slug.warm_since < slug.warmup else None
+    # Nothing to carry on (most batches): a first round that finds no sample over ends the
+    # batch, and it can tell from each bucket's largest value against its threshold.
+    may_be_quiet = warm is None and not slug.active and math.isnan(slug.run_start)
 
     # The mean in force for the state's current bucket was taken when it started
     # (samples of a short run that entered since count from the next bucket on).
@@ -127,9 +134,22 @@ def _attempt(
         if not have_count.all():  # an empty window: the last mean before it holds
             have = ffill_index(have_count)
             mean = np.where(have >= 0, mean[np.maximum(have, 0)], slug.last_mean)
+        if may_be_quiet:
+            may_be_quiet = False
+            # Good values are never NaN: a bucket's largest is over exactly when one is.
+            peak = np.maximum.reduceat(v, win.j_now)
+            if not ((mean >= slug.min_baseline) & (peak > slug.factor * mean)).any():
+                slug.pending.clear()
+                win.commit(cs, cc)
+                slug.prev_t = float(t[-1])
+                slug.warm_since = float(warm_since[-1])
+                slug.last_mean = float(mean[-1])
+                return [], None
         m = win.expand(mean)
         thr = slug.factor * m
-        now_over = warm & (m >= slug.min_baseline) & (v > thr)
+        now_over = (m >= slug.min_baseline) & (v > thr)
+        if warm is not None:
+            now_over &= warm
         if np.array_equal(now_over, over):
             break
         over = now_over
@@ -146,6 +166,8 @@ def _attempt(
         slug.last_mean = float(m[-1])
         return [], None
 
+    gap = step > slug.max_gap
+    gap[0] |= first
     run_start = _over_run_starts(t, over, gap, slug)
     qualified = over & (t - run_start > slug.duration)
     short = _first_short_run(over, gap, qualified, slug)
