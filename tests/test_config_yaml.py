@@ -68,3 +68,23 @@ def test_syntax_errors_read_as_the_pure_python_parser_words_them(text: str, tmp_
         _where(text, yaml.SafeLoader).replace(": ", ": invalid YAML: ", 1),
     ]
     assert _where(text, yaml.SafeLoader).split(":")[0] == _where(text, yaml.CSafeLoader).split(":")[0]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "station:\n  id:\tps-1\n",  # a tab after the colon
+        "sensors: [a,\tb]\n",  # in a flow sequence
+        "station:\n  id: ps-1\t# the old one\n",  # before a comment
+        "station:\n  id: ps-1\t\n",  # trailing
+    ],
+)
+def test_tabs_libyaml_accepts_are_refused_as_before(text: str, tmp_path: Path) -> None:
+    """libyaml takes a tab as a separator where the pure-Python parser (which read configs
+    before libyaml did) refuses the file: such a file must still be refused, not read."""
+    assert yaml.load(text, Loader=yaml.CSafeLoader) is not None  # libyaml alone reads it
+    path = tmp_path / "tab.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == [_where(text, yaml.SafeLoader).replace(": ", ": invalid YAML: ", 1)]

@@ -166,13 +166,18 @@ def _read_yaml(path: Path) -> Any:
 # libyaml's parser when PyYAML was built with it (the wheels are): the same documents, nodes
 # and marks as the pure-Python one at a fraction of the CPU. Its error messages say less
 # ("found character that cannot start any token", not which: a tab), so a file it refuses
-# is parsed again by the pure-Python one, whose message the user gets.
+# is parsed again by the pure-Python one, whose message the user gets. It is not the same
+# about tabs: libyaml takes one as a separator (`high:\t80`, before a comment, in a flow
+# list) where the pure-Python parser, which read configs before, refuses the file; a text
+# with a tab anywhere is left to the pure-Python parser (rare, and then as before).
 _FAST: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def parse_yaml(text: str, source: str = "", loader: Any = _FAST) -> Any:
     """`yaml.safe_load`, parsed once: the node tree is checked for duplicate keys, then
     turned into Python objects (composing and loading separately parsed the text twice)."""
+    if loader is not yaml.SafeLoader and "\t" in text:
+        loader = yaml.SafeLoader  # libyaml would accept tabs the pure-Python parser refuses
     parser = loader(text)
     try:
         node = parser.get_single_node()

@@ -77,7 +77,12 @@ def open_chunks(path: Path) -> Iterator[Chunk]:
 
 
 def _header(path: Path) -> list[str]:
+    """The header's cells. A file whose lines end in a carriage return alone (a "CSV
+    (Macintosh)" export) is refused: the blocks are cut at LF, so it read as one header
+    line and no rows, without a word."""
     try:
+        with path.open("rb") as raw:
+            first = raw.readline(1 << 16)
         with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: spreadsheet exports start with a BOM
             header = next(csv.reader(f), None)
     except OSError as exc:
@@ -86,6 +91,11 @@ def _header(path: Path) -> list[str]:
         raise PayloadError(f"{path}: not a readable CSV file ({exc})") from exc
     if header is None:
         raise PayloadError(f"{path}: empty file, expected a header {','.join(COLUMNS)}")
+    if b"\r" in first.rstrip(b"\r\n"):
+        raise PayloadError(
+            f"{path}: a line ends with a carriage return alone (a Macintosh CSV export);"
+            " save it with LF or CRLF line endings"
+        )
     return header
 
 
