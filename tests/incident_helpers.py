@@ -95,3 +95,17 @@ def close_daemon(daemon: Daemon) -> None:
 
 def load(path: Path) -> Config:
     return load_config(path)
+
+
+def oil_station(tmp_path: Path, incidents: str = "") -> Config:
+    """One oil concentration sensor judged by its limit only (no slug), its state in
+    tmp_path: the station the incident tests drive by hand. `incidents` is the section's
+    flow mapping body (e.g. "merge_window: 1h"), none if empty."""
+    raw = tmp_path / "station.yaml"
+    raw.write_text(
+        f"station: {{id: ps-1}}\nstate_dir: {tmp_path / 'state'}\nconsole: {{enabled: false}}\n"
+        + (f"incidents: {{{incidents}}}\n" if incidents else "")
+        + "sensors:\n  - {id: oil, kind: concentration, substance: oil, slug: false, stale_after: 10m}\n",
+        encoding="utf-8",
+    )
+    return load(raw)

@@ -21,7 +21,7 @@ from monitor.incidents.evidence import csv_rows, slow_rows
 from monitor.incidents.figures import Series, median, run_end, run_end_since, run_ends
 from monitor.incidents.store import CSV_HEADER
 from tests.examples import examples
-from tests.incident_helpers import load
+from tests.incident_helpers import load, oil_station
 
 # Times an evidence file meets: whole seconds, milliseconds, sub-microsecond fractions that
 # round (half to even) up to the next second, the epoch, and the years the fast path refuses.
@@ -359,14 +359,7 @@ def test_a_batch_of_chattering_transitions_extends_an_incident_unless_its_case_w
     closed its case, one opens a new incident instead."""
     from monitor.model import Condition, ConditionState, Rule, Sample
 
-    raw = tmp_path / "station.yaml"
-    raw.write_text(
-        f"station: {{id: ps-1}}\nstate_dir: {tmp_path / 'state'}\nconsole: {{enabled: false}}\n"
-        "incidents: {merge_window: 1h}\n"
-        "sensors:\n  - {id: oil, kind: concentration, substance: oil, slug: false, stale_after: 10m}\n",
-        encoding="utf-8",
-    )
-    config = load(raw)
+    config = oil_station(tmp_path, "merge_window: 1h")
     t0 = 1_780_000_000.0
 
     def value(m: int) -> float:

@@ -15,7 +15,16 @@ from monitor.errors import StateError
 from monitor.model import ManualClock, Rule, Sample
 from monitor.web.station import StationAdapter
 from tests.console import TOKEN, call
-from tests.incident_helpers import CASES, case_config, close_daemon, feed, load, read_samples, run_live
+from tests.incident_helpers import (
+    CASES,
+    case_config,
+    close_daemon,
+    feed,
+    load,
+    oil_station,
+    read_samples,
+    run_live,
+)
 from tests.services import InfluxDB1
 
 
@@ -85,14 +94,7 @@ def test_console_api_reads_without_token_and_writes_with_it(tmp_path: Path) -> N
 def test_reactivation_within_the_merge_window_extends_the_incident(tmp_path: Path) -> None:
     """Two oil excursions 20 min apart are one incident (merge window 1 h); a third 3 h
     later is a new one."""
-    raw = tmp_path / "station.yaml"
-    raw.write_text(
-        f"station: {{id: ps-1}}\nstate_dir: {tmp_path / 'state'}\nconsole: {{enabled: false}}\n"
-        "incidents: {merge_window: 1h}\n"
-        "sensors:\n  - {id: oil, kind: concentration, substance: oil, slug: false, stale_after: 10m}\n",
-        encoding="utf-8",
-    )
-    config = load(raw)
+    config = oil_station(tmp_path, "merge_window: 1h")
     t0 = 1_780_000_000.0
     minutes = range(0, 8 * 60)
 
@@ -146,15 +148,9 @@ def test_a_failing_incident_store_never_stops_the_pipeline(
     once, and the evidence catches up when the disk has room again. (A fake: a real disk
     cannot be made full on demand here, and the tests run as root, so permissions do not stop
     SQLite either.)"""
-    raw = tmp_path / "station.yaml"
-    raw.write_text(
-        f"station: {{id: ps-1}}\nstate_dir: {tmp_path / 'state'}\nconsole: {{enabled: false}}\n"
-        "sensors:\n  - {id: oil, kind: concentration, substance: oil, slug: false, stale_after: 10m}\n",
-        encoding="utf-8",
-    )
     t0 = 1_780_000_000.0
     samples = [Sample("oil", t0 + 60 * m, 150.0 if 60 <= m < 70 else 20.0) for m in range(240)]
-    daemon = run_live(load(raw), samples[:65])
+    daemon = run_live(oil_station(tmp_path), samples[:65])
     try:
         assert daemon.incidents is not None
         store = daemon.incidents.store
