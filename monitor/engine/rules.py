@@ -70,6 +70,18 @@ def _last_run_start(times: Floats, member: Bools, carried: float) -> float:
     return carried if not math.isnan(carried) else float(times[0])
 
 
+def _switches(
+    times: Floats, member: Bools, carried: float, delay: float, finite: bool
+) -> tuple[Bools, float]:
+    """Where a side's run has lasted `delay` (the samples that switch it), and the start
+    of the run open at the last sample (NaN if none). Without a delay every member
+    switches (`t - start >= 0` for finite times), so only the last run's start is needed."""
+    if delay == 0 and finite:
+        return member, _last_run_start(times, member, carried)
+    starts = run_starts(times, member, carried)
+    return member & (times - starts >= delay), float(starts[-1]) if member[-1] else NAN
+
+
 def hysteresis(to_on: Bools, to_off: Bools, initial: bool) -> Bools:
     """State after each sample of a two-state machine switched on/off by disjoint flags."""
     decisive = to_on | to_off
@@ -198,18 +210,8 @@ class LimitState:
         # Without a delay a sample beyond (back inside) switches at once: `t - start >= 0`
         # holds for every finite time, so the runs' starts are needed only at the end.
         finite = float(times[-1]) < math.inf  # the times rise: all finite then
-        if self.on_delay == 0 and finite:
-            on, a_last = beyond, _last_run_start(times, beyond, self.a_start)
-        else:
-            a_start = run_starts(times, beyond, self.a_start)
-            on = beyond & (times - a_start >= self.on_delay)
-            a_last = float(a_start[-1]) if beyond[-1] else NAN
-        if self.off_delay == 0 and finite:
-            off, b_last = inside, _last_run_start(times, inside, self.b_start)
-        else:
-            b_start = run_starts(times, inside, self.b_start)
-            off = inside & (times - b_start >= self.off_delay)
-            b_last = float(b_start[-1]) if inside[-1] else NAN
+        on, a_last = _switches(times, beyond, self.a_start, self.on_delay, finite)
+        off, b_last = _switches(times, inside, self.b_start, self.off_delay, finite)
         at, self.active = transitions(on, off, self.active)
         out = self._conditions(times[at].tolist(), v[at].tolist(), on[at].tolist())
         self.a_start = a_last

@@ -16,7 +16,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from monitor.engine.baseline import MAX_BATCH, Baselines, BatchWindow, Floats
+from monitor.engine.baseline import MAX_BATCH, Baselines, BatchWindow, Floats, Ints
 from monitor.engine.rules import NAN, ffill_index, hysteresis
 from monitor.engine.slug import SlugState, step
 from monitor.model import Condition, ConditionState
@@ -139,11 +139,7 @@ def _attempt(
             # Good values are never NaN: a bucket's largest is over exactly when one is.
             peak = np.maximum.reduceat(v, win.j_now)
             if not ((mean >= slug.min_baseline) & (peak > slug.factor * mean)).any():
-                slug.pending.clear()
-                win.commit(cs, cc)
-                slug.prev_t = float(t[-1])
-                slug.warm_since = float(warm_since[-1])
-                slug.last_mean = float(mean[-1])
+                _settle_quiet(slug, win, cs, cc, t, warm_since, mean)
                 return [], None
         m = win.expand(mean)
         thr = slug.factor * m
@@ -159,11 +155,7 @@ def _attempt(
     if not slug.active and math.isnan(slug.run_start) and not over.any():
         # Nothing over and no run open from before (most batches): no condition, no short
         # run, nothing pending; what the general path below concludes, without its passes.
-        slug.pending.clear()
-        win.commit(cs, cc)
-        slug.prev_t = float(t[-1])
-        slug.warm_since = float(warm_since[-1])
-        slug.last_mean = float(m[-1])
+        _settle_quiet(slug, win, cs, cc, t, warm_since, m)
         return [], None
 
     gap = step > slug.max_gap
@@ -199,6 +191,18 @@ def _attempt(
     slug.warm_since = float(warm_since[-1])
     slug.last_mean = float(m[-1])
     return conds, short
+
+
+def _settle_quiet(
+    slug: SlugState, win: BatchWindow, cs: Floats, cc: Ints, t: Floats, warm_since: Floats, mean: Floats
+) -> None:
+    """End a batch with nothing over and no run open: nothing pending, the window
+    committed, the state at the batch's last sample (its time, warm-up start and mean)."""
+    slug.pending.clear()
+    win.commit(cs, cc)
+    slug.prev_t = float(t[-1])
+    slug.warm_since = float(warm_since[-1])
+    slug.last_mean = float(mean[-1])
 
 
 def _first_short_run(
