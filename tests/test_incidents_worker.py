@@ -559,3 +559,39 @@ def test_without_shared_memory_for_the_ring_the_tracker_runs_in_process(
         assert isinstance(tracker, IncidentTracker)
     finally:
         tracker.close()
+
+
+def test_the_step_pipe_holds_a_steps_header_or_keeps_its_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step pipe is widened to `PIPE` bytes (a header no longer waits on the child's
+    reader); where the kernel refuses (a user at their pipe memory limit: not something a
+    test can bring about without changing the machine's settings, so `fcntl.fcntl` is
+    replaced by one that refuses, and only for that call) the worker starts all the same
+    and records the same incidents."""
+    import errno
+    import fcntl
+
+    config, sensor, time, value = chattering(tmp_path / "a", days=1)
+    started = IncidentWorker(config)
+    try:
+        assert started._send is not None
+        assert fcntl.fcntl(started._send.fileno(), fcntl.F_GETPIPE_SZ) == worker.PIPE
+    finally:
+        started.close()
+    real = fcntl.fcntl
+
+    def refuse(fd: int, cmd: int, arg: int = 0) -> int:
+        if cmd == fcntl.F_SETPIPE_SZ:
+            raise OSError(errno.EPERM, "Operation not permitted")
+        return real(fd, cmd, arg)
+
+    monkeypatch.setattr(fcntl, "fcntl", refuse)
+    other = chattering(tmp_path / "b", days=1)[0]
+    narrow = IncidentWorker(other)
+    assert narrow._send is not None
+    assert fcntl.fcntl(narrow._send.fileno(), fcntl.F_GETPIPE_SZ) == 65536
+    alone = chattering(tmp_path / "c", days=1)[0]
+    here = record(alone, in_process(alone), sensor, time, value, batch=5_000)
+    there = record(other, narrow, sensor, time, value, batch=5_000)
+    assert here and repr(sorted(there.items())) == repr(sorted(here.items()))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import gc
 import logging
 import logging.handlers
@@ -67,6 +68,7 @@ AHEAD = 4  # replay steps the child takes in ahead of its tracker (a step: ~17 M
 # touched (and counted in the processes' memory): the ring starts over at 0 whenever the
 # child has caught up.
 RING = 64 << 20
+PIPE = 1 << 20  # the step pipe's capacity (Linux's default /proc/sys/fs/pipe-max-size)
 
 # Down the step pipe: ("step", [(name, samples)], conditions as columns, columns | None,
 # offset | None): the series' raw bytes are in the ring at that offset, or (None) follow
@@ -154,6 +156,12 @@ class IncidentWorker:
         except OSError as exc:  # out of file descriptors
             self._unmap()
             raise WorkerUnavailableError(f"cannot start the incident worker: {exc.strerror or exc}") from exc
+        # A step's header (its conditions: ~110 KB for a 256 k-row step of the busy data)
+        # no longer waits twice on a full 64 KiB pipe for the child's reader, which needs
+        # the child's GIL to take it (up to a switch interval while its tracker works).
+        # Refused (a user at their pipe memory limit): the default capacity, as before.
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(steps_out.fileno(), fcntl.F_SETPIPE_SZ, PIPE)
         self._send: Connection | None = steps_out
         self._recv = results_in
         self._proc: BaseProcess | None = ctx.Process(
