@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -18,8 +19,10 @@ import yaml
 
 from monitor.config import Config, build_config
 from monitor.engine import Engine, replay_steps
+from monitor.errors import MonitorError
 from monitor.incidents import Incident, IncidentStore, IncidentTracker, worker
 from monitor.incidents.freezer import Freezer
+from monitor.incidents.tracker import Part
 from monitor.incidents.worker import IncidentWorker, ReplayTracker, hand_over
 from monitor.model import ManualClock
 from tests.incident_helpers import CASES, case_config, load, read_samples
@@ -412,3 +415,183 @@ def test_a_steps_conditions_cross_as_columns_and_come_back_equal() -> None:
     got = [new_condition(*c) for c in zip(*columns, strict=True)]
     assert got == sent and [repr(c) for c in got] == [repr(c) for c in sent]
     assert [new_condition(*c) for c in zip(*worker._condition_columns([]), strict=True)] == []
+
+
+def test_the_rings_spans_are_taken_in_order_and_never_wrap_a_step() -> None:
+    """Spans are 8-byte aligned (the floats), follow one another, start over at 0 when the
+    end is reached and the start is free (or when everything was given back), and are
+    refused (None) while the space they need is still in use."""
+    spans = worker._Spans(100)
+    assert [spans.take(17), spans.take(30), spans.take(40)] == [0, 24, 56]
+    assert spans.take(8) is None  # 96 + 8 > 100, and the oldest span starts at 0
+    spans.give_back()  # [0, 24) free
+    assert spans.take(25) is None  # does not fit before the span at 24
+    assert spans.take(20) == 0  # wrapped
+    assert spans.take(1) is None  # 24 bytes in use right after it
+    spans.give_back()
+    spans.give_back()  # only the wrapped span at 0 is left
+    assert spans.take(60) == 24
+    assert spans.take(17) is None  # 84 + 24 > 100
+    spans.give_back()
+    spans.give_back()
+    assert spans.take(100) == 0  # all given back: from the start, the whole ring
+
+
+def test_a_steps_samples_cross_the_ring_unchanged() -> None:
+    """`_fill` puts a step's kept parts where the child's `_series` finds them: every
+    column with its dtype and values (NaN, -0.0, a strided view, an empty part, odd
+    lengths), the qualities taken by the part's indices from the step's column."""
+    rng = np.random.default_rng(5)
+    wide = rng.normal(size=14)
+    quality = rng.integers(-3, 3, 20).astype(np.int8)
+    parts: list[tuple[str, Part, np.ndarray]] = [
+        ("a", (np.array([4, 0, 9]), np.array([1.0, 2.5, 3.0]), np.array([math.nan, -0.0, 1e30])), quality),
+        ("b", (np.empty(0, np.intp), np.empty(0), np.empty(0)), quality),
+        ("c", (np.arange(7) * 2, wide[::2], wide[1::2]), quality),
+        ("d", (np.array([1, 2]), np.array([5.0, 6.0]), np.array([7.0, 8.0])), quality.astype(np.int16)),
+    ]
+    sizes = [(name, int(part[1].size)) for name, part, _ in parts]
+    ring = np.zeros(4096, np.uint8)
+    at = 64
+    total = 17 * sum(n for _, n in sizes)
+    worker._fill(ring[at : at + total], parts)
+    got = worker._series(ring[at : at + total], sizes)
+    assert [g[0] for g in got] == ["a", "b", "c", "d"]
+    for (_, (sel, t, v), q), (_, gt, gv, gq) in zip(parts, got, strict=True):
+        assert gt.dtype == np.float64 and gv.dtype == np.float64 and gq.dtype == np.int8
+        assert gt.tobytes() == t.tobytes() and gv.tobytes() == v.tobytes()
+        assert gq.tobytes() == q[sel].astype(np.int8).tobytes()
+    assert not ring[:at].any() and not ring[at + total :].any()  # nothing written outside its span
+
+
+@pytest.mark.parametrize(
+    "ring", [1 << 10, 256 << 10], ids=["steps larger than the ring", "a ring of 3 steps"]
+)
+def test_the_worker_records_the_same_through_a_small_ring(
+    ring: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steps of ~85 KB: through a 1 KiB ring every one goes down the pipe instead; through a
+    256 KiB ring the replay waits for the child to give space back and the steps wrap
+    around its end. Either way the incidents and evidence are the tracker's in process."""
+    monkeypatch.setattr(worker, "RING", ring)
+    piped: list[int] = []
+    waits: list[int] = []
+    write_all, drain = worker._write_all, IncidentWorker._drain
+
+    def noted_write(fd: int, data: memoryview) -> None:
+        piped.append(len(data))
+        write_all(fd, data)
+
+    def noted_drain(self: IncidentWorker, until: tuple[str, ...] = (), wait: float | None = None) -> None:
+        if until == ("free",):
+            waits.append(1)
+        drain(self, until, wait)
+
+    monkeypatch.setattr(worker, "_write_all", noted_write)
+    monkeypatch.setattr(IncidentWorker, "_drain", noted_drain)
+    config, sensor, time, value = chattering(tmp_path / "a")
+    other = chattering(tmp_path / "b")[0]
+    here = record(config, in_process(config), sensor, time, value, batch=5_000)
+    there = record(other, IncidentWorker(other), sensor, time, value, batch=5_000)
+    assert here and repr(sorted(there.items())) == repr(sorted(here.items()))
+    assert on_record(tmp_path / "b") == on_record(tmp_path / "a")
+    if ring < 85_000:
+        assert sum(piped) == 17 * sensor.size and not waits  # every sample down the pipe
+    else:
+        assert not piped and waits
+
+
+def test_a_worker_that_dies_while_the_replay_waits_for_ring_space_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real forked worker, SIGKILLed once the replay is waiting for it to give space in
+    the ring back (a pipe tells it when: the replay writes a byte as it starts to wait, the
+    child's tracker reads it in its first `add_series`, then kills itself): `advance`
+    raises the worker's end, as for a worker that dies elsewhere, and `close` reaps it."""
+    monkeypatch.setattr(worker, "RING", 128 << 10)  # one ~85 KB step at a time
+    waiting, told = os.pipe()
+    drain = IncidentWorker._drain
+    waited: list[int] = []
+
+    def tell(self: IncidentWorker, until: tuple[str, ...] = (), wait: float | None = None) -> None:
+        if until == ("free",):
+            waited.append(os.write(told, b"w"))
+        drain(self, until, wait)
+
+    def die_once_waited_for() -> None:
+        # bounded, should the replay never wait (then `waited` fails below instead of a hang)
+        select.select([waiting], [], [], 60)
+        _kill_self()
+
+    monkeypatch.setattr(IncidentWorker, "_drain", tell)
+    _in_child(IncidentTracker, "add_series", die_once_waited_for, monkeypatch)
+    config, sensor, time, value = chattering(tmp_path / "state")
+    tracker = IncidentWorker(config)
+    pid = tracker._proc.pid if tracker._proc is not None else None
+    try:
+        with pytest.raises(MonitorError, match=r"the incident worker process stopped \(exit -9\)"):
+            record(config, tracker, sensor, time, value, batch=5_000)
+    finally:
+        tracker.close()
+        os.close(waiting)
+        os.close(told)
+    assert waited and pid is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # reaped
+
+
+def test_without_shared_memory_for_the_ring_the_tracker_runs_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ring cannot be mapped (out of memory or address space: not something a test can
+    bring about without starving its own process, so `mmap.mmap` is replaced by one that
+    raises, and only here): no worker, the tracker in process, and the replay says why."""
+    import errno
+    import mmap
+
+    def refuse(*args: Any, **kwargs: Any) -> mmap.mmap:
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    config = chattering(tmp_path)[0]
+    tracker = worker.replay_tracker(config)
+    try:
+        assert isinstance(tracker, IncidentTracker)
+    finally:
+        tracker.close()
+
+
+def test_the_step_pipe_holds_a_steps_header_or_keeps_its_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step pipe is widened to `PIPE` bytes (a header no longer waits on the child's
+    reader); where the kernel refuses (a user at their pipe memory limit: not something a
+    test can bring about without changing the machine's settings, so `fcntl.fcntl` is
+    replaced by one that refuses, and only for that call) the worker starts all the same
+    and records the same incidents."""
+    import errno
+    import fcntl
+
+    config, sensor, time, value = chattering(tmp_path / "a", days=1)
+    started = IncidentWorker(config)
+    try:
+        assert started._send is not None
+        assert fcntl.fcntl(started._send.fileno(), fcntl.F_GETPIPE_SZ) == worker.PIPE
+    finally:
+        started.close()
+    real = fcntl.fcntl
+
+    def refuse(fd: int, cmd: int, arg: int = 0) -> int:
+        if cmd == fcntl.F_SETPIPE_SZ:
+            raise OSError(errno.EPERM, "Operation not permitted")
+        return real(fd, cmd, arg)
+
+    monkeypatch.setattr(fcntl, "fcntl", refuse)
+    other = chattering(tmp_path / "b", days=1)[0]
+    narrow = IncidentWorker(other)
+    assert narrow._send is not None
+    assert fcntl.fcntl(narrow._send.fileno(), fcntl.F_GETPIPE_SZ) == 65536
+    alone = chattering(tmp_path / "c", days=1)[0]
+    here = record(alone, in_process(alone), sensor, time, value, batch=5_000)
+    there = record(other, narrow, sensor, time, value, batch=5_000)
+    assert here and repr(sorted(there.items())) == repr(sorted(here.items()))

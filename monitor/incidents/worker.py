@@ -4,9 +4,11 @@ Recording incidents (evidence copied into the store, figures, evidence files has
 frozen) cost `monitor replay` about as much CPU as judging the samples, all of it under
 the replay's GIL (issue 20). `IncidentWorker` has the tracker's replay interface
 (`add_admitted`, `add_columns`, `apply`, `advance`, `close`) and runs a real
-`IncidentTracker` in a forked child: each step's kept samples and conditions go down a
-pipe (the child reads at most `AHEAD` steps ahead of its tracker; past that the send
-blocks, so memory stays bounded), and what the tracker changed and logged comes back
+`IncidentTracker` in a forked child: each step's kept samples are copied into a ring of
+shared memory (`RING`; a step larger than the ring goes down the pipe) and its conditions
+go down a pipe (the child reads at most `AHEAD` steps ahead of its tracker, and gives a
+step's space in the ring back once its tracker has copied the samples; past either the
+replay waits, so memory stays bounded), and what the tracker changed and logged comes back
 on a second pipe, written by a thread of the child's so that it never holds the
 tracker. The child's log records are handled by the replay's own loggers, so
 its output reads as before. Live, the daemon keeps its tracker in process.
@@ -24,9 +26,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import gc
 import logging
 import logging.handlers
+import mmap
 import multiprocessing
 import os
 import queue
@@ -34,6 +38,7 @@ import signal
 import threading
 import traceback
 import warnings
+from collections import deque
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -46,7 +51,7 @@ from monitor.config import Config
 from monitor.errors import MonitorError
 from monitor.incidents.model import Incident
 from monitor.incidents.store import FILE
-from monitor.incidents.tracker import IncidentTracker, Part, Series_, kept_sensors, kept_series
+from monitor.incidents.tracker import IncidentTracker, Part, Series_, kept_sensors
 from monitor.model import Condition, new_condition
 
 if TYPE_CHECKING:
@@ -58,10 +63,18 @@ log = logging.getLogger(__name__)
 
 CLOSE_WAIT = 60.0  # seconds the child gets to finish freezing once the replay is done
 AHEAD = 4  # replay steps the child takes in ahead of its tracker (a step: ~17 MB at 1 M samples)
+# Bytes of shared memory for the samples of the steps in flight (17 a sample: a 10 M-row
+# replay's 256 k-row Parquet steps are 4.4 MB, so about 15 of them). Only what is used is
+# touched (and counted in the processes' memory): the ring starts over at 0 whenever the
+# child has caught up.
+RING = 64 << 20
+PIPE = 1 << 20  # the step pipe's capacity (Linux's default /proc/sys/fs/pipe-max-size)
 
-# Down the step pipe: ("step", [(name, samples)], conditions as columns, columns | None), then the
-# series' raw bytes (`_payload`); ("final",).
+# Down the step pipe: ("step", [(name, samples)], conditions as columns, columns | None,
+# offset | None): the series' raw bytes are in the ring at that offset, or (None) follow
+# on the pipe (`_payload`); ("final",).
 # Back on the result pipe: ("ready",), ("log", record), ("changed", [Incident]),
+# ("free",) (the oldest step in the ring is taken in: its space may be reused),
 # ("error", text), ("crash", traceback text), ("done",).
 Message = tuple[Any, ...]
 _CONDITION_FIELDS = tuple(f.name for f in dataclasses.fields(Condition))  # its __init__'s order
@@ -129,15 +142,31 @@ class IncidentWorker:
         # has not opened its input yet (no reader threads to copy mid-work).
         ctx = multiprocessing.get_context("fork")
         try:
+            # Shared with the child (made before the fork): a step's samples are copied in
+            # once and read there in place, instead of written down the pipe 64 KiB at a
+            # time and read out again (the replay's largest cost of handing steps over).
+            self._ring = mmap.mmap(-1, RING)
+        except OSError as exc:  # out of memory or address space
+            raise WorkerUnavailableError(f"cannot start the incident worker: {exc.strerror or exc}") from exc
+        self._bytes: npt.NDArray[np.uint8] = np.frombuffer(self._ring, np.uint8)
+        self._spans = _Spans(RING)
+        try:
             steps_in, steps_out = ctx.Pipe(duplex=False)
             results_in, results_out = ctx.Pipe(duplex=False)
         except OSError as exc:  # out of file descriptors
+            self._unmap()
             raise WorkerUnavailableError(f"cannot start the incident worker: {exc.strerror or exc}") from exc
+        # A step's header (its conditions: ~110 KB for a 256 k-row step of the busy data)
+        # no longer waits twice on a full 64 KiB pipe for the child's reader, which needs
+        # the child's GIL to take it (up to a switch interval while its tracker works).
+        # Refused (a user at their pipe memory limit): the default capacity, as before.
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(steps_out.fileno(), fcntl.F_SETPIPE_SZ, PIPE)
         self._send: Connection | None = steps_out
         self._recv = results_in
         self._proc: BaseProcess | None = ctx.Process(
             target=_serve,
-            args=(config, steps_in, results_out, (steps_out, results_in)),
+            args=(config, steps_in, results_out, (steps_out, results_in), self._ring),
             name="incidents",
             daemon=True,
         )
@@ -157,6 +186,7 @@ class IncidentWorker:
                 for conn in (steps_in, steps_out, results_in, results_out):
                     conn.close()
                 self._proc = None
+                self._unmap()
                 raise WorkerUnavailableError(
                     f"cannot start the incident worker process: {exc.strerror or exc}"
                 ) from exc
@@ -167,7 +197,7 @@ class IncidentWorker:
         # (even mid-message), and a closed step pipe is the end of the input there.
         steps_in.close()
         results_out.close()
-        self._series: list[Series_] = []
+        self._admitted: list[tuple[tuple[str, ...], Sequence[Part | None], npt.NDArray[np.integer]]] = []
         self._columns: Message | None = None
         self._conditions: list[Condition] = []
         self._changed: list[Incident] = []
@@ -183,7 +213,7 @@ class IncidentWorker:
     def add_admitted(
         self, names: tuple[str, ...], by_sensor: Sequence[Part | None], quality: npt.NDArray[np.integer]
     ) -> None:
-        self._series.extend(kept_series(self._kept, names, by_sensor, quality))
+        self._admitted.append((names, by_sensor, quality))  # the kept parts are copied by `_post`
 
     def add_columns(
         self,
@@ -204,8 +234,8 @@ class IncidentWorker:
         (at `final`, everything: it waits for the child to finish)."""
         if self._done:
             return []
-        step = ("step", self._series, self._conditions, self._columns)
-        self._series, self._conditions, self._columns = [], [], None
+        step = ("step", self._admitted, self._conditions, self._columns)
+        self._admitted, self._conditions, self._columns = [], [], None
         self._drain()  # a failure reported meanwhile stops here, before the send
         try:
             if step[1] or step[2] or step[3] is not None:
@@ -238,6 +268,7 @@ class IncidentWorker:
             self._proc.close()
             self._proc = None
             self._recv.close()
+            self._unmap()
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -247,12 +278,41 @@ class IncidentWorker:
         if message[0] != "step":
             self._send.send(message)
             return
-        _, series, conditions, columns = message
-        sizes = [(name, int(t.size)) for name, t, _, _ in series]
-        self._send.send(("step", sizes, _condition_columns(conditions), columns))
+        _, admitted, conditions, columns = message
+        parts = [
+            (name, part, quality)
+            for names, by_sensor, quality in admitted
+            for name, part in zip(names, by_sensor, strict=True)
+            if part is not None and name in self._kept
+        ]
+        sizes = [(name, int(part[1].size)) for name, part, _ in parts]
+        total = 17 * sum(n for _, n in sizes)
+        at = self._reserve(total) if total else None
+        if at is not None:  # filled before the child hears of it
+            _fill(self._bytes[at : at + total], parts)
+        self._send.send(("step", sizes, _condition_columns(conditions), columns, at))
+        if at is not None:
+            return
         fd = self._send.fileno()
-        for part in _payload(series):
-            _write_all(fd, part)
+        series = [
+            (name, t, v, quality[sel].astype(np.int8, copy=False)) for name, (sel, t, v), quality in parts
+        ]
+        for data in _payload(series):
+            _write_all(fd, data)
+
+    def _reserve(self, size: int) -> int | None:
+        """Where in the ring a step of `size` bytes goes, once the child has given back
+        enough of it (waiting for it bounds memory as `AHEAD` does); None: larger than the
+        ring, it goes down the pipe."""
+        if size > self._spans.size:
+            return None
+        while (at := self._spans.take(size)) is None:
+            self._drain(until=("free",))  # a child that died meanwhile: MonitorError here
+        return at
+
+    def _unmap(self) -> None:
+        del self._bytes  # the ring's last view in this process: it can be closed
+        self._ring.close()
 
     def _gone(self) -> MonitorError:
         code = self._proc.exitcode if self._proc is not None else None
@@ -278,6 +338,8 @@ class IncidentWorker:
                 logging.getLogger(record.name).handle(record)
             elif kind == "changed":
                 self._changed.extend(message[1])
+            elif kind == "free":
+                self._spans.give_back()
             elif kind == "error":
                 self._done = True
                 raise MonitorError(message[1])
@@ -286,6 +348,59 @@ class IncidentWorker:
                 raise RuntimeError(f"the incident worker failed:\n{message[1]}")
             if kind in until:
                 return
+
+
+class _Spans:
+    """The ring's bytes in use, as the steps' spans in the order they were taken (the
+    child gives them back in that order); a span never wraps around the end."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._used: deque[tuple[int, int]] = deque()
+
+    def take(self, size: int) -> int | None:
+        """The offset of `size` free bytes (8-byte aligned, for the floats), or None
+        until older spans are given back."""
+        size = -(-size // 8) * 8
+        used = self._used
+        if not used:
+            at: int | None = 0  # caught up: from the start again (the pages already touched)
+        else:
+            first, end = used[0][0], used[-1][1]
+            if used[-1][0] < first:  # wrapped: free from `end` up to the oldest span
+                at = end if end + size <= first else None
+            elif end + size <= self.size:
+                at = end
+            else:
+                at = 0 if size <= first else None
+        if at is not None:
+            used.append((at, at + size))
+        return at
+
+    def give_back(self) -> None:
+        """The oldest span is free again."""
+        self._used.popleft()
+
+
+def _fill(buf: npt.NDArray[np.uint8], parts: Sequence[tuple[str, Part, npt.NDArray[np.integer]]]) -> None:
+    """A step's kept parts into `buf` as `_payload` lays them out (every time and value
+    column, then every quality column), one copy each: the qualities are taken straight
+    from the step's column by the part's indices."""
+    total = buf.size
+    floats = buf[: total - total // 17].view(np.float64)
+    qualities = buf[total - total // 17 :].view(np.int8)
+    at = q_at = 0
+    for _, (sel, t, v), quality in parts:
+        n = int(t.size)
+        floats[at : at + n] = t
+        floats[at + n : at + 2 * n] = v
+        if quality.dtype == np.int8:
+            # mode="clip": the indices are the engine's own, and the default ("raise")
+            # would take them into a buffer first
+            np.take(quality, sel, out=qualities[q_at : q_at + n], mode="clip")
+        else:
+            qualities[q_at : q_at + n] = quality[sel]
+        at, q_at = at + 2 * n, q_at + n
 
 
 def _condition_columns(conditions: Sequence[Condition]) -> tuple[list[Any], ...]:
@@ -320,6 +435,12 @@ def _read_series(fd: int, sizes: Sequence[tuple[str, int]]) -> list[Series_]:
         if not got:
             raise EOFError("the replay closed the step pipe mid-step")
         done += got
+    return _series(buf, sizes)
+
+
+def _series(buf: npt.NDArray[np.uint8], sizes: Sequence[tuple[str, int]]) -> list[Series_]:
+    """Views of `_payload`'s bytes (in `buf`, 8-byte aligned) as the step's series."""
+    total = buf.size
     floats = buf[: total - total // 17].view(np.float64)
     out: list[Series_] = []
     at, q_at = 0, total - total // 17
@@ -330,22 +451,39 @@ def _read_series(fd: int, sizes: Sequence[tuple[str, int]]) -> list[Series_]:
     return out
 
 
-def _read_ahead(inbox: Connection, ahead: queue.Queue[Message | None]) -> None:
-    """Take steps off the pipe while the tracker works (a burst of incidents freezing does
-    not hold the replay), at most `AHEAD` of them; None at the end of the pipe."""
+def _read_ahead(inbox: Connection, ahead: queue.Queue[Message | None], ring: mmap.mmap) -> None:
+    """Take steps off the pipe (their samples in place in the ring, or off the pipe) while
+    the tracker works (a burst of incidents freezing does not hold the replay), at most
+    `AHEAD` of them; None at the end of the pipe."""
+    shared = np.frombuffer(ring, np.uint8)
     while True:
         try:
             message: Message = inbox.recv()
             if message[0] == "step":
-                kind, sizes, conditions, columns = message
-                series = _read_series(inbox.fileno(), sizes)
-                message = (kind, series, [new_condition(*c) for c in zip(*conditions, strict=True)], columns)
+                kind, sizes, conditions, columns, at = message
+                if at is None:
+                    series = _read_series(inbox.fileno(), sizes)
+                else:
+                    series = _series(shared[at : at + 17 * sum(n for _, n in sizes)], sizes)
+                conditions = [new_condition(*c) for c in zip(*conditions, strict=True)]
+                message = (kind, series, conditions, columns, at is not None)
         except (EOFError, OSError):
             ahead.put(None)
             return
         ahead.put(message)
         if message[0] == "final":
             return
+
+
+def _heap_for_large_blocks() -> None:
+    """Let glibc's malloc serve the tracker's blocks of up to a few MB from its heap (no
+    page faults when they are reused) instead of a fresh mmap each (faulted in and zeroed
+    page by page). Its threshold for mmap rises to the size of the largest mmapped block
+    freed so far: the step buffers read off the pipe raised it at the first step; taken in
+    place from the ring, the worker took 60,000-90,000 more page faults and 0.1 s more
+    system time in a 10 M-row replay. One such block, freed at once and never touched,
+    raises it the same way (with another malloc: an allocation freed at once)."""
+    np.empty(8 << 20, np.uint8)
 
 
 def _write_back(outbox: Connection, back: queue.SimpleQueue[Message | None]) -> None:
@@ -364,7 +502,9 @@ class _Forward(logging.handlers.QueueHandler):
         self.queue.put_nowait(("log", record))
 
 
-def _serve(config: Config, inbox: Connection, outbox: Connection, theirs: tuple[Connection, ...]) -> None:
+def _serve(
+    config: Config, inbox: Connection, outbox: Connection, theirs: tuple[Connection, ...], ring: mmap.mmap
+) -> None:
     """The child: a tracker fed from the step pipe until "final" or the end of the pipe.
 
     Ctrl-C reaches this process too (the terminal signals the whole group): it stops the
@@ -391,19 +531,24 @@ def _serve(config: Config, inbox: Connection, outbox: Connection, theirs: tuple[
             back.put(("error", str(exc)))
             return
         back.put(("ready",))
+        _heap_for_large_blocks()
         ahead: queue.Queue[Message | None] = queue.Queue(AHEAD)
-        threading.Thread(target=_read_ahead, args=(inbox, ahead), name="incident steps", daemon=True).start()
+        threading.Thread(
+            target=_read_ahead, args=(inbox, ahead, ring), name="incident steps", daemon=True
+        ).start()
         while (message := ahead.get()) is not None:
             try:
                 if message[0] == "final":
                     back.put(("changed", tracker.advance(final=True)))
                     back.put(("done",))
                     return
-                _, series, conditions, columns = message
+                _, series, conditions, columns, in_ring = message
                 if columns is not None:
                     tracker.add_columns(*columns)
                 if series:
-                    tracker.add_series(series)
+                    tracker.add_series(series)  # copied into its buffers (`Recent.extend`)
+                if in_ring:  # nothing reads those bytes any more: the replay may reuse them
+                    back.put(("free",))
                 tracker.apply(conditions)
                 changed = tracker.advance()
                 if changed:
