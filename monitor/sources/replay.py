@@ -211,9 +211,10 @@ class _File:
         known = np.array([self.index.get(n, -1) for n in c.names], dtype=np.int32)
         sensor = known[c.sensor] if c.names else c.sensor
         time = c.time
-        if time.size and self._plain(c, sensor):  # the usual chunk: nothing to count, nothing dropped
+        rising = bool(np.all(time[1:] >= time[:-1]))  # (False when any time is NaN)
+        if time.size and self._plain(c, sensor, rising):  # the usual chunk: nothing to count or drop
             quality = np.full(time.size, Quality.GOOD, np.int8)
-            return self._order(Rows(sensor, time, c.value, quality, c.lines))
+            return self._order(Rows(sensor, time, c.value, quality, c.lines), rising)
         ms = c.numeric & (time >= MS_FROM) & (time < T_MAX * 1000.0)
         if ms.any():
             time = np.where(ms, time / 1000.0, time)
@@ -236,16 +237,20 @@ class _File:
         return self._order(rows if keep.all() else rows.take(keep))
 
     @staticmethod
-    def _plain(c: Chunk, sensor: npt.NDArray[np.int32]) -> bool:
+    def _plain(c: Chunk, sensor: npt.NDArray[np.int32], rising: bool = False) -> bool:
         """Whether the chunk has no bad row of any kind `_check` counts, in four passes
-        rather than a mask per kind: every time finite and inside T_MIN..T_MAX (so none
-        can be milliseconds: T_MAX < MS_FROM), every value read, every sensor known."""
-        lo, hi = float(c.time.min()), float(c.time.max())  # NaN when any is NaN: not plain
+        rather than a mask per kind (two when the times are known to be `rising`): every
+        time finite and inside T_MIN..T_MAX (so none can be milliseconds: T_MAX < MS_FROM),
+        every value read, every sensor known."""
+        t = c.time
+        # NaN when any is NaN (rising times have none, but for a single one): not plain
+        lo, hi = (float(t[0]), float(t[-1])) if rising else (float(t.min()), float(t.max()))
         return lo >= T_MIN and hi < T_MAX and bool(c.value_ok.all()) and int(sensor.min()) >= 0
 
-    def _order(self, rows: Rows) -> Rows:
-        """The rows in order (`_in_order`), marked `ordered` when their times never fall."""
-        if rows.time.size and self._all_in_order(rows):  # sorted by time, so `ordered`
+    def _order(self, rows: Rows, rising: bool | None = None) -> Rows:
+        """The rows in order (`_in_order`), marked `ordered` when their times never fall
+        (`rising`: whether they do is known already)."""
+        if rows.time.size and self._all_in_order(rows, rising):  # sorted by time, so `ordered`
             rows.ordered = True
             return rows
         keep = self._in_order(rows, checked=True)
@@ -277,25 +282,27 @@ class _File:
                 keep[bad] = False
         return keep
 
-    def _all_in_order(self, rows: Rows) -> bool:
+    def _all_in_order(self, rows: Rows, rising: bool | None = None) -> bool:
         """Whether every row is in order, decided without sorting by sensor, for the usual
         file: sorted by time, each sensor once per time. Then each sensor's own rows are in
         order when the first is later than its last time so far and no time holds the
         sensor twice; the latest times are noted. False sends the rows to the full check
-        (which then finds the culprits), so the answer only has to be exact when True."""
+        (which then finds the culprits), so the answer only has to be exact when True.
+        `rising`: whether the times never fall, if the caller knows."""
         t, s = rows.time, rows.sensor
-        if not bool(np.all(t[1:] >= t[:-1])):
+        if not (bool(np.all(t[1:] >= t[:-1])) if rising is None else rising):
             return False
         # Sorted, so only the first rows, up to the latest time read so far, can be too early.
         early = int(np.searchsorted(t, self.last.max(), "right"))
         if early and not bool(np.all(t[:early] > self.last[s[:early]])):
             return False
-        tie = t[1:] == t[:-1]
         # Each time's sensors distinct: in a rising order (a file written sensor by sensor in
-        # the config's order), else as one bit each of a 64-bit mask per time.
-        if tie.any() and not bool(np.all(~tie | (s[1:] > s[:-1]))):
+        # the config's order; the times are sorted, so a later row is a later time or a higher
+        # sensor), else as one bit each of a 64-bit mask per time.
+        if not bool(np.all((t[1:] > t[:-1]) | (s[1:] > s[:-1]))):
             if len(self.sensors) > 64:
                 return False
+            tie = t[1:] == t[:-1]
             starts = np.concatenate(([0], np.flatnonzero(~tie) + 1))
             seen = np.bitwise_or.reduceat(_BIT[s], starts)
             if not np.array_equal(_bit_count(seen), np.diff(starts, append=t.size)):
