@@ -190,18 +190,20 @@ def _finite_or_none(x: float | None) -> float | None:
 
 def event_lines(conditions: Iterable[Condition]) -> str:
     """JSON lines, each byte for byte `json.dumps(c.to_json(), ensure_ascii=False)`, built
-    without a dict and an encoder per event: a replay writes tens of thousands. The whole
-    seconds of all times are formatted at once (NumPy), the text between the time and the
-    value is built once per sensor, rule, state and citation, a limit's number once per value."""
+    without a dict and an encoder per event: a replay writes tens of thousands. A time is
+    its hour's text (formatted once per hour, in one NumPy call) and its minute and second
+    from a table, the text between the time and the value is built once per sensor, rule,
+    state and citation, a limit's number once per value."""
     conds = conditions if isinstance(conditions, list) else list(conditions)
     if not conds:
         return ""
-    stamps = _iso_many([c.time for c in conds])
+    hours, at, seconds = _stamps([c.time for c in conds])
+    mmss = _MMSS or _mmss()
     texts: dict[str, str] = {}
     heads: dict[tuple[str, str, str, str], tuple[str, str]] = {}
     numbers: dict[float, str] = {}
     out: list[str] = []
-    for c, stamp in zip(conds, stamps, strict=True):
+    for c, hour, second in zip(conds, at, seconds, strict=True):
         key = (c.sensor, c.rule, c.state, c.citation)
         head = heads.get(key)
         if head is None:
@@ -211,33 +213,54 @@ def event_lines(conditions: Iterable[Condition]) -> str:
                 f', "citation": {_text(c.citation, texts)}}}\n',
             )
         value, limit = c.value, c.limit
-        # A plain finite float as `_number` writes it (`x - x` is NaN for inf and NaN).
-        v = _repr(round(value, 6)) if type(value) is float and value - value == 0 else _number(value)
+        if type(value) is float and (1e-3 <= value < 1e9 or -1e9 < value <= -1e-3):
+            # `repr(round(value, 6))` at a third of the cost (53,409 values: 36 -> 14 ms): both
+            # round the exact value to 6 decimals the same way (dtoa, mode 3), and a decimal of at
+            # most 15 digits is the shortest text of the float it reads as, so the zeros stripped
+            # are all repr would differ by (no exponent between 1e-4 and 1e16).
+            v = f"{value:.6f}".rstrip("0")
+            if v[-1] == ".":
+                v += "0"
+        elif type(value) is float and value - value == 0:  # finite: `x - x` is NaN for inf and NaN
+            v = _repr(round(value, 6))
+        else:
+            v = _number(value)
         # A limit is mostly one of a few: cached, but for zero (0.0 and -0.0: one key, two texts).
         lim = numbers.get(limit) if type(limit) is float and limit else None
         if lim is None:
             lim = _number(limit)
             if type(limit) is float and limit:
                 numbers[limit] = lim
-        out.append(f'{{"time": "{stamp}{head[0]}{v}, "limit": {lim}{head[1]}')
+        out.append(f'{{"time": "{hours[hour]}{mmss[second]}{head[0]}{v}, "limit": {lim}{head[1]}')
     return "".join(out)
 
 
 _repr = float.__repr__
+_MMSS: list[str] = []  # "MM:SSZ" of each second of an hour, then "" (built by the first event line)
 
 
-def _iso_many(times: list[float]) -> list[str]:
-    """`iso(t)` of each time: whole seconds of years 1970 to 9999 in one NumPy call, any
-    other the long way (and what fails there fails the same)."""
+def _mmss() -> list[str]:
+    _MMSS.extend([f"{m:02d}:{s:02d}Z" for m in range(60) for s in range(60)] + [""])
+    return _MMSS
+
+
+def _stamps(times: list[float]) -> tuple[list[str], list[int], list[int]]:
+    """`iso(t)` of each time as `hours[at[i]] + _MMSS[seconds[i]]`: whole seconds of years
+    1970 to 9999 as their hour's text (once per distinct hour, one NumPy call) and the
+    second within the hour; any other time is `iso` whole in `hours` (and what fails there
+    fails the same) with the empty text after it."""
     import numpy as np
 
     t = np.array(times, dtype=np.float64)
     whole = (t == np.floor(t)) & (t >= 0) & (t < _LAST_SECOND)
-    out = [s + "Z" for s in np.datetime_as_string(np.where(whole, t, 0).astype("datetime64[s]")).tolist()]
+    hour, second = np.divmod(np.where(whole, t, 0).astype(np.int64), 3600)
+    found, at = np.unique(hour, return_inverse=True)
+    hours = [s + ":" for s in np.datetime_as_string(found.astype("datetime64[h]")).tolist()]
     if not whole.all():
         for i in np.flatnonzero(~whole).tolist():
-            out[i] = iso(times[i])
-    return out
+            at[i], second[i] = len(hours), 3600
+            hours.append(iso(times[i]))
+    return hours, at.tolist(), second.tolist()
 
 
 def _text(s: str, cache: dict[str, str]) -> str:

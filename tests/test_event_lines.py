@@ -57,3 +57,32 @@ def test_zero_and_negative_zero_and_repeated_numbers_keep_their_own_text() -> No
     ] + [Condition(t + 0.5, "a", Rule.LOW, ConditionState.CLEARED, 1.0, 2.0, "c")]
     assert event_lines(conds) == "".join(json.dumps(c.to_json(), ensure_ascii=False) + "\n" for c in conds)
     assert '"value": -0.0, "limit": 0.0' in event_lines(conds[1:2])
+
+
+@settings(max_examples=examples(2000), deadline=None)
+@given(
+    st.one_of(
+        st.floats(-2e9, 2e9),
+        st.floats(-0.01, 0.01),
+        st.integers(-(10**15), 10**15).map(lambda k: k / 1e6),  # six decimals, and their neighbours
+        st.integers(0, 10**9).map(lambda k: (2 * k + 1) / 2e6),  # half-way between two of them
+    )
+)
+def test_a_value_is_repr_of_its_rounding_to_six_decimals(value: float) -> None:
+    """Values from 1e-3 to 1e9 are formatted with six decimals and their zeros stripped:
+    the same text as `repr(round(value, 6))`, the wire form, at the edges too."""
+    c = Condition(1_780_000_000.0, "a", Rule.HIGH, ConditionState.ACTIVE, value, value, "c")
+    assert event_lines([c]) == json.dumps(c.to_json(), ensure_ascii=False) + "\n"
+
+
+def test_edges_of_the_six_decimal_range_and_of_hours_read_as_the_wire_form() -> None:
+    edges = [1e-3, 0.0009999995, 0.0078125, 1e9, 999999999.9999995, 999999999.999999, 123456789.1234565]
+    values = [x for e in edges for x in (e, -e, np.nextafter(e, 0.0).item(), np.nextafter(e, 2e9).item())]
+    # Times across hours, days and years, whole and not, in and out of order, in one call.
+    times = [1_780_000_000.0 + k for k in (0, 3599, 3600, 86399, -1, 0.25, 3600.5, 31_536_000)]
+    times += [0.0, 253_402_300_799.0, -1.0, 1.5]
+    conds = [
+        Condition(t, "s", Rule.LOW, ConditionState.CLEARED, v, None, "c")
+        for t, v in zip(times * 4, values, strict=False)
+    ]
+    assert event_lines(conds) == "".join(json.dumps(c.to_json(), ensure_ascii=False) + "\n" for c in conds)

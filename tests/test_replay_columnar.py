@@ -393,3 +393,23 @@ def test_a_cycle_is_looked_for_among_the_first_few_repeats_only(monkeypatch: pyt
     assert [names[i] for i in idx] == texts
     short = [t for k in range(8) for t in ("a", f"x{k}")]  # repeats at 2, 4 .. 14, cycles at 16
     assert columnar._cycle(pa.array(short * 5, pa.string())) is not None
+
+
+@pytest.mark.parametrize("late_sensor", [True, False])
+def test_a_sensor_first_read_in_a_later_batch_is_counted_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, late_sensor: bool
+) -> None:
+    """The summary's sensor count is marked batch by batch until every sensor has been
+    seen: one that starts later still counts, one never read does not."""
+    rows = [f"{1780444800 + 60 * i},{s},{7 + i % 3}" for i in range(120) for s in SENSORS[:2]]
+    if late_sensor:
+        rows += [f"{1780444800 + 60 * i},{SENSORS[2]},20" for i in range(120, 130)]
+    path = tmp_path / "late.csv"
+    path.write_text("time,sensor,value\n" + "\n".join(rows) + "\n")
+    monkeypatch.setattr(columnar, "BLOCK_BYTES", 300)  # many batches, the third sensor in the last
+    result = replay(
+        "--config", str(CASE / "config.yaml"), "--input", str(path), "--events", str(tmp_path / "e.jsonl"),
+        "--no-incidents",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"replay: {len(rows)} samples, {3 if late_sensor else 2} sensors," in result.stdout

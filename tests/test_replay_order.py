@@ -140,3 +140,49 @@ def test_split_gives_both_sides_without_copying() -> None:
     head, tail = rows.split(4)
     assert head.time.tolist() == [0, 1, 2, 3] and tail.lines.tolist() == [6, 7]
     assert np.shares_memory(head.value, rows.value) and np.shares_memory(tail.quality, rows.quality)
+
+
+def _batches(chunks: list[list[Rows]], ordered: bool) -> tuple[list[tuple[list[float], list[int]]], str]:
+    """The merge's batches and late report of these sources' chunks, each chunk marked
+    `ordered` (when its times never fall) or not marked at all."""
+    sources = []
+    for n, part in enumerate(chunks, start=3):
+        copies = [Rows(c.sensor, c.time, c.value, c.quality, c.lines) for c in part]
+        for c in copies:
+            c.ordered = ordered and bool(np.all(c.time[1:] >= c.time[:-1]))
+        sources.append(_Source(copies, n))
+    out = [(b.time.tolist(), b.sensor.tolist()) for b in replay.merge(sources)]
+    return out, "\n".join(line for s in sources for line in s.report.lines())
+
+
+@pytest.mark.parametrize("kind", ["clean", "swap", "stale", "late", "two"])
+def test_merge_of_chunks_marked_ordered_is_the_merge_of_unmarked_ones(kind: str) -> None:
+    """The reader marks a chunk whose times never fall, and the merge then skips its own
+    passes over it (the late rows, the latest time, the sort): the same batches, the same
+    late rows reported, whether the chunks are marked or not."""
+    rng = np.random.default_rng(11)
+    chunks = [_chunks(rng, 5, "clean" if kind in ("late", "two") else kind)]
+    if kind == "late":  # a file sorted by sensor: its later chunks start before the frontier
+        chunks[0] = [chunks[0][0], chunks[0][2], chunks[0][1]]
+    if kind == "two":  # two inputs: their chunks interleave
+        other = _chunks(rng, 3, "clean")
+        for rows in other:
+            rows.time += 5.0
+        chunks.append(other)
+    marked, marked_report = _batches(chunks, ordered=True)
+    plain, plain_report = _batches(chunks, ordered=False)
+    assert marked == plain
+    assert marked_report == plain_report
+    if kind == "late":
+        assert "earlier than rows of other sensors already replayed" in marked_report
+
+
+def test_the_reader_marks_the_chunks_whose_times_never_fall(tmp_path: Path) -> None:
+    f = _file(tmp_path, 3)
+    sorted_rows = f._order(_rows(np.array([0, 1, 2, 0]), np.array([1.0, 1.0, 1.0, 2.0])))
+    assert sorted_rows.ordered
+    unsorted = f._order(_rows(np.array([0, 1, 2]), np.array([5.0, 4.0, 6.0])))
+    assert not unsorted.ordered and unsorted.time.tolist() == [5.0, 4.0, 6.0]
+    head, tail = sorted_rows.split(2)
+    assert head.ordered and tail.ordered and sorted_rows.take(np.array([True, False, True, True])).ordered
+    assert Rows.join([head, tail]).ordered and not Rows.join([tail, head]).ordered

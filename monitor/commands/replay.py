@@ -241,8 +241,11 @@ def run(args: argparse.Namespace) -> int:
             source = station_steps(config, engine, batches, station_tracker)
         else:
             source = replay(engine, batches)
+        unseen = True  # some sensor has no accepted sample yet
         for step in source:
-            seen[step.sensor[step.accepted]] = True
+            if unseen:  # a mask and a gather of every row: 22 ms at 10 M rows, once all are seen none
+                seen[step.sensor[step.accepted]] = True
+                unseen = not seen.all()
             track(step)
             daily = station_tracker.take_daily() if station_tracker is not None else []
             if daily and sink is not None and sink.outbox is not None:

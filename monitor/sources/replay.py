@@ -13,6 +13,7 @@ happened on, for the report at the end. Every check works on whole chunks.
 
 from __future__ import annotations
 
+import itertools
 import math
 import queue
 import threading
@@ -145,30 +146,46 @@ def stream(paths: Sequence[str | Path], sensors: Sequence[str]) -> tuple[Iterato
 @dataclass
 class Rows:
     """Rows kept from one chunk, in file order, with their lines (for a historian:
-    the point's position in the answer, counting from 1)."""
+    the point's position in the answer, counting from 1).
+
+    `ordered`: the times never fall, as the reader found on its own thread, so the merge
+    (on the replay's) need not look again."""
 
     sensor: npt.NDArray[np.int32]
     time: npt.NDArray[np.float64]
     value: npt.NDArray[np.float64]
     quality: npt.NDArray[np.int8]
     lines: npt.NDArray[np.int64]
+    ordered: bool = False
 
     def take(self, keep: npt.NDArray[np.bool_]) -> Rows:
         return Rows(
-            self.sensor[keep], self.time[keep], self.value[keep], self.quality[keep], self.lines[keep]
-        )
+            self.sensor[keep], self.time[keep], self.value[keep], self.quality[keep], self.lines[keep],
+            self.ordered,
+        )  # fmt: skip
 
     def split(self, at: int) -> tuple[Rows, Rows]:
         """The rows before `at` and from `at` on, as views (no copy)."""
-        head = Rows(self.sensor[:at], self.time[:at], self.value[:at], self.quality[:at], self.lines[:at])
-        tail = Rows(self.sensor[at:], self.time[at:], self.value[at:], self.quality[at:], self.lines[at:])
-        return head, tail
+        s, t, v, q, n, o = self.sensor, self.time, self.value, self.quality, self.lines, self.ordered
+        head = Rows(s[:at], t[:at], v[:at], q[:at], n[:at], o)
+        return head, Rows(s[at:], t[at:], v[at:], q[at:], n[at:], o)
 
     @staticmethod
     def join(parts: list[Rows]) -> Rows:
         if len(parts) == 1:
             return parts[0]
-        return Rows(*(np.concatenate([getattr(p, f) for p in parts]) for f in Rows.__dataclass_fields__))
+        filled = [p for p in parts if p.time.size]
+        ordered = all(p.ordered for p in parts) and all(
+            float(a.time[-1]) <= float(b.time[0]) for a, b in itertools.pairwise(filled)
+        )
+        return Rows(
+            np.concatenate([p.sensor for p in parts]),
+            np.concatenate([p.time for p in parts]),
+            np.concatenate([p.value for p in parts]),
+            np.concatenate([p.quality for p in parts]),
+            np.concatenate([p.lines for p in parts]),
+            ordered,
+        )
 
 
 class _File:
@@ -194,10 +211,10 @@ class _File:
         known = np.array([self.index.get(n, -1) for n in c.names], dtype=np.int32)
         sensor = known[c.sensor] if c.names else c.sensor
         time = c.time
-        if time.size and self._plain(c, sensor):  # the usual chunk: nothing to count, nothing dropped
-            rows = Rows(sensor, time, c.value, np.full(time.size, Quality.GOOD, np.int8), c.lines)
-            ordered = self._in_order(rows)
-            return rows if ordered.all() else rows.take(ordered)
+        rising = bool(np.all(time[1:] >= time[:-1]))  # (False when any time is NaN)
+        if time.size and self._plain(c, sensor, rising):  # the usual chunk: nothing to count or drop
+            quality = np.full(time.size, Quality.GOOD, np.int8)
+            return self._order(Rows(sensor, time, c.value, quality, c.lines), rising)
         ms = c.numeric & (time >= MS_FROM) & (time < T_MAX * 1000.0)
         if ms.any():
             time = np.where(ms, time / 1000.0, time)
@@ -217,23 +234,33 @@ class _File:
         keep = ~unknown & ~unreadable & ~outside
         quality = np.where(c.value_ok, np.int8(Quality.GOOD), np.int8(Quality.BAD_DATA)).astype(np.int8)
         rows = Rows(sensor, time, c.value, quality, c.lines)
-        if not keep.all():
-            rows = rows.take(keep)
-        ordered = self._in_order(rows)
-        return rows if ordered.all() else rows.take(ordered)
+        return self._order(rows if keep.all() else rows.take(keep))
 
     @staticmethod
-    def _plain(c: Chunk, sensor: npt.NDArray[np.int32]) -> bool:
+    def _plain(c: Chunk, sensor: npt.NDArray[np.int32], rising: bool = False) -> bool:
         """Whether the chunk has no bad row of any kind `_check` counts, in four passes
-        rather than a mask per kind: every time finite and inside T_MIN..T_MAX (so none
-        can be milliseconds: T_MAX < MS_FROM), every value read, every sensor known."""
-        lo, hi = float(c.time.min()), float(c.time.max())  # NaN when any is NaN: not plain
+        rather than a mask per kind (two when the times are known to be `rising`): every
+        time finite and inside T_MIN..T_MAX (so none can be milliseconds: T_MAX < MS_FROM),
+        every value read, every sensor known."""
+        t = c.time
+        # NaN when any is NaN (rising times have none, but for a single one): not plain
+        lo, hi = (float(t[0]), float(t[-1])) if rising else (float(t.min()), float(t.max()))
         return lo >= T_MIN and hi < T_MAX and bool(c.value_ok.all()) and int(sensor.min()) >= 0
 
-    def _in_order(self, rows: Rows) -> npt.NDArray[np.bool_]:
-        """Rows later than every earlier row of the same sensor in this file."""
+    def _order(self, rows: Rows, rising: bool | None = None) -> Rows:
+        """The rows in order (`_in_order`), marked `ordered` when their times never fall
+        (`rising`: whether they do is known already)."""
+        if rows.time.size and self._all_in_order(rows, rising):  # sorted by time, so `ordered`
+            rows.ordered = True
+            return rows
+        keep = self._in_order(rows, checked=True)
+        return rows if keep.all() else rows.take(keep)
+
+    def _in_order(self, rows: Rows, checked: bool = False) -> npt.NDArray[np.bool_]:
+        """Rows later than every earlier row of the same sensor in this file (`checked`:
+        `_all_in_order` said no already)."""
         keep = np.ones(rows.time.size, dtype=bool)
-        if not rows.time.size or self._all_in_order(rows):
+        if not rows.time.size or (not checked and self._all_in_order(rows)):
             return keep
         n = len(self.sensors)
         key = rows.sensor.astype(np.uint16) if n < 65535 else rows.sensor  # uint16: a radix sort, O(n)
@@ -255,25 +282,27 @@ class _File:
                 keep[bad] = False
         return keep
 
-    def _all_in_order(self, rows: Rows) -> bool:
+    def _all_in_order(self, rows: Rows, rising: bool | None = None) -> bool:
         """Whether every row is in order, decided without sorting by sensor, for the usual
         file: sorted by time, each sensor once per time. Then each sensor's own rows are in
         order when the first is later than its last time so far and no time holds the
         sensor twice; the latest times are noted. False sends the rows to the full check
-        (which then finds the culprits), so the answer only has to be exact when True."""
+        (which then finds the culprits), so the answer only has to be exact when True.
+        `rising`: whether the times never fall, if the caller knows."""
         t, s = rows.time, rows.sensor
-        if not bool(np.all(t[1:] >= t[:-1])):
+        if not (bool(np.all(t[1:] >= t[:-1])) if rising is None else rising):
             return False
         # Sorted, so only the first rows, up to the latest time read so far, can be too early.
         early = int(np.searchsorted(t, self.last.max(), "right"))
         if early and not bool(np.all(t[:early] > self.last[s[:early]])):
             return False
-        tie = t[1:] == t[:-1]
         # Each time's sensors distinct: in a rising order (a file written sensor by sensor in
-        # the config's order), else as one bit each of a 64-bit mask per time.
-        if tie.any() and not bool(np.all(~tie | (s[1:] > s[:-1]))):
+        # the config's order; the times are sorted, so a later row is a later time or a higher
+        # sensor), else as one bit each of a 64-bit mask per time.
+        if not bool(np.all((t[1:] > t[:-1]) | (s[1:] > s[:-1]))):
             if len(self.sensors) > 64:
                 return False
+            tie = t[1:] == t[:-1]
             starts = np.concatenate(([0], np.flatnonzero(~tie) + 1))
             seen = np.bitwise_or.reduceat(_BIT[s], starts)
             if not np.array_equal(_bit_count(seen), np.diff(starts, append=t.size)):
@@ -370,13 +399,16 @@ def merge(files: Sequence[Source]) -> Iterator[Samples]:
         if rows is None:
             done[k] = True
         elif rows.time.size:
-            late = rows.time < frontier
-            if late.any():
-                at = np.flatnonzero(late)
-                example = f"{files[k].sensors[int(rows.sensor[at[0]])]} at {rows.time[at[0]]:.3f}"
+            t = rows.time
+            if rows.ordered:  # the late rows, if any, are the first (no pass over the chunk)
+                at = np.arange(int(np.searchsorted(t, frontier, "left")))
+            else:
+                at = np.flatnonzero(t < frontier)
+            if at.size:
+                example = f"{files[k].sensors[int(rows.sensor[at[0]])]} at {t[at[0]]:.3f}"
                 files[k].report.late.add(int(rows.lines[at[0]]), example, int(at.size))
             bufs[k].append(rows)
-            pos[k] = max(pos[k], float(rows.time.max()))
+            pos[k] = max(pos[k], float(t[-1] if rows.ordered else t.max()))
         cut = min((pos[i] for i in range(len(files)) if not done[i]), default=math.inf)
         out: list[Rows] = []
         for i, buf in enumerate(bufs):
@@ -384,7 +416,7 @@ def merge(files: Sequence[Source]) -> Iterator[Samples]:
                 continue
             whole = Rows.join(buf)
             t = whole.time
-            if bool(np.all(t[1:] >= t[:-1])):  # the usual, a time-sorted file: cut at a position
+            if whole.ordered or bool(np.all(t[1:] >= t[:-1])):  # a time-sorted file: cut at a position
                 end = int(np.searchsorted(t, cut, "left"))
                 if t.size - end > MAX_HELD:  # a file of one time
                     end = int(np.searchsorted(t, cut, "right"))  # rows of that time may span two batches
@@ -412,7 +444,7 @@ def merge(files: Sequence[Source]) -> Iterator[Samples]:
         if out:
             rows = Rows.join(out)
             t = rows.time
-            if len(out) > 1 or bool(np.any(t[1:] < t[:-1])):  # time-ordered files skip the sort
+            if not rows.ordered and (len(out) > 1 or bool(np.any(t[1:] < t[:-1]))):  # sorted: no sort
                 order = np.argsort(t, kind="stable")
                 rows = Rows(rows.sensor[order], t[order], rows.value[order], rows.quality[order], rows.lines)
             frontier = max(frontier, float(rows.time[-1]))
