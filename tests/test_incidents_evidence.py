@@ -107,6 +107,31 @@ def test_the_rows_of_an_evidence_file_are_its_lines_even_for_a_name_with_a_newli
         assert store.write_evidence("i2", data) == (sha, rows)  # counted: the same
 
 
+def test_an_evidence_file_written_in_parts_is_the_joined_csv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`freeze_evidence` writes and hashes the CSV's parts (several chunks of rows a sensor,
+    one of them printed row by row) without joining them: the file, its hash and its rows
+    are `evidence_csv`'s, and the same bytes given whole give the same answer."""
+    monkeypatch.setattr("monitor.incidents.evidence._CHUNK", 3)
+    with IncidentStore(tmp_path) as store:
+        t = 1_780_000_000.0 + np.arange(8.0)
+        store.add_evidence("i1", "flow", t, np.linspace(0.5, 9.25, 8), np.zeros(8, np.int8))
+        store.add_evidence("i1", "odd\nname", t[:2], np.array([1.0, math.nan]), np.array([0, 2], np.int8))
+        store.add_evidence("i1", "year 1969", np.array([-1.0]), np.array([0.1]), np.zeros(1, np.int8))
+        parts = store.evidence_parts("i1")
+        assert len(parts) == 1 + 3 + 1 + 1  # the header; flow in three chunks; one part each
+        whole = store.evidence_csv("i1")
+        assert b"".join(parts) == whole
+        sha, rows = store.freeze_evidence("i1")
+        assert store.evidence_path("i1").read_bytes() == whole
+        assert (sha, rows) == (hashlib.sha256(whole).hexdigest(), whole.count(b"\n") - 1)
+        assert store.write_evidence("i2", whole) == (sha, rows)
+        assert store.write_evidence("i4", bytearray(whole)) == (sha, rows)  # whole, not its bytes
+        assert store.write_evidence("i3", parts) == (sha, rows)  # parts, rows counted
+        assert store.evidence_path("i3").read_bytes() == whole
+
+
 @settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(

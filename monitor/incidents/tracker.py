@@ -647,7 +647,7 @@ class IncidentTracker:
                 collected = self._collect(ended)
                 columns = self.store.columns(collected.id)  # read once, for the figures and the file
                 inc = collected.with_(figures=self.figures(collected, columns=columns))
-                data = self.store.evidence_csv(inc.id, columns)
+                data = self.store.evidence_parts(inc.id, columns)
                 if self._writers is None:
                     self._writers = ThreadPoolExecutor(FREEZE_TOGETHER, thread_name_prefix="evidence")
                 lines = csv_lines(columns)
