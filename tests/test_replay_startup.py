@@ -94,3 +94,16 @@ def test_no_incident_worker_without_incidents(tmp_path: Path) -> None:
     args = [str(station), str(samples), str(tmp_path / "e.jsonl")]
     out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.splitlines()[-1]) == [0, False]
+
+
+def test_a_station_without_derived_sensors_loads_no_expression_parser() -> None:
+    probe = (
+        "import sys; from monitor.config.load import load_config\n"
+        "load_config(sys.argv[1])\n"
+        "print('monitor.config.expression' in sys.modules)\n"
+    )
+    example = Path(__file__).resolve().parent.parent / "config" / "minimal.yaml"
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(example)], capture_output=True, text=True, check=True
+    )
+    assert out.stdout == "False\n"
