@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -181,3 +182,55 @@ def test_one_name_per_class() -> None:
         for name in re.findall(r"^class (\w+)", path.read_text(encoding="utf-8"), flags=re.M):
             names.setdefault(name, []).append(str(path.relative_to(ROOT)))
     assert {n: where for n, where in names.items() if len(where) > 1} == {}
+
+
+# Notes the thread count OpenBLAS would read when NumPy is imported, then what is left after.
+_BLAS_PROBE = """
+import json, os, sys
+seen = []
+class Spy:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            seen.append(os.environ.get("OPENBLAS_NUM_THREADS"))
+        return None
+sys.meta_path.insert(0, Spy())
+from monitor.cli import main
+try:
+    main(["replay", "--help"])
+except SystemExit:
+    pass
+print(json.dumps([seen, os.environ.get("OPENBLAS_NUM_THREADS")]))
+"""
+
+
+@pytest.mark.parametrize(("user", "expected"), [(None, [["1"], None]), ("3", [["3"], "3"])])
+def test_numpy_is_imported_with_one_blas_thread_unless_the_user_says(
+    user: str | None, expected: list[object]
+) -> None:
+    """No command does linear algebra: OpenBLAS's spinning threads were 50 ms of every start.
+    The variable is there for the import only (no child inherits it), a user's own is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if user is not None:
+        env["OPENBLAS_NUM_THREADS"] = user
+    result = subprocess.run(
+        [sys.executable, "-c", _BLAS_PROBE], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == expected
+
+
+def test_the_program_imports_its_command_with_the_collector_off_then_frozen() -> None:
+    """`monitor` (entry) skips the imports' young collections; `main()` in a caller's own
+    process (the tests) leaves its collector alone."""
+    probe = (
+        "import gc, json\nfrom monitor import cli\n"
+        "before = gc.get_freeze_count()\n"
+        "with cli.collector_off(False):\n    plain = [gc.isenabled(), gc.get_freeze_count()]\n"
+        "with cli.collector_off(True):\n    off = gc.isenabled()\n    cli.build_parser(load=['replay'])\n"
+        "print(json.dumps([before, plain, off, gc.isenabled(), gc.get_freeze_count() > 10000]))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [0, [True, 0], False, True, True]

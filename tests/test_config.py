@@ -10,6 +10,7 @@ import pytest
 
 import monitor
 from monitor.config import build_config, load_config, parse_duration
+from monitor.config.types import Section
 from monitor.errors import ConfigError
 from tests import cli
 
@@ -275,3 +276,34 @@ def test_config_reference_lists_every_key_of_every_section() -> None:
             assert f"| `{key}` |" in result.stdout, (name, key)
     assert "| `max_register_gap` | integer | `10` |" in result.stdout
     assert "`sensors[].slug` below" in result.stdout
+
+
+def _sections() -> list[type[Section]]:
+    found: list[type[Section]] = []
+    todo: list[type[Section]] = [Section]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+def test_a_section_default_is_what_validating_nothing_gives() -> None:
+    """`all_defaults` skips validation: a default section must equal `cls()` in every way a
+    caller can see (a later after-validator that filled a default in would break this)."""
+    import monitor.config.fleet  # noqa: F401  (its FleetConfig has a section default)
+
+    defaults = [
+        field.default
+        for cls in _sections()
+        for field in cls.model_fields.values()
+        if isinstance(field.default, Section)
+    ]
+    assert {type(d).__name__ for d in defaults} >= {"Store", "Console", "Alarms", "Incidents", "Fleet",
+                                                     "LimitsOverride", "SlugOverride", "Match"}  # fmt: skip
+    for default in defaults:
+        validated = type(default)()
+        assert default == validated
+        assert repr(default) == repr(validated)
+        assert default.model_fields_set == validated.model_fields_set == set()
+        assert default.model_dump() == validated.model_dump()

@@ -64,7 +64,20 @@ def test_config_validators_are_built_on_first_use() -> None:
     out = subprocess.run(
         [sys.executable, "-c", probe, str(example)], capture_output=True, text=True, check=True
     )
-    assert out.stdout.split("] [") == ["[False, False, False", "True, True, False]\n"]
+    # Sensor's own validator is not needed: Config's holds the sensors' schema.
+    assert out.stdout.split("] [") == ["[False, False, False", "True, False, False]\n"]
+
+
+def test_importing_the_config_builds_no_validator() -> None:
+    """Field defaults such as `store: Store = Store()` are made without a validator."""
+    probe = (
+        "import json\nfrom pydantic import BaseModel\nfrom monitor import config\n"
+        "import monitor.config.fleet\n"
+        "def walk(c):\n    for s in c.__subclasses__():\n        yield s\n        yield from walk(s)\n"
+        "print(json.dumps(sorted(m.__name__ for m in walk(BaseModel) if m.__pydantic_complete__)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
 
 
 def test_no_incident_worker_without_incidents(tmp_path: Path) -> None:
@@ -81,3 +94,16 @@ def test_no_incident_worker_without_incidents(tmp_path: Path) -> None:
     args = [str(station), str(samples), str(tmp_path / "e.jsonl")]
     out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.splitlines()[-1]) == [0, False]
+
+
+def test_a_station_without_derived_sensors_loads_no_expression_parser() -> None:
+    probe = (
+        "import sys; from monitor.config.load import load_config\n"
+        "load_config(sys.argv[1])\n"
+        "print('monitor.config.expression' in sys.modules)\n"
+    )
+    example = Path(__file__).resolve().parent.parent / "config" / "minimal.yaml"
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(example)], capture_output=True, text=True, check=True
+    )
+    assert out.stdout == "False\n"

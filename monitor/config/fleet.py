@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from monitor.config.load import _format_errors, _read_yaml
 from monitor.config.sources import Mqtt
-from monitor.config.types import Duration, Section
+from monitor.config.types import Duration, Section, all_defaults
 from monitor.errors import ConfigError
 
 
@@ -48,7 +48,7 @@ class FleetConfig(Section):
     """A fleet view's config, validated and frozen."""
 
     mqtt: Mqtt
-    fleet: Fleet = Fleet()
+    fleet: Fleet = all_defaults(Fleet)
 
 
 def load_fleet_config(path: str | Path) -> FleetConfig:

@@ -19,7 +19,7 @@ from monitor.config.outputs import Alarms, Billing, Console, Influx, Store
 from monitor.config.sensors import Profile, Sensor, SensorRules, key_error, profile_limit, resolve_rules
 from monitor.config.sources import Modbus, Mqtt
 from monitor.config.station import DerivedPlan, WetWell, check_fed, check_wet_well, derived_plans
-from monitor.config.types import Section
+from monitor.config.types import Section, all_defaults
 from monitor.errors import ConfigError
 from monitor.model import Kind
 from monitor.units import conversion, convert
@@ -59,11 +59,11 @@ class Config(Section):
     modbus: Modbus | None = None
     mqtt: Mqtt | None = None
     influx: Influx | None = None
-    store: Store = Store()
-    console: Console = Console()
-    alarms: Alarms = Alarms()
+    store: Store = all_defaults(Store)
+    console: Console = all_defaults(Console)
+    alarms: Alarms = all_defaults(Alarms)
     billing: Billing | None = None
-    incidents: Incidents = Incidents()
+    incidents: Incidents = all_defaults(Incidents)
     notify: Notify | None = None  # callout: people, rosters, pipelines (monitor/callout)
     wet_well: WetWell | None = None  # the pumping station (monitor/station)
 
@@ -376,7 +376,12 @@ def _check_rules(config: Config) -> list[str]:
     system = config.billing.system_meter if config.billing is not None else None
     if system is not None and system not in {s.id for s in config.sensors if s.kind is Kind.METER}:
         problems.append(f"billing.system_meter: {system!r} is not a sensor of kind: meter")
-    problems.extend(check_pairings([(i, s.model_dump(), s.kind) for i, s in enumerate(config.sensors)]))
+    # The two keys it reads, not `model_dump()`: that built Sensor's serializer (and its
+    # validator) just for this, ~2.5 ms of every load.
+    pairs: list[tuple[int, dict[str, Any], Kind | None]] = [
+        (i, {"id": s.id, "flow_sensor": s.flow_sensor}, s.kind) for i, s in enumerate(config.sensors)
+    ]
+    problems.extend(check_pairings(pairs))
     return problems
 
 

@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from monitor.config.sensors import key_error
-from monitor.config.types import Duration, Secret, Section
+from monitor.config.types import Duration, Secret, Section, all_defaults
 from monitor.model import Priority, Rule
 
 NAME = r"^[A-Za-z0-9_.-]+$"
@@ -137,7 +137,7 @@ class EscalationPipeline(Section):
     the next; `repeat` more rounds after the last; `stop_on_clear` ends it at return to normal."""
 
     name: str = Field(pattern=NAME)
-    match: Match = Match()
+    match: Match = all_defaults(Match)
     roster: str
     channels: list[str] = Field([], description="default: every channel the person has")
     delay: Duration = Field(300.0, gt=0)

@@ -9,7 +9,7 @@ from pydantic import BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from monitor.config.station_models import PumpSettings, Setpoints, check_sensor
-from monitor.config.types import Duration, Section
+from monitor.config.types import Duration, Section, all_defaults
 from monitor.model import Kind
 from monitor.units import DEFAULT_UNIT, JUDGED_KINDS, UNITS, convert, physical_range
 
@@ -83,8 +83,8 @@ class Sensor(Section):
     # Incidents (issue 16): who discharges here, and the flow that carries a concentration.
     discharger: str | None = Field(None, max_length=200, description="the discharger or account monitored")
     flow_sensor: str | None = Field(None, description="flow sensor paired with a concentration (excess mass)")
-    limits: Annotated[LimitsOverride, BeforeValidator(_switch)] = LimitsOverride()
-    slug: Annotated[SlugOverride, BeforeValidator(_switch)] = SlugOverride()
+    limits: Annotated[LimitsOverride, BeforeValidator(_switch)] = all_defaults(LimitsOverride)
+    slug: Annotated[SlugOverride, BeforeValidator(_switch)] = all_defaults(SlugOverride)
     stale_after: Duration | None = Field(None, gt=0)
     valid_range: ValidRange | None = None
     # Values the device sends to mean "no reading" (e.g. -9999, 32767): bad data.

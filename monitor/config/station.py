@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from monitor.config.expression import Compiled, ExpressionError, compile_expression, parse_quantity
 from monitor.config.sensors import Sensor
 from monitor.config.station_models import PumpSettings, Quantity, Setpoints, Weir, WetWell
 from monitor.model import Kind
 from monitor.units import dimension
+
+if TYPE_CHECKING:
+    from monitor.config.expression import Compiled
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,9 @@ def derived_plans(sensors: Sequence[Sensor]) -> tuple[dict[str, DerivedPlan], li
     for i, s in enumerate(sensors):
         if s.kind is not Kind.DERIVED or not s.expression or s.unit is None:
             continue
+        # Here, not at import: a station without derived sensors never loads the parser.
+        from monitor.config.expression import ExpressionError, compile_expression, parse_quantity
+
         consts: dict[str, tuple[float, str]] = {}
         for name, text in s.constants.items():
             try:
