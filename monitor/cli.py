@@ -96,13 +96,11 @@ def chosen_command(argv: Sequence[str]) -> str | None:
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "debug", "info", "warning", "error")
 
 
-def main(argv: Sequence[str] | None = None, *, freeze_imports: bool = False) -> int:
-    """Run one command; `freeze_imports` (the `monitor` program, not a test calling this
-    in its own process) keeps the collector off while the command's modules import."""
+def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     chosen = chosen_command(args_list)
     wants_help = any(a in ("-h", "--help") for a in args_list)
-    with single_threaded_blas(), collector_off(freeze_imports):
+    with single_threaded_blas():
         parser = build_parser(load=[chosen] if chosen else (None if wants_help else []))
     args = parser.parse_args(args_list)
     from monitor.commands import setup_logging
@@ -138,26 +136,6 @@ def single_threaded_blas() -> Iterator[None]:
         os.environ.pop(BLAS_THREADS, None)
 
 
-@contextmanager
-def collector_off(freeze: bool) -> Iterator[None]:
-    """No garbage collection while the chosen command's modules import, and what they
-    built frozen after (`gc.freeze`: later collections never walk it).
-
-    The imports (NumPy, pydantic, pyarrow, the config's models) set off ~87 young
-    collections, 13-16 ms of CPU, for about 600 objects of garbage: module-level
-    objects live as long as the process. The replay freezes again before its loop.
-    """
-    if not freeze or not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        gc.enable()
-
-
 def entry() -> None:
     """`monitor` as a program: `main()`, then an exit that skips the interpreter's last
     garbage collections.
@@ -169,7 +147,7 @@ def entry() -> None:
     reference count are still finalised; every store is closed explicitly before this.
     """
     try:
-        code = main(freeze_imports=True)
+        code = main()
     finally:
         gc.freeze()
     sys.exit(code)

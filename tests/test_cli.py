@@ -217,20 +217,3 @@ def test_numpy_is_imported_with_one_blas_thread_unless_the_user_says(
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[-1]) == expected
-
-
-def test_the_program_imports_its_command_with_the_collector_off_then_frozen() -> None:
-    """`monitor` (entry) skips the imports' young collections; `main()` in a caller's own
-    process (the tests) leaves its collector alone."""
-    probe = (
-        "import gc, json\nfrom monitor import cli\n"
-        "before = gc.get_freeze_count()\n"
-        "with cli.collector_off(False):\n    plain = [gc.isenabled(), gc.get_freeze_count()]\n"
-        "with cli.collector_off(True):\n    off = gc.isenabled()\n    cli.build_parser(load=['replay'])\n"
-        "print(json.dumps([before, plain, off, gc.isenabled(), gc.get_freeze_count() > 10000]))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == [0, [True, 0], False, True, True]
