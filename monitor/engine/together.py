@@ -1,0 +1,220 @@
+"""Baselines of many sensors at once: a time-major batch with one time per step.
+
+A station's export holds every sensor once per step, at the step's time, so all its
+sensors share one array of times: rows of the same bucket width, ring size and current
+bucket share `BatchWindow`'s geometry, and their arithmetic runs as one 2-D array (rows
+x samples) instead of a dozen NumPy calls per sensor (2,050 sensor batches at 10 M rows).
+
+Only what concludes nothing is done here, the same as the sensor's own path would do it:
+a slug batch with nothing over and no run open (`slug_replay._attempt`'s quiet first
+round, most batches) and the baselines of sensors without a slug rule
+(`Baselines.absorb`). Any other member is left to `slug_replay.batch`, which starts
+from scratch. The sums are whole numbers of quanta (exact in any order) and each mean
+is the same elementwise division, so the baselines and states are bit for bit the ones
+the per-sensor path leaves (`tests/test_engine_together.py`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.engine.baseline import MAX_BATCH, NO_BUCKET, Baselines, BatchWindow, Floats, Ints
+from monitor.engine.slug import SlugState
+from monitor.engine.state import SensorState
+from monitor.model import Quality
+
+GOOD = int(Quality.GOOD)
+
+Floats2D = npt.NDArray[np.float64]
+
+
+def step_times(time: Floats, steps: int, n_states: int) -> Floats | None:
+    """The times of a time-major batch's steps when every sample of a step has its step's
+    time (NaN never does), else None."""
+    by_step = time.reshape(steps, n_states)
+    first = by_step[:, 0]
+    if n_states > 1 and not bool((by_step == first[:, None]).all()):
+        return None
+    return first.copy()
+
+
+def whole(
+    states: Sequence[SensorState], t: Floats, values: Floats2D, quality: npt.NDArray[np.int8] | None
+) -> list[bool]:
+    """Per sensor (row of `values`), True when `Engine._admit` would take its batch whole
+    (`t`: rising times): after its last sample, every value believable, no device error
+    values to look for, and (`quality`, steps x sensors) GOOD. One minimum and maximum a
+    row instead of each sensor's masks (NaN fails both)."""
+    lo = np.array([st.lo for st in states])
+    hi = np.array([st.hi for st in states])
+    good = (values.min(axis=1) >= lo) & (values.max(axis=1) <= hi)
+    if quality is not None:
+        good &= (quality == GOOD).all(axis=0)
+    first = float(t[0])
+    return [
+        g and not st.bad_values and first > st.last_time for g, st in zip(good.tolist(), states, strict=True)
+    ]
+
+
+def settle(
+    base: Baselines,
+    judged: Sequence[SensorState],
+    whole: list[bool],
+    t: Floats,
+    max_step: float,
+    values: Floats2D,
+) -> list[bool]:
+    """`slug_replay.batch(st.slug, base, st.row, t, values[st.index])` for each judged sensor
+    taken `whole` whose batch concludes nothing (no condition; `max_step`: the largest step
+    of `t`); True per sensor index done, False for those the caller judges on its own."""
+    settled = [False] * len(whole)
+    members = [st for st in judged if whole[st.index]]
+    if not members or t.size > MAX_BATCH:  # the per-sensor path cuts a longer batch
+        return settled
+    done = _settle(base, t, max_step, values, [st.index for st in members], [st.row for st in members],
+                   [st.slug for st in members])  # fmt: skip
+    for st, d in zip(members, done, strict=True):
+        settled[st.index] = d
+    return settled
+
+
+def _settle(
+    base: Baselines,
+    t: Floats,
+    max_step: float,
+    values: Floats2D,
+    at: list[int],
+    rows: list[int],
+    slugs: list[SlugState | None],
+) -> list[bool]:
+    """`settle` of the members (row `at[j]` of `values` is member j's)."""
+    done = [False] * len(rows)
+    groups: dict[tuple[float, int, int], list[int]] = {}
+    for j, (row, slug) in enumerate(zip(rows, slugs, strict=True)):
+        if slug is None or _may_be_quiet(slug, t, max_step):
+            groups.setdefault((base.width[row], base.size[row], base.bucket[row]), []).append(j)
+    for members in groups.values():
+        win = base.batch(rows[members[0]], t)
+        if win.m0 != NO_BUCKET and int(win.buckets[0]) < win.m0:
+            continue  # the commit would rebuild the ring: the per-sensor path does
+        picked = [at[j] for j in members]
+        # Usually every sensor of the station: the rows as they are, no copy.
+        mine = values if picked == list(range(values.shape[0])) else values[picked]
+        taken = _group(base, win, t, mine, [rows[j] for j in members], [slugs[j] for j in members])
+        for j, d in zip(members, taken, strict=True):
+            done[j] = d
+    return done
+
+
+def _group(
+    base: Baselines,
+    win: BatchWindow,
+    t: Floats,
+    values: Floats2D,
+    rows: list[int],
+    slugs: list[SlugState | None],
+) -> list[bool]:
+    """One group's members (row x of `values` is `rows[x]`'s): the running totals of every
+    sample's quanta (`BatchWindow.quantize`, `prefix`), each slug member's quiet round
+    (`_quiet_slugs`), and the commit of the plain members and the quiet ones (True)."""
+    size = int(t.size)
+    inverse = np.array([1.0 / base.quantum[r] for r in rows])
+    qv = values * inverse[:, None]
+    np.rint(qv, out=qv)
+    cs = np.empty((len(rows), size + 1))
+    cs[:, 0] = 0
+    np.cumsum(qv, axis=1, out=cs[:, 1:])
+    ends = np.empty_like(win.j_now)  # each bucket's end in the running totals
+    ends[:-1] = win.j_now[1:]
+    ends[-1] = size
+    judged = [x for x, sl in enumerate(slugs) if sl is not None]
+    quiet = _quiet_slugs(base, win, t, values, cs, rows, slugs, judged) if judged else []
+    taken = [sl is None or quiet[x] for x, sl in enumerate(slugs)]
+    # BatchWindow.commit's part of the last n + 1 buckets (Baselines.advance ignores older
+    # ones): each bucket's quanta from the running totals, whole numbers, exact.
+    i0 = int(np.searchsorted(win.buckets, int(win.k[-1]) - win.n, side="left"))
+    starts, ends = win.j_now[i0:], ends[i0:]
+    part_s = (cs[:, ends] - cs[:, starts]).astype(np.int64)
+    part_c = ends - starts
+    buckets = win.buckets[i0:]
+    for x, row in enumerate(rows):
+        if taken[x]:
+            base.advance(row, buckets, part_s[x], part_c)
+    return taken
+
+
+def _may_be_quiet(slug: SlugState, t: Floats, max_step: float) -> bool:
+    """`_attempt`'s `may_be_quiet`: sustained, no alarm or run carried over, no restart
+    (a step longer than the window, or the first sample ever), warm throughout."""
+    if slug.method != "sustained" or slug.active or not math.isnan(slug.run_start):
+        return False
+    first = float(t[0])
+    if math.isnan(slug.prev_t) or first - slug.prev_t > slug.window or max_step > slug.window:
+        return False
+    return not first - slug.warm_since < slug.warmup
+
+
+def _state_totals(base: Baselines, win: BatchWindow, rows: list[int]) -> tuple[Ints, Ints]:
+    """`BatchWindow.state_s` and `state_c` for each row: the state's buckets
+    `m0 - n .. m0` (the ring oldest first, then the current bucket) as running totals,
+    taken at the batch's buckets."""
+    n, p = win.n, win.m0 % win.n
+    out = []
+    for ring, cur in ((base.sums, base.cur_sum), (base.counts, base.cur_count)):
+        src = ring[rows]
+        run = np.empty((len(rows), n + 2), dtype=np.int64)
+        run[:, 0] = 0
+        run[:, 1 : n - p + 1] = src[:, p:n]
+        run[:, n - p + 1 : n + 1] = src[:, :p]
+        run[:, n + 1] = [cur[r] for r in rows]
+        np.cumsum(run[:, 1:], axis=1, out=run[:, 1:])
+        out.append(run[:, win.state_hi] - run[:, win.state_lo])
+    return out[0], out[1]
+
+
+def _quiet_slugs(
+    base: Baselines,
+    win: BatchWindow,
+    t: Floats,
+    values: Floats2D,
+    cs: Floats2D,
+    rows: list[int],
+    slugs: list[SlugState | None],
+    judged: list[int],
+) -> list[bool]:
+    """`_attempt`'s first round and `_settle_quiet` (but the commit) for the members
+    `judged` (a slug rule each); True per member (all of `rows`) settled quiet."""
+    # BatchWindow.means with every sample included (running counts 0, 1, 2, ...).
+    pick = np.array(judged, dtype=np.intp)[:, None]
+    s: Floats2D = cs[pick, win.j_now] - cs[pick, win.j_old]
+    count = np.broadcast_to(win.j_now - win.j_old, s.shape)
+    if win.from_state:
+        state_s, state_c = _state_totals(base, win, [rows[x] for x in judged])
+        s = s + state_s
+        count = count + state_c
+    mean = np.full(s.shape, np.nan)
+    np.divide(s, count, out=mean, where=count > 0)
+    mean *= np.array([base.quantum[rows[x]] for x in judged])[:, None]
+    slug_of = [sl for sl in (slugs[x] for x in judged) if sl is not None]  # every one
+    if win.m0 == int(win.buckets[0]):  # the mean in force for the state's bucket
+        mean[:, 0] = [sl.last_mean for sl in slug_of]
+        count = np.array(count)
+        count[:, 0] = 1
+    factor = np.array([sl.factor for sl in slug_of])[:, None]
+    floor = np.array([sl.min_baseline for sl in slug_of])[:, None]
+    peak = np.maximum.reduceat(values if len(judged) == len(rows) else values[judged], win.j_now, axis=1)
+    # A row with an empty window (its last mean carried) or a sample over: its own path.
+    calm = (count > 0).all(axis=1) & ~((mean >= floor) & (peak > factor * mean)).any(axis=1)
+    quiet = [False] * len(rows)
+    last = float(t[-1])
+    for y, (x, slug) in enumerate(zip(judged, slug_of, strict=True)):
+        if calm[y]:
+            slug.pending.clear()
+            slug.prev_t = last
+            slug.last_mean = float(mean[y, -1])
+            quiet[x] = True
+    return quiet
