@@ -72,7 +72,11 @@ def settle(
     taken `whole` whose batch concludes nothing (no condition; `max_step`: the largest step
     of `t`); True per sensor index done, False for those the caller judges on its own."""
     settled = [False] * len(whole)
-    members = [st for st in judged if whole[st.index]]
+    # The batch's running totals of quanta stay below 2^53 (exact as float64, as int64):
+    # a value within the row's plausible range is at most 2^30 quanta, unless that range
+    # is wider than the one its quantum was chosen for (then: the sensor's own path).
+    most = 2.0**53 / (t.size + 1)
+    members = [st for st in judged if whole[st.index] and max(-st.lo, st.hi) / base.quantum[st.row] < most]
     if not members or t.size > MAX_BATCH:  # the per-sensor path cuts a longer batch
         return settled
     done = _settle(base, t, max_step, values, [st.index for st in members], [st.row for st in members],
@@ -125,9 +129,12 @@ def _group(
     inverse = np.array([1.0 / base.quantum[r] for r in rows])
     qv = values * inverse[:, None]
     np.rint(qv, out=qv)
-    cs = np.empty((len(rows), size + 1))
+    # Running totals in int64, not float64 as `BatchWindow.prefix`: the same whole numbers
+    # (`settle` admits rows whose totals stay below 2^53), and NumPy's integer cumulative
+    # sum is several times faster (rows x 5,120 samples: 1.17 -> 0.26 ms with the cast).
+    cs = np.empty((len(rows), size + 1), dtype=np.int64)
     cs[:, 0] = 0
-    np.cumsum(qv, axis=1, out=cs[:, 1:])
+    np.cumsum(qv, axis=1, dtype=np.int64, out=cs[:, 1:])
     ends = np.empty_like(win.j_now)  # each bucket's end in the running totals
     ends[:-1] = win.j_now[1:]
     ends[-1] = size
@@ -138,7 +145,7 @@ def _group(
     # ones): each bucket's quanta from the running totals, whole numbers, exact.
     i0 = int(np.searchsorted(win.buckets, int(win.k[-1]) - win.n, side="left"))
     starts, ends = win.j_now[i0:], ends[i0:]
-    part_s = (cs[:, ends] - cs[:, starts]).astype(np.int64)
+    part_s = cs[:, ends] - cs[:, starts]
     part_c = ends - starts
     buckets = win.buckets[i0:]
     for x, row in enumerate(rows):
@@ -181,7 +188,7 @@ def _quiet_slugs(
     win: BatchWindow,
     t: Floats,
     values: Floats2D,
-    cs: Floats2D,
+    cs: Ints,
     rows: list[int],
     slugs: list[SlugState | None],
     judged: list[int],
@@ -190,7 +197,7 @@ def _quiet_slugs(
     `judged` (a slug rule each); True per member (all of `rows`) settled quiet."""
     # BatchWindow.means with every sample included (running counts 0, 1, 2, ...).
     pick = np.array(judged, dtype=np.intp)[:, None]
-    s: Floats2D = cs[pick, win.j_now] - cs[pick, win.j_old]
+    s: Ints = cs[pick, win.j_now] - cs[pick, win.j_old]
     count = np.broadcast_to(win.j_now - win.j_old, s.shape)
     if win.from_state:
         state_s, state_c = _state_totals(base, win, [rows[x] for x in judged])
@@ -206,9 +213,14 @@ def _quiet_slugs(
         count[:, 0] = 1
     factor = np.array([sl.factor for sl in slug_of])[:, None]
     floor = np.array([sl.min_baseline for sl in slug_of])[:, None]
-    peak = np.maximum.reduceat(values if len(judged) == len(rows) else values[judged], win.j_now, axis=1)
+    # Over: a sample above factor x its bucket's mean where that mean is judged (NaN never
+    # is), as `_attempt`'s bucket peaks; the thresholds spread over the samples compare
+    # faster than np.maximum.reduceat takes the peaks (0.08 instead of 0.69 ms a batch).
+    thr = np.where(mean >= floor, factor * mean, np.inf)
+    mine = values if len(judged) == len(rows) else values[judged]
+    over = np.any(mine > np.repeat(thr, win.per_bucket, axis=1), axis=1)
     # A row with an empty window (its last mean carried) or a sample over: its own path.
-    calm = (count > 0).all(axis=1) & ~((mean >= floor) & (peak > factor * mean)).any(axis=1)
+    calm: list[bool] = ((count > 0).all(axis=1) & ~over).tolist()
     quiet = [False] * len(rows)
     last = float(t[-1])
     for y, (x, slug) in enumerate(zip(judged, slug_of, strict=True)):
