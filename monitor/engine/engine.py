@@ -309,7 +309,6 @@ class Engine:
             # transpose, sensor i's samples at i, i + S, i + 2S, ...
             values = value.reshape(steps, n_states).T.copy()
             s_value = values.reshape(-1)
-            s_q = None if quality is None else q_in.reshape(steps, n_states).T.ravel()
             bounds = np.arange(0, n + 1, steps)
             if shared is None:
                 s_time = time.reshape(steps, n_states).T.ravel()
@@ -318,6 +317,9 @@ class Engine:
                 step_q = None if quality is None else q_in.reshape(steps, n_states)
                 whole = together.whole(self._states, shared, values, step_q)
                 settled = together.settle(self.baselines, self._judged, whole, shared, max_step, values)
+            # The qualities by sensor only for a sensor `_admit` takes sample by sample.
+            some = quality is not None and (whole is None or not all(whole))
+            s_q = q_in.reshape(steps, n_states).T.ravel() if some else None
         else:
             known = (sensor >= 0) & (sensor < n_states)
             key = (sensor if known.all() else np.where(known, sensor, n_states)).astype(np.uint16)
@@ -372,9 +374,10 @@ class Engine:
         q_out: npt.NDArray[np.int8],
         accepted: npt.NDArray[np.bool_],
     ) -> None:
-        """`_admit` of a batch known (`together.whole`) to be in order and good throughout."""
+        """`_admit` of a time-major batch (`sel`: every sensor count from the sensor's index)
+        known (`together.whole`) to be in order and good throughout."""
         st.ooo_episode = False
-        accepted[sel] = True
+        accepted[st.index :: len(self._states)] = True  # `sel` as a slice: no gather
         self._parts[st.index] = (sel, ts, vs)
         self.counters.samples += int(sel.size)
         if st.bad_episode:
