@@ -94,6 +94,7 @@ class Engine:
         self.counters = Counters()
         self._unknown_logged: set[str] = set()
         self.sort_key = event_order(self._index)
+        self._scratch = together.Scratch()  # the 2-D path's working arrays, batch after batch
         self._parts: list[Admitted | None] = []  # the replay batch's accepted samples by sensor
 
     # --- accessors -------------------------------------------------------------------
@@ -316,7 +317,9 @@ class Engine:
                 max_step = float(step_of.max()) if step_of.size else -math.inf
                 step_q = None if quality is None else q_in.reshape(steps, n_states)
                 whole = together.whole(self._states, shared, values, step_q)
-                settled = together.settle(self.baselines, self._judged, whole, shared, max_step, values)
+                settled = together.settle(
+                    self.baselines, self._judged, whole, shared, max_step, values, self._scratch
+                )
             # The qualities by sensor only for a sensor `_admit` takes sample by sample.
             some = quality is not None and (whole is None or not all(whole))
             s_q = q_in.reshape(steps, n_states).T.ravel() if some else None
