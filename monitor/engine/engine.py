@@ -285,7 +285,7 @@ class Engine:
         major = bool(steps) and steps * n_states == n and _time_major(sensor, steps, n_states)
         # Every sensor of a step at the step's time (a station's export): the sensors share
         # one array of times, checked and judged once for all.
-        shared = together.step_times(time, steps, n_states) if major else None
+        shared = together.step_times(time, steps, n_states, self._scratch) if major else None
         if shared is None:
             if bool(np.any(time[1:] < time[:-1])):
                 raise ValueError("a replay batch must be in time order")
