@@ -325,6 +325,7 @@ class BatchWindow:
             np.minimum(np.maximum(lo, 0, out=lo), n + 1, out=lo)
             hi = uk - (self.m0 - n)  # buckets up to u - 1
             np.minimum(np.maximum(hi, 0, out=hi), n + 1, out=hi)
+            self.state_lo, self.state_hi = lo, hi  # kept for sensors judged together
             self.state_s = self.state_cs[hi] - self.state_cs[lo]
             self.state_c = self.state_cc[hi] - self.state_cc[lo]
 

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from monitor.config import SensorRules
 from monitor.engine import slug as slug_rule
-from monitor.engine import slug_replay
+from monitor.engine import slug_replay, together
 from monitor.engine.badvalue import bad_value_batch, bad_value_step
 from monitor.engine.baseline import Baselines, Floats
 from monitor.engine.stale import stale_batch, stale_condition
@@ -94,6 +94,7 @@ class Engine:
         self.counters = Counters()
         self._unknown_logged: set[str] = set()
         self.sort_key = event_order(self._index)
+        self._scratch = together.Scratch()  # the 2-D path's working arrays, batch after batch
         self._parts: list[Admitted | None] = []  # the replay batch's accepted samples by sensor
 
     # --- accessors -------------------------------------------------------------------
@@ -279,23 +280,49 @@ class Engine:
         accepted = np.zeros(n, dtype=bool)
         if n == 0:
             return ReplayResult(q_out, accepted, [])
-        if bool(np.any(time[1:] < time[:-1])):
-            raise ValueError("a replay batch must be in time order")
-        ticks = time[time > self.last_tick] if time[0] <= self.last_tick else time
+        n_states = len(self._states)
+        steps = n // n_states if n_states else 0
+        major = bool(steps) and steps * n_states == n and _time_major(sensor, steps, n_states)
+        # Every sensor of a step at the step's time (a station's export): the sensors share
+        # one array of times, checked and judged once for all.
+        shared = together.step_times(time, steps, n_states, self._scratch) if major else None
+        if shared is None:
+            if bool(np.any(time[1:] < time[:-1])):
+                raise ValueError("a replay batch must be in time order")
+            order_of = time
+        else:  # the steps in order: the whole batch is (within a step the times are equal)
+            order_of = shared
+            step_of = shared[1:] - shared[:-1]
+            if bool((step_of < 0).any()):
+                raise ValueError("a replay batch must be in time order")
+        ticks = order_of[order_of > self.last_tick] if order_of[0] <= self.last_tick else order_of
         if ticks.size:
             changes = np.flatnonzero(ticks[1:] != ticks[:-1]) + 1
             ticks = ticks[np.concatenate(([0], changes))]
             ticks = ticks[np.isfinite(ticks)]
-        n_states = len(self._states)
-        steps = n // n_states if n_states else 0
         order: npt.NDArray[np.intp] | None = None
-        if steps and steps * n_states == n and _time_major(sensor, steps, n_states):
-            # Every sensor once at each step, in config order (a station's export): grouped
-            # by sensor with one transpose, sensor i's samples at i, i + S, i + 2S, ...
-            s_time = time.reshape(steps, n_states).T.ravel()
-            s_value = value.reshape(steps, n_states).T.ravel()
-            s_q = None if quality is None else q_in.reshape(steps, n_states).T.ravel()
+        s_time: Floats | None = None
+        whole: list[bool] | None = None  # per sensor: every sample of the batch admitted, good
+        settled: list[bool] = [False] * n_states  # per sensor: its baseline done together
+        max_step = -math.inf
+        if major:
+            # Every sensor once at each step, in config order: grouped by sensor with one
+            # transpose, sensor i's samples at i, i + S, i + 2S, ...
+            values = value.reshape(steps, n_states).T.copy()
+            s_value = values.reshape(-1)
             bounds = np.arange(0, n + 1, steps)
+            if shared is None:
+                s_time = time.reshape(steps, n_states).T.ravel()
+            elif bool((step_of > 0).all()):
+                max_step = float(step_of.max()) if step_of.size else -math.inf
+                step_q = None if quality is None else q_in.reshape(steps, n_states)
+                whole = together.whole(self._states, shared, values, step_q)
+                settled = together.settle(
+                    self.baselines, self._judged, whole, shared, max_step, values, self._scratch
+                )
+            # The qualities by sensor only for a sensor `_admit` takes sample by sample.
+            some = quality is not None and (whole is None or not all(whole))
+            s_q = q_in.reshape(steps, n_states).T.ravel() if some else None
         else:
             known = (sensor >= 0) & (sensor < n_states)
             key = (sensor if known.all() else np.where(known, sensor, n_states)).astype(np.uint16)
@@ -312,25 +339,56 @@ class Engine:
             i = st.index
             a, b = int(bounds[i]), int(bounds[i + 1])
             sel = np.arange(i, n, n_states) if order is None else order[a:b]
-            qs = None if s_q is None else s_q[a:b]
-            gt, gv, diag = self._admit(st, sel, s_time[a:b], s_value[a:b], qs, q_out, accepted)
+            ts = s_time[a:b] if s_time is not None else shared
+            assert ts is not None
+            known_step: float | None = None  # the largest step of gt, when known
+            if whole is not None and whole[i]:
+                gt, gv, diag = ts, s_value[a:b], None
+                self._admit_whole(st, sel, ts, gv, q_out, accepted)
+                known_step = max_step
+            else:
+                qs = None if s_q is None else s_q[a:b]
+                gt, gv, diag = self._admit(st, sel, ts, s_value[a:b], qs, q_out, accepted)
             if not st.judged:
                 continue
             # Each sensor's conditions in event order (stale, bad value, limits, slug; each
             # rule's in time order), sensors in index order: a stable sort by time is enough.
-            out.extend(stale_batch(st, ticks, gt, gv))
+            out.extend(stale_batch(st, ticks, gt, gv, known_step))
             if diag is not None:
                 out.extend(bad_value_batch(st, *diag))
             elif gt.size and (st.bad_active or not math.isnan(st.bad_since)):
                 out.extend(bad_value_batch(st, gt[:1], gv[:1], np.zeros(1, bool), np.ones(1, bool)))
             for lim in st.limits:
                 out.extend(lim.batch(gt, gv))
-            out.extend(slug_replay.batch(st.slug, self.baselines, st.row, gt, gv))
+            if not settled[i]:
+                out.extend(slug_replay.batch(st.slug, self.baselines, st.row, gt, gv))
         if ticks.size:
             self.last_tick = float(ticks[-1])
         out.sort(key=_TIME)
         self.counters.conditions += len(out)
         return ReplayResult(q_out, accepted, out, self._parts)
+
+    def _admit_whole(
+        self,
+        st: SensorState,
+        sel: npt.NDArray[np.intp],
+        ts: Floats,
+        vs: Floats,
+        q_out: npt.NDArray[np.int8],
+        accepted: npt.NDArray[np.bool_],
+    ) -> None:
+        """`_admit` of a time-major batch (`sel`: every sensor count from the sensor's index)
+        known (`together.whole`) to be in order and good throughout."""
+        st.ooo_episode = False
+        accepted[st.index :: len(self._states)] = True  # `sel` as a slice: no gather
+        self._parts[st.index] = (sel, ts, vs)
+        self.counters.samples += int(sel.size)
+        if st.bad_episode:
+            st.bad_episode = False
+            log.info("sensor %s: believable values again", st.sensor)
+        st.last_time = float(ts[-1])
+        st.value = float(vs[-1])
+        st.quality = Quality(int(q_out[sel[-1]]))
 
     def _admit(
         self,

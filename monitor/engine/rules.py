@@ -70,6 +70,29 @@ def _last_run_start(times: Floats, member: Bools, carried: float) -> float:
     return carried if not math.isnan(carried) else float(times[0])
 
 
+def _reaches(times: Floats, member: Bools, carried: float, delay: float) -> tuple[bool, float]:
+    """Whether a run of `member` samples lasts `delay` within the batch (`_switches` flags
+    any), and the start of the run open at the last sample (NaN if none), from the runs'
+    first and last samples alone: times rise, so a run's longest span is at its last.
+    A limit beyond now and then but never for its on-delay (pH at 10 s a sample, 30 s
+    on-delay) skips `run_starts`' passes over the batch (110 -> 30 us a batch)."""
+    at = np.flatnonzero(member)
+    if not at.size:
+        return False, NAN
+    cut = np.flatnonzero(at[1:] != at[:-1] + 1)  # the last sample of each run but the last
+    first = np.empty(cut.size + 1, dtype=np.intp)
+    first[0] = at[0]
+    first[1:] = at[cut + 1]
+    last = np.empty(cut.size + 1, dtype=np.intp)
+    last[:-1] = at[cut]
+    last[-1] = at[-1]
+    start = times[first]
+    if first[0] == 0 and not math.isnan(carried):
+        start[0] = carried
+    reached = bool((times[last] - start >= delay).any())
+    return reached, float(start[-1]) if member[-1] else NAN
+
+
 def _switches(
     times: Floats, member: Bools, carried: float, delay: float, finite: bool
 ) -> tuple[Bools, float]:
@@ -210,6 +233,12 @@ class LimitState:
         # Without a delay a sample beyond (back inside) switches at once: `t - start >= 0`
         # holds for every finite time, so the runs' starts are needed only at the end.
         finite = float(times[-1]) < math.inf  # the times rise: all finite then
+        if not self.active and self.on_delay > 0 and finite and float(times[0]) > -math.inf:
+            reached, a_last = _reaches(times, beyond, self.a_start, self.on_delay)
+            if not reached:  # nothing switches on, and an inactive side has nothing to clear
+                self.a_start = a_last
+                self.b_start = _last_run_start(times, inside, self.b_start)
+                return []
         on, a_last = _switches(times, beyond, self.a_start, self.on_delay, finite)
         off, b_last = _switches(times, inside, self.b_start, self.off_delay, finite)
         at, self.active = transitions(on, off, self.active)

@@ -36,18 +36,24 @@ def first_tick_after(ticks: Floats, since: float, stale_after: float, until: flo
     return None
 
 
-def _quiet(ticks: Floats, since: float, gt: Floats, sa: float) -> bool:
+def _quiet(ticks: Floats, since: float, gt: Floats, sa: float, max_step: float | None = None) -> bool:
     """True when no good sample of the batch comes, nor its last tick, more than `sa` after
     the one before (or `since`): `stale_batch`'s candidates, each compared as it compares
     them, without its arrays of run starts and ends (most batches)."""
     last, first, end = float(ticks[-1]), float(gt[0]), float(gt[-1])
     if not end <= last or first - since > sa or last - end > sa:  # first <= end <= last
         return False
+    if max_step is not None:
+        return not max_step > sa
     return not bool((gt[1:] - gt[:-1] > sa).any())
 
 
-def stale_batch(st: SensorState, ticks: Floats, gt: Floats, gv: Floats) -> list[Condition]:
-    """Stale conditions over a batch, as `tick` at each batch time would raise them."""
+def stale_batch(
+    st: SensorState, ticks: Floats, gt: Floats, gv: Floats, max_step: float | None = None
+) -> list[Condition]:
+    """Stale conditions over a batch, as `tick` at each batch time would raise them;
+    `max_step`: the largest step of `gt` (rising times), when the caller knows it (the
+    times many sensors share, in a time-major batch: one pass for all of them)."""
     out: list[Condition] = []
     sa = st.stale_after
     since = st.fresh
@@ -57,7 +63,7 @@ def stale_batch(st: SensorState, ticks: Floats, gt: Floats, gv: Floats) -> list[
     if carried and gt.size:
         out.append(stale_condition(st.sensor, float(gt[0]), float(gv[0]), sa, ConditionState.CLEARED))
     active_at_end = carried and not gt.size
-    if ticks.size and not (gt.size and _quiet(ticks, since, gt, sa)):
+    if ticks.size and not (gt.size and _quiet(ticks, since, gt, sa, max_step)):
         starts = np.concatenate(([since], gt))
         ends = np.concatenate((gt, [math.inf]))
         values = np.concatenate(([st.last_good], gv))
