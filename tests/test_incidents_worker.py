@@ -595,3 +595,33 @@ def test_the_step_pipe_holds_a_steps_header_or_keeps_its_default(
     here = record(alone, in_process(alone), sensor, time, value, batch=5_000)
     there = record(other, narrow, sensor, time, value, batch=5_000)
     assert here and repr(sorted(there.items())) == repr(sorted(here.items()))
+
+
+def test_a_ctrl_c_while_a_step_is_copied_into_the_ring_ends_the_replay_with_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C lands while the replay copies a step into the ring: a real SIGINT, which the
+    replay sends itself as `_fill` starts (that moment cannot be hit from outside without a
+    sleep). The replay exits 130 without a traceback and the worker is reaped: the views of
+    the ring that the interrupt's traceback holds made `close` raise BufferError over it
+    (exit 1, "cannot close exported pointers exist")."""
+    fill = worker._fill
+
+    def interrupted(buf: np.ndarray, parts: Any) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        fill(buf, parts)
+
+    monkeypatch.setattr(worker, "_fill", interrupted)
+    pids = _worker_pids(monkeypatch)
+    case = next(c for c in CASES if c.name == "slug-and-oil")
+    cfg = case_config(case, tmp_path / "state")
+    result = run(
+        "replay", "--config", str(cfg), "--input", str(case / "input.csv"), "--events", str(tmp_path / "e")
+    )
+    assert result.returncode == 130, result.stderr
+    assert "Traceback" not in result.stderr and "BufferError" not in result.stderr, result.stderr
+    assert len(pids) == 1
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)  # reaped
+    listed = run("incidents", "list", "--config", str(cfg))
+    assert listed.returncode == 0, listed.stderr
