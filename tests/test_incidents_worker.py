@@ -775,3 +775,97 @@ def test_steps_of_every_size_share_the_ring_and_every_span_is_given_back_once(
     assert piped and sum(piped) % 17 == 0 and min(piped) > 0  # the larger steps, down the pipe
     thirds = [at for size, at in taken if size < worker.RING // 2 and at is not None]
     assert len(set(thirds)) >= 3 and thirds.count(0) > 1  # one after another, around the ring
+
+
+def test_a_worker_that_dies_while_the_replay_writes_a_full_step_pipe_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steps larger than the ring go down the 1 MiB step pipe. The worker is held in its
+    first `add_series` (its reader stops at `AHEAD` steps), so the pipe fills; when the
+    replay's write would block (a non-blocking try says EAGAIN), it tells the worker (a byte
+    down a pipe of the test's), which SIGKILLs itself (a real process and signal), and
+    writes on, blocking, until EPIPE: `advance` raises the worker's end, nothing hangs,
+    and `close` reaps it."""
+    monkeypatch.setattr(worker, "RING", 1 << 10)  # every ~85 KB step down the pipe
+    waiting, told = os.pipe()
+    write_all = worker._write_all
+    said: list[int] = []
+
+    def tell_when_full(fd: int, data: memoryview) -> None:
+        if not said:  # as much as fits now, without blocking: the rest would block
+            os.set_blocking(fd, False)
+            try:
+                while data:
+                    data = data[os.write(fd, data) :]
+            except BlockingIOError:
+                said.append(1)
+                os.write(told, b"w")
+            finally:
+                os.set_blocking(fd, True)
+        write_all(fd, data)  # blocks on the full pipe until the worker is gone: EPIPE
+
+    def die_once_the_pipe_is_full() -> None:
+        select.select([waiting], [], [], 60)  # bounded, should the pipe never fill
+        _kill_self()
+
+    monkeypatch.setattr(worker, "_write_all", tell_when_full)
+    _in_child(IncidentTracker, "add_series", die_once_the_pipe_is_full, monkeypatch)
+    config, sensor, time, value = chattering(tmp_path / "state", days=6)
+    tracker = IncidentWorker(config)
+    pid = tracker._proc.pid if tracker._proc is not None else None
+    try:
+        with pytest.raises(MonitorError, match=r"the incident worker process stopped \(exit -9\)"):
+            record(config, tracker, sensor, time, value, batch=5_000)
+    finally:
+        tracker.close()
+        os.close(waiting)
+        os.close(told)
+    assert said and pid is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # reaped
+
+
+def test_a_replay_short_of_address_space_for_the_ring_records_its_incidents_in_process(
+    tmp_path: Path,
+) -> None:
+    """A real ENOMEM for the ring: a replay in a process of its own whose address space
+    (RLIMIT_AS) leaves less than the ring's 64 MiB but enough for the rest (56 MiB more
+    than it has mapped once the replay's modules are in). It says why once, records the
+    same incidents and evidence in its own process, and exits 0."""
+    import subprocess
+    import sys
+
+    from tests.incident_helpers import ROOT
+
+    assert worker.RING > 56 << 20
+    case = next(c for c in CASES if c.name == "slug-and-oil")
+    normal = case_config(case, tmp_path / "normal")
+    result = run(
+        "replay", "--config", str(normal), "--input", str(case / "input.csv"), "--events", str(tmp_path / "a")
+    )
+    assert result.returncode == 0, result.stderr
+    starved = (
+        "import resource, sys\n"
+        "import monitor.commands.replay, monitor.engine, monitor.incidents.worker\n"
+        "from monitor.cli import main\n"
+        "size = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmSize:'))\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (size * 1024 + (56 << 20), resource.RLIM_INFINITY))\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    cfg = case_config(case, tmp_path / "state")
+    args = [
+        "replay",
+        "--config",
+        str(cfg),
+        "--input",
+        str(case / "input.csv"),
+        "--events",
+        str(tmp_path / "b"),
+    ]
+    out = subprocess.run([sys.executable, "-c", starved, *args], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    said = [line for line in out.stderr.splitlines() if "incident worker" in line]
+    assert len(said) == 1 and "incident worker: Cannot allocate memory" in said[0], out.stderr
+    assert "recorded in this process" in said[0] and "not recorded" not in out.stderr
+    assert (tmp_path / "b").read_text() == (tmp_path / "a").read_text()
+    assert on_record(tmp_path / "state") == on_record(tmp_path / "normal")
