@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from monitor.errors import StateError
 from monitor.incidents import IncidentStore, IncidentTracker
 from monitor.incidents.evidence import csv_rows, slow_rows
 from monitor.incidents.figures import Series, median, run_end, run_end_since, run_ends
@@ -277,6 +278,26 @@ def test_the_ends_of_many_clears_at_once_are_each_clears_own(
 
     one_by_one = [run_end_since(fetch, after, float(c), 10.0, high) for c in times]
     assert run_ends(t, v, q, after, times, 10.0, high).tolist() == one_by_one
+
+
+def test_a_full_store_says_it_is_full(tmp_path: Path) -> None:
+    """SQLite's own SQLITE_FULL (the file held to a few more pages by `max_page_count`,
+    as a full disk would: the tests cannot mount a small file system) rolls the
+    transaction back itself; the store's ROLLBACK after it raised "cannot rollback - no
+    transaction is active" over the real cause, and the replay said that."""
+    store = IncidentStore(tmp_path)
+    try:
+        pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+        store._db.execute(f"PRAGMA max_page_count = {pages + 8}")
+        t = np.arange(100_000, dtype=np.float64)
+        with pytest.raises(StateError, match=r"cannot add evidence: database or disk is full$"):
+            for i in range(4):
+                store.add_evidence("i1", f"s{i}", t, t, np.zeros(t.size, np.int8))
+        assert not store._db.in_transaction
+        store._db.execute(f"PRAGMA max_page_count = {1 << 30}")
+        assert store.add_evidence("i1", "after", t[:3], t[:3], np.zeros(3, np.int8)) == 3  # usable again
+    finally:
+        store.close()
 
 
 def test_only_sensors_that_can_open_an_incident_and_their_paired_flows_are_kept(tmp_path: Path) -> None:

@@ -228,6 +228,35 @@ def _worker_pids(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return pids
 
 
+def _held_until_the_replay_waits(
+    hold: Callable[[int], bool], monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, int]:
+    """In the forked worker, each `add_series` of a step whose sample count `hold` picks
+    waits (before it copies anything) for a byte the replay writes each time it starts to
+    wait for ring space (and a thousand at the final): the worker keeps up with small
+    steps, so without this whether the ring ever fills (and the replay waits, and the
+    spans wrap) depended on the two processes' pace. The pipe's fds, for the caller to
+    close."""
+    waiting, told = os.pipe()
+    drain = IncidentWorker._drain
+    parent, add_series = os.getpid(), IncidentTracker.add_series
+
+    def tell(self: IncidentWorker, until: tuple[str, ...] = (), wait: float | None = None) -> None:
+        if until in (("free",), ("done",)):
+            os.write(told, b"w" * (1 if until == ("free",) else 1000))
+        drain(self, until, wait)
+
+    def add_held(self: IncidentTracker, series: list[Any]) -> None:
+        if os.getpid() != parent and hold(sum(t.size for _, t, _, _ in series)):
+            select.select([waiting], [], [], 60)  # bounded, should the replay never wait
+            os.read(waiting, 1)
+        add_series(self, series)
+
+    monkeypatch.setattr(IncidentWorker, "_drain", tell)
+    monkeypatch.setattr(IncidentTracker, "add_series", add_held)
+    return waiting, told
+
+
 def _kill_self() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -489,10 +518,17 @@ def test_the_worker_records_the_same_through_a_small_ring(
 
     monkeypatch.setattr(worker, "_write_all", noted_write)
     monkeypatch.setattr(IncidentWorker, "_drain", noted_drain)
+    fds: tuple[int, ...] = ()
+    if ring > 85_000:  # the child lags (whatever the pace): the ring fills, the replay waits
+        fds = _held_until_the_replay_waits(lambda n: True, monkeypatch)
     config, sensor, time, value = chattering(tmp_path / "a")
     other = chattering(tmp_path / "b")[0]
     here = record(config, in_process(config), sensor, time, value, batch=5_000)
-    there = record(other, IncidentWorker(other), sensor, time, value, batch=5_000)
+    try:
+        there = record(other, IncidentWorker(other), sensor, time, value, batch=5_000)
+    finally:
+        for fd in fds:
+            os.close(fd)
     assert here and repr(sorted(there.items())) == repr(sorted(here.items()))
     assert on_record(tmp_path / "b") == on_record(tmp_path / "a")
     if ring < 85_000:
@@ -595,3 +631,241 @@ def test_the_step_pipe_holds_a_steps_header_or_keeps_its_default(
     here = record(alone, in_process(alone), sensor, time, value, batch=5_000)
     there = record(other, narrow, sensor, time, value, batch=5_000)
     assert here and repr(sorted(there.items())) == repr(sorted(here.items()))
+
+
+def test_a_ctrl_c_while_a_step_is_copied_into_the_ring_ends_the_replay_with_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C lands while the replay copies a step into the ring: a real SIGINT, which the
+    replay sends itself as `_fill` starts (that moment cannot be hit from outside without a
+    sleep). The replay exits 130 without a traceback and the worker is reaped: the views of
+    the ring that the interrupt's traceback holds made `close` raise BufferError over it
+    (exit 1, "cannot close exported pointers exist")."""
+    fill = worker._fill
+
+    def interrupted(buf: np.ndarray, parts: Any) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        fill(buf, parts)
+
+    monkeypatch.setattr(worker, "_fill", interrupted)
+    pids = _worker_pids(monkeypatch)
+    case = next(c for c in CASES if c.name == "slug-and-oil")
+    cfg = case_config(case, tmp_path / "state")
+    result = run(
+        "replay", "--config", str(cfg), "--input", str(case / "input.csv"), "--events", str(tmp_path / "e")
+    )
+    assert result.returncode == 130, result.stderr
+    assert "Traceback" not in result.stderr and "BufferError" not in result.stderr, result.stderr
+    assert len(pids) == 1
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)  # reaped
+    listed = run("incidents", "list", "--config", str(cfg))
+    assert listed.returncode == 0, listed.stderr
+
+
+def test_a_ctrl_c_while_the_replay_waits_for_ring_space_stops_both_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C reaches the replay and the worker alike (the terminal signals the process
+    group) while the replay waits for the worker to give ring space back: real SIGINTs,
+    sent by the child to the replay and to itself once the replay has said it waits (a
+    pipe, as in the SIGKILL test above; the test's own process group is pytest's, so not
+    `killpg`). The replay gets its KeyboardInterrupt, `close` lets the worker finish and
+    reaps it, and the store opens and lists what was recorded."""
+    monkeypatch.setattr(worker, "RING", 128 << 10)  # one ~85 KB step at a time
+    waiting, told = os.pipe()
+    parent = os.getpid()
+    drain = IncidentWorker._drain
+    waited: list[int] = []
+
+    def tell(self: IncidentWorker, until: tuple[str, ...] = (), wait: float | None = None) -> None:
+        if until == ("free",) and not waited:
+            waited.append(1)  # first: the interrupt can land as soon as the byte is written
+            os.write(told, b"w")
+        drain(self, until, wait)
+
+    def ctrl_c_once_waited_for() -> None:
+        select.select([waiting], [], [], 60)  # bounded, should the replay never wait
+        os.kill(parent, signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(IncidentWorker, "_drain", tell)
+    _in_child(IncidentTracker, "add_series", ctrl_c_once_waited_for, monkeypatch)
+    config, sensor, time, value = chattering(tmp_path / "state")
+    tracker = IncidentWorker(config)
+    pid = tracker._proc.pid if tracker._proc is not None else None
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            record(config, tracker, sensor, time, value, batch=5_000)  # closes the tracker
+    finally:
+        tracker.close()
+        os.close(waiting)
+        os.close(told)
+    assert waited and pid is not None and tracker._proc is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # reaped
+    store = IncidentStore(tmp_path / "state")
+    try:
+        store.incidents()
+    finally:
+        store.close()
+
+
+def test_steps_of_every_size_share_the_ring_and_every_span_is_given_back_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One replay whose steps are, in turn: exactly the ring's size (each waits for the one
+    before to be given back, all at 0), none of the kept sensors' samples (0 bytes: nothing
+    taken of the ring), larger than the ring (down the pipe, between ring steps), and a
+    third of the ring (they follow one another and wrap around its end). The incidents and
+    evidence are the in-process tracker's; at the end every span has been given back, once
+    (a "free" counted twice would raise on the empty ring, or free a span still in use)."""
+    rows = 4_992  # 3 sensors a time, 8 | 17 * rows: a full step's samples fill the ring exactly
+    monkeypatch.setattr(worker, "RING", 17 * rows)
+    taken: list[tuple[int, int | None]] = []
+    piped: list[int] = []
+    take, write_all = worker._Spans.take, worker._write_all
+
+    def noted_take(self: worker._Spans, size: int) -> int | None:
+        at = take(self, size)
+        taken.append((size, at))
+        return at
+
+    def noted_write(fd: int, data: memoryview) -> None:
+        piped.append(len(data))
+        write_all(fd, data)
+
+    # each ring step waits in the child for the replay to wait: the ring fills, whatever the pace
+    waiting, told = _held_until_the_replay_waits(lambda n: n <= rows, monkeypatch)
+    monkeypatch.setattr(worker._Spans, "take", noted_take)
+    monkeypatch.setattr(worker, "_write_all", noted_write)
+    config, sensor, time, value = chattering(tmp_path / "a", days=2)
+    sensor = sensor.copy()
+    sensor[3 * rows : 4 * rows] = -1  # a step of no known sensor: none of its samples kept
+    segments = [(0, 3 * rows, rows), (3 * rows, 4 * rows, rows), (4 * rows, 8 * rows, 4 * rows)]
+    segments += [(8 * rows, sensor.size, rows // 3 - 2)]  # 3 such steps fit, a 4th wraps
+
+    def replayed(config: Config, tracker: ReplayTracker) -> dict[str, Incident]:
+        engine = Engine(config.rules, ManualClock())
+        last: dict[str, Incident] = {}
+        try:
+            for a, b, batch in segments:
+                for step in replay_steps(engine, sensor[a:b], time[a:b], value[a:b], batch_size=batch):
+                    hand_over(tracker, engine.sensors, step)
+                    last.update((i.id, i) for i in tracker.advance())
+            last.update((i.id, i) for i in tracker.advance(final=True))
+            if isinstance(tracker, IncidentWorker):
+                assert not tracker._spans._used  # every ring step given back
+        finally:
+            tracker.close()
+        return last
+
+    other = chattering(tmp_path / "b", days=2)[0]
+    here = replayed(config, in_process(config))
+    try:
+        there = replayed(other, IncidentWorker(other))
+    finally:
+        os.close(waiting)
+        os.close(told)
+    assert here and repr(sorted(there.items())) == repr(sorted(here.items()))
+    assert on_record(tmp_path / "b") == on_record(tmp_path / "a")
+    full = [at for size, at in taken if size == worker.RING]
+    assert full and set(full) <= {0, None}  # the whole ring, from its start, once it was free
+    assert (worker.RING, None) in taken  # ... waited for
+    assert piped and sum(piped) % 17 == 0 and min(piped) > 0  # the larger steps, down the pipe
+    thirds = [at for size, at in taken if size < worker.RING // 2 and at is not None]
+    assert len(set(thirds)) >= 3 and thirds.count(0) > 1  # one after another, around the ring
+
+
+def test_a_worker_that_dies_while_the_replay_writes_a_full_step_pipe_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steps larger than the ring go down the 1 MiB step pipe. The worker is held in its
+    first `add_series` (its reader stops at `AHEAD` steps), so the pipe fills; when the
+    replay's write would block (a non-blocking try says EAGAIN), it tells the worker (a byte
+    down a pipe of the test's), which SIGKILLs itself (a real process and signal), and
+    writes on, blocking, until EPIPE: `advance` raises the worker's end, nothing hangs,
+    and `close` reaps it."""
+    monkeypatch.setattr(worker, "RING", 1 << 10)  # every ~85 KB step down the pipe
+    waiting, told = os.pipe()
+    write_all = worker._write_all
+    said: list[int] = []
+
+    def tell_when_full(fd: int, data: memoryview) -> None:
+        if not said:  # as much as fits now, without blocking: the rest would block
+            os.set_blocking(fd, False)
+            try:
+                while data:
+                    data = data[os.write(fd, data) :]
+            except BlockingIOError:
+                said.append(1)
+                os.write(told, b"w")
+            finally:
+                os.set_blocking(fd, True)
+        write_all(fd, data)  # blocks on the full pipe until the worker is gone: EPIPE
+
+    def die_once_the_pipe_is_full() -> None:
+        select.select([waiting], [], [], 60)  # bounded, should the pipe never fill
+        _kill_self()
+
+    monkeypatch.setattr(worker, "_write_all", tell_when_full)
+    _in_child(IncidentTracker, "add_series", die_once_the_pipe_is_full, monkeypatch)
+    config, sensor, time, value = chattering(tmp_path / "state", days=6)
+    tracker = IncidentWorker(config)
+    pid = tracker._proc.pid if tracker._proc is not None else None
+    try:
+        with pytest.raises(MonitorError, match=r"the incident worker process stopped \(exit -9\)"):
+            record(config, tracker, sensor, time, value, batch=5_000)
+    finally:
+        tracker.close()
+        os.close(waiting)
+        os.close(told)
+    assert said and pid is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # reaped
+
+
+def test_a_replay_short_of_address_space_for_the_ring_records_its_incidents_in_process(
+    tmp_path: Path,
+) -> None:
+    """A real ENOMEM for the ring: a replay in a process of its own whose address space
+    (RLIMIT_AS) leaves less than the ring's 64 MiB but enough for the rest (56 MiB more
+    than it has mapped once the replay's modules are in). It says why once, records the
+    same incidents and evidence in its own process, and exits 0."""
+    import subprocess
+    import sys
+
+    from tests.incident_helpers import ROOT
+
+    assert worker.RING > 56 << 20
+    case = next(c for c in CASES if c.name == "slug-and-oil")
+    normal = case_config(case, tmp_path / "normal")
+    result = run(
+        "replay", "--config", str(normal), "--input", str(case / "input.csv"), "--events", str(tmp_path / "a")
+    )
+    assert result.returncode == 0, result.stderr
+    starved = (
+        "import resource, sys\n"
+        "import monitor.commands.replay, monitor.engine, monitor.incidents.worker\n"
+        "from monitor.cli import main\n"
+        "size = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmSize:'))\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (size * 1024 + (56 << 20), resource.RLIM_INFINITY))\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    cfg = case_config(case, tmp_path / "state")
+    args = [
+        "replay",
+        "--config",
+        str(cfg),
+        "--input",
+        str(case / "input.csv"),
+        "--events",
+        str(tmp_path / "b"),
+    ]
+    out = subprocess.run([sys.executable, "-c", starved, *args], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    said = [line for line in out.stderr.splitlines() if "incident worker" in line]
+    assert len(said) == 1 and "incident worker: Cannot allocate memory" in said[0], out.stderr
+    assert "recorded in this process" in said[0] and "not recorded" not in out.stderr
+    assert (tmp_path / "b").read_text() == (tmp_path / "a").read_text()
+    assert on_record(tmp_path / "state") == on_record(tmp_path / "normal")

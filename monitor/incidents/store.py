@@ -285,7 +285,10 @@ class IncidentStore:
                     self._put_block(iid, sensor, t, v, q)
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                # SQLITE_FULL (a full disk) and some I/O errors roll back on their own: a
+                # ROLLBACK then raised "no transaction is active" over the real cause
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
             raise StateError(f"incident store {self.path}: cannot add evidence: {exc}") from exc

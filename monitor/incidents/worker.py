@@ -312,7 +312,11 @@ class IncidentWorker:
 
     def _unmap(self) -> None:
         del self._bytes  # the ring's last view in this process: it can be closed
-        self._ring.close()
+        # unless a step was being copied in when an exception (a Ctrl-C) stopped it: its
+        # traceback still holds views, and close() would raise BufferError over it (exit 1
+        # and a traceback instead of 130). The last of those views unmaps the ring instead.
+        with contextlib.suppress(BufferError):
+            self._ring.close()
 
     def _gone(self) -> MonitorError:
         code = self._proc.exitcode if self._proc is not None else None
