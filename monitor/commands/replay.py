@@ -34,6 +34,7 @@ from monitor.commands import add_config_argument, load_config_or_exit
 from monitor.config import Config
 from monitor.engine import Engine, ReplayStep, replay_steps
 from monitor.errors import MonitorError, SourceError
+from monitor.heap import keep_freed_memory
 from monitor.model import Kind, ManualClock, Rule, event_lines, parse_time
 from monitor.sources.replay import ReadReport, Samples, merge, stream
 
@@ -149,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
 
         return run_what_if(args, config, load_config_or_exit(args.what_if), open_samples)
     engine = Engine(config.rules, ManualClock())
+    keep_freed_memory()  # before the incident worker is forked: it inherits the setting
     started = time.perf_counter()
     # Before the input is opened: the worker is forked, and no reader thread runs yet.
     tracker: ReplayTracker | None = None
