@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "config": 0,
     "sdnotify": 0,
     "sqlite": 0,
+    "heap": 0,  # glibc malloc thresholds for a replay (issue 20)
     "sources": 1,
     "engine": 1,
     "alarms": 1,
