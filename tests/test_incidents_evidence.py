@@ -416,3 +416,52 @@ def test_a_batch_of_chattering_transitions_extends_an_incident_unless_its_case_w
         assert second.start == t0 + 60 * 160 and second.end == t0 + 60 * 170
     finally:
         tracker.close()
+
+
+def test_a_step_whose_writes_fail_is_rolled_back_whole_and_copied_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The evidence and records of one `advance` are one transaction: when a write fails
+    part way (here the record's save, after the evidence was copied), none of it is on
+    record and the tracker forgets that it copied it; the next `advance` copies it again,
+    so the frozen incident is the one a run without the failure records."""
+    from monitor.errors import StateError
+    from monitor.model import Condition, ConditionState, Rule, Sample
+
+    t0 = 1_780_000_000.0
+    samples = [Sample("oil", t0 + 60 * m, 150.0 if 60 <= m < 70 else 20.0) for m in range(240)]
+
+    def cond(m: int, state: ConditionState) -> Condition:
+        return Condition(t0 + 60 * m, "oil", Rule.HIGH, state, samples[m].value, 100.0, "§139-5")
+
+    frozen = []
+    for fail in (True, False):
+        (tmp_path / str(fail)).mkdir()
+        tracker = IncidentTracker(oil_station(tmp_path / str(fail)))
+        try:
+            tracker.add_samples(samples[:65])
+            tracker.apply([cond(60, ConditionState.ACTIVE)])
+            if fail:
+                (iid,) = tracker.live
+                opened = tracker.live[iid]
+                save = tracker.store.save
+
+                def full(*args: object) -> None:
+                    raise StateError("incident store: database or disk is full")
+
+                monkeypatch.setattr(tracker.store, "save", full)
+                with pytest.raises(StateError, match="disk is full"):
+                    tracker.advance()
+                assert tracker.store.columns(iid) == {} and tracker.store.get(iid) is None
+                assert tracker.live == {iid: opened}
+                monkeypatch.setattr(tracker.store, "save", save)
+            tracker.advance()
+            tracker.add_samples(samples[65:])
+            tracker.apply([cond(70, ConditionState.CLEARED)])
+            tracker.advance()
+            (inc,) = tracker.incidents()
+            assert inc.frozen and inc.evidence_rows == 131  # the hour after the end (m 70) and all before
+            frozen.append((inc, tracker.store.evidence_csv(inc.id)))
+        finally:
+            tracker.close()
+    assert frozen[0] == frozen[1]
