@@ -290,8 +290,8 @@ class IncidentStore:
     def batch(self) -> Iterator[None]:
         """One transaction for the writes within (`add_evidence`, `save`): all of them or,
         after an exception (or a crash), none. Within a batch already, the outer one decides.
-        A replay step's evidence in one: a COMMIT per incident and sensor was a third of the
-        incident worker's tracker thread (WAL frames and checkpoint attempts each time)."""
+        The tracker copies a step's evidence in one: a COMMIT per incident and sensor was a
+        third of the replay's tracker thread."""
         if self._db.in_transaction:
             yield
             return

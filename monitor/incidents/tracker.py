@@ -546,31 +546,25 @@ class IncidentTracker:
         `final` (end of a replay): the data ends here, so ended incidents are final now.
         """
         finals: list[Incident] = []
-        # The step's evidence and records are one transaction (`store.batch`); when it is
-        # rolled back, what it recorded in memory is too, and the next call copies it again.
-        before = dict(self.live), dict(self._refreshed), dict(self._changed)
-        try:
-            with self.store.batch():
-                for key, was in sorted(self.live.items(), key=lambda kv: kv[1].start):
-                    inc = self._collect(was)
-                    self.live[key] = inc
-                    if inc.end is not None and (final or self._final(inc, inc.end)):
-                        finals.append(inc)
-                        self._changed[inc.id] = inc  # its place in the order; the frozen form replaces it
-                        continue
-                    stale = (
-                        inc.end is None and self.latest - self._refreshed.get(inc.id, -math.inf) >= REFRESH
-                    )
-                    if inc.id in self._dirty or stale:
-                        self._refresh(inc)
-                if self._freezer is not None:
-                    finals = self._end(finals)
-        except BaseException:
-            self.live, self._refreshed, self._changed = before
-            raise
+        # The step's evidence copies are one transaction (`store.batch`): a COMMIT per
+        # incident and sensor was a third of the replay's tracker thread. `live` takes the
+        # copies once they are committed; a failure rolls them all back, and the next call
+        # copies the same samples again. Figures and records are saved after it, one by one
+        # as before: the transaction stays short, as the freezer's saves wait for its lock.
+        ordered = sorted(self.live.items(), key=lambda kv: kv[1].start)
+        with self.store.batch():
+            collected = [(key, self._collect(was)) for key, was in ordered]
+        for key, inc in collected:
+            self.live[key] = inc
+            if inc.end is not None and (final or self._final(inc, inc.end)):
+                finals.append(inc)
+                self._changed[inc.id] = inc  # its place in the order; the frozen form replaces it
+                continue
+            stale = inc.end is None and self.latest - self._refreshed.get(inc.id, -math.inf) >= REFRESH
+            if inc.id in self._dirty or stale:
+                self._refresh(inc)
         if self._freezer is not None:
-            for inc in finals:  # committed: the freezer's connection reads them
-                self._freezer.submit(inc)
+            self._freeze_later(self._freezer, finals)
             self._harvest(self._freezer, wait=final)
         else:
             for a in range(0, len(finals), FREEZE_TOGETHER):
@@ -684,17 +678,15 @@ class IncidentTracker:
                 sha,
             )
 
-    def _end(self, finals: list[Incident]) -> list[Incident]:
-        """Before `_freeze` on the worker (`freezer.py`): the last evidence is copied in here,
-        on this connection, and the ended record saved, so a failure there loses nothing."""
-        out: list[Incident] = []
+    def _freeze_later(self, freezer: Freezer, finals: list[Incident]) -> None:
+        """`_freeze` on the worker (`freezer.py`): the last evidence is copied in here, on
+        this connection, and the ended record saved, so a failure there loses nothing."""
         for ended in finals:
             inc = self._collect(ended)
             self.store.save(inc)
             self.live.pop(inc.id, None)
             self._changed.pop(inc.id, None)  # its frozen form comes with a later `advance`
-            out.append(inc)
-        return out
+            freezer.submit(inc)
 
     def _harvest(self, freezer: Freezer, wait: bool) -> None:
         for inc in freezer.take(wait):
