@@ -10,6 +10,7 @@ import logging
 import math
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -437,3 +438,64 @@ def test_a_batch_of_chattering_transitions_extends_an_incident_unless_its_case_w
         assert second.start == t0 + 60 * 160 and second.end == t0 + 60 * 170
     finally:
         tracker.close()
+
+
+def test_a_steps_evidence_is_copied_whole_or_not_at_all_and_then_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The evidence a step copies is one transaction: when a write fails part way (here
+    the paired flow's, after the oil's was copied), none of it is on record and the tracker
+    forgets that it copied it; the next `advance` copies it again, so the frozen incident
+    is the one a run without the failure records."""
+    from monitor.errors import StateError
+    from monitor.model import Condition, ConditionState, Rule, Sample
+
+    t0 = 1_780_000_000.0
+    oil = [Sample("oil", t0 + 60 * m, 150.0 if 60 <= m < 70 else 20.0) for m in range(240)]
+    flow = [Sample("flow", t0 + 60 * m + 30, 400.0 + m) for m in range(240)]
+    samples = sorted(oil + flow, key=lambda s: s.time)
+
+    def cond(m: int, state: ConditionState) -> Condition:
+        return Condition(t0 + 60 * m, "oil", Rule.HIGH, state, oil[m].value, 100.0, "§139-5")
+
+    frozen = []
+    for fail in (True, False):
+        state = tmp_path / str(fail)
+        state.mkdir()
+        (state / "station.yaml").write_text(
+            f"station: {{id: ps-1}}\nstate_dir: {state / 'state'}\nsensors:\n"
+            "  - {id: flow, kind: flow, unit: gpm, slug: false}\n"
+            "  - {id: oil, kind: concentration, substance: oil, slug: false, stale_after: 10m,"
+            " flow_sensor: flow}\n",
+            encoding="utf-8",
+        )
+        tracker = IncidentTracker(load(state / "station.yaml"))
+        try:
+            tracker.add_samples(samples[:130])
+            tracker.apply([cond(60, ConditionState.ACTIVE)])
+            if fail:
+                (iid,) = tracker.live
+                opened = tracker.live[iid]
+                add = tracker.store.add_evidence
+
+                def full(iid: str, sensor: str, *args: Any, add: Any = add) -> int:
+                    if sensor == "flow":
+                        raise StateError("incident store: database or disk is full")
+                    return int(add(iid, sensor, *args))
+
+                monkeypatch.setattr(tracker.store, "add_evidence", full)
+                with pytest.raises(StateError, match="disk is full"):
+                    tracker.advance()
+                assert tracker.store.columns(iid) == {}  # the oil's copy was rolled back
+                assert tracker.live == {iid: opened}
+                monkeypatch.setattr(tracker.store, "add_evidence", add)
+            tracker.advance()
+            tracker.add_samples(samples[130:])
+            tracker.apply([cond(70, ConditionState.CLEARED)])
+            tracker.advance()
+            (inc,) = tracker.incidents()
+            assert inc.frozen and inc.evidence_rows == 131 + 130  # up to the hour after the end (m 70)
+            frozen.append((inc, tracker.store.evidence_csv(inc.id)))
+        finally:
+            tracker.close()
+    assert frozen[0] == frozen[1]
