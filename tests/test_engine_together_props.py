@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from monitor.config import Config
 from monitor.engine import Engine, restore_checkpoint, save_checkpoint, together
-from monitor.model import Condition, ManualClock
+from monitor.engine import engine as engine_module
+from monitor.model import Condition, ManualClock, Rule
 from tests.engine_helpers import T0, as_samples, canon, live, station
 from tests.examples import examples
 from tests.test_engine_replay import CONFIG, EDGES, PLAIN
@@ -32,7 +33,13 @@ QUIET = station(
         "limits": {"high": 900, "unit": "gpm", "on_delay": "30s", "deadband": 50},
         "stale_after": "2m",
     },
-    {"id": "oil", "kind": "concentration", "substance": "oil", "slug": {"window": "5m", "warmup": "0s"}},
+    # A long duration: over runs that end short, their samples entering the baseline late.
+    {
+        "id": "oil",
+        "kind": "concentration",
+        "substance": "oil",
+        "slug": {"window": "5m", "warmup": "0s", "duration": "5m"},
+    },
     {"id": "ph", "kind": "ph", "limits": {"deadband": 0.2, "on_delay": "20s"}, "stale_after": "3m"},
     {"id": "cod", "kind": "concentration", "substance": "cod", "slug": {"window": "2h", "warmup": "1m"}},
     {"id": "meter", "kind": "meter", "unit": "ft3"},
@@ -90,9 +97,11 @@ def scenarios(draw: st.DrawFn) -> tuple[str, list[Batch], int | None]:
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     steps = draw(st.integers(1, 700))
     dt = rng.choice(
-        [0.0, 5.0, 10.0, 30.0, 60.0, 200.0, 400.0, 8000.0],
+        # 300.25 and 600.25: a step just longer than a 5 or 10 minute window (a restart)
+        # whose sample before it is still in the window's oldest bucket (its mean not empty)
+        [0.0, 5.0, 10.0, 30.0, 60.0, 200.0, 300.25, 400.0, 600.25, 8000.0],
         size=steps,
-        p=[0.01, 0.2, 0.5, 0.1, 0.1, 0.04, 0.04, 0.01],
+        p=[0.01, 0.2, 0.48, 0.1, 0.1, 0.04, 0.01, 0.04, 0.01, 0.01],
     )
     t = T0 + np.cumsum(dt) + draw(st.sampled_from([0.0, 0.5, 59.75]))
     values = _values(rng, config, steps, draw(st.sampled_from([0.0, 0.005, 0.05])))
@@ -100,6 +109,13 @@ def scenarios(draw: st.DrawFn) -> tuple[str, list[Batch], int | None]:
     cuts = np.sort(
         rng.choice(np.arange(1, steps + 1), size=min(steps, int(rng.integers(1, 12))), replace=False)
     )
+    long = np.flatnonzero(dt > 100.0)
+    if long.size and rng.random() < 0.7:
+        # A gap at a batch's first sample (the state's restart), or at its last (the next
+        # batch goes on in the bucket of a restart, whose window was empty at its start).
+        at = rng.choice(long, size=min(long.size, 4), replace=False)
+        cuts = np.union1d(cuts, at + rng.integers(0, 2, at.size))
+        cuts = cuts[(cuts > 0) & (cuts <= steps)]
     cuts[-1] = steps
     batches: list[Batch] = []
     a = 0
@@ -118,9 +134,9 @@ def scenarios(draw: st.DrawFn) -> tuple[str, list[Batch], int | None]:
             keep[drop] = False
             sensor, time, value, q = sensor[keep], time[keep], value[keep], q[keep]
         elif nudge == 2:  # a sensor twice in a step
-            at = k + int(rng.integers(0, s))
-            sensor, time = np.insert(sensor, at, sensor[at]), np.insert(time, at, time[at])
-            value, q = np.insert(value, at, value[at]), np.insert(q, at, q[at])
+            twice = k + int(rng.integers(0, s))
+            sensor, time = np.insert(sensor, twice, sensor[twice]), np.insert(time, twice, time[twice])
+            value, q = np.insert(value, twice, value[twice]), np.insert(q, twice, q[twice])
         elif nudge == 3 and s > 1:  # two sensors swapped at one step
             i, j = k, k + s - 1
             sensor[[i, j]] = sensor[[j, i]]
@@ -139,37 +155,28 @@ def scenarios(draw: st.DrawFn) -> tuple[str, list[Batch], int | None]:
     return name, batches, ckpt
 
 
-def _reversed(batch: Batch, sensors: int) -> Batch:
-    """Each step's sensors reversed (a step: the k-th sample of each sensor at one time; two
-    steps may share a time): the same samples in the same time order, not time-major."""
-    sensor, time, value, quality = batch
-    if sensors == 1:
-        return batch
-    seen: dict[tuple[float, int], int] = {}
-    rank = np.empty(time.size, np.int64)
-    for j, key in enumerate(zip(time.tolist(), sensor.tolist(), strict=True)):
-        rank[j] = seen[key] = seen.get(key, -1) + 1
-    order = np.lexsort((-np.arange(time.size), rank, time))
-    return sensor[order], time[order], value[order], quality[order]
-
-
 def _run(
-    config: Config, batches: list[Batch], ckpt: int | None, path: Path, reverse: bool
+    config: Config, batches: list[Batch], ckpt: int | None, path: Path
 ) -> tuple[Engine, list[Condition]]:
-    """Each batch through `Engine.replay` (reversed: the per-sensor path), with a checkpoint
-    saved and restored into a fresh engine before batch `ckpt`."""
+    """Each batch through `Engine.replay`, with a checkpoint saved and restored into a fresh
+    engine before batch `ckpt`."""
     engine = Engine(config.rules, ManualClock())
     out: list[Condition] = []
-    for i, batch in enumerate(batches):
+    for i, (sensor, time, value, quality) in enumerate(batches):
         if i == ckpt:
             save_checkpoint(engine, path)
             engine = Engine(config.rules, ManualClock())
             restore_checkpoint(engine, path)
-        sensor, time, value, quality = _reversed(batch, len(config.sensors)) if reverse else batch
         # A batch all GOOD given as a source without qualities gives (every other one).
         given_q = None if i % 2 and not quality.any() else quality
         out += engine.replay(sensor, time, value, given_q).conditions
     return engine, out
+
+
+def _per_sensor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No batch taken as time-major: every sensor judged on its own (the path before
+    together.py), the same samples in the same order."""
+    monkeypatch.setattr(engine_module, "_time_major", lambda *args: False)
 
 
 def test_the_2d_path_equals_the_per_sensor_path_and_live(
@@ -193,9 +200,11 @@ def test_the_2d_path_equals_the_per_sensor_path_and_live(
         name, batches, ckpt = scenario
         config = CONFIGS[name]
         spying[0] = True
-        a, got = _run(config, batches, ckpt, tmp_path / "a.npz", reverse=False)
+        a, got = _run(config, batches, ckpt, tmp_path / "a.npz")
         spying[0] = False
-        b, alone = _run(config, batches, ckpt, tmp_path / "b.npz", reverse=True)
+        with monkeypatch.context() as m:
+            _per_sensor(m)
+            b, alone = _run(config, batches, ckpt, tmp_path / "b.npz")
         assert canon(got) == canon(alone)
         assert _state(a) == _state(b)
         # Live: each sample after a tick at its time, batch after batch (restarted from the
@@ -217,3 +226,86 @@ def test_the_2d_path_equals_the_per_sensor_path_and_live(
 
     check()
     assert sum(settled) > 0  # the 2-D path settled sensors' batches
+
+
+@pytest.mark.parametrize("over", [False, True])
+def test_a_sample_exactly_at_the_slug_threshold_is_not_over_on_either_path(
+    over: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A baseline of exactly 10 (whole quanta) and a factor of 2: a sample at 20 is not over
+    (the 2-D path settles the batch), the next float above 20 is (its own path, the same
+    pending run as live)."""
+    settle = together.settle
+    settled: list[int] = []
+
+    def spy(*args: object, **kwargs: object) -> list[bool]:
+        done = settle(*args, **kwargs)  # type: ignore[arg-type]
+        settled.append(sum(done))
+        return done
+
+    monkeypatch.setattr(together, "settle", spy)
+    s = len(TWO.sensors)
+    steps = 90
+    values = np.full((steps, s), 10.0)
+    values[-1, 0] = np.nextafter(20.0, np.inf) if over else 20.0  # the last step: a run left open
+    t = T0 + 10.0 * np.arange(1, steps + 1)
+    stream = (np.tile(np.arange(s), steps), np.repeat(t, s), values.ravel(), np.zeros(steps * s, np.int8))
+    cut = 70 * s
+    batches: list[Batch] = [
+        (stream[0][:cut], stream[1][:cut], stream[2][:cut], stream[3][:cut]),
+        (stream[0][cut:], stream[1][cut:], stream[2][cut:], stream[3][cut:]),
+    ]
+    a, got = _run(TWO, batches, None, tmp_path / "a.npz")
+    assert settled[-1] == (1 if over else 2)  # the flow's batch settled together unless over
+    _per_sensor(monkeypatch)
+    b, alone = _run(TWO, batches, None, tmp_path / "b.npz")
+    c = Engine(TWO.rules, ManualClock())
+    expected = live(c, as_samples(TWO, *stream))
+    assert canon(got) == canon(alone) == canon(expected)
+    assert _state(a) == _state(b)
+    assert a.pending("flow") == b.pending("flow") == c.pending("flow") == ((Rule.SLUG,) if over else ())
+
+
+@pytest.mark.parametrize("gap", [300.25, 299.75])
+@pytest.mark.parametrize("inside", [False, True])
+def test_a_restart_just_past_the_window_is_not_settled_quiet(
+    gap: float, inside: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A step just longer than the 5 minute window (at a batch's first sample, or inside the
+    batch) restarts the slug's warm-up although the sample before it is still in the window's
+    oldest bucket (the mean is not empty): the 2-D path leaves such a batch to the sensor's own
+    path, which moves `warm_since`; a step just shorter is no restart, and settled together."""
+    s = len(TWO.sensors)
+    t = T0 + 10.0 * np.arange(1, 61)
+    t[40:] += gap - 10.0
+    stream = (
+        np.tile(np.arange(s), t.size),
+        np.repeat(t, s),
+        np.full(t.size * s, 10.0),
+        np.zeros(t.size * s, np.int8),
+    )
+    cut = (35 if inside else 40) * s
+    batches: list[Batch] = [
+        (stream[0][:cut], stream[1][:cut], stream[2][:cut], stream[3][:cut]),
+        (stream[0][cut:], stream[1][cut:], stream[2][cut:], stream[3][cut:]),
+    ]
+    settle = together.settle
+    settled: list[int] = []
+
+    def spy(*args: object, **kwargs: object) -> list[bool]:
+        done = settle(*args, **kwargs)  # type: ignore[arg-type]
+        settled.append(sum(done))
+        return done
+
+    monkeypatch.setattr(together, "settle", spy)
+    a, _ = _run(TWO, batches, None, tmp_path / "a.npz")
+    restart = gap > 300.0
+    assert settled[-1] == (0 if restart else 2)
+    _per_sensor(monkeypatch)
+    b, _ = _run(TWO, batches, None, tmp_path / "b.npz")
+    c = Engine(TWO.rules, ManualClock())
+    live(c, as_samples(TWO, *stream))
+    assert _state(a) == _state(b)
+    for x, y, z in zip(a.sensor_states(), b.sensor_states(), c.sensor_states(), strict=True):
+        assert x.slug is not None and y.slug is not None and z.slug is not None
+        assert x.slug.warm_since == y.slug.warm_since == z.slug.warm_since == (t[40] if restart else t[0])
