@@ -309,3 +309,39 @@ def test_a_restart_just_past_the_window_is_not_settled_quiet(
     for x, y, z in zip(a.sensor_states(), b.sensor_states(), c.sensor_states(), strict=True):
         assert x.slug is not None and y.slug is not None and z.slug is not None
         assert x.slug.warm_since == y.slug.warm_since == z.slug.warm_since == (t[40] if restart else t[0])
+
+
+def test_a_baseline_exactly_at_the_floor_is_judged_on_either_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`min_baseline` is inclusive: a mean of exactly 10 with a floor of 10 judges the sample
+    at 25 (over 2 x 10), so the 2-D path leaves the batch to the sensor's own path, whose
+    run is pending as live's."""
+    floor = station(
+        {
+            "id": "flow",
+            "kind": "flow",
+            "unit": "gpm",
+            "slug": {"window": "5m", "warmup": "0s", "factor": 2, "min_baseline": 10},
+        },
+        {"id": "oil", "kind": "concentration", "substance": "oil", "slug": {"window": "5m", "warmup": "0s"}},
+    )
+    s = len(floor.sensors)
+    steps = 90
+    values = np.full((steps, s), 10.0)
+    values[-1, 0] = 25.0
+    t = T0 + 10.0 * np.arange(1, steps + 1)
+    stream = (np.tile(np.arange(s), steps), np.repeat(t, s), values.ravel(), np.zeros(steps * s, np.int8))
+    cut = 70 * s
+    batches: list[Batch] = [
+        (stream[0][:cut], stream[1][:cut], stream[2][:cut], stream[3][:cut]),
+        (stream[0][cut:], stream[1][cut:], stream[2][cut:], stream[3][cut:]),
+    ]
+    a, got = _run(floor, batches, None, tmp_path / "a.npz")
+    _per_sensor(monkeypatch)
+    b, alone = _run(floor, batches, None, tmp_path / "b.npz")
+    c = Engine(floor.rules, ManualClock())
+    expected = live(c, as_samples(floor, *stream))
+    assert canon(got) == canon(alone) == canon(expected)
+    assert _state(a) == _state(b)
+    assert a.pending("flow") == c.pending("flow") == (Rule.SLUG,)
