@@ -4,12 +4,14 @@ streams with gaps, on both the live and the batch path; memory stays within 32 K
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from monitor.engine import together
 from monitor.engine.baseline import MAX_BUCKETS, Baselines, geometry, quantum_for
 from monitor.engine.slug import step
 from tests.examples import examples
@@ -160,6 +162,40 @@ def test_commit_advancing_the_ring_equals_rebuilding_it_at_every_cut(window: flo
             cs, cc = win.prefix(win.quantize(values[a : a + size]), None)
             win.commit(cs, cc, rebuild=rebuild)
         assert _state(fast) == _state(slow)
+
+
+@settings(max_examples=examples(120), deadline=None)
+@given(
+    stream=streams(),
+    cuts=st.lists(st.floats(0, 1), max_size=5),
+    other=st.sampled_from([120.0, 600.0, 86400.0]),
+)
+def test_rows_committed_together_leave_the_state_of_the_live_path(
+    stream: tuple[float, np.ndarray, np.ndarray], cuts: list[float], other: float
+) -> None:
+    """Rows without a slug rule committed together from one 2-D array of a batch
+    (`together._settle`: grouped by geometry, running totals in int64), batch after batch
+    with one `Scratch` of every size: each row's ring is what the live path leaves. Three
+    rows: two of the stream's window (one group, values of other scales) and one of another."""
+    window, times, values = stream
+    windows = [window, other, window]
+    rows = np.vstack((values, np.round(values * 3.5, 2), -np.round(values / 7.0, 3)))
+    live = Baselines(windows, [SCALE] * 3)
+    together_ = Baselines(windows, [SCALE] * 3)
+    scratch = together.Scratch()
+    edges = sorted({0, times.size, *(int(c * times.size) for c in cuts)})
+    for a, b in itertools.pairwise(edges):
+        t = times[a:b]
+        steps = t[1:] - t[:-1]
+        max_step = float(steps.max()) if steps.size else -math.inf
+        done = together._settle(
+            together_, t, max_step, rows[:, a:b], [0, 1, 2], [0, 1, 2], [None] * 3, scratch
+        )
+        assert done == [True, True, True]  # each row's batch went through the 2-D commit
+        for r in range(3):
+            for ti, vi in zip(t.tolist(), rows[r, a:b].tolist(), strict=True):
+                step(None, live, r, ti, vi)
+        assert _state(live) == _state(together_)
 
 
 @pytest.mark.parametrize(
