@@ -9,9 +9,11 @@ import math
 import os
 import select
 import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -869,3 +871,27 @@ def test_a_replay_short_of_address_space_for_the_ring_records_its_incidents_in_p
     assert "recorded in this process" in said[0] and "not recorded" not in out.stderr
     assert (tmp_path / "b").read_text() == (tmp_path / "a").read_text()
     assert on_record(tmp_path / "state") == on_record(tmp_path / "normal")
+
+
+def test_the_freezer_knows_what_it_is_freezing_until_it_is_taken(tmp_path: Path) -> None:
+    """`in` is asked at every re-activation; it answers from a set kept with the queue.
+    The freezing itself is held on an event (a stand-in: what is asked is the queue's
+    membership, not how an incident is frozen)."""
+    release = threading.Event()
+
+    class Held(Freezer):
+        def _freeze(self, inc: Incident) -> Incident:
+            release.wait(timeout=60)
+            return inc
+
+    freezer = Held(tmp_path, lambda inc, store, columns: inc.figures)
+    a, b = (cast(Incident, SimpleNamespace(id=i)) for i in ("a", "b"))
+    freezer.submit(a)
+    freezer.submit(b)
+    assert "a" in freezer and "b" in freezer and "c" not in freezer
+    assert freezer.take(wait=False) == []  # still freezing: still known
+    assert "a" in freezer
+    release.set()
+    assert [i.id for i in freezer.take(wait=True)] == ["a", "b"]
+    assert "a" not in freezer and "b" not in freezer
+    freezer.close()
