@@ -4,17 +4,19 @@ anyone else's held open, and no hang or orphan when either process dies."""
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
 import select
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from monitor.errors import MonitorError, StateError
 from monitor.incidents import IncidentStore
-from monitor.incidents.freezer import FreezerProcess
+from monitor.incidents.freezer import WRITE_AHEAD, FreezerProcess
 from monitor.incidents.model import Figures, Incident
 from monitor.incidents.store import Columns
 
@@ -152,3 +154,50 @@ def test_the_freezer_process_exits_when_its_worker_dies(tmp_path: Path) -> None:
         assert ready == [handle], f"the freezer process {pid} outlived its worker"
     finally:
         os.close(handle)
+
+
+def test_files_written_together_come_back_in_order_each_durable_first(tmp_path: Path) -> None:
+    """More incidents than are written at once: every record frozen, in order, with the
+    hash of its own file as written."""
+    IncidentStore(tmp_path).close()
+    ids = [f"i{n:02d}" for n in range(3 * WRITE_AHEAD)]
+    freezer = FreezerProcess.start(tmp_path, _figures)
+    try:
+        for iid in ids:
+            freezer.submit(_incident(iid))
+        done = freezer.take(wait=True)
+    finally:
+        freezer.close()
+    assert [i.id for i in done] == ids
+    with IncidentStore(tmp_path) as store:
+        for inc in done:
+            data = store.evidence_path(inc.id).read_bytes()
+            assert inc.evidence_sha256 == hashlib.sha256(data).hexdigest()
+        assert all(i.frozen for i in store.incidents())
+
+
+def test_a_failed_write_stops_the_freezing_after_the_ones_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk on one file of several written together: those before it are saved as
+    frozen, it and those after are not, and `take` raises its error."""
+    IncidentStore(tmp_path).close()
+    write = IncidentStore.write_evidence
+
+    def full(self: IncidentStore, iid: str, *args: Any, **kwargs: Any) -> tuple[str, int]:
+        if iid == "c":
+            raise StateError("cannot write the evidence of c: No space left on device")
+        return write(self, iid, *args, **kwargs)
+
+    monkeypatch.setattr(IncidentStore, "write_evidence", full)  # copied by the fork
+    freezer = FreezerProcess.start(tmp_path, _figures)
+    try:
+        for iid in "abcde":
+            freezer.submit(_incident(iid))
+        with pytest.raises(StateError, match="No space left on device"):
+            freezer.take(wait=True)
+    finally:
+        freezer.close()
+    with IncidentStore(tmp_path) as store:
+        frozen = {i.id for i in store.incidents() if i.frozen}
+    assert frozen == {"a", "b"}

@@ -265,7 +265,7 @@ KILL_POINTS = {
     "before ready": (IncidentTracker, "__init__", "worker"),
     "mid-step": (IncidentTracker, "apply", "worker"),
     "in the final advance": (IncidentTracker, "advance", "worker"),
-    "mid-freeze": (Freezer, "_freeze", "freezer"),  # the worker's freezing process
+    "mid-freeze": (Freezer, "_prepare", "freezer"),  # the worker's freezing process
 }
 
 

@@ -27,8 +27,9 @@ from typing import Protocol
 
 from monitor.errors import MonitorError
 from monitor.incidents.model import Figures, Incident
-from monitor.incidents.store import Columns, IncidentStore
+from monitor.incidents.store import Columns, IncidentStore, csv_lines
 
+WRITE_AHEAD = 8  # evidence files written at once in the freezing process (each in memory)
 FiguresOf = Callable[[Incident, IncidentStore, dict[str, Columns]], Figures]
 
 
@@ -64,14 +65,27 @@ class Freezer:
         self._queue.append((inc.id, self._pool.submit(self._freeze, inc)))
 
     def _freeze(self, inc: Incident) -> Incident:
+        inc, parts, lines = self._prepare(inc)
+        sha, rows = self.store.write_evidence(inc.id, parts, lines)
+        return self._frozen(inc, sha, rows)
+
+    @property
+    def store(self) -> IncidentStore:
         if self._store is None:
             self._store = IncidentStore(self.state_dir)
-        store = self._store
+        return self._store
+
+    def _prepare(self, inc: Incident) -> tuple[Incident, list[bytes | bytearray], int]:
+        """The final figures and the evidence file's parts and rows (the database's half)."""
+        store = self.store
         columns = store.columns(inc.id)  # read once, for the figures and the file
         inc = inc.with_(figures=self.figures(inc, store, columns))
-        sha, rows = store.freeze_evidence(inc.id, columns)
+        return inc, store.evidence_parts(inc.id, columns), csv_lines(columns)
+
+    def _frozen(self, inc: Incident, sha: str, rows: int) -> Incident:
+        """Its record saved as frozen, once its file is durable."""
         inc = inc.with_(frozen=True, evidence_sha256=sha, evidence_rows=rows)
-        store.save(inc)
+        self.store.save(inc)
         return inc
 
     def take(self, wait: bool) -> list[Incident]:
@@ -235,19 +249,40 @@ def _serve(freezer: Freezer, inbox: Connection, outbox: Connection) -> int:
                 return
 
     threading.Thread(target=read, name="freezer input", daemon=True).start()
+    # The files' writes overlap in threads (fsync waits on the disk), up to WRITE_AHEAD;
+    # each record is saved as frozen, and sent, in order once its own file is durable.
+    writers = ThreadPoolExecutor(WRITE_AHEAD, thread_name_prefix="evidence")
+    pending: deque[tuple[Incident, Future[tuple[str, int]]]] = deque()
     try:
-        while (inc := incoming.get()) is not None and not ended.is_set():
-            try:
-                frozen = freezer._freeze(inc)
-            except Exception as exc:  # raised by the worker's `take`, as on a thread
+        while True:
+            if pending and (incoming.empty() or len(pending) >= WRITE_AHEAD):
+                inc, written = pending.popleft()
                 try:
-                    outbox.send(("error", exc))
-                except Exception:  # not picklable: its text, as the worker would report it
-                    outbox.send(("error", RuntimeError(traceback.format_exc())))
+                    frozen = freezer._frozen(inc, *written.result())
+                except Exception as exc:
+                    return _failed(outbox, exc)
+                outbox.send(("frozen", frozen))
+                continue
+            if (got := incoming.get()) is None or ended.is_set():
+                for inc, written in pending:  # being frozen: finished, as `close` says
+                    freezer._frozen(inc, *written.result())
                 return 0
-            outbox.send(("frozen", frozen))
-        return 0
+            try:
+                inc, parts, lines = freezer._prepare(got)
+            except Exception as exc:
+                return _failed(outbox, exc)
+            pending.append((inc, writers.submit(freezer.store.write_evidence, inc.id, parts, lines)))
     except OSError:  # the worker is gone: nothing to tell
         return 0
     finally:
+        writers.shutdown(wait=True)
         freezer.close()
+
+
+def _failed(outbox: Connection, exc: Exception) -> int:
+    """The failure to the worker, whose `take` raises it, as on a thread."""
+    try:
+        outbox.send(("error", exc))
+    except Exception:  # not picklable: its text, as the worker would report it
+        outbox.send(("error", RuntimeError(traceback.format_exc())))
+    return 0
