@@ -264,10 +264,10 @@ def _kill_self() -> None:
 
 
 KILL_POINTS = {
-    "before ready": (IncidentTracker, "__init__"),
-    "mid-step": (IncidentTracker, "apply"),
-    "in the final advance": (IncidentTracker, "advance"),
-    "mid-freeze": (Freezer, "_freeze"),
+    "before ready": (IncidentTracker, "__init__", "worker"),
+    "mid-step": (IncidentTracker, "apply", "worker"),
+    "in the final advance": (IncidentTracker, "advance", "worker"),
+    "mid-freeze": (Freezer, "_prepare", "freezer"),  # the worker's freezing process
 }
 
 
@@ -279,14 +279,15 @@ def test_a_worker_killed_at_any_point_leaves_a_usable_store(
     the middle of a step, during the final advance and while an incident freezes: the
     replay says so once, writes every event, exits 0, and `monitor incidents list` reads
     what was recorded."""
-    _in_child(*KILL_POINTS[point], _kill_self, monkeypatch)
+    owner, name, who = KILL_POINTS[point]
+    _in_child(owner, name, _kill_self, monkeypatch)
     case = next(c for c in CASES if c.name == "slug-and-oil")
     cfg = case_config(case, tmp_path / "state")
     events = tmp_path / "e.jsonl"
     result = run("replay", "--config", str(cfg), "--input", str(case / "input.csv"), "--events", str(events))
     assert result.returncode == 0, result.stderr
     failed = [line for line in result.stderr.splitlines() if "not recorded" in line]
-    assert len(failed) == 1 and failed[0].endswith("the incident worker process stopped (exit -9)"), failed
+    assert len(failed) == 1 and failed[0].endswith(f"the incident {who} process stopped (exit -9)"), failed
     assert len(events.read_text(encoding="utf-8").splitlines()) == 4  # every alarm event
     listed = run("incidents", "list", "--config", str(cfg))
     assert listed.returncode == 0, listed.stderr

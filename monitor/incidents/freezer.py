@@ -6,20 +6,43 @@ of it in the replay loop. Here it runs on one worker thread with a store connect
 its own (WAL: the replay's evidence writes go on beside it), one incident after another
 in the order they were handed over, each file durable before its record says frozen.
 NumPy, SQLite, file writes and hashlib release the GIL, so most of it runs on the second
-core. Live, the daemon freezes in the batch that ends an incident (`IncidentTracker`).
+core. In the replay's incident worker the same work runs in a process of its own
+(`FreezerProcess`), off the tracker's GIL. Live, the daemon freezes in the batch that
+ends an incident (`IncidentTracker`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import queue
+import threading
+import traceback
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Protocol
 
+from monitor.errors import MonitorError
 from monitor.incidents.model import Figures, Incident
-from monitor.incidents.store import Columns, IncidentStore
+from monitor.incidents.store import Columns, IncidentStore, csv_lines
 
+WRITE_AHEAD = 8  # evidence files written at once in the freezing process (each in memory)
 FiguresOf = Callable[[Incident, IncidentStore, dict[str, Columns]], Figures]
+
+
+class Freezing(Protocol):
+    """What the tracker needs of its freezer: `Freezer`, or `FreezerProcess`."""
+
+    def __contains__(self, iid: object) -> bool: ...
+
+    def submit(self, inc: Incident) -> None: ...
+
+    def take(self, wait: bool) -> list[Incident]: ...
+
+    def close(self) -> None: ...
 
 
 class Freezer:
@@ -45,14 +68,27 @@ class Freezer:
         self._ids.add(inc.id)
 
     def _freeze(self, inc: Incident) -> Incident:
+        inc, parts, lines = self._prepare(inc)
+        sha, rows = self.store.write_evidence(inc.id, parts, lines)
+        return self._frozen(inc, sha, rows)
+
+    @property
+    def store(self) -> IncidentStore:
         if self._store is None:
             self._store = IncidentStore(self.state_dir)
-        store = self._store
+        return self._store
+
+    def _prepare(self, inc: Incident) -> tuple[Incident, list[bytes | bytearray], int]:
+        """The final figures and the evidence file's parts and rows (the database's half)."""
+        store = self.store
         columns = store.columns(inc.id)  # read once, for the figures and the file
         inc = inc.with_(figures=self.figures(inc, store, columns))
-        sha, rows = store.freeze_evidence(inc.id, columns)
+        return inc, store.evidence_parts(inc.id, columns), csv_lines(columns)
+
+    def _frozen(self, inc: Incident, sha: str, rows: int) -> Incident:
+        """Its record saved as frozen, once its file is durable."""
         inc = inc.with_(frozen=True, evidence_sha256=sha, evidence_rows=rows)
-        store.save(inc)
+        self.store.save(inc)
         return inc
 
     def take(self, wait: bool) -> list[Incident]:
@@ -77,3 +113,181 @@ class Freezer:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+
+class FreezerProcess:
+    """`Freezer` with its work in a forked process of its own, for the replay's incident
+    worker: there the tracker and the freezer shared one GIL, and the replay waited about
+    0.5 s at its end for the worker's freezing. The process is forked before the worker
+    has threads, a tracker or a database connection (`start`), closes every pipe it
+    inherited but its own two (a worker that dies is an end of file to the replay, and
+    to it: it finishes the incident in hand and exits), and opens its own store."""
+
+    def __init__(self, pid: int, send: Connection, recv: Connection) -> None:
+        self._pid: int | None = pid
+        self._send: Connection | None = send
+        self._recv = recv
+        self._queue: deque[str] = deque()
+        self._failure: BaseException | None = None
+        self._exit: int | None = None
+
+    @classmethod
+    def start(cls, state_dir: Path, figures: FiguresOf) -> FreezerProcess:
+        """Fork the process (OSError: no fork, the caller freezes on a thread instead)."""
+        work_r, work_w = _pipe()
+        done_r, done_w = _pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            for conn in (work_r, work_w, done_r, done_w):
+                conn.close()
+            raise
+        if pid == 0:  # pragma: no cover (runs in the forked process; tests see its effects)
+            code = 1
+            try:
+                work_w.close()
+                done_r.close()
+                _close_inherited_pipes({0, 1, 2, work_r.fileno(), done_w.fileno()})
+                code = _serve(Freezer(state_dir, figures), work_r, done_w)
+            finally:
+                os._exit(code)
+        work_r.close()
+        done_w.close()
+        return cls(pid, work_w, done_r)
+
+    @property
+    def pid(self) -> int | None:
+        return self._pid
+
+    def __contains__(self, iid: object) -> bool:
+        """Whether the incident is being frozen (on record as frozen, soon)."""
+        return iid in self._queue
+
+    def submit(self, inc: Incident) -> None:
+        self._queue.append(inc.id)
+        if self._failure is not None or self._send is None:
+            return
+        try:
+            self._send.send(inc)
+        except OSError:  # the process is gone: `take` says so
+            self._failure = self._gone()
+
+    def take(self, wait: bool) -> list[Incident]:
+        """The incidents frozen so far, in the order handed over (`wait`: all of them)."""
+        out: list[Incident] = []
+        while self._queue:
+            if self._failure is not None:
+                raise self._failure
+            if not wait and not self._recv.poll():
+                break
+            try:
+                kind, value = self._recv.recv()
+            except (EOFError, OSError):  # every writer gone: the process exited
+                self._failure = self._gone()
+                continue
+            if kind == "error":
+                self._failure = value
+                continue
+            self._queue.popleft()
+            out.append(value)
+        return out
+
+    def close(self) -> None:
+        """Finish what is being frozen (the process drops what was queued behind it)."""
+        if self._send is not None:
+            self._send.close()  # the end of its input
+            self._send = None
+        self._reap()
+        self._recv.close()
+        self._queue.clear()
+
+    def _reap(self) -> int | None:
+        if self._pid is not None:
+            _, status = os.waitpid(self._pid, 0)
+            self._exit = os.waitstatus_to_exitcode(status)
+            self._pid = None
+        return self._exit
+
+    def _gone(self) -> MonitorError:
+        return MonitorError(f"the incident freezer process stopped (exit {self._reap()})")
+
+
+def _pipe() -> tuple[Connection, Connection]:
+    r, w = os.pipe()
+    return Connection(r, writable=False), Connection(w, readable=False)
+
+
+def _close_inherited_pipes(keep: set[int]) -> None:
+    """Close every pipe and socket this process inherited but `keep`: the replay's pipes
+    to the worker (the worker's ends of them, the fork's sentinel), whose end of file
+    tells each side the other died, must not be held open by a process of neither. Files
+    (a log, the replay's databases) stay: nothing here uses them, and os._exit never
+    flushes or closes them behind their owner's back."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd in keep:
+            continue
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own fd, closed by now
+            continue
+        if target.startswith(("pipe:", "socket:")):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _serve(freezer: Freezer, inbox: Connection, outbox: Connection) -> int:
+    """The process: incidents in, frozen incidents (or the failure, after which it stops)
+    out, in order. A reader thread keeps the input pipe empty, so that the worker never
+    waits on it while this waits for the worker to read results; the end of the input
+    (the worker closed it, or died) drops what was queued behind the incident in hand."""
+    incoming: queue.SimpleQueue[Incident | None] = queue.SimpleQueue()
+    ended = threading.Event()
+
+    def read() -> None:
+        while True:
+            try:
+                incoming.put(inbox.recv())
+            except (EOFError, OSError):
+                ended.set()
+                incoming.put(None)
+                return
+
+    threading.Thread(target=read, name="freezer input", daemon=True).start()
+    # The files' writes overlap in threads (fsync waits on the disk), up to WRITE_AHEAD;
+    # each record is saved as frozen, and sent, in order once its own file is durable.
+    writers = ThreadPoolExecutor(WRITE_AHEAD, thread_name_prefix="evidence")
+    pending: deque[tuple[Incident, Future[tuple[str, int]]]] = deque()
+    try:
+        while True:
+            if pending and (incoming.empty() or len(pending) >= WRITE_AHEAD):
+                inc, written = pending.popleft()
+                try:
+                    frozen = freezer._frozen(inc, *written.result())
+                except Exception as exc:
+                    return _failed(outbox, exc)
+                outbox.send(("frozen", frozen))
+                continue
+            if (got := incoming.get()) is None or ended.is_set():
+                for inc, written in pending:  # being frozen: finished, as `close` says
+                    freezer._frozen(inc, *written.result())
+                return 0
+            try:
+                inc, parts, lines = freezer._prepare(got)
+            except Exception as exc:
+                return _failed(outbox, exc)
+            pending.append((inc, writers.submit(freezer.store.write_evidence, inc.id, parts, lines)))
+    except OSError:  # the worker is gone: nothing to tell
+        return 0
+    finally:
+        writers.shutdown(wait=True)
+        freezer.close()
+
+
+def _failed(outbox: Connection, exc: Exception) -> int:
+    """The failure to the worker, whose `take` raises it, as on a thread."""
+    try:
+        outbox.send(("error", exc))
+    except Exception:  # not picklable: its text, as the worker would report it
+        outbox.send(("error", RuntimeError(traceback.format_exc())))
+    return 0

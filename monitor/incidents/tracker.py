@@ -38,7 +38,7 @@ from monitor.incidents.figures import (
     run_start,
     usual_interval,
 )
-from monitor.incidents.freezer import Freezer
+from monitor.incidents.freezer import Freezer, Freezing
 from monitor.incidents.model import Figures, Incident, incident_id
 from monitor.incidents.store import Columns, IncidentStore, csv_lines
 from monitor.model import Condition, ConditionState, Kind, Rule, Sample, iso
@@ -145,6 +145,37 @@ class _Draft:
     changed: bool = False
 
 
+def figures_of(
+    watch: Mapping[str, Watch], inc: Incident, store: IncidentStore, columns: dict[str, Columns] | None = None
+) -> Figures:
+    """The incident's figures from its evidence rows (`IncidentTracker.figures`), from
+    what a forked freezer has without the tracker: its sensors' `watches`."""
+
+    def evidence(sensor: str) -> Series:
+        cols = store.columns(inc.id, sensor) if columns is None else columns
+        t, v, q = cols.get(sensor, _NO_EVIDENCE)
+        return Series.of_sorted(t, v, q)  # `columns` are in time order
+
+    s = evidence(inc.sensor)
+    until = inc.end if inc.end is not None else (float(s.t[-1]) if s.t.size else inc.start)
+    w = watch.get(inc.sensor)
+    gap = (w.slug_gap if inc.rule == Rule.SLUG else w.stale_after) if w is not None else math.inf
+    paired = None
+    if inc.flow_sensor is not None and inc.flow_sensor in watch:
+        paired = (evidence(inc.flow_sensor), watch[inc.flow_sensor].unit)
+    return compute(
+        s,
+        start=inc.start,
+        until=until,
+        baseline=inc.figures.baseline,
+        high=inc.rule != Rule.LOW,
+        max_gap=gap,
+        interval=usual_interval(s, inc.start, BASELINE_WINDOW),
+        flow_unit=inc.unit if w is not None and w.kind is Kind.FLOW else None,
+        paired_flow=paired,
+    )
+
+
 class IncidentTracker:
     """One station's incidents, fed in event time.
 
@@ -160,17 +191,21 @@ class IncidentTracker:
         store: IncidentStore | None = None,
         history: History | None = None,
         background: bool = False,
+        freezer: Freezing | None = None,
     ) -> None:
         self.config = config
         # `background` (replay): final incidents are frozen (figures, evidence file, hash,
         # the frozen record) on a worker thread with a connection of its own, in order, while
         # the replay goes on; their frozen form is returned by a later `advance`, and a
         # failure there is raised by it. Live, the daemon freezes in the batch that ends them.
+        # `freezer`: the replay worker's, in a process of its own (`FreezerProcess`).
         self.history = history
         self.settings = config.incidents
         self.zone = config.station.zone
         self.store = store if store is not None else IncidentStore(config.state_dir)
-        self._freezer = Freezer(self.store.dir, self.figures) if background else None
+        self._freezer: Freezing | None = None
+        if background:
+            self._freezer = freezer if freezer is not None else Freezer(self.store.dir, self.figures)
         self.watch = watches(config)
         longest = max(
             [r.slug.duration for r in config.rules.values() if r.slug is not None]
@@ -620,31 +655,7 @@ class IncidentTracker:
     ) -> Figures:
         """The incident's figures from its evidence rows (what survives a restart);
         `columns`: all of them (`store.columns(inc.id)`), when the caller has read them."""
-        store = self.store if store is None else store
-
-        def evidence(sensor: str) -> Series:
-            cols = store.columns(inc.id, sensor) if columns is None else columns
-            t, v, q = cols.get(sensor, _NO_EVIDENCE)
-            return Series.of_sorted(t, v, q)  # `columns` are in time order
-
-        s = evidence(inc.sensor)
-        until = inc.end if inc.end is not None else (float(s.t[-1]) if s.t.size else inc.start)
-        w = self.watch.get(inc.sensor)
-        gap = (w.slug_gap if inc.rule == Rule.SLUG else w.stale_after) if w is not None else math.inf
-        paired = None
-        if inc.flow_sensor is not None and inc.flow_sensor in self.watch:
-            paired = (evidence(inc.flow_sensor), self.watch[inc.flow_sensor].unit)
-        return compute(
-            s,
-            start=inc.start,
-            until=until,
-            baseline=inc.figures.baseline,
-            high=inc.rule != Rule.LOW,
-            max_gap=gap,
-            interval=usual_interval(s, inc.start, BASELINE_WINDOW),
-            flow_unit=inc.unit if w is not None and w.kind is Kind.FLOW else None,
-            paired_flow=paired,
-        )
+        return figures_of(self.watch, inc, self.store if store is None else store, columns)
 
     def _freeze(self, incidents: list[Incident]) -> None:
         """Final figures and evidence files of incidents final in the same step. Each file
@@ -678,7 +689,7 @@ class IncidentTracker:
                 sha,
             )
 
-    def _freeze_later(self, freezer: Freezer, finals: list[Incident]) -> None:
+    def _freeze_later(self, freezer: Freezing, finals: list[Incident]) -> None:
         """`_freeze` on the worker (`freezer.py`): the last evidence is copied in here, on
         this connection, and the ended record saved, so a failure there loses nothing."""
         for ended in finals:
@@ -688,7 +699,7 @@ class IncidentTracker:
             self._changed.pop(inc.id, None)  # its frozen form comes with a later `advance`
             freezer.submit(inc)
 
-    def _harvest(self, freezer: Freezer, wait: bool) -> None:
+    def _harvest(self, freezer: Freezing, wait: bool) -> None:
         for inc in freezer.take(wait):
             self._changed[inc.id] = inc
             log.info(

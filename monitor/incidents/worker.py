@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import gc
 import logging
 import logging.handlers
@@ -49,9 +50,10 @@ import numpy.typing as npt
 
 from monitor.config import Config
 from monitor.errors import MonitorError
+from monitor.incidents.freezer import FreezerProcess
 from monitor.incidents.model import Incident
 from monitor.incidents.store import FILE
-from monitor.incidents.tracker import IncidentTracker, Part, Series_, kept_sensors
+from monitor.incidents.tracker import IncidentTracker, Part, Series_, figures_of, kept_sensors, watches
 from monitor.model import Condition, new_condition
 
 if TYPE_CHECKING:
@@ -518,6 +520,12 @@ def _serve(
     interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)
     for conn in theirs:  # the replay's ends, copied by the fork
         conn.close()
+    # Freezing in a process of its own, forked here, before this one has threads, a tracker
+    # or a database connection: the tracker and the freezer shared this process's GIL, and
+    # the replay waited ~0.5 s for them at its end. No fork: a thread, as before.
+    freezer: FreezerProcess | None = None
+    with contextlib.suppress(OSError):
+        freezer = FreezerProcess.start(Path(config.state_dir), functools.partial(figures_of, watches(config)))
     back: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
     writer = threading.Thread(target=_write_back, args=(outbox, back), name="incident results")
     writer.start()
@@ -530,8 +538,10 @@ def _serve(
         if interrupt is not None:
             signal.signal(signal.SIGINT, interrupt)  # as the replay has it (ignored in a `&` job)
         try:
-            tracker = IncidentTracker(config, background=True)
+            tracker = IncidentTracker(config, background=True, freezer=freezer)
         except (MonitorError, OSError) as exc:
+            if freezer is not None:
+                freezer.close()
             back.put(("error", str(exc)))
             return
         back.put(("ready",))
