@@ -128,6 +128,7 @@ class FreezerProcess:
         self._send: Connection | None = send
         self._recv = recv
         self._queue: deque[str] = deque()
+        self._ids: set[str] = set()  # the queue's incidents, as in `Freezer`
         self._failure: BaseException | None = None
         self._exit: int | None = None
 
@@ -160,11 +161,13 @@ class FreezerProcess:
         return self._pid
 
     def __contains__(self, iid: object) -> bool:
-        """Whether the incident is being frozen (on record as frozen, soon)."""
-        return iid in self._queue
+        """Whether the incident is being frozen (on record as frozen, soon): a set, as
+        in `Freezer`, not a walk of the queue."""
+        return iid in self._ids
 
     def submit(self, inc: Incident) -> None:
         self._queue.append(inc.id)
+        self._ids.add(inc.id)
         if self._failure is not None or self._send is None:
             return
         try:
@@ -188,7 +191,7 @@ class FreezerProcess:
             if kind == "error":
                 self._failure = value
                 continue
-            self._queue.popleft()
+            self._ids.discard(self._queue.popleft())
             out.append(value)
         return out
 
@@ -200,6 +203,7 @@ class FreezerProcess:
         self._reap()
         self._recv.close()
         self._queue.clear()
+        self._ids.clear()
 
     def _reap(self) -> int | None:
         if self._pid is not None:
