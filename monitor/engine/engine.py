@@ -383,9 +383,20 @@ class Engine:
         accepted[st.index :: len(self._states)] = True  # `sel` as a slice: no gather
         self._parts[st.index] = (sel, ts, vs)
         self.counters.samples += int(sel.size)
+        self._believable_again(st)
+        self._last_reading(st, sel, ts, vs, q_out)
+
+    def _believable_again(self, st: SensorState) -> None:
+        """The end of a bad-value episode, logged once."""
         if st.bad_episode:
             st.bad_episode = False
             log.info("sensor %s: believable values again", st.sensor)
+
+    @staticmethod
+    def _last_reading(
+        st: SensorState, sel: npt.NDArray[np.intp], ts: Floats, vs: Floats, q_out: npt.NDArray[np.int8]
+    ) -> None:
+        """The sensor's latest admitted time, value and quality, as the status shows them."""
         st.last_time = float(ts[-1])
         st.value = float(vs[-1])
         st.quality = Quality(int(q_out[sel[-1]]))
@@ -434,15 +445,11 @@ class Engine:
                 self._bad(st, float(ts[i]), float(vs[i]), int(bad.sum()))
                 diag = (ts, vs, bad, good)
             decisive = np.flatnonzero(bad | good)
-            if decisive.size and good[decisive[-1]] and st.bad_episode:
-                st.bad_episode = False
-                log.info("sensor %s: believable values again", st.sensor)
-        elif st.bad_episode:
-            st.bad_episode = False
-            log.info("sensor %s: believable values again", st.sensor)
-        st.last_time = float(ts[-1])
-        st.value = float(vs[-1])
-        st.quality = Quality(int(q_out[sel[-1]]))
+            if decisive.size and good[decisive[-1]]:
+                self._believable_again(st)
+        else:
+            self._believable_again(st)
+        self._last_reading(st, sel, ts, vs, q_out)
         if diag is None and good.all():
             return ts, vs, None
         return ts[good], vs[good], diag
