@@ -23,7 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from monitor.errors import MonitorError
 from monitor.incidents.model import Figures, Incident
@@ -45,6 +45,40 @@ class Freezing(Protocol):
     def close(self) -> None: ...
 
 
+T = TypeVar("T")
+
+
+class _Handed(Generic[T]):
+    """The incidents handed over and not taken back yet, in order, each with what stands
+    for it (a future, or nothing); `in` looks in a set, not along the queue, which grows
+    when freezing falls behind (a 100 M-row replay asks at every re-activation)."""
+
+    def __init__(self) -> None:
+        self._items: deque[tuple[str, T]] = deque()
+        self._ids: set[str] = set()
+
+    def __contains__(self, iid: object) -> bool:
+        return iid in self._ids
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def append(self, iid: str, item: T) -> None:
+        self._items.append((iid, item))
+        self._ids.add(iid)
+
+    def first(self) -> T:
+        return self._items[0][1]
+
+    def popleft(self) -> None:
+        iid, _ = self._items.popleft()
+        self._ids.discard(iid)
+
+    def clear(self) -> None:
+        self._items.clear()
+        self._ids.clear()
+
+
 class Freezer:
     """Final incidents in, frozen incidents out (in order); a failure is raised by `take`."""
 
@@ -53,19 +87,16 @@ class Freezer:
         self.figures = figures
         self._pool: ThreadPoolExecutor | None = None
         self._store: IncidentStore | None = None  # the worker's own connection
-        self._queue: deque[tuple[str, Future[Incident]]] = deque()
-        self._ids: set[str] = set()  # the queue's incidents: asked at every transition
+        self._queue: _Handed[Future[Incident]] = _Handed()
 
     def __contains__(self, iid: object) -> bool:
-        """Whether the incident is being frozen (on record as frozen, soon): a set, not a
-        walk of the queue, which grows when freezing falls behind (a 100 M-row replay)."""
-        return iid in self._ids
+        """Whether the incident is being frozen (on record as frozen, soon)."""
+        return iid in self._queue
 
     def submit(self, inc: Incident) -> None:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="freezer")
-        self._queue.append((inc.id, self._pool.submit(self._freeze, inc)))
-        self._ids.add(inc.id)
+        self._queue.append(inc.id, self._pool.submit(self._freeze, inc))
 
     def _freeze(self, inc: Incident) -> Incident:
         inc, parts, lines = self._prepare(inc)
@@ -95,12 +126,11 @@ class Freezer:
         """The incidents frozen so far, in the order handed over (`wait`: all of them)."""
         out: list[Incident] = []
         while self._queue:
-            _, done = self._queue[0]
+            done = self._queue.first()
             if not wait and not done.done():
                 break
             out.append(done.result())
-            iid, _ = self._queue.popleft()
-            self._ids.discard(iid)
+            self._queue.popleft()
         return out
 
     def close(self) -> None:
@@ -109,7 +139,6 @@ class Freezer:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         self._queue.clear()
-        self._ids.clear()
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -127,8 +156,7 @@ class FreezerProcess:
         self._pid: int | None = pid
         self._send: Connection | None = send
         self._recv = recv
-        self._queue: deque[str] = deque()
-        self._ids: set[str] = set()  # the queue's incidents, as in `Freezer`
+        self._queue: _Handed[None] = _Handed()
         self._failure: BaseException | None = None
         self._exit: int | None = None
 
@@ -161,13 +189,11 @@ class FreezerProcess:
         return self._pid
 
     def __contains__(self, iid: object) -> bool:
-        """Whether the incident is being frozen (on record as frozen, soon): a set, as
-        in `Freezer`, not a walk of the queue."""
-        return iid in self._ids
+        """Whether the incident is being frozen (on record as frozen, soon)."""
+        return iid in self._queue
 
     def submit(self, inc: Incident) -> None:
-        self._queue.append(inc.id)
-        self._ids.add(inc.id)
+        self._queue.append(inc.id, None)
         if self._failure is not None or self._send is None:
             return
         try:
@@ -191,7 +217,7 @@ class FreezerProcess:
             if kind == "error":
                 self._failure = value
                 continue
-            self._ids.discard(self._queue.popleft())
+            self._queue.popleft()
             out.append(value)
         return out
 
@@ -203,7 +229,6 @@ class FreezerProcess:
         self._reap()
         self._recv.close()
         self._queue.clear()
-        self._ids.clear()
 
     def _reap(self) -> int | None:
         if self._pid is not None:
