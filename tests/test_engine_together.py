@@ -55,6 +55,21 @@ def _stream(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return sensor, np.repeat(t, SENSORS), values.ravel(), quality.ravel()
 
 
+def spy_settled(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """`together.settle` watched: each call's count of sensors settled together, so a test
+    can assert the 2-D path was taken."""
+    settle = together.settle
+    settled: list[int] = []
+
+    def spy(*args: object, **kwargs: object) -> list[bool]:
+        done = settle(*args, **kwargs)  # type: ignore[arg-type]
+        settled.append(sum(done))
+        return done
+
+    monkeypatch.setattr(together, "settle", spy)
+    return settled
+
+
 def _state(engine: Engine) -> list[object]:
     base = engine.baselines
     out: list[object] = [base.sums.tobytes(), base.counts.tobytes(), base.bucket, base.cur_sum]
@@ -69,15 +84,7 @@ def _state(engine: Engine) -> list[object]:
 @pytest.mark.parametrize("seed", range(6))
 def test_sensors_judged_together_equal_each_alone(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     sensor, time, value, quality = _stream(seed)
-    settle = together.settle
-    settled: list[int] = []
-
-    def spy(*args: object, **kwargs: object) -> list[bool]:
-        done = settle(*args, **kwargs)  # type: ignore[arg-type]
-        settled.append(sum(done))
-        return done
-
-    monkeypatch.setattr(together, "settle", spy)
+    settled = spy_settled(monkeypatch)
     batch = int(np.random.default_rng(seed).integers(100, 600))
     a = Engine(CONFIG.rules, ManualClock())
     got = [c for s in replay_steps(a, sensor, time, value, quality, batch_size=batch) for c in s.conditions]

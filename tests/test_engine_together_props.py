@@ -20,7 +20,7 @@ from monitor.model import Condition, ManualClock, Rule
 from tests.engine_helpers import T0, as_samples, canon, live, station
 from tests.examples import examples
 from tests.test_engine_replay import CONFIG, EDGES, PLAIN
-from tests.test_engine_together import _state
+from tests.test_engine_together import _state, spy_settled
 
 # Slug sensors that are quiet from the start (warm-up 0) with two geometries, a plain row,
 # a meter: most batches are settled by the 2-D path.
@@ -155,6 +155,12 @@ def scenarios(draw: st.DrawFn) -> tuple[str, list[Batch], int | None]:
     return name, batches, ckpt
 
 
+def _cut(stream: Batch, at: int) -> list[Batch]:
+    """A stream as two batches, cut at sample `at`."""
+    s, t, v, q = stream
+    return [(s[:at], t[:at], v[:at], q[:at]), (s[at:], t[at:], v[at:], q[at:])]
+
+
 def _run(
     config: Config, batches: list[Batch], ckpt: int | None, path: Path
 ) -> tuple[Engine, list[Condition]]:
@@ -235,15 +241,7 @@ def test_a_sample_exactly_at_the_slug_threshold_is_not_over_on_either_path(
     """A baseline of exactly 10 (whole quanta) and a factor of 2: a sample at 20 is not over
     (the 2-D path settles the batch), the next float above 20 is (its own path, the same
     pending run as live)."""
-    settle = together.settle
-    settled: list[int] = []
-
-    def spy(*args: object, **kwargs: object) -> list[bool]:
-        done = settle(*args, **kwargs)  # type: ignore[arg-type]
-        settled.append(sum(done))
-        return done
-
-    monkeypatch.setattr(together, "settle", spy)
+    settled = spy_settled(monkeypatch)
     s = len(TWO.sensors)
     steps = 90
     values = np.full((steps, s), 10.0)
@@ -251,10 +249,7 @@ def test_a_sample_exactly_at_the_slug_threshold_is_not_over_on_either_path(
     t = T0 + 10.0 * np.arange(1, steps + 1)
     stream = (np.tile(np.arange(s), steps), np.repeat(t, s), values.ravel(), np.zeros(steps * s, np.int8))
     cut = 70 * s
-    batches: list[Batch] = [
-        (stream[0][:cut], stream[1][:cut], stream[2][:cut], stream[3][:cut]),
-        (stream[0][cut:], stream[1][cut:], stream[2][cut:], stream[3][cut:]),
-    ]
+    batches = _cut(stream, cut)
     a, got = _run(TWO, batches, None, tmp_path / "a.npz")
     assert settled[-1] == (1 if over else 2)  # the flow's batch settled together unless over
     _per_sensor(monkeypatch)
@@ -285,19 +280,8 @@ def test_a_restart_just_past_the_window_is_not_settled_quiet(
         np.zeros(t.size * s, np.int8),
     )
     cut = (35 if inside else 40) * s
-    batches: list[Batch] = [
-        (stream[0][:cut], stream[1][:cut], stream[2][:cut], stream[3][:cut]),
-        (stream[0][cut:], stream[1][cut:], stream[2][cut:], stream[3][cut:]),
-    ]
-    settle = together.settle
-    settled: list[int] = []
-
-    def spy(*args: object, **kwargs: object) -> list[bool]:
-        done = settle(*args, **kwargs)  # type: ignore[arg-type]
-        settled.append(sum(done))
-        return done
-
-    monkeypatch.setattr(together, "settle", spy)
+    batches = _cut(stream, cut)
+    settled = spy_settled(monkeypatch)
     a, _ = _run(TWO, batches, None, tmp_path / "a.npz")
     restart = gap > 300.0
     assert settled[-1] == (0 if restart else 2)
@@ -333,10 +317,7 @@ def test_a_baseline_exactly_at_the_floor_is_judged_on_either_path(
     t = T0 + 10.0 * np.arange(1, steps + 1)
     stream = (np.tile(np.arange(s), steps), np.repeat(t, s), values.ravel(), np.zeros(steps * s, np.int8))
     cut = 70 * s
-    batches: list[Batch] = [
-        (stream[0][:cut], stream[1][:cut], stream[2][:cut], stream[3][:cut]),
-        (stream[0][cut:], stream[1][cut:], stream[2][cut:], stream[3][cut:]),
-    ]
+    batches = _cut(stream, cut)
     a, got = _run(floor, batches, None, tmp_path / "a.npz")
     _per_sensor(monkeypatch)
     b, alone = _run(floor, batches, None, tmp_path / "b.npz")
