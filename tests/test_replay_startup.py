@@ -24,6 +24,15 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 
+MINIMAL = Path(__file__).resolve().parent.parent / "config" / "minimal.yaml"  # the probes' station
+
+
+def _probe(code: str) -> subprocess.CompletedProcess[str]:
+    """`code` run in a fresh interpreter with the minimal station's path as its argument."""
+    argv = [sys.executable, "-c", code, str(MINIMAL)]
+    return subprocess.run(argv, capture_output=True, text=True, check=True)
+
+
 def _loaded(path: Path) -> set[str]:
     out = subprocess.run(
         [sys.executable, "-c", _PROBE, str(path)], capture_output=True, text=True, check=True
@@ -60,10 +69,7 @@ def test_config_validators_are_built_on_first_use() -> None:
         "load_config(sys.argv[1])\n"
         "print(before, [m.__pydantic_complete__ for m in (config.Config, config.Sensor, config.Notify)])\n"
     )
-    example = Path(__file__).resolve().parent.parent / "config" / "minimal.yaml"
-    out = subprocess.run(
-        [sys.executable, "-c", probe, str(example)], capture_output=True, text=True, check=True
-    )
+    out = _probe(probe)
     # Sensor's own validator is not needed: Config's holds the sensors' schema.
     assert out.stdout.split("] [") == ["[False, False, False", "True, False, False]\n"]
 
@@ -102,8 +108,5 @@ def test_a_station_without_derived_sensors_loads_no_expression_parser() -> None:
         "load_config(sys.argv[1])\n"
         "print('monitor.config.expression' in sys.modules)\n"
     )
-    example = Path(__file__).resolve().parent.parent / "config" / "minimal.yaml"
-    out = subprocess.run(
-        [sys.executable, "-c", probe, str(example)], capture_output=True, text=True, check=True
-    )
+    out = _probe(probe)
     assert out.stdout == "False\n"
