@@ -540,6 +540,33 @@ def test_the_worker_records_the_same_through_a_small_ring(
         assert not piped and waits
 
 
+KILLED = r"the incident worker process stopped \(exit -9\)"
+
+
+def _record_expecting(
+    config: Config,
+    series: tuple[np.ndarray, np.ndarray, np.ndarray],
+    raises: type[BaseException],
+    match: str | None,
+    pipe: tuple[int, int],
+) -> IncidentWorker:
+    """A worker-fed replay of `series` that must end in `raises`: the test's pipe is closed
+    and the worker closed either way, and the child is reaped."""
+    tracker = IncidentWorker(config)
+    pid = tracker._proc.pid if tracker._proc is not None else None
+    try:
+        with pytest.raises(raises, match=match):
+            record(config, tracker, *series, batch=5_000)
+    finally:
+        tracker.close()
+        for fd in pipe:
+            os.close(fd)
+    assert pid is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # reaped
+    return tracker
+
+
 def test_a_worker_that_dies_while_the_replay_waits_for_ring_space_is_reported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -565,18 +592,8 @@ def test_a_worker_that_dies_while_the_replay_waits_for_ring_space_is_reported(
     monkeypatch.setattr(IncidentWorker, "_drain", tell)
     _in_child(IncidentTracker, "add_series", die_once_waited_for, monkeypatch)
     config, sensor, time, value = chattering(tmp_path / "state")
-    tracker = IncidentWorker(config)
-    pid = tracker._proc.pid if tracker._proc is not None else None
-    try:
-        with pytest.raises(MonitorError, match=r"the incident worker process stopped \(exit -9\)"):
-            record(config, tracker, sensor, time, value, batch=5_000)
-    finally:
-        tracker.close()
-        os.close(waiting)
-        os.close(told)
-    assert waited and pid is not None
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)  # reaped
+    _record_expecting(config, (sensor, time, value), MonitorError, KILLED, (waiting, told))
+    assert waited
 
 
 def test_without_shared_memory_for_the_ring_the_tracker_runs_in_process(
@@ -695,18 +712,8 @@ def test_a_ctrl_c_while_the_replay_waits_for_ring_space_stops_both_processes(
     monkeypatch.setattr(IncidentWorker, "_drain", tell)
     _in_child(IncidentTracker, "add_series", ctrl_c_once_waited_for, monkeypatch)
     config, sensor, time, value = chattering(tmp_path / "state")
-    tracker = IncidentWorker(config)
-    pid = tracker._proc.pid if tracker._proc is not None else None
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            record(config, tracker, sensor, time, value, batch=5_000)  # closes the tracker
-    finally:
-        tracker.close()
-        os.close(waiting)
-        os.close(told)
-    assert waited and pid is not None and tracker._proc is None
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)  # reaped
+    tracker = _record_expecting(config, (sensor, time, value), KeyboardInterrupt, None, (waiting, told))
+    assert waited and tracker._proc is None  # `record` closed it
     store = IncidentStore(tmp_path / "state")
     try:
         store.incidents()
@@ -814,18 +821,8 @@ def test_a_worker_that_dies_while_the_replay_writes_a_full_step_pipe_is_reported
     monkeypatch.setattr(worker, "_write_all", tell_when_full)
     _in_child(IncidentTracker, "add_series", die_once_the_pipe_is_full, monkeypatch)
     config, sensor, time, value = chattering(tmp_path / "state", days=6)
-    tracker = IncidentWorker(config)
-    pid = tracker._proc.pid if tracker._proc is not None else None
-    try:
-        with pytest.raises(MonitorError, match=r"the incident worker process stopped \(exit -9\)"):
-            record(config, tracker, sensor, time, value, batch=5_000)
-    finally:
-        tracker.close()
-        os.close(waiting)
-        os.close(told)
-    assert said and pid is not None
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)  # reaped
+    _record_expecting(config, (sensor, time, value), MonitorError, KILLED, (waiting, told))
+    assert said
 
 
 def test_a_replay_short_of_address_space_for_the_ring_records_its_incidents_in_process(
