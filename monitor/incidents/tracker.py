@@ -273,9 +273,9 @@ class IncidentTracker:
         for iid, sensor, rule, start, last in self.store.frozen_spans():
             self._record_span(iid, sensor, rule, start, last)
         for inc in self.live.values():
-            # restored: continued, but what it has taken in already is not taken in twice
-            ends = [x for x in (inc.end, inc.clear_time) if x is not None]
-            last = max(ends) if ends else inc.evidence_until
+            # restored: continued, but what it has taken in already is not taken in twice --
+            # an open one's evidence so far (its clear time is an earlier clear's, if any)
+            last = inc.evidence_until if inc.end is None else max(inc.end, inc.clear_time or inc.end)
             if last >= inc.start:
                 self._record_span(inc.id, inc.sensor, inc.rule, inc.start, last)
         self.met_again: dict[str, int] = {}  # incident id -> transitions on record already, skipped
