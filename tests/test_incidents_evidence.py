@@ -536,10 +536,12 @@ def test_history_on_record_already_is_not_applied_twice(
 
     first = run(130)  # one chattering incident, frozen; the operator closes its case
     try:
-        ((a_id, a),) = ((i.id, i) for i in first.incidents())
-        assert a.frozen and a.activations == 3 and a.end == t0 + 60 * 115
+        (recorded,) = first.incidents()
+        a_id = recorded.id
+        assert recorded.frozen and recorded.activations == 3 and recorded.end == t0 + 60 * 115
         first.store.close_case(a_id, t0 + 60 * 130, "R. Alvarez", "penalty paid")
         a = first.store.get(a_id)
+        assert a is not None and a.closed_at is not None
     finally:
         first.close()
 
