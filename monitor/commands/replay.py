@@ -3,10 +3,12 @@
     monitor replay --config CONFIG --input SAMPLES.csv|.parquet [--input MORE ...] --events EVENTS.jsonl
     monitor replay --config CONFIG --from-influx --start T --end T --events EVENTS.jsonl
     monitor replay --config CONFIG (--input ... | --from-influx ...) --what-if CANDIDATE.yaml [--format json]
+    zcat SAMPLES.csv.gz | monitor replay --config CONFIG --input - --events EVENTS.jsonl
 
 Each alarm-condition transition becomes one JSON line, in time order. Bad rows are
 counted and reported on stderr at the end; they never stop the replay. Prints a
 one-line summary and exits 0; a bad config exits 2, an unreadable input file 1.
+CSV may come from a pipe (`-` is standard input); Parquet from a pipe exits 2.
 
 With an `influx` section in the config, the samples and every alarm transition
 also go through the outbox to InfluxDB, drained while the replay runs and once
