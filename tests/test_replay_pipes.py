@@ -104,6 +104,7 @@ PAYLOADS = {
     "empty": b"",
     "mac line endings": DAY.replace(b"\n", b"\r"),
     "not a header": b"when,what\n1,2\n",
+    "a first line past the header limit": b"time,sensor,value" + b"," * columnar.HEADER_BYTES + b"\n1,a,1\n",
 }
 
 
@@ -126,6 +127,8 @@ def test_a_named_pipe_reads_as_a_file_of_the_same_bytes(
         assert isinstance(got, tuple) and state["error"] is None
         assert any("unreadable value (kept as bad data), first at line 84" in line for line in got[3])
         assert any("unknown sensor 'outfall.level' (first at line 53)" in line for line in got[3])
+    if name == "a first line past the header limit":  # refused, not read on
+        assert got == "INPUT: the first line is longer than 64 KiB, expected a header time,sensor,value"
     if name == "closes mid-line":  # the cut line is a bad row, at its own line
         last = DAY[:CUT].count(b"\n") + 1
         assert isinstance(got, tuple)
