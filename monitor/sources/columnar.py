@@ -16,7 +16,10 @@ no library (ranges, order, unknown sensors) live in `replay.py`.
 from __future__ import annotations
 
 import csv
+import io
 import math
+import os
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
@@ -31,12 +34,13 @@ import pyarrow.csv as pa_csv
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
 
-from monitor.errors import PayloadError, SourceError
+from monitor.errors import InputUsageError, PayloadError, SourceError
 from monitor.model import parse_time
 
 COLUMNS = ("time", "sensor", "value")
 BLOCK_BYTES = 8 << 20  # ~200k rows of `time,sensor,value` per chunk: memory stays flat
 PARQUET_ROWS = 256_000
+HEADER_BYTES = 64 << 10  # a first line longer than this is not a header: refused, not buffered
 MAX_LINE_BYTES = 64 << 20  # a "line" longer than this is not a CSV row: refused, not buffered
 _NUMBER = r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(nan|inf|infinity)$"
 _ISO = r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([Zz]|[-+]\d\d(:?\d\d)?)$"
@@ -64,39 +68,66 @@ class Chunk:
 
 def open_chunks(path: Path) -> Iterator[Chunk]:
     """CSV or Parquet (by magic bytes, not by name); raises SourceError/PayloadError
-    only when the file itself is unusable."""
+    only when the input itself is unusable.
+
+    The input is opened once and read once, front to back: its first line gives the
+    magic bytes and the header, and the blocks follow from where it ended. So a pipe or
+    /dev/stdin (`zcat day.csv.gz | monitor replay --input -`), which cannot be read
+    twice, reads as a file does. Parquet cannot come from a pipe (its index is at its
+    end): InputUsageError."""
     try:
-        with path.open("rb") as f:
-            magic = f.read(4)
+        f = path.open("rb")  # a named pipe: waits here for its writer, as `cat` would
     except OSError as exc:
         raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    if magic == b"PAR1":
-        return _parquet_chunks(path, _parquet_file(path))
-    header = _header(path)  # checked now, so a bad file is refused before any output
-    return _csv_chunks(path, header, _pick(path, header))
-
-
-def _header(path: Path) -> list[str]:
-    """The header's cells. A file whose lines end in a carriage return alone (a "CSV
-    (Macintosh)" export) is refused: the blocks are cut at LF, so it read as one header
-    line and no rows, without a word."""
     try:
-        with path.open("rb") as raw:
-            first = raw.readline(1 << 16)
-        with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: spreadsheet exports start with a BOM
-            header = next(csv.reader(f), None)
-    except OSError as exc:
-        raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise PayloadError(f"{path}: not a readable CSV file ({exc})") from exc
-    if header is None:
-        raise PayloadError(f"{path}: empty file, expected a header {','.join(COLUMNS)}")
+        try:
+            regular = stat.S_ISREG(os.fstat(f.fileno()).st_mode)
+            first = f.readline(HEADER_BYTES)
+        except OSError as exc:
+            raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+        if first.startswith(b"PAR1"):
+            f.close()
+            if not regular:
+                raise InputUsageError(
+                    f"{path}: Parquet cannot be read from a pipe (its index is at the end);"
+                    " save it to a file and give that file"
+                )
+            return _parquet_chunks(path, _parquet_file(path))
+        if first.startswith(b"\x1f\x8b"):
+            raise PayloadError(
+                f"{path}: gzip-compressed; decompress it on the way in:"
+                f" zcat {path if regular else 'FILE.gz'} | monitor replay ... --input -"
+            )
+        header = _header(path, first)  # checked now, so a bad file is refused before any output
+        chunks = _csv_chunks(path, f, header, _pick(path, header))
+    except BaseException:
+        f.close()
+        raise
+    next(chunks)  # started, so the file is closed however the reading ends, or if it never begins
+    return (c for c in chunks if c is not None)
+
+
+def _header(path: Path, first: bytes) -> list[str]:
+    """The header's cells, from the input's first line as read (at most HEADER_BYTES).
+    A file whose lines end in a carriage return alone (a "CSV (Macintosh)" export) is
+    refused: the blocks are cut at LF, so it read as one header line and no rows, without
+    a word."""
+    if not first:
+        raise PayloadError(f"{path}: empty, expected a header {','.join(COLUMNS)}")
     if b"\r" in first.rstrip(b"\r\n"):
         raise PayloadError(
             f"{path}: a line ends with a carriage return alone (a Macintosh CSV export);"
             " save it with LF or CRLF line endings"
         )
-    return header
+    if len(first) == HEADER_BYTES and not first.endswith(b"\n"):
+        raise PayloadError(
+            f"{path}: the first line is longer than {HEADER_BYTES >> 10} KiB, expected a header"
+            f" {','.join(COLUMNS)}"
+        )
+    try:  # -sig: spreadsheet exports start with a BOM
+        return next(csv.reader([first.decode("utf-8-sig")]), [])
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise PayloadError(f"{path}: not a readable CSV file ({exc})") from exc
 
 
 def _pick(path: Path, header: list[str]) -> list[str]:
@@ -108,22 +139,27 @@ def _pick(path: Path, header: list[str]) -> list[str]:
     return [header[names.index(c)] for c in COLUMNS]
 
 
-def _csv_chunks(path: Path, header: list[str], cols: list[str]) -> Iterator[Chunk]:
-    """Blocks of whole lines read here and parsed by pyarrow, one at a time, on one thread
-    (its pool took more CPU than it saved wall time with the engine and the incident
-    worker on the other core): pyarrow's own streaming reader reads ahead without bound.
+def _csv_chunks(
+    path: Path, f: io.BufferedReader, header: list[str], cols: list[str]
+) -> Iterator[Chunk | None]:
+    """The rows after the header line (read from `f` already), in blocks of whole lines
+    read here and parsed by pyarrow, one at a time, on one thread (its pool took more CPU
+    than it saved wall time with the engine and the incident worker on the other core):
+    pyarrow's own streaming reader reads ahead without bound. Yields None first, before
+    reading anything, so the caller can start it and `f` is closed however it ends.
 
     The blocks are read into one reused buffer (a fresh 8 MiB `bytes` per block, joined
     to the last block's unfinished line and sliced again, cost three copies and the page
     faults of new memory): a chunk's `text` is valid until the next chunk is read. Each
-    read takes BLOCK_BYTES more, as before, so the blocks end where they always did."""
+    read takes BLOCK_BYTES more (a pipe's reads wait until that much came or it closed),
+    so the blocks end where they always did."""
     width = max(header.index(c) for c in cols) + 1
     positions = [header.index(c) for c in cols]
     kinds = [0, 0]  # the typed parse tried first, and how many blocks in a row needed text
     buf = bytearray(BLOCK_BYTES + (64 << 10))
     try:
-        with path.open("rb") as f:
-            f.readline()
+        with f:
+            yield None
             line, held = 2, 0  # held: bytes of an unfinished line at the front of buf
             while True:
                 if held + BLOCK_BYTES > len(buf):  # a long line: a larger buffer (the old may be in use)
