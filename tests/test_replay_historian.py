@@ -26,7 +26,7 @@ from monitor.model import ManualClock, parse_time
 from monitor.sources import historian
 from monitor.sources.replay import Samples, merge, read_csv
 from tests import cli
-from tests.services import InfluxDB1, VictoriaMetrics
+from tests.services import InfluxDB1, VictoriaMetrics, http
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = ROOT / "tests" / "cases" / "replay" / "station-day"
@@ -260,3 +260,29 @@ def test_flux_history_replays_to_the_golden_events(tmp_path: Path, monkeypatch: 
         assert sorted(zip(got.time.tolist(), got.sensor.tolist(), strict=True)) == sorted(
             zip(want.time.tolist(), want.sensor.tolist(), strict=True)
         )
+
+
+def _vm_write(victoria: VictoriaMetrics, lines: list[str]) -> None:
+    url = f"{victoria.url}/api/v2/write?org=barton&bucket=replay&precision=ns"
+    status, body = http("POST", url, "\n".join(lines).encode())
+    assert status == 204, body
+    victoria.export('{__name__="none"}')  # flush
+
+
+def test_victoriametrics_sensor_stored_in_two_series_comes_back_whole(
+    tmp_path: Path, victoria: VictoriaMetrics
+) -> None:
+    """A sensor whose tags changed (here: stored first without its kind and unit tags, then
+    with them) has two series in VictoriaMetrics; every point of both comes back, each with
+    its own value (one series used to replace the other, its values read as NaN)."""
+    _, config = station_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "replay"})
+    t0 = 1780444800
+    head = f"sensor,station={config.station.id},sensor=outfall.temp"
+    lines = [f"{head} value={100.0 + k},quality=0i {(t0 + 60 * k) * 10**9}" for k in range(30)]
+    head += ",kind=temperature,unit=degF"
+    lines += [f"{head} value={100.0 + k},quality=0i {(t0 + 60 * k) * 10**9}" for k in range(30, 60)]
+    _vm_write(victoria, lines)
+    history = historian.open_history(config, t0, t0 + 86400, "victoriametrics")
+    got = Samples.concat(list(merge([history])))
+    assert got.time.tolist() == [float(t0 + 60 * k) for k in range(60)]
+    assert got.value.tolist() == [100.0 + k for k in range(60)]

@@ -36,6 +36,7 @@ from monitor.sources.historian_rows import WINDOW_S, _History
 from monitor.sources.replay import Rows
 
 CHUNK_POINTS = 50_000
+_Tags = tuple[tuple[str, str], ...]  # a VictoriaMetrics series' labels but its name
 KINDS = ("influxql", "flux", "victoriametrics")
 
 
@@ -154,22 +155,25 @@ class VictoriaHistory(_History):
         while a < self.end:
             b = min(self.end, a + WINDOW_S)
             params = [("match[]", match), ("start", f"{a:.3f}"), ("end", f"{b - 0.001:.3f}")]
-            quality: dict[str, tuple[list[int], list[float]]] = {}
-            value: dict[str, dict[int, float]] = {}
+            # A sensor can have several series (its kind or unit tags changed, a tag added):
+            # each quality series is paired with the value series of the same tags.
+            quality: dict[_Tags, tuple[list[int], list[float]]] = {}
+            value: dict[_Tags, dict[int, float]] = {}
             for line in self.http.lines("/api/v1/export", params):
                 doc = _json(line, self.http.target)
                 metric = doc.get("metric", {})
-                sensor = str(metric.get("sensor", ""))
+                tags = tuple(sorted((str(k), str(v)) for k, v in metric.items() if k != "__name__"))
                 if metric.get("__name__") == "sensor_quality":
-                    quality[sensor] = (doc["timestamps"], doc["values"])
+                    quality[tags] = (doc["timestamps"], doc["values"])
                 else:
-                    value[sensor] = dict(zip(doc["timestamps"], doc["values"], strict=True))
+                    value[tags] = dict(zip(doc["timestamps"], doc["values"], strict=True))
             names: list[str] = []
             times: list[float] = []
             vals: list[float] = []
             quals: list[int] = []
-            for sensor, (ts, qs) in quality.items():
-                v = value.get(sensor, {})
+            for tags, (ts, qs) in quality.items():
+                sensor = dict(tags).get("sensor", "")
+                v = value.get(tags, {})
                 names.extend([sensor] * len(ts))
                 times.extend(t / 1000.0 for t in ts)
                 vals.extend(float(v.get(t, math.nan)) for t in ts)
