@@ -23,6 +23,7 @@ import yaml
 from monitor.config import Config, load_config
 from monitor.engine import Engine, replay_steps
 from monitor.model import ManualClock, parse_time
+from monitor.sinks.lineproto import ns
 from monitor.sources import historian
 from monitor.sources.replay import Samples, merge, read_csv
 from tests import cli
@@ -286,3 +287,20 @@ def test_victoriametrics_sensor_stored_in_two_series_comes_back_whole(
     got = Samples.concat(list(merge([history])))
     assert got.time.tolist() == [float(t0 + 60 * k) for k in range(60)]
     assert got.value.tolist() == [100.0 + k for k in range(60)]
+
+
+def test_influxdb_1_millisecond_times_come_back_as_written(tmp_path: Path, influxdb1: InfluxDB1) -> None:
+    """Times with milliseconds (a PLC's 250 ms samples) are the same floats a file with those
+    times gives: nanoseconds read back as microseconds / 1e6, exactly rounded (`ns * 1e-9`
+    was one unit in the last place off for about half of them)."""
+    db = f"h{uuid.uuid4().hex[:8]}"
+    influxdb1.query(f"CREATE DATABASE {db}")
+    _, config = station_config(tmp_path, {"url": influxdb1.url, "api": "v1", "database": db})
+    ms = [1780444800000 + 60_000 * k + 7 * k % 1000 for k in range(200)]
+    head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature,unit=degF"
+    body = "\n".join(f"{head} value=100.0,quality=0i {ns(m / 1000)}" for m in ms).encode()
+    status, answer = http("POST", f"{influxdb1.url}/write?db={db}&precision=ns", body)
+    assert status == 204, answer
+    history = historian.open_history(config, 1780444800.0, 1780531200.0, "influxql")
+    got = Samples.concat(list(merge([history])))
+    assert got.time.tolist() == [m / 1000 for m in ms]

@@ -134,7 +134,7 @@ class InfluxQLHistory(_History):
         values = series.get("values", [])
         return self._rows(
             [str(v[si]) for v in values],
-            [v[ti] * 1e-9 for v in values],
+            [v[ti] / 1_000_000_000 for v in values],  # int / int: exactly rounded
             [math.nan if v[vi] is None else float(v[vi]) for v in values],
             [int(Quality.GOOD) if v[qi] is None else int(v[qi]) for v in values],
         )
