@@ -304,3 +304,29 @@ def test_influxdb_1_millisecond_times_come_back_as_written(tmp_path: Path, influ
     history = historian.open_history(config, 1780444800.0, 1780531200.0, "influxql")
     got = Samples.concat(list(merge([history])))
     assert got.time.tolist() == [m / 1000 for m in ms]
+
+
+def test_start_and_end_outside_1970_to_2100_exit_2_naming_the_flag(tmp_path: Path) -> None:
+    """Epoch milliseconds (what a Grafana URL carries) are refused before any query, with what
+    to type instead; they used to reach InfluxDB as an unparsable integer (exit 1)."""
+    config_path, _ = station_config(tmp_path, {"url": "http://127.0.0.1:9", "api": "v1", "database": "x"})
+    args = ["--config", str(config_path), "--from-influx", "--events", "/dev/null"]
+    ms = replay(*args, "--start", "1780444800000", "--end", "1780531200000")
+    assert ms.returncode == 2
+    assert "argument --start: time 1780444800000 is after 2100 as epoch seconds" in ms.stderr
+    assert "epoch milliseconds? 1780444800 is 2026-06-03T00:00:00Z" in ms.stderr
+    early = replay(*args, "--start", "1900-01-01T00:00:00Z", "--end", END)
+    assert early.returncode == 2
+    assert "argument --start: time 1900-01-01T00:00:00Z is before 1970" in early.stderr
+    late = replay(*args, "--start", START, "--end", "2100-01-01T00:00:01Z")
+    assert late.returncode == 2 and "argument --end: time 2100-01-01T00:00:01Z is after 2100" in late.stderr
+
+
+def test_start_and_end_with_input_files_exit_2_rather_than_replay_everything(tmp_path: Path) -> None:
+    """`--start`/`--end` choose the historian's range; with `--input` they would be ignored and
+    the whole file replayed, so they are refused, naming them."""
+    args = ["--config", str(CASE / "config.yaml"), "--input", str(CASE / "input.csv"), "--no-incidents"]
+    result = replay(*args, "--start", START, "--end", END, "--events", str(tmp_path / "e.jsonl"))
+    assert result.returncode == 2
+    assert "replay: --start and --end only go with --from-influx" in result.stderr
+    assert not (tmp_path / "e.jsonl").exists()
