@@ -330,3 +330,31 @@ def test_start_and_end_with_input_files_exit_2_rather_than_replay_everything(tmp
     assert result.returncode == 2
     assert "replay: --start and --end only go with --from-influx" in result.stderr
     assert not (tmp_path / "e.jsonl").exists()
+
+
+def test_a_range_with_no_stored_samples_says_so(tmp_path: Path, influxdb1: InfluxDB1) -> None:
+    """A range before the station was recorded (or a station id the historian does not know)
+    replays nothing; stderr names the station, the historian and the range, and the what-if
+    report does not read as "no alarms" over samples it never had."""
+    db = f"h{uuid.uuid4().hex[:8]}"
+    influxdb1.query(f"CREATE DATABASE {db}")
+    config_path, config = station_config(tmp_path, {"url": influxdb1.url, "api": "v1", "database": db})
+    write_then_read_back(tmp_path, config_path)  # the station-day is stored ...
+    args = ["--config", str(config_path), "--from-influx", "--start", "2026-05-01T00:00:00Z", "--end", START]
+    result = replay(*args, "--events", str(tmp_path / "before.jsonl"))  # ... the month before is not
+    assert result.returncode == 0, result.stderr
+    note = (
+        f"no samples of station {config.station.id} from 2026-05-01T00:00:00Z to 2026-06-03T00:00:00Z"
+        " (end exclusive): check --start/--end, station.id and the influx section"
+    )
+    assert note in result.stderr
+    assert "replay: 0 samples, 0 sensors, 0 events" in result.stdout
+    whatif = replay(*args, "--what-if", str(CASE / "config.yaml"))
+    assert whatif.returncode == 0, whatif.stderr
+    assert note in whatif.stderr
+    assert "no samples to judge" in whatif.stdout and "neither config raised" not in whatif.stdout
+    doc = json.loads(replay(*args, "--what-if", str(CASE / "config.yaml"), "--format", "json").stdout)
+    assert doc["samples"] == 0 and doc["rules"] == []
+    stored_day = replay("--config", str(config_path), "--from-influx", "--start", START, "--end", END,
+                        "--what-if", str(CASE / "config.yaml"), "--format", "json")  # fmt: skip
+    assert json.loads(stored_day.stdout)["samples"] == 592 and "no samples" not in stored_day.stderr

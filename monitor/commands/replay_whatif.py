@@ -141,9 +141,11 @@ def _duration(seconds: object) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s"
 
 
-def text(rows: list[dict[str, object]], station: str) -> list[str]:
-    out = [f"what-if for station {station}: per sensor and rule, current -> candidate"]
-    if not rows:
+def text(rows: list[dict[str, object]], station: str, samples: int) -> list[str]:
+    out = [f"what-if for station {station}: per sensor and rule, current -> candidate ({samples} samples)"]
+    if not samples:
+        out.append("  no samples to judge: nothing to compare (stderr says why)")
+    elif not rows:
         out.append("  neither config raised an alarm over these samples")
     for row in rows:
         a, b = row["current"], row["candidate"]
@@ -181,6 +183,7 @@ def run_what_if(args: argparse.Namespace, config: Config, candidate: Config, ope
         for e, c in zip(engines, (config, candidate), strict=True)
     ]
     last = -np.inf
+    samples = 0  # read for a sensor of either config
     try:
         batches, reports = open_samples(args, config, tuple(names))
         for b in batches:
@@ -201,6 +204,7 @@ def run_what_if(args: argparse.Namespace, config: Config, candidate: Config, ope
                     side.add(step.conditions)
             if len(b):
                 last = max(last, float(b.time[-1]))
+                samples += len(b)
     except SourceError as exc:
         print(f"replay: {exc}", file=sys.stderr)
         return 1
@@ -211,8 +215,14 @@ def run_what_if(args: argparse.Namespace, config: Config, candidate: Config, ope
             print(f"replay: {line}", file=sys.stderr)
     rows = compare(sides[0], sides[1], config.station.zone)
     if args.format == "json":
-        doc = {"station": config.station.id, "current": args.config, "candidate": args.what_if, "rules": rows}
+        doc = {
+            "station": config.station.id,
+            "current": args.config,
+            "candidate": args.what_if,
+            "samples": samples,
+            "rules": rows,
+        }
         print(json.dumps(doc, indent=2, ensure_ascii=False))
     else:
-        print("\n".join(text(rows, config.station.id)))
+        print("\n".join(text(rows, config.station.id, samples)))
     return 0

@@ -5,13 +5,35 @@ two do not import each other (the Flux reader loads influxdb-client only when us
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
 from monitor.config import Config
+from monitor.model import iso
 from monitor.sources.replay import T_MAX, T_MIN, BadRows, ReadReport, Rows
 
 WINDOW_S = 6 * 3600.0
+
+
+@dataclass
+class HistoryReport(ReadReport):
+    """A file's report, plus a line when the range held nothing: a wrong range, database or
+    station id would otherwise read as a quiet quarter ("0 samples", no alarms)."""
+
+    station: str = ""
+    start: float = 0.0
+    end: float = 0.0
+
+    def lines(self) -> list[str]:
+        out = super().lines()
+        if self.rows == 0:
+            out.insert(
+                0,
+                f"{self.path}: no samples of station {self.station} from {iso(self.start)} to"
+                f" {iso(self.end)} (end exclusive): check --start/--end, station.id and the influx section",
+            )
+        return out
 
 
 class _History:
@@ -22,7 +44,7 @@ class _History:
         self.index = {s: i for i, s in enumerate(self.sensors)}
         self.station = config.station.id
         self.start, self.end = start, end
-        self.report = ReadReport(what)
+        self.report = HistoryReport(what, station=self.station, start=start, end=end)
         self.points = 0
 
     def rows(self) -> Iterator[Rows]:
