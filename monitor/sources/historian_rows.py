@@ -44,7 +44,7 @@ class _History:
         self.index = {s: i for i, s in enumerate(self.sensors)}
         self.station = config.station.id
         self.start, self.end = start, end
-        self.report = HistoryReport(what, station=self.station, start=start, end=end)
+        self.report: ReadReport = HistoryReport(what, station=self.station, start=start, end=end)
         self.points = 0
 
     def rows(self) -> Iterator[Rows]:
