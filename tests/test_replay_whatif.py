@@ -80,3 +80,38 @@ def test_episodes_chattering_and_an_alarm_still_active_at_the_end() -> None:
         {"start": f"1970-01-01T00:{a}+00:00", "end": f"1970-01-01T00:{b}+00:00", "still_active": a == "08:20"}
         for a, b in [("00:00", "00:10"), ("00:30", "00:40"), ("01:10", "01:15"), ("08:20", "13:20")]
     ]
+
+
+def test_a_candidate_with_another_unit_judges_the_history_converted(tmp_path: Path) -> None:
+    """The history is in the current config's units. A candidate that reads the temperature
+    in degC (the transmitter re-ranged) judges those readings converted: 140 degF is 60 degC,
+    not 140 degC, so its alarms are the current config's (the 65 degC limit is 149 degF).
+    Read unconverted, it raised a 3 h high alarm and a stale one that never were."""
+    candidate = tmp_path / "candidate.yaml"
+    candidate.write_text((CASE / "config.yaml").read_text().replace("unit: degF", "unit: degC"))
+    args = ["--config", str(CASE / "config.yaml"), "--input", str(CASE / "input.csv")]
+    result = replay(*args, "--what-if", str(candidate), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    rules = json.loads(result.stdout)["rules"]
+    assert [(r["sensor"], r["rule"]) for r in rules] == [
+        ("outfall.flow", "slug"), ("outfall.ph", "high"), ("outfall.ph", "stale"), ("outfall.temp", "high"),
+    ]  # fmt: skip
+    assert all(r["current"] == r["candidate"] and not r["only_current"] + r["only_candidate"] for r in rules)
+    assert "replay: what-if: outfall.temp is degF in the history, degC in the candidate:" in result.stderr
+    assert "converted for the candidate" in result.stderr
+
+
+def test_a_sensor_renamed_in_the_candidate_is_said_to_have_no_samples(tmp_path: Path) -> None:
+    """The history keeps the old id: the renamed sensor has no samples, so its alarms show
+    as the current config's only; stderr says why, so nobody reads it as the candidate's fix."""
+    candidate = tmp_path / "candidate.yaml"
+    candidate.write_text((CASE / "config.yaml").read_text().replace("id: outfall.ph", "id: outfall.ph2"))
+    args = ["--config", str(CASE / "config.yaml"), "--input", str(CASE / "input.csv")]
+    result = replay(*args, "--what-if", str(candidate), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    rules = {(r["sensor"], r["rule"]): r for r in json.loads(result.stdout)["rules"]}
+    assert rules["outfall.ph", "high"]["candidate"]["count"] == 0
+    assert ("outfall.ph2", "high") not in rules
+    note = "what-if: no samples of outfall.ph2 (the candidate's only) in the history: it raises nothing"
+    assert f"replay: {note}" in result.stderr
+    assert result.stderr.count("no samples of") == 1

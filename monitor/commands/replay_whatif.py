@@ -39,6 +39,7 @@ from monitor.errors import SourceError
 from monitor.model import Condition, ConditionState, ManualClock, Rule
 from monitor.sources.replay import ReadReport, Samples
 from monitor.station.derive import Derivation, derive_arrays
+from monitor.units import conversion
 
 EVENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE})
 
@@ -165,6 +166,51 @@ def text(rows: list[dict[str, object]], station: str, samples: int) -> list[str]
     return out
 
 
+def converted_units(
+    config: Config, candidate: Config, names: Sequence[str]
+) -> tuple[Floats, Floats, list[str]] | None:
+    """`(scale, offset, notes)` per name for the candidate's samples, or None if no unit changed.
+
+    The history is in the current config's units; a candidate that reads a sensor in
+    another unit (the transmitter re-ranged to degC) judges those readings converted,
+    else 140 degF would be judged as 140 degC. A unit that does not convert (the kind
+    changed) is judged as it is, and said so."""
+    scale, offset = np.ones(len(names)), np.zeros(len(names))
+    notes: list[str] = []
+    for i, name in enumerate(names):
+        was, now = config.rules.get(name), candidate.rules.get(name)
+        if was is None or now is None or was.unit == now.unit:
+            continue
+        head = f"what-if: {name} is {was.unit} in the history, {now.unit} in the candidate:"
+        try:
+            scale[i], offset[i] = conversion(was.unit, now.unit)
+        except ValueError:
+            notes.append(f"{head} they do not convert, its readings are judged as they are")
+            continue
+        notes.append(f"{head} its readings are converted for the candidate")
+    return (scale, offset, notes) if notes else None
+
+
+def silent_sensors(
+    config: Config, candidate: Config, names: Sequence[str], seen: npt.NDArray[np.int64]
+) -> list[str]:
+    """A line per sensor without a sample: one added or renamed in the candidate has no
+    history under its id, so it raises nothing, and the old id's alarms show as the
+    current config's only (derived sensors are computed, not read)."""
+    out = []
+    derived = {*config.derived, *candidate.derived}
+    for name, n in zip(names, seen.tolist(), strict=True):
+        if n or name in derived:
+            continue
+        mine = (name in config.rules, name in candidate.rules)
+        whose = {(True, False): "the current config's only", (False, True): "the candidate's only"}
+        out.append(
+            f"what-if: no samples of {name} ({whose.get(mine, 'in both configs')}) in the history:"
+            " it raises nothing here"
+        )
+    return out
+
+
 Opener = Callable[[argparse.Namespace, Config, tuple[str, ...]], tuple[Iterable[Samples], list[ReadReport]]]
 
 
@@ -182,20 +228,27 @@ def run_what_if(args: argparse.Namespace, config: Config, candidate: Config, ope
         np.array([e.index(s) for s in c.derived], np.int64)
         for e, c in zip(engines, (config, candidate), strict=True)
     ]
+    units = converted_units(config, candidate, names)
+    for note in units[2] if units is not None else []:
+        print(f"replay: {note}", file=sys.stderr)
     last = -np.inf
     samples = 0  # read for a sensor of either config
+    per_sensor = np.zeros(len(names), np.int64)
     try:
         batches, reports = open_samples(args, config, tuple(names))
         for b in batches:
-            for engine, index, side, derivation, own in zip(
-                engines, maps, sides, derivations, derived, strict=True
+            values = [b.value, b.value]
+            if units is not None:
+                values[1] = b.value * units[0][b.sensor] + units[1][b.sensor]
+            for engine, index, side, derivation, own, value in zip(
+                engines, maps, sides, derivations, derived, values, strict=True
             ):
                 sensor = index[b.sensor]
                 known = (sensor >= 0) & ~np.isin(sensor, own)  # recorded derived values: computed again
                 arrays: tuple[npt.NDArray[np.integer], Floats, Floats, npt.NDArray[np.integer]] = (
                     sensor[known],
                     b.time[known],
-                    b.value[known],
+                    value[known],
                     b.quality[known],
                 )
                 if derivation is not None:
@@ -205,6 +258,7 @@ def run_what_if(args: argparse.Namespace, config: Config, candidate: Config, ope
             if len(b):
                 last = max(last, float(b.time[-1]))
                 samples += len(b)
+                per_sensor += np.bincount(b.sensor, minlength=len(names))
     except SourceError as exc:
         print(f"replay: {exc}", file=sys.stderr)
         return 1
@@ -212,6 +266,9 @@ def run_what_if(args: argparse.Namespace, config: Config, candidate: Config, ope
         side.close(float(last))
     for report in reports:
         for line in report.lines():
+            print(f"replay: {line}", file=sys.stderr)
+    if samples:
+        for line in silent_sensors(config, candidate, names, per_sensor):
             print(f"replay: {line}", file=sys.stderr)
     rows = compare(sides[0], sides[1], config.station.zone)
     if args.format == "json":
