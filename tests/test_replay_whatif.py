@@ -115,3 +115,43 @@ def test_a_sensor_renamed_in_the_candidate_is_said_to_have_no_samples(tmp_path: 
     note = "what-if: no samples of outfall.ph2 (the candidate's only) in the history: it raises nothing"
     assert f"replay: {note}" in result.stderr
     assert result.stderr.count("no samples of") == 1
+
+
+def test_pump_and_wet_well_alarms_are_compared_as_replay_raises_them(tmp_path: Path) -> None:
+    """Two simulated days of the two-pump lift station (pump 1 fails to start on day 2): the
+    what-if of the config against itself counts every alarm the replay's events hold, pump
+    and wet-well rules (fail_to_start, high_level, ...) included; a candidate with a longer
+    fail-to-start delay raises fewer of them. The station's rules used to be left out."""
+    import yaml
+
+    from simulators.lift_station import LiftStation
+
+    raw = yaml.safe_load((ROOT / "config" / "pump-station.yaml").read_text(encoding="utf-8"))
+    raw["state_dir"] = str(tmp_path / "state")
+    raw["profile"] = str(ROOT / "monitor" / "profiles" / "barton-139.yaml")
+    config = tmp_path / "station.yaml"
+    config.write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
+    raw["wet_well"]["fail_to_start_delay"] = "10m"
+    candidate = tmp_path / "candidate.yaml"
+    candidate.write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
+    csv = tmp_path / "station.csv"
+    LiftStation(1_767_225_600.0, days=2.0).run().write_csv(csv, 10.0)
+    args = ["--config", str(config), "--input", str(csv)]
+    done = replay(*args, "--no-incidents", "--events", str(tmp_path / "events.jsonl"))
+    assert done.returncode == 0, done.stderr
+    raised: dict[tuple[str, str], int] = {}
+    for line in (tmp_path / "events.jsonl").read_text(encoding="utf-8").splitlines():
+        e = json.loads(line)
+        if e["state"] == "active" and e["rule"] != "bad_value":
+            raised[e["sensor"], e["rule"]] = raised.get((e["sensor"], e["rule"]), 0) + 1
+    assert raised.get(("ps.level", "fail_to_start"), 0) >= 5
+    same = replay(*args, "--what-if", str(config), "--format", "json")
+    assert same.returncode == 0, same.stderr
+    rows = json.loads(same.stdout)["rules"]
+    assert {(r["sensor"], r["rule"]): r["current"]["count"] for r in rows} == raised
+    assert all(r["current"] == r["candidate"] for r in rows)
+    longer = replay(*args, "--what-if", str(candidate), "--format", "json")
+    assert longer.returncode == 0, longer.stderr
+    rules = {(r["sensor"], r["rule"]): r for r in json.loads(longer.stdout)["rules"]}
+    fail = rules["ps.level", "fail_to_start"]
+    assert fail["candidate"]["count"] < fail["current"]["count"]

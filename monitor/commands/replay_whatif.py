@@ -32,16 +32,21 @@ from datetime import datetime, tzinfo
 import numpy as np
 import numpy.typing as npt
 
+from monitor.commands import replay
 from monitor.config import Config
-from monitor.engine import Engine, replay_steps
+from monitor.engine import Engine
 from monitor.engine.baseline import Floats
 from monitor.errors import SourceError
 from monitor.model import Condition, ConditionState, ManualClock, Rule
 from monitor.sources.replay import ReadReport, Samples
 from monitor.station.derive import Derivation, derive_arrays
+from monitor.station.replay import judge_steps
+from monitor.station.tracker import StationTracker
 from monitor.units import conversion
 
-EVENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE})
+# What `monitor replay` writes as events, pump and wet-well alarms included, but the
+# bad-value diagnostic (a data-quality note, not an alarm an operator acts on).
+EVENT_RULES = replay.EVENT_RULES - {Rule.BAD_VALUE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +233,8 @@ def run_what_if(args: argparse.Namespace, config: Config, candidate: Config, ope
         np.array([e.index(s) for s in c.derived], np.int64)
         for e, c in zip(engines, (config, candidate), strict=True)
     ]
+    # Pump and wet-well alarms, each side by its own setpoints and pump limits; nothing stored.
+    trackers = [StationTracker(c) if c.has_station else None for c in (config, candidate)]
     units = converted_units(config, candidate, names)
     for note in units[2] if units is not None else []:
         print(f"replay: {note}", file=sys.stderr)
@@ -240,8 +247,8 @@ def run_what_if(args: argparse.Namespace, config: Config, candidate: Config, ope
             values = [b.value, b.value]
             if units is not None:
                 values[1] = b.value * units[0][b.sensor] + units[1][b.sensor]
-            for engine, index, side, derivation, own, value in zip(
-                engines, maps, sides, derivations, derived, values, strict=True
+            for engine, index, side, derivation, own, tracker, value in zip(
+                engines, maps, sides, derivations, derived, trackers, values, strict=True
             ):
                 sensor = index[b.sensor]
                 known = (sensor >= 0) & ~np.isin(sensor, own)  # recorded derived values: computed again
@@ -253,12 +260,17 @@ def run_what_if(args: argparse.Namespace, config: Config, candidate: Config, ope
                 )
                 if derivation is not None:
                     arrays = derive_arrays(derivation, engine.sensors, *arrays, final=False)
-                for step in replay_steps(engine, *arrays):
+                for step in judge_steps(engine, tracker, *arrays):
                     side.add(step.conditions)
             if len(b):
                 last = max(last, float(b.time[-1]))
                 samples += len(b)
                 per_sensor += np.bincount(b.sensor, minlength=len(names))
+        for engine, side, derivation, tracker in zip(engines, sides, derivations, trackers, strict=True):
+            if derivation is not None:  # the derived samples still pending, as replay makes them
+                none = np.empty(0, np.int64), np.empty(0), np.empty(0), np.empty(0, np.int8)
+                for step in judge_steps(engine, tracker, *derive_arrays(derivation, engine.sensors, *none)):
+                    side.add(step.conditions)
     except SourceError as exc:
         print(f"replay: {exc}", file=sys.stderr)
         return 1
