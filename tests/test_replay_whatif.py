@@ -28,6 +28,13 @@ def test_golden_what_if_lists_exactly_the_alarms_that_differ() -> None:
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["rules"] == json.loads((WHATIF / "expected.json").read_text())
+    assert list(doc) == ["station", "current", "candidate", "samples", "rules"]  # docs/engine.md
+    assert doc["samples"] == 592
+    for r in doc["rules"]:  # one JSON type per key, alarms or none
+        for side in ("current", "candidate"):
+            assert [type(r[side][k]) for k in ("count", "total_s", "longest_s", "chattering")] == [
+                int, float, float, int,
+            ]  # fmt: skip
     differ = {
         (r["sensor"], r["rule"], side, s["start"])
         for r in doc["rules"]

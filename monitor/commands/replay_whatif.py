@@ -85,7 +85,7 @@ def summary(episodes: list[Episode], side: Side) -> dict[str, float | int]:
     spans = [e.end - e.start for e in episodes]
     return {
         "count": len(episodes),
-        "total_s": round(sum(spans), 3),
+        "total_s": round(float(sum(spans)), 3),  # 0.0, not 0, with no alarm: one type for tools
         "longest_s": round(max(spans, default=0.0), 3),
         "chattering": chattering([e.start for e in episodes], side.chatter_count, side.chatter_window),
     }
