@@ -358,3 +358,67 @@ def test_a_range_with_no_stored_samples_says_so(tmp_path: Path, influxdb1: Influ
     stored_day = replay("--config", str(config_path), "--from-influx", "--start", START, "--end", END,
                         "--what-if", str(CASE / "config.yaml"), "--format", "json")  # fmt: skip
     assert json.loads(stored_day.stdout)["samples"] == 592 and "no samples" not in stored_day.stderr
+
+
+@pytest.mark.parametrize("kind", ["influxql", "victoriametrics"])
+def test_points_stored_in_another_unit_come_back_in_the_configs_unit(
+    tmp_path: Path, influxdb1: InfluxDB1, victoria: VictoriaMetrics, kind: str
+) -> None:
+    """The `unit` tag says what unit a stored value is in. Readings stored while the config
+    said degC (the transmitter since re-ranged to degF, the config with it) come back
+    converted to the config's degF, and stderr says how many: 70 degC is 158 degF, over the
+    65 degC (149 degF) limit; read as 70 degF that high alarm was missed. A unit that does
+    not convert is said so and kept."""
+    if kind == "influxql":
+        db = f"h{uuid.uuid4().hex[:8]}"
+        influxdb1.query(f"CREATE DATABASE {db}")
+        config_path, config = station_config(tmp_path, {"url": influxdb1.url, "api": "v1", "database": db})
+    else:
+        influx = {"url": victoria.url, "org": "barton", "bucket": "replay"}
+        config_path, config = station_config(tmp_path, influx)
+    t0 = 1780444800
+    head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature"
+    lines = [f"{head},unit=degC value=70.0,quality=0i {(t0 + 60 * k) * 10**9}" for k in range(10)]
+    lines += [f"{head},unit=degF value=140.0,quality=0i {(t0 + 60 * k) * 10**9}" for k in range(10, 20)]
+    lines += [f"{head} value=140.0,quality=0i {(t0 + 60 * k) * 10**9}" for k in range(20, 25)]  # no unit tag
+    flow = f"sensor,station={config.station.id},sensor=outfall.flow,kind=flow,unit=ft"  # a level's unit
+    lines += [f"{flow} value=3.0,quality=0i {(t0 + 60 * k) * 10**9}" for k in range(3)]
+    if kind == "influxql":
+        status, answer = http(
+            "POST", f"{influxdb1.url}/write?db={db}&precision=ns", "\n".join(lines).encode()
+        )
+        assert status == 204, answer
+    else:
+        _vm_write(victoria, lines)
+    history = historian.open_history(config, t0, t0 + 86400, kind)
+    got = Samples.concat(list(merge([history])))
+    temp = got.sensor == list(config.rules).index("outfall.temp")
+    assert got.value[temp].tolist() == [158.0] * 10 + [140.0] * 15
+    assert got.value[~temp].tolist() == [3.0] * 3
+    lines_out = history.report.lines()
+    assert any(
+        "10 point(s) of outfall.temp stored in degC, converted to degF (the config's unit)" in x
+        for x in lines_out
+    )
+    assert any(
+        "3 point(s) of outfall.flow stored in ft, which does not convert to gpm: judged as stored" in x
+        for x in lines_out
+    )
+    out = tmp_path / "events.jsonl"
+    args = [
+        "--config",
+        str(config_path),
+        "--from-influx",
+        "--start",
+        START,
+        "--end",
+        END,
+        "--historian",
+        kind,
+    ]
+    result = replay(*args, "--events", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "replay: " in result.stderr and "converted to degF (the config's unit)" in result.stderr
+    high = [e for e in events(out) if e["sensor"] == "outfall.temp" and e["rule"] == "high"]
+    assert high and high[0]["state"] == "active"  # 70 degF (21 degC) raised none
+    assert high[0]["value"] == pytest.approx(70.0) and high[0]["limit"] == 65.0  # the limit's degC

@@ -105,7 +105,7 @@ class InfluxQLHistory(_History):
         station = self.station.replace("\\", "\\\\").replace("'", "\\'")
         rp = f'"{self.influx.retention_policy}".' if self.influx.retention_policy else ""
         return (
-            f'SELECT "value", "quality", "sensor" FROM {rp}"sensor" WHERE "station" = \'{station}\''
+            f'SELECT "value", "quality", "sensor", "unit" FROM {rp}"sensor" WHERE "station" = \'{station}\''
             f" AND time >= {_ns(self.start)} AND time < {_ns(self.end)}"
         )
 
@@ -132,11 +132,13 @@ class InfluxQLHistory(_History):
         cols = {c: i for i, c in enumerate(series["columns"])}
         ti, vi, qi, si = (cols[c] for c in ("time", "value", "quality", "sensor"))
         values = series.get("values", [])
+        ui = cols.get("unit")
         return self._rows(
             [str(v[si]) for v in values],
             [v[ti] / 1_000_000_000 for v in values],  # int / int: exactly rounded
             [math.nan if v[vi] is None else float(v[vi]) for v in values],
             [int(Quality.GOOD) if v[qi] is None else int(v[qi]) for v in values],
+            None if ui is None else [v[ui] for v in values],
         )
 
 
@@ -171,10 +173,13 @@ class VictoriaHistory(_History):
             times: list[float] = []
             vals: list[float] = []
             quals: list[int] = []
+            units: list[str | None] = []
             for tags, (ts, qs) in quality.items():
-                sensor = dict(tags).get("sensor", "")
+                labels = dict(tags)
+                sensor = labels.get("sensor", "")
                 v = value.get(tags, {})
                 names.extend([sensor] * len(ts))
+                units.extend([labels.get("unit")] * len(ts))
                 times.extend(t / 1000.0 for t in ts)
                 vals.extend(float(v.get(t, math.nan)) for t in ts)
                 quals.extend(int(q) for q in qs)
@@ -182,7 +187,7 @@ class VictoriaHistory(_History):
             if order.size:
                 rows = self._rows(
                     [names[i] for i in order], [times[i] for i in order], [vals[i] for i in order],
-                    [quals[i] for i in order],
+                    [quals[i] for i in order], [units[i] for i in order],
                 )  # fmt: skip
                 yield rows
             a = b

@@ -28,7 +28,7 @@ FLUX = """from(bucket: {bucket})
   |> pivot(rowKey: ["_time", "sensor"], columnKey: ["_field"], valueColumn: "_value")
   |> group()
   |> sort(columns: ["_time"])
-  |> keep(columns: ["_time", "sensor", "value", "quality"])"""
+  |> keep(columns: ["_time", "sensor", "unit", "value", "quality"])"""
 
 
 def _string(text: str) -> str:
@@ -69,14 +69,16 @@ class FluxHistory(_History):
                 times: list[float] = []
                 values: list[float] = []
                 quals: list[int] = []
+                units: list[str | None] = []
                 for rec in api.query_stream(self.query(a, b), org=self.org):
                     v = rec.values
                     names.append(str(v.get("sensor", "")))
                     times.append(v["_time"].timestamp())
                     values.append(float("nan") if v.get("value") is None else float(v["value"]))
                     quals.append(int(Quality.GOOD) if v.get("quality") is None else int(v["quality"]))
+                    units.append(v.get("unit"))
                 if times:
-                    yield self._rows(names, times, values, quals)
+                    yield self._rows(names, times, values, quals, units)
                 a = b
         except (ApiException, HTTPError, OSError) as exc:
             raise SourceError(f"{self.report.path}: cannot read the history ({exc})") from exc
