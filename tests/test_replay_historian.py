@@ -194,6 +194,7 @@ class FluxAnswers:
         self.samples, self.names = samples, names
         self.queries: list[str] = []
         self.tokens: set[str] = set()
+        self.accept: str | None = None  # the one Authorization InfluxDB 2 accepts, if set
 
     def answer(self, flux: str) -> str:
         self.queries.append(flux)
@@ -216,6 +217,14 @@ class FluxAnswers:
             def do_POST(self) -> None:
                 owner.tokens.add(self.headers.get("Authorization", ""))
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+                if owner.accept is not None and self.headers.get("Authorization") != owner.accept:
+                    refused = b'{"code":"unauthorized","message":"unauthorized access"}'  # InfluxDB 2's
+                    self.send_response(401)
+                    self.send_header("Content-Type", "application/json; charset=utf-8")
+                    self.send_header("Content-Length", str(len(refused)))
+                    self.end_headers()
+                    self.wfile.write(refused)
+                    return
                 text = owner.answer(body["query"]).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/csv; charset=utf-8")
@@ -422,3 +431,52 @@ def test_points_stored_in_another_unit_come_back_in_the_configs_unit(
     high = [e for e in events(out) if e["sensor"] == "outfall.temp" and e["rule"] == "high"]
     assert high and high[0]["state"] == "active"  # 70 degF (21 degC) raised none
     assert high[0]["value"] == pytest.approx(70.0) and high[0]["limit"] == 65.0  # the limit's degC
+
+
+def test_wrong_credentials_exit_1_saying_which_and_never_the_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real InfluxDB 1.6 with auth on and a wrong password: one line naming the server, the
+    401 and what to check; the password (right or wrong) appears nowhere."""
+    server = InfluxDB1(tmp_path / "influx-auth", auth=True)
+    server.start()
+    try:
+        server.query("CREATE USER admin WITH PASSWORD 'right-0451' WITH ALL PRIVILEGES")
+        server.query("CREATE DATABASE secured", auth=("admin", "right-0451"))
+        monkeypatch.setenv("HISTORIAN_PW", "wrong-7719")
+        influx = {"url": server.url, "api": "v1", "database": "secured", "username": "admin"}
+        config_path, _ = station_config(tmp_path, {**influx, "password": "${HISTORIAN_PW}"})
+        args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+        result = replay(*args, "--events", "/dev/null")
+        assert result.returncode == 1
+        assert f"replay: {server.url}/query: HTTP 401" in result.stderr
+        assert "check the influx section's username and password" in result.stderr
+        assert "Traceback" not in result.stderr
+        assert "wrong-7719" not in result.stdout + result.stderr and "right-0451" not in result.stderr
+        monkeypatch.setenv("HISTORIAN_PW", "right-0451")
+        right = replay(*args, "--events", "/dev/null")
+        assert right.returncode == 0, right.stderr
+        assert "no samples of station" in right.stderr
+    finally:
+        server.stop()
+
+
+def test_flux_wrong_token_is_one_line_without_the_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """InfluxDB 2 refusing the token (its recorded 401 answer): one stderr line with the status,
+    the server's message and what to check, not influxdb-client's multi-line dump of the
+    response headers; the token appears nowhere."""
+    _, config = station_config(tmp_path, {"url": "http://127.0.0.1:9", "org": "barton", "bucket": "b"})
+    answers = FluxAnswers(stored(config), list(config.rules))
+    answers.accept = "Token the-right-one"
+    with answers.serve() as url:
+        monkeypatch.setenv("REPLAY_TEST_TOKEN", "stale-token-2468")
+        influx = {"url": url, "org": "barton", "bucket": "b", "token": "${REPLAY_TEST_TOKEN}"}
+        config_path, _ = station_config(tmp_path, influx)
+        args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+        result = replay(*args, "--historian", "flux", "--events", "/dev/null")
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "HTTP 401 Unauthorized: unauthorized access (check the influx section's token)" in result.stderr
+    assert "stale-token-2468" not in result.stdout + result.stderr

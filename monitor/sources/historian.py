@@ -52,6 +52,7 @@ class Http:
         self.timeout = influx.timeout
         self.target = f"{url.scheme}://{self.host}:{self.port}{self.base}"  # never the credentials
         self.headers: dict[str, str] = {}
+        self.token = influx.username is None and influx.token is not None
         if influx.username is not None:
             password = influx.password.get_secret_value() if influx.password else ""
             token = base64.b64encode(f"{influx.username}:{password}".encode()).decode()
@@ -78,6 +79,9 @@ class Http:
             resp = conn.getresponse()
             if resp.status != 200:
                 text = resp.read(2000).decode(errors="replace").strip()
+                if resp.status in (401, 403):
+                    which = "token" if self.token else "username and password"
+                    text += f" (check the influx section's {which})"
                 raise SourceError(f"{self.target}{path}: HTTP {resp.status} {text}")
             while line := resp.readline():
                 if line.strip():
