@@ -162,3 +162,15 @@ def test_pump_and_wet_well_alarms_are_compared_as_replay_raises_them(tmp_path: P
     rules = {(r["sensor"], r["rule"]): r for r in json.loads(longer.stdout)["rules"]}
     fail = rules["ps.level", "fail_to_start"]
     assert fail["candidate"]["count"] < fail["current"]["count"]
+
+
+def test_what_if_with_events_exits_2_rather_than_leave_no_events_file(tmp_path: Path) -> None:
+    """`--what-if` prints a comparison and writes no events; asked for both, it used to exit 0
+    without the events file the Superintendent asked for."""
+    args = ["--config", str(CASE / "config.yaml"), "--input", str(CASE / "input.csv")]
+    result = replay(*args, "--what-if", str(WHATIF / "candidate.yaml"), "--events", str(tmp_path / "e.jsonl"))
+    assert result.returncode == 2
+    assert "replay: --what-if writes no events; run without --what-if for --events" in result.stderr
+    assert not (tmp_path / "e.jsonl").exists()
+    json_events = replay(*args, "--format", "json", "--events", str(tmp_path / "e.jsonl"))
+    assert json_events.returncode == 2 and "--format is the --what-if report's" in json_events.stderr

@@ -157,6 +157,12 @@ def run(args: argparse.Namespace) -> int:
     if not args.from_influx and (args.start is not None or args.end is not None):
         print("replay: --start and --end only go with --from-influx (a file replays whole)", file=sys.stderr)
         return 2
+    if args.what_if is not None and args.events is not None:
+        print("replay: --what-if writes no events; run without --what-if for --events", file=sys.stderr)
+        return 2
+    if args.what_if is None and args.format != "text":
+        print("replay: --format is the --what-if report's; events are always JSON lines", file=sys.stderr)
+        return 2
     if args.what_if is None and args.events is None:
         print("replay: --events is required (or --what-if for a comparison)", file=sys.stderr)
         return 2
