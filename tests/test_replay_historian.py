@@ -8,6 +8,7 @@ import math
 import re
 import subprocess
 import threading
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -480,3 +481,25 @@ def test_flux_wrong_token_is_one_line_without_the_token(
     assert result.stderr.count("\n") == 1, result.stderr
     assert "HTTP 401 Unauthorized: unauthorized access (check the influx section's token)" in result.stderr
     assert "stale-token-2468" not in result.stdout + result.stderr
+
+
+def test_a_retention_policy_name_with_quotes_is_quoted_not_injected(
+    tmp_path: Path, influxdb1: InfluxDB1
+) -> None:
+    """`influx.retention_policy` goes into the InfluxQL text as a quoted identifier; a name with
+    a double quote used to end the identifier early (a parse error at best)."""
+    db = f"h{uuid.uuid4().hex[:8]}"
+    influxdb1.query(f"CREATE DATABASE {db}")
+    rp = 'raw "14d" station'  # InfluxDB refuses a backslash in the name; a quote it takes
+    quoted = rp.replace('"', '\\"')
+    influxdb1.query(f'CREATE RETENTION POLICY "{quoted}" ON {db} DURATION 100000h REPLICATION 1')
+    influx = {"url": influxdb1.url, "api": "v1", "database": db, "retention_policy": rp}
+    _, config = station_config(tmp_path, influx)
+    head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature,unit=degF"
+    body = "\n".join(f"{head} value=100.0,quality=0i {(1780444800 + 60 * k) * 10**9}" for k in range(5))
+    query = urllib.parse.urlencode({"db": db, "rp": rp, "precision": "ns"})
+    status, answer = http("POST", f"{influxdb1.url}/write?{query}", body.encode())
+    assert status == 204, answer
+    history = historian.open_history(config, 1780444800.0, 1780531200.0, "influxql")
+    got = Samples.concat(list(merge([history])))
+    assert got.time.tolist() == [1780444800.0 + 60 * k for k in range(5)]

@@ -107,7 +107,8 @@ class InfluxQLHistory(_History):
 
     def query(self) -> str:
         station = self.station.replace("\\", "\\\\").replace("'", "\\'")
-        rp = f'"{self.influx.retention_policy}".' if self.influx.retention_policy else ""
+        policy = (self.influx.retention_policy or "").replace("\\", "\\\\").replace('"', '\\"')
+        rp = f'"{policy}".' if policy else ""  # a quoted identifier, whatever the name holds
         return (
             f'SELECT "value", "quality", "sensor", "unit" FROM {rp}"sensor" WHERE "station" = \'{station}\''
             f" AND time >= {_ns(self.start)} AND time < {_ns(self.end)}"
