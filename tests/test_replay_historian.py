@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import socket
 import subprocess
 import threading
 import urllib.parse
@@ -503,3 +504,53 @@ def test_a_retention_policy_name_with_quotes_is_quoted_not_injected(
     history = historian.open_history(config, 1780444800.0, 1780531200.0, "influxql")
     got = Samples.concat(list(merge([history])))
     assert got.time.tolist() == [1780444800.0 + 60 * k for k in range(5)]
+
+
+@contextmanager
+def cut_after(port: int, limit: int) -> Iterator[int]:
+    """A TCP relay to the real server that passes the first `limit` bytes of its answer and
+    then closes both sides: a connection dropped mid-answer (a VPN or a proxy restarting),
+    which the real server cannot be made to do on demand. Yields the relay's port."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def relay() -> None:
+        client, _ = listener.accept()
+        with client, socket.create_connection(("127.0.0.1", port)) as server:
+            server.sendall(client.recv(65536))  # the GET fits one read
+            sent = 0
+            while sent < limit and (data := server.recv(min(4096, limit - sent))):
+                client.sendall(data)
+                sent += len(data)
+            client.shutdown(socket.SHUT_RDWR)
+
+    thread = threading.Thread(target=relay, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        thread.join(timeout=10)
+        listener.close()
+
+
+@pytest.mark.parametrize("limit", [100, 30_000])
+def test_an_answer_cut_short_exits_1_not_a_quiet_day(
+    tmp_path: Path, influxdb1: InfluxDB1, monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    """InfluxDB 1.x's answer cut inside its headers (100 bytes) or between chunks: exit 1 with
+    one line, never a replay of what arrived as if it were the whole range (the cut inside
+    the headers used to read as an empty answer: exit 0, 0 samples)."""
+    db = f"h{uuid.uuid4().hex[:8]}"
+    influxdb1.query(f"CREATE DATABASE {db}")
+    monkeypatch.setattr(historian, "CHUNK_POINTS", 1000)
+    with cut_after(int(influxdb1.url.rsplit(":", 1)[1]), limit) as port:
+        influx = {"url": f"http://127.0.0.1:{port}", "api": "v1", "database": db}
+        config_path, config = station_config(tmp_path, influx)
+        head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature,unit=degF"
+        body = "\n".join(f"{head} value=100.0,quality=0i {(1780444800 + k) * 10**9}" for k in range(5000))
+        status, answer = http("POST", f"{influxdb1.url}/write?db={db}&precision=ns", body.encode())
+        assert status == 204, answer
+        args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+        result = replay(*args, "--events", str(tmp_path / "events.jsonl"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "cannot read the history" in result.stderr and "Traceback" not in result.stderr
+    assert "samples/s" not in result.stdout

@@ -123,7 +123,9 @@ class InfluxQLHistory(_History):
             ("chunked", "true"),
             ("chunk_size", str(CHUNK_POINTS)),
         ]
+        answered = False  # InfluxDB always answers at least `{"results":[...]}`
         for line in self.http.lines("/query", params):
+            answered = True
             doc = _json(line, self.http.target)
             if "error" in doc:
                 raise SourceError(f"{self.report.path}: {doc['error']}")
@@ -132,6 +134,10 @@ class InfluxQLHistory(_History):
                     raise SourceError(f"{self.report.path}: {result['error']}")
                 for series in result.get("series", []):
                     yield self._series(series)
+        if not answered:  # the connection dropped before the body: not an empty range
+            raise SourceError(
+                f"{self.http.target}: cannot read the history (the answer ended before any result)"
+            )
 
     def _series(self, series: dict[str, Any]) -> Rows:
         cols = {c: i for i, c in enumerate(series["columns"])}
