@@ -2,8 +2,10 @@
 
 Alarm rationalization (ISA-18.2 management of change): before a limit, deadband or
 delay change is deployed, see what it would have done over the last quarter. The
-samples are read once; each batch goes through an engine built from the current
-config and one built from the candidate. Per sensor and rule, each side's alarms
+samples are read once; each batch goes through an engine (and, on a pumping station,
+a station tracker) built from the current config and one built from the candidate.
+The samples are in the current config's units; the candidate's side gets them
+converted where it reads a sensor in another unit. Per sensor and rule, each side's alarms
 become episodes (active until cleared; one still active at the end lasts to the
 last sample) and are summed:
 
