@@ -174,3 +174,12 @@ def test_what_if_with_events_exits_2_rather_than_leave_no_events_file(tmp_path: 
     assert not (tmp_path / "e.jsonl").exists()
     json_events = replay(*args, "--format", "json", "--events", str(tmp_path / "e.jsonl"))
     assert json_events.returncode == 2 and "--format is the --what-if report's" in json_events.stderr
+
+
+def test_what_if_compares_the_rules_replay_writes_as_events_but_bad_value() -> None:
+    """The two lists are spelled apart (replay imports the what-if module lazily; the other
+    way round would be an import cycle); this keeps them the same."""
+    from monitor.commands import replay as replay_command
+    from monitor.commands import replay_whatif
+
+    assert replay_command.EVENT_RULES - {Rule.BAD_VALUE} == replay_whatif.EVENT_RULES

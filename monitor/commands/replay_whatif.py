@@ -34,7 +34,6 @@ from datetime import datetime, tzinfo
 import numpy as np
 import numpy.typing as npt
 
-from monitor.commands import replay
 from monitor.config import Config
 from monitor.engine import Engine
 from monitor.engine.baseline import Floats
@@ -46,9 +45,18 @@ from monitor.station.replay import judge_steps
 from monitor.station.tracker import StationTracker
 from monitor.units import conversion
 
-# What `monitor replay` writes as events, pump and wet-well alarms included, but the
-# bad-value diagnostic (a data-quality note, not an alarm an operator acts on).
-EVENT_RULES = replay.EVENT_RULES - {Rule.BAD_VALUE}
+# What `monitor replay` writes as events (its EVENT_RULES; a test keeps the two the same),
+# pump and wet-well alarms included, but the bad-value diagnostic (a data-quality note,
+# not an alarm an operator acts on).
+EVENT_RULES = frozenset(
+    {
+        Rule.SLUG,
+        Rule.HIGH,
+        Rule.LOW,
+        Rule.STALE,
+        *(Rule.HIGH_LEVEL, Rule.OVERFLOW, Rule.FAIL_TO_START, Rule.PUMP_STARTS, Rule.LONG_RUN),
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
