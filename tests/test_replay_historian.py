@@ -554,3 +554,25 @@ def test_an_answer_cut_short_exits_1_not_a_quiet_day(
     assert result.returncode == 1, result.stdout + result.stderr
     assert "cannot read the history" in result.stderr and "Traceback" not in result.stderr
     assert "samples/s" not in result.stdout
+
+
+def test_config_sensors_without_a_stored_sample_are_named(tmp_path: Path, victoria: VictoriaMetrics) -> None:
+    """A sensor renamed in the config since the history was written (or never recorded) has
+    no samples under its id: the replay names it instead of judging it silently quiet."""
+    config_path, config = station_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "replay"})
+    t0 = 1780444800
+    head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature,unit=degF"
+    old = f"sensor,station={config.station.id},sensor=outfall.pH,kind=ph,unit=pH"  # the ph probe's old id
+    _vm_write(
+        victoria,
+        [f"{h} value=7.0,quality=0i {(t0 + 60 * k) * 10**9}" for k in range(10) for h in (head, old)],
+    )
+    args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+    result = replay(*args, "--events", str(tmp_path / "events.jsonl"))
+    assert result.returncode == 0, result.stderr
+    assert "10 row(s) for unknown sensor 'outfall.pH'" in result.stderr
+    assert (
+        "replay: 2 sensor(s) of the config without a sample in this range: outfall.flow, outfall.ph"
+        in result.stderr
+    )
+    assert "replay: 10 samples, 1 sensors" in result.stdout

@@ -328,6 +328,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"replay: {line}", file=sys.stderr)
     for line in engine_report(engine):
         print(f"replay: {line}", file=sys.stderr)
+    if args.from_influx and seen.any() and not seen.all():  # renamed since, or never recorded
+        missing = [name for name, ok in zip(engine.sensors, seen.tolist(), strict=True) if not ok]
+        line = f"{len(missing)} sensor(s) of the config without a sample in this range: {', '.join(missing)}"
+        print(f"replay: {line}", file=sys.stderr)
     n = engine.counters.samples
     print(f"replay: {n} samples, {int(seen.sum())} sensors, {events} events, {n / elapsed:.0f} samples/s")
     if sink is not None and sink.drainer is not None:
