@@ -32,7 +32,7 @@ import numpy as np
 from monitor.config import Config, Influx
 from monitor.errors import SourceError
 from monitor.model import Quality
-from monitor.sources.historian_rows import WINDOW_S, _History
+from monitor.sources.historian_rows import WINDOW_S, Floats, Ints, Series, _History
 from monitor.sources.replay import Rows
 
 CHUNK_POINTS = 50_000
@@ -169,38 +169,36 @@ class VictoriaHistory(_History):
             b = min(self.end, a + WINDOW_S)
             params = [("match[]", match), ("start", f"{a:.3f}"), ("end", f"{b - 0.001:.3f}")]
             # A sensor can have several series (its kind or unit tags changed, a tag added):
-            # each quality series is paired with the value series of the same tags.
-            quality: dict[_Tags, tuple[list[int], list[float]]] = {}
-            value: dict[_Tags, dict[int, float]] = {}
+            # each quality series is paired with the value series of the same tags. Arrays,
+            # not lists: a 6 h window of 100 sensors at 1 s is 2 M points.
+            quality: dict[_Tags, tuple[Ints, Floats]] = {}
+            value: dict[_Tags, tuple[Ints, Floats]] = {}
             for line in self.http.lines("/api/v1/export", params):
                 doc = _json(line, self.http.target)
                 metric = doc.get("metric", {})
                 tags = tuple(sorted((str(k), str(v)) for k, v in metric.items() if k != "__name__"))
+                got = (np.asarray(doc["timestamps"], np.int64), np.asarray(doc["values"], np.float64))
                 if metric.get("__name__") == "sensor_quality":
-                    quality[tags] = (doc["timestamps"], doc["values"])
+                    quality[tags] = got
                 else:
-                    value[tags] = dict(zip(doc["timestamps"], doc["values"], strict=True))
-            names: list[str] = []
-            times: list[float] = []
-            vals: list[float] = []
-            quals: list[int] = []
-            units: list[str | None] = []
+                    value[tags] = got
+            parts: list[Series] = []
             for tags, (ts, qs) in quality.items():
                 labels = dict(tags)
-                sensor = labels.get("sensor", "")
-                v = value.get(tags, {})
-                names.extend([sensor] * len(ts))
-                units.extend([labels.get("unit")] * len(ts))
-                times.extend(t / 1000.0 for t in ts)
-                vals.extend(float(v.get(t, math.nan)) for t in ts)
-                quals.extend(int(q) for q in qs)
-            order = np.argsort(np.asarray(times), kind="stable")
-            if order.size:
-                rows = self._rows(
-                    [names[i] for i in order], [times[i] for i in order], [vals[i] for i in order],
-                    [quals[i] for i in order], [units[i] for i in order],
-                )  # fmt: skip
-                yield rows
+                vs = np.full(ts.size, math.nan)
+                if tags in value:  # each quality time's value, the last written if repeated
+                    vt, vv = value[tags]
+                    order = np.argsort(vt, kind="stable")
+                    vt, vv = vt[order], vv[order]
+                    at = np.searchsorted(vt, ts, "right") - 1
+                    hit = at >= 0
+                    hit[hit] = vt[at[hit]] == ts[hit]
+                    vs[hit] = vv[at[hit]]
+                parts.append(
+                    Series(labels.get("sensor", ""), ts / 1000.0, vs, qs.astype(np.int8), labels.get("unit"))
+                )
+            if parts:
+                yield self._series_rows(parts)
             a = b
 
 

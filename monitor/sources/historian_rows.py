@@ -17,6 +17,19 @@ from monitor.sources.replay import T_MAX, T_MIN, BadRows, ReadReport, Rows
 from monitor.units import conversion
 
 WINDOW_S = 6 * 3600.0
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One stored series' points as arrays (VictoriaMetrics answers a series at a time)."""
+
+    sensor: str
+    time: Floats  # epoch seconds
+    value: Floats
+    quality: npt.NDArray[np.int8]
+    unit: str | None  # its `unit` tag
 
 
 @dataclass
@@ -113,3 +126,43 @@ class _History:
             index = np.asarray(at)
             value[index] = value[index] * scale + offset
             self.history.converted[key] += len(at)
+
+    def _series_rows(self, parts: list[Series]) -> Rows:
+        """`_rows` for whole series: the same rows, report and conversions, in time order,
+        with no Python object per point."""
+        units = self.units
+        for k, part in enumerate(parts):
+            want = units.get(part.sensor)
+            if part.unit and want is not None and part.unit != want:
+                key = (part.sensor, part.unit, want)
+                try:
+                    scale, offset = conversion(part.unit, want)
+                except ValueError:
+                    self.history.unconverted[key] += part.time.size
+                    continue
+                parts[k] = Series(
+                    part.sensor, part.time, part.value * scale + offset, part.quality, part.unit
+                )
+                self.history.converted[key] += part.time.size
+        t = np.concatenate([p.time for p in parts])
+        order = np.argsort(t, kind="stable")
+        t = t[order]
+        of = np.concatenate([np.full(p.time.size, k, np.int32) for k, p in enumerate(parts)])[order]
+        index = np.array([self.index.get(p.sensor, -1) for p in parts], np.int32)
+        sensor = index[of]
+        n = t.size
+        lines = np.arange(self.points + 1, self.points + n + 1, dtype=np.int64)
+        self.points += n
+        self.report.rows += n
+        for k in np.flatnonzero(index < 0).tolist():
+            at = np.flatnonzero(of == k)
+            if at.size:
+                name = parts[k].sensor
+                self.report.unknown_sensor.setdefault(name, BadRows()).add(
+                    int(lines[at[0]]), name, int(at.size)
+                )
+        value = np.concatenate([p.value for p in parts])[order]
+        quality = np.concatenate([p.quality for p in parts])[order]
+        keep = (sensor >= 0) & (t >= T_MIN) & (t < T_MAX)
+        rows = Rows(sensor, t, value, quality, lines)
+        return rows if keep.all() else rows.take(keep)
