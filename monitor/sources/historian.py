@@ -32,7 +32,7 @@ import numpy as np
 from monitor.config import Config, Influx
 from monitor.errors import SourceError
 from monitor.model import Quality
-from monitor.sources.historian_rows import WINDOW_S, Floats, Ints, Series, _History
+from monitor.sources.historian_rows import WINDOW_S, Floats, Ints, StoredSeries, _History
 from monitor.sources.replay import Rows
 
 CHUNK_POINTS = 50_000
@@ -182,7 +182,7 @@ class VictoriaHistory(_History):
                     quality[tags] = got
                 else:
                     value[tags] = got
-            parts: list[Series] = []
+            parts: list[StoredSeries] = []
             for tags, (ts, qs) in quality.items():
                 labels = dict(tags)
                 vs = np.full(ts.size, math.nan)
@@ -195,7 +195,9 @@ class VictoriaHistory(_History):
                     hit[hit] = vt[at[hit]] == ts[hit]
                     vs[hit] = vv[at[hit]]
                 parts.append(
-                    Series(labels.get("sensor", ""), ts / 1000.0, vs, qs.astype(np.int8), labels.get("unit"))
+                    StoredSeries(
+                        labels.get("sensor", ""), ts / 1000.0, vs, qs.astype(np.int8), labels.get("unit")
+                    )
                 )
             if parts:
                 yield self._series_rows(parts)

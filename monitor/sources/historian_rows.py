@@ -22,7 +22,7 @@ Ints = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True, slots=True)
-class Series:
+class StoredSeries:
     """One stored series' points as arrays (VictoriaMetrics answers a series at a time)."""
 
     sensor: str
@@ -127,7 +127,7 @@ class _History:
             value[index] = value[index] * scale + offset
             self.history.converted[key] += len(at)
 
-    def _series_rows(self, parts: list[Series]) -> Rows:
+    def _series_rows(self, parts: list[StoredSeries]) -> Rows:
         """`_rows` for whole series: the same rows, report and conversions, in time order,
         with no Python object per point."""
         units = self.units
@@ -140,7 +140,7 @@ class _History:
                 except ValueError:
                     self.history.unconverted[key] += part.time.size
                     continue
-                parts[k] = Series(
+                parts[k] = StoredSeries(
                     part.sensor, part.time, part.value * scale + offset, part.quality, part.unit
                 )
                 self.history.converted[key] += part.time.size
