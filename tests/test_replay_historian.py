@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import math
 import re
+import socket
 import subprocess
 import threading
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,10 +25,11 @@ import yaml
 from monitor.config import Config, load_config
 from monitor.engine import Engine, replay_steps
 from monitor.model import ManualClock, parse_time
+from monitor.sinks.lineproto import ns
 from monitor.sources import historian
 from monitor.sources.replay import Samples, merge, read_csv
 from tests import cli
-from tests.services import InfluxDB1, VictoriaMetrics
+from tests.services import InfluxDB1, VictoriaMetrics, http
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = ROOT / "tests" / "cases" / "replay" / "station-day"
@@ -193,6 +196,7 @@ class FluxAnswers:
         self.samples, self.names = samples, names
         self.queries: list[str] = []
         self.tokens: set[str] = set()
+        self.accept: str | None = None  # the one Authorization InfluxDB 2 accepts, if set
 
     def answer(self, flux: str) -> str:
         self.queries.append(flux)
@@ -215,6 +219,14 @@ class FluxAnswers:
             def do_POST(self) -> None:
                 owner.tokens.add(self.headers.get("Authorization", ""))
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+                if owner.accept is not None and self.headers.get("Authorization") != owner.accept:
+                    refused = b'{"code":"unauthorized","message":"unauthorized access"}'  # InfluxDB 2's
+                    self.send_response(401)
+                    self.send_header("Content-Type", "application/json; charset=utf-8")
+                    self.send_header("Content-Length", str(len(refused)))
+                    self.end_headers()
+                    self.wfile.write(refused)
+                    return
                 text = owner.answer(body["query"]).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/csv; charset=utf-8")
@@ -260,3 +272,307 @@ def test_flux_history_replays_to_the_golden_events(tmp_path: Path, monkeypatch: 
         assert sorted(zip(got.time.tolist(), got.sensor.tolist(), strict=True)) == sorted(
             zip(want.time.tolist(), want.sensor.tolist(), strict=True)
         )
+
+
+def _vm_write(victoria: VictoriaMetrics, lines: list[str]) -> None:
+    url = f"{victoria.url}/api/v2/write?org=barton&bucket=replay&precision=ns"
+    status, body = http("POST", url, "\n".join(lines).encode())
+    assert status == 204, body
+    victoria.export('{__name__="none"}')  # flush
+
+
+def test_victoriametrics_sensor_stored_in_two_series_comes_back_whole(
+    tmp_path: Path, victoria: VictoriaMetrics
+) -> None:
+    """A sensor whose tags changed (here: stored first without its kind and unit tags, then
+    with them) has two series in VictoriaMetrics; every point of both comes back, each with
+    its own value (one series used to replace the other, its values read as NaN)."""
+    _, config = station_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "replay"})
+    t0 = 1780444800
+    head = f"sensor,station={config.station.id},sensor=outfall.temp"
+    lines = [f"{head} value={100.0 + k},quality=0i {(t0 + 60 * k) * 10**9}" for k in range(30)]
+    head += ",kind=temperature,unit=degF"
+    lines += [f"{head} value={100.0 + k},quality=0i {(t0 + 60 * k) * 10**9}" for k in range(30, 60)]
+    _vm_write(victoria, lines)
+    history = historian.open_history(config, t0, t0 + 86400, "victoriametrics")
+    got = Samples.concat(list(merge([history])))
+    assert got.time.tolist() == [float(t0 + 60 * k) for k in range(60)]
+    assert got.value.tolist() == [100.0 + k for k in range(60)]
+
+
+def test_influxdb_1_millisecond_times_come_back_as_written(tmp_path: Path, influxdb1: InfluxDB1) -> None:
+    """Times with milliseconds (a PLC's 250 ms samples) are the same floats a file with those
+    times gives: nanoseconds read back as microseconds / 1e6, exactly rounded (`ns * 1e-9`
+    was one unit in the last place off for about half of them)."""
+    db = f"h{uuid.uuid4().hex[:8]}"
+    influxdb1.query(f"CREATE DATABASE {db}")
+    _, config = station_config(tmp_path, {"url": influxdb1.url, "api": "v1", "database": db})
+    ms = [1780444800000 + 60_000 * k + 7 * k % 1000 for k in range(200)]
+    head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature,unit=degF"
+    body = "\n".join(f"{head} value=100.0,quality=0i {ns(m / 1000)}" for m in ms).encode()
+    status, answer = http("POST", f"{influxdb1.url}/write?db={db}&precision=ns", body)
+    assert status == 204, answer
+    history = historian.open_history(config, 1780444800.0, 1780531200.0, "influxql")
+    got = Samples.concat(list(merge([history])))
+    assert got.time.tolist() == [m / 1000 for m in ms]
+
+
+def test_start_and_end_outside_1970_to_2100_exit_2_naming_the_flag(tmp_path: Path) -> None:
+    """Epoch milliseconds (what a Grafana URL carries) are refused before any query, with what
+    to type instead; they used to reach InfluxDB as an unparsable integer (exit 1)."""
+    config_path, _ = station_config(tmp_path, {"url": "http://127.0.0.1:9", "api": "v1", "database": "x"})
+    args = ["--config", str(config_path), "--from-influx", "--events", "/dev/null"]
+    ms = replay(*args, "--start", "1780444800000", "--end", "1780531200000")
+    assert ms.returncode == 2
+    assert "argument --start: time 1780444800000 is after 2100 as epoch seconds" in ms.stderr
+    assert "epoch milliseconds? 1780444800 is 2026-06-03T00:00:00Z" in ms.stderr
+    early = replay(*args, "--start", "1900-01-01T00:00:00Z", "--end", END)
+    assert early.returncode == 2
+    assert "argument --start: time 1900-01-01T00:00:00Z is before 1970" in early.stderr
+    late = replay(*args, "--start", START, "--end", "2100-01-01T00:00:01Z")
+    assert late.returncode == 2 and "argument --end: time 2100-01-01T00:00:01Z is after 2100" in late.stderr
+
+
+def test_start_and_end_with_input_files_exit_2_rather_than_replay_everything(tmp_path: Path) -> None:
+    """`--start`/`--end` choose the historian's range; with `--input` they would be ignored and
+    the whole file replayed, so they are refused, naming them."""
+    args = ["--config", str(CASE / "config.yaml"), "--input", str(CASE / "input.csv"), "--no-incidents"]
+    result = replay(*args, "--start", START, "--end", END, "--events", str(tmp_path / "e.jsonl"))
+    assert result.returncode == 2
+    assert "replay: --start and --end only go with --from-influx" in result.stderr
+    assert not (tmp_path / "e.jsonl").exists()
+
+
+def test_a_range_with_no_stored_samples_says_so(tmp_path: Path, influxdb1: InfluxDB1) -> None:
+    """A range before the station was recorded (or a station id the historian does not know)
+    replays nothing; stderr names the station, the historian and the range, and the what-if
+    report does not read as "no alarms" over samples it never had."""
+    db = f"h{uuid.uuid4().hex[:8]}"
+    influxdb1.query(f"CREATE DATABASE {db}")
+    config_path, config = station_config(tmp_path, {"url": influxdb1.url, "api": "v1", "database": db})
+    write_then_read_back(tmp_path, config_path)  # the station-day is stored ...
+    args = ["--config", str(config_path), "--from-influx", "--start", "2026-05-01T00:00:00Z", "--end", START]
+    result = replay(*args, "--events", str(tmp_path / "before.jsonl"))  # ... the month before is not
+    assert result.returncode == 0, result.stderr
+    note = (
+        f"no samples of station {config.station.id} from 2026-05-01T00:00:00Z to 2026-06-03T00:00:00Z"
+        " (end exclusive): check --start/--end, station.id and the influx section"
+    )
+    assert note in result.stderr
+    assert "replay: 0 samples, 0 sensors, 0 events" in result.stdout
+    whatif = replay(*args, "--what-if", str(CASE / "config.yaml"))
+    assert whatif.returncode == 0, whatif.stderr
+    assert note in whatif.stderr
+    assert "no samples to judge" in whatif.stdout and "neither config raised" not in whatif.stdout
+    doc = json.loads(replay(*args, "--what-if", str(CASE / "config.yaml"), "--format", "json").stdout)
+    assert doc["samples"] == 0 and doc["rules"] == []
+    stored_day = replay("--config", str(config_path), "--from-influx", "--start", START, "--end", END,
+                        "--what-if", str(CASE / "config.yaml"), "--format", "json")  # fmt: skip
+    assert json.loads(stored_day.stdout)["samples"] == 592 and "no samples" not in stored_day.stderr
+
+
+@pytest.mark.parametrize("kind", ["influxql", "victoriametrics"])
+def test_points_stored_in_another_unit_come_back_in_the_configs_unit(
+    tmp_path: Path, influxdb1: InfluxDB1, victoria: VictoriaMetrics, kind: str
+) -> None:
+    """The `unit` tag says what unit a stored value is in. Readings stored while the config
+    said degC (the transmitter since re-ranged to degF, the config with it) come back
+    converted to the config's degF, and stderr says how many: 70 degC is 158 degF, over the
+    65 degC (149 degF) limit; read as 70 degF that high alarm was missed. A unit that does
+    not convert is said so and kept."""
+    if kind == "influxql":
+        db = f"h{uuid.uuid4().hex[:8]}"
+        influxdb1.query(f"CREATE DATABASE {db}")
+        config_path, config = station_config(tmp_path, {"url": influxdb1.url, "api": "v1", "database": db})
+    else:
+        influx = {"url": victoria.url, "org": "barton", "bucket": "replay"}
+        config_path, config = station_config(tmp_path, influx)
+    t0 = 1780444800
+    head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature"
+    lines = [f"{head},unit=degC value=70.0,quality=0i {(t0 + 60 * k) * 10**9}" for k in range(10)]
+    lines += [f"{head},unit=degF value=140.0,quality=0i {(t0 + 60 * k) * 10**9}" for k in range(10, 20)]
+    lines += [f"{head} value=140.0,quality=0i {(t0 + 60 * k) * 10**9}" for k in range(20, 25)]  # no unit tag
+    flow = f"sensor,station={config.station.id},sensor=outfall.flow,kind=flow,unit=ft"  # a level's unit
+    lines += [f"{flow} value=3.0,quality=0i {(t0 + 60 * k) * 10**9}" for k in range(3)]
+    if kind == "influxql":
+        status, answer = http(
+            "POST", f"{influxdb1.url}/write?db={db}&precision=ns", "\n".join(lines).encode()
+        )
+        assert status == 204, answer
+    else:
+        _vm_write(victoria, lines)
+    history = historian.open_history(config, t0, t0 + 86400, kind)
+    got = Samples.concat(list(merge([history])))
+    temp = got.sensor == list(config.rules).index("outfall.temp")
+    assert got.value[temp].tolist() == [158.0] * 10 + [140.0] * 15
+    assert got.value[~temp].tolist() == [3.0] * 3
+    lines_out = history.report.lines()
+    assert any(
+        "10 point(s) of outfall.temp stored in degC, converted to degF (the config's unit)" in x
+        for x in lines_out
+    )
+    assert any(
+        "3 point(s) of outfall.flow stored in ft, which does not convert to gpm: judged as stored" in x
+        for x in lines_out
+    )
+    out = tmp_path / "events.jsonl"
+    args = [
+        "--config",
+        str(config_path),
+        "--from-influx",
+        "--start",
+        START,
+        "--end",
+        END,
+        "--historian",
+        kind,
+    ]
+    result = replay(*args, "--events", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "replay: " in result.stderr and "converted to degF (the config's unit)" in result.stderr
+    high = [e for e in events(out) if e["sensor"] == "outfall.temp" and e["rule"] == "high"]
+    assert high and high[0]["state"] == "active"  # 70 degF (21 degC) raised none
+    assert high[0]["value"] == pytest.approx(70.0) and high[0]["limit"] == 65.0  # the limit's degC
+
+
+def test_wrong_credentials_exit_1_saying_which_and_never_the_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real InfluxDB 1.6 with auth on and a wrong password: one line naming the server, the
+    401 and what to check; the password (right or wrong) appears nowhere."""
+    server = InfluxDB1(tmp_path / "influx-auth", auth=True)
+    server.start()
+    try:
+        server.query("CREATE USER admin WITH PASSWORD 'right-0451' WITH ALL PRIVILEGES")
+        server.query("CREATE DATABASE secured", auth=("admin", "right-0451"))
+        monkeypatch.setenv("HISTORIAN_PW", "wrong-7719")
+        influx = {"url": server.url, "api": "v1", "database": "secured", "username": "admin"}
+        config_path, _ = station_config(tmp_path, {**influx, "password": "${HISTORIAN_PW}"})
+        args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+        result = replay(*args, "--events", "/dev/null")
+        assert result.returncode == 1
+        assert f"replay: {server.url}/query: HTTP 401" in result.stderr
+        assert "check the influx section's username and password" in result.stderr
+        assert "Traceback" not in result.stderr
+        assert "wrong-7719" not in result.stdout + result.stderr and "right-0451" not in result.stderr
+        monkeypatch.setenv("HISTORIAN_PW", "right-0451")
+        right = replay(*args, "--events", "/dev/null")
+        assert right.returncode == 0, right.stderr
+        assert "no samples of station" in right.stderr
+    finally:
+        server.stop()
+
+
+def test_flux_wrong_token_is_one_line_without_the_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """InfluxDB 2 refusing the token (its recorded 401 answer): one stderr line with the status,
+    the server's message and what to check, not influxdb-client's multi-line dump of the
+    response headers; the token appears nowhere."""
+    _, config = station_config(tmp_path, {"url": "http://127.0.0.1:9", "org": "barton", "bucket": "b"})
+    answers = FluxAnswers(stored(config), list(config.rules))
+    answers.accept = "Token the-right-one"
+    with answers.serve() as url:
+        monkeypatch.setenv("REPLAY_TEST_TOKEN", "stale-token-2468")
+        influx = {"url": url, "org": "barton", "bucket": "b", "token": "${REPLAY_TEST_TOKEN}"}
+        config_path, _ = station_config(tmp_path, influx)
+        args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+        result = replay(*args, "--historian", "flux", "--events", "/dev/null")
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "HTTP 401 Unauthorized: unauthorized access (check the influx section's token)" in result.stderr
+    assert "stale-token-2468" not in result.stdout + result.stderr
+
+
+def test_a_retention_policy_name_with_quotes_is_quoted_not_injected(
+    tmp_path: Path, influxdb1: InfluxDB1
+) -> None:
+    """`influx.retention_policy` goes into the InfluxQL text as a quoted identifier; a name with
+    a double quote used to end the identifier early (a parse error at best)."""
+    db = f"h{uuid.uuid4().hex[:8]}"
+    influxdb1.query(f"CREATE DATABASE {db}")
+    rp = 'raw "14d" station'  # InfluxDB refuses a backslash in the name; a quote it takes
+    quoted = rp.replace('"', '\\"')
+    influxdb1.query(f'CREATE RETENTION POLICY "{quoted}" ON {db} DURATION 100000h REPLICATION 1')
+    influx = {"url": influxdb1.url, "api": "v1", "database": db, "retention_policy": rp}
+    _, config = station_config(tmp_path, influx)
+    head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature,unit=degF"
+    body = "\n".join(f"{head} value=100.0,quality=0i {(1780444800 + 60 * k) * 10**9}" for k in range(5))
+    query = urllib.parse.urlencode({"db": db, "rp": rp, "precision": "ns"})
+    status, answer = http("POST", f"{influxdb1.url}/write?{query}", body.encode())
+    assert status == 204, answer
+    history = historian.open_history(config, 1780444800.0, 1780531200.0, "influxql")
+    got = Samples.concat(list(merge([history])))
+    assert got.time.tolist() == [1780444800.0 + 60 * k for k in range(5)]
+
+
+@contextmanager
+def cut_after(port: int, limit: int) -> Iterator[int]:
+    """A TCP relay to the real server that passes the first `limit` bytes of its answer and
+    then closes both sides: a connection dropped mid-answer (a VPN or a proxy restarting),
+    which the real server cannot be made to do on demand. Yields the relay's port."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def relay() -> None:
+        client, _ = listener.accept()
+        with client, socket.create_connection(("127.0.0.1", port)) as server:
+            server.sendall(client.recv(65536))  # the GET fits one read
+            sent = 0
+            while sent < limit and (data := server.recv(min(4096, limit - sent))):
+                client.sendall(data)
+                sent += len(data)
+            client.shutdown(socket.SHUT_RDWR)
+
+    thread = threading.Thread(target=relay, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        thread.join(timeout=10)
+        listener.close()
+
+
+@pytest.mark.parametrize("limit", [100, 30_000])
+def test_an_answer_cut_short_exits_1_not_a_quiet_day(
+    tmp_path: Path, influxdb1: InfluxDB1, monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    """InfluxDB 1.x's answer cut inside its headers (100 bytes) or between chunks: exit 1 with
+    one line, never a replay of what arrived as if it were the whole range (the cut inside
+    the headers used to read as an empty answer: exit 0, 0 samples)."""
+    db = f"h{uuid.uuid4().hex[:8]}"
+    influxdb1.query(f"CREATE DATABASE {db}")
+    monkeypatch.setattr(historian, "CHUNK_POINTS", 1000)
+    with cut_after(int(influxdb1.url.rsplit(":", 1)[1]), limit) as port:
+        influx = {"url": f"http://127.0.0.1:{port}", "api": "v1", "database": db}
+        config_path, config = station_config(tmp_path, influx)
+        head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature,unit=degF"
+        body = "\n".join(f"{head} value=100.0,quality=0i {(1780444800 + k) * 10**9}" for k in range(5000))
+        status, answer = http("POST", f"{influxdb1.url}/write?db={db}&precision=ns", body.encode())
+        assert status == 204, answer
+        args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+        result = replay(*args, "--events", str(tmp_path / "events.jsonl"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "cannot read the history" in result.stderr and "Traceback" not in result.stderr
+    assert "samples/s" not in result.stdout
+
+
+def test_config_sensors_without_a_stored_sample_are_named(tmp_path: Path, victoria: VictoriaMetrics) -> None:
+    """A sensor renamed in the config since the history was written (or never recorded) has
+    no samples under its id: the replay names it instead of judging it silently quiet."""
+    config_path, config = station_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "replay"})
+    t0 = 1780444800
+    head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature,unit=degF"
+    old = f"sensor,station={config.station.id},sensor=outfall.pH,kind=ph,unit=pH"  # the ph probe's old id
+    _vm_write(
+        victoria,
+        [f"{h} value=7.0,quality=0i {(t0 + 60 * k) * 10**9}" for k in range(10) for h in (head, old)],
+    )
+    args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+    result = replay(*args, "--events", str(tmp_path / "events.jsonl"))
+    assert result.returncode == 0, result.stderr
+    assert "10 row(s) for unknown sensor 'outfall.pH'" in result.stderr
+    assert (
+        "replay: 2 sensor(s) of the config without a sample in this range: outfall.flow, outfall.ph"
+        in result.stderr
+    )
+    assert "replay: 10 samples, 1 sensors" in result.stdout

@@ -37,7 +37,7 @@ from monitor.config import Config
 from monitor.engine import Engine, ReplayStep, replay_steps
 from monitor.errors import InputUsageError, MonitorError, SourceError
 from monitor.heap import keep_freed_memory
-from monitor.model import Kind, ManualClock, Rule, event_lines, parse_time
+from monitor.model import Kind, ManualClock, Rule, event_lines, iso, parse_time
 from monitor.sources.replay import ReadReport, Samples, merge, stream
 
 if TYPE_CHECKING:
@@ -123,10 +123,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _time_arg(text: str) -> float:
+    """ISO 8601 with a zone or epoch seconds, 1970..2100 as the historian stores them; epoch
+    milliseconds (a Grafana URL's `from=`) are refused with the seconds to type instead."""
+    from monitor.sources.replay import T_MAX, T_MIN
+
     try:
-        return parse_time(text)
+        t = parse_time(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if t < T_MIN:
+        raise argparse.ArgumentTypeError(f"time {text} is before 1970")
+    if t > T_MAX:
+        hint = ""
+        if T_MIN <= t / 1000 <= T_MAX:
+            seconds = f"{t / 1000:.3f}".rstrip("0").rstrip(".")
+            hint = f" (epoch milliseconds? {seconds} is {iso(float(seconds))})"
+        raise argparse.ArgumentTypeError(f"time {text} is after 2100 as epoch seconds{hint}")
+    return t
 
 
 def open_samples(
@@ -165,6 +178,15 @@ def input_error(exc: SourceError) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.from_influx and (args.start is None or args.end is None or args.start >= args.end):
         print("replay: --from-influx needs --start and a later --end", file=sys.stderr)
+        return 2
+    if not args.from_influx and (args.start is not None or args.end is not None):
+        print("replay: --start and --end only go with --from-influx (a file replays whole)", file=sys.stderr)
+        return 2
+    if args.what_if is not None and args.events is not None:
+        print("replay: --what-if writes no events; run without --what-if for --events", file=sys.stderr)
+        return 2
+    if args.what_if is None and args.format != "text":
+        print("replay: --format is the --what-if report's; events are always JSON lines", file=sys.stderr)
         return 2
     if args.what_if is None and args.events is None:
         print("replay: --events is required (or --what-if for a comparison)", file=sys.stderr)
@@ -329,6 +351,10 @@ def run(args: argparse.Namespace) -> int:
         for line in report.lines():
             print(f"replay: {line}", file=sys.stderr)
     for line in engine_report(engine):
+        print(f"replay: {line}", file=sys.stderr)
+    if args.from_influx and seen.any() and not seen.all():  # renamed since, or never recorded
+        missing = [name for name, ok in zip(engine.sensors, seen.tolist(), strict=True) if not ok]
+        line = f"{len(missing)} sensor(s) of the config without a sample in this range: {', '.join(missing)}"
         print(f"replay: {line}", file=sys.stderr)
     n = engine.counters.samples
     print(f"replay: {n} samples, {int(seen.sum())} sensors, {events} events, {n / elapsed:.0f} samples/s")

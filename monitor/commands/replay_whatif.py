@@ -2,8 +2,10 @@
 
 Alarm rationalization (ISA-18.2 management of change): before a limit, deadband or
 delay change is deployed, see what it would have done over the last quarter. The
-samples are read once; each batch goes through an engine built from the current
-config and one built from the candidate. Per sensor and rule, each side's alarms
+samples are read once; each batch goes through an engine (and, on a pumping station,
+a station tracker) built from the current config and one built from the candidate.
+The samples are in the current config's units; the candidate's side gets them
+converted where it reads a sensor in another unit. Per sensor and rule, each side's alarms
 become episodes (active until cleared; one still active at the end lasts to the
 last sample) and are summed:
 
@@ -33,14 +35,28 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.config import Config
-from monitor.engine import Engine, replay_steps
+from monitor.engine import Engine
 from monitor.engine.baseline import Floats
 from monitor.errors import InputUsageError, SourceError
 from monitor.model import Condition, ConditionState, ManualClock, Rule
 from monitor.sources.replay import ReadReport, Samples
 from monitor.station.derive import Derivation, derive_arrays
+from monitor.station.replay import judge_steps
+from monitor.station.tracker import StationTracker
+from monitor.units import conversion
 
-EVENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE})
+# What `monitor replay` writes as events (its EVENT_RULES; a test keeps the two the same),
+# pump and wet-well alarms included, but the bad-value diagnostic (a data-quality note,
+# not an alarm an operator acts on).
+EVENT_RULES = frozenset(
+    {
+        Rule.SLUG,
+        Rule.HIGH,
+        Rule.LOW,
+        Rule.STALE,
+        *(Rule.HIGH_LEVEL, Rule.OVERFLOW, Rule.FAIL_TO_START, Rule.PUMP_STARTS, Rule.LONG_RUN),
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +95,7 @@ def summary(episodes: list[Episode], side: Side) -> dict[str, float | int]:
     spans = [e.end - e.start for e in episodes]
     return {
         "count": len(episodes),
-        "total_s": round(sum(spans), 3),
+        "total_s": round(float(sum(spans)), 3),  # 0.0, not 0, with no alarm: one type for tools
         "longest_s": round(max(spans, default=0.0), 3),
         "chattering": chattering([e.start for e in episodes], side.chatter_count, side.chatter_window),
     }
@@ -141,9 +157,11 @@ def _duration(seconds: object) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s"
 
 
-def text(rows: list[dict[str, object]], station: str) -> list[str]:
-    out = [f"what-if for station {station}: per sensor and rule, current -> candidate"]
-    if not rows:
+def text(rows: list[dict[str, object]], station: str, samples: int) -> list[str]:
+    out = [f"what-if for station {station}: per sensor and rule, current -> candidate ({samples} samples)"]
+    if not samples:
+        out.append("  no samples to judge: nothing to compare (stderr says why)")
+    elif not rows:
         out.append("  neither config raised an alarm over these samples")
     for row in rows:
         a, b = row["current"], row["candidate"]
@@ -160,6 +178,51 @@ def text(rows: list[dict[str, object]], station: str) -> list[str]:
             for span in spans:
                 tail = " (still active at the end)" if span["still_active"] else ""
                 out.append(f"    only {side[5:]}: {span['start']} .. {span['end']}{tail}")
+    return out
+
+
+def converted_units(
+    config: Config, candidate: Config, names: Sequence[str]
+) -> tuple[Floats, Floats, list[str]] | None:
+    """`(scale, offset, notes)` per name for the candidate's samples, or None if no unit changed.
+
+    The history is in the current config's units; a candidate that reads a sensor in
+    another unit (the transmitter re-ranged to degC) judges those readings converted,
+    else 140 degF would be judged as 140 degC. A unit that does not convert (the kind
+    changed) is judged as it is, and said so."""
+    scale, offset = np.ones(len(names)), np.zeros(len(names))
+    notes: list[str] = []
+    for i, name in enumerate(names):
+        was, now = config.rules.get(name), candidate.rules.get(name)
+        if was is None or now is None or was.unit == now.unit:
+            continue
+        head = f"what-if: {name} is {was.unit} in the history, {now.unit} in the candidate:"
+        try:
+            scale[i], offset[i] = conversion(was.unit, now.unit)
+        except ValueError:
+            notes.append(f"{head} they do not convert, its readings are judged as they are")
+            continue
+        notes.append(f"{head} its readings are converted for the candidate")
+    return (scale, offset, notes) if notes else None
+
+
+def silent_sensors(
+    config: Config, candidate: Config, names: Sequence[str], seen: npt.NDArray[np.int64]
+) -> list[str]:
+    """A line per sensor without a sample: one added or renamed in the candidate has no
+    history under its id, so it raises nothing, and the old id's alarms show as the
+    current config's only (derived sensors are computed, not read)."""
+    out = []
+    derived = {*config.derived, *candidate.derived}
+    for name, n in zip(names, seen.tolist(), strict=True):
+        if n or name in derived:
+            continue
+        mine = (name in config.rules, name in candidate.rules)
+        whose = {(True, False): "the current config's only", (False, True): "the candidate's only"}
+        out.append(
+            f"what-if: no samples of {name} ({whose.get(mine, 'in both configs')}) in the history:"
+            " it raises nothing here"
+        )
     return out
 
 
@@ -180,27 +243,44 @@ def run_what_if(args: argparse.Namespace, config: Config, candidate: Config, ope
         np.array([e.index(s) for s in c.derived], np.int64)
         for e, c in zip(engines, (config, candidate), strict=True)
     ]
+    # Pump and wet-well alarms, each side by its own setpoints and pump limits; nothing stored.
+    trackers = [StationTracker(c) if c.has_station else None for c in (config, candidate)]
+    units = converted_units(config, candidate, names)
+    for note in units[2] if units is not None else []:
+        print(f"replay: {note}", file=sys.stderr)
     last = -np.inf
+    samples = 0  # read for a sensor of either config
+    per_sensor = np.zeros(len(names), np.int64)
     try:
         batches, reports = open_samples(args, config, tuple(names))
         for b in batches:
-            for engine, index, side, derivation, own in zip(
-                engines, maps, sides, derivations, derived, strict=True
+            values = [b.value, b.value]
+            if units is not None:
+                values[1] = b.value * units[0][b.sensor] + units[1][b.sensor]
+            for engine, index, side, derivation, own, tracker, value in zip(
+                engines, maps, sides, derivations, derived, trackers, values, strict=True
             ):
                 sensor = index[b.sensor]
                 known = (sensor >= 0) & ~np.isin(sensor, own)  # recorded derived values: computed again
                 arrays: tuple[npt.NDArray[np.integer], Floats, Floats, npt.NDArray[np.integer]] = (
                     sensor[known],
                     b.time[known],
-                    b.value[known],
+                    value[known],
                     b.quality[known],
                 )
                 if derivation is not None:
                     arrays = derive_arrays(derivation, engine.sensors, *arrays, final=False)
-                for step in replay_steps(engine, *arrays):
+                for step in judge_steps(engine, tracker, *arrays):
                     side.add(step.conditions)
             if len(b):
                 last = max(last, float(b.time[-1]))
+                samples += len(b)
+                per_sensor += np.bincount(b.sensor, minlength=len(names))
+        for engine, side, derivation, tracker in zip(engines, sides, derivations, trackers, strict=True):
+            if derivation is not None:  # the derived samples still pending, as replay makes them
+                none = np.empty(0, np.int64), np.empty(0), np.empty(0), np.empty(0, np.int8)
+                for step in judge_steps(engine, tracker, *derive_arrays(derivation, engine.sensors, *none)):
+                    side.add(step.conditions)
     except InputUsageError as exc:  # as `replay.input_error` (which imports this module)
         print(f"replay: --input {exc}", file=sys.stderr)
         return 2
@@ -212,10 +292,19 @@ def run_what_if(args: argparse.Namespace, config: Config, candidate: Config, ope
     for report in reports:
         for line in report.lines():
             print(f"replay: {line}", file=sys.stderr)
+    if samples:
+        for line in silent_sensors(config, candidate, names, per_sensor):
+            print(f"replay: {line}", file=sys.stderr)
     rows = compare(sides[0], sides[1], config.station.zone)
     if args.format == "json":
-        doc = {"station": config.station.id, "current": args.config, "candidate": args.what_if, "rules": rows}
+        doc = {
+            "station": config.station.id,
+            "current": args.config,
+            "candidate": args.what_if,
+            "samples": samples,
+            "rules": rows,
+        }
         print(json.dumps(doc, indent=2, ensure_ascii=False))
     else:
-        print("\n".join(text(rows, config.station.id)))
+        print("\n".join(text(rows, config.station.id, samples)))
     return 0

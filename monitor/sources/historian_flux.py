@@ -8,6 +8,7 @@ and `quality` into one record per sample; records are streamed
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -28,7 +29,7 @@ FLUX = """from(bucket: {bucket})
   |> pivot(rowKey: ["_time", "sensor"], columnKey: ["_field"], valueColumn: "_value")
   |> group()
   |> sort(columns: ["_time"])
-  |> keep(columns: ["_time", "sensor", "value", "quality"])"""
+  |> keep(columns: ["_time", "sensor", "unit", "value", "quality"])"""
 
 
 def _string(text: str) -> str:
@@ -37,6 +38,20 @@ def _string(text: str) -> str:
 
 def _when(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _refused(exc: ApiException) -> str:
+    """The server's answer in one line: status, reason, its `message`; not influxdb-client's
+    multi-line text with every response header."""
+    body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else str(exc.body or "")
+    try:
+        message = str(json.loads(body).get("message", body))
+    except (ValueError, AttributeError):
+        message = body
+    text = f"HTTP {exc.status} {exc.reason}: {' '.join(message.split())[:300]}"
+    if exc.status in (401, 403):
+        text += " (check the influx section's token)"
+    return text
 
 
 class FluxHistory(_History):
@@ -69,16 +84,20 @@ class FluxHistory(_History):
                 times: list[float] = []
                 values: list[float] = []
                 quals: list[int] = []
+                units: list[str | None] = []
                 for rec in api.query_stream(self.query(a, b), org=self.org):
                     v = rec.values
                     names.append(str(v.get("sensor", "")))
                     times.append(v["_time"].timestamp())
                     values.append(float("nan") if v.get("value") is None else float(v["value"]))
                     quals.append(int(Quality.GOOD) if v.get("quality") is None else int(v["quality"]))
+                    units.append(v.get("unit"))
                 if times:
-                    yield self._rows(names, times, values, quals)
+                    yield self._rows(names, times, values, quals, units)
                 a = b
-        except (ApiException, HTTPError, OSError) as exc:
+        except ApiException as exc:
+            raise SourceError(f"{self.report.path}: {_refused(exc)}") from exc
+        except (HTTPError, OSError) as exc:
             raise SourceError(f"{self.report.path}: cannot read the history ({exc})") from exc
         finally:
             self.client.close()  # type: ignore[no-untyped-call]

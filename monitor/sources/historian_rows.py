@@ -4,14 +4,65 @@ two do not import each other (the Flux reader loads influxdb-client only when us
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from monitor.config import Config
+from monitor.model import iso
 from monitor.sources.replay import T_MAX, T_MIN, BadRows, ReadReport, Rows
+from monitor.units import conversion
 
 WINDOW_S = 6 * 3600.0
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSeries:
+    """One stored series' points as arrays (VictoriaMetrics answers a series at a time)."""
+
+    sensor: str
+    time: Floats  # epoch seconds
+    value: Floats
+    quality: npt.NDArray[np.int8]
+    unit: str | None  # its `unit` tag
+
+
+@dataclass
+class HistoryReport(ReadReport):
+    """A file's report, plus a line when the range held nothing: a wrong range, database or
+    station id would otherwise read as a quiet quarter ("0 samples", no alarms)."""
+
+    station: str = ""
+    start: float = 0.0
+    end: float = 0.0
+    # (sensor, stored unit, the config's unit) -> points; converted, or not convertible
+    converted: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    unconverted: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+
+    def lines(self) -> list[str]:
+        out = super().lines()
+        for (sensor, stored, unit), n in sorted(self.converted.items()):
+            out.append(
+                f"{self.path}: {n} point(s) of {sensor} stored in {stored},"
+                f" converted to {unit} (the config's unit)"
+            )
+        for (sensor, stored, unit), n in sorted(self.unconverted.items()):
+            out.append(
+                f"{self.path}: {n} point(s) of {sensor} stored in {stored}, which does not convert to"
+                f" {unit}: judged as stored"
+            )
+        if self.rows == 0:
+            out.insert(
+                0,
+                f"{self.path}: no samples of station {self.station} from {iso(self.start)} to"
+                f" {iso(self.end)} (end exclusive): check --start/--end, station.id and the influx section",
+            )
+        return out
 
 
 class _History:
@@ -22,13 +73,23 @@ class _History:
         self.index = {s: i for i, s in enumerate(self.sensors)}
         self.station = config.station.id
         self.start, self.end = start, end
-        self.report = ReadReport(what)
+        self.history = HistoryReport(what, station=self.station, start=start, end=end)
+        self.report: ReadReport = self.history
+        self.units = {s: r.unit for s, r in config.rules.items()}  # what the stored unit tags are read into
         self.points = 0
 
     def rows(self) -> Iterator[Rows]:
         raise NotImplementedError
 
-    def _rows(self, names: list[str], time: list[float], value: list[float], quality: list[int]) -> Rows:
+    def _rows(
+        self,
+        names: list[str],
+        time: list[float],
+        value: list[float],
+        quality: list[int],
+        unit: Sequence[str | None] | None = None,
+    ) -> Rows:
+        """Rows of known sensors in the config's units; `unit` is each point's stored `unit` tag."""
         n = len(time)
         lines = np.arange(self.points + 1, self.points + n + 1, dtype=np.int64)
         self.points += n
@@ -41,5 +102,67 @@ class _History:
         outside = (t < T_MIN) | (t >= T_MAX)
         keep = (sensor >= 0) & ~outside
         q = np.asarray(quality, dtype=np.int8)
-        rows = Rows(sensor, t, np.asarray(value, dtype=np.float64), q, lines)
+        v = np.asarray(value, dtype=np.float64)
+        if unit is not None:
+            self._convert(names, unit, v)
+        rows = Rows(sensor, t, v, q, lines)
+        return rows if keep.all() else rows.take(keep)
+
+    def _convert(self, names: list[str], unit: Sequence[str | None], value: npt.NDArray[np.float64]) -> None:
+        """Values stored in another unit than the config's (the config changed with the
+        transmitter), converted in place: the `unit` tag says what a stored number is in."""
+        units = self.units
+        odd: dict[tuple[str, str], list[int]] = {}
+        for i, (s, u) in enumerate(zip(names, unit, strict=True)):
+            if u and s in units and u != units[s]:
+                odd.setdefault((s, u), []).append(i)
+        for (s, u), at in odd.items():
+            key = (s, u, units[s])
+            try:
+                scale, offset = conversion(u, units[s])
+            except ValueError:
+                self.history.unconverted[key] += len(at)
+                continue
+            index = np.asarray(at)
+            value[index] = value[index] * scale + offset
+            self.history.converted[key] += len(at)
+
+    def _series_rows(self, parts: list[StoredSeries]) -> Rows:
+        """`_rows` for whole series: the same rows, report and conversions, in time order,
+        with no Python object per point."""
+        units = self.units
+        for k, part in enumerate(parts):
+            want = units.get(part.sensor)
+            if part.unit and want is not None and part.unit != want:
+                key = (part.sensor, part.unit, want)
+                try:
+                    scale, offset = conversion(part.unit, want)
+                except ValueError:
+                    self.history.unconverted[key] += part.time.size
+                    continue
+                parts[k] = StoredSeries(
+                    part.sensor, part.time, part.value * scale + offset, part.quality, part.unit
+                )
+                self.history.converted[key] += part.time.size
+        t = np.concatenate([p.time for p in parts])
+        order = np.argsort(t, kind="stable")
+        t = t[order]
+        of = np.concatenate([np.full(p.time.size, k, np.int32) for k, p in enumerate(parts)])[order]
+        index = np.array([self.index.get(p.sensor, -1) for p in parts], np.int32)
+        sensor = index[of]
+        n = t.size
+        lines = np.arange(self.points + 1, self.points + n + 1, dtype=np.int64)
+        self.points += n
+        self.report.rows += n
+        for k in np.flatnonzero(index < 0).tolist():
+            at = np.flatnonzero(of == k)
+            if at.size:
+                name = parts[k].sensor
+                self.report.unknown_sensor.setdefault(name, BadRows()).add(
+                    int(lines[at[0]]), name, int(at.size)
+                )
+        value = np.concatenate([p.value for p in parts])[order]
+        quality = np.concatenate([p.quality for p in parts])[order]
+        keep = (sensor >= 0) & (t >= T_MIN) & (t < T_MAX)
+        rows = Rows(sensor, t, value, quality, lines)
         return rows if keep.all() else rows.take(keep)

@@ -48,14 +48,14 @@ def station_steps(
             sensor, time, value, quality = derive_arrays(
                 derivation, names, sensor, time, value, quality, final=False
             )
-        yield from _judge(engine, tracker, sensor, time, value, quality)
+        yield from judge_steps(engine, tracker, sensor, time, value, quality)
     if derivation is not None:
         e = np.empty(0, dtype=np.int64)
         sensor, time, value, quality = derive_arrays(
             derivation, names, e, np.empty(0), np.empty(0), np.empty(0, np.int8)
         )
         if time.size:
-            yield from _judge(engine, tracker, sensor, time, value, quality)
+            yield from judge_steps(engine, tracker, sensor, time, value, quality)
     if ignored:
         log.warning(
             "%d recorded sample(s) of derived sensors ignored; derived sensors are computed"
@@ -66,7 +66,7 @@ def station_steps(
         tracker.save()
 
 
-def _judge(
+def judge_steps(
     engine: Engine,
     tracker: StationTracker | None,
     sensor: npt.NDArray[np.integer],
@@ -74,6 +74,8 @@ def _judge(
     value: npt.NDArray[np.float64],
     quality: npt.NDArray[np.integer],
 ) -> Iterator[ReplayStep]:
+    """The engine's steps with the tracker's pump and wet-well conditions merged in (also
+    `--what-if`, one tracker per config)."""
     for step in replay_steps(engine, sensor, time, value, quality):
         if tracker is None:
             yield step
@@ -94,4 +96,4 @@ def has_station(config: Config) -> bool:
     return config.has_station
 
 
-__all__ = ["has_station", "station_steps"]
+__all__ = ["has_station", "judge_steps", "station_steps"]
