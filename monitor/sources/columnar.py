@@ -41,6 +41,7 @@ MAX_LINE_BYTES = 64 << 20  # a "line" longer than this is not a CSV row: refused
 _NUMBER = r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(nan|inf|infinity)$"
 _ISO = r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([Zz]|[-+]\d\d(:?\d\d)?)$"
 _UTC_NS = pa.timestamp("ns", tz="UTC")
+_UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
 # pyarrow.compute (~70 ms to import) and pyarrow.parquet (~30 ms) are imported where they
 # are needed: a clean file of numbers or timestamps is read without either (`Array.cast`
@@ -318,9 +319,18 @@ def _chunk(
         if source is not None:
             return source(int(lines[i]))
         j = i if index is None else int(index[i])
-        return ",".join("" if c[j].as_py() is None else str(c[j].as_py()) for c in (t_col, s_col, v_col))
+        return ",".join(_cell(c, j) for c in (t_col, s_col, v_col))
 
     return Chunk(lines, names, sensor, time, numeric, value, ok, short, text)
+
+
+def _cell(col: pa.Array, i: int) -> str:
+    """Row i's cell as text for the report; a timestamp past Python's year 9999 as its number."""
+    try:
+        v = col[i].as_py()
+    except (OverflowError, ValueError):  # a garbage timestamp: the number, and what it counts
+        return f"{col[i].value} {col.type.unit} since 1970"
+    return "" if v is None else str(v)
 
 
 def _blank(t: pa.Array, s: pa.Array, v: pa.Array) -> npt.NDArray[np.bool_] | None:
@@ -414,11 +424,15 @@ def _times(col: pa.Array) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_
     if pa.types.is_timestamp(col.type):
         if col.type.unit == "ns" and not col.null_count:  # its int64 buffer, read as such
             return _nan_nulls(col, 1e-9), np.zeros(n, bool)
-        ns = col.cast(pa.timestamp("ns", tz=col.type.tz)).cast(pa.int64())
+        try:
+            ns = col.cast(pa.timestamp("ns", tz=col.type.tz)).cast(pa.int64())
+        except pa.ArrowInvalid:  # a time past 2262 has no nanoseconds: its own unit, a bad row
+            return _nan_nulls(col.cast(pa.int64()), _UNIT_SECONDS[col.type.unit]), np.zeros(n, bool)
         return _nan_nulls(ns, 1e-9), np.zeros(n, bool)
-    if pa.types.is_float64(col.type):
+    if pa.types.is_float64(col.type) or pa.types.is_integer(col.type):
+        # integers straight from their buffer: Arrow's cast refuses any past 2**53 (epoch ns)
         return _nan_nulls(col, 1.0), np.ones(n, bool)
-    if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
+    if pa.types.is_floating(col.type):
         return _nan_nulls(col.cast(pa.float64()), 1.0), np.ones(n, bool)
     import pyarrow.compute as pc
 
@@ -465,16 +479,19 @@ def _values(col: pa.Array) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool
     """Values and whether each could be read at all (NaN/inf read fine: the engine judges them)."""
     n = len(col)
     if pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_decimal(col.type):
-        v = col if pa.types.is_float64(col.type) else col.cast(pa.float64())
+        # integers straight from their buffer: Arrow's cast refuses any past 2**53
+        v = col if pa.types.is_float64(col.type) or pa.types.is_integer(col.type) else col.cast(pa.float64())
         ok = np.ones(n, bool) if not v.null_count else ~_bools(v.is_null())
         return _nan_nulls(v, 1.0), ok
     import pyarrow.compute as pc
 
     col = col.cast(pa.string())
     try:
-        return _numbers(col.cast(pa.float64())), np.ones(n, bool)
+        v = col.cast(pa.float64())
     except pa.ArrowInvalid:
         pass
+    else:  # a null (Parquet's None, Arrow's null type) is an unreadable value, as an empty cell
+        return _nan_nulls(v, 1.0), np.ones(n, bool) if not v.null_count else ~_bools(v.is_null())
     col = pc.utf8_trim_whitespace(col)
     num = pc.fill_null(pc.match_substring_regex(col, _NUMBER, ignore_case=True), False)
     ok = _bools(num)

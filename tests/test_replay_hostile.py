@@ -1,0 +1,136 @@
+"""A utility's exported history, as it really comes: the replay reader against the
+Parquet column types other tools write, rows that break several rules at once, multi-line
+quoted cells and a stray non-UTF-8 byte. Each bad row costs that row, counted once with
+its line; the file itself is never refused for one of them."""
+
+from __future__ import annotations
+
+import decimal
+import math
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from monitor.model import Quality
+from monitor.sources.replay import ReadReport, read_csv
+from tests import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+CASE = ROOT / "tests" / "cases" / "replay" / "station-day"
+T = 1780444800  # 2026-06-03T00:00:00Z
+
+
+def summary(r: ReadReport) -> dict[str, tuple[int, int]]:
+    kinds = {
+        "bad_time": r.bad_time,
+        "out_of_range": r.out_of_range,
+        "bad_value": r.bad_value,
+        "out_of_order": r.out_of_order,
+        "milliseconds": r.milliseconds,
+    }
+    out = {k: (p.count, p.first_line) for k, p in kinds.items() if p.count}
+    out.update({f"unknown {k}": (p.count, p.first_line) for k, p in r.unknown_sensor.items()})
+    return out
+
+
+def parquet(path: Path, **columns: pa.Array) -> Path:
+    pq.write_table(pa.table(columns), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pa.array(["7", None, "7.5"]),  # a text column with a null, as pandas writes None
+        pa.array(["7", None, "7.5"]).dictionary_encode(),
+        pa.array([None, None, None]),  # a column of nothing at all: Arrow's null type
+    ],
+    ids=["text", "dictionary", "null-type"],
+)
+def test_a_parquet_value_column_with_nulls_reads_them_as_bad_data(tmp_path: Path, value: pa.Array) -> None:
+    """A null among text values died with an AssertionError (a traceback from `monitor
+    replay`); it is an unreadable value, kept as bad data, like an empty CSV cell."""
+    path = parquet(
+        tmp_path / "v.parquet", time=pa.array([T, T + 1, T + 2]), sensor=pa.array(["a"] * 3), value=value
+    )
+    samples, report = read_csv(path, ["a"])
+    assert samples.time.tolist() == [T, T + 1, T + 2]
+    nulls = [i for i, v in enumerate(value.to_pylist()) if v is None]
+    assert [i for i, q in enumerate(samples.quality.tolist()) if q == Quality.BAD_DATA] == nulls
+    assert summary(report) == {"bad_value": (len(nulls), nulls[0] + 1)}
+
+
+def test_a_parquet_null_value_replays_without_a_traceback(tmp_path: Path) -> None:
+    path = parquet(
+        tmp_path / "v.parquet",
+        time=pa.array(["2026-06-03T00:00:00Z", "2026-06-03T00:00:10Z"]),
+        sensor=pa.array(["outfall.ph"] * 2),
+        value=pa.array(["7", None]),
+    )
+    out = tmp_path / "events.jsonl"
+    result = cli.run_monitor(
+        "replay", "--config", str(CASE / "config.yaml"), "--input", str(path), "--events", str(out),
+        "--no-incidents", cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "1 row(s) with unreadable value (kept as bad data), first at line 2" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("time", "good"),
+    [
+        # epoch nanoseconds as int64 (past 2**53: not exactly a double), one of them garbage
+        (pa.array([T * 10**9, 2**63 - 1, (T + 2) * 10**9]), []),
+        (pa.array([T, 2**64 - 1, T + 2], pa.uint64()), [T, T + 2]),
+        # timestamps in ms / us / s of a year past 2262 (outside nanoseconds' range)
+        (pa.array([T * 10**3, 10**15, (T + 2) * 10**3], pa.timestamp("ms", tz="UTC")), [T, T + 2]),
+        (pa.array([T * 10**6, 10**17, (T + 2) * 10**6], pa.timestamp("us", tz="UTC")), [T, T + 2]),
+        (pa.array([T, 10**13, T + 2], pa.timestamp("s")), [T, T + 2]),
+    ],
+    ids=["int64-ns", "uint64", "ms", "us", "s"],
+)
+def test_a_parquet_time_past_what_a_cast_allows_costs_its_row_not_the_file(
+    tmp_path: Path, time: pa.Array, good: list[int]
+) -> None:
+    """Casting these to float64 or to timestamp[ns] raised, and the whole file was refused
+    as "not a readable Parquet file"; as a CSV cell the same time is one row outside
+    1970..2100 (epoch nanoseconds, as the docs say, are all outside)."""
+    path = parquet(
+        tmp_path / "t.parquet", time=time, sensor=pa.array(["a"] * 3), value=pa.array([1.0, 2.0, 3.0])
+    )
+    samples, report = read_csv(path, ["a"])
+    assert samples.time.tolist() == good
+    outside = [i + 1 for i in range(3) if not good or i == 1]
+    assert summary(report) == {"out_of_range": (len(outside), outside[0])}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [pa.array([2**62, 7]), pa.array([2**64 - 1, 7], pa.uint64())],
+    ids=["int64", "uint64"],
+)
+def test_a_parquet_value_of_a_huge_integer_is_read_not_refused(tmp_path: Path, value: pa.Array) -> None:
+    """An integer column with a value past 2**53 (a counter, a PLC's garbage) refused the
+    file; it is read as the nearest double, for the engine to judge."""
+    path = parquet(
+        tmp_path / "v.parquet", time=pa.array([T, T + 1]), sensor=pa.array(["a", "a"]), value=value
+    )
+    samples, report = read_csv(path, ["a"])
+    assert samples.value.tolist() == [float(value[0].as_py()), 7.0]
+    assert summary(report) == {}
+
+
+def test_parquet_decimal_and_integer_columns_read_as_their_numbers(tmp_path: Path) -> None:
+    path = parquet(
+        tmp_path / "d.parquet",
+        time=pa.array([decimal.Decimal(T), decimal.Decimal(T + 1)], pa.decimal128(12, 0)),
+        sensor=pa.array(["a", "a"], pa.large_string()),
+        value=pa.array([decimal.Decimal("1.25"), None], pa.decimal128(10, 2)),
+    )
+    samples, report = read_csv(path, ["a"])
+    assert samples.time.tolist() == [T, T + 1]
+    assert samples.value[0] == 1.25 and math.isnan(samples.value[1])
+    assert summary(report) == {"bad_value": (1, 2)}
