@@ -134,3 +134,41 @@ def test_parquet_decimal_and_integer_columns_read_as_their_numbers(tmp_path: Pat
     assert samples.time.tolist() == [T, T + 1]
     assert samples.value[0] == 1.25 and math.isnan(samples.value[1])
     assert summary(report) == {"bad_value": (1, 2)}
+
+
+def test_a_repeated_header_is_one_bad_row_not_three(tmp_path: Path) -> None:
+    """Two exports joined with `cat`: the second header is a row whose time, sensor and
+    value are all wrong. It was counted three times, as an unknown sensor 'sensor', an
+    unreadable time and an unreadable value "kept as bad data" (it was not kept). A
+    skipped row is counted once, under its time if that is wrong, else its sensor; only a
+    row that is kept counts as an unreadable value."""
+    path = tmp_path / "joined.csv"
+    path.write_text(
+        "time,sensor,value\n"
+        f"{T},a,1\n"
+        "time,sensor,value\n"  # 3: the second file's header
+        f"{T + 1},zz,n/a\n"  # 4: unknown sensor (its value does not matter)
+        f"1e308,a,n/a\n"  # 5: outside 1970..2100 (nor does this one's)
+        f"{T + 2},a,n/a\n"  # 6: kept, as bad data
+    )
+    samples, report = read_csv(path, ["a"])
+    assert samples.time.tolist() == [T, T + 2]
+    assert summary(report) == {
+        "bad_time": (1, 3),
+        "unknown zz": (1, 4),
+        "out_of_range": (1, 5),
+        "bad_value": (1, 6),
+    }
+    assert report.bad_time.example == "time,sensor,value"
+
+
+def test_a_parquet_row_of_nulls_is_one_bad_row(tmp_path: Path) -> None:
+    path = parquet(
+        tmp_path / "n.parquet",
+        time=pa.array([T, None, T + 2], pa.timestamp("s", tz="UTC")),
+        sensor=pa.array(["a", None, "a"]),
+        value=pa.array([1.0, None, 3.0]),
+    )
+    samples, report = read_csv(path, ["a"])
+    assert samples.time.tolist() == [T, T + 2]
+    assert summary(report) == {"bad_time": (1, 2)}

@@ -223,15 +223,19 @@ class _File:
         _add(r.bad_time, unreadable, c)
         outside = ~unreadable & ((time < T_MIN) | (time >= T_MAX))
         _add(r.out_of_range, outside, c)
-        _add(r.bad_value, ~c.value_ok, c)
+        # A row is counted once: under its time if that is wrong, else its sensor; only a
+        # row that is kept counts as an unreadable value (a second header line is one bad time).
+        timed = ~unreadable & ~outside
         unknown = sensor < 0
-        if unknown.any():
-            codes, first, counts = np.unique(c.sensor[unknown], return_index=True, return_counts=True)
-            at = np.flatnonzero(unknown)
+        _add(r.bad_value, ~c.value_ok & timed & ~unknown, c)
+        named = unknown & timed
+        if named.any():
+            codes, first, counts = np.unique(c.sensor[named], return_index=True, return_counts=True)
+            at = np.flatnonzero(named)
             for code, i, k in zip(codes.tolist(), first.tolist(), counts.tolist(), strict=True):
                 name = c.names[code] if len(r.unknown_sensor) < MAX_NAMES else "(other names)"
                 r.unknown_sensor.setdefault(name, BadRows()).add(int(c.lines[at[i]]), c.text(int(at[i])), k)
-        keep = ~unknown & ~unreadable & ~outside
+        keep = ~unknown & timed
         quality = np.where(c.value_ok, np.int8(Quality.GOOD), np.int8(Quality.BAD_DATA)).astype(np.int8)
         rows = Rows(sensor, time, c.value, quality, c.lines)
         return self._order(rows if keep.all() else rows.take(keep))
