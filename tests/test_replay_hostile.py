@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from monitor.model import Quality
+from monitor.sources import columnar
 from monitor.sources.replay import ReadReport, read_csv
 from tests import cli
 
@@ -172,3 +173,40 @@ def test_a_parquet_row_of_nulls_is_one_bad_row(tmp_path: Path) -> None:
     samples, report = read_csv(path, ["a"])
     assert samples.time.tolist() == [T, T + 2]
     assert summary(report) == {"bad_time": (1, 2)}
+
+
+def _commented(path: Path) -> None:
+    """An export with an operator's comment column; some comments run over several lines."""
+    rows = []
+    for i in range(60):
+        comment = '"pump 2 reset\nby operator, ""JB"""' if i % 7 == 3 else ""
+        if i % 11 == 5:
+            comment = '"wet well checked\n"'  # a line break last: a cut there left a lone quote
+        sensor = "zz" if i == 40 else "a"
+        value = "n/a" if i == 50 else str(i)
+        rows.append(f"{T + i},{sensor},{value},{comment}")
+    path.write_text("time,sensor,value,comment\n" + "\n".join(rows) + "\n")
+
+
+def _line_of(path: Path, needle: str) -> int:
+    return next(i for i, text in enumerate(path.read_text().split("\n"), 1) if text.startswith(needle))
+
+
+@pytest.mark.parametrize("block", [1 << 20, 64, 100, 333])
+def test_lines_after_a_comment_of_several_lines_are_the_lines_of_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """A quoted cell with a line break is one row over two lines: the rows after it were
+    numbered one a line, so every line number after the first such comment was short by
+    one more (the report named the wrong line, and quoted another row as its example); the
+    block edges, which fall at a line break, may fall inside such a cell."""
+    path = tmp_path / "commented.csv"
+    _commented(path)
+    monkeypatch.setattr(columnar, "BLOCK_BYTES", block)
+    samples, report = read_csv(path, ["a"])
+    assert len(samples) == 59
+    assert summary(report) == {
+        "unknown zz": (1, _line_of(path, f"{T + 40},zz")),
+        "bad_value": (1, _line_of(path, f"{T + 50},a")),
+    }
+    assert report.bad_value.example == f"{T + 50},a,n/a,"

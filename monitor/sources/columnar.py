@@ -37,6 +37,7 @@ from monitor.model import parse_time
 COLUMNS = ("time", "sensor", "value")
 BLOCK_BYTES = 8 << 20  # ~200k rows of `time,sensor,value` per chunk: memory stays flat
 PARQUET_ROWS = 256_000
+MAX_CELL_LINES = 64  # lines a quoted cell may run over at a block's end and still be kept whole
 MAX_LINE_BYTES = 64 << 20  # a "line" longer than this is not a CSV row: refused, not buffered
 _NUMBER = r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(nan|inf|infinity)$"
 _ISO = r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([Zz]|[-+]\d\d(:?\d\d)?)$"
@@ -136,6 +137,8 @@ def _csv_chunks(path: Path, header: list[str], cols: list[str]) -> Iterator[Chun
                     break
                 if got:
                     cut = buf.rfind(b"\n", 0, end) + 1
+                    if cut and buf.find(b'"', 0, cut) >= 0:  # memchr: a cell may hold a line break
+                        cut = _outside_quotes(buf, cut)
                     if cut == 0:  # one line longer than a block: read on, up to a point
                         if end > MAX_LINE_BYTES:
                             raise PayloadError(
@@ -145,7 +148,10 @@ def _csv_chunks(path: Path, header: list[str], cols: list[str]) -> Iterator[Chun
                         continue
                 else:
                     cut = end
-                chunk, lines = _csv_block(memoryview(buf)[:cut], line, header, cols, width, positions, kinds)
+                quoted = buf.find(b'"', 0, cut) >= 0
+                chunk, lines = _csv_block(
+                    memoryview(buf)[:cut], line, header, cols, width, positions, kinds, quoted
+                )
                 yield chunk
                 line += lines
                 held = end - cut
@@ -155,6 +161,33 @@ def _csv_chunks(path: Path, header: list[str], cols: list[str]) -> Iterator[Chun
         raise PayloadError(f"{path}: not a readable CSV file ({exc})") from exc
     except OSError as exc:
         raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+
+
+def _outside_quotes(buf: bytearray, cut: int) -> int:
+    """`cut` (just past a line break), or the start of the block's last row when that row
+    is a quoted cell of a few lines cut short (a block cut inside it split it into two bad
+    rows, and a cell's tail starting with a quote swallowed the next block); 0 when that
+    row is the block's only one. Looked into only when the quotes before `cut` are odd in
+    number (a quote inside a cell, `8" main`, can hide such a cut: it is left as before),
+    as the stdlib's reader splits rows (pyarrow's splits them the same)."""
+    if int(np.count_nonzero(np.frombuffer(buf, np.uint8, cut) == 34)) % 2 == 0:
+        return cut
+    parts = bytes(buf[:cut]).decode("utf-8", errors="replace").split("\n")
+    parts[-1] = ""  # after the last line break, an empty line: a row of its own unless
+    # the last row is still in a quoted cell, which then takes it in
+    reader = csv.reader(p + "\n" for p in parts)
+    start = done = 0  # the line the last row starts on; lines read
+    try:
+        for _ in reader:
+            start, done = done, reader.line_num
+    except csv.Error:  # a cell past the stdlib's size limit: as before
+        return cut
+    if start == len(parts) - 1 or len(parts) - 1 - start > MAX_CELL_LINES:
+        return cut
+    if start == 0:  # the block's only row: read on, as for a long line
+        return 0
+    breaks = np.flatnonzero(np.frombuffer(buf, np.uint8, cut) == 10)
+    return int(breaks[start - 1]) + 1
 
 
 def _grown(buf: bytearray, held: int, size: int) -> bytearray:
@@ -182,6 +215,7 @@ def _csv_block(
     width: int,
     positions: list[int],
     kinds: list[int],
+    quoted: bool,
 ) -> tuple[Chunk, int]:
     """One block of lines, the first being line `line` of the file; returns the chunk
     and how many lines the block held. Malformed rows are numbered only by a
@@ -240,27 +274,64 @@ def _csv_block(
     n = table.num_rows
     batch = table.unify_dictionaries().combine_chunks().to_batches()
     rows = batch[0] if batch else None
+    span, held = None, n  # the line each row starts on, if not one row a line; lines held
+    if odd or quoted:
+        # A quoted cell with a line break (a comment column), or an unterminated quote that
+        # swallows the lines after it, makes a row of several lines: count the lines, and
+        # where they outnumber the rows, find the line each row starts on.
+        newlines = np.frombuffer(block, dtype=np.uint8) == 10
+        held = int(np.count_nonzero(newlines)) + (0 if newlines[-1] else 1)
+        if held != n + len(odd):
+            span = _row_lines(block, line, n + len(odd))
+            if span is not None and all(o[0] >= line for o in odd):
+                odd = [(int(span[at - line]), row, cells) for at, row, cells in odd]
+            else:
+                span = None
     if not odd:
-        return _chunk(rows, np.arange(line, line + n, dtype=np.int64), [], source=text), n
+        lines = np.arange(line, line + n, dtype=np.int64) if span is None else span
+        return _chunk(rows, lines, [], source=text), held
     odd.sort()
-    lines, short, extra = _place(line, n, odd, width, positions)
-    # An unterminated quote can swallow several lines into one bad row: count them.
-    newlines = np.frombuffer(block, dtype=np.uint8) == 10
-    held = int(np.count_nonzero(newlines)) + (0 if newlines[-1] else 1)
+    lines, short, extra = _place(
+        span if span is not None else np.arange(line, line + n + len(odd), dtype=np.int64),
+        odd,
+        width,
+        positions,
+    )
     if extra:
         return _chunk(_with_extra(rows, extra), lines, short, reorder=True, source=text), held
     return _chunk(rows, lines, short, source=text), held
 
 
+def _row_lines(block: memoryview, line: int, rows: int) -> npt.NDArray[np.int64] | None:
+    """The line each of the block's `rows` rows starts on, the first being line `line`,
+    as the stdlib's reader splits them (pyarrow's splits the same: a quote opens a quoted
+    cell only at its start); None when the two do not agree on the rows (a bare CR, a cell
+    past the stdlib's size limit), and the rows are then numbered one a line, as before."""
+    text = bytes(block).decode("utf-8", errors="replace")
+    parts = text.split("\n")
+    if parts[-1] == "":
+        parts.pop()
+    reader = csv.reader(p + "\n" for p in parts)
+    starts: list[int] = []
+    done = 0  # lines the reader has taken
+    try:
+        for _ in reader:
+            starts.append(line + done)
+            done = reader.line_num
+    except csv.Error:
+        return None
+    return np.array(starts, dtype=np.int64) if len(starts) == rows else None
+
+
 def _place(
-    line: int, n: int, odd: list[tuple[int, str, int]], width: int, positions: list[int]
+    span: npt.NDArray[np.int64], odd: list[tuple[int, str, int]], width: int, positions: list[int]
 ) -> tuple[npt.NDArray[np.int64], list[tuple[int, str]], list[tuple[int, list[str]]]]:
-    """Line numbers of a batch's `n` good rows, given the malformed rows among them.
+    """Line numbers of a batch's good rows, given the line each of its rows starts on
+    (`span`) and the malformed rows among them.
 
     A row with fewer cells than the header is reported; one with more keeps its
     first cells (the stdlib reader did the same), appended after the good rows."""
     bad = {o[0] for o in odd}
-    span = np.arange(line, line + n + len(odd), dtype=np.int64)
     good = span[~np.isin(span, np.fromiter(bad, np.int64, len(bad)))] if bad else span
     short: list[tuple[int, str]] = []
     extra: list[tuple[int, list[str]]] = []
