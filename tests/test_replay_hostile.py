@@ -210,3 +210,19 @@ def test_lines_after_a_comment_of_several_lines_are_the_lines_of_the_file(
         "bad_value": (1, _line_of(path, f"{T + 50},a")),
     }
     assert report.bad_value.example == f"{T + 50},a,n/a,"
+
+
+@pytest.mark.parametrize("at", [3, 2500])
+def test_a_latin1_byte_costs_its_row_not_the_replay(tmp_path: Path, at: int) -> None:
+    """One row of a Windows-1252 export ("débit") in a UTF-8 file: near the top it refused
+    the file, further down it stopped the replay half-way (exit 1) with pyarrow's "invalid
+    UTF8 data" and a row number of its block. Now the bad bytes read as U+FFFD and the row
+    is one bad row (here an unknown sensor) with its line."""
+    rows = [f"{T + i},a,{i}" for i in range(3000)]
+    rows[at - 2] = f"{T + at - 2},d\xe9bit,1"
+    path = tmp_path / "mixed.csv"
+    path.write_bytes(("time,sensor,value\n" + "\n".join(rows) + "\n").encode("latin-1"))
+    samples, report = read_csv(path, ["a"])
+    assert len(samples) == 2999
+    assert summary(report) == {"unknown d\ufffdbit": (1, at)}
+    assert report.unknown_sensor["d\ufffdbit"].example == f"{T + at - 2},d\ufffdbit,1"

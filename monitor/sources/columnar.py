@@ -81,24 +81,24 @@ def open_chunks(path: Path) -> Iterator[Chunk]:
 def _header(path: Path) -> list[str]:
     """The header's cells. A file whose lines end in a carriage return alone (a "CSV
     (Macintosh)" export) is refused: the blocks are cut at LF, so it read as one header
-    line and no rows, without a word."""
+    line and no rows, without a word. Only the header line must be UTF-8: a stray byte of
+    another encoding further down costs its row, wherever it is."""
     try:
         with path.open("rb") as raw:
             first = raw.readline(1 << 16)
-        with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: spreadsheet exports start with a BOM
-            header = next(csv.reader(f), None)
     except OSError as exc:
         raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise PayloadError(f"{path}: not a readable CSV file ({exc})") from exc
-    if header is None:
+    if not first:
         raise PayloadError(f"{path}: empty file, expected a header {','.join(COLUMNS)}")
     if b"\r" in first.rstrip(b"\r\n"):
         raise PayloadError(
             f"{path}: a line ends with a carriage return alone (a Macintosh CSV export);"
             " save it with LF or CRLF line endings"
         )
-    return header
+    try:  # -sig: spreadsheet exports start with a BOM
+        return next(csv.reader([first.decode("utf-8-sig")]), [])
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise PayloadError(f"{path}: not a readable CSV file ({exc})") from exc
 
 
 def _pick(path: Path, header: list[str]) -> list[str]:
@@ -253,22 +253,33 @@ def _csv_block(
         b = int(ends[0][k]) if k < ends[0].size else len(block)
         return bytes(block[a:b]).decode("utf-8", errors="replace").rstrip("\r")
 
-    table = None
-    for kind in (kinds[0], *range(kinds[0] + 1, len(_KINDS))):
-        try:
-            table = parse(kind)
-        except pa.ArrowInvalid:
-            if kind == len(_KINDS) - 1:
-                raise
-            continue
-        if kind < len(_KINDS) - 1:
-            kinds[0], kinds[1] = kind, 0
-        else:  # a block with a bad cell needs text; a file of them keeps to text after two
-            kinds[1] += 1
-            if kinds[1] >= 2:
-                kinds[0] = kind
-        break
-    assert table is not None
+    def typed() -> tuple[pa.Table, int]:
+        """The block parsed as the first of `_KINDS` that takes it, and which that was."""
+        for kind in (kinds[0], *range(kinds[0] + 1, len(_KINDS))):
+            try:
+                table = parse(kind)
+            except pa.ArrowInvalid:
+                if kind == len(_KINDS) - 1:
+                    raise
+                continue
+            if kind < len(_KINDS) - 1:
+                kinds[0], kinds[1] = kind, 0
+            else:  # a block with a bad cell needs text; a file of them keeps to text after two
+                kinds[1] += 1
+                if kinds[1] >= 2:
+                    kinds[0] = kind
+            return table, kind
+        raise AssertionError("the text kind takes any block")
+
+    try:
+        table, kind = typed()
+    except pa.ArrowInvalid as exc:
+        if "UTF8" not in str(exc):
+            raise
+        # Bytes of another encoding (one row of a Windows-1252 export): U+FFFD, the row read
+        # as what it then is (an unknown sensor, an unreadable value), its lines unchanged.
+        block = memoryview(bytes(block).decode("utf-8", errors="replace").encode())
+        table, kind = typed()
     if any(o[0] < 0 for o in odd) or (odd and kind != len(_KINDS) - 1):
         table = parse(len(_KINDS) - 1)  # text, so long rows can join
     n = table.num_rows
