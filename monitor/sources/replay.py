@@ -8,7 +8,8 @@ with an unreadable time, or with a time outside 1970..2100 is skipped; a row who
 value cannot be read becomes a BAD_DATA sample (the reading happened, it is just not
 a number); a row not later than the previous row of the same sensor in the same
 file is skipped as out of order. Each kind is counted, with the first line it
-happened on, for the report at the end. Every check works on whole chunks.
+happened on, for the report at the end; a row that breaks several rules counts once
+(its time first, then its sensor, then its value). Every check works on whole chunks.
 """
 
 from __future__ import annotations
