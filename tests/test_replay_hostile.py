@@ -89,7 +89,7 @@ def test_a_parquet_null_value_replays_without_a_traceback(tmp_path: Path) -> Non
         # timestamps in ms / us / s of a year past 2262 (outside nanoseconds' range)
         (pa.array([T * 10**3, 10**15, (T + 2) * 10**3], pa.timestamp("ms", tz="UTC")), [T, T + 2]),
         (pa.array([T * 10**6, 10**17, (T + 2) * 10**6], pa.timestamp("us", tz="UTC")), [T, T + 2]),
-        (pa.array([T, 10**13, T + 2], pa.timestamp("s")), [T, T + 2]),
+        (pa.array([T, 10**13, T + 2], pa.timestamp("s", tz="UTC")), [T, T + 2]),
     ],
     ids=["int64-ns", "uint64", "ms", "us", "s"],
 )
@@ -226,3 +226,43 @@ def test_a_latin1_byte_costs_its_row_not_the_replay(tmp_path: Path, at: int) -> 
     assert len(samples) == 2999
     assert summary(report) == {"unknown d\ufffdbit": (1, at)}
     assert report.unknown_sensor["d\ufffdbit"].example == f"{T + at - 2},d\ufffdbit,1"
+
+
+@pytest.mark.parametrize(
+    ("time", "says"),
+    [
+        (pa.array([T * 10**9], pa.timestamp("ns")), "timestamp[ns] without a time zone"),
+        (pa.array([T * 10**3], pa.timestamp("ms")), "timestamp[ms] without a time zone"),
+        (pa.array([float(T)]).cast(pa.float32(), safe=False), "a float (32 bits): too coarse"),
+    ],
+    ids=["naive-ns", "naive-ms", "float32"],
+)
+def test_a_parquet_time_column_that_cannot_say_when_is_refused_naming_it(
+    tmp_path: Path, time: pa.Array, says: str
+) -> None:
+    """A timestamp without a zone (pandas' naive datetime64) was read as UTC, where the same
+    text in a CSV is refused: local times replayed hours off, without a word. A float32
+    time steps by 128 s at today's epoch seconds, shifting readings silently. Both are
+    properties of the column, so the file is refused before any output, naming it."""
+    path = parquet(tmp_path / "t.parquet", Time=time, sensor=pa.array(["outfall.ph"]), value=pa.array([7.0]))
+    out = tmp_path / "events.jsonl"
+    result = cli.run_monitor(
+        "replay", "--config", str(CASE / "config.yaml"), "--input", str(path), "--events", str(out),
+        "--no-incidents", cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert f"t.parquet: column 'Time' is {says}" in result.stderr
+    assert "Traceback" not in result.stderr and not out.exists()
+
+
+def test_a_parquet_time_with_any_zone_reads_as_the_instant_it_names(tmp_path: Path) -> None:
+    path = parquet(
+        tmp_path / "z.parquet",
+        time=pa.array([T * 10**9, (T + 1) * 10**9], pa.timestamp("ns", tz="Asia/Kolkata")),
+        sensor=pa.array(["a", "a"]),
+        value=pa.array([True, False]),  # a pump's run feedback as pandas writes a bool column
+    )
+    samples, report = read_csv(path, ["a"])
+    assert samples.time.tolist() == [T, T + 1]
+    assert samples.value.tolist() == [1.0, 0.0]
+    assert summary(report) == {}

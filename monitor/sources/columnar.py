@@ -560,6 +560,8 @@ def _times(col: pa.Array) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_
 def _values(col: pa.Array) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
     """Values and whether each could be read at all (NaN/inf read fine: the engine judges them)."""
     n = len(col)
+    if pa.types.is_boolean(col.type):  # a pump's run feedback as pandas writes it: 1 and 0
+        col = col.cast(pa.int8())
     if pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_decimal(col.type):
         # integers straight from their buffer: Arrow's cast refuses any past 2**53
         v = col if pa.types.is_float64(col.type) or pa.types.is_integer(col.type) else col.cast(pa.float64())
@@ -630,6 +632,18 @@ def _parquet_file(path: Path) -> pq.ParquetFile:
     missing = [c for c in COLUMNS if c not in names]
     if missing:
         raise PayloadError(f"{path}: columns {', '.join(pf.schema_arrow.names)} lack {', '.join(missing)}")
+    time = pf.schema_arrow.field(names["time"])
+    if pa.types.is_timestamp(time.type) and time.type.tz is None:  # pandas' naive datetime64
+        raise PayloadError(
+            f"{path}: column {time.name!r} is timestamp[{time.type.unit}] without a time zone;"
+            " guessing one would shift every alarm by hours: write it with a zone (UTC) or as"
+            " ISO 8601 text with an offset"
+        )
+    if pa.types.is_floating(time.type) and time.type.bit_width < 64:
+        raise PayloadError(
+            f"{path}: column {time.name!r} is a float ({time.type.bit_width} bits): too coarse for"
+            " epoch seconds (a float32 steps by 128 s); write it as float64, integers or timestamps"
+        )
     return pf
 
 
