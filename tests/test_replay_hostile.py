@@ -266,3 +266,19 @@ def test_a_parquet_time_with_any_zone_reads_as_the_instant_it_names(tmp_path: Pa
     assert samples.time.tolist() == [T, T + 1]
     assert samples.value.tolist() == [1.0, 0.0]
     assert summary(report) == {}
+
+
+def test_a_row_with_more_cells_than_the_header_is_kept_and_said(tmp_path: Path) -> None:
+    """A decimal comma in an unquoted value (`7,25` from a European export) makes one cell
+    too many: the row keeps its first cells, as documented, so pH 7.25 reads as 7. That was
+    silent; it is now counted with its first line. A trailing empty cell (`...,7.25,`) is not
+    counted: nothing was left out."""
+    path = tmp_path / "comma.csv"
+    path.write_text(f"time,sensor,value\n{T},a,7.1\n{T + 1},a,7.2,\n{T + 2},a,7,25\n{T + 3},a,7,30\n")
+    samples, report = read_csv(path, ["a"])
+    assert samples.value.tolist() == [7.1, 7.2, 7.0, 7.0]  # kept, as the docs say
+    assert (report.extra_cells.count, report.extra_cells.first_line) == (2, 4)
+    assert (
+        f"{path}: 2 row(s) with more cells than the header (the cells past it ignored; a decimal"
+        f" comma?), first at line 4: {T + 2},a,7,25"
+    ) in report.lines()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,6 +62,7 @@ class Chunk:
     value_ok: npt.NDArray[np.bool_]
     short: list[tuple[int, str]]  # rows with too few cells: (line, text)
     text: Callable[[int], str]  # row i as written, for the report: until the next chunk is read
+    longer: list[tuple[int, str]] = field(default_factory=list)  # rows with cells past the header's, kept
 
 
 def open_chunks(path: Path) -> Iterator[Chunk]:
@@ -302,15 +303,16 @@ def _csv_block(
         lines = np.arange(line, line + n, dtype=np.int64) if span is None else span
         return _chunk(rows, lines, [], source=text), held
     odd.sort()
-    lines, short, extra = _place(
+    lines, short, extra, longer = _place(
         span if span is not None else np.arange(line, line + n + len(odd), dtype=np.int64),
         odd,
+        len(header),
         width,
         positions,
     )
     if extra:
-        return _chunk(_with_extra(rows, extra), lines, short, reorder=True, source=text), held
-    return _chunk(rows, lines, short, source=text), held
+        return _chunk(_with_extra(rows, extra), lines, short, True, text, longer), held
+    return _chunk(rows, lines, short, source=text, longer=longer), held
 
 
 def _row_lines(block: memoryview, line: int, rows: int) -> npt.NDArray[np.int64] | None:
@@ -335,26 +337,34 @@ def _row_lines(block: memoryview, line: int, rows: int) -> npt.NDArray[np.int64]
 
 
 def _place(
-    span: npt.NDArray[np.int64], odd: list[tuple[int, str, int]], width: int, positions: list[int]
-) -> tuple[npt.NDArray[np.int64], list[tuple[int, str]], list[tuple[int, list[str]]]]:
+    span: npt.NDArray[np.int64],
+    odd: list[tuple[int, str, int]],
+    columns: int,
+    width: int,
+    positions: list[int],
+) -> tuple[npt.NDArray[np.int64], list[tuple[int, str]], list[tuple[int, list[str]]], list[tuple[int, str]]]:
     """Line numbers of a batch's good rows, given the line each of its rows starts on
     (`span`) and the malformed rows among them.
 
     A row with fewer cells than the header is reported; one with more keeps its
-    first cells (the stdlib reader did the same), appended after the good rows."""
+    first cells (the stdlib reader did the same), appended after the good rows, and is
+    reported when a cell past the header's `columns` holds anything (a decimal comma)."""
     bad = {o[0] for o in odd}
     good = span[~np.isin(span, np.fromiter(bad, np.int64, len(bad)))] if bad else span
     short: list[tuple[int, str]] = []
     extra: list[tuple[int, list[str]]] = []
+    longer: list[tuple[int, str]] = []
     for at, text, cells in odd:
         row = next(csv.reader([text]), [])
         if cells >= width and len(row) >= width:
             extra.append((at, [row[p] for p in positions]))
+            if any(c.strip() for c in row[columns:]):
+                longer.append((at, text))
         elif text.strip(" \t\r\n,"):
             short.append((at, text))
     if extra:
         good = np.concatenate([good, np.array([e[0] for e in extra], dtype=np.int64)])
-    return good, short, extra
+    return good, short, extra, longer
 
 
 def _with_extra(batch: pa.RecordBatch | None, extra: list[tuple[int, list[str]]]) -> pa.RecordBatch:
@@ -378,10 +388,14 @@ def _chunk(
     short: list[tuple[int, str]],
     reorder: bool = False,
     source: Callable[[int], str] | None = None,
+    longer: list[tuple[int, str]] | None = None,
 ) -> Chunk:
     if batch is None:
         none = np.empty(0, bool)
-        return Chunk(lines[:0], [], np.empty(0, np.int32), np.empty(0), none, np.empty(0), none, short, str)
+        nothing = np.empty(0)
+        return Chunk(
+            lines[:0], [], np.empty(0, np.int32), nothing, none, nothing, none, short, str, longer or []
+        )
     t_col, s_col, v_col = (batch.column(i) for i in range(3))
     names, sensor, empty = _sensors(s_col)
     time, numeric = _times(t_col)
@@ -403,7 +417,7 @@ def _chunk(
         j = i if index is None else int(index[i])
         return ",".join(_cell(c, j) for c in (t_col, s_col, v_col))
 
-    return Chunk(lines, names, sensor, time, numeric, value, ok, short, text)
+    return Chunk(lines, names, sensor, time, numeric, value, ok, short, text, longer or [])
 
 
 def _cell(col: pa.Array, i: int) -> str:

@@ -62,6 +62,7 @@ class ReadReport:
     bad_value: BadRows = field(default_factory=BadRows)
     out_of_order: BadRows = field(default_factory=BadRows)
     milliseconds: BadRows = field(default_factory=BadRows)  # not a problem: said once so nobody wonders
+    extra_cells: BadRows = field(default_factory=BadRows)  # kept, but a cell was left out
     late: BadRows = field(default_factory=BadRows)
 
     def lines(self) -> list[str]:
@@ -81,6 +82,12 @@ class ReadReport:
                 out.append(
                     f"{self.path}: {p.count} row(s) with {what}, first at line {p.first_line}: {p.example}"
                 )
+        if self.extra_cells.count:
+            m = self.extra_cells
+            out.append(
+                f"{self.path}: {m.count} row(s) with more cells than the header (the cells past it"
+                f" ignored; a decimal comma?), first at line {m.first_line}: {m.example}"
+            )
         if self.milliseconds.count:
             m = self.milliseconds
             out.append(
@@ -209,6 +216,8 @@ class _File:
         r.rows += int(c.lines.size) + len(c.short)
         for line, text in c.short:
             r.bad_time.add(line, text)
+        for line, text in c.longer:
+            r.extra_cells.add(line, text)
         known = np.array([self.index.get(n, -1) for n in c.names], dtype=np.int32)
         sensor = known[c.sensor] if c.names else c.sensor
         time = c.time
