@@ -42,6 +42,13 @@ MAX_LINE_BYTES = 64 << 20  # a "line" longer than this is not a CSV row: refused
 _NUMBER = r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(nan|inf|infinity)$"
 _ISO = r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([Zz]|[-+]\d\d(:?\d\d)?)$"
 _UTC_NS = pa.timestamp("ns", tz="UTC")
+_PACKED = (
+    (b"\x1f\x8b", "gzip"),
+    (b"PK\x03\x04", "zip"),
+    (b"BZh", "bzip2"),
+    (b"\xfd7zX", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+)
 _UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
 # pyarrow.compute (~70 ms to import) and pyarrow.parquet (~30 ms) are imported where they
@@ -75,6 +82,9 @@ def open_chunks(path: Path) -> Iterator[Chunk]:
         raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     if magic == b"PAR1":
         return _parquet_chunks(path, _parquet_file(path))
+    packed = next((kind for start, kind in _PACKED if magic.startswith(start)), None)
+    if packed is not None:  # `history.csv.gz` as it came: its bytes read as a broken CSV
+        raise PayloadError(f"{path}: a {packed}-compressed file; decompress it first")
     header = _header(path)  # checked now, so a bad file is refused before any output
     return _csv_chunks(path, header, _pick(path, header))
 
