@@ -299,3 +299,20 @@ def test_a_compressed_export_is_refused_as_one(tmp_path: Path, magic: bytes, kin
     )  # fmt: skip
     assert result.returncode == 1
     assert f"history.csv.gz: a {kind}-compressed file; decompress it first" in result.stderr
+
+
+def test_a_huge_bad_row_is_quoted_short(tmp_path: Path) -> None:
+    """A logger that lost power leaves a run of NULs, a broken export a megabyte-long cell:
+    the report quoted the row (or the sensor name) whole, a megabyte on one stderr line."""
+    path = tmp_path / "tail.csv"
+    path.write_bytes(
+        f"time,sensor,value\n{T},a,1\n{T + 1},{'x' * (1 << 20)},2\n{T + 2},a,3\n".encode()
+        + b"\x00" * (1 << 20)
+    )
+    samples, report = read_csv(path, ["a"])
+    assert len(samples) == 2
+    assert (report.bad_time.count, report.bad_time.first_line) == (1, 5)
+    lines = report.lines()
+    assert len(lines) == 2 and all(len(line) < 400 for line in lines), [len(line) for line in lines]
+    assert any("row(s) for unknown sensor 'xxxx" in line and "(first at line 3)" in line for line in lines)
+    assert any("first at line 5: \x00\x00" in line and "(1048576 characters)" in line for line in lines)

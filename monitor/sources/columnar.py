@@ -365,7 +365,10 @@ def _place(
     extra: list[tuple[int, list[str]]] = []
     longer: list[tuple[int, str]] = []
     for at, text, cells in odd:
-        row = next(csv.reader([text]), [])
+        try:
+            row = next(csv.reader([text]), [])
+        except csv.Error:  # a cell past the stdlib's limit (128 KiB; a logger's NUL tail): not kept
+            row = []
         if cells >= width and len(row) >= width:
             extra.append((at, [row[p] for p in positions]))
             if any(c.strip() for c in row[columns:]):

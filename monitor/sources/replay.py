@@ -46,8 +46,14 @@ class BadRows:
 
     def add(self, line: int, example: str, count: int = 1) -> None:
         if self.count == 0 or line < self.first_line:
-            self.first_line, self.example = line, example
+            self.first_line, self.example = line, shortened(example)
         self.count += count
+
+
+def shortened(text: str, most: int = 120) -> str:
+    """A row or name as the report quotes it: a megabyte-long one (a logger's NUL tail, a
+    broken export) cut, saying how long it was."""
+    return text if len(text) <= most else f"{text[:most]}... ({len(text)} characters)"
 
 
 @dataclass
@@ -243,7 +249,7 @@ class _File:
             codes, first, counts = np.unique(c.sensor[named], return_index=True, return_counts=True)
             at = np.flatnonzero(named)
             for code, i, k in zip(codes.tolist(), first.tolist(), counts.tolist(), strict=True):
-                name = c.names[code] if len(r.unknown_sensor) < MAX_NAMES else "(other names)"
+                name = shortened(c.names[code]) if len(r.unknown_sensor) < MAX_NAMES else "(other names)"
                 r.unknown_sensor.setdefault(name, BadRows()).add(int(c.lines[at[i]]), c.text(int(at[i])), k)
         keep = ~unknown & timed
         quality = np.where(c.value_ok, np.int8(Quality.GOOD), np.int8(Quality.BAD_DATA)).astype(np.int8)
