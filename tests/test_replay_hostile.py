@@ -316,3 +316,22 @@ def test_a_huge_bad_row_is_quoted_short(tmp_path: Path) -> None:
     assert len(lines) == 2 and all(len(line) < 400 for line in lines), [len(line) for line in lines]
     assert any("row(s) for unknown sensor 'xxxx" in line and "(first at line 3)" in line for line in lines)
     assert any("first at line 5: \x00\x00" in line and "(1048576 characters)" in line for line in lines)
+
+
+def test_a_latin1_byte_in_a_short_row_costs_that_row(tmp_path: Path) -> None:
+    """A row that is malformed too (a cell short): pyarrow could not hand it to the bad-row
+    handler ("Exception ignored ... UnicodeDecodeError" on stderr, once per try) and refused
+    the block, so the replay stopped at it."""
+    path = tmp_path / "short.csv"
+    path.write_bytes(f"time,sensor,value\n{T},a,1\n{T + 1},d\xe9bit\n{T + 2},a,3\n".encode("latin-1"))
+    out = tmp_path / "events.jsonl"
+    result = cli.run_monitor(
+        "replay", "--config", str(CASE / "config.yaml"), "--input", str(path), "--events", str(out),
+        "--no-incidents", cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"1 row(s) with unreadable time or too few columns, first at line 3: {T + 1},d\ufffdbit"
+        in result.stderr
+    )
+    assert "Exception ignored" not in result.stderr and "Traceback" not in result.stderr

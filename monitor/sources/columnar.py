@@ -15,6 +15,7 @@ no library (ranges, order, unknown sensors) live in `replay.py`.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import math
 from collections.abc import Callable, Iterator
@@ -160,9 +161,10 @@ def _csv_chunks(path: Path, header: list[str], cols: list[str]) -> Iterator[Chun
                 else:
                     cut = end
                 quoted = buf.find(b'"', 0, cut) >= 0
-                chunk, lines = _csv_block(
-                    memoryview(buf)[:cut], line, header, cols, width, positions, kinds, quoted
-                )
+                block = memoryview(buf)[:cut]
+                if not buf.isascii():  # (the whole buffer: a quick test, the block's text alone is not)
+                    block = _utf8(block)
+                chunk, lines = _csv_block(block, line, header, cols, width, positions, kinds, quoted)
                 yield chunk
                 line += lines
                 held = end - cut
@@ -199,6 +201,17 @@ def _outside_quotes(buf: bytearray, cut: int) -> int:
         return 0
     breaks = np.flatnonzero(np.frombuffer(buf, np.uint8, cut) == 10)
     return int(breaks[start - 1]) + 1
+
+
+def _utf8(block: memoryview) -> memoryview:
+    """The block, or a copy with U+FFFD for bytes of another encoding (a row of a
+    Windows-1252 export): pyarrow refused the whole block for them (and could not hand a
+    malformed row with them to `invalid`), so one such row stopped the replay."""
+    try:
+        codecs.utf_8_decode(block, "strict", True)
+    except UnicodeDecodeError:
+        return memoryview(bytes(block).decode("utf-8", errors="replace").encode())
+    return block
 
 
 def _grown(buf: bytearray, held: int, size: int) -> bytearray:
@@ -264,33 +277,22 @@ def _csv_block(
         b = int(ends[0][k]) if k < ends[0].size else len(block)
         return bytes(block[a:b]).decode("utf-8", errors="replace").rstrip("\r")
 
-    def typed() -> tuple[pa.Table, int]:
-        """The block parsed as the first of `_KINDS` that takes it, and which that was."""
-        for kind in (kinds[0], *range(kinds[0] + 1, len(_KINDS))):
-            try:
-                table = parse(kind)
-            except pa.ArrowInvalid:
-                if kind == len(_KINDS) - 1:
-                    raise
-                continue
-            if kind < len(_KINDS) - 1:
-                kinds[0], kinds[1] = kind, 0
-            else:  # a block with a bad cell needs text; a file of them keeps to text after two
-                kinds[1] += 1
-                if kinds[1] >= 2:
-                    kinds[0] = kind
-            return table, kind
-        raise AssertionError("the text kind takes any block")
-
-    try:
-        table, kind = typed()
-    except pa.ArrowInvalid as exc:
-        if "UTF8" not in str(exc):
-            raise
-        # Bytes of another encoding (one row of a Windows-1252 export): U+FFFD, the row read
-        # as what it then is (an unknown sensor, an unreadable value), its lines unchanged.
-        block = memoryview(bytes(block).decode("utf-8", errors="replace").encode())
-        table, kind = typed()
+    table = None
+    for kind in (kinds[0], *range(kinds[0] + 1, len(_KINDS))):
+        try:
+            table = parse(kind)
+        except pa.ArrowInvalid:
+            if kind == len(_KINDS) - 1:
+                raise
+            continue
+        if kind < len(_KINDS) - 1:
+            kinds[0], kinds[1] = kind, 0
+        else:  # a block with a bad cell needs text; a file of them keeps to text after two
+            kinds[1] += 1
+            if kinds[1] >= 2:
+                kinds[0] = kind
+        break
+    assert table is not None
     if any(o[0] < 0 for o in odd) or (odd and kind != len(_KINDS) - 1):
         table = parse(len(_KINDS) - 1)  # text, so long rows can join
     n = table.num_rows
