@@ -335,3 +335,16 @@ def test_a_latin1_byte_in_a_short_row_costs_that_row(tmp_path: Path) -> None:
         in result.stderr
     )
     assert "Exception ignored" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_utf16_export_is_refused_saying_so(tmp_path: Path) -> None:
+    """Excel's "Unicode Text" and some historians write UTF-16: it was "not a readable CSV
+    file ('utf-8' codec can't decode byte 0xff in position 0 ...)"."""
+    path = tmp_path / "history.csv"
+    path.write_bytes(f"time,sensor,value\n{T},a,1\n".encode("utf-16"))
+    result = cli.run_monitor(
+        "replay", "--config", str(CASE / "config.yaml"), "--input", str(path), "--events",
+        str(tmp_path / "e.jsonl"), "--no-incidents", cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "history.csv: UTF-16 text; save it as UTF-8 (CSV UTF-8)" in result.stderr

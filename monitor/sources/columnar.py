@@ -86,6 +86,8 @@ def open_chunks(path: Path) -> Iterator[Chunk]:
     packed = next((kind for start, kind in _PACKED if magic.startswith(start)), None)
     if packed is not None:  # `history.csv.gz` as it came: its bytes read as a broken CSV
         raise PayloadError(f"{path}: a {packed}-compressed file; decompress it first")
+    if magic[:2] in (b"\xff\xfe", b"\xfe\xff"):  # a UTF-16 byte order mark (Excel's "Unicode Text")
+        raise PayloadError(f"{path}: UTF-16 text; save it as UTF-8 (CSV UTF-8)")
     header = _header(path)  # checked now, so a bad file is refused before any output
     return _csv_chunks(path, header, _pick(path, header))
 
