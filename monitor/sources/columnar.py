@@ -15,7 +15,6 @@ no library (ranges, order, unknown sensors) live in `replay.py`.
 
 from __future__ import annotations
 
-import codecs
 import csv
 import math
 from collections.abc import Callable, Iterator
@@ -34,11 +33,11 @@ if TYPE_CHECKING:
 
 from monitor.errors import PayloadError, SourceError
 from monitor.model import parse_time
+from monitor.sources.csvrows import outside_quotes, row_lines, utf8
 
 COLUMNS = ("time", "sensor", "value")
 BLOCK_BYTES = 8 << 20  # ~200k rows of `time,sensor,value` per chunk: memory stays flat
 PARQUET_ROWS = 256_000
-MAX_CELL_LINES = 64  # lines a quoted cell may run over at a block's end and still be kept whole
 MAX_LINE_BYTES = 64 << 20  # a "line" longer than this is not a CSV row: refused, not buffered
 _NUMBER = r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(nan|inf|infinity)$"
 _ISO = r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([Zz]|[-+]\d\d(:?\d\d)?)$"
@@ -152,7 +151,7 @@ def _csv_chunks(path: Path, header: list[str], cols: list[str]) -> Iterator[Chun
                 if got:
                     cut = buf.rfind(b"\n", 0, end) + 1
                     if cut and buf.find(b'"', 0, cut) >= 0:  # memchr: a cell may hold a line break
-                        cut = _outside_quotes(buf, cut)
+                        cut = outside_quotes(buf, cut)
                     if cut == 0:  # one line longer than a block: read on, up to a point
                         if end > MAX_LINE_BYTES:
                             raise PayloadError(
@@ -165,7 +164,7 @@ def _csv_chunks(path: Path, header: list[str], cols: list[str]) -> Iterator[Chun
                 quoted = buf.find(b'"', 0, cut) >= 0
                 block = memoryview(buf)[:cut]
                 if not buf.isascii():  # (the whole buffer: a quick test, the block's text alone is not)
-                    block = _utf8(block)
+                    block = utf8(block)
                 chunk, lines = _csv_block(block, line, header, cols, width, positions, kinds, quoted)
                 yield chunk
                 line += lines
@@ -176,44 +175,6 @@ def _csv_chunks(path: Path, header: list[str], cols: list[str]) -> Iterator[Chun
         raise PayloadError(f"{path}: not a readable CSV file ({exc})") from exc
     except OSError as exc:
         raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-
-
-def _outside_quotes(buf: bytearray, cut: int) -> int:
-    """`cut` (just past a line break), or the start of the block's last row when that row
-    is a quoted cell of a few lines cut short (a block cut inside it split it into two bad
-    rows, and a cell's tail starting with a quote swallowed the next block); 0 when that
-    row is the block's only one. Looked into only when the quotes before `cut` are odd in
-    number (a quote inside a cell, `8" main`, can hide such a cut: it is left as before),
-    as the stdlib's reader splits rows (pyarrow's splits them the same)."""
-    if int(np.count_nonzero(np.frombuffer(buf, np.uint8, cut) == 34)) % 2 == 0:
-        return cut
-    parts = bytes(buf[:cut]).decode("utf-8", errors="replace").split("\n")
-    parts[-1] = ""  # after the last line break, an empty line: a row of its own unless
-    # the last row is still in a quoted cell, which then takes it in
-    reader = csv.reader(p + "\n" for p in parts)
-    start = done = 0  # the line the last row starts on; lines read
-    try:
-        for _ in reader:
-            start, done = done, reader.line_num
-    except csv.Error:  # a cell past the stdlib's size limit: as before
-        return cut
-    if start == len(parts) - 1 or len(parts) - 1 - start > MAX_CELL_LINES:
-        return cut
-    if start == 0:  # the block's only row: read on, as for a long line
-        return 0
-    breaks = np.flatnonzero(np.frombuffer(buf, np.uint8, cut) == 10)
-    return int(breaks[start - 1]) + 1
-
-
-def _utf8(block: memoryview) -> memoryview:
-    """The block, or a copy with U+FFFD for bytes of another encoding (a row of a
-    Windows-1252 export): pyarrow refused the whole block for them (and could not hand a
-    malformed row with them to `invalid`), so one such row stopped the replay."""
-    try:
-        codecs.utf_8_decode(block, "strict", True)
-    except UnicodeDecodeError:
-        return memoryview(bytes(block).decode("utf-8", errors="replace").encode())
-    return block
 
 
 def _grown(buf: bytearray, held: int, size: int) -> bytearray:
@@ -308,7 +269,7 @@ def _csv_block(
         newlines = np.frombuffer(block, dtype=np.uint8) == 10
         held = int(np.count_nonzero(newlines)) + (0 if newlines[-1] else 1)
         if held != n + len(odd):
-            span = _row_lines(block, line, n + len(odd))
+            span = row_lines(block, line, n + len(odd))
             if span is not None and all(o[0] >= line for o in odd):
                 odd = [(int(span[at - line]), row, cells) for at, row, cells in odd]
             else:
@@ -327,27 +288,6 @@ def _csv_block(
     if extra:
         return _chunk(_with_extra(rows, extra), lines, short, True, text, longer), held
     return _chunk(rows, lines, short, source=text, longer=longer), held
-
-
-def _row_lines(block: memoryview, line: int, rows: int) -> npt.NDArray[np.int64] | None:
-    """The line each of the block's `rows` rows starts on, the first being line `line`,
-    as the stdlib's reader splits them (pyarrow's splits the same: a quote opens a quoted
-    cell only at its start); None when the two do not agree on the rows (a bare CR, a cell
-    past the stdlib's size limit), and the rows are then numbered one a line, as before."""
-    text = bytes(block).decode("utf-8", errors="replace")
-    parts = text.split("\n")
-    if parts[-1] == "":
-        parts.pop()
-    reader = csv.reader(p + "\n" for p in parts)
-    starts: list[int] = []
-    done = 0  # lines the reader has taken
-    try:
-        for _ in reader:
-            starts.append(line + done)
-            done = reader.line_num
-    except csv.Error:
-        return None
-    return np.array(starts, dtype=np.int64) if len(starts) == rows else None
 
 
 def _place(
