@@ -20,10 +20,13 @@ def outside_quotes(buf: bytearray, cut: int) -> int:
     """`cut` (just past a line break), or the start of the block's last row when that row
     is a quoted cell of a few lines cut short (a block cut inside it split it into two bad
     rows, and a cell's tail starting with a quote swallowed the next block); 0 when that
-    row is the block's only one. Looked into only when the quotes before `cut` are odd in
-    number (a quote inside a cell, `8" main`, can hide such a cut: it is left as before),
-    as the stdlib's reader splits rows (pyarrow's splits them the same)."""
-    if int(np.count_nonzero(np.frombuffer(buf, np.uint8, cut) == 34)) % 2 == 0:
+    row is the block's only one. Looked into, as the stdlib's reader splits rows (pyarrow's
+    splits them the same), only when the quotes before `cut` are odd in number and some
+    cell is opened and not closed (`_open_cells`): a file of literal quotes (`8" main`) is
+    not read twice. Such quotes can still hide a cut inside a cell: it is left as before."""
+    data = np.frombuffer(buf, np.uint8, cut)
+    is_quote = data == 34
+    if int(np.count_nonzero(is_quote)) % 2 == 0 or _open_cells(data, np.flatnonzero(is_quote)) <= 0:
         return cut
     parts = bytes(buf[:cut]).decode("utf-8", errors="replace").split("\n")
     parts[-1] = ""  # after the last line break, an empty line: a row of its own unless
@@ -39,8 +42,22 @@ def outside_quotes(buf: bytearray, cut: int) -> int:
         return cut
     if start == 0:  # the block's only row: read on, as for a long line
         return 0
-    breaks = np.flatnonzero(np.frombuffer(buf, np.uint8, cut) == 10)
+    breaks = np.flatnonzero(data == 10)
     return int(breaks[start - 1]) + 1
+
+
+def _open_cells(data: npt.NDArray[np.uint8], quotes: npt.NDArray[np.intp]) -> int:
+    """Quoted cells opened less those closed, from each run of quotes: an odd run at a
+    cell's start (after a comma or a line break) opens one, at its end (before either)
+    closes one; an even run is escaped quotes (`""`), a run inside a cell a literal."""
+    first = np.concatenate(([True], np.diff(quotes) != 1))
+    starts, ends = quotes[first], quotes[np.concatenate((first[1:], [True]))]
+    odd = (ends - starts + 1) % 2 == 1
+    before = np.where(starts > 0, data[starts - 1], 10)  # the block's start is a line's
+    after = data[ends + 1]  # (a block ends with a line break, never a quote)
+    at_start = (before == 44) | (before == 10)
+    at_end = (after == 44) | (after == 13) | (after == 10)
+    return int(np.count_nonzero(odd & at_start)) - int(np.count_nonzero(odd & at_end & ~at_start))
 
 
 def utf8(block: memoryview) -> memoryview:
