@@ -348,3 +348,37 @@ def test_a_utf16_export_is_refused_saying_so(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 1
     assert "history.csv: UTF-16 text; save it as UTF-8 (CSV UTF-8)" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "left_open"),
+    [
+        (b'1,a,"pump 2 reset\n', True),  # cut inside a comment
+        (b'1,a,"said ""stop""\n', True),  # escaped quotes just before the break
+        (b'1,a,"x"\n2,"",3\n4,"a,""b""",5\n6,8" main,7\n', False),  # closed, empty, escapes, a literal
+        (b'1,8" main,2\n3,8" main,4\n5,8" main,6\n', False),  # literal quotes inside cells
+    ],
+)
+def test_a_block_cut_is_read_again_only_when_a_quoted_cell_is_left_open(
+    monkeypatch: pytest.MonkeyPatch, text: bytes, left_open: bool
+) -> None:
+    """Whether a cut falls inside a quoted cell is asked of the stdlib's reader, over the
+    whole block; a file of literal quotes (`8" main`, an odd count before half its cuts)
+    sent every such block through it. The reader is counted here, not replaced."""
+    import csv
+    from collections.abc import Iterable, Iterator
+
+    from monitor.sources import csvrows
+
+    calls: list[int] = []
+    real = csv.reader
+
+    def counted(lines: Iterable[str]) -> Iterator[list[str]]:
+        calls.append(1)
+        return real(lines)
+
+    monkeypatch.setattr(csv, "reader", counted)
+    buf = bytearray(b"0,a,1\n" + text)
+    cut = csvrows.outside_quotes(buf, len(buf))
+    assert bool(calls) is left_open
+    assert cut == (6 if left_open and text.count(b"\n") == 1 else len(buf))
