@@ -11,7 +11,8 @@ ever catch our types:
     │   │   ├── ModbusTimeoutError      no answer within the device's timeout
     │   │   └── MalformedResponseError  an answer that does not fit the request
     │   ├── PayloadError       an MQTT payload or replay row could not be parsed
-    │   └── DecodeError        registers could not be decoded as the mapped type
+    │   ├── DecodeError        registers could not be decoded as the mapped type
+    │   └── InputUsageError    a replay input given in a way it cannot be read (exit code 2)
     ├── SinkError              an output failed
     │   ├── WriteError         the time-series server refused or was unreachable
     │   │   └── WriteTimeoutError  no answer within the configured timeout
@@ -67,6 +68,12 @@ class PayloadError(SourceError):
 
 class DecodeError(SourceError):
     """Registers could not be decoded as the configured type."""
+
+
+class InputUsageError(SourceError):
+    """A replay input that cannot be read the way it was given (Parquet from a pipe, one
+    pipe named twice): the command line is at fault, not the data, so `--input` is named
+    and the exit code is 2."""
 
 
 class SinkError(MonitorError):

@@ -25,6 +25,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SYSTEM = {
     "cd", "cp", "install", "tee", "for", "sqlite3", "systemctl", "journalctl", "curl", "docker",
     "mosquitto_passwd", "chown", "chmod", "jq", "python3", "tar", "ssh", "grep", "EOF", "if", "mv", "rm",
+    "zcat",
 }  # fmt: skip
 REPO_DIRS = ("config/", "deploy/", "scripts/", "docs/", "monitor/", "simulators/", "tests/", "bench/")
 MONITOR = re.compile(r"^(?:\S*/)?monitor$")

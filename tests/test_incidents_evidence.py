@@ -499,3 +499,73 @@ def test_a_steps_evidence_is_copied_whole_or_not_at_all_and_then_again(
         finally:
             tracker.close()
     assert frozen[0] == frozen[1]
+
+
+def test_history_on_record_already_is_not_applied_twice(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Three trackers on one store, each fed the history from its beginning (a replay run
+    again over a longer history each time). What a frozen incident spans is not recorded
+    twice, even with its case closed (a closed incident absorbs nothing: each of its
+    re-activations would open one); an activation after its end is new, even within the
+    merge window; an incident left open by the previous run is continued, without its
+    activations counted twice. Each incident on record is said once, not per transition."""
+    from monitor.model import Condition, ConditionState, Rule, Sample
+
+    config = oil_station(tmp_path, "merge_window: 1h")
+    t0 = 1_780_000_000.0
+    high = [(60, 70), (90, 100), (110, 115), (160, 170), (300, 305), (310, 320)]
+
+    def value(m: int) -> float:
+        return 150.0 if any(a <= m < b for a, b in high) else 20.0
+
+    def transitions(until: int) -> list[Condition]:
+        out = []
+        for a, b in high:
+            for m, state in ((a, ConditionState.ACTIVE), (b, ConditionState.CLEARED)):
+                if m <= until:
+                    out.append(Condition(t0 + 60 * m, "oil", Rule.HIGH, state, value(m), 100.0, "§139-5"))
+        return out
+
+    def run(until: int) -> IncidentTracker:
+        tracker = IncidentTracker(config)
+        tracker.add_samples([Sample("oil", t0 + 60 * m, value(m)) for m in range(until + 1)])
+        tracker.apply(transitions(until))
+        tracker.advance(final=True)
+        return tracker
+
+    first = run(130)  # one chattering incident, frozen; the operator closes its case
+    try:
+        (recorded,) = first.incidents()
+        a_id = recorded.id
+        assert recorded.frozen and recorded.activations == 3 and recorded.end == t0 + 60 * 115
+        first.store.close_case(a_id, t0 + 60 * 130, "R. Alvarez", "penalty paid")
+        a = first.store.get(a_id)
+        assert a is not None and a.closed_at is not None
+    finally:
+        first.close()
+
+    with caplog.at_level(logging.INFO, logger="monitor.incidents.tracker"):
+        second = run(312)  # the same again, then one more at 160 and one still open at 312
+    try:
+        on_record = {i.id: i for i in second.incidents()}
+        assert on_record.pop(a_id) == a  # untouched
+        b, c = sorted(on_record.values(), key=lambda i: i.start)
+        assert (b.start, b.end, b.activations, b.frozen) == (t0 + 60 * 160, t0 + 60 * 170, 1, True)
+        assert (c.start, c.end, c.activations, c.frozen) == (t0 + 60 * 300, None, 2, False)
+        assert second.met_again == {a_id: 6}  # its three activations and three clears
+        said = [r.getMessage() for r in caplog.records if "on record already" in r.getMessage()]
+        assert said == [f"incident {a_id} is on record already (history replayed again); not recorded twice"]
+    finally:
+        second.close()
+
+    third = run(340)  # all of it: the open one is continued and ends at 320
+    try:
+        on_record = {i.id: i for i in third.incidents()}
+        assert on_record[a_id] == a and on_record[b.id] == b
+        done = on_record[c.id]
+        assert (done.end, done.activations, done.frozen) == (t0 + 60 * 320, 2, True)
+        assert len(on_record) == 3
+        assert third.met_again == {a_id: 6, b.id: 2, c.id: 3}  # C's: on at 300, off at 305, on at 310
+    finally:
+        third.close()

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from monitor.incidents import IncidentStore
+from monitor.incidents import Incident, IncidentStore
 from tests.test_incidents_worker import CHATTERING, chattering, station
 
 DEADLINE = 60.0  # seconds: a bound for what must happen, never a wait for it
@@ -58,10 +58,11 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _incidents(state: Path) -> dict[str, tuple[bool, bool]]:
+def _incidents(state: Path) -> dict[str, tuple[Incident, bool]]:
+    """Each incident on record, and whether its evidence verifies."""
     store = IncidentStore(state)
     try:
-        return {i.id: (i.frozen, store.verify(i)) for i in store.incidents()}
+        return {i.id: (i, store.verify(i)) for i in store.incidents()}
     finally:
         store.close()
 
@@ -72,7 +73,7 @@ def test_a_replay_killed_mid_run_leaves_no_process_and_a_second_run_completes(tm
     _, killed_config = _write(tmp_path, killed)
     subprocess.run(_replay(clean_config, csv, tmp_path / "clean.jsonl"), check=True, capture_output=True)
     expected = _incidents(clean)
-    assert expected and all(v == (True, True) for v in expected.values())
+    assert expected and all(inc.frozen and ok for inc, ok in expected.values())
 
     proc = subprocess.Popen(
         _replay(killed_config, csv, tmp_path / "killed.jsonl"), stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -104,11 +105,7 @@ def test_a_replay_killed_mid_run_leaves_no_process_and_a_second_run_completes(tm
         _replay(killed_config, csv, tmp_path / "again.jsonl"), capture_output=True, text=True
     )
     assert again.returncode == 0, again.stderr
-    after = _incidents(killed)
-    # Every incident of the clean run is on record, frozen, its evidence verifying, and so
-    # is everything else on record: the kill left nothing half frozen. (A second replay of
-    # the same history into one store records chattering alarms' later activations as
-    # incidents of their own -- as it does without a kill, before this change too: the
-    # issue's note says so; it is not this test's subject.)
-    assert {iid: after.get(iid) for iid in expected} == expected
-    assert all(v == (True, True) for v in after.values())
+    # The clean run's incidents and nothing else, each as the clean run recorded it (figures,
+    # activations, evidence hash), frozen and verifying: the kill left nothing half frozen,
+    # and what the killed run had recorded is neither recorded twice nor counted twice.
+    assert _incidents(killed) == expected

@@ -3,10 +3,12 @@
     monitor replay --config CONFIG --input SAMPLES.csv|.parquet [--input MORE ...] --events EVENTS.jsonl
     monitor replay --config CONFIG --from-influx --start T --end T --events EVENTS.jsonl
     monitor replay --config CONFIG (--input ... | --from-influx ...) --what-if CANDIDATE.yaml [--format json]
+    zcat SAMPLES.csv.gz | monitor replay --config CONFIG --input - --events EVENTS.jsonl
 
 Each alarm-condition transition becomes one JSON line, in time order. Bad rows are
 counted and reported on stderr at the end; they never stop the replay. Prints a
 one-line summary and exits 0; a bad config exits 2, an unreadable input file 1.
+CSV may come from a pipe (`-` is standard input); Parquet from a pipe exits 2.
 
 With an `influx` section in the config, the samples and every alarm transition
 also go through the outbox to InfluxDB, drained while the replay runs and once
@@ -33,7 +35,7 @@ import numpy as np
 from monitor.commands import add_config_argument, load_config_or_exit
 from monitor.config import Config
 from monitor.engine import Engine, ReplayStep, replay_steps
-from monitor.errors import MonitorError, SourceError
+from monitor.errors import InputUsageError, MonitorError, SourceError
 from monitor.heap import keep_freed_memory
 from monitor.model import Kind, ManualClock, Rule, event_lines, parse_time
 from monitor.sources.replay import ReadReport, Samples, merge, stream
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
 # The historian readers (monitor.sources.historian: http.client, ssl), imported by --from-influx
 # only; their names are spelled here so --help lists them (a test keeps the two the same).
 HISTORIANS = ("influxql", "flux", "victoriametrics")
+STDIN = "/dev/stdin"  # what `--input -` reads
 
 # The incident worker (multiprocessing, the tracker, the store) is imported when incidents
 # are recorded, not for --no-incidents, --from-influx or a station without them.
@@ -73,7 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--input",
         action="append",
         metavar="SAMPLES",
-        help="CSV or Parquet file with time,sensor,value columns; repeatable",
+        help="CSV or Parquet file with time,sensor,value columns; repeatable; CSV may come"
+        " from a pipe: - (standard input, e.g. from zcat) or a named pipe",
     )
     source.add_argument(
         "--from-influx",
@@ -130,11 +134,32 @@ def open_samples(
 ) -> tuple[Iterable[Samples], list[ReadReport]]:
     """The files, or the historian's stored series, as time-ordered batches."""
     if not args.from_influx:
-        return stream(args.input, sensors)
+        return stream([input_path(p) for p in args.input], sensors)
     from monitor.sources.historian import open_history
 
     history = open_history(config, args.start, args.end, args.historian, sensors)
     return merge([history]), [history.report]
+
+
+def input_path(name: str) -> str:
+    """`--input -` is standard input, read as /dev/stdin (a pipe streams, a redirected
+    file is a file); a file named `-` is `./-`. A terminal is refused: the replay would
+    wait for rows typed in."""
+    if name != "-":
+        return name
+    if sys.stdin is not None and sys.stdin.isatty():
+        raise InputUsageError("-: standard input is a terminal; pipe the samples in (zcat day.csv.gz | ...)")
+    return STDIN
+
+
+def input_error(exc: SourceError) -> int:
+    """Prints why the input could not be read; 2 when the command line is at fault
+    (`--input` named, as a bad flag is), else 1."""
+    if isinstance(exc, InputUsageError):
+        print(f"replay: --input {exc}", file=sys.stderr)
+        return 2
+    print(f"replay: {exc}", file=sys.stderr)
+    return 1
 
 
 def run(args: argparse.Namespace) -> int:
@@ -164,10 +189,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         batches, reports = open_samples(args, config, engine.sensors)
     except SourceError as exc:
-        print(f"replay: {exc}", file=sys.stderr)
         if tracker is not None:
             tracker.close()
-        return 1
+        return input_error(exc)
     seen = np.zeros(len(engine.sensors), dtype=bool)
     events = 0
     left: int | None = None

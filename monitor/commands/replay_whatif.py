@@ -35,7 +35,7 @@ import numpy.typing as npt
 from monitor.config import Config
 from monitor.engine import Engine, replay_steps
 from monitor.engine.baseline import Floats
-from monitor.errors import SourceError
+from monitor.errors import InputUsageError, SourceError
 from monitor.model import Condition, ConditionState, ManualClock, Rule
 from monitor.sources.replay import ReadReport, Samples
 from monitor.station.derive import Derivation, derive_arrays
@@ -201,6 +201,9 @@ def run_what_if(args: argparse.Namespace, config: Config, candidate: Config, ope
                     side.add(step.conditions)
             if len(b):
                 last = max(last, float(b.time[-1]))
+    except InputUsageError as exc:  # as `replay.input_error` (which imports this module)
+        print(f"replay: --input {exc}", file=sys.stderr)
+        return 2
     except SourceError as exc:
         print(f"replay: {exc}", file=sys.stderr)
         return 1

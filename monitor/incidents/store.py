@@ -229,6 +229,20 @@ class IncidentStore:
         )
         return [self._complete(_incident(r)) for r in rows.fetchall()]
 
+    def frozen_spans(self) -> list[tuple[str, str, str, float, float]]:
+        """(id, sensor, rule, start, last) of every frozen incident, `last` its end or its
+        clear, whichever is later: the history it stands for, read in one query (`incidents`
+        reads each one's notes and close too) when a tracker starts."""
+        rows = self._run(
+            "SELECT id, sensor, rule, start, data FROM incident WHERE frozen = 1 ORDER BY start, id"
+        )
+        out: list[tuple[str, str, str, float, float]] = []
+        for iid, sensor, rule, start, text in rows.fetchall():
+            d = json.loads(text)
+            ends = [x for x in (d.get("end"), d.get("clear_time")) if x is not None]
+            out.append((iid, sensor, rule, start, max(ends, default=start)))
+        return out
+
     def _complete(self, inc: Incident) -> Incident:
         notes = tuple(
             Note(time=t, by=by, text=text, kind=NoteKind(kind), due=due)

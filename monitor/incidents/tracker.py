@@ -13,12 +13,15 @@ only, so the two paths open the same incidents with the same figures.
   buffer into the incident store as it arrives; once event time passes the end by
   both the evidence window and the merge window, the incident is final: the figures
   are computed one last time and the evidence is written to a file and hashed.
+- A transition within an incident on record already (frozen, or restored from a run that
+  stopped) is the same history again: it is not applied twice (`_OnRecord`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Container, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -145,6 +148,43 @@ class _Draft:
     changed: bool = False
 
 
+class _OnRecord:
+    """One sensor and rule's incidents whose history is on record already: frozen ones,
+    and ones restored from a run that stopped, as spans [start, last] in start order
+    (`last`: the end or clear, whichever is later; an open one's evidence so far). A
+    transition within one was judged before -- the same history replayed again -- and is
+    not applied twice. The latest `last` is kept apart: a transition after it (forward
+    data, the common case) costs one comparison, not a bisect."""
+
+    __slots__ = ("ids", "lasts", "latest", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.lasts: list[float] = []
+        self.ids: list[str] = []
+        self.latest = -math.inf
+
+    def add(self, iid: str, start: float, last: float) -> None:
+        """A span; the same incident's again (a restored one frozen now) widens its own."""
+        i = bisect_left(self.starts, start)
+        j = i
+        while j < len(self.starts) and self.starts[j] == start:
+            if self.ids[j] == iid:
+                self.lasts[j] = max(self.lasts[j], last)
+                self.latest = max(self.latest, last)
+                return
+            j += 1
+        self.starts.insert(i, start)
+        self.lasts.insert(i, last)
+        self.ids.insert(i, iid)
+        self.latest = max(self.latest, last)
+
+    def holding(self, t: float) -> str | None:
+        """The incident whose span holds event time `t`, if one does."""
+        i = bisect_right(self.starts, t) - 1
+        return self.ids[i] if i >= 0 and t <= self.lasts[i] else None
+
+
 def figures_of(
     watch: Mapping[str, Watch], inc: Incident, store: IncidentStore, columns: dict[str, Columns] | None = None
 ) -> Figures:
@@ -227,6 +267,18 @@ class IncidentTracker:
         self.live: dict[str, Incident] = {}
         for inc in self.store.incidents(unfrozen_only=True):
             self.live[inc.id] = inc
+        # The history already on record, by sensor and rule (`_OnRecord`): read once here, as
+        # nothing but this tracker's own freezing adds to it while it runs (`_recorded_now`).
+        self._recorded: dict[tuple[str, Rule], _OnRecord] = {}
+        for iid, sensor, rule, start, last in self.store.frozen_spans():
+            self._record_span(iid, sensor, rule, start, last)
+        for inc in self.live.values():
+            # restored: continued, but what it has taken in already is not taken in twice --
+            # an open one's evidence so far (its clear time is an earlier clear's, if any)
+            last = inc.evidence_until if inc.end is None else max(inc.end, inc.clear_time or inc.end)
+            if last >= inc.start:
+                self._record_span(inc.id, inc.sensor, inc.rule, inc.start, last)
+        self.met_again: dict[str, int] = {}  # incident id -> transitions on record already, skipped
         self._dirty: set[str] = set()
         self._closed: dict[str, bool] = {}  # within one `apply`: incident id -> closed by an operator
         # Within one `apply`: each sensor and rule's clear times, the ends found for them by
@@ -238,6 +290,28 @@ class IncidentTracker:
         self._writers: ThreadPoolExecutor | None = None  # evidence files of incidents final together
         self._refreshed: dict[str, float] = {}
         self._changed: dict[str, Incident] = {}
+
+    def _record_span(self, iid: str, sensor: str, rule: str, start: float, last: float) -> None:
+        if rule not in INCIDENT_RULES:
+            return
+        key = (sensor, Rule(rule))
+        spans = self._recorded.get(key)
+        if spans is None:
+            spans = self._recorded[key] = _OnRecord()
+        spans.add(iid, start, last)
+
+    def _recorded_now(self, inc: Incident) -> None:
+        """An incident this run froze (or handed to its freezer) is on record from now on."""
+        ends = [x for x in (inc.end, inc.clear_time) if x is not None]
+        self._record_span(inc.id, inc.sensor, inc.rule, inc.start, max(ends, default=inc.start))
+
+    def _met_again(self, iid: str) -> None:
+        """A transition of history on record already; said once per incident, not per
+        transition (a chattering alarm replayed again meets hundreds)."""
+        seen = self.met_again.get(iid, 0)
+        self.met_again[iid] = seen + 1
+        if not seen:
+            log.info("incident %s is on record already (history replayed again); not recorded twice", iid)
 
     @property
     def path(self) -> Path:
@@ -378,9 +452,17 @@ class IncidentTracker:
         drafts: dict[tuple[str, Rule], _Draft] = {}
         dirty = self._dirty
         closed = self._closed
+        recorded = self._recorded
         debug = log.isEnabledFor(logging.DEBUG)
         for cond in mine:
             key = (cond.sensor, cond.rule)
+            spans = recorded.get(key)
+            if spans is not None and cond.time <= spans.latest:
+                # within an incident on record already: the same history again, judged before
+                held = spans.holding(cond.time)
+                if held is not None:
+                    self._met_again(held)
+                    continue
             d = drafts.get(key)
             if d is None:
                 d = self._draft_of(cond)  # as `_activate` and `_clear` begin
@@ -479,7 +561,7 @@ class IncidentTracker:
         existing = self.store.get(iid)
         freezing = self._freezer is not None and iid in self._freezer
         if freezing or (existing is not None and existing.frozen):
-            log.info("incident %s is on record already (history replayed again); not recorded twice", iid)
+            self._met_again(iid)
             return
         inc = Incident(
             id=iid,
@@ -680,6 +762,7 @@ class IncidentTracker:
             inc = final.with_(frozen=True, evidence_sha256=sha, evidence_rows=rows)
             self.store.save(inc)
             self.live.pop(inc.id, None)
+            self._recorded_now(inc)
             self._changed[inc.id] = inc
             log.info(
                 "incident %s final: %d activation(s), %d evidence row(s), sha256 %s",
@@ -698,6 +781,7 @@ class IncidentTracker:
             self.live.pop(inc.id, None)
             self._changed.pop(inc.id, None)  # its frozen form comes with a later `advance`
             freezer.submit(inc)
+            self._recorded_now(inc)
 
     def _harvest(self, freezer: Freezing, wait: bool) -> None:
         for inc in freezer.take(wait):

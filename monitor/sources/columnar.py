@@ -16,7 +16,10 @@ no library (ranges, order, unknown sensors) live in `replay.py`.
 from __future__ import annotations
 
 import csv
+import io
 import math
+import os
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -31,19 +34,19 @@ import pyarrow.csv as pa_csv
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
 
-from monitor.errors import PayloadError, SourceError
+from monitor.errors import InputUsageError, PayloadError, SourceError
 from monitor.model import parse_time
 from monitor.sources.csvrows import outside_quotes, row_lines, utf8
 
 COLUMNS = ("time", "sensor", "value")
 BLOCK_BYTES = 8 << 20  # ~200k rows of `time,sensor,value` per chunk: memory stays flat
 PARQUET_ROWS = 256_000
+HEADER_BYTES = 64 << 10  # a first line longer than this is not a header: refused, not buffered
 MAX_LINE_BYTES = 64 << 20  # a "line" longer than this is not a CSV row: refused, not buffered
 _NUMBER = r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(nan|inf|infinity)$"
 _ISO = r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([Zz]|[-+]\d\d(:?\d\d)?)$"
 _UTC_NS = pa.timestamp("ns", tz="UTC")
-_PACKED = (
-    (b"\x1f\x8b", "gzip"),
+_PACKED = (  # gzip is told apart on its own (`zcat` into `--input -`)
     (b"PK\x03\x04", "zip"),
     (b"BZh", "bzip2"),
     (b"\xfd7zX", "xz"),
@@ -74,39 +77,66 @@ class Chunk:
 
 def open_chunks(path: Path) -> Iterator[Chunk]:
     """CSV or Parquet (by magic bytes, not by name); raises SourceError/PayloadError
-    only when the file itself is unusable."""
+    only when the input itself is unusable.
+
+    The input is opened once and read once, front to back: its first line gives the
+    magic bytes and the header, and the blocks follow from where it ended. So a pipe or
+    /dev/stdin (`zcat day.csv.gz | monitor replay --input -`), which cannot be read
+    twice, reads as a file does. Parquet cannot come from a pipe (its index is at its
+    end): InputUsageError."""
     try:
-        with path.open("rb") as f:
-            magic = f.read(4)
+        f = path.open("rb")  # a named pipe: waits here for its writer, as `cat` would
     except OSError as exc:
         raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    if magic == b"PAR1":
-        return _parquet_chunks(path, _parquet_file(path))
-    packed = next((kind for start, kind in _PACKED if magic.startswith(start)), None)
-    if packed is not None:  # `history.csv.gz` as it came: its bytes read as a broken CSV
-        raise PayloadError(f"{path}: a {packed}-compressed file; decompress it first")
-    if magic[:2] in (b"\xff\xfe", b"\xfe\xff"):  # a UTF-16 byte order mark (Excel's "Unicode Text")
-        raise PayloadError(f"{path}: UTF-16 text; save it as UTF-8 (CSV UTF-8)")
-    header = _header(path)  # checked now, so a bad file is refused before any output
-    return _csv_chunks(path, header, _pick(path, header))
-
-
-def _header(path: Path) -> list[str]:
-    """The header's cells. A file whose lines end in a carriage return alone (a "CSV
-    (Macintosh)" export) is refused: the blocks are cut at LF, so it read as one header
-    line and no rows, without a word. Only the header line must be UTF-8: a stray byte of
-    another encoding further down costs its row, wherever it is."""
     try:
-        with path.open("rb") as raw:
-            first = raw.readline(1 << 16)
-    except OSError as exc:
-        raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+        try:
+            regular = stat.S_ISREG(os.fstat(f.fileno()).st_mode)
+            first = f.readline(HEADER_BYTES)
+        except OSError as exc:
+            raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+        if first.startswith(b"PAR1"):
+            f.close()
+            if not regular:
+                raise InputUsageError(
+                    f"{path}: Parquet cannot be read from a pipe (its index is at the end);"
+                    " save it to a file and give that file"
+                )
+            return _parquet_chunks(path, _parquet_file(path))
+        if first.startswith(b"\x1f\x8b"):
+            raise PayloadError(
+                f"{path}: gzip-compressed; decompress it on the way in:"
+                f" zcat {path if regular else 'FILE.gz'} | monitor replay ... --input -"
+            )
+        packed = next((kind for start, kind in _PACKED if first.startswith(start)), None)
+        if packed is not None:  # `history.zip` as it came: its bytes read as a broken CSV
+            raise PayloadError(f"{path}: a {packed}-compressed file; decompress it first")
+        if first[:2] in (b"\xff\xfe", b"\xfe\xff"):  # a UTF-16 byte order mark (Excel's "Unicode Text")
+            raise PayloadError(f"{path}: UTF-16 text; save it as UTF-8 (CSV UTF-8)")
+        header = _header(path, first)  # checked now, so a bad file is refused before any output
+        chunks = _csv_chunks(path, f, header, _pick(path, header))
+    except BaseException:
+        f.close()
+        raise
+    next(chunks)  # started, so the file is closed however the reading ends, or if it never begins
+    return (c for c in chunks if c is not None)
+
+
+def _header(path: Path, first: bytes) -> list[str]:
+    """The header's cells, from the input's first line as read (at most HEADER_BYTES).
+    A file whose lines end in a carriage return alone (a "CSV (Macintosh)" export) is
+    refused: the blocks are cut at LF, so it read as one header line and no rows, without
+    a word."""
     if not first:
-        raise PayloadError(f"{path}: empty file, expected a header {','.join(COLUMNS)}")
+        raise PayloadError(f"{path}: empty, expected a header {','.join(COLUMNS)}")
     if b"\r" in first.rstrip(b"\r\n"):
         raise PayloadError(
             f"{path}: a line ends with a carriage return alone (a Macintosh CSV export);"
             " save it with LF or CRLF line endings"
+        )
+    if len(first) == HEADER_BYTES and not first.endswith(b"\n"):
+        raise PayloadError(
+            f"{path}: the first line is longer than {HEADER_BYTES >> 10} KiB, expected a header"
+            f" {','.join(COLUMNS)}"
         )
     try:  # -sig: spreadsheet exports start with a BOM
         return next(csv.reader([first.decode("utf-8-sig")]), [])
@@ -123,22 +153,27 @@ def _pick(path: Path, header: list[str]) -> list[str]:
     return [header[names.index(c)] for c in COLUMNS]
 
 
-def _csv_chunks(path: Path, header: list[str], cols: list[str]) -> Iterator[Chunk]:
-    """Blocks of whole lines read here and parsed by pyarrow, one at a time, on one thread
-    (its pool took more CPU than it saved wall time with the engine and the incident
-    worker on the other core): pyarrow's own streaming reader reads ahead without bound.
+def _csv_chunks(
+    path: Path, f: io.BufferedReader, header: list[str], cols: list[str]
+) -> Iterator[Chunk | None]:
+    """The rows after the header line (read from `f` already), in blocks of whole lines
+    read here and parsed by pyarrow, one at a time, on one thread (its pool took more CPU
+    than it saved wall time with the engine and the incident worker on the other core):
+    pyarrow's own streaming reader reads ahead without bound. Yields None first, before
+    reading anything, so the caller can start it and `f` is closed however it ends.
 
     The blocks are read into one reused buffer (a fresh 8 MiB `bytes` per block, joined
     to the last block's unfinished line and sliced again, cost three copies and the page
     faults of new memory): a chunk's `text` is valid until the next chunk is read. Each
-    read takes BLOCK_BYTES more, as before, so the blocks end where they always did."""
+    read takes BLOCK_BYTES more (a pipe's reads wait until that much came or it closed),
+    so the blocks end where they always did."""
     width = max(header.index(c) for c in cols) + 1
     positions = [header.index(c) for c in cols]
     kinds = [0, 0]  # the typed parse tried first, and how many blocks in a row needed text
     buf = bytearray(BLOCK_BYTES + (64 << 10))
     try:
-        with path.open("rb") as f:
-            f.readline()
+        with f:
+            yield None
             line, held = 2, 0  # held: bytes of an unfinished line at the front of buf
             while True:
                 if held + BLOCK_BYTES > len(buf):  # a long line: a larger buffer (the old may be in use)
