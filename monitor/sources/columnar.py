@@ -21,7 +21,7 @@ import math
 import os
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 from monitor.errors import InputUsageError, PayloadError, SourceError
 from monitor.model import parse_time
+from monitor.sources.csvrows import outside_quotes, row_lines, utf8
 
 COLUMNS = ("time", "sensor", "value")
 BLOCK_BYTES = 8 << 20  # ~200k rows of `time,sensor,value` per chunk: memory stays flat
@@ -45,6 +46,13 @@ MAX_LINE_BYTES = 64 << 20  # a "line" longer than this is not a CSV row: refused
 _NUMBER = r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(nan|inf|infinity)$"
 _ISO = r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([Zz]|[-+]\d\d(:?\d\d)?)$"
 _UTC_NS = pa.timestamp("ns", tz="UTC")
+_PACKED = (  # gzip is told apart on its own (`zcat` into `--input -`)
+    (b"PK\x03\x04", "zip"),
+    (b"BZh", "bzip2"),
+    (b"\xfd7zX", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+)
+_UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
 # pyarrow.compute (~70 ms to import) and pyarrow.parquet (~30 ms) are imported where they
 # are needed: a clean file of numbers or timestamps is read without either (`Array.cast`
@@ -64,6 +72,7 @@ class Chunk:
     value_ok: npt.NDArray[np.bool_]
     short: list[tuple[int, str]]  # rows with too few cells: (line, text)
     text: Callable[[int], str]  # row i as written, for the report: until the next chunk is read
+    longer: list[tuple[int, str]] = field(default_factory=list)  # rows with cells past the header's, kept
 
 
 def open_chunks(path: Path) -> Iterator[Chunk]:
@@ -98,6 +107,11 @@ def open_chunks(path: Path) -> Iterator[Chunk]:
                 f"{path}: gzip-compressed; decompress it on the way in:"
                 f" zcat {path if regular else 'FILE.gz'} | monitor replay ... --input -"
             )
+        packed = next((kind for start, kind in _PACKED if first.startswith(start)), None)
+        if packed is not None:  # `history.zip` as it came: its bytes read as a broken CSV
+            raise PayloadError(f"{path}: a {packed}-compressed file; decompress it first")
+        if first[:2] in (b"\xff\xfe", b"\xfe\xff"):  # a UTF-16 byte order mark (Excel's "Unicode Text")
+            raise PayloadError(f"{path}: UTF-16 text; save it as UTF-8 (CSV UTF-8)")
         header = _header(path, first)  # checked now, so a bad file is refused before any output
         chunks = _csv_chunks(path, f, header, _pick(path, header))
     except BaseException:
@@ -171,6 +185,8 @@ def _csv_chunks(
                     break
                 if got:
                     cut = buf.rfind(b"\n", 0, end) + 1
+                    if cut and buf.find(b'"', 0, cut) >= 0:  # memchr: a cell may hold a line break
+                        cut = outside_quotes(buf, cut)
                     if cut == 0:  # one line longer than a block: read on, up to a point
                         if end > MAX_LINE_BYTES:
                             raise PayloadError(
@@ -180,7 +196,11 @@ def _csv_chunks(
                         continue
                 else:
                     cut = end
-                chunk, lines = _csv_block(memoryview(buf)[:cut], line, header, cols, width, positions, kinds)
+                quoted = buf.find(b'"', 0, cut) >= 0
+                block = memoryview(buf)[:cut]
+                if not buf.isascii():  # (the whole buffer: a quick test, the block's text alone is not)
+                    block = utf8(block)
+                chunk, lines = _csv_block(block, line, header, cols, width, positions, kinds, quoted)
                 yield chunk
                 line += lines
                 held = end - cut
@@ -217,6 +237,7 @@ def _csv_block(
     width: int,
     positions: list[int],
     kinds: list[int],
+    quoted: bool,
 ) -> tuple[Chunk, int]:
     """One block of lines, the first being line `line` of the file; returns the chunk
     and how many lines the block held. Malformed rows are numbered only by a
@@ -275,39 +296,67 @@ def _csv_block(
     n = table.num_rows
     batch = table.unify_dictionaries().combine_chunks().to_batches()
     rows = batch[0] if batch else None
+    span, held = None, n  # the line each row starts on, if not one row a line; lines held
+    if odd or quoted:
+        # A quoted cell with a line break (a comment column), or an unterminated quote that
+        # swallows the lines after it, makes a row of several lines: count the lines, and
+        # where they outnumber the rows, find the line each row starts on.
+        newlines = np.frombuffer(block, dtype=np.uint8) == 10
+        held = int(np.count_nonzero(newlines)) + (0 if newlines[-1] else 1)
+        if held != n + len(odd):
+            span = row_lines(block, line, n + len(odd))
+            if span is not None and all(o[0] >= line for o in odd):
+                odd = [(int(span[at - line]), row, cells) for at, row, cells in odd]
+            else:
+                span = None
     if not odd:
-        return _chunk(rows, np.arange(line, line + n, dtype=np.int64), [], source=text), n
+        lines = np.arange(line, line + n, dtype=np.int64) if span is None else span
+        return _chunk(rows, lines, [], source=text), held
     odd.sort()
-    lines, short, extra = _place(line, n, odd, width, positions)
-    # An unterminated quote can swallow several lines into one bad row: count them.
-    newlines = np.frombuffer(block, dtype=np.uint8) == 10
-    held = int(np.count_nonzero(newlines)) + (0 if newlines[-1] else 1)
+    lines, short, extra, longer = _place(
+        span if span is not None else np.arange(line, line + n + len(odd), dtype=np.int64),
+        odd,
+        len(header),
+        width,
+        positions,
+    )
     if extra:
-        return _chunk(_with_extra(rows, extra), lines, short, reorder=True, source=text), held
-    return _chunk(rows, lines, short, source=text), held
+        return _chunk(_with_extra(rows, extra), lines, short, True, text, longer), held
+    return _chunk(rows, lines, short, source=text, longer=longer), held
 
 
 def _place(
-    line: int, n: int, odd: list[tuple[int, str, int]], width: int, positions: list[int]
-) -> tuple[npt.NDArray[np.int64], list[tuple[int, str]], list[tuple[int, list[str]]]]:
-    """Line numbers of a batch's `n` good rows, given the malformed rows among them.
+    span: npt.NDArray[np.int64],
+    odd: list[tuple[int, str, int]],
+    columns: int,
+    width: int,
+    positions: list[int],
+) -> tuple[npt.NDArray[np.int64], list[tuple[int, str]], list[tuple[int, list[str]]], list[tuple[int, str]]]:
+    """Line numbers of a batch's good rows, given the line each of its rows starts on
+    (`span`) and the malformed rows among them.
 
     A row with fewer cells than the header is reported; one with more keeps its
-    first cells (the stdlib reader did the same), appended after the good rows."""
+    first cells (the stdlib reader did the same), appended after the good rows, and is
+    reported when a cell past the header's `columns` holds anything (a decimal comma)."""
     bad = {o[0] for o in odd}
-    span = np.arange(line, line + n + len(odd), dtype=np.int64)
     good = span[~np.isin(span, np.fromiter(bad, np.int64, len(bad)))] if bad else span
     short: list[tuple[int, str]] = []
     extra: list[tuple[int, list[str]]] = []
+    longer: list[tuple[int, str]] = []
     for at, text, cells in odd:
-        row = next(csv.reader([text]), [])
+        try:
+            row = next(csv.reader([text]), [])
+        except csv.Error:  # a cell past the stdlib's limit (128 KiB; a logger's NUL tail): not kept
+            row = []
         if cells >= width and len(row) >= width:
             extra.append((at, [row[p] for p in positions]))
+            if any(c.strip() for c in row[columns:]):
+                longer.append((at, text))
         elif text.strip(" \t\r\n,"):
             short.append((at, text))
     if extra:
         good = np.concatenate([good, np.array([e[0] for e in extra], dtype=np.int64)])
-    return good, short, extra
+    return good, short, extra, longer
 
 
 def _with_extra(batch: pa.RecordBatch | None, extra: list[tuple[int, list[str]]]) -> pa.RecordBatch:
@@ -331,10 +380,14 @@ def _chunk(
     short: list[tuple[int, str]],
     reorder: bool = False,
     source: Callable[[int], str] | None = None,
+    longer: list[tuple[int, str]] | None = None,
 ) -> Chunk:
     if batch is None:
         none = np.empty(0, bool)
-        return Chunk(lines[:0], [], np.empty(0, np.int32), np.empty(0), none, np.empty(0), none, short, str)
+        nothing = np.empty(0)
+        return Chunk(
+            lines[:0], [], np.empty(0, np.int32), nothing, none, nothing, none, short, str, longer or []
+        )
     t_col, s_col, v_col = (batch.column(i) for i in range(3))
     names, sensor, empty = _sensors(s_col)
     time, numeric = _times(t_col)
@@ -354,9 +407,18 @@ def _chunk(
         if source is not None:
             return source(int(lines[i]))
         j = i if index is None else int(index[i])
-        return ",".join("" if c[j].as_py() is None else str(c[j].as_py()) for c in (t_col, s_col, v_col))
+        return ",".join(_cell(c, j) for c in (t_col, s_col, v_col))
 
-    return Chunk(lines, names, sensor, time, numeric, value, ok, short, text)
+    return Chunk(lines, names, sensor, time, numeric, value, ok, short, text, longer or [])
+
+
+def _cell(col: pa.Array, i: int) -> str:
+    """Row i's cell as text for the report; a timestamp past Python's year 9999 as its number."""
+    try:
+        v = col[i].as_py()
+    except (OverflowError, ValueError):  # a garbage timestamp: the number, and what it counts
+        return f"{col[i].value} {col.type.unit} since 1970"
+    return "" if v is None else str(v)
 
 
 def _blank(t: pa.Array, s: pa.Array, v: pa.Array) -> npt.NDArray[np.bool_] | None:
@@ -450,11 +512,15 @@ def _times(col: pa.Array) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_
     if pa.types.is_timestamp(col.type):
         if col.type.unit == "ns" and not col.null_count:  # its int64 buffer, read as such
             return _nan_nulls(col, 1e-9), np.zeros(n, bool)
-        ns = col.cast(pa.timestamp("ns", tz=col.type.tz)).cast(pa.int64())
+        try:
+            ns = col.cast(pa.timestamp("ns", tz=col.type.tz)).cast(pa.int64())
+        except pa.ArrowInvalid:  # a time past 2262 has no nanoseconds: its own unit, a bad row
+            return _nan_nulls(col.cast(pa.int64()), _UNIT_SECONDS[col.type.unit]), np.zeros(n, bool)
         return _nan_nulls(ns, 1e-9), np.zeros(n, bool)
-    if pa.types.is_float64(col.type):
+    if pa.types.is_float64(col.type) or pa.types.is_integer(col.type):
+        # integers straight from their buffer: Arrow's cast refuses any past 2**53 (epoch ns)
         return _nan_nulls(col, 1.0), np.ones(n, bool)
-    if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
+    if pa.types.is_floating(col.type):
         return _nan_nulls(col.cast(pa.float64()), 1.0), np.ones(n, bool)
     import pyarrow.compute as pc
 
@@ -500,17 +566,22 @@ def _times(col: pa.Array) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_
 def _values(col: pa.Array) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
     """Values and whether each could be read at all (NaN/inf read fine: the engine judges them)."""
     n = len(col)
+    if pa.types.is_boolean(col.type):  # a pump's run feedback as pandas writes it: 1 and 0
+        col = col.cast(pa.int8())
     if pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_decimal(col.type):
-        v = col if pa.types.is_float64(col.type) else col.cast(pa.float64())
+        # integers straight from their buffer: Arrow's cast refuses any past 2**53
+        v = col if pa.types.is_float64(col.type) or pa.types.is_integer(col.type) else col.cast(pa.float64())
         ok = np.ones(n, bool) if not v.null_count else ~_bools(v.is_null())
         return _nan_nulls(v, 1.0), ok
     import pyarrow.compute as pc
 
     col = col.cast(pa.string())
     try:
-        return _numbers(col.cast(pa.float64())), np.ones(n, bool)
+        v = col.cast(pa.float64())
     except pa.ArrowInvalid:
         pass
+    else:  # a null (Parquet's None, Arrow's null type) is an unreadable value, as an empty cell
+        return _nan_nulls(v, 1.0), np.ones(n, bool) if not v.null_count else ~_bools(v.is_null())
     col = pc.utf8_trim_whitespace(col)
     num = pc.fill_null(pc.match_substring_regex(col, _NUMBER, ignore_case=True), False)
     ok = _bools(num)
@@ -567,6 +638,18 @@ def _parquet_file(path: Path) -> pq.ParquetFile:
     missing = [c for c in COLUMNS if c not in names]
     if missing:
         raise PayloadError(f"{path}: columns {', '.join(pf.schema_arrow.names)} lack {', '.join(missing)}")
+    time = pf.schema_arrow.field(names["time"])
+    if pa.types.is_timestamp(time.type) and time.type.tz is None:  # pandas' naive datetime64
+        raise PayloadError(
+            f"{path}: column {time.name!r} is timestamp[{time.type.unit}] without a time zone;"
+            " guessing one would shift every alarm by hours: write it with a zone (UTC) or as"
+            " ISO 8601 text with an offset"
+        )
+    if pa.types.is_floating(time.type) and time.type.bit_width < 64:
+        raise PayloadError(
+            f"{path}: column {time.name!r} is a float ({time.type.bit_width} bits): too coarse for"
+            " epoch seconds (a float32 steps by 128 s); write it as float64, integers or timestamps"
+        )
     return pf
 
 

@@ -8,7 +8,8 @@ with an unreadable time, or with a time outside 1970..2100 is skipped; a row who
 value cannot be read becomes a BAD_DATA sample (the reading happened, it is just not
 a number); a row not later than the previous row of the same sensor in the same
 file is skipped as out of order. Each kind is counted, with the first line it
-happened on, for the report at the end. Every check works on whole chunks.
+happened on, for the report at the end; a row that breaks several rules counts once
+(its time first, then its sensor, then its value). Every check works on whole chunks.
 """
 
 from __future__ import annotations
@@ -47,8 +48,14 @@ class BadRows:
 
     def add(self, line: int, example: str, count: int = 1) -> None:
         if self.count == 0 or line < self.first_line:
-            self.first_line, self.example = line, example
+            self.first_line, self.example = line, shortened(example)
         self.count += count
+
+
+def shortened(text: str, most: int = 120) -> str:
+    """A row or name as the report quotes it: a megabyte-long one (a logger's NUL tail, a
+    broken export) cut, saying how long it was."""
+    return text if len(text) <= most else f"{text[:most]}... ({len(text)} characters)"
 
 
 @dataclass
@@ -63,6 +70,7 @@ class ReadReport:
     bad_value: BadRows = field(default_factory=BadRows)
     out_of_order: BadRows = field(default_factory=BadRows)
     milliseconds: BadRows = field(default_factory=BadRows)  # not a problem: said once so nobody wonders
+    extra_cells: BadRows = field(default_factory=BadRows)  # kept, but a cell was left out
     late: BadRows = field(default_factory=BadRows)
 
     def lines(self) -> list[str]:
@@ -82,6 +90,12 @@ class ReadReport:
                 out.append(
                     f"{self.path}: {p.count} row(s) with {what}, first at line {p.first_line}: {p.example}"
                 )
+        if self.extra_cells.count:
+            m = self.extra_cells
+            out.append(
+                f"{self.path}: {m.count} row(s) with more cells than the header (the cells past it"
+                f" ignored; a decimal comma?), first at line {m.first_line}: {m.example}"
+            )
         if self.milliseconds.count:
             m = self.milliseconds
             out.append(
@@ -230,6 +244,8 @@ class _File:
         r.rows += int(c.lines.size) + len(c.short)
         for line, text in c.short:
             r.bad_time.add(line, text)
+        for line, text in c.longer:
+            r.extra_cells.add(line, text)
         known = np.array([self.index.get(n, -1) for n in c.names], dtype=np.int32)
         sensor = known[c.sensor] if c.names else c.sensor
         time = c.time
@@ -245,15 +261,19 @@ class _File:
         _add(r.bad_time, unreadable, c)
         outside = ~unreadable & ((time < T_MIN) | (time >= T_MAX))
         _add(r.out_of_range, outside, c)
-        _add(r.bad_value, ~c.value_ok, c)
+        # A row is counted once: under its time if that is wrong, else its sensor; only a
+        # row that is kept counts as an unreadable value (a second header line is one bad time).
+        timed = ~unreadable & ~outside
         unknown = sensor < 0
-        if unknown.any():
-            codes, first, counts = np.unique(c.sensor[unknown], return_index=True, return_counts=True)
-            at = np.flatnonzero(unknown)
+        _add(r.bad_value, ~c.value_ok & timed & ~unknown, c)
+        named = unknown & timed
+        if named.any():
+            codes, first, counts = np.unique(c.sensor[named], return_index=True, return_counts=True)
+            at = np.flatnonzero(named)
             for code, i, k in zip(codes.tolist(), first.tolist(), counts.tolist(), strict=True):
-                name = c.names[code] if len(r.unknown_sensor) < MAX_NAMES else "(other names)"
+                name = shortened(c.names[code]) if len(r.unknown_sensor) < MAX_NAMES else "(other names)"
                 r.unknown_sensor.setdefault(name, BadRows()).add(int(c.lines[at[i]]), c.text(int(at[i])), k)
-        keep = ~unknown & ~unreadable & ~outside
+        keep = ~unknown & timed
         quality = np.where(c.value_ok, np.int8(Quality.GOOD), np.int8(Quality.BAD_DATA)).astype(np.int8)
         rows = Rows(sensor, time, c.value, quality, c.lines)
         return self._order(rows if keep.all() else rows.take(keep))
