@@ -201,13 +201,14 @@ def build_rows(
         charges = {m: usages[m].ft3 / 1000 * Fraction(billing.rate_per_kcf) for m in meters}
         minimum = _minimum(billing, account)
         topup = max(minimum - sum(charges.values(), Fraction(0)), Fraction(0))
+        money = _money(
+            [charges.get(m, Fraction(0)) + (topup if i == 0 else 0) for i, m in enumerate(meters or [""])],
+            on_minimum=topup > 0,
+        )
         for i, meter in enumerate(meters or [""]):
             u = usages.get(meter) or Usage(
                 account.id, "", "ft3", None, None, Fraction(0), frozenset({"estimated"})
             )
-            charge = charges.get(meter, Fraction(0)) + (topup if i == 0 else 0)
-            due30 = charge * (1 + PENALTY_30)
-            due60 = due30 * (1 + PENALTY_60)
             gal = ft3_to_gal(u.ft3)
             row = {
                 "account": account.id,
@@ -220,10 +221,10 @@ def build_rows(
                 "consumption_kcf": _fmt(u.ft3 / 1000, 6),
                 "consumption_gal": _fmt(gal, 2),
                 "average_gpd": _fmt(gal / q.days, 2),
-                "charge": _fmt(charge, 2),
+                "charge": money[i][0],
                 "minimum_applied": "true" if topup > 0 else "false",
-                "due_after_30_days": _fmt(due30, 2),
-                "due_after_60_days": _fmt(due60, 2),
+                "due_after_30_days": money[i][1],
+                "due_after_60_days": money[i][2],
                 **dates,
                 "classification": cls,
                 "classification_reason": reason,
@@ -231,6 +232,27 @@ def build_rows(
             }
             out.append({c: row[c] for c in columns(presented is not None)})
     return out
+
+
+def _money(charges: list[Fraction], on_minimum: bool) -> list[tuple[str, str, str]]:
+    """Each row's charge and §139-4 amounts due, each rounded to cents once.
+
+    An account billed the minimum owes the minimum (and its penalties) to the cent: its
+    first row, which carries the top-up, takes what rounding the other rows left over, so
+    the rows add up to the rounded account total ($20.00 + $5.01 = $25.01 was a bill of
+    a cent more than the $25.00 minimum)."""
+    factors = (Fraction(1), 1 + PENALTY_30, (1 + PENALTY_30) * (1 + PENALTY_60))
+    columns = []
+    for factor in factors:
+        cents = [_cents(c * factor) for c in charges]
+        if on_minimum and len(charges) > 1:
+            cents[0] = _cents(sum(charges, Fraction(0)) * factor) - sum(cents[1:], Decimal(0))
+        columns.append([f"{c:f}" for c in cents])
+    return list(zip(*columns, strict=True))
+
+
+def _cents(x: Fraction) -> Decimal:
+    return Decimal(_fmt(x, 2))
 
 
 def _minimum(billing: Billing, account: Account) -> Fraction:

@@ -1,0 +1,79 @@
+"""What the billing clerk meets at quarter end, through the real commands and files:
+`monitor meters ingest|correct|replace|void-replacement` on a ledger, then
+`monitor billing export` read back as CSV or XLSX.
+
+- An account billed the minimum pays the minimum to the cent, however many meters it has.
+- A correction or a void changes the quarter whose first delta starts from the amended
+  reading, so that quarter is marked too, not only the one the amendment falls in.
+- Without `max_rate`, a transmitter glitch of 0 just below the top of the register looks like
+  a rollover; the return to the true reading must not bill the whole register silently.
+- Readings in the XLSX are shown with all their digits, not as 1.23457E+10.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import subprocess
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def monitor_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`monitor *args` from the repository root, in this process (tests/cli.py)."""
+    return cli.run_monitor(*args, cwd=ROOT)
+
+
+def station(tmp_path: Path, meters: list[dict[str, Any]], **billing: Any) -> Path:
+    """A station config with `meters` (ft3, 8 digits unless given) all billed to account `a`."""
+    sensors = [{"kind": "meter", "unit": "ft3", "register_digits": 8, "account": "a", **m} for m in meters]
+    raw = {
+        "station": {"id": "ps-1"},
+        "state_dir": str(tmp_path / "state"),
+        "sensors": sensors,
+        "billing": {"rate_per_kcf": "1", "accounts": [{"id": "a", "class": "commercial"}], **billing},
+    }
+    path = tmp_path / "station.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def ingest(config: Path, rows: list[tuple[str, str, float]]) -> None:
+    path = config.with_name(f"readings-{len(list(config.parent.glob('readings-*.csv')))}.csv")
+    lines = ["time,sensor,value", *(f"{t},{m},{v!r}" for t, m, v in rows)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    got = monitor_cli("meters", "ingest", "--config", str(config), "--input", str(path))
+    assert got.returncode == 0, got.stderr
+
+
+def export(config: Path, *quarters: str) -> list[dict[str, str]]:
+    args = [a for q in quarters for a in ("--quarter", q)]
+    got = monitor_cli("billing", "export", "--config", str(config), *args, "--out", "-")
+    assert got.returncode == 0, got.stderr
+    return list(csv.DictReader(io.StringIO(got.stdout)))
+
+
+def test_an_account_on_the_minimum_pays_the_minimum_to_the_cent_across_its_meters(tmp_path: Path) -> None:
+    # $1/kcf: 10,000 ft3 is $10.00 and 5,005 ft3 is $5.005, so the top-up to the $25.00
+    # minimum is $9.995. Rounded line by line that was $20.00 + $5.01 = $25.01.
+    config = station(tmp_path, [{"id": "m1"}, {"id": "m2"}], minimum_charge="25.00")
+    start, end = "2026-07-01T00:00:00Z", "2026-09-30T00:00:00Z"
+    ingest(config, [(start, "m1", 0), (start, "m2", 0), (end, "m1", 10_000), (end, "m2", 5_005)])
+    rows = export(config, "2026Q3")
+    assert [r["meter"] for r in rows] == ["m1", "m2"]
+    assert all(r["minimum_applied"] == "true" for r in rows)
+
+    def total(column: str) -> Decimal:
+        return sum((Decimal(r[column]) for r in rows), Decimal(0))
+
+    assert total("charge") == Decimal("25.00")
+    assert total("due_after_30_days") == Decimal("25.50")  # 25.00 x 1.02
+    assert total("due_after_60_days") == Decimal("28.05")  # 25.50 x 1.10
+    assert rows[1]["charge"] == "5.01"  # a meter's own line is its own charge; the first row takes the cent
