@@ -77,3 +77,49 @@ def test_an_account_on_the_minimum_pays_the_minimum_to_the_cent_across_its_meter
     assert total("due_after_30_days") == Decimal("25.50")  # 25.00 x 1.02
     assert total("due_after_60_days") == Decimal("28.05")  # 25.50 x 1.10
     assert rows[1]["charge"] == "5.01"  # a meter's own line is its own charge; the first row takes the cent
+
+
+def test_a_correction_marks_the_next_quarter_whose_first_delta_it_changes(tmp_path: Path) -> None:
+    config = station(tmp_path, [{"id": "m"}], max_reading_gap="100d")
+    ingest(
+        config,
+        [
+            ("2026-07-01T00:00:00Z", "m", 0),
+            ("2026-09-30T00:00:00Z", "m", 1_000),
+            ("2026-10-02T00:00:00Z", "m", 2_000),
+        ],
+    )
+    (q4,) = export(config, "2026Q4")
+    assert (q4["consumption_ft3"], q4["flags"]) == ("1000.000", "")
+    # The reading that closes Q3 was misread: it opens Q4's first delta too.
+    got = monitor_cli(
+        "meters", "correct", "--config", str(config), "--meter", "m", "--time", "2026-09-30T00:00:00Z",
+        "--reading", "1500", "--by", "J. Clerk", "--why", "photo of the register",
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    q3, q4 = export(config, "2026Q3", "2026Q4")
+    assert (q3["consumption_ft3"], q3["flags"]) == ("1500.000", "corrected")
+    assert (q4["consumption_ft3"], q4["flags"]) == ("500.000", "corrected")  # changed, so marked
+    (q1,) = export(config, "2027Q1")  # a later quarter the correction did not touch stays unmarked
+    assert q1["flags"] == "estimated"
+
+
+def test_a_void_marks_the_next_quarter_whose_first_delta_it_changes(tmp_path: Path) -> None:
+    # A swap on 30 September: the new meter starts at 5,000 and reads 5,100 on 2 October.
+    config = station(tmp_path, [{"id": "m"}], max_reading_gap="100d")
+    ingest(config, [("2026-07-01T00:00:00Z", "m", 0), ("2026-09-29T00:00:00Z", "m", 1_000)])
+    got = monitor_cli(
+        "meters", "replace", "--config", str(config), "--meter", "m", "--time", "2026-09-30T00:00:00Z",
+        "--old-final", "1010", "--new-initial", "5000", "--by", "J. Operator",
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    ingest(config, [("2026-10-02T00:00:00Z", "m", 5_100)])
+    (q4,) = export(config, "2026Q4")
+    assert (q4["consumption_ft3"], q4["flags"]) == ("100.000", "")
+    got = monitor_cli(
+        "meters", "void-replacement", "--config", str(config), "--meter", "m",
+        "--time", "2026-09-30T00:00:00Z", "--by", "J. Operator", "--why", "recorded on the wrong meter",
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    (q4,) = export(config, "2026Q4")  # 5,100 is now judged against 1,000: Q4 changed
+    assert (q4["consumption_ft3"], q4["flags"]) == ("4100.000", "voided replacement")

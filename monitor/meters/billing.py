@@ -95,8 +95,11 @@ def usage(ledger: Ledger, meter: str, q: Quarter, max_reading_gap: float) -> Usa
     out_flags: set[str] = {f for f in ("rollover", "replacement") if f in flags}
     if flags & set(ANOMALIES) or ledger.conflicts(meter, q.start_ms, q.end_ms):
         out_flags.add("anomaly")
-    out_flags |= ledger.amendment_flags(meter, q.start_ms, q.end_ms)
     before_ms = None if before is None else before.time_ms
+    # The quarter's first delta starts at `before`: an amendment from that reading on
+    # (a corrected closing reading of the last quarter, a voided swap) changes this quarter too.
+    since = q.start_ms if before_ms is None else min(q.start_ms, before_ms - 1)
+    out_flags |= ledger.amendment_flags(meter, since, q.end_ms)
     if estimated(q, before_ms, [r.time_ms for r in accepted], max_reading_gap):
         out_flags.add("estimated")
     first = before if before is not None else (accepted[0] if accepted else None)
