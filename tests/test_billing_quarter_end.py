@@ -123,3 +123,27 @@ def test_a_void_marks_the_next_quarter_whose_first_delta_it_changes(tmp_path: Pa
     assert got.returncode == 0, got.stderr
     (q4,) = export(config, "2026Q4")  # 5,100 is now judged against 1,000: Q4 changed
     assert (q4["consumption_ft3"], q4["flags"]) == ("4100.000", "voided replacement")
+
+
+def test_a_glitch_of_0_near_the_top_of_the_register_does_not_bill_the_register(tmp_path: Path) -> None:
+    # No max_rate: 99,999,010 -> 0 is believed as a rollover (990 ft3), but the transmitter
+    # then reads 99,999,020 again. A rise of half the register or more between two readings
+    # is no more believable than a fall of that much: a jump, kept out and flagged.
+    config = station(tmp_path, [{"id": "m"}], max_reading_gap="100d")
+    days = [f"2026-07-0{d}T00:00:00Z" for d in range(1, 6)]
+    ingest(
+        config, list(zip(days, ["m"] * 5, [99_999_000, 99_999_010, 0, 99_999_020, 99_999_030], strict=True))
+    )
+    (row,) = export(config, "2026Q3")
+    assert Decimal(row["consumption_ft3"]) < 1_000_000, row  # was 100,000,030 ft3: $100,000.03
+    assert "anomaly" in row["flags"].split(";")
+    shown = monitor_cli("meters", "show", "--config", str(config), "--meter", "m")
+    assert "REJECTED [jump]" in shown.stdout and "half" in shown.stdout
+    # The remedy the anomaly points at: correct the glitch; the quarter then bills 30 ft3.
+    got = monitor_cli(
+        "meters", "correct", "--config", str(config), "--meter", "m", "--time", days[2],
+        "--reading", "99999015", "--by", "J. Clerk", "--why", "transmitter glitch, register read on site",
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    (row,) = export(config, "2026Q3")
+    assert (row["consumption_ft3"], row["flags"]) == ("30.000", "corrected")
