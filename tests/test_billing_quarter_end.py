@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from openpyxl import load_workbook
 
 from tests import cli
 
@@ -147,3 +148,35 @@ def test_a_glitch_of_0_near_the_top_of_the_register_does_not_bill_the_register(t
     assert got.returncode == 0, got.stderr
     (row,) = export(config, "2026Q3")
     assert (row["consumption_ft3"], row["flags"]) == ("30.000", "corrected")
+
+
+def test_xlsx_shows_a_long_reading_with_all_its_digits(tmp_path: Path) -> None:
+    # A 14-digit register in litres (0.001 m3): 12,345,678,901.234 m3 is 14 digits in
+    # Excel's General format, which shows at most 11 (12345678901 or 1.23457E+10).
+    config = station(tmp_path, [{"id": "m", "unit": "m3", "register_digits": 14, "multiplier": 0.001}])
+    ingest(
+        config,
+        [
+            ("2026-07-01T00:00:00Z", "m", 12_345_678_901_234.0),
+            ("2026-09-30T00:00:00Z", "m", 12_345_678_991_000.0),
+        ],
+    )
+    out = tmp_path / "q.xlsx"
+    got = monitor_cli(
+        "billing",
+        "export",
+        "--config",
+        str(config),
+        "--quarter",
+        "2026Q3",
+        "--format",
+        "xlsx",
+        "--out",
+        str(out),
+    )
+    assert got.returncode == 0, got.stderr
+    sheet = load_workbook(out)["2026Q3"]
+    head = [c.value for c in sheet[1]]
+    first, last = sheet.cell(2, head.index("first_read") + 1), sheet.cell(2, head.index("last_read") + 1)
+    assert (first.value, first.number_format) == (12_345_678_901.234, "0.000")
+    assert (last.value, last.number_format) == (12_345_678_991, "0")
