@@ -180,3 +180,29 @@ def test_xlsx_shows_a_long_reading_with_all_its_digits(tmp_path: Path) -> None:
     first, last = sheet.cell(2, head.index("first_read") + 1), sheet.cell(2, head.index("last_read") + 1)
     assert (first.value, first.number_format) == (12_345_678_901.234, "0.000")
     assert (last.value, last.number_format) == (12_345_678_991, "0")
+
+
+def test_meters_ingest_reads_a_spreadsheets_csv_as_replay_does(tmp_path: Path) -> None:
+    # Excel's "CSV UTF-8" starts with a byte-order mark and ends lines with CRLF; a clerk may
+    # also capitalise the header. Every row was skipped ("skipped: 'time'") and the command said
+    # 0 readings with exit 0, so the quarter billed nothing.
+    config = station(tmp_path, [{"id": "m"}])
+    sheet = tmp_path / "from-excel.csv"
+    sheet.write_bytes(
+        b"\xef\xbb\xbfTime, Sensor ,VALUE\r\n2026-07-01T00:00:00Z,m,5\r\n2026-09-30T00:00:00Z,m,1005\r\n"
+    )
+    got = monitor_cli("meters", "ingest", "--config", str(config), "--input", str(sheet))
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.startswith("2 meter reading(s)") and "0 bad row(s)" in got.stdout
+    (row,) = export(config, "2026Q3")
+    assert row["consumption_ft3"] == "1000.000"
+    # A file without the columns is refused by name, before anything is added.
+    wrong = tmp_path / "wrong.csv"
+    wrong.write_text("when,meter,reading\n2026-10-01T00:00:00Z,m,2000\n", encoding="utf-8")
+    got = monitor_cli(
+        "meters", "ingest", "--config", str(config), "--input", str(sheet), "--input", str(wrong)
+    )
+    assert got.returncode == 1
+    assert f"{wrong}: header 'when,meter,reading' lacks column(s) time, sensor, value" in got.stderr
+    (row,) = export(config, "2026Q4")
+    assert row["first_read"] == "1005" and row["flags"] == "estimated"  # nothing of either file added
