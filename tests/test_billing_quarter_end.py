@@ -206,3 +206,23 @@ def test_meters_ingest_reads_a_spreadsheets_csv_as_replay_does(tmp_path: Path) -
     assert f"{wrong}: header 'when,meter,reading' lacks column(s) time, sensor, value" in got.stderr
     (row,) = export(config, "2026Q4")
     assert row["first_read"] == "1005" and row["flags"] == "estimated"  # nothing of either file added
+
+
+def test_an_export_to_a_folder_that_is_not_there_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    config = station(tmp_path, [{"id": "m"}])
+    for fmt in ("csv", "json", "xlsx"):
+        out = tmp_path / "no-such-folder" / f"q.{fmt}"
+        got = monitor_cli(
+            "billing",
+            "export",
+            "--config",
+            str(config),
+            "--quarter",
+            "2026Q3",
+            "--format",
+            fmt,
+            "--out",
+            str(out),
+        )
+        assert got.returncode == 1, got.stderr
+        assert got.stderr == f"monitor billing export: cannot write {out}: No such file or directory\n"

@@ -12,6 +12,7 @@ quarter). Quarters are cut at the Town's midnight (`periods.py`); classes follow
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import itertools
 import json
@@ -296,6 +297,11 @@ def write_json(rows: list[dict[str, str]], out: TextIO) -> None:
 def write_export(rows: list[dict[str, str]], path: Path, fmt: str) -> None:
     """Written beside the target and renamed, so a reader never sees half a file."""
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8", newline="") as fh:
-        (write_json if fmt == "json" else write_csv)(rows, fh)
-    tmp.replace(path)
+    try:
+        with tmp.open("w", encoding="utf-8", newline="") as fh:
+            (write_json if fmt == "json" else write_csv)(rows, fh)
+        tmp.replace(path)
+    except OSError as exc:  # a folder that is not there, a full disk: one line, as the XLSX says it
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)  # no half file left beside the target
+        raise MeterError(f"cannot write {path}: {exc.strerror}") from None
