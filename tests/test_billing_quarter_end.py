@@ -210,6 +210,7 @@ def test_meters_ingest_reads_a_spreadsheets_csv_as_replay_does(tmp_path: Path) -
 
 def test_an_export_to_a_folder_that_is_not_there_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     config = station(tmp_path, [{"id": "m"}])
+    ingest(config, [("2026-07-01T00:00:00Z", "m", 0)])
     for fmt in ("csv", "json", "xlsx"):
         out = tmp_path / "no-such-folder" / f"q.{fmt}"
         got = monitor_cli(
@@ -226,3 +227,33 @@ def test_an_export_to_a_folder_that_is_not_there_is_one_line_not_a_traceback(tmp
         )
         assert got.returncode == 1, got.stderr
         assert got.stderr == f"monitor billing export: cannot write {out}: No such file or directory\n"
+
+
+def test_an_export_without_the_stations_ledger_is_refused_not_billed_as_nothing(tmp_path: Path) -> None:
+    # A billing workstation with the station's config but another state_dir (or none copied):
+    # the export made an empty ledger there and billed every meter 0 ft3, exit 0.
+    config = station(tmp_path, [{"id": "m"}])
+    got = monitor_cli("billing", "export", "--config", str(config), "--quarter", "2026Q3", "--out", "-")
+    ledger = tmp_path / "state" / "ledger.sqlite"
+    assert got.returncode == 1 and got.stdout == ""
+    assert f"no meter ledger at {ledger}" in got.stderr and "--from-influx" in got.stderr
+    assert not ledger.exists() and not ledger.parent.exists()  # nothing made on the way
+
+
+def test_a_meter_dropped_from_the_config_with_readings_in_the_quarter_is_named(tmp_path: Path) -> None:
+    # A meter taken out of the config (swapped for a new sensor id) keeps its ledger rows, but
+    # the export reads configured meters only: its consumption left the bill without a word.
+    config = station(tmp_path, [{"id": "old.meter"}, {"id": "new.meter"}])
+    ingest(
+        config,
+        [("2026-07-01T00:00:00Z", "old.meter", 0), ("2026-08-01T00:00:00Z", "old.meter", 700),
+         ("2026-08-01T00:00:00Z", "new.meter", 0), ("2026-09-30T00:00:00Z", "new.meter", 300)],
+    )  # fmt: skip
+    config = station(tmp_path, [{"id": "new.meter"}])
+    got = monitor_cli("billing", "export", "--config", str(config), "--quarter", "2026Q3", "--out", "-")
+    assert got.returncode == 0, got.stderr
+    assert [r["meter"] for r in csv.DictReader(io.StringIO(got.stdout))] == ["new.meter"]
+    assert (
+        "warning: 2026Q3: meter old.meter has 1 reading(s) in the ledger but is not in the config:"
+        " not billed" in got.stderr
+    )

@@ -27,14 +27,14 @@ from typing import TextIO
 from monitor.config import Account, Billing, Config
 from monitor.errors import MeterError
 from monitor.meters.classes import SystemFlow, classify
-from monitor.meters.ledger import Ledger
+from monitor.meters.ledger import READING, Ledger
 from monitor.meters.periods import Presentation, Quarter, quarter
 from monitor.meters.totalizer import ANOMALIES, ft3_to_gal, to_ft3
 from monitor.model import iso
 
 __all__ = [
     "COLUMNS", "Quarter", "Usage", "build_rows", "columns", "estimated", "export_rows", "quarter",
-    "rate", "write_csv", "write_json",
+    "rate", "unconfigured", "write_csv", "write_json",
 ]  # fmt: skip
 
 COLUMNS = (
@@ -164,6 +164,18 @@ def export_rows(
         raise MeterError("the config has no billing section (rate_per_kcf, accounts)")
     usages = {m: usage(ledger, m, q, billing.max_reading_gap) for m in ledger.specs}
     return build_rows(config, usages, q, presented)
+
+
+def unconfigured(ledger: Ledger, q: Quarter) -> list[tuple[str, int]]:
+    """Meters the ledger holds readings of in the quarter that the config no longer has
+    (a meter dropped or renamed): the export cannot bill them, so the command names them."""
+    out = []
+    for meter in ledger.meters():
+        if meter not in ledger.specs:
+            n = sum(1 for r in ledger.rows(meter, q.start_ms, q.end_ms) if r.seq == READING)
+            if n:
+                out.append((meter, n))
+    return out
 
 
 def build_rows(
