@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+import sqlite3
 import subprocess
 from decimal import Decimal
 from pathlib import Path
@@ -22,6 +23,8 @@ from typing import Any
 import yaml
 from openpyxl import load_workbook
 
+from monitor.meters.ledger import to_ms
+from monitor.model import parse_time
 from tests import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -257,3 +260,31 @@ def test_a_meter_dropped_from_the_config_with_readings_in_the_quarter_is_named(t
         "warning: 2026Q3: meter old.meter has 1 reading(s) in the ledger but is not in the config:"
         " not billed" in got.stderr
     )
+
+
+def test_a_ledger_judged_before_the_jump_bound_is_judged_again_at_the_next_start(tmp_path: Path) -> None:
+    # The ledger file is set back to what the checks before the half-register bound wrote for
+    # the glitch above (the true reading after the 0 accepted: 99,999,020 ft3 billed; the meter's
+    # spec without its rules version). No real part can write an old ledger on demand.
+    config = station(tmp_path, [{"id": "m"}], max_reading_gap="100d")
+    days = [f"2026-07-0{d}T00:00:00Z" for d in range(1, 6)]
+    ingest(
+        config, list(zip(days, ["m"] * 5, [99_999_000, 99_999_010, 0, 99_999_020, 99_999_030], strict=True))
+    )
+    ledger = tmp_path / "state" / "ledger.sqlite"
+    db = sqlite3.connect(ledger)
+    with db:
+        old = (
+            "UPDATE readings SET accepted=1, counts=?, volume=?, flags='', message='', lim='' WHERE time_ms=?"
+        )
+        db.execute(old, ("99999020", "99999020", to_ms(parse_time(days[3]))))
+        db.execute(old, ("10", "10", to_ms(parse_time(days[4]))))
+        db.execute("UPDATE meters SET spec='ft3|8|1|None'")
+    db.close()
+    got = monitor_cli("meters", "list", "--config", str(config))
+    assert got.returncode == 0, got.stderr
+    assert "meter m: the meter checks changed since its rows were judged; re-judging them" in got.stderr
+    (row,) = export(config, "2026Q3")
+    assert (row["consumption_ft3"], row["flags"]) == ("1000.000", "rollover;anomaly")
+    again = monitor_cli("meters", "list", "--config", str(config))
+    assert "re-judging" not in again.stderr  # once

@@ -42,6 +42,10 @@ _FT3_PER_UNIT: dict[str, Fraction] = {
     "m3": 1 / Fraction("0.028316846592"),
 }
 
+# The checks' version, kept with each meter in the ledger: raise it when `judge` would give
+# another verdict on readings already held, so ledgers are judged again at the next start.
+# 2: without max_rate, a rise of half the register or more is a `jump`.
+RULES = 2
 ANOMALIES = ("backwards", "drop", "jump", "range")
 # Order in which flags are written (ledger and export): stable, so outputs compare exactly.
 FLAG_ORDER = ("first", "rollover", "replacement", *ANOMALIES, "conflict")
