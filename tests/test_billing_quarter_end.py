@@ -7,7 +7,11 @@
   reading, so that quarter is marked too, not only the one the amendment falls in.
 - Without `max_rate`, a transmitter glitch of 0 just below the top of the register looks like
   a rollover; the return to the true reading must not bill the whole register silently.
+  A ledger judged before that bound is judged again at the next start.
 - Readings in the XLSX are shown with all their digits, not as 1.23457E+10.
+- `meters ingest` reads a spreadsheet's CSV (byte-order mark, `Time` spelt any way) as replay does.
+- The export never bills from a ledger that is not there, names a meter with readings that the
+  config no longer has, and says in one line that it cannot write `--out`.
 """
 
 from __future__ import annotations
