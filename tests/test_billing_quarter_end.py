@@ -20,10 +20,12 @@ import csv
 import io
 import sqlite3
 import subprocess
-from decimal import Decimal
+from collections.abc import Sequence
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from openpyxl import load_workbook
 
@@ -53,7 +55,7 @@ def station(tmp_path: Path, meters: list[dict[str, Any]], **billing: Any) -> Pat
     return path
 
 
-def ingest(config: Path, rows: list[tuple[str, str, float]]) -> None:
+def ingest(config: Path, rows: Sequence[tuple[str, str, float]]) -> None:
     path = config.with_name(f"readings-{len(list(config.parent.glob('readings-*.csv')))}.csv")
     lines = ["time,sensor,value", *(f"{t},{m},{v!r}" for t, m, v in rows)]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -84,7 +86,44 @@ def test_an_account_on_the_minimum_pays_the_minimum_to_the_cent_across_its_meter
     assert total("charge") == Decimal("25.00")
     assert total("due_after_30_days") == Decimal("25.50")  # 25.00 x 1.02
     assert total("due_after_60_days") == Decimal("28.05")  # 25.50 x 1.10
-    assert rows[1]["charge"] == "5.01"  # a meter's own line is its own charge; the first row takes the cent
+    # Largest remainder: each row within a cent of its exact share ($19.995, $5.005: a tie, the first wins).
+    assert [r["charge"] for r in rows] == ["20.00", "5.00"]
+
+
+@pytest.mark.parametrize(
+    ("smallest", "minimum"),
+    [
+        (5, "25.00"),  # $0.005 + 6 x $4.165 = $24.995: a half-cent top-up to the minimum
+        (10, None),  # $0.01 + 6 x $4.165 = $25.00 exactly, no minimum: rows of $4.17 made $25.03
+    ],
+)
+def test_an_accounts_rows_add_up_to_its_bill_and_none_goes_below_zero(
+    tmp_path: Path, smallest: int, minimum: str | None
+) -> None:
+    # Six meters of 4,165 ft3 at $1/kcf: $4.165 each, $4.17 rounded alone. Putting all the
+    # rounding on the first row (which carries the top-up) made it -$0.02.
+    config = station(tmp_path, [{"id": f"m{i}"} for i in range(7)], minimum_charge=minimum)
+    start, end = "2026-07-01T00:00:00Z", "2026-09-30T00:00:00Z"
+    used = [smallest] + [4_165] * 6
+    ingest(config, [(start, f"m{i}", 0) for i in range(7)] + [(end, f"m{i}", u) for i, u in enumerate(used)])
+    rows = export(config, "2026Q3")
+    exact = [Decimal("0.01")] + [Decimal("4.165")] * 6  # m0: $0.005 and the $0.005 top-up, or $0.01
+    for column, factor in (
+        ("charge", 1),
+        ("due_after_30_days", Decimal("1.02")),
+        ("due_after_60_days", Decimal("1.122")),
+    ):
+        cents = [Decimal(r[column]) for r in rows]
+        assert min(cents) >= 0, (column, cents)
+        assert sum(cents) == (Decimal("25.00") * factor).quantize(Decimal("0.01"), ROUND_HALF_UP), (
+            column,
+            cents,
+        )
+        assert all(abs(c - x * factor) < Decimal("0.01") for c, x in zip(cents, exact, strict=True)), (
+            column,
+            cents,
+        )
+    assert {r["minimum_applied"] for r in rows} == {"true" if minimum else "false"}
 
 
 def test_a_correction_marks_the_next_quarter_whose_first_delta_it_changes(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import contextlib
 import csv
 import itertools
 import json
+import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -218,8 +219,7 @@ def build_rows(
         minimum = _minimum(billing, account)
         topup = max(minimum - sum(charges.values(), Fraction(0)), Fraction(0))
         money = _money(
-            [charges.get(m, Fraction(0)) + (topup if i == 0 else 0) for i, m in enumerate(meters or [""])],
-            on_minimum=topup > 0,
+            [charges.get(m, Fraction(0)) + (topup if i == 0 else 0) for i, m in enumerate(meters or [""])]
         )
         for i, meter in enumerate(meters or [""]):
             u = usages.get(meter) or Usage(
@@ -250,25 +250,33 @@ def build_rows(
     return out
 
 
-def _money(charges: list[Fraction], on_minimum: bool) -> list[tuple[str, str, str]]:
-    """Each row's charge and §139-4 amounts due, each rounded to cents once.
+def _money(charges: list[Fraction]) -> list[tuple[str, str, str]]:
+    """Each row's charge and §139-4 amounts due, in cents, for one account's rows.
 
-    An account billed the minimum owes the minimum (and its penalties) to the cent: its
-    first row, which carries the top-up, takes what rounding the other rows left over, so
-    the rows add up to the rounded account total ($20.00 + $5.01 = $25.01 was a bill of
-    a cent more than the $25.00 minimum)."""
+    One row is its exact amount rounded half up, once. Several rows (an account with
+    several meters) share the account's exact total rounded the same way, by largest
+    remainder: each row gets its amount rounded down, and the cents left go to the rows
+    with the largest fractions (the first row on a tie). So the rows add up to the account's
+    bill to the cent (the minimum, when it applies), and no row is more than a cent from its
+    exact amount, nor below zero ($20.00 + $5.01 was $25.01 against a $25.00 minimum)."""
     factors = (Fraction(1), 1 + PENALTY_30, (1 + PENALTY_30) * (1 + PENALTY_60))
     columns = []
     for factor in factors:
-        cents = [_cents(c * factor) for c in charges]
-        if on_minimum and len(charges) > 1:
-            cents[0] = _cents(sum(charges, Fraction(0)) * factor) - sum(cents[1:], Decimal(0))
-        columns.append([f"{c:f}" for c in cents])
+        exact = [c * factor * 100 for c in charges]
+        if len(exact) == 1:
+            cents = [_half_up(exact[0])]
+        else:
+            cents = [math.floor(x) for x in exact]
+            left = _half_up(sum(exact, Fraction(0))) - sum(cents)
+            by_fraction = sorted(range(len(exact)), key=lambda i: (-(exact[i] - cents[i]), i))
+            for i in by_fraction[:left]:
+                cents[i] += 1
+        columns.append([f"{Decimal(c).scaleb(-2):f}" for c in cents])
     return list(zip(*columns, strict=True))
 
 
-def _cents(x: Fraction) -> Decimal:
-    return Decimal(_fmt(x, 2))
+def _half_up(x: Fraction) -> int:
+    return (x.numerator * 2 + x.denominator) // (x.denominator * 2)
 
 
 def _minimum(billing: Billing, account: Account) -> Fraction:
