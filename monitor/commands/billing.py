@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from monitor.commands import load_config_or_exit
 from monitor.errors import MeterError, MonitorError
-from monitor.meters.billing import export_rows, rate, write_csv, write_export, write_json
+from monitor.meters.billing import export_rows, rate, unconfigured, write_csv, write_export, write_json
 from monitor.meters.periods import presentation, quarter
 from monitor.model import iso
 
@@ -100,7 +100,7 @@ def _export(args: argparse.Namespace) -> int:
     if args.format == "xlsx" and args.out == "-":
         raise MeterError("an XLSX export needs --out FILE")
     from monitor.commands.billing_historian import Sheets, export_from_historian
-    from monitor.meters.book import open_ledger
+    from monitor.meters.book import ledger_path, open_ledger
 
     if args.from_influx:
         return _write(args, export_from_historian(args), "the historian")
@@ -116,9 +116,22 @@ def _export(args: argparse.Namespace) -> int:
     if args.presented and len(quarters) > 1:
         raise MeterError("--presented dates one bill: give one --quarter with it")
     bill = presentation(args.presented, quarters[0]) if args.presented else None
+    path = ledger_path(config)
+    if not path.is_file():  # opening it would make an empty one, and bill every meter nothing
+        raise MeterError(
+            f"no meter ledger at {path} (state_dir of {args.config[0]}): no reading was kept there;"
+            " point state_dir at the station's state directory, or use --from-influx"
+        )
     ledger = open_ledger(config)
     try:
         sheets = [(str(q), export_rows(config, ledger, q, bill)) for q in quarters]
+        for q in quarters:
+            for meter, n in unconfigured(ledger, q):
+                print(
+                    f"warning: {q}: meter {meter} has {n} reading(s) in the ledger but is not in the config:"
+                    " not billed",
+                    file=sys.stderr,
+                )
     finally:
         ledger.close()
     notes = [

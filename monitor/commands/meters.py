@@ -15,6 +15,7 @@ from monitor.meters.ledger import to_ms
 from monitor.model import Sample, iso, parse_time
 from monitor.sqlite import StateLockedError, quick_check
 
+COLUMNS = ("time", "sensor", "value")
 EARLIEST, LATEST = 0.0, 4_102_444_800.0  # 1970-01-01 and 2100-01-01: a meter reading is in between
 HELP = "meter ledger: list, show, record or void a meter replacement, correct a misread, ingest readings"
 
@@ -163,22 +164,44 @@ def _amend(book: MeterBook, args: argparse.Namespace, done: str) -> int:
     return 0
 
 
+def _columns(path: Path, header: list[str]) -> tuple[int, int, int]:
+    """Where time, sensor and value are, matched without case or blanks (as replay does);
+    a file without them is refused by name before anything is added."""
+    names = [h.strip().lower() for h in header]
+    missing = [c for c in COLUMNS if c not in names]
+    if missing:
+        raise MeterError(f"{path}: header {','.join(header)!r} lacks column(s) {', '.join(missing)}")
+    time, sensor, value = (names.index(c) for c in COLUMNS)
+    return time, sensor, value
+
+
 def _ingest(book: MeterBook, paths: list[Path]) -> int:
     """Read CSVs as `monitor replay` does (bad rows counted, not fatal) and add the meter rows."""
     samples: list[Sample] = []
     bad = other = 0
     for path in paths:
         try:
-            fh = path.open(encoding="utf-8", newline="")
+            # -sig: a spreadsheet's "CSV UTF-8" starts with a byte-order mark, as replay allows
+            fh = path.open(encoding="utf-8-sig", newline="")
         except OSError as exc:
             raise MeterError(f"cannot read {path}: {exc.strerror}") from None
         with fh:
-            for lineno, rec in enumerate(csv.DictReader(fh), start=2):
+            try:
+                rows = list(csv.reader(fh))
+            except (UnicodeDecodeError, csv.Error) as exc:
+                raise MeterError(f"{path}: not a readable CSV file ({exc})") from None
+            at = _columns(path, rows[0] if rows else [])
+            for lineno, cells in enumerate(rows[1:], start=2):
+                if not cells:  # a blank line, as DictReader skipped it
+                    continue
                 try:
-                    sample = Sample(rec["sensor"], parse_time(rec["time"]), float(rec["value"]))
+                    if len(cells) <= max(at):
+                        raise ValueError(f"{len(cells)} cell(s), the header has {len(rows[0])}")
+                    time, sensor, value = (cells[i] for i in at)
+                    sample = Sample(sensor, parse_time(time), float(value))
                     if not EARLIEST <= sample.time < LATEST:
-                        raise ValueError(f"time {rec['time']} is outside 1970-2100")
-                except (KeyError, TypeError, ValueError) as exc:
+                        raise ValueError(f"time {time} is outside 1970-2100")
+                except (TypeError, ValueError) as exc:
                     bad += 1
                     if bad == 1:
                         print(f"{path}:{lineno}: skipped: {exc}", file=sys.stderr)

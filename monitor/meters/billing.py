@@ -12,9 +12,11 @@ quarter). Quarters are cut at the Town's midnight (`periods.py`); classes follow
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import itertools
 import json
+import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,14 +28,14 @@ from typing import TextIO
 from monitor.config import Account, Billing, Config
 from monitor.errors import MeterError
 from monitor.meters.classes import SystemFlow, classify
-from monitor.meters.ledger import Ledger
+from monitor.meters.ledger import READING, Ledger
 from monitor.meters.periods import Presentation, Quarter, quarter
 from monitor.meters.totalizer import ANOMALIES, ft3_to_gal, to_ft3
 from monitor.model import iso
 
 __all__ = [
     "COLUMNS", "Quarter", "Usage", "build_rows", "columns", "estimated", "export_rows", "quarter",
-    "rate", "write_csv", "write_json",
+    "rate", "unconfigured", "write_csv", "write_json",
 ]  # fmt: skip
 
 COLUMNS = (
@@ -95,8 +97,11 @@ def usage(ledger: Ledger, meter: str, q: Quarter, max_reading_gap: float) -> Usa
     out_flags: set[str] = {f for f in ("rollover", "replacement") if f in flags}
     if flags & set(ANOMALIES) or ledger.conflicts(meter, q.start_ms, q.end_ms):
         out_flags.add("anomaly")
-    out_flags |= ledger.amendment_flags(meter, q.start_ms, q.end_ms)
     before_ms = None if before is None else before.time_ms
+    # The quarter's first delta starts at `before`: an amendment from that reading on
+    # (a corrected closing reading of the last quarter, a voided swap) changes this quarter too.
+    since = q.start_ms if before_ms is None else min(q.start_ms, before_ms - 1)
+    out_flags |= ledger.amendment_flags(meter, since, q.end_ms)
     if estimated(q, before_ms, [r.time_ms for r in accepted], max_reading_gap):
         out_flags.add("estimated")
     first = before if before is not None else (accepted[0] if accepted else None)
@@ -162,6 +167,18 @@ def export_rows(
     return build_rows(config, usages, q, presented)
 
 
+def unconfigured(ledger: Ledger, q: Quarter) -> list[tuple[str, int]]:
+    """Meters the ledger holds readings of in the quarter that the config no longer has
+    (a meter dropped or renamed): the export cannot bill them, so the command names them."""
+    out = []
+    for meter in ledger.meters():
+        if meter not in ledger.specs:
+            n = sum(1 for r in ledger.rows(meter, q.start_ms, q.end_ms) if r.seq == READING)
+            if n:
+                out.append((meter, n))
+    return out
+
+
 def build_rows(
     config: Config, usages: Mapping[str, Usage], q: Quarter, presented: Presentation | None = None
 ) -> list[dict[str, str]]:
@@ -201,13 +218,13 @@ def build_rows(
         charges = {m: usages[m].ft3 / 1000 * Fraction(billing.rate_per_kcf) for m in meters}
         minimum = _minimum(billing, account)
         topup = max(minimum - sum(charges.values(), Fraction(0)), Fraction(0))
+        money = _money(
+            [charges.get(m, Fraction(0)) + (topup if i == 0 else 0) for i, m in enumerate(meters or [""])]
+        )
         for i, meter in enumerate(meters or [""]):
             u = usages.get(meter) or Usage(
                 account.id, "", "ft3", None, None, Fraction(0), frozenset({"estimated"})
             )
-            charge = charges.get(meter, Fraction(0)) + (topup if i == 0 else 0)
-            due30 = charge * (1 + PENALTY_30)
-            due60 = due30 * (1 + PENALTY_60)
             gal = ft3_to_gal(u.ft3)
             row = {
                 "account": account.id,
@@ -220,10 +237,10 @@ def build_rows(
                 "consumption_kcf": _fmt(u.ft3 / 1000, 6),
                 "consumption_gal": _fmt(gal, 2),
                 "average_gpd": _fmt(gal / q.days, 2),
-                "charge": _fmt(charge, 2),
+                "charge": money[i][0],
                 "minimum_applied": "true" if topup > 0 else "false",
-                "due_after_30_days": _fmt(due30, 2),
-                "due_after_60_days": _fmt(due60, 2),
+                "due_after_30_days": money[i][1],
+                "due_after_60_days": money[i][2],
                 **dates,
                 "classification": cls,
                 "classification_reason": reason,
@@ -231,6 +248,35 @@ def build_rows(
             }
             out.append({c: row[c] for c in columns(presented is not None)})
     return out
+
+
+def _money(charges: list[Fraction]) -> list[tuple[str, str, str]]:
+    """Each row's charge and §139-4 amounts due, in cents, for one account's rows.
+
+    One row is its exact amount rounded half up, once. Several rows (an account with
+    several meters) share the account's exact total rounded the same way, by largest
+    remainder: each row gets its amount rounded down, and the cents left go to the rows
+    with the largest fractions (the first row on a tie). So the rows add up to the account's
+    bill to the cent (the minimum, when it applies), and no row is more than a cent from its
+    exact amount, nor below zero ($20.00 + $5.01 was $25.01 against a $25.00 minimum)."""
+    factors = (Fraction(1), 1 + PENALTY_30, (1 + PENALTY_30) * (1 + PENALTY_60))
+    columns = []
+    for factor in factors:
+        exact = [c * factor * 100 for c in charges]
+        if len(exact) == 1:
+            cents = [_half_up(exact[0])]
+        else:
+            cents = [math.floor(x) for x in exact]
+            left = _half_up(sum(exact, Fraction(0))) - sum(cents)
+            by_fraction = sorted(range(len(exact)), key=lambda i: (-(exact[i] - cents[i]), i))
+            for i in by_fraction[:left]:
+                cents[i] += 1
+        columns.append([f"{Decimal(c).scaleb(-2):f}" for c in cents])
+    return list(zip(*columns, strict=True))
+
+
+def _half_up(x: Fraction) -> int:
+    return (x.numerator * 2 + x.denominator) // (x.denominator * 2)
 
 
 def _minimum(billing: Billing, account: Account) -> Fraction:
@@ -271,6 +317,11 @@ def write_json(rows: list[dict[str, str]], out: TextIO) -> None:
 def write_export(rows: list[dict[str, str]], path: Path, fmt: str) -> None:
     """Written beside the target and renamed, so a reader never sees half a file."""
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8", newline="") as fh:
-        (write_json if fmt == "json" else write_csv)(rows, fh)
-    tmp.replace(path)
+    try:
+        with tmp.open("w", encoding="utf-8", newline="") as fh:
+            (write_json if fmt == "json" else write_csv)(rows, fh)
+        tmp.replace(path)
+    except OSError as exc:  # a folder that is not there, a full disk: one line, as the XLSX says it
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)  # no half file left beside the target
+        raise MeterError(f"cannot write {path}: {exc.strerror}") from None

@@ -36,7 +36,7 @@ from monitor.meters.rows import (
     Row,
     to_ms,
 )
-from monitor.meters.totalizer import ZERO, MeterSpec, Step, first_step, judge, order_flags
+from monitor.meters.totalizer import RULES, ZERO, MeterSpec, Step, first_step, judge, order_flags
 from monitor.model import iso
 from monitor.sqlite import Schema, connect, translate
 
@@ -113,16 +113,24 @@ class Ledger(Amendments):
             raise MeterError(f"unknown meter {meter!r} (configured: {', '.join(self.specs)})") from None
 
     def _check_spec(self, meter: str, spec: MeterSpec) -> None:
-        """A changed register width, multiplier, unit or max_rate re-judges the meter's rows."""
-        text = f"{spec.unit}|{spec.digits}|{spec.multiplier}|{spec.max_rate}"
+        """A changed register width, multiplier, unit or max_rate re-judges the meter's rows,
+        and so do changed checks (`totalizer.RULES`): rows are a function of both."""
+        config = f"{spec.unit}|{spec.digits}|{spec.multiplier}|{spec.max_rate}"
+        text = f"{config}|rules {RULES}"
         got = self._db.execute("SELECT spec FROM meters WHERE meter=?", (meter,)).fetchone()
         if got is not None and got[0] == text:
             return
         self._db.execute("INSERT OR REPLACE INTO meters VALUES (?, ?)", (meter, text))
         if got is not None:
-            log.warning(
-                "meter %s: config changed (%s -> %s); re-judging its ledger rows", meter, got[0], text
-            )
+            held = str(got[0])
+            if held.partition("|rules ")[0] == config:  # a ledger judged by older checks
+                log.warning(
+                    "meter %s: the meter checks changed since its rows were judged; re-judging them", meter
+                )
+            else:
+                log.warning(
+                    "meter %s: config changed (%s -> %s); re-judging its ledger rows", meter, held, text
+                )
             self._rejudge(meter, (-(2**62), 0))
 
     # -- reading rows ----------------------------------------------------------------

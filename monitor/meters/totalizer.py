@@ -15,7 +15,8 @@ good reading bills from the last accepted one, so nothing is lost):
 - `backwards`: the reading went down and it is not a plausible rollover
 - `drop`: the reading fell by half the register or more, yet the wrapped delta is more
   than `max_rate` allows (a register reset, or a replacement nobody recorded)
-- `jump`: the reading rose by more than `max_rate` allows for the elapsed time
+- `jump`: the reading rose by more than `max_rate` allows for the elapsed time, or, with
+  no `max_rate`, by half the register range or more (the bound a rollover is believed to)
 - `range`: the reading is negative or does not fit the register (>= 10^digits)
 """
 
@@ -41,6 +42,10 @@ _FT3_PER_UNIT: dict[str, Fraction] = {
     "m3": 1 / Fraction("0.028316846592"),
 }
 
+# The checks' version, kept with each meter in the ledger: raise it when `judge` would give
+# another verdict on readings already held, so ledgers are judged again at the next start.
+# 2: without max_rate, a rise of half the register or more is a `jump`.
+RULES = 2
 ANOMALIES = ("backwards", "drop", "jump", "range")
 # Order in which flags are written (ledger and export): stable, so outputs compare exactly.
 FLAG_ORDER = ("first", "rollover", "replacement", *ANOMALIES, "conflict")
@@ -174,6 +179,18 @@ def judge(
                 f"reading jumped from {previous} to {reading}: {_n(volume)} {spec.unit} in "
                 f"{_dur(elapsed_s)} is more than max_rate {_n(spec.max_rate)} {spec.unit}/h allows",
                 allowed,
+            )
+        if allowed is None and modulus is not None and diff >= modulus / 2:
+            # Without max_rate a rollover is believed up to half the register; a rise of half
+            # the register or more is no more believable (a glitch of 0 just below the top was
+            # taken as a rollover, and the true reading after it billed the whole register).
+            return Step(
+                False,
+                ZERO,
+                ZERO,
+                frozenset({"jump"}),
+                f"reading jumped from {previous} to {reading}: a rise of half the 10^{spec.digits}"
+                f" register or more between two readings is not believable (max_rate sets the bound)",
             )
         return Step(True, diff, volume, frozenset())
     if modulus is not None:

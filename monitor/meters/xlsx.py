@@ -40,6 +40,12 @@ def _format(places: int) -> str:
     return "#,##0" + ("." + "0" * places if places else "")
 
 
+def _reading_format(text: str) -> str:
+    """A register reading with every digit it has, no thousands separator (as the register shows it)."""
+    places = len(text.partition(".")[2])
+    return "0" + ("." + "0" * places if places else "")
+
+
 def cell(column: str, text: str) -> Cell:
     """One CSV value as a typed cell value."""
     if text == "":
@@ -72,6 +78,10 @@ def write_xlsx(sheets: Sequence[tuple[str, list[dict[str, str]]]], path: Path) -
             for c in sheet[sheet.max_row]:  # openpyxl makes any text starting with `=` a formula
                 if c.data_type == "f":
                     c.data_type = "s"
+            for column in READINGS:  # General shows 11 digits at most: 1.23457E+10 is no reading
+                if column in columns and row[column]:
+                    at = sheet.cell(row=sheet.max_row, column=columns.index(column) + 1)
+                    at.number_format = _reading_format(row[column])
         totals: list[Cell] = [None] * len(columns)
         totals[0] = "total"
         for c in TOTALLED:
