@@ -7,7 +7,9 @@
 
 Each alarm-condition transition becomes one JSON line, in time order. Bad rows are
 counted and reported on stderr at the end; they never stop the replay. Prints a
-one-line summary and exits 0; a bad config exits 2, an unreadable input file 1.
+one-line summary and exits 0; a bad config exits 2, an unreadable input file 1, and a
+state dir a daemon or another replay holds 75 (monitor/statelock.py: a replay that writes
+incidents, ledger, outbox or station records into state_dir holds it while it runs).
 CSV may come from a pipe (`-` is standard input); Parquet from a pipe exits 2.
 
 With an `influx` section in the config, the samples and every alarm transition

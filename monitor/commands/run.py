@@ -1,4 +1,7 @@
-"""`monitor run --config CONFIG`: the daemon, until SIGTERM or SIGINT; SIGHUP reloads."""
+"""`monitor run --config CONFIG`: the daemon, until SIGTERM or SIGINT; SIGHUP reloads.
+
+It holds the state dir's lock (monitor/statelock.py) for its whole life, reloads included:
+a second daemon on the same state dir exits 75 before it opens anything."""
 
 from __future__ import annotations
 
