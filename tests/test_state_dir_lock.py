@@ -10,6 +10,7 @@ no file system here gives on demand, is `fcntl.lockf` raising it (the last test)
 
 from __future__ import annotations
 
+import argparse
 import errno
 import fcntl
 import logging
@@ -24,6 +25,8 @@ import pytest
 import yaml
 
 from monitor import statelock
+from monitor.commands.replay import state_writes
+from monitor.config import build_config
 from monitor.incidents import IncidentStore
 from monitor.statelock import EXIT_IN_USE, LOCK_FILE, StateDirInUseError, hold_state_dir
 from tests.daemon_process import running_daemon, spawn_daemon
@@ -338,3 +341,55 @@ def test_the_refusal_names_the_holder_from_the_kernel_not_from_the_file(tmp_path
         if holder.stdout is not None:
             holder.stdout.close()
     assert holder.returncode == 0
+
+
+def test_a_demo_on_a_state_dir_in_use_is_refused_before_it_starts_anything(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    lock = hold_state_dir(state, "monitor run")
+    try:
+        demo = monitor(
+            "demo", "--state-dir", str(state), "--modbus-port", "0", "--port", "0", "--duration", "1"
+        )
+    finally:
+        lock.release()
+    line = refusal(demo, state, os.getpid(), "monitor run")
+    assert line.startswith("demo: ") and "console" not in demo.stdout
+    assert sorted(p.name for p in state.iterdir()) == [LOCK_FILE]  # nothing of its own written
+
+
+def test_only_a_replay_that_writes_into_state_dir_takes_the_lock(tmp_path: Path) -> None:
+    """What the replay would write decides; from the historian nothing (the live run did)."""
+    influx = {"url": "http://127.0.0.1:9", "api": "v1", "database": "x"}
+    config = build_config({**station(tmp_path / "state"), "influx": influx})
+
+    def writes(from_influx: bool = False, no_incidents: bool = False, no_ledger: bool = False) -> set[str]:
+        args = argparse.Namespace(from_influx=from_influx, no_incidents=no_incidents, no_ledger=no_ledger)
+        return set(state_writes(args, config))
+
+    assert writes() == {"incidents", "outbox"}  # no meter, no wet well in this station
+    assert writes(no_incidents=True, no_ledger=True) == {"outbox"}
+    assert writes(from_influx=True) == set()
+
+
+@pytest.fixture
+def read_only_state(tmp_path: Path) -> Iterator[Path]:
+    """A state dir on a read-only bind mount (needs root, as tests/test_readonly_disk.py)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    subprocess.run(["mount", "--bind", str(state), str(state)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(state)], check=True)
+        yield state
+    finally:
+        subprocess.run(["umount", str(state)], check=True)
+
+
+def test_a_read_only_state_dir_is_reported_by_the_stores_as_before_not_as_in_use(
+    tmp_path: Path, read_only_state: Path
+) -> None:
+    config = write_config(tmp_path / "station.yaml", read_only_state)
+    result = monitor("run", "--config", str(config))
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "not locked (monitor.lock: cannot open it: Read-only file system)" in result.stderr
+    assert f"cannot run: alarm journal {read_only_state / 'journal.sqlite'}" in result.stderr.splitlines()[-1]
