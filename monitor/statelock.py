@@ -160,8 +160,8 @@ def _record(fd: int, command: str) -> None:
 
 
 def _describe(fd: int, owner: int) -> str:
-    """ "pid 1234 (monitor run)": the pid from the kernel, the command from the file when
-    the file names that pid (else the process's name)."""
+    """The holder as `pid 1234 (monitor run)`: the pid from the kernel, the command from the
+    file when the file names that pid (else the process's name)."""
     try:
         text = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
     except OSError:
