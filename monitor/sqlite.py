@@ -25,15 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import sqlite3
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from monitor.errors import MonitorError, StateError
+from monitor.statelock import lock_owner, process_name
 
 Synchronous = Literal["FULL", "NORMAL"]
 
@@ -212,25 +211,16 @@ def locked(exc: BaseException) -> bool:
     return code.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "database is locked" in str(exc)
 
 
-# struct flock on Linux (short l_type, short l_whence, off_t l_start, off_t l_len, pid_t l_pid)
-_FLOCK = "hhqqi4x"
-
-
 def lock_holder(path: Path) -> str | None:
     """Who holds a POSIX lock on the file or its -shm (SQLite's locks): "pid N (name)"."""
     for candidate in (path, path.with_name(path.name + "-shm")):
         try:
             with candidate.open("rb") as f:
-                probe = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
-                l_type, _, _, _, pid = struct.unpack(_FLOCK, fcntl.fcntl(f, fcntl.F_GETLK, probe))
+                pid = lock_owner(f.fileno())
         except OSError:
             continue
-        if l_type != fcntl.F_UNLCK and pid > 0:
-            try:
-                name = Path(f"/proc/{pid}/comm").read_text().strip()
-            except OSError:
-                name = "?"
-            return f"pid {pid} ({name})"
+        if pid:
+            return f"pid {pid} ({process_name(pid)})"
     return None
 
 

@@ -3,7 +3,7 @@ and no import from a lower layer to a higher one.
 
 Layers, lowest first (a module may import its own layer and the ones below):
 
-    0  model, errors, units, config, sdnotify, sqlite
+    0  model, errors, units, config, sdnotify, sqlite, statelock
     1  sources, engine, alarms, sinks, meters, callout, incidents, station
     2  pipeline, reconcile, recovery, state_check, diskspace, health, daemon   (wiring)
     3  web, fleet                                       (the console on top of the daemon; the fleet view)
@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "config": 0,
     "sdnotify": 0,
     "sqlite": 0,
+    "statelock": 0,  # one daemon (or replay) per state dir: the lock on state_dir/monitor.lock
     "heap": 0,  # glibc malloc thresholds for a replay (issue 20)
     "sources": 1,
     "engine": 1,

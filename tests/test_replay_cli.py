@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +21,11 @@ CASES = sorted((ROOT / "tests" / "cases" / "replay").iterdir())
 
 
 def replay(*args: str) -> subprocess.CompletedProcess[str]:
-    """`monitor replay *args` from the repository root, in this process (tests/cli.py)."""
-    return cli.run_monitor("replay", *args, cwd=ROOT)
+    """`monitor replay *args` in this process (tests/cli.py), from a directory of its own: the
+    case configs set no state_dir, so the incidents it records go to ./state, which must be
+    no other test's (nor the repository's): a replay holds its state dir's lock."""
+    with tempfile.TemporaryDirectory(prefix="replay-cwd-") as cwd:
+        return cli.run_monitor("replay", *args, cwd=cwd)
 
 
 def events(path: Path) -> list[dict[str, object]]:

@@ -7,6 +7,7 @@ import contextlib
 import json
 import math
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +26,11 @@ SENSORS = ("outfall.flow", "outfall.ph", "outfall.temp")
 
 
 def replay(*args: str) -> subprocess.CompletedProcess[str]:
-    """`monitor replay *args` from the repository root, in this process (tests/cli.py)."""
-    return cli.run_monitor("replay", *args, cwd=ROOT)
+    """`monitor replay *args` in this process (tests/cli.py), from a directory of its own: the
+    case configs set no state_dir, so the incidents it records go to ./state, which must be
+    no other test's (nor the repository's): a replay holds its state dir's lock."""
+    with tempfile.TemporaryDirectory(prefix="replay-cwd-") as cwd:
+        return cli.run_monitor("replay", *args, cwd=cwd)
 
 
 def events(path: Path) -> list[dict[str, object]]:

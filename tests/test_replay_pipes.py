@@ -18,6 +18,7 @@ import pty
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -194,8 +195,11 @@ def test_one_pipe_named_twice_exits_2_before_it_is_read(tmp_path: Path) -> None:
 
 
 def replay(*args: str, config: Path = CASE / "config.yaml") -> subprocess.CompletedProcess[str]:
-    """`monitor replay --config CONFIG *args` in this process (tests/cli.py)."""
-    return cli.run_monitor("replay", "--config", str(config), *args, cwd=ROOT)
+    """`monitor replay --config CONFIG *args` in this process (tests/cli.py), from a directory
+    of its own: the case config sets no state_dir, so its incidents go to ./state, which must
+    be no other test's (nor the repository's): a replay holds its state dir's lock."""
+    with tempfile.TemporaryDirectory(prefix="replay-cwd-") as cwd:
+        return cli.run_monitor("replay", "--config", str(config), *args, cwd=cwd)
 
 
 def bad_row_lines(stderr: str, name: str) -> list[str]:
@@ -234,15 +238,18 @@ def test_a_file_named_dash_is_read_as_dot_slash_dash(tmp_path: Path) -> None:
 
 
 def monitor_process(*args: str, stdin: int | IO[bytes]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitor", "replay", *args],
-        stdin=stdin,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=DEADLINE,
-        check=False,
-    )
+    """`monitor replay ARGS` as a process, from a directory of its own (as `replay` above)."""
+    with tempfile.TemporaryDirectory(prefix="replay-cwd-") as cwd:
+        return subprocess.run(
+            [sys.executable, "-m", "monitor", "replay", *args],
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout's `monitor`, as cwd=ROOT gave
+            timeout=DEADLINE,
+            check=False,
+        )
 
 
 def from_cat(source: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -28,6 +28,7 @@ from monitor.config import Config, build_config
 from monitor.daemon import Daemon
 from monitor.errors import ConfigError
 from monitor.model import Sample, ScaledClock
+from monitor.statelock import EXIT_IN_USE, StateDirInUseError, hold_state_dir
 from monitor.web.station import console_for
 
 if TYPE_CHECKING:
@@ -167,6 +168,11 @@ def run(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             print_config_error(exc)
             return 2
+        try:  # a --state-dir a daemon (or another demo) runs on is not shared
+            stack.enter_context(hold_state_dir(state_dir, "monitor demo"))
+        except StateDirInUseError as exc:
+            print(f"demo: {exc}", file=sys.stderr)
+            return EXIT_IN_USE
         return run_bounded(_demo(config, args))
     return 0
 

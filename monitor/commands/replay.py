@@ -7,7 +7,9 @@
 
 Each alarm-condition transition becomes one JSON line, in time order. Bad rows are
 counted and reported on stderr at the end; they never stop the replay. Prints a
-one-line summary and exits 0; a bad config exits 2, an unreadable input file 1.
+one-line summary and exits 0; a bad config exits 2, an unreadable input file 1, and a
+state dir a daemon or another replay holds 75 (monitor/statelock.py: a replay that writes
+incidents, ledger, outbox or station records into state_dir holds it while it runs).
 CSV may come from a pipe (`-` is standard input); Parquet from a pipe exits 2.
 
 With an `influx` section in the config, the samples and every alarm transition
@@ -39,6 +41,7 @@ from monitor.errors import InputUsageError, MonitorError, SourceError
 from monitor.heap import keep_freed_memory
 from monitor.model import Kind, ManualClock, Rule, event_lines, iso, parse_time
 from monitor.sources.replay import ReadReport, Samples, merge, stream
+from monitor.statelock import EXIT_IN_USE, StateDirInUseError, hold_state_dir
 
 if TYPE_CHECKING:
     from monitor.incidents.worker import ReplayTracker
@@ -196,12 +199,41 @@ def run(args: argparse.Namespace) -> int:
         from monitor.commands.replay_whatif import run_what_if
 
         return run_what_if(args, config, load_config_or_exit(args.what_if), open_samples)
+    writes = state_writes(args, config)
+    try:  # a running daemon's (or another replay's) state dir is not written into
+        lock = hold_state_dir(config.state_dir, "monitor replay") if writes else None
+    except StateDirInUseError as exc:
+        print(f"replay: {exc}", file=sys.stderr)
+        return EXIT_IN_USE
+    try:
+        return record(args, config, writes)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def state_writes(args: argparse.Namespace, config: Config) -> frozenset[str]:
+    """What this replay writes under state_dir; from the historian nothing (the live run
+    recorded it), and --what-if never comes here (it writes nothing at all)."""
+    if args.from_influx:
+        return frozenset()
+    writes = {
+        "incidents": not args.no_incidents and config.incidents.enabled,
+        "outbox": config.influx is not None,
+        "ledger": not args.no_ledger and any(s.kind is Kind.METER for s in config.sensors),
+        "station": config.has_station,
+    }
+    return frozenset(name for name, yes in writes.items() if yes)
+
+
+def record(args: argparse.Namespace, config: Config, writes: frozenset[str]) -> int:
+    """The replay itself, with the state dir's lock held when it writes there."""
     engine = Engine(config.rules, ManualClock())
     keep_freed_memory()  # before the incident worker is forked: it inherits the setting
     started = time.perf_counter()
     # Before the input is opened: the worker is forked, and no reader thread runs yet.
     tracker: ReplayTracker | None = None
-    if not args.no_incidents and not args.from_influx and config.incidents.enabled:
+    if "incidents" in writes:
         from monitor.incidents.worker import replay_tracker
 
         try:
@@ -230,13 +262,13 @@ def run(args: argparse.Namespace) -> int:
     station: StationStore | None = None
     station_tracker: StationTracker | None = None
     try:
-        if config.influx is not None and not args.from_influx:
+        if "outbox" in writes:
             from monitor.sinks.pipeline import open_sink
 
             sink = open_sink(config)
         # Meter readings go to the station's ledger, as live polling does: re-replaying or
         # replaying what was polled live does not double count (one row per meter and time).
-        if not (args.no_ledger or args.from_influx or not any(s.kind is Kind.METER for s in config.sensors)):
+        if "ledger" in writes:
             from monitor.meters.book import MeterBook
 
             book = MeterBook.open(config, records=sink is not None)
@@ -245,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
         if config.has_station:
             from monitor.station import StationStore, StationTracker
 
-            station = StationStore.open(config.state_dir) if not args.from_influx else None
+            station = StationStore.open(config.state_dir) if "station" in writes else None
             station_tracker = StationTracker(config, station)
     except BaseException as exc:  # what is open is closed here, the worker stopped and reaped
         for part in (station, book, sink, out, tracker):

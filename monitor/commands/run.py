@@ -1,4 +1,7 @@
-"""`monitor run --config CONFIG`: the daemon, until SIGTERM or SIGINT; SIGHUP reloads."""
+"""`monitor run --config CONFIG`: the daemon, until SIGTERM or SIGINT; SIGHUP reloads.
+
+It holds the state dir's lock (monitor/statelock.py) for its whole life, reloads included:
+a second daemon on the same state dir exits 75 before it opens anything."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from monitor.daemon import Daemon
 from monitor.errors import ConfigError, MonitorError, StateError
 from monitor.model import Clock, Condition, ScaledClock
 from monitor.state_check import check_state, require_sound_records, set_aside_alarms
+from monitor.statelock import EXIT_IN_USE, StateDirInUseError, hold_state_dir
 
 HELP = "run the station monitor (SIGTERM/SIGINT stop it, SIGHUP reloads the config)"
 log = logging.getLogger("monitor.run")
@@ -37,18 +41,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args.config, args.env_file)
     os.umask(0o077)  # state files are the daemon's alone, with or without systemd's UMask
-    verdicts = check_state(config, busy_wait=config.store.lock_wait)
-    try:
-        require_sound_records(verdicts)
-    except StateError as exc:
+    try:  # before the start-up check: it may set a running daemon's damaged copies aside
+        lock = hold_state_dir(config.state_dir, "monitor run")
+    except StateDirInUseError as exc:
         log.error("station %s cannot start: %s", config.station.id, exc)
-        return EXIT_CONFIG
-    try:
-        clock = ScaledClock(args.clock_speed, args.clock_start) if args.clock_speed != 1.0 else None
-        run_bounded(serve(Path(args.config), config, set_aside_alarms(verdicts, time.time()), clock))
-    except MonitorError as exc:
-        log.error("station %s cannot run: %s", config.station.id, exc)
-        return 1
+        return EXIT_IN_USE
+    with lock:  # held across reloads, until the process ends
+        verdicts = check_state(config, busy_wait=config.store.lock_wait)
+        try:
+            require_sound_records(verdicts)
+        except StateError as exc:
+            log.error("station %s cannot start: %s", config.station.id, exc)
+            return EXIT_CONFIG
+        try:
+            clock = ScaledClock(args.clock_speed, args.clock_start) if args.clock_speed != 1.0 else None
+            run_bounded(serve(Path(args.config), config, set_aside_alarms(verdicts, time.time()), clock))
+        except MonitorError as exc:
+            log.error("station %s cannot run: %s", config.station.id, exc)
+            return 1
     return 0
 
 
@@ -74,6 +84,15 @@ async def serve(
             new = load_config(path)
         except ConfigError as exc:
             log.error("reload of %s refused, the running config stays: %s", path, "; ".join(exc.problems))
+            return
+        if new.state_dir != daemon.config.state_dir:  # its lock, and the start-up check, are the old one's
+            log.error(
+                "reload of %s refused, the running config stays: state_dir changed (%s -> %s); "
+                "a daemon keeps the state dir it started on: restart it to move",
+                path,
+                daemon.config.state_dir,
+                new.state_dir,
+            )
             return
         log.info("reloading %s", path)
         reload.append(new)
