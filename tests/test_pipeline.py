@@ -150,3 +150,32 @@ def test_a_meter_alarm_the_ledger_holds_but_the_journal_missed_is_raised_at_star
         assert entries == ["activated"]
     finally:
         close(third)
+
+
+def test_a_late_reading_never_clears_a_stale_alarm_before_it_was_raised(tmp_path: Path) -> None:
+    """The reviewer's case through the daemon: its clock ticks every second and raises
+    stale at +61 s; a reading stamped +59 s (a backlog after a broker outage) is judged at
+    +90 s. The journal, the console's alarm and the listeners (MQTT, callout, reports) get
+    the clear at +90 s, when the reading arrived, never at +59 s, before the raise."""
+    raw = {
+        "station": {"id": "ps-pipe"},
+        "state_dir": str(tmp_path / "state"),
+        "sensors": [{"id": "outfall.ph", "kind": "ph", "stale_after": "60s"}],
+        "console": {"enabled": False},
+        "store": {"free_space_floor": 0},
+    }
+    clock = ManualClock(T0)
+    daemon = Daemon(build_config(raw), clock)
+    try:
+        daemon.pipeline.process([Sample("outfall.ph", T0, 7.0)])
+        for k in range(1, 91):
+            clock.set(T0 + k)
+            daemon.tick()
+        daemon.pipeline.process([Sample("outfall.ph", T0 + 59, 7.0), Sample("outfall.ph", T0 + 60, 7.0)])
+        rows = [(e.event, e.time - T0) for e in daemon.alarms.journal.entries(sensor="outfall.ph")]
+        assert rows == [("activated", 61.0), ("cleared", 90.0)]
+        alarm = daemon.alarms.get("outfall.ph", Rule.STALE)
+        assert alarm is not None and alarm.activated_at is not None and alarm.cleared_at is not None
+        assert (alarm.activated_at - T0, alarm.cleared_at - T0) == (61.0, 90.0)
+    finally:
+        close(daemon)
