@@ -171,8 +171,8 @@ def test_a_reading_stamped_after_the_clock_still_clears_at_its_own_time() -> Non
     out = engine.process(Sample("outfall.ph", T0, GOOD_PH))
     for k in range(1, 71):
         out += engine.tick(T0 + k)
-    out += engine.process(Sample("outfall.ph", T0 + 70.4, GOOD_PH))
-    assert stale(out) == [(ACTIVE, 61.0), (CLEARED, 70.4)]
+    out += engine.process(Sample("outfall.ph", T0 + 70.5, GOOD_PH))
+    assert stale(out) == [(ACTIVE, 61.0), (CLEARED, 70.5)]
 
 
 def test_a_limit_alarm_cannot_clear_before_it_was_raised_a_reading_out_of_order_is_ignored() -> None:
@@ -186,3 +186,19 @@ def test_a_limit_alarm_cannot_clear_before_it_was_raised_a_reading_out_of_order_
     high = [(c.state, c.time - T0) for c in out if c.rule is Rule.HIGH]
     assert high == [(ACTIVE, 10.0), (CLEARED, 20.0)]
     assert engine.counters.out_of_order == 1
+
+
+def test_rows_replayed_late_end_a_stale_alarm_at_the_replay_clock_as_live_does() -> None:
+    """Replay's form of the late reading: a file sorted by sensor, not by time, replays the
+    flow meter's rows first (its times are the clock), then the probe's, earlier than the
+    clock (counted as late by the reader). The probe went stale at +70 s on the flow
+    meter's clock; its first row, stamped +0 s, ends that at the clock (+200 s), never
+    before the raise; the live path as replay defines it agrees."""
+    times = T0 + 10.0 * np.arange(21, dtype=np.float64)
+    engine = Engine(CONFIG.rules, ManualClock())
+    out = engine.replay(np.ones(21, int), times, np.full(21, 100.0)).conditions
+    out += engine.replay(np.zeros(21, int), times, np.full(21, GOOD_PH)).conditions
+    assert stale(out) == [(ACTIVE, 70.0), (CLEARED, 200.0)]
+    samples = [Sample("outfall.flow", t, 100.0) for t in times.tolist()]
+    samples += [Sample("outfall.ph", t, GOOD_PH) for t in times.tolist()]
+    assert canon(live(Engine(CONFIG.rules, ManualClock()), samples)) == canon(out)
