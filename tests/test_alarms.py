@@ -424,3 +424,31 @@ def test_any_sequence_survives_a_restart(st_ops: list[tuple[str, bool]]) -> None
                 assert a.shelved_until is not None
         assert s.restart().alarms() == before
         s.manager.close()
+
+
+def test_a_clear_stamped_before_the_activation_is_journaled_at_the_activation(
+    st: Station, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A last defence: after a restart the engine does not know when a restored alarm was
+    raised, and the reconciler clears it with the first good reading, which may be stamped
+    earlier (a backlog delivered late). The journal never holds a clear before its
+    activation (a negative duration); the clear is stamped at the activation, counted, and
+    logged once per alarm with its times."""
+    st.clock.set(T0 + 100)
+    st.apply(True, rule=Rule.STALE)
+    manager = st.restart()
+    st.clock.set(T0 + 50)  # the reading's own time, as the reconciler stamps its clear
+    (cleared,) = st.apply(False, rule=Rule.STALE)
+    assert (cleared.activated_at, cleared.cleared_at) == (T0 + 100, T0 + 100)
+    rows = [(e.event, e.time - T0) for e in manager.journal.entries()]
+    assert rows == [("activated", 100.0), ("cleared", 100.0)]
+    assert manager.early_clears == 1
+    warnings = [r.getMessage() for r in caplog.records if "before its activation" in r.getMessage()]
+    assert len(warnings) == 1 and f"{PH}/stale" in warnings[0], warnings
+    st.clock.set(T0 + 200)
+    st.apply(True, rule=Rule.STALE)
+    st.clock.set(T0 + 150)
+    st.apply(False, rule=Rule.STALE)
+    assert manager.early_clears == 2
+    assert [(e.event, e.time - T0) for e in manager.journal.entries()][-1] == ("cleared", 200.0)
+    assert sum("before its activation" in r.getMessage() for r in caplog.records) == 1

@@ -146,3 +146,59 @@ def test_a_gap_that_ends_in_a_good_reading_is_a_0_s_alarm_in_replay() -> None:
     replayed, daemon = judged(readings)
     assert stale(replayed) == [(ACTIVE, 70.0), (CLEARED, 70.0)]
     assert stale(daemon) == [(ACTIVE, 60.5), (CLEARED, 70.0)]
+
+
+@pytest.mark.parametrize(("judged_at", "stamped"), [(61, 59.0), (90, 59.0), (90, 60.5)])
+def test_a_late_reading_stamped_before_the_alarm_clears_it_when_judged_never_before(
+    judged_at: int, stamped: float
+) -> None:
+    """The daemon's clock raises stale at +61 s (no reading had arrived for more than 60 s);
+    a reading stamped before that (a device's own time, a backlog after a broker outage, a
+    Modbus poll stamped at its start) arrives after the clock reached `judged_at`. It ends
+    the alarm there, when the engine judged it, not at its own earlier time: a clear
+    before the raise would be a negative duration in the journal, console and reports."""
+    engine = Engine(CONFIG.rules, ManualClock(T0))
+    out = engine.process(Sample("outfall.ph", T0, GOOD_PH))
+    for k in range(1, judged_at + 1):
+        out += engine.tick(T0 + k)
+    out += engine.process(Sample("outfall.ph", T0 + stamped, GOOD_PH))
+    assert stale(out) == [(ACTIVE, 61.0), (CLEARED, float(judged_at))]
+
+
+def test_a_reading_stamped_after_the_clock_still_clears_at_its_own_time() -> None:
+    """The usual case is unchanged: a reading newer than the last tick clears at its time."""
+    engine = Engine(CONFIG.rules, ManualClock(T0))
+    out = engine.process(Sample("outfall.ph", T0, GOOD_PH))
+    for k in range(1, 71):
+        out += engine.tick(T0 + k)
+    out += engine.process(Sample("outfall.ph", T0 + 70.5, GOOD_PH))
+    assert stale(out) == [(ACTIVE, 61.0), (CLEARED, 70.5)]
+
+
+def test_a_limit_alarm_cannot_clear_before_it_was_raised_a_reading_out_of_order_is_ignored() -> None:
+    """The same pattern for the limit rules cannot happen: they judge each sensor's readings
+    in time order, and one not later than the sensor's last is counted and ignored."""
+    engine = Engine(CONFIG.rules, ManualClock(T0))
+    out = engine.process(Sample("outfall.ph", T0, GOOD_PH))
+    out += engine.process(Sample("outfall.ph", T0 + 10, 10.0))  # above 9.0: active (no on-delay)
+    out += engine.process(Sample("outfall.ph", T0 + 5, GOOD_PH))  # stamped earlier: ignored
+    out += engine.process(Sample("outfall.ph", T0 + 20, GOOD_PH))
+    high = [(c.state, c.time - T0) for c in out if c.rule is Rule.HIGH]
+    assert high == [(ACTIVE, 10.0), (CLEARED, 20.0)]
+    assert engine.counters.out_of_order == 1
+
+
+def test_rows_replayed_late_end_a_stale_alarm_at_the_replay_clock_as_live_does() -> None:
+    """Replay's form of the late reading: a file sorted by sensor, not by time, replays the
+    flow meter's rows first (its times are the clock), then the probe's, earlier than the
+    clock (counted as late by the reader). The probe went stale at +70 s on the flow
+    meter's clock; its first row, stamped +0 s, ends that at the clock (+200 s), never
+    before the raise; the live path as replay defines it agrees."""
+    times = T0 + 10.0 * np.arange(21, dtype=np.float64)
+    engine = Engine(CONFIG.rules, ManualClock())
+    out = engine.replay(np.ones(21, int), times, np.full(21, 100.0)).conditions
+    out += engine.replay(np.zeros(21, int), times, np.full(21, GOOD_PH)).conditions
+    assert stale(out) == [(ACTIVE, 70.0), (CLEARED, 200.0)]
+    samples = [Sample("outfall.flow", t, 100.0) for t in times.tolist()]
+    samples += [Sample("outfall.ph", t, GOOD_PH) for t in times.tolist()]
+    assert canon(live(Engine(CONFIG.rules, ManualClock()), samples)) == canon(out)

@@ -150,3 +150,58 @@ def test_a_meter_alarm_the_ledger_holds_but_the_journal_missed_is_raised_at_star
         assert entries == ["activated"]
     finally:
         close(third)
+
+
+def stale_station(state: Path) -> Config:
+    return build_config(
+        {
+            "station": {"id": "ps-pipe"},
+            "state_dir": str(state),
+            "sensors": [{"id": "outfall.ph", "kind": "ph", "stale_after": "60s"}],
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )
+
+
+def test_a_late_reading_never_clears_a_stale_alarm_before_it_was_raised(tmp_path: Path) -> None:
+    """The reviewer's case through the daemon: its clock ticks every second and raises
+    stale at +61 s; a reading stamped +59 s (a backlog after a broker outage) is judged at
+    +90 s. The journal, the console's alarm and the listeners (MQTT, callout, reports) get
+    the clear at +90 s, when the reading arrived, never at +59 s, before the raise."""
+    clock = ManualClock(T0)
+    daemon = Daemon(stale_station(tmp_path / "state"), clock)
+    try:
+        daemon.pipeline.process([Sample("outfall.ph", T0, 7.0)])
+        for k in range(1, 91):
+            clock.set(T0 + k)
+            daemon.tick()
+        daemon.pipeline.process([Sample("outfall.ph", T0 + 59, 7.0), Sample("outfall.ph", T0 + 60, 7.0)])
+        rows = [(e.event, e.time - T0) for e in daemon.alarms.journal.entries(sensor="outfall.ph")]
+        assert rows == [("activated", 61.0), ("cleared", 90.0)]
+        alarm = daemon.alarms.get("outfall.ph", Rule.STALE)
+        assert alarm is not None and alarm.activated_at is not None and alarm.cleared_at is not None
+        assert (alarm.activated_at - T0, alarm.cleared_at - T0) == (61.0, 90.0)
+    finally:
+        close(daemon)
+
+
+def test_after_a_crash_a_late_reading_clears_a_restored_stale_alarm_at_its_activation(tmp_path: Path) -> None:
+    """After a crash (no checkpoint) the engine no longer knows when the stale alarm the
+    journal holds was raised; the first good reading ends it (the reconciler), stamped +59 s,
+    before the raise at +61 s. The journal holds the clear at the activation, not before."""
+    clock = ManualClock(T0)
+    first = Daemon(stale_station(tmp_path / "state"), clock)
+    first.pipeline.process([Sample("outfall.ph", T0, 7.0)])
+    for k in range(1, 71):
+        clock.set(T0 + k)
+        first.tick()
+    close(first)  # a crash: no checkpoint, the journal is what was committed
+    again = Daemon(stale_station(tmp_path / "state"), clock)
+    try:
+        again.pipeline.process([Sample("outfall.ph", T0 + 59, 7.0)])
+        rows = [(e.event, e.time - T0) for e in again.alarms.journal.entries(sensor="outfall.ph")]
+        assert rows == [("activated", 61.0), ("cleared", 61.0)]
+        assert again.alarms.early_clears == 1
+    finally:
+        close(again)

@@ -46,6 +46,9 @@ class AlarmManager:
         # on that disk, refuses (read-only, I/O errors). It is shown from memory (console,
         # MQTT) and journaled, in order, as soon as the journal takes writes again.
         self._late: list[Entry] = []
+        # Clears stamped before their alarm's activation, journaled at the activation.
+        self.early_clears = 0
+        self._early_logged: set[tuple[str, Rule]] = set()
         self._restore()
 
     @classmethod
@@ -108,10 +111,31 @@ class AlarmManager:
         else:
             if rec is None or not rec.active:
                 return out
-            out.append(self._record(rec, "cleared", condition.time, condition=condition))
+            out.append(self._record(rec, "cleared", self._cleared_at(rec, condition), condition=condition))
         if condition.rule is Rule.COMM_LOSS:
             out.extend(self._follow_comm_loss(condition))
         return out
+
+    def _cleared_at(self, rec: Record, condition: Condition) -> float:
+        """The clear's time, never before the activation: the journal never holds a negative
+        duration. The engine stamps a late reading's clear when it judged it; an alarm a
+        restart restored (the reconciler clears it with the first good reading, which may be
+        stamped before the activation) is cleared at its activation, counted, logged once."""
+        raised = rec.activated_at
+        if raised is None or not condition.time < raised:
+            return condition.time
+        self.early_clears += 1
+        key = (rec.sensor, rec.rule)
+        if key not in self._early_logged:
+            self._early_logged.add(key)
+            log.warning(
+                "%s: clear stamped %s, before its activation at %s; journaled at the activation (%d so far)",
+                _name(rec),
+                iso(condition.time),
+                iso(raised),
+                self.early_clears,
+            )
+        return raised
 
     def _comm_lost(self, sensor: str) -> bool:
         rec = self._records.get((sensor, Rule.COMM_LOSS))

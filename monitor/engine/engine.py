@@ -227,7 +227,12 @@ class Engine:
                 out.append(cond)
         if st.stale_active:
             st.stale_active = False
-            out.append(stale_condition(st.sensor, t, v, st.stale_after, ConditionState.CLEARED))
+            # Raised at a tick because no reading had arrived; this one ends it when it
+            # arrives. Stamped before the last tick (a device's time, a backlog after a
+            # broker outage, a poll stamped at its start), it is judged at that tick, never
+            # before the raise. Replay ticks at each sample's time first: always `t` there.
+            ended = t if t > self.last_tick else self.last_tick
+            out.append(stale_condition(st.sensor, ended, v, st.stale_after, ConditionState.CLEARED))
         st.fresh = t
         st.last_good = v
         for lim in st.limits:
@@ -353,7 +358,7 @@ class Engine:
                 continue
             # Each sensor's conditions in event order (stale, bad value, limits, slug; each
             # rule's in time order), sensors in index order: a stable sort by time is enough.
-            out.extend(stale_batch(st, ticks, gt, gv, known_step))
+            out.extend(stale_batch(st, ticks, gt, gv, known_step, self.last_tick))
             if diag is not None:
                 out.extend(bad_value_batch(st, *diag))
             elif gt.size and (st.bad_active or not math.isnan(st.bad_since)):

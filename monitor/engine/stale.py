@@ -1,6 +1,7 @@
 """The stale-data rule: a sensor with no good sample for longer than `stale_after`
 raises a stale condition at the first clock tick after that; the next good sample
-clears it. The live form is `Engine.tick`; this is the batch form, which ticks at
+clears it, at its own time or, arriving stamped earlier, at the clock's (never before the
+raise). The live form is `Engine.tick`; this is the batch form, which ticks at
 every time in the batch as replay does.
 """
 
@@ -49,11 +50,19 @@ def _quiet(ticks: Floats, since: float, gt: Floats, sa: float, max_step: float |
 
 
 def stale_batch(
-    st: SensorState, ticks: Floats, gt: Floats, gv: Floats, max_step: float | None = None
+    st: SensorState,
+    ticks: Floats,
+    gt: Floats,
+    gv: Floats,
+    max_step: float | None = None,
+    last_tick: float = -math.inf,
 ) -> list[Condition]:
     """Stale conditions over a batch, as `tick` at each batch time would raise them;
     `max_step`: the largest step of `gt` (rising times), when the caller knows it (the
-    times many sensors share, in a time-major batch: one pass for all of them)."""
+    times many sensors share, in a time-major batch: one pass for all of them);
+    `last_tick`: the engine's clock before the batch. A stale alarm carried into the batch
+    was raised at or before it, so a first reading stamped earlier (rows of a file sorted
+    by sensor, replayed late) ends it there, as `process` does, never before the raise."""
     out: list[Condition] = []
     sa = st.stale_after
     since = st.fresh
@@ -61,7 +70,8 @@ def stale_batch(
         since = float(ticks[0])
     carried = st.stale_active
     if carried and gt.size:
-        out.append(stale_condition(st.sensor, float(gt[0]), float(gv[0]), sa, ConditionState.CLEARED))
+        ended = max(float(gt[0]), last_tick)
+        out.append(stale_condition(st.sensor, ended, float(gv[0]), sa, ConditionState.CLEARED))
     active_at_end = carried and not gt.size
     if ticks.size and not (gt.size and _quiet(ticks, since, gt, sa, max_step)):
         starts = np.concatenate(([since], gt))
