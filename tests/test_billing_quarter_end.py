@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import sqlite3
 import subprocess
 from collections.abc import Sequence
@@ -148,7 +149,7 @@ def test_a_correction_marks_the_next_quarter_whose_first_delta_it_changes(tmp_pa
     assert (q3["consumption_ft3"], q3["flags"]) == ("1500.000", "corrected")
     assert (q4["consumption_ft3"], q4["flags"]) == ("500.000", "corrected")  # changed, so marked
     (q1,) = export(config, "2027Q1")  # a later quarter the correction did not touch stays unmarked
-    assert q1["flags"] == "estimated"
+    assert q1["flags"] == "estimated;no readings"  # nothing read in 2027Q1
 
 
 def test_a_void_marks_the_next_quarter_whose_first_delta_it_changes(tmp_path: Path) -> None:
@@ -251,7 +252,9 @@ def test_meters_ingest_reads_a_spreadsheets_csv_as_replay_does(tmp_path: Path) -
     assert got.returncode == 1
     assert f"{wrong}: header 'when,meter,reading' lacks column(s) time, sensor, value" in got.stderr
     (row,) = export(config, "2026Q4")
-    assert row["first_read"] == "1005" and row["flags"] == "estimated"  # nothing of either file added
+    assert (
+        row["first_read"] == "1005" and row["flags"] == "estimated;no readings"
+    )  # nothing of either file added
 
 
 def test_an_export_to_a_folder_that_is_not_there_is_one_line_not_a_traceback(tmp_path: Path) -> None:
@@ -331,3 +334,49 @@ def test_a_ledger_judged_before_the_jump_bound_is_judged_again_at_the_next_start
     assert (row["consumption_ft3"], row["flags"]) == ("1000.000", "rollover;anomaly")
     again = monitor_cli("meters", "list", "--config", str(config))
     assert "re-judging" not in again.stderr  # once
+
+
+def test_a_meter_with_no_readings_is_told_apart_from_a_sparse_one_and_a_zero(tmp_path: Path) -> None:
+    # Three meters in 2026Q3, all billing 0 ft3 or an estimate: read monthly and unused
+    # (a true zero), read at the quarter's ends only (sparse: estimated), read last in June
+    # (nothing in the quarter: a dead transmitter). The clerk must see which is which.
+    config = station(tmp_path, [{"id": "idle"}, {"id": "sparse"}, {"id": "silent"}], max_reading_gap="40d")
+    monthly = ("2026-06-30", "2026-07-31", "2026-08-31", "2026-09-30")
+    ingest(
+        config,
+        [
+            *((f"{d}T00:00:00Z", "idle", 500) for d in monthly),
+            ("2026-06-30T00:00:00Z", "sparse", 100),
+            ("2026-09-30T00:00:00Z", "sparse", 900),
+            ("2026-06-15T00:00:00Z", "silent", 7000),
+        ],
+    )
+    want = {"idle": [], "sparse": ["estimated"], "silent": ["estimated", "no readings"]}
+    rows = export(config, "2026Q3")
+    assert {r["meter"]: r["flags"] for r in rows} == {m: ";".join(f) for m, f in want.items()}
+    assert {r["meter"]: r["consumption_ft3"] for r in rows} == {
+        "idle": "0.000", "sparse": "800.000", "silent": "0.000"
+    }  # fmt: skip
+    got = monitor_cli(
+        "billing", "export", "--config", str(config), "--quarter", "2026Q3", "--format", "json", "--out", "-"
+    )
+    assert got.returncode == 0, got.stderr
+    assert {r["meter"]: r["flags"] for r in json.loads(got.stdout)} == want
+    out = tmp_path / "q3.xlsx"
+    got = monitor_cli(
+        "billing",
+        "export",
+        "--config",
+        str(config),
+        "--quarter",
+        "2026Q3",
+        "--format",
+        "xlsx",
+        "--out",
+        str(out),
+    )
+    assert got.returncode == 0, got.stderr
+    sheet = load_workbook(out)["2026Q3"]
+    header, *body, _total = sheet.iter_rows(values_only=True)
+    flags = {r[header.index("meter")]: r[header.index("flags")] or "" for r in body}
+    assert flags == {m: ";".join(f) for m, f in want.items()}

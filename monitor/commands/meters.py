@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
+import stat
 import sys
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from monitor.sqlite import StateLockedError, quick_check
 
 COLUMNS = ("time", "sensor", "value")
 EARLIEST, LATEST = 0.0, 4_102_444_800.0  # 1970-01-01 and 2100-01-01: a meter reading is in between
+STDIN = "/dev/stdin"  # what `--input -` reads, as `monitor replay` does
 HELP = "meter ledger: list, show, record or void a meter replacement, correct a misread, ingest readings"
 
 
@@ -54,7 +57,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--why", required=True, help="why (kept in the ledger, shown with the bill)")
     p = sub.add_parser("ingest", help="add meter readings from CSV files (time,sensor,value) to the ledger")
     add_config_argument(p)
-    p.add_argument("--input", required=True, action="append", help="CSV with header time,sensor,value")
+    p.add_argument(
+        "--input",
+        required=True,
+        action="append",
+        help="CSV with header time,sensor,value; repeatable; may come from a pipe: - (standard"
+        " input, e.g. from zcat) or a named pipe",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,7 +94,12 @@ def run(args: argparse.Namespace) -> int:
             return _amend(book, args, "corrected")
         if action == "void-replacement":
             return _amend(book, args, "voided")
-        return _ingest(book, [Path(p) for p in args.input])
+        try:
+            paths = _inputs(args.input)
+        except ValueError as exc:  # the command line is at fault: exit 2 naming the flag
+            print(f"monitor meters ingest: --input {exc}", file=sys.stderr)
+            return 2
+        return _ingest(book, paths)
     except MonitorError as exc:
         print(f"monitor meters {args.action}: {exc}", file=sys.stderr)
         return 1
@@ -175,8 +189,37 @@ def _columns(path: Path, header: list[str]) -> tuple[int, int, int]:
     return time, sensor, value
 
 
+def _inputs(names: list[str]) -> list[Path]:
+    """The `--input` files, with `monitor replay`'s conventions: `-` is standard input, read
+    as /dev/stdin (a file named `-` is `./-`); a terminal there is refused (the command would
+    wait for rows typed in), and so is one pipe named twice (`- /dev/stdin`): the first
+    would read it all and the second nothing. Raises ValueError naming the input."""
+    paths: list[Path] = []
+    seen: dict[tuple[int, int], str] = {}
+    for given in names:
+        name = given
+        if given == "-":
+            if sys.stdin is not None and sys.stdin.isatty():
+                raise ValueError(
+                    "-: standard input is a terminal; pipe the readings in (zcat r.csv.gz | ...)"
+                )
+            name = STDIN
+        try:
+            st = os.stat(name)
+        except OSError:
+            st = None  # _ingest says what is wrong with it
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            key = (st.st_dev, st.st_ino)
+            if key in seen:
+                raise ValueError(f"{name}: the same pipe as {seen[key]}, and a pipe can be read only once")
+            seen[key] = name
+        paths.append(Path(name))
+    return paths
+
+
 def _ingest(book: MeterBook, paths: list[Path]) -> int:
-    """Read CSVs as `monitor replay` does (bad rows counted, not fatal) and add the meter rows."""
+    """Read CSVs as `monitor replay` does (bad rows counted, not fatal) and add the meter rows.
+    Each is opened once and read once, front to back, so a pipe reads as a file does."""
     samples: list[Sample] = []
     bad = other = 0
     for path in paths:

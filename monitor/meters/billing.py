@@ -34,8 +34,8 @@ from monitor.meters.totalizer import ANOMALIES, ft3_to_gal, to_ft3
 from monitor.model import iso
 
 __all__ = [
-    "COLUMNS", "Quarter", "Usage", "build_rows", "columns", "estimated", "export_rows", "quarter",
-    "rate", "unconfigured", "write_csv", "write_json",
+    "COLUMNS", "NO_READINGS", "Quarter", "Usage", "build_rows", "columns", "coverage", "estimated",
+    "export_rows", "quarter", "rate", "unconfigured", "write_csv", "write_json",
 ]  # fmt: skip
 
 COLUMNS = (
@@ -46,8 +46,9 @@ COLUMNS = (
 )  # fmt: skip
 PRESENTED_COLUMNS = ("presented", "penalty_from_30", "penalty_from_60")  # only with --presented
 MONEY_COLUMNS = ("charge", "due_after_30_days", "due_after_60_days")
+NO_READINGS = "no readings"  # besides `estimated`: missing, told apart from sparse
 EXPORT_FLAGS = (
-    "rollover", "replacement", "estimated", "anomaly", "corrected", "voided replacement",
+    "rollover", "replacement", "estimated", NO_READINGS, "anomaly", "corrected", "voided replacement",
     "rewritten", "unreconciled", "incomplete",  # only from the historian (`historian.py`)
 )  # fmt: skip
 PENALTY_30 = Fraction(2, 100)  # §139-4: 2 % after 30 days
@@ -102,8 +103,7 @@ def usage(ledger: Ledger, meter: str, q: Quarter, max_reading_gap: float) -> Usa
     # (a corrected closing reading of the last quarter, a voided swap) changes this quarter too.
     since = q.start_ms if before_ms is None else min(q.start_ms, before_ms - 1)
     out_flags |= ledger.amendment_flags(meter, since, q.end_ms)
-    if estimated(q, before_ms, [r.time_ms for r in accepted], max_reading_gap):
-        out_flags.add("estimated")
+    out_flags |= coverage(q, before_ms, [r.time_ms for r in accepted], max_reading_gap)
     first = before if before is not None else (accepted[0] if accepted else None)
     last = accepted[-1] if accepted else before
     return Usage(
@@ -115,6 +115,16 @@ def usage(ledger: Ledger, meter: str, q: Quarter, max_reading_gap: float) -> Usa
         ft3=to_ft3(volume, spec.unit),
         flags=frozenset(out_flags),
     )
+
+
+def coverage(q: Quarter, before_ms: int | None, accepted_ms: list[int], max_reading_gap: float) -> set[str]:
+    """The coverage flags, shared by the ledger and the historian: `estimated` for a gap
+    longer than `max_reading_gap`, and `no readings` besides when the quarter has no
+    accepted reading at all, so a clerk can tell a meter that was not read (a dead
+    transmitter, a meter never connected) from one read too seldom."""
+    if not accepted_ms:
+        return {"estimated", NO_READINGS}
+    return {"estimated"} if estimated(q, before_ms, accepted_ms, max_reading_gap) else set()
 
 
 def estimated(q: Quarter, before_ms: int | None, accepted_ms: list[int], max_reading_gap: float) -> bool:
@@ -223,7 +233,7 @@ def build_rows(
         )
         for i, meter in enumerate(meters or [""]):
             u = usages.get(meter) or Usage(
-                account.id, "", "ft3", None, None, Fraction(0), frozenset({"estimated"})
+                account.id, "", "ft3", None, None, Fraction(0), frozenset({"estimated", NO_READINGS})
             )
             gal = ft3_to_gal(u.ft3)
             row = {

@@ -46,7 +46,7 @@ from typing import Protocol
 
 from monitor.config import Config
 from monitor.errors import MeterError
-from monitor.meters.billing import Usage, estimated
+from monitor.meters.billing import Usage, coverage
 from monitor.meters.book import meter_specs
 from monitor.meters.periods import Quarter
 from monitor.meters.totalizer import MeterSpec, dec, to_ft3
@@ -142,8 +142,7 @@ def sample_usage(
         if reading >= prev and consumption != reading - prev:
             flags.add("unreconciled")  # the quarter's last records did not reach the historian
     before_ms = None if before is None else before.time_ms
-    if estimated(q, before_ms, [s.time_ms for s in accepted], max_reading_gap):
-        flags.add("estimated")
+    flags |= coverage(q, before_ms, [s.time_ms for s in accepted], max_reading_gap)
     first = before if before is not None else (accepted[0] if accepted else None)
     last = accepted[-1] if accepted else before
     return Usage(

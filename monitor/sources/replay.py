@@ -3,7 +3,9 @@
 Files are streamed in chunks (see `stream`), so memory does not grow with the file.
 `time` is ISO 8601 with `Z` or an offset, epoch seconds, or epoch milliseconds (a
 bare number of 1e11 or more cannot be seconds: it is read as milliseconds, and the
-report says so once). Bad rows never stop a replay: a row for an unknown sensor,
+report says so once; a bare number before 2001, an Excel serial date or a YYYYMMDD read
+as seconds into 1970, is replayed as read and the report says so once, with the time it
+was read as). Bad rows never stop a replay: a row for an unknown sensor,
 with an unreadable time, or with a time outside 1970..2100 is skipped; a row whose
 value cannot be read becomes a BAD_DATA sample (the reading happened, it is just not
 a number); a row not later than the previous row of the same sensor in the same
@@ -28,12 +30,15 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.errors import InputUsageError
-from monitor.model import Quality
+from monitor.model import Quality, iso
 from monitor.sources.columnar import Chunk, open_chunks
 
 T_MIN = 0.0  # 1970-01-01T00:00:00Z
 T_MAX = 4102444800.0  # 2100-01-01T00:00:00Z: later (or earlier than T_MIN) is a bad row
 MS_FROM = 1e11  # a bare number this large is epoch milliseconds (as seconds it is past year 5000)
+# A bare number below this, as epoch seconds, is before 2001-01-01: no logger of this station
+# recorded then, but an Excel serial date (45992.5) or a YYYYMMDD (20261201) reads as 1970.
+EARLY_NUMBER = 978307200.0
 MAX_HELD = 2_000_000  # rows held back for a time not yet complete; past this they go on
 MAX_NAMES = 1000  # distinct unknown sensor names reported one by one; more are summed
 
@@ -70,6 +75,7 @@ class ReadReport:
     bad_value: BadRows = field(default_factory=BadRows)
     out_of_order: BadRows = field(default_factory=BadRows)
     milliseconds: BadRows = field(default_factory=BadRows)  # not a problem: said once so nobody wonders
+    early: BadRows = field(default_factory=BadRows)  # bare numbers before 2001: replayed, said once
     extra_cells: BadRows = field(default_factory=BadRows)  # kept, but a cell was left out
     late: BadRows = field(default_factory=BadRows)
 
@@ -101,6 +107,13 @@ class ReadReport:
             out.append(
                 f"{self.path}: {m.count} time(s) read as epoch milliseconds (too large for seconds),"
                 f" first at line {m.first_line}: {m.example}"
+            )
+        if self.early.count:
+            m = self.early
+            out.append(
+                f"{self.path}: {m.count} time(s) given as a bare number before 2001 as epoch seconds,"
+                f" first at line {m.first_line}: {m.example}; replayed as read. An Excel serial date"
+                " or a YYYYMMDD number? Write epoch seconds or ISO 8601 with a zone"
             )
         if self.late.count:
             m = self.late
@@ -250,7 +263,11 @@ class _File:
         sensor = known[c.sensor] if c.names else c.sensor
         time = c.time
         rising = bool(np.all(time[1:] >= time[:-1]))  # (False when any time is NaN)
-        if time.size and self._plain(c, sensor, rising):  # the usual chunk: nothing to count or drop
+        # NaN when any is NaN (rising times have none, but for a single one): not plain
+        lo = math.nan if not time.size else float(time[0]) if rising else float(time.min())
+        if time.size and self._plain(c, sensor, rising, lo):  # the usual chunk: nothing to count or drop
+            if lo < EARLY_NUMBER:  # rarely: a chunk with no time before 2001 needs no other pass
+                self._early(c, time, c.numeric & (time < EARLY_NUMBER))
             quality = np.full(time.size, Quality.GOOD, np.int8)
             return self._order(Rows(sensor, time, c.value, quality, c.lines), rising)
         ms = c.numeric & (time >= MS_FROM) & (time < T_MAX * 1000.0)
@@ -264,6 +281,7 @@ class _File:
         # A row is counted once: under its time if that is wrong, else its sensor; only a
         # row that is kept counts as an unreadable value (a second header line is one bad time).
         timed = ~unreadable & ~outside
+        self._early(c, time, c.numeric & timed & ~ms & (time < EARLY_NUMBER))
         unknown = sensor < 0
         _add(r.bad_value, ~c.value_ok & timed & ~unknown, c)
         named = unknown & timed
@@ -278,15 +296,29 @@ class _File:
         rows = Rows(sensor, time, c.value, quality, c.lines)
         return self._order(rows if keep.all() else rows.take(keep))
 
+    def _early(self, c: Chunk, time: npt.NDArray[np.float64], mask: npt.NDArray[np.bool_]) -> None:
+        """Counts the bare numbers read as seconds before 2001 (`mask`), quoting the first
+        row with the time it was read as: the reader of the report sees "1970" and the cause."""
+        at = np.flatnonzero(mask)
+        if at.size:
+            i = int(at[0])
+            self.report.early.add(
+                int(c.lines[i]), f"{shortened(c.text(i))} (read as {iso(float(time[i]))})", int(at.size)
+            )
+
     @staticmethod
-    def _plain(c: Chunk, sensor: npt.NDArray[np.int32], rising: bool = False) -> bool:
+    def _plain(
+        c: Chunk, sensor: npt.NDArray[np.int32], rising: bool = False, lo: float | None = None
+    ) -> bool:
         """Whether the chunk has no bad row of any kind `_check` counts, in four passes
         rather than a mask per kind (two when the times are known to be `rising`): every
         time finite and inside T_MIN..T_MAX (so none can be milliseconds: T_MAX < MS_FROM),
-        every value read, every sensor known."""
+        every value read, every sensor known. `lo`, the earliest time, when the caller has
+        it already (it also tells whether any bare number could be before 2001)."""
         t = c.time
-        # NaN when any is NaN (rising times have none, but for a single one): not plain
-        lo, hi = (float(t[0]), float(t[-1])) if rising else (float(t.min()), float(t.max()))
+        if lo is None:  # NaN when any is NaN (rising times have none, but for a single one): not plain
+            lo = float(t[0]) if rising else float(t.min())
+        hi = float(t[-1]) if rising else float(t.max())
         return lo >= T_MIN and hi < T_MAX and bool(c.value_ok.all()) and int(sensor.min()) >= 0
 
     def _order(self, rows: Rows, rising: bool | None = None) -> Rows:
