@@ -198,6 +198,7 @@ class Daemon:
             waiting=self.pipeline.waiting,
             restored=self.restored,
             alarm_listener_failures=self.alarms.listener_failures,
+            alarm_early_clears=self.alarms.early_clears,
         )
 
     # --- lifecycle -------------------------------------------------------------------

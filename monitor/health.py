@@ -98,6 +98,11 @@ class Health:
     samples_by_source: dict[str, int] = field(default_factory=dict)
     baselines_restored: bool = False
     alarm_listener_failures: dict[str, int] = field(default_factory=dict)
+    # Clears stamped before their alarm's activation, journaled at the activation instead
+    # (an alarm a restart restored, ended by an older reading). Top level beside the
+    # listener failures, the alarm manager's other counter: the console's /api/health
+    # already uses "alarms" for its counts by state.
+    alarm_early_clears: int = 0
 
     def to_json(self) -> dict[str, object]:
         """JSON-able data; an unconfigured outbox is `{"configured": false}` only."""
@@ -118,6 +123,7 @@ def gather(
     waiting: int,
     restored: bool,
     alarm_listener_failures: Mapping[str, int] | None = None,
+    alarm_early_clears: int = 0,
 ) -> Health:
     """The snapshot from the running parts."""
     sources: list[ModbusHealth | MqttHealth] = []
@@ -195,6 +201,7 @@ def gather(
         samples_by_source=dict(pipeline.samples_by_source),
         baselines_restored=restored,
         alarm_listener_failures=dict(alarm_listener_failures or {}),
+        alarm_early_clears=alarm_early_clears,
     )
 
 

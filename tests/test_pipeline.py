@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
+import json
 import os
 import subprocess
+import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +18,9 @@ import pytest
 from monitor.config import Config, build_config
 from monitor.daemon import Daemon
 from monitor.model import ManualClock, Quality, Rule, Sample
+from monitor.web.service import console_server
+from monitor.web.station import StationAdapter
+from tests.services import free_port
 
 T0 = 1_767_225_600.0
 
@@ -152,13 +160,16 @@ def test_a_meter_alarm_the_ledger_holds_but_the_journal_missed_is_raised_at_star
         close(third)
 
 
-def stale_station(state: Path) -> Config:
+def stale_station(state: Path, console_port: int | None = None) -> Config:
+    console: dict[str, object] = {"enabled": False}
+    if console_port is not None:
+        console = {"host": "127.0.0.1", "port": console_port}
     return build_config(
         {
             "station": {"id": "ps-pipe"},
             "state_dir": str(state),
             "sensors": [{"id": "outfall.ph", "kind": "ph", "stale_after": "60s"}],
-            "console": {"enabled": False},
+            "console": console,
             "store": {"free_space_floor": 0},
         }
     )
@@ -205,3 +216,54 @@ def test_after_a_crash_a_late_reading_clears_a_restored_stale_alarm_at_its_activ
         assert again.alarms.early_clears == 1
     finally:
         close(again)
+
+
+def test_an_early_clear_is_counted_in_metrics_and_in_the_health_snapshot(tmp_path: Path) -> None:
+    """The crash case above, served as `monitor run` serves it (the console with /metrics, on
+    a real port): the clear journaled at the activation shows as
+    station_monitor_alarm_early_clears_total and as `alarm_early_clears` in /api/health, so a
+    gateway's keeper sees it without reading the log."""
+    clock = ManualClock(T0)
+    first = Daemon(stale_station(tmp_path / "state"), clock)
+    first.pipeline.process([Sample("outfall.ph", T0, 7.0)])
+    for k in range(1, 71):
+        clock.set(T0 + k)
+        first.tick()
+    close(first)  # a crash: no checkpoint
+    port = free_port()
+    again = Daemon(stale_station(tmp_path / "state", console_port=port), clock)
+    try:
+        with served(again):
+            metric = 'station_monitor_alarm_early_clears_total{station="ps-pipe"}'
+            assert f"{metric} 0.0" in get(f"http://127.0.0.1:{port}/metrics")
+            # On this thread (the stores' SQLite connections are this thread's); the server
+            # answers nothing meanwhile: each request above and below has its answer first.
+            again.pipeline.process([Sample("outfall.ph", T0 + 59, 7.0)])
+            assert f"{metric} 1.0" in get(f"http://127.0.0.1:{port}/metrics")
+            health = json.loads(get(f"http://127.0.0.1:{port}/api/health"))
+            assert health["alarm_early_clears"] == 1
+        assert again.health().to_json()["alarm_early_clears"] == 1
+    finally:
+        close(again)
+
+
+def get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return str(resp.read().decode())
+
+
+@contextlib.contextmanager
+def served(daemon: Daemon) -> Iterator[None]:
+    """The daemon's console server (`console_server`, as `monitor run` builds it) on its own
+    event loop in a thread."""
+    server = console_server(StationAdapter(daemon))
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=lambda: loop.run_until_complete(server.serve()))
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(server.wait_started(), loop).result(timeout=15)
+        yield
+    finally:
+        loop.call_soon_threadsafe(server.stop)
+        thread.join(timeout=15)
+        loop.close()

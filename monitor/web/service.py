@@ -181,3 +181,10 @@ class StationCollector(Collector):
         for name, count in h.get("alarm_listener_failures", {}).items():
             listeners.add_metric([station, name], count)
         yield listeners
+        early = CounterMetricFamily(
+            "station_monitor_alarm_early_clears",
+            "Clears stamped before their alarm's activation, journaled at the activation",
+            labels=["station"],
+        )
+        early.add_metric([station], h.get("alarm_early_clears", 0))
+        yield early
