@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import math
 import re
+import select
 import socket
 import subprocess
 import threading
 import urllib.parse
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,6 +25,7 @@ import yaml
 
 from monitor.config import Config, load_config
 from monitor.engine import Engine, replay_steps
+from monitor.errors import SourceError
 from monitor.model import ManualClock, parse_time
 from monitor.sinks.lineproto import ns
 from monitor.sources import historian
@@ -506,28 +508,63 @@ def test_a_retention_policy_name_with_quotes_is_quoted_not_injected(
     assert got.time.tolist() == [1780444800.0 + 60 * k for k in range(5)]
 
 
+Cut = int | Callable[[bytes], int | None]
+
+
 @contextmanager
-def cut_after(port: int, limit: int) -> Iterator[int]:
+def cut_after(port: int, limit: Cut) -> Iterator[int]:
     """A TCP relay to the real server that passes the first `limit` bytes of its answer and
     then closes both sides: a connection dropped mid-answer (a VPN or a proxy restarting),
-    which the real server cannot be made to do on demand. Yields the relay's port."""
+    which the real server cannot be made to do on demand. `limit` may be a function of the
+    answer received so far (None: not yet known), to cut at a place in the real answer.
+    Only the first connection is cut; later ones pass whole, so a reader that goes on
+    past the cut gets its next windows and exits 0, which the tests catch. Yields the
+    relay's port."""
     listener = socket.create_server(("127.0.0.1", 0))
 
-    def relay() -> None:
-        client, _ = listener.accept()
+    def where(answer: bytes) -> int | None:
+        if isinstance(limit, int):
+            return limit
+        return limit(answer)
+
+    def cut(client: socket.socket) -> None:
         with client, socket.create_connection(("127.0.0.1", port)) as server:
             server.sendall(client.recv(65536))  # the GET fits one read
-            sent = 0
-            while sent < limit and (data := server.recv(min(4096, limit - sent))):
-                client.sendall(data)
-                sent += len(data)
+            answer = b""
+            while ((at := where(answer)) is None or len(answer) < at) and (data := server.recv(65536)):
+                answer += data
+            client.sendall(answer[: where(answer)])
             client.shutdown(socket.SHUT_RDWR)
+
+    def whole(client: socket.socket) -> None:
+        with client, socket.create_connection(("127.0.0.1", port)) as server:
+            ends = [client, server]
+            while True:  # until either side closes
+                for end in select.select(ends, [], [])[0]:
+                    data = end.recv(65536)
+                    if not data:
+                        return
+                    (server if end is client else client).sendall(data)
+
+    def relay() -> None:
+        first = True
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:  # the listener shut down: the test is over
+                return
+            if first:
+                cut(client)
+                first = False
+            else:
+                threading.Thread(target=whole, args=(client,), daemon=True).start()
 
     thread = threading.Thread(target=relay, daemon=True)
     thread.start()
     try:
         yield listener.getsockname()[1]
     finally:
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the accept()
         thread.join(timeout=10)
         listener.close()
 
@@ -576,3 +613,92 @@ def test_config_sensors_without_a_stored_sample_are_named(tmp_path: Path, victor
         in result.stderr
     )
     assert "replay: 10 samples, 1 sensors" in result.stdout
+
+
+def _headers_end(answer: bytes) -> int | None:
+    """Where the blank line after the headers starts (None: not received yet)."""
+    at = answer.find(b"\r\n\r\n")
+    return None if at < 0 else at
+
+
+def _first_line_end(answer: bytes) -> int | None:
+    """Just after the first JSON line's newline: the answer cut between two series."""
+    head = answer.find(b"\r\n\r\n")
+    at = -1 if head < 0 else answer.find(b"\n", head + 4)
+    return None if at < 0 else at + 1
+
+
+def _mid_first_line(answer: bytes) -> int | None:
+    """In the middle of the first JSON line: a series cut in two."""
+    head = answer.find(b"\r\n\r\n")
+    at = -1 if head < 0 else answer.find(b"\n", head + 4)
+    return None if at < 0 else (head + 4 + at) // 2
+
+
+@pytest.mark.parametrize(
+    ("points", "limit"),
+    [
+        (5, 40),  # inside the headers: Content-Length not yet sent
+        (5, _headers_end),  # every header but the blank line after them
+        (5, _first_line_end),  # one whole series of two, then the end
+        (5, _mid_first_line),
+        (5000, 40),  # a chunked answer (transfer-encoding) cut in its headers
+        (5000, 30_000),  # ... and in its body
+    ],
+    ids=["headers", "blank-line", "between-series", "mid-series", "chunked-headers", "chunked-body"],
+)
+def test_a_victoriametrics_answer_cut_short_exits_1_naming_the_window(
+    tmp_path: Path, victoria: VictoriaMetrics, points: int, limit: Cut
+) -> None:
+    """VictoriaMetrics frames a small export with Content-Length and a large one with
+    chunks; an answer cut anywhere (in its headers, between two JSON lines, in a line) is
+    exit 1 with one line naming the server and the window, never an empty or partial
+    window replayed as if whole (a cut in the headers or between lines used to: exit 0,
+    the window's alarms missing)."""
+    _, config = station_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "replay"})
+    head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature,unit=degF"
+    _vm_write(victoria, [f"{head} value=100.5,quality=0i {(1780444800 + k) * 10**9}" for k in range(points)])
+    with cut_after(int(victoria.url.rsplit(":", 1)[1]), limit) as port:
+        influx = {"url": f"http://127.0.0.1:{port}", "org": "barton", "bucket": "replay"}
+        config_path, _ = station_config(tmp_path, influx)
+        raw = yaml.safe_load(config_path.read_text())
+        raw["station"]["id"] = config.station.id
+        config_path.write_text(yaml.safe_dump(raw))
+        args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+        result = replay(*args, "--historian", "victoriametrics", "--events", str(tmp_path / "events.jsonl"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"http://127.0.0.1:{port}" in lines[0] and "cannot read the history" in lines[0]
+    assert "from 2026-06-03T00:00:00Z to 2026-06-03T06:00:00Z" in lines[0]
+    assert "samples/s" not in result.stdout
+
+
+def test_a_victoriametrics_range_without_samples_stays_empty(
+    tmp_path: Path, victoria: VictoriaMetrics
+) -> None:
+    """The other side of the cut: a real empty export (`Content-Length: 0`, every window) is
+    an empty range, exit 0 with the line that says so, not an error."""
+    config_path, config = station_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "replay"})
+    args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+    result = replay(*args, "--historian", "victoriametrics", "--events", str(tmp_path / "events.jsonl"))
+    assert result.returncode == 0, result.stderr
+    assert f"no samples of station {config.station.id} from {START} to {END}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"metric":{"__name__":"sensor_value"},"values":[1.0]}',  # no timestamps
+        b'{"metric":{"__name__":"sensor_value"},"values":[1.0,2.0],"timestamps":[1]}',
+        b'{"metric":{"__name__":"sensor_value"},"values":["high"],"timestamps":[1]}',
+        b'{"metric":"sensor_value","values":[1.0],"timestamps":[1]}',
+        b'{"metric":{"__name__":"sensor_value"},"values":[1.0],"timestamps":[1]',  # cut in two
+    ],
+)
+def test_an_export_line_that_is_not_one_series_is_an_error_naming_the_window(line: bytes) -> None:
+    """What VictoriaMetrics itself never sends (a proxy's page, a line cut in two that
+    still framed whole): one clear error naming where, not a KeyError or a series left out."""
+    where = "http://vm:8428: the history from 2026-06-03T00:00:00Z to 2026-06-03T06:00:00Z"
+    with pytest.raises(SourceError, match=re.escape(where)):
+        historian._export_line(line, where)

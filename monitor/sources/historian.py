@@ -31,7 +31,7 @@ import numpy as np
 
 from monitor.config import Config, Influx
 from monitor.errors import SourceError
-from monitor.model import Quality
+from monitor.model import Quality, iso
 from monitor.sources.historian_rows import WINDOW_S, Floats, Ints, StoredSeries, _History
 from monitor.sources.replay import Rows
 
@@ -66,14 +66,19 @@ class Http:
                 self.context.check_hostname = False
                 self.context.verify_mode = ssl.CERT_NONE
 
-    def lines(self, path: str, params: Sequence[tuple[str, str]]) -> Iterator[bytes]:
-        """The answer's lines, read as they arrive."""
+    def lines(
+        self, path: str, params: Sequence[tuple[str, str]], what: str = "the history"
+    ) -> Iterator[bytes]:
+        """The answer's lines, read as they arrive; an answer that ends before its declared
+        end (Content-Length, the last chunk) is an error, never a shorter answer. `what`
+        names what is read in the error (the window, for VictoriaMetrics)."""
         if self.https:
             conn: http.client.HTTPConnection = http.client.HTTPSConnection(
                 self.host, self.port, timeout=self.timeout, context=self.context
             )
         else:
             conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        resp: http.client.HTTPResponse | None = None
         try:
             conn.request("GET", f"{self.base}{path}?{urllib.parse.urlencode(params)}", headers=self.headers)
             resp = conn.getresponse()
@@ -83,12 +88,31 @@ class Http:
                     which = "token" if self.token else "username and password"
                     text += f" (check the influx section's {which})"
                 raise SourceError(f"{self.target}{path}: HTTP {resp.status} {text}")
+            if resp.length is None and not resp.chunked:
+                # Ended only by the connection closing, a cut could not be told from the end.
+                # InfluxDB and VictoriaMetrics always send one or the other; the headers cut
+                # before them (the connection dropped) read as an empty answer.
+                raise SourceError(
+                    f"{self.target}: cannot read {what} (the answer has neither Content-Length"
+                    " nor chunks, so where it ends is unknown: was it cut inside its headers?)"
+                )
             while line := resp.readline():
+                if not line.endswith(b"\n"):  # the last line, or one cut in two
+                    _check_end(resp)
                 if line.strip():
                     yield line
+            _check_end(resp)  # http.client ends a short Content-Length body quietly
+        except http.client.IncompleteRead as exc:
+            short = "" if exc.expected is None else f" {exc.expected} bytes"
+            raise SourceError(
+                f"{self.target}: cannot read {what} (the connection dropped{short} before the end"
+                " of the answer)"
+            ) from exc
         except (OSError, http.client.HTTPException) as exc:
-            raise SourceError(f"{self.target}: cannot read the history ({exc})") from exc
+            raise SourceError(f"{self.target}: cannot read {what} ({exc})") from exc
         finally:
+            if resp is not None:  # an answer to be read until close owns the socket, not conn
+                resp.close()
             conn.close()
 
     def health(self) -> str:
@@ -173,11 +197,10 @@ class VictoriaHistory(_History):
             # not lists: a 6 h window of 100 sensors at 1 s is 2 M points.
             quality: dict[_Tags, tuple[Ints, Floats]] = {}
             value: dict[_Tags, tuple[Ints, Floats]] = {}
-            for line in self.http.lines("/api/v1/export", params):
-                doc = _json(line, self.http.target)
-                metric = doc.get("metric", {})
+            window = f"the history from {iso(a)} to {iso(b)}"
+            for line in self.http.lines("/api/v1/export", params, window):
+                metric, got = _export_line(line, f"{self.http.target}: {window}")
                 tags = tuple(sorted((str(k), str(v)) for k, v in metric.items() if k != "__name__"))
-                got = (np.asarray(doc["timestamps"], np.int64), np.asarray(doc["values"], np.float64))
                 if metric.get("__name__") == "sensor_quality":
                     quality[tags] = got
                 else:
@@ -202,6 +225,31 @@ class VictoriaHistory(_History):
             if parts:
                 yield self._series_rows(parts)
             a = b
+
+
+def _check_end(resp: http.client.HTTPResponse) -> None:
+    """Raises IncompleteRead if the body stopped before its Content-Length (a chunked one
+    that stops before its last chunk raises it in http.client already)."""
+    if resp.length:
+        raise http.client.IncompleteRead(b"", resp.length)
+
+
+def _export_line(line: bytes, where: str) -> tuple[dict[str, Any], tuple[Ints, Floats]]:
+    """One `/api/v1/export` line: the series' labels, its times (ms) and values; anything
+    else is an error naming `where`, not a crash or a series quietly left out."""
+    doc = _json(line, where)
+    metric, times, values = doc.get("metric"), doc.get("timestamps"), doc.get("values")
+    if (
+        isinstance(metric, dict)
+        and isinstance(times, list)
+        and isinstance(values, list)
+        and len(times) == len(values)
+    ):
+        try:
+            return metric, (np.asarray(times, np.int64), np.asarray(values, np.float64))
+        except (TypeError, ValueError, OverflowError):
+            pass
+    raise SourceError(f"{where}: not an export line (metric, timestamps and values): {line[:200]!r}")
 
 
 def _ns(t: float) -> int:
