@@ -102,3 +102,17 @@ def influxdb1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InfluxDB1]:
 @pytest.fixture
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+_SHARED_STATE = Path(__file__).resolve().parent.parent / "state"
+
+
+@pytest.fixture(autouse=True)
+def _no_shared_state_dir() -> Iterator[None]:
+    """A test must not write into the checkout's ./state (a case config without state_dir,
+    run from the repository root): the xdist workers would share it, and the state dir lock
+    refuses the second replay (exit 75) only when two happen to overlap -- a flaky test."""
+    existed = _SHARED_STATE.exists()
+    yield
+    if not existed and _SHARED_STATE.exists():
+        pytest.fail(f"{_SHARED_STATE} appeared during this test: run replays from a directory of their own")

@@ -20,9 +20,11 @@ NOTICE = "given as a bare number before 2001 as epoch seconds"
 
 
 def replay(path: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """From `tmp_path`: the case's config sets no state_dir, so its incidents go to ./state,
+    which must be this test's own (the state dir lock refuses a replay beside another)."""
     out = tmp_path / "events.jsonl"
     return cli.run_monitor(
-        "replay", "--config", str(CONFIG), "--input", str(path), "--events", str(out), cwd=ROOT
+        "replay", "--config", str(CONFIG), "--input", str(path), "--events", str(out), cwd=tmp_path
     )
 
 
