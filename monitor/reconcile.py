@@ -13,6 +13,11 @@ nor activated a second time (a second activation would count twice in the KPIs).
   been judged: a slug is kept while the baseline warms up and while an over-run is
   in progress; it clears when the reading is back within the factor, stale and
   comm-loss clear on the first good reading (data flows again).
+
+Stale and comm-loss were raised on the clock because nothing arrived; as in the engine's
+live path, the reading that ends one ends it when it is judged (the later of its own time
+and the daemon's clock), so the alarm covers the downtime instead of ending at a backlog
+reading's earlier stamp, before the raise.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from monitor.engine import Engine
 from monitor.model import Condition, ConditionState, Quality, Rule, Sample
 
 ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS, Rule.BAD_VALUE})
+# Raised on the clock (nothing arrived), not by a reading: ended when a reading is judged.
+CLOCK_RULES = frozenset({Rule.STALE, Rule.COMM_LOSS})
 
 
 class Reconciler:
@@ -59,7 +66,7 @@ class Reconciler:
                 continue
             out.append(
                 Condition(
-                    time=sample.time,
+                    time=self._judged_at(sample.time) if rule in CLOCK_RULES else sample.time,
                     sensor=sample.sensor,
                     rule=rule,
                     state=ConditionState.CLEARED,
@@ -70,3 +77,9 @@ class Reconciler:
                 )
             )
         return out
+
+    def _judged_at(self, t: float) -> float:
+        """When the daemon judged a reading stamped `t`: the later of `t`, the engine's last
+        tick and its clock. After a restart the engine has not ticked yet (its tick is
+        -inf until the first one), so the clock is what dates the verdict."""
+        return max(t, self.engine.last_tick, self.engine.clock.now())

@@ -429,11 +429,11 @@ def test_any_sequence_survives_a_restart(st_ops: list[tuple[str, bool]]) -> None
 def test_a_clear_stamped_before_the_activation_is_journaled_at_the_activation(
     st: Station, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A last defence: after a restart the engine does not know when a restored alarm was
-    raised, and the reconciler clears it with the first good reading, which may be stamped
-    earlier (a backlog delivered late). The journal never holds a clear before its
-    activation (a negative duration); the clear is stamped at the activation, counted, and
-    logged once per alarm with its times."""
+    """A last defence, whichever rule and whoever stamps it (after a restart the reconciler
+    ends a restored bad-value or slug alarm with the first good reading, which may be
+    stamped earlier: the engine lost the sensor's order). The journal never holds a clear
+    before its activation (a negative duration); the clear is stamped at the activation,
+    counted, and logged once per alarm with its times."""
     st.clock.set(T0 + 100)
     st.apply(True, rule=Rule.STALE)
     manager = st.restart()

@@ -197,10 +197,11 @@ def test_a_late_reading_never_clears_a_stale_alarm_before_it_was_raised(tmp_path
         close(daemon)
 
 
-def test_after_a_crash_a_late_reading_clears_a_restored_stale_alarm_at_its_activation(tmp_path: Path) -> None:
+def test_after_a_crash_a_late_reading_clears_a_restored_stale_alarm_when_it_is_judged(tmp_path: Path) -> None:
     """After a crash (no checkpoint) the engine no longer knows when the stale alarm the
-    journal holds was raised; the first good reading ends it (the reconciler), stamped +59 s,
-    before the raise at +61 s. The journal holds the clear at the activation, not before."""
+    journal holds was raised (+61 s); the daemon is back at +300 s and the first good reading,
+    stamped +59 s (a backlog), ends it (the reconciler) when it is judged, at +300 s: the
+    alarm covers the downtime, as the live path would stamp it, and nothing is early."""
     clock = ManualClock(T0)
     first = Daemon(stale_station(tmp_path / "state"), clock)
     first.pipeline.process([Sample("outfall.ph", T0, 7.0)])
@@ -208,27 +209,32 @@ def test_after_a_crash_a_late_reading_clears_a_restored_stale_alarm_at_its_activ
         clock.set(T0 + k)
         first.tick()
     close(first)  # a crash: no checkpoint, the journal is what was committed
+    clock.set(T0 + 300)
     again = Daemon(stale_station(tmp_path / "state"), clock)
     try:
         again.pipeline.process([Sample("outfall.ph", T0 + 59, 7.0)])
         rows = [(e.event, e.time - T0) for e in again.alarms.journal.entries(sensor="outfall.ph")]
-        assert rows == [("activated", 61.0), ("cleared", 61.0)]
-        assert again.alarms.early_clears == 1
+        assert rows == [("activated", 61.0), ("cleared", 300.0)]
+        alarm = again.alarms.get("outfall.ph", Rule.STALE)
+        assert alarm is not None and alarm.activated_at is not None and alarm.cleared_at is not None
+        assert (alarm.activated_at - T0, alarm.cleared_at - T0) == (61.0, 300.0)
+        assert again.alarms.early_clears == 0
     finally:
         close(again)
 
 
 def test_an_early_clear_is_counted_in_metrics_and_in_the_health_snapshot(tmp_path: Path) -> None:
-    """The crash case above, served as `monitor run` serves it (the console with /metrics, on
-    a real port): the clear journaled at the activation shows as
-    station_monitor_alarm_early_clears_total and as `alarm_early_clears` in /api/health, so a
-    gateway's keeper sees it without reading the log."""
+    """A clear that still comes stamped before its activation, through the daemon: the probe
+    read nothing believable from +0 s, so the bad-value alarm was raised at +60 s; after a
+    crash (no checkpoint) a good reading stamped +30 s (a backlog the engine can no longer
+    tell is older) ends the restored alarm at its own time. Served as `monitor run` serves it
+    (the console with /metrics, on a real port), the clear journaled at the activation shows
+    as station_monitor_alarm_early_clears_total and as `alarm_early_clears` in /api/health,
+    so a gateway's keeper sees it without reading the log."""
     clock = ManualClock(T0)
     first = Daemon(stale_station(tmp_path / "state"), clock)
-    first.pipeline.process([Sample("outfall.ph", T0, 7.0)])
-    for k in range(1, 71):
-        clock.set(T0 + k)
-        first.tick()
+    first.pipeline.process([Sample("outfall.ph", T0 + k, 99.0) for k in range(0, 61, 10)])
+    assert [e.event for e in first.alarms.journal.entries(sensor="outfall.ph")] == ["activated"]
     close(first)  # a crash: no checkpoint
     port = free_port()
     again = Daemon(stale_station(tmp_path / "state", console_port=port), clock)
@@ -238,7 +244,9 @@ def test_an_early_clear_is_counted_in_metrics_and_in_the_health_snapshot(tmp_pat
             assert f"{metric} 0.0" in get(f"http://127.0.0.1:{port}/metrics")
             # On this thread (the stores' SQLite connections are this thread's); the server
             # answers nothing meanwhile: each request above and below has its answer first.
-            again.pipeline.process([Sample("outfall.ph", T0 + 59, 7.0)])
+            again.pipeline.process([Sample("outfall.ph", T0 + 30, 7.0)])
+            rows = [(e.event, e.rule, e.time - T0) for e in again.alarms.journal.entries(sensor="outfall.ph")]
+            assert rows == [("activated", "bad_value", 60.0), ("cleared", "bad_value", 60.0)]
             assert f"{metric} 1.0" in get(f"http://127.0.0.1:{port}/metrics")
             health = json.loads(get(f"http://127.0.0.1:{port}/api/health"))
             assert health["alarm_early_clears"] == 1
