@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
-import stat
 import sys
 from pathlib import Path
 
 from monitor.commands import add_config_argument, load_config_or_exit
-from monitor.errors import MeterError, MonitorError
+from monitor.errors import InputUsageError, MeterError, MonitorError
 from monitor.meters.amend import iter_history
 from monitor.meters.book import MeterBook, ledger_path
 from monitor.meters.ledger import to_ms
 from monitor.model import Sample, iso, parse_time
+from monitor.sources.inputs import input_path, pipes_once
 from monitor.sqlite import StateLockedError, quick_check
 
 COLUMNS = ("time", "sensor", "value")
 EARLIEST, LATEST = 0.0, 4_102_444_800.0  # 1970-01-01 and 2100-01-01: a meter reading is in between
-STDIN = "/dev/stdin"  # what `--input -` reads, as `monitor replay` does
 HELP = "meter ledger: list, show, record or void a meter replacement, correct a misread, ingest readings"
 
 
@@ -96,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
             return _amend(book, args, "voided")
         try:
             paths = _inputs(args.input)
-        except ValueError as exc:  # the command line is at fault: exit 2 naming the flag
+        except InputUsageError as exc:  # the command line is at fault: exit 2 naming the flag
             print(f"monitor meters ingest: --input {exc}", file=sys.stderr)
             return 2
         return _ingest(book, paths)
@@ -190,30 +188,9 @@ def _columns(path: Path, header: list[str]) -> tuple[int, int, int]:
 
 
 def _inputs(names: list[str]) -> list[Path]:
-    """The `--input` files, with `monitor replay`'s conventions: `-` is standard input, read
-    as /dev/stdin (a file named `-` is `./-`); a terminal there is refused (the command would
-    wait for rows typed in), and so is one pipe named twice (`- /dev/stdin`): the first
-    would read it all and the second nothing. Raises ValueError naming the input."""
-    paths: list[Path] = []
-    seen: dict[tuple[int, int], str] = {}
-    for given in names:
-        name = given
-        if given == "-":
-            if sys.stdin is not None and sys.stdin.isatty():
-                raise ValueError(
-                    "-: standard input is a terminal; pipe the readings in (zcat r.csv.gz | ...)"
-                )
-            name = STDIN
-        try:
-            st = os.stat(name)
-        except OSError:
-            st = None  # _ingest says what is wrong with it
-        if st is not None and not stat.S_ISREG(st.st_mode):
-            key = (st.st_dev, st.st_ino)
-            if key in seen:
-                raise ValueError(f"{name}: the same pipe as {seen[key]}, and a pipe can be read only once")
-            seen[key] = name
-        paths.append(Path(name))
+    """The `--input` files, with `monitor replay`'s conventions (`monitor.sources.inputs`)."""
+    paths = [Path(input_path(name, "the readings in (zcat r.csv.gz | ...)")) for name in names]
+    pipes_once(paths)
     return paths
 
 

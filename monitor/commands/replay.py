@@ -40,6 +40,7 @@ from monitor.engine import Engine, ReplayStep, replay_steps
 from monitor.errors import InputUsageError, MonitorError, SourceError
 from monitor.heap import keep_freed_memory
 from monitor.model import Kind, ManualClock, Rule, event_lines, iso, parse_time
+from monitor.sources.inputs import input_path
 from monitor.sources.replay import ReadReport, Samples, merge, stream
 from monitor.statelock import EXIT_IN_USE, StateDirInUseError, hold_state_dir
 
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
 # The historian readers (monitor.sources.historian: http.client, ssl), imported by --from-influx
 # only; their names are spelled here so --help lists them (a test keeps the two the same).
 HISTORIANS = ("influxql", "flux", "victoriametrics")
-STDIN = "/dev/stdin"  # what `--input -` reads
 
 # The incident worker (multiprocessing, the tracker, the store) is imported when incidents
 # are recorded, not for --no-incidents, --from-influx or a station without them.
@@ -150,22 +150,14 @@ def open_samples(
 ) -> tuple[Iterable[Samples], list[ReadReport]]:
     """The files, or the historian's stored series, as time-ordered batches."""
     if not args.from_influx:
-        return stream([input_path(p) for p in args.input], sensors)
+        return stream([input_path(p, _PIPE_IN) for p in args.input], sensors)
     from monitor.sources.historian import open_history
 
     history = open_history(config, args.start, args.end, args.historian, sensors)
     return merge([history]), [history.report]
 
 
-def input_path(name: str) -> str:
-    """`--input -` is standard input, read as /dev/stdin (a pipe streams, a redirected
-    file is a file); a file named `-` is `./-`. A terminal is refused: the replay would
-    wait for rows typed in."""
-    if name != "-":
-        return name
-    if sys.stdin is not None and sys.stdin.isatty():
-        raise InputUsageError("-: standard input is a terminal; pipe the samples in (zcat day.csv.gz | ...)")
-    return STDIN
+_PIPE_IN = "the samples in (zcat day.csv.gz | ...)"  # the advice when `-` is a terminal
 
 
 def input_error(exc: SourceError) -> int:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import itertools
 import math
 import queue
-import stat
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -29,9 +28,9 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from monitor.errors import InputUsageError
 from monitor.model import Quality, iso
 from monitor.sources.columnar import Chunk, open_chunks
+from monitor.sources.inputs import pipes_once
 
 T_MIN = 0.0  # 1970-01-01T00:00:00Z
 T_MAX = 4102444800.0  # 2100-01-01T00:00:00Z: later (or earlier than T_MIN) is a bad row
@@ -169,27 +168,9 @@ def stream(paths: Sequence[str | Path], sensors: Sequence[str]) -> tuple[Iterato
     by time) is still replayed, after them, and counted in `late`. The reports fill
     as the batches are consumed. An input may be a pipe (CSV only: see `open_chunks`)."""
     inputs = [Path(p) for p in paths]
-    _pipes_once(inputs)
+    pipes_once(inputs)
     files = [_File(p, sensors) for p in inputs]
     return merge(files), [f.report for f in files]
-
-
-def _pipes_once(paths: Sequence[Path]) -> None:
-    """Refuses one pipe named twice (`--input - --input /dev/stdin`): the two readers
-    would each get some of its rows, and both would read garbage. The same regular file
-    twice is read twice, from its start each time, as before."""
-    seen: dict[tuple[int, int], Path] = {}
-    for path in paths:
-        try:
-            st = path.stat()
-        except OSError:
-            continue  # open_chunks says what is wrong with it, in its words
-        if stat.S_ISREG(st.st_mode):
-            continue
-        first = seen.get((st.st_dev, st.st_ino))
-        if first is not None:
-            raise InputUsageError(f"{path}: the same pipe as {first}, and a pipe can be read only once")
-        seen[(st.st_dev, st.st_ino)] = path
 
 
 @dataclass
