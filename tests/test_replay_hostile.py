@@ -15,25 +15,13 @@ import pytest
 
 from monitor.model import Quality
 from monitor.sources import columnar
-from monitor.sources.replay import ReadReport, read_csv
+from monitor.sources.replay import read_csv
 from tests import cli
+from tests.test_replay_columnar import summary
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = ROOT / "tests" / "cases" / "replay" / "station-day"
 T = 1780444800  # 2026-06-03T00:00:00Z
-
-
-def summary(r: ReadReport) -> dict[str, tuple[int, int]]:
-    kinds = {
-        "bad_time": r.bad_time,
-        "out_of_range": r.out_of_range,
-        "bad_value": r.bad_value,
-        "out_of_order": r.out_of_order,
-        "milliseconds": r.milliseconds,
-    }
-    out = {k: (p.count, p.first_line) for k, p in kinds.items() if p.count}
-    out.update({f"unknown {k}": (p.count, p.first_line) for k, p in r.unknown_sensor.items()})
-    return out
 
 
 def parquet(path: Path, **columns: pa.Array) -> Path:
