@@ -77,6 +77,25 @@ def test_after_a_step_back_a_ph_excursion_still_alarms_within_its_on_delay_and_s
     assert stale.state is ACTIVE and stale.time == step_at + 20.0 + 61.0
 
 
+def test_a_stale_alarm_across_a_step_back_clears_on_the_stepped_clock() -> None:
+    """The late-reading rule stamps a stale clear at the later of the reading and the last
+    tick: across a step back that tick is re-based with the readings, so the clear is the
+    reading's own (new) time, not the clock before the step, an hour in the future."""
+    gw = gateway()
+    for _ in range(600):
+        gw.second(ph=7.0, flow=100.0)
+    for _ in range(62):  # pH stops reporting: stale after 60 s
+        gw.second(flow=100.0)
+    (raised,) = [c for c in gw.of(Rule.STALE) if c.sensor == "ph"]
+    assert raised.state is ACTIVE
+    gw.wall.advance(-3600.0)  # NTP steps the gateway clock back by an hour
+    gw.second(flow=100.0)
+    gw.second(ph=7.0, flow=100.0)
+    cleared = [c for c in gw.of(Rule.STALE) if c.sensor == "ph" and c.state is CLEARED]
+    assert [c.time for c in cleared] == [gw.wall.now()]
+    assert [c.sensor for c in gw.of(Rule.CLOCK)] == ["gateway"]
+
+
 def test_without_the_watch_every_reading_after_a_step_back_is_dropped() -> None:
     """The failure this fixes, so the test above can fail."""
     engine = Engine(CONFIG.rules, ManualClock())
