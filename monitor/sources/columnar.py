@@ -185,7 +185,8 @@ def _csv_chunks(
                     break
                 if got:
                     cut = buf.rfind(b"\n", 0, end) + 1
-                    if cut and buf.find(b'"', 0, cut) >= 0:  # memchr: a cell may hold a line break
+                    quote = buf.find(b'"', 0, cut) if cut else -1  # memchr: the first quote, if any
+                    if quote >= 0:  # a cell may hold a line break
                         cut = outside_quotes(buf, cut)
                     if cut == 0:  # one line longer than a block: read on, up to a point
                         if end > MAX_LINE_BYTES:
@@ -196,7 +197,8 @@ def _csv_chunks(
                         continue
                 else:
                     cut = end
-                quoted = buf.find(b'"', 0, cut) >= 0
+                    quote = buf.find(b'"', 0, cut)
+                quoted = 0 <= quote < cut  # the block's first quote is the buffer's first
                 block = memoryview(buf)[:cut]
                 if not buf.isascii():  # (the whole buffer: a quick test, the block's text alone is not)
                     block = utf8(block)
