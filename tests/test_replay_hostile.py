@@ -243,6 +243,30 @@ def test_a_parquet_time_column_that_cannot_say_when_is_refused_naming_it(
     assert "Traceback" not in result.stderr and not out.exists()
 
 
+def test_a_spark_int96_time_column_is_refused_saying_why(tmp_path: Path) -> None:
+    """Spark (by default) and Hive write timestamps as INT96 in UTC, Impala as local time;
+    Arrow reads either as a naive timestamp. The refusal names the type and what to write
+    instead, rather than pandas' "without a time zone" advice that does not apply."""
+    path = tmp_path / "spark.parquet"
+    table = pa.table(
+        {
+            "time": pa.array([T * 10**9], pa.timestamp("ns", tz="UTC")),
+            "sensor": ["outfall.ph"],
+            "value": [7.0],
+        }
+    )
+    pq.write_table(table, path, use_deprecated_int96_timestamps=True)
+    out = tmp_path / "events.jsonl"
+    result = cli.run_monitor(
+        "replay", "--config", str(CASE / "config.yaml"), "--input", str(path), "--events", str(out),
+        "--no-incidents", cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "spark.parquet: column 'time' is an INT96 timestamp" in result.stderr
+    assert "outputTimestampType=TIMESTAMP_MICROS" in result.stderr
+    assert "Traceback" not in result.stderr and not out.exists()
+
+
 def test_a_parquet_time_with_any_zone_reads_as_the_instant_it_names(tmp_path: Path) -> None:
     path = parquet(
         tmp_path / "z.parquet",

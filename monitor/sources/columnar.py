@@ -641,6 +641,13 @@ def _parquet_file(path: Path) -> pq.ParquetFile:
     if missing:
         raise PayloadError(f"{path}: columns {', '.join(pf.schema_arrow.names)} lack {', '.join(missing)}")
     time = pf.schema_arrow.field(names["time"])
+    if pa.types.is_timestamp(time.type) and time.type.tz is None and _int96(pf, time.name):
+        raise PayloadError(
+            f"{path}: column {time.name!r} is an INT96 timestamp (Spark's, Hive's and Impala's"
+            " legacy type): Spark and Hive write it as UTC, Impala as local time, and the file"
+            " does not say which; write it as timestamps with a zone (Spark:"
+            " spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS) or as ISO 8601 text with an offset"
+        )
     if pa.types.is_timestamp(time.type) and time.type.tz is None:  # pandas' naive datetime64
         raise PayloadError(
             f"{path}: column {time.name!r} is timestamp[{time.type.unit}] without a time zone;"
@@ -653,6 +660,16 @@ def _parquet_file(path: Path) -> pq.ParquetFile:
             " epoch seconds (a float32 steps by 128 s); write it as float64, integers or timestamps"
         )
     return pf
+
+
+def _int96(pf: pq.ParquetFile, name: str) -> bool:
+    """Whether the file stores column `name` as INT96, which Arrow reads as a naive
+    timestamp like pandas' datetime64, though its writers meant different zones by it."""
+    schema = pf.schema
+    return any(
+        schema.column(i).name == name and schema.column(i).physical_type == "INT96"
+        for i in range(len(schema))
+    )
 
 
 def _parquet_chunks(path: Path, pf: pq.ParquetFile) -> Iterator[Chunk]:
