@@ -255,6 +255,34 @@ def test_an_early_clear_is_counted_in_metrics_and_in_the_health_snapshot(tmp_pat
         close(again)
 
 
+def test_a_transition_the_journal_refused_is_counted_in_metrics_and_in_the_health_snapshot(
+    tmp_path: Path,
+) -> None:
+    """The bad-value alarm is due at +60 s while the alarm journal refuses writes and the
+    series store takes them: the transition is not recorded (never a crash), counted in
+    the pipeline's `unjournaled`, and shown both in /api/health and, so a gateway's keeper
+    can alert on it, as station_monitor_alarm_unjournaled_total in /metrics (served as
+    `monitor run` serves it). The refusal is injected (`PRAGMA query_only` on the journal
+    alone): a real full or read-only disk refuses the series store first, and the pipeline
+    then stalls before it judges anything (tests/test_disk_full.py, test_readonly_disk.py)."""
+    port = free_port()
+    daemon = Daemon(stale_station(tmp_path / "state", console_port=port), ManualClock(T0))
+    try:
+        with served(daemon):
+            metric = 'station_monitor_alarm_unjournaled_total{station="ps-pipe"}'
+            assert f"{metric} 0.0" in get(f"http://127.0.0.1:{port}/metrics")
+            daemon.alarms.journal._db.execute("PRAGMA query_only=ON")
+            daemon.pipeline.process([Sample("outfall.ph", T0 + k, 99.0) for k in range(0, 61, 10)])
+            daemon.alarms.journal._db.execute("PRAGMA query_only=OFF")
+            assert list(daemon.alarms.journal.entries(sensor="outfall.ph")) == []
+            assert daemon.pipeline.stats.unjournaled == 1
+            assert f"{metric} 1.0" in get(f"http://127.0.0.1:{port}/metrics")
+            health = json.loads(get(f"http://127.0.0.1:{port}/api/health"))
+            assert health["pipeline"]["unjournaled"] == 1
+    finally:
+        close(daemon)
+
+
 def get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as resp:
         return str(resp.read().decode())
