@@ -1,0 +1,80 @@
+"""Restored alarms (`monitor.reconcile`) and the readings that may end them after a restart.
+
+In process, with the daemon's real parts (engine, checkpoint, journal, series store);
+"a crash" closes the stores without the shutdown's checkpoint, as kill -9 leaves them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from monitor.config import Config, build_config
+from monitor.daemon import Daemon
+from monitor.model import ManualClock, Sample
+
+T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+
+
+def station(state: Path) -> Config:
+    return build_config(
+        {
+            "station": {"id": "ps-rec"},
+            "state_dir": str(state),
+            "sensors": [
+                {"id": "outfall.ph", "kind": "ph", "stale_after": "1h"},
+                {
+                    "id": "outfall.flow",
+                    "kind": "flow",
+                    "unit": "gpm",
+                    "stale_after": "1h",
+                    # seconds, not the ordinance's hours, so a test warms the baseline at once
+                    "slug": {"window": "1h", "warmup": "4s", "duration": "3s", "max_sample_gap": "1m"},
+                },
+            ],
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )
+
+
+def crash(daemon: Daemon) -> None:
+    """The stores closed as kill -9 leaves them: no checkpoint at the end."""
+    daemon.sink.close()
+    daemon.meters.close()
+    daemon.alarms.close()
+
+
+def journal(daemon: Daemon, sensor: str) -> list[tuple[str, str, float]]:
+    return [(e.event, e.rule, e.time - T0) for e in daemon.alarms.journal.entries(sensor=sensor)]
+
+
+def test_a_reading_the_engine_refused_as_out_of_order_does_not_end_a_restored_alarm(tmp_path: Path) -> None:
+    """The journal holds the bad-value alarm raised at +60 s as active, the checkpoint has the
+    engine past it: the engine's clear at +70 s could not be journaled (the journal alone
+    refused writes; injected with `PRAGMA query_only`, see tests/test_readonly_disk.py for
+    why), and the checkpoint was saved at +100 s. After the crash a reading stamped +80 s
+    comes again (an MQTT redelivery): the engine refuses it, not later than +100 s, so it
+    ends nothing; the next reading the engine judges, +110 s, ends the alarm at +110 s."""
+    clock = ManualClock(T0 + 300)
+    first = Daemon(station(tmp_path / "state"), clock)
+    first.pipeline.process([Sample("outfall.ph", T0 + k, 99.0) for k in range(0, 61, 10)])
+    first.alarms.journal._db.execute("PRAGMA query_only=ON")
+    first.pipeline.process([Sample("outfall.ph", T0 + k, 7.0) for k in range(70, 101, 10)])
+    first.alarms.journal._db.execute("PRAGMA query_only=OFF")
+    assert first.pipeline.stats.unjournaled == 1
+    assert journal(first, "outfall.ph") == [("activated", "bad_value", 60.0)]
+    first.checkpoint()
+    crash(first)
+
+    again = Daemon(station(tmp_path / "state"), clock)
+    try:
+        assert again.restored
+        refused = again.engine.counters.out_of_order
+        again.pipeline.process([Sample("outfall.ph", T0 + 80, 7.0)])
+        assert again.engine.counters.out_of_order == refused + 1
+        assert journal(again, "outfall.ph") == [("activated", "bad_value", 60.0)]
+        again.pipeline.process([Sample("outfall.ph", T0 + 110, 7.0)])
+        cleared = [("activated", "bad_value", 60.0), ("cleared", "bad_value", 110.0)]
+        assert journal(again, "outfall.ph") == cleared
+    finally:
+        crash(again)
