@@ -18,6 +18,15 @@ Stale and comm-loss were raised on the clock because nothing arrived; as in the 
 live path, the reading that ends one ends it when it is judged (the later of its own time
 and the daemon's clock), so the alarm covers the downtime instead of ending at a backlog
 reading's earlier stamp, before the raise.
+
+Slug and bad-value alarms were raised by readings, so only a reading stamped after the
+activation can end one: an older one (a device's buffer replayed, a queued or retained
+MQTT message, a checkpoint from before the raise) is evidence from before the alarm
+began. It neither clears the alarm nor raises it again (the journal has it active); the
+engine judges it as usual (baseline, its own rules), and the alarm waits, as journaled,
+for a reading after its activation. Nor does a reading the engine refused (not later than
+the sensor's previous one) end anything: the engine's verdict is still about an earlier
+reading, so the pipeline hands the reconciler only the readings the engine took.
 """
 
 from __future__ import annotations
@@ -48,7 +57,11 @@ class Reconciler:
             self.unconfirmed.add((sensor, rule))
 
     def judged(self, sample: Sample) -> list[Condition]:
-        """After the engine judged `sample`: the restored alarms its verdict ends."""
+        """After the engine judged `sample`: the restored alarms its verdict ends.
+
+        Call it only for a sample the engine took: one it refused (not later than the
+        sensor's previous reading) left the engine's verdict as it was, about another
+        reading, and ends nothing."""
         if not self.unconfirmed or sample.quality is not Quality.GOOD:
             return []
         status = self.engine.status(sample.sensor)
@@ -58,12 +71,15 @@ class Reconciler:
         out = []
         for key in [k for k in self.unconfirmed if k[0] == sample.sensor]:
             rule = key[1]
-            if rule is Rule.SLUG and (status.warming_up or Rule.SLUG in pending):
-                continue  # cannot judge the slug yet, or the over-run goes on: stays as journaled
-            self.unconfirmed.discard(key)
             alarm = self.alarms.get(*key)
             if rule in status.active or alarm is None:
+                self.unconfirmed.discard(key)  # the engine holds it now (or there is none)
                 continue
+            if rule is Rule.SLUG and (status.warming_up or Rule.SLUG in pending):
+                continue  # cannot judge the slug yet, or the over-run goes on: stays as journaled
+            if rule not in CLOCK_RULES and not _after(sample.time, alarm.activated_at):
+                continue  # evidence from before the alarm began: stays as journaled
+            self.unconfirmed.discard(key)
             out.append(
                 Condition(
                     time=self._judged_at(sample.time) if rule in CLOCK_RULES else sample.time,
@@ -83,3 +99,9 @@ class Reconciler:
         tick and its clock. After a restart the engine has not ticked yet (its tick is
         -inf until the first one), so the clock is what dates the verdict."""
         return max(t, self.engine.last_tick, self.engine.clock.now())
+
+
+def _after(t: float, activated_at: float | None) -> bool:
+    """A reading stamped `t` is evidence about an alarm raised at `activated_at` (a journal
+    without the time, from before it was kept: any reading is)."""
+    return activated_at is None or t > activated_at
