@@ -24,7 +24,11 @@ activation can end one: an older one (a device's buffer replayed, a queued or re
 MQTT message, a checkpoint from before the raise) is evidence from before the alarm
 began. It neither clears the alarm nor raises it again (the journal has it active); the
 engine judges it as usual (baseline, its own rules), and the alarm waits, as journaled,
-for a reading after its activation. Nor does a reading the engine refused (not later than
+for a reading after its activation. (One exception: an activation in the daemon's
+future means the gateway clock stepped back since, while the daemon was down, and every
+new reading is stamped "before" it; the first good one ends the alarm, journaled at the
+activation and counted as an early clear, rather than the alarm standing on good readings
+until the clock comes round again.) Nor does a reading the engine refused (not later than
 the sensor's previous one) end anything: the engine's verdict is still about an earlier
 reading, so the pipeline hands the reconciler only the readings the engine took.
 """
@@ -35,6 +39,7 @@ from collections.abc import Collection
 
 from monitor.alarms import AlarmManager
 from monitor.engine import Engine
+from monitor.engine.clock_step import TOLERANCE
 from monitor.model import Condition, ConditionState, Quality, Rule, Sample
 
 ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS, Rule.BAD_VALUE})
@@ -77,8 +82,8 @@ class Reconciler:
                 continue
             if rule is Rule.SLUG and (status.warming_up or Rule.SLUG in pending):
                 continue  # cannot judge the slug yet, or the over-run goes on: stays as journaled
-            if rule not in CLOCK_RULES and not _after(sample.time, alarm.activated_at):
-                continue  # evidence from before the alarm began: stays as journaled
+            if rule not in CLOCK_RULES and not self._evidence(sample.time, alarm.activated_at):
+                continue  # from before the alarm began: stays as journaled
             self.unconfirmed.discard(key)
             out.append(
                 Condition(
@@ -94,14 +99,18 @@ class Reconciler:
             )
         return out
 
+    def _evidence(self, t: float, activated_at: float | None) -> bool:
+        """Whether a reading stamped `t` can end an alarm raised at `activated_at`: one stamped
+        after it. Unless the activation is in the clock's future: the gateway clock stepped
+        back since (engine/clock_step.py), stamps cannot tell what came first, and waiting
+        for the clock to come round again would hold the alarm for the whole step on good
+        readings (the manager journals such a clear at the activation, and counts it)."""
+        if activated_at is None or t > activated_at:
+            return True
+        return activated_at > self.engine.clock.now() + TOLERANCE
+
     def _judged_at(self, t: float) -> float:
         """When the daemon judged a reading stamped `t`: the later of `t`, the engine's last
         tick and its clock. After a restart the engine has not ticked yet (its tick is
         -inf until the first one), so the clock is what dates the verdict."""
         return max(t, self.engine.last_tick, self.engine.clock.now())
-
-
-def _after(t: float, activated_at: float | None) -> bool:
-    """A reading stamped `t` is evidence about an alarm raised at `activated_at` (a journal
-    without the time, from before it was kept: any reading is)."""
-    return activated_at is None or t > activated_at

@@ -136,3 +136,28 @@ def test_a_reading_the_engine_refused_as_out_of_order_does_not_end_a_restored_al
         assert journal(again, "outfall.ph") == cleared
     finally:
         crash(again)
+
+
+def test_after_the_clock_stepped_back_a_restored_alarm_is_ended_by_a_reading_of_now(tmp_path: Path) -> None:
+    """The bad-value alarm was raised at +60 s; while the daemon was down the gateway clock
+    stepped back an hour (an RTC without its battery, then no NTP), so every new reading is
+    stamped before the activation. The activation is in the clock's future: stamps cannot
+    tell what came first, and holding the alarm until the clock comes round again would
+    keep it an hour on good readings. The first good reading ends it, journaled at the
+    activation (a clear never precedes its activation), counted as an early clear."""
+    clock = ManualClock(T0 + 300)
+    first = Daemon(station(tmp_path / "state"), clock)
+    first.pipeline.process([Sample("outfall.ph", T0 + k, 99.0) for k in range(0, 61, 10)])
+    crash(first)
+
+    clock.set(T0 - 3600)
+    again = Daemon(station(tmp_path / "state"), clock)
+    try:
+        again.pipeline.process([Sample("outfall.ph", T0 - 3600, 7.0)])
+        assert journal(again, "outfall.ph") == [
+            ("activated", "bad_value", 60.0),
+            ("cleared", "bad_value", 60.0),
+        ]
+        assert again.alarms.early_clears == 1
+    finally:
+        crash(again)
