@@ -294,10 +294,12 @@ class Pipeline:
         if self.before_judging is not None:  # a clock step re-bases the engine before it judges
             conditions[:0] = self.before_judging()
         for raw, sample in zip(batch.raw, batch.samples, strict=True):
+            taken = self.engine.counters.samples
             conditions.extend(self.engine.process(raw))  # counts and logs a bad value once per episode
             if self.station is not None:
                 conditions.extend(self.station.track(sample))
-            conditions.extend(self.reconciler.judged(sample))
+            if self.engine.counters.samples > taken:  # judged: not refused as out of order
+                conditions.extend(self.reconciler.judged(sample))
             previous = self.latest.get(sample.sensor)
             if previous is None or sample.time >= previous.time:
                 self.latest[sample.sensor] = sample

@@ -18,6 +18,19 @@ Stale and comm-loss were raised on the clock because nothing arrived; as in the 
 live path, the reading that ends one ends it when it is judged (the later of its own time
 and the daemon's clock), so the alarm covers the downtime instead of ending at a backlog
 reading's earlier stamp, before the raise.
+
+Slug and bad-value alarms were raised by readings, so only a reading stamped after the
+activation can end one: an older one (a device's buffer replayed, a queued or retained
+MQTT message, a checkpoint from before the raise) is evidence from before the alarm
+began. It neither clears the alarm nor raises it again (the journal has it active); the
+engine judges it as usual (baseline, its own rules), and the alarm waits, as journaled,
+for a reading after its activation. (One exception: an activation in the daemon's
+future means the gateway clock stepped back since, while the daemon was down, and every
+new reading is stamped "before" it; the first good one ends the alarm, journaled at the
+activation and counted as an early clear, rather than the alarm standing on good readings
+until the clock comes round again.) Nor does a reading the engine refused (not later than
+the sensor's previous one) end anything: the engine's verdict is still about an earlier
+reading, so the pipeline hands the reconciler only the readings the engine took.
 """
 
 from __future__ import annotations
@@ -26,6 +39,7 @@ from collections.abc import Collection
 
 from monitor.alarms import AlarmManager
 from monitor.engine import Engine
+from monitor.engine.clock_step import TOLERANCE
 from monitor.model import Condition, ConditionState, Quality, Rule, Sample
 
 ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS, Rule.BAD_VALUE})
@@ -48,7 +62,11 @@ class Reconciler:
             self.unconfirmed.add((sensor, rule))
 
     def judged(self, sample: Sample) -> list[Condition]:
-        """After the engine judged `sample`: the restored alarms its verdict ends."""
+        """After the engine judged `sample`: the restored alarms its verdict ends.
+
+        Call it only for a sample the engine took: one it refused (not later than the
+        sensor's previous reading) left the engine's verdict as it was, about another
+        reading, and ends nothing."""
         if not self.unconfirmed or sample.quality is not Quality.GOOD:
             return []
         status = self.engine.status(sample.sensor)
@@ -58,12 +76,15 @@ class Reconciler:
         out = []
         for key in [k for k in self.unconfirmed if k[0] == sample.sensor]:
             rule = key[1]
-            if rule is Rule.SLUG and (status.warming_up or Rule.SLUG in pending):
-                continue  # cannot judge the slug yet, or the over-run goes on: stays as journaled
-            self.unconfirmed.discard(key)
             alarm = self.alarms.get(*key)
             if rule in status.active or alarm is None:
+                self.unconfirmed.discard(key)  # the engine holds it now (or there is none)
                 continue
+            if rule is Rule.SLUG and (status.warming_up or Rule.SLUG in pending):
+                continue  # cannot judge the slug yet, or the over-run goes on: stays as journaled
+            if rule not in CLOCK_RULES and not self._evidence(sample.time, alarm.activated_at):
+                continue  # from before the alarm began: stays as journaled
+            self.unconfirmed.discard(key)
             out.append(
                 Condition(
                     time=self._judged_at(sample.time) if rule in CLOCK_RULES else sample.time,
@@ -77,6 +98,16 @@ class Reconciler:
                 )
             )
         return out
+
+    def _evidence(self, t: float, activated_at: float | None) -> bool:
+        """Whether a reading stamped `t` can end an alarm raised at `activated_at`: one stamped
+        after it. Unless the activation is in the clock's future: the gateway clock stepped
+        back since (engine/clock_step.py), stamps cannot tell what came first, and waiting
+        for the clock to come round again would hold the alarm for the whole step on good
+        readings (the manager journals such a clear at the activation, and counts it)."""
+        if activated_at is None or t > activated_at:
+            return True
+        return activated_at > self.engine.clock.now() + TOLERANCE
 
     def _judged_at(self, t: float) -> float:
         """When the daemon judged a reading stamped `t`: the later of `t`, the engine's last

@@ -62,10 +62,11 @@ class SimulatorProcess:
 
 
 @contextlib.contextmanager
-def simulator_process(*args: str) -> Iterator[SimulatorProcess]:
+def simulator_process(*args: str, port: int | None = None) -> Iterator[SimulatorProcess]:
     """The station simulator as a process of its own (what a field device would be),
-    on a free Modbus TCP port. Extra `args` go to `python -m simulators.modbus_server`."""
-    port = free_port()
+    on a free Modbus TCP port, or on `port` (a device back at its address after an
+    outage). Extra `args` go to `python -m simulators.modbus_server`."""
+    port = free_port() if port is None else port
     proc = subprocess.Popen(
         [sys.executable, "-m", "simulators.modbus_server", "--port", str(port), *args],
         cwd=Path(__file__).resolve().parent.parent,

@@ -160,15 +160,18 @@ def test_a_meter_alarm_the_ledger_holds_but_the_journal_missed_is_raised_at_star
         close(third)
 
 
-def stale_station(state: Path, console_port: int | None = None) -> Config:
+def stale_station(state: Path, console_port: int | None = None, on_delay: str | None = None) -> Config:
     console: dict[str, object] = {"enabled": False}
     if console_port is not None:
         console = {"host": "127.0.0.1", "port": console_port}
+    ph: dict[str, object] = {"id": "outfall.ph", "kind": "ph", "stale_after": "60s"}
+    if on_delay is not None:
+        ph["limits"] = {"on_delay": on_delay}
     return build_config(
         {
             "station": {"id": "ps-pipe"},
             "state_dir": str(state),
-            "sensors": [{"id": "outfall.ph", "kind": "ph", "stale_after": "60s"}],
+            "sensors": [ph],
             "console": console,
             "store": {"free_space_floor": 0},
         }
@@ -224,20 +227,22 @@ def test_after_a_crash_a_late_reading_clears_a_restored_stale_alarm_when_it_is_j
 
 
 def test_an_early_clear_is_counted_in_metrics_and_in_the_health_snapshot(tmp_path: Path) -> None:
-    """A clear that still comes stamped before its activation, through the daemon: the probe
-    read nothing believable from +0 s, so the bad-value alarm was raised at +60 s; after a
-    crash (no checkpoint) a good reading stamped +30 s (a backlog the engine can no longer
-    tell is older) ends the restored alarm at its own time. Served as `monitor run` serves it
-    (the console with /metrics, on a real port), the clear journaled at the activation shows
-    as station_monitor_alarm_early_clears_total and as `alarm_early_clears` in /api/health,
-    so a gateway's keeper sees it without reading the log."""
+    """A clear that still comes stamped before its activation, through the daemon: pH 12 from
+    +0 s raised the high alarm at +60 s (a 60 s on-delay); after a crash (no checkpoint) the
+    restarted engine takes the alarm as its own (`Engine.restore_active`) and a pH 7 reading
+    stamped +30 s (a backlog it can no longer tell is older) ends it by the rule, at its own
+    time. Served as `monitor run` serves it (the console with /metrics, on a real port), the
+    clear journaled at the activation shows as station_monitor_alarm_early_clears_total and
+    as `alarm_early_clears` in /api/health, so a gateway's keeper sees it without reading the
+    log. (A restored bad-value or slug alarm is not ended by such a reading at all:
+    tests/test_restart_reconcile.py.)"""
     clock = ManualClock(T0)
-    first = Daemon(stale_station(tmp_path / "state"), clock)
-    first.pipeline.process([Sample("outfall.ph", T0 + k, 99.0) for k in range(0, 61, 10)])
+    first = Daemon(stale_station(tmp_path / "state", on_delay="60s"), clock)
+    first.pipeline.process([Sample("outfall.ph", T0 + k, 12.0) for k in range(0, 61, 10)])
     assert [e.event for e in first.alarms.journal.entries(sensor="outfall.ph")] == ["activated"]
     close(first)  # a crash: no checkpoint
     port = free_port()
-    again = Daemon(stale_station(tmp_path / "state", console_port=port), clock)
+    again = Daemon(stale_station(tmp_path / "state", console_port=port, on_delay="60s"), clock)
     try:
         with served(again):
             metric = 'station_monitor_alarm_early_clears_total{station="ps-pipe"}'
@@ -246,13 +251,41 @@ def test_an_early_clear_is_counted_in_metrics_and_in_the_health_snapshot(tmp_pat
             # answers nothing meanwhile: each request above and below has its answer first.
             again.pipeline.process([Sample("outfall.ph", T0 + 30, 7.0)])
             rows = [(e.event, e.rule, e.time - T0) for e in again.alarms.journal.entries(sensor="outfall.ph")]
-            assert rows == [("activated", "bad_value", 60.0), ("cleared", "bad_value", 60.0)]
+            assert rows == [("activated", "high", 60.0), ("cleared", "high", 60.0)]
             assert f"{metric} 1.0" in get(f"http://127.0.0.1:{port}/metrics")
             health = json.loads(get(f"http://127.0.0.1:{port}/api/health"))
             assert health["alarm_early_clears"] == 1
         assert again.health().to_json()["alarm_early_clears"] == 1
     finally:
         close(again)
+
+
+def test_a_transition_the_journal_refused_is_counted_in_metrics_and_in_the_health_snapshot(
+    tmp_path: Path,
+) -> None:
+    """The bad-value alarm is due at +60 s while the alarm journal refuses writes and the
+    series store takes them: the transition is not recorded (never a crash), counted in
+    the pipeline's `unjournaled`, and shown both in /api/health and, so a gateway's keeper
+    can alert on it, as station_monitor_alarm_unjournaled_total in /metrics (served as
+    `monitor run` serves it). The refusal is injected (`PRAGMA query_only` on the journal
+    alone): a real full or read-only disk refuses the series store first, and the pipeline
+    then stalls before it judges anything (tests/test_disk_full.py, test_readonly_disk.py)."""
+    port = free_port()
+    daemon = Daemon(stale_station(tmp_path / "state", console_port=port), ManualClock(T0))
+    try:
+        with served(daemon):
+            metric = 'station_monitor_alarm_unjournaled_total{station="ps-pipe"}'
+            assert f"{metric} 0.0" in get(f"http://127.0.0.1:{port}/metrics")
+            daemon.alarms.journal._db.execute("PRAGMA query_only=ON")
+            daemon.pipeline.process([Sample("outfall.ph", T0 + k, 99.0) for k in range(0, 61, 10)])
+            daemon.alarms.journal._db.execute("PRAGMA query_only=OFF")
+            assert list(daemon.alarms.journal.entries(sensor="outfall.ph")) == []
+            assert daemon.pipeline.stats.unjournaled == 1
+            assert f"{metric} 1.0" in get(f"http://127.0.0.1:{port}/metrics")
+            health = json.loads(get(f"http://127.0.0.1:{port}/api/health"))
+            assert health["pipeline"]["unjournaled"] == 1
+    finally:
+        close(daemon)
 
 
 def get(url: str) -> str:

@@ -173,6 +173,13 @@ class StationCollector(Collector):
         )
         dropped.add_metric([station], pipeline.get("dropped", 0))
         yield dropped
+        unjournaled = CounterMetricFamily(
+            "station_monitor_alarm_unjournaled",
+            "Alarm transitions the journal refused (not recorded, not shown)",
+            labels=["station"],
+        )
+        unjournaled.add_metric([station], pipeline.get("unjournaled", 0))
+        yield unjournaled
         listeners = CounterMetricFamily(
             "station_monitor_alarm_listener_failures",
             "Alarm transitions a listener (console, MQTT, notification, InfluxDB) failed on",

@@ -1,0 +1,163 @@
+"""Restored alarms (`monitor.reconcile`) and the readings that may end them after a restart.
+
+In process, with the daemon's real parts (engine, checkpoint, journal, series store);
+"a crash" closes the stores without the shutdown's checkpoint, as kill -9 leaves them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from monitor.config import Config, build_config
+from monitor.daemon import Daemon
+from monitor.model import ManualClock, Rule, Sample
+
+T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+
+
+def station(state: Path) -> Config:
+    return build_config(
+        {
+            "station": {"id": "ps-rec"},
+            "state_dir": str(state),
+            "sensors": [
+                {"id": "outfall.ph", "kind": "ph", "stale_after": "1h"},
+                {
+                    "id": "outfall.flow",
+                    "kind": "flow",
+                    "unit": "gpm",
+                    "stale_after": "1h",
+                    # seconds, not the ordinance's hours, so a test warms the baseline at once
+                    "slug": {"window": "1h", "warmup": "4s", "duration": "3s", "max_sample_gap": "1m"},
+                },
+            ],
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )
+
+
+def crash(daemon: Daemon) -> None:
+    """The stores closed as kill -9 leaves them: no checkpoint at the end."""
+    daemon.sink.close()
+    daemon.meters.close()
+    daemon.alarms.close()
+
+
+def journal(daemon: Daemon, sensor: str) -> list[tuple[str, str, float]]:
+    return [(e.event, e.rule, e.time - T0) for e in daemon.alarms.journal.entries(sensor=sensor)]
+
+
+def test_a_reading_older_than_a_restored_bad_value_alarm_neither_clears_nor_raises_it(tmp_path: Path) -> None:
+    """The probe read nothing believable from +0 s, so the bad-value alarm was raised at +60 s;
+    after a crash (no checkpoint) a good reading stamped +30 s arrives (a device's buffer
+    replayed, a queued MQTT message): it is evidence from before the alarm began, so the
+    alarm stays as journaled (no clear at +30 s, none "journaled at the activation"); the
+    first good reading after the activation, +90 s, ends it at +90 s."""
+    clock = ManualClock(T0 + 300)
+    first = Daemon(station(tmp_path / "state"), clock)
+    first.pipeline.process([Sample("outfall.ph", T0 + k, 99.0) for k in range(0, 61, 10)])
+    assert journal(first, "outfall.ph") == [("activated", "bad_value", 60.0)]
+    crash(first)
+
+    again = Daemon(station(tmp_path / "state"), clock)
+    try:
+        again.pipeline.process([Sample("outfall.ph", T0 + 30, 7.0)])
+        assert journal(again, "outfall.ph") == [("activated", "bad_value", 60.0)]
+        alarm = again.alarms.get("outfall.ph", Rule.BAD_VALUE)
+        assert alarm is not None and alarm.active
+        again.pipeline.process([Sample("outfall.ph", T0 + 90, 7.0)])
+        cleared = [("activated", "bad_value", 60.0), ("cleared", "bad_value", 90.0)]
+        assert journal(again, "outfall.ph") == cleared
+        assert again.alarms.early_clears == 0
+    finally:
+        crash(again)
+
+
+def test_a_reading_older_than_a_restored_slug_neither_clears_nor_raises_it(tmp_path: Path) -> None:
+    """A warm baseline of 100 gpm (three minute buckets) is checkpointed at +180 s; a slug of
+    1,000 gpm from +190 s is raised and journaled; then a crash, so the restarted engine holds
+    the checkpoint, from before the slug. A backlog reading of 100 gpm stamped +192 s, inside
+    the over-run and before the activation, is judged by the engine as usual (it is later
+    than the checkpoint's last reading) but does not end the restored slug; 100 gpm at +240 s
+    does."""
+    clock = ManualClock(T0 + 300)
+    first = Daemon(station(tmp_path / "state"), clock)
+    first.pipeline.process([Sample("outfall.flow", T0 + k, 100.0) for k in range(0, 181, 10)])
+    first.checkpoint()
+    first.pipeline.process([Sample("outfall.flow", T0 + k, 1000.0) for k in range(190, 231, 5)])
+    [(event, rule, raised)] = journal(first, "outfall.flow")
+    assert (event, rule) == ("activated", "slug") and 192.0 < raised <= 200.0
+    crash(first)
+
+    again = Daemon(station(tmp_path / "state"), clock)
+    try:
+        assert again.restored and not again.engine.warming_up("outfall.flow")
+        judged = again.engine.counters.samples
+        again.pipeline.process([Sample("outfall.flow", T0 + 192, 100.0)])
+        assert again.engine.counters.samples == judged + 1  # the engine took it
+        assert journal(again, "outfall.flow") == [("activated", "slug", raised)]
+        alarm = again.alarms.get("outfall.flow", Rule.SLUG)
+        assert alarm is not None and alarm.active
+        again.pipeline.process([Sample("outfall.flow", T0 + 240, 100.0)])
+        assert journal(again, "outfall.flow") == [("activated", "slug", raised), ("cleared", "slug", 240.0)]
+        assert again.alarms.early_clears == 0
+    finally:
+        crash(again)
+
+
+def test_a_reading_the_engine_refused_as_out_of_order_does_not_end_a_restored_alarm(tmp_path: Path) -> None:
+    """The journal holds the bad-value alarm raised at +60 s as active, the checkpoint has the
+    engine past it: the engine's clear at +70 s could not be journaled (the journal alone
+    refused writes; injected with `PRAGMA query_only`, see tests/test_readonly_disk.py for
+    why), and the checkpoint was saved at +100 s. After the crash a reading stamped +80 s
+    comes again (an MQTT redelivery): the engine refuses it, not later than +100 s, so it
+    ends nothing; the next reading the engine judges, +110 s, ends the alarm at +110 s."""
+    clock = ManualClock(T0 + 300)
+    first = Daemon(station(tmp_path / "state"), clock)
+    first.pipeline.process([Sample("outfall.ph", T0 + k, 99.0) for k in range(0, 61, 10)])
+    first.alarms.journal._db.execute("PRAGMA query_only=ON")
+    first.pipeline.process([Sample("outfall.ph", T0 + k, 7.0) for k in range(70, 101, 10)])
+    first.alarms.journal._db.execute("PRAGMA query_only=OFF")
+    assert first.pipeline.stats.unjournaled == 1
+    assert journal(first, "outfall.ph") == [("activated", "bad_value", 60.0)]
+    first.checkpoint()
+    crash(first)
+
+    again = Daemon(station(tmp_path / "state"), clock)
+    try:
+        assert again.restored
+        refused = again.engine.counters.out_of_order
+        again.pipeline.process([Sample("outfall.ph", T0 + 80, 7.0)])
+        assert again.engine.counters.out_of_order == refused + 1
+        assert journal(again, "outfall.ph") == [("activated", "bad_value", 60.0)]
+        again.pipeline.process([Sample("outfall.ph", T0 + 110, 7.0)])
+        cleared = [("activated", "bad_value", 60.0), ("cleared", "bad_value", 110.0)]
+        assert journal(again, "outfall.ph") == cleared
+    finally:
+        crash(again)
+
+
+def test_after_the_clock_stepped_back_a_restored_alarm_is_ended_by_a_reading_of_now(tmp_path: Path) -> None:
+    """The bad-value alarm was raised at +60 s; while the daemon was down the gateway clock
+    stepped back an hour (an RTC without its battery, then no NTP), so every new reading is
+    stamped before the activation. The activation is in the clock's future: stamps cannot
+    tell what came first, and holding the alarm until the clock comes round again would
+    keep it an hour on good readings. The first good reading ends it, journaled at the
+    activation (a clear never precedes its activation), counted as an early clear."""
+    clock = ManualClock(T0 + 300)
+    first = Daemon(station(tmp_path / "state"), clock)
+    first.pipeline.process([Sample("outfall.ph", T0 + k, 99.0) for k in range(0, 61, 10)])
+    crash(first)
+
+    clock.set(T0 - 3600)
+    again = Daemon(station(tmp_path / "state"), clock)
+    try:
+        again.pipeline.process([Sample("outfall.ph", T0 - 3600, 7.0)])
+        assert journal(again, "outfall.ph") == [
+            ("activated", "bad_value", 60.0),
+            ("cleared", "bad_value", 60.0),
+        ]
+        assert again.alarms.early_clears == 1
+    finally:
+        crash(again)
