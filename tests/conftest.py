@@ -32,6 +32,7 @@ LONG_FIRST = (
     "tests/test_station_modbus.py", "tests/test_fleet.py", "tests/test_demo.py",
     "tests/test_fleet_bridge.py", "tests/test_daemon_e2e.py", "tests/test_callout_daemon.py",
     "tests/test_hostile_clients.py", "tests/test_mqtt_payload.py", "tests/test_outbox_faults.py",
+    "tests/test_restart_comm_loss.py",
 )  # fmt: skip
 
 
