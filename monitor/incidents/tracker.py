@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.config import Config
+from monitor.engine.columns import ConditionColumns
 from monitor.incidents.buffer import Recent
 from monitor.incidents.due import statement_due
 from monitor.incidents.figures import (
@@ -409,7 +410,7 @@ class IncidentTracker:
         for sensor, recent in self.recent.items():
             recent.trim(min(self.latest - recent.keep, pins.get(sensor, math.inf)))
 
-    def apply(self, conditions: Sequence[Condition]) -> None:
+    def apply(self, conditions: Sequence[Condition] | ConditionColumns) -> None:
         """One batch's conditions, in order (`apply_transitions` of those it watches)."""
         self.apply_transitions(transitions(conditions, self.watch))
 

@@ -13,6 +13,7 @@ import math
 from collections.abc import Container, Iterable
 from typing import NamedTuple
 
+from monitor.engine.columns import ConditionColumns
 from monitor.model import Condition, ConditionState, Rule, new_condition
 
 INCIDENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW})
@@ -52,8 +53,11 @@ class Transitions(NamedTuple):
         return out
 
 
-def transitions(conditions: Iterable[Condition], sensors: Container[str]) -> Transitions:
-    """The conditions of an incident rule on one of `sensors` (those the tracker watches)."""
+def transitions(conditions: Iterable[Condition] | ConditionColumns, sensors: Container[str]) -> Transitions:
+    """The conditions of an incident rule on one of `sensors` (those the tracker watches);
+    a replay step's straight from its columns."""
+    if isinstance(conditions, ConditionColumns):
+        return Transitions(*conditions.select(INCIDENT_RULES, sensors))
     mine = [c for c in conditions if c.rule in INCIDENT_RULES and c.sensor in sensors]
     return Transitions(
         [c.time for c in mine],

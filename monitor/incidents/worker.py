@@ -48,6 +48,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.config import Config
+from monitor.engine.columns import ConditionColumns
 from monitor.errors import MonitorError
 from monitor.incidents.freezer import FreezerProcess
 from monitor.incidents.model import Incident
@@ -102,7 +103,7 @@ class ReplayTracker(Protocol):
         accepted: npt.NDArray[np.bool_],
     ) -> None: ...
 
-    def apply(self, conditions: Sequence[Condition]) -> None: ...
+    def apply(self, conditions: Sequence[Condition] | ConditionColumns) -> None: ...
 
     def advance(self, final: bool = False) -> list[Incident]: ...
 
@@ -116,7 +117,7 @@ def hand_over(tracker: ReplayTracker, names: tuple[str, ...], step: ReplayStep) 
         tracker.add_admitted(names, step.by_sensor, step.quality)
     else:
         tracker.add_columns(names, step.sensor, step.time, step.value, step.quality, step.accepted)
-    tracker.apply(step.conditions)
+    tracker.apply(step.columns)
 
 
 class WorkerUnavailableError(MonitorError):
@@ -229,7 +230,7 @@ class IncidentWorker:
     ) -> None:
         self._columns = (names, sensor, time, value, quality, accepted)
 
-    def apply(self, conditions: Sequence[Condition]) -> None:
+    def apply(self, conditions: Sequence[Condition] | ConditionColumns) -> None:
         self._conditions.append(transitions(conditions, self._watched))
 
     def advance(self, final: bool = False) -> list[Incident]:
