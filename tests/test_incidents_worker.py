@@ -265,7 +265,7 @@ def _kill_self() -> None:
 
 KILL_POINTS = {
     "before ready": (IncidentTracker, "__init__", "worker"),
-    "mid-step": (IncidentTracker, "apply", "worker"),
+    "mid-step": (IncidentTracker, "apply_transitions", "worker"),
     "in the final advance": (IncidentTracker, "advance", "worker"),
     "mid-freeze": (Freezer, "_prepare", "freezer"),  # the worker's freezing process
 }
@@ -430,23 +430,34 @@ def test_the_replay_collects_its_garbage_as_before_once_the_worker_is_forked(tmp
         started.close()
 
 
-def test_a_steps_conditions_cross_as_columns_and_come_back_equal() -> None:
-    """The conditions go down pickled one list a field; the child's are equal to the
-    replay's, field for field (no limit, a message, extra figures, both states)."""
+def test_a_steps_transitions_cross_as_columns_and_come_back_equal() -> None:
+    """The incident rules' transitions on watched sensors go down pickled one list a
+    field; the child's are the replay's, field for field as the tracker reads them (no
+    limit, both states, several steps joined in order); other rules and sensors stay behind."""
     import pickle
 
-    from monitor.model import Condition, ConditionState, Rule, new_condition
+    from monitor.incidents.transitions import Transitions, transitions
+    from monitor.model import Condition, ConditionState, Rule
 
     sent = [
         Condition(T0, "temp1", Rule.HIGH, ConditionState.ACTIVE, 151.5, 149.0, "§139-5"),
+        Condition(T0 + 5, "temp1", Rule.STALE, ConditionState.ACTIVE, 151.5, 60.0, "§139-9"),
+        Condition(T0 + 6, "other", Rule.LOW, ConditionState.ACTIVE, 1.0, 2.0, "§139-5"),
         Condition(
             T0 + 10, "flow1", Rule.SLUG, ConditionState.CLEARED, 300.0, None, "§139-7", "m", {"x": 1.5}
         ),
     ]
-    columns = pickle.loads(pickle.dumps(worker._condition_columns(sent)))
-    got = [new_condition(*c) for c in zip(*columns, strict=True)]
-    assert got == sent and [repr(c) for c in got] == [repr(c) for c in sent]
-    assert [new_condition(*c) for c in zip(*worker._condition_columns([]), strict=True)] == []
+    watched = {"temp1", "flow1"}
+    parts = [transitions(sent[:2], watched), transitions(sent[2:], watched)]
+    got = pickle.loads(pickle.dumps(Transitions.join(parts)))
+    kept = [sent[0], sent[3]]
+    assert got == transitions(sent, watched)
+    fields = ("time", "sensor", "rule", "state", "limit", "citation")
+    assert [tuple(getattr(got.condition(i), f) for f in fields) for i in range(len(got.time))] == [
+        tuple(getattr(c, f) for f in fields) for c in kept
+    ]
+    assert got.condition(0).rule is Rule.HIGH and got.condition(1).state is ConditionState.CLEARED
+    assert transitions([], watched) == Transitions([], [], [], [], [], [])
 
 
 def test_the_rings_spans_are_taken_in_order_and_never_wrap_a_step() -> None:

@@ -8,7 +8,9 @@ The public surface, for the daemon (live), the replay command and billing:
   - `tick(now=None) -> list[Condition]`: stale-data conditions due (default: the clock).
   - `replay(sensor, time, value, quality=None) -> ReplayResult`: a whole batch in time
     order, vectorised; the same conditions as `tick(t)` + `process(sample)` per sample.
-    `sensor` holds indices into `Engine.sensors` (`Engine.index(id)`).
+    `sensor` holds indices into `Engine.sensors` (`Engine.index(id)`). Its conditions are
+    columns (`result.columns`, monitor/engine/columns.py); `result.conditions` builds the
+    objects when asked.
   - `status(id)`, `statuses()`, `baseline_mean(id)`, `warming_up(id)`, `counters`.
 - `replay_steps(engine, ...)`: a long replay cut into batches at time boundaries; each
   step carries the batch's samples and conditions (the place to write them elsewhere too).

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
-from operator import attrgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +23,7 @@ from monitor.engine import slug as slug_rule
 from monitor.engine import slug_replay, together
 from monitor.engine.badvalue import bad_value_batch, bad_value_step
 from monitor.engine.baseline import Baselines, Floats
+from monitor.engine.columns import Chunk, ConditionColumns
 from monitor.engine.stale import stale_batch, stale_condition
 from monitor.engine.state import Admitted, Counters, ReplayResult, SensorState, SensorStatus
 from monitor.model import Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, WallClock, iso
@@ -54,9 +54,6 @@ def event_order(sensors: Mapping[str, int]) -> Callable[[Condition], tuple[float
         )
 
     return key
-
-
-_TIME = attrgetter("time")
 
 
 def _time_major(sensor: npt.NDArray[np.integer], steps: int, n_states: int) -> bool:
@@ -284,7 +281,7 @@ class Engine:
         q_out = q_in.copy()
         accepted = np.zeros(n, dtype=bool)
         if n == 0:
-            return ReplayResult(q_out, accepted, [])
+            return ReplayResult(q_out, accepted, ConditionColumns([]))
         n_states = len(self._states)
         steps = n // n_states if n_states else 0
         major = bool(steps) and steps * n_states == n and _time_major(sensor, steps, n_states)
@@ -338,7 +335,10 @@ class Engine:
                 self._unknown(f"index {int(sensor[unknown[0]])}", float(time[unknown[0]]), int(unknown.size))
             s_time, s_value = time[order], value[order]
             s_q = None if quality is None else q_in[order]
-        out: list[Condition] = []
+        # Each rule's transitions of each sensor, in event order (stale, bad value, limits,
+        # slug; each rule's in time order), sensors in index order: a stable sort by time
+        # merges them. A limit's stay arrays (`LimitRun`): no object each.
+        out: list[Chunk] = []
         self._parts = [None] * n_states
         for st in self._states:
             i = st.index
@@ -356,22 +356,22 @@ class Engine:
                 gt, gv, diag = self._admit(st, sel, ts, s_value[a:b], qs, q_out, accepted)
             if not st.judged:
                 continue
-            # Each sensor's conditions in event order (stale, bad value, limits, slug; each
-            # rule's in time order), sensors in index order: a stable sort by time is enough.
-            out.extend(stale_batch(st, ticks, gt, gv, known_step, self.last_tick))
+            out.append(stale_batch(st, ticks, gt, gv, known_step, self.last_tick))
             if diag is not None:
-                out.extend(bad_value_batch(st, *diag))
+                out.append(bad_value_batch(st, *diag))
             elif gt.size and (st.bad_active or not math.isnan(st.bad_since)):
-                out.extend(bad_value_batch(st, gt[:1], gv[:1], np.zeros(1, bool), np.ones(1, bool)))
+                out.append(bad_value_batch(st, gt[:1], gv[:1], np.zeros(1, bool), np.ones(1, bool)))
             for lim in st.limits:
-                out.extend(lim.batch(gt, gv))
+                run = lim.batch_run(gt, gv)
+                if run is not None:
+                    out.append(run)
             if not settled[i]:
-                out.extend(slug_replay.batch(st.slug, self.baselines, st.row, gt, gv))
+                out.append(slug_replay.batch(st.slug, self.baselines, st.row, gt, gv))
         if ticks.size:
             self.last_tick = float(ticks[-1])
-        out.sort(key=_TIME)
-        self.counters.conditions += len(out)
-        return ReplayResult(q_out, accepted, out, self._parts)
+        columns = ConditionColumns(out)
+        self.counters.conditions += len(columns)
+        return ReplayResult(q_out, accepted, columns, self._parts)
 
     def _admit_whole(
         self,

@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.engine.baseline import Floats
+from monitor.engine.columns import ConditionColumns
 from monitor.engine.engine import Engine
 from monitor.engine.state import Admitted
 from monitor.model import Condition
@@ -24,15 +25,20 @@ DEFAULT_BATCH = 1_000_000
 @dataclass(frozen=True, slots=True)
 class ReplayStep:
     """One batch: the samples (quality after validation, `accepted` False for the
-    out-of-order and unknown ones) and the conditions they raised, in time order."""
+    out-of-order and unknown ones) and the conditions they raised, in time order (as
+    columns; `conditions` builds the objects the first time it is asked)."""
 
     sensor: npt.NDArray[np.integer]
     time: Floats
     value: Floats
     quality: npt.NDArray[np.int8]
     accepted: npt.NDArray[np.bool_]
-    conditions: list[Condition]
+    columns: ConditionColumns
     by_sensor: list[Admitted | None] | None = None  # ReplayResult.by_sensor
+
+    @property
+    def conditions(self) -> list[Condition]:
+        return self.columns.conditions()
 
 
 def replay_steps(
@@ -86,7 +92,7 @@ def _steps(
             value[start:end],
             result.quality,
             result.accepted,
-            result.conditions,
+            result.columns,
             result.by_sensor,
         )
         start = end

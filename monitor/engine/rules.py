@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.config import LimitRule
+from monitor.engine.columns import LimitRun, limit_conditions
 from monitor.model import Condition, ConditionState, Rule, new_condition
 from monitor.units import conversion
 
@@ -176,20 +177,11 @@ class LimitState:
     def _conditions(self, times: list[float], values: list[float], states: list[bool]) -> list[Condition]:
         """`condition` for each transition of a batch, its texts built once (a chattering
         limit makes tens of thousands): the same messages, byte for byte."""
-        limit = amount(self.limit, self.unit)
-        side = "above the high" if self.high else "below the low"
-        unit = f" {self.unit}" if self.unit else ""
-        on_text = f" {side} limit {limit}"
-        off_text = f" back within the {self.rule} limit {limit}"
-        sensor, rule, lim, citation = self.sensor, self.rule, self.limit, self.citation
-        active, cleared = ConditionState.ACTIVE, ConditionState.CLEARED
-        return [
-            new_condition(
-                t, sensor, rule, active if on else cleared, x, lim, citation,
-                f"{x:.4g}{unit}{on_text if on else off_text}",
-            )
-            for t, x, on in zip(times, values, states, strict=True)
-        ]  # fmt: skip
+        return limit_conditions(self._run(np.empty(0), np.empty(0), np.empty(0, bool)), times, values, states)
+
+    def _run(self, times: Floats, values: Floats, on: Bools) -> LimitRun:
+        rule, unit = self.rule, self.unit
+        return LimitRun(self.sensor, rule, self.limit, self.citation, unit, self.high, times, values, on)
 
     def step(self, t: float, raw: float) -> Condition | None:
         """Judge one good sample (in the sensor's unit)."""
@@ -217,8 +209,14 @@ class LimitState:
 
     def batch(self, times: Floats, raw: Floats) -> list[Condition]:
         """Judge a batch of good samples; same result as `step` over each."""
+        run = self.batch_run(times, raw)
+        return [] if run is None else run.conditions()
+
+    def batch_run(self, times: Floats, raw: Floats) -> LimitRun | None:
+        """`batch`, its transitions as arrays (None: none); the replay builds no object
+        for them unless asked (monitor/engine/columns.py)."""
         if not times.size:
-            return []
+            return None
         v = raw * self.scale + self.offset
         if self.high:
             beyond, inside = v > self.limit, v < self.clear_at
@@ -229,7 +227,7 @@ class LimitState:
             # (most batches); only the timers of the runs open at the end are kept.
             self.a_start = _last_run_start(times, beyond, self.a_start)
             self.b_start = _last_run_start(times, inside, self.b_start)
-            return []
+            return None
         # Without a delay a sample beyond (back inside) switches at once: `t - start >= 0`
         # holds for every finite time, so the runs' starts are needed only at the end.
         finite = float(times[-1]) < math.inf  # the times rise: all finite then
@@ -238,11 +236,10 @@ class LimitState:
             if not reached:  # nothing switches on, and an inactive side has nothing to clear
                 self.a_start = a_last
                 self.b_start = _last_run_start(times, inside, self.b_start)
-                return []
+                return None
         on, a_last = _switches(times, beyond, self.a_start, self.on_delay, finite)
         off, b_last = _switches(times, inside, self.b_start, self.off_delay, finite)
         at, self.active = transitions(on, off, self.active)
-        out = self._conditions(times[at].tolist(), v[at].tolist(), on[at].tolist())
         self.a_start = a_last
         self.b_start = b_last
-        return out
+        return self._run(times[at], v[at], on[at]) if at.size else None

@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.config import SensorRules
+from monitor.engine.columns import ConditionColumns
 from monitor.engine.rules import NAN, LimitState
 from monitor.engine.slug import SlugState
 from monitor.model import Condition, Kind, Quality, Rule
@@ -66,11 +67,15 @@ class ReplayResult:
 
     quality: npt.NDArray[np.int8]
     accepted: npt.NDArray[np.bool_]
-    conditions: list[Condition]
+    columns: ConditionColumns  # `conditions` as objects, built when asked
     # Per sensor index: the accepted samples (batch indices, times, values) in time order,
     # None for a sensor with none; the split the engine made anyway, for the incident
     # tracker (so it does not sort the batch by sensor again).
     by_sensor: list[Admitted | None] | None = None
+
+    @property
+    def conditions(self) -> list[Condition]:
+        return self.columns.conditions()
 
 
 Admitted = tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.float64]]

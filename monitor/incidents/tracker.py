@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.config import Config
+from monitor.engine.columns import ConditionColumns
 from monitor.incidents.buffer import Recent
 from monitor.incidents.due import statement_due
 from monitor.incidents.figures import (
@@ -44,15 +45,12 @@ from monitor.incidents.figures import (
 from monitor.incidents.freezer import Freezer, Freezing
 from monitor.incidents.model import Figures, Incident, incident_id
 from monitor.incidents.store import Columns, IncidentStore, csv_lines
-from monitor.model import Condition, ConditionState, Kind, Rule, Sample, iso
+from monitor.incidents.transitions import INCIDENT_RULES, Transitions, transitions
+from monitor.model import Condition, Kind, Rule, Sample, iso
 from monitor.units import conversion
 
 log = logging.getLogger(__name__)
 
-INCIDENT_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW})
-# An enum member looked up on its class costs 60 ns in Python 3.11 (9 ns as a global):
-# `apply` tests it twice for each of 53,409 transitions in a 10 M-row replay.
-_ACTIVE = ConditionState.ACTIVE
 REFRESH = 300.0  # event seconds between figure updates of an open incident
 BASELINE_WINDOW = 86400.0  # a limit incident's baseline: the mean of the 24 h before the start
 Part = tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.float64]]  # indices, t, v
@@ -412,20 +410,25 @@ class IncidentTracker:
         for sensor, recent in self.recent.items():
             recent.trim(min(self.latest - recent.keep, pins.get(sensor, math.inf)))
 
-    def apply(self, conditions: Sequence[Condition]) -> None:
-        """One batch's transitions, in order. A chattering alarm re-activates and clears
-        thousands of times in a replay step: the ends of all its clears are found in one
-        pass (`run_ends`), and an incident's end, clear time and activations are kept in a
-        draft while the batch lasts and put into its record once, at the end."""
+    def apply(self, conditions: Sequence[Condition] | ConditionColumns) -> None:
+        """One batch's conditions, in order (`apply_transitions` of those it watches)."""
+        self.apply_transitions(transitions(conditions, self.watch))
+
+    def apply_transitions(self, mine: Transitions) -> None:
+        """One batch's transitions of incident rules on watched sensors, in order (the
+        replay worker's columns, no `Condition` each). A chattering alarm re-activates and
+        clears thousands of times in a replay step: the ends of all its clears are found in
+        one pass (`run_ends`), and an incident's end, clear time and activations are kept in
+        a draft while the batch lasts and put into its record once, at the end."""
         # Whether an operator closed an incident, asked once a batch (a query each otherwise).
         self._closed = {}
-        mine = [c for c in conditions if c.rule in INCIDENT_RULES and c.sensor in self.watch]
-        if not mine:
+        if not mine.time:
             return
         self._clears = {}
-        for cond in mine:
-            if cond.state is not _ACTIVE:
-                self._clears.setdefault((cond.sensor, str(cond.rule)), []).append(cond.time)
+        names = {r: str(r) for r in INCIDENT_RULES}
+        for sensor, rule, t, on in zip(mine.sensor, mine.rule, mine.time, mine.active, strict=True):
+            if not on:
+                self._clears.setdefault((sensor, names[rule]), []).append(t)
         self._ends = {}
         self._newest = {}
         self._drafts = {}
@@ -440,40 +443,42 @@ class IncidentTracker:
             self._drafts = {}
             self._ends = {}
 
-    def _transitions(self, mine: list[Condition]) -> None:
+    def _transitions(self, mine: Transitions) -> None:
         """`_activate` or `_clear` for each transition, in order, with their two commonest
         cases inline (a chattering alarm's re-activation within the merge window and its
         clear): the draft of each sensor and rule is looked up once, not a few calls deep
         for each of thousands of transitions. The drafts are looked up again after an
         `_activate` that went further (it may have opened an incident). Whether DEBUG is on
         is asked once, and a closed case looked up in place (26,000 calls each in a 10 M-row
-        replay)."""
+        replay). The columns are read in place: a `Condition` is built only for `_activate`
+        and `_clear`."""
         merge = self.settings.merge_window
         drafts: dict[tuple[str, Rule], _Draft] = {}
         dirty = self._dirty
         closed = self._closed
         recorded = self._recorded
         debug = log.isEnabledFor(logging.DEBUG)
-        for cond in mine:
-            key = (cond.sensor, cond.rule)
+        rows = zip(mine.time, mine.sensor, mine.rule, mine.active, strict=True)
+        for i, (time, sensor, rule, active) in enumerate(rows):
+            key = (sensor, rule)
             spans = recorded.get(key)
-            if spans is not None and cond.time <= spans.latest:
+            if spans is not None and time <= spans.latest:
                 # within an incident on record already: the same history again, judged before
-                held = spans.holding(cond.time)
+                held = spans.holding(time)
                 if held is not None:
                     self._met_again(held)
                     continue
             d = drafts.get(key)
             if d is None:
-                d = self._draft_of(cond)  # as `_activate` and `_clear` begin
+                d = self._draft_of(sensor, rule)  # as `_activate` and `_clear` begin
                 if d is not None:
                     drafts[key] = d
-            if cond.state is _ACTIVE:
+            if active:
                 if d is not None:
                     if d.end is None:
                         continue  # already open (a restart replayed the ACTIVE)
                     iid = d.inc.id
-                    within = cond.time - d.end <= merge
+                    within = time - d.end <= merge
                     shut = closed.get(iid) if within else None
                     if within and shut is None:
                         shut = self._is_closed(iid)
@@ -486,18 +491,18 @@ class IncidentTracker:
                             log.debug(
                                 "incident %s extended: %s active again within the merge window",
                                 iid,
-                                cond.sensor,
+                                sensor,
                             )
                         continue
-                self._activate(cond)
+                self._activate(mine.condition(i))
                 drafts.clear()
             elif d is not None and d.end is None:
                 ends = self._ends.get(d.inc.id)
                 if ends is None:
-                    self._clear(cond)  # finds the ends of the batch's clears
+                    self._clear(mine.condition(i))  # finds the ends of the batch's clears
                     continue
-                d.end = max(ends[cond.time], d.inc.start)
-                d.clear_time = cond.time
+                d.end = max(ends[time], d.inc.start)
+                d.clear_time = time
                 d.changed = True
                 dirty.add(d.inc.id)
 
@@ -519,7 +524,7 @@ class IncidentTracker:
 
     def _activate(self, cond: Condition) -> None:
         w = self.watch[cond.sensor]
-        last = self._draft_of(cond)
+        last = self._draft_of(cond.sensor, cond.rule)
         if last is not None and last.end is None:
             return  # already open (a restart replayed the ACTIVE)
         if (
@@ -616,7 +621,7 @@ class IncidentTracker:
             )
 
     def _clear(self, cond: Condition) -> None:
-        d = self._draft_of(cond)
+        d = self._draft_of(cond.sensor, cond.rule)
         if d is None or d.end is not None:
             return
         inc = d.inc
@@ -633,18 +638,18 @@ class IncidentTracker:
         d.changed = True
         self._touch(inc.id)
 
-    def _latest_of(self, cond: Condition) -> Incident | None:
-        """The newest incident still taking evidence for the condition's sensor and rule
-        (found once a batch; `_activate` keeps it up to date as it opens incidents)."""
-        key = (cond.sensor, str(cond.rule))
+    def _latest_of(self, sensor: str, rule: Rule) -> Incident | None:
+        """The newest incident still taking evidence for the sensor and rule (found once a
+        batch; `_activate` keeps it up to date as it opens incidents)."""
+        key = (sensor, str(rule))
         if key in self._newest:
             return self._newest[key]
-        found = [i for i in self.live.values() if i.sensor == cond.sensor and i.rule == cond.rule]
+        found = [i for i in self.live.values() if i.sensor == sensor and i.rule == rule]
         newest = self._newest[key] = max(found, key=lambda i: i.start) if found else None
         return newest
 
-    def _draft_of(self, cond: Condition) -> _Draft | None:
-        inc = self._latest_of(cond)
+    def _draft_of(self, sensor: str, rule: Rule) -> _Draft | None:
+        inc = self._latest_of(sensor, rule)
         if inc is None:
             return None
         d = self._drafts.get(inc.id)

@@ -25,7 +25,6 @@ as one too, and the replay goes on without incidents, as it does after a failure
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import functools
 import gc
@@ -49,12 +48,14 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.config import Config
+from monitor.engine.columns import ConditionColumns
 from monitor.errors import MonitorError
 from monitor.incidents.freezer import FreezerProcess
 from monitor.incidents.model import Incident
 from monitor.incidents.store import FILE
 from monitor.incidents.tracker import IncidentTracker, Part, Series_, figures_of, kept_sensors, watches
-from monitor.model import Condition, new_condition
+from monitor.incidents.transitions import Transitions, transitions
+from monitor.model import Condition
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -72,14 +73,13 @@ AHEAD = 4  # replay steps the child takes in ahead of its tracker (a step: ~17 M
 RING = 64 << 20
 PIPE = 1 << 20  # the step pipe's capacity (Linux's default /proc/sys/fs/pipe-max-size)
 
-# Down the step pipe: ("step", [(name, samples)], conditions as columns, columns | None,
-# offset | None): the series' raw bytes are in the ring at that offset, or (None) follow
-# on the pipe (`_payload`); ("final",).
+# Down the step pipe: ("step", [(name, samples)], Transitions, columns | None, offset | None):
+# the series' raw bytes are in the ring at that offset, or (None) follow on the pipe
+# (`_payload`); ("final",).
 # Back on the result pipe: ("ready",), ("log", record), ("changed", [Incident]),
 # ("free",) (the oldest step in the ring is taken in: its space may be reused),
 # ("error", text), ("crash", traceback text), ("done",).
 Message = tuple[Any, ...]
-_CONDITION_FIELDS = tuple(f.name for f in dataclasses.fields(Condition))  # its __init__'s order
 
 
 class ReplayTracker(Protocol):
@@ -103,7 +103,7 @@ class ReplayTracker(Protocol):
         accepted: npt.NDArray[np.bool_],
     ) -> None: ...
 
-    def apply(self, conditions: Sequence[Condition]) -> None: ...
+    def apply(self, conditions: Sequence[Condition] | ConditionColumns) -> None: ...
 
     def advance(self, final: bool = False) -> list[Incident]: ...
 
@@ -117,7 +117,7 @@ def hand_over(tracker: ReplayTracker, names: tuple[str, ...], step: ReplayStep) 
         tracker.add_admitted(names, step.by_sensor, step.quality)
     else:
         tracker.add_columns(names, step.sensor, step.time, step.value, step.quality, step.accepted)
-    tracker.apply(step.conditions)
+    tracker.apply(step.columns)
 
 
 class WorkerUnavailableError(MonitorError):
@@ -139,7 +139,9 @@ class IncidentWorker:
 
     def __init__(self, config: Config) -> None:
         self.path = Path(config.state_dir) / FILE
-        self._kept = kept_sensors(config)
+        watch = watches(config)
+        self._kept = kept_sensors(config, watch)
+        self._watched = frozenset(watch)  # the sensors whose transitions the tracker applies
         # fork: the child starts at once with the config already in memory, and the replay
         # has not opened its input yet (no reader threads to copy mid-work).
         ctx = multiprocessing.get_context("fork")
@@ -201,7 +203,7 @@ class IncidentWorker:
         results_out.close()
         self._admitted: list[tuple[tuple[str, ...], Sequence[Part | None], npt.NDArray[np.integer]]] = []
         self._columns: Message | None = None
-        self._conditions: list[Condition] = []
+        self._conditions: list[Transitions] = []
         self._changed: list[Incident] = []
         self._done = False
         try:
@@ -228,8 +230,8 @@ class IncidentWorker:
     ) -> None:
         self._columns = (names, sensor, time, value, quality, accepted)
 
-    def apply(self, conditions: Sequence[Condition]) -> None:
-        self._conditions.extend(conditions)
+    def apply(self, conditions: Sequence[Condition] | ConditionColumns) -> None:
+        self._conditions.append(transitions(conditions, self._watched))
 
     def advance(self, final: bool = False) -> list[Incident]:
         """Hand the step over; returns what the child has changed since the last call
@@ -240,7 +242,7 @@ class IncidentWorker:
         self._admitted, self._conditions, self._columns = [], [], None
         self._drain()  # a failure reported meanwhile stops here, before the send
         try:
-            if step[1] or step[2] or step[3] is not None:
+            if step[1] or any(t.time for t in step[2]) or step[3] is not None:
                 self._post(step)
             if final:
                 self._post(("final",))
@@ -292,7 +294,8 @@ class IncidentWorker:
         at = self._reserve(total) if total else None
         if at is not None:  # filled before the child hears of it
             _fill(self._bytes[at : at + total], parts)
-        self._send.send(("step", sizes, _condition_columns(conditions), columns, at))
+        mine = conditions[0] if len(conditions) == 1 else Transitions.join(conditions)
+        self._send.send(("step", sizes, mine, columns, at))
         if at is not None:
             return
         fd = self._send.fileno()
@@ -409,13 +412,6 @@ def _fill(buf: npt.NDArray[np.uint8], parts: Sequence[tuple[str, Part, npt.NDArr
         at, q_at = at + 2 * n, q_at + n
 
 
-def _condition_columns(conditions: Sequence[Condition]) -> tuple[list[Any], ...]:
-    """A step's conditions as one list a field (in `Condition`'s order), which pickle in
-    C: each pickled on its own went through `Condition.__reduce__`, 0.17 s of the
-    replay's CPU for the 53,409 transitions of a 10 M-row replay."""
-    return tuple([getattr(c, name) for c in conditions] for name in _CONDITION_FIELDS)
-
-
 def _payload(series: Sequence[Series_]) -> list[memoryview]:
     """A step's samples as raw bytes, not pickled (pickling copied 170 MB of a 10 M-row
     replay three times over): every time and value column (float64, so each stays
@@ -471,7 +467,6 @@ def _read_ahead(inbox: Connection, ahead: queue.Queue[Message | None], ring: mma
                     series = _read_series(inbox.fileno(), sizes)
                 else:
                     series = _series(shared[at : at + 17 * sum(n for _, n in sizes)], sizes)
-                conditions = [new_condition(*c) for c in zip(*conditions, strict=True)]
                 message = (kind, series, conditions, columns, at is not None)
         except (EOFError, OSError):
             ahead.put(None)
@@ -563,7 +558,7 @@ def _serve(
                     tracker.add_series(series)  # copied into its buffers (`Recent.extend`)
                 if in_ring:  # nothing reads those bytes any more: the replay may reuse them
                     back.put(("free",))
-                tracker.apply(conditions)
+                tracker.apply_transitions(conditions)
                 changed = tracker.advance()
                 if changed:
                     back.put(("changed", changed))

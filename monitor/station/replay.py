@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from monitor.config import Config
 from monitor.engine import Engine, ReplayStep, replay_steps
+from monitor.engine.columns import ConditionColumns
 from monitor.station.derive import Derivation, derive_arrays
 from monitor.station.tracker import StationTracker, track_arrays
 
@@ -86,7 +87,7 @@ def judge_steps(
         )
         if extra:
             merged = sorted([*step.conditions, *extra], key=engine.sort_key)
-            yield replace(step, conditions=merged)
+            yield replace(step, columns=ConditionColumns.of(merged))
         else:
             yield step
 
