@@ -3,6 +3,7 @@
 `monitor billing export` read back as CSV or XLSX.
 
 - An account billed the minimum pays the minimum to the cent, however many meters it has.
+  `minimum_applied` marks the one row the top-up is on, not every row of the account.
 - A correction or a void changes the quarter whose first delta starts from the amended
   reading, so that quarter is marked too, not only the one the amendment falls in.
 - Without `max_rate`, a transmitter glitch of 0 just below the top of the register looks like
@@ -23,6 +24,7 @@ import sqlite3
 import subprocess
 from collections.abc import Sequence
 from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,8 @@ import pytest
 import yaml
 from openpyxl import load_workbook
 
+from monitor.config import build_config
+from monitor.meters.billing import Usage, build_rows, quarter
 from monitor.meters.ledger import to_ms
 from monitor.model import parse_time
 from tests import cli
@@ -79,7 +83,7 @@ def test_an_account_on_the_minimum_pays_the_minimum_to_the_cent_across_its_meter
     ingest(config, [(start, "m1", 0), (start, "m2", 0), (end, "m1", 10_000), (end, "m2", 5_005)])
     rows = export(config, "2026Q3")
     assert [r["meter"] for r in rows] == ["m1", "m2"]
-    assert all(r["minimum_applied"] == "true" for r in rows)
+    assert [r["minimum_applied"] for r in rows] == ["true", "false"]  # m1 carries the top-up
 
     def total(column: str) -> Decimal:
         return sum((Decimal(r[column]) for r in rows), Decimal(0))
@@ -89,6 +93,42 @@ def test_an_account_on_the_minimum_pays_the_minimum_to_the_cent_across_its_meter
     assert total("due_after_60_days") == Decimal("28.05")  # 25.50 x 1.10
     # Largest remainder: each row within a cent of its exact share ($19.995, $5.005: a tie, the first wins).
     assert [r["charge"] for r in rows] == ["20.00", "5.00"]
+
+
+def test_minimum_applied_marks_the_row_the_top_up_is_on_not_every_row_of_the_account() -> None:
+    """`minimum_applied` is true exactly where the minimum changed the amount: the row that
+    carries the account's top-up (its first), so counting the rows that say true counts the
+    accounts on the minimum, and a meter billed on its own consumption never says true."""
+    accounts = {"even": ["m4"], "high": ["m3"], "idle": [], "low": ["m1", "m2"], "zero-first": ["m5", "m6"]}
+    raw = {
+        "station": {"id": "ps-1"},
+        "sensors": [
+            {"id": m, "kind": "meter", "unit": "ft3", "register_digits": 8, "account": a}
+            for a, meters in accounts.items()
+            for m in meters
+        ],
+        "billing": {
+            "rate_per_kcf": "1",
+            "minimum_charge": "25.00",
+            "accounts": [{"id": a, "class": "commercial"} for a in accounts],
+        },
+    }
+    used = {"m1": 10_000, "m2": 5_005, "m3": 30_000, "m4": 25_000, "m5": 0, "m6": 10_000}
+    owner = {m: a for a, meters in accounts.items() for m in meters}
+    usages = {
+        m: Usage(owner[m], m, "ft3", Decimal(0), Decimal(ft3), Fraction(ft3), frozenset())
+        for m, ft3 in used.items()
+    }
+    rows = build_rows(build_config(raw), usages, quarter("2026Q3"))
+    assert [(r["account"], r["meter"], r["charge"], r["minimum_applied"]) for r in rows] == [
+        ("even", "m4", "25.00", "false"),  # $25.00 metered: the minimum changed nothing
+        ("high", "m3", "30.00", "false"),
+        ("idle", "", "25.00", "true"),  # no meter: the whole charge is the minimum
+        ("low", "m1", "20.00", "true"),  # $10.00 + the $9.995 top-up, rounded with the account
+        ("low", "m2", "5.00", "false"),  # its own $5.005: the account's rounding, not the minimum
+        ("zero-first", "m5", "15.00", "true"),  # the top-up goes on the first row, used or not
+        ("zero-first", "m6", "10.00", "false"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -124,7 +164,7 @@ def test_an_accounts_rows_add_up_to_its_bill_and_none_goes_below_zero(
             column,
             cents,
         )
-    assert {r["minimum_applied"] for r in rows} == {"true" if minimum else "false"}
+    assert [r["minimum_applied"] for r in rows] == ["true" if minimum else "false"] + ["false"] * 6
 
 
 def test_a_correction_marks_the_next_quarter_whose_first_delta_it_changes(tmp_path: Path) -> None:
