@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import time
 import zipfile
-from datetime import date, datetime, timedelta, timezone, tzinfo
+from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from decimal import Decimal
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,6 +26,7 @@ from monitor.errors import ConfigError, MeterError
 from monitor.meters.billing import columns, export_rows, quarter
 from monitor.meters.book import MeterBook
 from monitor.meters.periods import presentation
+from monitor.meters.xlsx import write_xlsx
 from monitor.model import Sample, iso, parse_time
 from tests import cli
 
@@ -273,6 +274,25 @@ def test_the_same_figures_exported_a_day_later_are_the_same_bytes(
     assert book.properties.created == book.properties.modified == datetime(2026, 1, 1, 5)
     with zipfile.ZipFile(io.BytesIO(first[0])) as archive:
         assert {info.date_time for info in archive.infolist()} == {(2026, 1, 1, 5, 0, 0)}
+
+
+@pytest.mark.parametrize(
+    ("as_of", "entries"),
+    [
+        (datetime(2150, 4, 1, tzinfo=UTC), (2107, 12, 31, 23, 59, 58)),  # 2150Q1: the zip's last date
+        (datetime(1975, 4, 1, tzinfo=UTC), (1980, 1, 1, 0, 0, 0)),  # 1975Q1: the zip's first
+    ],
+)
+def test_a_quarter_outside_the_zip_dates_keeps_its_end_in_the_workbook(
+    tmp_path: Path, as_of: datetime, entries: tuple[int, ...]
+) -> None:
+    """A zip entry's date holds 1980 to 2107 only; a quarter past 2107 was a struct.error
+    traceback. The document properties, which hold any year, keep the quarter's end."""
+    path = tmp_path / "q.xlsx"
+    write_xlsx([("Q1", [])], path, as_of)
+    assert load_workbook(path).properties.created == as_of.replace(tzinfo=None)
+    with zipfile.ZipFile(path) as archive:
+        assert {info.date_time for info in archive.infolist()} == {entries}
 
 
 def test_the_documented_billing_config_is_valid() -> None:

@@ -124,7 +124,7 @@ def write_xlsx(sheets: Sequence[tuple[str, list[dict[str, str]]]], path: Path, a
         raise MeterError(f"cannot write {path}: {exc.strerror}") from None
 
 
-ZIP_EPOCH = datetime(1980, 1, 1)  # the earliest time a zip entry can carry
+ZIP_DATES = (datetime(1980, 1, 1), datetime(2107, 12, 31, 23, 59, 58))  # what a zip entry can carry
 ENTRY_ATTRIBUTES = 0o100644 << 16  # a regular file, rw-r--r--, whatever the umask
 UNIX = 3  # zip "made by" system; zipfile's default is 0 on Windows
 
@@ -141,7 +141,7 @@ def _reproducible(book: Workbook, as_of: datetime) -> bytes:
     book.save(saved)
     book.properties.created = book.properties.modified = stamp
     core = tostring(book.properties.to_tree())
-    when = max(stamp, ZIP_EPOCH).timetuple()[:6]
+    when = min(max(stamp, ZIP_DATES[0]), ZIP_DATES[1]).timetuple()[:6]  # 2150Q1 is a valid quarter
     out = io.BytesIO()
     with ZipFile(saved) as src, ZipFile(out, "w", ZIP_DEFLATED) as dst:
         for entry in src.infolist():
