@@ -4,11 +4,16 @@ prong, and the XLSX workbook read back with openpyxl and compared with the CSV."
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import shutil
 import subprocess
-from datetime import date, datetime
+import time
+import zipfile
+from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -21,6 +26,7 @@ from monitor.errors import ConfigError, MeterError
 from monitor.meters.billing import columns, export_rows, quarter
 from monitor.meters.book import MeterBook
 from monitor.meters.periods import presentation
+from monitor.meters.xlsx import write_xlsx
 from monitor.model import Sample, iso, parse_time
 from tests import cli
 
@@ -222,6 +228,71 @@ def test_xlsx_needs_a_file(new_york: Path) -> None:
     got = monitor_cli("billing", "export", "--config", str(new_york), "--quarter", "2025Q4", "--quarter",
                       "2025Q3", "--presented", "2026-01-10", "--out", "-")  # fmt: skip
     assert got.returncode == 1 and "give one --quarter" in got.stderr
+
+
+def test_the_same_figures_exported_a_day_later_are_the_same_bytes(
+    new_york: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clerk files the export with its SHA-256: the same ledger and quarters must give the
+    same file whenever they are exported. openpyxl (`datetime.now`) and zipfile
+    (`time.localtime`) read the clock themselves, and a real clock cannot be moved without
+    sleeping, so the second export runs with the clock those two read a day and 7 s ahead
+    (a stand-in for that reason alone). It stamped both into the workbook before."""
+    quarters = ("--quarter", "2025Q3", "--quarter", "2025Q4")
+
+    def export_both(tag: str) -> tuple[bytes, bytes]:
+        out = []
+        for fmt in ("xlsx", "csv"):
+            path = tmp_path / f"{tag}.{fmt}"
+            got = monitor_cli("billing", "export", "--config", str(new_york), *quarters, "--out", str(path),
+                              "--format", fmt)  # fmt: skip
+            assert got.returncode == 0, got.stderr
+            out.append(path.read_bytes())
+        return out[0], out[1]
+
+    first = export_both("now")
+    later = timedelta(days=1, seconds=7)
+
+    class Later(datetime):
+        @classmethod
+        def now(cls, tz: tzinfo | None = None) -> Later:
+            real = datetime.now(tz) + later
+            return cls.fromtimestamp(real.timestamp(), tz)
+
+    def localtime(secs: float | None = None) -> time.struct_time:
+        return time.localtime((time.time() if secs is None else secs) + later.total_seconds())
+
+    with monkeypatch.context() as m:
+        for module in ("openpyxl.writer.excel", "openpyxl.packaging.core"):
+            m.setattr(f"{module}.datetime", SimpleNamespace(datetime=Later, timezone=timezone))
+        m.setattr(zipfile, "time", SimpleNamespace(time=time.time, localtime=localtime))
+        second = export_both("later")
+    assert hashlib.sha256(second[0]).hexdigest() == hashlib.sha256(first[0]).hexdigest()
+    assert second[1] == first[1]  # the CSV never read the clock
+    # The "as of" is the end of the latest quarter: 2025Q4 ends at midnight New York time.
+    book = load_workbook(io.BytesIO(first[0]))
+    assert book.properties.created == book.properties.modified == datetime(2026, 1, 1, 5)
+    with zipfile.ZipFile(io.BytesIO(first[0])) as archive:
+        assert {info.date_time for info in archive.infolist()} == {(2026, 1, 1, 5, 0, 0)}
+
+
+@pytest.mark.parametrize(
+    ("as_of", "entries"),
+    [
+        (datetime(2150, 4, 1, tzinfo=UTC), (2107, 12, 31, 23, 59, 58)),  # 2150Q1: the zip's last date
+        (datetime(1975, 4, 1, tzinfo=UTC), (1980, 1, 1, 0, 0, 0)),  # 1975Q1: the zip's first
+    ],
+)
+def test_a_quarter_outside_the_zip_dates_keeps_its_end_in_the_workbook(
+    tmp_path: Path, as_of: datetime, entries: tuple[int, ...]
+) -> None:
+    """A zip entry's date holds 1980 to 2107 only; a quarter past 2107 was a struct.error
+    traceback. The document properties, which hold any year, keep the quarter's end."""
+    path = tmp_path / "q.xlsx"
+    write_xlsx([("Q1", [])], path, as_of)
+    assert load_workbook(path).properties.created == as_of.replace(tzinfo=None)
+    with zipfile.ZipFile(path) as archive:
+        assert {info.date_time for info in archive.infolist()} == {entries}
 
 
 def test_the_documented_billing_config_is_valid() -> None:

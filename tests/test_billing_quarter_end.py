@@ -3,6 +3,7 @@
 `monitor billing export` read back as CSV or XLSX.
 
 - An account billed the minimum pays the minimum to the cent, however many meters it has.
+  `minimum_applied` marks the one row the top-up is on, not every row of the account.
 - A correction or a void changes the quarter whose first delta starts from the amended
   reading, so that quarter is marked too, not only the one the amendment falls in.
 - Without `max_rate`, a transmitter glitch of 0 just below the top of the register looks like
@@ -23,6 +24,7 @@ import sqlite3
 import subprocess
 from collections.abc import Sequence
 from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,8 @@ import pytest
 import yaml
 from openpyxl import load_workbook
 
+from monitor.config import build_config
+from monitor.meters.billing import Usage, build_rows, quarter
 from monitor.meters.ledger import to_ms
 from monitor.model import parse_time
 from tests import cli
@@ -79,7 +83,7 @@ def test_an_account_on_the_minimum_pays_the_minimum_to_the_cent_across_its_meter
     ingest(config, [(start, "m1", 0), (start, "m2", 0), (end, "m1", 10_000), (end, "m2", 5_005)])
     rows = export(config, "2026Q3")
     assert [r["meter"] for r in rows] == ["m1", "m2"]
-    assert all(r["minimum_applied"] == "true" for r in rows)
+    assert [r["minimum_applied"] for r in rows] == ["true", "false"]  # m1 carries the top-up
 
     def total(column: str) -> Decimal:
         return sum((Decimal(r[column]) for r in rows), Decimal(0))
@@ -89,6 +93,42 @@ def test_an_account_on_the_minimum_pays_the_minimum_to_the_cent_across_its_meter
     assert total("due_after_60_days") == Decimal("28.05")  # 25.50 x 1.10
     # Largest remainder: each row within a cent of its exact share ($19.995, $5.005: a tie, the first wins).
     assert [r["charge"] for r in rows] == ["20.00", "5.00"]
+
+
+def test_minimum_applied_marks_the_row_the_top_up_is_on_not_every_row_of_the_account() -> None:
+    """`minimum_applied` is true exactly where the minimum changed the amount: the row that
+    carries the account's top-up (its first), so counting the rows that say true counts the
+    accounts on the minimum, and a meter billed on its own consumption never says true."""
+    accounts = {"even": ["m4"], "high": ["m3"], "idle": [], "low": ["m1", "m2"], "zero-first": ["m5", "m6"]}
+    raw = {
+        "station": {"id": "ps-1"},
+        "sensors": [
+            {"id": m, "kind": "meter", "unit": "ft3", "register_digits": 8, "account": a}
+            for a, meters in accounts.items()
+            for m in meters
+        ],
+        "billing": {
+            "rate_per_kcf": "1",
+            "minimum_charge": "25.00",
+            "accounts": [{"id": a, "class": "commercial"} for a in accounts],
+        },
+    }
+    used = {"m1": 10_000, "m2": 5_005, "m3": 30_000, "m4": 25_000, "m5": 0, "m6": 10_000}
+    owner = {m: a for a, meters in accounts.items() for m in meters}
+    usages = {
+        m: Usage(owner[m], m, "ft3", Decimal(0), Decimal(ft3), Fraction(ft3), frozenset())
+        for m, ft3 in used.items()
+    }
+    rows = build_rows(build_config(raw), usages, quarter("2026Q3"))
+    assert [(r["account"], r["meter"], r["charge"], r["minimum_applied"]) for r in rows] == [
+        ("even", "m4", "25.00", "false"),  # $25.00 metered: the minimum changed nothing
+        ("high", "m3", "30.00", "false"),
+        ("idle", "", "25.00", "true"),  # no meter: the whole charge is the minimum
+        ("low", "m1", "20.00", "true"),  # $10.00 + the $9.995 top-up, rounded with the account
+        ("low", "m2", "5.00", "false"),  # its own $5.005: the account's rounding, not the minimum
+        ("zero-first", "m5", "15.00", "true"),  # the top-up goes on the first row, used or not
+        ("zero-first", "m6", "10.00", "false"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -124,7 +164,7 @@ def test_an_accounts_rows_add_up_to_its_bill_and_none_goes_below_zero(
             column,
             cents,
         )
-    assert {r["minimum_applied"] for r in rows} == {"true" if minimum else "false"}
+    assert [r["minimum_applied"] for r in rows] == ["true" if minimum else "false"] + ["false"] * 6
 
 
 def test_a_correction_marks_the_next_quarter_whose_first_delta_it_changes(tmp_path: Path) -> None:
@@ -334,6 +374,24 @@ def test_a_ledger_judged_before_the_jump_bound_is_judged_again_at_the_next_start
     assert (row["consumption_ft3"], row["flags"]) == ("1000.000", "rollover;anomaly")
     again = monitor_cli("meters", "list", "--config", str(config))
     assert "re-judging" not in again.stderr  # once
+
+
+def test_a_changed_multiplier_applies_to_the_meters_whole_history_as_documented(tmp_path: Path) -> None:
+    # A known limit (docs/billing.md, "What the ledger accepts"): a change cannot be recorded
+    # with the time it took effect, so a quarter already billed is billed again with the new
+    # factor, and the export itself (which opens the ledger) re-judges and says so on stderr.
+    config = station(tmp_path, [{"id": "m", "multiplier": 1}], max_reading_gap="100d")
+    ingest(config, [("2026-04-01T00:00:00Z", "m", 0), ("2026-06-30T00:00:00Z", "m", 1_000)])
+    (before,) = export(config, "2026Q2")
+    raw = yaml.safe_load(config.read_text(encoding="utf-8"))
+    raw["sensors"][0]["multiplier"] = 10
+    config.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    got = monitor_cli("billing", "export", "--config", str(config), "--quarter", "2026Q2", "--out", "-")
+    assert got.returncode == 0, got.stderr
+    assert "meter m: config changed (ft3|8|1|None|rules 2 -> ft3|8|10|None|rules 2)" in got.stderr
+    (after,) = list(csv.DictReader(io.StringIO(got.stdout)))
+    assert (before["consumption_ft3"], before["last_read"]) == ("1000.000", "1000")
+    assert (after["consumption_ft3"], after["last_read"], after["flags"]) == ("10000.000", "10000", "")
 
 
 def test_a_meter_with_no_readings_is_told_apart_from_a_sparse_one_and_a_zero(tmp_path: Path) -> None:

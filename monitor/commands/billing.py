@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -156,7 +157,8 @@ def _write(args: argparse.Namespace, sheets: Sheets, source: str) -> int:
     if args.format == "xlsx":
         from monitor.meters.xlsx import write_xlsx
 
-        write_xlsx(sheets.sheets, Path(args.out))
+        as_of = datetime.fromtimestamp(max(sheets.ends), UTC)  # not the clock: same figures, same bytes
+        write_xlsx(sheets.sheets, Path(args.out), as_of)
     else:
         write_export(rows, Path(args.out), args.format)
     for note in sheets.notes:

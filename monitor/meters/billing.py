@@ -248,7 +248,9 @@ def build_rows(
                 "consumption_gal": _fmt(gal, 2),
                 "average_gpd": _fmt(gal / q.days, 2),
                 "charge": money[i][0],
-                "minimum_applied": "true" if topup > 0 else "false",
+                # Where the minimum changed the amount: the row the top-up is on, not its account's
+                # every row (an account is on the minimum when one of its rows says so).
+                "minimum_applied": "true" if topup > 0 and i == 0 else "false",
                 "due_after_30_days": money[i][1],
                 "due_after_60_days": money[i][2],
                 **dates,
