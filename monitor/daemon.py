@@ -44,7 +44,7 @@ from monitor.incidents.influx import incident_lines
 from monitor.meters.book import MeterBook
 from monitor.model import Alarm, Clock, Condition, Sample, WallClock
 from monitor.pipeline import Pipeline
-from monitor.reconcile import Reconciler
+from monitor.reconcile import Reconciler, device_skew
 from monitor.recovery import recover
 from monitor.sdnotify import notify, watchdog_interval
 from monitor.sinks.pipeline import SampleSink, open_sink
@@ -90,7 +90,7 @@ class Daemon:
         self.clock_watch = ClockWatch.for_clock(self.engine, self.clock, self.alarms.active_conditions())
         self.sink: SampleSink = open_sink(config, self.clock, on_condition=lambda c: self.pipeline.emit([c]))
         self.meters = MeterBook.open(config)
-        reconciler = Reconciler(self.engine, self.alarms, config.rules)
+        reconciler = Reconciler(self.engine, self.alarms, config.rules, device_skew(config))
         self.disk = DiskWatch(config.state_dir, config.store.free_space_floor, self.clock)
         self.station = LiveStation(config, self.alarms.active_conditions())  # pumps, wet well, derived
         self.pipeline = Pipeline(

@@ -28,7 +28,9 @@ for a reading after its activation. (One exception: an activation in the daemon'
 future means the gateway clock stepped back since, while the daemon was down, and every
 new reading is stamped "before" it; the first good one ends the alarm, journaled at the
 activation and counted as an early clear, rather than the alarm standing on good readings
-until the clock comes round again.) Nor does a reading the engine refused (not later than
+until the clock comes round again. "In the future" allows for a device's clock: an MQTT
+payload time may run up to `mqtt.max_skew` ahead of the gateway's, and an activation so
+stamped is no clock step.) Nor does a reading the engine refused (not later than
 the sensor's previous one) end anything: the engine's verdict is still about an earlier
 reading, so the pipeline hands the reconciler only the readings the engine took.
 """
@@ -38,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from monitor.alarms import AlarmManager
+from monitor.config import Config
 from monitor.engine import Engine
 from monitor.engine.clock_step import TOLERANCE
 from monitor.model import Condition, ConditionState, Quality, Rule, Sample
@@ -47,12 +50,26 @@ ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_
 CLOCK_RULES = frozenset({Rule.STALE, Rule.COMM_LOSS})
 
 
+def device_skew(config: Config) -> float:
+    """How far ahead of the gateway clock a reading may be stamped: `mqtt.max_skew` when a
+    subscription takes the time from the payload (a device's clock), else 0 (the gateway
+    stamps every reading)."""
+    mqtt = config.mqtt
+    if mqtt is None or not any(s.time_path is not None for s in mqtt.subscriptions):
+        return 0.0
+    return float(mqtt.max_skew)
+
+
 class Reconciler:
     """Holds the journal's active alarms the engine does not know yet."""
 
-    def __init__(self, engine: Engine, alarms: AlarmManager, sensors: Collection[str]) -> None:
+    def __init__(
+        self, engine: Engine, alarms: AlarmManager, sensors: Collection[str], skew: float = 0.0
+    ) -> None:
+        """`skew`: `device_skew(config)`."""
         self.engine = engine
         self.alarms = alarms
+        self.skew = skew
         self.unconfirmed: set[tuple[str, Rule]] = set()
         for sensor, rule in alarms.active_conditions():
             if rule not in ENGINE_RULES or sensor not in sensors:
@@ -101,13 +118,14 @@ class Reconciler:
 
     def _evidence(self, t: float, activated_at: float | None) -> bool:
         """Whether a reading stamped `t` can end an alarm raised at `activated_at`: one stamped
-        after it. Unless the activation is in the clock's future: the gateway clock stepped
-        back since (engine/clock_step.py), stamps cannot tell what came first, and waiting
-        for the clock to come round again would hold the alarm for the whole step on good
-        readings (the manager journals such a clear at the activation, and counts it)."""
+        after it. Unless the activation is in the clock's future, further than a device's
+        clock may run ahead (`skew`): the gateway clock stepped back since
+        (engine/clock_step.py), stamps cannot tell what came first, and waiting for the
+        clock to come round again would hold the alarm for the whole step on good readings
+        (the manager journals such a clear at the activation, and counts it)."""
         if activated_at is None or t > activated_at:
             return True
-        return activated_at > self.engine.clock.now() + TOLERANCE
+        return activated_at > self.engine.clock.now() + TOLERANCE + self.skew
 
     def _judged_at(self, t: float) -> float:
         """When the daemon judged a reading stamped `t`: the later of `t`, the engine's last

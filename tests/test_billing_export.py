@@ -295,6 +295,35 @@ def test_a_quarter_outside_the_zip_dates_keeps_its_end_in_the_workbook(
         assert {info.date_time for info in archive.infolist()} == {entries}
 
 
+def test_the_workbook_is_the_same_bytes_in_any_time_zone_of_the_exporting_machine(
+    new_york: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clerk's laptop and the gateway need not share a zone: the same ledger and
+    quarters give the same workbook under UTC, New York, Chatham (+13:45 in its summer)
+    and Lord Howe (a 30-minute DST), with 2025Q4 (EDT at its start, EST at its end) and a
+    future quarter without a reading (2027Q1: each account's row flagged). zipfile
+    dates its entries in local time and openpyxl reads the local clock, so an "as of"
+    converted with the process's zone would differ here."""
+    quarters = ("--quarter", "2025Q4", "--quarter", "2027Q1")
+    digests = set()
+    try:
+        for zone in ("UTC", "America/New_York", "Pacific/Chatham", "Australia/Lord_Howe"):
+            monkeypatch.setenv("TZ", zone)
+            time.tzset()
+            path = tmp_path / f"{zone.replace('/', '-')}.xlsx"
+            got = monitor_cli("billing", "export", "--config", str(new_york), *quarters, "--out", str(path),
+                              "--format", "xlsx")  # fmt: skip
+            assert got.returncode == 0, got.stderr
+            digests.add(hashlib.sha256(path.read_bytes()).hexdigest())
+    finally:
+        monkeypatch.undo()
+        time.tzset()  # the process's own zone again, for the tests after this one
+    assert len(digests) == 1
+    book = load_workbook(path)
+    assert book.properties.created == datetime(2027, 4, 1, 4)  # 2027Q1's end, midnight EDT, in UTC
+    assert book.sheetnames == ["2025Q4", "2027Q1"]
+
+
 def test_the_documented_billing_config_is_valid() -> None:
     section = (ROOT / "docs" / "billing.md").read_text(encoding="utf-8")
     block = section.split("```yaml\n", 1)[1].split("```", 1)[0]

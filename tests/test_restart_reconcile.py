@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from monitor.config import Config, build_config
 from monitor.daemon import Daemon
 from monitor.model import ManualClock, Rule, Sample
@@ -15,10 +17,14 @@ from monitor.model import ManualClock, Rule, Sample
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
-def station(state: Path) -> Config:
+def station(state: Path, device_time: bool = False) -> Config:
+    """`device_time`: the pH probe reports over MQTT with its own timestamps."""
+    probe = {"topic": "probe/ph", "sensor": "outfall.ph", "format": "json", "time_path": "t"}
+    mqtt = {"subscriptions": [probe]}
     return build_config(
         {
             "station": {"id": "ps-rec"},
+            **({"mqtt": mqtt} if device_time else {}),
             "state_dir": str(state),
             "sensors": [
                 {"id": "outfall.ph", "kind": "ph", "stale_after": "1h"},
@@ -138,20 +144,24 @@ def test_a_reading_the_engine_refused_as_out_of_order_does_not_end_a_restored_al
         crash(again)
 
 
-def test_after_the_clock_stepped_back_a_restored_alarm_is_ended_by_a_reading_of_now(tmp_path: Path) -> None:
+@pytest.mark.parametrize("device_time", [False, True])
+def test_after_the_clock_stepped_back_a_restored_alarm_is_ended_by_a_reading_of_now(
+    tmp_path: Path, device_time: bool
+) -> None:
     """The bad-value alarm was raised at +60 s; while the daemon was down the gateway clock
     stepped back an hour (an RTC without its battery, then no NTP), so every new reading is
     stamped before the activation. The activation is in the clock's future: stamps cannot
     tell what came first, and holding the alarm until the clock comes round again would
     keep it an hour on good readings. The first good reading ends it, journaled at the
-    activation (a clear never precedes its activation), counted as an early clear."""
+    activation (a clear never precedes its activation), counted as an early clear. The same
+    with the probe on MQTT stamping its own readings: an hour is beyond `mqtt.max_skew`."""
     clock = ManualClock(T0 + 300)
-    first = Daemon(station(tmp_path / "state"), clock)
+    first = Daemon(station(tmp_path / "state", device_time), clock)
     first.pipeline.process([Sample("outfall.ph", T0 + k, 99.0) for k in range(0, 61, 10)])
     crash(first)
 
     clock.set(T0 - 3600)
-    again = Daemon(station(tmp_path / "state"), clock)
+    again = Daemon(station(tmp_path / "state", device_time), clock)
     try:
         again.pipeline.process([Sample("outfall.ph", T0 - 3600, 7.0)])
         assert journal(again, "outfall.ph") == [
@@ -159,5 +169,36 @@ def test_after_the_clock_stepped_back_a_restored_alarm_is_ended_by_a_reading_of_
             ("cleared", "bad_value", 60.0),
         ]
         assert again.alarms.early_clears == 1
+    finally:
+        crash(again)
+
+
+def test_a_device_clock_ahead_of_the_gateway_is_no_clock_step_back(tmp_path: Path) -> None:
+    """An MQTT probe stamps its own readings, its clock 60 s ahead of the gateway's (within
+    `mqtt.max_skew`, 300 s by default, as `ClockWatch.check_restored` allows for): the
+    bad-value alarm was raised at the probe's +60 s when the gateway clock read +0 s. The
+    daemon crashes and is back 5 s later; a good reading from the probe's buffer, stamped
+    -30 s (before the bad run began), arrives first. The activation is in the gateway
+    clock's future only by the probe's skew, not because the clock stepped back: the
+    reading is evidence from before the alarm, so the alarm stays as journaled (it was
+    cleared, journaled at the activation, and counted as an early clear); the first reading
+    after the activation ends it. Samples go in through the pipeline as the MQTT source
+    hands them over (tests/test_mqtt_source.py covers the broker and the payload times)."""
+    clock = ManualClock(T0)
+    first = Daemon(station(tmp_path / "state", device_time=True), clock)
+    first.pipeline.process([Sample("outfall.ph", T0 + k, 99.0) for k in range(0, 61, 10)])
+    assert journal(first, "outfall.ph") == [("activated", "bad_value", 60.0)]
+    crash(first)
+
+    clock.set(T0 + 5)
+    again = Daemon(station(tmp_path / "state", device_time=True), clock)
+    try:
+        again.pipeline.process([Sample("outfall.ph", T0 - 30, 7.0)])
+        assert journal(again, "outfall.ph") == [("activated", "bad_value", 60.0)]
+        assert again.alarms.early_clears == 0
+        clock.set(T0 + 10)
+        again.pipeline.process([Sample("outfall.ph", T0 + 70, 7.0)])
+        cleared = [("activated", "bad_value", 60.0), ("cleared", "bad_value", 70.0)]
+        assert journal(again, "outfall.ph") == cleared
     finally:
         crash(again)
