@@ -293,6 +293,8 @@ class Pipeline:
         conditions = batch.conditions
         if self.before_judging is not None:  # a clock step re-bases the engine before it judges
             conditions[:0] = self.before_judging()
+        if self.reconciler.retired:  # alarms of sensors no longer configured: once, first
+            conditions[:0] = self.reconciler.retire(self.clock.now())
         for raw, sample in zip(batch.raw, batch.samples, strict=True):
             taken = self.engine.counters.samples
             conditions.extend(self.engine.process(raw))  # counts and logs a bad value once per episode
@@ -345,6 +347,8 @@ class Pipeline:
 
     def tick(self, now: float) -> None:
         """Timer work on the clock: stale data, shelve expiry."""
+        if self.reconciler.retired:
+            self.raise_conditions(self.reconciler.retire(now))
         self.raise_conditions(self.engine.tick(now))
         self.alarms.tick(now)
 

@@ -33,10 +33,18 @@ payload time may run up to `mqtt.max_skew` ahead of the gateway's, and an activa
 stamped is no clock step.) Nor does a reading the engine refused (not later than
 the sensor's previous one) end anything: the engine's verdict is still about an earlier
 reading, so the pipeline hands the reconciler only the readings the engine took.
+
+An alarm active for a sensor the config no longer has (a probe taken out of service and
+removed, then a restart or a SIGHUP reload) could never end: nothing judges that sensor.
+It is cleared at the first batch or tick, at the clock's time, with the message "sensor
+removed from the configuration", and logged once. Only the sensor rules above; a pump's,
+the wet well's or the gateway's alarms are not sensors' and are left to their owners.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Collection
 
 from monitor.alarms import AlarmManager
@@ -48,6 +56,8 @@ from monitor.model import Condition, ConditionState, Quality, Rule, Sample
 ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS, Rule.BAD_VALUE})
 # Raised on the clock (nothing arrived), not by a reading: ended when a reading is judged.
 CLOCK_RULES = frozenset({Rule.STALE, Rule.COMM_LOSS})
+
+log = logging.getLogger(__name__)
 
 
 def device_skew(config: Config) -> float:
@@ -71,8 +81,12 @@ class Reconciler:
         self.alarms = alarms
         self.skew = skew
         self.unconfirmed: set[tuple[str, Rule]] = set()
+        self.retired: list[tuple[str, Rule]] = []  # active, of a sensor the config no longer has
         for sensor, rule in alarms.active_conditions():
-            if rule not in ENGINE_RULES or sensor not in sensors:
+            if rule not in ENGINE_RULES:
+                continue
+            if sensor not in sensors:
+                self.retired.append((sensor, rule))
                 continue
             if rule in engine.status(sensor).active or engine.restore_active(sensor, rule):
                 continue
@@ -114,6 +128,35 @@ class Reconciler:
                     message="not active after restart",
                 )
             )
+        return out
+
+    def retire(self, now: float) -> list[Condition]:
+        """Once, at the first batch or tick: clear the restored alarms of sensors the config
+        no longer has (a probe taken out of service and removed). Nothing else could end
+        them -- the engine and this reconciler judge configured sensors only -- so they
+        stood active for ever on the console, in callouts and on MQTT. Cleared at the
+        clock's time, saying why, and logged once each."""
+        out = []
+        for sensor, rule in self.retired:
+            alarm = self.alarms.get(sensor, rule)
+            if alarm is None or not alarm.active:
+                continue
+            log.warning(
+                "alarm %s/%s was active and %r is no longer in the config: cleared", sensor, rule, sensor
+            )
+            out.append(
+                Condition(
+                    time=max(now, alarm.activated_at or now),
+                    sensor=sensor,
+                    rule=rule,
+                    state=ConditionState.CLEARED,
+                    value=math.nan if alarm.value is None else alarm.value,
+                    limit=alarm.limit,
+                    citation=alarm.citation,
+                    message="sensor removed from the configuration",
+                )
+            )
+        self.retired = []
         return out
 
     def _evidence(self, t: float, activated_at: float | None) -> bool:

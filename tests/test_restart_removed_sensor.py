@@ -1,0 +1,121 @@
+"""A restored alarm whose sensor the config no longer has: nothing judges that sensor
+again, so the restart clears it, saying why, instead of leaving it active for ever.
+
+In process, with the daemon's real parts, as tests/test_restart_reconcile.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.config import Config, build_config
+from monitor.daemon import Daemon
+from monitor.model import ManualClock, Rule, Sample
+
+T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+OUTFALL = {"id": "outfall.ph", "kind": "ph", "stale_after": "1h"}
+INLET = {"id": "inlet.ph", "kind": "ph", "stale_after": "1h"}
+
+
+def station(state: Path, *sensors: dict[str, Any]) -> Config:
+    return build_config(
+        {
+            "station": {"id": "ps-rm"},
+            "state_dir": str(state),
+            "sensors": list(sensors),
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )
+
+
+def close(daemon: Daemon) -> None:
+    daemon.sink.close()
+    daemon.meters.close()
+    daemon.alarms.close()
+
+
+def raise_bad_value(state: Path, clock: ManualClock) -> None:
+    first = Daemon(station(state, OUTFALL, INLET), clock)
+    first.pipeline.process([Sample("outfall.ph", T0 + k, 99.0) for k in range(0, 61, 10)])
+    first.pipeline.process([Sample("inlet.ph", T0 + 60, 11.0)])  # high pH: stays configured
+    first.checkpoint()
+    close(first)
+
+
+def test_an_alarm_of_a_sensor_removed_from_the_config_is_cleared_saying_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """outfall.ph's bad-value alarm is active when the probe is taken out of service and
+    removed from the config. Before, nothing could end it after the restart (the engine and
+    the reconciler know only configured sensors): it stood active and unacknowledged on the
+    console, in callouts and on MQTT, a day of good inlet readings later. Now the first
+    batch clears it at the clock's time, once, and the still-configured inlet's alarm is
+    left to its readings."""
+    clock = ManualClock(T0 + 300)
+    raise_bad_value(tmp_path / "state", clock)
+    clock.set(T0 + 3600)
+    again = Daemon(station(tmp_path / "state", INLET), clock)
+    try:
+        with caplog.at_level(logging.WARNING, logger="monitor.reconcile"):
+            again.pipeline.process([Sample("inlet.ph", T0 + 3600, 10.5)])
+            clock.set(T0 + 7200)
+            again.pipeline.process([Sample("inlet.ph", T0 + 7200, 10.5)])
+        alarm = again.alarms.get("outfall.ph", Rule.BAD_VALUE)
+        assert alarm is not None and not alarm.active
+        assert alarm.cleared_at == T0 + 3600
+        assert alarm.message == "sensor removed from the configuration"
+        inlet = again.alarms.get("inlet.ph", Rule.HIGH)
+        assert inlet is not None and inlet.active  # judged as ever, not retired
+        said = [r.getMessage() for r in caplog.records if "no longer in the config" in r.getMessage()]
+        assert said == [
+            "alarm outfall.ph/bad_value was active and 'outfall.ph' is no longer in the config: cleared"
+        ]
+    finally:
+        close(again)
+    journal = Daemon(station(tmp_path / "state", INLET), clock)  # the clear was journaled
+    try:
+        alarm = journal.alarms.get("outfall.ph", Rule.BAD_VALUE)
+        assert alarm is not None and not alarm.active and alarm.cleared_at == T0 + 3600
+    finally:
+        close(journal)
+
+
+def test_a_removed_sensors_alarm_is_cleared_on_the_first_tick_when_nothing_arrives(tmp_path: Path) -> None:
+    """A station whose other probes are silent too: the timer clears it, not a reading."""
+    clock = ManualClock(T0 + 300)
+    raise_bad_value(tmp_path / "state", clock)
+    clock.set(T0 + 900)
+    again = Daemon(station(tmp_path / "state", INLET), clock)
+    try:
+        again.pipeline.tick(clock.now())
+        alarm = again.alarms.get("outfall.ph", Rule.BAD_VALUE)
+        assert alarm is not None and not alarm.active and alarm.cleared_at == T0 + 900
+    finally:
+        close(again)
+
+
+def test_an_alarm_of_a_sensor_removed_does_not_stand_for_ever_on_good_readings(tmp_path: Path) -> None:
+    """outfall.ph's bad-value alarm is active when the probe is taken out of service and
+    removed from the config. After the restart nothing can end it (the engine and the
+    reconciler know only configured sensors): it stood active and unacknowledged on the
+    console, in callouts and on MQTT, a day of good inlet readings later."""
+    clock = ManualClock(T0 + 300)
+    first = Daemon(station(tmp_path / "state", OUTFALL, INLET), clock)
+    first.pipeline.process([Sample("outfall.ph", T0 + k, 99.0) for k in range(0, 61, 10)])
+    first.checkpoint()
+    close(first)
+
+    again = Daemon(station(tmp_path / "state", INLET), clock)
+    try:
+        for k in range(3600, 86400, 3600):
+            clock.set(T0 + k)
+            again.pipeline.process([Sample("inlet.ph", T0 + k, 7.0)])
+        alarm = again.alarms.get("outfall.ph", Rule.BAD_VALUE)
+        assert alarm is None or not alarm.active
+    finally:
+        close(again)
