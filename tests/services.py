@@ -257,9 +257,10 @@ class VictoriaMetrics(Server):
         """Every series matching `match`, after a flush so fresh points are readable;
         `end` (epoch seconds, default now) for points an accelerated clock put ahead.
 
-        /internal/force_flush returns once the rows buffered for writes already answered are
-        in searchable parts, and the export API has no latency offset or cache: a point the
-        server acknowledged is in the answer (measured: docs/outputs.md)."""
+        /internal/force_flush converts the rows still buffered before it returns, and the
+        export API has no latency offset or cache; but a conversion the server's own flusher
+        has begun is not waited for, so a read that must hold every acknowledged point comes
+        after `restart()` (docs/outputs.md, "Checking a drain against VictoriaMetrics")."""
         status, body = http("GET", f"{self.url}/internal/force_flush")
         assert status == 200, body
         window = {"start": "0"} if end is None else {"start": "0", "end": f"{end:.3f}"}

@@ -159,12 +159,16 @@ def test_sigkill_mid_drain_then_restart_loses_nothing(tmp_path: Path, repo_root:
         assert again.returncode == 0, again.stderr
         assert pending() == 0
         # Each step on its own, so a failure says where a point went missing: settled only as
-        # delivered (no dead letter), parsed by the server, then readable. No wait before the
-        # read: `export` flushes, and a point the server acknowledged is readable after that.
+        # delivered (no dead letter), parsed by the server, then stored.
         assert f"delivered {left} point(s)" in again.stdout, again.stdout
         assert dead_letters() == 0, again.stdout
         assert vm.counter(LINES_PARSED) - parsed >= left, "the server parsed fewer lines than were delivered"
         assert vm.counter(LINES_INVALID) == 0
+        # Read after a graceful restart, not a bounded wait: a stop waits for VictoriaMetrics'
+        # one-second flusher and writes every buffered row to disk, while /internal/force_flush
+        # does not wait for a conversion that flusher has begun (1 read in 123 runs under load
+        # differed; the same data directory restarted held all 80,000, once each).
+        vm.restart()
         got = _points(vm)
         assert got == _want(samples)  # nothing lost, one point per series and timestamp
     finally:
