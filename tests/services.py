@@ -110,6 +110,9 @@ class Server:
         except TimeoutError:
             self.stop()
             raise RuntimeError(f"{self.name} did not start; log:\n{self.log()}") from None
+        except RuntimeError:
+            self._abandon()
+            raise
 
     def _alive_and_ready(self) -> bool:
         assert self.proc is not None
@@ -135,6 +138,13 @@ class Server:
                 self.proc.wait(timeout=5)
         self.proc = None
         wait_until(lambda: not port_open(self.port), timeout=10, what=f"{self.name} port to close")
+
+    def _abandon(self) -> None:
+        """Kill our process without waiting for the port: something else may hold it."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            self.proc = None
 
     def restart(self) -> None:
         self.stop()
@@ -221,16 +231,39 @@ class VictoriaMetrics(Server):
         ]
 
     def ready(self) -> bool:
+        """Healthy, and ours: a server another test started on the same port (between our
+        `free_port()` and our bind, or on a restart) would otherwise pass for this one."""
         try:
             status, _ = http("GET", f"{self.url}/health")
+            if status != 200:
+                return False
+            status, flags = http("GET", f"{self.url}/flags")
         except OSError:
             return False
+        if status == 200 and f'-storageDataPath="{self.workdir / "data"}"' not in flags.decode():
+            raise RuntimeError(f"another server answers on port {self.port}, not ours ({self.workdir})")
         return status == 200
+
+    def counter(self, name: str) -> float:
+        """One of the server's own counters from /metrics (e.g. the lines it parsed), 0 if absent."""
+        status, body = http("GET", f"{self.url}/metrics")
+        assert status == 200, body
+        for line in body.decode().splitlines():
+            key, _, value = line.rpartition(" ")
+            if key == name:
+                return float(value)
+        return 0.0
 
     def export(self, match: str = '{__name__!=""}', end: float | None = None) -> list[dict[str, Any]]:
         """Every series matching `match`, after a flush so fresh points are readable;
-        `end` (epoch seconds, default now) for points an accelerated clock put ahead."""
-        http("GET", f"{self.url}/internal/force_flush")
+        `end` (epoch seconds, default now) for points an accelerated clock put ahead.
+
+        /internal/force_flush converts the rows still buffered before it returns, and the
+        export API has no latency offset or cache; but a conversion the server's own flusher
+        has begun is not waited for, so a read that must hold every acknowledged point comes
+        after `restart()` (docs/outputs.md, "Checking a drain against VictoriaMetrics")."""
+        status, body = http("GET", f"{self.url}/internal/force_flush")
+        assert status == 200, body
         window = {"start": "0"} if end is None else {"start": "0", "end": f"{end:.3f}"}
         query = urllib.parse.urlencode({"match[]": match, **window})
         status, body = http("GET", f"{self.url}/api/v1/export?{query}")

@@ -302,6 +302,38 @@ def test_victoriametrics_sensor_stored_in_two_series_comes_back_whole(
     assert got.value.tolist() == [100.0 + k for k in range(60)]
 
 
+def test_victoriametrics_points_stored_twice_replay_once_and_are_counted(
+    tmp_path: Path, victoria: VictoriaMetrics
+) -> None:
+    """VictoriaMetrics without `-dedup.minScrapeInterval` keeps both copies of a batch the
+    outbox sent again (delivery is at least once), and a sensor whose tags changed can hold
+    one time in two series: each time comes back once, the repeats counted and skipped as a
+    file's repeated rows are, never judged twice."""
+    config_path, config = station_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "replay"})
+    t0 = 1780444800
+    head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature,unit=degF"
+    lines = [f"{head} value={100.0 + k},quality=0i {(t0 + 60 * k) * 10**9}" for k in range(30)]
+    _vm_write(victoria, lines)
+    _vm_write(victoria, lines[10:20])  # a batch sent again after a crash
+    # the same sensor and times under its old tags (without kind and unit)
+    _vm_write(victoria, [line.replace(",kind=temperature,unit=degF", "") for line in lines[25:]])
+    held = victoria.export(f'{{__name__="sensor_value",station="{config.station.id}"}}')
+    assert sorted(len(series["timestamps"]) for series in held) == [5, 40]  # the server keeps repeats
+
+    history = historian.open_history(config, t0, t0 + 86400, "victoriametrics")
+    got = Samples.concat(list(merge([history])))
+    assert got.time.tolist() == [float(t0 + 60 * k) for k in range(30)]
+    assert got.value.tolist() == [100.0 + k for k in range(30)]
+    assert history.report.out_of_order.count == 15
+
+    args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+    result = replay(*args, "--events", str(tmp_path / "events.jsonl"))
+    assert result.returncode == 0, result.stderr
+    assert "15 row(s) with out of order or duplicate time (skipped), first at line" in result.stderr
+    assert f"outfall.temp at {t0 + 600}.000 stored twice" in result.stderr
+    assert "replay: 30 samples, 1 sensors" in result.stdout
+
+
 def test_influxdb_1_millisecond_times_come_back_as_written(tmp_path: Path, influxdb1: InfluxDB1) -> None:
     """Times with milliseconds (a PLC's 250 ms samples) are the same floats a file with those
     times gives: nanoseconds read back as microseconds / 1e6, exactly rounded (`ns * 1e-9`

@@ -19,6 +19,7 @@ from monitor.units import conversion
 WINDOW_S = 6 * 3600.0
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
+Mask = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,5 +165,30 @@ class _History:
         value = np.concatenate([p.value for p in parts])[order]
         quality = np.concatenate([p.quality for p in parts])[order]
         keep = (sensor >= 0) & (t >= T_MIN) & (t < T_MAX)
+        if _may_repeat(parts):
+            keep &= self._first_of_each_time(sensor, t, lines)
         rows = Rows(sensor, t, value, quality, lines)
         return rows if keep.all() else rows.take(keep)
+
+    def _first_of_each_time(self, sensor: npt.NDArray[np.int32], t: Floats, lines: Ints) -> Mask:
+        """False for a sensor's time already given in this chunk: the first is kept, the rest
+        counted and skipped, as a file's repeated row is (`out of order or duplicate time`).
+        VictoriaMetrics without `-dedup.minScrapeInterval` keeps both copies of a batch the
+        outbox sent again (delivery is at least once); InfluxDB overwrites instead."""
+        order = np.lexsort((sensor, t))  # stable: of a repeat, the one read first stays first
+        ts, ss = t[order], sensor[order]
+        again = np.zeros(t.size, dtype=bool)
+        again[order[1:]] = (ts[1:] == ts[:-1]) & (ss[1:] == ss[:-1]) & (ss[1:] >= 0)  # unknown: counted
+        at = np.flatnonzero(again)
+        if at.size:
+            i = int(at[0])
+            example = f"{self.sensors[int(sensor[i])]} at {t[i]:.3f} stored twice"
+            self.report.out_of_order.add(int(lines[i]), example, int(at.size))
+        return ~again
+
+
+def _may_repeat(parts: list[StoredSeries]) -> bool:
+    """Whether a sensor's time can be there twice: a series with a time repeated (its times
+    come sorted), or a sensor in two series. One pass over the times, no sort, when not."""
+    names = [p.sensor for p in parts]
+    return len(set(names)) < len(names) or any(bool(np.any(p.time[1:] <= p.time[:-1])) for p in parts)
