@@ -117,10 +117,9 @@ def test_a_derived_stale_alarm_is_not_ended_before_it_began_by_an_inputs_backlog
     polled on time; with b older than `max_input_age` (20 s) no derived sample is made after
     +20 s, so total goes stale at the first tick more than 30 s later (stale_after), +60 s.
     Then b's backlog arrives, every reading stamped before the raise but the last: the
-    derived samples it completes are stamped no
-    earlier than the inputs' latest time, and a stale alarm ends when its reading is judged
-    (the later of its time and the last tick, monitor/engine/engine.py), never before the
-    raise."""
+    derived samples it completes are stamped no earlier than the inputs' latest time, and a
+    stale alarm ends when its reading is judged (the later of its time and the last tick,
+    monitor/engine/engine.py), never before the raise."""
     clock = ManualClock(T0)
     config = station(tmp_path / "s", [*FLOWS, total(stale_after="30s", max_input_age="20s", limits=False)])
     with running(config, clock) as daemon:
@@ -157,7 +156,10 @@ def test_fail_to_start_is_not_ended_by_a_pump_reading_from_before_it_began(tmp_p
     raise. That is evidence from before the alarm began: it neither ends the alarm at
     +120 s (the tracker used to, and the manager journaled the clear at the activation,
     counted as an early clear) nor is lost: the next reading after the activation, the
-    level at +140 s with pump 1 known running, ends it at +140 s."""
+    level at +140 s with pump 1 known running, ends it at +140 s. (`monitor replay` of the
+    same readings takes them in time order, pump 1 running at +120 s before the level at
+    +130 s, and raises nothing: live differs only because its readings came out of order;
+    in order, live and replay agree, tests/test_station_live.py.)"""
     clock = ManualClock(T0)
     with running(well(tmp_path / "s"), clock) as daemon:
         poll(daemon, clock, 0, [Sample("lvl", T0, 4.0), Sample("p1", T0, 0.0), Sample("p2", T0, 0.0)])
