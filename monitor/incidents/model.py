@@ -90,6 +90,9 @@ class Incident:
     evidence_sha256: str | None = None
     evidence_rows: int = 0
     evidence_until: float = -math.inf  # event time up to which evidence is copied
+    # Event time up to which the incident's own sensor was taken in (its transitions
+    # applied): ahead of `evidence_until` while a paired flow lags. What a re-replay skips.
+    judged_until: float = -math.inf
     frozen: bool = False
     closed_at: float | None = None
     closed_by: str | None = None

@@ -127,6 +127,7 @@ def _record(inc: Incident) -> str:
         "evidence_sha256": inc.evidence_sha256,
         "evidence_rows": inc.evidence_rows,
         "evidence_until": _num(inc.evidence_until),
+        "judged_until": _num(inc.judged_until),
         "figures": {
             "baseline": _num(f.baseline),
             "peak_value": _num(f.peak_value),
@@ -148,6 +149,7 @@ def _incident(row: tuple[str, str, str, float, int, str]) -> Incident:
     d = json.loads(text)
     f = d["figures"]
     until = d.get("evidence_until")
+    judged = d.get("judged_until")
     return Incident(
         id=iid,
         station=d["station"],
@@ -169,6 +171,7 @@ def _incident(row: tuple[str, str, str, float, int, str]) -> Incident:
         evidence_sha256=d.get("evidence_sha256"),
         evidence_rows=d.get("evidence_rows", 0),
         evidence_until=-math.inf if until is None else until,
+        judged_until=-math.inf if judged is None else judged,
         frozen=bool(frozen),
     )
 

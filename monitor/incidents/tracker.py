@@ -272,8 +272,12 @@ class IncidentTracker:
             self._record_span(iid, sensor, rule, start, last)
         for inc in self.live.values():
             # restored: continued, but what it has taken in already is not taken in twice --
-            # an open one's evidence so far (its clear time is an earlier clear's, if any)
-            last = inc.evidence_until if inc.end is None else max(inc.end, inc.clear_time or inc.end)
+            # an open one's evidence so far, or further its own sensor's when a paired flow
+            # lagged (its clear time is an earlier clear's, if any)
+            if inc.end is None:
+                last = max(inc.evidence_until, inc.judged_until)
+            else:
+                last = max(inc.end, inc.clear_time or inc.end)
             if last >= inc.start:
                 self._record_span(inc.id, inc.sensor, inc.rule, inc.start, last)
         self.met_again: dict[str, int] = {}  # incident id -> transitions on record already, skipped
@@ -725,6 +729,11 @@ class IncidentTracker:
             t, v, q = recent.since(inc.evidence_until, limit)
             rows += self.store.add_evidence(inc.id, sensor, t, v, q)
             until = min(until, recent.last)
+        own = self.recent.get(inc.sensor)
+        if own is not None and own.last > inc.judged_until:
+            # Its own sensor's transitions are applied up to its last sample, whatever the
+            # paired flow's lag: a restored open incident holds history up to here.
+            inc = inc.with_(judged_until=own.last)
         if not math.isfinite(until) or until <= inc.evidence_until:
             return inc
         return inc.with_(evidence_until=until, evidence_rows=inc.evidence_rows + rows)

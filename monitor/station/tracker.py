@@ -80,6 +80,8 @@ class StationTracker:
         self.switch_on = False
         self.above_since: float | None = None
         self.fail_active = False
+        # When fail to start was raised (-inf: restored from the journal, time not known).
+        self.fail_at = -math.inf
         self.high_active = False
         self.overflow: OverflowRecord | None = None
         self._q_prev = 0.0  # overflow rate (gpm) at the last integration time
@@ -205,6 +207,7 @@ class StationTracker:
                 self.above_since = t
             if not self.fail_active and t - self.above_since >= self.delay:
                 self.fail_active = True
+                self.fail_at = t
                 idle = ", ".join(self.pumps) or "no pumps configured"
                 return [
                     Condition(
@@ -221,7 +224,10 @@ class StationTracker:
                 ]
             return []
         self.above_since = None
-        if self.fail_active:
+        # A reading stamped before the raise (a pump's feedback from a lagging source) is
+        # evidence from before the alarm began: it does not end it; the next sample judged
+        # at or after the raise does, with what is known then.
+        if self.fail_active and t >= self.fail_at:
             self.fail_active = False
             return [
                 Condition(
