@@ -50,7 +50,7 @@ from collections.abc import Collection
 from monitor.alarms import AlarmManager
 from monitor.config import Config
 from monitor.engine import Engine
-from monitor.engine.clock_step import TOLERANCE
+from monitor.engine.restored import after_activation
 from monitor.model import Condition, ConditionState, Quality, Rule, Sample
 
 ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS, Rule.BAD_VALUE})
@@ -88,7 +88,11 @@ class Reconciler:
             if sensor not in sensors:
                 self.retired.append((sensor, rule))
                 continue
-            if rule in engine.status(sensor).active or engine.restore_active(sensor, rule):
+            alarm = alarms.get(sensor, rule)
+            raised = None if alarm is None else alarm.activated_at
+            # A limit alarm the engine holds (a checkpoint saved while it was active) is
+            # held all the same: readings from before its activation do not end it.
+            if engine.restore_active(sensor, rule, raised, skew) or rule in engine.status(sensor).active:
                 continue
             self.unconfirmed.add((sensor, rule))
 
@@ -160,15 +164,10 @@ class Reconciler:
         return out
 
     def _evidence(self, t: float, activated_at: float | None) -> bool:
-        """Whether a reading stamped `t` can end an alarm raised at `activated_at`: one stamped
-        after it. Unless the activation is in the clock's future, further than a device's
-        clock may run ahead (`skew`): the gateway clock stepped back since
-        (engine/clock_step.py), stamps cannot tell what came first, and waiting for the
-        clock to come round again would hold the alarm for the whole step on good readings
-        (the manager journals such a clear at the activation, and counts it)."""
-        if activated_at is None or t > activated_at:
-            return True
-        return activated_at > self.engine.clock.now() + TOLERANCE + self.skew
+        """Whether a reading stamped `t` can end an alarm raised at `activated_at`: one
+        stamped after it, or any after the gateway clock stepped back (the rule, shared
+        with the engine's restored limit alarms: monitor/engine/restored.py)."""
+        return after_activation(t, activated_at, self.engine.clock.now(), self.skew)
 
     def _judged_at(self, t: float) -> float:
         """When the daemon judged a reading stamped `t`: the later of `t`, the engine's last
