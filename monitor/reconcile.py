@@ -7,8 +7,9 @@ must neither be reported "cleared" because the engine has not seen a breach yet,
 nor activated a second time (a second activation would count twice in the KPIs).
 
 - A limit alarm (high, low) is handed to the engine as its own active state
-  (`Engine.restore_active`): it ends by the rule's deadband and off-delay, and a
-  reading still beyond the limit raises nothing new.
+  (`Engine.restore_active`, with its activation): it ends by the rule's deadband and
+  off-delay, a reading still beyond the limit raises nothing new, and a reading from
+  before the activation neither starts the off-delay nor ends it (the rule below).
 - Slug, stale and comm-loss alarms wait here until a good reading of the sensor has
   been judged: a slug is kept while the baseline warms up and while an over-run is
   in progress; it clears when the reading is back within the factor, stale and
@@ -19,8 +20,9 @@ live path, the reading that ends one ends it when it is judged (the later of its
 and the daemon's clock), so the alarm covers the downtime instead of ending at a backlog
 reading's earlier stamp, before the raise.
 
-Slug and bad-value alarms were raised by readings, so only a reading stamped after the
-activation can end one: an older one (a device's buffer replayed, a queued or retained
+Slug, bad-value and limit alarms were raised by readings, so only a reading stamped after
+the activation can end one (monitor/engine/restored.py, the one definition the engine's
+limit rules share): an older one (a device's buffer replayed, a queued or retained
 MQTT message, a checkpoint from before the raise) is evidence from before the alarm
 began. It neither clears the alarm nor raises it again (the journal has it active); the
 engine judges it as usual (baseline, its own rules), and the alarm waits, as journaled,
