@@ -170,6 +170,34 @@ def test_an_off_delay_a_checkpoint_saved_after_the_activation_goes_on_after_a_re
         crash(again)
 
 
+def test_a_checkpoint_from_an_earlier_episode_does_not_let_a_backlog_end_the_restored_alarm(
+    tmp_path: Path,
+) -> None:
+    """The checkpoint saved at +65 s holds the high alarm active, but from an earlier episode:
+    raised at +60 s, cleared at +70 s, raised again at +100 s, then a crash. The restarted
+    engine has the alarm active from the checkpoint, so the journal's activation (+100 s) is
+    what holds it: a backlog of pH 7 stamped +80 s and +90 s neither ends it (it did, at +80
+    s, journaled at +100 s and counted as an early clear); pH 7 at +110 s does."""
+    clock = ManualClock(T0 + 300)
+    first = Daemon(station(tmp_path / "state"), clock)
+    first.pipeline.process([Sample("outfall.ph", T0 + 60, 12.0)])
+    first.checkpoint()
+    first.pipeline.process([Sample("outfall.ph", T0 + 70, 7.0), Sample("outfall.ph", T0 + 100, 12.0)])
+    crash(first)
+
+    again = Daemon(station(tmp_path / "state"), clock)
+    try:
+        assert again.restored
+        episodes = [("activated", "high", 60.0), ("cleared", "high", 70.0), ("activated", "high", 100.0)]
+        again.pipeline.process([Sample("outfall.ph", T0 + k, 7.0) for k in (80, 90)])
+        assert journal(again, "outfall.ph") == episodes
+        assert again.alarms.early_clears == 0
+        again.pipeline.process([Sample("outfall.ph", T0 + 110, 7.0)])
+        assert journal(again, "outfall.ph") == [*episodes, ("cleared", "high", 110.0)]
+    finally:
+        crash(again)
+
+
 def test_a_reading_the_engine_refused_as_out_of_order_does_not_end_a_restored_alarm(tmp_path: Path) -> None:
     """The journal holds the bad-value alarm raised at +60 s as active, the checkpoint has the
     engine past it: the engine's clear at +70 s could not be journaled (the journal alone
