@@ -7,8 +7,9 @@ must neither be reported "cleared" because the engine has not seen a breach yet,
 nor activated a second time (a second activation would count twice in the KPIs).
 
 - A limit alarm (high, low) is handed to the engine as its own active state
-  (`Engine.restore_active`): it ends by the rule's deadband and off-delay, and a
-  reading still beyond the limit raises nothing new.
+  (`Engine.restore_active`, with its activation): it ends by the rule's deadband and
+  off-delay, a reading still beyond the limit raises nothing new, and a reading from
+  before the activation neither starts the off-delay nor ends it (the rule below).
 - Slug, stale and comm-loss alarms wait here until a good reading of the sensor has
   been judged: a slug is kept while the baseline warms up and while an over-run is
   in progress; it clears when the reading is back within the factor, stale and
@@ -19,8 +20,9 @@ live path, the reading that ends one ends it when it is judged (the later of its
 and the daemon's clock), so the alarm covers the downtime instead of ending at a backlog
 reading's earlier stamp, before the raise.
 
-Slug and bad-value alarms were raised by readings, so only a reading stamped after the
-activation can end one: an older one (a device's buffer replayed, a queued or retained
+Slug, bad-value and limit alarms were raised by readings, so only a reading stamped after
+the activation can end one (monitor/engine/restored.py, the one definition the engine's
+limit rules share): an older one (a device's buffer replayed, a queued or retained
 MQTT message, a checkpoint from before the raise) is evidence from before the alarm
 began. It neither clears the alarm nor raises it again (the journal has it active); the
 engine judges it as usual (baseline, its own rules), and the alarm waits, as journaled,
@@ -50,7 +52,7 @@ from collections.abc import Collection
 from monitor.alarms import AlarmManager
 from monitor.config import Config
 from monitor.engine import Engine
-from monitor.engine.clock_step import TOLERANCE
+from monitor.engine.restored import after_activation
 from monitor.model import Condition, ConditionState, Quality, Rule, Sample
 
 ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS, Rule.BAD_VALUE})
@@ -88,7 +90,11 @@ class Reconciler:
             if sensor not in sensors:
                 self.retired.append((sensor, rule))
                 continue
-            if rule in engine.status(sensor).active or engine.restore_active(sensor, rule):
+            alarm = alarms.get(sensor, rule)
+            raised = None if alarm is None else alarm.activated_at
+            # A limit alarm the engine holds (a checkpoint saved while it was active) is
+            # held all the same: readings from before its activation do not end it.
+            if engine.restore_active(sensor, rule, raised, skew) or rule in engine.status(sensor).active:
                 continue
             self.unconfirmed.add((sensor, rule))
 
@@ -160,15 +166,10 @@ class Reconciler:
         return out
 
     def _evidence(self, t: float, activated_at: float | None) -> bool:
-        """Whether a reading stamped `t` can end an alarm raised at `activated_at`: one stamped
-        after it. Unless the activation is in the clock's future, further than a device's
-        clock may run ahead (`skew`): the gateway clock stepped back since
-        (engine/clock_step.py), stamps cannot tell what came first, and waiting for the
-        clock to come round again would hold the alarm for the whole step on good readings
-        (the manager journals such a clear at the activation, and counts it)."""
-        if activated_at is None or t > activated_at:
-            return True
-        return activated_at > self.engine.clock.now() + TOLERANCE + self.skew
+        """Whether a reading stamped `t` can end an alarm raised at `activated_at`: one
+        stamped after it, or any after the gateway clock stepped back (the rule, shared
+        with the engine's restored limit alarms: monitor/engine/restored.py)."""
+        return after_activation(t, activated_at, self.engine.clock.now(), self.skew)
 
     def _judged_at(self, t: float) -> float:
         """When the daemon judged a reading stamped `t`: the later of `t`, the engine's last

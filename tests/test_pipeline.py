@@ -229,18 +229,21 @@ def test_after_a_crash_a_late_reading_clears_a_restored_stale_alarm_when_it_is_j
 def test_an_early_clear_is_counted_in_metrics_and_in_the_health_snapshot(tmp_path: Path) -> None:
     """A clear that still comes stamped before its activation, through the daemon: pH 12 from
     +0 s raised the high alarm at +60 s (a 60 s on-delay); after a crash (no checkpoint) the
-    restarted engine takes the alarm as its own (`Engine.restore_active`) and a pH 7 reading
-    stamped +30 s (a backlog it can no longer tell is older) ends it by the rule, at its own
-    time. Served as `monitor run` serves it (the console with /metrics, on a real port), the
-    clear journaled at the activation shows as station_monitor_alarm_early_clears_total and
-    as `alarm_early_clears` in /api/health, so a gateway's keeper sees it without reading the
-    log. (A restored bad-value or slug alarm is not ended by such a reading at all:
-    tests/test_restart_reconcile.py.)"""
-    clock = ManualClock(T0)
+    gateway clock steps back an hour while the daemon is down (an RTC without its battery),
+    so the restarted engine, which takes the alarm as its own (`Engine.restore_active`),
+    judges a pH 7 reading stamped -3600 s: the activation is in the clock's future, stamps
+    cannot tell what came first, and the rule ends the alarm at the reading's time. Served
+    as `monitor run` serves it (the console with /metrics, on a real port), the clear
+    journaled at the activation shows as station_monitor_alarm_early_clears_total and as
+    `alarm_early_clears` in /api/health, so a gateway's keeper sees it without reading the
+    log. (Without the clock step, a reading older than a restored alarm does not end it at
+    all: tests/test_restart_reconcile.py.)"""
+    clock = ManualClock(T0 + 120)
     first = Daemon(stale_station(tmp_path / "state", on_delay="60s"), clock)
     first.pipeline.process([Sample("outfall.ph", T0 + k, 12.0) for k in range(0, 61, 10)])
     assert [e.event for e in first.alarms.journal.entries(sensor="outfall.ph")] == ["activated"]
     close(first)  # a crash: no checkpoint
+    clock.set(T0 - 3600)
     port = free_port()
     again = Daemon(stale_station(tmp_path / "state", console_port=port, on_delay="60s"), clock)
     try:
@@ -249,7 +252,7 @@ def test_an_early_clear_is_counted_in_metrics_and_in_the_health_snapshot(tmp_pat
             assert f"{metric} 0.0" in get(f"http://127.0.0.1:{port}/metrics")
             # On this thread (the stores' SQLite connections are this thread's); the server
             # answers nothing meanwhile: each request above and below has its answer first.
-            again.pipeline.process([Sample("outfall.ph", T0 + 30, 7.0)])
+            again.pipeline.process([Sample("outfall.ph", T0 - 3600, 7.0)])
             rows = [(e.event, e.rule, e.time - T0) for e in again.alarms.journal.entries(sensor="outfall.ph")]
             assert rows == [("activated", "high", 60.0), ("cleared", "high", 60.0)]
             assert f"{metric} 1.0" in get(f"http://127.0.0.1:{port}/metrics")

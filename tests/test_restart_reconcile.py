@@ -17,8 +17,12 @@ from monitor.model import ManualClock, Rule, Sample
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
-def station(state: Path, device_time: bool = False) -> Config:
-    """`device_time`: the pH probe reports over MQTT with its own timestamps."""
+def station(state: Path, device_time: bool = False, off_delay: str | None = None) -> Config:
+    """`device_time`: the pH probe reports over MQTT with its own timestamps; `off_delay`:
+    the pH limits' (none by default)."""
+    ph: dict[str, object] = {"id": "outfall.ph", "kind": "ph", "stale_after": "1h"}
+    if off_delay is not None:
+        ph["limits"] = {"off_delay": off_delay}
     probe = {"topic": "probe/ph", "sensor": "outfall.ph", "format": "json", "time_path": "t"}
     mqtt = {"subscriptions": [probe]}
     return build_config(
@@ -27,7 +31,7 @@ def station(state: Path, device_time: bool = False) -> Config:
             **({"mqtt": mqtt} if device_time else {}),
             "state_dir": str(state),
             "sensors": [
-                {"id": "outfall.ph", "kind": "ph", "stale_after": "1h"},
+                ph,
                 {
                     "id": "outfall.flow",
                     "kind": "flow",
@@ -112,6 +116,88 @@ def test_a_reading_older_than_a_restored_slug_neither_clears_nor_raises_it(tmp_p
         crash(again)
 
 
+@pytest.mark.parametrize("off_delay", [None, "30s"])
+def test_a_backlog_older_than_a_restored_high_alarm_neither_starts_its_off_delay_nor_clears_it(
+    tmp_path: Path, off_delay: str | None
+) -> None:
+    """pH 12 at +60 s raised the high alarm; after a crash (no checkpoint) the probe's buffer
+    replays pH 7 stamped +0 s to +50 s, before the activation. The restarted engine holds the
+    alarm as its own (`Engine.restore_active`), but those readings are evidence from before
+    it began: they neither start the off-delay nor end it (the rule ended it at +0 s, or at
+    +30 s after a 30 s off-delay, journaled at the activation and counted as an early
+    clear). Good readings after the activation end it as the rule says: at +70 s without an
+    off-delay, at +100 s (30 s after +70 s) with one."""
+    clock = ManualClock(T0 + 300)
+    first = Daemon(station(tmp_path / "state", off_delay=off_delay), clock)
+    first.pipeline.process([Sample("outfall.ph", T0 + 60, 12.0)])
+    assert journal(first, "outfall.ph") == [("activated", "high", 60.0)]
+    crash(first)
+
+    again = Daemon(station(tmp_path / "state", off_delay=off_delay), clock)
+    try:
+        judged = again.engine.counters.samples
+        again.pipeline.process([Sample("outfall.ph", T0 + k, 7.0) for k in range(0, 51, 10)])
+        assert again.engine.counters.samples == judged + 6  # the engine took them all
+        assert journal(again, "outfall.ph") == [("activated", "high", 60.0)]
+        assert Rule.HIGH in again.engine.status("outfall.ph").active
+        assert again.alarms.early_clears == 0
+        again.pipeline.process([Sample("outfall.ph", T0 + k, 7.0) for k in range(70, 101, 10)])
+        ended = 100.0 if off_delay else 70.0
+        assert journal(again, "outfall.ph") == [("activated", "high", 60.0), ("cleared", "high", ended)]
+        assert again.alarms.early_clears == 0
+    finally:
+        crash(again)
+
+
+def test_an_off_delay_a_checkpoint_saved_after_the_activation_goes_on_after_a_restart(tmp_path: Path) -> None:
+    """The hold above drops only an off-delay that began at or before the activation: pH 12
+    at +60 s raised the high alarm, pH 7 from +70 s started the 30 s off-delay, and the
+    checkpoint saved at +80 s holds both. After a crash the off-delay goes on: pH 7 at +100 s
+    ends the alarm at +100 s, not 30 s after the first reading of the restarted daemon."""
+    clock = ManualClock(T0 + 300)
+    first = Daemon(station(tmp_path / "state", off_delay="30s"), clock)
+    first.pipeline.process([Sample("outfall.ph", T0 + 60, 12.0)])
+    first.pipeline.process([Sample("outfall.ph", T0 + k, 7.0) for k in (70, 80)])
+    first.checkpoint()
+    crash(first)
+
+    again = Daemon(station(tmp_path / "state", off_delay="30s"), clock)
+    try:
+        assert again.restored
+        again.pipeline.process([Sample("outfall.ph", T0 + k, 7.0) for k in (90, 100)])
+        assert journal(again, "outfall.ph") == [("activated", "high", 60.0), ("cleared", "high", 100.0)]
+    finally:
+        crash(again)
+
+
+def test_a_checkpoint_from_an_earlier_episode_does_not_let_a_backlog_end_the_restored_alarm(
+    tmp_path: Path,
+) -> None:
+    """The checkpoint saved at +65 s holds the high alarm active, but from an earlier episode:
+    raised at +60 s, cleared at +70 s, raised again at +100 s, then a crash. The restarted
+    engine has the alarm active from the checkpoint, so the journal's activation (+100 s) is
+    what holds it: a backlog of pH 7 stamped +80 s and +90 s neither ends it (it did, at +80
+    s, journaled at +100 s and counted as an early clear); pH 7 at +110 s does."""
+    clock = ManualClock(T0 + 300)
+    first = Daemon(station(tmp_path / "state"), clock)
+    first.pipeline.process([Sample("outfall.ph", T0 + 60, 12.0)])
+    first.checkpoint()
+    first.pipeline.process([Sample("outfall.ph", T0 + 70, 7.0), Sample("outfall.ph", T0 + 100, 12.0)])
+    crash(first)
+
+    again = Daemon(station(tmp_path / "state"), clock)
+    try:
+        assert again.restored
+        episodes = [("activated", "high", 60.0), ("cleared", "high", 70.0), ("activated", "high", 100.0)]
+        again.pipeline.process([Sample("outfall.ph", T0 + k, 7.0) for k in (80, 90)])
+        assert journal(again, "outfall.ph") == episodes
+        assert again.alarms.early_clears == 0
+        again.pipeline.process([Sample("outfall.ph", T0 + 110, 7.0)])
+        assert journal(again, "outfall.ph") == [*episodes, ("cleared", "high", 110.0)]
+    finally:
+        crash(again)
+
+
 def test_a_reading_the_engine_refused_as_out_of_order_does_not_end_a_restored_alarm(tmp_path: Path) -> None:
     """The journal holds the bad-value alarm raised at +60 s as active, the checkpoint has the
     engine past it: the engine's clear at +70 s could not be journaled (the journal alone
@@ -168,6 +254,29 @@ def test_after_the_clock_stepped_back_a_restored_alarm_is_ended_by_a_reading_of_
             ("activated", "bad_value", 60.0),
             ("cleared", "bad_value", 60.0),
         ]
+        assert again.alarms.early_clears == 1
+    finally:
+        crash(again)
+
+
+def test_after_the_clock_stepped_back_a_restored_high_alarm_ends_by_its_off_delay(tmp_path: Path) -> None:
+    """The limit rule's side of the clock-step exception (one definition with the bad-value
+    case above: monitor/engine/restored.py): pH 12 at +60 s raised the high alarm; the clock
+    stepped back an hour while the daemon was down. pH 7 from -3600 s starts the 30 s
+    off-delay although stamped before the activation, and -3570 s ends it, journaled at the
+    activation and counted as an early clear, instead of the alarm standing an hour."""
+    clock = ManualClock(T0 + 300)
+    first = Daemon(station(tmp_path / "state", off_delay="30s"), clock)
+    first.pipeline.process([Sample("outfall.ph", T0 + 60, 12.0)])
+    crash(first)
+
+    clock.set(T0 - 3600)
+    again = Daemon(station(tmp_path / "state", off_delay="30s"), clock)
+    try:
+        again.pipeline.process([Sample("outfall.ph", T0 + k, 7.0) for k in (-3600, -3590, -3580)])
+        assert journal(again, "outfall.ph") == [("activated", "high", 60.0)]
+        again.pipeline.process([Sample("outfall.ph", T0 - 3570, 7.0)])
+        assert journal(again, "outfall.ph") == [("activated", "high", 60.0), ("cleared", "high", 60.0)]
         assert again.alarms.early_clears == 1
     finally:
         crash(again)

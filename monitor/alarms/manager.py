@@ -119,9 +119,9 @@ class AlarmManager:
     def _cleared_at(self, rec: Record, condition: Condition) -> float:
         """The clear's time, never before the activation: the journal never holds a negative
         duration. The engine and the reconciler stamp a late reading's stale or comm-loss clear
-        when they judged it; a restored bad-value or slug alarm the reconciler ends with an
-        older reading (the engine lost its order at the restart) is cleared at its
-        activation, counted, logged once."""
+        when they judged it; a restored alarm ended by an older reading (only after the
+        gateway clock stepped back while the daemon was down: monitor/engine/restored.py)
+        is cleared at its activation, counted, logged once."""
         raised = rec.activated_at
         if raised is None or not condition.time < raised:
             return condition.time

@@ -29,11 +29,11 @@ import time
 from collections.abc import Callable, Collection
 
 from monitor.engine.engine import Engine
+from monitor.engine.restored import TOLERANCE
 from monitor.model import Clock, Condition, ConditionState, Rule, WallClock
 
 log = logging.getLogger(__name__)
 
-TOLERANCE = 2.0  # seconds the wall clock may drift from the monotonic one between checks
 HOLD = 300.0  # seconds of a steady clock before the diagnostic clears
 GATEWAY = "gateway"  # the `sensor` of the clock condition
 CITATION = "gateway clock (NTP)"

@@ -24,6 +24,8 @@ from monitor.engine import slug_replay, together
 from monitor.engine.badvalue import bad_value_batch, bad_value_step
 from monitor.engine.baseline import Baselines, Floats
 from monitor.engine.columns import Chunk, ConditionColumns
+from monitor.engine.restored import after_activation
+from monitor.engine.rules import LimitState
 from monitor.engine.stale import stale_batch, stale_condition
 from monitor.engine.state import Admitted, Counters, ReplayResult, SensorState, SensorStatus
 from monitor.model import Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, WallClock, iso
@@ -88,6 +90,9 @@ class Engine:
         # The last tick a restored checkpoint held: the gateway's own clock when it was saved
         # (readings may carry a device's clock, ahead of it); the clock watch compares it.
         self.restored_tick = -math.inf
+        # How far ahead of the gateway clock a device may stamp a reading, for the restored
+        # limit alarms' clock-step exception (`restore_active`, monitor/engine/restored.py).
+        self.restore_skew = 0.0
         self.counters = Counters()
         self._unknown_logged: set[str] = set()
         self.sort_key = event_order(self._index)
@@ -101,16 +106,23 @@ class Engine:
         (the engine's own objects, so a restore changes the engine in place)."""
         return tuple(self._states)
 
-    def restore_active(self, sensor: str, rule: Rule) -> bool:
-        """Take an alarm the journal holds as active as the engine's own state, so it
-        ends by the rule's own judgement (deadband, off-delay) and is never raised
-        twice. True for the limit rules; other rules are reconciled by the caller."""
+    def restore_active(
+        self, sensor: str, rule: Rule, activated_at: float | None = None, skew: float = 0.0
+    ) -> bool:
+        """Take an alarm the journal holds as active, raised at `activated_at`, as the
+        engine's own state, so it ends by the rule's own judgement (deadband, off-delay)
+        and is never raised twice. As for the reconciler's alarms, a reading stamped at or
+        before the activation neither starts the off-delay nor ends it, unless the gateway
+        clock stepped back (`restored.after_activation`; `skew`: `reconcile.device_skew`).
+        Live path only: the replay never holds an alarm. True for the limit rules; other
+        rules are reconciled by the caller."""
         st = self._by_id.get(sensor)
         if st is None:
             return False
         for lim in st.limits:
             if lim.rule is rule:
-                lim.active = True
+                lim.hold(activated_at)
+                self.restore_skew = skew
                 return True
         return False
 
@@ -233,6 +245,9 @@ class Engine:
         st.fresh = t
         st.last_good = v
         for lim in st.limits:
+            if t <= lim.held and not self._ends_hold(lim, t):
+                lim.step_before(t, v)
+                continue
             cond = lim.step(t, v)
             if cond is not None:
                 out.append(cond)
@@ -241,6 +256,15 @@ class Engine:
             out.append(slug_cond)
         self.counters.conditions += len(out)
         return out
+
+    def _ends_hold(self, lim: LimitState, t: float) -> bool:
+        """Whether a reading stamped `t`, at or before a restored alarm's activation, is
+        judged as usual all the same (the gateway clock stepped back); then the hold is
+        over, as it is once a reading after the activation came (each later one is too)."""
+        if not after_activation(t, lim.held, self.clock.now(), self.restore_skew):
+            return False
+        lim.held = -math.inf
+        return True
 
     def tick(self, now: float | None = None) -> list[Condition]:
         """Raise stale conditions due at `now` (default: the clock); the daemon calls this

@@ -135,6 +135,7 @@ class LimitState:
         "b_start",
         "citation",
         "clear_at",
+        "held",
         "high",
         "limit",
         "off_delay",
@@ -162,6 +163,9 @@ class LimitState:
         self.active = False
         self.a_start = NAN  # start of the current run beyond the limit
         self.b_start = NAN  # start of the current run back inside by more than the deadband
+        # A restored alarm's activation (`hold`): readings stamped at or before it do not end
+        # it. -inf: none, every reading is later (the replay never holds one).
+        self.held = -math.inf
 
     def condition(self, t: float, value: float, state: ConditionState, limit: str | None = None) -> Condition:
         """`limit`: the limit's text, when the caller formatted it once for many."""
@@ -202,10 +206,33 @@ class LimitState:
             self.a_start = NAN
             if self.active and t - self.b_start >= self.off_delay:
                 self.active = False
+                self.held = -math.inf  # a restored alarm's hold ends with it
                 return self.condition(t, v, ConditionState.CLEARED)
             return None
         self.a_start = self.b_start = NAN
         return None
+
+    def hold(self, activated_at: float | None) -> None:
+        """Take an alarm the journal holds as active, raised at `activated_at`, as this
+        side's own: it ends by the deadband and off-delay, never raised twice, and not on
+        a reading from before it began (`step_before`). An off-delay run a checkpoint held
+        is kept only if it began after the raise (the checkpoint saw the alarm active)."""
+        self.active = True
+        if activated_at is not None and not self.b_start > activated_at:
+            self.b_start = NAN
+        self.held = -math.inf if activated_at is None else activated_at
+
+    def step_before(self, t: float, raw: float) -> None:
+        """Judge a good sample stamped at or before the held activation: as `step`, except
+        that it neither starts the off-delay nor ends the alarm (it is evidence from before
+        the alarm began: a device's buffer, a queued MQTT message)."""
+        v = raw * self.scale + self.offset
+        beyond = v > self.limit if self.high else v < self.limit
+        if not beyond:
+            self.a_start = NAN
+        elif math.isnan(self.a_start):
+            self.a_start = t
+        self.b_start = NAN
 
     def batch(self, times: Floats, raw: Floats) -> list[Condition]:
         """Judge a batch of good samples; same result as `step` over each."""
