@@ -59,7 +59,7 @@ ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_
 # Raised on the clock (nothing arrived), not by a reading: ended when a reading is judged.
 CLOCK_RULES = frozenset({Rule.STALE, Rule.COMM_LOSS})
 # Held by the engine's checkpoint (`Engine.forget_active`); stale restarts with the watch.
-FORGETTABLE = frozenset({Rule.HIGH, Rule.LOW, Rule.BAD_VALUE})
+FORGETTABLE = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.BAD_VALUE})
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,8 @@ removed from the config (its alarm retired, monitor/reconcile.py) and added agai
 restart that saved no checkpoint, leave the engine holding the limit or bad-value alarm
 active while the journal, console and callouts say normal. A new breach then passed for
 the old one going on: nothing was raised for as long as it lasted. Now the restart judges
-such a rule afresh (`Engine.forget_active`), so the breach is raised at its first reading.
+such a rule afresh (`Engine.forget_active`), so the breach is raised after its on-delay
+(a slug: its duration), timed from the first reading after the restart.
 
 In process, with the daemon's real parts, as tests/test_restart_removed_sensor.py.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from monitor.daemon import Daemon
 from monitor.model import ManualClock, Rule, Sample
+from tests import test_restart_reconcile as slugs
 from tests.test_restart_removed_sensor import INLET, OUTFALL, T0, close, station
 
 
@@ -89,3 +91,23 @@ def test_a_sensor_removed_then_added_again_raises_its_breach(tmp_path: Path) -> 
     crash(second)
     got = breach(tmp_path / "s", clock, 11.0, Rule.HIGH)
     assert got == [("activated", 60.0), ("cleared", 120.0), ("activated", 180.0)]
+
+
+def test_a_slug_cleared_after_the_checkpoint_is_raised_again_after_a_crash(tmp_path: Path) -> None:
+    """A warm 100 gpm baseline, a slug of 1,000 gpm from +190 s raised at +195 s and
+    checkpointed, 100 gpm from +240 s clears it, a crash. From +300 s 1,000 gpm again for
+    100 s: raised once its duration (3 s) is over, at +305 s. Before: nothing."""
+    clock = ManualClock(T0 + 300)
+    first = Daemon(slugs.station(tmp_path / "s"), clock)
+    first.pipeline.process([Sample("outfall.flow", T0 + k, 100.0) for k in range(0, 181, 10)])
+    first.pipeline.process([Sample("outfall.flow", T0 + k, 1000.0) for k in range(190, 231, 5)])
+    first.checkpoint()
+    first.pipeline.process([Sample("outfall.flow", T0 + k, 100.0) for k in range(240, 300, 10)])
+    crash(first)
+    again = Daemon(slugs.station(tmp_path / "s"), clock)
+    try:
+        again.pipeline.process([Sample("outfall.flow", T0 + k, 1000.0) for k in range(300, 400, 5)])
+        got = [(e.event, e.time - T0) for e in again.alarms.journal.entries(sensor="outfall.flow")]
+        assert got == [("activated", 195.0), ("cleared", 240.0), ("activated", 305.0)]
+    finally:
+        close(again)

@@ -127,15 +127,22 @@ class Engine:
         return False
 
     def forget_active(self, sensor: str, rule: Rule) -> bool:
-        """Drop a limit or bad-value alarm a checkpoint held active that the journal has
+        """Drop a limit, slug or bad-value alarm a checkpoint held active that the journal has
         normal: it cleared after the checkpoint was saved and the daemon died before the
         next one (or the sensor was removed, its alarm retired, then added again). Held,
         a new breach would pass for the old one going on and raise nothing, while the
-        journal, console and callouts say normal. Its on-delay starts again with the next
-        reading. True when there was something to drop; other rules are left as they are."""
+        journal, console and callouts say normal. Its on-delay (slug: duration) starts
+        again with the next reading. True when there was something to drop; stale and
+        comm-loss are left as they are (the checkpoint's stale watch restarts)."""
         st = self._by_id.get(sensor)
         if st is None:
             return False
+        if rule is Rule.SLUG:
+            if st.slug is None or not st.slug.active:
+                return False
+            st.slug.active = False
+            st.slug.run_start = math.nan  # the next over-run is timed from its own start
+            return True
         if rule is Rule.BAD_VALUE:
             if not st.bad_active:
                 return False
