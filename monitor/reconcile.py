@@ -58,8 +58,8 @@ from monitor.model import Condition, ConditionState, Quality, Rule, Sample
 ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS, Rule.BAD_VALUE})
 # Raised on the clock (nothing arrived), not by a reading: ended when a reading is judged.
 CLOCK_RULES = frozenset({Rule.STALE, Rule.COMM_LOSS})
-# Held by the engine's checkpoint (`Engine.forget_active`); stale restarts with the watch.
-FORGETTABLE = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.BAD_VALUE})
+# What the engine's checkpoint holds (`Engine.forget_active`); comm-loss is the sources'.
+FORGETTABLE = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.BAD_VALUE})
 
 log = logging.getLogger(__name__)
 

@@ -111,3 +111,28 @@ def test_a_slug_cleared_after_the_checkpoint_is_raised_again_after_a_crash(tmp_p
         assert got == [("activated", 195.0), ("cleared", 240.0), ("activated", 305.0)]
     finally:
         close(again)
+
+
+def test_a_stale_alarm_cleared_after_the_checkpoint_is_raised_again_after_a_crash(tmp_path: Path) -> None:
+    """outfall.ph silent for an hour: stale at +3700 s, checkpointed; a reading at +3800 s
+    clears it, a crash. The probe falls silent again: the restarted watch (from its first
+    tick, +3900 s) raises stale an hour later, at +7560 s with a tick a minute. Before: the
+    engine held the checkpoint's stale as active and three hours of silence raised nothing."""
+    clock = ManualClock(T0)
+    first = Daemon(station(tmp_path / "s", OUTFALL, INLET), clock)
+    first.pipeline.process([Sample("outfall.ph", T0, 7.0), Sample("inlet.ph", T0, 7.0)])
+    clock.set(T0 + 3700)
+    first.pipeline.tick(T0 + 3700)
+    first.checkpoint()
+    clock.set(T0 + 3800)
+    first.pipeline.process([Sample("outfall.ph", T0 + 3800, 7.0), Sample("inlet.ph", T0 + 3800, 7.0)])
+    crash(first)
+    again = Daemon(station(tmp_path / "s", OUTFALL, INLET), clock)
+    try:
+        for k in range(3900, 3 * 3600 + 3900, 60):
+            clock.set(T0 + k)
+            again.pipeline.tick(T0 + k)
+        want = [("activated", 3700.0), ("cleared", 3800.0), ("activated", 7560.0)]
+        assert journal(again, Rule.STALE) == want
+    finally:
+        close(again)

@@ -127,16 +127,21 @@ class Engine:
         return False
 
     def forget_active(self, sensor: str, rule: Rule) -> bool:
-        """Drop a limit, slug or bad-value alarm a checkpoint held active that the journal has
+        """Drop a limit, slug, stale or bad-value alarm a checkpoint held active that the journal has
         normal: it cleared after the checkpoint was saved and the daemon died before the
         next one (or the sensor was removed, its alarm retired, then added again). Held,
         a new breach would pass for the old one going on and raise nothing, while the
         journal, console and callouts say normal. Its on-delay (slug: duration) starts
-        again with the next reading. True when there was something to drop; stale and
-        comm-loss are left as they are (the checkpoint's stale watch restarts)."""
+        again with the next reading, a stale watch with the first tick. True when there
+        was something to drop; comm-loss is the sources' own, not the engine's."""
         st = self._by_id.get(sensor)
         if st is None:
             return False
+        if rule is Rule.STALE:
+            if not st.stale_active:
+                return False
+            st.stale_active = False  # the restored watch raises it again if nothing comes
+            return True
         if rule is Rule.SLUG:
             if st.slug is None or not st.slug.active:
                 return False
