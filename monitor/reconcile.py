@@ -58,6 +58,8 @@ from monitor.model import Condition, ConditionState, Quality, Rule, Sample
 ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS, Rule.BAD_VALUE})
 # Raised on the clock (nothing arrived), not by a reading: ended when a reading is judged.
 CLOCK_RULES = frozenset({Rule.STALE, Rule.COMM_LOSS})
+# What the engine's checkpoint holds (`Engine.forget_active`); comm-loss is the sources'.
+FORGETTABLE = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.BAD_VALUE})
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +99,24 @@ class Reconciler:
             if engine.restore_active(sensor, rule, raised, skew) or rule in engine.status(sensor).active:
                 continue
             self.unconfirmed.add((sensor, rule))
+        self._forget_cleared(engine, set(alarms.active_conditions()))
+
+    @staticmethod
+    def _forget_cleared(engine: Engine, journaled: set[tuple[str, Rule]]) -> None:
+        """The other way round: what the checkpoint holds active and the journal normal
+        (cleared after the checkpoint, then a crash) is judged afresh, so a new breach is
+        raised (`Engine.forget_active`); logged once each, at the restart."""
+        for sensor in engine.sensors:
+            for rule in engine.status(sensor).active:
+                if rule not in FORGETTABLE or (sensor, rule) in journaled:
+                    continue
+                if engine.forget_active(sensor, rule):
+                    log.warning(
+                        "%s/%s: the checkpoint held it active, the alarm journal has it normal:"
+                        " judged afresh from the next reading",
+                        sensor,
+                        rule,
+                    )
 
     def judged(self, sample: Sample) -> list[Condition]:
         """After the engine judged `sample`: the restored alarms its verdict ends.

@@ -119,3 +119,29 @@ def test_an_alarm_of_a_sensor_removed_does_not_stand_for_ever_on_good_readings(t
         assert alarm is None or not alarm.active
     finally:
         close(again)
+
+
+def test_the_open_incident_of_a_removed_sensor_ends_with_its_retired_alarm(tmp_path: Path) -> None:
+    """outfall.ph at pH 11 from +0 s: high alarm and an open incident; the probe is removed
+    and the daemon restarted. The alarm is retired at the first batch (+60 s); its incident
+    stood open for ever (the tracker takes transitions of watched sensors only), never
+    frozen, four hours of inlet readings later. Now it ends at its own sensor's last
+    reading taken in (+60 s), clear time the retirement's, and is frozen once the evidence
+    and merge windows are over, like any other."""
+    clock = ManualClock(T0 + 60)
+    first = Daemon(station(tmp_path / "s", OUTFALL, INLET), clock)
+    first.pipeline.process([Sample("outfall.ph", T0 + k, 11.0) for k in range(0, 61, 10)])
+    first.checkpoint()
+    close(first)
+    again = Daemon(station(tmp_path / "s", INLET), clock)
+    try:
+        for k in range(60, 4 * 3600, 60):
+            clock.set(T0 + k)
+            again.pipeline.process([Sample("inlet.ph", T0 + k, 7.0)])
+        assert again.incidents is not None
+        [inc] = again.incidents.store.incidents()
+        assert (inc.sensor, inc.rule, inc.start) == ("outfall.ph", "high", T0)
+        assert (inc.end, inc.clear_time, inc.frozen) == (T0 + 60, T0 + 60, True)
+        assert again.pipeline.stats.listener_errors == 0
+    finally:
+        close(again)

@@ -126,6 +126,42 @@ class Engine:
                 return True
         return False
 
+    def forget_active(self, sensor: str, rule: Rule) -> bool:
+        """Drop a limit, slug, stale or bad-value alarm a checkpoint held active that the journal has
+        normal: it cleared after the checkpoint was saved and the daemon died before the
+        next one (or the sensor was removed, its alarm retired, then added again). Held,
+        a new breach would pass for the old one going on and raise nothing, while the
+        journal, console and callouts say normal. Its on-delay (slug: duration) starts
+        again with the next reading, a stale watch with the first tick. True when there
+        was something to drop; comm-loss is the sources' own, not the engine's."""
+        st = self._by_id.get(sensor)
+        if st is None:
+            return False
+        if rule is Rule.STALE:
+            if not st.stale_active:
+                return False
+            st.stale_active = False  # the restored watch raises it again if nothing comes
+            return True
+        if rule is Rule.SLUG:
+            if st.slug is None or not st.slug.active:
+                return False
+            st.slug.active = False
+            st.slug.run_start = math.nan  # the next over-run is timed from its own start
+            return True
+        if rule is Rule.BAD_VALUE:
+            if not st.bad_active:
+                return False
+            st.bad_active = False
+            st.bad_since = math.nan
+            return True
+        for lim in st.limits:
+            if lim.rule is rule and lim.active:
+                lim.active = False
+                lim.a_start = lim.b_start = math.nan
+                lim.held = -math.inf
+                return True
+        return False
+
     def pending(self, sensor: str) -> tuple[Rule, ...]:
         """Rules of `sensor` whose on-delay or slug duration is running: the latest sample
         was beyond the limit, but not yet for long enough to be active."""

@@ -46,7 +46,7 @@ from monitor.incidents.freezer import Freezer, Freezing
 from monitor.incidents.model import Figures, Incident, incident_id
 from monitor.incidents.store import Columns, IncidentStore, csv_lines
 from monitor.incidents.transitions import INCIDENT_RULES, Transitions, transitions
-from monitor.model import Condition, Kind, Rule, Sample, iso
+from monitor.model import Condition, ConditionState, Kind, Rule, Sample, iso
 from monitor.units import conversion
 
 log = logging.getLogger(__name__)
@@ -416,7 +416,32 @@ class IncidentTracker:
 
     def apply(self, conditions: Sequence[Condition] | ConditionColumns) -> None:
         """One batch's conditions, in order (`apply_transitions` of those it watches)."""
+        if not isinstance(conditions, ConditionColumns):  # live; replay's config never changes
+            self._end_unwatched(conditions)
         self.apply_transitions(transitions(conditions, self.watch))
+
+    def _end_unwatched(self, conditions: Sequence[Condition]) -> None:
+        """The open incident of a sensor the config no longer has ends with its alarm,
+        which the reconciler retires (monitor/reconcile.py): nothing else would end it, and
+        it stood open for ever, never frozen. Its end is what is known, its own sensor's
+        last reading taken in (else its start); its clear time, the retirement's."""
+        for cond in conditions:
+            if (
+                cond.sensor in self.watch
+                or cond.rule not in INCIDENT_RULES
+                or cond.state is not ConditionState.CLEARED
+            ):
+                continue
+            for iid, inc in list(self.live.items()):
+                if inc.sensor != cond.sensor or inc.rule != cond.rule or inc.end is not None:
+                    continue
+                last = max(inc.judged_until, inc.evidence_until)
+                end = max(inc.start, last) if math.isfinite(last) else inc.start
+                self.live[iid] = inc.with_(end=end, clear_time=cond.time)
+                self._touch(iid)
+                log.warning(
+                    "incident %s ended at %s: %s is no longer in the config", iid, iso(end), inc.sensor
+                )
 
     def apply_transitions(self, mine: Transitions) -> None:
         """One batch's transitions of incident rules on watched sensors, in order (the
