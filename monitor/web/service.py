@@ -123,9 +123,7 @@ class StationCollector(Collector):
                 ("points_dropped", "dropped", "Points dropped by the outbox size cap"),
                 ("points_dead_lettered", "dead_letters", "Points the server rejected for good"),
             ):
-                c = CounterMetricFamily(f"station_monitor_{name}", doc, labels=["station"])
-                c.add_metric([station], outbox.get(key, 0))
-                yield c
+                yield _station_metric(CounterMetricFamily, name, doc, station, outbox.get(key, 0))
             age = GaugeMetricFamily(
                 "station_monitor_outbox_oldest_age_seconds",
                 "Age of the oldest pending point",
@@ -144,11 +142,13 @@ class StationCollector(Collector):
             active.add_metric([station, priority], count)
         yield active
         engine = h.get("engine", {})
-        bad = CounterMetricFamily(
-            "station_monitor_bad_values", "Readings rejected as not believable", labels=["station"]
+        yield _station_metric(
+            CounterMetricFamily,
+            "bad_values",
+            "Readings rejected as not believable",
+            station,
+            engine.get("bad_values", 0),
         )
-        bad.add_metric([station], engine.get("bad_values", 0))
-        yield bad
         not_judged = GaugeMetricFamily(
             "station_monitor_slug_not_judged",
             "1 while a sensor's slug rule is not judged (baseline below slug.min_baseline)",
@@ -158,28 +158,33 @@ class StationCollector(Collector):
             not_judged.add_metric([station, sensor], 1)
         yield not_judged
         pipeline = h.get("pipeline", {})
-        stalled = GaugeMetricFamily(
-            "station_monitor_intake_stalled", "1 while the state disk refuses writes", labels=["station"]
-        )
-        stalled.add_metric([station], 1.0 if pipeline.get("stalled") else 0.0)
-        yield stalled
-        waiting = GaugeMetricFamily(
-            "station_monitor_intake_waiting", "Readings taken in and not yet stored", labels=["station"]
-        )
-        waiting.add_metric([station], pipeline.get("waiting", 0))
-        yield waiting
-        dropped = CounterMetricFamily(
-            "station_monitor_intake_dropped", "Readings dropped while intake was stalled", labels=["station"]
-        )
-        dropped.add_metric([station], pipeline.get("dropped", 0))
-        yield dropped
-        unjournaled = CounterMetricFamily(
-            "station_monitor_alarm_unjournaled",
-            "Alarm transitions the journal refused (not recorded, not shown)",
-            labels=["station"],
-        )
-        unjournaled.add_metric([station], pipeline.get("unjournaled", 0))
-        yield unjournaled
+        for kind, name, doc, value in (
+            (
+                GaugeMetricFamily,
+                "intake_stalled",
+                "1 while the state disk refuses writes",
+                1.0 if pipeline.get("stalled") else 0.0,
+            ),
+            (
+                GaugeMetricFamily,
+                "intake_waiting",
+                "Readings taken in and not yet stored",
+                pipeline.get("waiting", 0),
+            ),
+            (
+                CounterMetricFamily,
+                "intake_dropped",
+                "Readings dropped while intake was stalled",
+                pipeline.get("dropped", 0),
+            ),
+            (
+                CounterMetricFamily,
+                "alarm_unjournaled",
+                "Alarm transitions the journal refused (not recorded, not shown)",
+                pipeline.get("unjournaled", 0),
+            ),
+        ):
+            yield _station_metric(kind, name, doc, station, value)
         listeners = CounterMetricFamily(
             "station_monitor_alarm_listener_failures",
             "Alarm transitions a listener (console, MQTT, notification, InfluxDB) failed on",
@@ -188,10 +193,19 @@ class StationCollector(Collector):
         for name, count in h.get("alarm_listener_failures", {}).items():
             listeners.add_metric([station, name], count)
         yield listeners
-        early = CounterMetricFamily(
-            "station_monitor_alarm_early_clears",
+        yield _station_metric(
+            CounterMetricFamily,
+            "alarm_early_clears",
             "Clears stamped before their alarm's activation, journaled at the activation",
-            labels=["station"],
+            station,
+            h.get("alarm_early_clears", 0),
         )
-        early.add_metric([station], h.get("alarm_early_clears", 0))
-        yield early
+
+
+def _station_metric(
+    kind: type[CounterMetricFamily] | type[GaugeMetricFamily], name: str, doc: str, station: str, value: float
+) -> CounterMetricFamily | GaugeMetricFamily:
+    """One `station_monitor_<name>` series labelled by station alone: most of /metrics."""
+    family = kind(f"station_monitor_{name}", doc, labels=["station"])
+    family.add_metric([station], value)
+    return family
