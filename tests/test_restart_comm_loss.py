@@ -16,8 +16,7 @@ import signal
 import sqlite3
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ import yaml
 from monitor.alarms.journal import Journal
 from tests.daemon_process import running_daemon
 from tests.mqtt_tools import Peer
-from tests.services import Mosquitto, SimulatorProcess, free_port, port_open, simulator_process, wait_until
+from tests.services import Mosquitto, free_port, port_open, simulator_process, wait_until
 
 STATION = "ps-commrst"
 PREFIX = "t-commrst"
@@ -66,13 +65,6 @@ def write_config(tmp_path: Path, modbus_port: int, mqtt_port: int, console_port:
     path = tmp_path / "station.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
-
-
-@contextmanager
-def device(port: int | None = None) -> Iterator[SimulatorProcess]:
-    """The simulated station, on `port` when given (the device back at its address)."""
-    with simulator_process(port=port) as sim:
-        yield sim
 
 
 def get_json(url: str) -> Any:
@@ -122,7 +114,7 @@ def test_a_comm_loss_alarm_restored_after_a_restart_clears_once_when_the_device_
     watcher = Peer(mosquitto.port, f"{PREFIX}-watch-{stop}")
     watcher.subscribe(f"{PREFIX}/{STATION}/#")
     with closing(watcher):
-        with device() as sim:
+        with simulator_process() as sim:
             port = sim.port
             config = write_config(tmp_path, port, mosquitto.port, console)
             with running_daemon(config, log) as daemon:
@@ -141,7 +133,7 @@ def test_a_comm_loss_alarm_restored_after_a_restart_clears_once_when_the_device_
         activated = {s: t for s, _, t, _ in raised}
 
         back = time.time()
-        with device(port), running_daemon(config, log):  # the device is back at its address
+        with simulator_process(port=port), running_daemon(config, log):  # the device is back at its address
             wait_until(lambda: len(comm_events(watcher)) == 4, timeout=60, what="the clears on MQTT")
             shown = comm_alarms(console)
             seen = time.time()

@@ -19,17 +19,14 @@ from pathlib import Path
 from monitor.daemon import Daemon
 from monitor.model import ManualClock, Rule, Sample
 from tests import test_restart_reconcile as slugs
-from tests.test_restart_removed_sensor import INLET, OUTFALL, T0, close, station
+from tests.test_pipeline import close
+from tests.test_pipeline import close as crash
+from tests.test_restart_removed_sensor import INLET, OUTFALL, T0, station
 
 
 def journal(daemon: Daemon, rule: Rule) -> list[tuple[str, float]]:
     entries = daemon.alarms.journal.entries(sensor="outfall.ph")
     return [(e.event, e.time - T0) for e in entries if e.rule is rule]
-
-
-def crash(daemon: Daemon) -> None:
-    """What a crash leaves: the journal as written, the last checkpoint (none saved now)."""
-    close(daemon)
 
 
 def breach(state: Path, clock: ManualClock, value: float, rule: Rule) -> list[tuple[str, float]]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from monitor.config import Config, build_config
 from monitor.daemon import Daemon
 from monitor.model import ManualClock, Rule, Sample
+from tests.test_pipeline import close as crash
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 LIMITS = {"low": 6, "high": 9, "deadband": 0.5, "off_delay": "30s"}
@@ -29,13 +30,6 @@ def station(state: Path) -> Config:
             "store": {"free_space_floor": 0},
         }
     )
-
-
-def crash(daemon: Daemon) -> None:
-    """The stores closed as kill -9 leaves them: no checkpoint at the end."""
-    daemon.sink.close()
-    daemon.meters.close()
-    daemon.alarms.close()
 
 
 def journal(daemon: Daemon) -> list[tuple[str, float]]:

@@ -13,6 +13,7 @@ import pytest
 from monitor.config import Config, build_config
 from monitor.daemon import Daemon
 from monitor.model import ManualClock, Rule, Sample
+from tests.test_pipeline import close as crash  # the stores closed, no checkpoint: as kill -9 leaves them
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
@@ -45,13 +46,6 @@ def station(state: Path, device_time: bool = False, off_delay: str | None = None
             "store": {"free_space_floor": 0},
         }
     )
-
-
-def crash(daemon: Daemon) -> None:
-    """The stores closed as kill -9 leaves them: no checkpoint at the end."""
-    daemon.sink.close()
-    daemon.meters.close()
-    daemon.alarms.close()
 
 
 def journal(daemon: Daemon, sensor: str) -> list[tuple[str, str, float]]:

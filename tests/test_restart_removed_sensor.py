@@ -15,6 +15,7 @@ import pytest
 from monitor.config import Config, build_config
 from monitor.daemon import Daemon
 from monitor.model import ManualClock, Rule, Sample
+from tests.test_pipeline import close
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 OUTFALL = {"id": "outfall.ph", "kind": "ph", "stale_after": "1h"}
@@ -31,12 +32,6 @@ def station(state: Path, *sensors: dict[str, Any]) -> Config:
             "store": {"free_space_floor": 0},
         }
     )
-
-
-def close(daemon: Daemon) -> None:
-    daemon.sink.close()
-    daemon.meters.close()
-    daemon.alarms.close()
 
 
 def raise_bad_value(state: Path, clock: ManualClock) -> None:
@@ -105,11 +100,7 @@ def test_an_alarm_of_a_sensor_removed_does_not_stand_for_ever_on_good_readings(t
     reconciler know only configured sensors): it stood active and unacknowledged on the
     console, in callouts and on MQTT, a day of good inlet readings later."""
     clock = ManualClock(T0 + 300)
-    first = Daemon(station(tmp_path / "state", OUTFALL, INLET), clock)
-    first.pipeline.process([Sample("outfall.ph", T0 + k, 99.0) for k in range(0, 61, 10)])
-    first.checkpoint()
-    close(first)
-
+    raise_bad_value(tmp_path / "state", clock)
     again = Daemon(station(tmp_path / "state", INLET), clock)
     try:
         for k in range(3600, 86400, 3600):
