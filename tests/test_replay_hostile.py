@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import decimal
 import math
+import subprocess
 from pathlib import Path
 
 import pyarrow as pa
@@ -22,6 +23,14 @@ from tests.test_replay_columnar import summary
 ROOT = Path(__file__).resolve().parent.parent
 CASE = ROOT / "tests" / "cases" / "replay" / "station-day"
 T = 1780444800  # 2026-06-03T00:00:00Z
+
+
+def replay(path: Path, events: Path) -> subprocess.CompletedProcess[str]:
+    """`monitor replay` of `path` on the station-day case, events to `events`, no incidents."""
+    return cli.run_monitor(
+        "replay", "--config", str(CASE / "config.yaml"), "--input", str(path), "--events", str(events),
+        "--no-incidents", cwd=ROOT,
+    )  # fmt: skip
 
 
 def parquet(path: Path, **columns: pa.Array) -> Path:
@@ -59,10 +68,7 @@ def test_a_parquet_null_value_replays_without_a_traceback(tmp_path: Path) -> Non
         value=pa.array(["7", None]),
     )
     out = tmp_path / "events.jsonl"
-    result = cli.run_monitor(
-        "replay", "--config", str(CASE / "config.yaml"), "--input", str(path), "--events", str(out),
-        "--no-incidents", cwd=ROOT,
-    )  # fmt: skip
+    result = replay(path, out)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     assert "1 row(s) with unreadable value (kept as bad data), first at line 2" in result.stderr
@@ -234,10 +240,7 @@ def test_a_parquet_time_column_that_cannot_say_when_is_refused_naming_it(
     properties of the column, so the file is refused before any output, naming it."""
     path = parquet(tmp_path / "t.parquet", Time=time, sensor=pa.array(["outfall.ph"]), value=pa.array([7.0]))
     out = tmp_path / "events.jsonl"
-    result = cli.run_monitor(
-        "replay", "--config", str(CASE / "config.yaml"), "--input", str(path), "--events", str(out),
-        "--no-incidents", cwd=ROOT,
-    )  # fmt: skip
+    result = replay(path, out)
     assert result.returncode == 1, result.stderr
     assert f"t.parquet: column 'Time' is {says}" in result.stderr
     assert "Traceback" not in result.stderr and not out.exists()
@@ -257,10 +260,7 @@ def test_a_spark_int96_time_column_is_refused_saying_why(tmp_path: Path) -> None
     )
     pq.write_table(table, path, use_deprecated_int96_timestamps=True)
     out = tmp_path / "events.jsonl"
-    result = cli.run_monitor(
-        "replay", "--config", str(CASE / "config.yaml"), "--input", str(path), "--events", str(out),
-        "--no-incidents", cwd=ROOT,
-    )  # fmt: skip
+    result = replay(path, out)
     assert result.returncode == 1, result.stderr
     assert "spark.parquet: column 'time' is an INT96 timestamp" in result.stderr
     assert "outputTimestampType=TIMESTAMP_MICROS" in result.stderr
@@ -306,10 +306,7 @@ def test_a_compressed_export_is_refused_as_one(tmp_path: Path, magic: bytes, kin
     (gzip has its own message, with `zcat`: tests/test_replay_pipes.py)."""
     path = tmp_path / "history.csv.zip"
     path.write_bytes(magic + bytes(range(256)) * 4)
-    result = cli.run_monitor(
-        "replay", "--config", str(CASE / "config.yaml"), "--input", str(path), "--events",
-        str(tmp_path / "e.jsonl"), "--no-incidents", cwd=ROOT,
-    )  # fmt: skip
+    result = replay(path, tmp_path / "e.jsonl")
     assert result.returncode == 1
     assert f"history.csv.zip: a {kind}-compressed file; decompress it first" in result.stderr
 
@@ -338,10 +335,7 @@ def test_a_latin1_byte_in_a_short_row_costs_that_row(tmp_path: Path) -> None:
     path = tmp_path / "short.csv"
     path.write_bytes(f"time,sensor,value\n{T},a,1\n{T + 1},d\xe9bit\n{T + 2},a,3\n".encode("latin-1"))
     out = tmp_path / "events.jsonl"
-    result = cli.run_monitor(
-        "replay", "--config", str(CASE / "config.yaml"), "--input", str(path), "--events", str(out),
-        "--no-incidents", cwd=ROOT,
-    )  # fmt: skip
+    result = replay(path, out)
     assert result.returncode == 0, result.stderr
     assert (
         f"1 row(s) with unreadable time or too few columns, first at line 3: {T + 1},d\ufffdbit"
@@ -355,10 +349,7 @@ def test_a_utf16_export_is_refused_saying_so(tmp_path: Path) -> None:
     file ('utf-8' codec can't decode byte 0xff in position 0 ...)"."""
     path = tmp_path / "history.csv"
     path.write_bytes(f"time,sensor,value\n{T},a,1\n".encode("utf-16"))
-    result = cli.run_monitor(
-        "replay", "--config", str(CASE / "config.yaml"), "--input", str(path), "--events",
-        str(tmp_path / "e.jsonl"), "--no-incidents", cwd=ROOT,
-    )  # fmt: skip
+    result = replay(path, tmp_path / "e.jsonl")
     assert result.returncode == 1
     assert "history.csv: UTF-16 text; save it as UTF-8 (CSV UTF-8)" in result.stderr
 
