@@ -182,6 +182,11 @@ def new_condition(
     return c
 
 
+def amount(value: float, unit: str) -> str:
+    """`603.2 gpm`, `9.5` (pH has no unit): how a reading or limit reads in a message."""
+    return f"{value:.4g} {unit}" if unit else f"{value:.4g}"
+
+
 def _finite_or_none(x: float | None) -> float | None:
     if x is None or not math.isfinite(x):
         return None

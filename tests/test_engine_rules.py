@@ -311,7 +311,7 @@ def test_batch_limit_conditions_carry_the_live_messages(unit: str, high: bool) -
     times = [T0, T0 + 1, T0 + 2.5]
     values = [12.345678, 0.001234, 1e6]
     states = [True, False, True]
-    got = lim._conditions(times, values, states)
+    got = lim._run(np.array(times), np.array(values), np.array(states)).conditions()
     expected = [
         lim.condition(t, x, ACTIVE if on else CLEARED) for t, x, on in zip(times, values, states, strict=True)
     ]

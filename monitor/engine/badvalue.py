@@ -15,9 +15,9 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.engine.baseline import Floats
-from monitor.engine.rules import amount, duration_text, hysteresis, run_starts
+from monitor.engine.rules import duration_text, hysteresis, run_starts
 from monitor.engine.state import SensorState
-from monitor.model import Condition, ConditionState, Rule, new_condition
+from monitor.model import Condition, ConditionState, Rule, amount, new_condition
 
 BAD_VALUE_DELAY = 60.0  # seconds of nothing but bad readings before the diagnostic alarm
 BAD_VALUE_CITATION = "plausible range (station config: valid_range, bad_values)"

@@ -26,6 +26,7 @@ from monitor.model import (
     ConditionState,
     EventHead,
     Rule,
+    amount,
     event_lines_of,
     new_condition,
 )
@@ -39,8 +40,9 @@ def limit_conditions(
     run: LimitRun, times: list[float], values: list[float], states: list[bool]
 ) -> list[Condition]:
     """`Condition`s of a limit's transitions, their texts built once (a chattering limit
-    makes tens of thousands): the messages `LimitState.condition` writes, byte for byte."""
-    limit = f"{run.limit:.4g} {run.unit}" if run.unit else f"{run.limit:.4g}"
+    makes tens of thousands): the messages `LimitState.condition` writes, byte for byte
+    (a value's text is `amount`'s, inline)."""
+    limit = amount(run.limit, run.unit)
     side = "above the high" if run.high else "below the low"
     unit = f" {run.unit}" if run.unit else ""
     on_text = f" {side} limit {limit}"

@@ -20,8 +20,8 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.config import LimitRule
-from monitor.engine.columns import LimitRun, limit_conditions
-from monitor.model import Condition, ConditionState, Rule, new_condition
+from monitor.engine.columns import LimitRun
+from monitor.model import Condition, ConditionState, Rule, amount, new_condition
 from monitor.units import conversion
 
 Floats = npt.NDArray[np.float64]
@@ -35,11 +35,6 @@ def duration_text(seconds: float) -> str:
         if seconds >= size and seconds % size == 0 and not (unit == "d" and seconds <= 172800):
             return f"{int(seconds // size)}{unit}"
     return f"{seconds:g}s"
-
-
-def amount(value: float, unit: str) -> str:
-    """`603.2 gpm`, `9.5` (pH has no unit)."""
-    return f"{value:.4g} {unit}" if unit else f"{value:.4g}"
 
 
 def ffill_index(marker: Bools) -> npt.NDArray[np.intp]:
@@ -177,11 +172,6 @@ class LimitState:
         else:
             text = f"{now} back within the {self.rule} limit {limit}"
         return new_condition(t, self.sensor, self.rule, state, value, self.limit, self.citation, text)
-
-    def _conditions(self, times: list[float], values: list[float], states: list[bool]) -> list[Condition]:
-        """`condition` for each transition of a batch, its texts built once (a chattering
-        limit makes tens of thousands): the same messages, byte for byte."""
-        return limit_conditions(self._run(np.empty(0), np.empty(0), np.empty(0, bool)), times, values, states)
 
     def _run(self, times: Floats, values: Floats, on: Bools) -> LimitRun:
         rule, unit = self.rule, self.unit

@@ -38,8 +38,8 @@ from collections import deque
 
 from monitor.config import SlugRule
 from monitor.engine.baseline import Baselines
-from monitor.engine.rules import NAN, amount, duration_text
-from monitor.model import Condition, ConditionState, Rule, new_condition
+from monitor.engine.rules import NAN, duration_text
+from monitor.model import Condition, ConditionState, Rule, amount, new_condition
 
 
 class SlugState:
