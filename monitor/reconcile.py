@@ -86,6 +86,7 @@ class Reconciler:
         self.skew = skew
         self.unconfirmed: set[tuple[str, Rule]] = set()
         self.retired: list[tuple[str, Rule]] = []  # active, of a sensor the config no longer has
+        self._retiring: set[tuple[str, Rule]] = set()  # said so in the log already
         for sensor, rule in alarms.active_conditions():
             if rule not in ENGINE_RULES:
                 continue
@@ -157,19 +158,24 @@ class Reconciler:
         return out
 
     def retire(self, now: float) -> list[Condition]:
-        """Once, at the first batch or tick: clear the restored alarms of sensors the config
-        no longer has (a probe taken out of service and removed). Nothing else could end
-        them -- the engine and this reconciler judge configured sensors only -- so they
-        stood active for ever on the console, in callouts and on MQTT. Cleared at the
-        clock's time, saying why, and logged once each."""
+        """At the first batch or tick: clear the restored alarms of sensors the config no
+        longer has (a probe taken out of service and removed). Nothing else could end them
+        -- the engine and this reconciler judge configured sensors only -- so they stood
+        active for ever on the console, in callouts and on MQTT. Cleared at the clock's
+        time, saying why, and logged once each. One the journal refused to clear (a full
+        disk: counted as unjournaled) is cleared again at the next batch or tick."""
         out = []
+        left = []
         for sensor, rule in self.retired:
             alarm = self.alarms.get(sensor, rule)
             if alarm is None or not alarm.active:
                 continue
-            log.warning(
-                "alarm %s/%s was active and %r is no longer in the config: cleared", sensor, rule, sensor
-            )
+            left.append((sensor, rule))
+            if (sensor, rule) not in self._retiring:
+                self._retiring.add((sensor, rule))
+                log.warning(
+                    "alarm %s/%s was active and %r is no longer in the config: cleared", sensor, rule, sensor
+                )
             out.append(
                 Condition(
                     time=max(now, alarm.activated_at or now),
@@ -182,7 +188,7 @@ class Reconciler:
                     message="sensor removed from the configuration",
                 )
             )
-        self.retired = []
+        self.retired = left
         return out
 
     def _evidence(self, t: float, activated_at: float | None) -> bool:

@@ -94,6 +94,55 @@ def test_a_removed_sensors_alarm_is_cleared_on_the_first_tick_when_nothing_arriv
         close(again)
 
 
+def test_a_removed_sensors_alarm_after_a_clock_step_back_is_cleared_at_its_activation(tmp_path: Path) -> None:
+    """The gateway clock stepped back an hour while the daemon was down: the retirement's
+    time, the clock's, is before the activation (+60 s). The clear is stamped at the
+    activation, so no record shows a negative duration, and it is no early clear (the
+    retirement is not a reading from before the alarm)."""
+    clock = ManualClock(T0 + 300)
+    raise_bad_value(tmp_path / "state", clock)
+    clock.set(T0 - 3600)
+    again = Daemon(station(tmp_path / "state", INLET), clock)
+    try:
+        again.pipeline.tick(clock.now())
+        alarm = again.alarms.get("outfall.ph", Rule.BAD_VALUE)
+        assert alarm is not None and not alarm.active and alarm.cleared_at == T0 + 60
+        assert again.alarms.early_clears == 0
+    finally:
+        close(again)
+
+
+def test_a_retirement_the_journal_refuses_is_counted_and_tried_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The journal refuses the clear (injected, `PRAGMA query_only` on the journal alone, as
+    tests/test_pipeline.py does: a real full disk refuses the series store first). It is
+    counted as unjournaled, never a crash, and the alarm still active is cleared at the
+    next tick once the journal takes writes again; the log says it once."""
+    clock = ManualClock(T0 + 300)
+    raise_bad_value(tmp_path / "state", clock)
+    clock.set(T0 + 900)
+    again = Daemon(station(tmp_path / "state", INLET), clock)
+    try:
+        with caplog.at_level(logging.WARNING, logger="monitor.reconcile"):
+            again.alarms.journal._db.execute("PRAGMA query_only=ON")
+            again.pipeline.tick(clock.now())
+            again.alarms.journal._db.execute("PRAGMA query_only=OFF")
+            assert again.pipeline.stats.unjournaled == 1
+            alarm = again.alarms.get("outfall.ph", Rule.BAD_VALUE)
+            assert alarm is not None and alarm.active
+            clock.set(T0 + 901)
+            again.pipeline.tick(clock.now())
+            again.pipeline.tick(clock.now())
+        alarm = again.alarms.get("outfall.ph", Rule.BAD_VALUE)
+        assert alarm is not None and not alarm.active and alarm.cleared_at == T0 + 901
+        assert again.pipeline.stats.unjournaled == 1  # cleared once, not again
+        said = [r for r in caplog.records if "no longer in the config" in r.getMessage()]
+        assert len(said) == 1
+    finally:
+        close(again)
+
+
 def test_an_alarm_of_a_sensor_removed_does_not_stand_for_ever_on_good_readings(tmp_path: Path) -> None:
     """outfall.ph's bad-value alarm is active when the probe is taken out of service and
     removed from the config. After the restart nothing can end it (the engine and the
