@@ -90,9 +90,11 @@ class Daemon:
         self.clock_watch = ClockWatch.for_clock(self.engine, self.clock, self.alarms.active_conditions())
         self.sink: SampleSink = open_sink(config, self.clock, on_condition=lambda c: self.pipeline.emit([c]))
         self.meters = MeterBook.open(config)
-        reconciler = Reconciler(self.engine, self.alarms, config.rules, device_skew(config))
+        skew = device_skew(config)
+        reconciler = Reconciler(self.engine, self.alarms, config.rules, skew)
         self.disk = DiskWatch(config.state_dir, config.store.free_space_floor, self.clock)
-        self.station = LiveStation(config, self.alarms.active_conditions())  # pumps, wet well, derived
+        active = [a for a in self.alarms.alarms() if a.active]  # what the journal holds active
+        self.station = LiveStation(config, active, self.clock, skew)  # pumps, wet well, derived
         self.pipeline = Pipeline(
             config,
             self.clock,

@@ -4,7 +4,8 @@
 derived sample before the item that made it due (it carries the earlier time), which
 is the order replay gives them; `track(sample)` returns the station's alarm conditions.
 After a restart, open runs and overflows come back from the store, and the alarms the
-journal holds active are taken as the tracker's state so they clear when they end.
+journal holds active are taken as the tracker's state so they clear when they end (a
+reading stamped before one's activation does not end it: monitor/station/tracker.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from collections.abc import Iterable, Iterator
 
 from monitor.config import Config
-from monitor.model import Condition, Rule, Sample
+from monitor.model import Alarm, Clock, Condition, Sample, WallClock
 from monitor.station.derive import Derivation
 from monitor.station.replay import has_station
 from monitor.station.store import StationStore
@@ -23,13 +24,21 @@ SAVE_INTERVAL = 30.0  # wall seconds between saves of what is in progress
 
 
 class LiveStation:
-    def __init__(self, config: Config, active: Iterable[tuple[str, Rule]] = ()) -> None:
+    def __init__(
+        self,
+        config: Config,
+        active: Iterable[Alarm] = (),
+        clock: Clock | None = None,
+        skew: float = 0.0,
+    ) -> None:
+        """`active`: the alarms the journal holds active (their condition), adopted by the
+        tracker with their activation; `clock` and `skew` judge which readings may end them."""
         self.config = config
         self.derivation = Derivation(config.derived, config.rules) if config.derived else None
         self.store = StationStore.open(config.state_dir) if has_station(config) else None
         self.tracker = StationTracker(config, self.store, resume=True) if self.store is not None else None
         if self.tracker is not None:
-            self.tracker.adopt(active)
+            self.tracker.adopt(active, clock or WallClock(), skew)
         self._saved = time.monotonic()
 
     def expand(self, items: Iterable[Sample | Condition]) -> Iterator[Sample | Condition]:

@@ -11,6 +11,13 @@ Readings of the ordinance and the issue that the code takes:
   alarm, and opens an overflow record; `high` alone raises `high_level` (no record).
 - Fail to start: the level above `lead_on` for longer than `fail_to_start_delay`
   with no pump running; it clears when a pump runs or the level falls to `lead_on`.
+  While the level is not known (no good reading yet: only after a restart can the alarm
+  be up then) only a running pump ends it.
+- After a restart the alarms the journal holds active are adopted with their activation
+  (`adopt`); fail to start and high level, raised by readings, are ended only by a reading
+  stamped after it, the rule of the engine's restored alarms (monitor/engine/restored.py):
+  a pump's or the level's reading from before the raise (a device's buffer, a queued MQTT
+  message) is evidence from before the alarm began.
 - Overflow volume: with a weir, Francis' Q = C L H^1.5 on the level above the crest,
   integrated between level samples (trapezoids); without one, the station inflow above
   the capacity of the pumps running, while the level is at or above `overflow`.
@@ -30,8 +37,9 @@ import numpy.typing as npt
 
 from monitor.config import Config
 from monitor.config.station import pump_ids
+from monitor.engine.restored import after_activation
 from monitor.errors import MonitorError
-from monitor.model import Condition, ConditionState, Kind, Quality, Rule, Sample
+from monitor.model import Alarm, Clock, Condition, ConditionState, Kind, Quality, Rule, Sample
 from monitor.station.daily import DailyTotals
 from monitor.station.pumps import PumpStats
 from monitor.station.store import OverflowRecord, StationStore
@@ -80,9 +88,13 @@ class StationTracker:
         self.switch_on = False
         self.above_since: float | None = None
         self.fail_active = False
-        # When fail to start was raised (-inf: restored from the journal, time not known).
-        self.fail_at = -math.inf
+        self.fail_at = -math.inf  # when fail to start was raised
         self.high_active = False
+        # Alarms adopted from the journal at a restart, by rule, with their activation (None:
+        # not known); dropped when they end. Judged on `_clock` with a device clock's `_skew`.
+        self._restored: dict[Rule, float | None] = {}
+        self._clock: Clock | None = None
+        self._skew = 0.0
         self.overflow: OverflowRecord | None = None
         self._q_prev = 0.0  # overflow rate (gpm) at the last integration time
         self._t_prev = -math.inf
@@ -117,10 +129,15 @@ class StationTracker:
         for rec in store.open_overflows():
             self.overflow = rec
 
-    def adopt(self, active: Iterable[tuple[str, Rule]]) -> None:
+    def adopt(self, active: Iterable[Alarm], clock: Clock, skew: float = 0.0) -> None:
         """Alarms the journal holds active after a restart: take them as the current state,
-        so the tracker sends their CLEARED when the condition is over."""
-        for sensor, rule in active:
+        so the tracker sends their CLEARED when the condition is over. Fail to start and
+        high level keep their activation: only a reading stamped after it ends them, unless
+        it is in `clock`'s future (the clock stepped back while the daemon was down; `skew`:
+        how far ahead a device may stamp, `reconcile.device_skew`)."""
+        self._clock, self._skew = clock, skew
+        for alarm in active:
+            sensor, rule = alarm.sensor, alarm.rule
             pump = self.pumps.get(sensor)
             if pump is not None and rule is Rule.PUMP_STARTS:
                 pump.starts_alarm = True
@@ -128,8 +145,21 @@ class StationTracker:
                 pump.long_run_alarm = True
             elif sensor == self.level_id and rule is Rule.FAIL_TO_START:
                 self.fail_active = True
+                self._restored[rule] = alarm.activated_at
             elif sensor == self.level_id and rule is Rule.HIGH_LEVEL:
                 self.high_active = True
+                self._restored[rule] = alarm.activated_at
+
+    def _may_end(self, rule: Rule, t: float) -> bool:
+        """Whether a reading stamped `t` may end the restored alarm `rule` (True for one the
+        tracker raised itself: its own rules hold those)."""
+        if rule not in self._restored:
+            return True
+        now = self._clock.now() if self._clock is not None else t
+        if not after_activation(t, self._restored[rule], now, self._skew):
+            return False  # from before the alarm began: it stays as journaled
+        del self._restored[rule]
+        return True
 
     # --- feeding ------------------------------------------------------------------------
 
@@ -189,7 +219,7 @@ class StationTracker:
         if sp is None or sp.high is None:
             return []
         above = self.level >= sp.high
-        if above != self.high_active:
+        if above != self.high_active and (above or self._may_end(Rule.HIGH_LEVEL, t)):
             self.high_active = above
             state = ConditionState.ACTIVE if above else ConditionState.CLEARED
             return [
@@ -201,7 +231,10 @@ class StationTracker:
         sp = self.setpoints
         if sp is None or self.level_id is None:
             return []
-        calling = self.level > sp.lead_on and not any(p.running for p in self.pumps.values())
+        running = any(p.running for p in self.pumps.values())
+        if math.isnan(self.level) and not running:
+            return []  # the level not known yet (a restart): nothing says the well stopped calling
+        calling = self.level > sp.lead_on and not running
         if calling:
             if self.above_since is None:
                 self.above_since = t
@@ -226,8 +259,8 @@ class StationTracker:
         self.above_since = None
         # A reading stamped before the raise (a pump's feedback from a lagging source) is
         # evidence from before the alarm began: it does not end it; the next sample judged
-        # at or after the raise does, with what is known then.
-        if self.fail_active and t >= self.fail_at:
+        # at or after the raise does, with what is known then. A restored alarm: after.
+        if self.fail_active and t >= self.fail_at and self._may_end(Rule.FAIL_TO_START, t):
             self.fail_active = False
             return [
                 Condition(
