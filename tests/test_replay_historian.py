@@ -334,6 +334,42 @@ def test_victoriametrics_points_stored_twice_replay_once_and_are_counted(
     assert "replay: 30 samples, 1 sensors" in result.stdout
 
 
+@pytest.mark.parametrize("chunk", [50_000, 7, 2])
+def test_influxdb_1_a_sensor_time_held_in_two_series_replays_once_and_is_counted(
+    tmp_path: Path, influxdb1: InfluxDB1, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    """InfluxDB 1.x overwrites a point written twice to one series, but a sensor whose tags
+    changed (written first with its kind and unit tags, then without them: an older writer,
+    or a tag renamed) holds one time in two series, and the InfluxQL answer, which merges
+    the series, gives that time twice. Each time comes back once, the first kept and the
+    repeats counted and skipped as a file's repeated rows are, also when the two copies fall
+    in two chunks of the streamed answer (chunk 7 and 2: the pairs straddle chunk ends).
+    Before: every repeat came back, and `replay` counted 35 samples of 30 readings."""
+    monkeypatch.setattr(historian, "CHUNK_POINTS", chunk)
+    db = f"h{uuid.uuid4().hex[:8]}"
+    influxdb1.query(f"CREATE DATABASE {db}")
+    config_path, config = station_config(tmp_path, {"url": influxdb1.url, "api": "v1", "database": db})
+    t0 = 1780444800
+    head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature,unit=degF"
+    lines = [f"{head} value={100.0 + k},quality=0i {(t0 + 60 * k) * 10**9}" for k in range(30)]
+    lines += [line.replace(",kind=temperature,unit=degF", "") for line in lines[25:]]  # its old tags
+    status, answer = http("POST", f"{influxdb1.url}/write?db={db}&precision=ns", "\n".join(lines).encode())
+    assert status == 204, answer
+
+    history = historian.open_history(config, t0, t0 + 86400, "influxql")
+    got = Samples.concat(list(merge([history])))
+    assert got.time.tolist() == [float(t0 + 60 * k) for k in range(30)]
+    assert got.value.tolist() == [100.0 + k for k in range(30)]
+    assert history.report.out_of_order.count == 5
+
+    args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+    result = replay(*args, "--events", str(tmp_path / "events.jsonl"))
+    assert result.returncode == 0, result.stderr
+    assert "5 row(s) with out of order or duplicate time (skipped), first at line" in result.stderr
+    assert f"outfall.temp at {t0 + 25 * 60}.000 stored twice" in result.stderr
+    assert "replay: 30 samples, 1 sensors" in result.stdout
+
+
 def test_influxdb_1_millisecond_times_come_back_as_written(tmp_path: Path, influxdb1: InfluxDB1) -> None:
     """Times with milliseconds (a PLC's 250 ms samples) are the same floats a file with those
     times gives: nanoseconds read back as microseconds / 1e6, exactly rounded (`ns * 1e-9`

@@ -78,6 +78,10 @@ class _History:
         self.report: ReadReport = self.history
         self.units = {s: r.unit for s, r in config.rules.items()}  # what the stored unit tags are read into
         self.points = 0
+        # The latest time handed on and the sensors given at it: a repeat of one of them at
+        # the start of the next chunk is a repeat too (`_once`).
+        self._edge_time = -np.inf
+        self._edge_sensors: npt.NDArray[np.int32] = np.empty(0, np.int32)
 
     def rows(self) -> Iterator[Rows]:
         raise NotImplementedError
@@ -106,6 +110,8 @@ class _History:
         v = np.asarray(value, dtype=np.float64)
         if unit is not None:
             self._convert(names, unit, v)
+        if n:
+            keep &= self._once(sensor, t, lines)
         rows = Rows(sensor, t, v, q, lines)
         return rows if keep.all() else rows.take(keep)
 
@@ -170,15 +176,38 @@ class _History:
         rows = Rows(sensor, t, value, quality, lines)
         return rows if keep.all() else rows.take(keep)
 
-    def _first_of_each_time(self, sensor: npt.NDArray[np.int32], t: Floats, lines: Ints) -> Mask:
-        """False for a sensor's time already given in this chunk: the first is kept, the rest
-        counted and skipped, as a file's repeated row is (`out of order or duplicate time`).
-        VictoriaMetrics without `-dedup.minScrapeInterval` keeps both copies of a batch the
-        outbox sent again (delivery is at least once); InfluxDB overwrites instead."""
+    def _once(self, sensor: npt.NDArray[np.int32], t: Floats, lines: Ints) -> Mask:
+        """`_first_of_each_time` for a chunk of a streamed answer (InfluxQL's chunks, Flux's
+        windows), and across chunks: a sensor's time given at the end of one chunk and again
+        at the start of the next is a repeat too. InfluxDB keeps one point per series and
+        time, but a sensor whose tags changed (unit or kind added, a tag renamed) has two
+        series, and the InfluxQL answer, which merges them in time order, gives such a time
+        twice, the two copies side by side or on both sides of a chunk's end. Enough for an
+        answer in time order (InfluxQL) or in windows of time (Flux): the next chunk starts
+        at or after the latest time of this one."""
+        edge = self._edge_time
+        before = np.zeros(t.size, dtype=bool)
+        if self._edge_sensors.size and float(t.min()) <= edge:
+            before = (t == edge) & np.isin(sensor, self._edge_sensors)
+        latest = float(t.max())
+        if latest >= edge:
+            at_latest = sensor[(t == latest) & (sensor >= 0)]  # an unknown sensor is counted as such
+            kept = self._edge_sensors if latest == edge else self._edge_sensors[:0]
+            self._edge_sensors, self._edge_time = np.union1d(kept, at_latest).astype(np.int32), latest
+        return self._first_of_each_time(sensor, t, lines, before)
+
+    def _first_of_each_time(
+        self, sensor: npt.NDArray[np.int32], t: Floats, lines: Ints, before: Mask | None = None
+    ) -> Mask:
+        """False for a sensor's time already given in this chunk (or, `before`, in the one
+        before): the first is kept, the rest counted and skipped, as a file's repeated row is
+        (`out of order or duplicate time`). VictoriaMetrics without
+        `-dedup.minScrapeInterval` keeps both copies of a batch the outbox sent again
+        (delivery is at least once); InfluxDB keeps one a series, but a sensor can have two."""
         order = np.lexsort((sensor, t))  # stable: of a repeat, the one read first stays first
         ts, ss = t[order], sensor[order]
-        again = np.zeros(t.size, dtype=bool)
-        again[order[1:]] = (ts[1:] == ts[:-1]) & (ss[1:] == ss[:-1]) & (ss[1:] >= 0)  # unknown: counted
+        again = np.zeros(t.size, dtype=bool) if before is None else before
+        again[order[1:]] |= (ts[1:] == ts[:-1]) & (ss[1:] == ss[:-1]) & (ss[1:] >= 0)  # unknown: counted
         at = np.flatnonzero(again)
         if at.size:
             i = int(at[0])
