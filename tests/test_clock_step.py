@@ -8,16 +8,19 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import logging
 import sys
 from pathlib import Path
 
 import pytest
 
-from monitor.config import load_config
+from monitor.config import build_config, load_config
+from monitor.daemon import Daemon
 from monitor.engine import ClockWatch, Engine, restore_checkpoint, save_checkpoint
 from monitor.engine.clock_step import HOLD
-from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample, WallClock
+from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample, WallClock, iso
 from tests.engine_helpers import T0, station
+from tests.test_pipeline import close
 
 CONFIG = station(
     {"id": "ph", "kind": "ph", "limits": {"on_delay": "10s"}, "stale_after": "60s"},
@@ -223,3 +226,52 @@ def test_a_quick_restart_with_a_device_clock_ahead_is_no_clock_step(tmp_path: Pa
         again.conditions += engine.process(Sample("mq", again.wall.now() + 60.0, 100.0))
     assert again.of(Rule.CLOCK) == []
     assert engine.counters.out_of_order == 0
+
+
+def test_a_limit_alarm_across_a_step_back_while_running_ends_on_the_new_clock(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The decision of docs/alarms.md ("The gateway clock steps back while the daemon runs"),
+    through the daemon's pipeline and journal with the watch on injected clocks: pH 11 from
+    +0 s raises the high alarm at +0 s; at +65 s the clock steps back an hour. The re-based
+    engine judges the readings on the new clock: pH 7 from -3530 s ends the alarm after its
+    30 s off-delay, at -3500 s (35 s of real time after the step), not at the first reading
+    and not an hour later when the new clock passes the activation; the clear, stamped before
+    the activation, is journaled at it and counted as an early clear. A new excursion at
+    -3400 s is raised on the new clock."""
+    config = build_config(
+        {
+            "station": {"id": "ps-step"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [{"id": "ph", "kind": "ph", "limits": {"on_delay": "0s", "off_delay": "30s"}}],
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )
+    wall, mono = ManualClock(T0), ManualClock(1000.0)
+    daemon = Daemon(config, wall)
+    daemon.pipeline.before_judging = ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now).check
+    try:
+        for k in range(0, 61, 10):
+            wall.set(T0 + k)
+            mono.set(1000.0 + k)
+            daemon.pipeline.process([Sample("ph", T0 + k, 11.0)])
+        wall.set(T0 + 65 - 3600)  # NTP steps the gateway clock back by an hour
+        mono.set(1000.0 + 65)
+        with caplog.at_level(logging.WARNING, logger="monitor.alarms.manager"):
+            for k in range(70, 201, 10):
+                wall.set(T0 + k - 3600)
+                mono.set(1000.0 + k)
+                daemon.pipeline.process([Sample("ph", T0 + k - 3600, 7.0 if k < 200 else 11.0)])
+        assert f"ph/high: clear stamped {iso(T0 - 3500)}, before its activation at {iso(T0)}" in caplog.text
+        entries = daemon.alarms.journal.entries(sensor="ph")
+        assert [(e.event, e.time - T0) for e in entries if e.rule is Rule.HIGH] == [
+            ("activated", 0.0),
+            ("cleared", 0.0),  # stamped -3500 s on the new clock: journaled at the activation
+            ("activated", -3400.0),
+        ]
+        assert daemon.alarms.early_clears == 1
+        (step,) = [e for e in daemon.alarms.journal.entries(sensor="gateway") if e.event == "activated"]
+        assert step.rule is Rule.CLOCK
+    finally:
+        close(daemon)
