@@ -85,9 +85,6 @@ class Daemon:
         self.restored = load_checkpoint_or_start_fresh(self.engine, self.checkpoint_path)
         self.checkpoints = CheckpointSchedule(self.engine, self.checkpoint_path, CHECKPOINT_INTERVAL)
         self.alarms = AlarmManager.open(config, self.clock)
-        # The gateway clock (engine/clock_step.py): checked before each batch is judged and
-        # on every tick; None for a test's or the demo's clock.
-        self.clock_watch = ClockWatch.for_clock(self.engine, self.clock, self.alarms.active_conditions())
         self.sink: SampleSink = open_sink(config, self.clock, on_condition=lambda c: self.pipeline.emit([c]))
         self.meters = MeterBook.open(config)
         skew = device_skew(config)
@@ -104,9 +101,12 @@ class Daemon:
             self.meters,
             reconciler,
             self.disk,
-            before_judging=self.clock_watch.check if self.clock_watch is not None else None,
             station=self.station,
         )
+        # The gateway clock (engine/clock_step.py): checked before each batch is judged and
+        # on every tick; None for a test's or the demo's clock.
+        self.clock_watch: ClockWatch | None = None
+        self.watch_clock(ClockWatch.for_clock(self.engine, self.clock, self.alarms.active_conditions()))
         self.pipeline.listen(DailyFeed(self.station, self.sink))  # pump and station totals per local day
         # Incidents (issue 16): fed every judged batch through the pipeline's hook.
         self.incidents = (
@@ -177,6 +177,15 @@ class Daemon:
         them back, and an alarm that went normal while we were away is cleared."""
         if self.publisher is not None:
             self.publisher.republish(self.alarms.alarms())
+
+    def watch_clock(self, watch: ClockWatch | None) -> None:
+        """Check the gateway clock with `watch` before each batch and on each tick; a step
+        back re-bases the engine and moves the station's times with it (a test passes a
+        watch on clocks it moves)."""
+        self.clock_watch = watch
+        self.pipeline.before_judging = None if watch is None else watch.check
+        if watch is not None:
+            watch.on_step_back.append(self.station.shift)
 
     def tick(self) -> None:
         """Timer work on the clock: stale data, shelve expiry, reminders, floods, disk space."""

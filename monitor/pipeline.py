@@ -255,6 +255,10 @@ class Pipeline:
         samples: list[Sample] = []
         meters: list[Sample] = []
         conditions: list[Condition] = []
+        if self.before_judging is not None:
+            # A clock step re-bases the engine and the station (derived sensors too) before
+            # the batch's derived samples are made and it is judged.
+            conditions.extend(self.before_judging())
         for entry in entries:
             # + the derived samples the batch makes due (monitor/station), stored like the rest
             items = entry.items if self.station is None else self.station.expand(entry.items)
@@ -291,8 +295,6 @@ class Pipeline:
 
     def _judge(self, batch: _Batch) -> list[Alarm]:
         conditions = batch.conditions
-        if self.before_judging is not None:  # a clock step re-bases the engine before it judges
-            conditions[:0] = self.before_judging()
         if self.reconciler.retired:  # alarms of sensors no longer configured: once, first
             conditions[:0] = self.reconciler.retire(self.clock.now())
         for raw, sample in zip(batch.raw, batch.samples, strict=True):

@@ -250,7 +250,7 @@ def test_a_limit_alarm_across_a_step_back_while_running_ends_on_the_new_clock(
     )
     wall, mono = ManualClock(T0), ManualClock(1000.0)
     daemon = Daemon(config, wall)
-    daemon.pipeline.before_judging = ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now).check
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
     try:
         for k in range(0, 61, 10):
             wall.set(T0 + k)
@@ -273,5 +273,68 @@ def test_a_limit_alarm_across_a_step_back_while_running_ends_on_the_new_clock(
         assert daemon.alarms.early_clears == 1
         (step,) = [e for e in daemon.alarms.journal.entries(sensor="gateway") if e.event == "activated"]
         assert step.rule is Rule.CLOCK
+    finally:
+        close(daemon)
+
+
+def test_the_wet_well_and_derived_sensors_are_judged_on_after_a_step_back_while_running(
+    tmp_path: Path,
+) -> None:
+    """A pumping station, its clock stepped back an hour while the daemon runs. Before, the
+    station's tracker and the derived sensors kept the old clock's times: every pump, level
+    and switch reading stamped on the new clock was "older" and ignored for the whole hour
+    (the level at 9.5 ft raised neither high level nor overflow) and the derived inflow made
+    nothing. Now they move with the engine: p1 runs from +0 s, the clock steps back at
+    +65 s, the level reaches 9.5 ft at -3530 s: high level and overflow raised then; p1
+    stops at -3500 s: its run lasted the 100 s that passed (one record, moved to start at
+    -3600 s), and with the well above lead_on and no pump running fail to start is raised
+    after its 2 min, at -3380 s; the derived inflow goes on, one a poll."""
+    config = build_config(
+        {
+            "station": {"id": "ps-step-well", "timezone": "UTC"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [
+                {"id": "lvl", "kind": "level", "unit": "ft",
+                 "setpoints": {"off": 2, "lead_on": 5, "lag_on": 6, "high": 8, "overflow": 9}},
+                {"id": "p1", "kind": "pump", "pump": {"capacity": "500 gpm"}},
+                {"id": "rise", "kind": "derived", "unit": "gpm", "expression": "area * rate(lvl, 60s)",
+                 "constants": {"area": "80 ft2"}},
+            ],
+            "wet_well": {"level": "lvl", "pumps": ["p1"], "fail_to_start_delay": "2m"},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+    wall, mono = ManualClock(T0), ManualClock(1000.0)
+    daemon = Daemon(config, wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+
+    def poll(k: int, pump: float, level: float) -> None:
+        """A poll `k` s of real time after the start; the clock an hour back from +65 s."""
+        t = T0 + k - (3600 if k > 65 else 0)
+        wall.set(t)
+        mono.set(1000.0 + k)
+        daemon.pipeline.process([Sample("p1", t, pump), Sample("lvl", t, level)])
+
+    try:
+        for k in range(0, 61, 10):
+            poll(k, 1.0, 4.0)
+        for k in range(70, 300, 10):
+            poll(k, 1.0 if k < 100 else 0.0, 4.0 if k < 70 else 9.5)
+        journal = [(e.rule, e.event, e.time - T0) for e in daemon.alarms.journal.entries(sensor="lvl")]
+        assert sorted(journal, key=lambda x: (x[2], x[0])) == [
+            (Rule.HIGH_LEVEL, "activated", -3530.0),
+            (Rule.OVERFLOW, "activated", -3530.0),
+            (Rule.FAIL_TO_START, "activated", -3380.0),
+        ]
+        store = daemon.station.store
+        assert store is not None
+        runs = [(r.start - T0, None if r.end is None else r.end - T0) for r in store.runs(0, 2 * T0)]
+        assert runs == [(-3600.0, -3500.0)]
+        (overflow,) = store.open_overflows()
+        assert overflow.start == T0 - 3530
+        # On the new clock: +60 s's pending one re-based to -3540 s, then one a poll.
+        derived = [s.time - T0 for s in daemon.sink.store.query("rise") if s.time < T0]
+        assert derived == [float(k) for k in range(-3540, -3319, 10)]
     finally:
         close(daemon)

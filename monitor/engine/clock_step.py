@@ -11,6 +11,8 @@ again, and a restart would not help (the checkpoint holds the old times). So:
   (each sensor's last reading, timers, warm-up, the baseline ring's bucket labels,
   the stale watch): the history happened `d` earlier, new readings are in order
   and judged as before, and stale detection measures the monotonic time that passed.
+  What else remembers reading times (the pumping station's tracker and derived
+  sensors, monitor/station/) listens on `on_step_back` and moves with it.
 - A step forward by `d` restarts the stale watch and the limit timers (no false
   stale alarm for the time that did not pass); a baseline that sees a gap longer
   than its window warms up again, as any long gap does.
@@ -99,6 +101,9 @@ class ClockWatch:
         self._mono0 = monotonic()
         self._active_since: float | None = None  # monotonic time of the last step while active
         self._started = False
+        # Told each step back (seconds, < 0) after the engine is shifted: what else remembers
+        # reading times (the pumping station's tracker and derived sensors) moves with it.
+        self.on_step_back: list[Callable[[float], None]] = []
 
     @classmethod
     def for_clock(
@@ -150,6 +155,8 @@ class ClockWatch:
     def _stepped(self, wall: float, mono: float, step: float, when: str) -> list[Condition]:
         if step < 0:
             shift(self.engine, step)
+            for listener in self.on_step_back:
+                listener(step)
         else:
             restart_watches(self.engine)
         direction = "back" if step < 0 else "forward"

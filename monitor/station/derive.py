@@ -150,6 +150,16 @@ class Derivation:
             return []
         return self._evaluate(self._pending)
 
+    def shift(self, delta: float) -> None:
+        """The gateway clock stepped back by -`delta` while the daemon runs: the inputs' times
+        and windows move with the engine's history (monitor/engine/clock_step.py), so the
+        next readings, stamped on the new clock, are in order and derived as before."""
+        self._times[:] = [t + delta for t in self._times]
+        self._pending += delta
+        self._now += delta
+        for buf in self._buffers.values():
+            buf.times = deque(t + delta for t in buf.times)
+
     def _feed(self, slot: int, t: float, v: float, good: bool) -> list[Sample]:
         out = self._evaluate(self._pending) if t > self._pending and self._dirty else _NONE
         times = self._times

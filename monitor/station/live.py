@@ -48,6 +48,14 @@ class LiveStation:
                 yield from derivation.feed(item)
             yield item
 
+    def shift(self, delta: float) -> None:
+        """The gateway clock stepped back (`delta` < 0): the tracker and the derived sensors
+        move their times with the engine's (`ClockWatch.on_step_back`)."""
+        if self.derivation is not None:
+            self.derivation.shift(delta)
+        if self.tracker is not None:
+            self.tracker.shift(delta)
+
     def track(self, sample: Sample) -> list[Condition]:
         return [] if self.tracker is None else self.tracker.feed(sample)
 

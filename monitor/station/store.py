@@ -79,6 +79,12 @@ class StationStore:
             (rec.sensor, rec.start, rec.end, peak, rec.volume_gal, rec.due, rec.method),
         )
 
+    def shift_open(self, delta: float) -> None:
+        """The open runs and overflow moved by `delta` seconds (the gateway clock stepped
+        back while they were open: `StationTracker.shift`); their rows are keyed by start."""
+        self._run("UPDATE runs SET start = start + ? WHERE end IS NULL", (delta,))
+        self._run("UPDATE overflows SET start = start + ?, due = due + ? WHERE end IS NULL", (delta, delta))
+
     def save_progress(self, t: float) -> None:
         """The last event time judged: where an open run is counted up to in a report."""
         self._run("INSERT OR REPLACE INTO meta VALUES ('last_time', ?)", (repr(t),))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
@@ -160,6 +161,35 @@ class StationTracker:
             return False  # from before the alarm began: it stays as journaled
         del self._restored[rule]
         return True
+
+    def shift(self, delta: float) -> None:
+        """The gateway clock stepped back by -`delta` while the daemon runs (or while it was
+        down, found at start): move what the tracker remembers with the engine's history
+        (monitor/engine/clock_step.py). Otherwise every pump, level and switch reading
+        stamped on the new clock was older than the last one taken and ignored until the
+        clock came round again: no overflow, high level or fail to start for the length of
+        the step. Runs, delays and an overflow in progress are measured on the time that
+        passed; their open records move too (kept by start). Restored alarms keep the
+        journal's activation (`_may_end` compares it with the clock). Local midnights stay:
+        they are the clock's."""
+        self._last = {sid: t + delta for sid, t in self._last.items()}
+        for p in self.pumps.values():
+            p.last_time += delta
+            p.last_stop += delta
+            p.recent_starts = deque(t + delta for t in p.recent_starts)
+            if p.run_start is not None:
+                p.run_start += delta
+        if self.above_since is not None:
+            self.above_since += delta
+        self.fail_at += delta
+        self.level_time += delta
+        self._t_prev += delta
+        self.last_time += delta
+        if self.overflow is not None:
+            self.overflow.start += delta
+            self.overflow.due += delta
+        if self.store is not None:
+            self._stored(self.store.shift_open, delta)
 
     # --- feeding ------------------------------------------------------------------------
 
