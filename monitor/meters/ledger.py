@@ -347,19 +347,26 @@ class Ledger(Amendments):
             for meter, time, reading in items:
                 self.spec(meter)
                 time_ms = to_ms(time)
-                spec = self.spec_at(meter, time_ms)
                 key = (time_ms, READING)
                 if meter in rejudge:
                     if not self._duplicate(meter, time_ms, reading):
                         rejudge[meter] = min(rejudge[meter], key)
-                        self._write(meter, time_ms, READING, reading, first_step(spec, reading))
+                        self._write(
+                            meter,
+                            time_ms,
+                            READING,
+                            reading,
+                            first_step(self.spec_at(meter, time_ms), reading),
+                        )
                     continue
                 last = self.last(meter)
                 if last is not None and key <= last.key:  # not after the latest row: maybe held already
                     if self._duplicate(meter, time_ms, reading):
                         continue
                     rejudge[meter] = key
-                    self._write(meter, time_ms, READING, reading, first_step(spec, reading))
+                    self._write(
+                        meter, time_ms, READING, reading, first_step(self.spec_at(meter, time_ms), reading)
+                    )
                     continue
                 step = self._judge(
                     meter,
