@@ -376,24 +376,6 @@ def test_a_ledger_judged_before_the_jump_bound_is_judged_again_at_the_next_start
     assert "re-judging" not in again.stderr  # once
 
 
-def test_a_changed_multiplier_applies_to_the_meters_whole_history_as_documented(tmp_path: Path) -> None:
-    # A known limit (docs/billing.md, "What the ledger accepts"): a change cannot be recorded
-    # with the time it took effect, so a quarter already billed is billed again with the new
-    # factor, and the export itself (which opens the ledger) re-judges and says so on stderr.
-    config = station(tmp_path, [{"id": "m", "multiplier": 1}], max_reading_gap="100d")
-    ingest(config, [("2026-04-01T00:00:00Z", "m", 0), ("2026-06-30T00:00:00Z", "m", 1_000)])
-    (before,) = export(config, "2026Q2")
-    raw = yaml.safe_load(config.read_text(encoding="utf-8"))
-    raw["sensors"][0]["multiplier"] = 10
-    config.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
-    got = monitor_cli("billing", "export", "--config", str(config), "--quarter", "2026Q2", "--out", "-")
-    assert got.returncode == 0, got.stderr
-    assert "meter m: config changed (ft3|8|1|None|rules 2 -> ft3|8|10|None|rules 2)" in got.stderr
-    (after,) = list(csv.DictReader(io.StringIO(got.stdout)))
-    assert (before["consumption_ft3"], before["last_read"]) == ("1000.000", "1000")
-    assert (after["consumption_ft3"], after["last_read"], after["flags"]) == ("10000.000", "10000", "")
-
-
 def test_a_meter_with_no_readings_is_told_apart_from_a_sparse_one_and_a_zero(tmp_path: Path) -> None:
     # Three meters in 2026Q3, all billing 0 ft3 or an estimate: read monthly and unused
     # (a true zero), read at the quarter's ends only (sparse: estimated), read last in June

@@ -239,15 +239,19 @@ def test_meter_records_sum_to_the_ledger(tmp_path: Path) -> None:
     book.close()
 
 
-def test_changed_meter_config_rejudges_the_rows(tmp_path: Path) -> None:
+def test_a_setting_corrected_from_the_first_reading_rejudges_the_whole_history(tmp_path: Path) -> None:
     config = build_config({**CONFIG, "state_dir": str(tmp_path / "state")})
-    ledger = Ledger(tmp_path / "l.sqlite", meter_specs(config))
+    ledger = Ledger(tmp_path / "l.sqlite", meter_specs(config), now=t(10))
     ledger.add_many([("b.meter", t(h), Decimal(100 * h)) for h in range(3)])
     ledger.close()
     changed = {**meter_specs(config)}
-    changed["b.meter"] = MeterSpec("b.meter", "gal", None, Decimal(1), None, "b")
-    reopened = Ledger(tmp_path / "l.sqlite", changed)
+    changed["b.meter"] = MeterSpec("b.meter", "gal", None, Decimal(1), None, "b", since=t(0))
+    reopened = Ledger(tmp_path / "l.sqlite", changed, now=t(11))
     assert [r.volume for r in reopened.rows("b.meter")] == [0, 100, 100]
+    assert [(p.first, p.source, p.superseded) for p in reopened.periods("b.meter", superseded=True)] == [
+        (True, "config", True),
+        (True, "corrected", False),
+    ]
     with pytest.raises(MeterError, match="unknown meter"):
         reopened.record_replacement(Replacement("nope", to_ms(t(1)), Decimal(1), Decimal(0)))
     reopened.close()

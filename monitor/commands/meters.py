@@ -130,6 +130,9 @@ def _show(book: MeterBook, args: argparse.Namespace) -> int:
     after = to_ms(_when(args.since)) if args.since else None
     until = to_ms(_when(args.until)) if args.until else None
     print(f"meter {spec.meter} ({spec.unit} x{spec.multiplier}), account {spec.account or '-'}")
+    print("  settings periods:")
+    for period in ledger.periods(args.meter, superseded=True):
+        print("    " + period.describe())
     for row in ledger.rows(args.meter, after, until):
         print("  " + row.describe() + (f"  {row.message}" if row.message else ""))
     for line in iter_history(ledger, args.meter, after, until):

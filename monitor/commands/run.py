@@ -17,6 +17,7 @@ from monitor.commands import EXIT_CONFIG, add_config_argument, load_config_or_ex
 from monitor.config import Config, load_config
 from monitor.daemon import Daemon
 from monitor.errors import ConfigError, MonitorError, StateError
+from monitor.meters.book import meter_specs
 from monitor.model import Clock, Condition, ScaledClock
 from monitor.state_check import check_state, require_sound_records, set_aside_alarms
 from monitor.statelock import EXIT_IN_USE, StateDirInUseError, hold_state_dir
@@ -93,6 +94,10 @@ async def serve(
                 daemon.config.state_dir,
                 new.state_dir,
             )
+            return
+        refused = daemon.meters.ledger.settings_refusals(meter_specs(new), time.time())
+        if refused:  # the new daemon could not open the ledger: keep this one running
+            log.error("reload of %s refused, the running config stays: %s", path, "; ".join(refused))
             return
         log.info("reloading %s", path)
         reload.append(new)

@@ -9,7 +9,7 @@ from pydantic import BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from monitor.config.station_models import PumpSettings, Setpoints, check_sensor
-from monitor.config.types import Duration, Section, all_defaults
+from monitor.config.types import Duration, Instant, Section, all_defaults
 from monitor.model import Kind
 from monitor.units import DEFAULT_UNIT, JUDGED_KINDS, UNITS, convert, physical_range
 
@@ -94,6 +94,11 @@ class Sensor(Section):
     multiplier: float = Field(1.0, gt=0)
     account: str | None = None
     max_rate: float | None = Field(None, gt=0, description="meter units per hour")
+    settings_since: Instant | None = Field(
+        None,
+        description="meters: when a changed unit, register_digits, multiplier or max_rate took effect"
+        " (ISO 8601 with Z or an offset); without it, the time the ledger is first opened with the change",
+    )
     # The pumping station (config/station.py): a wet well's level, a pump, a derived sensor.
     setpoints: Setpoints | None = None
     pump: PumpSettings | None = None
@@ -113,7 +118,7 @@ class Sensor(Section):
         if self.limits.unit is not None and self.limits.unit not in allowed:
             raise key_error("limits.unit", f"must be one of {', '.join(allowed)}")
         if self.kind is not Kind.METER:
-            for key in ("register_digits", "account", "max_rate"):
+            for key in ("register_digits", "account", "max_rate", "settings_since"):
                 if getattr(self, key) is not None:
                     raise key_error(key, "only meters (kind: meter) have this key")
         if self.influent and self.kind is not Kind.TEMPERATURE:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import re
@@ -66,6 +67,31 @@ def parse_duration(value: Any) -> float:
         raise ValueError("must not be negative")
     return seconds
 
+
+def parse_instant(value: Any) -> float:
+    """An instant (ISO 8601 with `Z` or an offset; YAML reads an unquoted one as a datetime)
+    -> epoch seconds. A time without a zone, a date alone or a bare number is refused:
+    guessing the zone, the hour or the unit would move a billing boundary."""
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            raise ValueError(f"{value.isoformat()} has no zone; add Z or an offset")
+        return value.timestamp()
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            dt = datetime.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            dt = None
+        if dt is not None and ("T" in text.upper() or " " in text):  # a date alone is no instant
+            return parse_instant(dt)
+    raise ValueError(f"{value!r} is not a time such as 2026-10-01T00:00:00Z (ISO 8601 with Z or an offset)")
+
+
+Instant = Annotated[
+    float,
+    BeforeValidator(parse_instant),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
 
 Duration = Annotated[
     float,

@@ -80,8 +80,15 @@ class Amendments:
         def _select(self, meter: str, where: str, *params: object) -> list[Row]: ...
         def _accepted_before(self, meter: str, key: tuple[int, int]) -> Row | None: ...
         def _judge(
-            self, spec: MeterSpec, base: Row | None, time_ms: int, reading: Decimal, last_raw: Decimal | None
+            self,
+            meter: str,
+            base: Row | None,
+            time_ms: int,
+            seq: int,
+            reading: Decimal,
+            last_raw: Decimal | None,
         ) -> Step: ...
+        def spec_at(self, meter: str, time_ms: int, seq: int = READING) -> MeterSpec: ...
         def _write(self, meter: str, time_ms: int, seq: int, reading: Decimal, step: Step) -> Row: ...
         def _rejudge(self, meter: str, start: tuple[int, int]) -> list[Row]: ...
 
@@ -135,7 +142,7 @@ class Amendments:
     def record_replacement(self, rep: Replacement, now: float | None = None) -> list[Row]:
         """Record a meter swap: consumption across it is (old_final - last reading) +
         (next reading - new_initial). Refuses figures that contradict the readings."""
-        spec = self.spec(rep.meter)
+        self.spec(rep.meter)
         now = _time.time() if now is None else now
         if rep.old_final < 0 or rep.new_initial < 0:
             raise MeterError(f"meter {rep.meter}: readings of a replacement must not be negative")
@@ -151,7 +158,7 @@ class Amendments:
                 )
             base = self._accepted_before(rep.meter, (rep.time_ms, OLD_FINAL))
             if base is not None:
-                step = self._judge(spec, base, rep.time_ms, rep.old_final, None)
+                step = self._judge(rep.meter, base, rep.time_ms, OLD_FINAL, rep.old_final, None)
                 if not step.accepted:
                     raise MeterError(
                         f"meter {rep.meter}: old final {rep.old_final} does not follow the last accepted"
@@ -162,6 +169,7 @@ class Amendments:
             )
             if after:
                 nxt = after[0]
+                spec = self.spec_at(rep.meter, nxt.time_ms)
                 step = judge(spec, rep.new_initial, (nxt.time_ms - rep.time_ms) / 1000, nxt.reading)
                 if not step.accepted:
                     raise MeterError(
@@ -227,7 +235,8 @@ class Amendments:
     def correct(self, meter: str, time_ms: int, reading: Decimal, by: str, why: str, now: float) -> list[Row]:
         """Correct a misread: the reading at `time_ms` becomes `reading` (appended with the
         original), and the meter is re-judged from there."""
-        spec = self.spec(meter)
+        self.spec(meter)
+        spec = self.spec_at(meter, time_ms)
         self._check_text(by, why)
         if not reading.is_finite() or reading < 0:
             raise MeterError(f"meter {meter}: corrected reading {reading} must be a number >= 0")

@@ -28,7 +28,7 @@ from typing import TextIO
 from monitor.config import Account, Billing, Config
 from monitor.errors import MeterError
 from monitor.meters.classes import SystemFlow, classify
-from monitor.meters.ledger import READING, Ledger
+from monitor.meters.ledger import READING, Ledger, Row, change
 from monitor.meters.periods import Presentation, Quarter, quarter
 from monitor.meters.totalizer import ANOMALIES, ft3_to_gal, to_ft3
 from monitor.model import iso
@@ -91,11 +91,16 @@ def usage(ledger: Ledger, meter: str, q: Quarter, max_reading_gap: float) -> Usa
     before = ledger.accepted_at_or_before(meter, q.start_ms)
     rows = ledger.rows(meter, q.start_ms, q.end_ms)
     accepted = [r for r in rows if r.accepted]
-    volume = sum((r.volume for r in accepted), Decimal(0))
+    # Each delta in the unit of its time's settings (a unit may have changed in the quarter).
+    by_unit: dict[str, Decimal] = defaultdict(Decimal)
+    for r in accepted:
+        by_unit[ledger.spec_at(meter, r.time_ms, r.seq).unit] += r.volume
+    ft3 = sum((to_ft3(v, unit) for unit, v in sorted(by_unit.items())), Fraction(0))
     flags: set[str] = set()
     for r in rows:
         flags.update(r.flags)
     out_flags: set[str] = {f for f in ("rollover", "replacement") if f in flags}
+    out_flags |= settings_notes(ledger, meter, q, [r for r in rows if "settings" in r.flags])
     if flags & set(ANOMALIES) or ledger.conflicts(meter, q.start_ms, q.end_ms):
         out_flags.add("anomaly")
     before_ms = None if before is None else before.time_ms
@@ -106,15 +111,32 @@ def usage(ledger: Ledger, meter: str, q: Quarter, max_reading_gap: float) -> Usa
     out_flags |= coverage(q, before_ms, [r.time_ms for r in accepted], max_reading_gap)
     first = before if before is not None else (accepted[0] if accepted else None)
     last = accepted[-1] if accepted else before
+
+    def reading(row: Row | None) -> Decimal | None:  # x the multiplier of the reading's time
+        return None if row is None else row.reading * ledger.spec_at(meter, row.time_ms, row.seq).multiplier
+
     return Usage(
         account=spec.account or "",
         meter=meter,
-        unit=spec.unit,
-        first=None if first is None else first.reading * spec.multiplier,
-        last=None if last is None else last.reading * spec.multiplier,
-        ft3=to_ft3(volume, spec.unit),
+        unit=ledger.spec_at(meter, q.end_ms).unit,
+        first=reading(first),
+        last=reading(last),
+        ft3=ft3,
         flags=frozenset(out_flags),
     )
+
+
+SETTINGS_CHANGED = "settings changed"  # the start of the flag naming a change: `settings changed at ...`
+
+
+def settings_notes(ledger: Ledger, meter: str, q: Quarter, baselines: list[Row]) -> set[str]:
+    """`settings changed at <time>: multiplier 1 -> 10` for each change of the meter's settings
+    that took effect in the quarter, or whose new baseline (the first reading after it, whose
+    delta is not billed) falls in it."""
+    changes = ledger.settings_changes(meter, q.start_ms, q.end_ms)
+    for row in baselines:
+        changes += ledger.settings_changes(meter, -(2**62), row.time_ms)[-1:]  # the change it follows
+    return {f"{SETTINGS_CHANGED} at {iso(b.since_ms / 1000)}: {change(a.spec, b.spec)}" for a, b in changes}
 
 
 def coverage(q: Quarter, before_ms: int | None, accepted_ms: list[int], max_reading_gap: float) -> set[str]:
@@ -256,10 +278,17 @@ def build_rows(
                 **dates,
                 "classification": cls,
                 "classification_reason": reason,
-                "flags": ";".join(f for f in EXPORT_FLAGS if f in u.flags),
+                "flags": ";".join(export_flags(u.flags)),
             }
             out.append({c: row[c] for c in columns(presented is not None)})
     return out
+
+
+def export_flags(flags: frozenset[str]) -> list[str]:
+    """The flags in their fixed order, then the settings changes in time order."""
+    return [f for f in EXPORT_FLAGS if f in flags] + sorted(
+        f for f in flags if f.startswith(SETTINGS_CHANGED)
+    )
 
 
 def _money(charges: list[Fraction]) -> list[tuple[str, str, str]]:

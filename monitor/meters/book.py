@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -31,6 +31,7 @@ from monitor.model import Clock, Condition, Kind, Quality, Sample, WallClock, is
 log = logging.getLogger(__name__)
 
 LEDGER_FILE = "ledger.sqlite"
+SpecAt = Callable[[str, int, int], MeterSpec]  # (meter, time_ms, seq) -> the settings of the row's time
 
 
 def _ms(time: float) -> int:
@@ -55,9 +56,12 @@ def ledger_path(config: Config) -> Path:
     return config.state_dir / LEDGER_FILE
 
 
-def open_ledger(config: Config) -> Ledger:
-    """The station's ledger under `state_dir`, judging with the configured meters."""
-    return Ledger(ledger_path(config), meter_specs(config))
+def open_ledger(config: Config, now: float | None = None) -> Ledger:
+    """The station's ledger under `state_dir`, judging with the configured meters; a
+    changed meter setting without `settings_since` takes effect from `now` (the gateway's
+    clock, the wall clock when not given): every opening checks, the daemon's start and
+    reload, `monitor meters`, `monitor billing export`, `monitor replay`."""
+    return Ledger(ledger_path(config), meter_specs(config), now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +84,17 @@ class MeterRecord:
     flags: str
 
 
-def meter_records(rows: Iterable[Row], specs: dict[str, MeterSpec]) -> list[MeterRecord]:
+def meter_records(
+    rows: Iterable[Row], specs: Mapping[str, MeterSpec], spec_at: SpecAt | None = None
+) -> list[MeterRecord]:
     """Ledger rows -> points for the outbox. Replacement rows at the same time are
-    merged (an InfluxDB point is one per series and timestamp)."""
+    merged (an InfluxDB point is one per series and timestamp). `spec_at` (the ledger's)
+    gives each row the settings of its time."""
     out: dict[tuple[str, int], MeterRecord] = {}
     for row in rows:
         spec = specs.get(row.meter)
+        if spec is not None and spec_at is not None:
+            spec = spec_at(row.meter, row.time_ms, row.seq)
         unit = spec.unit if spec else "ft3"
         key = (row.meter, row.time_ms)
         volume = row.volume
@@ -132,7 +141,8 @@ class MeterBook:
 
     @classmethod
     def open(cls, config: Config, records: bool = True, clock: Clock | None = None) -> MeterBook:
-        return cls(open_ledger(config), records, clock)
+        """`clock` is the gateway's: a changed meter setting takes effect from its time now."""
+        return cls(open_ledger(config, None if clock is None else clock.now()), records, clock)
 
     def close(self) -> None:
         self.ledger.close()
@@ -246,7 +256,8 @@ class MeterBook:
             rows = [r for r in rows if (r.meter, r.time_ms) != (meter, time_ms)]
             # A voided swap has no rows left: its own zero row overwrites the old point.
             rows.extend(self.ledger.rows(meter, time_ms - 1, time_ms) or mine)
-        return meter_records(sorted(rows, key=lambda r: (r.time_ms, r.meter, r.seq)), self.ledger.specs)
+        rows.sort(key=lambda r: (r.time_ms, r.meter, r.seq))
+        return meter_records(rows, self.ledger.specs, self.ledger.spec_at)
 
     def reconcile(self, journal_active: Mapping[str, bool]) -> list[Condition]:
         """The meter alarm transitions that bring the alarm journal in line with the ledger,

@@ -55,7 +55,30 @@ CREATE TABLE IF NOT EXISTS conflicts (
     PRIMARY KEY (meter, time_ms, offered)
 ) WITHOUT ROWID;
 """
-SCHEMA_VERSION = "1"
+# Schema 2: each meter's settings (unit, register_digits, multiplier, max_rate) as periods
+# in force from a time on. Append-only: a period corrected from the first reading is a
+# newer row at the same `since_ms`; the latest row (highest id) per (meter, since_ms) is in
+# force. A ledger from before keeps the settings it was judged with as its first period.
+FIRST_MS = -(2**62)  # the first period's start: from the meter's first reading, whenever
+SETTINGS = f"""
+CREATE TABLE IF NOT EXISTS settings (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    meter       TEXT    NOT NULL,
+    since_ms    INTEGER NOT NULL,   -- readings at or after this time use it; {FIRST_MS}: the first
+    spec        TEXT    NOT NULL,   -- unit|register_digits|multiplier|max_rate
+    source      TEXT    NOT NULL,   -- migrated, config (the time it was opened), settings_since, corrected
+    recorded_at INTEGER NOT NULL    -- ms, the gateway's time when the ledger took it (0: migrated)
+);
+CREATE INDEX IF NOT EXISTS settings_by_meter ON settings (meter, since_ms);
+INSERT INTO settings (meter, since_ms, spec, source, recorded_at)
+    SELECT meter, {FIRST_MS},
+           CASE WHEN instr(spec, '|rules ') > 0
+                THEN substr(spec, 1, instr(spec, '|rules ') - 1) ELSE spec END,
+           'migrated', 0
+    FROM meters ORDER BY meter;
+UPDATE meta SET value = '2' WHERE key = 'schema';
+"""
+SCHEMA_VERSION = "2"
 
 
 def to_ms(t: float) -> int:

@@ -48,7 +48,7 @@ _FT3_PER_UNIT: dict[str, Fraction] = {
 RULES = 2
 ANOMALIES = ("backwards", "drop", "jump", "range")
 # Order in which flags are written (ledger and export): stable, so outputs compare exactly.
-FLAG_ORDER = ("first", "rollover", "replacement", *ANOMALIES, "conflict")
+FLAG_ORDER = ("first", "settings", "rollover", "replacement", *ANOMALIES, "conflict")
 
 
 def dec(value: float | int | str | Decimal) -> Decimal:
@@ -95,6 +95,7 @@ class MeterSpec:
     multiplier: Decimal
     max_rate: Decimal | None  # meter units per hour
     account: str | None = None
+    since: float | None = None  # `settings_since`: when these settings took effect (epoch s)
 
     @classmethod
     def from_sensor(cls, sensor: Sensor) -> MeterSpec:
@@ -107,6 +108,7 @@ class MeterSpec:
             multiplier=dec(sensor.multiplier),
             max_rate=None if sensor.max_rate is None else dec(sensor.max_rate),
             account=sensor.account,
+            since=sensor.settings_since,
         )
 
     @property
