@@ -159,6 +159,7 @@ def test_a_schema_1_store_reads_and_verifies_and_a_sample_is_stored_once(tmp_pat
         "INSERT INTO evidence (incident, sensor, t, value, quality) VALUES (?, ?, ?, ?, ?)",
         [("i1", "flow", 10.0, 1.5, 0), ("i1", "flow", 20.0, None, 1), ("i1", "oil", 15.0, 7.25, 0)],
     )
+    db.execute("DROP TABLE evidence_block")  # schema 2's (and 3's column), made again on open
     db.execute("PRAGMA user_version = 1")
     db.commit()
     db.close()

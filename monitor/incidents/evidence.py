@@ -1,9 +1,9 @@
-"""Evidence rows in bulk: the NumPy block codec for the store, and the evidence CSV.
+"""Evidence rows in bulk: the evidence CSV (the store's block codec is `blocks.py`).
 
 An incident's evidence is tens of thousands of samples (24 h before the start at 1 Hz
 is 86,400), so row-at-a-time SQLite inserts and per-row `datetime.isoformat` cost more
 than the engine's whole judgement of the same samples. Here a batch is one block of
-three little-endian arrays, and the CSV is formatted column-wise: each line a row of
+three columns (`blocks.py`), and the CSV is formatted column-wise: each line a row of
 8-byte words ORed together from tables of texts (`_words`), NUL bytes dropped at the end
 (a byte matrix put together from parts took twice as long).
 
@@ -33,20 +33,6 @@ _LAST_SECOND = 253_402_300_799.0  # 9999-12-31T23:59:59Z
 _INT_DIGITS = 11  # values below 1e11 are printed from integers
 _DECIMALS = 4  # with up to four decimals (0.0001 is the smallest `repr` prints without an exponent)
 _CHUNK = 1 << 18  # rows formatted at a time, so a months-long incident stays in bounded memory
-
-
-def encode(t: Floats, v: Floats, q: npt.NDArray[np.integer]) -> tuple[bytes, bytes, bytes]:
-    """A block's three columns as bytes (values not finite are stored as NaN: no value)."""
-    values = np.where(np.isfinite(v), v, np.nan)
-    return t.astype(_T).tobytes(), values.astype(_T).tobytes(), q.astype(_Q).tobytes()
-
-
-def decode(t: bytes, v: bytes, q: bytes) -> tuple[Floats, Floats, Quality]:
-    return (
-        np.frombuffer(t, _T).astype(np.float64),
-        np.frombuffer(v, _T).astype(np.float64),
-        np.frombuffer(q, _Q).astype(np.int8),
-    )
 
 
 def slow_rows(name: str, t: Floats, v: Floats, q: Quality) -> bytes:

@@ -7,8 +7,11 @@ the daemon updates the figures is never lost to a read-modify-write race.
 
 Evidence is kept here, not in the series store, so the 30-day prune never touches
 it. Since schema 2 it is stored a batch at a time, one `evidence_block` row of NumPy
-columns per batch and sensor (`evidence.py`): a row per sample cost more than judging
-the samples. Rows a schema 1 store holds in `evidence` are read alongside.
+columns per batch and sensor: a row per sample cost more than judging the samples. Since
+schema 3 a block's times and values may be encoded (`blocks.py`: a regular grid of times
+as first and step, rounded readings as scaled integers, each only when it decodes bit for
+bit); blocks written before are raw and read as they were. Rows a schema 1 store holds in
+`evidence` are read alongside.
 
 When an incident is final its evidence is written once to
 `state_dir/incidents/<id>/evidence.csv` and the SHA-256 of those bytes is recorded;
@@ -30,11 +33,12 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.errors import StateError
-from monitor.incidents.evidence import csv_parts, decode, encode
+from monitor.incidents.blocks import BlockError, decode, encode, times
+from monitor.incidents.evidence import csv_parts
 from monitor.incidents.model import Figures, Incident, Note, NoteKind
 from monitor.sqlite import Schema, connect
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FILE = "incidents.sqlite"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS incident (
@@ -82,20 +86,16 @@ CREATE TABLE IF NOT EXISTS evidence_block (
 );
 CREATE INDEX IF NOT EXISTS evidence_block_of ON evidence_block (incident, sensor, first);
 """
-SCHEMA = Schema("incident store", (_SCHEMA, _BLOCKS))  # its version is SCHEMA_VERSION (2)
+# Version 3: how a block's blobs are encoded (`blocks.py`); 0, raw, for every older block.
+_CODEC = "ALTER TABLE evidence_block ADD COLUMN codec INTEGER NOT NULL DEFAULT 0;"
+SCHEMA = Schema("incident store", (_SCHEMA, _BLOCKS, _CODEC))  # its version is SCHEMA_VERSION (3)
 CSV_HEADER = "time,sensor,value,quality\n"
 _ADD_BLOCK = (
-    "INSERT INTO evidence_block (incident, sensor, first, last, t, value, quality)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO evidence_block (incident, sensor, first, last, codec, t, value, quality)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 BLOCK_ROWS = 4096  # a block grows by appends up to this many samples
 Columns = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int8]]
-
-
-def _view(t: bytes, v: bytes, q: bytes) -> Columns:
-    """A block's columns as read-only views of its blobs (`decode` without the copies:
-    they are concatenated into new arrays next)."""
-    return np.frombuffer(t, "<f8"), np.frombuffer(v, "<f8"), np.frombuffer(q, np.int8)
 
 
 def csv_lines(columns: dict[str, Columns]) -> int:
@@ -336,22 +336,29 @@ class IncidentStore:
         The last block's columns are read only to join it (a replay step's block is too big
         to join, and reading it back each time cost as much as writing it)."""
         last = self._db.execute(
-            "SELECT rowid, last, length(t) FROM evidence_block"
+            "SELECT rowid, last, length(quality) FROM evidence_block"
             " WHERE incident = ? AND sensor = ? ORDER BY rowid DESC LIMIT 1",
             (iid, sensor),
         ).fetchone()
-        if last is not None and float(t[0]) > last[1] and last[2] // 8 + t.size <= BLOCK_ROWS:
-            blobs = self._db.execute(
-                "SELECT t, value, quality FROM evidence_block WHERE rowid = ?", (last[0],)
+        if last is not None and float(t[0]) > last[1] and last[2] + t.size <= BLOCK_ROWS:
+            codec, *blobs = self._db.execute(
+                "SELECT codec, t, value, quality FROM evidence_block WHERE rowid = ?", (last[0],)
             ).fetchone()
-            old_t, old_v, old_q = decode(*blobs)
+            old_t, old_v, old_q = self._decode(codec, *blobs)
             both = encode(np.concatenate((old_t, t)), np.concatenate((old_v, v)), np.concatenate((old_q, q)))
             self._db.execute(
-                "UPDATE evidence_block SET last = ?, t = ?, value = ?, quality = ? WHERE rowid = ?",
+                "UPDATE evidence_block SET last = ?, codec = ?, t = ?, value = ?, quality = ?"
+                " WHERE rowid = ?",
                 (float(t[-1]), *both, last[0]),
             )
             return
         self._db.execute(_ADD_BLOCK, (iid, sensor, float(t[0]), float(t[-1]), *encode(t, v, q)))
+
+    def _decode(self, codec: int, t: bytes, v: bytes, q: bytes) -> Columns:
+        try:
+            return decode(codec, t, v, q)
+        except BlockError as exc:
+            raise StateError(f"incident store {self.path}: an evidence block is damaged: {exc}") from exc
 
     def _stored_times(self, iid: str, sensor: str, lo: float, hi: float) -> npt.NDArray[np.float64]:
         """Times already stored for the sensor within [lo, hi] (none, unless a batch is re-sent)."""
@@ -367,11 +374,15 @@ class IncidentStore:
                 np.float64,
             )
         ]
-        for (blob,) in self._db.execute(
-            "SELECT t FROM evidence_block WHERE incident = ? AND sensor = ? AND first <= ? AND last >= ?",
+        for codec, blob, count in self._db.execute(
+            "SELECT codec, t, length(quality) FROM evidence_block"
+            " WHERE incident = ? AND sensor = ? AND first <= ? AND last >= ?",
             (iid, sensor, hi, lo),
         ):
-            found.append(np.frombuffer(blob, "<f8").astype(np.float64))
+            try:
+                found.append(times(codec, blob, count))
+            except BlockError as exc:
+                raise StateError(f"incident store {self.path}: an evidence block is damaged: {exc}") from exc
         return np.concatenate(found)
 
     def columns(self, iid: str, sensor: str | None = None) -> dict[str, Columns]:
@@ -394,10 +405,10 @@ class IncidentStore:
                 i, j = names.index(name), len(names) - names[::-1].index(name)
                 parts.setdefault(name, []).append((t[i:j], v[i:j], q[i:j]))
         blocks = self._run(
-            f"SELECT sensor, t, value, quality FROM evidence_block WHERE {where} ORDER BY rowid", args
+            f"SELECT sensor, codec, t, value, quality FROM evidence_block WHERE {where} ORDER BY rowid", args
         )
-        for name, tb, vb, qb in blocks.fetchall():
-            parts.setdefault(name, []).append(_view(tb, vb, qb))
+        for name, codec, tb, vb, qb in blocks.fetchall():
+            parts.setdefault(name, []).append(self._decode(codec, tb, vb, qb))
         out: dict[str, Columns] = {}
         for name in sorted(parts):
             t = np.concatenate([c[0] for c in parts[name]]).astype(np.float64, copy=False)

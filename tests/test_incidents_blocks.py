@@ -1,0 +1,201 @@
+"""The evidence block codec (schema 3): a regular grid of times stored as first and step,
+rounded readings as scaled integers, each only when it decodes bit for bit; blocks a
+schema 2 store wrote (raw) read, joined and verified as before."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from monitor.errors import StateError
+from monitor.incidents import IncidentStore
+from monitor.incidents.blocks import GRID, decode, encode
+from tests.examples import examples
+from tests.incident_helpers import incidents_json, monitor, replay_case
+
+FLOATS = st.floats(allow_nan=False, allow_infinity=True)
+STEPS = st.one_of(
+    st.sampled_from([10.0, 1.0, 0.1, 1e-9, 1e-300, 5e-324, 1e300, 0.0, -0.0, 1 / 3]),
+    st.floats(1e-12, 1e6),
+)
+FIRSTS = st.one_of(
+    st.sampled_from([0.0, -0.0, 1.7e9, 1_780_000_000.5, 1e300, -1e300, 5e-324]),
+    st.integers(0, 253_402_300_798).map(float),
+    FLOATS,
+)
+
+
+@st.composite
+def times(draw: st.DrawFn) -> np.ndarray:
+    """Sorted NaN-free times: a grid first + i * step (exact or not in float64), with or
+    without 1e-9 jitter, or any floats at all."""
+    if draw(st.booleans()):
+        n = draw(st.integers(0, 300))
+        with np.errstate(over="ignore", invalid="ignore"):
+            t = draw(FIRSTS) + np.arange(n, dtype=np.float64) * draw(STEPS)
+        if n and draw(st.booleans()):
+            t[draw(st.integers(0, n - 1))] += draw(st.sampled_from([1e-9, -1e-9, 1e-6]))
+        if draw(st.booleans()):
+            t = t[np.isfinite(t)]
+    else:
+        t = np.array(draw(st.lists(FLOATS, max_size=60)), np.float64)
+    return np.sort(t) if draw(st.booleans()) else t
+
+
+VALUES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(10**6), 10**6).map(lambda x: x / 1000),
+    st.integers(-(2**31), 2**31).map(lambda x: x / 100),
+    st.integers(-(10**16), 10**16).map(lambda x: x / 1000),
+    st.sampled_from([0.0, -0.0, 1e-5, 5e-324, 1e22, 0.1, 0.1 + 0.2, float("nan"), float("inf")]),
+)
+
+
+def _polled(n: int, step: float = 10.0) -> npt.NDArray[np.float64]:
+    """Times of a device polled every `step` seconds."""
+    return np.asarray(1_780_000_000.0 + np.arange(n) * step, np.float64)
+
+
+def _readings(n: int) -> npt.NDArray[np.float64]:
+    """Readings rounded to three decimals."""
+    return np.asarray(np.round(np.linspace(50.0, 900.0, n), 3), np.float64)
+
+
+def _bits(x: np.ndarray) -> bytes:
+    return np.ascontiguousarray(x).tobytes()
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(times(), st.data())
+def test_a_block_decodes_to_the_bits_it_was_given(t: np.ndarray, data: st.DataObject) -> None:
+    n = int(t.size)
+    # up to 40 drawn values repeated over the block (drawing 300 one by one took seconds)
+    drawn = np.array(data.draw(st.lists(VALUES, min_size=1, max_size=40)), np.float64)
+    v = np.resize(drawn, n)
+    if data.draw(st.booleans()):  # a reading rounded alike (most blocks), or anything at all
+        with np.errstate(over="ignore", invalid="ignore"):
+            v = np.round(v, 3)
+    q = np.resize(np.array(data.draw(st.lists(st.integers(-128, 127), min_size=1, max_size=5)), np.int8), n)
+    codec, tb, vb, qb = encode(t, v, q)
+    got_t, got_v, got_q = decode(codec, tb, vb, qb)
+    assert _bits(got_t) == _bits(t)
+    assert _bits(got_v) == _bits(np.where(np.isfinite(v), v, np.nan))  # as schema 2 stored them
+    assert _bits(got_q) == _bits(q)
+    assert got_t.dtype == got_v.dtype == np.float64 and got_q.dtype == np.int8
+    assert len(tb) + len(vb) <= 16 * n  # never larger than raw
+
+
+def test_a_polled_device_takes_a_third_of_the_bytes_and_what_is_not_exact_stays_raw() -> None:
+    t = _polled(8640)
+    v = _readings(8640)
+    q = np.zeros(8640, np.int8)
+    codec, tb, vb, qb = encode(t, v, q)
+    assert (codec, len(tb), len(vb), len(qb)) == (GRID | (3 + 1) << 1, 16, 4 * 8640, 8640)
+    jittered = t.copy()
+    jittered[4000] += 1e-6  # a poll a microsecond late: the times as they are
+    assert encode(jittered, v, q)[0] & GRID == 0 and len(encode(jittered, v, q)[1]) == 8 * 8640
+    assert encode(t, np.full(8640, 0.1 + 0.2), q)[0] == GRID  # 0.30000000000000004: not rounded
+    signed = v.copy()
+    signed[7] = -0.0
+    assert encode(t, signed, q)[0] == GRID  # -0.0 would read back as 0.0
+    with_none = v.copy()
+    with_none[::5] = np.inf  # no value: stored as NaN, scaled still
+    codec, _, vb, _ = encode(t, with_none, q)
+    assert codec == GRID | 4 << 1 and np.isnan(decode(codec, tb, vb, qb)[1][::5]).all()
+    sub_second = _polled(1000, 0.1)  # first differences are not 0.1
+    assert encode(sub_second, v[:1000], q[:1000])[0] & GRID
+
+
+def test_the_store_keeps_a_days_evidence_in_a_third_of_the_space(tmp_path: Path) -> None:
+    t = _polled(8640)
+    v = _readings(8640)
+    q = np.zeros(8640, np.int8)
+    with IncidentStore(tmp_path) as store:
+        assert store.add_evidence("i1", "flow", t, v, q) == 8640
+        assert store.add_evidence("i1", "flow", t[:5000], v[:5000], q[:5000]) == 0  # re-sent
+        row = store._db.execute("SELECT codec, length(t), length(value), length(quality) FROM evidence_block")
+        assert row.fetchall() == [(9, 16, 4 * 8640, 8640)]
+        got = store.columns("i1")["flow"]
+        assert [_bits(c) for c in got] == [_bits(t), _bits(v), _bits(q)]
+
+
+def _as_schema_2(path: Path) -> None:
+    """Rewrite a store as schema 2 wrote it: every block raw (float64 times and values,
+    int8 qualities), no codec column, user_version 2."""
+    db = sqlite3.connect(path)
+    for rowid, codec, tb, vb, qb in db.execute(
+        "SELECT rowid, codec, t, value, quality FROM evidence_block"
+    ).fetchall():
+        t, v, _ = decode(codec, tb, vb, qb)
+        db.execute(
+            "UPDATE evidence_block SET t = ?, value = ? WHERE rowid = ?",
+            (t.astype("<f8").tobytes(), v.astype("<f8").tobytes(), rowid),
+        )
+    db.execute("ALTER TABLE evidence_block DROP COLUMN codec")
+    db.execute("PRAGMA user_version = 2")
+    db.commit()
+    assert db.execute(
+        "SELECT COUNT(*) FROM evidence_block WHERE length(t) != 8 * length(quality)"
+    ).fetchone() == (0,)
+    db.close()
+
+
+def test_a_schema_2_store_reads_joins_and_resends_as_before(tmp_path: Path) -> None:
+    t = _polled(3000)
+    v = _readings(3000)
+    v[::7] = np.nan
+    q = (np.arange(3000) % 3).astype(np.int8)
+    with IncidentStore(tmp_path) as store:
+        store.add_evidence("i1", "flow", t, v, q)
+        store.add_evidence("i1", "oil", t[:10], v[:10], q[:10])
+        before = {k: [_bits(c) for c in cols] for k, cols in store.columns("i1").items()}
+        csv = store.evidence_csv("i1")
+    _as_schema_2(tmp_path / "incidents.sqlite")
+    with IncidentStore(tmp_path) as store:
+        assert {k: [_bits(c) for c in cols] for k, cols in store.columns("i1").items()} == before
+        assert store.evidence_csv("i1") == csv
+        assert store.add_evidence("i1", "flow", t[100:200], v[100:200], q[100:200]) == 0  # on record
+        # a live sample joins the old raw block, which is written again encoded
+        later = np.array([t[-1] + 10.0])
+        assert store.add_evidence("i1", "flow", later, np.array([1.5]), np.zeros(1, np.int8)) == 1
+        rows = store._db.execute("SELECT sensor, codec, length(quality) FROM evidence_block ORDER BY rowid")
+        assert rows.fetchall() == [("flow", 9, 3001), ("oil", 0, 10)]
+        flow_t, flow_v, flow_q = store.columns("i1", "flow")["flow"]
+        assert _bits(flow_t) == _bits(np.append(t, later))
+        assert _bits(flow_v) == _bits(np.append(v, 1.5)) and _bits(flow_q) == _bits(np.append(q, np.int8(0)))
+
+
+def test_an_incident_frozen_by_a_schema_2_store_still_verifies(tmp_path: Path) -> None:
+    cfg = replay_case("slug-and-oil", tmp_path)
+    listed = incidents_json(cfg)
+    with IncidentStore(tmp_path / "state") as store:
+        before = {inc["id"]: store.evidence_csv(inc["id"]) for inc in listed}
+        assert store._db.execute("SELECT COUNT(*) FROM evidence_block WHERE codec != 0").fetchone()[0]
+    _as_schema_2(tmp_path / "state" / "incidents.sqlite")
+    assert incidents_json(cfg) == listed
+    for inc in listed:
+        assert inc["evidence"]["frozen"]
+        shown = monitor("incidents", "show", "--config", str(cfg), "--id", inc["id"])
+        assert shown.returncode == 0 and "evidence verifies" in shown.stdout, shown.stdout
+    with IncidentStore(tmp_path / "state") as store:
+        assert {inc["id"]: store.evidence_csv(inc["id"]) for inc in listed} == before
+
+
+def test_a_damaged_block_is_an_error_that_says_so(tmp_path: Path) -> None:
+    t = _polled(100)
+    with IncidentStore(tmp_path) as store:
+        store.add_evidence("i1", "flow", t, _readings(100), np.zeros(100, np.int8))
+        store._db.execute("UPDATE evidence_block SET t = zeroblob(15)")
+        with pytest.raises(
+            StateError, match="an evidence block is damaged: a grid of times is 16 bytes, not 15"
+        ):
+            store.columns("i1")
+        store._db.execute("UPDATE evidence_block SET codec = 0, t = zeroblob(8 * 99)")
+        with pytest.raises(StateError, match="792 bytes of times for 100 samples"):
+            store.add_evidence("i1", "flow", t[:3], t[:3], np.zeros(3, np.int8))
