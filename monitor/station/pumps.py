@@ -9,6 +9,7 @@ polling gap neither starts nor stops a pump.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -54,6 +55,9 @@ class PumpStats:
             self.running = on
             self.run_start = t if on else None
             run = PumpRun(self.sensor, t, started=False) if on else None
+            if not on and self.long_run_alarm:  # restored, its run not in the store: off ends it
+                self.long_run_alarm = False
+                out.append(self._cond(t, Rule.LONG_RUN, ConditionState.CLEARED, math.nan, "run ended"))
         elif on and not self.running:
             self.running = True
             self.run_start = t
