@@ -108,3 +108,84 @@ def test_a_restored_long_run_whose_run_the_store_lost_ends_at_the_first_off_afte
         assert journal(again, Rule.LONG_RUN) == [("activated", 320.0), ("cleared", 500.0)]
     finally:
         crash(again)
+
+
+def cycle(daemon: Daemon, clock: ManualClock) -> None:
+    """p1 off at +0 s, four 50 s runs starting +10, +110, +210 and +310 s: the fourth start
+    in the hour (max 3) raises pump_starts at +310 s."""
+    pump(daemon, clock, 0, False)
+    for start in (10, 110, 210, 310):
+        pump(daemon, clock, start, True)
+        pump(daemon, clock, start + 50, False)
+    assert journal(daemon, Rule.PUMP_STARTS) == [("activated", 310.0)]
+
+
+def test_a_restored_pump_starts_keeps_its_starts_and_clears_when_they_leave_the_hour(tmp_path: Path) -> None:
+    """Raised at +310 s by the fourth start in the hour, a crash. After the restart the
+    starts come back from the station store: p1's readings "off" at +400 s and +3605 s keep
+    the alarm (four starts in the hour to each); at +3610 s the first start (+10 s) is an
+    hour old: cleared then, as without the restart (a buffered "on" stamped +300 s, before
+    the raise, ends nothing and is no start). Before: cleared at +400 s, the first reading
+    after the restart, with the starts that raised it still inside the hour."""
+    clock = ManualClock(T0)
+    first = Daemon(station(tmp_path / "s"), clock)
+    cycle(first, clock)
+    crash(first)
+    clock.set(T0 + 400)
+    again = Daemon(station(tmp_path / "s"), clock)
+    try:
+        pump(again, clock, 300, True)  # buffered, before the raise
+        pump(again, clock, 400, False)
+        pump(again, clock, 3605, False)
+        alarm = again.alarms.get("p1", Rule.PUMP_STARTS)
+        assert alarm is not None and alarm.active, "cleared with its starts still in the hour"
+        pump(again, clock, 3610, False)
+        assert journal(again, Rule.PUMP_STARTS) == [("activated", 310.0), ("cleared", 3610.0)]
+        assert again.station.tracker is not None and again.station.tracker.pumps["p1"].starts == 0
+    finally:
+        crash(again)
+
+
+def test_a_restored_pump_starts_without_its_starts_holds_until_the_hour_from_its_activation(
+    tmp_path: Path,
+) -> None:
+    """The station store lost (a replaced state disk, the file removed): the journal still
+    holds pump_starts active, raised at +310 s, but no start is known. It cannot tell when
+    the window empties, only that every start that raised it is at or before +310 s: held
+    until +3910 s, then cleared by the next reading."""
+    clock = ManualClock(T0)
+    first = Daemon(station(tmp_path / "s"), clock)
+    cycle(first, clock)
+    lose_the_station_store(first, tmp_path / "s")
+    clock.set(T0 + 400)
+    again = Daemon(station(tmp_path / "s"), clock)
+    try:
+        pump(again, clock, 400, False)
+        pump(again, clock, 3900, False)
+        alarm = again.alarms.get("p1", Rule.PUMP_STARTS)
+        assert alarm is not None and alarm.active
+        pump(again, clock, 3910, False)
+        assert journal(again, Rule.PUMP_STARTS) == [("activated", 310.0), ("cleared", 3910.0)]
+    finally:
+        crash(again)
+
+
+def test_starts_before_a_restart_count_in_the_hour_after_it(tmp_path: Path) -> None:
+    """A pump that short-cycles across a restart: three starts (+10, +110, +210 s), a crash,
+    a fourth at +410 s: the fourth in the hour raises pump_starts, as without the restart.
+    Before: the restarted tracker counted from nothing and raised it at the seventh."""
+    clock = ManualClock(T0)
+    first = Daemon(station(tmp_path / "s"), clock)
+    pump(first, clock, 0, False)
+    for start in (10, 110, 210):
+        pump(first, clock, start, True)
+        pump(first, clock, start + 50, False)
+    crash(first)
+    clock.set(T0 + 400)
+    again = Daemon(station(tmp_path / "s"), clock)
+    try:
+        pump(again, clock, 400, False)
+        pump(again, clock, 410, True)
+        assert journal(again, Rule.PUMP_STARTS) == [("activated", 410.0)]
+    finally:
+        crash(again)

@@ -102,6 +102,16 @@ class StationStore:
         )
         return [PumpRun(p, s, e, bool(c)) for p, s, e, c in rows]
 
+    def recent_starts(self, window: float = 3600.0) -> list[tuple[str, float]]:
+        """(pump, start) of the starts within `window` before the newest, oldest first: the
+        evidence of starts per hour, taken again after a restart."""
+        rows = self._run(
+            "SELECT pump, start FROM runs WHERE started = 1"
+            " AND start > (SELECT max(start) FROM runs WHERE started = 1) - ? ORDER BY start",
+            (window,),
+        )
+        return [(p, s) for p, s in rows]
+
     def open_runs(self) -> list[PumpRun]:
         rows = self._run("SELECT pump, start, started FROM runs WHERE end IS NULL")
         return [PumpRun(p, s, None, bool(c)) for p, s, c in rows]

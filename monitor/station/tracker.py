@@ -130,6 +130,12 @@ class StationTracker:
                 p.running, p.run_start, p.run_counted = True, run.start, run.started
         for rec in store.open_overflows():
             self.overflow = rec
+        # The starts of the last hour: starts per hour goes on counting them (a pump that
+        # short-cycles across a restart), and a restored `pump_starts` keeps its evidence.
+        for pid, start in store.recent_starts():
+            p = self.pumps.get(pid)
+            if p is not None:
+                p.recent_starts.append(start)
 
     def adopt(self, active: Iterable[Alarm], clock: Clock, skew: float = 0.0) -> None:
         """Alarms the journal holds active after a restart: take them as the current state,
@@ -145,6 +151,7 @@ class StationTracker:
             pump = self.pumps.get(sensor)
             if pump is not None and rule is Rule.PUMP_STARTS:
                 pump.starts_alarm = True
+                pump.hold_starts_alarm(alarm.activated_at)
             elif pump is not None and rule is Rule.LONG_RUN:
                 pump.long_run_alarm = True
             elif sensor == self.level_id and rule is Rule.FAIL_TO_START:
@@ -192,6 +199,7 @@ class StationTracker:
             p.recent_starts = deque(t + delta for t in p.recent_starts)
             if p.run_start is not None:
                 p.run_start += delta
+            p.starts_hold += delta
         if self.above_since is not None:
             self.above_since += delta
         self.fail_at += delta
