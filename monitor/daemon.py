@@ -180,12 +180,12 @@ class Daemon:
 
     def watch_clock(self, watch: ClockWatch | None) -> None:
         """Check the gateway clock with `watch` before each batch and on each tick; a step
-        back re-bases the engine and moves the station's times with it (a test passes a
-        watch on clocks it moves)."""
+        re-bases the engine and moves the station's times with it, back or forward (a test
+        passes a watch on clocks it moves)."""
         self.clock_watch = watch
         self.pipeline.before_judging = None if watch is None else watch.check
         if watch is not None:
-            watch.on_step_back.append(self.station.shift)
+            watch.on_step.append(self.station.shift)
 
     def tick(self) -> None:
         """Timer work on the clock: stale data, shelve expiry, reminders, floods, disk space."""

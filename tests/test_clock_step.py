@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.config import build_config, load_config
+from monitor.config import Config, build_config, load_config
 from monitor.daemon import Daemon
 from monitor.engine import ClockWatch, Engine, restore_checkpoint, save_checkpoint
 from monitor.engine.clock_step import HOLD
@@ -338,3 +338,106 @@ def test_the_wet_well_and_derived_sensors_are_judged_on_after_a_step_back_while_
         assert derived == [float(k) for k in range(-3540, -3319, 10)]
     finally:
         close(daemon)
+
+
+def step_station(tmp_path: Path) -> Config:
+    """A wet well with a weir, one pump with duty limits, a derived inflow."""
+    return build_config(
+        {
+            "station": {"id": "ps-step-fwd", "timezone": "UTC"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [
+                {"id": "lvl", "kind": "level", "unit": "ft",
+                 "setpoints": {"off": 2, "lead_on": 5, "lag_on": 6, "high": 8, "overflow": 9}},
+                {"id": "p1", "kind": "pump",
+                 "pump": {"capacity": "500 gpm", "max_starts_per_hour": 3, "max_run": "5m"}},
+                {"id": "rise", "kind": "derived", "unit": "gpm", "expression": "area * rate(lvl, 60s)",
+                 "constants": {"area": "80 ft2"}},
+            ],
+            "wet_well": {"level": "lvl", "pumps": ["p1"], "fail_to_start_delay": "2m",
+                         "weir": {"length": "24 in", "coefficient": 3.33}},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+
+
+class Stepped:
+    """The daemon with the watch on injected clocks; the gateway clock steps by `step` s
+    after +65 s of real time."""
+
+    def __init__(self, tmp_path: Path, step: float) -> None:
+        self.step = step
+        self.wall, self.mono = ManualClock(T0), ManualClock(1000.0)
+        self.daemon = Daemon(step_station(tmp_path), self.wall)
+        self.daemon.watch_clock(ClockWatch(self.daemon.engine, wall=self.wall.now, monotonic=self.mono.now))
+
+    def at(self, k: float) -> float:
+        """The gateway clock's time `k` s of real time after the start."""
+        return T0 + k + (self.step if k > 65 else 0.0)
+
+    def poll(self, k: float, **readings: float) -> None:
+        t = self.at(k)
+        self.wall.set(t)
+        self.mono.set(1000.0 + k)
+        self.daemon.pipeline.process([Sample(sensor, t, v) for sensor, v in readings.items()])
+
+    def journal(self, sensor: str) -> list[tuple[Rule, str, float]]:
+        """(rule, event, seconds of real time after the start) of `sensor`'s journal."""
+        entries = self.daemon.alarms.journal.entries(sensor=sensor)
+        return [(e.rule, e.event, e.time - T0 - (self.step if e.time - T0 > 65 else 0.0)) for e in entries]
+
+
+def test_a_step_forward_while_running_does_not_stretch_a_pump_run_or_forget_its_starts(
+    tmp_path: Path,
+) -> None:
+    """The clock steps forward an hour at +65 s. p1 starts at +10, +40 and +60 s, runs
+    across the step and stops at +80 s, starts again at +90 s: the fourth start in 80 s
+    raises pump_starts (max 3 an hour) at +90 s, and no long_run (max_run 5 min): the run
+    across the step lasted the 20 s that passed. Before: the run was 3,620 s long (long_run
+    raised at +70 s) and the starts before the step were an hour old after it (no
+    pump_starts)."""
+    gw = Stepped(tmp_path, 3600.0)
+    try:
+        state = {0: 0.0, 10: 1.0, 20: 0.0, 40: 1.0, 50: 0.0, 60: 1.0, 70: 1.0, 80: 0.0, 90: 1.0, 100: 1.0}
+        for k, on in state.items():
+            gw.poll(k, p1=on, lvl=4.0)
+        assert gw.journal("p1") == [(Rule.PUMP_STARTS, "activated", 90.0)]
+        store = gw.daemon.station.store
+        assert store is not None
+        runs = [(r.start - T0, None if r.end is None else r.end - T0) for r in store.runs(0, 2 * T0)]
+        assert runs == [(10.0, 20.0), (40.0, 50.0), (3660.0, 3680.0), (3690.0, None)]
+    finally:
+        close(gw.daemon)
+
+
+def test_a_step_forward_while_running_does_not_stretch_a_delay_or_an_overflow(tmp_path: Path) -> None:
+    """The well above lead_on from +0 s with p1 off, at the weir's crest +0.5 ft from +30 s;
+    the clock steps forward an hour at +65 s. fail_to_start is raised after its 2 min of real
+    time, at +120 s, and the overflow's volume is the weir's flow for the 170 s that passed
+    by +200 s; the open record starts at +30 s moved by the step. The derived rise of the
+    level spans the time that passed. Before: fail_to_start was raised at +70 s (3,670 s
+    "above lead_on"), the volume counted the hour that did not pass (22 times too much)
+    and the rise read 0 from the first poll after the step (its window lost the level)."""
+    gw = Stepped(tmp_path, 3600.0)
+    try:
+        for k in range(0, 201, 10):
+            gw.poll(k, p1=0.0, lvl=6.0 if k < 30 else 9.5)
+        assert gw.journal("lvl") == [
+            (Rule.HIGH_LEVEL, "activated", 30.0),
+            (Rule.OVERFLOW, "activated", 30.0),
+            (Rule.FAIL_TO_START, "activated", 120.0),
+        ]
+        tracker = gw.daemon.station.tracker
+        assert tracker is not None and tracker.overflow is not None
+        q = 3.33 * 2.0 * 0.5**1.5 * 448.831169  # gpm over the weir at 0.5 ft of head
+        assert tracker.overflow.start == T0 + 3630
+        assert tracker.overflow.volume_gal == pytest.approx(q * 170 / 60, rel=1e-6)
+        # The level's rise over the last 60 s of real time, a poll late: the +60 s one made
+        # after the step, on the new clock; as without a step.
+        rise = [(s.time - T0, round(s.value, 2)) for s in gw.daemon.sink.store.query("rise")]
+        assert rise[:8] == [(10.0, 0.0), (20.0, 0.0), (30.0, 4189.09), (40.0, 3141.82), (50.0, 2513.45),
+                            (3660.0, 2094.55), (3670.0, 2094.55), (3680.0, 2094.55)]  # fmt: skip
+        assert rise[8:] == [(3600.0 + k, 0.0) for k in range(90, 191, 10)]
+    finally:
+        close(gw.daemon)

@@ -12,10 +12,15 @@ again, and a restart would not help (the checkpoint holds the old times). So:
   the stale watch): the history happened `d` earlier, new readings are in order
   and judged as before, and stale detection measures the monotonic time that passed.
   What else remembers reading times (the pumping station's tracker and derived
-  sensors, monitor/station/) listens on `on_step_back` and moves with it.
+  sensors, monitor/station/) listens on `on_step` and moves with it.
 - A step forward by `d` restarts the stale watch and the limit timers (no false
   stale alarm for the time that did not pass); a baseline that sees a gap longer
-  than its window warms up again, as any long gap does.
+  than its window warms up again, as any long gap does. The engine's history stays
+  where it is: new readings are later anyway, and nothing it judges measures a span
+  across the step once its timers restarted. The station's tracker and derived sensors
+  do measure spans (a pump run, starts in the last hour, the fail-to-start delay, an
+  overflow's volume, a rate over a window): `on_step` moves them forward by `d`, so
+  those spans are the time that passed, as after a step back.
 - Either way a diagnostic `clock` condition says "gateway clock stepped back by …"
   and clears after `HOLD` seconds of a steady clock.
 - At start, `check_restored()` compares the restored checkpoint with the wall
@@ -101,9 +106,10 @@ class ClockWatch:
         self._mono0 = monotonic()
         self._active_since: float | None = None  # monotonic time of the last step while active
         self._started = False
-        # Told each step back (seconds, < 0) after the engine is shifted: what else remembers
-        # reading times (the pumping station's tracker and derived sensors) moves with it.
-        self.on_step_back: list[Callable[[float], None]] = []
+        # Told each step (seconds, < 0 back) after the engine is re-based: what else
+        # remembers reading times (the pumping station's tracker and derived sensors)
+        # moves with it.
+        self.on_step: list[Callable[[float], None]] = []
 
     @classmethod
     def for_clock(
@@ -155,10 +161,10 @@ class ClockWatch:
     def _stepped(self, wall: float, mono: float, step: float, when: str) -> list[Condition]:
         if step < 0:
             shift(self.engine, step)
-            for listener in self.on_step_back:
-                listener(step)
         else:
             restart_watches(self.engine)
+        for listener in self.on_step:
+            listener(step)
         direction = "back" if step < 0 else "forward"
         text = f"gateway clock stepped {direction} by {step_text(step)}{when}"
         what = "readings re-based" if step < 0 else "stale watch restarted"

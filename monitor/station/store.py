@@ -81,7 +81,7 @@ class StationStore:
 
     def shift_open(self, delta: float) -> None:
         """The open runs and overflow moved by `delta` seconds (the gateway clock stepped
-        back while they were open: `StationTracker.shift`); their rows are keyed by start."""
+        while they were open: `StationTracker.shift`); their rows are keyed by start."""
         self._run("UPDATE runs SET start = start + ? WHERE end IS NULL", (delta,))
         self._run("UPDATE overflows SET start = start + ?, due = due + ? WHERE end IS NULL", (delta, delta))
 

@@ -183,15 +183,18 @@ class StationTracker:
         return not (ends_run and ends_starts)
 
     def shift(self, delta: float) -> None:
-        """The gateway clock stepped back by -`delta` while the daemon runs (or while it was
-        down, found at start): move what the tracker remembers with the engine's history
-        (monitor/engine/clock_step.py). Otherwise every pump, level and switch reading
-        stamped on the new clock was older than the last one taken and ignored until the
-        clock came round again: no overflow, high level or fail to start for the length of
-        the step. Runs, delays and an overflow in progress are measured on the time that
-        passed; their open records move too (kept by start). Restored alarms keep the
-        journal's activation (`_may_end` compares it with the clock). Local midnights stay:
-        they are the clock's."""
+        """The gateway clock stepped by `delta` while the daemon runs (back, < 0, also while
+        it was down, found at start): move what the tracker remembers with it
+        (monitor/engine/clock_step.py). Back: otherwise every pump, level and switch
+        reading stamped on the new clock was older than the last one taken and ignored
+        until the clock came round again (no overflow, high level or fail to start for the
+        length of the step). Forward: otherwise a run across the step lasted the step too
+        (a false long run), the starts before it left the hour at once (a missed starts
+        alarm), fail to start skipped its delay and an overflow's volume counted the time
+        that did not pass. Either way runs, delays, starts and an overflow in progress are
+        measured on the time that passed; their open records move too (kept by start).
+        Restored alarms keep the journal's activation (`_may_end` compares it with the
+        clock). Local midnights stay: they are the clock's."""
         self._last = {sid: t + delta for sid, t in self._last.items()}
         for p in self.pumps.values():
             p.last_time += delta
