@@ -106,7 +106,7 @@ class Daemon:
         # The gateway clock (engine/clock_step.py): checked before each batch is judged and
         # on every tick; None for a test's or the demo's clock.
         self.clock_watch: ClockWatch | None = None
-        self.watch_clock(ClockWatch.for_clock(self.engine, self.clock, self.alarms.active_conditions()))
+        self.watch_clock(ClockWatch.for_clock(self.engine, self.clock, self.alarms.active_conditions(), skew))
         self.pipeline.listen(DailyFeed(self.station, self.sink))  # pump and station totals per local day
         # Incidents (issue 16): fed every judged batch through the pipeline's hook.
         self.incidents = (
@@ -180,12 +180,13 @@ class Daemon:
 
     def watch_clock(self, watch: ClockWatch | None) -> None:
         """Check the gateway clock with `watch` before each batch and on each tick; a step
-        back re-bases the engine and moves the station's times with it (a test passes a
-        watch on clocks it moves)."""
+        re-bases the engine and moves the station's times with it, back or forward (a test
+        passes a watch on clocks it moves)."""
         self.clock_watch = watch
-        self.pipeline.before_judging = None if watch is None else watch.check
+        self.pipeline.clock_watch = watch
         if watch is not None:
-            watch.on_step_back.append(self.station.shift)
+            watch.on_step.append(self.station.shift)
+            watch.on_step.append(self.pipeline.shift)
 
     def tick(self) -> None:
         """Timer work on the clock: stale data, shelve expiry, reminders, floods, disk space."""

@@ -87,6 +87,7 @@ class PipelineHealth:
     recovered: int
     listener_errors: int
     unjournaled: int
+    restamped: int = 0  # stamped before a gateway clock step, moved onto the new clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +198,7 @@ def gather(
             recovered=pipeline.recovered,
             listener_errors=pipeline.listener_errors,
             unjournaled=pipeline.unjournaled,
+            restamped=pipeline.restamped,
         ),
         samples_by_source=dict(pipeline.samples_by_source),
         baselines_restored=restored,

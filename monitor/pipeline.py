@@ -49,14 +49,14 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from monitor import diskspace
 from monitor.alarms import AlarmManager
 from monitor.config import Config
 from monitor.diskspace import DiskWatch
-from monitor.engine import Engine
+from monitor.engine import ClockWatch, Engine
 from monitor.errors import SinkError, StateError
 from monitor.meters.book import MeterBook
 from monitor.model import Alarm, Clock, Condition, ConditionState, Kind, Rule, Sample
@@ -100,6 +100,7 @@ class PipelineStats:
     recovered: int = 0  # held intake batches re-applied at start (`monitor.recovery`)
     listener_errors: int = 0
     unjournaled: int = 0  # alarm transitions the journal refused (a full disk)
+    restamped: int = 0  # readings stamped before a gateway clock step, moved onto the new clock
 
 
 @dataclass
@@ -150,7 +151,7 @@ class Pipeline:
         meters: MeterBook,
         reconciler: Reconciler,
         disk: DiskWatch | None = None,
-        before_judging: Callable[[], list[Condition]] | None = None,
+        clock_watch: ClockWatch | None = None,
         station: LiveStation | None = None,
     ) -> None:
         self.config = config
@@ -161,7 +162,7 @@ class Pipeline:
         self.meters = meters
         self.reconciler = reconciler
         self.disk = disk
-        self.before_judging = before_judging  # the gateway clock's check (engine/clock_step.py)
+        self.clock_watch = clock_watch  # the gateway clock's check (engine/clock_step.py)
         self.station = station  # derived samples into each batch, pumps and wet well judged
         self.stats = PipelineStats()
         self.latest: dict[str, Sample] = {}
@@ -255,13 +256,18 @@ class Pipeline:
         samples: list[Sample] = []
         meters: list[Sample] = []
         conditions: list[Condition] = []
-        if self.before_judging is not None:
+        watch = self.clock_watch
+        if watch is not None:
             # A clock step re-bases the engine and the station (derived sensors too) before
             # the batch's derived samples are made and it is judged.
-            conditions.extend(self.before_judging())
+            conditions.extend(watch.check())
         for entry in entries:
+            taken = entry.items
+            if watch is not None:  # stamped before a step: onto the new clock, stored there
+                taken, moved = watch.restamp(taken)
+                self.stats.restamped += moved
             # + the derived samples the batch makes due (monitor/station), stored like the rest
-            items = entry.items if self.station is None else self.station.expand(entry.items)
+            items = taken if self.station is None else self.station.expand(taken)
             for item in items:
                 if isinstance(item, Condition):
                     conditions.append(item)
@@ -310,6 +316,13 @@ class Pipeline:
         alarms = self._raise(conditions)
         self._tell(batch.samples, conditions, alarms)
         return alarms
+
+    def shift(self, delta: float) -> None:
+        """The gateway clock stepped back (`delta` < 0): the latest reading of each sensor
+        moves with the engine's history, so the console shows the readings of the new clock
+        (they were older than the last of the old one and not taken for the step's length)."""
+        if delta < 0:
+            self.latest = {k: replace(s, time=s.time + delta) for k, s in self.latest.items()}
 
     def submit(self, conditions: Sequence[Condition]) -> list[Alarm]:
         """Conditions from outside the sample stream (a meter replacement the console

@@ -13,12 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
-from monitor.config import build_config, load_config
+from monitor.config import Config, build_config, load_config
 from monitor.daemon import Daemon
 from monitor.engine import ClockWatch, Engine, restore_checkpoint, save_checkpoint
 from monitor.engine.clock_step import HOLD
 from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample, WallClock, iso
+from monitor.web.service import StationCollector
+from monitor.web.station import StationAdapter
 from tests.engine_helpers import T0, station
 from tests.test_pipeline import close
 
@@ -338,3 +341,209 @@ def test_the_wet_well_and_derived_sensors_are_judged_on_after_a_step_back_while_
         assert derived == [float(k) for k in range(-3540, -3319, 10)]
     finally:
         close(daemon)
+
+
+def step_station(tmp_path: Path) -> Config:
+    """A wet well with a weir, one pump with duty limits, a derived rise, a pH probe."""
+    return build_config(
+        {
+            "station": {"id": "ps-step-station", "timezone": "UTC"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [
+                {"id": "lvl", "kind": "level", "unit": "ft",
+                 "setpoints": {"off": 2, "lead_on": 5, "lag_on": 6, "high": 8, "overflow": 9}},
+                {"id": "p1", "kind": "pump",
+                 "pump": {"capacity": "500 gpm", "max_starts_per_hour": 3, "max_run": "5m"}},
+                {"id": "rise", "kind": "derived", "unit": "gpm", "expression": "area * rate(lvl, 60s)",
+                 "constants": {"area": "80 ft2"}},
+                {"id": "ph", "kind": "ph", "limits": {"on_delay": "0s", "off_delay": "30s"}},
+            ],
+            "wet_well": {"level": "lvl", "pumps": ["p1"], "fail_to_start_delay": "2m",
+                         "weir": {"length": "24 in", "coefficient": 3.33}},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+
+
+class Stepped:
+    """The daemon with the watch on injected clocks; the gateway clock steps by `step` s
+    after +65 s of real time."""
+
+    def __init__(self, tmp_path: Path, step: float) -> None:
+        self.step = step
+        self.wall, self.mono = ManualClock(T0), ManualClock(1000.0)
+        self.daemon = Daemon(step_station(tmp_path), self.wall)
+        self.daemon.watch_clock(ClockWatch(self.daemon.engine, wall=self.wall.now, monotonic=self.mono.now))
+
+    def at(self, k: float) -> float:
+        """The gateway clock's time `k` s of real time after the start."""
+        return T0 + k + (self.step if k > 65 else 0.0)
+
+    def poll(self, k: float, **readings: float) -> None:
+        t = self.at(k)
+        self.wall.set(t)
+        self.mono.set(1000.0 + k)
+        self.daemon.pipeline.process([Sample(sensor, t, v) for sensor, v in readings.items()])
+
+    def journal(self, sensor: str) -> list[tuple[Rule, str, float]]:
+        """(rule, event, seconds of real time after the start) of `sensor`'s journal."""
+        entries = self.daemon.alarms.journal.entries(sensor=sensor)
+        return [(e.rule, e.event, self.real(e.time)) for e in entries]
+
+    def real(self, t: float) -> float:
+        """Seconds of real time after the start at the gateway clock's `t` (these tests
+        stay within the step's length of it)."""
+        x = t - T0
+        new_clock = x > 65 if self.step > 0 else x < 0
+        return x - self.step if new_clock else x
+
+
+def test_a_step_forward_while_running_does_not_stretch_a_pump_run_or_forget_its_starts(
+    tmp_path: Path,
+) -> None:
+    """The clock steps forward an hour at +65 s. p1 starts at +10, +40 and +60 s, runs
+    across the step and stops at +80 s, starts again at +90 s: the fourth start in 80 s
+    raises pump_starts (max 3 an hour) at +90 s, and no long_run (max_run 5 min): the run
+    across the step lasted the 20 s that passed. Before: the run was 3,620 s long (long_run
+    raised at +70 s) and the starts before the step were an hour old after it (no
+    pump_starts)."""
+    gw = Stepped(tmp_path, 3600.0)
+    try:
+        state = {0: 0.0, 10: 1.0, 20: 0.0, 40: 1.0, 50: 0.0, 60: 1.0, 70: 1.0, 80: 0.0, 90: 1.0, 100: 1.0}
+        for k, on in state.items():
+            gw.poll(k, p1=on, lvl=4.0)
+        assert gw.journal("p1") == [(Rule.PUMP_STARTS, "activated", 90.0)]
+        store = gw.daemon.station.store
+        assert store is not None
+        runs = [(r.start - T0, None if r.end is None else r.end - T0) for r in store.runs(0, 2 * T0)]
+        assert runs == [(10.0, 20.0), (40.0, 50.0), (3660.0, 3680.0), (3690.0, None)]
+    finally:
+        close(gw.daemon)
+
+
+def test_a_step_forward_while_running_does_not_stretch_a_delay_or_an_overflow(tmp_path: Path) -> None:
+    """The well above lead_on from +0 s with p1 off, at the weir's crest +0.5 ft from +30 s;
+    the clock steps forward an hour at +65 s. fail_to_start is raised after its 2 min of real
+    time, at +120 s, and the overflow's volume is the weir's flow for the 170 s that passed
+    by +200 s; the open record starts at +30 s moved by the step. The derived rise of the
+    level spans the time that passed. Before: fail_to_start was raised at +70 s (3,670 s
+    "above lead_on"), the volume counted the hour that did not pass (22 times too much)
+    and the rise read 0 from the first poll after the step (its window lost the level)."""
+    gw = Stepped(tmp_path, 3600.0)
+    try:
+        for k in range(0, 201, 10):
+            gw.poll(k, p1=0.0, lvl=6.0 if k < 30 else 9.5)
+        assert gw.journal("lvl") == [
+            (Rule.HIGH_LEVEL, "activated", 30.0),
+            (Rule.OVERFLOW, "activated", 30.0),
+            (Rule.FAIL_TO_START, "activated", 120.0),
+        ]
+        tracker = gw.daemon.station.tracker
+        assert tracker is not None and tracker.overflow is not None
+        q = 3.33 * 2.0 * 0.5**1.5 * 448.831169  # gpm over the weir at 0.5 ft of head
+        assert tracker.overflow.start == T0 + 3630
+        assert tracker.overflow.volume_gal == pytest.approx(q * 170 / 60, rel=1e-6)
+        # The level's rise over the last 60 s of real time, a poll late: the +60 s one made
+        # after the step, on the new clock; as without a step.
+        rise = [(s.time - T0, round(s.value, 2)) for s in gw.daemon.sink.store.query("rise")]
+        assert rise[:8] == [(10.0, 0.0), (20.0, 0.0), (30.0, 4189.09), (40.0, 3141.82), (50.0, 2513.45),
+                            (3660.0, 2094.55), (3670.0, 2094.55), (3680.0, 2094.55)]  # fmt: skip
+        assert rise[8:] == [(3600.0 + k, 0.0) for k in range(90, 191, 10)]
+    finally:
+        close(gw.daemon)
+
+
+def test_readings_stamped_before_a_step_back_and_judged_after_it_move_onto_the_new_clock(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The clock steps back an hour at +65 s; the poll of +60 s (stamped on the old clock,
+    pH 7, p1 running, the level 4 ft) waits in the queue and is judged after the re-base,
+    which the timer tick noticed first. It is moved onto the new clock by the step (to
+    -3540 s, the time it was taken on the clock that is right), stored and judged there, and
+    counted and logged once. The polls of the new clock go on being judged: pH 11 from
+    -3530 s raises the high alarm at once, the level at 9.5 ft raises the overflow, p1's run
+    goes on. Before: the +60 s poll was judged at +60 s after a history moved to -3540 s, and
+    every reading of those sensors on the new clock was dropped as out of order for the
+    hour (no high pH, no overflow)."""
+    gw = Stepped(tmp_path, -3600.0)
+    daemon = gw.daemon
+    try:
+        for k in range(0, 51, 10):
+            gw.poll(k, ph=7.0, p1=1.0, lvl=4.0)
+        gw.wall.set(gw.at(70))  # NTP steps the clock back; the tick notices it first
+        gw.mono.set(1000.0 + 70)
+        daemon.tick()
+        with caplog.at_level(logging.WARNING, logger="monitor.engine.clock_step"):
+            daemon.pipeline.process([Sample("ph", T0 + 60, 7.0), Sample("p1", T0 + 60, 1.0)])
+            daemon.pipeline.process([Sample("lvl", T0 + 60, 4.0)])
+            for k in range(70, 101, 10):
+                gw.poll(k, ph=11.0, p1=1.0, lvl=9.5)
+        assert daemon.engine.counters.out_of_order == 0
+        stored = sorted(s.time - T0 for s in daemon.sink.store.query("ph"))
+        assert stored == [-3540.0, -3530.0, -3520.0, -3510.0, -3500.0, 0.0, 10.0, 20.0, 30.0, 40.0, 50.0]
+        assert gw.journal("ph") == [(Rule.HIGH, "activated", 70.0)]
+        assert (Rule.OVERFLOW, "activated", 70.0) in gw.journal("lvl")
+        store = daemon.station.store
+        assert store is not None and [r.start - T0 for r in store.open_runs()] == [-3600.0]
+        assert daemon.pipeline.stats.restamped == 3
+        assert daemon.health().to_json()["pipeline"]["restamped"] == 3  # type: ignore[index]
+        registry = CollectorRegistry()
+        registry.register(StationCollector(StationAdapter(daemon)))  # what /metrics serves
+        assert b'station_monitor_clock_restamped_total{station="ps-step-station"} 3.0' in generate_latest(
+            registry
+        )
+        (line,) = [r.getMessage() for r in caplog.records if "stamped before" in r.getMessage()]
+        assert line.startswith(f"ph at {iso(T0 + 60)} was stamped before the gateway clock stepped back")
+        assert f"moved by -1h 0m to {iso(T0 - 3540)}" in line
+        latest = daemon.pipeline.latest["ph"]  # the console's reading: the new clock's
+        assert (latest.time, latest.value) == (T0 - 3500, 11.0)
+    finally:
+        close(daemon)
+
+
+def test_a_reading_stamped_before_a_step_forward_and_judged_after_it_moves_with_the_station(
+    tmp_path: Path,
+) -> None:
+    """The clock steps forward an hour at +65 s; p1 runs from +40 s and its "off" of +60 s
+    waits in the queue until after the tick noticed the step. The station moved forward
+    with the step (its run from +40 s now starts at +3640 s): the reading is moved by the
+    step too, to +3660 s, and ends the run there: 20 s, stored at +3660 s. Before: the
+    tracker took it for older than the run's start and dropped it, uncounted, while the
+    engine stored and judged it at +60 s; the run ended at the next poll (+3670 s, 30 s)."""
+    gw = Stepped(tmp_path, 3600.0)
+    daemon = gw.daemon
+    try:
+        for k in (0, 10, 20, 30, 40, 50):
+            gw.poll(k, p1=1.0 if k >= 40 else 0.0, lvl=4.0)
+        gw.wall.set(gw.at(70))
+        gw.mono.set(1000.0 + 70)
+        daemon.tick()
+        daemon.pipeline.process([Sample("p1", T0 + 60, 0.0)])
+        gw.poll(70, p1=0.0, lvl=4.0)
+        store = daemon.station.store
+        assert store is not None
+        runs = [(r.start - T0, None if r.end is None else r.end - T0) for r in store.runs(0, 2 * T0)]
+        assert runs == [(3640.0, 3660.0)]
+        assert sorted(s.time - T0 for s in daemon.sink.store.query("p1"))[-2:] == [3660.0, 3670.0]
+        assert daemon.pipeline.stats.restamped == 1
+    finally:
+        close(daemon)
+
+
+def test_which_readings_are_taken_for_the_old_clock_after_a_step_back() -> None:
+    """Stamped ahead of the new clock by more than the tolerance and a device clock's skew
+    (here 60 s): the old clock's, moved by the step. Within the skew: a device's own clock,
+    left alone. Once the new clock has passed the old one's last stamp nothing is moved."""
+    wall, mono = ManualClock(T0), ManualClock(1000.0)
+    watch = ClockWatch(Engine(CONFIG.rules, ManualClock()), wall=wall.now, monotonic=mono.now, skew=60.0)
+    assert watch.check() == []
+    wall.set(T0 + 5 - 600)  # stepped back 10 min within 5 s
+    mono.advance(5)
+    assert [c.rule for c in watch.check()] == [Rule.CLOCK]
+    now = wall.now()
+    items = [Sample("ph", now + 30, 7.0), Sample("ph", T0 + 4, 7.0), Sample("ph", T0 + 600, 7.0)]
+    moved, count = watch.restamp(items)
+    assert [s.time for s in moved] == [now + 30, T0 + 4 - 600, T0 + 600] and count == 1
+    wall.set(T0 + 5 + 1)  # ten minutes of real time later the new clock passed every old stamp
+    assert watch.restamp([Sample("ph", T0 + 4, 7.0)]) == ([Sample("ph", T0 + 4, 7.0)], 0)

@@ -12,12 +12,27 @@ again, and a restart would not help (the checkpoint holds the old times). So:
   the stale watch): the history happened `d` earlier, new readings are in order
   and judged as before, and stale detection measures the monotonic time that passed.
   What else remembers reading times (the pumping station's tracker and derived
-  sensors, monitor/station/) listens on `on_step_back` and moves with it.
+  sensors, monitor/station/) listens on `on_step` and moves with it.
 - A step forward by `d` restarts the stale watch and the limit timers (no false
   stale alarm for the time that did not pass); a baseline that sees a gap longer
-  than its window warms up again, as any long gap does.
+  than its window warms up again, as any long gap does. The engine's history stays
+  where it is: new readings are later anyway, and nothing it judges measures a span
+  across the step once its timers restarted. The station's tracker and derived sensors
+  do measure spans (a pump run, starts in the last hour, the fail-to-start delay, an
+  overflow's volume, a rate over a window): `on_step` moves them forward by `d`, so
+  those spans are the time that passed, as after a step back.
 - Either way a diagnostic `clock` condition says "gateway clock stepped back by …"
   and clears after `HOLD` seconds of a steady clock.
+- Readings stamped on the clock before a step but judged after it (a poll queued
+  while the step was noticed) are moved onto the new clock by the step (`restamp`),
+  as the history they follow was: judged at their old stamp, the first of them
+  would put the sensor's last reading back on the old clock and every reading after
+  it would be dropped as out of order for the length of the step. Which readings:
+  after a step back, those stamped ahead of the new clock by more than `TOLERANCE`
+  and a device clock's skew (no clock but the old one stamped them; decided until
+  the new clock passes the old one's last stamp); after a step forward, those stamped
+  at or before the old clock's time when the step was noticed, within one step of it
+  (the new clock stamps nothing there). Counted, and logged once a step.
 - At start, `check_restored()` compares the restored checkpoint with the wall
   clock: readings "from the future" mean the clock stepped back while the daemon
   was down, and are shifted the same way (a restart after a step is not blind).
@@ -28,11 +43,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 
 from monitor.engine.engine import Engine
 from monitor.engine.restored import TOLERANCE
-from monitor.model import Clock, Condition, ConditionState, Rule, WallClock
+from monitor.model import Clock, Condition, ConditionState, Rule, Sample, WallClock, iso
 
 log = logging.getLogger(__name__)
 
@@ -93,28 +109,37 @@ class ClockWatch:
         engine: Engine,
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        skew: float = 0.0,
     ) -> None:
+        """`skew`: how far ahead of the gateway clock a device may stamp a reading
+        (`reconcile.device_skew`): such a reading is not taken for one of the old clock."""
         self.engine = engine
+        self.skew = skew
+        # The last step while running: (the old clock's time when it was noticed, the step),
+        # for `restamp`; whether its first moved reading was logged.
+        self._step: tuple[float, float] | None = None
+        self._told = False
         self.wall = wall
         self.monotonic = monotonic
         self._wall0 = wall()
         self._mono0 = monotonic()
         self._active_since: float | None = None  # monotonic time of the last step while active
         self._started = False
-        # Told each step back (seconds, < 0) after the engine is shifted: what else remembers
-        # reading times (the pumping station's tracker and derived sensors) moves with it.
-        self.on_step_back: list[Callable[[float], None]] = []
+        # Told each step (seconds, < 0 back) after the engine is re-based: what else
+        # remembers reading times (the pumping station's tracker and derived sensors)
+        # moves with it.
+        self.on_step: list[Callable[[float], None]] = []
 
     @classmethod
     def for_clock(
-        cls, engine: Engine, clock: Clock, active: Collection[tuple[str, Rule]] = ()
+        cls, engine: Engine, clock: Clock, active: Collection[tuple[str, Rule]] = (), skew: float = 0.0
     ) -> ClockWatch | None:
         """A watch for the real clock; None for a test's or the demo's accelerated clock.
         `active`: the alarms a restart restored as active; a clock alarm among them
         clears after `HOLD` of a steady clock, like one raised in this run."""
         if not isinstance(clock, WallClock):
             return None
-        watch = cls(engine)
+        watch = cls(engine, skew=skew)
         if (GATEWAY, Rule.CLOCK) in active:
             watch._active_since = watch._mono0
         return watch
@@ -131,6 +156,7 @@ class ClockWatch:
         step = wall - (self._wall0 + (mono - self._mono0))
         self._wall0, self._mono0 = wall, mono
         if abs(step) > TOLERANCE:
+            self._step, self._told = (wall - step, step), False
             return self._stepped(wall, mono, step, "")
         if self._active_since is not None and mono - self._active_since >= HOLD:
             self._active_since = None
@@ -152,13 +178,49 @@ class ClockWatch:
         # How long the daemon was down is unknown: the history ends a second before now.
         return self._stepped(wall, mono, wall - newest - 1.0, " at least (while the daemon was stopped)")
 
+    def restamp(self, items: Sequence[Sample | Condition]) -> tuple[Sequence[Sample | Condition], int]:
+        """`items` with those stamped on the clock before the last step moved onto the new
+        one by the step (see the module docstring), and how many were moved. The first
+        moved after a step is logged, naming it; the rest are only counted."""
+        if self._step is None or not items:
+            return items, 0
+        old, step = self._step
+        if step < 0:
+            lo, hi = self.wall() + TOLERANCE + self.skew, old + TOLERANCE + self.skew
+            if lo >= hi:  # the new clock passed every stamp of the old one
+                self._step = None
+                return items, 0
+        else:
+            lo, hi = old - step, old + TOLERANCE
+        moved = 0
+        out: list[Sample | Condition] = []
+        for original in items:
+            item = original
+            if lo < item.time <= hi:
+                if not self._told:
+                    self._told = True
+                    log.warning(
+                        "%s at %s was stamped before the gateway clock stepped %s; moved by %s%s to %s"
+                        " onto the new clock (judged and stored there; the others counted)",
+                        item.sensor,
+                        iso(item.time),
+                        "back" if step < 0 else "forward",
+                        "-" if step < 0 else "+",
+                        step_text(step),
+                        iso(item.time + step),
+                    )
+                item = replace(item, time=item.time + step)
+                moved += 1
+            out.append(item)
+        return (out, moved) if moved else (items, 0)
+
     def _stepped(self, wall: float, mono: float, step: float, when: str) -> list[Condition]:
         if step < 0:
             shift(self.engine, step)
-            for listener in self.on_step_back:
-                listener(step)
         else:
             restart_watches(self.engine)
+        for listener in self.on_step:
+            listener(step)
         direction = "back" if step < 0 else "forward"
         text = f"gateway clock stepped {direction} by {step_text(step)}{when}"
         what = "readings re-based" if step < 0 else "stale watch restarted"

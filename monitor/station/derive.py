@@ -151,9 +151,10 @@ class Derivation:
         return self._evaluate(self._pending)
 
     def shift(self, delta: float) -> None:
-        """The gateway clock stepped back by -`delta` while the daemon runs: the inputs' times
-        and windows move with the engine's history (monitor/engine/clock_step.py), so the
-        next readings, stamped on the new clock, are in order and derived as before."""
+        """The gateway clock stepped by `delta` (< 0: back) while the daemon runs: the
+        inputs' times and windows move with it (monitor/engine/clock_step.py), so the next
+        readings, stamped on the new clock, are in order (back) and a rate or a window
+        spans the time that passed, not the step (forward)."""
         self._times[:] = [t + delta for t in self._times]
         self._pending += delta
         self._now += delta

@@ -49,8 +49,9 @@ class LiveStation:
             yield item
 
     def shift(self, delta: float) -> None:
-        """The gateway clock stepped back (`delta` < 0): the tracker and the derived sensors
-        move their times with the engine's (`ClockWatch.on_step_back`)."""
+        """The gateway clock stepped by `delta` (< 0: back): the tracker and the derived
+        sensors move their times with it (`ClockWatch.on_step`), so what they measure across
+        the step is the time that passed."""
         if self.derivation is not None:
             self.derivation.shift(delta)
         if self.tracker is not None:

@@ -9,6 +9,7 @@ polling gap neither starts nor stops a pump.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -44,6 +45,7 @@ class PumpStats:
     long_run_alarm: bool = False
     run_counted: bool = False  # the run in progress began with a start we saw
     last_stop: float = float("-inf")  # when the last run ended (the longest idle pump leads next)
+    starts_hold: float = float("-inf")  # a restored starts alarm without its starts: held until then
 
     def update(self, t: float, on: bool) -> tuple[list[Condition], PumpRun | None]:
         """A good reading at `t`; returns alarm transitions and a run that started or ended."""
@@ -54,6 +56,9 @@ class PumpStats:
             self.running = on
             self.run_start = t if on else None
             run = PumpRun(self.sensor, t, started=False) if on else None
+            if not on and self.long_run_alarm:  # restored, its run not in the store: off ends it
+                self.long_run_alarm = False
+                out.append(self._cond(t, Rule.LONG_RUN, ConditionState.CLEARED, math.nan, "run ended"))
         elif on and not self.running:
             self.running = True
             self.run_start = t
@@ -75,6 +80,19 @@ class PumpStats:
                 out.append(self._cond(t, Rule.LONG_RUN, ConditionState.CLEARED, length / 3600.0, "run ended"))
         out.extend(self.judge(t))
         return out, run
+
+    def hold_starts_alarm(self, activated_at: float | None) -> None:
+        """A starts alarm restored at a restart, raised at `activated_at`: the starts that
+        raised it come back from the station store (`recent_starts`). When fewer than
+        raise it are known at the activation (a store that lost them), it cannot tell when
+        the window empties, only that every start that raised it is at or before the
+        activation: it is held until an hour after it."""
+        s = self.settings
+        if activated_at is None or s is None or s.max_starts_per_hour is None:
+            return
+        known = sum(1 for t in self.recent_starts if activated_at - 3600.0 < t <= activated_at)
+        if known <= s.max_starts_per_hour:
+            self.starts_hold = activated_at + 3600.0
 
     def quiet(self, on: bool) -> bool:
         """True when a reading that does not change the state needs no judging either."""
@@ -105,7 +123,7 @@ class PumpStats:
                         limit,
                     )
                 )
-            elif len(recent) <= limit and self.starts_alarm:
+            elif len(recent) <= limit and self.starts_alarm and t >= self.starts_hold:
                 self.starts_alarm = False
                 out.append(self._cond(t, Rule.PUMP_STARTS, ConditionState.CLEARED, len(recent), "", limit))
         if s is not None and s.max_run is not None and self.running and self.run_start is not None:

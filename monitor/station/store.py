@@ -81,7 +81,7 @@ class StationStore:
 
     def shift_open(self, delta: float) -> None:
         """The open runs and overflow moved by `delta` seconds (the gateway clock stepped
-        back while they were open: `StationTracker.shift`); their rows are keyed by start."""
+        while they were open: `StationTracker.shift`); their rows are keyed by start."""
         self._run("UPDATE runs SET start = start + ? WHERE end IS NULL", (delta,))
         self._run("UPDATE overflows SET start = start + ?, due = due + ? WHERE end IS NULL", (delta, delta))
 
@@ -101,6 +101,16 @@ class StationStore:
             (end, start),
         )
         return [PumpRun(p, s, e, bool(c)) for p, s, e, c in rows]
+
+    def recent_starts(self, window: float = 3600.0) -> list[tuple[str, float]]:
+        """(pump, start) of the starts within `window` before the newest, oldest first: the
+        evidence of starts per hour, taken again after a restart."""
+        rows = self._run(
+            "SELECT pump, start FROM runs WHERE started = 1"
+            " AND start > (SELECT max(start) FROM runs WHERE started = 1) - ? ORDER BY start",
+            (window,),
+        )
+        return [(p, s) for p, s in rows]
 
     def open_runs(self) -> list[PumpRun]:
         rows = self._run("SELECT pump, start, started FROM runs WHERE end IS NULL")

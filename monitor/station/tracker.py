@@ -91,9 +91,10 @@ class StationTracker:
         self.fail_active = False
         self.fail_at = -math.inf  # when fail to start was raised
         self.high_active = False
-        # Alarms adopted from the journal at a restart, by rule, with their activation (None:
-        # not known); dropped when they end. Judged on `_clock` with a device clock's `_skew`.
-        self._restored: dict[Rule, float | None] = {}
+        # Alarms adopted from the journal at a restart, by sensor and rule, with their
+        # activation (None: not known); dropped at the first reading after it. Judged on
+        # `_clock` with a device clock's `_skew`.
+        self._restored: dict[tuple[str, Rule], float | None] = {}
         self._clock: Clock | None = None
         self._skew = 0.0
         self.overflow: OverflowRecord | None = None
@@ -129,49 +130,71 @@ class StationTracker:
                 p.running, p.run_start, p.run_counted = True, run.start, run.started
         for rec in store.open_overflows():
             self.overflow = rec
+        # The starts of the last hour: starts per hour goes on counting them (a pump that
+        # short-cycles across a restart), and a restored `pump_starts` keeps its evidence.
+        for pid, start in store.recent_starts():
+            p = self.pumps.get(pid)
+            if p is not None:
+                p.recent_starts.append(start)
 
     def adopt(self, active: Iterable[Alarm], clock: Clock, skew: float = 0.0) -> None:
         """Alarms the journal holds active after a restart: take them as the current state,
-        so the tracker sends their CLEARED when the condition is over. Fail to start and
-        high level keep their activation: only a reading stamped after it ends them, unless
-        it is in `clock`'s future (the clock stepped back while the daemon was down; `skew`:
-        how far ahead a device may stamp, `reconcile.device_skew`)."""
+        so the tracker sends their CLEARED when the condition is over. All keep their
+        activation: only a reading stamped after it ends them, unless it is in `clock`'s
+        future (the clock stepped back while the daemon was down; `skew`: how far ahead a
+        device may stamp, `reconcile.device_skew`). A pump's reading stamped at or before
+        the activation of its long run or starts alarm changes nothing at all: the pump's
+        state then is what raised the alarm (a run the store holds open, starts it holds)."""
         self._clock, self._skew = clock, skew
         for alarm in active:
             sensor, rule = alarm.sensor, alarm.rule
             pump = self.pumps.get(sensor)
             if pump is not None and rule is Rule.PUMP_STARTS:
                 pump.starts_alarm = True
+                pump.hold_starts_alarm(alarm.activated_at)
             elif pump is not None and rule is Rule.LONG_RUN:
                 pump.long_run_alarm = True
             elif sensor == self.level_id and rule is Rule.FAIL_TO_START:
                 self.fail_active = True
-                self._restored[rule] = alarm.activated_at
             elif sensor == self.level_id and rule is Rule.HIGH_LEVEL:
                 self.high_active = True
-                self._restored[rule] = alarm.activated_at
+            else:
+                continue
+            self._restored[sensor, rule] = alarm.activated_at
 
-    def _may_end(self, rule: Rule, t: float) -> bool:
-        """Whether a reading stamped `t` may end the restored alarm `rule` (True for one the
+    def _may_end(self, sensor: str, rule: Rule, t: float) -> bool:
+        """Whether a reading stamped `t` may end the restored alarm (True for one the
         tracker raised itself: its own rules hold those)."""
-        if rule not in self._restored:
+        key = (sensor, rule)
+        if key not in self._restored:
             return True
         now = self._clock.now() if self._clock is not None else t
-        if not after_activation(t, self._restored[rule], now, self._skew):
+        if not after_activation(t, self._restored[key], now, self._skew):
             return False  # from before the alarm began: it stays as journaled
-        del self._restored[rule]
+        del self._restored[key]
         return True
 
+    def _before_restored(self, pid: str, t: float) -> bool:
+        """Whether pump `pid`'s reading stamped `t` is from before its restored long run or
+        starts alarm began (a device's buffer, a queued MQTT message): it changes nothing,
+        neither the alarm nor the run (an "off" would end a run the alarm says went on)."""
+        ends_run = self._may_end(pid, Rule.LONG_RUN, t)
+        ends_starts = self._may_end(pid, Rule.PUMP_STARTS, t)
+        return not (ends_run and ends_starts)
+
     def shift(self, delta: float) -> None:
-        """The gateway clock stepped back by -`delta` while the daemon runs (or while it was
-        down, found at start): move what the tracker remembers with the engine's history
-        (monitor/engine/clock_step.py). Otherwise every pump, level and switch reading
-        stamped on the new clock was older than the last one taken and ignored until the
-        clock came round again: no overflow, high level or fail to start for the length of
-        the step. Runs, delays and an overflow in progress are measured on the time that
-        passed; their open records move too (kept by start). Restored alarms keep the
-        journal's activation (`_may_end` compares it with the clock). Local midnights stay:
-        they are the clock's."""
+        """The gateway clock stepped by `delta` while the daemon runs (back, < 0, also while
+        it was down, found at start): move what the tracker remembers with it
+        (monitor/engine/clock_step.py). Back: otherwise every pump, level and switch
+        reading stamped on the new clock was older than the last one taken and ignored
+        until the clock came round again (no overflow, high level or fail to start for the
+        length of the step). Forward: otherwise a run across the step lasted the step too
+        (a false long run), the starts before it left the hour at once (a missed starts
+        alarm), fail to start skipped its delay and an overflow's volume counted the time
+        that did not pass. Either way runs, delays, starts and an overflow in progress are
+        measured on the time that passed; their open records move too (kept by start).
+        Restored alarms keep the journal's activation (`_may_end` compares it with the
+        clock). Local midnights stay: they are the clock's."""
         self._last = {sid: t + delta for sid, t in self._last.items()}
         for p in self.pumps.values():
             p.last_time += delta
@@ -179,6 +202,7 @@ class StationTracker:
             p.recent_starts = deque(t + delta for t in p.recent_starts)
             if p.run_start is not None:
                 p.run_start += delta
+            p.starts_hold += delta
         if self.above_since is not None:
             self.above_since += delta
         self.fail_at += delta
@@ -214,7 +238,7 @@ class StationTracker:
         out: list[Condition] = []
         pump = self.pumps.get(sid)
         if pump is not None:
-            if t <= pump.last_time:
+            if t <= pump.last_time or (self._restored and self._before_restored(sid, t)):
                 return []
             on = v >= 0.5
             if on is pump.running and pump.quiet(on):
@@ -249,7 +273,7 @@ class StationTracker:
         if sp is None or sp.high is None:
             return []
         above = self.level >= sp.high
-        if above != self.high_active and (above or self._may_end(Rule.HIGH_LEVEL, t)):
+        if above != self.high_active and (above or self._may_end(self.level_id or "", Rule.HIGH_LEVEL, t)):
             self.high_active = above
             state = ConditionState.ACTIVE if above else ConditionState.CLEARED
             return [
@@ -290,7 +314,7 @@ class StationTracker:
         # A reading stamped before the raise (a pump's feedback from a lagging source) is
         # evidence from before the alarm began: it does not end it; the next sample judged
         # at or after the raise does, with what is known then. A restored alarm: after.
-        if self.fail_active and t >= self.fail_at and self._may_end(Rule.FAIL_TO_START, t):
+        if self.fail_active and t >= self.fail_at and self._may_end(self.level_id, Rule.FAIL_TO_START, t):
             self.fail_active = False
             return [
                 Condition(

@@ -183,6 +183,12 @@ class StationCollector(Collector):
                 "Alarm transitions the journal refused (not recorded, not shown)",
                 pipeline.get("unjournaled", 0),
             ),
+            (
+                CounterMetricFamily,
+                "clock_restamped",
+                "Readings stamped before a gateway clock step, moved onto the new clock by the step",
+                pipeline.get("restamped", 0),
+            ),
         ):
             yield _station_metric(kind, name, doc, station, value)
         listeners = CounterMetricFamily(
