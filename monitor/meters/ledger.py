@@ -229,7 +229,9 @@ class Ledger(Amendments):
                     "meter %s: settings changed (%s) from %s%s; readings from then on are re-judged,"
                     " earlier ones keep the settings of their time",
                     meter, change(old, spec), when(since),
-                    " (settings_since)" if spec.since is not None else " (the time the ledger was opened)",
+                    " (settings_since)" if spec.since is not None
+                    else " (the time the ledger was opened)" if since == now_ms
+                    else " (just after the latest reading held: the clock is behind it)",
                 )  # fmt: skip
         if got is not None and str(got[0]).partition("|rules ")[2] != str(RULES):
             log.warning(
@@ -246,6 +248,12 @@ class Ledger(Amendments):
         key = "settings_since"
         if spec.since is None:
             since, what = now_ms, f"the time the ledger is opened ({when(now_ms)})"
+            latest = self._db.execute("SELECT max(time_ms) FROM readings WHERE meter=?", (meter,)).fetchone()
+            if latest and isinstance(latest[0], int) and latest[0] >= now_ms:
+                # The gateway's clock is behind readings held already (set back, or a replay of
+                # later history): those were recorded under the old settings and keep them.
+                since = latest[0] + 1
+                what = f"just after the latest reading held ({when(latest[0])}; the clock: {when(now_ms)})"
         else:
             since, what = to_ms(spec.since), f"{key} {when(to_ms(spec.since))}"
             if since > now_ms:

@@ -1,0 +1,89 @@
+"""Edges of effective-dated meter settings, found by an adversarial review: where a change
+without `settings_since` starts, the InfluxDB point of a swap at a unit change, a reading at
+a change's very time, a reload's check, quarters cut at a change, and the historian path.
+
+Real ledgers (SQLite files) and the real `monitor` commands, as tests/test_meter_settings.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import yaml
+
+from monitor.config import build_config
+from monitor.meters.book import MeterBook
+from monitor.meters.ledger import Ledger
+from monitor.model import ManualClock, Sample, parse_time
+from tests.test_meter_settings import dump, edit, hour, ingest, monitor_cli, spec, station
+
+
+def periods(ledger: Ledger) -> list[tuple[int, str, str]]:
+    return [(p.since_ms, str(p.spec.multiplier), p.source) for p in ledger.periods("m", superseded=True)]
+
+
+def volumes(ledger: Ledger) -> list[tuple[int, str, tuple[str, ...]]]:
+    return [(r.time_ms, str(r.volume), r.flags) for r in ledger.rows("m")]
+
+
+# -- 1. a change without settings_since never reaches back past the rows held ----------------
+
+
+def test_a_change_without_settings_since_keeps_the_rows_held_when_the_clock_is_behind_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The gateway's clock is five hours behind the readings it recorded (set back by hand, or a
+    # replay of later history) when it restarts with multiplier 10 and no settings_since.
+    # Before, the change took effect from the clock's time: readings 5..9, recorded x1, were
+    # judged again x10 (their quarter grew by 450 ft3, unflagged in that quarter's rows).
+    config = build_config(yaml.safe_load(station(tmp_path).read_text()))
+    book = MeterBook.open(config, clock=ManualClock(hour(10)))
+    book.ingest([Sample("m", hour(h), 1000 + 10 * h) for h in range(10)])
+    book.close()
+    held = Ledger(tmp_path / "state" / "ledger.sqlite", {"m": spec()}, now=hour(10))
+    before = volumes(held)
+    held.close()
+    changed = build_config(yaml.safe_load(station(tmp_path, multiplier=10).read_text()))
+    with caplog.at_level(logging.WARNING, logger="monitor.meters.ledger"):
+        book = MeterBook.open(changed, clock=ManualClock(hour(5)))
+    assert volumes(book.ledger) == before  # every row held keeps the settings it was recorded with
+    assert "just after the latest reading held" in caplog.text
+    assert periods(book.ledger)[-1] == (round(hour(9) * 1000) + 1, "10", "config")
+    book.ingest([Sample("m", hour(h), 1000 + 10 * h) for h in (10, 11)])  # after it: x10
+    assert volumes(book.ledger)[-2:] == [
+        (round(hour(10) * 1000), "0", ("settings",)),
+        (round(hour(11) * 1000), "100", ()),
+    ]
+    book.close()
+
+
+def test_a_change_without_settings_since_on_a_clock_reset_to_before_the_first_reading(tmp_path: Path) -> None:
+    # A gateway whose clock came up in the past (no RTC battery): before, a change with no
+    # settings_since was taken as a correction from the first reading and re-judged the whole
+    # history x10, silently billing every past quarter ten times.
+    config = build_config(yaml.safe_load(station(tmp_path).read_text()))
+    book = MeterBook.open(config, clock=ManualClock(hour(10)))
+    book.ingest([Sample("m", hour(h), 1000 + 10 * h) for h in range(10)])
+    book.close()
+    changed = build_config(yaml.safe_load(station(tmp_path, multiplier=10).read_text()))
+    book = MeterBook.open(changed, clock=ManualClock(hour(-50)))
+    assert [src for _, _, src in periods(book.ledger)] == ["config", "config"]  # nothing corrected
+    assert {v for _, v, _ in volumes(book.ledger)[1:]} == {"10"}
+    book.close()
+
+
+def test_a_change_without_settings_since_by_command_with_readings_ahead_of_the_clock(tmp_path: Path) -> None:
+    # The same through the commands: readings stamped ahead of this machine's clock (a gateway
+    # clock running fast) stay x1 when `monitor meters list` records the change.
+    config = station(tmp_path)
+    t0 = parse_time("2099-01-01T00:00:00Z")
+    ingest(config, [(f"{t0 + h * 3600:.0f}", 1000 + 10 * h) for h in range(5)])
+    ledger = tmp_path / "state" / "ledger.sqlite"
+    rows_before = [line for line in dump(ledger) if '"readings"' in line]
+    edit(config, multiplier=10)
+    got = monitor_cli("meters", "list", "--config", str(config))
+    assert got.returncode == 0, got.stderr
+    assert "just after the latest reading held" in got.stderr
+    assert [line for line in dump(ledger) if '"readings"' in line] == rows_before
