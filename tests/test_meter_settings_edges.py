@@ -7,16 +7,21 @@ Real ledgers (SQLite files) and the real `monitor` commands, as tests/test_meter
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 import yaml
 
-from monitor.config import build_config
+from monitor.config import build_config, load_config
+from monitor.meters.billing import export_rows, quarter
 from monitor.meters.book import MeterBook
 from monitor.meters.ledger import Ledger
-from monitor.model import ManualClock, Sample, parse_time
+from monitor.model import ManualClock, Sample, iso, parse_time
+from monitor.sinks.pipeline import open_sink
+from tests.services import InfluxDB1
 from tests.test_meter_settings import dump, edit, hour, ingest, monitor_cli, spec, station
 
 
@@ -87,3 +92,47 @@ def test_a_change_without_settings_since_by_command_with_readings_ahead_of_the_c
     assert got.returncode == 0, got.stderr
     assert "just after the latest reading held" in got.stderr
     assert [line for line in dump(ledger) if '"readings"' in line] == rows_before
+
+
+# -- 2. the InfluxDB point of a swap at a unit change -----------------------------------------
+
+
+def test_a_swap_at_a_unit_change_writes_the_old_meters_delta_in_its_own_unit(
+    tmp_path: Path, influxdb1: InfluxDB1
+) -> None:
+    # A gallon meter swapped for a cubic-metre one on 1 July 05:00, recorded as a replacement at
+    # the change's time. The swap's point carries the old meter's last 10 gal; before, they were
+    # written as 10 m3 (353.1 ft3 instead of 1.337 ft3), so InfluxDB no longer summed to the bill.
+    influxdb1.query("CREATE DATABASE billing")
+    path = station(tmp_path, unit="gal")
+    raw = yaml.safe_load(path.read_text())
+    raw["influx"] = {"url": influxdb1.url, "api": "v1", "database": "billing"}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    book = MeterBook.open(load_config(path))
+    sink = open_sink(load_config(path))
+    book.ingest([Sample("m", hour(h), 500 + 10 * h) for h in range(5)])  # 540 gal at 04:00
+    sink.write_meter_records(book.take_records())
+    book.close()
+    edit(path, unit="m3", settings_since=iso(hour(5)))
+    config = load_config(path)
+    book = MeterBook.open(config)
+    book.ingest([Sample("m", hour(h), h - 5) for h in (6, 7)])  # 1, 2 m3 on the new register
+    book.record_replacement("m", hour(5), "550", "0")
+    records = book.take_records()
+    swap = next(r for r in records if r.time == hour(5))
+    assert (swap.unit, swap.reading) == ("m3", 0.0)
+    assert swap.consumption_ft3 == pytest.approx(10 * 231 / 1728)  # 10 gal
+    assert swap.consumption == pytest.approx(10 * 231 / 1728 * 0.028316846592)  # in the point's unit
+    sink.write_meter_records(records)
+    assert asyncio.run(sink.drain(60)) == 0
+    sink.close()
+    assert config.billing is not None
+    (want,) = export_rows(config, book.ledger, quarter("2025Q3"))
+    book.close()
+    got = influxdb1.query(
+        "SELECT sum(consumption_ft3) FROM meter WHERE time > '2025-07-01T00:00:00Z'"
+        " AND time <= '2025-10-01T00:00:00Z'",
+        db="billing",
+    )["results"][0]["series"][0]["values"][0][1]
+    # 50 gal (40 + the swap's 10) and 2 m3 (from the new initial 0)
+    assert want["consumption_ft3"] == "77.313" and Decimal(f"{got:.3f}") == Decimal("77.313")

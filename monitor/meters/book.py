@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ import numpy.typing as npt
 from monitor.config import Config
 from monitor.errors import MeterError
 from monitor.meters.ledger import OLD_FINAL, READING, Ledger, Replacement, Row, to_ms
-from monitor.meters.totalizer import ANOMALIES, ZERO, MeterSpec, Step, condition, dec, to_ft3
+from monitor.meters.totalizer import ANOMALIES, ZERO, MeterSpec, Step, condition, dec, from_ft3, to_ft3
 from monitor.model import Clock, Condition, Kind, Quality, Sample, WallClock, iso
 
 log = logging.getLogger(__name__)
@@ -89,34 +90,36 @@ def meter_records(
 ) -> list[MeterRecord]:
     """Ledger rows -> points for the outbox. Replacement rows at the same time are
     merged (an InfluxDB point is one per series and timestamp). `spec_at` (the ledger's)
-    gives each row the settings of its time."""
-    out: dict[tuple[str, int], MeterRecord] = {}
+    gives each row the settings of its time: the old meter's final delta of a swap at a
+    unit change is converted from the old unit, not read as if it were in the new one."""
+    merged: dict[tuple[str, int], list[tuple[Row, MeterSpec | None]]] = {}
     for row in rows:
         spec = specs.get(row.meter)
         if spec is not None and spec_at is not None:
             spec = spec_at(row.meter, row.time_ms, row.seq)
+        merged.setdefault((row.meter, row.time_ms), []).append((row, spec))
+    out = []
+    for parts in merged.values():
+        row, spec = parts[-1]  # the point shows the last side: a swap's new meter
         unit = spec.unit if spec else "ft3"
-        key = (row.meter, row.time_ms)
-        volume = row.volume
-        prev = out.get(key)
-        flags = list(row.flags)
-        if prev is not None:
-            volume += dec(prev.consumption)
-            flags = [f for f in prev.flags.split(",") if f] + [
-                f for f in flags if f not in prev.flags.split(",")
-            ]
-        out[key] = MeterRecord(
-            meter=row.meter,
-            account=(spec.account or "") if spec else "",
-            unit=unit,
-            time=row.time,
-            reading=float(row.reading * (spec.multiplier if spec else 1)),
-            consumption=float(volume),
-            consumption_ft3=float(to_ft3(volume, unit)),
-            accepted=row.accepted if prev is None else prev.accepted and row.accepted,
-            flags=",".join(flags),
+        ft3 = sum((to_ft3(r.volume, s.unit if s else "ft3") for r, s in parts), Fraction(0))
+        flags: list[str] = []
+        for r, _ in parts:
+            flags += [f for f in r.flags if f not in flags]
+        out.append(
+            MeterRecord(
+                meter=row.meter,
+                account=(spec.account or "") if spec else "",
+                unit=unit,
+                time=row.time,
+                reading=float(row.reading * (spec.multiplier if spec else 1)),
+                consumption=float(from_ft3(ft3, unit)),
+                consumption_ft3=float(ft3),
+                accepted=all(r.accepted for r, _ in parts),
+                flags=",".join(flags),
+            )
         )
-    return list(out.values())
+    return out
 
 
 class MeterBook:
