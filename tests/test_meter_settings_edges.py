@@ -22,7 +22,20 @@ from monitor.meters.ledger import Ledger
 from monitor.model import ManualClock, Sample, iso, parse_time
 from monitor.sinks.pipeline import open_sink
 from tests.services import InfluxDB1
-from tests.test_meter_settings import dump, edit, hour, ingest, monitor_cli, spec, station
+from tests.test_meter_settings import (
+    CHANGE,
+    NOTE,
+    daily,
+    dump,
+    edit,
+    export,
+    hour,
+    ingest,
+    monitor_cli,
+    row,
+    spec,
+    station,
+)
 
 
 def periods(ledger: Ledger) -> list[tuple[int, str, str]]:
@@ -136,3 +149,60 @@ def test_a_swap_at_a_unit_change_writes_the_old_meters_delta_in_its_own_unit(
     )["results"][0]["series"][0]["values"][0][1]
     # 50 gal (40 + the swap's 10) and 2 m3 (from the new initial 0)
     assert want["consumption_ft3"] == "77.313" and Decimal(f"{got:.3f}") == Decimal("77.313")
+
+
+# -- 3. a reading stamped exactly at a change belongs to the new settings ---------------------
+
+
+def test_a_reading_at_the_changes_very_time_is_the_new_baseline_one_before_it_is_billed_old(
+    tmp_path: Path,
+) -> None:
+    config = station(tmp_path)
+    t = parse_time(CHANGE)
+    ingest(config, [(f"{t - 7200:.0f}", 1000), (f"{t - 1:.0f}", 1010)])  # x1 up to a second before
+    edit(config, multiplier=10, settings_since=CHANGE)
+    ingest(config, [(f"{t:.0f}", 1011), (f"{t + 3600:.0f}", 1021)])
+    shown = monitor_cli("meters", "show", "--config", str(config), "--meter", "m")
+    lines = [line for line in shown.stdout.splitlines() if line.startswith("  2025")]
+    assert [line.split()[:5] for line in lines] == [
+        ["2025-08-14T22:00:00Z", "reading", "1000", "+0", "accepted"],
+        ["2025-08-14T23:59:59Z", "reading", "1010", "+10", "accepted"],  # one second before: x1
+        ["2025-08-15T00:00:00Z", "reading", "1011", "+0", "accepted"],  # at it: the new baseline
+        ["2025-08-15T01:00:00Z", "reading", "1021", "+100", "accepted"],  # x10
+    ]
+    assert "[settings]" in lines[2]
+    q3 = row(export(config, "2025Q3"))
+    assert (q3["consumption_ft3"], q3["last_read"], q3["flags"]) == ("110.000", "10210", f"estimated;{NOTE}")
+
+
+def test_a_swap_recorded_at_the_changes_time_bills_the_old_meter_from_its_own_last_reading(
+    tmp_path: Path,
+) -> None:
+    # The docs' way to bill across a change: a replacement at the change's very time. With a
+    # reading of the new register stamped at that same time, the old final was judged against
+    # that reading (the new register's 0) instead of the old meter's last: 1045 billed, not 5.
+    config = station(tmp_path)
+    t = parse_time(CHANGE)
+    ingest(config, [(f"{t - 7200:.0f}", 1000), (f"{t - 3600:.0f}", 1040)])
+    edit(config, multiplier=10, settings_since=CHANGE)
+    ingest(config, [(f"{t:.0f}", 0), (f"{t + 3600:.0f}", 3)])  # the new x10 register
+    got = monitor_cli("meters", "replace", "--config", str(config), "--meter", "m", "--time", CHANGE,
+                      "--old-final", "1045", "--new-initial", "0", "--by", "test")  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    q3 = row(export(config, "2025Q3"))
+    assert q3["consumption_ft3"] == "75.000"  # 40 + 5 on the old meter, 3 x 10 on the new one
+    assert q3["flags"] == f"replacement;estimated;{NOTE}"
+
+
+def test_a_reading_at_a_quarters_end_that_is_a_changes_time_closes_the_quarter_as_the_new_baseline(
+    tmp_path: Path,
+) -> None:
+    config = station(tmp_path, unit="gal")
+    end = "2025-10-01T00:00:00Z"
+    ingest(config, daily("2025-09-29", 2, 1000))
+    edit(config, unit="ft3", settings_since=end)
+    ingest(config, [(f"{parse_time(end):.0f}", 7), *daily("2025-10-01", 1, 17)])
+    q3, q4 = row(export(config, "2025Q3")), row(export(config, "2025Q4"))
+    assert (q3["unit"], q3["last_read"], q3["consumption_gal"]) == ("ft3", "7", "100.00")
+    assert f"settings changed at {end}: unit gal -> ft3" in q3["flags"]
+    assert (q4["first_read"], q4["consumption_ft3"], q4["flags"]) == ("7", "10.000", "estimated")

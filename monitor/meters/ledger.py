@@ -330,6 +330,13 @@ class Ledger(Amendments):
         i = bisect.bisect_right(starts, at) - 1
         return periods[max(i, 0)]
 
+    def old_side(self, meter: str, time_ms: int) -> tuple[int, int]:
+        """Where the old meter's final reading of a swap at `time_ms` is judged from: after
+        a reading at the same time, unless the settings change at that very time (a reading
+        stamped at a change belongs to the new settings, so it is no base for the old meter)."""
+        changes = self.period_at(meter, time_ms).since_ms == time_ms
+        return (time_ms, READING) if changes else (time_ms, OLD_FINAL)
+
     def spec_at(self, meter: str, time_ms: int, seq: int = READING) -> MeterSpec:
         return self.period_at(meter, time_ms, seq).spec
 
@@ -482,7 +489,15 @@ class Ledger(Amendments):
             if old.seq == NEW_INITIAL:
                 step = Step(True, ZERO, ZERO, frozenset({"replacement"}))
             else:
-                step = self._judge(meter, base, old.time_ms, old.seq, old.reading, last_raw)
+                judged_from, raw = base, last_raw
+                if old.seq == OLD_FINAL and self.old_side(meter, old.time_ms)[1] == READING:
+                    # A swap at a settings change: a reading at its time is the new settings' own,
+                    # so the old meter's final is judged from the rows before that time.
+                    judged_from = self._accepted_before(meter, (old.time_ms, READING))
+                    prior = self._select(meter, "AND time_ms < ? ORDER BY time_ms DESC, seq DESC LIMIT 1",
+                                         old.time_ms)  # fmt: skip
+                    raw = prior[0].reading if prior else None
+                step = self._judge(meter, judged_from, old.time_ms, old.seq, old.reading, raw)
                 if old.seq == OLD_FINAL:
                     step = Step(
                         step.accepted, step.counts, step.volume, step.flags | {"replacement"}, step.message
