@@ -194,6 +194,23 @@ def test_a_swap_recorded_at_the_changes_time_bills_the_old_meter_from_its_own_la
     assert q3["flags"] == f"replacement;estimated;{NOTE}"
 
 
+def test_a_change_at_a_quarters_end(tmp_path: Path) -> None:
+    # A unit change (gal -> ft3) at 1 October 00:00Z, the instant 2025Q3 ends and Q4 starts.
+    config = station(tmp_path, unit="gal")
+    end = "2025-10-01T00:00:00Z"
+    ingest(config, daily("2025-09-28", 3, 1000))  # 28-30 September at noon: 200 gal billed in Q3
+    edit(config, unit="ft3", settings_since=end)
+    ingest(config, daily("2025-10-01", 2, 5000))  # the new register from 1 October noon
+    q3, q4 = row(export(config, "2025Q3")), row(export(config, "2025Q4"))
+    note = f"settings changed at {end}: unit gal -> ft3"
+    # Q3 holds no reading under the new settings: its unit is its last reading's, gal (it said ft3)
+    assert (q3["unit"], q3["last_read"], q3["consumption_gal"]) == ("gal", "1200", "200.00")
+    assert note in q3["flags"].split(";")
+    # Q4 starts at the new baseline (1 October noon), then 100 ft3
+    assert (q4["unit"], q4["first_read"], q4["consumption_ft3"]) == ("ft3", "1200", "100.000")
+    assert note in q4["flags"].split(";")
+
+
 def test_a_reading_at_a_quarters_end_that_is_a_changes_time_closes_the_quarter_as_the_new_baseline(
     tmp_path: Path,
 ) -> None:

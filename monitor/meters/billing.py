@@ -118,7 +118,11 @@ def usage(ledger: Ledger, meter: str, q: Quarter, max_reading_gap: float) -> Usa
     return Usage(
         account=spec.account or "",
         meter=meter,
-        unit=ledger.spec_at(meter, q.end_ms).unit,
+        # last_read's unit: at a change on the quarter's end instant, the unit in force then is
+        # the next quarter's, and only a reading stamped at that very instant is in it.
+        unit=(
+            ledger.spec_at(meter, q.end_ms) if last is None else ledger.spec_at(meter, last.time_ms, last.seq)
+        ).unit,
         first=reading(first),
         last=reading(last),
         ft3=ft3,
