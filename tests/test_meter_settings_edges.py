@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -21,7 +23,8 @@ from monitor.meters.book import MeterBook
 from monitor.meters.ledger import Ledger
 from monitor.model import ManualClock, Sample, iso, parse_time
 from monitor.sinks.pipeline import open_sink
-from tests.services import InfluxDB1
+from tests.daemon_process import DaemonProcess, running_daemon
+from tests.services import InfluxDB1, wait_until
 from tests.test_meter_settings import (
     CHANGE,
     NOTE,
@@ -223,3 +226,62 @@ def test_a_reading_at_a_quarters_end_that_is_a_changes_time_closes_the_quarter_a
     assert (q3["unit"], q3["last_read"], q3["consumption_gal"]) == ("ft3", "7", "100.00")
     assert f"settings changed at {end}: unit gal -> ft3" in q3["flags"]
     assert (q4["first_read"], q4["consumption_ft3"], q4["flags"]) == ("7", "10.000", "estimated")
+
+
+# -- 4. a reload's check sees the ledger, not only the running daemon's memory ----------------
+
+
+def daemon_config(tmp_path: Path, meters: list[str], **m: Any) -> Path:
+    """`station()` with the console off and the meters named (`m` with `m`'s settings)."""
+    path = station(tmp_path, **m)
+    raw = yaml.safe_load(path.read_text())
+    raw["console"] = {"enabled": False}
+    plain = {"kind": "meter", "unit": "ft3", "register_digits": 8, "account": "a"}
+    raw["sensors"] = [raw["sensors"][0] if name == "m" else {"id": name, **plain} for name in meters]
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def refused_reload(daemon: DaemonProcess, log: Path) -> str:
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: "the running config stays" in log.read_text(), timeout=30, what="the refusal")
+    assert daemon.proc.poll() is None, log.read_text()
+    return log.read_text()
+
+
+def test_a_reload_sees_the_periods_of_a_meter_removed_and_added_again(tmp_path: Path) -> None:
+    # m's x10 period from 15 August is in the ledger; the running config has no m. A reload
+    # adding it back with a settings_since before that period was let through: the new daemon
+    # could not open the ledger and the process ended.
+    config = station(tmp_path)
+    ingest(config, daily("2025-07-01", 60, 0))
+    edit(config, multiplier=10, settings_since=CHANGE)
+    assert monitor_cli("meters", "list", "--config", str(config)).returncode == 0
+    daemon_config(tmp_path, ["n"])
+    log = tmp_path / "daemon.log"
+    with running_daemon(config, log) as daemon:
+        wait_until(lambda: "running" in log.read_text(), timeout=60, what="the daemon's start")
+        daemon_config(tmp_path, ["n", "m"], multiplier=100, settings_since="2025-08-01T00:00:00Z")
+        text = refused_reload(daemon, log)
+        assert "meter m: settings changed (multiplier 10 -> 100) from settings_since 2025-08-01" in text
+        assert f"not after the settings in force since {CHANGE}" in text
+        daemon.stop()
+
+
+def test_a_reload_sees_a_period_another_process_recorded_while_the_daemon_ran(tmp_path: Path) -> None:
+    # `monitor meters list` with an edited copy of the config records x10 from 15 August while
+    # the daemon runs; the reload's check read the periods the daemon had cached at its start.
+    config = daemon_config(tmp_path, ["m"])
+    ingest(config, daily("2025-07-01", 60, 0))
+    log = tmp_path / "daemon.log"
+    with running_daemon(config, log) as daemon:
+        wait_until(lambda: "running" in log.read_text(), timeout=60, what="the daemon's start")
+        other = tmp_path / "copy.yaml"
+        other.write_text(config.read_text())
+        edit(other, multiplier=10, settings_since=CHANGE)
+        got = monitor_cli("meters", "list", "--config", str(other))
+        assert got.returncode == 0 and "settings changed" in got.stderr, got.stderr
+        edit(config, multiplier=100, settings_since="2025-08-01T00:00:00Z")
+        text = refused_reload(daemon, log)
+        assert f"not after the settings in force since {CHANGE}" in text
+        daemon.stop()

@@ -275,10 +275,14 @@ class Ledger(Amendments):
     def settings_refusals(self, specs: Mapping[str, MeterSpec], now: float) -> list[str]:
         """What opening the ledger with `specs` would refuse (a settings_since in the future or
         not after the latest period), writing nothing: a reload checks it before it stops the
-        running daemon, so a refused change leaves that daemon running."""
+        running daemon, so a refused change leaves that daemon running. It reads the periods
+        the ledger holds: those of a meter the running config dropped (added back now), and
+        those another process (`monitor meters` with an edited config) recorded meanwhile."""
         out = []
+        if not self._db.in_transaction:
+            self._refresh()
         for meter, spec in specs.items():
-            periods = self.periods(meter) if meter in self.specs else []
+            periods = self.periods(meter)
             if periods and settings_text(periods[-1].spec) != settings_text(spec):
                 try:
                     self._settings_start(meter, spec, periods, to_ms(now))
