@@ -8,6 +8,8 @@ Real ledgers (SQLite files) and the real `monitor` commands, as tests/test_meter
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import logging
 import signal
 from decimal import Decimal
@@ -20,9 +22,11 @@ import yaml
 from monitor.config import build_config, load_config
 from monitor.meters.billing import export_rows, quarter
 from monitor.meters.book import MeterBook
+from monitor.meters.historian import ONE_PERIOD, sample_usage, settings_doubt
 from monitor.meters.ledger import Ledger
 from monitor.model import ManualClock, Sample, iso, parse_time
 from monitor.sinks.pipeline import open_sink
+from monitor.sources.meter_history import MeterSample as StoredSample
 from tests.daemon_process import DaemonProcess, running_daemon
 from tests.services import InfluxDB1, wait_until
 from tests.test_meter_settings import (
@@ -285,3 +289,65 @@ def test_a_reload_sees_a_period_another_process_recorded_while_the_daemon_ran(tm
         text = refused_reload(daemon, log)
         assert f"not after the settings in force since {CHANGE}" in text
         daemon.stop()
+
+
+# -- the historian path (--from-influx) holds no settings periods -----------------------------
+
+
+def test_the_historian_across_a_unit_change_bills_each_record_in_its_unit_and_says_it_assumed_one_period(
+    tmp_path: Path, influxdb1: InfluxDB1
+) -> None:
+    # A gallon meter reprogrammed to ft3 on 15 August. Before, `--from-influx` refused the whole
+    # export (every station's) for this one meter; a multiplier change went through with the
+    # new baseline flagged `replacement` or `unreconciled` as if records were missing.
+    influxdb1.query("CREATE DATABASE fleet")
+    path = station(tmp_path, unit="gal")
+    raw = yaml.safe_load(path.read_text())
+    raw["influx"] = {"url": influxdb1.url, "api": "v1", "database": "fleet"}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    sink = open_sink(load_config(path))
+    book = MeterBook.open(load_config(path))
+    book.ingest([Sample("m", float(t), v) for t, v in daily("2025-07-01", 45, 1000)])  # to 14 August
+    sink.write_meter_records(book.take_records())
+    book.close()
+    edit(path, unit="ft3", multiplier=10, settings_since=CHANGE)
+    book = MeterBook.open(load_config(path))
+    book.ingest([Sample("m", float(t), v) for t, v in daily("2025-08-15", 100, 20)])  # into Q4
+    sink.write_meter_records(book.take_records())
+    book.close()
+    assert asyncio.run(sink.drain(60)) == 0
+    sink.close()
+    own = row(export(path, "2025Q3"))
+    got = monitor_cli("billing", "export", "--from-influx", "--config", str(path), "--quarter", "2025Q3",
+                      "--out", "-")  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    (hist,) = list(csv.DictReader(io.StringIO(got.stdout)))
+    # 44 x 100 gal, then 46 x 1000 ft3 after the new baseline: the station's own figures
+    assert hist["consumption_ft3"] == own["consumption_ft3"] == "46588.194"
+    assert hist["charge"] == own["charge"] and hist["unit"] == own["unit"] == "ft3"
+    assert hist["flags"] == "one settings period assumed"  # not `replacement`: none was recorded
+    assert "meter m: 2025Q3 judged with the config's settings, one settings period assumed" in got.stderr
+    assert "records in gal, the config says ft3" in got.stderr
+
+
+def test_the_historian_says_it_assumed_one_period_from_the_records_and_the_config() -> None:
+    """Pure: a multiplier change (1 -> 10) without settings_since shows as a reading that moved
+    with no consumption (it was `unreconciled`, as if records were missing); with
+    settings_since, records from before it say so themselves."""
+    q = quarter("2025Q3")
+
+    def rec(i: int, reading: float, consumption: float) -> StoredSample:
+        return StoredSample(
+            "m", "a", "ft3", q.start_ms + i * 86_400_000, reading, consumption, consumption, 1.0
+        )
+
+    before, x1 = rec(0, 100.0, 0.0), [rec(i, 100.0 + 10 * i, 10.0) for i in range(1, 40)]
+    x10 = [rec(40, 5000.0, 0.0), *(rec(i, 5000.0 + 100 * (i - 40), 100.0) for i in range(41, 92))]
+    plain = spec("10")
+    got = sample_usage("m", plain, before, [*x1, *x10], q, 2 * 86_400)
+    assert got.flags == {ONE_PERIOD} and got.ft3 == 390 + 5100
+    assert settings_doubt(plain, before, [*x1, *x10]).startswith("the reading moved without consumption")
+    assert sample_usage("m", plain, before, x1, q, 100 * 86_400).flags == frozenset()  # no change: no flag
+    dated = spec("10", since=(q.start_ms + 40 * 86_400_000) / 1000)
+    assert settings_doubt(dated, before, x1) == "records from before its settings_since 2025-08-10T00:00:00Z"
+    assert settings_doubt(dated, x10[0], x10[1:]) == ""  # a later quarter's records: all after it
