@@ -351,3 +351,53 @@ def test_the_historian_says_it_assumed_one_period_from_the_records_and_the_confi
     dated = spec("10", since=(q.start_ms + 40 * 86_400_000) / 1000)
     assert settings_doubt(dated, before, x1) == "records from before its settings_since 2025-08-10T00:00:00Z"
     assert settings_doubt(dated, x10[0], x10[1:]) == ""  # a later quarter's records: all after it
+
+
+# -- more edges: what a change of max_rate alone costs, two changes and a change back ---------
+
+
+def test_a_change_of_max_rate_alone_bills_the_movement_across_it(tmp_path: Path) -> None:
+    # max_rate is the bound the checks use, not what a count is worth: before, its change made
+    # the next reading a new baseline and a day's 100 ft3 went unbilled.
+    config = station(tmp_path)
+    ingest(config, daily("2025-07-01", 45, 1000))
+    edit(config, max_rate=50, settings_since=CHANGE)
+    ingest(config, daily("2025-08-15", 47, 1000 + 100 * 45))
+    q3 = row(export(config, "2025Q3"))
+    assert q3["consumption_ft3"] == "9100.000"  # all 91 deltas, as if nothing had changed
+    assert q3["flags"] == f"settings changed at {CHANGE}: max_rate none -> 50"
+    shown = monitor_cli("meters", "show", "--config", str(config), "--meter", "m").stdout
+    assert "[settings]" not in shown
+
+
+def test_two_changes_in_a_quarter_and_a_change_back(tmp_path: Path) -> None:
+    config = station(tmp_path)
+    ingest(config, daily("2025-07-01", 20, 1000))  # x1 to 20 July
+    edit(config, multiplier=10, settings_since="2025-07-21T00:00:00Z")
+    ingest(config, daily("2025-07-21", 20, 3000))  # x10 to 9 August
+    edit(config, multiplier=1, settings_since="2025-08-10T00:00:00Z")  # back to the original
+    ingest(config, daily("2025-08-10", 52, 9000))  # x1 to 30 September
+    q3 = row(export(config, "2025Q3"))
+    # 19 x 100 + 19 x 1000 + 51 x 100; each first reading after a change a new baseline
+    assert q3["consumption_ft3"] == "26000.000"
+    assert q3["flags"] == (
+        "settings changed at 2025-07-21T00:00:00Z: multiplier 1 -> 10;"
+        "settings changed at 2025-08-10T00:00:00Z: multiplier 10 -> 1"
+    )
+    assert export(config, "2025Q3") == export(config, "2025Q3")
+
+
+def test_a_change_and_its_undoing_with_no_reading_between_still_start_a_new_baseline(tmp_path: Path) -> None:
+    # x1 -> x10 -> x1 with no reading under x10: the movement across may have been counted x10.
+    path = tmp_path / "l.sqlite"
+    ledger = Ledger(path, {"m": spec()}, now=hour(100))
+    ledger.add_many([("m", hour(h), Decimal(1000 + 10 * h)) for h in range(3)])
+    ledger.close()
+    Ledger(path, {"m": spec("10", since=hour(3))}, now=hour(100)).close()
+    ledger = Ledger(path, {"m": spec("1", since=hour(4))}, now=hour(100))
+    ledger.add_many([("m", hour(h), Decimal(1000 + 10 * h)) for h in (5, 6)])
+    assert volumes(ledger)[-2:] == [
+        (round(hour(5) * 1000), "0", ("settings",)),
+        (round(hour(6) * 1000), "10", ()),
+    ]
+    ledger.close()

@@ -436,11 +436,12 @@ class Ledger(Amendments):
         """A reading against the last accepted one, by the settings of its time. The first
         reading under new settings is a new baseline: the register may have been reset or
         reprogrammed, and which settings the movement across the change was counted in is not
-        known, so it is not billed (flag `settings`)."""
+        known, so it is not billed (flag `settings`). Not so across a change of max_rate
+        alone: the count means what it meant."""
         period = self.period_at(meter, time_ms, seq)
         if base is None:
             return first_step(period.spec, reading)
-        if not period.first and base.time_ms < period.since_ms:
+        if not period.first and base.time_ms < period.since_ms and self._counts_changed(meter, base, period):
             step = first_step(period.spec, reading)
             if not step.accepted:
                 return step
@@ -450,6 +451,15 @@ class Ledger(Amendments):
                 f" movement from {base.reading} at {when(base.time_ms)} is not billed",
             )  # fmt: skip
         return judge(period.spec, base.reading, (time_ms - base.time_ms) / 1000, reading, last_raw)
+
+    def _counts_changed(self, meter: str, base: Row, period: Period) -> bool:
+        """Whether what a count is worth (unit, register_digits, multiplier) changed in any
+        period from the base's to `period`: a change of max_rate alone is a new bound for the
+        checks, not a new register, so the movement across it is billed as ever."""
+        periods = self._periods[meter][1]
+        lo = self.period_at(meter, base.time_ms, base.seq)
+        between = periods[periods.index(lo) : periods.index(period) + 1]
+        return len({(p.spec.unit, p.spec.digits, p.spec.multiplier) for p in between}) > 1
 
     def _write(self, meter: str, time_ms: int, seq: int, reading: Decimal, step: Step) -> Row:
         row = Row(
