@@ -401,3 +401,37 @@ def test_a_change_and_its_undoing_with_no_reading_between_still_start_a_new_base
         (round(hour(6) * 1000), "10", ()),
     ]
     ledger.close()
+
+
+def test_rows_a_backdated_change_re_judges_at_the_open_reach_influxdb(
+    tmp_path: Path, influxdb1: InfluxDB1
+) -> None:
+    # A x10 register fitted on 15 August, the config edited on 1 September with settings_since:
+    # the open re-judges 15-31 August, but those rows went to InfluxDB only if something else
+    # re-judged them later: InfluxDB summed to 36,100 ft3 against the export's 50,400 (x1 values).
+    influxdb1.query("CREATE DATABASE backdated")
+    path = station(tmp_path)
+    raw = yaml.safe_load(path.read_text())
+    raw["influx"] = {"url": influxdb1.url, "api": "v1", "database": "backdated"}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    sink = open_sink(load_config(path))
+    book = MeterBook.open(load_config(path))
+    book.ingest([Sample("m", float(t), v) for t, v in daily("2025-07-01", 62, 1000)])  # to 31 August
+    sink.write_meter_records(book.take_records())
+    book.close()
+    edit(path, multiplier=10, settings_since=CHANGE)
+    config = load_config(path)
+    book = MeterBook.open(config)  # the daemon's start with the edited config
+    book.ingest([Sample("m", float(t), v) for t, v in daily("2025-09-01", 30, 1000 + 100 * 62)])
+    sink.write_meter_records(book.take_records())
+    assert asyncio.run(sink.drain(60)) == 0
+    sink.close()
+    (want,) = export_rows(config, book.ledger, quarter("2025Q3"))
+    book.close()
+    got = influxdb1.query(
+        "SELECT sum(consumption_ft3) FROM meter WHERE time > '2025-07-01T00:00:00Z'"
+        " AND time <= '2025-10-01T00:00:00Z'",
+        db="backdated",
+    )["results"][0]["series"][0]["values"][0][1]
+    # 44 x 100 to 14 August, the 15 August baseline, 46 x 1000 after it
+    assert want["consumption_ft3"] == "50400.000" and Decimal(f"{got:.3f}") == Decimal("50400.000")

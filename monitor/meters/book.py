@@ -134,8 +134,10 @@ class MeterBook:
         self.skipped = 0  # samples that were not readings: bad quality, NaN
         self._alarm: dict[str, bool] = {}
         self._seen: dict[str, tuple[int, int]] = {}
-        self._pending: list[Row] = []
         self._records = records
+        # A settings change from a past time re-judged rows at the open: to InfluxDB with the
+        # first batch. (`records=False`, the commands: the daemon's copy keeps the old values.)
+        self._pending: list[Row] = list(ledger.rejudged) if records else []
         for meter in ledger.specs:
             last = ledger.last(meter)
             if last is not None:

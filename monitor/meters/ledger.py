@@ -148,6 +148,9 @@ class Ledger(Amendments):
         self._conflicts: dict[str, list[str]] = {}
         self._writes: list[tuple[object, ...]] = []  # rows written in this transaction, not yet sent
         self._periods: dict[str, tuple[list[int], list[Period]]] = {}
+        # Rows this open re-judged (a settings change from a past time, changed checks): the
+        # InfluxDB copy holds them as they were, so `MeterBook` sends them again.
+        self.rejudged: list[Row] = []
         now_ms = to_ms(_time.time() if now is None else now)
         try:
             with self._tx():
@@ -241,7 +244,7 @@ class Ledger(Amendments):
         if got is None or got[0] != text:
             self._db.execute("INSERT OR REPLACE INTO meters VALUES (?, ?)", (meter, text))
         if start is not None:
-            self._rejudge(meter, start)
+            self.rejudged.extend(self._rejudge(meter, start))
 
     def _settings_start(self, meter: str, spec: MeterSpec, periods: list[Period], now_ms: int) -> int | None:
         """When changed settings take effect; None: from the first reading (the whole history)."""
