@@ -11,6 +11,7 @@ import asyncio
 import csv
 import io
 import logging
+import random
 import signal
 from decimal import Decimal
 from pathlib import Path
@@ -18,16 +19,19 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from monitor.config import build_config, load_config
 from monitor.meters.billing import export_rows, quarter
 from monitor.meters.book import MeterBook
 from monitor.meters.historian import ONE_PERIOD, sample_usage, settings_doubt
-from monitor.meters.ledger import Ledger
+from monitor.meters.ledger import Ledger, Replacement
 from monitor.model import ManualClock, Sample, iso, parse_time
 from monitor.sinks.pipeline import open_sink
 from monitor.sources.meter_history import MeterSample as StoredSample
 from tests.daemon_process import DaemonProcess, running_daemon
+from tests.examples import examples
 from tests.services import InfluxDB1, wait_until
 from tests.test_meter_settings import (
     CHANGE,
@@ -435,3 +439,33 @@ def test_rows_a_backdated_change_re_judges_at_the_open_reach_influxdb(
     )["results"][0]["series"][0]["values"][0][1]
     # 44 x 100 to 14 August, the 15 August baseline, 46 x 1000 after it
     assert want["consumption_ft3"] == "50400.000" and Decimal(f"{got:.3f}") == Decimal("50400.000")
+
+
+@settings(max_examples=examples(15), deadline=None)  # a SQLite ledger per example
+@given(seed=st.integers(0, 2**32 - 1))
+def test_a_swap_and_a_reading_at_a_changes_time_give_one_ledger_in_any_order(
+    seed: int, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The readings (one stamped at the change), and the swap at the change recorded anywhere
+    among them: the same rows as in time order. 40 + 5 on the old meter, 10 x (9 - 0) after."""
+    rng = random.Random(seed)
+    ops: list[tuple[str, float, int]] = [("reading", hour(h), 1000 + 10 * h) for h in range(1, 5)]
+    ops += [("reading", hour(5), 2), ("reading", hour(6), 5), ("reading", hour(7), 9), ("swap", hour(5), 0)]
+    results = []
+    for order in (sorted(ops, key=lambda o: (o[1], o[0] == "swap")), rng.sample(ops, len(ops))):
+        path = tmp_path_factory.mktemp("l") / "l.sqlite"
+        ledger = Ledger(path, {"m": spec()}, now=hour(100))
+        ledger.add("m", hour(0), Decimal(1000))
+        ledger.close()
+        ledger = Ledger(path, {"m": spec("10", since=hour(5))}, now=hour(100))
+        for kind, t, value in order:
+            if kind == "reading":
+                ledger.add("m", t, Decimal(value))
+            else:
+                ledger.record_replacement(
+                    Replacement("m", round(t * 1000), Decimal(1045), Decimal(0)), hour(100)
+                )
+        results.append(volumes(ledger))
+        assert sum(Decimal(v) for _, v, _ in volumes(ledger)) == 40 + 5 + 90
+        ledger.close()
+    assert results[0] == results[1]
