@@ -469,3 +469,28 @@ def test_a_swap_and_a_reading_at_a_changes_time_give_one_ledger_in_any_order(
         assert sum(Decimal(v) for _, v, _ in volumes(ledger)) == 40 + 5 + 90
         ledger.close()
     assert results[0] == results[1]
+
+
+def test_a_correction_from_the_first_reading_is_said_in_every_quarter_it_changes(tmp_path: Path) -> None:
+    # A settings_since at or before the first reading corrects the whole history (documented);
+    # before, the quarters already filed exported ten times larger with no flag at all.
+    config = station(tmp_path)
+    ingest(config, daily("2025-06-01", 120, 1000))  # June to 28 September
+    filed = row(export(config, "2025Q3"))
+    edit(config, multiplier=10, settings_since="2025-06-01T00:00:00Z")
+    assert monitor_cli("meters", "list", "--config", str(config)).returncode == 0
+    note = "settings changed from the first reading: multiplier 1 -> 10 (corrected)"
+    for q in ("2025Q2", "2025Q3"):
+        got = row(export(config, q))
+        assert note in got["flags"].split(";"), got["flags"]
+    q3 = row(export(config, "2025Q3"))
+    assert Decimal(q3["consumption_ft3"]) == 10 * Decimal(filed["consumption_ft3"])
+
+
+def test_settings_replaced_before_a_meters_first_reading_are_no_correction(tmp_path: Path) -> None:
+    config = station(tmp_path)
+    assert monitor_cli("meters", "list", "--config", str(config)).returncode == 0  # no reading yet
+    edit(config, multiplier=10)  # fixed before commissioning
+    assert monitor_cli("meters", "list", "--config", str(config)).returncode == 0
+    ingest(config, daily("2025-07-01", 92, 1000))
+    assert row(export(config, "2025Q3"))["flags"] == ""

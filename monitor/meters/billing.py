@@ -101,6 +101,9 @@ def usage(ledger: Ledger, meter: str, q: Quarter, max_reading_gap: float) -> Usa
         flags.update(r.flags)
     out_flags: set[str] = {f for f in ("rollover", "replacement") if f in flags}
     out_flags |= settings_notes(ledger, meter, q, [r for r in rows if "settings" in r.flags])
+    out_flags |= correction_notes(
+        ledger, meter, [r.time_ms for r in rows] + ([] if before is None else [before.time_ms])
+    )
     if flags & set(ANOMALIES) or ledger.conflicts(meter, q.start_ms, q.end_ms):
         out_flags.add("anomaly")
     before_ms = None if before is None else before.time_ms
@@ -141,6 +144,22 @@ def settings_notes(ledger: Ledger, meter: str, q: Quarter, baselines: list[Row])
     for row in baselines:
         changes += ledger.settings_changes(meter, -(2**62), row.time_ms)[-1:]  # the change it follows
     return {f"{SETTINGS_CHANGED} at {iso(b.since_ms / 1000)}: {change(a.spec, b.spec)}" for a, b in changes}
+
+
+def correction_notes(ledger: Ledger, meter: str, times_ms: list[int]) -> set[str]:
+    """`settings changed from the first reading: multiplier 1 -> 10 (corrected)` for a quarter
+    with rows under a first period that a correction replaced: its figures are no longer
+    those of an export made before the correction, and the export says so."""
+    held = ledger.periods(meter, superseded=True)
+    first = [p for p in held if p.first]
+    later = [p.since_ms for p in held if not p.first]
+    if len(first) < 2 or not times_ms or min(times_ms) >= min(later, default=2**62):
+        return set()
+    return {
+        f"{SETTINGS_CHANGED} from the first reading: {change(a.spec, b.spec)} (corrected)"
+        for a, b in itertools.pairwise(first)
+        if b.source == "corrected"
+    }
 
 
 def coverage(q: Quarter, before_ms: int | None, accepted_ms: list[int], max_reading_gap: float) -> set[str]:

@@ -218,7 +218,10 @@ class Ledger(Amendments):
             since = self._settings_start(meter, spec, periods, now_ms)
             old = periods[-1].spec
             if since is None:
-                self._add_period(meter, FIRST_MS, config, "corrected", now_ms)
+                # "corrected" re-judged rows (their quarters are flagged); with none held yet, the
+                # settings are simply replaced before any figure was made with them.
+                held = self._db.execute("SELECT 1 FROM readings WHERE meter=? LIMIT 1", (meter,)).fetchone()
+                self._add_period(meter, FIRST_MS, config, "corrected" if held else "config", now_ms)
                 start = (FIRST_MS, 0)
                 log.warning(
                     "meter %s: settings corrected from its first reading (%s); re-judging its whole history",
