@@ -494,3 +494,21 @@ def test_settings_replaced_before_a_meters_first_reading_are_no_correction(tmp_p
     assert monitor_cli("meters", "list", "--config", str(config)).returncode == 0
     ingest(config, daily("2025-07-01", 92, 1000))
     assert row(export(config, "2025Q3"))["flags"] == ""
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("multiplier", 0), ("multiplier", -10), ("multiplier", float("nan")), ("multiplier", float("inf")),
+     ("max_rate", 0), ("max_rate", float("nan")), ("register_digits", 0), ("register_digits", 19)],
+)  # fmt: skip
+def test_a_change_to_an_impossible_setting_stops_the_config_and_writes_nothing(
+    tmp_path: Path, key: str, value: object
+) -> None:
+    config = station(tmp_path)
+    ingest(config, daily("2025-07-01", 10, 1000))
+    ledger = tmp_path / "state" / "ledger.sqlite"
+    before = dump(ledger)
+    edit(config, **{key: value, "settings_since": CHANGE})
+    got = monitor_cli("meters", "list", "--config", str(config))
+    assert got.returncode == 2 and f"sensors[0].{key}" in got.stderr, got.stderr
+    assert dump(ledger) == before
