@@ -99,7 +99,7 @@ class Period:
         start = "from the first reading" if self.first else f"from {when(self.since_ms)}"
         by = {
             "migrated": "held before settings periods",
-            "config": "config, from the time it was opened",
+            "config": "config without settings_since, from when it was first opened",
             "settings_since": "config settings_since",
             "corrected": "config, corrected from the first reading",
         }
