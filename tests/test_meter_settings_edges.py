@@ -512,3 +512,16 @@ def test_a_change_to_an_impossible_setting_stops_the_config_and_writes_nothing(
     got = monitor_cli("meters", "list", "--config", str(config))
     assert got.returncode == 2 and f"sensors[0].{key}" in got.stderr, got.stderr
     assert dump(ledger) == before
+
+
+def test_every_meter_whose_change_is_refused_is_named_at_once(tmp_path: Path) -> None:
+    config = daemon_config(tmp_path, ["m", "n"])
+    ingest(config, daily("2025-07-01", 10, 1000))
+    raw = yaml.safe_load(config.read_text())
+    for sensor in raw["sensors"]:
+        sensor.update(multiplier=10, settings_since="2999-01-01T00:00:00Z")
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    got = monitor_cli("meters", "list", "--config", str(config))
+    assert got.returncode == 1
+    assert "meter m: settings_since 2999-01-01T00:00:00Z is in the future" in got.stderr
+    assert "meter n: settings_since 2999-01-01T00:00:00Z is in the future" in got.stderr

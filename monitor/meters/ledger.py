@@ -154,8 +154,14 @@ class Ledger(Amendments):
         now_ms = to_ms(_time.time() if now is None else now)
         try:
             with self._tx():
+                refused = []
                 for meter, spec in self.specs.items():
-                    self._check_spec(meter, spec, now_ms)
+                    try:
+                        self._check_spec(meter, spec, now_ms)
+                    except MeterError as exc:  # every meter's reason at once, nothing written
+                        refused.append(str(exc))
+                if refused:
+                    raise MeterError("; ".join(refused))
         except BaseException:
             self._db.close()
             raise
