@@ -138,6 +138,7 @@ class MeterBook:
         # A settings change from a past time re-judged rows at the open: to InfluxDB with the
         # first batch. (`records=False`, the commands: the daemon's copy keeps the old values.)
         self._pending: list[Row] = list(ledger.rejudged) if records else []
+        ledger.rejudged = []  # not held for the daemon's life (a corrected history is every row)
         for meter in ledger.specs:
             last = ledger.last(meter)
             if last is not None:
