@@ -13,6 +13,8 @@ import io
 import logging
 import random
 import signal
+import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,7 @@ from tests.services import InfluxDB1, wait_until
 from tests.test_meter_settings import (
     CHANGE,
     NOTE,
+    ROOT,
     daily,
     dump,
     edit,
@@ -525,3 +528,44 @@ def test_every_meter_whose_change_is_refused_is_named_at_once(tmp_path: Path) ->
     assert got.returncode == 1
     assert "meter m: settings_since 2999-01-01T00:00:00Z is in the future" in got.stderr
     assert "meter n: settings_since 2999-01-01T00:00:00Z is in the future" in got.stderr
+
+
+def test_rows_another_process_re_judged_by_recording_a_change_reach_influxdb(
+    tmp_path: Path, influxdb1: InfluxDB1
+) -> None:
+    # The operator edits the station's config and runs `monitor meters show` before the reload:
+    # the command records the change and re-judges the ledger, the reload finds nothing new, and
+    # InfluxDB kept the x1 values (the historian's bill ten times short, unflagged). The
+    # daemon's book now sees the new period at its next batch and sends the rows again.
+    influxdb1.query("CREATE DATABASE elsewhere")
+    path = station(tmp_path)
+    raw = yaml.safe_load(path.read_text())
+    raw["influx"] = {"url": influxdb1.url, "api": "v1", "database": "elsewhere"}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    sink = open_sink(load_config(path))
+    book = MeterBook.open(load_config(path))  # the running daemon's
+    book.ingest([Sample("m", float(t), v) for t, v in daily("2025-07-01", 62, 1000)])
+    sink.write_meter_records(book.take_records())
+    other = tmp_path / "edited.yaml"
+    other.write_text(path.read_text())
+    edit(other, multiplier=10, settings_since=CHANGE)
+    # Its own process, as the operator's is (in this one SQLite keeps the command's file open
+    # while the book's connection holds the same file).
+    command = [sys.executable, "-m", "monitor", "meters", "show", "--config", str(other), "--meter", "m"]
+    got = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert got.returncode == 0 and "settings changed" in got.stderr, got.stderr
+    book.ingest([Sample("m", float(t), v) for t, v in daily("2025-09-01", 30, 1000 + 100 * 62)])
+    sink.write_meter_records(book.take_records())
+    assert asyncio.run(sink.drain(60)) == 0
+    sink.close()
+    book.close()
+    config = load_config(other)
+    ledger = Ledger(tmp_path / "state" / "ledger.sqlite", {"m": spec("10", since=parse_time(CHANGE))})
+    (want,) = export_rows(config, ledger, quarter("2025Q3"))
+    ledger.close()
+    got_sum = influxdb1.query(
+        "SELECT sum(consumption_ft3) FROM meter WHERE time > '2025-07-01T00:00:00Z'"
+        " AND time <= '2025-10-01T00:00:00Z'",
+        db="elsewhere",
+    )["results"][0]["series"][0]["values"][0][1]
+    assert want["consumption_ft3"] == "50400.000" and Decimal(f"{got_sum:.3f}") == Decimal("50400.000")

@@ -25,7 +25,8 @@ import numpy.typing as npt
 
 from monitor.config import Config
 from monitor.errors import MeterError
-from monitor.meters.ledger import OLD_FINAL, READING, Ledger, Replacement, Row, to_ms
+from monitor.meters.ledger import OLD_FINAL, READING, Ledger, Replacement, Row, settings_text, to_ms
+from monitor.meters.rows import FIRST_MS
 from monitor.meters.totalizer import ANOMALIES, ZERO, MeterSpec, Step, condition, dec, from_ft3, to_ft3
 from monitor.model import Clock, Condition, Kind, Quality, Sample, WallClock, iso
 
@@ -144,6 +145,7 @@ class MeterBook:
             if last is not None:
                 self._alarm[meter] = not last.accepted
                 self._seen[meter] = last.key
+        self._periods = {m: self._settings(m) for m in ledger.specs} if records else {}
 
     @classmethod
     def open(cls, config: Config, records: bool = True, clock: Clock | None = None) -> MeterBook:
@@ -250,8 +252,27 @@ class MeterBook:
             self._pending.extend(rows)
         return self._conditions(rows)
 
+    def _settings(self, meter: str) -> list[tuple[int, str]]:
+        return [(p.since_ms, settings_text(p.spec)) for p in self.ledger.periods(meter)]
+
+    def _periods_recorded_elsewhere(self) -> None:
+        """Rows another process re-judged by recording a settings period (`monitor meters`
+        with the edited config before the reload): the ledger changed under this book, and
+        the InfluxDB copy must follow, so they are sent from the earliest changed period on."""
+        self.ledger.refresh()
+        for meter, known in self._periods.items():
+            now = self._settings(meter)
+            fresh = [p for p in now if p not in known]
+            self._periods[meter] = now
+            if not fresh:
+                continue
+            since = min(fresh)[0]
+            log.info("meter %s: settings periods recorded by another process; sending its rows again", meter)
+            self._pending.extend(self.ledger.rows(meter, since - 1 if since > FIRST_MS else None))
+
     def take_records(self) -> list[MeterRecord]:
         """Rows written or re-judged since the last call, as outbox points."""
+        self._periods_recorded_elsewhere()
         pending, self._pending = self._pending, []
         latest = {(r.meter, r.time_ms, r.seq): r for r in pending}  # a row re-judged later wins
         rows = list(latest.values())

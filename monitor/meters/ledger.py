@@ -202,6 +202,11 @@ class Ledger(Amendments):
             self._baseline.clear()
             self._periods.clear()
 
+    def refresh(self) -> None:
+        """Forget what another connection's commit made stale (outside a transaction)."""
+        if not self._db.in_transaction:
+            self._refresh()
+
     def spec(self, meter: str) -> MeterSpec:
         try:
             return self.specs[meter]
@@ -291,8 +296,7 @@ class Ledger(Amendments):
         the ledger holds: those of a meter the running config dropped (added back now), and
         those another process (`monitor meters` with an edited config) recorded meanwhile."""
         out = []
-        if not self._db.in_transaction:
-            self._refresh()
+        self.refresh()
         for meter, spec in specs.items():
             periods = self.periods(meter)
             if periods and settings_text(periods[-1].spec) != settings_text(spec):
