@@ -569,3 +569,42 @@ def test_rows_another_process_re_judged_by_recording_a_change_reach_influxdb(
         db="elsewhere",
     )["results"][0]["series"][0]["values"][0][1]
     assert want["consumption_ft3"] == "50400.000" and Decimal(f"{got_sum:.3f}") == Decimal("50400.000")
+
+
+def test_rows_a_command_re_judged_reach_influxdb_from_the_next_daemon(
+    tmp_path: Path, influxdb1: InfluxDB1
+) -> None:
+    # The same, with the reload (or a start) right after the command: the next daemon finds
+    # the change recorded already, nothing to re-judge; the ledger remembers that the InfluxDB
+    # copy does not follow that period yet, so that daemon sends the rows.
+    influxdb1.query("CREATE DATABASE next")
+    path = station(tmp_path)
+    raw = yaml.safe_load(path.read_text())
+    raw["influx"] = {"url": influxdb1.url, "api": "v1", "database": "next"}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    sink = open_sink(load_config(path))
+    book = MeterBook.open(load_config(path))
+    book.ingest([Sample("m", float(t), v) for t, v in daily("2025-07-01", 62, 1000)])
+    sink.write_meter_records(book.take_records())
+    book.close()  # the daemon stops (a reload, or down)
+    edit(path, multiplier=10, settings_since=CHANGE)
+    got = monitor_cli("meters", "show", "--config", str(path), "--meter", "m")
+    assert got.returncode == 0 and "settings changed" in got.stderr, got.stderr
+    config = load_config(path)
+    book = MeterBook.open(config)  # the next daemon: nothing changed for it
+    book.ingest([Sample("m", float(t), v) for t, v in daily("2025-09-01", 30, 1000 + 100 * 62)])
+    sink.write_meter_records(book.take_records())
+    assert book.take_records() == []  # sent once
+    assert asyncio.run(sink.drain(60)) == 0
+    sink.close()
+    (want,) = export_rows(config, book.ledger, quarter("2025Q3"))
+    book.close()
+    again = MeterBook.open(config)  # and the start after that sends nothing again
+    assert again.take_records() == []
+    again.close()
+    got_sum = influxdb1.query(
+        "SELECT sum(consumption_ft3) FROM meter WHERE time > '2025-07-01T00:00:00Z'"
+        " AND time <= '2025-10-01T00:00:00Z'",
+        db="next",
+    )["results"][0]["series"][0]["values"][0][1]
+    assert want["consumption_ft3"] == "50400.000" and Decimal(f"{got_sum:.3f}") == Decimal("50400.000")

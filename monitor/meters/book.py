@@ -24,8 +24,8 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.config import Config
-from monitor.errors import MeterError
-from monitor.meters.ledger import OLD_FINAL, READING, Ledger, Replacement, Row, settings_text, to_ms
+from monitor.errors import MeterError, StateError
+from monitor.meters.ledger import OLD_FINAL, READING, Ledger, Replacement, Row, to_ms
 from monitor.meters.rows import FIRST_MS
 from monitor.meters.totalizer import ANOMALIES, ZERO, MeterSpec, Step, condition, dec, from_ft3, to_ft3
 from monitor.model import Clock, Condition, Kind, Quality, Sample, WallClock, iso
@@ -145,7 +145,8 @@ class MeterBook:
             if last is not None:
                 self._alarm[meter] = not last.accepted
                 self._seen[meter] = last.key
-        self._periods = {m: self._settings(m) for m in ledger.specs} if records else {}
+        self._version: int | None = None  # the ledger's data_version the copy was checked at
+        self._copied: dict[str, int] = {}  # meter -> settings id whose rows went out: mark it
 
     @classmethod
     def open(cls, config: Config, records: bool = True, clock: Clock | None = None) -> MeterBook:
@@ -252,27 +253,45 @@ class MeterBook:
             self._pending.extend(rows)
         return self._conditions(rows)
 
-    def _settings(self, meter: str) -> list[tuple[int, str]]:
-        return [(p.since_ms, settings_text(p.spec)) for p in self.ledger.periods(meter)]
-
-    def _periods_recorded_elsewhere(self) -> None:
-        """Rows another process re-judged by recording a settings period (`monitor meters`
-        with the edited config before the reload): the ledger changed under this book, and
-        the InfluxDB copy must follow, so they are sent from the earliest changed period on."""
+    def _follow_settings(self) -> None:
+        """Rows re-judged by a settings period the InfluxDB copy has not followed yet, from
+        whoever recorded it: this book's open, a `monitor meters` command while the daemon ran
+        (the edited config shown before the reload) or while it was down. The ledger keeps
+        which period the copy follows, so a reload or restart in between loses nothing."""
+        version = self.ledger.data_version()
+        if version == self._version:
+            return  # nobody else committed: nothing recorded elsewhere since the last check
         self.ledger.refresh()
-        for meter, known in self._periods.items():
-            now = self._settings(meter)
-            fresh = [p for p in now if p not in known]
-            self._periods[meter] = now
-            if not fresh:
+        for meter in self.ledger.specs:
+            got = self.ledger.settings_not_copied(meter)
+            if got is None or self._copied.get(meter) == got[1]:
                 continue
-            since = min(fresh)[0]
-            log.info("meter %s: settings periods recorded by another process; sending its rows again", meter)
-            self._pending.extend(self.ledger.rows(meter, since - 1 if since > FIRST_MS else None))
+            since, last = got
+            start = "the first" if since == FIRST_MS else iso(since / 1000)
+            log.info("meter %s: settings recorded since the InfluxDB copy followed them; sending its"
+                     " rows from %s again", meter, start)  # fmt: skip
+            self._pending.extend(self.ledger.rows(meter, None if since == FIRST_MS else since - 1))
+            self._copied[meter] = last
+        self._version = version
+
+    def _mark_copied(self) -> None:
+        """The rows are handed over: the copy follows these periods (retried if the ledger
+        cannot be written now, e.g. a full disk; the rows would only go out again)."""
+        for meter, last in list(self._copied.items()):
+            try:
+                self.ledger.mark_copied(meter, last)
+            except StateError as exc:
+                log.warning(
+                    "meter %s: cannot note that the InfluxDB copy follows its settings: %s", meter, exc
+                )
+                self._version = None  # look again at the next batch
+                continue
+            del self._copied[meter]
 
     def take_records(self) -> list[MeterRecord]:
         """Rows written or re-judged since the last call, as outbox points."""
-        self._periods_recorded_elsewhere()
+        if self._records:
+            self._follow_settings()
         pending, self._pending = self._pending, []
         latest = {(r.meter, r.time_ms, r.seq): r for r in pending}  # a row re-judged later wins
         rows = list(latest.values())
@@ -284,7 +303,9 @@ class MeterBook:
             # A voided swap has no rows left: its own zero row overwrites the old point.
             rows.extend(self.ledger.rows(meter, time_ms - 1, time_ms) or mine)
         rows.sort(key=lambda r: (r.time_ms, r.meter, r.seq))
-        return meter_records(rows, self.ledger.specs, self.ledger.spec_at)
+        records = meter_records(rows, self.ledger.specs, self.ledger.spec_at)
+        self._mark_copied()
+        return records
 
     def reconcile(self, journal_active: Mapping[str, bool]) -> list[Condition]:
         """The meter alarm transitions that bring the alarm journal in line with the ledger,

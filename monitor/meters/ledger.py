@@ -58,6 +58,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 # Add a migration to change a table; never edit one. 2: settings periods (`rows.SETTINGS`).
 LEDGER_SCHEMA = Schema("meter ledger", (SCHEMA, SETTINGS))
+# meta key + meter -> the id of the meter's latest settings row the InfluxDB copy follows.
+COPIED = "influx copy settings id: "
 
 
 def settings_text(spec: MeterSpec) -> str:
@@ -154,6 +156,12 @@ class Ledger(Amendments):
         now_ms = to_ms(_time.time() if now is None else now)
         try:
             with self._tx():
+                for meter in self.specs:  # where the InfluxDB copy stands, before any change now
+                    self._db.execute(
+                        "INSERT OR IGNORE INTO meta SELECT ?, coalesce(max(id), 0) FROM settings"
+                        " WHERE meter=?",
+                        (COPIED + meter, meter),
+                    )
                 refused = []
                 for meter, spec in self.specs.items():
                     try:
@@ -288,6 +296,26 @@ class Ledger(Amendments):
                 " (periods already recorded are not moved: `monitor meters show` lists them)"
             )
         return since
+
+    def data_version(self) -> int:
+        """Changes when another connection commits (a `monitor meters` command)."""
+        return int(str(self._query("PRAGMA data_version")[0][0]))
+
+    def settings_not_copied(self, meter: str) -> tuple[int, int] | None:
+        """(the earliest start, the latest id) of the meter's settings rows recorded since the
+        InfluxDB copy last followed them (`mark_copied`), whoever recorded them; None if none.
+        The rows from that start on were re-judged in the ledger and must be sent again."""
+        got = self._query(
+            "SELECT min(since_ms), max(id) FROM settings WHERE meter=?"
+            " AND id > (SELECT CAST(value AS INTEGER) FROM meta WHERE key=?)",
+            (meter, COPIED + meter),
+        )
+        since, last = got[0] if got else (None, None)
+        return None if since is None else (int(str(since)), int(str(last)))
+
+    def mark_copied(self, meter: str, last_id: int) -> None:
+        with self._tx():
+            self._db.execute("UPDATE meta SET value=? WHERE key=?", (str(last_id), COPIED + meter))
 
     def settings_refusals(self, specs: Mapping[str, MeterSpec], now: float) -> list[str]:
         """What opening the ledger with `specs` would refuse (a settings_since in the future or
