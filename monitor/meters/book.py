@@ -136,8 +136,8 @@ class MeterBook:
         self._alarm: dict[str, bool] = {}
         self._seen: dict[str, tuple[int, int]] = {}
         self._records = records
-        # A settings change from a past time re-judged rows at the open: to InfluxDB with the
-        # first batch. (`records=False`, the commands: the daemon's copy keeps the old values.)
+        # Rows the open re-judged (changed checks; a settings change, which `_follow_settings`
+        # finds in the ledger too, whoever recorded it): to InfluxDB with the first batch.
         self._pending: list[Row] = list(ledger.rejudged) if records else []
         ledger.rejudged = []  # not held for the daemon's life (a corrected history is every row)
         for meter in ledger.specs:
