@@ -28,8 +28,9 @@ from typing import TextIO
 from monitor.config import Account, Billing, Config
 from monitor.errors import MeterError
 from monitor.meters.classes import SystemFlow, classify
-from monitor.meters.ledger import READING, Ledger, Row, change
+from monitor.meters.ledger import READING, Ledger, Row
 from monitor.meters.periods import Presentation, Quarter, quarter
+from monitor.meters.settings import change
 from monitor.meters.totalizer import ANOMALIES, ft3_to_gal, to_ft3
 from monitor.model import iso
 
