@@ -291,7 +291,11 @@ class MeterBook:
     def take_records(self) -> list[MeterRecord]:
         """Rows written or re-judged since the last call, as outbox points."""
         if self._records:
-            self._follow_settings()
+            try:
+                self._follow_settings()
+            except StateError as exc:  # the ledger unreadable now: the batch's own rows still go
+                log.warning("meter ledger: cannot check which settings the InfluxDB copy follows: %s", exc)
+                self._version = None
         pending, self._pending = self._pending, []
         latest = {(r.meter, r.time_ms, r.seq): r for r in pending}  # a row re-judged later wins
         rows = list(latest.values())
