@@ -328,6 +328,7 @@ sys.exit(main(["meters", "list", "--config", sys.argv[1]]))
     [
         ("PRAGMA user_version=2", "COMMIT"),  # the migration done, not committed
         ("recorded_at) VALUES", "COMMIT"),  # the first open with the change, rows re-judged
+        ("recorded_at) VALUES", "PRAGMA data_version"),  # its COMMIT done, before the first reading
     ],
 )
 def test_kill_9_during_the_migration_or_the_first_open_with_a_change(

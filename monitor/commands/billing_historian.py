@@ -104,6 +104,13 @@ def export_from_historian(args: argparse.Namespace) -> Sheets:
                     f" {iso(first.time_ms / 1000)}); rows flagged unreconciled",
                     file=sys.stderr,
                 )
+            for meter, why in got.assumed:
+                print(
+                    f"warning: station {station}: meter {meter}: {q} judged with the config's settings,"
+                    f" one settings period assumed ({why}); {reader.target} holds no settings periods:"
+                    " check the row against the station's own export",
+                    file=sys.stderr,
+                )
             rows.extend({"station": station, **row} for row in build_rows(config, got.usages, q, bill))
             end = max(end, q.end.timestamp())
             notes.append(

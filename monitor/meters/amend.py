@@ -89,6 +89,7 @@ class Amendments:
             last_raw: Decimal | None,
         ) -> Step: ...
         def spec_at(self, meter: str, time_ms: int, seq: int = READING) -> MeterSpec: ...
+        def old_side(self, meter: str, time_ms: int) -> tuple[int, int]: ...
         def _write(self, meter: str, time_ms: int, seq: int, reading: Decimal, step: Step) -> Row: ...
         def _rejudge(self, meter: str, start: tuple[int, int]) -> list[Row]: ...
 
@@ -156,7 +157,7 @@ class Amendments:
                     f"meter {rep.meter}: a replacement at {when(rep.time_ms)} is already recorded "
                     f"(old final {held.old_final}, new initial {held.new_initial}); void it first"
                 )
-            base = self._accepted_before(rep.meter, (rep.time_ms, OLD_FINAL))
+            base = self._accepted_before(rep.meter, self.old_side(rep.meter, rep.time_ms))
             if base is not None:
                 step = self._judge(rep.meter, base, rep.time_ms, OLD_FINAL, rep.old_final, None)
                 if not step.accepted:

@@ -28,8 +28,9 @@ from typing import TextIO
 from monitor.config import Account, Billing, Config
 from monitor.errors import MeterError
 from monitor.meters.classes import SystemFlow, classify
-from monitor.meters.ledger import READING, Ledger, Row, change
+from monitor.meters.ledger import READING, Ledger, Row
 from monitor.meters.periods import Presentation, Quarter, quarter
+from monitor.meters.settings import change
 from monitor.meters.totalizer import ANOMALIES, ft3_to_gal, to_ft3
 from monitor.model import iso
 
@@ -49,7 +50,7 @@ MONEY_COLUMNS = ("charge", "due_after_30_days", "due_after_60_days")
 NO_READINGS = "no readings"  # besides `estimated`: missing, told apart from sparse
 EXPORT_FLAGS = (
     "rollover", "replacement", "estimated", NO_READINGS, "anomaly", "corrected", "voided replacement",
-    "rewritten", "unreconciled", "incomplete",  # only from the historian (`historian.py`)
+    "rewritten", "unreconciled", "incomplete", "one settings period assumed",  # only from the historian
 )  # fmt: skip
 PENALTY_30 = Fraction(2, 100)  # §139-4: 2 % after 30 days
 PENALTY_60 = Fraction(10, 100)  # §139-4: a further 10 % of the accumulated amount after 60 days
@@ -101,6 +102,9 @@ def usage(ledger: Ledger, meter: str, q: Quarter, max_reading_gap: float) -> Usa
         flags.update(r.flags)
     out_flags: set[str] = {f for f in ("rollover", "replacement") if f in flags}
     out_flags |= settings_notes(ledger, meter, q, [r for r in rows if "settings" in r.flags])
+    out_flags |= correction_notes(
+        ledger, meter, [r.time_ms for r in rows] + ([] if before is None else [before.time_ms])
+    )
     if flags & set(ANOMALIES) or ledger.conflicts(meter, q.start_ms, q.end_ms):
         out_flags.add("anomaly")
     before_ms = None if before is None else before.time_ms
@@ -118,7 +122,11 @@ def usage(ledger: Ledger, meter: str, q: Quarter, max_reading_gap: float) -> Usa
     return Usage(
         account=spec.account or "",
         meter=meter,
-        unit=ledger.spec_at(meter, q.end_ms).unit,
+        # last_read's unit: at a change on the quarter's end instant, the unit in force then is
+        # the next quarter's, and only a reading stamped at that very instant is in it.
+        unit=(
+            ledger.spec_at(meter, q.end_ms) if last is None else ledger.spec_at(meter, last.time_ms, last.seq)
+        ).unit,
         first=reading(first),
         last=reading(last),
         ft3=ft3,
@@ -137,6 +145,22 @@ def settings_notes(ledger: Ledger, meter: str, q: Quarter, baselines: list[Row])
     for row in baselines:
         changes += ledger.settings_changes(meter, -(2**62), row.time_ms)[-1:]  # the change it follows
     return {f"{SETTINGS_CHANGED} at {iso(b.since_ms / 1000)}: {change(a.spec, b.spec)}" for a, b in changes}
+
+
+def correction_notes(ledger: Ledger, meter: str, times_ms: list[int]) -> set[str]:
+    """`settings changed from the first reading: multiplier 1 -> 10 (corrected)` for a quarter
+    with rows under a first period that a correction replaced: its figures are no longer
+    those of an export made before the correction, and the export says so."""
+    held = ledger.periods(meter, superseded=True)
+    first = [p for p in held if p.first]
+    later = [p.since_ms for p in held if not p.first]
+    if len(first) < 2 or not times_ms or min(times_ms) >= min(later, default=2**62):
+        return set()
+    return {
+        f"{SETTINGS_CHANGED} from the first reading: {change(a.spec, b.spec)} (corrected)"
+        for a, b in itertools.pairwise(first)
+        if b.source == "corrected"
+    }
 
 
 def coverage(q: Quarter, before_ms: int | None, accepted_ms: list[int], max_reading_gap: float) -> set[str]:

@@ -17,15 +17,17 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
 from monitor.config import Config
-from monitor.errors import MeterError
+from monitor.errors import MeterError, StateError
 from monitor.meters.ledger import OLD_FINAL, READING, Ledger, Replacement, Row, to_ms
-from monitor.meters.totalizer import ANOMALIES, ZERO, MeterSpec, Step, condition, dec, to_ft3
+from monitor.meters.rows import FIRST_MS
+from monitor.meters.totalizer import ANOMALIES, ZERO, MeterSpec, Step, condition, dec, from_ft3, to_ft3
 from monitor.model import Clock, Condition, Kind, Quality, Sample, WallClock, iso
 
 log = logging.getLogger(__name__)
@@ -89,34 +91,36 @@ def meter_records(
 ) -> list[MeterRecord]:
     """Ledger rows -> points for the outbox. Replacement rows at the same time are
     merged (an InfluxDB point is one per series and timestamp). `spec_at` (the ledger's)
-    gives each row the settings of its time."""
-    out: dict[tuple[str, int], MeterRecord] = {}
+    gives each row the settings of its time: the old meter's final delta of a swap at a
+    unit change is converted from the old unit, not read as if it were in the new one."""
+    merged: dict[tuple[str, int], list[tuple[Row, MeterSpec | None]]] = {}
     for row in rows:
         spec = specs.get(row.meter)
         if spec is not None and spec_at is not None:
             spec = spec_at(row.meter, row.time_ms, row.seq)
+        merged.setdefault((row.meter, row.time_ms), []).append((row, spec))
+    out = []
+    for parts in merged.values():
+        row, spec = parts[-1]  # the point shows the last side: a swap's new meter
         unit = spec.unit if spec else "ft3"
-        key = (row.meter, row.time_ms)
-        volume = row.volume
-        prev = out.get(key)
-        flags = list(row.flags)
-        if prev is not None:
-            volume += dec(prev.consumption)
-            flags = [f for f in prev.flags.split(",") if f] + [
-                f for f in flags if f not in prev.flags.split(",")
-            ]
-        out[key] = MeterRecord(
-            meter=row.meter,
-            account=(spec.account or "") if spec else "",
-            unit=unit,
-            time=row.time,
-            reading=float(row.reading * (spec.multiplier if spec else 1)),
-            consumption=float(volume),
-            consumption_ft3=float(to_ft3(volume, unit)),
-            accepted=row.accepted if prev is None else prev.accepted and row.accepted,
-            flags=",".join(flags),
+        ft3 = sum((to_ft3(r.volume, s.unit if s else "ft3") for r, s in parts), Fraction(0))
+        flags: list[str] = []
+        for r, _ in parts:
+            flags += [f for f in r.flags if f not in flags]
+        out.append(
+            MeterRecord(
+                meter=row.meter,
+                account=(spec.account or "") if spec else "",
+                unit=unit,
+                time=row.time,
+                reading=float(row.reading * (spec.multiplier if spec else 1)),
+                consumption=float(from_ft3(ft3, unit)),
+                consumption_ft3=float(ft3),
+                accepted=all(r.accepted for r, _ in parts),
+                flags=",".join(flags),
+            )
         )
-    return list(out.values())
+    return out
 
 
 class MeterBook:
@@ -131,13 +135,18 @@ class MeterBook:
         self.skipped = 0  # samples that were not readings: bad quality, NaN
         self._alarm: dict[str, bool] = {}
         self._seen: dict[str, tuple[int, int]] = {}
-        self._pending: list[Row] = []
         self._records = records
+        # Rows the open re-judged (changed checks; a settings change, which `_follow_settings`
+        # finds in the ledger too, whoever recorded it): to InfluxDB with the first batch.
+        self._pending: list[Row] = list(ledger.rejudged) if records else []
+        ledger.rejudged = []  # not held for the daemon's life (a corrected history is every row)
         for meter in ledger.specs:
             last = ledger.last(meter)
             if last is not None:
                 self._alarm[meter] = not last.accepted
                 self._seen[meter] = last.key
+        self._version: int | None = None  # the ledger's data_version the copy was checked at
+        self._copied: dict[str, int] = {}  # meter -> settings id whose rows went out: mark it
 
     @classmethod
     def open(cls, config: Config, records: bool = True, clock: Clock | None = None) -> MeterBook:
@@ -244,8 +253,49 @@ class MeterBook:
             self._pending.extend(rows)
         return self._conditions(rows)
 
+    def _follow_settings(self) -> None:
+        """Rows re-judged by a settings period the InfluxDB copy has not followed yet, from
+        whoever recorded it: this book's open, a `monitor meters` command while the daemon ran
+        (the edited config shown before the reload) or while it was down. The ledger keeps
+        which period the copy follows, so a reload or restart in between loses nothing."""
+        version = self.ledger.data_version()
+        if version == self._version:
+            return  # nobody else committed: nothing recorded elsewhere since the last check
+        self.ledger.refresh()
+        for meter in self.ledger.specs:
+            got = self.ledger.settings_not_copied(meter)
+            if got is None or self._copied.get(meter) == got[1]:
+                continue
+            since, last = got
+            start = "the first" if since == FIRST_MS else iso(since / 1000)
+            log.info("meter %s: settings recorded since the InfluxDB copy followed them; sending its"
+                     " rows from %s again", meter, start)  # fmt: skip
+            self._pending.extend(self.ledger.rows(meter, None if since == FIRST_MS else since - 1))
+            self._copied[meter] = last
+        self._version = version
+
+    def _mark_copied(self) -> None:
+        """The rows are handed over: the copy follows these periods (retried if the ledger
+        cannot be written now, e.g. a full disk; the rows would only go out again)."""
+        for meter, last in list(self._copied.items()):
+            try:
+                self.ledger.mark_copied(meter, last)
+            except StateError as exc:
+                log.warning(
+                    "meter %s: cannot note that the InfluxDB copy follows its settings: %s", meter, exc
+                )
+                self._version = None  # look again at the next batch
+                continue
+            del self._copied[meter]
+
     def take_records(self) -> list[MeterRecord]:
         """Rows written or re-judged since the last call, as outbox points."""
+        if self._records:
+            try:
+                self._follow_settings()
+            except StateError as exc:  # the ledger unreadable now: the batch's own rows still go
+                log.warning("meter ledger: cannot check which settings the InfluxDB copy follows: %s", exc)
+                self._version = None
         pending, self._pending = self._pending, []
         latest = {(r.meter, r.time_ms, r.seq): r for r in pending}  # a row re-judged later wins
         rows = list(latest.values())
@@ -257,7 +307,9 @@ class MeterBook:
             # A voided swap has no rows left: its own zero row overwrites the old point.
             rows.extend(self.ledger.rows(meter, time_ms - 1, time_ms) or mine)
         rows.sort(key=lambda r: (r.time_ms, r.meter, r.seq))
-        return meter_records(rows, self.ledger.specs, self.ledger.spec_at)
+        records = meter_records(rows, self.ledger.specs, self.ledger.spec_at)
+        self._mark_copied()
+        return records
 
     def reconcile(self, journal_active: Mapping[str, bool]) -> list[Condition]:
         """The meter alarm transitions that bring the alarm journal in line with the ledger,

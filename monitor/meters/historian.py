@@ -42,6 +42,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 from typing import Protocol
 
 from monitor.config import Config
@@ -49,7 +50,9 @@ from monitor.errors import MeterError
 from monitor.meters.billing import Usage, coverage
 from monitor.meters.book import meter_specs
 from monitor.meters.periods import Quarter
+from monitor.meters.rows import to_ms
 from monitor.meters.totalizer import MeterSpec, dec, to_ft3
+from monitor.model import iso
 
 
 class StoredMeterPoint(Protocol):
@@ -92,6 +95,7 @@ class StationQuarter:
     complete: bool
     unknown_meters: tuple[str, ...]
     unusable: tuple[StoredMeterPoint, ...] = ()  # accepted records without a number: skipped, flagged
+    assumed: tuple[tuple[str, str], ...] = ()  # (meter, why): one settings period assumed, flagged
 
 
 def exact(x: float | None, what: str) -> Decimal:
@@ -113,24 +117,22 @@ def sample_usage(
     """One meter's quarter from its stored records with q.start < time <= q.end;
     `after`, the first accepted record past the quarter, shows whether its tail is there."""
     where = f"meter {meter}"
-    for s in [*([before] if before else []), *samples]:
-        if s.unit and s.unit != spec.unit:
-            raise MeterError(
-                f"{where}: the historian holds {s.unit} at {s.time_ms} ms, the config says {spec.unit}"
-            )
     accepted = [s for s in samples if s.accepted]
-    flags: set[str] = set()
+    flags: set[str] = {ONE_PERIOD} if settings_doubt(spec, before, samples) else set()
     if any(not s.accepted for s in samples):
         flags.add("anomaly")
     if any(s.rewritten for s in samples):
         flags.add("rewritten")
-    volume = Decimal(0)
+    by_unit: dict[str, Decimal] = {}  # each record's consumption is in the unit of its own time
     prev = None if before is None else exact(before.reading, f"{where}: reading")
     for s in accepted:
         reading = exact(s.reading, f"{where}: reading at {s.time_ms} ms")
         consumption = exact(s.consumption, f"{where}: consumption at {s.time_ms} ms")
-        volume += consumption
-        if prev is not None and reading < prev:
+        unit = s.unit or spec.unit
+        by_unit[unit] = by_unit.get(unit, Decimal(0)) + consumption
+        if prev is not None and ONE_PERIOD in flags and consumption == 0 and reading != prev:
+            pass  # a new baseline after a settings change, as `settings_doubt` says: no swap, no gap
+        elif prev is not None and reading < prev:
             wrap = None if spec.modulus is None else spec.modulus * spec.multiplier
             rolled = wrap is not None and consumption == reading - prev + wrap
             flags.add("rollover" if rolled else "replacement")
@@ -148,12 +150,38 @@ def sample_usage(
     return Usage(
         account=spec.account or "",
         meter=meter,
-        unit=spec.unit,
+        unit=(last.unit if last is not None and last.unit else spec.unit),  # last_read's, as the ledger's
         first=None if first is None else exact(first.reading, f"{where}: reading"),
         last=None if last is None else exact(last.reading, f"{where}: reading"),
-        ft3=to_ft3(volume, spec.unit),
+        ft3=sum((to_ft3(v, u) for u, v in sorted(by_unit.items())), Fraction(0)),
         flags=frozenset(flags),
     )
+
+
+ONE_PERIOD = "one settings period assumed"
+
+
+def settings_doubt(
+    spec: MeterSpec, before: StoredMeterPoint | None, samples: Sequence[StoredMeterPoint]
+) -> str:
+    """Why the quarter's records may span a change of the meter's settings, which the
+    historian does not hold ('' when nothing says so): the path judges them all with the
+    config's settings (its rollover and replacement flags), one period assumed. Volumes are
+    still each record's consumption in the unit the record carries."""
+    held = [*([before] if before else []), *samples]
+    units = sorted({s.unit for s in held if s.unit and s.unit != spec.unit})
+    if units:
+        return f"records in {', '.join(units)}, the config says {spec.unit}"
+    if spec.since is not None and held and held[0].time_ms < to_ms(spec.since):
+        return f"records from before its settings_since {iso(spec.since)}"
+    prev = before.reading if before is not None and usable(before) else None
+    for s in samples:
+        if not (s.accepted and usable(s)):
+            continue
+        if prev is not None and s.consumption == 0 and s.reading != prev:
+            return f"the reading moved without consumption at {iso(s.time_ms / 1000)} (a new baseline?)"
+        prev = s.reading
+    return ""
 
 
 def station_quarter(config: Config, history: History, q: Quarter) -> StationQuarter:
@@ -174,6 +202,7 @@ def station_quarter(config: Config, history: History, q: Quarter) -> StationQuar
         else:
             by_meter[s.meter].append(s)
     usages: dict[str, Usage] = {}
+    assumed: list[tuple[str, str]] = []
     for m, spec in specs.items():
         before = history.last_accepted(station, m, q.start_ms)
         if before is not None and not usable(before):
@@ -181,12 +210,15 @@ def station_quarter(config: Config, history: History, q: Quarter) -> StationQuar
             before = None
         after = history.next_accepted(station, m, q.end_ms)
         usages[m] = sample_usage(m, spec, before, by_meter[m], q, billing.max_reading_gap, after)
+        why = settings_doubt(spec, before, by_meter[m])
+        if why:
+            assumed.append((m, why))
     for m in {s.meter for s in bad}:
         usages[m] = _with(usages[m], "unreconciled")
     complete = history.has_records_from(station, q.end_ms)
     if not complete:
         usages = {m: _with(u, "incomplete") for m, u in usages.items()}
-    return StationQuarter(station, usages, complete, tuple(sorted(unknown)), tuple(bad))
+    return StationQuarter(station, usages, complete, tuple(sorted(unknown)), tuple(bad), tuple(assumed))
 
 
 def usable(s: StoredMeterPoint) -> bool:

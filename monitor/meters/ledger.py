@@ -13,18 +13,15 @@ time already held is kept out, counted as a conflict, and shown as an anomaly.
 Replacements, voids and corrections are appended by `amend.Amendments`.
 
 A meter's settings (unit, register_digits, multiplier, max_rate) are held as periods
-(table `settings`): a changed setting takes effect from a time (`settings_since` in the
-config, else the gateway time the ledger is first opened with it), readings before it
-keep the settings of their time, and the first reading after it starts a new baseline.
+(table `settings`, `settings.SettingsPeriods`): a changed setting takes effect from a time,
+readings before it keep the settings of their time, and the first reading at or after it
+starts a new baseline.
 
 Time is stored as integer milliseconds (the resolution InfluxDB keeps too).
 """
 
 from __future__ import annotations
 
-import bisect
-import dataclasses
-import itertools
 import logging
 import sqlite3
 import time as _time
@@ -36,7 +33,6 @@ from pathlib import Path
 from monitor.errors import MeterError, StateError
 from monitor.meters.amend import Amendments, when
 from monitor.meters.rows import (
-    FIRST_MS,
     NEW_INITIAL,
     OLD_FINAL,
     READING,
@@ -47,7 +43,8 @@ from monitor.meters.rows import (
     Row,
     to_ms,
 )
-from monitor.meters.totalizer import RULES, ZERO, MeterSpec, Step, first_step, judge, order_flags
+from monitor.meters.settings import COPIED, Period, SettingsPeriods, settings_text
+from monitor.meters.totalizer import ZERO, MeterSpec, Step, first_step, judge, order_flags
 from monitor.model import iso
 from monitor.sqlite import Schema, connect, translate
 
@@ -60,70 +57,7 @@ log = logging.getLogger(__name__)
 LEDGER_SCHEMA = Schema("meter ledger", (SCHEMA, SETTINGS))
 
 
-def settings_text(spec: MeterSpec) -> str:
-    """The settings a meter's rows are judged with, as the ledger keeps them."""
-    return f"{spec.unit}|{spec.digits}|{spec.multiplier}|{spec.max_rate}"
-
-
-def _from_text(current: MeterSpec, text: str) -> MeterSpec:
-    """The spec of a held period: its settings, the meter's current account."""
-    unit, digits, multiplier, max_rate = text.split("|")
-    return dataclasses.replace(
-        current,
-        unit=unit,
-        digits=None if digits == "None" else int(digits),
-        multiplier=Decimal(multiplier),
-        max_rate=None if max_rate == "None" else Decimal(max_rate),
-        since=None,
-    )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Period:
-    """One settings period of a meter: in force for readings at or after `since_ms`
-    (the first period: `FIRST_MS`, from the first reading) until the next period."""
-
-    meter: str
-    since_ms: int
-    spec: MeterSpec
-    source: str
-    recorded_at_ms: int
-    superseded: bool = False  # a first period corrected later (kept for `meters show`)
-
-    @property
-    def first(self) -> bool:
-        return self.since_ms == FIRST_MS
-
-    def describe(self) -> str:
-        s = self.spec
-        start = "from the first reading" if self.first else f"from {when(self.since_ms)}"
-        by = {
-            "migrated": "held before settings periods",
-            "config": "config, from the time it was opened",
-            "settings_since": "config settings_since",
-            "corrected": "config, corrected from the first reading",
-        }
-        # A new meter's first settings were recorded whenever it was first configured: not news.
-        plain = self.first and self.source in ("config", "migrated")
-        recorded = "" if plain else f", recorded {when(self.recorded_at_ms)}"
-        head = "superseded: " if self.superseded else ""
-        return (f"{head}{start}: unit {s.unit}, register_digits {s.digits}, multiplier {s.multiplier},"
-                f" max_rate {s.max_rate} ({by.get(self.source, self.source)}{recorded})")  # fmt: skip
-
-
-def change(old: MeterSpec, new: MeterSpec) -> str:
-    """What changed between two settings, in the config's words: `multiplier 1 -> 10`."""
-    names = (("unit", "unit"), ("register_digits", "digits"), ("multiplier", "multiplier"),
-             ("max_rate", "max_rate"))  # fmt: skip
-    parts = [
-        f"{key} {getattr(old, attr)} -> {getattr(new, attr)}"
-        for key, attr in names
-        if getattr(old, attr) != getattr(new, attr)
-    ]
-    return ", ".join(parts).replace("None", "none")
-
-
-class Ledger(Amendments):
+class Ledger(SettingsPeriods, Amendments):
     """SQLite meter ledger under the state directory; one writer (the daemon or a command)."""
 
     def __init__(self, path: Path, specs: Mapping[str, MeterSpec], now: float | None = None) -> None:
@@ -148,11 +82,26 @@ class Ledger(Amendments):
         self._conflicts: dict[str, list[str]] = {}
         self._writes: list[tuple[object, ...]] = []  # rows written in this transaction, not yet sent
         self._periods: dict[str, tuple[list[int], list[Period]]] = {}
+        # Rows this open re-judged (a settings change from a past time, changed checks): the
+        # InfluxDB copy holds them as they were, so `MeterBook` sends them again.
+        self.rejudged: list[Row] = []
         now_ms = to_ms(_time.time() if now is None else now)
         try:
             with self._tx():
+                for meter in self.specs:  # where the InfluxDB copy stands, before any change now
+                    self._db.execute(
+                        "INSERT OR IGNORE INTO meta SELECT ?, coalesce(max(id), 0) FROM settings"
+                        " WHERE meter=?",
+                        (COPIED + meter, meter),
+                    )
+                refused = []
                 for meter, spec in self.specs.items():
-                    self._check_spec(meter, spec, now_ms)
+                    try:
+                        self._check_spec(meter, spec, now_ms)
+                    except MeterError as exc:  # every meter's reason at once, nothing written
+                        refused.append(str(exc))
+                if refused:
+                    raise MeterError("; ".join(refused))
         except BaseException:
             self._db.close()
             raise
@@ -193,142 +142,16 @@ class Ledger(Amendments):
             self._baseline.clear()
             self._periods.clear()
 
+    def refresh(self) -> None:
+        """Forget what another connection's commit made stale (outside a transaction)."""
+        if not self._db.in_transaction:
+            self._refresh()
+
     def spec(self, meter: str) -> MeterSpec:
         try:
             return self.specs[meter]
         except KeyError:
             raise MeterError(f"unknown meter {meter!r} (configured: {', '.join(self.specs)})") from None
-
-    def _check_spec(self, meter: str, spec: MeterSpec, now_ms: int) -> None:
-        """Bring the meter's settings periods in line with its config. Changed settings take
-        effect from `settings_since` (else `now_ms`) and re-judge the rows from there; at or
-        before the first reading they correct the whole history. Changed checks
-        (`totalizer.RULES`) re-judge every row: rows are a function of both."""
-        config = settings_text(spec)
-        text = f"{config}|rules {RULES}"
-        got = self._db.execute("SELECT spec FROM meters WHERE meter=?", (meter,)).fetchone()
-        periods = self.periods(meter)
-        start: tuple[int, int] | None = None
-        if not periods:  # a new meter (or one configured before any reading was held)
-            self._add_period(meter, FIRST_MS, config, "config", now_ms)
-        elif settings_text(periods[-1].spec) != config:
-            since = self._settings_start(meter, spec, periods, now_ms)
-            old = periods[-1].spec
-            if since is None:
-                self._add_period(meter, FIRST_MS, config, "corrected", now_ms)
-                start = (FIRST_MS, 0)
-                log.warning(
-                    "meter %s: settings corrected from its first reading (%s); re-judging its whole history",
-                    meter, change(old, spec),
-                )  # fmt: skip
-            else:
-                source = "config" if spec.since is None else "settings_since"
-                self._add_period(meter, since, config, source, now_ms)
-                start = (since, READING)
-                log.warning(
-                    "meter %s: settings changed (%s) from %s%s; readings from then on are re-judged,"
-                    " earlier ones keep the settings of their time",
-                    meter, change(old, spec), when(since),
-                    " (settings_since)" if spec.since is not None else " (the time the ledger was opened)",
-                )  # fmt: skip
-        if got is not None and str(got[0]).partition("|rules ")[2] != str(RULES):
-            log.warning(
-                "meter %s: the meter checks changed since its rows were judged; re-judging them", meter
-            )
-            start = (FIRST_MS, 0)
-        if got is None or got[0] != text:
-            self._db.execute("INSERT OR REPLACE INTO meters VALUES (?, ?)", (meter, text))
-        if start is not None:
-            self._rejudge(meter, start)
-
-    def _settings_start(self, meter: str, spec: MeterSpec, periods: list[Period], now_ms: int) -> int | None:
-        """When changed settings take effect; None: from the first reading (the whole history)."""
-        key = "settings_since"
-        if spec.since is None:
-            since, what = now_ms, f"the time the ledger is opened ({when(now_ms)})"
-        else:
-            since, what = to_ms(spec.since), f"{key} {when(to_ms(spec.since))}"
-            if since > now_ms:
-                raise MeterError(f"meter {meter}: {what} is in the future (now {when(now_ms)})")
-        got = self._db.execute(
-            "SELECT min(time_ms) FROM readings WHERE meter=? AND seq=?", (meter, READING)
-        ).fetchone()
-        first_ms = got[0] if got and isinstance(got[0], int) else None
-        if len(periods) == 1 and (first_ms is None or since <= first_ms):
-            return None
-        if since <= periods[-1].since_ms:
-            raise MeterError(
-                f"meter {meter}: settings changed ({change(periods[-1].spec, spec)}) from {what}, which is"
-                f" not after the settings in force since {when(periods[-1].since_ms)}; give {key} after it"
-                " (periods already recorded are not moved: `monitor meters show` lists them)"
-            )
-        return since
-
-    def settings_refusals(self, specs: Mapping[str, MeterSpec], now: float) -> list[str]:
-        """What opening the ledger with `specs` would refuse (a settings_since in the future or
-        not after the latest period), writing nothing: a reload checks it before it stops the
-        running daemon, so a refused change leaves that daemon running."""
-        out = []
-        for meter, spec in specs.items():
-            periods = self.periods(meter) if meter in self.specs else []
-            if periods and settings_text(periods[-1].spec) != settings_text(spec):
-                try:
-                    self._settings_start(meter, spec, periods, to_ms(now))
-                except MeterError as exc:
-                    out.append(str(exc))
-        return out
-
-    def _add_period(self, meter: str, since_ms: int, text: str, source: str, now_ms: int) -> None:
-        self._db.execute(
-            "INSERT INTO settings (meter, since_ms, spec, source, recorded_at) VALUES (?, ?, ?, ?, ?)",
-            (meter, since_ms, text, source, now_ms),
-        )
-        self._periods.pop(meter, None)
-
-    def periods(self, meter: str, superseded: bool = False) -> list[Period]:
-        """The meter's settings periods in force, oldest first (with `superseded`, the
-        corrected ones too, in the order they were recorded)."""
-        if not superseded and meter in self._periods:
-            return self._periods[meter][1]
-        current = self.spec(meter) if meter in self.specs else None
-        rows = self._query(
-            "SELECT id, since_ms, spec, source, recorded_at FROM settings WHERE meter=?"
-            " ORDER BY since_ms, id",
-            (meter,),
-        )
-        latest: dict[int, int] = {}
-        for ident, since, *_ in rows:
-            latest[int(str(since))] = int(str(ident))
-        out = []
-        for ident, since, text, source, at in rows:
-            gone = latest[int(str(since))] != ident
-            if gone and not superseded:
-                continue
-            base = current or MeterSpec(meter, "ft3", None, Decimal(1), None)
-            out.append(
-                Period(meter, int(str(since)), _from_text(base, str(text)), str(source), int(str(at)), gone)
-            )
-        if not superseded:
-            self._periods[meter] = ([p.since_ms for p in out], out)
-        return out
-
-    def period_at(self, meter: str, time_ms: int, seq: int = READING) -> Period:
-        """The settings period a row is judged by: the period in force at its time; an old
-        meter's final reading at a change's very time belongs to the settings before it."""
-        if meter not in self._periods:
-            self.periods(meter)
-        starts, periods = self._periods[meter]
-        at = time_ms - 1 if seq == OLD_FINAL else time_ms
-        i = bisect.bisect_right(starts, at) - 1
-        return periods[max(i, 0)]
-
-    def spec_at(self, meter: str, time_ms: int, seq: int = READING) -> MeterSpec:
-        return self.period_at(meter, time_ms, seq).spec
-
-    def settings_changes(self, meter: str, after_ms: int, until_ms: int) -> list[tuple[Period, Period]]:
-        """(before, after) for each change that took effect in after_ms < time <= until_ms."""
-        periods = self.periods(meter)
-        return [(a, b) for a, b in itertools.pairwise(periods) if after_ms < b.since_ms <= until_ms]
 
     # -- reading rows ----------------------------------------------------------------
 
@@ -417,11 +240,12 @@ class Ledger(Amendments):
         """A reading against the last accepted one, by the settings of its time. The first
         reading under new settings is a new baseline: the register may have been reset or
         reprogrammed, and which settings the movement across the change was counted in is not
-        known, so it is not billed (flag `settings`)."""
+        known, so it is not billed (flag `settings`). Not so across a change of max_rate
+        alone: the count means what it meant."""
         period = self.period_at(meter, time_ms, seq)
         if base is None:
             return first_step(period.spec, reading)
-        if not period.first and base.time_ms < period.since_ms:
+        if not period.first and base.time_ms < period.since_ms and self._counts_changed(meter, base, period):
             step = first_step(period.spec, reading)
             if not step.accepted:
                 return step
@@ -474,7 +298,15 @@ class Ledger(Amendments):
             if old.seq == NEW_INITIAL:
                 step = Step(True, ZERO, ZERO, frozenset({"replacement"}))
             else:
-                step = self._judge(meter, base, old.time_ms, old.seq, old.reading, last_raw)
+                judged_from, raw = base, last_raw
+                if old.seq == OLD_FINAL and self.old_side(meter, old.time_ms)[1] == READING:
+                    # A swap at a settings change: a reading at its time is the new settings' own,
+                    # so the old meter's final is judged from the rows before that time.
+                    judged_from = self._accepted_before(meter, (old.time_ms, READING))
+                    prior = self._select(meter, "AND time_ms < ? ORDER BY time_ms DESC, seq DESC LIMIT 1",
+                                         old.time_ms)  # fmt: skip
+                    raw = prior[0].reading if prior else None
+                step = self._judge(meter, judged_from, old.time_ms, old.seq, old.reading, raw)
                 if old.seq == OLD_FINAL:
                     step = Step(
                         step.accepted, step.counts, step.volume, step.flags | {"replacement"}, step.message

@@ -77,6 +77,11 @@ def to_ft3(volume: Decimal | Fraction, unit: str) -> Fraction:
         raise MeterError(f"unknown meter unit {unit!r} (ft3, gal or m3)") from None
 
 
+def from_ft3(ft3: Fraction, unit: str) -> Fraction:
+    """Exact ft3 -> volume in `unit` (a swap's point across a unit change)."""
+    return ft3 / to_ft3(Decimal(1), unit)
+
+
 def ft3_to_gal(ft3: Fraction) -> Fraction:
     return ft3 * GAL_PER_FT3
 
