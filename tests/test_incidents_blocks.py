@@ -192,10 +192,37 @@ def test_a_damaged_block_is_an_error_that_says_so(tmp_path: Path) -> None:
     with IncidentStore(tmp_path) as store:
         store.add_evidence("i1", "flow", t, _readings(100), np.zeros(100, np.int8))
         store._db.execute("UPDATE evidence_block SET t = zeroblob(15)")
-        with pytest.raises(
-            StateError, match="an evidence block is damaged: a grid of times is 16 bytes, not 15"
-        ):
+        damaged = r"incident i1, sensor flow: .* damaged: a grid of times is 16 bytes, not 15;"
+        with pytest.raises(StateError, match=damaged):
             store.columns("i1")
         store._db.execute("UPDATE evidence_block SET codec = 0, t = zeroblob(8 * 99)")
         with pytest.raises(StateError, match="792 bytes of times for 100 samples"):
             store.add_evidence("i1", "flow", t[:3], t[:3], np.zeros(3, np.int8))
+
+
+def _damage(state: Path, sql: str) -> tuple[str, str]:
+    """Apply `sql` (with `?` the rowid) to the first encoded block of a replayed store, as a
+    bad disk, a bad restore or a hand edit would; (incident, sensor) of that block."""
+    db = sqlite3.connect(state / "incidents.sqlite")
+    rowid, iid, sensor = db.execute(
+        "SELECT rowid, incident, sensor FROM evidence_block WHERE codec & 1 ORDER BY rowid LIMIT 1"
+    ).fetchone()
+    db.execute(sql, (rowid,))
+    db.commit()
+    db.close()
+    return iid, sensor
+
+
+def test_a_damaged_block_names_its_incident_in_export_and_show(tmp_path: Path) -> None:
+    """`monitor incidents export` and `show` over a truncated block: exit 1, a line that
+    names the incident and the sensor whose evidence is damaged, no traceback, no files."""
+    cfg = replay_case("slug-and-oil", tmp_path)
+    state = tmp_path / "state"
+    iid, sensor = _damage(state, "UPDATE evidence_block SET t = substr(t, 1, 15) WHERE rowid = ?")
+    out = tmp_path / "report"
+    for args in (("export", "--out", str(out)), ("show",)):
+        got = monitor("incidents", args[0], "--config", str(cfg), "--id", iid, *args[1:])
+        assert got.returncode == 1 and "Traceback" not in got.stderr, got.stderr
+        assert f"incident {iid}" in got.stderr and f"sensor {sensor}" in got.stderr, got.stderr
+        assert "a grid of times is 16 bytes, not 15" in got.stderr
+    assert not list(out.glob("*"))

@@ -344,7 +344,7 @@ class IncidentStore:
             codec, *blobs = self._db.execute(
                 "SELECT codec, t, value, quality FROM evidence_block WHERE rowid = ?", (last[0],)
             ).fetchone()
-            old_t, old_v, old_q = self._decode(codec, *blobs)
+            old_t, old_v, old_q = self._decode((iid, sensor, last[0]), codec, *blobs)
             both = encode(np.concatenate((old_t, t)), np.concatenate((old_v, v)), np.concatenate((old_q, q)))
             self._db.execute(
                 "UPDATE evidence_block SET last = ?, codec = ?, t = ?, value = ?, quality = ?"
@@ -354,11 +354,21 @@ class IncidentStore:
             return
         self._db.execute(_ADD_BLOCK, (iid, sensor, float(t[0]), float(t[-1]), *encode(t, v, q)))
 
-    def _decode(self, codec: int, t: bytes, v: bytes, q: bytes) -> Columns:
+    def _decode(self, block: tuple[str, str, int], codec: int, t: bytes, v: bytes, q: bytes) -> Columns:
+        """One block's columns; `block` (incident, sensor, rowid) names it if it is damaged."""
         try:
             return decode(codec, t, v, q)
         except BlockError as exc:
-            raise StateError(f"incident store {self.path}: an evidence block is damaged: {exc}") from exc
+            raise self._damaged(block, exc) from exc
+
+    def _damaged(self, block: tuple[str, str, int], exc: BlockError) -> StateError:
+        """The error for a block that does not decode: which incident's evidence, which sensor
+        and which row, so an operator knows what a restore must bring back (never numbers)."""
+        iid, sensor, rowid = block
+        return StateError(
+            f"incident store {self.path}: incident {iid}, sensor {sensor}: an evidence block"
+            f" (evidence_block rowid {rowid}) is damaged: {exc}; restore incidents.sqlite from a backup"
+        )
 
     def _stored_times(self, iid: str, sensor: str, lo: float, hi: float) -> npt.NDArray[np.float64]:
         """Times already stored for the sensor within [lo, hi] (none, unless a batch is re-sent)."""
@@ -374,15 +384,15 @@ class IncidentStore:
                 np.float64,
             )
         ]
-        for codec, blob, count in self._db.execute(
-            "SELECT codec, t, length(quality) FROM evidence_block"
+        for rowid, codec, blob, count in self._db.execute(
+            "SELECT rowid, codec, t, length(quality) FROM evidence_block"
             " WHERE incident = ? AND sensor = ? AND first <= ? AND last >= ?",
             (iid, sensor, hi, lo),
         ):
             try:
                 found.append(times(codec, blob, count))
             except BlockError as exc:
-                raise StateError(f"incident store {self.path}: an evidence block is damaged: {exc}") from exc
+                raise self._damaged((iid, sensor, rowid), exc) from exc
         return np.concatenate(found)
 
     def columns(self, iid: str, sensor: str | None = None) -> dict[str, Columns]:
@@ -405,10 +415,12 @@ class IncidentStore:
                 i, j = names.index(name), len(names) - names[::-1].index(name)
                 parts.setdefault(name, []).append((t[i:j], v[i:j], q[i:j]))
         blocks = self._run(
-            f"SELECT sensor, codec, t, value, quality FROM evidence_block WHERE {where} ORDER BY rowid", args
+            f"SELECT rowid, sensor, codec, t, value, quality FROM evidence_block WHERE {where}"
+            " ORDER BY rowid",
+            args,
         )
-        for name, codec, tb, vb, qb in blocks.fetchall():
-            parts.setdefault(name, []).append(self._decode(codec, tb, vb, qb))
+        for rowid, name, codec, tb, vb, qb in blocks.fetchall():
+            parts.setdefault(name, []).append(self._decode((iid, name, rowid), codec, tb, vb, qb))
         out: dict[str, Columns] = {}
         for name in sorted(parts):
             t = np.concatenate([c[0] for c in parts[name]]).astype(np.float64, copy=False)
