@@ -37,6 +37,7 @@ _Q = np.dtype("i1")
 _M = np.dtype("<i4")
 GRID = 1  # the times are first + i * step
 _VALUES = 0b1110  # decimals + 1 of scaled values, 0 for raw
+_KNOWN = GRID | _VALUES  # any other bit: a layout this release cannot read (or a damaged row)
 _NONE = -(2**31)  # a scaled value's "no value" (NaN)
 _BIGGEST = 2**31 - 1
 _MAX_DECIMALS = 6
@@ -68,12 +69,25 @@ def encode(t: Floats, v: Floats, q: npt.NDArray[np.integer]) -> tuple[int, bytes
 def decode(codec: int, t: bytes, v: bytes, q: bytes) -> Block:
     """A block's columns; raw ones as read-only views of their blobs (the caller copies
     them into its own arrays next), encoded ones as new arrays."""
+    _check(codec, t=t, value=v, quality=q)
     quality = np.frombuffer(q, _Q)
     return times(codec, t, quality.size), _values(codec, v, quality.size), quality
 
 
+def _check(codec: object, **blobs: object) -> None:
+    """A codec of known bits and blobs that are blobs. Any other bit is refused, not
+    ignored: read by the bits it knows, a newer layout or a damaged row gave numbers.
+    SQLite keeps a value of any type in any column, so a hand edit can leave TEXT."""
+    if type(codec) is not int or codec & ~_KNOWN:
+        raise BlockError(f"unknown codec {codec!r}")
+    for name, blob in blobs.items():
+        if type(blob) is not bytes:
+            raise BlockError(f"{name} is {type(blob).__name__}, not a blob")
+
+
 def times(codec: int, t: bytes, count: int) -> Floats:
     """A block's times, given its count (the length of its quality blob)."""
+    _check(codec, t=t)
     if codec & GRID:
         if len(t) != _GRID.size:
             raise BlockError(f"a grid of times is {_GRID.size} bytes, not {len(t)}")

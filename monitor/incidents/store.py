@@ -95,6 +95,13 @@ _ADD_BLOCK = (
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 BLOCK_ROWS = 4096  # a block grows by appends up to this many samples
+# A block's codec and blobs as `_decode` takes them. SQLite keeps any type in any column:
+# what a hand edit left as TEXT is read as its bytes (its text may not even be UTF-8, which
+# sqlite3 fails on while fetching) and refused by its type, named; so is a codec not an integer.
+_BLOCK = (
+    "CASE typeof(codec) WHEN 'integer' THEN codec ELSE typeof(codec) END,"
+    " CAST(t AS BLOB), CAST(value AS BLOB), CAST(quality AS BLOB), typeof(t), typeof(value), typeof(quality)"
+)
 Columns = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int8]]
 
 
@@ -341,10 +348,8 @@ class IncidentStore:
             (iid, sensor),
         ).fetchone()
         if last is not None and float(t[0]) > last[1] and last[2] + t.size <= BLOCK_ROWS:
-            codec, *blobs = self._db.execute(
-                "SELECT codec, t, value, quality FROM evidence_block WHERE rowid = ?", (last[0],)
-            ).fetchone()
-            old_t, old_v, old_q = self._decode((iid, sensor, last[0]), codec, *blobs)
+            block = self._db.execute(f"SELECT {_BLOCK} FROM evidence_block WHERE rowid = ?", (last[0],))
+            old_t, old_v, old_q = self._decode((iid, sensor, last[0]), block.fetchone())
             both = encode(np.concatenate((old_t, t)), np.concatenate((old_v, v)), np.concatenate((old_q, q)))
             self._db.execute(
                 "UPDATE evidence_block SET last = ?, codec = ?, t = ?, value = ?, quality = ?"
@@ -354,9 +359,16 @@ class IncidentStore:
             return
         self._db.execute(_ADD_BLOCK, (iid, sensor, float(t[0]), float(t[-1]), *encode(t, v, q)))
 
-    def _decode(self, block: tuple[str, str, int], codec: int, t: bytes, v: bytes, q: bytes) -> Columns:
-        """One block's columns; `block` (incident, sensor, rowid) names it if it is damaged."""
+    def _decode(
+        self, block: tuple[str, str, int], row: tuple[int, bytes, bytes, bytes, str, str, str]
+    ) -> Columns:
+        """One block's columns from its `_BLOCK` row; `block` (incident, sensor, rowid) names
+        it if it is damaged."""
+        codec, t, v, q, *kinds = row
         try:
+            for name, kind in zip(("t", "value", "quality"), kinds, strict=True):
+                if kind != "blob":
+                    raise BlockError(f"{name} is {kind}, not a blob")
             return decode(codec, t, v, q)
         except BlockError as exc:
             raise self._damaged(block, exc) from exc
@@ -384,12 +396,16 @@ class IncidentStore:
                 np.float64,
             )
         ]
-        for rowid, codec, blob, count in self._db.execute(
-            "SELECT rowid, codec, t, length(quality) FROM evidence_block"
+        for rowid, codec, blob, count, *kinds in self._db.execute(
+            "SELECT rowid, CASE typeof(codec) WHEN 'integer' THEN codec ELSE typeof(codec) END,"
+            " CAST(t AS BLOB), length(quality), typeof(t), typeof(quality) FROM evidence_block"
             " WHERE incident = ? AND sensor = ? AND first <= ? AND last >= ?",
             (iid, sensor, hi, lo),
         ):
             try:
+                for name, kind in zip(("t", "quality"), kinds, strict=True):
+                    if kind != "blob":  # (length() of TEXT counts characters: not the count)
+                        raise BlockError(f"{name} is {kind}, not a blob")
                 found.append(times(codec, blob, count))
             except BlockError as exc:
                 raise self._damaged((iid, sensor, rowid), exc) from exc
@@ -415,12 +431,10 @@ class IncidentStore:
                 i, j = names.index(name), len(names) - names[::-1].index(name)
                 parts.setdefault(name, []).append((t[i:j], v[i:j], q[i:j]))
         blocks = self._run(
-            f"SELECT rowid, sensor, codec, t, value, quality FROM evidence_block WHERE {where}"
-            " ORDER BY rowid",
-            args,
+            f"SELECT rowid, sensor, {_BLOCK} FROM evidence_block WHERE {where} ORDER BY rowid", args
         )
-        for rowid, name, codec, tb, vb, qb in blocks.fetchall():
-            parts.setdefault(name, []).append(self._decode((iid, name, rowid), codec, tb, vb, qb))
+        for rowid, name, *row in blocks.fetchall():
+            parts.setdefault(name, []).append(self._decode((iid, name, rowid), row))
         out: dict[str, Columns] = {}
         for name in sorted(parts):
             t = np.concatenate([c[0] for c in parts[name]]).astype(np.float64, copy=False)
