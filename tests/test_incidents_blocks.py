@@ -5,6 +5,7 @@ schema 2 store wrote (raw) read, joined and verified as before."""
 from __future__ import annotations
 
 import sqlite3
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -265,3 +266,29 @@ def test_a_blob_stored_as_text_is_an_error(tmp_path: Path, column: str) -> None:
         if column != "value":  # what a re-sent batch is checked against: its times and count
             with pytest.raises(StateError, match=f"incident i1, sensor flow: .* damaged: {column} is"):
                 store.add_evidence("i1", "flow", t[:3], v[:3], q[:3])
+
+
+_DAMAGES = {  # a block's (t, value, quality) blobs -> damaged ones, as a bad disk or edit would
+    "first": lambda t, v, q: (struct.pack("<d", 1_780_000_000.0 + 2**-20) + t[8:], v, q),
+    "step": lambda t, v, q: (t[:8] + struct.pack("<d", 10.0 + 2**-20), v, q),
+    "count": lambda t, v, q: (t, v[:200], q[:50]),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_DAMAGES))
+def test_a_grid_that_does_not_span_its_blocks_times_is_an_error(tmp_path: Path, damage: str) -> None:
+    """A grid's 16 bytes stand for the block's every time: a flipped bit of its first
+    or step (2**-20 s), or a count cut short with its values, read back as other
+    times of the right length, silently. Each block's first and last time, stored beside
+    it, are checked."""
+    t, v, q = _polled(100), _readings(100), np.zeros(100, np.int8)
+    with IncidentStore(tmp_path) as store:
+        store.add_evidence("i1", "flow", t, v, q)
+        blobs = store._db.execute("SELECT t, value, quality FROM evidence_block").fetchone()
+        store._db.execute("UPDATE evidence_block SET t = ?, value = ?, quality = ?", _DAMAGES[damage](*blobs))
+        for read in (
+            lambda: store.columns("i1"),
+            lambda: store.add_evidence("i1", "flow", t[:3], v[:3], q[:3]),
+        ):
+            with pytest.raises(StateError, match=r"incident i1, sensor flow: .* damaged: times .* to .*"):
+                read()

@@ -28,6 +28,7 @@ import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -100,9 +101,20 @@ BLOCK_ROWS = 4096  # a block grows by appends up to this many samples
 # sqlite3 fails on while fetching) and refused by its type, named; so is a codec not an integer.
 _BLOCK = (
     "CASE typeof(codec) WHEN 'integer' THEN codec ELSE typeof(codec) END,"
-    " CAST(t AS BLOB), CAST(value AS BLOB), CAST(quality AS BLOB), typeof(t), typeof(value), typeof(quality)"
+    " CAST(t AS BLOB), CAST(value AS BLOB), CAST(quality AS BLOB), typeof(t), typeof(value), typeof(quality),"
+    " first, last"
 )
+
 Columns = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int8]]
+
+
+def _spans(t: npt.NDArray[np.float64], first: float, last: float) -> None:
+    """A block's times run from its `first` to its `last` column (written from the same
+    array): a grid's first or step, or a count, that changed would give other times of
+    the right length. The values have no such witness."""
+    if not t.size or t[0] != first or t[-1] != last:
+        got = f"{float(t[0])!r} to {float(t[-1])!r}" if t.size else "none"
+        raise BlockError(f"times {got}, not {first!r} to {last!r} as the block says")
 
 
 def csv_lines(columns: dict[str, Columns]) -> int:
@@ -359,17 +371,17 @@ class IncidentStore:
             return
         self._db.execute(_ADD_BLOCK, (iid, sensor, float(t[0]), float(t[-1]), *encode(t, v, q)))
 
-    def _decode(
-        self, block: tuple[str, str, int], row: tuple[int, bytes, bytes, bytes, str, str, str]
-    ) -> Columns:
+    def _decode(self, block: tuple[str, str, int], row: Sequence[Any]) -> Columns:
         """One block's columns from its `_BLOCK` row; `block` (incident, sensor, rowid) names
         it if it is damaged."""
-        codec, t, v, q, *kinds = row
+        codec, t, v, q, *kinds, first, last = row
         try:
             for name, kind in zip(("t", "value", "quality"), kinds, strict=True):
                 if kind != "blob":
                     raise BlockError(f"{name} is {kind}, not a blob")
-            return decode(codec, t, v, q)
+            columns = decode(codec, t, v, q)
+            _spans(columns[0], first, last)
+            return columns
         except BlockError as exc:
             raise self._damaged(block, exc) from exc
 
@@ -396,10 +408,10 @@ class IncidentStore:
                 np.float64,
             )
         ]
-        for rowid, codec, blob, count, *kinds in self._db.execute(
+        for rowid, codec, blob, count, first, last, *kinds in self._db.execute(
             "SELECT rowid, CASE typeof(codec) WHEN 'integer' THEN codec ELSE typeof(codec) END,"
-            " CAST(t AS BLOB), length(quality), typeof(t), typeof(quality) FROM evidence_block"
-            " WHERE incident = ? AND sensor = ? AND first <= ? AND last >= ?",
+            " CAST(t AS BLOB), length(quality), first, last, typeof(t), typeof(quality)"
+            " FROM evidence_block WHERE incident = ? AND sensor = ? AND first <= ? AND last >= ?",
             (iid, sensor, hi, lo),
         ):
             try:
@@ -407,6 +419,7 @@ class IncidentStore:
                     if kind != "blob":  # (length() of TEXT counts characters: not the count)
                         raise BlockError(f"{name} is {kind}, not a blob")
                 found.append(times(codec, blob, count))
+                _spans(found[-1], first, last)
             except BlockError as exc:
                 raise self._damaged((iid, sensor, rowid), exc) from exc
         return np.concatenate(found)
