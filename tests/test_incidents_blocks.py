@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from monitor.errors import StateError
 from monitor.incidents import IncidentStore
-from monitor.incidents.blocks import GRID, BlockError, decode, encode
+from monitor.incidents.blocks import GRID, BlockError, checksum, decode, encode
 from tests.examples import examples
 from tests.incident_helpers import incidents_json, monitor, replay_case
 
@@ -128,7 +128,7 @@ def test_the_store_keeps_a_days_evidence_in_a_third_of_the_space(tmp_path: Path)
 
 def _as_schema_2(path: Path) -> None:
     """Rewrite a store as schema 2 wrote it: every block raw (float64 times and values,
-    int8 qualities), no codec column, user_version 2."""
+    int8 qualities), no codec or crc column, user_version 2."""
     db = sqlite3.connect(path)
     for rowid, codec, tb, vb, qb in db.execute(
         "SELECT rowid, codec, t, value, quality FROM evidence_block"
@@ -139,6 +139,7 @@ def _as_schema_2(path: Path) -> None:
             (t.astype("<f8").tobytes(), v.astype("<f8").tobytes(), rowid),
         )
     db.execute("ALTER TABLE evidence_block DROP COLUMN codec")
+    db.execute("ALTER TABLE evidence_block DROP COLUMN crc")
     db.execute("PRAGMA user_version = 2")
     db.commit()
     assert db.execute(
@@ -280,15 +281,86 @@ def test_a_grid_that_does_not_span_its_blocks_times_is_an_error(tmp_path: Path, 
     """A grid's 16 bytes stand for the block's every time: a flipped bit of its first
     or step (2**-20 s), or a count cut short with its values, read back as other
     times of the right length, silently. Each block's first and last time, stored beside
-    it, are checked."""
+    it, are checked (schema 3 wrote no checksum: crc NULL, as here)."""
     t, v, q = _polled(100), _readings(100), np.zeros(100, np.int8)
     with IncidentStore(tmp_path) as store:
         store.add_evidence("i1", "flow", t, v, q)
         blobs = store._db.execute("SELECT t, value, quality FROM evidence_block").fetchone()
-        store._db.execute("UPDATE evidence_block SET t = ?, value = ?, quality = ?", _DAMAGES[damage](*blobs))
+        store._db.execute(
+            "UPDATE evidence_block SET t = ?, value = ?, quality = ?, crc = NULL", _DAMAGES[damage](*blobs)
+        )
         for read in (
             lambda: store.columns("i1"),
             lambda: store.add_evidence("i1", "flow", t[:3], v[:3], q[:3]),
         ):
             with pytest.raises(StateError, match=r"incident i1, sensor flow: .* damaged: times .* to .*"):
                 read()
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(times(), st.data())
+def test_a_flipped_bit_in_a_block_is_an_error_never_other_numbers(
+    tmp_path_factory: pytest.TempPathFactory, t: np.ndarray, data: st.DataObject
+) -> None:
+    """Any one bit of a stored block's codec or blobs flipped (a bad disk, a bad copy, a
+    hand edit): reading it is an error naming it. 9 -> 11 (three decimals read as four)
+    gave every value a tenth of itself; a flipped bit of a value, another value."""
+    t = np.unique(t[np.isfinite(t)])  # times as the store keeps them
+    if t.size < 3:
+        t = _polled(3)
+    n = int(t.size)
+    v = np.resize(np.array(data.draw(st.lists(VALUES, min_size=1, max_size=20)), np.float64), n)
+    if data.draw(st.booleans()):
+        v = np.asarray(np.round(np.where(np.isfinite(v), v, 0.0), 3), np.float64)
+    q = np.resize(np.array(data.draw(st.lists(st.integers(-128, 127), min_size=1, max_size=5)), np.int8), n)
+    with IncidentStore(tmp_path_factory.mktemp("flip")) as store:
+        store.add_evidence("i1", "flow", t, v, q)
+        row = store._db.execute("SELECT codec, t, value, quality FROM evidence_block").fetchone()
+        column = data.draw(st.sampled_from(["codec", "t", "value", "quality"]))
+        i = ["codec", "t", "value", "quality"].index(column)
+        if column == "codec":
+            damaged: object = row[0] ^ (1 << data.draw(st.integers(0, 3)))
+        else:
+            blob = bytearray(row[i])
+            bit = data.draw(st.integers(0, 8 * len(blob) - 1))
+            blob[bit // 8] ^= 1 << (bit % 8)
+            damaged = bytes(blob)
+        store._db.execute(f"UPDATE evidence_block SET {column} = ?", (damaged,))
+        with pytest.raises(StateError, match=r"incident i1, sensor flow: .* damaged"):
+            store.columns("i1")
+
+
+def test_three_decimals_read_as_four_is_an_error(tmp_path: Path) -> None:
+    t, v, q = _polled(100), _readings(100), np.zeros(100, np.int8)
+    with IncidentStore(tmp_path) as store:
+        store.add_evidence("i1", "flow", t, v, q)
+        assert store._db.execute("UPDATE evidence_block SET codec = 11 WHERE codec = 9").rowcount == 1
+        with pytest.raises(StateError, match=r"incident i1, sensor flow: .* damaged: .*checksum"):
+            store.columns("i1")
+
+
+def test_a_schema_3_store_reads_its_blocks_unchecked_and_checks_what_it_writes(tmp_path: Path) -> None:
+    """A store schema 3 wrote (encoded blocks, no checksum) opens as schema 4: its blocks
+    read as they were (crc NULL: nothing to check them by), a block joined is written
+    with its checksum."""
+    t, v, q = _polled(200), _readings(200), np.zeros(200, np.int8)
+    with IncidentStore(tmp_path) as store:
+        store.add_evidence("i1", "flow", t[:100], v[:100], q[:100])
+    db = sqlite3.connect(tmp_path / "incidents.sqlite")
+    db.execute("ALTER TABLE evidence_block DROP COLUMN crc")
+    db.execute("PRAGMA user_version = 3")
+    db.commit()
+    db.close()
+    with IncidentStore(tmp_path) as store:
+        assert store._db.execute("SELECT codec, crc FROM evidence_block").fetchall() == [(9, None)]
+        assert [_bits(c) for c in store.columns("i1")["flow"]] == [
+            _bits(t[:100]),
+            _bits(v[:100]),
+            _bits(q[:100]),
+        ]
+        store.add_evidence("i1", "flow", t[100:], v[100:], q[100:])
+        (crc,) = store._db.execute("SELECT crc FROM evidence_block").fetchone()
+        assert crc == checksum(
+            *store._db.execute("SELECT codec, t, value, quality FROM evidence_block").fetchone()
+        )
+        assert [_bits(c) for c in store.columns("i1")["flow"]] == [_bits(t), _bits(v), _bits(q)]

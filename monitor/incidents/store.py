@@ -10,7 +10,10 @@ it. Since schema 2 it is stored a batch at a time, one `evidence_block` row of N
 columns per batch and sensor: a row per sample cost more than judging the samples. Since
 schema 3 a block's times and values may be encoded (`blocks.py`: a regular grid of times
 as first and step, rounded readings as scaled integers, each only when it decodes bit for
-bit); blocks written before are raw and read as they were. Rows a schema 1 store holds in
+bit); blocks written before are raw and read as they were. Since schema 4 each block
+carries a CRC-32 of its codec and blobs, checked when it is read, and every block's times
+must run from its `first` to its `last` column: a damaged block is an error naming the
+incident, the sensor and the row, never other numbers. Rows a schema 1 store holds in
 `evidence` are read alongside.
 
 When an incident is final its evidence is written once to
@@ -34,12 +37,12 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.errors import StateError
-from monitor.incidents.blocks import BlockError, decode, encode, times
+from monitor.incidents.blocks import BlockError, checksum, decode, encode, times
 from monitor.incidents.evidence import csv_parts
 from monitor.incidents.model import Figures, Incident, Note, NoteKind
 from monitor.sqlite import Schema, connect
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 FILE = "incidents.sqlite"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS incident (
@@ -89,11 +92,13 @@ CREATE INDEX IF NOT EXISTS evidence_block_of ON evidence_block (incident, sensor
 """
 # Version 3: how a block's blobs are encoded (`blocks.py`); 0, raw, for every older block.
 _CODEC = "ALTER TABLE evidence_block ADD COLUMN codec INTEGER NOT NULL DEFAULT 0;"
-SCHEMA = Schema("incident store", (_SCHEMA, _BLOCKS, _CODEC))  # its version is SCHEMA_VERSION (3)
+# Version 4: each block's `blocks.checksum` when written; NULL (not checked) for older blocks.
+_CRC = "ALTER TABLE evidence_block ADD COLUMN crc INTEGER;"
+SCHEMA = Schema("incident store", (_SCHEMA, _BLOCKS, _CODEC, _CRC))  # its version is SCHEMA_VERSION (4)
 CSV_HEADER = "time,sensor,value,quality\n"
 _ADD_BLOCK = (
-    "INSERT INTO evidence_block (incident, sensor, first, last, codec, t, value, quality)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO evidence_block (incident, sensor, first, last, codec, t, value, quality, crc)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 BLOCK_ROWS = 4096  # a block grows by appends up to this many samples
 # A block's codec and blobs as `_decode` takes them. SQLite keeps any type in any column:
@@ -102,7 +107,7 @@ BLOCK_ROWS = 4096  # a block grows by appends up to this many samples
 _BLOCK = (
     "CASE typeof(codec) WHEN 'integer' THEN codec ELSE typeof(codec) END,"
     " CAST(t AS BLOB), CAST(value AS BLOB), CAST(quality AS BLOB), typeof(t), typeof(value), typeof(quality),"
-    " first, last"
+    " first, last, CASE typeof(crc) WHEN 'integer' THEN crc WHEN 'null' THEN NULL ELSE -1 END"
 )
 
 Columns = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int8]]
@@ -364,22 +369,23 @@ class IncidentStore:
             old_t, old_v, old_q = self._decode((iid, sensor, last[0]), block.fetchone())
             both = encode(np.concatenate((old_t, t)), np.concatenate((old_v, v)), np.concatenate((old_q, q)))
             self._db.execute(
-                "UPDATE evidence_block SET last = ?, codec = ?, t = ?, value = ?, quality = ?"
+                "UPDATE evidence_block SET last = ?, codec = ?, t = ?, value = ?, quality = ?, crc = ?"
                 " WHERE rowid = ?",
-                (float(t[-1]), *both, last[0]),
+                (float(t[-1]), *both, checksum(*both), last[0]),
             )
             return
-        self._db.execute(_ADD_BLOCK, (iid, sensor, float(t[0]), float(t[-1]), *encode(t, v, q)))
+        new = encode(t, v, q)
+        self._db.execute(_ADD_BLOCK, (iid, sensor, float(t[0]), float(t[-1]), *new, checksum(*new)))
 
     def _decode(self, block: tuple[str, str, int], row: Sequence[Any]) -> Columns:
         """One block's columns from its `_BLOCK` row; `block` (incident, sensor, rowid) names
         it if it is damaged."""
-        codec, t, v, q, *kinds, first, last = row
+        codec, t, v, q, *kinds, first, last, crc = row
         try:
             for name, kind in zip(("t", "value", "quality"), kinds, strict=True):
                 if kind != "blob":
                     raise BlockError(f"{name} is {kind}, not a blob")
-            columns = decode(codec, t, v, q)
+            columns = decode(codec, t, v, q, crc)
             _spans(columns[0], first, last)
             return columns
         except BlockError as exc:
