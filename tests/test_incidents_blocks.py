@@ -5,8 +5,12 @@ schema 2 store wrote (raw) read, joined and verified as before."""
 from __future__ import annotations
 
 import math
+import os
+import signal
 import sqlite3
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +23,10 @@ from monitor.errors import StateError
 from monitor.incidents import IncidentStore
 from monitor.incidents.blocks import GRID, BlockError, checksum, decode, encode
 from monitor.incidents.evidence import slow_rows
-from monitor.incidents.store import CSV_HEADER
+from monitor.incidents.store import CSV_HEADER, SCHEMA
+from monitor.sqlite import Schema, connect
 from tests.examples import examples
-from tests.incident_helpers import incidents_json, monitor, replay_case
+from tests.incident_helpers import ROOT, incidents_json, monitor, replay_case
 
 FLOATS = st.floats(allow_nan=False, allow_infinity=True)
 STEPS = st.one_of(
@@ -437,3 +442,87 @@ def test_the_store_gives_back_every_sample_as_first_sent_bit_for_bit(
         assert [_bits(c) for c in cols[name]] == [_bits(w) for w in want]
         want_csv += slow_rows(name, *want)
     assert csv == want_csv
+
+
+# The child: `monitor incidents list` opening a schema 2 store, SIGKILLed (by itself, from
+# SQLite's trace hook) as it is about to commit the migration that runs $ARMED_BY.
+CHILD = """
+import os, signal, sqlite3, sys
+real = sqlite3.connect
+armed = [False]
+def trace(statement):
+    if os.environ["ARMED_BY"] in statement:
+        armed[0] = True
+    if armed[0] and statement.strip().startswith("COMMIT"):
+        os.kill(os.getpid(), signal.SIGKILL)
+def connect(*args, **kwargs):
+    db = real(*args, **kwargs)
+    if "incidents.sqlite" in str(args[0]):
+        db.set_trace_callback(trace)
+    return db
+sqlite3.connect = connect
+from monitor.cli import main
+sys.exit(main(["incidents", "list", "--config", sys.argv[1]]))
+"""
+
+
+@pytest.mark.parametrize("armed_by", ["ADD COLUMN codec", "ADD COLUMN crc"])
+def test_kill_9_during_the_upgrade_of_a_schema_2_store_leaves_it_usable(
+    tmp_path: Path, armed_by: str
+) -> None:
+    """SIGKILL as the upgrade to schema 3 (or 4) is about to commit: the next start upgrades
+    the file, and it reads as a store upgraded without the kill does: every incident,
+    evidence that verifies, the same CSV bytes, schema 4."""
+    cfg = replay_case("slug-and-oil", tmp_path)
+    listed = incidents_json(cfg)
+    path = tmp_path / "state" / "incidents.sqlite"
+    _as_schema_2(path)
+    schema_2 = path.read_bytes()
+    results = []
+    for killed in (True, False):
+        for suffix in ("-wal", "-shm"):
+            path.with_name(path.name + suffix).unlink(missing_ok=True)
+        path.write_bytes(schema_2)
+        if killed:
+            env = {**os.environ, "ARMED_BY": armed_by, "PYTHONPATH": str(ROOT)}
+            child = subprocess.run(
+                [sys.executable, "-c", CHILD, str(cfg)],
+                env=env,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert child.returncode == -signal.SIGKILL, child.stderr
+            db = sqlite3.connect(path)  # killed before that migration's COMMIT: not applied
+            assert db.execute("PRAGMA user_version").fetchone() == (2 if "codec" in armed_by else 3,)
+            db.close()
+        assert incidents_json(cfg) == listed  # the next start
+        for inc in listed:
+            shown = monitor("incidents", "show", "--config", str(cfg), "--id", inc["id"])
+            assert shown.returncode == 0 and "evidence verifies" in shown.stdout, shown.stdout
+        with IncidentStore(tmp_path / "state") as store:
+            version = store._db.execute("PRAGMA user_version").fetchone()[0]
+            columns = [r[1] for r in store._db.execute("PRAGMA table_info(evidence_block)")]
+            results.append((version, columns, [store.evidence_csv(inc["id"]) for inc in listed]))
+    assert results[0] == results[1] and results[0][:2] == (
+        4,
+        ["incident", "sensor", "first", "last", "t", "value", "quality", "codec", "crc"],
+    )
+
+
+@pytest.mark.parametrize("reads_up_to", [2, 3])
+def test_an_older_release_refuses_this_store_before_reading_a_block(tmp_path: Path, reads_up_to: int) -> None:
+    """Schema 2's code (raw blocks only) and schema 3's (no checksum) meet a store this
+    release wrote: each is its migrations so far (never edited, so the first 2 or 3 of
+    ours), and refuses the file before it reads or writes anything."""
+    with IncidentStore(tmp_path) as store:
+        store.add_evidence("i1", "flow", _polled(100), _readings(100), np.zeros(100, np.int8))
+    before = (tmp_path / "incidents.sqlite").read_bytes()
+    older = Schema("incident store", SCHEMA.migrations[:reads_up_to])
+    with pytest.raises(
+        StateError,
+        match=f"written by a newer station-monitor \\(schema 4, this release reads up to {reads_up_to}\\)",
+    ):
+        connect(tmp_path / "incidents.sqlite", older)
+    assert (tmp_path / "incidents.sqlite").read_bytes() == before
