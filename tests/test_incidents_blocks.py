@@ -225,7 +225,8 @@ def _damage(state: Path, sql: str) -> tuple[str, str]:
 
 def test_a_damaged_block_names_its_incident_in_export_and_show(tmp_path: Path) -> None:
     """`monitor incidents export` and `show` over a truncated block: exit 1, a line that
-    names the incident and the sensor whose evidence is damaged, no traceback, no files."""
+    names the incident and the sensor whose evidence is damaged, no traceback, no files;
+    `show` says first, where the verdict always stands, that the evidence does not verify."""
     cfg = replay_case("slug-and-oil", tmp_path)
     state = tmp_path / "state"
     iid, sensor = _damage(state, "UPDATE evidence_block SET t = substr(t, 1, 15) WHERE rowid = ?")
@@ -235,6 +236,7 @@ def test_a_damaged_block_names_its_incident_in_export_and_show(tmp_path: Path) -
         assert got.returncode == 1 and "Traceback" not in got.stderr, got.stderr
         assert f"incident {iid}" in got.stderr and f"sensor {sensor}" in got.stderr, got.stderr
         assert "a grid of times is 16 bytes, not 15" in got.stderr
+        assert args[0] == "export" or "evidence DOES NOT VERIFY" in got.stdout
     assert not list(out.glob("*"))
 
 
