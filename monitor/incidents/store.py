@@ -40,7 +40,7 @@ from monitor.errors import StateError
 from monitor.incidents.blocks import BlockError, checksum, decode, encode, times
 from monitor.incidents.evidence import csv_parts
 from monitor.incidents.model import Figures, Incident, Note, NoteKind
-from monitor.sqlite import Schema, connect
+from monitor.sqlite import Schema, connect, translate
 
 SCHEMA_VERSION = 4
 FILE = "incidents.sqlite"
@@ -437,10 +437,10 @@ class IncidentStore:
         where = "incident = ?" if sensor is None else "incident = ? AND sensor = ?"
         args = (iid,) if sensor is None else (iid, sensor)
         parts: dict[str, list[Columns]] = {}
-        rows = self._run(
-            f"SELECT sensor, t, value, quality FROM evidence WHERE {where} ORDER BY sensor, t", args
+        what = f"incident store {self.path}: incident {iid}: cannot read its evidence"
+        legacy = self._read(
+            what, f"SELECT sensor, t, value, quality FROM evidence WHERE {where} ORDER BY sensor, t", args
         )
-        legacy = rows.fetchall()
         if legacy:
             names = [r[0] for r in legacy]
             t = np.array([r[1] for r in legacy], np.float64)
@@ -449,10 +449,10 @@ class IncidentStore:
             for name in dict.fromkeys(names):
                 i, j = names.index(name), len(names) - names[::-1].index(name)
                 parts.setdefault(name, []).append((t[i:j], v[i:j], q[i:j]))
-        blocks = self._run(
-            f"SELECT rowid, sensor, {_BLOCK} FROM evidence_block WHERE {where} ORDER BY rowid", args
+        blocks = self._read(
+            what, f"SELECT rowid, sensor, {_BLOCK} FROM evidence_block WHERE {where} ORDER BY rowid", args
         )
-        for rowid, name, *row in blocks.fetchall():
+        for rowid, name, *row in blocks:
             parts.setdefault(name, []).append(self._decode((iid, name, rowid), row))
         out: dict[str, Columns] = {}
         for name in sorted(parts):
@@ -464,6 +464,14 @@ class IncidentStore:
                 t, v, q = t[order], v[order], q[order]
             out[name] = (t, v, q)
         return out
+
+    def _read(self, what: str, sql: str, args: tuple[str, ...]) -> list[Any]:
+        """All rows of a query, an SQLite error (a damaged page: 'database disk image is
+        malformed', in the query or while its rows are fetched) as `what` failing, in words."""
+        try:
+            return self._db.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise translate(exc, what) from exc
 
     def evidence(
         self, iid: str, sensor: str | None = None
