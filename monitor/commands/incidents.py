@@ -105,15 +105,14 @@ def _run(config: Config, store: IncidentStore, args: argparse.Namespace, now: fl
             print(json.dumps(incident_json(inc, zone, now), indent=2, ensure_ascii=False))
         else:
             print("\n".join(detail_lines(inc, zone, now)))
+            try:
+                verifies = store.verify(inc)
+            except StateError:  # a damaged evidence block: the verdict, then which block (exit 1)
+                print("  evidence DOES NOT VERIFY")
+                raise
             print(
                 "  evidence "
-                + (
-                    "verifies"
-                    if store.verify(inc)
-                    else "not frozen yet"
-                    if not inc.frozen
-                    else "DOES NOT VERIFY"
-                )
+                + ("verifies" if verifies else "not frozen yet" if not inc.frozen else "DOES NOT VERIFY")
             )
         return 0
     if args.action == "note":

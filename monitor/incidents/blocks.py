@@ -20,11 +20,17 @@ which is read as before):
 Nothing here is approximate: a block decodes to the bytes `encode` was given (values not
 finite as NaN, as schema 2 stored them), and anything the codec does not reproduce exactly
 is stored raw.
+
+Nor is damage read as numbers. A codec bit no release writes is refused, not ignored. An
+encoded block has no redundancy: a flipped bit of a grid moves every time, of the codec
+scales every value by ten. So schema 4 stores each block's `checksum` (CRC-32 of the codec
+and the blobs) beside it, and `decode` checks it (blocks written before have none).
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +43,7 @@ _Q = np.dtype("i1")
 _M = np.dtype("<i4")
 GRID = 1  # the times are first + i * step
 _VALUES = 0b1110  # decimals + 1 of scaled values, 0 for raw
+_KNOWN = GRID | _VALUES  # any other bit: a layout this release cannot read (or a damaged row)
 _NONE = -(2**31)  # a scaled value's "no value" (NaN)
 _BIGGEST = 2**31 - 1
 _MAX_DECIMALS = 6
@@ -65,15 +72,39 @@ def encode(t: Floats, v: Floats, q: npt.NDArray[np.integer]) -> tuple[int, bytes
     return codec, times, values.tobytes(), q.astype(_Q).tobytes()
 
 
-def decode(codec: int, t: bytes, v: bytes, q: bytes) -> Block:
+def checksum(codec: int, t: bytes, v: bytes, q: bytes) -> int:
+    """CRC-32 of a block as stored (schema 4's `evidence_block.crc`): the codec as 8 bytes,
+    then the three blobs. An encoded block has no redundancy to show damage by: a flipped
+    bit of a grid's 16 bytes moves every time, of the codec scales every value by ten."""
+    return zlib.crc32(q, zlib.crc32(v, zlib.crc32(t, zlib.crc32(codec.to_bytes(8, "little", signed=True)))))
+
+
+def decode(codec: int, t: bytes, v: bytes, q: bytes, crc: int | None = None) -> Block:
     """A block's columns; raw ones as read-only views of their blobs (the caller copies
-    them into its own arrays next), encoded ones as new arrays."""
+    them into its own arrays next), encoded ones as new arrays. `crc`: `checksum` when the
+    block was written (None for blocks written before schema 4: not checked)."""
+    _check(codec, t=t, value=v, quality=q)
     quality = np.frombuffer(q, _Q)
-    return times(codec, t, quality.size), _values(codec, v, quality.size), quality
+    block = times(codec, t, quality.size), _values(codec, v, quality.size), quality
+    if crc is not None and (got := checksum(codec, t, v, q)) != crc:  # after the lengths: they say more
+        raise BlockError(f"checksum {got:#010x}, written as {crc:#010x}: changed since")
+    return block
+
+
+def _check(codec: object, **blobs: object) -> None:
+    """A codec of known bits and blobs that are blobs. Any other bit is refused, not
+    ignored: read by the bits it knows, a newer layout or a damaged row gave numbers.
+    SQLite keeps a value of any type in any column, so a hand edit can leave TEXT."""
+    if type(codec) is not int or codec & ~_KNOWN:
+        raise BlockError(f"unknown codec {codec!r}")
+    for name, blob in blobs.items():
+        if type(blob) is not bytes:
+            raise BlockError(f"{name} is {type(blob).__name__}, not a blob")
 
 
 def times(codec: int, t: bytes, count: int) -> Floats:
     """A block's times, given its count (the length of its quality blob)."""
+    _check(codec, t=t)
     if codec & GRID:
         if len(t) != _GRID.size:
             raise BlockError(f"a grid of times is {_GRID.size} bytes, not {len(t)}")

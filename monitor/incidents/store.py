@@ -10,7 +10,10 @@ it. Since schema 2 it is stored a batch at a time, one `evidence_block` row of N
 columns per batch and sensor: a row per sample cost more than judging the samples. Since
 schema 3 a block's times and values may be encoded (`blocks.py`: a regular grid of times
 as first and step, rounded readings as scaled integers, each only when it decodes bit for
-bit); blocks written before are raw and read as they were. Rows a schema 1 store holds in
+bit); blocks written before are raw and read as they were. Since schema 4 each block
+carries a CRC-32 of its codec and blobs, checked when it is read, and every block's times
+must run from its `first` to its `last` column: a damaged block is an error naming the
+incident, the sensor and the row, never other numbers. Rows a schema 1 store holds in
 `evidence` are read alongside.
 
 When an incident is final its evidence is written once to
@@ -28,17 +31,18 @@ import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from monitor.errors import StateError
-from monitor.incidents.blocks import BlockError, decode, encode, times
+from monitor.incidents.blocks import BlockError, checksum, decode, encode, times
 from monitor.incidents.evidence import csv_parts
 from monitor.incidents.model import Figures, Incident, Note, NoteKind
-from monitor.sqlite import Schema, connect
+from monitor.sqlite import Schema, connect, translate
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 FILE = "incidents.sqlite"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS incident (
@@ -88,14 +92,34 @@ CREATE INDEX IF NOT EXISTS evidence_block_of ON evidence_block (incident, sensor
 """
 # Version 3: how a block's blobs are encoded (`blocks.py`); 0, raw, for every older block.
 _CODEC = "ALTER TABLE evidence_block ADD COLUMN codec INTEGER NOT NULL DEFAULT 0;"
-SCHEMA = Schema("incident store", (_SCHEMA, _BLOCKS, _CODEC))  # its version is SCHEMA_VERSION (3)
+# Version 4: each block's `blocks.checksum` when written; NULL (not checked) for older blocks.
+_CRC = "ALTER TABLE evidence_block ADD COLUMN crc INTEGER;"
+SCHEMA = Schema("incident store", (_SCHEMA, _BLOCKS, _CODEC, _CRC))  # its version is SCHEMA_VERSION (4)
 CSV_HEADER = "time,sensor,value,quality\n"
 _ADD_BLOCK = (
-    "INSERT INTO evidence_block (incident, sensor, first, last, codec, t, value, quality)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO evidence_block (incident, sensor, first, last, codec, t, value, quality, crc)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 BLOCK_ROWS = 4096  # a block grows by appends up to this many samples
+# A block's codec and blobs as `_decode` takes them. SQLite keeps any type in any column:
+# what a hand edit left as TEXT is read as its bytes (its text may not even be UTF-8, which
+# sqlite3 fails on while fetching) and refused by its type, named; so is a codec not an integer.
+_BLOCK = (
+    "CASE typeof(codec) WHEN 'integer' THEN codec ELSE typeof(codec) END,"
+    " CAST(t AS BLOB), CAST(value AS BLOB), CAST(quality AS BLOB), typeof(t), typeof(value), typeof(quality),"
+    " first, last, CASE typeof(crc) WHEN 'integer' THEN crc WHEN 'null' THEN NULL ELSE -1 END"
+)
+
 Columns = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int8]]
+
+
+def _spans(t: npt.NDArray[np.float64], first: float, last: float) -> None:
+    """A block's times run from its `first` to its `last` column (written from the same
+    array): a grid's first or step, or a count, that changed would give other times of
+    the right length. The values have no such witness."""
+    if not t.size or t[0] != first or t[-1] != last:
+        got = f"{float(t[0])!r} to {float(t[-1])!r}" if t.size else "none"
+        raise BlockError(f"times {got}, not {first!r} to {last!r} as the block says")
 
 
 def csv_lines(columns: dict[str, Columns]) -> int:
@@ -341,24 +365,40 @@ class IncidentStore:
             (iid, sensor),
         ).fetchone()
         if last is not None and float(t[0]) > last[1] and last[2] + t.size <= BLOCK_ROWS:
-            codec, *blobs = self._db.execute(
-                "SELECT codec, t, value, quality FROM evidence_block WHERE rowid = ?", (last[0],)
-            ).fetchone()
-            old_t, old_v, old_q = self._decode(codec, *blobs)
+            block = self._db.execute(f"SELECT {_BLOCK} FROM evidence_block WHERE rowid = ?", (last[0],))
+            old_t, old_v, old_q = self._decode((iid, sensor, last[0]), block.fetchone())
             both = encode(np.concatenate((old_t, t)), np.concatenate((old_v, v)), np.concatenate((old_q, q)))
             self._db.execute(
-                "UPDATE evidence_block SET last = ?, codec = ?, t = ?, value = ?, quality = ?"
+                "UPDATE evidence_block SET last = ?, codec = ?, t = ?, value = ?, quality = ?, crc = ?"
                 " WHERE rowid = ?",
-                (float(t[-1]), *both, last[0]),
+                (float(t[-1]), *both, checksum(*both), last[0]),
             )
             return
-        self._db.execute(_ADD_BLOCK, (iid, sensor, float(t[0]), float(t[-1]), *encode(t, v, q)))
+        new = encode(t, v, q)
+        self._db.execute(_ADD_BLOCK, (iid, sensor, float(t[0]), float(t[-1]), *new, checksum(*new)))
 
-    def _decode(self, codec: int, t: bytes, v: bytes, q: bytes) -> Columns:
+    def _decode(self, block: tuple[str, str, int], row: Sequence[Any]) -> Columns:
+        """One block's columns from its `_BLOCK` row; `block` (incident, sensor, rowid) names
+        it if it is damaged."""
+        codec, t, v, q, *kinds, first, last, crc = row
         try:
-            return decode(codec, t, v, q)
+            for name, kind in zip(("t", "value", "quality"), kinds, strict=True):
+                if kind != "blob":
+                    raise BlockError(f"{name} is {kind}, not a blob")
+            columns = decode(codec, t, v, q, crc)
+            _spans(columns[0], first, last)
+            return columns
         except BlockError as exc:
-            raise StateError(f"incident store {self.path}: an evidence block is damaged: {exc}") from exc
+            raise self._damaged(block, exc) from exc
+
+    def _damaged(self, block: tuple[str, str, int], exc: BlockError) -> StateError:
+        """The error for a block that does not decode: which incident's evidence, which sensor
+        and which row, so an operator knows what a restore must bring back (never numbers)."""
+        iid, sensor, rowid = block
+        return StateError(
+            f"incident store {self.path}: incident {iid}, sensor {sensor}: an evidence block"
+            f" (evidence_block rowid {rowid}) is damaged: {exc}; restore incidents.sqlite from a backup"
+        )
 
     def _stored_times(self, iid: str, sensor: str, lo: float, hi: float) -> npt.NDArray[np.float64]:
         """Times already stored for the sensor within [lo, hi] (none, unless a batch is re-sent)."""
@@ -374,15 +414,20 @@ class IncidentStore:
                 np.float64,
             )
         ]
-        for codec, blob, count in self._db.execute(
-            "SELECT codec, t, length(quality) FROM evidence_block"
-            " WHERE incident = ? AND sensor = ? AND first <= ? AND last >= ?",
+        for rowid, codec, blob, count, first, last, *kinds in self._db.execute(
+            "SELECT rowid, CASE typeof(codec) WHEN 'integer' THEN codec ELSE typeof(codec) END,"
+            " CAST(t AS BLOB), length(quality), first, last, typeof(t), typeof(quality)"
+            " FROM evidence_block WHERE incident = ? AND sensor = ? AND first <= ? AND last >= ?",
             (iid, sensor, hi, lo),
         ):
             try:
+                for name, kind in zip(("t", "quality"), kinds, strict=True):
+                    if kind != "blob":  # (length() of TEXT counts characters: not the count)
+                        raise BlockError(f"{name} is {kind}, not a blob")
                 found.append(times(codec, blob, count))
+                _spans(found[-1], first, last)
             except BlockError as exc:
-                raise StateError(f"incident store {self.path}: an evidence block is damaged: {exc}") from exc
+                raise self._damaged((iid, sensor, rowid), exc) from exc
         return np.concatenate(found)
 
     def columns(self, iid: str, sensor: str | None = None) -> dict[str, Columns]:
@@ -392,10 +437,10 @@ class IncidentStore:
         where = "incident = ?" if sensor is None else "incident = ? AND sensor = ?"
         args = (iid,) if sensor is None else (iid, sensor)
         parts: dict[str, list[Columns]] = {}
-        rows = self._run(
-            f"SELECT sensor, t, value, quality FROM evidence WHERE {where} ORDER BY sensor, t", args
+        what = f"incident store {self.path}: incident {iid}: cannot read its evidence"
+        legacy = self._read(
+            what, f"SELECT sensor, t, value, quality FROM evidence WHERE {where} ORDER BY sensor, t", args
         )
-        legacy = rows.fetchall()
         if legacy:
             names = [r[0] for r in legacy]
             t = np.array([r[1] for r in legacy], np.float64)
@@ -404,11 +449,11 @@ class IncidentStore:
             for name in dict.fromkeys(names):
                 i, j = names.index(name), len(names) - names[::-1].index(name)
                 parts.setdefault(name, []).append((t[i:j], v[i:j], q[i:j]))
-        blocks = self._run(
-            f"SELECT sensor, codec, t, value, quality FROM evidence_block WHERE {where} ORDER BY rowid", args
+        blocks = self._read(
+            what, f"SELECT rowid, sensor, {_BLOCK} FROM evidence_block WHERE {where} ORDER BY rowid", args
         )
-        for name, codec, tb, vb, qb in blocks.fetchall():
-            parts.setdefault(name, []).append(self._decode(codec, tb, vb, qb))
+        for rowid, name, *row in blocks:
+            parts.setdefault(name, []).append(self._decode((iid, name, rowid), row))
         out: dict[str, Columns] = {}
         for name in sorted(parts):
             t = np.concatenate([c[0] for c in parts[name]]).astype(np.float64, copy=False)
@@ -419,6 +464,14 @@ class IncidentStore:
                 t, v, q = t[order], v[order], q[order]
             out[name] = (t, v, q)
         return out
+
+    def _read(self, what: str, sql: str, args: tuple[str, ...]) -> list[Any]:
+        """All rows of a query, an SQLite error (a damaged page: 'database disk image is
+        malformed', in the query or while its rows are fetched) as `what` failing, in words."""
+        try:
+            return self._db.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise translate(exc, what) from exc
 
     def evidence(
         self, iid: str, sensor: str | None = None
