@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from monitor.cli import imports_without_gc
 from monitor.commands.replay import HISTORIANS
 from monitor.sources.columnar import write_parquet
 from monitor.sources.historian import KINDS
@@ -110,3 +112,75 @@ def test_a_station_without_derived_sensors_loads_no_expression_parser() -> None:
     )
     out = _probe(probe)
     assert out.stdout == "False\n"
+
+
+# The collector's state when `monitor replay` is imported (start-up) and when `--what-if`
+# imports its report inside the running command, through the program's own entry point.
+_GC_PROBE = """
+import atexit, gc, json, sys
+seen = {}
+class Spy:
+    def find_spec(self, name, path=None, target=None):
+        if name in ("monitor.commands.replay", "monitor.commands.replay_whatif"):
+            seen[name.rpartition(".")[2]] = [gc.isenabled(), gc.get_freeze_count() > 0]
+        return None
+sys.meta_path.insert(0, Spy())
+atexit.register(lambda: print(json.dumps(seen)))
+sys.argv = ["monitor", *sys.argv[1:]]
+from monitor.cli import entry
+entry()
+"""
+
+
+def test_the_command_is_imported_without_gc_and_runs_with_it(tmp_path: Path) -> None:
+    """The start-up's objects are made with the collector off; the command itself runs with
+    the collector on (a replay, a daemon make garbage cycles) and nothing frozen."""
+    samples = tmp_path / "s.csv"
+    samples.write_text("time,sensor,value\n1780000000,outfall.flow,1\n")
+    argv = ["replay", "--config", str(MINIMAL), "--input", str(samples), "--what-if", str(MINIMAL)]
+    out = subprocess.run([sys.executable, "-c", _GC_PROBE, *argv], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1]) == {
+        "replay": [False, False],  # importing: collector off
+        "replay_whatif": [True, False],  # running: collector on, nothing frozen
+    }
+
+
+_MAIN_PROBE = """
+import gc, json, sys
+if sys.argv[1] == "off":
+    gc.disable()
+from monitor.cli import main
+config, samples, events = sys.argv[2:5]
+code = main(["replay", "--config", config, "--input", samples, "--no-incidents", "--events", events])
+print(json.dumps([code, gc.isenabled(), gc.get_freeze_count()]))
+"""
+
+
+def test_main_freezes_nothing_and_keeps_a_callers_choice(tmp_path: Path) -> None:
+    """`main()` as a test (tests/cli.py) or a program embedding it calls it: the collector is
+    on again afterwards and nothing is frozen; one the caller turned off stays off."""
+    samples = tmp_path / "s.csv"
+    samples.write_text("time,sensor,value\n1780000000,outfall.flow,1\n")
+    args = [str(MINIMAL), str(samples), str(tmp_path / "e.jsonl")]
+    for state, expected in (("on", [0, True, 0]), ("off", [0, False, 0])):
+        out = subprocess.run(
+            [sys.executable, "-c", _MAIN_PROBE, state, *args], capture_output=True, text=True, check=True
+        )
+        assert json.loads(out.stdout.splitlines()[-1]) == expected, state
+
+
+def test_what_the_imports_made_goes_to_the_oldest_generation() -> None:
+    """Not walked by the young collections that follow (nor by any while importing), and
+    not frozen: a full collection still frees what became garbage."""
+    made: list[object] = []
+    assert gc.isenabled()
+    with imports_without_gc():
+        assert not gc.isenabled()
+        made.extend([i] for i in range(1000))  # lists: tracked by the collector
+        assert gc.is_tracked(made[0])
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    oldest = {id(o) for o in gc.get_objects(generation=2)}
+    assert all(id(o) in oldest for o in made)
+    young = {id(o) for g in (0, 1) for o in gc.get_objects(generation=g)}
+    assert not any(id(o) in young for o in made)
