@@ -1,7 +1,5 @@
 """YAML -> validated `Config`, with every problem reported as `path.to.key: message`."""
 
-from __future__ import annotations
-
 import difflib
 from collections import Counter
 from collections.abc import Iterable, Iterator

@@ -1,7 +1,5 @@
 """Field types shared by every config section: durations, secrets, the frozen base."""
 
-from __future__ import annotations
-
 import datetime
 import math
 import os
