@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from monitor.cli import imports_without_gc
 from monitor.commands.replay import HISTORIANS
@@ -230,6 +232,9 @@ def test_config_models_are_declared_with_evaluated_annotations() -> None:
     return type quotes that one instead (a return type is not a field)."""
     from monitor.config.types import Section
 
+    for name in SECTIONS:
+        importlib.import_module(f"monitor.config.{name}")
+
     def walk(cls: type[Section]) -> Iterator[type[Section]]:
         for sub in cls.__subclasses__():
             yield sub
@@ -245,3 +250,75 @@ def test_config_models_are_declared_with_evaluated_annotations() -> None:
         if isinstance(annotation, str)
     ]
     assert strings == []
+
+
+_SECTIONS_PROBE = """
+import json, sys
+from monitor.config.load import load_config
+config = load_config(sys.argv[1])
+print(json.dumps([type(config.modbus).__name__, "monitor.config.notify" in sys.modules,
+                  "monitor.config.sources" in sys.modules]))
+"""
+
+
+def test_a_station_without_notify_or_sources_never_loads_their_models(tmp_path: Path) -> None:
+    """`notify`, `modbus` and `mqtt` are imported and compiled only for a config that has
+    them (4.7% of a 100-row replay's instructions); the minimal station has `modbus`."""
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("station: {id: ps-1}\nsensors:\n  - {id: outfall.flow, kind: flow, unit: gpm}\n")
+    for path, expected in ((bare, ["NoneType", False, False]), (MINIMAL, ["Modbus", False, True])):
+        out = subprocess.run(
+            [sys.executable, "-c", _SECTIONS_PROBE, str(path)], capture_output=True, text=True, check=True
+        )
+        assert json.loads(out.stdout) == expected, path
+
+
+@pytest.mark.parametrize(
+    ("sections", "problems"),
+    [
+        ("notify: 5\n", ["notify: must be a valid dictionary or instance of Notify"]),
+        ("notify: null\nmodbus: null\nmqtt: null\n", []),
+        (
+            "modbus: []\nmqtt: 'x'\nnotify: {}\n",
+            [
+                "modbus: must be a valid dictionary or instance of Modbus",
+                "mqtt: must be a valid dictionary or instance of Mqtt",
+            ],
+        ),
+        (
+            "notify:\n  peeple: []\n  channels: {x: {type: email, host: h, sender: a@b, prot: 5}}\n",
+            [
+                "notify.channels.x.email.prot: unknown key (did you mean 'port'?)",
+                "notify.peeple: unknown key (did you mean 'people'?)",
+            ],
+        ),
+        (
+            "mqtt: {host: x, port: .nan, subscriptions: [{topic: a, sensr: outfall.flow}]}\n"
+            "notify: {people: {bob: {email: x}}, pipelines: {p: {steps: [{to: ghost}]}}}\n",
+            [
+                "mqtt.port: must be a finite number",
+                "mqtt.subscriptions[0].sensor: required",
+                "mqtt.subscriptions[0].sensr: unknown key (did you mean 'sensor'?)",
+                "notify.people.bob.name: required",
+                "notify.people.bob.contacts: required",
+                "notify.people.bob.email: unknown key",
+                "notify.pipelines: must be a valid list",
+            ],
+        ),
+    ],
+)
+def test_a_lazy_section_reports_its_problems_where_they_are(sections: str, problems: list[str]) -> None:
+    """Validated by its own model inside Config's: the same lines, keys and hints as when
+    Config's validator held the section's schema (these lines are what main printed)."""
+    from monitor.config.load import build_config
+    from monitor.errors import ConfigError
+
+    raw = yaml.safe_load(
+        "station: {id: ps-1}\nsensors:\n  - {id: outfall.flow, kind: flow, unit: gpm}\n" + sections
+    )
+    try:
+        build_config(raw)
+    except ConfigError as exc:
+        assert exc.problems == problems
+    else:
+        assert problems == []
