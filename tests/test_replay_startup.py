@@ -263,7 +263,7 @@ print(json.dumps([type(config.modbus).__name__, "monitor.config.notify" in sys.m
 
 def test_a_station_without_notify_or_sources_never_loads_their_models(tmp_path: Path) -> None:
     """`notify`, `modbus` and `mqtt` are imported and compiled only for a config that has
-    them (4.7% of a 100-row replay's instructions); the minimal station has `modbus`."""
+    them (4.6% of a 100-row replay's instructions); the minimal station has `modbus`."""
     bare = tmp_path / "bare.yaml"
     bare.write_text("station: {id: ps-1}\nsensors:\n  - {id: outfall.flow, kind: flow, unit: gpm}\n")
     for path, expected in ((bare, ["NoneType", False, False]), (MINIMAL, ["Modbus", False, True])):
@@ -303,6 +303,27 @@ def test_a_station_without_notify_or_sources_never_loads_their_models(tmp_path: 
                 "notify.people.bob.contacts: required",
                 "notify.people.bob.email: unknown key",
                 "notify.pipelines: must be a valid list",
+            ],
+        ),
+        (
+            "influx: {url: 'ftp://x', databse: y, api: 3}\nbilling: {rate: -1, acounts: []}\n"
+            "wet_well: {level: outfall.flow, pumps: [], weir: {kind: v}}\n",
+            [
+                "influx.url: String should match pattern '^https?://'",
+                "influx.api: must be 'v2' or 'v1'",
+                "influx.databse: unknown key (did you mean 'database'?)",
+                "billing.rate_per_kcf: required",
+                "billing.rate: unknown key",
+                "billing.acounts: unknown key (did you mean 'accounts'?)",
+                "wet_well.weir.length: required",
+                "wet_well.weir.kind: unknown key (did you mean 'kind'?)",
+            ],
+        ),
+        (
+            "influx: 5\nwet_well: 7\n",
+            [
+                "influx: must be a valid dictionary or instance of Influx",
+                "wet_well: must be a valid dictionary or instance of WetWell",
             ],
         ),
     ],
