@@ -182,9 +182,9 @@ def reference_markdown(schema: Schema, comments: dict[str, str] | None = None, h
 
 def config_schema() -> Schema:
     """The JSON Schema of a station config file (what `monitor config-schema` prints)."""
-    from monitor.config import Config
+    from monitor.config.load import config_json_schema
 
-    schema = Config.model_json_schema(by_alias=True)
+    schema = config_json_schema()
     # `profile` is a path in the YAML; the loader replaces it with the parsed profile.
     schema["properties"]["profile"] = {
         "type": "string",

@@ -6,8 +6,6 @@ occurrence") and the evidence window the Superintendent asked for (24 h before t
 start to 1 h after the end).
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 from pydantic import Field

@@ -1,28 +1,44 @@
 """YAML -> validated `Config`, with every problem reported as `path.to.key: message`."""
 
-from __future__ import annotations
-
 import difflib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from monitor.config.incidents import Incidents, check_pairings
-from monitor.config.notify import Notify
-from monitor.config.outputs import Alarms, Billing, Console, Influx, Store
+from monitor.config.outputs import Alarms, Console, Store
 from monitor.config.sensors import Profile, Sensor, SensorRules, key_error, profile_limit, resolve_rules
-from monitor.config.sources import Modbus, Mqtt
-from monitor.config.station import DerivedPlan, WetWell, check_fed, check_wet_well, derived_plans
-from monitor.config.types import Section, all_defaults
+from monitor.config.station import DerivedPlan, check_fed, check_wet_well, derived_plans
+from monitor.config.types import LazySection, Section, SectionsJsonSchema, all_defaults
 from monitor.errors import ConfigError
 from monitor.model import Kind
 from monitor.units import conversion, convert
+
+if TYPE_CHECKING:  # what the lazy sections hold, for the type checker
+    from monitor.config.notify import Notify
+    from monitor.config.outputs import Billing, Influx
+    from monitor.config.sources import Modbus, Mqtt
+    from monitor.config.station_models import WetWell
+
+    ModbusSection = Modbus | None
+    MqttSection = Mqtt | None
+    InfluxSection = Influx | None
+    BillingSection = Billing | None
+    NotifySection = Notify | None
+    WetWellSection = WetWell | None
+else:  # imported and compiled only for a config that has them (types.LazySection)
+    ModbusSection = Annotated[Any, LazySection("monitor.config.sources", "Modbus")]
+    MqttSection = Annotated[Any, LazySection("monitor.config.sources", "Mqtt")]
+    InfluxSection = Annotated[Any, LazySection("monitor.config.outputs", "Influx")]
+    BillingSection = Annotated[Any, LazySection("monitor.config.outputs", "Billing")]
+    NotifySection = Annotated[Any, LazySection("monitor.config.notify", "Notify")]
+    WetWellSection = Annotated[Any, LazySection("monitor.config.station_models", "WetWell")]
 
 DEFAULT_PROFILE = Path(__file__).resolve().parent.parent / "profiles" / "barton-139.yaml"
 
@@ -56,16 +72,16 @@ class Config(Section):
     profile: Profile
     state_dir: Path = Path("state")
     sensors: list[Sensor] = Field(min_length=1)
-    modbus: Modbus | None = None
-    mqtt: Mqtt | None = None
-    influx: Influx | None = None
+    modbus: ModbusSection = None
+    mqtt: MqttSection = None
+    influx: InfluxSection = None
     store: Store = all_defaults(Store)
     console: Console = all_defaults(Console)
     alarms: Alarms = all_defaults(Alarms)
-    billing: Billing | None = None
+    billing: BillingSection = None
     incidents: Incidents = all_defaults(Incidents)
-    notify: Notify | None = None  # callout: people, rosters, pipelines (monitor/callout)
-    wet_well: WetWell | None = None  # the pumping station (monitor/station)
+    notify: NotifySection = None  # callout: people, rosters, pipelines (monitor/callout)
+    wet_well: WetWellSection = None  # the pumping station (monitor/station)
 
     @cached_property
     def rules(self) -> dict[str, SensorRules]:
@@ -88,6 +104,11 @@ class Config(Section):
             if s.id == sensor_id:
                 return s
         raise KeyError(sensor_id)
+
+
+def config_json_schema() -> dict[str, Any]:
+    """`Config`'s JSON Schema, its lazy sections shown as their models (types.LazySection)."""
+    return Config.model_json_schema(by_alias=True, schema_generator=SectionsJsonSchema)
 
 
 def load_config(path: str | Path) -> Config:
@@ -284,7 +305,7 @@ def _known_keys() -> list[str]:
             for value in schema:
                 walk(value)
 
-    walk(Config.model_json_schema(by_alias=True))
+    walk(config_json_schema())
     return sorted(names)
 
 

@@ -6,8 +6,6 @@ placeholders of an HTTP request template are checked against the ones a message
 fills in, so a typo fails at start, not at 3 a.m. on the first page.
 """
 
-from __future__ import annotations
-
 import re
 from datetime import date, time
 from pathlib import Path
@@ -42,7 +40,7 @@ class EmailChannel(Section):
     timeout: Duration = Field(15.0, gt=0)
 
     @model_validator(mode="after")
-    def _auth_pair(self) -> EmailChannel:
+    def _auth_pair(self) -> "EmailChannel":
         if (self.username is None) != (self.password is None):
             raise key_error("password", "username and password go together")
         return self
@@ -71,7 +69,7 @@ class HttpChannel(Section):
     timeout: Duration = Field(10.0, gt=0)
 
     @model_validator(mode="after")
-    def _template(self) -> HttpChannel:
+    def _template(self) -> "HttpChannel":
         if sum(x is not None for x in (self.form, self.json_body, self.body)) > 1:
             raise key_error("body", "give one of form, json or body")
         if (self.username is None) != (self.password is None):
@@ -170,7 +168,7 @@ class Notify(Section):
     heartbeat: Heartbeat | None = None
 
     @model_validator(mode="after")
-    def _references(self) -> Notify:
+    def _references(self) -> "Notify":
         for pid, person in self.people.items():
             for channel in person.contacts:
                 if channel not in self.channels:

@@ -1,7 +1,5 @@
 """Output sections: InfluxDB writer and outbox, local series store, console, alarms, billing."""
 
-from __future__ import annotations
-
 from decimal import Decimal
 from pathlib import Path
 from typing import Literal
@@ -34,7 +32,7 @@ class Influx(Section):
     max_backoff: Duration = Field(300.0, gt=0)
 
     @model_validator(mode="after")
-    def _api_keys(self) -> Influx:
+    def _api_keys(self) -> "Influx":
         if self.api == "v2":
             for key in ("org", "bucket"):
                 if getattr(self, key) is None:
@@ -79,7 +77,7 @@ class Console(Section):
     max_live_clients: int = Field(16, ge=1, le=1000, description="open live-update streams; more get 503")
 
     @model_validator(mode="after")
-    def _token_length(self) -> Console:
+    def _token_length(self) -> "Console":
         if self.token is not None and len(self.token.get_secret_value()) < MIN_TOKEN:
             raise key_error("token", f"must be at least {MIN_TOKEN} characters (e.g. `openssl rand -hex 16`)")
         return self
@@ -135,7 +133,7 @@ class Alarms(Section):
         return self.priorities.get(rule, Priority.MEDIUM)
 
     @model_validator(mode="after")
-    def _shelve(self) -> Alarms:
+    def _shelve(self) -> "Alarms":
         if self.shelve_default > self.shelve_max:
             raise key_error("shelve_default", "must not exceed shelve_max")
         return self
@@ -180,7 +178,7 @@ class Billing(Section):
     accounts: list[Account] = []
 
     @model_validator(mode="after")
-    def _one_system_flow(self) -> Billing:
+    def _one_system_flow(self) -> "Billing":
         if self.system_flow_gpd is not None and self.system_meter is not None:
             raise key_error("system_meter", "set system_flow_gpd or system_meter, not both")
         return self

@@ -1,7 +1,5 @@
 """Sensors, their limits and slug rules, and the ordinance profile they default from."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -44,7 +42,7 @@ class LimitsOverride(Section):
     citation: str | None = None
 
     @model_validator(mode="after")
-    def _low_below_high(self) -> LimitsOverride:
+    def _low_below_high(self) -> "LimitsOverride":
         if self.low is not None and self.high is not None and self.low >= self.high:
             raise key_error("high", "must be greater than limits.low")
         return self
@@ -107,7 +105,7 @@ class Sensor(Section):
     max_input_age: Duration = Field(300.0, gt=0, description="derived: inputs older than this stop it")
 
     @model_validator(mode="after")
-    def _unit_fits_kind(self) -> Sensor:
+    def _unit_fits_kind(self) -> "Sensor":
         for key, message in check_sensor(self):
             raise key_error(key, message)
         allowed = UNITS[self.kind]

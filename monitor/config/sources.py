@@ -1,7 +1,5 @@
 """Source sections: Modbus devices with their register maps, MQTT broker and subscriptions."""
 
-from __future__ import annotations
-
 import re
 from pathlib import Path
 from typing import Literal
@@ -41,7 +39,7 @@ class ModbusField(Section):
     bad_values: list[float] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _type_fits(self) -> ModbusField:
+    def _type_fits(self) -> "ModbusField":
         if self.type == "BIT" and self.bit is None and self.register_type in ("holding", "input"):
             raise key_error("bit", "required for type BIT on a holding or input register")
         if self.type != "BIT" and self.bit is not None:
@@ -80,7 +78,7 @@ class ModbusDevice(Section):
     fields: list[ModbusField] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _endpoint(self) -> ModbusDevice:
+    def _endpoint(self) -> "ModbusDevice":
         if self.transport == "tcp":
             if not self.host:
                 raise key_error("host", "required for a TCP device")
@@ -101,7 +99,7 @@ class Modbus(Section):
     devices: list[ModbusDevice] = []
 
     @model_validator(mode="after")
-    def _one_line_one_setting(self) -> Modbus:
+    def _one_line_one_setting(self) -> "Modbus":
         """Units on one serial line share its baud rate and framing (one connection owner)."""
         seen: dict[str, tuple[int, tuple[object, ...]]] = {}
         for i, d in enumerate(self.devices):
@@ -136,7 +134,7 @@ class Subscription(Section):
     qos: Literal[0, 1, 2] | None = None
 
     @model_validator(mode="after")
-    def _filter_and_template(self) -> Subscription:
+    def _filter_and_template(self) -> "Subscription":
         try:
             check_topic_filter(self.topic)
         except ValueError as exc:

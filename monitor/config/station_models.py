@@ -4,8 +4,6 @@ Apart from `station.py` (which checks them against every sensor) so that `sensor
 can use them without an import circle.
 """
 
-from __future__ import annotations
-
 import itertools
 from typing import Annotated, Any, Protocol
 
@@ -66,7 +64,7 @@ class Setpoints(Section):
         return data
 
     @model_validator(mode="after")
-    def _ordered(self) -> Setpoints:
+    def _ordered(self) -> "Setpoints":
         chain = [("off", self.off), ("lead_on", self.lead_on)]
         if self.lag_on is not None:
             chain.append(("lag_on", self.lag_on))
