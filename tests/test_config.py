@@ -73,6 +73,11 @@ PLC = {"name": "plc", "host": "127.0.0.1", "port": 502}
 BROKEN: list[tuple[str, dict[str, object], str]] = [
     ("typo in a key", with_sensors({"id": "a", "kind": "ph", "limts": {"low": 4}}),
      "sensors[0].limts: unknown key (did you mean 'limits'?)"),
+    ("typo in a nested section's key",
+     with_sensors({"id": "lvl", "kind": "level", "unit": "ft",
+                   "setpoints": {"off": 2, "lead_on": 4, "lag_on": 5, "high": 6, "overflow": 7}},
+                  wet_well={"level": "lvl", "weir": {"lenght": "2 ft"}}),
+     "wet_well.weir.lenght: unknown key (did you mean 'length'?)"),
     ("low above high", with_sensors({"id": "a", "kind": "flow"}, {"id": "b", "kind": "ph"},
                                     {"id": "c", "kind": "flow"},
                                     {"id": "d", "kind": "concentration", "limits": {"low": 9, "high": 3}}),
@@ -146,6 +151,19 @@ def test_broken_config_names_the_key(raw: dict[str, object], expected: str) -> N
     with pytest.raises(ConfigError) as info:
         build_config(raw)
     assert any(p.startswith(expected) for p in info.value.problems), info.value.problems
+
+
+def test_a_key_valid_only_elsewhere_is_not_offered_as_its_own_fix() -> None:
+    """`kind` is a sensor's key, not a weir's: the hint used to read "did you mean 'kind'?"."""
+    level: dict[str, object] = {
+        "id": "lvl",
+        "kind": "level",
+        "unit": "ft",
+        "setpoints": {"off": 2, "lead_on": 4, "lag_on": 5, "high": 6, "overflow": 7},
+    }
+    with pytest.raises(ConfigError) as info:
+        build_config(with_sensors(level, wet_well={"level": "lvl", "weir": {"kind": "v", "length": "2 ft"}}))
+    assert info.value.problems == ["wet_well.weir.kind: unknown key"]
 
 
 def test_every_problem_is_reported_at_once() -> None:

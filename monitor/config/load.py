@@ -286,9 +286,43 @@ def _suggest(exc: ValidationError, loc: list[int | str]) -> str:
     retired = RETIRED_KEYS.get((parent, key))
     if retired is not None:
         return f" ({retired})"
-    names = _known_keys()
+    # The keys of the mapping the misspelt one sits in; where the schema cannot tell (a
+    # union it cannot resolve), any key of the file's schema but the misspelt key itself: a
+    # key valid elsewhere (`kind` under `wet_well.weir`) must not be offered back as its fix.
+    names = _keys_at(loc[:-1]) or [k for k in _known_keys() if k != key]
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.75)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _keys_at(path: list[int | str]) -> list[str]:
+    """The keys the schema allows at `path` (e.g. ['wet_well', 'weir']), [] if unknown."""
+    schema = config_json_schema()
+    defs: dict[str, Any] = schema.get("$defs", {})
+
+    def expand(node: Any) -> list[dict[str, Any]]:
+        if not isinstance(node, dict):
+            return []
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return expand(defs.get(ref.removeprefix("#/$defs/")))
+        out = [node]
+        for combinator in ("anyOf", "oneOf", "allOf"):
+            for option in node.get(combinator, []):
+                out.extend(expand(option))
+        return out
+
+    nodes = expand(schema)
+    for part in path:
+        following: list[dict[str, Any]] = []
+        for node in nodes:
+            if isinstance(part, int):
+                following.extend(expand(node.get("items")))
+            elif part in node.get("properties", {}):
+                following.extend(expand(node["properties"][part]))
+            elif isinstance(node.get("additionalProperties"), dict):
+                following.extend(expand(node["additionalProperties"]))
+        nodes = following
+    return sorted({k for node in nodes for k in node.get("properties", {})})
 
 
 def _known_keys() -> list[str]:
