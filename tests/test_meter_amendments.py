@@ -239,6 +239,7 @@ def test_the_influxdb_copy_follows_a_void_and_a_correction(tmp_path: Path) -> No
     def drain() -> None:
         for r in book.take_records():
             points[(r.meter, r.time)] = r.consumption_ft3
+        book.sent()
 
     try:
         book.ingest(readings())

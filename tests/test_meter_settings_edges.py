@@ -138,7 +138,7 @@ def test_a_swap_at_a_unit_change_writes_the_old_meters_delta_in_its_own_unit(
     book = MeterBook.open(load_config(path))
     sink = open_sink(load_config(path))
     book.ingest([Sample("m", hour(h), 500 + 10 * h) for h in range(5)])  # 540 gal at 04:00
-    sink.write_meter_records(book.take_records())
+    book.send(sink.write_meter_records, limit=None)
     book.close()
     edit(path, unit="m3", settings_since=iso(hour(5)))
     config = load_config(path)
@@ -151,6 +151,7 @@ def test_a_swap_at_a_unit_change_writes_the_old_meters_delta_in_its_own_unit(
     assert swap.consumption_ft3 == pytest.approx(10 * 231 / 1728)  # 10 gal
     assert swap.consumption == pytest.approx(10 * 231 / 1728 * 0.028316846592)  # in the point's unit
     sink.write_meter_records(records)
+    book.sent()
     assert asyncio.run(sink.drain(60)) == 0
     sink.close()
     assert config.billing is not None
@@ -315,12 +316,12 @@ def test_the_historian_across_a_unit_change_bills_each_record_in_its_unit_and_sa
     sink = open_sink(load_config(path))
     book = MeterBook.open(load_config(path))
     book.ingest([Sample("m", float(t), v) for t, v in daily("2025-07-01", 45, 1000)])  # to 14 August
-    sink.write_meter_records(book.take_records())
+    book.send(sink.write_meter_records, limit=None)
     book.close()
     edit(path, unit="ft3", multiplier=10, settings_since=CHANGE)
     book = MeterBook.open(load_config(path))
     book.ingest([Sample("m", float(t), v) for t, v in daily("2025-08-15", 100, 20)])  # into Q4
-    sink.write_meter_records(book.take_records())
+    book.send(sink.write_meter_records, limit=None)
     book.close()
     assert asyncio.run(sink.drain(60)) == 0
     sink.close()
@@ -424,13 +425,13 @@ def test_rows_a_backdated_change_re_judges_at_the_open_reach_influxdb(
     sink = open_sink(load_config(path))
     book = MeterBook.open(load_config(path))
     book.ingest([Sample("m", float(t), v) for t, v in daily("2025-07-01", 62, 1000)])  # to 31 August
-    sink.write_meter_records(book.take_records())
+    book.send(sink.write_meter_records, limit=None)
     book.close()
     edit(path, multiplier=10, settings_since=CHANGE)
     config = load_config(path)
     book = MeterBook.open(config)  # the daemon's start with the edited config
     book.ingest([Sample("m", float(t), v) for t, v in daily("2025-09-01", 30, 1000 + 100 * 62)])
-    sink.write_meter_records(book.take_records())
+    book.send(sink.write_meter_records, limit=None)
     assert asyncio.run(sink.drain(60)) == 0
     sink.close()
     (want,) = export_rows(config, book.ledger, quarter("2025Q3"))
@@ -545,7 +546,7 @@ def test_rows_another_process_re_judged_by_recording_a_change_reach_influxdb(
     sink = open_sink(load_config(path))
     book = MeterBook.open(load_config(path))  # the running daemon's
     book.ingest([Sample("m", float(t), v) for t, v in daily("2025-07-01", 62, 1000)])
-    sink.write_meter_records(book.take_records())
+    book.send(sink.write_meter_records, limit=None)
     other = tmp_path / "edited.yaml"
     other.write_text(path.read_text())
     edit(other, multiplier=10, settings_since=CHANGE)
@@ -555,7 +556,7 @@ def test_rows_another_process_re_judged_by_recording_a_change_reach_influxdb(
     got = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert got.returncode == 0 and "settings changed" in got.stderr, got.stderr
     book.ingest([Sample("m", float(t), v) for t, v in daily("2025-09-01", 30, 1000 + 100 * 62)])
-    sink.write_meter_records(book.take_records())
+    book.send(sink.write_meter_records, limit=None)
     assert asyncio.run(sink.drain(60)) == 0
     sink.close()
     book.close()
@@ -585,7 +586,7 @@ def test_rows_a_command_re_judged_reach_influxdb_from_the_next_daemon(
     sink = open_sink(load_config(path))
     book = MeterBook.open(load_config(path))
     book.ingest([Sample("m", float(t), v) for t, v in daily("2025-07-01", 62, 1000)])
-    sink.write_meter_records(book.take_records())
+    book.send(sink.write_meter_records, limit=None)
     book.close()  # the daemon stops (a reload, or down)
     edit(path, multiplier=10, settings_since=CHANGE)
     got = monitor_cli("meters", "show", "--config", str(path), "--meter", "m")
@@ -593,7 +594,7 @@ def test_rows_a_command_re_judged_reach_influxdb_from_the_next_daemon(
     config = load_config(path)
     book = MeterBook.open(config)  # the next daemon: nothing changed for it
     book.ingest([Sample("m", float(t), v) for t, v in daily("2025-09-01", 30, 1000 + 100 * 62)])
-    sink.write_meter_records(book.take_records())
+    book.send(sink.write_meter_records, limit=None)
     assert book.take_records() == []  # sent once
     assert asyncio.run(sink.drain(60)) == 0
     sink.close()
