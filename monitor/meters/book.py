@@ -263,11 +263,16 @@ class MeterBook:
         self.backlog = limit is not None and len(keys) >= limit
         held = {(r.meter, r.time_ms) for r in rows}
         for meter, time_ms in keys:
-            if (meter, time_ms) not in held:  # a voided swap and no reading there: zero its point
+            if (meter, time_ms) not in held:  # a voided swap and no reading there: blank its point
                 voids = [a for a in ledger.amendments(meter, time_ms - 1, time_ms) if a.action == VOID]
                 if voids:
-                    old = Decimal(voids[-1].old_final)
-                    rows.append(Row(meter, time_ms, OLD_FINAL, old, True, ZERO, ZERO, ("voided",), "voided"))
+                    # InfluxDB cannot be told to forget a point (line protocol), so it is
+                    # overwritten with one that says nothing happened: the register where the
+                    # last accepted reading left it, nothing billed (so the historian finds it
+                    # reconciled: its rise is its consumption, 0).
+                    base = ledger.accepted_at_or_before(meter, time_ms)
+                    at = base.reading if base is not None else Decimal(voids[-1].old_final)
+                    rows.append(Row(meter, time_ms, OLD_FINAL, at, True, ZERO, ZERO, ("voided",), "voided"))
         rows.sort(key=lambda r: (r.time_ms, r.meter, r.seq))
         return meter_records(rows, ledger.specs, ledger.spec_at)
 
