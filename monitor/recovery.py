@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from monitor.meters.book import MeterBook, meter_records
+from monitor.meters.book import TAKE, MeterBook, meter_records
 from monitor.meters.ledger import Row, to_ms
 from monitor.model import Kind, Rule, Sample
 from monitor.pipeline import Pipeline
@@ -37,7 +37,7 @@ def recover(pipeline: Pipeline) -> int:
         conditions = pipeline.meters.ingest(meters) if meters else []
         # The ledger keeps its points marked until the outbox has them (`MeterBook.sent`); the
         # batch's own are sent again too, for a ledger written before it kept marks.
-        fresh = pipeline.meters.take_records()
+        fresh = pipeline.meters.take_records(TAKE)
         marked = {(r.meter, r.time) for r in fresh}
         old = [r for r in _ledger_points(pipeline.meters, meters) if (r.meter, r.time) not in marked]
         pipeline.sink.write_meter_records([*fresh, *old])

@@ -13,6 +13,7 @@ import io
 import logging
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 from decimal import Decimal
@@ -609,3 +610,29 @@ def test_rows_a_command_re_judged_reach_influxdb_from_the_next_daemon(
         db="next",
     )["results"][0]["series"][0]["values"][0][1]
     assert want["consumption_ft3"] == "50400.000" and Decimal(f"{got_sum:.3f}") == Decimal("50400.000")
+
+
+def test_a_ledger_whose_settings_cursor_is_behind_marks_the_rows_it_had_not_sent(tmp_path: Path) -> None:
+    # A schema-2 ledger from before the `unsent` marks kept, per meter, the id of the latest
+    # settings row the InfluxDB copy followed. A period recorded after it (a command while the
+    # daemon was down) had rows not sent yet: the upgrade marks them, and only them.
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(path, {"m": spec()}, now=hour(40))
+    ledger.add_many([("m", hour(h), Decimal(1000 + 10 * h)) for h in range(1, 30)])
+    ledger.close()
+    ledger = Ledger(path, {"m": spec("10", since=hour(20.5))}, now=hour(40))  # the command's open
+    ledger.close()
+    db = sqlite3.connect(path)
+    db.executescript(
+        "DROP TABLE unsent; PRAGMA user_version=2; UPDATE meta SET value='2' WHERE key='schema';"
+        " INSERT INTO meta VALUES ('influx copy settings id: m', '1');"  # the x1 period's row
+    )
+    db.close()
+    ledger = Ledger(path, {"m": spec("10", since=hour(20.5))}, now=hour(40))
+    keys, rows = ledger.unsent()
+    assert keys == [("m", round(hour(h) * 1000)) for h in range(21, 30)]
+    assert [r.time_ms for r in rows] == [k[1] for k in keys]
+    ledger.close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT count(*) FROM meta WHERE key LIKE 'influx copy%'").fetchone() == (0,)
+    db.close()

@@ -59,6 +59,18 @@ log = logging.getLogger(__name__)
 LEDGER_SCHEMA = Schema("meter ledger", (SCHEMA, SETTINGS, UNSENT))
 
 
+ROW_COLUMNS = "r.time_ms, r.seq, r.reading, r.accepted, r.counts, r.volume, r.flags, r.message, r.lim"
+
+
+def _row(meter: str, columns: list[object] | tuple[object, ...]) -> Row:
+    """A `readings` row (`ROW_COLUMNS`) as a `Row`."""
+    t, seq, reading, accepted, counts, volume, flags, message, lim = columns
+    assert isinstance(t, int) and isinstance(seq, int) and isinstance(flags, str)
+    return Row(meter, t, seq, Decimal(str(reading)), bool(accepted), Decimal(str(counts)),
+               Decimal(str(volume)), tuple(f for f in flags.split(",") if f), str(message),
+               Decimal(str(lim)) if lim else None)  # fmt: skip
+
+
 class Ledger(SettingsPeriods, Amendments):
     """SQLite meter ledger under the state directory; one writer (the daemon or a command)."""
 
@@ -341,23 +353,10 @@ class Ledger(SettingsPeriods, Amendments):
             raise StateError(f"meter ledger {self.path}: {exc}") from exc
 
     def _select(self, meter: str, where: str, *params: object) -> list[Row]:
-        sql = (
-            "SELECT time_ms, seq, reading, accepted, counts, volume, flags, message, lim"
-            " FROM readings WHERE meter=? "
-        )
+        sql = f"SELECT {ROW_COLUMNS} FROM readings r WHERE meter=? "
         if "ORDER BY" not in where:
             where += " ORDER BY time_ms, seq"
-        out = []
-        for t, seq, reading, accepted, counts, volume, flags, message, lim in self._query(
-            sql + where, (meter, *params)
-        ):
-            assert isinstance(t, int) and isinstance(seq, int) and isinstance(flags, str)
-            out.append(
-                Row(meter, t, seq, Decimal(str(reading)), bool(accepted), Decimal(str(counts)),
-                    Decimal(str(volume)), tuple(f for f in flags.split(",") if f), str(message),
-                    Decimal(str(lim)) if lim else None)
-            )  # fmt: skip
-        return out
+        return [_row(meter, columns) for columns in self._query(sql + where, (meter, *params))]
 
     def _accepted_before(self, meter: str, key: tuple[int, int]) -> Row | None:
         rows = self._select(
@@ -404,18 +403,24 @@ class Ledger(SettingsPeriods, Amendments):
         if not meters:
             return [], []
         marks = ",".join("?" * len(meters))
+        # The marked points' rows only (a correction years back and today's reading are two
+        # points, not the history between them).
         got = self._query(
-            f"SELECT meter, time_ms FROM unsent WHERE meter IN ({marks}) ORDER BY meter, time_ms"
-            + ("" if limit is None else f" LIMIT {int(limit)}"),
+            f"SELECT u.meter, u.time_ms, {ROW_COLUMNS} FROM (SELECT meter, time_ms FROM unsent"
+            f" WHERE meter IN ({marks}) ORDER BY meter, time_ms"
+            + ("" if limit is None else f" LIMIT {int(limit)}")
+            + ") u LEFT JOIN readings r ON r.meter = u.meter AND r.time_ms = u.time_ms"
+            " ORDER BY u.meter, u.time_ms, r.seq",
             tuple(meters),
         )
-        keys = [(str(m), int(str(t))) for m, t in got]
+        keys: list[tuple[str, int]] = []
         rows: list[Row] = []
-        for meter in meters:
-            times = [t for m, t in keys if m == meter]
-            if times:
-                wanted = set(times)
-                rows.extend(r for r in self.rows(meter, times[0] - 1, times[-1]) if r.time_ms in wanted)
+        for meter, time_ms, *columns in got:
+            key = (str(meter), int(str(time_ms)))
+            if not keys or keys[-1] != key:
+                keys.append(key)
+            if columns[1] is not None:  # seq: a point with rows (a voided swap may have none)
+                rows.append(_row(key[0], columns))
         return keys, rows
 
     def clear_unsent(self, keys: list[tuple[str, int]], version: int, marked: int) -> bool:
