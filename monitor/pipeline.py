@@ -372,14 +372,19 @@ class Pipeline:
         if self._stuck is not None or self._queue:
             return  # the next batch takes them
         try:
-            if self.meters.due():
-                self.meters.send(self.sink.write_meter_records)
+            sent = self.meters.send(self.sink.write_meter_records) if self.meters.due() else 0
         except (SinkError, StateError) as exc:
             if not self._meters_failing:  # once per episode, not every tick
                 log.warning("meter points not handed to the outbox yet (kept in the ledger): %s", exc)
             self._meters_failing = True
             return
         self._meters_failing = False
+        if sent:
+            log.info(
+                "%d meter point(s) the ledger held for InfluxDB handed to the outbox (rows an amendment,"
+                " a settings change or a late reading re-judged, or a crash left unsent)",
+                sent,
+            )
 
     def raise_conditions(self, conditions: Sequence[Condition]) -> None:
         """Raise conditions and tell the listeners what changed (timer work, recovery)."""

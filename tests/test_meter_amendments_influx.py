@@ -130,6 +130,7 @@ def test_amendments_made_while_the_daemon_runs_and_while_it_is_down_reach_influx
         meters(config, "void-replacement", "--time", SWAP, "--by", "op", "--why", "wrong meter")
         assert export(config) == unamended
         wait_agrees(config, "the void in InfluxDB")
+        assert "meter point(s) the ledger held for InfluxDB handed to the outbox" in log.read_text()
         daemon.stop()
     # While it is down: the replacement recorded again; the next start sends it.
     meters(config, "replace", "--time", SWAP, "--old-final", "4950", "--new-initial", "5", "--by", "op")
