@@ -431,18 +431,21 @@ class Ledger(SettingsPeriods, Amendments):
         lost to a power cut only sends the points again."""
         if not keys:
             return True
+        self._synchronous("NORMAL")
         try:
-            self._db.execute("PRAGMA synchronous=NORMAL")
             with self._tx():
                 if self._version != version or self.marked != marked:
                     return False
                 self._db.executemany("DELETE FROM unsent WHERE meter=? AND time_ms=?", keys)
             return True
         finally:
-            try:
-                self._db.execute("PRAGMA synchronous=FULL")
-            except sqlite3.Error as exc:
-                raise StateError(f"meter ledger {self.path}: {exc}") from exc
+            self._synchronous("FULL")
+
+    def _synchronous(self, level: str) -> None:
+        try:
+            self._db.execute(f"PRAGMA synchronous={level}")
+        except sqlite3.Error as exc:
+            raise StateError(f"meter ledger {self.path}: {exc}") from exc
 
     def conflicts(self, meter: str, after_ms: int | None = None, until_ms: int | None = None) -> int:
         lo = -(2**62) if after_ms is None else after_ms
