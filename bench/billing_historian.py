@@ -68,6 +68,7 @@ def run(root: Path, n: int, influx: InfluxDB1, vm: VictoriaMetrics) -> None:
         book = MeterBook.open(ledgers[-1])
         book.ingest(samples)
         records = book.take_records()
+        book.sent()
         book.close()
         for name, section in sections.items():
             path = root / f"s{i}-{name}.yaml"

@@ -61,7 +61,6 @@ from monitor.errors import SinkError, StateError
 from monitor.meters.book import MeterBook
 from monitor.model import Alarm, Clock, Condition, ConditionState, Kind, Rule, Sample
 from monitor.reconcile import Reconciler
-from monitor.sinks.lineproto import MeterPoint
 from monitor.sinks.pipeline import SampleSink
 from monitor.sqlite import real_cause
 from monitor.station.live import LiveStation
@@ -122,7 +121,6 @@ class _Batch:
     held: int | None = None  # intake record in the series store
     in_outbox: bool = False
     in_ledger: bool = False
-    records: Sequence[MeterPoint] | None = None
 
 
 class SourceEmit:
@@ -173,6 +171,7 @@ class Pipeline:
         self._listeners: list[BatchListener] = []
         self._retry_at = 0.0
         self._stuck: _Batch | None = None  # the batch a store refused, tried again first
+        self._meters_failing = False  # `send_meter_points` failed and said so
 
     # --- intake ------------------------------------------------------------------------
 
@@ -290,12 +289,10 @@ class Pipeline:
         if not batch.in_ledger and batch.meter_samples:
             batch.conditions.extend(self.meters.ingest(batch.meter_samples))
             batch.in_ledger = True
-        if batch.records is None:
-            # Ledger rows to InfluxDB, with their verdict; also rows a replacement
-            # recorded through the console re-judged since the last batch.
-            batch.records = self.meters.take_records()
-        sink.write_meter_records(batch.records)
-        batch.records = []
+        # The ledger's points marked for InfluxDB (this batch's rows with their verdict, rows it
+        # or an amendment re-judged, whoever made it), unmarked once the outbox holds them.
+        if self.meters.due():
+            self.meters.send(sink.write_meter_records)
         if batch.held is not None:
             sink.store.release(batch.held)
 
@@ -366,6 +363,28 @@ class Pipeline:
             self.raise_conditions(self.reconciler.retire(now))
         self.raise_conditions(self.engine.tick(now))
         self.alarms.tick(now)
+        self.send_meter_points()
+
+    def send_meter_points(self) -> None:
+        """Ledger points marked for InfluxDB with no batch to carry them: an amendment or a
+        settings change a `monitor meters` command (or the console) recorded, the rest of a
+        large re-judge. A ledger or outbox that fails leaves them marked for the next try."""
+        if self._stuck is not None or self._queue:
+            return  # the next batch takes them
+        try:
+            sent = self.meters.send(self.sink.write_meter_records) if self.meters.due() else 0
+        except (SinkError, StateError) as exc:
+            if not self._meters_failing:  # once per episode, not every tick
+                log.warning("meter points not handed to the outbox yet (kept in the ledger): %s", exc)
+            self._meters_failing = True
+            return
+        self._meters_failing = False
+        if sent:
+            log.info(
+                "%d meter point(s) the ledger held for InfluxDB handed to the outbox (rows an amendment,"
+                " a settings change or a late reading re-judged, or a crash left unsent)",
+                sent,
+            )
 
     def raise_conditions(self, conditions: Sequence[Condition]) -> None:
         """Raise conditions and tell the listeners what changed (timer work, recovery)."""

@@ -2,7 +2,8 @@
 
 The series store keeps each batch as an intake record until the outbox and the
 ledger have it (`monitor.pipeline`); a record still held at start means a crash
-fell between the commits. Each is applied again to the outbox and the ledger:
+fell between the commits. Each is applied again to the outbox and the ledger
+(whose points still marked for InfluxDB are then sent, `MeterBook.send`):
 every step is idempotent by key (series store and ledger: one row per sensor or
 meter and time; InfluxDB: one point per series and timestamp), so applying a
 batch twice, or being interrupted while doing it, converges to the same stores.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from monitor.meters.book import MeterBook, meter_records
+from monitor.meters.book import TAKE, MeterBook, meter_records
 from monitor.meters.ledger import Row, to_ms
 from monitor.model import Kind, Rule, Sample
 from monitor.pipeline import Pipeline
@@ -34,14 +35,13 @@ def recover(pipeline: Pipeline) -> int:
         meters = [s for s in samples if kinds.get(s.sensor) is Kind.METER]
         pipeline.sink.write_samples_to_outbox(samples)
         conditions = pipeline.meters.ingest(meters) if meters else []
-        # Rows the ledger already held are no news to `take_records`: send them again.
-        fresh = pipeline.meters.take_records()
-        sent = {(r.meter, r.time) for r in fresh}
-        records = [
-            *fresh,
-            *(r for r in _ledger_points(pipeline.meters, meters) if (r.meter, r.time) not in sent),
-        ]
-        pipeline.sink.write_meter_records(records)
+        # The ledger keeps its points marked until the outbox has them (`MeterBook.sent`); the
+        # batch's own are sent again too, for a ledger written before it kept marks.
+        fresh = pipeline.meters.take_records(TAKE)
+        marked = {(r.meter, r.time) for r in fresh}
+        old = [r for r in _ledger_points(pipeline.meters, meters) if (r.meter, r.time) not in marked]
+        pipeline.sink.write_meter_records([*fresh, *old])
+        pipeline.meters.sent()
         pipeline.sink.store.release(seq)
         pipeline.raise_conditions(conditions)
         count += 1
@@ -50,6 +50,10 @@ def recover(pipeline: Pipeline) -> int:
         for meter in pipeline.meters.ledger.specs
         for alarm in [pipeline.alarms.get(meter, Rule.METER)]
     }
+    # Points marked in the ledger and not in the outbox: a crash between the ledger's commit
+    # and the outbox's, an amendment or settings change recorded while the daemon was down.
+    # The first TAKE now, the rest on the timer ticks (`Pipeline.send_meter_points`).
+    pipeline.send_meter_points()
     meter_conditions = pipeline.meters.reconcile(journal)
     if meter_conditions:
         log.warning("%d meter alarm(s) brought in line with the ledger", len(meter_conditions))

@@ -162,7 +162,7 @@ def test_consumption_in_influxdb_equals_the_export(tmp_path: Path, influxdb1: In
         samples = [Sample(r["sensor"], parse_time(r["time"]), float(r["value"])) for r in csv.DictReader(fh)]
 
     def forward() -> None:
-        sink.write_meter_records(book.take_records())
+        book.send(sink.write_meter_records, limit=None)
 
     for i in range(0, len(samples), 1000):  # poll-cycle-sized batches, forwarded as they come
         book.ingest(samples[i : i + 1000])

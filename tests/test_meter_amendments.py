@@ -239,6 +239,7 @@ def test_the_influxdb_copy_follows_a_void_and_a_correction(tmp_path: Path) -> No
     def drain() -> None:
         for r in book.take_records():
             points[(r.meter, r.time)] = r.consumption_ft3
+        book.sent()
 
     try:
         book.ingest(readings())
@@ -255,6 +256,28 @@ def test_the_influxdb_copy_follows_a_void_and_a_correction(tmp_path: Path) -> No
         assert sum(points.values()) == float(row["consumption_ft3"]) == 80 + 10 + 10 + 41
     finally:
         book.close()
+
+
+def test_a_point_another_process_changes_between_a_take_and_its_clear_is_sent_again(tmp_path: Path) -> None:
+    # The daemon read the marked points and handed them to its outbox; before it cleared the
+    # marks, a command corrected one of those readings. Clearing then would leave InfluxDB
+    # with the value read before the correction, for good.
+    config = build_config({**RAW, "state_dir": str(tmp_path / "state")})
+    daemon = MeterBook.open(config, clock=ManualClock(NOW))
+    command = MeterBook.open(config, records=False, clock=ManualClock(NOW))
+    try:
+        daemon.ingest(readings())
+        taken = {r.time: r.reading for r in daemon.take_records()}
+        assert taken[T + 7 * H] == 55
+        command.correct("shop.meter", T + 7 * H, 56, "op", "photo")  # its own connection, committed
+        daemon.sent()  # the outbox holds what was taken: not cleared, the ledger changed since
+        again = {r.time: r.reading for r in daemon.take_records()}
+        assert again[T + 7 * H] == 56
+        daemon.sent()
+        assert daemon.take_records() == [] and not daemon.due()
+    finally:
+        command.close()
+        daemon.close()
 
 
 def test_meters_ingest_counts_times_outside_1970_to_2100_as_bad_rows(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import io
 import logging
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 from decimal import Decimal
@@ -138,7 +139,7 @@ def test_a_swap_at_a_unit_change_writes_the_old_meters_delta_in_its_own_unit(
     book = MeterBook.open(load_config(path))
     sink = open_sink(load_config(path))
     book.ingest([Sample("m", hour(h), 500 + 10 * h) for h in range(5)])  # 540 gal at 04:00
-    sink.write_meter_records(book.take_records())
+    book.send(sink.write_meter_records, limit=None)
     book.close()
     edit(path, unit="m3", settings_since=iso(hour(5)))
     config = load_config(path)
@@ -151,6 +152,7 @@ def test_a_swap_at_a_unit_change_writes_the_old_meters_delta_in_its_own_unit(
     assert swap.consumption_ft3 == pytest.approx(10 * 231 / 1728)  # 10 gal
     assert swap.consumption == pytest.approx(10 * 231 / 1728 * 0.028316846592)  # in the point's unit
     sink.write_meter_records(records)
+    book.sent()
     assert asyncio.run(sink.drain(60)) == 0
     sink.close()
     assert config.billing is not None
@@ -315,12 +317,12 @@ def test_the_historian_across_a_unit_change_bills_each_record_in_its_unit_and_sa
     sink = open_sink(load_config(path))
     book = MeterBook.open(load_config(path))
     book.ingest([Sample("m", float(t), v) for t, v in daily("2025-07-01", 45, 1000)])  # to 14 August
-    sink.write_meter_records(book.take_records())
+    book.send(sink.write_meter_records, limit=None)
     book.close()
     edit(path, unit="ft3", multiplier=10, settings_since=CHANGE)
     book = MeterBook.open(load_config(path))
     book.ingest([Sample("m", float(t), v) for t, v in daily("2025-08-15", 100, 20)])  # into Q4
-    sink.write_meter_records(book.take_records())
+    book.send(sink.write_meter_records, limit=None)
     book.close()
     assert asyncio.run(sink.drain(60)) == 0
     sink.close()
@@ -424,13 +426,13 @@ def test_rows_a_backdated_change_re_judges_at_the_open_reach_influxdb(
     sink = open_sink(load_config(path))
     book = MeterBook.open(load_config(path))
     book.ingest([Sample("m", float(t), v) for t, v in daily("2025-07-01", 62, 1000)])  # to 31 August
-    sink.write_meter_records(book.take_records())
+    book.send(sink.write_meter_records, limit=None)
     book.close()
     edit(path, multiplier=10, settings_since=CHANGE)
     config = load_config(path)
     book = MeterBook.open(config)  # the daemon's start with the edited config
     book.ingest([Sample("m", float(t), v) for t, v in daily("2025-09-01", 30, 1000 + 100 * 62)])
-    sink.write_meter_records(book.take_records())
+    book.send(sink.write_meter_records, limit=None)
     assert asyncio.run(sink.drain(60)) == 0
     sink.close()
     (want,) = export_rows(config, book.ledger, quarter("2025Q3"))
@@ -545,7 +547,7 @@ def test_rows_another_process_re_judged_by_recording_a_change_reach_influxdb(
     sink = open_sink(load_config(path))
     book = MeterBook.open(load_config(path))  # the running daemon's
     book.ingest([Sample("m", float(t), v) for t, v in daily("2025-07-01", 62, 1000)])
-    sink.write_meter_records(book.take_records())
+    book.send(sink.write_meter_records, limit=None)
     other = tmp_path / "edited.yaml"
     other.write_text(path.read_text())
     edit(other, multiplier=10, settings_since=CHANGE)
@@ -555,7 +557,7 @@ def test_rows_another_process_re_judged_by_recording_a_change_reach_influxdb(
     got = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert got.returncode == 0 and "settings changed" in got.stderr, got.stderr
     book.ingest([Sample("m", float(t), v) for t, v in daily("2025-09-01", 30, 1000 + 100 * 62)])
-    sink.write_meter_records(book.take_records())
+    book.send(sink.write_meter_records, limit=None)
     assert asyncio.run(sink.drain(60)) == 0
     sink.close()
     book.close()
@@ -585,7 +587,7 @@ def test_rows_a_command_re_judged_reach_influxdb_from_the_next_daemon(
     sink = open_sink(load_config(path))
     book = MeterBook.open(load_config(path))
     book.ingest([Sample("m", float(t), v) for t, v in daily("2025-07-01", 62, 1000)])
-    sink.write_meter_records(book.take_records())
+    book.send(sink.write_meter_records, limit=None)
     book.close()  # the daemon stops (a reload, or down)
     edit(path, multiplier=10, settings_since=CHANGE)
     got = monitor_cli("meters", "show", "--config", str(path), "--meter", "m")
@@ -593,7 +595,7 @@ def test_rows_a_command_re_judged_reach_influxdb_from_the_next_daemon(
     config = load_config(path)
     book = MeterBook.open(config)  # the next daemon: nothing changed for it
     book.ingest([Sample("m", float(t), v) for t, v in daily("2025-09-01", 30, 1000 + 100 * 62)])
-    sink.write_meter_records(book.take_records())
+    book.send(sink.write_meter_records, limit=None)
     assert book.take_records() == []  # sent once
     assert asyncio.run(sink.drain(60)) == 0
     sink.close()
@@ -608,3 +610,29 @@ def test_rows_a_command_re_judged_reach_influxdb_from_the_next_daemon(
         db="next",
     )["results"][0]["series"][0]["values"][0][1]
     assert want["consumption_ft3"] == "50400.000" and Decimal(f"{got_sum:.3f}") == Decimal("50400.000")
+
+
+def test_a_ledger_whose_settings_cursor_is_behind_marks_the_rows_it_had_not_sent(tmp_path: Path) -> None:
+    # A schema-2 ledger from before the `unsent` marks kept, per meter, the id of the latest
+    # settings row the InfluxDB copy followed. A period recorded after it (a command while the
+    # daemon was down) had rows not sent yet: the upgrade marks them, and only them.
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(path, {"m": spec()}, now=hour(40))
+    ledger.add_many([("m", hour(h), Decimal(1000 + 10 * h)) for h in range(1, 30)])
+    ledger.close()
+    ledger = Ledger(path, {"m": spec("10", since=hour(20.5))}, now=hour(40))  # the command's open
+    ledger.close()
+    db = sqlite3.connect(path)
+    db.executescript(
+        "DROP TABLE unsent; PRAGMA user_version=2; UPDATE meta SET value='2' WHERE key='schema';"
+        " INSERT INTO meta VALUES ('influx copy settings id: m', '1');"  # the x1 period's row
+    )
+    db.close()
+    ledger = Ledger(path, {"m": spec("10", since=hour(20.5))}, now=hour(40))
+    keys, rows = ledger.unsent()
+    assert keys == [("m", round(hour(h) * 1000)) for h in range(21, 30)]
+    assert [r.time_ms for r in rows] == [k[1] for k in keys]
+    ledger.close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT count(*) FROM meta WHERE key LIKE 'influx copy%'").fetchone() == (0,)
+    db.close()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from monitor.config import build_config
 from monitor.errors import MeterError
-from monitor.meters.book import MeterBook, meter_records, meter_specs
+from monitor.meters.book import MeterBook, MeterRecord, meter_records, meter_specs
 from monitor.meters.ledger import Ledger, Replacement, to_ms
 from monitor.meters.totalizer import MeterSpec, dec, ft3_to_gal, judge, to_ft3
 from monitor.model import ConditionState, Quality, Rule, Sample, parse_time
@@ -233,6 +233,7 @@ def test_meter_records_sum_to_the_ledger(tmp_path: Path) -> None:
     assert [r.consumption for r in records] == [0, 10, 10, 10]
     assert sum(r.consumption_ft3 for r in records) == pytest.approx(30 * 231 / 1728)
     assert records[1].reading == 10 and records[1].unit == "gal" and records[1].account == "b"
+    book.sent()  # the outbox holds them
     assert book.take_records() == []
     rows = book.ledger.rows("b.meter")
     assert meter_records(rows, book.ledger.specs) == records
@@ -309,9 +310,18 @@ def test_a_failed_batch_leaves_nothing_behind(tmp_path: Path) -> None:
     book.close()
 
 
-def test_a_book_without_an_outbox_keeps_no_records(tmp_path: Path) -> None:
+def test_a_book_without_an_outbox_leaves_its_points_marked_for_the_daemon(tmp_path: Path) -> None:
+    # `monitor meters ingest` (or a replay without InfluxDB) holds nothing in memory; the ledger
+    # keeps the points marked, and the next book that has an outbox sends them, once.
     config = build_config({**CONFIG, "state_dir": str(tmp_path / "state")})
     book = MeterBook.open(config, records=False)
     book.ingest([Sample("a.meter", t(h), 1000 + 10 * h) for h in range(50)])
-    assert book.take_records() == [] and book.ledger.count("a.meter") == 50
+    assert book.ledger.count("a.meter") == 50
     book.close()
+    daemon = MeterBook.open(config)
+    got: list[MeterRecord] = []
+    assert daemon.send(got.extend, limit=20) == 20 and daemon.due()  # a TAKE at a time
+    assert daemon.send(got.extend, limit=None) == 30 and not daemon.due()
+    assert [r.time for r in got] == [t(h) for h in range(50)]
+    assert daemon.take_records() == []
+    daemon.close()

@@ -329,7 +329,7 @@ def record(args: argparse.Namespace, config: Config, writes: frozenset[str]) -> 
                     )
                 )
                 if sink is not None:
-                    sink.write_meter_records(book.take_records())
+                    book.send(sink.write_meter_records, limit=None)
             yield step
         track(None)
 

@@ -4,7 +4,9 @@ Every record is appended, never rewritten: the first replacement at a time goes 
 `replacements` (as ledgers have always held it), and everything after it (a void, a
 replacement re-recorded with the right figures, a corrected misread) into the
 append-only `amendments` table, with who, why and when. The `readings` rows are the
-derived view and are re-judged from the amended time on, so the bill follows.
+derived view and are re-judged from the amended time on, so the bill follows; every point
+that changes is marked for InfluxDB in the same transaction (`rows.UNSENT`), so the
+historian follows too, whichever process made the amendment.
 
 Every request is checked before anything is written (times not before the meter's
 first reading and not in the future, figures that agree with the readings around
@@ -90,7 +92,10 @@ class Amendments:
         ) -> Step: ...
         def spec_at(self, meter: str, time_ms: int, seq: int = READING) -> MeterSpec: ...
         def old_side(self, meter: str, time_ms: int) -> tuple[int, int]: ...
-        def _write(self, meter: str, time_ms: int, seq: int, reading: Decimal, step: Step) -> Row: ...
+        def _write(
+            self, meter: str, time_ms: int, seq: int, reading: Decimal, step: Step, mark: bool = True
+        ) -> Row: ...
+        def _mark(self, meter: str, time_ms: int) -> None: ...
         def _rejudge(self, meter: str, start: tuple[int, int]) -> list[Row]: ...
 
     # -- checks --------------------------------------------------------------------------
@@ -212,6 +217,7 @@ class Amendments:
                 "DELETE FROM readings WHERE meter=? AND time_ms=? AND seq IN (?, ?)",
                 (meter, time_ms, OLD_FINAL, NEW_INITIAL),
             )
+            self._mark(meter, time_ms)  # InfluxDB holds the swap's point: overwrite it
             return self._rejudge(meter, (time_ms, OLD_FINAL))
 
     def replacements(self, meter: str | None = None) -> list[Replacement]:

@@ -6,8 +6,13 @@ alarm system. The meter alarm of a meter is active exactly while its latest read
 is rejected, so a register reset is one alarm that stays up until an operator
 records the replacement, not one alarm per poll.
 
-`take_records()` hands the rows written or re-judged since the last call to the
-InfluxDB outbox (`meter_records`), so the database copy follows the ledger.
+What InfluxDB gets is kept in the ledger, not in memory: every point a transaction wrote,
+re-judged or voided is marked `unsent` in that transaction, by whichever process made it
+(the daemon, `monitor meters replace|correct|void-replacement|ingest`, a settings change at
+an open, `monitor replay`). `send(write)` hands the marked points to the outbox
+(`meter_records`) and unmarks them only once `write` returned, so after a crash anywhere,
+or an amendment made while the daemon runs or is down, the next `send` has them: the
+InfluxDB copy follows the ledger, at least once per point (InfluxDB overwrites a point).
 """
 
 from __future__ import annotations
@@ -24,15 +29,16 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.config import Config
-from monitor.errors import MeterError, StateError
-from monitor.meters.ledger import OLD_FINAL, READING, Ledger, Replacement, Row, to_ms
-from monitor.meters.rows import FIRST_MS
+from monitor.errors import MeterError
+from monitor.meters.amend import VOID
+from monitor.meters.ledger import OLD_FINAL, Ledger, Replacement, Row, to_ms
 from monitor.meters.totalizer import ANOMALIES, ZERO, MeterSpec, Step, condition, dec, from_ft3, to_ft3
 from monitor.model import Clock, Condition, Kind, Quality, Sample, WallClock, iso
 
 log = logging.getLogger(__name__)
 
 LEDGER_FILE = "ledger.sqlite"
+TAKE = 5000  # marked points the daemon hands to the outbox at a time (a batch, a tick)
 SpecAt = Callable[[str, int, int], MeterSpec]  # (meter, time_ms, seq) -> the settings of the row's time
 
 
@@ -127,26 +133,24 @@ class MeterBook:
     """The ledger plus per-meter alarm state; one per daemon (or replay run)."""
 
     def __init__(self, ledger: Ledger, records: bool = True, clock: Clock | None = None) -> None:
-        """`records=False` when nobody calls `take_records` (a replay without InfluxDB,
-        `monitor meters ingest`), so a long replay does not hold every row in memory.
+        """`records=False` when this process hands nothing to an outbox (a replay without
+        InfluxDB, `monitor meters`): what it writes stays marked in the ledger for the daemon.
         `clock` says what "in the future" means for an operator's replacement time."""
         self.ledger = ledger
+        self.records = records
         self.clock: Clock = clock if clock is not None else WallClock()
         self.skipped = 0  # samples that were not readings: bad quality, NaN
         self._alarm: dict[str, bool] = {}
         self._seen: dict[str, tuple[int, int]] = {}
-        self._records = records
-        # Rows the open re-judged (changed checks; a settings change, which `_follow_settings`
-        # finds in the ledger too, whoever recorded it): to InfluxDB with the first batch.
-        self._pending: list[Row] = list(ledger.rejudged) if records else []
-        ledger.rejudged = []  # not held for the daemon's life (a corrected history is every row)
         for meter in ledger.specs:
             last = ledger.last(meter)
             if last is not None:
                 self._alarm[meter] = not last.accepted
                 self._seen[meter] = last.key
-        self._version: int | None = None  # the ledger's data_version the copy was checked at
-        self._copied: dict[str, int] = {}  # meter -> settings id whose rows went out: mark it
+        # The points the last `take_records` read, and the ledger's state then (`sent`).
+        self._taken: list[tuple[str, int]] = []
+        self._taken_at: tuple[int, int] = (-1, -1)
+        self.backlog = True  # marked points may be left (another process's, more than TAKE)
 
     @classmethod
     def open(cls, config: Config, records: bool = True, clock: Clock | None = None) -> MeterBook:
@@ -173,8 +177,7 @@ class MeterBook:
         if not readings:
             return []
         rows = self.ledger.add_many(readings)
-        if self._records:
-            self._pending.extend(rows)
+        self.backlog = True
         return self._conditions(rows)
 
     def ingest_arrays(
@@ -229,13 +232,8 @@ class MeterBook:
         after it are judged again as if it had never been recorded."""
         self.ledger.spec(meter)
         time_ms = _ms(time)
-        held = self.ledger.active_replacement(meter, time_ms)
         rows = self.ledger.void_replacement(meter, time_ms, by, why, self.clock.now())
         log.info("meter %s: replacement at %s voided by %s: %s", meter, iso(time), by, why)
-        if held is not None and self._records:  # zero the swap's point in InfluxDB (take_records)
-            self._pending.append(
-                Row(meter, time_ms, OLD_FINAL, held.old_final, True, ZERO, ZERO, ("voided",), "voided")
-            )
         return self._amended(rows)
 
     def correct(
@@ -249,67 +247,56 @@ class MeterBook:
         return self._amended(rows)
 
     def _amended(self, rows: list[Row]) -> list[Condition]:
-        if self._records:
-            self._pending.extend(rows)
+        self.backlog = True
         return self._conditions(rows)
 
-    def _follow_settings(self) -> None:
-        """Rows re-judged by a settings period the InfluxDB copy has not followed yet, from
-        whoever recorded it: this book's open, a `monitor meters` command while the daemon ran
-        (the edited config shown before the reload) or while it was down. The ledger keeps
-        which period the copy follows, so a reload or restart in between loses nothing."""
-        version = self.ledger.data_version()
-        if version == self._version:
-            return  # nobody else committed: nothing recorded elsewhere since the last check
-        self.ledger.refresh()
-        for meter in self.ledger.specs:
-            got = self.ledger.settings_not_copied(meter)
-            if got is None or self._copied.get(meter) == got[1]:
-                continue
-            since, last = got
-            start = "the first" if since == FIRST_MS else iso(since / 1000)
-            log.info("meter %s: settings recorded since the InfluxDB copy followed them; sending its"
-                     " rows from %s again", meter, start)  # fmt: skip
-            self._pending.extend(self.ledger.rows(meter, None if since == FIRST_MS else since - 1))
-            self._copied[meter] = last
-        self._version = version
-
-    def _mark_copied(self) -> None:
-        """The rows are handed over: the copy follows these periods (retried if the ledger
-        cannot be written now, e.g. a full disk; the rows would only go out again)."""
-        for meter, last in list(self._copied.items()):
-            try:
-                self.ledger.mark_copied(meter, last)
-            except StateError as exc:
-                log.warning(
-                    "meter %s: cannot note that the InfluxDB copy follows its settings: %s", meter, exc
-                )
-                self._version = None  # look again at the next batch
-                continue
-            del self._copied[meter]
-
-    def take_records(self) -> list[MeterRecord]:
-        """Rows written or re-judged since the last call, as outbox points."""
-        if self._records:
-            try:
-                self._follow_settings()
-            except StateError as exc:  # the ledger unreadable now: the batch's own rows still go
-                log.warning("meter ledger: cannot check which settings the InfluxDB copy follows: %s", exc)
-                self._version = None
-        pending, self._pending = self._pending, []
-        latest = {(r.meter, r.time_ms, r.seq): r for r in pending}  # a row re-judged later wins
-        rows = list(latest.values())
-        # Both sides of a replacement make one point; send both even if one changed.
-        swaps = {(r.meter, r.time_ms) for r in rows if r.seq != READING}
-        for meter, time_ms in sorted(swaps):
-            mine = [r for r in rows if (r.meter, r.time_ms) == (meter, time_ms)]
-            rows = [r for r in rows if (r.meter, r.time_ms) != (meter, time_ms)]
-            # A voided swap has no rows left: its own zero row overwrites the old point.
-            rows.extend(self.ledger.rows(meter, time_ms - 1, time_ms) or mine)
+    def take_records(self, limit: int | None = None) -> list[MeterRecord]:
+        """The points the ledger holds marked for InfluxDB (up to `limit`), as outbox points.
+        Nothing is unmarked: call `sent()` once the outbox holds them (or use `send`)."""
+        ledger = self.ledger
+        ledger.refresh()
+        version = ledger.data_version()
+        marked = ledger.marked
+        keys, rows = ledger.unsent(limit)
+        self._taken = keys
+        self._taken_at = (version, marked)
+        self.backlog = limit is not None and len(keys) >= limit
+        held = {(r.meter, r.time_ms) for r in rows}
+        for meter, time_ms in keys:
+            if (meter, time_ms) not in held:  # a voided swap and no reading there: blank its point
+                voids = [a for a in ledger.amendments(meter, time_ms - 1, time_ms) if a.action == VOID]
+                if voids:
+                    # InfluxDB cannot be told to forget a point (line protocol), so it is
+                    # overwritten with one that says nothing happened: the register where the
+                    # last accepted reading left it, nothing billed (so the historian finds it
+                    # reconciled: its rise is its consumption, 0).
+                    base = ledger.accepted_at_or_before(meter, time_ms)
+                    at = base.reading if base is not None else Decimal(voids[-1].old_final)
+                    rows.append(Row(meter, time_ms, OLD_FINAL, at, True, ZERO, ZERO, ("voided",), "voided"))
         rows.sort(key=lambda r: (r.time_ms, r.meter, r.seq))
-        records = meter_records(rows, self.ledger.specs, self.ledger.spec_at)
-        self._mark_copied()
-        return records
+        return meter_records(rows, ledger.specs, ledger.spec_at)
+
+    def sent(self) -> None:
+        """The outbox holds what the last `take_records` returned: unmark those points, unless
+        the ledger changed since they were read (then they go out again next time)."""
+        version, marked = self._taken_at
+        if not self.ledger.clear_unsent(self._taken, version, marked):
+            self.backlog = True
+        self._taken = []
+
+    def due(self) -> bool:
+        """Marked points may be waiting: some were left (more than a take, a failed clear), this
+        book wrote, or another process committed to the ledger (a `monitor meters` command)."""
+        return self.backlog or self.ledger.data_version() != self._taken_at[0]
+
+    def send(self, write: Callable[[list[MeterRecord]], object], limit: int | None = TAKE) -> int:
+        """Hand the marked points to `write` (the outbox's append) and unmark them once it
+        returned; a `write` or ledger that fails leaves them marked. Returns how many."""
+        records = self.take_records(limit)
+        if records:
+            write(records)
+        self.sent()
+        return len(records)
 
     def reconcile(self, journal_active: Mapping[str, bool]) -> list[Condition]:
         """The meter alarm transitions that bring the alarm journal in line with the ledger,

@@ -39,11 +39,12 @@ from monitor.meters.rows import (
     SCHEMA,
     SCHEMA_VERSION,
     SETTINGS,
+    UNSENT,
     Replacement,
     Row,
     to_ms,
 )
-from monitor.meters.settings import COPIED, Period, SettingsPeriods, settings_text
+from monitor.meters.settings import Period, SettingsPeriods, settings_text
 from monitor.meters.totalizer import ZERO, MeterSpec, Step, first_step, judge, order_flags
 from monitor.model import iso
 from monitor.sqlite import Schema, connect, translate
@@ -53,8 +54,21 @@ __all__ = [
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
-# Add a migration to change a table; never edit one. 2: settings periods (`rows.SETTINGS`).
-LEDGER_SCHEMA = Schema("meter ledger", (SCHEMA, SETTINGS))
+# Add a migration to change a table; never edit one. 2: settings periods (`rows.SETTINGS`);
+# 3: the points the InfluxDB copy does not hold yet (`rows.UNSENT`).
+LEDGER_SCHEMA = Schema("meter ledger", (SCHEMA, SETTINGS, UNSENT))
+
+
+ROW_COLUMNS = "r.time_ms, r.seq, r.reading, r.accepted, r.counts, r.volume, r.flags, r.message, r.lim"
+
+
+def _row(meter: str, columns: list[object] | tuple[object, ...]) -> Row:
+    """A `readings` row (`ROW_COLUMNS`) as a `Row`."""
+    t, seq, reading, accepted, counts, volume, flags, message, lim = columns
+    assert isinstance(t, int) and isinstance(seq, int) and isinstance(flags, str)
+    return Row(meter, t, seq, Decimal(str(reading)), bool(accepted), Decimal(str(counts)),
+               Decimal(str(volume)), tuple(f for f in flags.split(",") if f), str(message),
+               Decimal(str(lim)) if lim else None)  # fmt: skip
 
 
 class Ledger(SettingsPeriods, Amendments):
@@ -81,19 +95,14 @@ class Ledger(SettingsPeriods, Amendments):
         self._version = -1
         self._conflicts: dict[str, list[str]] = {}
         self._writes: list[tuple[object, ...]] = []  # rows written in this transaction, not yet sent
+        # Points (meter, time) whose rows this transaction wrote or removed: marked `unsent` in
+        # it, so the InfluxDB copy gets them whoever wrote them and wherever a crash falls.
+        self._marks: set[tuple[str, int]] = set()
+        self.marked = 0  # transactions of this connection that marked points (see `clear_unsent`)
         self._periods: dict[str, tuple[list[int], list[Period]]] = {}
-        # Rows this open re-judged (a settings change from a past time, changed checks): the
-        # InfluxDB copy holds them as they were, so `MeterBook` sends them again.
-        self.rejudged: list[Row] = []
         now_ms = to_ms(_time.time() if now is None else now)
         try:
             with self._tx():
-                for meter in self.specs:  # where the InfluxDB copy stands, before any change now
-                    self._db.execute(
-                        "INSERT OR IGNORE INTO meta SELECT ?, coalesce(max(id), 0) FROM settings"
-                        " WHERE meter=?",
-                        (COPIED + meter, meter),
-                    )
                 refused = []
                 for meter, spec in self.specs.items():
                     try:
@@ -121,6 +130,7 @@ class Ledger(SettingsPeriods, Amendments):
                 self._db.execute("COMMIT")
             except BaseException:
                 self._writes.clear()
+                self._marks.clear()
                 # SQLite may have rolled back already (a full disk): a second ROLLBACK
                 # would hide the real cause behind "no transaction is active".
                 if self._db.in_transaction:
@@ -217,6 +227,14 @@ class Ledger(SettingsPeriods, Amendments):
                 "INSERT OR REPLACE INTO readings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self._writes
             )
             self._writes.clear()
+        if self._marks:
+            self._db.executemany("INSERT OR IGNORE INTO unsent VALUES (?, ?)", sorted(self._marks))
+            self._marks.clear()
+            self.marked += 1
+
+    def _mark(self, meter: str, time_ms: int) -> None:
+        """The point at this time must go to InfluxDB again (committed with the rows)."""
+        self._marks.add((meter, time_ms))
 
     def _duplicate(self, meter: str, time_ms: int, reading: Decimal) -> bool:
         """True when a reading for this time is held already; a different value is a conflict."""
@@ -256,7 +274,12 @@ class Ledger(SettingsPeriods, Amendments):
             )  # fmt: skip
         return judge(period.spec, base.reading, (time_ms - base.time_ms) / 1000, reading, last_raw)
 
-    def _write(self, meter: str, time_ms: int, seq: int, reading: Decimal, step: Step) -> Row:
+    def _write(
+        self, meter: str, time_ms: int, seq: int, reading: Decimal, step: Step, mark: bool = True
+    ) -> Row:
+        """Buffer one row; `mark=False` when the caller marks it only if it changed."""
+        if mark:
+            self._mark(meter, time_ms)
         row = Row(
             meter=meter,
             time_ms=time_ms,
@@ -311,8 +334,9 @@ class Ledger(SettingsPeriods, Amendments):
                     step = Step(
                         step.accepted, step.counts, step.volume, step.flags | {"replacement"}, step.message
                     )
-            row = self._write(meter, old.time_ms, old.seq, old.reading, step)
-            if row != old:
+            row = self._write(meter, old.time_ms, old.seq, old.reading, step, mark=False)
+            if row != old:  # the InfluxDB copy holds the point as it was: mark it
+                self._mark(meter, old.time_ms)
                 changed.append(row)
             last_raw = row.reading
             if row.accepted:
@@ -329,23 +353,10 @@ class Ledger(SettingsPeriods, Amendments):
             raise StateError(f"meter ledger {self.path}: {exc}") from exc
 
     def _select(self, meter: str, where: str, *params: object) -> list[Row]:
-        sql = (
-            "SELECT time_ms, seq, reading, accepted, counts, volume, flags, message, lim"
-            " FROM readings WHERE meter=? "
-        )
+        sql = f"SELECT {ROW_COLUMNS} FROM readings r WHERE meter=? "
         if "ORDER BY" not in where:
             where += " ORDER BY time_ms, seq"
-        out = []
-        for t, seq, reading, accepted, counts, volume, flags, message, lim in self._query(
-            sql + where, (meter, *params)
-        ):
-            assert isinstance(t, int) and isinstance(seq, int) and isinstance(flags, str)
-            out.append(
-                Row(meter, t, seq, Decimal(str(reading)), bool(accepted), Decimal(str(counts)),
-                    Decimal(str(volume)), tuple(f for f in flags.split(",") if f), str(message),
-                    Decimal(str(lim)) if lim else None)
-            )  # fmt: skip
-        return out
+        return [_row(meter, columns) for columns in self._query(sql + where, (meter, *params))]
 
     def _accepted_before(self, meter: str, key: tuple[int, int]) -> Row | None:
         rows = self._select(
@@ -381,6 +392,60 @@ class Ledger(SettingsPeriods, Amendments):
         lo = -(2**62) if after_ms is None else after_ms
         hi = 2**62 if until_ms is None else until_ms
         return self._select(meter, "AND time_ms > ? AND time_ms <= ?", lo, hi)
+
+    # -- what the InfluxDB copy does not hold yet ------------------------------------------
+
+    def unsent(self, limit: int | None = None) -> tuple[list[tuple[str, int]], list[Row]]:
+        """Up to `limit` marked points of the configured meters, oldest first per meter, and
+        their rows (none for a voided swap with no reading at its time). A meter no longer
+        configured keeps its marks until it is configured again (no settings to write with)."""
+        meters = sorted(self.specs)
+        if not meters:
+            return [], []
+        marks = ",".join("?" * len(meters))
+        # The marked points' rows only (a correction years back and today's reading are two
+        # points, not the history between them).
+        got = self._query(
+            f"SELECT u.meter, u.time_ms, {ROW_COLUMNS} FROM (SELECT meter, time_ms FROM unsent"
+            f" WHERE meter IN ({marks}) ORDER BY meter, time_ms"
+            + ("" if limit is None else f" LIMIT {int(limit)}")
+            + ") u LEFT JOIN readings r ON r.meter = u.meter AND r.time_ms = u.time_ms"
+            " ORDER BY u.meter, u.time_ms, r.seq",
+            tuple(meters),
+        )
+        keys: list[tuple[str, int]] = []
+        rows: list[Row] = []
+        for meter, time_ms, *columns in got:
+            key = (str(meter), int(str(time_ms)))
+            if not keys or keys[-1] != key:
+                keys.append(key)
+            if columns[1] is not None:  # seq: a point with rows (a voided swap may have none)
+                rows.append(_row(key[0], columns))
+        return keys, rows
+
+    def clear_unsent(self, keys: list[tuple[str, int]], version: int, marked: int) -> bool:
+        """The outbox holds these points as they were read at `data_version` `version`, when
+        this connection had marked `marked` times: unmark them, unless the ledger changed since
+        (another process or this one wrote: a point may have been marked again after it was
+        read; left marked, it goes out again, which InfluxDB overwrites). No fsync: a clear
+        lost to a power cut only sends the points again."""
+        if not keys:
+            return True
+        self._synchronous("NORMAL")
+        try:
+            with self._tx():
+                if self._version != version or self.marked != marked:
+                    return False
+                self._db.executemany("DELETE FROM unsent WHERE meter=? AND time_ms=?", keys)
+            return True
+        finally:
+            self._synchronous("FULL")
+
+    def _synchronous(self, level: str) -> None:
+        try:
+            self._db.execute(f"PRAGMA synchronous={level}")
+        except sqlite3.Error as exc:
+            raise StateError(f"meter ledger {self.path}: {exc}") from exc
 
     def conflicts(self, meter: str, after_ms: int | None = None, until_ms: int | None = None) -> int:
         lo = -(2**62) if after_ms is None else after_ms

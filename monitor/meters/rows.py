@@ -78,7 +78,29 @@ INSERT INTO settings (meter, since_ms, spec, source, recorded_at)
     FROM meters ORDER BY meter;
 UPDATE meta SET value = '2' WHERE key = 'schema';
 """
-SCHEMA_VERSION = "2"
+# Schema 3: the ledger points the InfluxDB copy may not hold as they are now (`unsent`). Every
+# row written (a reading, a re-judged row, a replacement, a correction) and every voided swap
+# marks its point (meter, time) in the same transaction as the row; the mark is cleared only
+# once the outbox holds the point (`MeterBook.send`), so whichever process amends the ledger
+# and wherever a crash falls, the daemon sends it. A point is the meter's series at a time
+# (both sides of a swap are one point). The marks of the settings follow-cursor that came
+# before (`meta` "influx copy settings id: <meter>") become marks of the rows it had not sent.
+UNSENT = """
+CREATE TABLE IF NOT EXISTS unsent (
+    meter   TEXT    NOT NULL,
+    time_ms INTEGER NOT NULL,
+    PRIMARY KEY (meter, time_ms)
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO unsent (meter, time_ms)
+    SELECT r.meter, r.time_ms FROM readings r
+    JOIN (SELECT s.meter AS meter, min(s.since_ms) AS since FROM settings s
+          JOIN meta m ON m.key = 'influx copy settings id: ' || s.meter
+          WHERE s.id > CAST(m.value AS INTEGER) GROUP BY s.meter) c
+      ON c.meter = r.meter AND r.time_ms >= c.since;
+DELETE FROM meta WHERE key LIKE 'influx copy settings id: %';
+UPDATE meta SET value = '3' WHERE key = 'schema';
+"""
+SCHEMA_VERSION = "3"
 
 
 def to_ms(t: float) -> int:

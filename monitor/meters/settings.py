@@ -5,9 +5,9 @@ The periods are held in table `settings` (`rows.SETTINGS`), append-only. A chang
 effect from `settings_since` in the config, else from the gateway's time when the ledger is
 first opened with it (or just after the latest reading held, if that is later): readings
 before it keep the settings of their time, a reading at or after it is judged with the new
-ones, and the first such reading is a new baseline unless only max_rate changed. The ledger
-also keeps which period the InfluxDB copy follows (`meta`), so rows a change re-judged are
-sent again whoever recorded it.
+ones, and the first such reading is a new baseline unless only max_rate changed. The rows a
+change re-judges are marked for InfluxDB in the same transaction (`rows.UNSENT`), so they
+are sent again whoever recorded the change.
 """
 
 from __future__ import annotations
@@ -28,9 +28,6 @@ from monitor.meters.rows import FIRST_MS, OLD_FINAL, READING, Row, to_ms
 from monitor.meters.totalizer import RULES, MeterSpec
 
 log = logging.getLogger("monitor.meters.ledger")  # the name operators' log filters know
-
-# meta key + meter -> the id of the meter's latest settings row the InfluxDB copy follows.
-COPIED = "influx copy settings id: "
 
 
 def settings_text(spec: MeterSpec) -> str:
@@ -101,7 +98,6 @@ class SettingsPeriods:
 
     if TYPE_CHECKING:
         specs: dict[str, MeterSpec]
-        rejudged: list[Row]
         _db: sqlite3.Connection
         _periods: dict[str, tuple[list[int], list[Period]]]
 
@@ -156,7 +152,7 @@ class SettingsPeriods:
         if got is None or got[0] != text:
             self._db.execute("INSERT OR REPLACE INTO meters VALUES (?, ?)", (meter, text))
         if start is not None:
-            self.rejudged.extend(self._rejudge(meter, start))
+            self._rejudge(meter, start)  # the changed rows are marked for InfluxDB
 
     def _settings_start(self, meter: str, spec: MeterSpec, periods: list[Period], now_ms: int) -> int | None:
         """When changed settings take effect; None: from the first reading (the whole history)."""
@@ -190,22 +186,6 @@ class SettingsPeriods:
     def data_version(self) -> int:
         """Changes when another connection commits (a `monitor meters` command)."""
         return int(str(self._query("PRAGMA data_version")[0][0]))
-
-    def settings_not_copied(self, meter: str) -> tuple[int, int] | None:
-        """(the earliest start, the latest id) of the meter's settings rows recorded since the
-        InfluxDB copy last followed them (`mark_copied`), whoever recorded them; None if none.
-        The rows from that start on were re-judged in the ledger and must be sent again."""
-        got = self._query(
-            "SELECT min(since_ms), max(id) FROM settings WHERE meter=?"
-            " AND id > (SELECT CAST(value AS INTEGER) FROM meta WHERE key=?)",
-            (meter, COPIED + meter),
-        )
-        since, last = got[0] if got else (None, None)
-        return None if since is None else (int(str(since)), int(str(last)))
-
-    def mark_copied(self, meter: str, last_id: int) -> None:
-        with self._tx():
-            self._db.execute("UPDATE meta SET value=? WHERE key=?", (str(last_id), COPIED + meter))
 
     def settings_refusals(self, specs: Mapping[str, MeterSpec], now: float) -> list[str]:
         """What opening the ledger with `specs` would refuse (a settings_since in the future or
