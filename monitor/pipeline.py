@@ -322,7 +322,10 @@ class Pipeline:
         moves with the engine's history, so the console shows the readings of the new clock
         (they were older than the last of the old one and not taken for the step's length)."""
         if delta < 0:
-            self.latest = {k: replace(s, time=s.time + delta) for k, s in self.latest.items()}
+            keep = self.clock_watch.device if self.clock_watch is not None else frozenset()
+            self.latest = {
+                k: s if k in keep else replace(s, time=s.time + delta) for k, s in self.latest.items()
+            }
 
     def submit(self, conditions: Sequence[Condition]) -> list[Alarm]:
         """Conditions from outside the sample stream (a meter replacement the console

@@ -547,3 +547,97 @@ def test_which_readings_are_taken_for_the_old_clock_after_a_step_back() -> None:
     assert [s.time for s in moved] == [now + 30, T0 + 4 - 600, T0 + 600] and count == 1
     wall.set(T0 + 5 + 1)  # ten minutes of real time later the new clock passed every old stamp
     assert watch.restamp([Sample("ph", T0 + 4, 7.0)]) == ([Sample("ph", T0 + 4, 7.0)], 0)
+
+
+def device_station(tmp_path: Path) -> Config:
+    """pH polled over Modbus (stamped by the gateway clock) and an effluent temperature
+    over MQTT that takes its time from the payload (stamped by the device's own clock)."""
+    return build_config(
+        {
+            "station": {"id": "ps-device-clock"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [
+                {"id": "ph", "kind": "ph", "limits": {"on_delay": "0s"}},
+                {"id": "plant.temp", "kind": "temperature", "unit": "degC",
+                 "limits": {"on_delay": "5m", "off_delay": "0s"}, "stale_after": "1h"},
+            ],
+            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020,
+                                    "fields": [{"sensor": "ph", "register": "holding", "address": 0,
+                                                "type": "UINT16", "scale": 0.01}]}]},
+            "mqtt": {"subscriptions": [{"topic": "plant/+/temp", "sensor": "plant.{1}", "format": "json",
+                                        "value_path": "v", "time_path": "t"}]},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+
+
+def test_a_step_back_leaves_the_history_of_a_sensor_stamped_by_its_own_device_where_it_is(
+    tmp_path: Path,
+) -> None:
+    """An NTP correction at boot: the gateway's RTC ran 3 h ahead; the MQTT device stamps
+    its readings with its own, correct clock. The effluent temperature is over 65 °C for
+    90 s (T0+30 .. T0+110), short of its 5 min on-delay: no alarm is due. At +65 s the
+    gateway clock is stepped back to true time; the +60 s poll (pH, the gateway's clock)
+    and the device's +60 s reading arrive in one batch after the step. Before: the step
+    moved every sensor's history back 3 h, the temperature's too, whose stamps were never
+    wrong: its excursion looked 3 h old at the next reading and a false high temperature
+    alarm (§139-15 D(1)) was raised at once. Now only the gateway-stamped history moves;
+    the pH poll is moved onto the new clock, the device's reading is not."""
+    config = device_station(tmp_path)
+    ahead = 3 * 3600.0
+    wall, mono = ManualClock(T0 + ahead), ManualClock(1000.0)
+    daemon = Daemon(config, wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now, skew=300.0))
+
+    def at(k: float, *items: Sample) -> None:
+        wall.set(T0 + k + (ahead if k < 65 else 0.0))
+        mono.set(1000.0 + k)
+        daemon.pipeline.process(list(items))
+
+    def temp(k: float) -> Sample:
+        return Sample("plant.temp", T0 + k, 70.0 if 30 <= k <= 110 else 40.0)
+
+    try:
+        for k in range(0, 51, 10):
+            at(k, Sample("ph", T0 + ahead + k, 7.0), temp(k))
+        at(70, Sample("ph", T0 + ahead + 60, 7.0), temp(60))  # queued across the step
+        for k in range(70, 401, 10):
+            at(k, Sample("ph", T0 + k, 7.0), temp(k))
+        assert [(e.rule, e.event) for e in daemon.alarms.journal.entries(sensor="plant.temp")] == []
+        assert daemon.engine.counters.out_of_order == 0
+        assert [s.time - T0 for s in daemon.sink.store.query("plant.temp")] == [
+            float(k) for k in range(0, 401, 10)
+        ]
+        ph = sorted(s.time - T0 for s in daemon.sink.store.query("ph"))
+        assert ph == [*range(60, 401, 10), *(ahead + k for k in range(0, 51, 10))]
+        assert daemon.pipeline.stats.restamped == 1
+    finally:
+        close(daemon)
+
+
+def test_a_step_forward_leaves_a_device_stamped_backlog_reading_at_its_stamp(tmp_path: Path) -> None:
+    """The gateway's RTC ran an hour behind; NTP steps it forward at +65 s. The broker then
+    delivers a reading the device stamped (with its correct clock) 4200 s before the step,
+    queued while the daemon was away, with the +60 s pH poll of the old clock. The poll is
+    moved forward by the step; the device's reading is not (before, it fell within one step
+    of the old clock and was moved an hour later, to a time it was not taken)."""
+    config = device_station(tmp_path)
+    wall, mono = ManualClock(T0 - 3600.0), ManualClock(1000.0)
+    daemon = Daemon(config, wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now, skew=300.0))
+    try:
+        for k in range(0, 51, 10):
+            wall.set(T0 - 3600.0 + k)
+            mono.set(1000.0 + k)
+            daemon.pipeline.process([Sample("ph", T0 - 3600.0 + k, 7.0)])
+        wall.set(T0 + 70)
+        mono.set(1000.0 + 70)
+        daemon.pipeline.process(
+            [Sample("ph", T0 - 3600.0 + 60, 7.0), Sample("plant.temp", T0 - 4200.0, 40.0)]
+        )
+        assert [s.time - T0 for s in daemon.sink.store.query("plant.temp")] == [-4200.0]
+        assert sorted(s.time - T0 for s in daemon.sink.store.query("ph"))[-1] == 60.0
+        assert daemon.pipeline.stats.restamped == 1
+    finally:
+        close(daemon)

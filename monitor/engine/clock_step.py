@@ -33,6 +33,11 @@ again, and a restart would not help (the checkpoint holds the old times). So:
   the new clock passes the old one's last stamp); after a step forward, those stamped
   at or before the old clock's time when the step was noticed, within one step of it
   (the new clock stamps nothing there). Counted, and logged once a step.
+- A sensor whose readings carry their device's own time (an MQTT subscription with a
+  `time_path`, `ClockWatch.device`) was never on the gateway clock: a step moves neither
+  its history nor its readings, and restarts none of its timers. Moved back with the
+  rest, its history looked a step older than it was: an excursion within its on-delay, or
+  a slug run of minutes, was taken for one of hours and alarmed at the next reading.
 - At start, `check_restored()` compares the restored checkpoint with the wall
   clock: readings "from the future" mean the clock stepped back while the daemon
   was down, and are shifted the same way (a restart after a step is not blind).
@@ -70,9 +75,13 @@ def step_text(seconds: float) -> str:
     return f"{hours}h {minutes}m" if hours else f"{minutes}m"
 
 
-def shift(engine: Engine, delta: float) -> None:
-    """Move everything the engine remembers by `delta` seconds (a step back: < 0)."""
+def shift(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:
+    """Move everything the engine remembers by `delta` seconds (a step back: < 0), but
+    the history of the sensors in `keep`: stamped by their device's clock, it never was
+    on the gateway's."""
     for st in engine.sensor_states():
+        if st.sensor in keep:
+            continue
         st.last_time += delta
         st.fresh += delta
         st.bad_since += delta
@@ -92,10 +101,13 @@ def shift(engine: Engine, delta: float) -> None:
     engine.last_tick += delta
 
 
-def restart_watches(engine: Engine) -> None:
-    """After a step forward: the stale watch and the limit timers start again."""
+def restart_watches(engine: Engine, keep: Collection[str] = ()) -> None:
+    """After a step forward: the stale watch and the limit timers start again, but those
+    of the sensors in `keep` (stamped by their device's clock: no time was skipped there)."""
     engine.last_tick = -math.inf
     for st in engine.sensor_states():
+        if st.sensor in keep:
+            continue
         st.fresh = math.nan
         for lim in st.limits:
             lim.a_start = lim.b_start = math.nan
@@ -115,6 +127,10 @@ class ClockWatch:
         (`reconcile.device_skew`): such a reading is not taken for one of the old clock."""
         self.engine = engine
         self.skew = skew
+        # Sensors whose readings carry their device's time (MQTT payload times,
+        # `reconcile.device_stamped`; the daemon sets them): a step of the gateway clock
+        # moves neither their history nor their readings.
+        self.device: frozenset[str] = frozenset()
         # The last step while running: (the old clock's time when it was noticed, the step),
         # for `restamp`; whether its first moved reading was logged.
         self._step: tuple[float, float] | None = None
@@ -196,7 +212,7 @@ class ClockWatch:
         out: list[Sample | Condition] = []
         for original in items:
             item = original
-            if lo < item.time <= hi:
+            if lo < item.time <= hi and item.sensor not in self.device:
                 if not self._told:
                     self._told = True
                     log.warning(
@@ -216,9 +232,9 @@ class ClockWatch:
 
     def _stepped(self, wall: float, mono: float, step: float, when: str) -> list[Condition]:
         if step < 0:
-            shift(self.engine, step)
+            shift(self.engine, step, self.device)
         else:
-            restart_watches(self.engine)
+            restart_watches(self.engine, self.device)
         for listener in self.on_step:
             listener(step)
         direction = "back" if step < 0 else "forward"
