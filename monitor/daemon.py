@@ -106,7 +106,7 @@ class Daemon:
         # The gateway clock (engine/clock_step.py): checked before each batch is judged and
         # on every tick; None for a test's or the demo's clock.
         self.clock_watch: ClockWatch | None = None
-        self.watch_clock(ClockWatch.for_clock(self.engine, self.clock, self.alarms.active_conditions(), skew))
+        self.watch_clock(ClockWatch.for_clock(self.engine, self.clock, self.alarms.active_conditions()))
         self.pipeline.listen(DailyFeed(self.station, self.sink))  # pump and station totals per local day
         # Incidents (issue 16): fed every judged batch through the pipeline's hook.
         self.incidents = (

@@ -532,19 +532,23 @@ def test_a_reading_stamped_before_a_step_forward_and_judged_after_it_moves_with_
 
 
 def test_which_readings_are_taken_for_the_old_clock_after_a_step_back() -> None:
-    """Stamped ahead of the new clock by more than the tolerance and a device clock's skew
-    (here 60 s): the old clock's, moved by the step. Within the skew: a device's own clock,
-    left alone. Once the new clock has passed the old one's last stamp nothing is moved."""
+    """Stamped ahead of the new clock by more than the tolerance: the old clock's, moved by
+    the step. A sensor stamped by its device's own clock (`flow` here) is left alone,
+    however far ahead. Once the new clock has passed the old one's last stamp nothing is
+    moved."""
     wall, mono = ManualClock(T0), ManualClock(1000.0)
-    watch = ClockWatch(Engine(CONFIG.rules, ManualClock()), wall=wall.now, monotonic=mono.now, skew=60.0)
+    watch = ClockWatch(Engine(CONFIG.rules, ManualClock()), wall=wall.now, monotonic=mono.now)
+    watch.device = frozenset({"flow"})
     assert watch.check() == []
     wall.set(T0 + 5 - 600)  # stepped back 10 min within 5 s
     mono.advance(5)
     assert [c.rule for c in watch.check()] == [Rule.CLOCK]
     now = wall.now()
-    items = [Sample("ph", now + 30, 7.0), Sample("ph", T0 + 4, 7.0), Sample("ph", T0 + 600, 7.0)]
+    items = [Sample("ph", now + 1, 7.0), Sample("ph", now + 30, 7.0), Sample("flow", T0 + 4, 1.0),
+             Sample("ph", T0 + 4, 7.0), Sample("ph", T0 + 600, 7.0)]  # fmt: skip
     moved, count = watch.restamp(items)
-    assert [s.time for s in moved] == [now + 30, T0 + 4 - 600, T0 + 600] and count == 1
+    assert [s.time for s in moved] == [now + 1, now + 30 - 600, T0 + 4, T0 + 4 - 600, T0 + 600]
+    assert count == 2
     wall.set(T0 + 5 + 1)  # ten minutes of real time later the new clock passed every old stamp
     assert watch.restamp([Sample("ph", T0 + 4, 7.0)]) == ([Sample("ph", T0 + 4, 7.0)], 0)
 
@@ -588,7 +592,7 @@ def test_a_step_back_leaves_the_history_of_a_sensor_stamped_by_its_own_device_wh
     ahead = 3 * 3600.0
     wall, mono = ManualClock(T0 + ahead), ManualClock(1000.0)
     daemon = Daemon(config, wall)
-    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now, skew=300.0))
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
 
     def at(k: float, *items: Sample) -> None:
         wall.set(T0 + k + (ahead if k < 65 else 0.0))
@@ -625,7 +629,7 @@ def test_a_step_forward_leaves_a_device_stamped_backlog_reading_at_its_stamp(tmp
     config = device_station(tmp_path)
     wall, mono = ManualClock(T0 - 3600.0), ManualClock(1000.0)
     daemon = Daemon(config, wall)
-    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now, skew=300.0))
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
     try:
         for k in range(0, 51, 10):
             wall.set(T0 - 3600.0 + k)
@@ -638,6 +642,37 @@ def test_a_step_forward_leaves_a_device_stamped_backlog_reading_at_its_stamp(tmp
         )
         assert [s.time - T0 for s in daemon.sink.store.query("plant.temp")] == [-4200.0]
         assert sorted(s.time - T0 for s in daemon.sink.store.query("ph"))[-1] == 60.0
+        assert daemon.pipeline.stats.restamped == 1
+    finally:
+        close(daemon)
+
+
+def test_a_poll_queued_across_a_step_back_shorter_than_max_skew_is_moved(tmp_path: Path) -> None:
+    """A station with a device-stamped MQTT sensor (so `mqtt.max_skew`, 300 s, applies to
+    those readings); the gateway clock steps back 2 min at +65 s; the +60 s pH poll (the
+    gateway's clock) is judged after the step. It is moved onto the new clock, and pH 11
+    from the next poll raises the high alarm at once. Before: the window for readings of
+    the old clock started 2 s + max_skew ahead of the new clock, so a step shorter than
+    max_skew moved nothing: the poll put pH back on the old clock, every pH reading of
+    the next 2 min was dropped as out of order and pH 11 raised nothing until then."""
+    config = device_station(tmp_path)
+    wall, mono = ManualClock(T0), ManualClock(1000.0)
+    daemon = Daemon(config, wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    try:
+        for k in range(0, 51, 10):
+            wall.set(T0 + k)
+            mono.set(1000.0 + k)
+            daemon.pipeline.process([Sample("ph", T0 + k, 7.0)])
+        for k in range(70, 131, 10):
+            wall.set(T0 + k - 120)
+            mono.set(1000.0 + k)
+            queued = [Sample("ph", T0 + 60, 7.0)] if k == 70 else []
+            daemon.pipeline.process([*queued, Sample("ph", T0 + k - 120, 11.0)])
+        assert daemon.engine.counters.out_of_order == 0
+        assert [(e.rule, e.event, e.time - T0) for e in daemon.alarms.journal.entries(sensor="ph")] == [
+            (Rule.HIGH, "activated", -50.0)
+        ]
         assert daemon.pipeline.stats.restamped == 1
     finally:
         close(daemon)

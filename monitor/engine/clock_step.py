@@ -29,8 +29,8 @@ again, and a restart would not help (the checkpoint holds the old times). So:
   would put the sensor's last reading back on the old clock and every reading after
   it would be dropped as out of order for the length of the step. Which readings:
   after a step back, those stamped ahead of the new clock by more than `TOLERANCE`
-  and a device clock's skew (no clock but the old one stamped them; decided until
-  the new clock passes the old one's last stamp); after a step forward, those stamped
+  (no clock but the old one stamped them; decided until the new clock passes the old
+  one's last stamp); after a step forward, those stamped
   at or before the old clock's time when the step was noticed, within one step of it
   (the new clock stamps nothing there). Counted, and logged once a step.
 - A sensor whose readings carry their device's own time (an MQTT subscription with a
@@ -38,6 +38,10 @@ again, and a restart would not help (the checkpoint holds the old times). So:
   its history nor its readings, and restarts none of its timers. Moved back with the
   rest, its history looked a step older than it was: an excursion within its on-delay, or
   a slug run of minutes, was taken for one of hours and alarmed at the next reading.
+  Knowing them, a gateway reading needs no allowance for a device clock's lead: with one
+  (`mqtt.max_skew`, 300 s) a step back shorter than it moved no queued poll, and the
+  poll's sensor dropped every reading as out of order for the length of the step. A
+  sensor fed both ways (polled and with a payload time) is taken for the gateway's.
 - At start, `check_restored()` compares the restored checkpoint with the wall
   clock: readings "from the future" mean the clock stepped back while the daemon
   was down, and are shifted the same way (a restart after a step is not blind).
@@ -121,12 +125,8 @@ class ClockWatch:
         engine: Engine,
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
-        skew: float = 0.0,
     ) -> None:
-        """`skew`: how far ahead of the gateway clock a device may stamp a reading
-        (`reconcile.device_skew`): such a reading is not taken for one of the old clock."""
         self.engine = engine
-        self.skew = skew
         # Sensors whose readings carry their device's time (MQTT payload times,
         # `reconcile.device_stamped`; the daemon sets them): a step of the gateway clock
         # moves neither their history nor their readings.
@@ -148,14 +148,14 @@ class ClockWatch:
 
     @classmethod
     def for_clock(
-        cls, engine: Engine, clock: Clock, active: Collection[tuple[str, Rule]] = (), skew: float = 0.0
+        cls, engine: Engine, clock: Clock, active: Collection[tuple[str, Rule]] = ()
     ) -> ClockWatch | None:
         """A watch for the real clock; None for a test's or the demo's accelerated clock.
         `active`: the alarms a restart restored as active; a clock alarm among them
         clears after `HOLD` of a steady clock, like one raised in this run."""
         if not isinstance(clock, WallClock):
             return None
-        watch = cls(engine, skew=skew)
+        watch = cls(engine)
         if (GATEWAY, Rule.CLOCK) in active:
             watch._active_since = watch._mono0
         return watch
@@ -202,7 +202,7 @@ class ClockWatch:
             return items, 0
         old, step = self._step
         if step < 0:
-            lo, hi = self.wall() + TOLERANCE + self.skew, old + TOLERANCE + self.skew
+            lo, hi = self.wall() + TOLERANCE, old + TOLERANCE
             if lo >= hi:  # the new clock passed every stamp of the old one
                 self._step = None
                 return items, 0
