@@ -224,6 +224,7 @@ class Pipeline:
                 if self.disk is not None and not self.disk.room():
                     self._retry_at = now + RETRY  # the journal's room first
                     return False
+                self._restamp_held(batch)
             if batch is None:
                 if not self._queue:
                     return True
@@ -278,6 +279,25 @@ class Pipeline:
                 if self._kinds.get(sample.sensor) is Kind.METER:
                     meters.append(sample)
         return _Batch(entries, raw, samples, meters, conditions)
+
+    def _restamp_held(self, batch: _Batch) -> None:
+        """A batch a store refused was prepared on the clock of its time: a step noticed
+        while it waited moves it onto the new clock as `_prepare` moves a queued one, so
+        it is stored and judged where the history it follows now is (judged at its old
+        stamps after a step back, its sensors would drop every reading as out of order for
+        the length of the step). Only while no store has taken any of it: one that has
+        holds the old stamps, and the copies must agree (then it is judged as stored)."""
+        watch = self.clock_watch
+        if watch is None or batch.held is not None or batch.in_outbox or batch.in_ledger:
+            return
+        batch.conditions.extend(watch.check())
+        raw, moved = watch.restamp(batch.raw)
+        if not moved:
+            return
+        self.stats.restamped += moved
+        batch.raw = [r for r in raw if isinstance(r, Sample)]
+        batch.samples = [replace(s, time=r.time) for s, r in zip(batch.samples, batch.raw, strict=True)]
+        batch.meter_samples = [s for s in batch.samples if self._kinds.get(s.sensor) is Kind.METER]
 
     def _store(self, batch: _Batch) -> None:
         """Every store that must have the batch, each step at most once per batch."""

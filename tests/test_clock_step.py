@@ -9,6 +9,7 @@ import csv
 import itertools
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from monitor.web.service import StationCollector
 from monitor.web.station import StationAdapter
 from tests.engine_helpers import T0, station
 from tests.test_pipeline import close
+from tests.test_pipeline import station as pipeline_station
 
 CONFIG = station(
     {"id": "ph", "kind": "ph", "limits": {"on_delay": "10s"}, "stale_after": "60s"},
@@ -674,5 +676,49 @@ def test_a_poll_queued_across_a_step_back_shorter_than_max_skew_is_moved(tmp_pat
             (Rule.HIGH, "activated", -50.0)
         ]
         assert daemon.pipeline.stats.restamped == 1
+    finally:
+        close(daemon)
+
+
+def test_a_batch_the_full_disk_held_across_a_step_back_is_moved_onto_the_new_clock(tiny_disk: Path) -> None:
+    """The state disk fills (a real 3 MB tmpfs) and a batch of pH polls waits, prepared
+    on the old clock; NTP steps the clock back an hour meanwhile (the timer tick notices);
+    the disk is freed. The held batch is moved onto the new clock by the step before it is
+    stored and judged, as a batch still in the queue would be, and pH 11 on the new clock
+    raises the high alarm. Before: it was stored and judged at its old stamps, an hour
+    after the re-based history, and every pH reading of the next hour was dropped as out
+    of order (pH 11 raised nothing)."""
+    wall, mono = ManualClock(T0), ManualClock(1000.0)
+    daemon = Daemon(pipeline_station(tiny_disk / "state"), wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    try:
+        st = os.statvfs(tiny_disk)
+        ballast = tiny_disk / "ballast"
+        ballast.write_bytes(b"\0" * (st.f_bavail * st.f_frsize - (64 << 10)))
+        n = 0
+        while daemon.pipeline.stats.stalled is None:  # until the disk refuses
+            wall.set(T0 + n + 1)
+            mono.set(1000.0 + n + 1)
+            daemon.pipeline.emit([Sample("outfall.ph", T0 + n + k / 1000, 7.0) for k in range(500)])
+            daemon.pipeline.process_queued()
+            n += 1
+            assert n < 1000, "the disk never filled"
+        wall.set(T0 + n + 1 - 3600)  # NTP steps the clock back an hour; the tick notices
+        mono.set(1000.0 + n + 1)
+        daemon.tick()
+        ballast.unlink()
+        daemon.pipeline._retry_at = 0.0  # the retry timer's wait, skipped (a monotonic deadline)
+        assert daemon.pipeline.process_queued() is True
+        assert daemon.pipeline.stats.restamped == 500
+        for k in range(2, 6):
+            wall.set(T0 + n + k - 3600)
+            mono.set(1000.0 + n + k)
+            daemon.pipeline.process([Sample("outfall.ph", T0 + n + k - 3600, 11.0)])
+        assert daemon.engine.counters.out_of_order == 0
+        high = [e for e in daemon.alarms.journal.entries(sensor="outfall.ph") if e.rule is Rule.HIGH]
+        assert [e.event for e in high] == ["activated"]
+        stored = daemon.sink.store.query("outfall.ph")
+        assert max(s.time for s in stored) == T0 + n - 2 + 0.499  # the last batch stored before the stall
+        assert sum(1 for s in stored if T0 + n - 1 - 3600 <= s.time < T0 + n - 3600) == 500
     finally:
         close(daemon)
