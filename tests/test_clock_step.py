@@ -419,7 +419,9 @@ def test_a_step_forward_while_running_does_not_stretch_a_pump_run_or_forget_its_
         store = gw.daemon.station.store
         assert store is not None
         runs = [(r.start - T0, None if r.end is None else r.end - T0) for r in store.runs(0, 2 * T0)]
-        assert runs == [(10.0, 20.0), (40.0, 50.0), (3660.0, 3680.0), (3690.0, None)]
+        # The runs of the hour moved with the step, as the tracker's starts did (a restart
+        # takes its starts per hour from them), the open one too.
+        assert runs == [(3610.0, 3620.0), (3640.0, 3650.0), (3660.0, 3680.0), (3690.0, None)]
     finally:
         close(gw.daemon)
 
@@ -722,3 +724,30 @@ def test_a_batch_the_full_disk_held_across_a_step_back_is_moved_onto_the_new_clo
         assert sum(1 for s in stored if T0 + n - 1 - 3600 <= s.time < T0 + n - 3600) == 500
     finally:
         close(daemon)
+
+
+def test_starts_per_hour_restored_after_a_step_back_counts_the_starts_of_the_hour_that_passed(
+    tmp_path: Path,
+) -> None:
+    """p1 starts at +10, +30 and +50 s (three in the hour: max_starts_per_hour 3, no
+    alarm); the clock steps back an hour at +65 s; the daemon restarts (a crash) and p1
+    starts again at +3700 s of real time, more than an hour after the first three: one
+    start in the hour, no alarm. Before: the station store kept the three runs at their
+    old-clock stamps (+10..+50 s, on the new clock 40-90 s before +3700 s of real time),
+    the restarted tracker took them as starts of the last hour and a false `pump_starts`
+    was raised at the fourth."""
+    gw = Stepped(tmp_path, -3600.0)
+    for k in range(0, 61, 10):
+        gw.poll(k, p1=1.0 if k in (10, 30, 50) else 0.0, lvl=4.0)
+    gw.poll(70, p1=0.0, lvl=4.0)  # on the new clock
+    assert gw.journal("p1") == []
+    close(gw.daemon)  # a crash: no shutdown
+    again = Daemon(step_station(tmp_path), gw.wall)
+    gw.daemon = again
+    again.watch_clock(ClockWatch(again.engine, wall=gw.wall.now, monotonic=gw.mono.now))
+    try:
+        for k in (3690, 3700):
+            gw.poll(k, p1=1.0 if k == 3700 else 0.0, lvl=4.0)
+        assert [(r, e) for r, e, _ in gw.journal("p1")] == []
+    finally:
+        close(again)
