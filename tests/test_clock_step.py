@@ -21,6 +21,7 @@ from monitor.daemon import Daemon
 from monitor.engine import ClockWatch, Engine, restore_checkpoint, save_checkpoint
 from monitor.engine.clock_step import HOLD
 from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample, WallClock, iso
+from monitor.reconcile import device_stamped
 from monitor.web.service import StationCollector
 from monitor.web.station import StationAdapter
 from tests.engine_helpers import T0, station
@@ -751,3 +752,25 @@ def test_starts_per_hour_restored_after_a_step_back_counts_the_starts_of_the_hou
         assert [(r, e) for r, e, _ in gw.journal("p1")] == []
     finally:
         close(again)
+
+
+def test_which_sensors_are_stamped_by_their_device(tmp_path: Path) -> None:
+    """Fed only by subscriptions with a payload time (a templated sensor matched against
+    the configured ids): the device's clock. Polled, or fed without a payload time, too:
+    the gateway's (its readings may be on either clock, and the gateway's is the one that
+    steps)."""
+    config = build_config(
+        {
+            "station": {"id": "ps-which"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [{"id": i, "kind": "ph"} for i in ("a.ph", "b.ph", "c.ph", "polled", "plain")],
+            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020, "fields": [
+                {"sensor": s, "register": "holding", "address": n, "type": "UINT16"}
+                for n, s in enumerate(("polled", "c.ph"))]}]},
+            "mqtt": {"subscriptions": [
+                {"topic": "site/+/ph", "sensor": "{1}.ph", "format": "json", "time_path": "t"},
+                {"topic": "b/ph/raw", "sensor": "b.ph"},
+                {"topic": "plain", "sensor": "plain"}]},
+        }
+    )  # fmt: skip
+    assert device_stamped(config) == frozenset({"a.ph"})
