@@ -774,3 +774,27 @@ def test_which_sensors_are_stamped_by_their_device(tmp_path: Path) -> None:
         }
     )  # fmt: skip
     assert device_stamped(config) == frozenset({"a.ph"})
+
+
+def test_a_small_step_forward_keeps_the_on_delay_and_the_stale_watch_on_the_time_that_passed() -> None:
+    """pH 12.5 from +1 s (on-delay 10 s); NTP steps the clock forward 3 s (just over the
+    2 s tolerance) at +5 s: the high alarm is raised 10 s of real time after the excursion
+    began (+11 s, +14 s on the new clock), as without the step. Then pH stops reporting at
+    +30 s (stale after 60 s); another 3 s step forward at +60 s: stale 61 s of real time
+    after the last reading. Before: a step forward restarted both: the on-delay began again
+    at the first reading after the step (the alarm 5 s late; with a 15 min on-delay, up to
+    15 min late) and the stale watch at the next tick (30 s late; up to `stale_after`)."""
+    gw = gateway()
+    for k in range(1, 31):
+        if k in (6, 61):
+            gw.wall.advance(3.0)  # stepped forward by 3 s
+        gw.second(ph=12.5 if k < 30 else 7.0)
+    for k in range(31, 100):
+        if k == 61:
+            gw.wall.advance(3.0)
+        gw.second()
+    (high,) = [c for c in gw.of(Rule.HIGH) if c.state is ACTIVE]
+    assert high.time == T0 + 11 + 3
+    (stale,) = [c for c in gw.of(Rule.STALE) if c.sensor == "ph"]
+    assert stale.time == T0 + 30 + 61 + 6
+    assert [c.message for c in gw.of(Rule.CLOCK)] == ["gateway clock stepped forward by 3s"] * 2

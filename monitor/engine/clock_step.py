@@ -13,11 +13,12 @@ again, and a restart would not help (the checkpoint holds the old times). So:
   and judged as before, and stale detection measures the monotonic time that passed.
   What else remembers reading times (the pumping station's tracker and derived
   sensors, monitor/station/) listens on `on_step` and moves with it.
-- A step forward by `d` restarts the stale watch and the limit timers (no false
-  stale alarm for the time that did not pass); a baseline that sees a gap longer
-  than its window warms up again, as any long gap does. The engine's history stays
-  where it is: new readings are later anyway, and nothing it judges measures a span
-  across the step once its timers restarted. The station's tracker and derived sensors
+- A step forward by `d` moves the stale watch and the limit timers forward by `d`
+  (no false stale alarm for the time that did not pass, and none late: an on-delay
+  or a stale watch in progress goes on measuring the time that passed); a baseline
+  that sees a gap longer than its window warms up again, as any long gap does. The
+  rest of the engine's history stays where it is: new readings are later anyway.
+  The station's tracker and derived sensors
   do measure spans (a pump run, starts in the last hour, the fail-to-start delay, an
   overflow's volume, a rate over a window): `on_step` moves them forward by `d`, so
   those spans are the time that passed, as after a step back.
@@ -105,16 +106,22 @@ def shift(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:
     engine.last_tick += delta
 
 
-def restart_watches(engine: Engine, keep: Collection[str] = ()) -> None:
-    """After a step forward: the stale watch and the limit timers start again, but those
-    of the sensors in `keep` (stamped by their device's clock: no time was skipped there)."""
-    engine.last_tick = -math.inf
+def advance_watches(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:
+    """After a step forward by `delta`: the stale watch and the limit timers (on- and
+    off-delay, a bad-value run) move forward with it, so each measures the time that
+    passed, as the station's do; but those of the sensors in `keep` (stamped by their
+    device's clock: no time was skipped there). Restarted instead, a 3 s step put every
+    on-delay in progress back to its start and every stale watch back to zero: an alarm
+    up to its whole delay late."""
+    engine.last_tick += delta
     for st in engine.sensor_states():
         if st.sensor in keep:
             continue
-        st.fresh = math.nan
+        st.fresh += delta
+        st.bad_since += delta
         for lim in st.limits:
-            lim.a_start = lim.b_start = math.nan
+            lim.a_start += delta
+            lim.b_start += delta
 
 
 class ClockWatch:
@@ -234,12 +241,12 @@ class ClockWatch:
         if step < 0:
             shift(self.engine, step, self.device)
         else:
-            restart_watches(self.engine, self.device)
+            advance_watches(self.engine, step, self.device)
         for listener in self.on_step:
             listener(step)
         direction = "back" if step < 0 else "forward"
         text = f"gateway clock stepped {direction} by {step_text(step)}{when}"
-        what = "readings re-based" if step < 0 else "stale watch restarted"
+        what = "readings re-based" if step < 0 else "timers moved forward"
         log.warning("%s; %s, judging goes on", text, what)
         self._active_since = mono
         return [self._condition(wall, step, ConditionState.ACTIVE, text)]
