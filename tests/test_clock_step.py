@@ -798,3 +798,26 @@ def test_a_small_step_forward_keeps_the_on_delay_and_the_stale_watch_on_the_time
     (stale,) = [c for c in gw.of(Rule.STALE) if c.sensor == "ph"]
     assert stale.time == T0 + 30 + 61 + 6
     assert [c.message for c in gw.of(Rule.CLOCK)] == ["gateway clock stepped forward by 3s"] * 2
+
+
+def test_a_step_forward_within_the_sample_gap_does_not_lengthen_a_slug_run() -> None:
+    """Flow at 600 gpm against a 100 gpm average for 12 min of real time, short of the
+    15 min of §139-11: no slug. NTP steps the clock forward 4 min (under the 5 min
+    `max_sample_gap`, so the run goes on) 9 min into it. Before: the run was measured on
+    the clock, 12 min + the 4 min that did not pass, and a false slug alarm was raised
+    15 min 10 s into the run on the clock (11 min 10 s of real time)."""
+    config = station(
+        {"id": "flow", "kind": "flow", "unit": "gpm", "stale_after": "1h",
+         "slug": {"window": "1h", "warmup": "30m"}}
+    )  # fmt: skip
+    wall, mono = ManualClock(T0), ManualClock(1000.0)
+    engine = Engine(config.rules, ManualClock())
+    watch = ClockWatch(engine, wall=wall.now, monotonic=mono.now)
+    out: list[Condition] = []
+    for k in range(0, 70 * 60, 10):  # k: seconds of real time
+        wall.set(T0 + k + (240.0 if k >= 49 * 60 else 0.0))
+        mono.set(1000.0 + k)
+        out += watch.check()
+        out += engine.tick(wall.now())
+        out += engine.process(Sample("flow", wall.now(), 600.0 if 40 * 60 <= k < 52 * 60 else 100.0))
+    assert [(c.rule, c.state) for c in out] == [(Rule.CLOCK, ACTIVE), (Rule.CLOCK, CLEARED)]

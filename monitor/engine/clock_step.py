@@ -107,9 +107,10 @@ def shift(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:
 
 
 def advance_watches(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:
-    """After a step forward by `delta`: the stale watch and the limit timers (on- and
-    off-delay, a bad-value run) move forward with it, so each measures the time that
-    passed, as the station's do; but those of the sensors in `keep` (stamped by their
+    """After a step forward by `delta`: the stale watch, the limit timers (on- and
+    off-delay, a bad-value run) and a slug's over run move forward with it, so each
+    measures the time that passed, as the station's do (a step within `max_sample_gap`
+    made a 12 min run a 16 min slug); but those of the sensors in `keep` (stamped by their
     device's clock: no time was skipped there). Restarted instead, a 3 s step put every
     on-delay in progress back to its start and every stale watch back to zero: an alarm
     up to its whole delay late."""
@@ -122,6 +123,10 @@ def advance_watches(engine: Engine, delta: float, keep: Collection[str] = ()) ->
         for lim in st.limits:
             lim.a_start += delta
             lim.b_start += delta
+        slug = st.slug
+        if slug is not None:  # an over run goes on if the step is within max_sample_gap
+            slug.run_start += delta
+            slug.period = type(slug.period)((t + delta, q) for t, q in slug.period)
 
 
 class ClockWatch:
