@@ -123,6 +123,7 @@ class _Batch:
     in_outbox: bool = False
     in_ledger: bool = False
     records: Sequence[MeterPoint] | None = None
+    step: tuple[float, float] | None = None  # the clock step it was last moved onto (`ClockWatch.step`)
 
 
 class SourceEmit:
@@ -278,7 +279,7 @@ class Pipeline:
                 samples.append(sample)
                 if self._kinds.get(sample.sensor) is Kind.METER:
                     meters.append(sample)
-        return _Batch(entries, raw, samples, meters, conditions)
+        return _Batch(entries, raw, samples, meters, conditions, step=None if watch is None else watch.step)
 
     def _restamp_held(self, batch: _Batch) -> None:
         """A batch a store refused was prepared on the clock of its time: a step noticed
@@ -290,7 +291,10 @@ class Pipeline:
         watch = self.clock_watch
         if watch is None or batch.held is not None or batch.in_outbox or batch.in_ledger:
             return
-        batch.conditions.extend(watch.check())
+        self.raise_conditions(watch.check())  # a step is told now, not when the disk has room
+        if watch.step is None or watch.step is batch.step:  # moved onto this clock already
+            return
+        batch.step = watch.step
         raw, moved = watch.restamp(batch.raw)
         if not moved:
             return

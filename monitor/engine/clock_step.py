@@ -158,6 +158,12 @@ class ClockWatch:
         # moves with it.
         self.on_step: list[Callable[[float], None]] = []
 
+    @property
+    def step(self) -> tuple[float, float] | None:
+        """The last step while running, (the old clock's time when it was noticed, the
+        step), while readings of the old clock may still arrive; a new tuple each step."""
+        return self._step
+
     @classmethod
     def for_clock(
         cls, engine: Engine, clock: Clock, active: Collection[tuple[str, Rule]] = ()
