@@ -54,7 +54,7 @@ from monitor.alarms import AlarmManager
 from monitor.config import Config
 from monitor.engine import Engine
 from monitor.engine.restored import after_activation
-from monitor.model import Condition, ConditionState, Quality, Rule, Sample
+from monitor.model import Condition, ConditionState, Kind, Quality, Rule, Sample
 
 ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS, Rule.BAD_VALUE})
 # Raised on the clock (nothing arrived), not by a reading: ended when a reading is judged.
@@ -94,6 +94,7 @@ def device_stamped(config: Config) -> frozenset[str]:
         s.id
         for s in config.sensors
         if s.id not in polled
+        and s.kind is not Kind.DERIVED  # made by the station from its inputs, never fed
         and any(p.fullmatch(s.id) for p in device)
         and not any(p.fullmatch(s.id) for p in gateway)
     )

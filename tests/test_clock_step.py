@@ -758,22 +758,25 @@ def test_which_sensors_are_stamped_by_their_device(tmp_path: Path) -> None:
     """Fed only by subscriptions with a payload time (a templated sensor matched against
     the configured ids): the device's clock. Polled, or fed without a payload time, too:
     the gateway's (its readings may be on either clock, and the gateway's is the one that
-    steps)."""
+    steps). A derived sensor is never fed: the station makes it, and moves it with a step."""
     config = build_config(
         {
             "station": {"id": "ps-which"},
             "state_dir": str(tmp_path / "state"),
-            "sensors": [{"id": i, "kind": "ph"} for i in ("a.ph", "b.ph", "c.ph", "polled", "plain")],
+            "sensors": [*({"id": i, "kind": "ph"} for i in ("a.ph", "b.ph", "c.ph", "polled", "plain")),
+                        {"id": "x.flow", "kind": "flow", "unit": "gpm"},
+                        {"id": "twice", "kind": "derived", "unit": "gpm", "expression": "x.flow * 2"}],
             "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020, "fields": [
                 {"sensor": s, "register": "holding", "address": n, "type": "UINT16"}
                 for n, s in enumerate(("polled", "c.ph"))]}]},
             "mqtt": {"subscriptions": [
                 {"topic": "site/+/ph", "sensor": "{1}.ph", "format": "json", "time_path": "t"},
                 {"topic": "b/ph/raw", "sensor": "b.ph"},
-                {"topic": "plain", "sensor": "plain"}]},
+                {"topic": "plain", "sensor": "plain"},
+                {"topic": "any/+", "sensor": "{1}", "format": "json", "time_path": "t"}]},
         }
     )  # fmt: skip
-    assert device_stamped(config) == frozenset({"a.ph"})
+    assert device_stamped(config) == frozenset({"a.ph", "x.flow"})  # `{1}` could feed any id but these
 
 
 def test_a_small_step_forward_keeps_the_on_delay_and_the_stale_watch_on_the_time_that_passed() -> None:
