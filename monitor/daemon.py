@@ -44,7 +44,7 @@ from monitor.incidents.influx import incident_lines
 from monitor.meters.book import MeterBook
 from monitor.model import Alarm, Clock, Condition, Sample, WallClock
 from monitor.pipeline import Pipeline
-from monitor.reconcile import Reconciler, device_skew
+from monitor.reconcile import Reconciler, device_skew, device_stamped
 from monitor.recovery import recover
 from monitor.sdnotify import notify, watchdog_interval
 from monitor.sinks.pipeline import SampleSink, open_sink
@@ -106,7 +106,7 @@ class Daemon:
         # The gateway clock (engine/clock_step.py): checked before each batch is judged and
         # on every tick; None for a test's or the demo's clock.
         self.clock_watch: ClockWatch | None = None
-        self.watch_clock(ClockWatch.for_clock(self.engine, self.clock, self.alarms.active_conditions(), skew))
+        self.watch_clock(ClockWatch.for_clock(self.engine, self.clock, self.alarms.active_conditions()))
         self.pipeline.listen(DailyFeed(self.station, self.sink))  # pump and station totals per local day
         # Incidents (issue 16): fed every judged batch through the pipeline's hook.
         self.incidents = (
@@ -185,6 +185,7 @@ class Daemon:
         self.clock_watch = watch
         self.pipeline.clock_watch = watch
         if watch is not None:
+            watch.device = device_stamped(self.config)  # stamped by their own clocks: not moved
             watch.on_step.append(self.station.shift)
             watch.on_step.append(self.pipeline.shift)
 

@@ -121,6 +121,7 @@ class _Batch:
     held: int | None = None  # intake record in the series store
     in_outbox: bool = False
     in_ledger: bool = False
+    step: tuple[float, float] | None = None  # the clock step it was last moved onto (`ClockWatch.step`)
 
 
 class SourceEmit:
@@ -223,6 +224,7 @@ class Pipeline:
                 if self.disk is not None and not self.disk.room():
                     self._retry_at = now + RETRY  # the journal's room first
                     return False
+                self._restamp_held(batch)
             if batch is None:
                 if not self._queue:
                     return True
@@ -276,7 +278,29 @@ class Pipeline:
                 samples.append(sample)
                 if self._kinds.get(sample.sensor) is Kind.METER:
                     meters.append(sample)
-        return _Batch(entries, raw, samples, meters, conditions)
+        return _Batch(entries, raw, samples, meters, conditions, step=None if watch is None else watch.step)
+
+    def _restamp_held(self, batch: _Batch) -> None:
+        """A batch a store refused was prepared on the clock of its time: a step noticed
+        while it waited moves it onto the new clock as `_prepare` moves a queued one, so
+        it is stored and judged where the history it follows now is (judged at its old
+        stamps after a step back, its sensors would drop every reading as out of order for
+        the length of the step). Only while no store has taken any of it: one that has
+        holds the old stamps, and the copies must agree (then it is judged as stored)."""
+        watch = self.clock_watch
+        if watch is None or batch.held is not None or batch.in_outbox or batch.in_ledger:
+            return
+        self.raise_conditions(watch.check())  # a step is told now, not when the disk has room
+        if watch.step is None or watch.step is batch.step:  # moved onto this clock already
+            return
+        batch.step = watch.step
+        raw, moved = watch.restamp(batch.raw)
+        if not moved:
+            return
+        self.stats.restamped += moved
+        batch.raw = [r for r in raw if isinstance(r, Sample)]
+        batch.samples = [replace(s, time=r.time) for s, r in zip(batch.samples, batch.raw, strict=True)]
+        batch.meter_samples = [s for s in batch.samples if self._kinds.get(s.sensor) is Kind.METER]
 
     def _store(self, batch: _Batch) -> None:
         """Every store that must have the batch, each step at most once per batch."""
@@ -319,7 +343,10 @@ class Pipeline:
         moves with the engine's history, so the console shows the readings of the new clock
         (they were older than the last of the old one and not taken for the step's length)."""
         if delta < 0:
-            self.latest = {k: replace(s, time=s.time + delta) for k, s in self.latest.items()}
+            keep = self.clock_watch.device if self.clock_watch is not None else frozenset()
+            self.latest = {
+                k: s if k in keep else replace(s, time=s.time + delta) for k, s in self.latest.items()
+            }
 
     def submit(self, conditions: Sequence[Condition]) -> list[Alarm]:
         """Conditions from outside the sample stream (a meter replacement the console

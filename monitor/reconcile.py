@@ -47,13 +47,14 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Collection
 
 from monitor.alarms import AlarmManager
 from monitor.config import Config
 from monitor.engine import Engine
 from monitor.engine.restored import after_activation
-from monitor.model import Condition, ConditionState, Quality, Rule, Sample
+from monitor.model import Condition, ConditionState, Kind, Quality, Rule, Sample
 
 ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS, Rule.BAD_VALUE})
 # Raised on the clock (nothing arrived), not by a reading: ended when a reading is judged.
@@ -72,6 +73,31 @@ def device_skew(config: Config) -> float:
     if mqtt is None or not any(s.time_path is not None for s in mqtt.subscriptions):
         return 0.0
     return float(mqtt.max_skew)
+
+
+def device_stamped(config: Config) -> frozenset[str]:
+    """The sensors whose readings carry their device's own time: fed only by MQTT
+    subscriptions with a `time_path` (a templated `sensor: "plant.{1}"` matched against the
+    configured ids). A gateway clock step never moved their stamps (engine/clock_step.py)."""
+    mqtt = config.mqtt
+    if mqtt is None:
+        return frozenset()
+
+    def pattern(template: str) -> re.Pattern[str]:
+        parts = re.split(r"\{\d+\}", template)
+        return re.compile("[^/]+".join(re.escape(p) for p in parts))
+
+    device = [pattern(s.sensor) for s in mqtt.subscriptions if s.time_path is not None]
+    gateway = [pattern(s.sensor) for s in mqtt.subscriptions if s.time_path is None]
+    polled = {f.sensor for d in (config.modbus.devices if config.modbus else []) for f in d.fields}
+    return frozenset(
+        s.id
+        for s in config.sensors
+        if s.id not in polled
+        and s.kind is not Kind.DERIVED  # made by the station from its inputs, never fed
+        and any(p.fullmatch(s.id) for p in device)
+        and not any(p.fullmatch(s.id) for p in gateway)
+    )
 
 
 class Reconciler:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -98,6 +99,19 @@ def influxdb1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InfluxDB1]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 3 MB tmpfs (a state disk a test can fill: tests/test_pipeline.py,
+    test_clock_step.py)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import csv
 import itertools
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -20,10 +21,12 @@ from monitor.daemon import Daemon
 from monitor.engine import ClockWatch, Engine, restore_checkpoint, save_checkpoint
 from monitor.engine.clock_step import HOLD
 from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample, WallClock, iso
+from monitor.reconcile import device_stamped
 from monitor.web.service import StationCollector
 from monitor.web.station import StationAdapter
 from tests.engine_helpers import T0, station
 from tests.test_pipeline import close
+from tests.test_pipeline import station as pipeline_station
 
 CONFIG = station(
     {"id": "ph", "kind": "ph", "limits": {"on_delay": "10s"}, "stale_after": "60s"},
@@ -417,7 +420,9 @@ def test_a_step_forward_while_running_does_not_stretch_a_pump_run_or_forget_its_
         store = gw.daemon.station.store
         assert store is not None
         runs = [(r.start - T0, None if r.end is None else r.end - T0) for r in store.runs(0, 2 * T0)]
-        assert runs == [(10.0, 20.0), (40.0, 50.0), (3660.0, 3680.0), (3690.0, None)]
+        # The runs of the hour moved with the step, as the tracker's starts did (a restart
+        # takes its starts per hour from them), the open one too.
+        assert runs == [(3610.0, 3620.0), (3640.0, 3650.0), (3660.0, 3680.0), (3690.0, None)]
     finally:
         close(gw.daemon)
 
@@ -532,18 +537,290 @@ def test_a_reading_stamped_before_a_step_forward_and_judged_after_it_moves_with_
 
 
 def test_which_readings_are_taken_for_the_old_clock_after_a_step_back() -> None:
-    """Stamped ahead of the new clock by more than the tolerance and a device clock's skew
-    (here 60 s): the old clock's, moved by the step. Within the skew: a device's own clock,
-    left alone. Once the new clock has passed the old one's last stamp nothing is moved."""
+    """Stamped ahead of the new clock by more than the tolerance: the old clock's, moved by
+    the step. A sensor stamped by its device's own clock (`flow` here) is left alone,
+    however far ahead. Once the new clock has passed the old one's last stamp nothing is
+    moved."""
     wall, mono = ManualClock(T0), ManualClock(1000.0)
-    watch = ClockWatch(Engine(CONFIG.rules, ManualClock()), wall=wall.now, monotonic=mono.now, skew=60.0)
+    watch = ClockWatch(Engine(CONFIG.rules, ManualClock()), wall=wall.now, monotonic=mono.now)
+    watch.device = frozenset({"flow"})
     assert watch.check() == []
     wall.set(T0 + 5 - 600)  # stepped back 10 min within 5 s
     mono.advance(5)
     assert [c.rule for c in watch.check()] == [Rule.CLOCK]
     now = wall.now()
-    items = [Sample("ph", now + 30, 7.0), Sample("ph", T0 + 4, 7.0), Sample("ph", T0 + 600, 7.0)]
+    items = [Sample("ph", now + 1, 7.0), Sample("ph", now + 30, 7.0), Sample("flow", T0 + 4, 1.0),
+             Sample("ph", T0 + 4, 7.0), Sample("ph", T0 + 600, 7.0)]  # fmt: skip
     moved, count = watch.restamp(items)
-    assert [s.time for s in moved] == [now + 30, T0 + 4 - 600, T0 + 600] and count == 1
+    assert [s.time for s in moved] == [now + 1, now + 30 - 600, T0 + 4, T0 + 4 - 600, T0 + 600]
+    assert count == 2
     wall.set(T0 + 5 + 1)  # ten minutes of real time later the new clock passed every old stamp
     assert watch.restamp([Sample("ph", T0 + 4, 7.0)]) == ([Sample("ph", T0 + 4, 7.0)], 0)
+
+
+def device_station(tmp_path: Path) -> Config:
+    """pH polled over Modbus (stamped by the gateway clock) and an effluent temperature
+    over MQTT that takes its time from the payload (stamped by the device's own clock)."""
+    return build_config(
+        {
+            "station": {"id": "ps-device-clock"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [
+                {"id": "ph", "kind": "ph", "limits": {"on_delay": "0s"}},
+                {"id": "plant.temp", "kind": "temperature", "unit": "degC",
+                 "limits": {"on_delay": "5m", "off_delay": "0s"}, "stale_after": "1h"},
+            ],
+            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020,
+                                    "fields": [{"sensor": "ph", "register": "holding", "address": 0,
+                                                "type": "UINT16", "scale": 0.01}]}]},
+            "mqtt": {"subscriptions": [{"topic": "plant/+/temp", "sensor": "plant.{1}", "format": "json",
+                                        "value_path": "v", "time_path": "t"}]},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+
+
+def test_a_step_back_leaves_the_history_of_a_sensor_stamped_by_its_own_device_where_it_is(
+    tmp_path: Path,
+) -> None:
+    """An NTP correction at boot: the gateway's RTC ran 3 h ahead; the MQTT device stamps
+    its readings with its own, correct clock. The effluent temperature is over 65 °C for
+    90 s (T0+30 .. T0+110), short of its 5 min on-delay: no alarm is due. At +65 s the
+    gateway clock is stepped back to true time; the +60 s poll (pH, the gateway's clock)
+    and the device's +60 s reading arrive in one batch after the step. Before: the step
+    moved every sensor's history back 3 h, the temperature's too, whose stamps were never
+    wrong: its excursion looked 3 h old at the next reading and a false high temperature
+    alarm (§139-15 D(1)) was raised at once. Now only the gateway-stamped history moves;
+    the pH poll is moved onto the new clock, the device's reading is not."""
+    config = device_station(tmp_path)
+    ahead = 3 * 3600.0
+    wall, mono = ManualClock(T0 + ahead), ManualClock(1000.0)
+    daemon = Daemon(config, wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+
+    def at(k: float, *items: Sample) -> None:
+        wall.set(T0 + k + (ahead if k < 65 else 0.0))
+        mono.set(1000.0 + k)
+        daemon.pipeline.process(list(items))
+
+    def temp(k: float) -> Sample:
+        return Sample("plant.temp", T0 + k, 70.0 if 30 <= k <= 110 else 40.0)
+
+    try:
+        for k in range(0, 51, 10):
+            at(k, Sample("ph", T0 + ahead + k, 7.0), temp(k))
+        at(70, Sample("ph", T0 + ahead + 60, 7.0), temp(60))  # queued across the step
+        for k in range(70, 401, 10):
+            at(k, Sample("ph", T0 + k, 7.0), temp(k))
+        assert [(e.rule, e.event) for e in daemon.alarms.journal.entries(sensor="plant.temp")] == []
+        assert daemon.engine.counters.out_of_order == 0
+        assert [s.time - T0 for s in daemon.sink.store.query("plant.temp")] == [
+            float(k) for k in range(0, 401, 10)
+        ]
+        ph = sorted(s.time - T0 for s in daemon.sink.store.query("ph"))
+        assert ph == [*range(60, 401, 10), *(ahead + k for k in range(0, 51, 10))]
+        assert daemon.pipeline.stats.restamped == 1
+    finally:
+        close(daemon)
+
+
+def test_a_step_forward_leaves_a_device_stamped_backlog_reading_at_its_stamp(tmp_path: Path) -> None:
+    """The gateway's RTC ran an hour behind; NTP steps it forward at +65 s. The broker then
+    delivers a reading the device stamped (with its correct clock) 4200 s before the step,
+    queued while the daemon was away, with the +60 s pH poll of the old clock. The poll is
+    moved forward by the step; the device's reading is not (before, it fell within one step
+    of the old clock and was moved an hour later, to a time it was not taken)."""
+    config = device_station(tmp_path)
+    wall, mono = ManualClock(T0 - 3600.0), ManualClock(1000.0)
+    daemon = Daemon(config, wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    try:
+        for k in range(0, 51, 10):
+            wall.set(T0 - 3600.0 + k)
+            mono.set(1000.0 + k)
+            daemon.pipeline.process([Sample("ph", T0 - 3600.0 + k, 7.0)])
+        wall.set(T0 + 70)
+        mono.set(1000.0 + 70)
+        daemon.pipeline.process(
+            [Sample("ph", T0 - 3600.0 + 60, 7.0), Sample("plant.temp", T0 - 4200.0, 40.0)]
+        )
+        assert [s.time - T0 for s in daemon.sink.store.query("plant.temp")] == [-4200.0]
+        assert sorted(s.time - T0 for s in daemon.sink.store.query("ph"))[-1] == 60.0
+        assert daemon.pipeline.stats.restamped == 1
+    finally:
+        close(daemon)
+
+
+def test_a_poll_queued_across_a_step_back_shorter_than_max_skew_is_moved(tmp_path: Path) -> None:
+    """A station with a device-stamped MQTT sensor (so `mqtt.max_skew`, 300 s, applies to
+    those readings); the gateway clock steps back 2 min at +65 s; the +60 s pH poll (the
+    gateway's clock) is judged after the step. It is moved onto the new clock, and pH 11
+    from the next poll raises the high alarm at once. Before: the window for readings of
+    the old clock started 2 s + max_skew ahead of the new clock, so a step shorter than
+    max_skew moved nothing: the poll put pH back on the old clock, every pH reading of
+    the next 2 min was dropped as out of order and pH 11 raised nothing until then."""
+    config = device_station(tmp_path)
+    wall, mono = ManualClock(T0), ManualClock(1000.0)
+    daemon = Daemon(config, wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    try:
+        for k in range(0, 51, 10):
+            wall.set(T0 + k)
+            mono.set(1000.0 + k)
+            daemon.pipeline.process([Sample("ph", T0 + k, 7.0)])
+        for k in range(70, 131, 10):
+            wall.set(T0 + k - 120)
+            mono.set(1000.0 + k)
+            queued = [Sample("ph", T0 + 60, 7.0)] if k == 70 else []
+            daemon.pipeline.process([*queued, Sample("ph", T0 + k - 120, 11.0)])
+        assert daemon.engine.counters.out_of_order == 0
+        assert [(e.rule, e.event, e.time - T0) for e in daemon.alarms.journal.entries(sensor="ph")] == [
+            (Rule.HIGH, "activated", -50.0)
+        ]
+        assert daemon.pipeline.stats.restamped == 1
+    finally:
+        close(daemon)
+
+
+def test_a_batch_the_full_disk_held_across_a_step_back_is_moved_onto_the_new_clock(tiny_disk: Path) -> None:
+    """The state disk fills (a real 3 MB tmpfs) and a batch of pH polls waits, prepared
+    on the old clock; NTP steps the clock back an hour meanwhile (the timer tick notices);
+    the disk is freed. The held batch is moved onto the new clock by the step before it is
+    stored and judged, as a batch still in the queue would be, and pH 11 on the new clock
+    raises the high alarm. Before: it was stored and judged at its old stamps, an hour
+    after the re-based history, and every pH reading of the next hour was dropped as out
+    of order (pH 11 raised nothing)."""
+    wall, mono = ManualClock(T0), ManualClock(1000.0)
+    daemon = Daemon(pipeline_station(tiny_disk / "state"), wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    try:
+        st = os.statvfs(tiny_disk)
+        ballast = tiny_disk / "ballast"
+        ballast.write_bytes(b"\0" * (st.f_bavail * st.f_frsize - (64 << 10)))
+        n = 0
+        while daemon.pipeline.stats.stalled is None:  # until the disk refuses
+            wall.set(T0 + n + 1)
+            mono.set(1000.0 + n + 1)
+            daemon.pipeline.emit([Sample("outfall.ph", T0 + n + k / 1000, 7.0) for k in range(500)])
+            daemon.pipeline.process_queued()
+            n += 1
+            assert n < 1000, "the disk never filled"
+        wall.set(T0 + n + 1 - 3600)  # NTP steps the clock back an hour; the tick notices
+        mono.set(1000.0 + n + 1)
+        daemon.tick()
+        ballast.unlink()
+        daemon.pipeline._retry_at = 0.0  # the retry timer's wait, skipped (a monotonic deadline)
+        assert daemon.pipeline.process_queued() is True
+        assert daemon.pipeline.stats.restamped == 500
+        for k in range(2, 6):
+            wall.set(T0 + n + k - 3600)
+            mono.set(1000.0 + n + k)
+            daemon.pipeline.process([Sample("outfall.ph", T0 + n + k - 3600, 11.0)])
+        assert daemon.engine.counters.out_of_order == 0
+        high = [e for e in daemon.alarms.journal.entries(sensor="outfall.ph") if e.rule is Rule.HIGH]
+        assert [e.event for e in high] == ["activated"]
+        stored = daemon.sink.store.query("outfall.ph")
+        assert max(s.time for s in stored) == T0 + n - 2 + 0.499  # the last batch stored before the stall
+        assert sum(1 for s in stored if T0 + n - 1 - 3600 <= s.time < T0 + n - 3600) == 500
+    finally:
+        close(daemon)
+
+
+def test_starts_per_hour_restored_after_a_step_back_counts_the_starts_of_the_hour_that_passed(
+    tmp_path: Path,
+) -> None:
+    """p1 starts at +10, +30 and +50 s (three in the hour: max_starts_per_hour 3, no
+    alarm); the clock steps back an hour at +65 s; the daemon restarts (a crash) and p1
+    starts again at +3700 s of real time, more than an hour after the first three: one
+    start in the hour, no alarm. Before: the station store kept the three runs at their
+    old-clock stamps (+10..+50 s, on the new clock 40-90 s before +3700 s of real time),
+    the restarted tracker took them as starts of the last hour and a false `pump_starts`
+    was raised at the fourth."""
+    gw = Stepped(tmp_path, -3600.0)
+    for k in range(0, 61, 10):
+        gw.poll(k, p1=1.0 if k in (10, 30, 50) else 0.0, lvl=4.0)
+    gw.poll(70, p1=0.0, lvl=4.0)  # on the new clock
+    assert gw.journal("p1") == []
+    close(gw.daemon)  # a crash: no shutdown
+    again = Daemon(step_station(tmp_path), gw.wall)
+    gw.daemon = again
+    again.watch_clock(ClockWatch(again.engine, wall=gw.wall.now, monotonic=gw.mono.now))
+    try:
+        for k in (3690, 3700):
+            gw.poll(k, p1=1.0 if k == 3700 else 0.0, lvl=4.0)
+        assert [(r, e) for r, e, _ in gw.journal("p1")] == []
+    finally:
+        close(again)
+
+
+def test_which_sensors_are_stamped_by_their_device(tmp_path: Path) -> None:
+    """Fed only by subscriptions with a payload time (a templated sensor matched against
+    the configured ids): the device's clock. Polled, or fed without a payload time, too:
+    the gateway's (its readings may be on either clock, and the gateway's is the one that
+    steps). A derived sensor is never fed: the station makes it, and moves it with a step."""
+    config = build_config(
+        {
+            "station": {"id": "ps-which"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [*({"id": i, "kind": "ph"} for i in ("a.ph", "b.ph", "c.ph", "polled", "plain")),
+                        {"id": "x.flow", "kind": "flow", "unit": "gpm"},
+                        {"id": "twice", "kind": "derived", "unit": "gpm", "expression": "x.flow * 2"}],
+            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020, "fields": [
+                {"sensor": s, "register": "holding", "address": n, "type": "UINT16"}
+                for n, s in enumerate(("polled", "c.ph"))]}]},
+            "mqtt": {"subscriptions": [
+                {"topic": "site/+/ph", "sensor": "{1}.ph", "format": "json", "time_path": "t"},
+                {"topic": "b/ph/raw", "sensor": "b.ph"},
+                {"topic": "plain", "sensor": "plain"},
+                {"topic": "any/+", "sensor": "{1}", "format": "json", "time_path": "t"}]},
+        }
+    )  # fmt: skip
+    assert device_stamped(config) == frozenset({"a.ph", "x.flow"})  # `{1}` could feed any id but these
+
+
+def test_a_small_step_forward_keeps_the_on_delay_and_the_stale_watch_on_the_time_that_passed() -> None:
+    """pH 12.5 from +1 s (on-delay 10 s); NTP steps the clock forward 3 s (just over the
+    2 s tolerance) at +5 s: the high alarm is raised 10 s of real time after the excursion
+    began (+11 s, +14 s on the new clock), as without the step. Then pH stops reporting at
+    +30 s (stale after 60 s); another 3 s step forward at +60 s: stale 61 s of real time
+    after the last reading. Before: a step forward restarted both: the on-delay began again
+    at the first reading after the step (the alarm 5 s late; with a 15 min on-delay, up to
+    15 min late) and the stale watch at the next tick (30 s late; up to `stale_after`)."""
+    gw = gateway()
+    for k in range(1, 31):
+        if k in (6, 61):
+            gw.wall.advance(3.0)  # stepped forward by 3 s
+        gw.second(ph=12.5 if k < 30 else 7.0)
+    for k in range(31, 100):
+        if k == 61:
+            gw.wall.advance(3.0)
+        gw.second()
+    (high,) = [c for c in gw.of(Rule.HIGH) if c.state is ACTIVE]
+    assert high.time == T0 + 11 + 3
+    (stale,) = [c for c in gw.of(Rule.STALE) if c.sensor == "ph"]
+    assert stale.time == T0 + 30 + 61 + 6
+    assert [c.message for c in gw.of(Rule.CLOCK)] == ["gateway clock stepped forward by 3s"] * 2
+
+
+def test_a_step_forward_within_the_sample_gap_does_not_lengthen_a_slug_run() -> None:
+    """Flow at 600 gpm against a 100 gpm average for 12 min of real time, short of the
+    15 min of §139-11: no slug. NTP steps the clock forward 4 min (under the 5 min
+    `max_sample_gap`, so the run goes on) 9 min into it. Before: the run was measured on
+    the clock, 12 min + the 4 min that did not pass, and a false slug alarm was raised
+    15 min 10 s into the run on the clock (11 min 10 s of real time)."""
+    config = station(
+        {"id": "flow", "kind": "flow", "unit": "gpm", "stale_after": "1h",
+         "slug": {"window": "1h", "warmup": "30m"}}
+    )  # fmt: skip
+    wall, mono = ManualClock(T0), ManualClock(1000.0)
+    engine = Engine(config.rules, ManualClock())
+    watch = ClockWatch(engine, wall=wall.now, monotonic=mono.now)
+    out: list[Condition] = []
+    for k in range(0, 70 * 60, 10):  # k: seconds of real time
+        wall.set(T0 + k + (240.0 if k >= 49 * 60 else 0.0))
+        mono.set(1000.0 + k)
+        out += watch.check()
+        out += engine.tick(wall.now())
+        out += engine.process(Sample("flow", wall.now(), 600.0 if 40 * 60 <= k < 52 * 60 else 100.0))
+    assert [(c.rule, c.state) for c in out] == [(Rule.CLOCK, ACTIVE), (Rule.CLOCK, CLEARED)]

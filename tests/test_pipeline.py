@@ -7,13 +7,10 @@ import contextlib
 import functools
 import json
 import os
-import subprocess
 import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from monitor.config import Config, build_config
 from monitor.daemon import Daemon
@@ -91,17 +88,6 @@ def test_a_batch_a_crash_left_between_the_stores_is_applied_again_at_start(tmp_p
         assert len(third.meters.ledger.rows("shop.meter", 0, 10**15)) == 3
     finally:
         close(third)
-
-
-@pytest.fixture
-def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], check=True)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def test_a_refused_store_judges_and_acknowledges_nothing_until_it_is_stored(tiny_disk: Path) -> None:

@@ -316,7 +316,7 @@ def test_a_station_without_notify_or_sources_never_loads_their_models(tmp_path: 
                 "billing.rate: unknown key",
                 "billing.acounts: unknown key (did you mean 'accounts'?)",
                 "wet_well.weir.length: required",
-                "wet_well.weir.kind: unknown key",
+                "wet_well.weir.kind: unknown key",  # no hint: weir has no such key (d23ecca)
             ],
         ),
         (

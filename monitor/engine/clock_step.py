@@ -13,11 +13,12 @@ again, and a restart would not help (the checkpoint holds the old times). So:
   and judged as before, and stale detection measures the monotonic time that passed.
   What else remembers reading times (the pumping station's tracker and derived
   sensors, monitor/station/) listens on `on_step` and moves with it.
-- A step forward by `d` restarts the stale watch and the limit timers (no false
-  stale alarm for the time that did not pass); a baseline that sees a gap longer
-  than its window warms up again, as any long gap does. The engine's history stays
-  where it is: new readings are later anyway, and nothing it judges measures a span
-  across the step once its timers restarted. The station's tracker and derived sensors
+- A step forward by `d` moves the stale watch and the limit timers forward by `d`
+  (no false stale alarm for the time that did not pass, and none late: an on-delay
+  or a stale watch in progress goes on measuring the time that passed); a baseline
+  that sees a gap longer than its window warms up again, as any long gap does. The
+  rest of the engine's history stays where it is: new readings are later anyway.
+  The station's tracker and derived sensors
   do measure spans (a pump run, starts in the last hour, the fail-to-start delay, an
   overflow's volume, a rate over a window): `on_step` moves them forward by `d`, so
   those spans are the time that passed, as after a step back.
@@ -29,10 +30,19 @@ again, and a restart would not help (the checkpoint holds the old times). So:
   would put the sensor's last reading back on the old clock and every reading after
   it would be dropped as out of order for the length of the step. Which readings:
   after a step back, those stamped ahead of the new clock by more than `TOLERANCE`
-  and a device clock's skew (no clock but the old one stamped them; decided until
-  the new clock passes the old one's last stamp); after a step forward, those stamped
+  (no clock but the old one stamped them; decided until the new clock passes the old
+  one's last stamp); after a step forward, those stamped
   at or before the old clock's time when the step was noticed, within one step of it
   (the new clock stamps nothing there). Counted, and logged once a step.
+- A sensor whose readings carry their device's own time (an MQTT subscription with a
+  `time_path`, `ClockWatch.device`) was never on the gateway clock: a step moves neither
+  its history nor its readings, and restarts none of its timers. Moved back with the
+  rest, its history looked a step older than it was: an excursion within its on-delay, or
+  a slug run of minutes, was taken for one of hours and alarmed at the next reading.
+  Knowing them, a gateway reading needs no allowance for a device clock's lead: with one
+  (`mqtt.max_skew`, 300 s) a step back shorter than it moved no queued poll, and the
+  poll's sensor dropped every reading as out of order for the length of the step. A
+  sensor fed both ways (polled and with a payload time) is taken for the gateway's.
 - At start, `check_restored()` compares the restored checkpoint with the wall
   clock: readings "from the future" mean the clock stepped back while the daemon
   was down, and are shifted the same way (a restart after a step is not blind).
@@ -70,9 +80,13 @@ def step_text(seconds: float) -> str:
     return f"{hours}h {minutes}m" if hours else f"{minutes}m"
 
 
-def shift(engine: Engine, delta: float) -> None:
-    """Move everything the engine remembers by `delta` seconds (a step back: < 0)."""
+def shift(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:
+    """Move everything the engine remembers by `delta` seconds (a step back: < 0), but
+    the history of the sensors in `keep`: stamped by their device's clock, it never was
+    on the gateway's."""
     for st in engine.sensor_states():
+        if st.sensor in keep:
+            continue
         st.last_time += delta
         st.fresh += delta
         st.bad_since += delta
@@ -92,13 +106,27 @@ def shift(engine: Engine, delta: float) -> None:
     engine.last_tick += delta
 
 
-def restart_watches(engine: Engine) -> None:
-    """After a step forward: the stale watch and the limit timers start again."""
-    engine.last_tick = -math.inf
+def advance_watches(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:
+    """After a step forward by `delta`: the stale watch, the limit timers (on- and
+    off-delay, a bad-value run) and a slug's over run move forward with it, so each
+    measures the time that passed, as the station's do (a step within `max_sample_gap`
+    made a 12 min run a 16 min slug); but those of the sensors in `keep` (stamped by their
+    device's clock: no time was skipped there). Restarted instead, a 3 s step put every
+    on-delay in progress back to its start and every stale watch back to zero: an alarm
+    up to its whole delay late."""
+    engine.last_tick += delta
     for st in engine.sensor_states():
-        st.fresh = math.nan
+        if st.sensor in keep:
+            continue
+        st.fresh += delta
+        st.bad_since += delta
         for lim in st.limits:
-            lim.a_start = lim.b_start = math.nan
+            lim.a_start += delta
+            lim.b_start += delta
+        slug = st.slug
+        if slug is not None:  # an over run goes on if the step is within max_sample_gap
+            slug.run_start += delta
+            slug.period = type(slug.period)((t + delta, q) for t, q in slug.period)
 
 
 class ClockWatch:
@@ -109,12 +137,12 @@ class ClockWatch:
         engine: Engine,
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
-        skew: float = 0.0,
     ) -> None:
-        """`skew`: how far ahead of the gateway clock a device may stamp a reading
-        (`reconcile.device_skew`): such a reading is not taken for one of the old clock."""
         self.engine = engine
-        self.skew = skew
+        # Sensors whose readings carry their device's time (MQTT payload times,
+        # `reconcile.device_stamped`; the daemon sets them): a step of the gateway clock
+        # moves neither their history nor their readings.
+        self.device: frozenset[str] = frozenset()
         # The last step while running: (the old clock's time when it was noticed, the step),
         # for `restamp`; whether its first moved reading was logged.
         self._step: tuple[float, float] | None = None
@@ -130,16 +158,22 @@ class ClockWatch:
         # moves with it.
         self.on_step: list[Callable[[float], None]] = []
 
+    @property
+    def step(self) -> tuple[float, float] | None:
+        """The last step while running, (the old clock's time when it was noticed, the
+        step), while readings of the old clock may still arrive; a new tuple each step."""
+        return self._step
+
     @classmethod
     def for_clock(
-        cls, engine: Engine, clock: Clock, active: Collection[tuple[str, Rule]] = (), skew: float = 0.0
+        cls, engine: Engine, clock: Clock, active: Collection[tuple[str, Rule]] = ()
     ) -> ClockWatch | None:
         """A watch for the real clock; None for a test's or the demo's accelerated clock.
         `active`: the alarms a restart restored as active; a clock alarm among them
         clears after `HOLD` of a steady clock, like one raised in this run."""
         if not isinstance(clock, WallClock):
             return None
-        watch = cls(engine, skew=skew)
+        watch = cls(engine)
         if (GATEWAY, Rule.CLOCK) in active:
             watch._active_since = watch._mono0
         return watch
@@ -186,7 +220,7 @@ class ClockWatch:
             return items, 0
         old, step = self._step
         if step < 0:
-            lo, hi = self.wall() + TOLERANCE + self.skew, old + TOLERANCE + self.skew
+            lo, hi = self.wall() + TOLERANCE, old + TOLERANCE
             if lo >= hi:  # the new clock passed every stamp of the old one
                 self._step = None
                 return items, 0
@@ -196,7 +230,7 @@ class ClockWatch:
         out: list[Sample | Condition] = []
         for original in items:
             item = original
-            if lo < item.time <= hi:
+            if lo < item.time <= hi and item.sensor not in self.device:
                 if not self._told:
                     self._told = True
                     log.warning(
@@ -216,14 +250,14 @@ class ClockWatch:
 
     def _stepped(self, wall: float, mono: float, step: float, when: str) -> list[Condition]:
         if step < 0:
-            shift(self.engine, step)
+            shift(self.engine, step, self.device)
         else:
-            restart_watches(self.engine)
+            advance_watches(self.engine, step, self.device)
         for listener in self.on_step:
             listener(step)
         direction = "back" if step < 0 else "forward"
         text = f"gateway clock stepped {direction} by {step_text(step)}{when}"
-        what = "readings re-based" if step < 0 else "stale watch restarted"
+        what = "readings re-based" if step < 0 else "timers moved forward"
         log.warning("%s; %s, judging goes on", text, what)
         self._active_since = mono
         return [self._condition(wall, step, ConditionState.ACTIVE, text)]

@@ -85,6 +85,18 @@ class StationStore:
         self._run("UPDATE runs SET start = start + ? WHERE end IS NULL", (delta,))
         self._run("UPDATE overflows SET start = start + ?, due = due + ? WHERE end IS NULL", (delta, delta))
 
+    def shift_starts(self, starts: list[tuple[str, float]], delta: float) -> None:
+        """The closed runs that began at `starts` ((pump, start): the tracker's starts of
+        the last hour) moved by `delta` seconds with a clock step, as the tracker moves
+        them, so starts per hour restored after a restart counts the hour that passed. A
+        run already at the moved time (the same instant, to the bit) keeps its place."""
+        for pump, start in starts:
+            self._run(
+                "UPDATE OR IGNORE runs SET start = start + ?, end = end + ?"
+                " WHERE pump = ? AND start = ? AND end IS NOT NULL",
+                (delta, delta, pump, start),
+            )
+
     def save_progress(self, t: float) -> None:
         """The last event time judged: where an open run is counted up to in a report."""
         self._run("INSERT OR REPLACE INTO meta VALUES ('last_time', ?)", (repr(t),))

@@ -27,6 +27,7 @@ Readings of the ordinance and the issue that the code takes:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections import deque
@@ -196,6 +197,7 @@ class StationTracker:
         Restored alarms keep the journal's activation (`_may_end` compares it with the
         clock). Local midnights stay: they are the clock's."""
         self._last = {sid: t + delta for sid, t in self._last.items()}
+        starts = [(pid, t) for pid, p in self.pumps.items() for t in p.recent_starts]
         for p in self.pumps.values():
             p.last_time += delta
             p.last_stop += delta
@@ -214,6 +216,8 @@ class StationTracker:
             self.overflow.due += delta
         if self.store is not None:
             self._stored(self.store.shift_open, delta)
+            # The closed runs of the hour move too: a restart takes its starts from them.
+            self._stored(functools.partial(self.store.shift_starts, starts), delta)
 
     # --- feeding ------------------------------------------------------------------------
 
