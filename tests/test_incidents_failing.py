@@ -6,19 +6,28 @@ by another connection, a real full file system (tmpfs) under the store."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import os
 import sqlite3
 import subprocess
+import time
+import urllib.request
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from monitor.daemon import Daemon
-from monitor.model import Rule, Sample
-from monitor.web.station import StationAdapter
-from tests.console import call
+from monitor.model import Sample
+from tests.daemon_process import running_daemon
 from tests.incident_helpers import close_daemon, feed, load, monitor, run_live
+from tests.mqtt_tools import Peer
+from tests.services import Mosquitto, free_port, wait_until
 
 T0 = 1_780_000_000.0
 
@@ -124,3 +133,147 @@ def test_a_damaged_evidence_block_marks_its_incident_and_the_others_go_on(
     shown = monitor("incidents", "show", "--config", str(tmp_path / "station.yaml"), "--id", a.id)
     assert "EVIDENCE     evidence incomplete from" in shown.stdout, shown.stdout + shown.stderr
     assert "Traceback" not in shown.stderr
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 4 MB tmpfs (needs root, as tests/test_disk_full.py)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Mosquitto]:
+    server = Mosquitto(tmp_path / "broker")
+    server.start()
+    yield server
+    server.stop()
+
+
+def get_json(console: int, path: str) -> Any:
+    with urllib.request.urlopen(f"http://127.0.0.1:{console}{path}", timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def store_alarm(console: int) -> dict[str, Any] | None:
+    try:
+        found = get_json(console, "/api/alarms?all=true")
+    except OSError:
+        return None
+    return next((a for a in found if a["sensor"] == "incident_store" and a["rule"] == "incidents"), None)
+
+
+def metrics(console: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{console}/metrics", timeout=5) as resp:
+        return str(resp.read().decode())
+
+
+def test_a_full_incident_store_raises_an_alarm_until_it_records_again(
+    tmp_path: Path, small_disk: Path, broker: Mosquitto
+) -> None:
+    """`monitor run` with its incident store (alone: `incidents.sqlite` a link to it) on a real
+    tmpfs filled to the last byte while an oil excursion opens an incident: the readings are
+    stored and judged as before, the high-priority `incident_store/incidents` alarm is raised
+    (console, retained MQTT topic), /api/health names the error and /metrics counts it; once
+    space is freed the next batch records the incident and clears the alarm, and the record is
+    whole (nothing lost meanwhile). Before, only a log line said so."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "incidents.sqlite").symlink_to(small_disk / "incidents.sqlite")
+    console = free_port()
+    config = tmp_path / "station.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "station": {"id": "ps-inc"},
+                "state_dir": str(state),
+                "sensors": [{"id": "a.oil", "kind": "concentration", "substance": "oil", "slug": False,
+                             "stale_after": "10m"}],
+                "mqtt": {
+                    "host": "127.0.0.1",
+                    "port": broker.port,
+                    "client_id": "inc-station",
+                    "max_skew": "2d",
+                    "subscriptions": [
+                        {"topic": "inc/+/v", "sensor": "{1}", "format": "json", "value_path": "v",
+                         "time_path": "t"}
+                    ],
+                },
+                "console": {"host": "127.0.0.1", "port": console},
+            }
+        )
+    )  # fmt: skip
+    base = time.time() - 6 * 3600
+    topic = "station-monitor/ps-inc/alarms/incident_store/incidents"
+
+    def minutes(ms: range) -> list[tuple[str, bytes]]:
+        return [
+            ("inc/a.oil/v", json.dumps({"v": 150.0 if 60 <= m < 70 else 20.0, "t": base + 60 * m}).encode())
+            for m in ms
+        ]
+
+    log = tmp_path / "daemon.log"
+    with running_daemon(config, log) as daemon, closing(Peer(broker.port, "inc-field")) as peer:
+        wait_until(lambda: "connected as" in log.read_text(), timeout=90, what="the daemon's MQTT session")
+        assert (small_disk / "incidents.sqlite-wal").exists()  # the WAL beside the file, on the tmpfs
+        peer.subscribe(topic)
+        peer.publish_many(minutes(range(0, 60)))
+        st = os.statvfs(small_disk)
+        ballast = small_disk / "ballast"
+        with ballast.open("wb") as fh, contextlib.suppress(OSError):  # to the last byte
+            fh.write(b"\0" * (st.f_bavail * st.f_frsize))
+        peer.publish_many(minutes(range(60, 70)))
+        wait_until(
+            lambda: (store_alarm(console) or {}).get("active") is True,
+            timeout=60,
+            what=f"the incident store alarm; log:\n{log.read_text()[-2000:]}",
+        )
+        raised = store_alarm(console)
+        assert raised is not None and raised["priority"] == "high"
+        assert "incidents not recorded" in raised["message"] and "full" in raised["message"]
+        health = get_json(console, "/api/health")["incidents"]
+        assert "database or disk is full" in health["failing"] and health["failures"] >= 1
+        assert 'station_monitor_incident_store_failing{station="ps-inc"} 1.0' in metrics(console)
+        wait_until(
+            lambda: any(t == topic and json.loads(p)["active"] for t, p, _ in peer.received()),
+            timeout=30,
+            what="the alarm on MQTT",
+        )
+        # the readings went on being judged: the oil alarm itself is up
+        assert any(a["sensor"] == "a.oil" and a["rule"] == "high" for a in get_json(console, "/api/alarms"))
+
+        ballast.unlink()  # an operator frees space; the next batch records
+        peer.publish_many(minutes(range(70, 200)))
+        wait_until(
+            lambda: (store_alarm(console) or {}).get("active") is False,
+            timeout=60,
+            what=f"the incident store alarm clearing; log:\n{log.read_text()[-2000:]}",
+        )
+        wait_until(
+            lambda: [i["evidence"]["frozen"] for i in get_json(console, "/api/incidents")] == [True],
+            timeout=60,
+            what="the incident frozen",
+        )
+        (inc,) = get_json(console, "/api/incidents")
+        assert inc["samples"] == 11 and inc["peak_value"] == 150.0  # nothing lost meanwhile
+        assert inc["evidence"]["incomplete"] is None
+        assert get_json(console, "/api/health")["incidents"]["failing"] is None
+        text = metrics(console)
+        assert 'station_monitor_incident_store_failing{station="ps-inc"} 0.0' in text
+        assert 'station_monitor_incident_record_failures_total{station="ps-inc"}' in text
+        wait_until(
+            lambda: not json.loads([p for t, p, _ in peer.received() if t == topic][-1])["active"],
+            timeout=30,
+            what="the clear on MQTT",
+        )
+        daemon.stop(timeout=60)
+
+    text = log.read_text()
+    assert text.count("incidents not recorded") == 1, text[-3000:]
+    assert "incidents recorded again" in text
+    assert "Traceback" not in text
