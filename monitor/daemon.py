@@ -114,10 +114,15 @@ class Daemon:
             IncidentTracker(config, history=self.sink.store.query) if config.incidents.enabled else None
         )
         self.incident_feed: IncidentFeed | None = None
+        raised = self.alarms.get(INCIDENT_SENSOR, Rule.INCIDENTS)
+        if self.incidents is None and raised is not None and raised.active:
+            # nothing else would end it: incidents were turned off while it stood active
+            self.pipeline.emit(
+                [store_condition(self.clock.now(), ConditionState.CLEARED, "incidents are not enabled")]
+            )
         if self.incidents is not None:
             # A store that refuses as a whole raises the `incident_store` alarm through the
             # queue, as the outbox's cap does (never from within the listener's own call).
-            raised = self.alarms.get(INCIDENT_SENSOR, Rule.INCIDENTS)
             self.incident_feed = IncidentFeed(
                 self.incidents,
                 self.sink,
@@ -442,18 +447,21 @@ class IncidentFeed:
 
     def _alarm(self, state: ConditionState, message: str) -> None:
         if self.on_condition is not None:
-            self.on_condition(
-                Condition(
-                    time=self.clock.now(),
-                    sensor=INCIDENT_SENSOR,
-                    rule=Rule.INCIDENTS,
-                    state=state,
-                    value=math.nan,
-                    limit=None,
-                    citation=INCIDENT_CITATION,
-                    message=message,
-                )
-            )
+            self.on_condition(store_condition(self.clock.now(), state, message))
+
+
+def store_condition(now: float, state: ConditionState, message: str) -> Condition:
+    """The `incident_store/incidents` diagnostic's transition."""
+    return Condition(
+        time=now,
+        sensor=INCIDENT_SENSOR,
+        rule=Rule.INCIDENTS,
+        state=state,
+        value=math.nan,
+        limit=None,
+        citation=INCIDENT_CITATION,
+        message=message,
+    )
 
 
 async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
-from monitor.daemon import Daemon
-from monitor.model import Sample
+from monitor.daemon import Daemon, store_condition
+from monitor.model import ConditionState, Rule, Sample
 from tests.daemon_process import running_daemon
 from tests.incident_helpers import close_daemon, feed, load, monitor, run_live
 from tests.mqtt_tools import Peer
@@ -277,3 +277,36 @@ def test_a_full_incident_store_raises_an_alarm_until_it_records_again(
     assert text.count("incidents not recorded") == 1, text[-3000:]
     assert "incidents recorded again" in text
     assert "Traceback" not in text
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_alarm_a_restart_restores_is_cleared_by_the_first_batch_recorded(
+    tmp_path: Path, enabled: bool
+) -> None:
+    """The journal holds `incident_store/incidents` active from before a restart (raised as
+    the daemon raises it, then stopped): the first batch the store records clears it; with
+    incidents turned off meanwhile, the start clears it (nothing else would)."""
+    config = load(two_oil_sensors(tmp_path))
+    first = run_live(config, readings(range(0, 3)))
+    try:
+        first.pipeline.submit([store_condition(T0, ConditionState.ACTIVE, "incidents not recorded: x")])
+        alarm = first.alarms.get("incident_store", Rule.INCIDENTS)
+        assert alarm is not None and alarm.active
+    finally:
+        close_daemon(first)
+    if not enabled:
+        raw = tmp_path / "station.yaml"
+        raw.write_text(raw.read_text(encoding="utf-8") + "incidents: {enabled: false}\n", encoding="utf-8")
+        config = load(raw)
+    again = Daemon(config, first.clock)
+    try:
+        if enabled:
+            assert again.incident_feed is not None and again.incident_feed.failing is not None
+        feed(again, readings(range(3, 5)))
+        again.pipeline.process_queued()
+        alarm = again.alarms.get("incident_store", Rule.INCIDENTS)
+        assert alarm is not None and not alarm.active
+        if enabled:
+            assert again.incident_feed is not None and again.incident_feed.failing is None
+    finally:
+        close_daemon(again)
