@@ -372,7 +372,13 @@ class IncidentStore:
         """Within a `batch`: the writes within undone alone after an exception, the batch's
         others kept (one incident's damaged evidence must not undo the other incidents').
         After an error SQLite rolled the whole transaction back on its own (a full disk), the
-        exception is raised as it is: there is no savepoint left to go back to."""
+        exception is raised as it is: there is no savepoint left to go back to. Outside a
+        batch it is one (BEGIN IMMEDIATE: a deferred SAVEPOINT that reads, then writes, fails
+        at once when another connection -- the replay's freezer -- committed in between)."""
+        if not self._db.in_transaction:
+            with self.batch():
+                yield
+            return
         self._run("SAVEPOINT evidence")
         try:
             yield

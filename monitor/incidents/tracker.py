@@ -891,7 +891,10 @@ class IncidentTracker:
         """`_freeze` on the worker (`freezer.py`): the last evidence is copied in here, on
         this connection, and the ended record saved, so a failure there loses nothing."""
         for ended in finals:
-            inc = self._collect(ended)
+            inc = self._collect_apart(ended)
+            if inc.evidence_broken is not None:
+                self._unfrozen(inc)  # not for the freezer: its evidence does not read whole
+                continue
             self.store.save(inc)
             self.live.pop(inc.id, None)
             self._changed.pop(inc.id, None)  # its frozen form comes with a later `advance`
