@@ -786,7 +786,11 @@ class IncidentTracker:
             iso(since),
             exc,
         )
-        return inc.with_(evidence_broken_at=since, evidence_broken=str(exc))
+        mark = {"evidence_broken_at": since, "evidence_broken": str(exc)}
+        held = self.live.get(inc.id)
+        if held is not None:  # kept should the batch roll back (a full disk too): said once
+            self.live[inc.id] = held.with_(**mark)
+        return inc.with_(**mark)
 
     def _collect(self, inc: Incident, skip: bool = False) -> Incident:
         """Copy the incident's new samples from the recent buffer into its evidence. `skip`:
