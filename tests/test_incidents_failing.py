@@ -310,3 +310,37 @@ def test_the_alarm_a_restart_restores_is_cleared_by_the_first_batch_recorded(
             assert again.incident_feed is not None and again.incident_feed.failing is None
     finally:
         close_daemon(again)
+
+
+def test_a_block_found_damaged_only_when_the_incident_is_frozen_leaves_it_marked_not_frozen(
+    tmp_path: Path,
+) -> None:
+    """The damage (a block's checksum off by one) is met only when a.oil's incident is final
+    and its evidence read whole for the file and the hash, no reading left to append: it is
+    marked, saved unfrozen with the figures it had, and no evidence file is written; b.oil's
+    incident, final in the same batches, is frozen."""
+    config = load(two_oil_sensors(tmp_path))
+    state = tmp_path / "state"
+    data = readings(range(0, 130))
+    daemon = run_live(config, data)  # a.oil's evidence copied to minute 129, not final yet
+    try:
+        assert daemon.incidents is not None
+        (a,) = [i for i in daemon.incidents.incidents() if i.sensor == "a.oil"]
+        assert not a.frozen
+        db = sqlite3.connect(state / "incidents.sqlite")
+        db.execute("UPDATE evidence_block SET crc = crc + 1 WHERE incident = ?", (a.id,))
+        db.commit()
+        db.close()
+        before = daemon.incidents.store.get(a.id)
+        assert before is not None
+        # b.oil alone from here: a.oil's incident is final once its source is silent past stale_after
+        feed(daemon, [s for s in readings(range(130, 200)) if s.sensor == "b.oil"])
+        got = {i.sensor: i for i in daemon.incidents.incidents()}
+        assert got["b.oil"].frozen and got["b.oil"].figures.samples == 11
+        a = got["a.oil"]
+        assert not a.frozen and a.evidence_sha256 is None and a.figures == before.figures
+        assert a.evidence_note is not None and "written as" in a.evidence_note  # the checksum's error
+        assert not daemon.incidents.store.evidence_path(a.id).exists()
+        assert a.id not in daemon.incidents.live
+    finally:
+        close_daemon(daemon)
