@@ -19,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from monitor.alarms import AlarmManager, Dispatcher, Notifier
@@ -38,11 +39,11 @@ from monitor.engine import (
     load_checkpoint_or_start_fresh,
 )
 from monitor.errors import MonitorError
-from monitor.health import Health, gather, readiness
+from monitor.health import Health, IncidentHealth, gather, readiness
 from monitor.incidents import IncidentTracker
 from monitor.incidents.influx import incident_lines
 from monitor.meters.book import MeterBook
-from monitor.model import Alarm, Clock, Condition, Sample, WallClock
+from monitor.model import Alarm, Clock, Condition, ConditionState, Rule, Sample, WallClock
 from monitor.pipeline import Pipeline
 from monitor.reconcile import Reconciler, device_skew, device_stamped
 from monitor.recovery import recover
@@ -112,8 +113,24 @@ class Daemon:
         self.incidents = (
             IncidentTracker(config, history=self.sink.store.query) if config.incidents.enabled else None
         )
+        self.incident_feed: IncidentFeed | None = None
+        raised = self.alarms.get(INCIDENT_SENSOR, Rule.INCIDENTS)
+        if self.incidents is None and raised is not None and raised.active:
+            # nothing else would end it: incidents were turned off while it stood active
+            self.pipeline.emit(
+                [store_condition(self.clock.now(), ConditionState.CLEARED, "incidents are not enabled")]
+            )
         if self.incidents is not None:
-            self.pipeline.listen(IncidentFeed(self.incidents, self.sink))
+            # A store that refuses as a whole raises the `incident_store` alarm through the
+            # queue, as the outbox's cap does (never from within the listener's own call).
+            self.incident_feed = IncidentFeed(
+                self.incidents,
+                self.sink,
+                self.clock,
+                on_condition=lambda c: self.pipeline.emit([c]),
+                raised=raised is not None and raised.active,
+            )
+            self.pipeline.listen(self.incident_feed)
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.ready = asyncio.Event()
@@ -212,6 +229,7 @@ class Daemon:
             restored=self.restored,
             alarm_listener_failures=self.alarms.listener_failures,
             alarm_early_clears=self.alarms.early_clears,
+            incidents=self.incident_feed.health() if self.incident_feed is not None else None,
         )
 
     # --- lifecycle -------------------------------------------------------------------
@@ -372,14 +390,39 @@ class DailyFeed:
             self.sink.outbox.append(lines)
 
 
-class IncidentFeed:
-    """Incidents (issue 16) from what the pipeline just judged; a failing incident store is
-    logged once and never stops the pipeline."""
+INCIDENT_SENSOR = "incident_store"  # the pseudo-sensor of the `incidents` diagnostic alarm
+INCIDENT_CITATION = "station-monitor incident store"
 
-    def __init__(self, tracker: IncidentTracker, sink: SampleSink) -> None:
+
+class IncidentFeed:
+    """Incidents (issue 16) from what the pipeline just judged. One incident's damaged
+    evidence is the tracker's to mark (the others go on); a store that fails as a whole (full
+    or read-only disk, damaged file) never stops the pipeline: logged once, counted, and the
+    high-priority `incident_store/incidents` alarm raised, cleared by the first batch recorded
+    again (the next batches copy what was missed from the tracker's buffer). `raised`: the
+    journal holds that alarm active from before a restart, so the first success clears it."""
+
+    def __init__(
+        self,
+        tracker: IncidentTracker,
+        sink: SampleSink,
+        clock: Clock,
+        on_condition: Callable[[Condition], None] | None = None,
+        raised: bool = False,
+    ) -> None:
         self.tracker = tracker
         self.sink = sink
-        self.failing = False
+        self.clock = clock
+        self.on_condition = on_condition
+        self.failing: str | None = "(before a restart)" if raised else None
+        self.failures = 0  # batches whose incidents were not recorded (/metrics)
+
+    def health(self) -> IncidentHealth:
+        return IncidentHealth(
+            failing=self.failing,
+            failures=self.failures,
+            evidence_incomplete=self.tracker.evidence_incomplete,
+        )
 
     def judged(
         self, samples: Sequence[Sample], conditions: Sequence[Condition], alarms: Sequence[Alarm]
@@ -387,18 +430,39 @@ class IncidentFeed:
         try:
             changed = self.tracker.observe(samples, conditions)
         except (MonitorError, OSError) as exc:
-            if not self.failing:
+            self.failures += 1
+            if self.failing is None:
+                self.failing = str(exc)
                 log.error("incidents not recorded: %s", exc)
-            self.failing = True
+                self._alarm(ConditionState.ACTIVE, f"incidents not recorded: {exc}")
             return
-        if self.failing:
+        if self.failing is not None:
             log.info("incidents recorded again")
-            self.failing = False
+            self.failing = None
+            self._alarm(ConditionState.CLEARED, "incidents recorded again")
         if changed and self.sink.outbox is not None:
             try:
                 self.sink.outbox.append(incident_lines(changed))
             except MonitorError as exc:
                 log.warning("%d incident point(s) not queued for InfluxDB: %s", len(changed), exc)
+
+    def _alarm(self, state: ConditionState, message: str) -> None:
+        if self.on_condition is not None:
+            self.on_condition(store_condition(self.clock.now(), state, message))
+
+
+def store_condition(now: float, state: ConditionState, message: str) -> Condition:
+    """The `incident_store/incidents` diagnostic's transition."""
+    return Condition(
+        time=now,
+        sensor=INCIDENT_SENSOR,
+        rule=Rule.INCIDENTS,
+        state=state,
+        value=math.nan,
+        limit=None,
+        citation=INCIDENT_CITATION,
+        message=message,
+    )
 
 
 async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:

@@ -91,6 +91,17 @@ class PipelineHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class IncidentHealth:
+    """The incident store: `failing` names its error while it refuses to record (the
+    `incident_store` alarm is active); `failures` counts the batches not recorded; and
+    `evidence_incomplete` the incidents marked for a damaged evidence block this run."""
+
+    failing: str | None = None
+    failures: int = 0
+    evidence_incomplete: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Health:
     sources: tuple[ModbusHealth | MqttHealth, ...]
     outbox: OutboxHealth
@@ -104,12 +115,16 @@ class Health:
     # listener failures, the alarm manager's other counter: the console's /api/health
     # already uses "alarms" for its counts by state.
     alarm_early_clears: int = 0
+    incidents: IncidentHealth | None = None  # None: incidents are not enabled
 
     def to_json(self) -> dict[str, object]:
-        """JSON-able data; an unconfigured outbox is `{"configured": false}` only."""
+        """JSON-able data; an unconfigured outbox is `{"configured": false}` only, and
+        incidents that are not enabled are left out."""
         doc = asdict(self)
         if not self.outbox.configured:
             doc["outbox"] = {"configured": False}
+        if self.incidents is None:
+            del doc["incidents"]
         return doc
 
 
@@ -125,6 +140,7 @@ def gather(
     restored: bool,
     alarm_listener_failures: Mapping[str, int] | None = None,
     alarm_early_clears: int = 0,
+    incidents: IncidentHealth | None = None,
 ) -> Health:
     """The snapshot from the running parts."""
     sources: list[ModbusHealth | MqttHealth] = []
@@ -204,6 +220,7 @@ def gather(
         baselines_restored=restored,
         alarm_listener_failures=dict(alarm_listener_failures or {}),
         alarm_early_clears=alarm_early_clears,
+        incidents=incidents,
     )
 
 

@@ -63,6 +63,7 @@ class Rule(StrEnum):
     BAD_VALUE = "bad_value"  # diagnostic: only unbelievable readings for a while
     CLOCK = "clock"  # diagnostic: the gateway clock stepped
     STATE = "state"  # a damaged state file was set aside at start
+    INCIDENTS = "incidents"  # diagnostic: the incident store refuses to record (incident_store)
     # The pumping station (monitor/station): on a level or pump sensor.
     HIGH_LEVEL = "high_level"
     OVERFLOW = "overflow"

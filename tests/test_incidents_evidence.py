@@ -479,10 +479,10 @@ def test_a_steps_evidence_is_copied_whole_or_not_at_all_and_then_again(
                 opened = tracker.live[iid]
                 add = tracker.store.add_evidence
 
-                def full(iid: str, sensor: str, *args: Any, add: Any = add) -> int:
+                def full(iid: str, sensor: str, *args: Any, add: Any = add, **kw: Any) -> int:
                     if sensor == "flow":
                         raise StateError("incident store: database or disk is full")
-                    return int(add(iid, sensor, *args))
+                    return int(add(iid, sensor, *args, **kw))
 
                 monkeypatch.setattr(tracker.store, "add_evidence", full)
                 with pytest.raises(StateError, match="disk is full"):

@@ -145,9 +145,9 @@ def test_a_failing_incident_store_never_stops_the_pipeline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A full disk under the incident store: the alarms still go out, the failure is logged
-    once, and the evidence catches up when the disk has room again. (A fake: a real disk
-    cannot be made full on demand here, and the tests run as root, so permissions do not stop
-    SQLite either.)"""
+    once, and the evidence catches up when the disk has room again. (A fake, to check the
+    figures in process; a real full file system under `monitor run`, with the alarm it raises:
+    tests/test_incidents_failing.py.)"""
     t0 = 1_780_000_000.0
     samples = [Sample("oil", t0 + 60 * m, 150.0 if 60 <= m < 70 else 20.0) for m in range(240)]
     daemon = run_live(oil_station(tmp_path), samples[:65])

@@ -123,6 +123,8 @@ def _run(config: Config, store: IncidentStore, args: argparse.Namespace, now: fl
             return 1
         print(f"incident {inc.id} closed by {args.by}")
         return 0
+    if inc.evidence_note is not None:  # said before the damaged block's error, if it comes
+        print(f"incident {inc.id}: {inc.evidence_note}", file=sys.stderr)
     hashes = export(store, inc, Path(args.out), zone, now)
     for name, sha in hashes.items():
         print(f"{sha}  {Path(args.out) / name}")

@@ -109,6 +109,7 @@ class Alarms(Section):
         Rule.DISK_LOW: Priority.MEDIUM,
         Rule.NOTIFY: Priority.HIGH,
         Rule.STATE: Priority.HIGH,
+        Rule.INCIDENTS: Priority.HIGH,  # records a notice of violation rests on are not kept
         Rule.OVERFLOW: Priority.CRITICAL,  # a discharge the Town must report
         Rule.FAIL_TO_START: Priority.CRITICAL,
         Rule.HIGH_LEVEL: Priority.HIGH,

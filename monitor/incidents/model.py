@@ -93,6 +93,11 @@ class Incident:
     # Event time up to which the incident's own sensor was taken in (its transitions
     # applied): ahead of `evidence_until` while a paired flow lags. What a re-replay skips.
     judged_until: float = -math.inf
+    # Set when its evidence could not be read or written (a damaged block): from when it is
+    # incomplete and why. Its figures are the last computed from whole evidence, never
+    # numbers from part of it; it is not frozen (no hash of evidence that is not all there).
+    evidence_broken_at: float | None = None
+    evidence_broken: str | None = None
     frozen: bool = False
     closed_at: float | None = None
     closed_by: str | None = None
@@ -108,6 +113,14 @@ class Incident:
     @property
     def start(self) -> float:
         return self.figures.start
+
+    @property
+    def evidence_note(self) -> str | None:
+        """ "evidence incomplete from T: <reason>" for a marked incident (export, show, console)."""
+        if self.evidence_broken is None:
+            return None
+        since = "?" if self.evidence_broken_at is None else iso(self.evidence_broken_at)
+        return f"evidence incomplete from {since}: {self.evidence_broken}"
 
     def duration(self, now: float | None = None) -> float | None:
         until = self.end if self.end is not None else now

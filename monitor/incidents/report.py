@@ -62,6 +62,8 @@ def incident_json(inc: Incident, zone: ZoneInfo, now: float) -> dict[str, object
             "frozen": inc.frozen,
             "rows": inc.evidence_rows,
             "sha256": inc.evidence_sha256,
+            # a damaged evidence block: from when and why the evidence is not whole (else null)
+            "incomplete": inc.evidence_note,
         },
         "closed_at": _t(inc.closed_at),
         "closed_by": inc.closed_by,
@@ -146,6 +148,8 @@ def detail_lines(inc: Incident, zone: ZoneInfo, now: float) -> list[str]:
         f"  evidence     {inc.evidence_rows} samples, {ev}"
         + (f", sha256 {inc.evidence_sha256}" if inc.evidence_sha256 else "")
     )
+    if inc.evidence_note is not None:  # figures: the last ones computed from whole evidence
+        lines.append(f"  EVIDENCE     {inc.evidence_note} (figures as of before it)")
     for n in inc.notes:
         lines.append(f"  {n.kind:12} {local_text(n.time, zone)} by {n.by}: {n.text}")
     if inc.closed_at is not None:

@@ -113,6 +113,19 @@ _BLOCK = (
 Columns = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int8]]
 
 
+class DamagedEvidenceError(StateError):
+    """One incident's evidence block does not decode: an error of that incident and sensor
+    alone (the tracker marks it and goes on with the others), not of the store as a whole.
+    `since`: the block's `first` column, where its evidence may begin (None if not a number)."""
+
+    def __init__(self, message: str, iid: str, sensor: str, rowid: int, since: float | None) -> None:
+        super().__init__(message)
+        self.iid = iid
+        self.sensor = sensor
+        self.rowid = rowid
+        self.since = since
+
+
 def _spans(t: npt.NDArray[np.float64], first: float, last: float) -> None:
     """A block's times run from its `first` to its `last` column (written from the same
     array): a grid's first or step, or a count, that changed would give other times of
@@ -152,6 +165,8 @@ def _record(inc: Incident) -> str:
         "evidence_rows": inc.evidence_rows,
         "evidence_until": _num(inc.evidence_until),
         "judged_until": _num(inc.judged_until),
+        "evidence_broken_at": inc.evidence_broken_at,
+        "evidence_broken": inc.evidence_broken,
         "figures": {
             "baseline": _num(f.baseline),
             "peak_value": _num(f.peak_value),
@@ -196,6 +211,8 @@ def _incident(row: tuple[str, str, str, float, int, str]) -> Incident:
         evidence_rows=d.get("evidence_rows", 0),
         evidence_until=-math.inf if until is None else until,
         judged_until=-math.inf if judged is None else judged,
+        evidence_broken_at=d.get("evidence_broken_at"),
+        evidence_broken=d.get("evidence_broken"),
         frozen=bool(frozen),
     )
 
@@ -306,9 +323,12 @@ class IncidentStore:
         t: npt.NDArray[np.float64],
         v: npt.NDArray[np.float64],
         q: npt.NDArray[np.int8],
+        past_damage: bool = False,
     ) -> int:
         """Store the samples not stored yet (first one wins at a time, as INSERT OR IGNORE
-        did with rows) as one block; returns how many were new."""
+        did with rows) as one block; returns how many were new. A damaged last block is an
+        `DamagedEvidenceError`, unless `past_damage` (an incident marked already): then the samples
+        start a new block beside it, never joined to it (see `_put_block`)."""
         if not t.size:
             return 0
         t, v, q = np.asarray(t, np.float64), np.asarray(v, np.float64), np.asarray(q)
@@ -322,7 +342,7 @@ class IncidentStore:
                     new = ~np.isin(t, stored)
                     t, v, q = t[new], v[new], q[new]
                 if t.size:
-                    self._put_block(iid, sensor, t, v, q)
+                    self._put_block(iid, sensor, t, v, q, past_damage)
         except sqlite3.Error as exc:
             raise StateError(f"incident store {self.path}: cannot add evidence: {exc}") from exc
         return int(t.size)
@@ -347,6 +367,29 @@ class IncidentStore:
                 self._db.execute("ROLLBACK")
             raise
 
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Within a `batch`: the writes within undone alone after an exception, the batch's
+        others kept (one incident's damaged evidence must not undo the other incidents').
+        After an error SQLite rolled the whole transaction back on its own (a full disk), the
+        exception is raised as it is: there is no savepoint left to go back to. Outside a
+        batch it is one (BEGIN IMMEDIATE: a deferred SAVEPOINT that reads, then writes, fails
+        at once when another connection -- the replay's freezer -- committed in between)."""
+        if not self._db.in_transaction:
+            with self.batch():
+                yield
+            return
+        self._run("SAVEPOINT evidence")
+        try:
+            yield
+        except BaseException:
+            if self._db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK TO evidence")
+                    self._db.execute("RELEASE evidence")
+            raise
+        self._run("RELEASE evidence")
+
     def _put_block(
         self,
         iid: str,
@@ -354,11 +397,17 @@ class IncidentStore:
         t: npt.NDArray[np.float64],
         v: npt.NDArray[np.float64],
         q: npt.NDArray[np.int8],
+        past_damage: bool = False,
     ) -> None:
         """New samples later than the sensor's last block join it while it is small (live,
         a batch brings one sample: a block each would make a day of evidence 86,400 blocks).
         The last block's columns are read only to join it (a replay step's block is too big
-        to join, and reading it back each time cost as much as writing it)."""
+        to join, and reading it back each time cost as much as writing it).
+
+        A damaged last block is never joined: re-encoding it would mean writing over the
+        bytes a restore or a forensic read needs with what could not be read. With
+        `past_damage` the samples go to a new block of their own (its own CRC), so the
+        evidence after the damage stays readable and checked; the next batches join that one."""
         last = self._db.execute(
             "SELECT rowid, last, length(quality) FROM evidence_block"
             " WHERE incident = ? AND sensor = ? ORDER BY rowid DESC LIMIT 1",
@@ -366,7 +415,14 @@ class IncidentStore:
         ).fetchone()
         if last is not None and float(t[0]) > last[1] and last[2] + t.size <= BLOCK_ROWS:
             block = self._db.execute(f"SELECT {_BLOCK} FROM evidence_block WHERE rowid = ?", (last[0],))
-            old_t, old_v, old_q = self._decode((iid, sensor, last[0]), block.fetchone())
+            try:
+                old_t, old_v, old_q = self._decode((iid, sensor, last[0]), block.fetchone())
+            except DamagedEvidenceError:
+                if not past_damage:
+                    raise
+                new = encode(t, v, q)
+                self._db.execute(_ADD_BLOCK, (iid, sensor, float(t[0]), float(t[-1]), *new, checksum(*new)))
+                return
             both = encode(np.concatenate((old_t, t)), np.concatenate((old_v, v)), np.concatenate((old_q, q)))
             self._db.execute(
                 "UPDATE evidence_block SET last = ?, codec = ?, t = ?, value = ?, quality = ?, crc = ?"
@@ -389,15 +445,22 @@ class IncidentStore:
             _spans(columns[0], first, last)
             return columns
         except BlockError as exc:
-            raise self._damaged(block, exc) from exc
+            raise self._damaged(block, exc, first) from exc
 
-    def _damaged(self, block: tuple[str, str, int], exc: BlockError) -> StateError:
+    def _damaged(
+        self, block: tuple[str, str, int], exc: BlockError, first: object = None
+    ) -> DamagedEvidenceError:
         """The error for a block that does not decode: which incident's evidence, which sensor
         and which row, so an operator knows what a restore must bring back (never numbers)."""
         iid, sensor, rowid = block
-        return StateError(
+        since = float(first) if isinstance(first, int | float) and math.isfinite(first) else None
+        return DamagedEvidenceError(
             f"incident store {self.path}: incident {iid}, sensor {sensor}: an evidence block"
-            f" (evidence_block rowid {rowid}) is damaged: {exc}; restore incidents.sqlite from a backup"
+            f" (evidence_block rowid {rowid}) is damaged: {exc}; restore incidents.sqlite from a backup",
+            iid,
+            sensor,
+            rowid,
+            since,
         )
 
     def _stored_times(self, iid: str, sensor: str, lo: float, hi: float) -> npt.NDArray[np.float64]:
@@ -427,7 +490,7 @@ class IncidentStore:
                 found.append(times(codec, blob, count))
                 _spans(found[-1], first, last)
             except BlockError as exc:
-                raise self._damaged((iid, sensor, rowid), exc) from exc
+                raise self._damaged((iid, sensor, rowid), exc, first) from exc
         return np.concatenate(found)
 
     def columns(self, iid: str, sensor: str | None = None) -> dict[str, Columns]:

@@ -15,6 +15,12 @@ only, so the two paths open the same incidents with the same figures.
   are computed one last time and the evidence is written to a file and hashed.
 - A transition within an incident on record already (frozen, or restored from a run that
   stopped) is the same history again: it is not applied twice (`_OnRecord`).
+- One incident whose evidence cannot be read or written (a damaged block: `DamagedEvidenceError`)
+  is marked ("evidence incomplete from T: <reason>", logged once) and the others go on: its
+  copies are undone alone (a savepoint), its figures stay the last ones computed from whole
+  evidence, its later evidence goes to new blocks beside the damaged one, and once ended it
+  stays unfrozen (no hash over evidence that is not all there) and stops holding memory.
+  Any other store error (a full disk, a damaged file) is the whole store's and is raised.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from monitor.incidents.figures import (
 )
 from monitor.incidents.freezer import Freezer, Freezing
 from monitor.incidents.model import Figures, Incident, incident_id
-from monitor.incidents.store import Columns, IncidentStore, csv_lines
+from monitor.incidents.store import Columns, DamagedEvidenceError, IncidentStore, csv_lines
 from monitor.incidents.transitions import INCIDENT_RULES, Transitions, transitions
 from monitor.model import Condition, ConditionState, Kind, Rule, Sample, iso
 from monitor.units import conversion
@@ -292,6 +298,8 @@ class IncidentTracker:
         self._writers: ThreadPoolExecutor | None = None  # evidence files of incidents final together
         self._refreshed: dict[str, float] = {}
         self._changed: dict[str, Incident] = {}
+        self._marked: set[str] = set()  # marked (or found damaged again) in this `advance`
+        self.evidence_incomplete = 0  # incidents this tracker marked (health, /metrics)
 
     def _record_span(self, iid: str, sensor: str, rule: str, start: float, last: float) -> None:
         if rule not in INCIDENT_RULES:
@@ -704,7 +712,7 @@ class IncidentTracker:
         # as before: the transaction stays short, as the freezer's saves wait for its lock.
         ordered = sorted(self.live.items(), key=lambda kv: kv[1].start)
         with self.store.batch():
-            collected = [(key, self._collect(was)) for key, was in ordered]
+            collected = [(key, self._collect_apart(was)) for key, was in ordered]
         for key, inc in collected:
             self.live[key] = inc
             if inc.end is not None and (final or self._final(inc, inc.end)):
@@ -712,7 +720,7 @@ class IncidentTracker:
                 self._changed[inc.id] = inc  # its place in the order; the frozen form replaces it
                 continue
             stale = inc.end is None and self.latest - self._refreshed.get(inc.id, -math.inf) >= REFRESH
-            if inc.id in self._dirty or stale:
+            if inc.id in self._dirty or stale or inc.id in self._marked:
                 self._refresh(inc)
         if self._freezer is not None:
             self._freeze_later(self._freezer, finals)
@@ -721,6 +729,7 @@ class IncidentTracker:
             for a in range(0, len(finals), FREEZE_TOGETHER):
                 self._freeze(finals[a : a + FREEZE_TOGETHER])
         self._dirty.clear()
+        self._marked.clear()
         out = list(self._changed.values())
         self._changed.clear()
         return out
@@ -743,16 +752,62 @@ class IncidentTracker:
     def _sources(self, inc: Incident) -> list[str]:
         return [inc.sensor] + ([inc.flow_sensor] if inc.flow_sensor else [])
 
-    def _collect(self, inc: Incident) -> Incident:
+    def _collect_apart(self, inc: Incident) -> Incident:
+        """`_collect` with its copies undone alone when its evidence is damaged, the incident
+        marked (`_mark`); the others' copies in the same transaction stay."""
+        for _ in range(2):  # found damaged: marked, then once more past the damaged block
+            was = inc.evidence_broken
+            try:
+                with self.store.savepoint():
+                    return self._collect(inc)
+            except DamagedEvidenceError as exc:
+                inc = self._mark(inc, exc)
+            if was is not None:
+                break
+        return self._collect(inc, skip=True)
+
+    def _mark(self, inc: Incident, exc: DamagedEvidenceError) -> Incident:
+        """The incident's evidence is not whole from here (the damaged block's first time, or
+        the first sample not copied, whichever is earlier): said once, kept on its record."""
+        self.evidence_incomplete += inc.evidence_broken is None
+        self._marked.add(inc.id)
+        if inc.evidence_broken is not None:
+            log.debug("incident %s: evidence still not copied: %s", inc.id, exc)
+            return inc
+        first = inc.evidence_until if math.isfinite(inc.evidence_until) else inc.start
+        if exc.since is None:
+            since = first
+        else:  # the block's own first time, within the evidence window (its column may be damaged too)
+            since = max(min(first, exc.since), inc.start - self.settings.evidence_before)
+        log.error(
+            "incident %s: evidence incomplete from %s, the other incidents go on (its figures stay"
+            " those of before; it will not be frozen until the store is restored): %s",
+            inc.id,
+            iso(since),
+            exc,
+        )
+        mark = {"evidence_broken_at": since, "evidence_broken": str(exc)}
+        held = self.live.get(inc.id)
+        if held is not None:  # kept should the batch roll back (a full disk too): said once
+            self.live[inc.id] = held.with_(**mark)
+        return inc.with_(**mark)
+
+    def _collect(self, inc: Incident, skip: bool = False) -> Incident:
+        """Copy the incident's new samples from the recent buffer into its evidence. `skip`:
+        its evidence is damaged where these would go (a marked incident's samples the store
+        cannot place without reading the damaged block): they are passed over, not copied, so
+        the buffer does not hold them for ever; the mark says the evidence is not whole."""
         limit = math.inf if inc.end is None else inc.end + self.settings.evidence_after
         until = limit
         rows = 0
+        marked = inc.evidence_broken is not None
         for sensor in self._sources(inc):
             recent = self.recent.get(sensor)
             if recent is None:
                 continue
-            t, v, q = recent.since(inc.evidence_until, limit)
-            rows += self.store.add_evidence(inc.id, sensor, t, v, q)
+            if not skip:
+                t, v, q = recent.since(inc.evidence_until, limit)
+                rows += self.store.add_evidence(inc.id, sensor, t, v, q, past_damage=marked)
             until = min(until, recent.last)
         own = self.recent.get(inc.sensor)
         if own is not None and own.last > inc.judged_until:
@@ -764,7 +819,13 @@ class IncidentTracker:
         return inc.with_(evidence_until=until, evidence_rows=inc.evidence_rows + rows)
 
     def _refresh(self, inc: Incident) -> Incident:
-        inc = inc.with_(figures=self.figures(inc))
+        """New figures from the evidence rows, saved; a marked incident keeps the figures it
+        had (numbers from part of its evidence would be other numbers), its record is saved."""
+        if inc.evidence_broken is None:
+            try:
+                inc = inc.with_(figures=self.figures(inc))
+            except DamagedEvidenceError as exc:
+                inc = self._mark(inc, exc)
         self.store.save(inc)
         self.live[inc.id] = inc
         self._refreshed[inc.id] = self.latest
@@ -786,8 +847,17 @@ class IncidentTracker:
         pending: list[tuple[Incident, Future[tuple[str, int]]]] = []
         try:
             for ended in incidents:
-                collected = self._collect(ended)
-                columns = self.store.columns(collected.id)  # read once, for the figures and the file
+                if ended.evidence_broken is not None:
+                    self._unfrozen(self._collect_apart(ended))
+                    continue
+                collected = ended
+                try:
+                    collected = self._collect(ended)
+                    columns = self.store.columns(collected.id)  # read once, for the figures and the file
+                except DamagedEvidenceError as exc:
+                    marked = self._mark(collected, exc)
+                    self._unfrozen(self._collect_apart(marked) if collected is ended else marked)
+                    continue
                 inc = collected.with_(figures=self.figures(collected, columns=columns))
                 data = self.store.evidence_parts(inc.id, columns)
                 if self._writers is None:
@@ -811,11 +881,24 @@ class IncidentTracker:
                 sha,
             )
 
+    def _unfrozen(self, inc: Incident) -> None:
+        """A marked incident that is final: its record saved as it stands, not frozen (a hash
+        would vouch for evidence that is not all there), no longer taking evidence or memory.
+        A restart tries again (restored as unfrozen): a store restored from a backup freezes it."""
+        self.store.save(inc)
+        self.live.pop(inc.id, None)
+        self._recorded_now(inc)
+        self._changed[inc.id] = inc
+        log.error("incident %s ended; not frozen: %s", inc.id, inc.evidence_note)
+
     def _freeze_later(self, freezer: Freezing, finals: list[Incident]) -> None:
         """`_freeze` on the worker (`freezer.py`): the last evidence is copied in here, on
         this connection, and the ended record saved, so a failure there loses nothing."""
         for ended in finals:
-            inc = self._collect(ended)
+            inc = self._collect_apart(ended)
+            if inc.evidence_broken is not None:
+                self._unfrozen(inc)  # not for the freezer: its evidence does not read whole
+                continue
             self.store.save(inc)
             self.live.pop(inc.id, None)
             self._changed.pop(inc.id, None)  # its frozen form comes with a later `advance`

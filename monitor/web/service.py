@@ -206,6 +206,29 @@ class StationCollector(Collector):
             station,
             h.get("alarm_early_clears", 0),
         )
+        incidents = h.get("incidents")
+        if isinstance(incidents, Mapping):
+            for kind, name, doc, value in (
+                (
+                    GaugeMetricFamily,
+                    "incident_store_failing",
+                    "1 while the incident store refuses to record incidents",
+                    1.0 if incidents.get("failing") else 0.0,
+                ),
+                (
+                    CounterMetricFamily,
+                    "incident_record_failures",
+                    "Batches whose incidents the incident store refused to record",
+                    incidents.get("failures", 0),
+                ),
+                (
+                    CounterMetricFamily,
+                    "incident_evidence_incomplete",
+                    "Incidents marked 'evidence incomplete' for a damaged evidence block",
+                    incidents.get("evidence_incomplete", 0),
+                ),
+            ):
+                yield _station_metric(kind, name, doc, station, value)
 
 
 def _station_metric(

@@ -1,0 +1,346 @@
+"""An incident store that fails, in the running station (issue 16 records are what the
+Superintendent acts on): one incident's damaged evidence marks that incident and the
+others go on; a store that fails as a whole raises the `incident_store` diagnostic alarm,
+cleared when recording works again. Faults are real: a block's bytes changed in the file
+by another connection, a real full file system (tmpfs) under the store."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sqlite3
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from monitor.daemon import Daemon, store_condition
+from monitor.model import ConditionState, Rule, Sample
+from tests.daemon_process import running_daemon
+from tests.incident_helpers import close_daemon, feed, load, monitor, run_live
+from tests.mqtt_tools import Peer
+from tests.services import Mosquitto, free_port, wait_until
+
+T0 = 1_780_000_000.0
+
+
+def two_oil_sensors(tmp_path: Path, state: Path | None = None) -> Path:
+    """Two oil sensors judged by their limit only, each its own incidents."""
+    raw = tmp_path / "station.yaml"
+    raw.write_text(
+        f"station: {{id: ps-1}}\nstate_dir: {state or tmp_path / 'state'}\nconsole: {{enabled: false}}\n"
+        "sensors:\n"
+        "  - {id: a.oil, kind: concentration, substance: oil, slug: false, stale_after: 10m}\n"
+        "  - {id: b.oil, kind: concentration, substance: oil, slug: false, stale_after: 10m}\n",
+        encoding="utf-8",
+    )
+    return raw
+
+
+def readings(minutes: range) -> list[Sample]:
+    """a.oil over its limit in minutes 60-69, b.oil in minutes 120-129, 20 mg/L otherwise."""
+    out = []
+    for m in minutes:
+        out.append(Sample("a.oil", T0 + 60 * m, 150.0 if 60 <= m < 70 else 20.0))
+        out.append(Sample("b.oil", T0 + 60 * m, 150.0 if 120 <= m < 130 else 20.0))
+    return out
+
+
+def blocks(state: Path, iid: str) -> list[tuple[int, float, float, int]]:
+    """(rowid, first, last, bytes of t) of each of the incident's blocks, read by a connection
+    of the test's own."""
+    db = sqlite3.connect(state / "incidents.sqlite")
+    try:
+        rows = db.execute(
+            "SELECT rowid, first, last, length(t) FROM evidence_block WHERE incident = ? ORDER BY rowid",
+            (iid,),
+        ).fetchall()
+    finally:
+        db.close()
+    return [(int(r), float(f), float(la), int(n)) for r, f, la, n in rows]
+
+
+def test_a_damaged_evidence_block_marks_its_incident_and_the_others_go_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """a.oil's incident is open when its evidence block is damaged in the file (its grid of
+    times cut to 15 bytes, as a bad disk or a bad restore would): the next batches still record
+    b.oil's incident to the end (frozen, its figures whole), a.oil's is marked "evidence
+    incomplete from T" (logged once) with the figures it had, its later samples in a new block
+    of their own (the damaged one left as it is), ended and not frozen; after a restart the
+    same, no crash, and `incidents show` prints the mark. Before, every batch failed as a
+    whole: b.oil's incident was never recorded."""
+    config = load(two_oil_sensors(tmp_path))
+    state = tmp_path / "state"
+    data = readings(range(0, 300))
+    daemon = run_live(config, data[: 2 * 66])  # a.oil's incident open since minute 60
+    try:
+        assert daemon.incidents is not None
+        (a,) = daemon.incidents.incidents()
+        assert a.sensor == "a.oil" and a.end is None
+        (damaged, first, last, _) = blocks(state, a.id)[-1]
+        db = sqlite3.connect(state / "incidents.sqlite")
+        db.execute("UPDATE evidence_block SET t = substr(t, 1, 15) WHERE rowid = ?", (damaged,))
+        db.commit()
+        db.close()
+        before = daemon.incidents.store.get(a.id)
+        assert before is not None
+
+        with caplog.at_level(logging.ERROR):
+            feed(daemon, data[2 * 66 :])
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert not [e for e in errors if e.startswith("incidents not recorded")], errors
+        marked = [e for e in errors if "evidence incomplete" in e and "ended" not in e]
+        assert len(marked) == 1 and a.id in marked[0] and "a grid of times is 16 bytes, not 15" in marked[0]
+
+        got = {i.sensor: i for i in daemon.incidents.incidents()}
+        b = got["b.oil"]
+        assert b.frozen and b.evidence_broken is None and b.end == T0 + 60 * 130
+        assert b.figures.samples == 11 and b.figures.peak_value == 150.0
+        a = got["a.oil"]
+        assert a.end == T0 + 60 * 70 and not a.frozen and a.evidence_sha256 is None
+        assert a.evidence_broken_at == first == T0  # the damaged block's first sample
+        assert a.evidence_note is not None and a.evidence_note.startswith(
+            "evidence incomplete from 2026-05-28T20:26:40Z: incident store"
+        )
+        assert a.figures == before.figures  # never numbers from part of the evidence
+        assert a.id not in daemon.incidents.live  # no longer holding the buffer
+        after = blocks(state, a.id)
+        assert after[0] == (damaged, first, last, 15)  # left as it was
+        assert len(after) == 2 and after[1][2] == T0 + 60 * 130  # the rest, to 1 h past the end
+        assert daemon.incidents.evidence_incomplete == 1
+        health = daemon.health().to_json()["incidents"]
+        assert isinstance(health, dict) and health["evidence_incomplete"] == 1
+    finally:
+        close_daemon(daemon)
+
+    again = Daemon(config, daemon.clock)  # restored: tried once more, still not frozen, no crash
+    try:
+        feed(again, readings(range(300, 320)))
+        assert again.incidents is not None
+        (a2,) = [i for i in again.incidents.incidents() if i.sensor == "a.oil"]
+        assert not a2.frozen and a2.evidence_broken_at == T0
+    finally:
+        close_daemon(again)
+    shown = monitor("incidents", "show", "--config", str(tmp_path / "station.yaml"), "--id", a.id)
+    assert "EVIDENCE     evidence incomplete from" in shown.stdout, shown.stdout + shown.stderr
+    assert "Traceback" not in shown.stderr
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 4 MB tmpfs (needs root, as tests/test_disk_full.py)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Mosquitto]:
+    server = Mosquitto(tmp_path / "broker")
+    server.start()
+    yield server
+    server.stop()
+
+
+def get_json(console: int, path: str) -> Any:
+    with urllib.request.urlopen(f"http://127.0.0.1:{console}{path}", timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def store_alarm(console: int) -> dict[str, Any] | None:
+    try:
+        found = get_json(console, "/api/alarms?all=true")
+    except OSError:
+        return None
+    return next((a for a in found if a["sensor"] == "incident_store" and a["rule"] == "incidents"), None)
+
+
+def metrics(console: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{console}/metrics", timeout=5) as resp:
+        return str(resp.read().decode())
+
+
+def test_a_full_incident_store_raises_an_alarm_until_it_records_again(
+    tmp_path: Path, small_disk: Path, broker: Mosquitto
+) -> None:
+    """`monitor run` with its incident store (alone: `incidents.sqlite` a link to it) on a real
+    tmpfs filled to the last byte while an oil excursion opens an incident: the readings are
+    stored and judged as before, the high-priority `incident_store/incidents` alarm is raised
+    (console, retained MQTT topic), /api/health names the error and /metrics counts it; once
+    space is freed the next batch records the incident and clears the alarm, and the record is
+    whole (nothing lost meanwhile). Before, only a log line said so."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "incidents.sqlite").symlink_to(small_disk / "incidents.sqlite")
+    console = free_port()
+    config = tmp_path / "station.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "station": {"id": "ps-inc"},
+                "state_dir": str(state),
+                "sensors": [{"id": "a.oil", "kind": "concentration", "substance": "oil", "slug": False,
+                             "stale_after": "10m"}],
+                "mqtt": {
+                    "host": "127.0.0.1",
+                    "port": broker.port,
+                    "client_id": "inc-station",
+                    "max_skew": "2d",
+                    "subscriptions": [
+                        {"topic": "inc/+/v", "sensor": "{1}", "format": "json", "value_path": "v",
+                         "time_path": "t"}
+                    ],
+                },
+                "console": {"host": "127.0.0.1", "port": console},
+            }
+        )
+    )  # fmt: skip
+    base = time.time() - 6 * 3600
+    topic = "station-monitor/ps-inc/alarms/incident_store/incidents"
+
+    def minutes(ms: range) -> list[tuple[str, bytes]]:
+        return [
+            ("inc/a.oil/v", json.dumps({"v": 150.0 if 60 <= m < 70 else 20.0, "t": base + 60 * m}).encode())
+            for m in ms
+        ]
+
+    log = tmp_path / "daemon.log"
+    with running_daemon(config, log) as daemon, closing(Peer(broker.port, "inc-field")) as peer:
+        wait_until(lambda: "connected as" in log.read_text(), timeout=90, what="the daemon's MQTT session")
+        assert (small_disk / "incidents.sqlite-wal").exists()  # the WAL beside the file, on the tmpfs
+        peer.subscribe(topic)
+        peer.publish_many(minutes(range(0, 60)))
+        st = os.statvfs(small_disk)
+        ballast = small_disk / "ballast"
+        with ballast.open("wb") as fh, contextlib.suppress(OSError):  # to the last byte
+            fh.write(b"\0" * (st.f_bavail * st.f_frsize))
+        peer.publish_many(minutes(range(60, 70)))
+        wait_until(
+            lambda: (store_alarm(console) or {}).get("active") is True,
+            timeout=60,
+            what=f"the incident store alarm; log:\n{log.read_text()[-2000:]}",
+        )
+        raised = store_alarm(console)
+        assert raised is not None and raised["priority"] == "high"
+        assert "incidents not recorded" in raised["message"] and "full" in raised["message"]
+        health = get_json(console, "/api/health")["incidents"]
+        assert "database or disk is full" in health["failing"] and health["failures"] >= 1
+        assert 'station_monitor_incident_store_failing{station="ps-inc"} 1.0' in metrics(console)
+        wait_until(
+            lambda: any(t == topic and json.loads(p)["active"] for t, p, _ in peer.received()),
+            timeout=30,
+            what="the alarm on MQTT",
+        )
+        # the readings went on being judged: the oil alarm itself is up
+        assert any(a["sensor"] == "a.oil" and a["rule"] == "high" for a in get_json(console, "/api/alarms"))
+
+        ballast.unlink()  # an operator frees space; the next batch records
+        peer.publish_many(minutes(range(70, 200)))
+        wait_until(
+            lambda: (store_alarm(console) or {}).get("active") is False,
+            timeout=60,
+            what=f"the incident store alarm clearing; log:\n{log.read_text()[-2000:]}",
+        )
+        wait_until(
+            lambda: [i["evidence"]["frozen"] for i in get_json(console, "/api/incidents")] == [True],
+            timeout=60,
+            what="the incident frozen",
+        )
+        (inc,) = get_json(console, "/api/incidents")
+        assert inc["samples"] == 11 and inc["peak_value"] == 150.0  # nothing lost meanwhile
+        assert inc["evidence"]["incomplete"] is None
+        assert get_json(console, "/api/health")["incidents"]["failing"] is None
+        text = metrics(console)
+        assert 'station_monitor_incident_store_failing{station="ps-inc"} 0.0' in text
+        assert 'station_monitor_incident_record_failures_total{station="ps-inc"}' in text
+        wait_until(
+            lambda: not json.loads([p for t, p, _ in peer.received() if t == topic][-1])["active"],
+            timeout=30,
+            what="the clear on MQTT",
+        )
+        daemon.stop(timeout=60)
+
+    text = log.read_text()
+    assert text.count("incidents not recorded") == 1, text[-3000:]
+    assert "incidents recorded again" in text
+    assert "Traceback" not in text
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_alarm_a_restart_restores_is_cleared_by_the_first_batch_recorded(
+    tmp_path: Path, enabled: bool
+) -> None:
+    """The journal holds `incident_store/incidents` active from before a restart (raised as
+    the daemon raises it, then stopped): the first batch the store records clears it; with
+    incidents turned off meanwhile, the start clears it (nothing else would)."""
+    config = load(two_oil_sensors(tmp_path))
+    first = run_live(config, readings(range(0, 3)))
+    try:
+        first.pipeline.submit([store_condition(T0, ConditionState.ACTIVE, "incidents not recorded: x")])
+        alarm = first.alarms.get("incident_store", Rule.INCIDENTS)
+        assert alarm is not None and alarm.active
+    finally:
+        close_daemon(first)
+    if not enabled:
+        raw = tmp_path / "station.yaml"
+        raw.write_text(raw.read_text(encoding="utf-8") + "incidents: {enabled: false}\n", encoding="utf-8")
+        config = load(raw)
+    again = Daemon(config, first.clock)
+    try:
+        if enabled:
+            assert again.incident_feed is not None and again.incident_feed.failing is not None
+        feed(again, readings(range(3, 5)))
+        again.pipeline.process_queued()
+        alarm = again.alarms.get("incident_store", Rule.INCIDENTS)
+        assert alarm is not None and not alarm.active
+        if enabled:
+            assert again.incident_feed is not None and again.incident_feed.failing is None
+    finally:
+        close_daemon(again)
+
+
+def test_a_block_found_damaged_only_when_the_incident_is_frozen_leaves_it_marked_not_frozen(
+    tmp_path: Path,
+) -> None:
+    """The damage (a block's checksum off by one) is met only when a.oil's incident is final
+    and its evidence read whole for the file and the hash, no reading left to append: it is
+    marked, saved unfrozen with the figures it had, and no evidence file is written; b.oil's
+    incident, final in the same batches, is frozen."""
+    config = load(two_oil_sensors(tmp_path))
+    state = tmp_path / "state"
+    data = readings(range(0, 130))
+    daemon = run_live(config, data)  # a.oil's evidence copied to minute 129, not final yet
+    try:
+        assert daemon.incidents is not None
+        (a,) = [i for i in daemon.incidents.incidents() if i.sensor == "a.oil"]
+        assert not a.frozen
+        db = sqlite3.connect(state / "incidents.sqlite")
+        db.execute("UPDATE evidence_block SET crc = crc + 1 WHERE incident = ?", (a.id,))
+        db.commit()
+        db.close()
+        before = daemon.incidents.store.get(a.id)
+        assert before is not None
+        # b.oil alone from here: a.oil's incident is final once its source is silent past stale_after
+        feed(daemon, [s for s in readings(range(130, 200)) if s.sensor == "b.oil"])
+        got = {i.sensor: i for i in daemon.incidents.incidents()}
+        assert got["b.oil"].frozen and got["b.oil"].figures.samples == 11
+        a = got["a.oil"]
+        assert not a.frozen and a.evidence_sha256 is None and a.figures == before.figures
+        assert a.evidence_note is not None and "written as" in a.evidence_note  # the checksum's error
+        assert not daemon.incidents.store.evidence_path(a.id).exists()
+        assert a.id not in daemon.incidents.live
+    finally:
+        close_daemon(daemon)
