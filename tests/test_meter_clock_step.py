@@ -1,0 +1,136 @@
+"""The meter ledger across a gateway clock step back while the daemon runs.
+
+The engine's history and the station's move with the step (monitor/engine/clock_step.py);
+the ledger's rows were stamped by the same old clock. Left where they were, the first
+reading of the new clock (or a queued one `restamp` moved) sorted before them, and every
+row the old clock stamped ahead of the new one was re-judged against it: `backwards`,
+rejected, a false meter alarm for up to the step's length, and a reading sharing a time
+with an old row dropped as a conflict. The ledger moves them with the step instead, in one
+transaction with an audit record the clerk sees in the export and `meters show`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from monitor.config import Config, load_config
+from monitor.daemon import Daemon
+from monitor.engine import ClockWatch
+from monitor.model import ManualClock, Sample, iso
+from tests.cli import run_monitor
+from tests.engine_helpers import T0
+from tests.services import free_port
+from tests.test_pipeline import close
+
+METER = "shop.meter"
+STEP = -3600.0
+
+
+def meter_station(tmp_path: Path) -> Path:
+    """One totalizer (ft3, 6 digits, a max rate) and a pH probe; an InfluxDB nobody listens
+    on, so what the ledger hands it stays in the outbox to be read."""
+    raw: dict[str, Any] = {
+        "station": {"id": "ps-meter-step", "timezone": "UTC"},
+        "state_dir": str(tmp_path / "state"),
+        "sensors": [
+            {"id": METER, "kind": "meter", "unit": "ft3", "register_digits": 6, "account": "shop",
+             "max_rate": 100_000},
+            {"id": "ph", "kind": "ph"},
+        ],
+        "influx": {"url": f"http://127.0.0.1:{free_port()}", "api": "v1", "database": "plant"},
+        "billing": {"rate_per_kcf": "4.25", "accounts": [{"id": "shop", "class": "commercial"}]},
+        "console": {"enabled": False},
+        "store": {"free_space_floor": 0},
+    }  # fmt: skip
+    path = tmp_path / "station.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    return path
+
+
+class Stepped:
+    """The daemon with the watch on injected clocks; the gateway clock steps back an hour
+    after +65 s of real time (as in tests/test_clock_step.py)."""
+
+    def __init__(self, config: Config) -> None:
+        self.wall, self.mono = ManualClock(T0), ManualClock(1000.0)
+        self.daemon = Daemon(config, self.wall)
+        self.daemon.watch_clock(ClockWatch(self.daemon.engine, wall=self.wall.now, monotonic=self.mono.now))
+
+    def at(self, k: float) -> float:
+        return T0 + k + (STEP if k > 65 else 0.0)
+
+    def poll(self, k: float, meter: float) -> None:
+        t = self.at(k)
+        self.wall.set(t)
+        self.mono.set(1000.0 + k)
+        self.daemon.pipeline.process([Sample(METER, t, meter), Sample("ph", t, 7.0)])
+
+    def step(self) -> None:
+        """NTP steps the clock back at +65 s; the tick at +70 s notices it."""
+        self.wall.set(self.at(70))
+        self.mono.set(1000.0 + 70)
+        self.daemon.tick()
+
+
+def run_across_a_step(tmp_path: Path) -> tuple[Path, Stepped]:
+    """Polls every 10 s, the register +10 ft3 each: 100 at +0 s ... 150 at +50 s on the old
+    clock; the poll of +60 s (160) queued across the step and judged after it; 170 ... 200
+    from +70 s on the new clock."""
+    path = meter_station(tmp_path)
+    gw = Stepped(load_config(path))
+    for k in range(0, 51, 10):
+        gw.poll(k, 100.0 + k)
+    gw.step()
+    gw.daemon.pipeline.process([Sample(METER, T0 + 60, 160.0), Sample("ph", T0 + 60, 7.0)])
+    for k in range(70, 101, 10):
+        gw.poll(k, 100.0 + k)
+    return path, gw
+
+
+def test_a_step_back_moves_the_ledger_with_it_no_false_alarm_and_consumption_conserved(
+    tmp_path: Path,
+) -> None:
+    """Every reading is in the ledger once, on the new clock, in the order it was taken, all
+    accepted: 100 ft3 from 100 to 200, as without a step. No meter alarm. The export (as the
+    clerk gets it) bills the 100 ft3 and says the clock stepped; `meters show` lists the
+    step. Before: the rows at +0 ... +50 s were `backwards` and rejected, the alarm "reading
+    went backwards from 160 to 150" was raised, and the quarter billed 50 ft3."""
+    path, gw = run_across_a_step(tmp_path)
+    daemon = gw.daemon
+    try:
+        alarms = [(e.event, e.message) for e in daemon.alarms.journal.entries(sensor=METER)]
+        assert alarms == []
+        ledger = daemon.meters.ledger
+        rows = ledger.rows(METER)
+        assert [(r.time - T0, float(r.reading)) for r in rows] == [
+            (k - 3600.0, 100.0 + k) for k in range(0, 101, 10)
+        ]
+        assert all(r.accepted for r in rows), [r.describe() for r in rows if not r.accepted]
+        assert sum(r.volume for r in rows) == 100
+        assert ledger.conflicts(METER) == 0
+        (step,) = ledger.clock_steps()
+        assert (step.step_ms, step.rows) == (-3_600_000, 6)
+        assert (step.first_ms, step.last_ms) == (round(T0 * 1000), round((T0 + 50) * 1000))
+        # The InfluxDB copy gets the moved rows at their new times.
+        lines = [line for line in daemon.sink.outbox.pending_lines(10_000) if line.startswith("meter,")]
+        sent_ns = {int(line.rsplit(" ", 1)[1]) for line in lines}
+        assert {round((T0 + k - 3600) * 1e9) for k in range(0, 101, 10)} <= sent_ns
+    finally:
+        close(daemon)
+    out = tmp_path / "q.csv"
+    done = run_monitor("billing", "export", "--config", str(path), "--quarter", "2026Q2", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    (row,) = list(csv.DictReader(io.StringIO(out.read_text(encoding="utf-8"))))
+    assert (row["first_read"], row["last_read"], row["consumption_ft3"]) == ("100", "200", "100")
+    note = f"gateway clock stepped back by 1h 0m at {iso(T0 + 70 - 3600)}: 6 readings re-stamped"
+    assert note in row["flags"].split(";")
+    assert "anomaly" not in row["flags"]
+    shown = run_monitor("meters", "show", "--config", str(path), "--meter", METER)
+    assert shown.returncode == 0, shown.stderr
+    assert note in shown.stdout
+    assert "REJECTED" not in shown.stdout
