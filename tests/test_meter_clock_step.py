@@ -117,7 +117,9 @@ def test_a_step_back_moves_the_ledger_with_it_no_false_alarm_and_consumption_con
         assert (step.step_ms, step.rows) == (-3_600_000, 6)
         assert (step.first_ms, step.last_ms) == (round(T0 * 1000), round((T0 + 50) * 1000))
         # The InfluxDB copy gets the moved rows at their new times.
-        lines = [line for line in daemon.sink.outbox.pending_lines(10_000) if line.startswith("meter,")]
+        outbox = daemon.sink.outbox
+        assert outbox is not None
+        lines = [line for line in outbox.pending_lines(10_000) if line.startswith("meter,")]
         sent_ns = {int(line.rsplit(" ", 1)[1]) for line in lines}
         assert {round((T0 + k - 3600) * 1e9) for k in range(0, 101, 10)} <= sent_ns
     finally:
@@ -126,7 +128,7 @@ def test_a_step_back_moves_the_ledger_with_it_no_false_alarm_and_consumption_con
     done = run_monitor("billing", "export", "--config", str(path), "--quarter", "2026Q2", "--out", str(out))
     assert done.returncode == 0, done.stderr
     (row,) = list(csv.DictReader(io.StringIO(out.read_text(encoding="utf-8"))))
-    assert (row["first_read"], row["last_read"], row["consumption_ft3"]) == ("100", "200", "100")
+    assert (row["first_read"], row["last_read"], row["consumption_ft3"]) == ("100", "200", "100.000")
     note = f"gateway clock stepped back by 1h 0m at {iso(T0 + 70 - 3600)}: 6 readings re-stamped"
     assert note in row["flags"].split(";")
     assert "anomaly" not in row["flags"]

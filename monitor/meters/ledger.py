@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time as _time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
@@ -33,6 +33,7 @@ from pathlib import Path
 from monitor.errors import MeterError, StateError
 from monitor.meters.amend import Amendments, when
 from monitor.meters.rows import (
+    CLOCK_STEPS,
     NEW_INITIAL,
     OLD_FINAL,
     READING,
@@ -40,6 +41,7 @@ from monitor.meters.rows import (
     SCHEMA_VERSION,
     SETTINGS,
     UNSENT,
+    ClockStep,
     Replacement,
     Row,
     to_ms,
@@ -50,13 +52,15 @@ from monitor.model import iso
 from monitor.sqlite import Schema, connect, translate
 
 __all__ = [
-    "NEW_INITIAL", "OLD_FINAL", "READING", "Ledger", "Period", "Replacement", "Row", "settings_text", "to_ms",
+    "NEW_INITIAL", "OLD_FINAL", "READING", "ClockStep", "Ledger", "Period", "Replacement", "Row",
+    "settings_text", "to_ms",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
 # Add a migration to change a table; never edit one. 2: settings periods (`rows.SETTINGS`);
 # 3: the points the InfluxDB copy does not hold yet (`rows.UNSENT`).
-LEDGER_SCHEMA = Schema("meter ledger", (SCHEMA, SETTINGS, UNSENT))
+# 4: the gateway clock's steps back the rows were moved across (`rows.CLOCK_STEPS`).
+LEDGER_SCHEMA = Schema("meter ledger", (SCHEMA, SETTINGS, UNSENT, CLOCK_STEPS))
 
 
 ROW_COLUMNS = "r.time_ms, r.seq, r.reading, r.accepted, r.counts, r.volume, r.flags, r.message, r.lim"
@@ -342,6 +346,141 @@ class Ledger(SettingsPeriods, Amendments):
             if row.accepted:
                 base = row
         return changed
+
+    # -- a step back of the gateway clock -------------------------------------------------
+
+    def clock_step(
+        self, step: float, now: float, keep: Collection[str] = (), tolerance: float = 2.0
+    ) -> dict[str, list[Row]]:
+        """The gateway clock stepped back by `step` s (< 0), noticed when the new clock read
+        `now`: move each meter's rows the old clock stamped ahead of the new one by the step,
+        as the engine's history is moved, in one transaction with an audit record per meter
+        (`clock_steps`). Left there, every reading of the new clock sorted before them and
+        re-judged them `backwards` (a false meter alarm for up to the step's length), and one
+        sharing a time with them was dropped as a conflict.
+
+        Which rows: those stamped within (`now` + `tolerance`, the old clock's `now` +
+        `tolerance`] (as `ClockWatch.restamp` decides for queued readings), and the rows
+        before them down to a gap of at least the step (the old clock's run began after it:
+        a boot, an earlier step), so that no moved row lands among rows left where they were:
+        the order of the readings, and so every register delta, is kept. The meters in `keep`
+        are stamped by their device's clock: not moved. The moved rows are re-judged (only
+        the first one's interval changed) and marked unsent at their new times; their old
+        times stay marked, so the InfluxDB copy's old-time points are overwritten by a
+        rejected `restamped` one (`MeterBook.take_records`). Returns the re-judged rows that
+        changed, per meter moved."""
+        if step >= 0:
+            return {}
+        step_ms, now_ms, tol = to_ms(step), to_ms(now), to_ms(tolerance)
+        lo, hi = now_ms + tol, now_ms - step_ms + tol
+        out: dict[str, list[Row]] = {}
+        with self._tx():
+            for meter in self.meters():
+                if meter in keep:
+                    continue
+                cut = lo
+                while True:
+                    (first,) = self._db.execute(
+                        "SELECT min(time_ms) FROM readings WHERE meter=? AND time_ms > ? AND time_ms <= ?",
+                        (meter, cut, hi),
+                    ).fetchone()
+                    if first is None:
+                        break
+                    (below,) = self._db.execute(
+                        "SELECT max(time_ms) FROM readings WHERE meter=? AND time_ms <= ?", (meter, cut)
+                    ).fetchone()
+                    if below is None or below < first + step_ms:
+                        break
+                    cut = first + step_ms - 1  # the rows it would land among move too
+                if first is None:
+                    continue
+                out[meter] = self._move(meter, cut, hi, step_ms, now_ms)
+        if out:
+            self._last.clear()
+            self._baseline.clear()
+            self._periods.clear()
+        return out
+
+    def _move(self, meter: str, cut: int, hi: int, step_ms: int, now_ms: int) -> list[Row]:
+        """Move `meter`'s rows (and what is recorded at their times) within (cut, hi] by
+        `step_ms`, within the caller's transaction; record it; re-judge from the first."""
+        db = self._db
+        span = (meter, cut, hi)
+        within = "WHERE meter=? AND time_ms > ? AND time_ms <= ?"
+        got = db.execute(f"SELECT DISTINCT time_ms FROM readings {within} ORDER BY time_ms", span)
+        times = [int(t) for (t,) in got]
+        n = db.execute(
+            "SELECT count(*) FROM readings WHERE meter=? AND time_ms > ? AND time_ms <= ? AND seq=?",
+            (*span, READING),
+        ).fetchone()[0]
+        # Delete and insert, not UPDATE: a row moved onto a time another moved row still holds
+        # would break the primary key halfway through.
+        for table in ("readings", "replacements", "conflicts"):
+            held = db.execute(f"SELECT * FROM {table} {within}", span).fetchall()
+            if not held:
+                continue
+            db.execute(f"DELETE FROM {table} {within}", span)
+            marks = ",".join("?" * len(held[0]))
+            db.executemany(
+                f"INSERT INTO {table} VALUES ({marks})", [(r[0], r[1] + step_ms, *r[2:]) for r in held]
+            )
+        db.execute(
+            "UPDATE amendments SET time_ms = time_ms + ? WHERE meter=? AND time_ms > ? AND time_ms <= ?",
+            (step_ms, *span),
+        )
+        db.execute(
+            "UPDATE settings SET since_ms = since_ms + ? WHERE meter=? AND since_ms > ? AND since_ms <= ?",
+            (step_ms, *span),
+        )
+        # The old times stay marked: their InfluxDB points are overwritten as re-stamped.
+        db.executemany(
+            "INSERT OR IGNORE INTO unsent VALUES (?, ?)",
+            [(meter, t) for t in times] + [(meter, t + step_ms) for t in times],
+        )
+        self.marked += 1
+        db.execute(
+            "INSERT INTO clock_steps (meter, noticed_ms, step_ms, rows, first_ms, last_ms)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (meter, now_ms, step_ms, int(n), times[0], times[-1]),
+        )
+        self._last.pop(meter, None)
+        self._baseline.pop(meter, None)
+        self._periods.pop(meter, None)
+        log.warning(
+            "meter %s: %d reading(s) stamped %s ... %s by the gateway clock before it stepped back moved"
+            " by the step to %s ... %s (recorded in the ledger's clock_steps)",
+            meter, n, iso(times[0] / 1000), iso(times[-1] / 1000),
+            iso((times[0] + step_ms) / 1000), iso((times[-1] + step_ms) / 1000),
+        )  # fmt: skip
+        if meter not in self.specs:  # no longer configured: kept, moved, not judged again
+            return []
+        return self._rejudge(meter, (times[0] + step_ms, READING))
+
+    def clock_steps(
+        self, meter: str | None = None, after_ms: int | None = None, until_ms: int | None = None
+    ) -> list[ClockStep]:
+        """The recorded steps (of `meter`) whose moved rows' new times or notice fall in
+        (after_ms, until_ms], in the order they were noticed."""
+        lo = -(2**62) if after_ms is None else after_ms
+        hi = 2**62 if until_ms is None else until_ms
+        got = self._query(
+            "SELECT meter, noticed_ms, step_ms, rows, first_ms, last_ms FROM clock_steps"
+            " WHERE (? IS NULL OR meter = ?) AND noticed_ms > ? AND first_ms + step_ms <= ? ORDER BY id",
+            (meter, meter, lo, hi),
+        )
+        return [ClockStep(str(m), *(int(str(x)) for x in rest)) for m, *rest in got]
+
+    def restamped_reading(self, meter: str, time_ms: int) -> tuple[ClockStep, Decimal] | None:
+        """The step that moved the reading stamped `time_ms` away, and that reading (for the
+        InfluxDB point left at its old time); None if none did."""
+        for cs in reversed(self.clock_steps(meter)):
+            if cs.first_ms <= time_ms <= cs.last_ms:
+                got = self._query(
+                    "SELECT reading FROM readings WHERE meter=? AND time_ms=? ORDER BY seq",
+                    (meter, time_ms + cs.step_ms),
+                )
+                return cs, Decimal(str(got[0][0])) if got else ZERO
+        return None
 
     # -- queries -----------------------------------------------------------------------
 
