@@ -11,6 +11,7 @@ transaction with an audit record the clerk sees in the export and `meters show`.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 from pathlib import Path
@@ -24,16 +25,16 @@ from monitor.engine import ClockWatch
 from monitor.model import ManualClock, Sample, iso
 from tests.cli import run_monitor
 from tests.engine_helpers import T0
-from tests.services import free_port
+from tests.services import InfluxDB1, free_port
 from tests.test_pipeline import close
 
 METER = "shop.meter"
 STEP = -3600.0
 
 
-def meter_station(tmp_path: Path) -> Path:
-    """One totalizer (ft3, 6 digits, a max rate) and a pH probe; an InfluxDB nobody listens
-    on, so what the ledger hands it stays in the outbox to be read."""
+def meter_station(tmp_path: Path, influx: str = "", database: str = "plant") -> Path:
+    """One totalizer (ft3, 6 digits, a max rate) and a pH probe; by default an InfluxDB nobody
+    listens on, so what the ledger hands it stays in the outbox to be read."""
     raw: dict[str, Any] = {
         "station": {"id": "ps-meter-step", "timezone": "UTC"},
         "state_dir": str(tmp_path / "state"),
@@ -42,7 +43,7 @@ def meter_station(tmp_path: Path) -> Path:
              "max_rate": 100_000},
             {"id": "ph", "kind": "ph"},
         ],
-        "influx": {"url": f"http://127.0.0.1:{free_port()}", "api": "v1", "database": "plant"},
+        "influx": {"url": influx or f"http://127.0.0.1:{free_port()}", "api": "v1", "database": database},
         "billing": {"rate_per_kcf": "4.25", "accounts": [{"id": "shop", "class": "commercial"}]},
         "console": {"enabled": False},
         "store": {"free_space_floor": 0},
@@ -77,14 +78,16 @@ class Stepped:
         self.daemon.tick()
 
 
-def run_across_a_step(tmp_path: Path) -> tuple[Path, Stepped]:
+def run_across_a_step(tmp_path: Path, path: Path | None = None, drain: bool = False) -> tuple[Path, Stepped]:
     """Polls every 10 s, the register +10 ft3 each: 100 at +0 s ... 150 at +50 s on the old
     clock; the poll of +60 s (160) queued across the step and judged after it; 170 ... 200
-    from +70 s on the new clock."""
-    path = meter_station(tmp_path)
+    from +70 s on the new clock. `drain`: the old clock's points reach InfluxDB first."""
+    path = path or meter_station(tmp_path)
     gw = Stepped(load_config(path))
     for k in range(0, 51, 10):
         gw.poll(k, 100.0 + k)
+    if drain:
+        assert asyncio.run(gw.daemon.sink.drain(30.0)) == 0
     gw.step()
     gw.daemon.pipeline.process([Sample(METER, T0 + 60, 160.0), Sample("ph", T0 + 60, 7.0)])
     for k in range(70, 101, 10):
@@ -136,3 +139,41 @@ def test_a_step_back_moves_the_ledger_with_it_no_false_alarm_and_consumption_con
     assert shown.returncode == 0, shown.stderr
     assert note in shown.stdout
     assert "REJECTED" not in shown.stdout
+
+
+def export(path: Path, *flags: str) -> dict[str, str]:
+    """The clerk's export of the quarter, from the ledger or (`--from-influx`) the historian."""
+    got = run_monitor("billing", "export", *flags, "--config", str(path), "--quarter", "2026Q2", "--out", "-")
+    assert got.returncode == 0, got.stderr
+    (row,) = list(csv.DictReader(io.StringIO(got.stdout)))
+    return row
+
+
+def test_the_historian_bills_each_moved_reading_once_and_flags_the_quarter(
+    tmp_path: Path, influxdb1: InfluxDB1
+) -> None:
+    """The old clock's points reached InfluxDB before the step; InfluxDB cannot delete them.
+    They are overwritten as rejected and billing nothing, the readings are written again at
+    their new times: `billing export --from-influx` bills the 100 ft3 the ledger does, and
+    flags the quarter `anomaly` (the rejected records; the note itself lives in the ledger).
+    Left as they were, the historian summed both copies (150 ft3) and took the register
+    going from 200 back to 100 for a `replacement`."""
+    influxdb1.query("CREATE DATABASE meter_step")
+    path = meter_station(tmp_path, influxdb1.url, "meter_step")
+    _, gw = run_across_a_step(tmp_path, path, drain=True)
+    daemon = gw.daemon
+    try:
+        assert asyncio.run(daemon.sink.drain(30.0)) == 0
+        got = influxdb1.query("SELECT reading, consumption_ft3, accepted FROM meter", db="meter_step")
+        values = [tuple(v[1:]) for v in got["results"][0]["series"][0]["values"]]  # in time order
+        assert values == [(100.0 + k, 0.0 if k == 0 else 10.0, 1) for k in range(0, 101, 10)] + [
+            (100.0 + k, 0.0, 0) for k in range(0, 51, 10)
+        ]
+        assert daemon.meters.ledger.unsent() == ([], [])
+    finally:
+        close(daemon)
+    ledger, historian = export(path), export(path, "--from-influx")
+    assert historian["consumption_ft3"] == ledger["consumption_ft3"] == "100.000"
+    assert (historian["first_read"], historian["last_read"]) == ("100", "200")
+    assert "anomaly" in historian["flags"].split(";")
+    assert "replacement" not in historian["flags"] and "anomaly" not in ledger["flags"]
