@@ -14,20 +14,30 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from monitor.config import Config, load_config
 from monitor.daemon import Daemon
 from monitor.engine import ClockWatch
+from monitor.meters.ledger import Ledger
+from monitor.meters.totalizer import MeterSpec
 from monitor.model import ManualClock, Sample, iso
 from tests.cli import run_monitor
 from tests.engine_helpers import T0
 from tests.services import InfluxDB1, free_port
 from tests.test_pipeline import close
 
+ROOT = Path(__file__).resolve().parent.parent
 METER = "shop.meter"
 STEP = -3600.0
 
@@ -177,3 +187,114 @@ def test_the_historian_bills_each_moved_reading_once_and_flags_the_quarter(
     assert (historian["first_read"], historian["last_read"]) == ("100", "200")
     assert "anomaly" in historian["flags"].split(";")
     assert "replacement" not in historian["flags"] and "anomaly" not in ledger["flags"]
+
+
+# -- the ledger itself: which rows move, and a kill -9 during the move -----------------------
+
+SPEC = MeterSpec(METER, "ft3", 6, Decimal(1), Decimal(100_000), "shop")
+HOUR = 3600.0
+
+
+def long_run_ledger(path: Path) -> None:
+    """A previous run on a right clock (readings every 10 min, T0-6 h ... T0-4 h, 1000 ...
+    1120), then a boot with the clock an hour ahead: the daemon ran 2 h on it (stamped
+    T0-2 h ... T0, 1200 ... 1320) before NTP stepped it back at the real T0-1 h."""
+    ledger = Ledger(path, {METER: SPEC}, now=T0 - 6 * HOUR)
+    before = [(METER, T0 - 6 * HOUR + 600 * i, Decimal(1000 + 10 * i)) for i in range(13)]
+    ahead = [(METER, T0 - 2 * HOUR + 600 * i, Decimal(1200 + 10 * i)) for i in range(13)]
+    ledger.add_many(before + ahead)
+    ledger.close()
+
+
+def snapshot(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    db = sqlite3.connect(path)
+    try:
+        tables = ("readings", "replacements", "conflicts", "amendments", "settings", "unsent", "clock_steps")
+        return {t: sorted(db.execute(f"SELECT * FROM {t}").fetchall()) for t in tables}
+    finally:
+        db.close()
+
+
+def test_a_step_back_moves_the_old_clocks_rows_down_to_a_gap_of_the_step_keeping_their_order(
+    tmp_path: Path,
+) -> None:
+    """The daemon ran 2 h on a clock an hour ahead. Only the last hour's rows are ahead of the
+    new clock; moved alone, they landed among the hour before, which went `backwards` against
+    them. All the old clock's rows move (down to the boot's gap, which is at least the step),
+    each to the time it was taken; the previous run's rows stay. A reading of the new clock
+    then follows them: every row accepted, the 320 ft3 conserved."""
+    path = tmp_path / "ledger.sqlite"
+    long_run_ledger(path)
+    ledger = Ledger(path, {METER: SPEC}, now=T0 - HOUR)
+    try:
+        changed = ledger.clock_step(-HOUR, T0 - HOUR)
+        assert changed == {METER: []}  # the order kept: no verdict changed
+        (step,) = ledger.clock_steps(METER)
+        first, last = round((T0 - 2 * HOUR) * 1000), round(T0 * 1000)
+        assert (step.rows, step.first_ms, step.last_ms) == (13, first, last)
+        ledger.add(METER, T0 - HOUR + 600, Decimal(1330))
+        rows = ledger.rows(METER)
+        want = [T0 - 6 * HOUR + 600 * i for i in range(13)] + [T0 - 3 * HOUR + 600 * i for i in range(14)]
+        assert [r.time for r in rows] == want
+        assert all(r.accepted for r in rows) and sum(r.volume for r in rows) == 330
+        # The same step noticed again (a restart before the engine's checkpoint held it) moves nothing.
+        assert ledger.clock_step(-HOUR, T0 - HOUR + 600) == {}
+    finally:
+        ledger.close()
+
+
+STEPPER = """
+import os, signal, sqlite3, sys
+from decimal import Decimal
+from pathlib import Path
+real = sqlite3.connect
+armed = [False]
+def trace(statement):
+    if armed[0] and os.environ["KILL_AT"] in statement:
+        os.kill(os.getpid(), signal.SIGKILL)
+def connect(*args, **kwargs):
+    db = real(*args, **kwargs)
+    db.set_trace_callback(trace)
+    return db
+sqlite3.connect = connect
+from monitor.meters.ledger import Ledger
+from monitor.meters.totalizer import MeterSpec
+spec = MeterSpec("shop.meter", "ft3", 6, Decimal(1), Decimal(100000), "shop")
+now = float(sys.argv[2])
+ledger = Ledger(Path(sys.argv[1]), {"shop.meter": spec}, now=now)
+armed[0] = True
+ledger.clock_step(-3600.0, now)
+os.kill(os.getpid(), signal.SIGKILL)  # once it returned: committed
+"""
+
+
+@pytest.mark.parametrize(
+    "kill_at",
+    ["DELETE FROM readings", "INSERT INTO readings", "INSERT OR IGNORE INTO unsent",
+     "INSERT INTO clock_steps", "COMMIT", "returned"],
+)  # fmt: skip
+def test_a_kill_during_the_move_leaves_the_ledger_as_before_or_as_after(tmp_path: Path, kill_at: str) -> None:
+    """A real SIGKILL of the process moving the rows, at a statement of its transaction
+    (SQLite's trace hook picks the moment, a fault injection) or once it returned: the ledger
+    is as before (no row moved, no audit record) or as after, never half moved; and the step
+    noticed again moves it to the same state."""
+    before, after = tmp_path / "before.sqlite", tmp_path / "after.sqlite"
+    long_run_ledger(before)
+    long_run_ledger(after)
+    ledger = Ledger(after, {METER: SPEC}, now=T0 - HOUR)
+    ledger.clock_step(-HOUR, T0 - HOUR)
+    ledger.close()
+    path = tmp_path / "killed.sqlite"
+    long_run_ledger(path)
+    got = subprocess.run(
+        [sys.executable, "-c", STEPPER, str(path), str(T0 - HOUR)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "KILL_AT": kill_at},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert got.returncode == -signal.SIGKILL, got.stderr
+    state = snapshot(path)
+    assert state == snapshot(after if kill_at == "returned" else before)
+    ledger = Ledger(path, {METER: SPEC}, now=T0 - HOUR)
+    ledger.clock_step(-HOUR, T0 - HOUR)
+    ledger.close()
+    assert snapshot(path) == snapshot(after)
