@@ -298,3 +298,36 @@ def test_a_kill_during_the_move_leaves_the_ledger_as_before_or_as_after(tmp_path
     ledger.clock_step(-HOUR, T0 - HOUR)
     ledger.close()
     assert snapshot(path) == snapshot(after)
+
+
+def test_a_restart_after_a_step_back_moves_the_ledger_with_the_restored_history(tmp_path: Path) -> None:
+    """The gateway booted with its clock an hour ahead, the daemon polled 100 ... 150, was
+    stopped; NTP stepped the clock back while it was down. At the start the restored history
+    is "from the future" (`ClockWatch.check_restored`): the step, at least, moves the ledger
+    too, and the readings of the new clock follow in order: no false alarm, 100 ft3."""
+    path = meter_station(tmp_path)
+    gw = Stepped(load_config(path))
+    for k in range(0, 51, 10):
+        gw.poll(k, 100.0 + k)
+    gw.daemon.tick()
+    gw.daemon.checkpoint()
+    close(gw.daemon)
+    gw.daemon.station.close()
+    gw = Stepped(load_config(path))
+    daemon = gw.daemon
+    try:
+        for k in range(70, 121, 10):  # the first on the new clock notices the step
+            gw.poll(k, 100.0 + k)
+        alarms = [(e.event, e.message) for e in daemon.alarms.journal.entries(sensor=METER)]
+        assert alarms == []
+        ledger = daemon.meters.ledger
+        rows = ledger.rows(METER)
+        assert [float(r.reading) for r in rows] == [
+            100.0 + k for k in (0, 10, 20, 30, 40, 50, 70, 80, 90, 100, 110, 120)
+        ]
+        assert all(r.accepted for r in rows) and sum(r.volume for r in rows) == 120
+        assert rows[5].time < gw.at(70)
+        (step,) = ledger.clock_steps(METER)
+        assert (step.rows, step.first_ms, step.last_ms) == (6, round(T0 * 1000), round((T0 + 50) * 1000))
+    finally:
+        close(daemon)
