@@ -17,6 +17,9 @@ A meter's settings (unit, register_digits, multiplier, max_rate) are held as per
 readings before it keep the settings of their time, and the first reading at or after it
 starts a new baseline.
 
+A gateway clock step back moves the rows its old clock stamped ahead of the new one by the
+step (`clock_step`, one transaction, audited in `clock_steps`), as the engine's history is.
+
 Time is stored as integer milliseconds (the resolution InfluxDB keeps too).
 """
 
