@@ -331,3 +331,36 @@ def test_a_restart_after_a_step_back_moves_the_ledger_with_the_restored_history(
         assert (step.rows, step.first_ms, step.last_ms) == (6, round(T0 * 1000), round((T0 + 50) * 1000))
     finally:
         close(daemon)
+
+
+def test_without_a_gap_of_the_step_the_rows_of_the_day_before_are_spread_not_the_whole_history(
+    tmp_path: Path,
+) -> None:
+    """Three days of readings a minute apart, no gap, the clock an hour ahead all along (or a
+    drift: no jump the step could stop at). Moving every row by the step would rewrite the whole
+    history in one transaction (20 us a row: a year of readings a second is minutes of a
+    stopped daemon); the rows of the day before the ones ahead are spread over it instead, in
+    order, each by at most the step: every delta kept, all accepted, the older rows untouched."""
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(path, {METER: SPEC}, now=T0 - 3 * 86400)
+    try:
+        ledger.add_many([(METER, T0 - 3 * 86400 + 60 * i, Decimal(1000 + i)) for i in range(3 * 1440 + 1)])
+        before = ledger.rows(METER)
+        changed = ledger.clock_step(-HOUR, T0 - HOUR)
+        assert changed == {METER: []}
+        (step,) = ledger.clock_steps(METER)
+        assert step.spread and step.describe().endswith(
+            "re-stamped (spread over the day before: no gap of the step in it)"
+        )
+        rows = ledger.rows(METER)
+        assert [r.reading for r in rows] == [r.reading for r in before]
+        assert all(r.accepted for r in rows) and sum(r.volume for r in rows) == 3 * 1440
+        floor = round((T0 - 2 * HOUR + 2 - 86400) * 1000)
+        kept = [(a.time_ms, b.time_ms) for a, b in zip(before, rows, strict=True) if a.time_ms <= floor]
+        assert all(a == b for a, b in kept) and len(kept) == 2 * 1440 - 120 + 1
+        moved = [(a.time_ms, b.time_ms) for a, b in zip(before, rows, strict=True) if a.time_ms > floor]
+        assert step.rows == len(moved) == 1440 + 120
+        assert all(floor < b < a and a - b <= 3_600_000 for a, b in moved)
+        assert moved[-1][1] <= round((T0 - HOUR + 2) * 1000)
+    finally:
+        ledger.close()

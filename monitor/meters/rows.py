@@ -111,7 +111,8 @@ CREATE TABLE IF NOT EXISTS clock_steps (
     step_ms    INTEGER NOT NULL,   -- < 0: back
     rows       INTEGER NOT NULL,   -- rows moved by the step
     first_ms   INTEGER NOT NULL,   -- the first and last moved row's original (old clock's) stamp
-    last_ms    INTEGER NOT NULL
+    last_ms    INTEGER NOT NULL,
+    spread     INTEGER NOT NULL    -- 1: no gap of the step within `REACH`: spread, not moved alike
 );
 CREATE INDEX IF NOT EXISTS clock_steps_by_meter ON clock_steps (meter, noticed_ms);
 UPDATE meta SET value = '4' WHERE key = 'schema';
@@ -163,11 +164,13 @@ class ClockStep:
     rows: int
     first_ms: int  # the moved rows' first and last original stamps
     last_ms: int
+    spread: bool = False  # spread over the reach (no gap of the step in it), not each moved by the step
 
     def describe(self) -> str:
         """What the export's flags and `meters show` say."""
         by, at, s = step_text(self.step_ms / 1000), iso(self.noticed_ms / 1000), "s" * (self.rows != 1)
-        return f"gateway clock stepped back by {by} at {at}: {self.rows} reading{s} re-stamped"
+        spread = " (spread over the day before: no gap of the step in it)" if self.spread else ""
+        return f"gateway clock stepped back by {by} at {at}: {self.rows} reading{s} re-stamped{spread}"
 
 
 @dataclass(frozen=True, slots=True)
