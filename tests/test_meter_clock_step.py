@@ -364,3 +364,24 @@ def test_without_a_gap_of_the_step_the_rows_of_the_day_before_are_spread_not_the
         assert moved[-1][1] <= round((T0 - HOUR + 2) * 1000)
     finally:
         ledger.close()
+
+
+def test_when_the_new_clock_reaches_the_old_stamps_its_readings_are_no_conflicts(tmp_path: Path) -> None:
+    """An hour after the step the new clock stamps the times the old one stamped +0 ... +50 s
+    with. Left there, each of those readings (other values, an hour later) was dropped as a
+    conflict with the old row; moved, they are new rows: 371 readings, all accepted, 3700 ft3."""
+    _, gw = run_across_a_step(tmp_path)
+    daemon = gw.daemon
+    try:
+        for k in range(110, 3701, 10):
+            gw.poll(k, 100.0 + k)
+        ledger = daemon.meters.ledger
+        rows = ledger.rows(METER)
+        assert ledger.conflicts(METER) == 0
+        assert [(r.time - T0, float(r.reading)) for r in rows] == [
+            (k - 3600.0, 100.0 + k) for k in range(0, 3701, 10)
+        ]
+        assert all(r.accepted for r in rows) and sum(r.volume for r in rows) == 3700
+        assert [(e.event, e.message) for e in daemon.alarms.journal.entries(sensor=METER)] == []
+    finally:
+        close(daemon)
