@@ -166,8 +166,9 @@ def test_the_historian_bills_each_moved_reading_once_and_flags_the_quarter(
     They are overwritten as rejected and billing nothing, the readings are written again at
     their new times: `billing export --from-influx` bills the 100 ft3 the ledger does, and
     flags the quarter `anomaly` (the rejected records; the note itself lives in the ledger).
-    Left as they were, the historian summed both copies (150 ft3) and took the register
-    going from 200 back to 100 for a `replacement`."""
+    Left as they were, the historian summed both copies (150.000 ft3, measured) with no
+    `anomaly`: the register going from 200 back to 100 was taken for a settings change
+    (`one settings period assumed`)."""
     influxdb1.query("CREATE DATABASE meter_step")
     path = meter_station(tmp_path, influxdb1.url, "meter_step")
     _, gw = run_across_a_step(tmp_path, path, drain=True)
@@ -186,7 +187,8 @@ def test_the_historian_bills_each_moved_reading_once_and_flags_the_quarter(
     assert historian["consumption_ft3"] == ledger["consumption_ft3"] == "100.000"
     assert (historian["first_read"], historian["last_read"]) == ("100", "200")
     assert "anomaly" in historian["flags"].split(";")
-    assert "replacement" not in historian["flags"] and "anomaly" not in ledger["flags"]
+    assert "anomaly" not in ledger["flags"]
+    assert "replacement" not in historian["flags"] and "one settings period assumed" not in historian["flags"]
 
 
 # -- the ledger itself: which rows move, and a kill -9 during the move -----------------------
