@@ -205,6 +205,16 @@ class Daemon:
             watch.device = device_stamped(self.config)  # stamped by their own clocks: not moved
             watch.on_step.append(self.station.shift)
             watch.on_step.append(self.pipeline.shift)
+            watch.on_step.append(lambda step: self._meter_step(watch, step))
+
+    def _meter_step(self, watch: ClockWatch, step: float) -> None:
+        """The meter ledger's rows the old clock stamped ahead of the new one move with a step
+        back (`Ledger.clock_step`); a ledger that cannot be written stays as it was (one
+        transaction), which the log says, and judging goes on."""
+        try:
+            self.pipeline.raise_conditions(self.meters.clock_step(step, watch.wall(), watch.device))
+        except MonitorError as exc:
+            log.error("gateway clock stepped back: the meter ledger's rows were not moved with it: %s", exc)
 
     def tick(self) -> None:
         """Timer work on the clock: stale data, shelve expiry, reminders, floods, disk space."""

@@ -64,9 +64,10 @@ def test_a_state_directory_from_the_last_release_upgrades_in_place(released: Pat
     journal = Journal(released / "journal.sqlite")
     assert [e.event for e in journal.entries()] == ["activated"]
     journal.close()
-    # the ledger at version 3: settings periods and the points InfluxDB lacks (monitor/meters/rows.py);
-    # the series store at 2: the pipeline's intake records (monitor/pipeline.py)
-    assert [version(released / f) for f in FILES] == [3, 1, 1, 2]
+    # the ledger at version 4: settings periods, the points InfluxDB lacks, the gateway clock's
+    # steps back (monitor/meters/rows.py); the series store at 2: the pipeline's intake records
+    # (monitor/pipeline.py)
+    assert [version(released / f) for f in FILES] == [4, 1, 1, 2]
     # the files are the daemon's user's alone now
     for f in FILES:
         assert stat.S_IMODE((released / f).stat().st_mode) == 0o600, f

@@ -137,6 +137,9 @@ def _show(book: MeterBook, args: argparse.Namespace) -> int:
         print("  " + row.describe() + (f"  {row.message}" if row.message else ""))
     for line in iter_history(ledger, args.meter, after, until):
         print("  " + line)
+    for step in ledger.clock_steps(args.meter, after, until):
+        first, last = iso(step.first_ms / 1000), iso(step.last_ms / 1000)
+        print(f"  {step.describe()} (stamped {first} ... {last} on the clock before)")
     return 0
 
 

@@ -113,6 +113,7 @@ def usage(ledger: Ledger, meter: str, q: Quarter, max_reading_gap: float) -> Usa
     since = q.start_ms if before_ms is None else min(q.start_ms, before_ms - 1)
     out_flags |= ledger.amendment_flags(meter, since, q.end_ms)
     out_flags |= coverage(q, before_ms, [r.time_ms for r in accepted], max_reading_gap)
+    out_flags |= {cs.describe() for cs in ledger.clock_steps(meter, q.start_ms, q.end_ms)}
     first = before if before is not None else (accepted[0] if accepted else None)
     last = accepted[-1] if accepted else before
 
@@ -308,10 +309,16 @@ def build_rows(
     return out
 
 
+CLOCK_STEPPED = "gateway clock stepped"  # the start of a clock step's note (`rows.ClockStep.describe`)
+
+
 def export_flags(flags: frozenset[str]) -> list[str]:
-    """The flags in their fixed order, then the settings changes in time order."""
-    return [f for f in EXPORT_FLAGS if f in flags] + sorted(
-        f for f in flags if f.startswith(SETTINGS_CHANGED)
+    """The flags in their fixed order, then the settings changes and the gateway clock's steps
+    back the ledger's rows were moved across, each in time order."""
+    return (
+        [f for f in EXPORT_FLAGS if f in flags]
+        + sorted(f for f in flags if f.startswith(SETTINGS_CHANGED))
+        + sorted(f for f in flags if f.startswith(CLOCK_STEPPED))
     )
 
 

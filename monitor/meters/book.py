@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -31,7 +31,7 @@ import numpy.typing as npt
 from monitor.config import Config
 from monitor.errors import MeterError
 from monitor.meters.amend import VOID
-from monitor.meters.ledger import OLD_FINAL, Ledger, Replacement, Row, to_ms
+from monitor.meters.ledger import OLD_FINAL, READING, Ledger, Replacement, Row, to_ms
 from monitor.meters.totalizer import ANOMALIES, ZERO, MeterSpec, Step, condition, dec, from_ft3, to_ft3
 from monitor.model import Clock, Condition, Kind, Quality, Sample, WallClock, iso
 
@@ -246,6 +246,20 @@ class MeterBook:
         log.info("meter %s: reading at %s corrected to %s by %s: %s", meter, iso(time), value, by, why)
         return self._amended(rows)
 
+    def clock_step(self, step: float, now: float, keep: Collection[str] = ()) -> list[Condition]:
+        """The gateway clock stepped back (`Ledger.clock_step`; the daemon calls it on the
+        clock watch's `on_step`): the rows it stamped ahead of the new clock move with the
+        step. Returns the meter alarm transitions a re-judged row causes (usually none)."""
+        moved = self.ledger.clock_step(step, now, keep)
+        if not moved:
+            return []
+        self.backlog = True
+        for meter in moved:
+            last = self.ledger.last(meter)
+            if last is not None and meter in self._seen:
+                self._seen[meter] = min(self._seen[meter], last.key)  # the latest row moved back
+        return self._conditions([row for rows in moved.values() for row in rows])
+
     def _amended(self, rows: list[Row]) -> list[Condition]:
         self.backlog = True
         return self._conditions(rows)
@@ -273,6 +287,13 @@ class MeterBook:
                     base = ledger.accepted_at_or_before(meter, time_ms)
                     at = base.reading if base is not None else Decimal(voids[-1].old_final)
                     rows.append(Row(meter, time_ms, OLD_FINAL, at, True, ZERO, ZERO, ("voided",), "voided"))
+                elif (moved := ledger.restamped_reading(meter, time_ms)) is not None:
+                    # A reading a clock step moved away: its point at the old time is overwritten
+                    # as rejected and billing nothing, so the historian neither bills it twice
+                    # nor takes it for a register that went back (its quarter shows `anomaly`).
+                    cs, at = moved
+                    why = f"re-stamped to {iso((time_ms + cs.step_ms) / 1000)}: {cs.describe()}"
+                    rows.append(Row(meter, time_ms, READING, at, False, ZERO, ZERO, ("restamped",), why))
         rows.sort(key=lambda r: (r.time_ms, r.meter, r.seq))
         return meter_records(rows, ledger.specs, ledger.spec_at)
 

@@ -17,6 +17,9 @@ A meter's settings (unit, register_digits, multiplier, max_rate) are held as per
 readings before it keep the settings of their time, and the first reading at or after it
 starts a new baseline.
 
+A gateway clock step back moves the rows its old clock stamped ahead of the new one by the
+step (`clock_step`, one transaction, audited in `clock_steps`), as the engine's history is.
+
 Time is stored as integer milliseconds (the resolution InfluxDB keeps too).
 """
 
@@ -25,7 +28,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time as _time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
@@ -33,6 +36,7 @@ from pathlib import Path
 from monitor.errors import MeterError, StateError
 from monitor.meters.amend import Amendments, when
 from monitor.meters.rows import (
+    CLOCK_STEPS,
     NEW_INITIAL,
     OLD_FINAL,
     READING,
@@ -40,6 +44,7 @@ from monitor.meters.rows import (
     SCHEMA_VERSION,
     SETTINGS,
     UNSENT,
+    ClockStep,
     Replacement,
     Row,
     to_ms,
@@ -50,13 +55,16 @@ from monitor.model import iso
 from monitor.sqlite import Schema, connect, translate
 
 __all__ = [
-    "NEW_INITIAL", "OLD_FINAL", "READING", "Ledger", "Period", "Replacement", "Row", "settings_text", "to_ms",
+    "NEW_INITIAL", "OLD_FINAL", "READING", "ClockStep", "Ledger", "Period", "Replacement", "Row",
+    "settings_text", "to_ms",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
 # Add a migration to change a table; never edit one. 2: settings periods (`rows.SETTINGS`);
 # 3: the points the InfluxDB copy does not hold yet (`rows.UNSENT`).
-LEDGER_SCHEMA = Schema("meter ledger", (SCHEMA, SETTINGS, UNSENT))
+# 4: the gateway clock's steps back the rows were moved across (`rows.CLOCK_STEPS`).
+REACH = 86400.0  # seconds before the rows ahead of the new clock a step back moves rows over, at most
+LEDGER_SCHEMA = Schema("meter ledger", (SCHEMA, SETTINGS, UNSENT, CLOCK_STEPS))
 
 
 ROW_COLUMNS = "r.time_ms, r.seq, r.reading, r.accepted, r.counts, r.volume, r.flags, r.message, r.lim"
@@ -342,6 +350,174 @@ class Ledger(SettingsPeriods, Amendments):
             if row.accepted:
                 base = row
         return changed
+
+    # -- a step back of the gateway clock -------------------------------------------------
+
+    def clock_step(
+        self,
+        step: float,
+        now: float,
+        keep: Collection[str] = (),
+        tolerance: float = 2.0,
+        reach: float = REACH,
+    ) -> dict[str, list[Row]]:
+        """The gateway clock stepped back by `step` s (< 0), noticed when the new clock read
+        `now`: move each meter's rows the old clock stamped ahead of the new one by the step,
+        as the engine's history is moved, in one transaction with an audit record per meter
+        (`clock_steps`). Left there, every reading of the new clock sorted before them and
+        re-judged them `backwards` (a false meter alarm for up to the step's length), and one
+        sharing a time with them was dropped as a conflict.
+
+        Which rows: those stamped within (`now` + `tolerance`, the old clock's `now` +
+        `tolerance`] (as `ClockWatch.restamp` decides for queued readings), and the rows
+        before them down to a gap of at least the step (the old clock's run began after it:
+        a boot, a step forward), so that no moved row lands among rows left where they were:
+        the order of the readings, and so every register delta, is kept. Without such a gap
+        within `reach` before them (a meter polled every second, a small step after a drift),
+        the rows within `reach` are spread over it instead, each moved by at most the step, in
+        order: never the whole history in one transaction. The meters in `keep`
+        are stamped by their device's clock: not moved. The moved rows are re-judged (only
+        the first one's interval changed) and marked unsent at their new times; their old
+        times stay marked, so the InfluxDB copy's old-time points are overwritten by a
+        rejected `restamped` one (`MeterBook.take_records`). Returns the re-judged rows that
+        changed, per meter moved."""
+        if step >= 0:
+            return {}
+        step_ms, now_ms, tol = to_ms(step), to_ms(now), to_ms(tolerance)
+        lo, hi = now_ms + tol, now_ms - step_ms + tol
+        floor = lo + step_ms - to_ms(reach)
+        out: dict[str, list[Row]] = {}
+        with self._tx():
+            for meter in self.meters():
+                if meter in keep:
+                    continue
+                cut, spread = lo, False
+                while True:
+                    (first,) = self._db.execute(
+                        "SELECT min(time_ms) FROM readings WHERE meter=? AND time_ms > ? AND time_ms <= ?",
+                        (meter, cut, hi),
+                    ).fetchone()
+                    if first is None:
+                        break
+                    (below,) = self._db.execute(
+                        "SELECT max(time_ms) FROM readings WHERE meter=? AND time_ms <= ?", (meter, cut)
+                    ).fetchone()
+                    if below is None or below < first + step_ms:
+                        break
+                    cut = first + step_ms - 1  # the rows it would land among move too
+                    if cut < floor:
+                        cut, spread = floor, True
+                        break
+                if first is None:
+                    continue
+                out[meter] = self._move(meter, cut, hi, step_ms, now_ms, spread)
+        if out:
+            self._last.clear()
+            self._baseline.clear()
+            self._periods.clear()
+        return out
+
+    def _move(self, meter: str, cut: int, hi: int, step_ms: int, now_ms: int, spread: bool) -> list[Row]:
+        """Move `meter`'s rows (and what is recorded at their times) within (cut, hi] by
+        `step_ms` (`spread`: onto (cut, hi + step_ms], in proportion, in order), within the
+        caller's transaction; record it; re-judge from the first."""
+        db = self._db
+        span = (meter, cut, hi)
+        within = "WHERE meter=? AND time_ms > ? AND time_ms <= ?"
+        got = db.execute(f"SELECT DISTINCT time_ms FROM readings {within} ORDER BY time_ms", span)
+        times = [int(t) for (t,) in got]
+        ratio = (hi + step_ms - cut) / (hi - cut)
+
+        def new(t: int) -> int:
+            return t + step_ms if not spread else cut + max(1, round((t - cut) * ratio))
+
+        moved: dict[int, int] = {}
+        last = cut if spread else -(2**62)
+        for t in times:  # strictly in order, as the rows were
+            last = moved[t] = max(new(t), last + 1)
+        n = db.execute(
+            "SELECT count(*) FROM readings WHERE meter=? AND time_ms > ? AND time_ms <= ? AND seq=?",
+            (*span, READING),
+        ).fetchone()[0]
+        # Delete and insert, not UPDATE: a row moved onto a time another moved row still holds
+        # would break the primary key halfway through.
+        for table in ("readings", "replacements", "conflicts"):
+            held = db.execute(f"SELECT * FROM {table} {within}", span).fetchall()
+            if not held:
+                continue
+            db.execute(f"DELETE FROM {table} {within}", span)
+            marks = ",".join("?" * len(held[0]))
+            db.executemany(
+                f"INSERT INTO {table} VALUES ({marks})",
+                [(r[0], moved.get(r[1]) or new(r[1]), *r[2:]) for r in held],
+            )
+        # In time order: each time moves back, never onto one still to be moved.
+        for table, column in (("amendments", "time_ms"), ("settings", "since_ms")):
+            got = db.execute(
+                f"SELECT DISTINCT {column} FROM {table} WHERE meter=? AND {column} > ? AND {column} <= ?"
+                f" ORDER BY {column}",
+                span,
+            )
+            db.executemany(
+                f"UPDATE {table} SET {column} = ? WHERE meter=? AND {column} = ?",
+                [(moved.get(t) or new(t), meter, t) for (t,) in got.fetchall()],
+            )
+        # The old times stay marked: their InfluxDB points are overwritten as re-stamped.
+        db.executemany(
+            "INSERT OR IGNORE INTO unsent VALUES (?, ?)",
+            [(meter, t) for t in times] + [(meter, moved[t]) for t in times],
+        )
+        self.marked += 1
+        db.execute(
+            "INSERT INTO clock_steps (meter, noticed_ms, step_ms, rows, first_ms, last_ms, spread)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (meter, now_ms, step_ms, int(n), times[0], times[-1], int(spread)),
+        )
+        self._last.pop(meter, None)
+        self._baseline.pop(meter, None)
+        self._periods.pop(meter, None)
+        log.warning(
+            "meter %s: %d reading(s) stamped %s ... %s by the gateway clock before it stepped back %s"
+            " to %s ... %s (recorded in the ledger's clock_steps)",
+            meter, n, iso(times[0] / 1000), iso(times[-1] / 1000),
+            "spread (no gap of the step within a day before them)" if spread else "moved by the step",
+            iso(moved[times[0]] / 1000), iso(moved[times[-1]] / 1000),
+        )  # fmt: skip
+        if meter not in self.specs:  # no longer configured: kept, moved, not judged again
+            return []
+        return self._rejudge(meter, (moved[times[0]], READING))
+
+    def clock_steps(
+        self, meter: str | None = None, after_ms: int | None = None, until_ms: int | None = None
+    ) -> list[ClockStep]:
+        """The recorded steps (of `meter`) whose moved rows' new times or notice fall in
+        (after_ms, until_ms], in the order they were noticed."""
+        lo = -(2**62) if after_ms is None else after_ms
+        hi = 2**62 if until_ms is None else until_ms
+        got = self._query(
+            "SELECT meter, noticed_ms, step_ms, rows, first_ms, last_ms, spread FROM clock_steps"
+            " WHERE (? IS NULL OR meter = ?) AND noticed_ms > ? AND first_ms + step_ms <= ? ORDER BY id",
+            (meter, meter, lo, hi),
+        )
+        out = []
+        for m, *rest in got:
+            noticed, step, rows, first, last, spread = (int(str(x)) for x in rest)
+            out.append(ClockStep(str(m), noticed, step, rows, first, last, bool(spread)))
+        return out
+
+    def restamped_reading(self, meter: str, time_ms: int) -> tuple[ClockStep, Decimal] | None:
+        """The step that moved the reading stamped `time_ms` away, and the reading now at (or,
+        spread, last before) its time moved by the step, for the InfluxDB point left at its old
+        time; None if no step did."""
+        for cs in reversed(self.clock_steps(meter)):
+            if cs.first_ms <= time_ms <= cs.last_ms:
+                got = self._query(
+                    "SELECT reading FROM readings WHERE meter=? AND time_ms <= ?"
+                    " ORDER BY time_ms DESC, seq DESC LIMIT 1",
+                    (meter, time_ms + cs.step_ms),
+                )
+                return cs, Decimal(str(got[0][0])) if got else ZERO
+        return None
 
     # -- queries -----------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
+from monitor.engine.clock_step import step_text
 from monitor.model import iso
 
 READING, OLD_FINAL, NEW_INITIAL = 0, 1, 2  # `seq` of rows at the same time, in this order
@@ -100,7 +101,23 @@ INSERT OR IGNORE INTO unsent (meter, time_ms)
 DELETE FROM meta WHERE key LIKE 'influx copy settings id: %';
 UPDATE meta SET value = '3' WHERE key = 'schema';
 """
-SCHEMA_VERSION = "3"
+# Schema 4: the gateway clock's steps back the ledger moved its rows across (audit record;
+# `Ledger.clock_step`): one row per meter and step, shown in `meters show` and the export.
+CLOCK_STEPS = """
+CREATE TABLE IF NOT EXISTS clock_steps (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    meter      TEXT    NOT NULL,
+    noticed_ms INTEGER NOT NULL,   -- the new clock's time when the step was noticed
+    step_ms    INTEGER NOT NULL,   -- < 0: back
+    rows       INTEGER NOT NULL,   -- rows moved by the step
+    first_ms   INTEGER NOT NULL,   -- the first and last moved row's original (old clock's) stamp
+    last_ms    INTEGER NOT NULL,
+    spread     INTEGER NOT NULL    -- 1: no gap of the step within `REACH`: spread, not moved alike
+);
+CREATE INDEX IF NOT EXISTS clock_steps_by_meter ON clock_steps (meter, noticed_ms);
+UPDATE meta SET value = '4' WHERE key = 'schema';
+"""
+SCHEMA_VERSION = "4"
 
 
 def to_ms(t: float) -> int:
@@ -135,6 +152,25 @@ class Row:
         verdict = "accepted" if self.accepted else "REJECTED"
         flags = f" [{','.join(self.flags)}]" if self.flags else ""
         return f"{iso(self.time)}  {what:<11} {self.reading:>14}  +{self.volume:<12} {verdict}{flags}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClockStep:
+    """One step back of the gateway clock across which a meter's rows were moved (audit)."""
+
+    meter: str
+    noticed_ms: int  # the new clock's time when the step was noticed
+    step_ms: int
+    rows: int
+    first_ms: int  # the moved rows' first and last original stamps
+    last_ms: int
+    spread: bool = False  # spread over the reach (no gap of the step in it), not each moved by the step
+
+    def describe(self) -> str:
+        """What the export's flags and `meters show` say."""
+        by, at, s = step_text(self.step_ms / 1000), iso(self.noticed_ms / 1000), "s" * (self.rows != 1)
+        spread = " (spread over the day before: no gap of the step in it)" if self.spread else ""
+        return f"gateway clock stepped back by {by} at {at}: {self.rows} reading{s} re-stamped{spread}"
 
 
 @dataclass(frozen=True, slots=True)

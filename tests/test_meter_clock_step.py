@@ -1,0 +1,389 @@
+"""The meter ledger across a gateway clock step back while the daemon runs.
+
+The engine's history and the station's move with the step (monitor/engine/clock_step.py);
+the ledger's rows were stamped by the same old clock. Left where they were, the first
+reading of the new clock (or a queued one `restamp` moved) sorted before them, and every
+row the old clock stamped ahead of the new one was re-judged against it: `backwards`,
+rejected, a false meter alarm for up to the step's length, and a reading sharing a time
+with an old row dropped as a conflict. The ledger moves them with the step instead, in one
+transaction with an audit record the clerk sees in the export and `meters show`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from monitor.config import Config, load_config
+from monitor.daemon import Daemon
+from monitor.engine import ClockWatch
+from monitor.meters.ledger import Ledger
+from monitor.meters.totalizer import MeterSpec
+from monitor.model import ManualClock, Sample, iso
+from tests.cli import run_monitor
+from tests.engine_helpers import T0
+from tests.services import InfluxDB1, free_port
+from tests.test_pipeline import close
+
+ROOT = Path(__file__).resolve().parent.parent
+METER = "shop.meter"
+STEP = -3600.0
+
+
+def meter_station(tmp_path: Path, influx: str = "", database: str = "plant") -> Path:
+    """One totalizer (ft3, 6 digits, a max rate) and a pH probe; by default an InfluxDB nobody
+    listens on, so what the ledger hands it stays in the outbox to be read."""
+    raw: dict[str, Any] = {
+        "station": {"id": "ps-meter-step", "timezone": "UTC"},
+        "state_dir": str(tmp_path / "state"),
+        "sensors": [
+            {"id": METER, "kind": "meter", "unit": "ft3", "register_digits": 6, "account": "shop",
+             "max_rate": 100_000},
+            {"id": "ph", "kind": "ph"},
+        ],
+        "influx": {"url": influx or f"http://127.0.0.1:{free_port()}", "api": "v1", "database": database},
+        "billing": {"rate_per_kcf": "4.25", "accounts": [{"id": "shop", "class": "commercial"}]},
+        "console": {"enabled": False},
+        "store": {"free_space_floor": 0},
+    }  # fmt: skip
+    path = tmp_path / "station.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    return path
+
+
+class Stepped:
+    """The daemon with the watch on injected clocks; the gateway clock steps back an hour
+    after +65 s of real time (as in tests/test_clock_step.py)."""
+
+    def __init__(self, config: Config) -> None:
+        self.wall, self.mono = ManualClock(T0), ManualClock(1000.0)
+        self.daemon = Daemon(config, self.wall)
+        self.daemon.watch_clock(ClockWatch(self.daemon.engine, wall=self.wall.now, monotonic=self.mono.now))
+
+    def at(self, k: float) -> float:
+        return T0 + k + (STEP if k > 65 else 0.0)
+
+    def poll(self, k: float, meter: float) -> None:
+        t = self.at(k)
+        self.wall.set(t)
+        self.mono.set(1000.0 + k)
+        self.daemon.pipeline.process([Sample(METER, t, meter), Sample("ph", t, 7.0)])
+
+    def step(self) -> None:
+        """NTP steps the clock back at +65 s; the tick at +70 s notices it."""
+        self.wall.set(self.at(70))
+        self.mono.set(1000.0 + 70)
+        self.daemon.tick()
+
+
+def run_across_a_step(tmp_path: Path, path: Path | None = None, drain: bool = False) -> tuple[Path, Stepped]:
+    """Polls every 10 s, the register +10 ft3 each: 100 at +0 s ... 150 at +50 s on the old
+    clock; the poll of +60 s (160) queued across the step and judged after it; 170 ... 200
+    from +70 s on the new clock. `drain`: the old clock's points reach InfluxDB first."""
+    path = path or meter_station(tmp_path)
+    gw = Stepped(load_config(path))
+    for k in range(0, 51, 10):
+        gw.poll(k, 100.0 + k)
+    if drain:
+        assert asyncio.run(gw.daemon.sink.drain(30.0)) == 0
+    gw.step()
+    gw.daemon.pipeline.process([Sample(METER, T0 + 60, 160.0), Sample("ph", T0 + 60, 7.0)])
+    for k in range(70, 101, 10):
+        gw.poll(k, 100.0 + k)
+    return path, gw
+
+
+def test_a_step_back_moves_the_ledger_with_it_no_false_alarm_and_consumption_conserved(
+    tmp_path: Path,
+) -> None:
+    """Every reading is in the ledger once, on the new clock, in the order it was taken, all
+    accepted: 100 ft3 from 100 to 200, as without a step. No meter alarm. The export (as the
+    clerk gets it) bills the 100 ft3 and says the clock stepped; `meters show` lists the
+    step. Before: the rows at +0 ... +50 s were `backwards` and rejected, the alarm "reading
+    went backwards from 160 to 150" was raised, and the quarter billed 50 ft3."""
+    path, gw = run_across_a_step(tmp_path)
+    daemon = gw.daemon
+    try:
+        alarms = [(e.event, e.message) for e in daemon.alarms.journal.entries(sensor=METER)]
+        assert alarms == []
+        ledger = daemon.meters.ledger
+        rows = ledger.rows(METER)
+        assert [(r.time - T0, float(r.reading)) for r in rows] == [
+            (k - 3600.0, 100.0 + k) for k in range(0, 101, 10)
+        ]
+        assert all(r.accepted for r in rows), [r.describe() for r in rows if not r.accepted]
+        assert sum(r.volume for r in rows) == 100
+        assert ledger.conflicts(METER) == 0
+        (step,) = ledger.clock_steps()
+        assert (step.step_ms, step.rows) == (-3_600_000, 6)
+        assert (step.first_ms, step.last_ms) == (round(T0 * 1000), round((T0 + 50) * 1000))
+        # The InfluxDB copy gets the moved rows at their new times.
+        outbox = daemon.sink.outbox
+        assert outbox is not None
+        lines = [line for line in outbox.pending_lines(10_000) if line.startswith("meter,")]
+        sent_ns = {int(line.rsplit(" ", 1)[1]) for line in lines}
+        assert {round((T0 + k - 3600) * 1e9) for k in range(0, 101, 10)} <= sent_ns
+    finally:
+        close(daemon)
+    out = tmp_path / "q.csv"
+    done = run_monitor("billing", "export", "--config", str(path), "--quarter", "2026Q2", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    (row,) = list(csv.DictReader(io.StringIO(out.read_text(encoding="utf-8"))))
+    assert (row["first_read"], row["last_read"], row["consumption_ft3"]) == ("100", "200", "100.000")
+    note = f"gateway clock stepped back by 1h 0m at {iso(T0 + 70 - 3600)}: 6 readings re-stamped"
+    assert note in row["flags"].split(";")
+    assert "anomaly" not in row["flags"]
+    shown = run_monitor("meters", "show", "--config", str(path), "--meter", METER)
+    assert shown.returncode == 0, shown.stderr
+    assert note in shown.stdout
+    assert "REJECTED" not in shown.stdout
+
+
+def export(path: Path, *flags: str) -> dict[str, str]:
+    """The clerk's export of the quarter, from the ledger or (`--from-influx`) the historian."""
+    got = run_monitor("billing", "export", *flags, "--config", str(path), "--quarter", "2026Q2", "--out", "-")
+    assert got.returncode == 0, got.stderr
+    (row,) = list(csv.DictReader(io.StringIO(got.stdout)))
+    return row
+
+
+def test_the_historian_bills_each_moved_reading_once_and_flags_the_quarter(
+    tmp_path: Path, influxdb1: InfluxDB1
+) -> None:
+    """The old clock's points reached InfluxDB before the step; InfluxDB cannot delete them.
+    They are overwritten as rejected and billing nothing, the readings are written again at
+    their new times: `billing export --from-influx` bills the 100 ft3 the ledger does, and
+    flags the quarter `anomaly` (the rejected records; the note itself lives in the ledger).
+    Left as they were, the historian summed both copies (150.000 ft3, measured) with no
+    `anomaly`: the register going from 200 back to 100 was taken for a settings change
+    (`one settings period assumed`)."""
+    influxdb1.query("CREATE DATABASE meter_step")
+    path = meter_station(tmp_path, influxdb1.url, "meter_step")
+    _, gw = run_across_a_step(tmp_path, path, drain=True)
+    daemon = gw.daemon
+    try:
+        assert asyncio.run(daemon.sink.drain(30.0)) == 0
+        got = influxdb1.query("SELECT reading, consumption_ft3, accepted FROM meter", db="meter_step")
+        values = [tuple(v[1:]) for v in got["results"][0]["series"][0]["values"]]  # in time order
+        assert values == [(100.0 + k, 0.0 if k == 0 else 10.0, 1) for k in range(0, 101, 10)] + [
+            (100.0 + k, 0.0, 0) for k in range(0, 51, 10)
+        ]
+        assert daemon.meters.ledger.unsent() == ([], [])
+    finally:
+        close(daemon)
+    ledger, historian = export(path), export(path, "--from-influx")
+    assert historian["consumption_ft3"] == ledger["consumption_ft3"] == "100.000"
+    assert (historian["first_read"], historian["last_read"]) == ("100", "200")
+    assert "anomaly" in historian["flags"].split(";")
+    assert "anomaly" not in ledger["flags"]
+    assert "replacement" not in historian["flags"] and "one settings period assumed" not in historian["flags"]
+
+
+# -- the ledger itself: which rows move, and a kill -9 during the move -----------------------
+
+SPEC = MeterSpec(METER, "ft3", 6, Decimal(1), Decimal(100_000), "shop")
+HOUR = 3600.0
+
+
+def long_run_ledger(path: Path) -> None:
+    """A previous run on a right clock (readings every 10 min, T0-6 h ... T0-4 h, 1000 ...
+    1120), then a boot with the clock an hour ahead: the daemon ran 2 h on it (stamped
+    T0-2 h ... T0, 1200 ... 1320) before NTP stepped it back at the real T0-1 h."""
+    ledger = Ledger(path, {METER: SPEC}, now=T0 - 6 * HOUR)
+    before = [(METER, T0 - 6 * HOUR + 600 * i, Decimal(1000 + 10 * i)) for i in range(13)]
+    ahead = [(METER, T0 - 2 * HOUR + 600 * i, Decimal(1200 + 10 * i)) for i in range(13)]
+    ledger.add_many(before + ahead)
+    ledger.close()
+
+
+def snapshot(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    db = sqlite3.connect(path)
+    try:
+        tables = ("readings", "replacements", "conflicts", "amendments", "settings", "unsent", "clock_steps")
+        return {t: sorted(db.execute(f"SELECT * FROM {t}").fetchall()) for t in tables}
+    finally:
+        db.close()
+
+
+def test_a_step_back_moves_the_old_clocks_rows_down_to_a_gap_of_the_step_keeping_their_order(
+    tmp_path: Path,
+) -> None:
+    """The daemon ran 2 h on a clock an hour ahead. Only the last hour's rows are ahead of the
+    new clock; moved alone, they landed among the hour before, which went `backwards` against
+    them. All the old clock's rows move (down to the boot's gap, which is at least the step),
+    each to the time it was taken; the previous run's rows stay. A reading of the new clock
+    then follows them: every row accepted, the 320 ft3 conserved."""
+    path = tmp_path / "ledger.sqlite"
+    long_run_ledger(path)
+    ledger = Ledger(path, {METER: SPEC}, now=T0 - HOUR)
+    try:
+        changed = ledger.clock_step(-HOUR, T0 - HOUR)
+        assert changed == {METER: []}  # the order kept: no verdict changed
+        (step,) = ledger.clock_steps(METER)
+        first, last = round((T0 - 2 * HOUR) * 1000), round(T0 * 1000)
+        assert (step.rows, step.first_ms, step.last_ms) == (13, first, last)
+        ledger.add(METER, T0 - HOUR + 600, Decimal(1330))
+        rows = ledger.rows(METER)
+        want = [T0 - 6 * HOUR + 600 * i for i in range(13)] + [T0 - 3 * HOUR + 600 * i for i in range(14)]
+        assert [r.time for r in rows] == want
+        assert all(r.accepted for r in rows) and sum(r.volume for r in rows) == 330
+        # The same step noticed again (a restart before the engine's checkpoint held it) moves nothing.
+        assert ledger.clock_step(-HOUR, T0 - HOUR + 600) == {}
+    finally:
+        ledger.close()
+
+
+STEPPER = """
+import os, signal, sqlite3, sys
+from decimal import Decimal
+from pathlib import Path
+real = sqlite3.connect
+armed = [False]
+def trace(statement):
+    if armed[0] and os.environ["KILL_AT"] in statement:
+        os.kill(os.getpid(), signal.SIGKILL)
+def connect(*args, **kwargs):
+    db = real(*args, **kwargs)
+    db.set_trace_callback(trace)
+    return db
+sqlite3.connect = connect
+from monitor.meters.ledger import Ledger
+from monitor.meters.totalizer import MeterSpec
+spec = MeterSpec("shop.meter", "ft3", 6, Decimal(1), Decimal(100000), "shop")
+now = float(sys.argv[2])
+ledger = Ledger(Path(sys.argv[1]), {"shop.meter": spec}, now=now)
+armed[0] = True
+ledger.clock_step(-3600.0, now)
+os.kill(os.getpid(), signal.SIGKILL)  # once it returned: committed
+"""
+
+
+@pytest.mark.parametrize(
+    "kill_at",
+    ["DELETE FROM readings", "INSERT INTO readings", "INSERT OR IGNORE INTO unsent",
+     "INSERT INTO clock_steps", "COMMIT", "returned"],
+)  # fmt: skip
+def test_a_kill_during_the_move_leaves_the_ledger_as_before_or_as_after(tmp_path: Path, kill_at: str) -> None:
+    """A real SIGKILL of the process moving the rows, at a statement of its transaction
+    (SQLite's trace hook picks the moment, a fault injection) or once it returned: the ledger
+    is as before (no row moved, no audit record) or as after, never half moved; and the step
+    noticed again moves it to the same state."""
+    before, after = tmp_path / "before.sqlite", tmp_path / "after.sqlite"
+    long_run_ledger(before)
+    long_run_ledger(after)
+    ledger = Ledger(after, {METER: SPEC}, now=T0 - HOUR)
+    ledger.clock_step(-HOUR, T0 - HOUR)
+    ledger.close()
+    path = tmp_path / "killed.sqlite"
+    long_run_ledger(path)
+    got = subprocess.run(
+        [sys.executable, "-c", STEPPER, str(path), str(T0 - HOUR)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "KILL_AT": kill_at},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert got.returncode == -signal.SIGKILL, got.stderr
+    state = snapshot(path)
+    assert state == snapshot(after if kill_at == "returned" else before)
+    ledger = Ledger(path, {METER: SPEC}, now=T0 - HOUR)
+    ledger.clock_step(-HOUR, T0 - HOUR)
+    ledger.close()
+    assert snapshot(path) == snapshot(after)
+
+
+def test_a_restart_after_a_step_back_moves_the_ledger_with_the_restored_history(tmp_path: Path) -> None:
+    """The gateway booted with its clock an hour ahead, the daemon polled 100 ... 150, was
+    stopped; NTP stepped the clock back while it was down. At the start the restored history
+    is "from the future" (`ClockWatch.check_restored`): the step, at least, moves the ledger
+    too, and the readings of the new clock follow in order: no false alarm, 100 ft3."""
+    path = meter_station(tmp_path)
+    gw = Stepped(load_config(path))
+    for k in range(0, 51, 10):
+        gw.poll(k, 100.0 + k)
+    gw.daemon.tick()
+    gw.daemon.checkpoint()
+    close(gw.daemon)
+    gw.daemon.station.close()
+    gw = Stepped(load_config(path))
+    daemon = gw.daemon
+    try:
+        for k in range(70, 121, 10):  # the first on the new clock notices the step
+            gw.poll(k, 100.0 + k)
+        alarms = [(e.event, e.message) for e in daemon.alarms.journal.entries(sensor=METER)]
+        assert alarms == []
+        ledger = daemon.meters.ledger
+        rows = ledger.rows(METER)
+        assert [float(r.reading) for r in rows] == [
+            100.0 + k for k in (0, 10, 20, 30, 40, 50, 70, 80, 90, 100, 110, 120)
+        ]
+        assert all(r.accepted for r in rows) and sum(r.volume for r in rows) == 120
+        assert rows[5].time < gw.at(70)
+        (step,) = ledger.clock_steps(METER)
+        assert (step.rows, step.first_ms, step.last_ms) == (6, round(T0 * 1000), round((T0 + 50) * 1000))
+    finally:
+        close(daemon)
+
+
+def test_without_a_gap_of_the_step_the_rows_of_the_day_before_are_spread_not_the_whole_history(
+    tmp_path: Path,
+) -> None:
+    """Three days of readings a minute apart, no gap, the clock an hour ahead all along (or a
+    drift: no jump the step could stop at). Moving every row by the step would rewrite the whole
+    history in one transaction (20 us a row: a year of readings a second is minutes of a
+    stopped daemon); the rows of the day before the ones ahead are spread over it instead, in
+    order, each by at most the step: every delta kept, all accepted, the older rows untouched."""
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(path, {METER: SPEC}, now=T0 - 3 * 86400)
+    try:
+        ledger.add_many([(METER, T0 - 3 * 86400 + 60 * i, Decimal(1000 + i)) for i in range(3 * 1440 + 1)])
+        before = ledger.rows(METER)
+        changed = ledger.clock_step(-HOUR, T0 - HOUR)
+        assert changed == {METER: []}
+        (step,) = ledger.clock_steps(METER)
+        assert step.spread and step.describe().endswith(
+            "re-stamped (spread over the day before: no gap of the step in it)"
+        )
+        rows = ledger.rows(METER)
+        assert [r.reading for r in rows] == [r.reading for r in before]
+        assert all(r.accepted for r in rows) and sum(r.volume for r in rows) == 3 * 1440
+        floor = round((T0 - 2 * HOUR + 2 - 86400) * 1000)
+        kept = [(a.time_ms, b.time_ms) for a, b in zip(before, rows, strict=True) if a.time_ms <= floor]
+        assert all(a == b for a, b in kept) and len(kept) == 2 * 1440 - 120 + 1
+        moved = [(a.time_ms, b.time_ms) for a, b in zip(before, rows, strict=True) if a.time_ms > floor]
+        assert step.rows == len(moved) == 1440 + 120
+        assert all(floor < b < a and a - b <= 3_600_000 for a, b in moved)
+        assert moved[-1][1] <= round((T0 - HOUR + 2) * 1000)
+    finally:
+        ledger.close()
+
+
+def test_when_the_new_clock_reaches_the_old_stamps_its_readings_are_no_conflicts(tmp_path: Path) -> None:
+    """An hour after the step the new clock stamps the times the old one stamped +0 ... +50 s
+    with. Left there, each of those readings (other values, an hour later) was dropped as a
+    conflict with the old row; moved, they are new rows: 371 readings, all accepted, 3700 ft3."""
+    _, gw = run_across_a_step(tmp_path)
+    daemon = gw.daemon
+    try:
+        for k in range(110, 3701, 10):
+            gw.poll(k, 100.0 + k)
+        ledger = daemon.meters.ledger
+        rows = ledger.rows(METER)
+        assert ledger.conflicts(METER) == 0
+        assert [(r.time - T0, float(r.reading)) for r in rows] == [
+            (k - 3600.0, 100.0 + k) for k in range(0, 3701, 10)
+        ]
+        assert all(r.accepted for r in rows) and sum(r.volume for r in rows) == 3700
+        assert [(e.event, e.message) for e in daemon.alarms.journal.entries(sensor=METER)] == []
+    finally:
+        close(daemon)
