@@ -424,6 +424,20 @@ class ManualClock:
         self._now += seconds
 
 
+def step_text(seconds: float) -> str:
+    """A clock step as an operator reads it: 3d 0h 5m, 2h 10m, 42s (here, not in the
+    engine, so the meter ledger can say it without importing NumPy)."""
+    s = abs(seconds)
+    if s < 60:
+        return f"{s:.0f}s"
+    days, rest = divmod(round(s), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes = rest // 60
+    if days:
+        return f"{days}d {hours}h {minutes}m"
+    return f"{hours}h {minutes}m" if hours else f"{minutes}m"
+
+
 def iso(t: float) -> str:
     """Epoch seconds as ISO 8601 UTC with `Z`, milliseconds only when present."""
     dt = datetime.fromtimestamp(t, tz=UTC)

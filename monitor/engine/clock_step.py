@@ -59,26 +59,13 @@ from dataclasses import replace
 
 from monitor.engine.engine import Engine
 from monitor.engine.restored import TOLERANCE
-from monitor.model import Clock, Condition, ConditionState, Rule, Sample, WallClock, iso
+from monitor.model import Clock, Condition, ConditionState, Rule, Sample, WallClock, iso, step_text
 
 log = logging.getLogger(__name__)
 
 HOLD = 300.0  # seconds of a steady clock before the diagnostic clears
 GATEWAY = "gateway"  # the `sensor` of the clock condition
 CITATION = "gateway clock (NTP)"
-
-
-def step_text(seconds: float) -> str:
-    """3d 0h 5m, 2h 10m, 42s."""
-    s = abs(seconds)
-    if s < 60:
-        return f"{s:.0f}s"
-    days, rest = divmod(round(s), 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes = rest // 60
-    if days:
-        return f"{days}d {hours}h {minutes}m"
-    return f"{hours}h {minutes}m" if hours else f"{minutes}m"
 
 
 def shift(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from monitor.engine.clock_step import step_text
-from monitor.model import iso
+from monitor.model import iso, step_text
 
 READING, OLD_FINAL, NEW_INITIAL = 0, 1, 2  # `seq` of rows at the same time, in this order
 SCHEMA = """
