@@ -94,7 +94,8 @@ class PipelineHealth:
 class IncidentHealth:
     """The incident store: `failing` names its error while it refuses to record (the
     `incident_store` alarm is active); `failures` counts the batches not recorded; and
-    `evidence_incomplete` the incidents marked for a damaged evidence block this run."""
+    `evidence_incomplete` the incidents on record marked for a damaged evidence block (read
+    from the store at the start, so a restart does not zero it)."""
 
     failing: str | None = None
     failures: int = 0

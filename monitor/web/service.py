@@ -237,9 +237,9 @@ class StationCollector(Collector):
                     incidents.get("failures", 0),
                 ),
                 (
-                    CounterMetricFamily,
+                    GaugeMetricFamily,  # how many are on record, not events: kept across a restart
                     "incident_evidence_incomplete",
-                    "Incidents marked 'evidence incomplete' for a damaged evidence block",
+                    "Incidents on record marked 'evidence incomplete' for a damaged evidence block",
                     incidents.get("evidence_incomplete", 0),
                 ),
             ):
