@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sqlite3
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -191,10 +192,10 @@ class MeterBook:
             readings.append((s.sensor, s.time, dec(s.value)))
         if not readings:
             return []
-        before = self.move_pending()  # raises while the ledger refuses: the batch waits
+        self._move_steps()  # raises while the ledger refuses: the batch waits
         rows = self.ledger.add_many(readings)
         self.backlog = True
-        return before + self._conditions(rows)
+        return self._take_moved() + self._conditions(rows)
 
     def ingest_arrays(
         self,
@@ -236,23 +237,23 @@ class MeterBook:
         alarm manager like any other condition."""
         self.ledger.spec(meter)
         rep = Replacement(meter, _ms(time), _figure(old_final), _figure(new_initial), recorded_by, note)
-        before = self.move_pending()
+        self._move_steps()
         rows = self.ledger.record_replacement(rep, self.clock.now())
         log.info(
             "meter %s replaced at %s: old final %s, new initial %s%s",
             meter, iso(time), rep.old_final, rep.new_initial, f" (by {recorded_by})" if recorded_by else "",
         )  # fmt: skip
-        return before + self._amended(rows)
+        return self._take_moved() + self._amended(rows)
 
     def void_replacement(self, meter: str, time: float, by: str, why: str) -> list[Condition]:
         """Void a wrongly recorded replacement (appended, with who and why); the readings
         after it are judged again as if it had never been recorded."""
         self.ledger.spec(meter)
         time_ms = _ms(time)
-        before = self.move_pending()
+        self._move_steps()
         rows = self.ledger.void_replacement(meter, time_ms, by, why, self.clock.now())
         log.info("meter %s: replacement at %s voided by %s: %s", meter, iso(time), by, why)
-        return before + self._amended(rows)
+        return self._take_moved() + self._amended(rows)
 
     def correct(
         self, meter: str, time: float, reading: Decimal | float | str, by: str, why: str
@@ -260,10 +261,10 @@ class MeterBook:
         """Correct a misread reading (appended with the original, who and why)."""
         self.ledger.spec(meter)
         value = _figure(reading)
-        before = self.move_pending()
+        self._move_steps()
         rows = self.ledger.correct(meter, _ms(time), value, by, why, self.clock.now())
         log.info("meter %s: reading at %s corrected to %s by %s: %s", meter, iso(time), value, by, why)
-        return before + self._amended(rows)
+        return self._take_moved() + self._amended(rows)
 
     def clock_step(self, step: float, now: float, keep: Collection[str] = ()) -> list[Condition]:
         """The gateway clock stepped back (`Ledger.clock_step`; the daemon calls it on the
@@ -288,14 +289,30 @@ class MeterBook:
         """Make the clock step moves the ledger refused, oldest first, each with its own
         notice time; raises `StateError` while it still refuses (counted and logged once
         per step). Returns the meter alarm transitions the moves cause."""
+        self._move_steps()
+        return self._take_moved()
+
+    def _move_steps(self) -> None:
+        """`move_pending`, keeping the transitions (`_take_moved`) until the write that
+        follows it succeeded: a reading the ledger then refuses does not lose them."""
         while self._steps:
             pending = self._steps[0]
             try:
                 moved = self.ledger.clock_step(pending.step, pending.now, pending.keep)
             except StateError as exc:
                 if not pending.failed:
-                    pending.failed = True
                     self.clock_step_failures += 1
+                if not isinstance(exc.__cause__, sqlite3.OperationalError):
+                    # Not a disk that may take writes again (a constraint, a damaged file):
+                    # kept, the move would hold every reading of the station back for ever.
+                    self._steps.pop(0)
+                    log.error(
+                        "gateway clock stepped back by %.0f s: the meter ledger's rows were not moved"
+                        " with it (not tried again): %s", -pending.step, exc,
+                    )  # fmt: skip
+                    continue
+                if not pending.failed:
+                    pending.failed = True
                     log.error(
                         "gateway clock stepped back by %.0f s: the meter ledger's rows were not moved"
                         " with it (moved before its next write, once it takes writes): %s",
@@ -309,6 +326,8 @@ class MeterBook:
                     -pending.step, iso(pending.now),
                 )  # fmt: skip
             self._step_conditions += self._moved(moved)
+
+    def _take_moved(self) -> list[Condition]:
         out, self._step_conditions = self._step_conditions, []
         return out
 
