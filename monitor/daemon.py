@@ -39,7 +39,7 @@ from monitor.engine import (
     load_checkpoint_or_start_fresh,
 )
 from monitor.errors import MonitorError
-from monitor.health import Health, IncidentHealth, gather, readiness
+from monitor.health import Health, IncidentHealth, MeterHealth, gather, readiness
 from monitor.incidents import IncidentTracker
 from monitor.incidents.influx import incident_lines
 from monitor.meters.book import MeterBook
@@ -209,17 +209,28 @@ class Daemon:
 
     def _meter_step(self, watch: ClockWatch, step: float) -> None:
         """The meter ledger's rows the old clock stamped ahead of the new one move with a step
-        back (`Ledger.clock_step`); a ledger that cannot be written stays as it was (one
-        transaction), which the log says, and judging goes on."""
-        try:
+        back (`Ledger.clock_step`). A ledger that cannot be written stays as it was (one
+        transaction); the book keeps the move, counts and logs it once, and makes it before
+        its next write (`MeterBook.move_pending`, also tried on each tick); judging goes on."""
+        with contextlib.suppress(MonitorError):  # counted and logged by the book, kept for the next try
             self.pipeline.raise_conditions(self.meters.clock_step(step, watch.wall(), watch.device))
-        except MonitorError as exc:
-            log.error("gateway clock stepped back: the meter ledger's rows were not moved with it: %s", exc)
+
+    def _meter_steps_pending(self) -> None:
+        """A clock step move the ledger refused, tried again on the timer: readings may not
+        come (a meter polled hourly) to carry it. Not while the intake is stalled or the disk
+        has no room (the journal's reserve is not the ledger's): the held batch carries it."""
+        if not self.meters.clock_steps_pending or self.pipeline.stats.stalled is not None:
+            return
+        if not self.disk.room():
+            return
+        with contextlib.suppress(MonitorError):  # still refused: counted and logged once, tried again
+            self.pipeline.raise_conditions(self.meters.move_pending())
 
     def tick(self) -> None:
         """Timer work on the clock: stale data, shelve expiry, reminders, floods, disk space."""
         if self.clock_watch is not None:
             self.pipeline.raise_conditions(self.clock_watch.check())
+        self._meter_steps_pending()
         now = self.clock.now()
         self.pipeline.tick(now)
         self.pipeline.submit(self.disk.check(now))
@@ -240,6 +251,7 @@ class Daemon:
             alarm_listener_failures=self.alarms.listener_failures,
             alarm_early_clears=self.alarms.early_clears,
             incidents=self.incident_feed.health() if self.incident_feed is not None else None,
+            meters=MeterHealth(self.meters.clock_step_failures, self.meters.clock_steps_pending),
         )
 
     # --- lifecycle -------------------------------------------------------------------

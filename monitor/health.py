@@ -94,11 +94,23 @@ class PipelineHealth:
 class IncidentHealth:
     """The incident store: `failing` names its error while it refuses to record (the
     `incident_store` alarm is active); `failures` counts the batches not recorded; and
-    `evidence_incomplete` the incidents marked for a damaged evidence block this run."""
+    `evidence_incomplete` the incidents on record marked for a damaged evidence block (read
+    from the store at the start, so a restart does not zero it)."""
 
     failing: str | None = None
     failures: int = 0
     evidence_incomplete: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MeterHealth:
+    """The meter ledger across gateway clock steps back: `clock_step_failures` counts the
+    steps whose move the ledger refused (a full or read-only state disk), once per step;
+    `clock_steps_pending` those still waiting to be moved (until then, a reading of the
+    new clock cannot be written: it would be judged `backwards` against the unmoved rows)."""
+
+    clock_step_failures: int = 0
+    clock_steps_pending: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +128,7 @@ class Health:
     # already uses "alarms" for its counts by state.
     alarm_early_clears: int = 0
     incidents: IncidentHealth | None = None  # None: incidents are not enabled
+    meters: MeterHealth = field(default_factory=MeterHealth)
 
     def to_json(self) -> dict[str, object]:
         """JSON-able data; an unconfigured outbox is `{"configured": false}` only, and
@@ -141,6 +154,7 @@ def gather(
     alarm_listener_failures: Mapping[str, int] | None = None,
     alarm_early_clears: int = 0,
     incidents: IncidentHealth | None = None,
+    meters: MeterHealth | None = None,
 ) -> Health:
     """The snapshot from the running parts."""
     sources: list[ModbusHealth | MqttHealth] = []
@@ -221,6 +235,7 @@ def gather(
         alarm_listener_failures=dict(alarm_listener_failures or {}),
         alarm_early_clears=alarm_early_clears,
         incidents=incidents,
+        meters=meters if meters is not None else MeterHealth(),
     )
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Request, sync_playwright
 
+from monitor.model import iso
 from tests.incident_helpers import ROOT, incidents_json, monitor, replay_case
 from tests.test_console_browser import ARGS, CHROMIUM
 
@@ -122,6 +123,54 @@ def test_console_shows_what_is_overdue(browser: Browser, tmp_path: Path) -> None
             live.call(lambda: view.inject(Sample("outfall.ph", 1781913660.0, 9.6), 9.0, "§139-15 C(3)"))
             expect(section).to_be_hidden()
             assert oil["id"] not in page.content()
+            page.close()
+    finally:
+        view.incidents.close()
+
+
+def test_console_marks_an_overdue_incident_whose_evidence_is_incomplete_as_text(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """The slug's statement is overdue and its evidence was marked incomplete (a damaged
+    block: the mark is put on its record through the store, as the tracker's `_mark` leaves
+    it; tests/test_incidents_failing.py damages a real block). The console's overdue list
+    says "evidence incomplete from T: reason" beside it, the reason as text: a `<script>` and
+    an `<img onerror>` in it are shown, never made HTML (nothing runs). The oil incident, not
+    marked, says nothing of it. Before: the console did not show the mark at all."""
+    from playwright.sync_api import expect
+
+    from monitor.incidents import IncidentTracker
+    from monitor.model import ManualClock
+    from tests.console import LiveConsole, TableView
+    from tests.incident_helpers import load
+
+    cfg = replay_case("slug-and-oil", tmp_path)
+    slug, _ = incidents_json(cfg)
+    hostile = 'block 3 <script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
+
+    class StationWithIncidents(TableView):
+        def __init__(self) -> None:
+            super().__init__(tmp_path / "journal.sqlite", ManualClock(1781913600.0))  # the statement overdue
+            self.incidents = IncidentTracker(load(cfg))
+
+    view = StationWithIncidents()
+    try:
+        store = view.incidents.store
+        inc = store.get(slug["id"])
+        assert inc is not None
+        with store.batch():
+            store.save(inc.with_(evidence_broken_at=inc.start + 600, evidence_broken=hostile))
+        note = f"evidence incomplete from {iso(inc.start + 600)}: {hostile}"
+        with LiveConsole(view, refresh=0.3) as live:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(live.url)
+            items = page.locator("#incidents-overdue li")
+            expect(items).to_have_count(1)
+            mark = items.first.locator(".evidence-incomplete")
+            expect(mark).to_have_text(note)
+            assert items.first.locator("script, img").count() == 0
+            assert page.evaluate("window.pwned") is None
+            page.screenshot(path=str(tmp_path / "console-evidence-incomplete.png"), full_page=True)
             page.close()
     finally:
         view.incidents.close()

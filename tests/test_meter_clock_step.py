@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry, generate_latest
 
 from monitor.config import Config, load_config
 from monitor.daemon import Daemon
@@ -32,6 +33,8 @@ from monitor.engine import ClockWatch
 from monitor.meters.ledger import Ledger
 from monitor.meters.totalizer import MeterSpec
 from monitor.model import ManualClock, Sample, iso
+from monitor.web.service import StationCollector
+from monitor.web.station import StationAdapter
 from tests.cli import run_monitor
 from tests.engine_helpers import T0
 from tests.services import InfluxDB1, free_port
@@ -387,3 +390,64 @@ def test_when_the_new_clock_reaches_the_old_stamps_its_readings_are_no_conflicts
         assert [(e.event, e.message) for e in daemon.alarms.journal.entries(sensor=METER)] == []
     finally:
         close(daemon)
+
+
+def fill(disk: Path) -> Path:
+    """Fill the real tmpfs to its last byte (ENOSPC), so SQLite's next page is refused."""
+    ballast = disk / "ballast"
+    with ballast.open("wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+    return ballast
+
+
+def test_a_move_the_full_disk_refused_is_counted_and_made_before_the_next_reading(
+    tmp_path: Path, tiny_disk: Path
+) -> None:
+    """The state disk (a real 3 MB tmpfs) is full when the step back is noticed: the ledger
+    refuses the move. It is counted (`meters` in /api/health, /metrics) and logged once; the
+    poll of +60 s waits for the disk. Freed, the move is made first, with the step and the
+    notice time it had, then the waiting poll and those of the new clock: the ledger ends as
+    a run whose move succeeded at once (tables compared), no meter alarm. Before: one ERROR,
+    nothing counted, the rows never moved, and `backwards` was raised for the hour."""
+    (tmp_path / "ref").mkdir()
+    _, ref = run_across_a_step(tmp_path / "ref")
+    close(ref.daemon)
+    path = meter_station(tiny_disk)
+    gw = Stepped(load_config(path))
+    daemon = gw.daemon
+    try:
+        for k in range(0, 51, 10):
+            gw.poll(k, 100.0 + k)
+        ballast = fill(tiny_disk)
+        gw.step()  # the tick notices the step; the ledger cannot take the move
+        ledger = daemon.meters.ledger
+        assert [r.time - T0 for r in ledger.rows(METER)] == [float(k) for k in range(0, 51, 10)]
+        assert ledger.clock_steps() == []
+        health = daemon.health().to_json()
+        assert health["meters"] == {"clock_step_failures": 1, "clock_steps_pending": 1}
+        registry = CollectorRegistry()
+        registry.register(StationCollector(StationAdapter(daemon)))  # what /metrics serves
+        scraped = generate_latest(registry).decode()
+        assert 'station_monitor_meter_clock_step_failures_total{station="ps-meter-step"} 1.0' in scraped
+        assert 'station_monitor_meter_clock_steps_pending{station="ps-meter-step"} 1.0' in scraped
+        daemon.pipeline.emit([Sample(METER, T0 + 60, 160.0), Sample("ph", T0 + 60, 7.0)])
+        assert daemon.pipeline.process_queued() is False  # the disk refuses it too
+        gw.step()  # a second tick while still full: the same failure, not counted again
+        assert daemon.health().to_json()["meters"] == {"clock_step_failures": 1, "clock_steps_pending": 1}
+        ballast.unlink()
+        daemon.pipeline._retry_at = 0.0  # the retry timer's wait, skipped (a monotonic deadline)
+        assert daemon.pipeline.process_queued() is True
+        for k in range(70, 101, 10):
+            gw.poll(k, 100.0 + k)
+        assert [(e.event, e.message) for e in daemon.alarms.journal.entries(sensor=METER)] == []
+        assert daemon.health().to_json()["meters"] == {"clock_step_failures": 1, "clock_steps_pending": 0}
+    finally:
+        close(daemon)
+    got, want = (snapshot(p / "state" / "ledger.sqlite") for p in (tiny_disk, tmp_path / "ref"))
+    for state in (got, want):  # when the daemon opened the ledger (the wall clock, not the gateway's)
+        state["settings"] = [row[:-1] for row in state["settings"]]
+    assert len(got["clock_steps"]) == 1 and got == want

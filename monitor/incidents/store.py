@@ -273,6 +273,14 @@ class IncidentStore:
         )
         return [self._complete(_incident(r)) for r in rows.fetchall()]
 
+    def marked_count(self) -> int:
+        """How many incidents on record are marked `evidence incomplete` (a damaged evidence
+        block): read once when a tracker starts, for /api/health and /metrics."""
+        row = self._run(
+            "SELECT count(*) FROM incident WHERE json_extract(data, '$.evidence_broken') IS NOT NULL"
+        )
+        return int(row.fetchone()[0])
+
     def frozen_spans(self) -> list[tuple[str, str, str, float, float]]:
         """(id, sensor, rule, start, last) of every frozen incident, `last` its end or its
         clear, whichever is later: the history it stands for, read in one query (`incidents`

@@ -299,7 +299,11 @@ class IncidentTracker:
         self._refreshed: dict[str, float] = {}
         self._changed: dict[str, Incident] = {}
         self._marked: set[str] = set()  # marked (or found damaged again) in this `advance`
-        self.evidence_incomplete = 0  # incidents this tracker marked (health, /metrics)
+        # Incidents on record marked for a damaged evidence block (health, /metrics): those a
+        # run before this one marked, read here, and each this one marks. The figure an operator
+        # needs is how many records are not whole (a store to restore), which a restart does not
+        # change; a mark is never taken off (a restored store starts the count again).
+        self.evidence_incomplete = self.store.marked_count()
 
     def _record_span(self, iid: str, sensor: str, rule: str, start: float, last: float) -> None:
         if rule not in INCIDENT_RULES:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sqlite3
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -29,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.config import Config
-from monitor.errors import MeterError
+from monitor.errors import MeterError, StateError
 from monitor.meters.amend import VOID
 from monitor.meters.ledger import OLD_FINAL, READING, Ledger, Replacement, Row, to_ms
 from monitor.meters.totalizer import ANOMALIES, ZERO, MeterSpec, Step, condition, dec, from_ft3, to_ft3
@@ -129,6 +130,16 @@ def meter_records(
     return out
 
 
+@dataclass(slots=True)
+class _PendingStep:
+    """A clock step back not yet moved in the ledger, with the notice time it had."""
+
+    step: float
+    now: float
+    keep: frozenset[str]
+    failed: bool = False
+
+
 class MeterBook:
     """The ledger plus per-meter alarm state; one per daemon (or replay run)."""
 
@@ -151,6 +162,11 @@ class MeterBook:
         self._taken: list[tuple[str, int]] = []
         self._taken_at: tuple[int, int] = (-1, -1)
         self.backlog = True  # marked points may be left (another process's, more than TAKE)
+        # Clock steps whose move the ledger refused (a full or read-only disk), oldest first:
+        # made before anything else is written to it, so they land as if made at once.
+        self._steps: list[_PendingStep] = []
+        self._step_conditions: list[Condition] = []  # from moves made, not yet returned
+        self.clock_step_failures = 0  # steps whose move the ledger refused (once per step)
 
     @classmethod
     def open(cls, config: Config, records: bool = True, clock: Clock | None = None) -> MeterBook:
@@ -176,9 +192,10 @@ class MeterBook:
             readings.append((s.sensor, s.time, dec(s.value)))
         if not readings:
             return []
+        self._move_steps()  # raises while the ledger refuses: the batch waits
         rows = self.ledger.add_many(readings)
         self.backlog = True
-        return self._conditions(rows)
+        return self._take_moved() + self._conditions(rows)
 
     def ingest_arrays(
         self,
@@ -220,21 +237,23 @@ class MeterBook:
         alarm manager like any other condition."""
         self.ledger.spec(meter)
         rep = Replacement(meter, _ms(time), _figure(old_final), _figure(new_initial), recorded_by, note)
+        self._move_steps()
         rows = self.ledger.record_replacement(rep, self.clock.now())
         log.info(
             "meter %s replaced at %s: old final %s, new initial %s%s",
             meter, iso(time), rep.old_final, rep.new_initial, f" (by {recorded_by})" if recorded_by else "",
         )  # fmt: skip
-        return self._amended(rows)
+        return self._take_moved() + self._amended(rows)
 
     def void_replacement(self, meter: str, time: float, by: str, why: str) -> list[Condition]:
         """Void a wrongly recorded replacement (appended, with who and why); the readings
         after it are judged again as if it had never been recorded."""
         self.ledger.spec(meter)
         time_ms = _ms(time)
+        self._move_steps()
         rows = self.ledger.void_replacement(meter, time_ms, by, why, self.clock.now())
         log.info("meter %s: replacement at %s voided by %s: %s", meter, iso(time), by, why)
-        return self._amended(rows)
+        return self._take_moved() + self._amended(rows)
 
     def correct(
         self, meter: str, time: float, reading: Decimal | float | str, by: str, why: str
@@ -242,15 +261,77 @@ class MeterBook:
         """Correct a misread reading (appended with the original, who and why)."""
         self.ledger.spec(meter)
         value = _figure(reading)
+        self._move_steps()
         rows = self.ledger.correct(meter, _ms(time), value, by, why, self.clock.now())
         log.info("meter %s: reading at %s corrected to %s by %s: %s", meter, iso(time), value, by, why)
-        return self._amended(rows)
+        return self._take_moved() + self._amended(rows)
 
     def clock_step(self, step: float, now: float, keep: Collection[str] = ()) -> list[Condition]:
         """The gateway clock stepped back (`Ledger.clock_step`; the daemon calls it on the
         clock watch's `on_step`): the rows it stamped ahead of the new clock move with the
-        step. Returns the meter alarm transitions a re-judged row causes (usually none)."""
-        moved = self.ledger.clock_step(step, now, keep)
+        step. Returns the meter alarm transitions a re-judged row causes (usually none).
+
+        A ledger that refuses the move (one transaction: nothing moved) raises `StateError`;
+        the step is kept with its notice time `now` and moved by `move_pending` before the
+        next write (a reading, an amendment), so the ledger ends as if it had moved at once:
+        left unmoved, the new clock's readings were judged `backwards` against its rows."""
+        if step >= 0:
+            return []
+        self._steps.append(_PendingStep(step, now, frozenset(keep)))
+        return self.move_pending()
+
+    @property
+    def clock_steps_pending(self) -> int:
+        """Clock steps whose move waits for a ledger that takes writes (/api/health)."""
+        return len(self._steps)
+
+    def move_pending(self) -> list[Condition]:
+        """Make the clock step moves the ledger refused, oldest first, each with its own
+        notice time; raises `StateError` while it still refuses (counted and logged once
+        per step). Returns the meter alarm transitions the moves cause."""
+        self._move_steps()
+        return self._take_moved()
+
+    def _move_steps(self) -> None:
+        """`move_pending`, keeping the transitions (`_take_moved`) until the write that
+        follows it succeeded: a reading the ledger then refuses does not lose them."""
+        while self._steps:
+            pending = self._steps[0]
+            try:
+                moved = self.ledger.clock_step(pending.step, pending.now, pending.keep)
+            except StateError as exc:
+                if not pending.failed:
+                    self.clock_step_failures += 1
+                if not isinstance(exc.__cause__, sqlite3.OperationalError):
+                    # Not a disk that may take writes again (a constraint, a damaged file):
+                    # kept, the move would hold every reading of the station back for ever.
+                    self._steps.pop(0)
+                    log.error(
+                        "gateway clock stepped back by %.0f s: the meter ledger's rows were not moved"
+                        " with it (not tried again): %s", -pending.step, exc,
+                    )  # fmt: skip
+                    continue
+                if not pending.failed:
+                    pending.failed = True
+                    log.error(
+                        "gateway clock stepped back by %.0f s: the meter ledger's rows were not moved"
+                        " with it (moved before its next write, once it takes writes): %s",
+                        -pending.step, exc,
+                    )  # fmt: skip
+                raise
+            self._steps.pop(0)
+            if pending.failed:
+                log.warning(
+                    "gateway clock step back of %.0f s noticed at %s: the meter ledger's rows moved now",
+                    -pending.step, iso(pending.now),
+                )  # fmt: skip
+            self._step_conditions += self._moved(moved)
+
+    def _take_moved(self) -> list[Condition]:
+        out, self._step_conditions = self._step_conditions, []
+        return out
+
+    def _moved(self, moved: Mapping[str, list[Row]]) -> list[Condition]:
         if not moved:
             return []
         self.backlog = True

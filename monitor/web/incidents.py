@@ -72,8 +72,15 @@ def add_incident_routes(
 
     @app.get("/api/incidents/overdue", response_model=list[dict[str, Any]])
     async def overdue_items() -> list[dict[str, object]]:
-        """What is overdue, oldest first (the console's banner)."""
-        return [d.to_json(zone) for d in overdue(store.incidents(), view.now())]
+        """What is overdue, oldest first (the console's banner), each with its incident's
+        "evidence incomplete from T: reason" mark (null when whole): the console shows it
+        there, so nobody writes a report from evidence that is not all there unawares."""
+        found = store.incidents()
+        notes = {i.id: i.evidence_note for i in found}
+        return [
+            {**d.to_json(zone), "evidence_incomplete": notes.get(d.incident)}
+            for d in overdue(found, view.now())
+        ]
 
     @app.get("/api/incidents/{iid}", response_model=dict[str, Any], responses={404: _ERRORS[404]})
     async def incident(iid: str) -> dict[str, object]:

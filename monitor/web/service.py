@@ -206,6 +206,21 @@ class StationCollector(Collector):
             station,
             h.get("alarm_early_clears", 0),
         )
+        meters = h.get("meters", {})
+        yield _station_metric(
+            CounterMetricFamily,
+            "meter_clock_step_failures",
+            "Gateway clock steps back whose move the meter ledger refused (counted once per step)",
+            station,
+            meters.get("clock_step_failures", 0),
+        )
+        yield _station_metric(
+            GaugeMetricFamily,
+            "meter_clock_steps_pending",
+            "Gateway clock steps back not yet moved in the meter ledger (it refuses writes)",
+            station,
+            meters.get("clock_steps_pending", 0),
+        )
         incidents = h.get("incidents")
         if isinstance(incidents, Mapping):
             for kind, name, doc, value in (
@@ -222,9 +237,9 @@ class StationCollector(Collector):
                     incidents.get("failures", 0),
                 ),
                 (
-                    CounterMetricFamily,
+                    GaugeMetricFamily,  # how many are on record, not events: kept across a restart
                     "incident_evidence_incomplete",
-                    "Incidents marked 'evidence incomplete' for a damaged evidence block",
+                    "Incidents on record marked 'evidence incomplete' for a damaged evidence block",
                     incidents.get("evidence_incomplete", 0),
                 ),
             ):

@@ -252,8 +252,11 @@ async function refreshIncidents() {
   let items;
   try { items = await getJSON("/api/incidents/overdue"); } catch (e) { return; }  // no incident store here
   const list = $("#incidents-overdue");
+  // the incident's "evidence incomplete from T: reason" mark: el() puts it in as text (a
+  // reason is an error message, which may quote what was in a damaged block)
   list.replaceChildren(...items.map((d) => el("li", { "data-incident": d.incident },
-    el("strong", {}, d.what), ` for ${d.incident}: due ${d.due_local}`)));
+    el("strong", {}, d.what), ` for ${d.incident}: due ${d.due_local}`,
+    d.evidence_incomplete ? el("span", { class: "evidence-incomplete" }, d.evidence_incomplete) : null)));
   $("#incidents-section").hidden = items.length === 0;
 }
 
