@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import itertools
 import os
 import signal
 import sqlite3
@@ -352,7 +353,7 @@ def test_without_a_gap_of_the_step_the_rows_of_the_day_before_are_spread_not_the
         assert changed == {METER: []}
         (step,) = ledger.clock_steps(METER)
         assert step.spread and step.describe().endswith(
-            "re-stamped (spread over the day before: no gap of the step in it)"
+            "re-stamped (spread over the 1d 1h 59m before: no gap of the step in it)"
         )
         rows = ledger.rows(METER)
         assert [r.reading for r in rows] == [r.reading for r in before]
@@ -387,3 +388,43 @@ def test_when_the_new_clock_reaches_the_old_stamps_its_readings_are_no_conflicts
         assert [(e.event, e.message) for e in daemon.alarms.journal.entries(sensor=METER)] == []
     finally:
         close(daemon)
+
+
+def test_repeated_small_steps_back_spread_a_few_minutes_of_rows_not_a_day_each(tmp_path: Path) -> None:
+    """A clock that keeps being stepped back 5 s (a bad time source, a daemon stepping instead
+    of slewing) under a meter polled every 2 s: no gap of the step is ever there, so each step
+    spread a whole day of rows (43,200 re-judged, 86,400 points marked for InfluxDB, per step,
+    every minute). A step only needs room of a few times its length: the rows spread are those
+    within 100 steps (each interval shortened by 1 % at most), still in order, all accepted."""
+    path = tmp_path / "ledger.sqlite"
+    start = T0 - 86400 - HOUR
+    ledger = Ledger(path, {METER: SPEC}, now=start)
+    try:
+        n = int((T0 - start) / 2) + 1
+        ledger.add_many([(METER, start + 2 * i, Decimal(1000 + i)) for i in range(n)])
+        reading, old_clock = 1000 + n - 1, T0  # the last reading, and the old clock's time
+        for k in range(5):
+            with sqlite3.connect(path) as db:  # the daemon sent what was marked before the step
+                db.execute("DELETE FROM unsent")
+            db.close()
+            new_clock = old_clock - 5
+            changed = ledger.clock_step(-5.0, new_clock)
+            assert changed == {METER: []}  # order kept: no verdict changed
+            step = ledger.clock_steps(METER)[-1]
+            # 100 steps and two (510 s) of readings 2 s apart, a few more where the steps before
+            # had shortened them by 1 % each (at most 510 / (2 x 0.99^5) = 268): 43,204 rows before.
+            assert step.spread and step.rows <= 268, (k, step.rows)
+            assert step.describe().endswith("(spread over the 8m before: no gap of the step in it)")
+            (marked,) = sqlite3.connect(path).execute("SELECT count(*) FROM unsent").fetchone()
+            assert marked <= 2 * 268, (k, marked)  # 86,386 before: old and new times
+            # A minute of the new clock's readings, then the next step.
+            for i in range(1, 31):
+                reading += 1
+                ledger.add(METER, new_clock + 2 * i, Decimal(reading))
+            old_clock = new_clock + 60
+        rows = ledger.rows(METER)
+        assert [r.reading for r in rows] == [Decimal(1000 + i) for i in range(n + 150)]
+        assert all(r.accepted for r in rows) and sum(r.volume for r in rows) == n + 150 - 1
+        assert all(a.time_ms < b.time_ms for a, b in itertools.pairwise(rows))
+    finally:
+        ledger.close()

@@ -64,6 +64,9 @@ log = logging.getLogger(__name__)
 # 3: the points the InfluxDB copy does not hold yet (`rows.UNSENT`).
 # 4: the gateway clock's steps back the rows were moved across (`rows.CLOCK_STEPS`).
 REACH = 86400.0  # seconds before the rows ahead of the new clock a step back moves rows over, at most
+# ... and at most this many steps' lengths: rows spread over 100 steps are each interval shortened
+# by 1 % at most, and a 5 s step does not re-judge (and resend) a day of readings a second.
+STEPS_REACH = 100
 LEDGER_SCHEMA = Schema("meter ledger", (SCHEMA, SETTINGS, UNSENT, CLOCK_STEPS))
 
 
@@ -373,10 +376,11 @@ class Ledger(SettingsPeriods, Amendments):
         before them down to a gap of at least the step (the old clock's run began after it:
         a boot, a step forward), so that no moved row lands among rows left where they were:
         the order of the readings, and so every register delta, is kept. Without such a gap
-        within `reach` before them (a meter polled every second, a small step after a drift),
-        the rows within `reach` are spread over it instead, each moved by at most the step, in
-        order: never the whole history in one transaction. The meters in `keep`
-        are stamped by their device's clock: not moved. The moved rows are re-judged (only
+        within `reach` (and `STEPS_REACH` steps) before them (a meter polled every second, a
+        small step after a drift), the rows within it are spread over it instead, each moved by
+        at most the step, in order: never the whole history in one transaction, and a small
+        step (a time source stepping 5 s every minute) a few minutes of rows, not a day's. The
+        meters in `keep` are stamped by their device's clock: not moved. The moved rows are re-judged (only
         the first one's interval changed) and marked unsent at their new times; their old
         times stay marked, so the InfluxDB copy's old-time points are overwritten by a
         rejected `restamped` one (`MeterBook.take_records`). Returns the re-judged rows that
@@ -385,7 +389,7 @@ class Ledger(SettingsPeriods, Amendments):
             return {}
         step_ms, now_ms, tol = to_ms(step), to_ms(now), to_ms(tolerance)
         lo, hi = now_ms + tol, now_ms - step_ms + tol
-        floor = lo + step_ms - to_ms(reach)
+        floor = lo + step_ms - min(to_ms(reach), STEPS_REACH * -step_ms)
         out: dict[str, list[Row]] = {}
         with self._tx():
             for meter in self.meters():
@@ -480,7 +484,7 @@ class Ledger(SettingsPeriods, Amendments):
             "meter %s: %d reading(s) stamped %s ... %s by the gateway clock before it stepped back %s"
             " to %s ... %s (recorded in the ledger's clock_steps)",
             meter, n, iso(times[0] / 1000), iso(times[-1] / 1000),
-            "spread (no gap of the step within a day before them)" if spread else "moved by the step",
+            "spread (no gap of the step before them)" if spread else "moved by the step",
             iso(moved[times[0]] / 1000), iso(moved[times[-1]] / 1000),
         )  # fmt: skip
         if meter not in self.specs:  # no longer configured: kept, moved, not judged again

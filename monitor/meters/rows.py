@@ -169,7 +169,8 @@ class ClockStep:
     def describe(self) -> str:
         """What the export's flags and `meters show` say."""
         by, at, s = step_text(self.step_ms / 1000), iso(self.noticed_ms / 1000), "s" * (self.rows != 1)
-        spread = " (spread over the day before: no gap of the step in it)" if self.spread else ""
+        over = step_text((self.last_ms - self.first_ms) / 1000)
+        spread = f" (spread over the {over} before: no gap of the step in it)" if self.spread else ""
         return f"gateway clock stepped back by {by} at {at}: {self.rows} reading{s} re-stamped{spread}"
 
 
