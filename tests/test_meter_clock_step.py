@@ -30,7 +30,9 @@ import yaml
 from monitor.config import Config, load_config
 from monitor.daemon import Daemon
 from monitor.engine import ClockWatch
+from monitor.meters.billing import CLOCK_STEPPED, usage
 from monitor.meters.ledger import Ledger
+from monitor.meters.periods import quarter
 from monitor.meters.totalizer import MeterSpec
 from monitor.model import ManualClock, Sample, iso
 from tests.cli import run_monitor
@@ -260,7 +262,9 @@ def connect(*args, **kwargs):
     db.set_trace_callback(trace)
     return db
 sqlite3.connect = connect
+from monitor.meters.billing import CLOCK_STEPPED, usage
 from monitor.meters.ledger import Ledger
+from monitor.meters.periods import quarter
 from monitor.meters.totalizer import MeterSpec
 spec = MeterSpec("shop.meter", "ft3", 6, Decimal(1), Decimal(100000), "shop")
 now = float(sys.argv[2])
@@ -426,5 +430,42 @@ def test_repeated_small_steps_back_spread_a_few_minutes_of_rows_not_a_day_each(t
         assert [r.reading for r in rows] == [Decimal(1000 + i) for i in range(n + 150)]
         assert all(r.accepted for r in rows) and sum(r.volume for r in rows) == n + 150 - 1
         assert all(a.time_ms < b.time_ms for a, b in itertools.pairwise(rows))
+    finally:
+        ledger.close()
+
+
+def test_a_quarters_many_clock_steps_are_one_note_in_the_export_not_one_each(tmp_path: Path) -> None:
+    """An hour of a time source stepping the clock back 5 s every minute: 60 steps, each
+    recorded (`meters show` lists them). The export's flags cell listed every one (60 notes,
+    ~7 KB in one cell; a quarter of it, 130,000); it says how many, when, by how much and how
+    many readings, once. Three or fewer are each still listed."""
+    path = tmp_path / "ledger.sqlite"
+    start = T0 - 2 * HOUR
+    ledger = Ledger(path, {METER: SPEC}, now=start)
+    try:
+        n = int((T0 - start) / 2) + 1
+        ledger.add_many([(METER, start + 2 * i, Decimal(1000 + i)) for i in range(n)])
+        reading, old_clock = 1000 + n - 1, T0
+        q = quarter("2026Q2")
+        for k in range(60):
+            new_clock = old_clock - 5
+            ledger.clock_step(-5.0, new_clock)
+            if k == 2:
+                notes = [f for f in usage(ledger, METER, q, 86_400).flags if f.startswith(CLOCK_STEPPED)]
+                assert len(notes) == 3  # each listed
+            ledger.add_many([(METER, new_clock + 2 * i, Decimal(reading + i)) for i in range(1, 31)])
+            reading += 30
+            old_clock = new_clock + 60
+        steps = ledger.clock_steps(METER)
+        assert len(steps) == 60
+        got = usage(ledger, METER, q, 86_400)
+        notes = [f for f in got.flags if f.startswith(CLOCK_STEPPED)]
+        first, last = iso(steps[0].noticed_ms / 1000), iso(steps[-1].noticed_ms / 1000)
+        moved = sum(s.rows for s in steps)
+        assert notes == [
+            f"gateway clock stepped back 60 times from {first} to {last} (by 5s each): {moved} readings"
+            " re-stamped (each listed by `monitor meters show`)"
+        ]
+        assert got.ft3 == n - 1 + 60 * 30
     finally:
         ledger.close()

@@ -174,6 +174,23 @@ class ClockStep:
         return f"gateway clock stepped back by {by} at {at}: {self.rows} reading{s} re-stamped{spread}"
 
 
+def steps_summary(steps: list[ClockStep]) -> str:
+    """One note for many steps (a time source stepping the clock back every minute): the
+    export's flags cell says how many, when, by how much and how many readings, once."""
+    sizes = sorted({abs(cs.step_ms) for cs in steps})
+    by = (
+        f"{step_text(sizes[0] / 1000)} each"
+        if len(sizes) == 1
+        else (f"{step_text(sizes[0] / 1000)} to {step_text(sizes[-1] / 1000)}")
+    )
+    first, last = iso(steps[0].noticed_ms / 1000), iso(steps[-1].noticed_ms / 1000)
+    rows = sum(cs.rows for cs in steps)
+    return (
+        f"gateway clock stepped back {len(steps)} times from {first} to {last} (by {by}): {rows}"
+        " readings re-stamped (each listed by `monitor meters show`)"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Replacement:
     meter: str
