@@ -31,6 +31,7 @@ from monitor.config import Config, load_config
 from monitor.daemon import Daemon
 from monitor.engine import ClockWatch
 from monitor.meters.billing import CLOCK_STEPPED, usage
+from monitor.meters.book import MeterBook
 from monitor.meters.ledger import Ledger
 from monitor.meters.periods import quarter
 from monitor.meters.totalizer import MeterSpec
@@ -263,6 +264,7 @@ def connect(*args, **kwargs):
     return db
 sqlite3.connect = connect
 from monitor.meters.billing import CLOCK_STEPPED, usage
+from monitor.meters.book import MeterBook
 from monitor.meters.ledger import Ledger
 from monitor.meters.periods import quarter
 from monitor.meters.totalizer import MeterSpec
@@ -469,3 +471,52 @@ def test_a_quarters_many_clock_steps_are_one_note_in_the_export_not_one_each(tmp
         assert got.ft3 == n - 1 + 60 * 30
     finally:
         ledger.close()
+
+
+def _take_work(path: Path, recorded: int) -> tuple[int, int]:
+    """(points, SQLite VM instructions / 1000) of the take after a 5 s step, with `recorded`
+    earlier steps in the audit table (written there directly as a month of a time source
+    stepping every minute leaves them: that many real steps take minutes to make)."""
+    start = T0 - 2 * HOUR
+    ledger = Ledger(path, {METER: SPEC}, now=start)
+    try:
+        ledger.add_many([(METER, start + 2 * i, Decimal(1000 + i)) for i in range(3601)])
+        with sqlite3.connect(path) as db:
+            month = round((start - 30 * 86400) * 1000)
+            db.executemany(
+                "INSERT INTO clock_steps (meter, noticed_ms, step_ms, rows, first_ms, last_ms, spread)"
+                " VALUES (?, ?, -5000, 250, ?, ?, 1)",
+                [
+                    (METER, month + 60_000 * k, month + 60_000 * k - 500_000, month + 60_000 * k)
+                    for k in range(recorded)
+                ],
+            )
+            db.execute("DELETE FROM unsent")
+        db.close()
+        book = MeterBook(ledger)
+        ledger.clock_step(-5.0, T0 - 5)
+        work = [0]
+
+        def count() -> int:
+            work[0] += 1
+            return 0
+
+        ledger._db.set_progress_handler(count, 1000)
+        points = len(book.take_records())
+        ledger._db.set_progress_handler(None, 0)
+        return points, work[0]
+    finally:
+        ledger.close()
+
+
+def test_sending_the_points_a_step_moved_away_costs_the_same_however_many_steps_were_recorded(
+    tmp_path: Path,
+) -> None:
+    """Each old-time point a step left (overwritten in InfluxDB as `restamped`) looked its
+    step up by reading every step ever recorded: with a month of 5 s steps every minute
+    (40,000) one take took 49 s, on the daemon's batch path. The latest covering step is read
+    first: the same work with 5,000 steps recorded as with none (was 870 x)."""
+    none = _take_work(tmp_path / "a.sqlite", 0)
+    many = _take_work(tmp_path / "b.sqlite", 5000)
+    assert none[0] == many[0] > 400
+    assert many[1] <= 2 * none[1] + 10, (none, many)
