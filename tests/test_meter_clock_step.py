@@ -520,3 +520,25 @@ def test_sending_the_points_a_step_moved_away_costs_the_same_however_many_steps_
     many = _take_work(tmp_path / "b.sqlite", 5000)
     assert none[0] == many[0] > 400
     assert many[1] <= 2 * none[1] + 10, (none, many)
+
+
+def test_rows_spread_by_a_step_are_judged_by_the_time_they_were_taken_not_as_jumps(tmp_path: Path) -> None:
+    """A meter running at 98 % of its max_rate (98 ft3 a minute, 6,000 ft3/h allowed), read
+    every minute for 26 h on a clock an hour ahead, no gap: the step spreads the day's rows
+    over 25 h, each minute now 57.8 s. Judged by the new stamps alone, every one was a `jump`
+    (98 ft3 in 57.769 s), and so every reading after (each against the last accepted one): a
+    meter alarm and 0 of 152,880 ft3 billed. A spread row's interval counts as the time it
+    was taken: all accepted, all billed; and the new clock's next reading too."""
+    spec = MeterSpec(METER, "ft3", 7, Decimal(1), Decimal(6000), "shop")
+    start = T0 - 26 * HOUR
+    ledger = Ledger(tmp_path / "ledger.sqlite", {METER: spec}, now=start)
+    try:
+        ledger.add_many([(METER, start + 60 * i, Decimal(1000 + 98 * i)) for i in range(26 * 60 + 1)])
+        assert ledger.clock_step(-HOUR, T0 - HOUR) == {METER: []}  # no verdict changed
+        assert ledger.clock_steps(METER)[0].spread
+        ledger.add(METER, T0 - HOUR + 60, Decimal(1000 + 98 * 26 * 60 + 98))
+        rows = ledger.rows(METER)
+        assert [r.flags for r in rows if not r.accepted] == []
+        assert sum(r.volume for r in rows) == 98 * (26 * 60 + 1)
+    finally:
+        ledger.close()

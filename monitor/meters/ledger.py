@@ -111,6 +111,8 @@ class Ledger(SettingsPeriods, Amendments):
         self._marks: set[tuple[str, int]] = set()
         self.marked = 0  # transactions of this connection that marked points (see `clear_unsent`)
         self._periods: dict[str, tuple[list[int], list[Period]]] = {}
+        # Per meter: (from, to, factor) of the steps back whose rows were spread (`_elapsed`).
+        self._spreads: dict[str, list[tuple[int, int, float]]] = {}
         now_ms = to_ms(_time.time() if now is None else now)
         try:
             with self._tx():
@@ -149,6 +151,7 @@ class Ledger(SettingsPeriods, Amendments):
                 self._last.clear()  # the caches may hold rows that were rolled back
                 self._baseline.clear()
                 self._periods.clear()
+                self._spreads.clear()
                 raise
         except sqlite3.Error as exc:
             raise StateError(f"meter ledger {self.path}: {exc}") from exc
@@ -162,6 +165,7 @@ class Ledger(SettingsPeriods, Amendments):
             self._last.clear()
             self._baseline.clear()
             self._periods.clear()
+            self._spreads.clear()
 
     def refresh(self) -> None:
         """Forget what another connection's commit made stale (outside a transaction)."""
@@ -283,7 +287,30 @@ class Ledger(SettingsPeriods, Amendments):
                 f"first reading under the settings from {when(period.since_ms)}: a new baseline; the"
                 f" movement from {base.reading} at {when(base.time_ms)} is not billed",
             )  # fmt: skip
-        return judge(period.spec, base.reading, (time_ms - base.time_ms) / 1000, reading, last_raw)
+        return judge(
+            period.spec, base.reading, self._elapsed(meter, base.time_ms, time_ms), reading, last_raw
+        )
+
+    def _elapsed(self, meter: str, since_ms: int, time_ms: int) -> float:
+        """Seconds from `since_ms` to a row at `time_ms` as the clock that stamped them measured:
+        rows a step back spread (`clock_step`) stand closer together by the spread's ratio than
+        they were taken. Judged by the new stamps alone, a meter running near max_rate was a
+        `jump` at every spread row and every reading after (each against the last accepted)."""
+        elapsed = (time_ms - since_ms) / 1000
+        if meter not in self._spreads:
+            got = self._query(
+                "SELECT step_ms, first_ms, last_ms FROM clock_steps WHERE meter=? AND spread=1", (meter,)
+            )
+            windows = []
+            for row in got:
+                step, first, last = (int(str(x)) for x in row)
+                if last - first + step > 0:  # the new stamps lie in [first + step, last]
+                    windows.append((first + step, last, (last - first) / (last - first + step)))
+            self._spreads[meter] = windows
+        for lo, hi, factor in self._spreads[meter]:
+            if lo <= time_ms <= hi:
+                elapsed *= factor
+        return elapsed
 
     def _write(
         self, meter: str, time_ms: int, seq: int, reading: Decimal, step: Step, mark: bool = True
@@ -480,6 +507,7 @@ class Ledger(SettingsPeriods, Amendments):
         self._last.pop(meter, None)
         self._baseline.pop(meter, None)
         self._periods.pop(meter, None)
+        self._spreads.pop(meter, None)
         log.warning(
             "meter %s: %d reading(s) stamped %s ... %s by the gateway clock before it stepped back %s"
             " to %s ... %s (recorded in the ledger's clock_steps)",
