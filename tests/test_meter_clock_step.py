@@ -540,5 +540,8 @@ def test_rows_spread_by_a_step_are_judged_by_the_time_they_were_taken_not_as_jum
         rows = ledger.rows(METER)
         assert [r.flags for r in rows if not r.accepted] == []
         assert sum(r.volume for r in rows) == 98 * (26 * 60 + 1)
+        # The new clock's own readings are judged as before: 102 ft3 in a minute is a jump.
+        (row,) = ledger.add(METER, T0 - HOUR + 120, Decimal(1000 + 98 * 26 * 60 + 98 + 102))
+        assert not row.accepted and row.flags == ("jump",)
     finally:
         ledger.close()

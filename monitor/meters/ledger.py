@@ -299,13 +299,17 @@ class Ledger(SettingsPeriods, Amendments):
         elapsed = (time_ms - since_ms) / 1000
         if meter not in self._spreads:
             got = self._query(
-                "SELECT step_ms, first_ms, last_ms FROM clock_steps WHERE meter=? AND spread=1", (meter,)
+                "SELECT step_ms, first_ms, last_ms, noticed_ms FROM clock_steps WHERE meter=? AND spread=1",
+                (meter,),
             )
             windows = []
             for row in got:
-                step, first, last = (int(str(x)) for x in row)
-                if last - first + step > 0:  # the new stamps lie in [first + step, last]
-                    windows.append((first + step, last, (last - first) / (last - first + step)))
+                step, first, last, noticed = (int(str(x)) for x in row)
+                # The spread rows' new stamps lie in [first + step, the new clock's time then +
+                # the 2 s tolerance]: the new clock's own readings after it are judged as taken.
+                if last - first + step > 0:
+                    hi = min(last, noticed + 2000)
+                    windows.append((first + step, hi, (last - first) / (last - first + step)))
             self._spreads[meter] = windows
         for lo, hi, factor in self._spreads[meter]:
             if lo <= time_ms <= hi:
