@@ -18,7 +18,9 @@ readings before it keep the settings of their time, and the first reading at or 
 starts a new baseline.
 
 A gateway clock step back moves the rows its old clock stamped ahead of the new one by the
-step (`clock_step`, one transaction, audited in `clock_steps`), as the engine's history is.
+step (`clock_step`, one transaction, audited in `clock_steps`), as the engine's history is;
+rows it had to spread (no gap of the step before them) are judged against max_rate by the time
+they were taken (`_elapsed`), so from then on rows depend on the recorded steps too.
 
 Time is stored as integer milliseconds (the resolution InfluxDB keeps too).
 """
