@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import itertools
 import os
 import signal
 import sqlite3
@@ -30,7 +31,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from monitor.config import Config, load_config
 from monitor.daemon import Daemon
 from monitor.engine import ClockWatch
+from monitor.meters.billing import CLOCK_STEPPED, usage
+from monitor.meters.book import MeterBook
 from monitor.meters.ledger import Ledger
+from monitor.meters.periods import quarter
 from monitor.meters.totalizer import MeterSpec
 from monitor.model import ManualClock, Sample, iso
 from monitor.web.service import StationCollector
@@ -262,7 +266,10 @@ def connect(*args, **kwargs):
     db.set_trace_callback(trace)
     return db
 sqlite3.connect = connect
+from monitor.meters.billing import CLOCK_STEPPED, usage
+from monitor.meters.book import MeterBook
 from monitor.meters.ledger import Ledger
+from monitor.meters.periods import quarter
 from monitor.meters.totalizer import MeterSpec
 spec = MeterSpec("shop.meter", "ft3", 6, Decimal(1), Decimal(100000), "shop")
 now = float(sys.argv[2])
@@ -355,7 +362,7 @@ def test_without_a_gap_of_the_step_the_rows_of_the_day_before_are_spread_not_the
         assert changed == {METER: []}
         (step,) = ledger.clock_steps(METER)
         assert step.spread and step.describe().endswith(
-            "re-stamped (spread over the day before: no gap of the step in it)"
+            "re-stamped (spread over the 1d 1h 59m before: no gap of the step in it)"
         )
         rows = ledger.rows(METER)
         assert [r.reading for r in rows] == [r.reading for r in before]
@@ -451,3 +458,154 @@ def test_a_move_the_full_disk_refused_is_counted_and_made_before_the_next_readin
     for state in (got, want):  # when the daemon opened the ledger (the wall clock, not the gateway's)
         state["settings"] = [row[:-1] for row in state["settings"]]
     assert len(got["clock_steps"]) == 1 and got == want
+
+
+def test_repeated_small_steps_back_spread_a_few_minutes_of_rows_not_a_day_each(tmp_path: Path) -> None:
+    """A clock that keeps being stepped back 5 s (a bad time source, a daemon stepping instead
+    of slewing) under a meter polled every 2 s: no gap of the step is ever there, so each step
+    spread a whole day of rows (43,200 re-judged, 86,400 points marked for InfluxDB, per step,
+    every minute). A step only needs room of a few times its length: the rows spread are those
+    within 100 steps (each interval shortened by 1 % at most), still in order, all accepted."""
+    path = tmp_path / "ledger.sqlite"
+    start = T0 - 86400 - HOUR
+    ledger = Ledger(path, {METER: SPEC}, now=start)
+    try:
+        n = int((T0 - start) / 2) + 1
+        ledger.add_many([(METER, start + 2 * i, Decimal(1000 + i)) for i in range(n)])
+        reading, old_clock = 1000 + n - 1, T0  # the last reading, and the old clock's time
+        for k in range(5):
+            with sqlite3.connect(path) as db:  # the daemon sent what was marked before the step
+                db.execute("DELETE FROM unsent")
+            db.close()
+            new_clock = old_clock - 5
+            changed = ledger.clock_step(-5.0, new_clock)
+            assert changed == {METER: []}  # order kept: no verdict changed
+            step = ledger.clock_steps(METER)[-1]
+            # 100 steps and two (510 s) of readings 2 s apart, a few more where the steps before
+            # had shortened them by 1 % each (at most 510 / (2 x 0.99^5) = 268): 43,204 rows before.
+            assert step.spread and step.rows <= 268, (k, step.rows)
+            assert step.describe().endswith("(spread over the 8m before: no gap of the step in it)")
+            (marked,) = sqlite3.connect(path).execute("SELECT count(*) FROM unsent").fetchone()
+            assert marked <= 2 * 268, (k, marked)  # 86,386 before: old and new times
+            # A minute of the new clock's readings, then the next step.
+            for i in range(1, 31):
+                reading += 1
+                ledger.add(METER, new_clock + 2 * i, Decimal(reading))
+            old_clock = new_clock + 60
+        rows = ledger.rows(METER)
+        assert [r.reading for r in rows] == [Decimal(1000 + i) for i in range(n + 150)]
+        assert all(r.accepted for r in rows) and sum(r.volume for r in rows) == n + 150 - 1
+        assert all(a.time_ms < b.time_ms for a, b in itertools.pairwise(rows))
+    finally:
+        ledger.close()
+
+
+def test_a_quarters_many_clock_steps_are_one_note_in_the_export_not_one_each(tmp_path: Path) -> None:
+    """An hour of a time source stepping the clock back 5 s every minute: 60 steps, each
+    recorded (`meters show` lists them). The export's flags cell listed every one (60 notes,
+    ~7 KB in one cell; a quarter of it, 130,000); it says how many, when, by how much and how
+    many readings, once. Three or fewer are each still listed."""
+    path = tmp_path / "ledger.sqlite"
+    start = T0 - 2 * HOUR
+    ledger = Ledger(path, {METER: SPEC}, now=start)
+    try:
+        n = int((T0 - start) / 2) + 1
+        ledger.add_many([(METER, start + 2 * i, Decimal(1000 + i)) for i in range(n)])
+        reading, old_clock = 1000 + n - 1, T0
+        q = quarter("2026Q2")
+        for k in range(60):
+            new_clock = old_clock - 5
+            ledger.clock_step(-5.0, new_clock)
+            if k == 2:
+                notes = [f for f in usage(ledger, METER, q, 86_400).flags if f.startswith(CLOCK_STEPPED)]
+                assert len(notes) == 3  # each listed
+            ledger.add_many([(METER, new_clock + 2 * i, Decimal(reading + i)) for i in range(1, 31)])
+            reading += 30
+            old_clock = new_clock + 60
+        steps = ledger.clock_steps(METER)
+        assert len(steps) == 60
+        got = usage(ledger, METER, q, 86_400)
+        notes = [f for f in got.flags if f.startswith(CLOCK_STEPPED)]
+        first, last = iso(steps[0].noticed_ms / 1000), iso(steps[-1].noticed_ms / 1000)
+        moved = sum(s.rows for s in steps)
+        assert notes == [
+            f"gateway clock stepped back 60 times from {first} to {last} (by 5s each): {moved} readings"
+            " re-stamped (each listed by `monitor meters show`)"
+        ]
+        assert got.ft3 == n - 1 + 60 * 30
+    finally:
+        ledger.close()
+
+
+def _take_work(path: Path, recorded: int) -> tuple[int, int]:
+    """(points, SQLite VM instructions / 1000) of the take after a 5 s step, with `recorded`
+    earlier steps in the audit table (written there directly as a month of a time source
+    stepping every minute leaves them: that many real steps take minutes to make)."""
+    start = T0 - 2 * HOUR
+    ledger = Ledger(path, {METER: SPEC}, now=start)
+    try:
+        ledger.add_many([(METER, start + 2 * i, Decimal(1000 + i)) for i in range(3601)])
+        with sqlite3.connect(path) as db:
+            month = round((start - 30 * 86400) * 1000)
+            db.executemany(
+                "INSERT INTO clock_steps (meter, noticed_ms, step_ms, rows, first_ms, last_ms, spread)"
+                " VALUES (?, ?, -5000, 250, ?, ?, 1)",
+                [
+                    (METER, month + 60_000 * k, month + 60_000 * k - 500_000, month + 60_000 * k)
+                    for k in range(recorded)
+                ],
+            )
+            db.execute("DELETE FROM unsent")
+        db.close()
+        book = MeterBook(ledger)
+        ledger.clock_step(-5.0, T0 - 5)
+        work = [0]
+
+        def count() -> int:
+            work[0] += 1
+            return 0
+
+        ledger._db.set_progress_handler(count, 1000)
+        points = len(book.take_records())
+        ledger._db.set_progress_handler(None, 0)
+        return points, work[0]
+    finally:
+        ledger.close()
+
+
+def test_sending_the_points_a_step_moved_away_costs_the_same_however_many_steps_were_recorded(
+    tmp_path: Path,
+) -> None:
+    """Each old-time point a step left (overwritten in InfluxDB as `restamped`) looked its
+    step up by reading every step ever recorded: with a month of 5 s steps every minute
+    (40,000) one take took 49 s, on the daemon's batch path. The latest covering step is read
+    first: the same work with 5,000 steps recorded as with none (was 870 x)."""
+    none = _take_work(tmp_path / "a.sqlite", 0)
+    many = _take_work(tmp_path / "b.sqlite", 5000)
+    assert none[0] == many[0] > 400
+    assert many[1] <= 2 * none[1] + 10, (none, many)
+
+
+def test_rows_spread_by_a_step_are_judged_by_the_time_they_were_taken_not_as_jumps(tmp_path: Path) -> None:
+    """A meter running at 98 % of its max_rate (98 ft3 a minute, 6,000 ft3/h allowed), read
+    every minute for 26 h on a clock an hour ahead, no gap: the step spreads the day's rows
+    over 25 h, each minute now 57.8 s. Judged by the new stamps alone, every one was a `jump`
+    (98 ft3 in 57.769 s), and so every reading after (each against the last accepted one): a
+    meter alarm and 0 of 152,880 ft3 billed. A spread row's interval counts as the time it
+    was taken: all accepted, all billed; and the new clock's next reading too."""
+    spec = MeterSpec(METER, "ft3", 7, Decimal(1), Decimal(6000), "shop")
+    start = T0 - 26 * HOUR
+    ledger = Ledger(tmp_path / "ledger.sqlite", {METER: spec}, now=start)
+    try:
+        ledger.add_many([(METER, start + 60 * i, Decimal(1000 + 98 * i)) for i in range(26 * 60 + 1)])
+        assert ledger.clock_step(-HOUR, T0 - HOUR) == {METER: []}  # no verdict changed
+        assert ledger.clock_steps(METER)[0].spread
+        ledger.add(METER, T0 - HOUR + 60, Decimal(1000 + 98 * 26 * 60 + 98))
+        rows = ledger.rows(METER)
+        assert [r.flags for r in rows if not r.accepted] == []
+        assert sum(r.volume for r in rows) == 98 * (26 * 60 + 1)
+        # The new clock's own readings are judged as before: 102 ft3 in a minute is a jump.
+        (row,) = ledger.add(METER, T0 - HOUR + 120, Decimal(1000 + 98 * 26 * 60 + 98 + 102))
+        assert not row.accepted and row.flags == ("jump",)
+    finally:
+        ledger.close()

@@ -30,6 +30,7 @@ from monitor.errors import MeterError
 from monitor.meters.classes import SystemFlow, classify
 from monitor.meters.ledger import READING, Ledger, Row
 from monitor.meters.periods import Presentation, Quarter, quarter
+from monitor.meters.rows import steps_summary
 from monitor.meters.settings import change
 from monitor.meters.totalizer import ANOMALIES, ft3_to_gal, to_ft3
 from monitor.model import iso
@@ -113,7 +114,8 @@ def usage(ledger: Ledger, meter: str, q: Quarter, max_reading_gap: float) -> Usa
     since = q.start_ms if before_ms is None else min(q.start_ms, before_ms - 1)
     out_flags |= ledger.amendment_flags(meter, since, q.end_ms)
     out_flags |= coverage(q, before_ms, [r.time_ms for r in accepted], max_reading_gap)
-    out_flags |= {cs.describe() for cs in ledger.clock_steps(meter, q.start_ms, q.end_ms)}
+    steps = ledger.clock_steps(meter, q.start_ms, q.end_ms)
+    out_flags |= {cs.describe() for cs in steps} if len(steps) <= STEP_NOTES else {steps_summary(steps)}
     first = before if before is not None else (accepted[0] if accepted else None)
     last = accepted[-1] if accepted else before
 
@@ -309,6 +311,7 @@ def build_rows(
     return out
 
 
+STEP_NOTES = 3  # a quarter's clock steps listed one by one in its flags; more are one summary
 CLOCK_STEPPED = "gateway clock stepped"  # the start of a clock step's note (`rows.ClockStep.describe`)
 
 

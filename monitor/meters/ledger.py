@@ -18,7 +18,9 @@ readings before it keep the settings of their time, and the first reading at or 
 starts a new baseline.
 
 A gateway clock step back moves the rows its old clock stamped ahead of the new one by the
-step (`clock_step`, one transaction, audited in `clock_steps`), as the engine's history is.
+step (`clock_step`, one transaction, audited in `clock_steps`), as the engine's history is;
+rows it had to spread (no gap of the step before them) are judged against max_rate by the time
+they were taken (`_elapsed`), so from then on rows depend on the recorded steps too.
 
 Time is stored as integer milliseconds (the resolution InfluxDB keeps too).
 """
@@ -64,6 +66,9 @@ log = logging.getLogger(__name__)
 # 3: the points the InfluxDB copy does not hold yet (`rows.UNSENT`).
 # 4: the gateway clock's steps back the rows were moved across (`rows.CLOCK_STEPS`).
 REACH = 86400.0  # seconds before the rows ahead of the new clock a step back moves rows over, at most
+# ... and at most this many steps' lengths: rows spread over 100 steps are each interval shortened
+# by 1 % at most, and a 5 s step does not re-judge (and resend) a day of readings a second.
+STEPS_REACH = 100
 LEDGER_SCHEMA = Schema("meter ledger", (SCHEMA, SETTINGS, UNSENT, CLOCK_STEPS))
 
 
@@ -108,6 +113,8 @@ class Ledger(SettingsPeriods, Amendments):
         self._marks: set[tuple[str, int]] = set()
         self.marked = 0  # transactions of this connection that marked points (see `clear_unsent`)
         self._periods: dict[str, tuple[list[int], list[Period]]] = {}
+        # Per meter: (from, to, factor) of the steps back whose rows were spread (`_elapsed`).
+        self._spreads: dict[str, list[tuple[int, int, float]]] = {}
         now_ms = to_ms(_time.time() if now is None else now)
         try:
             with self._tx():
@@ -146,6 +153,7 @@ class Ledger(SettingsPeriods, Amendments):
                 self._last.clear()  # the caches may hold rows that were rolled back
                 self._baseline.clear()
                 self._periods.clear()
+                self._spreads.clear()
                 raise
         except sqlite3.Error as exc:
             raise StateError(f"meter ledger {self.path}: {exc}") from exc
@@ -159,6 +167,7 @@ class Ledger(SettingsPeriods, Amendments):
             self._last.clear()
             self._baseline.clear()
             self._periods.clear()
+            self._spreads.clear()
 
     def refresh(self) -> None:
         """Forget what another connection's commit made stale (outside a transaction)."""
@@ -280,7 +289,34 @@ class Ledger(SettingsPeriods, Amendments):
                 f"first reading under the settings from {when(period.since_ms)}: a new baseline; the"
                 f" movement from {base.reading} at {when(base.time_ms)} is not billed",
             )  # fmt: skip
-        return judge(period.spec, base.reading, (time_ms - base.time_ms) / 1000, reading, last_raw)
+        return judge(
+            period.spec, base.reading, self._elapsed(meter, base.time_ms, time_ms), reading, last_raw
+        )
+
+    def _elapsed(self, meter: str, since_ms: int, time_ms: int) -> float:
+        """Seconds from `since_ms` to a row at `time_ms` as the clock that stamped them measured:
+        rows a step back spread (`clock_step`) stand closer together by the spread's ratio than
+        they were taken. Judged by the new stamps alone, a meter running near max_rate was a
+        `jump` at every spread row and every reading after (each against the last accepted)."""
+        elapsed = (time_ms - since_ms) / 1000
+        if meter not in self._spreads:
+            got = self._query(
+                "SELECT step_ms, first_ms, last_ms, noticed_ms FROM clock_steps WHERE meter=? AND spread=1",
+                (meter,),
+            )
+            windows = []
+            for row in got:
+                step, first, last, noticed = (int(str(x)) for x in row)
+                # The spread rows' new stamps lie in [first + step, the new clock's time then +
+                # the 2 s tolerance]: the new clock's own readings after it are judged as taken.
+                if last - first + step > 0:
+                    hi = min(last, noticed + 2000)
+                    windows.append((first + step, hi, (last - first) / (last - first + step)))
+            self._spreads[meter] = windows
+        for lo, hi, factor in self._spreads[meter]:
+            if lo <= time_ms <= hi:
+                elapsed *= factor
+        return elapsed
 
     def _write(
         self, meter: str, time_ms: int, seq: int, reading: Decimal, step: Step, mark: bool = True
@@ -373,10 +409,11 @@ class Ledger(SettingsPeriods, Amendments):
         before them down to a gap of at least the step (the old clock's run began after it:
         a boot, a step forward), so that no moved row lands among rows left where they were:
         the order of the readings, and so every register delta, is kept. Without such a gap
-        within `reach` before them (a meter polled every second, a small step after a drift),
-        the rows within `reach` are spread over it instead, each moved by at most the step, in
-        order: never the whole history in one transaction. The meters in `keep`
-        are stamped by their device's clock: not moved. The moved rows are re-judged (only
+        within `reach` (and `STEPS_REACH` steps) before them (a meter polled every second, a
+        small step after a drift), the rows within it are spread over it instead, each moved by
+        at most the step, in order: never the whole history in one transaction, and a small
+        step (a time source stepping 5 s every minute) a few minutes of rows, not a day's. The
+        meters in `keep` are stamped by their device's clock: not moved. The moved rows are re-judged (only
         the first one's interval changed) and marked unsent at their new times; their old
         times stay marked, so the InfluxDB copy's old-time points are overwritten by a
         rejected `restamped` one (`MeterBook.take_records`). Returns the re-judged rows that
@@ -385,7 +422,7 @@ class Ledger(SettingsPeriods, Amendments):
             return {}
         step_ms, now_ms, tol = to_ms(step), to_ms(now), to_ms(tolerance)
         lo, hi = now_ms + tol, now_ms - step_ms + tol
-        floor = lo + step_ms - to_ms(reach)
+        floor = lo + step_ms - min(to_ms(reach), STEPS_REACH * -step_ms)
         out: dict[str, list[Row]] = {}
         with self._tx():
             for meter in self.meters():
@@ -476,11 +513,12 @@ class Ledger(SettingsPeriods, Amendments):
         self._last.pop(meter, None)
         self._baseline.pop(meter, None)
         self._periods.pop(meter, None)
+        self._spreads.pop(meter, None)
         log.warning(
             "meter %s: %d reading(s) stamped %s ... %s by the gateway clock before it stepped back %s"
             " to %s ... %s (recorded in the ledger's clock_steps)",
             meter, n, iso(times[0] / 1000), iso(times[-1] / 1000),
-            "spread (no gap of the step within a day before them)" if spread else "moved by the step",
+            "spread (no gap of the step before them)" if spread else "moved by the step",
             iso(moved[times[0]] / 1000), iso(moved[times[-1]] / 1000),
         )  # fmt: skip
         if meter not in self.specs:  # no longer configured: kept, moved, not judged again
@@ -508,16 +546,25 @@ class Ledger(SettingsPeriods, Amendments):
     def restamped_reading(self, meter: str, time_ms: int) -> tuple[ClockStep, Decimal] | None:
         """The step that moved the reading stamped `time_ms` away, and the reading now at (or,
         spread, last before) its time moved by the step, for the InfluxDB point left at its old
-        time; None if no step did."""
-        for cs in reversed(self.clock_steps(meter)):
-            if cs.first_ms <= time_ms <= cs.last_ms:
-                got = self._query(
-                    "SELECT reading FROM readings WHERE meter=? AND time_ms <= ?"
-                    " ORDER BY time_ms DESC, seq DESC LIMIT 1",
-                    (meter, time_ms + cs.step_ms),
-                )
-                return cs, Decimal(str(got[0][0])) if got else ZERO
-        return None
+        time; None if no step did. The latest step first, in the table's order (NOT INDEXED):
+        the step that moved a point just sent is found at once, however many were recorded
+        (each key read every step before: 49 s a take with a month of steps every minute)."""
+        got = self._query(
+            "SELECT meter, noticed_ms, step_ms, rows, first_ms, last_ms, spread FROM clock_steps"
+            " NOT INDEXED WHERE meter = ? AND first_ms <= ? AND last_ms >= ? ORDER BY id DESC LIMIT 1",
+            (meter, time_ms, time_ms),
+        )
+        if not got:
+            return None
+        m, *rest = got[0]
+        noticed, step, rows, first, last, spread = (int(str(x)) for x in rest)
+        cs = ClockStep(str(m), noticed, step, rows, first, last, bool(spread))
+        held = self._query(
+            "SELECT reading FROM readings WHERE meter=? AND time_ms <= ?"
+            " ORDER BY time_ms DESC, seq DESC LIMIT 1",
+            (meter, time_ms + cs.step_ms),
+        )
+        return cs, Decimal(str(held[0][0])) if held else ZERO
 
     # -- queries -----------------------------------------------------------------------
 

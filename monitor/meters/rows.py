@@ -168,8 +168,26 @@ class ClockStep:
     def describe(self) -> str:
         """What the export's flags and `meters show` say."""
         by, at, s = step_text(self.step_ms / 1000), iso(self.noticed_ms / 1000), "s" * (self.rows != 1)
-        spread = " (spread over the day before: no gap of the step in it)" if self.spread else ""
+        over = step_text((self.last_ms - self.first_ms) / 1000)
+        spread = f" (spread over the {over} before: no gap of the step in it)" if self.spread else ""
         return f"gateway clock stepped back by {by} at {at}: {self.rows} reading{s} re-stamped{spread}"
+
+
+def steps_summary(steps: list[ClockStep]) -> str:
+    """One note for many steps (a time source stepping the clock back every minute): the
+    export's flags cell says how many, when, by how much and how many readings, once."""
+    sizes = sorted({abs(cs.step_ms) for cs in steps})
+    by = (
+        f"{step_text(sizes[0] / 1000)} each"
+        if len(sizes) == 1
+        else (f"{step_text(sizes[0] / 1000)} to {step_text(sizes[-1] / 1000)}")
+    )
+    first, last = iso(steps[0].noticed_ms / 1000), iso(steps[-1].noticed_ms / 1000)
+    rows = sum(cs.rows for cs in steps)
+    return (
+        f"gateway clock stepped back {len(steps)} times from {first} to {last} (by {by}): {rows}"
+        " readings re-stamped (each listed by `monitor meters show`)"
+    )
 
 
 @dataclass(frozen=True, slots=True)

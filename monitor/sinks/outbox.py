@@ -71,7 +71,13 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 INSERT OR IGNORE INTO meta VALUES (1, 1, 0, 0, 0, 0, 0);
 """
-SCHEMA = Schema("outbox", (_SCHEMA,))  # add a migration to change a table; never edit one
+# 2: `last`: segments the cap drops only when nothing else is left (the meter ledger's points,
+# unmarked there once the outbox holds them: dropped, nothing would send them again).
+_LAST = """
+ALTER TABLE segment ADD COLUMN last INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS segment_by_drop ON segment (last, id);
+"""
+SCHEMA = Schema("outbox", (_SCHEMA, _LAST))  # add a migration to change a table; never edit one
 
 
 class Outbox:
@@ -110,10 +116,12 @@ class Outbox:
 
     # -- taking points in -------------------------------------------------------------
 
-    def append(self, lines: Sequence[str]) -> int:
+    def append(self, lines: Sequence[str], last: bool = False) -> int:
         """Commit `lines` in one transaction; returns how many old points the cap dropped.
 
         When this returns, the points are on disk: the caller may count them as taken.
+        `last`: the cap drops them only once no other point is left (points whose only other
+        copy forgot them when they were taken: the meter ledger's).
         """
         if not lines:
             return 0
@@ -134,8 +142,12 @@ class Outbox:
                     "SELECT next_id, pending_bytes, episode_dropped FROM meta"
                 ).fetchone()
                 db.executemany(
-                    "INSERT INTO segment VALUES (?, ?, ?, 0, ?, ?)",
-                    [(next_id + i, now, n, len(body) + 1, body) for i, (n, body) in enumerate(bodies)],
+                    "INSERT INTO segment (id, queued, count, skip, nbytes, body, last)"
+                    " VALUES (?, ?, ?, 0, ?, ?, ?)",
+                    [
+                        (next_id + i, now, n, len(body) + 1, body, int(last))
+                        for i, (n, body) in enumerate(bodies)
+                    ],
                 )
                 dropped_rows = dropped_bytes = 0
                 if pending_bytes + size > self.max_bytes:
@@ -154,11 +166,13 @@ class Outbox:
 
     @staticmethod
     def _drop_oldest(db: sqlite3.Connection, excess: int) -> tuple[int, int]:
-        """Remove the oldest lines until `excess` bytes are freed (inside the caller's transaction)."""
+        """Remove the oldest lines until `excess` bytes are freed (inside the caller's
+        transaction); those appended `last` only when no other line is left."""
         rows = freed = 0
         whole: list[int] = []
         partial: tuple[int, int, int] | None = None
-        for seg, count, skip, nbytes in db.execute("SELECT id, count, skip, nbytes FROM segment ORDER BY id"):
+        got = db.execute("SELECT id, count, skip, nbytes FROM segment ORDER BY last, id")
+        for seg, count, skip, nbytes in got:
             if freed + nbytes <= excess:
                 whole.append(seg)
                 rows += count - skip

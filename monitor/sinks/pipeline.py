@@ -121,9 +121,10 @@ class SampleSink:
         )
 
     def write_meter_records(self, records: Sequence[MeterPoint]) -> None:
-        """Meter ledger rows (`monitor.meters.book.meter_records`) as `meter` points."""
+        """Meter ledger rows (`monitor.meters.book.meter_records`) as `meter` points; the
+        ledger unmarks them once they are here, so the cap drops them last."""
         if self.outbox is not None and records:
-            self.outbox.append([meter_point_line(self.station, r) for r in records])
+            self.outbox.append([meter_point_line(self.station, r) for r in records], last=True)
 
     async def drain(self, timeout: float) -> int:
         """Deliver what the outbox holds within `timeout`; returns the points left (0 without InfluxDB)."""
