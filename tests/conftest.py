@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from collections.abc import Iterator
@@ -101,17 +102,35 @@ def influxdb1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InfluxDB1]:
     server.stop()
 
 
-@pytest.fixture
-def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    """A real 3 MB tmpfs (a state disk a test can fill: tests/test_pipeline.py,
-    test_clock_step.py)."""
+@contextlib.contextmanager
+def tmpfs_disk(tmp_path: Path, options: str) -> Iterator[Path]:
+    """A real tmpfs at tmp_path/disk (needs root), unmounted after: a state disk a test
+    can fill, with `mount -o` options such as "size=3m"."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], check=True)
     try:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 3 MB tmpfs (a state disk a test can fill: tests/test_pipeline.py,
+    test_clock_step.py)."""
+    with tmpfs_disk(tmp_path, "size=3m") as mount:
+        yield mount
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Mosquitto]:
+    """A Mosquitto of the test's own, which it may stop and start (the session's
+    `mosquitto` is shared)."""
+    server = Mosquitto(tmp_path / "broker")
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import tmpfs_disk
 from tests.daemon_process import running_daemon
 from tests.mqtt_tools import Peer
 from tests.services import Mosquitto, free_port, wait_until
@@ -32,21 +32,8 @@ SENSORS = ["a.flow", "b.flow"]
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m,mode=0700", "tmpfs", str(mount)], check=True)
-    try:
+    with tmpfs_disk(tmp_path, "size=24m,mode=0700") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Mosquitto]:
-    server = Mosquitto(tmp_path / "broker")
-    server.start()
-    yield server
-    server.stop()
 
 
 def alarms(console: int) -> list[dict[str, Any]]:

@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import sqlite3
-import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from monitor.daemon import Daemon, store_condition
 from monitor.model import ConditionState, Rule, Sample
 from monitor.web.service import StationCollector
 from monitor.web.station import StationAdapter
+from tests.conftest import tmpfs_disk
 from tests.daemon_process import running_daemon
 from tests.incident_helpers import close_daemon, feed, load, monitor, run_live
 from tests.mqtt_tools import Peer
@@ -152,21 +152,8 @@ def test_a_damaged_evidence_block_marks_its_incident_and_the_others_go_on(
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A real 4 MB tmpfs (needs root, as tests/test_disk_full.py)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mount)], check=True)
-    try:
+    with tmpfs_disk(tmp_path, "size=4m,mode=0700") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Mosquitto]:
-    server = Mosquitto(tmp_path / "broker")
-    server.start()
-    yield server
-    server.stop()
 
 
 def get_json(console: int, path: str) -> Any:
