@@ -115,6 +115,19 @@ def tmpfs_disk(tmp_path: Path, options: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
+def fill_disk(disk: Path) -> Path:
+    """Fill a test's tmpfs to its last byte (ENOSPC), so SQLite's next page is refused;
+    the ballast file, to unlink when the operator frees space."""
+    ballast = disk / "ballast"
+    with ballast.open("wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+    return ballast
+
+
 @pytest.fixture
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     """A real 3 MB tmpfs (a state disk a test can fill: tests/test_pipeline.py,

@@ -6,10 +6,8 @@ by another connection, a real full file system (tmpfs) under the store."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 import sqlite3
 import time
 import urllib.request
@@ -26,7 +24,7 @@ from monitor.daemon import Daemon, store_condition
 from monitor.model import ConditionState, Rule, Sample
 from monitor.web.service import StationCollector
 from monitor.web.station import StationAdapter
-from tests.conftest import tmpfs_disk
+from tests.conftest import fill_disk, tmpfs_disk
 from tests.daemon_process import running_daemon
 from tests.incident_helpers import close_daemon, feed, load, monitor, run_live
 from tests.mqtt_tools import Peer
@@ -224,10 +222,7 @@ def test_a_full_incident_store_raises_an_alarm_until_it_records_again(
         assert (small_disk / "incidents.sqlite-wal").exists()  # the WAL beside the file, on the tmpfs
         peer.subscribe(topic)
         peer.publish_many(minutes(range(0, 60)))
-        st = os.statvfs(small_disk)
-        ballast = small_disk / "ballast"
-        with ballast.open("wb") as fh, contextlib.suppress(OSError):  # to the last byte
-            fh.write(b"\0" * (st.f_bavail * st.f_frsize))
+        ballast = fill_disk(small_disk)  # to the last byte
         peer.publish_many(minutes(range(60, 70)))
         wait_until(
             lambda: (store_alarm(console) or {}).get("active") is True,

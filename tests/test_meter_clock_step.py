@@ -40,6 +40,7 @@ from monitor.model import ManualClock, Sample, iso
 from monitor.web.service import StationCollector
 from monitor.web.station import StationAdapter
 from tests.cli import run_monitor
+from tests.conftest import fill_disk
 from tests.engine_helpers import T0
 from tests.services import InfluxDB1, free_port
 from tests.test_pipeline import close
@@ -399,18 +400,6 @@ def test_when_the_new_clock_reaches_the_old_stamps_its_readings_are_no_conflicts
         close(daemon)
 
 
-def fill(disk: Path) -> Path:
-    """Fill the real tmpfs to its last byte (ENOSPC), so SQLite's next page is refused."""
-    ballast = disk / "ballast"
-    with ballast.open("wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 4096)
-        except OSError:
-            pass
-    return ballast
-
-
 def test_a_move_the_full_disk_refused_is_counted_and_made_before_the_next_reading(
     tmp_path: Path, tiny_disk: Path
 ) -> None:
@@ -429,7 +418,7 @@ def test_a_move_the_full_disk_refused_is_counted_and_made_before_the_next_readin
     try:
         for k in range(0, 51, 10):
             gw.poll(k, 100.0 + k)
-        ballast = fill(tiny_disk)
+        ballast = fill_disk(tiny_disk)
         gw.step()  # the tick notices the step; the ledger cannot take the move
         ledger = daemon.meters.ledger
         assert [r.time - T0 for r in ledger.rows(METER)] == [float(k) for k in range(0, 51, 10)]
