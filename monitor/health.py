@@ -245,7 +245,7 @@ def readiness(health: Mapping[str, Any]) -> list[str]:
     problems = []
     for src in health.get("sources", []):
         if not src.get("connected", False):
-            problems.append(f"{src['source']} {src['name']} not connected")
+            problems.append(f"{src.get('source', 'source')} {src.get('name', '?')} not connected")
     outbox = health.get("outbox", {})
     if outbox.get("configured") and outbox.get("pending_bytes", 0) >= 0.95 * outbox.get("max_bytes", 1):
         problems.append("outbox at its size cap")
@@ -253,3 +253,105 @@ def readiness(health: Mapping[str, Any]) -> list[str]:
     if stalled:
         problems.append(f"state disk refuses writes: {stalled}")
     return problems
+
+
+def _count(n: object, one: str, many: str) -> str:
+    """`1 point dropped`, `250 points dropped`."""
+    return f"{n:,} {one}" if n == 1 else f"{n:,} {many}" if isinstance(n, int) else f"{n} {many}"
+
+
+def attention(health: Mapping[str, Any]) -> list[dict[str, str]]:
+    """What the console's gateway panel puts first, worst first: each `{"level", "text"}`,
+    `fault` for what stops the station being watched or its records being kept (the
+    readiness problems, the incident store refusing, a meter ledger move waiting), `warning`
+    for what was lost or is not judged (points dropped or dead-lettered, alarm transitions
+    not journaled, a device failing its polls while still connected, a slug rule waiting
+    for its baseline). An operator at 3 a.m. reads this list, not forty counters; the
+    counters stay under it. Counters since start (bad values, out-of-order samples) are not
+    listed: the alarms and /metrics carry them."""
+    faults = [{"level": "fault", "text": p} for p in readiness(health)]
+    warnings: list[dict[str, str]] = []
+
+    def warn(text: str) -> None:
+        warnings.append({"level": "warning", "text": text})
+
+    for src in health.get("sources", []) or []:
+        if not isinstance(src, Mapping) or not src.get("connected", False):
+            continue
+        name = f"{src.get('source', 'source')} {src.get('name', '')}".strip()
+        if src.get("failed_in_row"):
+            warn(f"{name}: {_count(src['failed_in_row'], 'poll failed', 'polls failed in a row')}")
+        if src.get("invalid_requests"):
+            warn(f"{name}: the device refused {', '.join(map(str, src['invalid_requests']))}")
+        if src.get("error"):
+            warn(f"{name}: {src['error']}")
+    incidents = health.get("incidents") or {}
+    if isinstance(incidents, Mapping):
+        if incidents.get("failing"):
+            faults.append(
+                {"level": "fault", "text": f"incident store refuses to record: {incidents['failing']}"}
+            )
+        if incidents.get("evidence_incomplete"):
+            warn(
+                _count(
+                    incidents["evidence_incomplete"],
+                    "incident on record with evidence incomplete",
+                    "incidents on record with evidence incomplete",
+                )
+            )
+    meters = health.get("meters") or {}
+    if isinstance(meters, Mapping) and meters.get("clock_steps_pending"):
+        steps = _count(meters["clock_steps_pending"], "clock step back", "clock steps back")
+        faults.append(
+            {
+                "level": "fault",
+                "text": f"meter ledger: {steps} not moved yet (meter readings wait for the state disk)",
+            }
+        )
+    outbox = health.get("outbox") or {}
+    if isinstance(outbox, Mapping) and outbox.get("configured"):
+        if outbox.get("dropped"):
+            warn(
+                _count(
+                    outbox["dropped"],
+                    "point dropped at the outbox's size cap (not in InfluxDB)",
+                    "points dropped at the outbox's size cap (not in InfluxDB)",
+                )
+            )
+        if outbox.get("dead_letters"):
+            warn(
+                _count(
+                    outbox["dead_letters"],
+                    "point dead-lettered (InfluxDB refused it)",
+                    "points dead-lettered (InfluxDB refused them)",
+                )
+            )
+        if outbox.get("failures") and outbox.get("last_error") and outbox.get("pending"):
+            waiting = _count(outbox["pending"], "point waiting", "points waiting")
+            warn(f"InfluxDB not taking points ({waiting}): {outbox['last_error']}")
+    pipeline = health.get("pipeline") or {}
+    if isinstance(pipeline, Mapping):
+        if pipeline.get("dropped"):
+            warn(
+                _count(
+                    pipeline["dropped"],
+                    "reading dropped while the state disk refused writes",
+                    "readings dropped while the state disk refused writes",
+                )
+            )
+        if pipeline.get("unjournaled"):
+            warn(
+                _count(
+                    pipeline["unjournaled"],
+                    "alarm transition the alarm journal did not record",
+                    "alarm transitions the alarm journal did not record",
+                )
+            )
+    for listener, n in (health.get("alarm_listener_failures") or {}).items():
+        if n:
+            warn(f"alarm notification {listener}: {_count(n, 'failure', 'failures')}")
+    engine = health.get("engine") or {}
+    if isinstance(engine, Mapping) and engine.get("slug_not_judged"):
+        names = ", ".join(map(str, engine["slug_not_judged"]))
+        warn(f"slug rule not judged yet (24 h average below min_baseline): {names}")
+    return faults + warnings

@@ -3,13 +3,14 @@ live, the operator acknowledges it with the token, the page shows the new state.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, expect, sync_playwright
 
-from monitor.model import ManualClock, Quality, Sample
+from monitor.health import EngineHealth, Health, ModbusHealth, OutboxHealth, PipelineHealth
+from monitor.model import ManualClock, Quality, Sample, iso
 from tests.console import T0, TOKEN, LiveConsole, TableView, fill_day
 
 CHROMIUM = "/usr/bin/chromium"
@@ -97,3 +98,72 @@ def test_alarm_appears_live_and_is_acknowledged(browser: Browser, tmp_path: Path
         page.close()
         phone.close()
     print(f"screenshots: {shot} {phone_shot}")
+
+
+class FaultyGateway(TableView):
+    """The real health snapshot (`Health.to_json()`, as the daemon serves it) of a gateway
+    whose PLC does not answer and whose InfluxDB outbox dropped points at its cap; the
+    device's configured name carries markup, which must show as text."""
+
+    def health(self) -> Mapping[str, object]:
+        plc = ModbusHealth("<b>outfall-plc</b>", "10.0.0.5:502", False, None, 12, 12, 12, 0, (), 12, None, 2)
+        lift = ModbusHealth("lift", "10.0.0.6:502", True, iso(T0), 40, 3, 0, 0, (), 3, 5.0, 1)
+        outbox = OutboxHealth(configured=True, pending=10, pending_bytes=900, max_bytes=1 << 20, dropped=250)
+        engine = EngineHealth(0, 0, 0, 0, 0)
+        pipeline = PipelineHealth(0, 0, None, 0, 0, 0, 0, 0)
+        return Health((plc, lift), outbox, engine, pipeline).to_json()
+
+
+class HealthyGateway(TableView):
+    """The real snapshot of a gateway with its one PLC answering and no outbox."""
+
+    def health(self) -> Mapping[str, object]:
+        plc = ModbusHealth("outfall-plc", "10.0.0.5:502", True, iso(T0), 40, 0, 0, 0, (), 0, 4.0, 2)
+        return Health(
+            (plc,),
+            OutboxHealth(False),
+            EngineHealth(0, 0, 0, 0, 0),
+            PipelineHealth(0, 0, None, 0, 0, 0, 0, 0),
+        ).to_json()
+
+
+def test_gateway_panel_puts_what_needs_attention_first(browser: Browser, tmp_path: Path) -> None:
+    """An operator reads the gateway panel at 3 a.m.: the PLC not answering is a red line at
+    the top (its name as text, not markup), the lift station failing its polls while still
+    connected and the points the outbox dropped are amber lines under it, each source has
+    one readable line, and the forty counters are folded under "All counters". Alarm cards
+    name the sensor as the operator knows it, with its id beside it."""
+    view = FaultyGateway(tmp_path / "journal.sqlite", ManualClock(T0))
+    fill_day(view, T0 - 86400)
+    with LiveConsole(view, refresh=0.3) as live:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(live.url)
+        notes = page.locator("#health .attention li")
+        expect(notes).to_have_count(3)
+        expect(notes.nth(0)).to_have_class("att-fault")
+        expect(notes.nth(0)).to_have_text("modbus <b>outfall-plc</b> not connected")
+        expect(notes.nth(1)).to_have_text("modbus lift: 3 polls failed in a row")
+        expect(notes.nth(2)).to_have_text("250 points dropped at the outbox's size cap (not in InfluxDB)")
+        expect(page.locator("#health b")).to_have_count(0)
+        expect(page.locator("#health dl.parts dd.bad")).to_have_text("NOT CONNECTED")
+        expect(page.locator("#health details.counters")).not_to_have_attribute("open", "")
+        expect(page.locator("#health details.counters dl")).to_be_hidden()
+
+        live.call(lambda: view.inject(Sample("outfall.ph", T0 + 60, 9.62), 9.0, "§139-15 C(3)"))
+        card = page.locator('article.alarm[data-key="outfall.ph/high"]')
+        expect(card.locator(".what")).to_have_text("Outfall pH high")
+        expect(card.locator(".sensor-id")).to_have_text("outfall.ph")
+        page.close()
+
+
+def test_gateway_panel_says_all_parts_work_when_nothing_needs_attention(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """Nothing to list: one green line, not an empty box an operator has to wonder about."""
+    view = HealthyGateway(tmp_path / "journal.sqlite", ManualClock(T0))
+    with LiveConsole(view, refresh=0.3) as live:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(live.url)
+        expect(page.locator("#health .att-ok")).to_have_text("All parts working.")
+        expect(page.locator("#health .attention")).to_have_count(0)
+        page.close()

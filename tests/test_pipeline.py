@@ -273,6 +273,11 @@ def test_a_transition_the_journal_refused_is_counted_in_metrics_and_in_the_healt
             assert f"{metric} 1.0" in get(f"http://127.0.0.1:{port}/metrics")
             health = json.loads(get(f"http://127.0.0.1:{port}/api/health"))
             assert health["pipeline"]["unjournaled"] == 1
+            # and first in the console's gateway panel, not the 30th counter
+            assert {
+                "level": "warning",
+                "text": "1 alarm transition the alarm journal did not record",
+            } in health["attention"]
     finally:
         close(daemon)
 

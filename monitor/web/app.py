@@ -24,6 +24,7 @@ from pydantic import SecretStr
 from monitor import __version__
 from monitor.config import Console
 from monitor.errors import AlarmError, StateError
+from monitor.health import attention
 from monitor.model import Rule, iso
 from monitor.web.events import ConsoleFeed
 from monitor.web.guard import Guard
@@ -289,4 +290,7 @@ def _health(view: StationView, feed: ConsoleFeed) -> object:
     counts: dict[str, int] = {}
     for a in active:
         counts[a.state.value] = counts.get(a.state.value, 0) + 1
-    return jsonable({**view.health(), "alarms": counts, "console_clients": feed.clients})
+    health = view.health()
+    return jsonable(
+        {**health, "alarms": counts, "console_clients": feed.clients, "attention": attention(health)}
+    )

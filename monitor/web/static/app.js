@@ -125,6 +125,9 @@ function renderAlarms() {
 
 function alarmCard(a) {
   const unit = unitOf(a.sensor);
+  // the name an operator knows the sensor by (the config's `name`), its id beside it
+  const known = sensors.find((x) => x.id === a.sensor);
+  const label = known && known.name ? known.name : a.sensor;
   const reading = a.value === null ? "" :
     `${fmtNum(a.value)}${unit ? " " + unit : ""}` + (a.limit !== null ? ` (limit ${fmtNum(a.limit)})` : "");
   const meta = [];
@@ -147,7 +150,8 @@ function alarmCard(a) {
   return el("article", { class: `alarm ${a.state}`, "data-key": `${a.sensor}/${a.rule}` },
     el("div", { class: "head" },
       el("span", { class: `badge prio-${a.priority}` }, a.priority),
-      el("span", { class: "what" }, `${a.sensor} ${RULE_TEXT[a.rule] || a.rule}`),
+      el("span", { class: "what", title: a.sensor }, `${label} ${RULE_TEXT[a.rule] || a.rule}`),
+      label !== a.sensor ? el("span", { class: "sensor-id" }, a.sensor) : null,
       el("span", { class: "state" }, STATE_TEXT[a.state] || a.state),
       a.chattering ? el("span", { class: "badge chatter" }, "chattering") : null),
     el("div", { class: "citation" }, a.citation),
@@ -217,23 +221,53 @@ function renderSensors() {
   }
 }
 
+// The gateway panel, problem first: the daemon's `attention` list (faults, then what was
+// lost or is not judged), one line per source, then every counter under "All counters".
+function sourceLine(src) {
+  if (!src.connected) return `NOT CONNECTED${src.error ? ": " + src.error : ""}`;
+  const bits = ["connected"];
+  if (src.last_poll) bits.push(`polled ${ago(src.last_poll)}`);
+  if (src.latency_ms !== undefined && src.latency_ms !== null) bits.push(`${fmtNum(src.latency_ms)} ms`);
+  if (src.requests !== undefined) bits.push(`${fmtNum(src.requests)} requests, ${fmtNum(src.errors || 0)} errors`);
+  if (src.received !== undefined) bits.push(`${fmtNum(src.received)} messages, ${fmtNum(src.bad_payloads || 0)} bad`);
+  return bits.join(" · ");
+}
+
+function outboxLine(o) {
+  if (!o || !o.configured) return "not configured";
+  const mb = (b) => (b / 1048576).toFixed(1);
+  const bits = [`${fmtNum(o.pending || 0)} points waiting (${mb(o.pending_bytes || 0)} of ${mb(o.max_bytes || 0)} MB)`];
+  if (o.pending && o.oldest_queued) bits.push(`oldest ${ago(new Date(o.oldest_queued * 1000).toISOString())}`);
+  bits.push(`${fmtNum(o.written || 0)} written`);
+  return bits.join(" · ");
+}
+
 function renderHealth(h) {
-  const dl = el("dl");
-  const add = (k, v) => dl.append(el("dt", {}, k), el("dd", {}, v));
-  for (const [k, v] of Object.entries(h || {})) {
-    if (k === "sources" && Array.isArray(v)) {
-      for (const src of v) {
-        const name = src.name || src.id || "source";
-        const bits = Object.entries(src).filter(([kk]) => kk !== "name" && kk !== "id").map(([kk, vv]) => `${kk.replace(/_/g, " ")}: ${vv}`);
-        add(name, bits.join(" · "));
-      }
-    } else if (v !== null && typeof v === "object") {
-      add(k.replace(/_/g, " "), Object.entries(v).map(([kk, vv]) => `${kk.replace(/_/g, " ")}: ${typeof vv === "object" ? JSON.stringify(vv) : vv}`).join(" · ") || "none");
-    } else {
-      add(k.replace(/_/g, " "), String(v));
-    }
+  h = h || {};
+  const notes = Array.isArray(h.attention) ? h.attention : [];
+  const head = notes.length
+    ? el("ul", { class: "attention" }, ...notes.map((n) => el("li", { class: `att-${n.level}` }, n.text)))
+    : el("div", { class: "att-ok" }, "All parts working.");
+  const dl = el("dl", { class: "parts" });
+  const add = (k, v, cls) => dl.append(el("dt", {}, k), el("dd", cls ? { class: cls } : {}, v));
+  for (const src of Array.isArray(h.sources) ? h.sources : []) {
+    add(`${src.source || "source"} ${src.name || src.id || ""}`.trim(), sourceLine(src), src.connected ? "" : "bad");
   }
-  $("#health").replaceChildren(dl);
+  if (h.outbox) add("InfluxDB outbox", outboxLine(h.outbox));
+  const all = el("dl");
+  for (const [k, v] of Object.entries(h)) {
+    if (k === "attention") continue;
+    const text = k === "sources" && Array.isArray(v)
+      ? v.map((src) => Object.entries(src).map(([kk, vv]) => `${kk.replace(/_/g, " ")}: ${vv}`).join(" · ")).join(" | ")
+      : v !== null && typeof v === "object"
+        ? Object.entries(v).map(([kk, vv]) => `${kk.replace(/_/g, " ")}: ${typeof vv === "object" ? JSON.stringify(vv) : vv}`).join(" · ") || "none"
+        : String(v);
+    all.append(el("dt", {}, k.replace(/_/g, " ")), el("dd", {}, text));
+  }
+  const details = el("details", { class: "counters" }, el("summary", {}, "All counters"), all);
+  const open = $("#health details.counters");
+  if (open && open.open) details.open = true;  // a refresh keeps it open while it is read
+  $("#health").replaceChildren(head, dl, details);
 }
 
 async function refreshJournal() {
@@ -289,7 +323,7 @@ function connect() {
     $("#clock").textContent = fmtTime(snap.time);
     renderSensors();
     renderHealth(snap.health);
-    if (first) refreshSeries();
+    if (first) { renderAlarms(); refreshSeries(); }  // the cards can now show sensor names
   });
   // after the first snapshot the daemon sends only what changed
   es.addEventListener("changes", (ev) => {
