@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -21,12 +22,13 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
 from monitor.daemon import Daemon, store_condition
-from monitor.model import ConditionState, Rule, Sample
+from monitor.incidents import IncidentStore
+from monitor.model import ConditionState, Rule, Sample, iso
 from monitor.web.service import StationCollector
 from monitor.web.station import StationAdapter
 from tests.conftest import fill_disk, tmpfs_disk
 from tests.daemon_process import running_daemon
-from tests.incident_helpers import close_daemon, feed, load, monitor, run_live
+from tests.incident_helpers import close_daemon, feed, incidents_json, load, monitor, run_live
 from tests.mqtt_tools import Peer
 from tests.services import Mosquitto, free_port, wait_until
 
@@ -340,3 +342,81 @@ def test_a_block_found_damaged_only_when_the_incident_is_frozen_leaves_it_marked
         assert a.id not in daemon.incidents.live
     finally:
         close_daemon(daemon)
+
+
+def _ten_second_readings(path: Path, until: float) -> Path:
+    """a.oil and b.oil every 10 s from T0 up to (not including) `until`: a.oil over its limit
+    from hour 12 to 14, b.oil from hour 16 for 10 min, 20 mg/L otherwise (a.oil's evidence from
+    T0: more readings than a block joins, so a later replay starts a block of its own)."""
+    with path.open("w", encoding="utf-8") as f:
+        f.write("time,sensor,value\n")
+        for k in range(int((until - T0) // 10)):
+            t = T0 + 10 * k
+            f.write(f"{t:.0f},a.oil,{150.0 if 12 * 3600 <= t - T0 < 14 * 3600 else 20.0}\n")
+            f.write(f"{t:.0f},b.oil,{150.0 if 16 * 3600 <= t - T0 < 16 * 3600 + 600 else 20.0}\n")
+    return path
+
+
+def _replay(config: Path, csv: Path) -> subprocess.CompletedProcess[str]:
+    return monitor(
+        "replay", "--config", str(config), "--input", str(csv), "--events", str(csv.with_suffix(".jsonl"))
+    )
+
+
+def test_a_block_the_replays_freezer_finds_damaged_marks_its_incident_and_the_replay_goes_on(
+    tmp_path: Path,
+) -> None:
+    """A first replay ends with a.oil's incident open (its readings since T0 in a first block);
+    that block's checksum is then off by one (as a bad disk or a bad restore would leave it).
+    A longer replay continues the incident into a block of its own and ends it: the damage is
+    met only by the replay's freezer process, reading the evidence whole for the file. The
+    replay goes on (exit 0, no traceback): a.oil's incident is marked "evidence incomplete
+    from T0" with the figures it had, not frozen, no evidence file; b.oil's incident, final in
+    the same replay, is frozen and its evidence byte for byte that of the same replays over
+    an undamaged store. Before, the replay failed (exit 1, a traceback) and froze neither."""
+    runs = {}
+    for name in ("undamaged", "damaged"):
+        run = tmp_path / name
+        run.mkdir()
+        config = two_oil_sensors(run, run / "state")
+        short = _ten_second_readings(run / "short.csv", T0 + 13 * 3600)  # a.oil's incident open
+        full = _ten_second_readings(run / "full.csv", T0 + 20 * 3600)
+        first = _replay(config, short)
+        assert first.returncode == 0, first.stderr
+        if name == "damaged":
+            (damaged, since, _, _), *later = blocks(run / "state", incidents_json(config)[0]["id"])
+            assert later, "a.oil's evidence in one block: the later replay would read it to join it"
+            db = sqlite3.connect(run / "state" / "incidents.sqlite")
+            db.execute("UPDATE evidence_block SET crc = crc + 1 WHERE rowid = ?", (damaged,))
+            db.commit()
+            db.close()
+            before = incidents_json(config)[0]
+        second = _replay(config, full)
+        assert second.returncode == 0 and "Traceback" not in second.stderr, second.stderr
+        runs[name] = (config, second.stderr)
+
+    config, stderr = runs["damaged"]
+    got = {i["sensor"]: i for i in incidents_json(config)}
+    a, b = got["a.oil"], got["b.oil"]
+    assert since == T0
+    assert a["evidence"]["incomplete"].startswith(f"evidence incomplete from {iso(T0)}: incident store"), a[
+        "evidence"
+    ]
+    assert "written as" in a["evidence"]["incomplete"]  # the checksum's error, naming the block
+    assert not a["evidence"]["frozen"] and a["evidence"]["sha256"] is None
+    assert a["end"] == iso(T0 + 14 * 3600)
+    figures = ("baseline", "peak_value", "peak_time", "peak_multiple", "mean_multiple", "coverage", "samples")
+    assert {k: a[k] for k in figures} == {k: before[k] for k in figures}  # never from part of it
+    with IncidentStore(tmp_path / "damaged" / "state") as store:
+        assert not store.evidence_path(a["id"]).exists()
+    said = [line for line in stderr.splitlines() if a["id"] in line and "not frozen" in line]
+    assert len(said) == 1 and "evidence incomplete from" in said[0], stderr
+
+    whole = {i["sensor"]: i for i in incidents_json(runs["undamaged"][0])}["b.oil"]
+    assert b["evidence"]["frozen"] and b == whole
+    files = [
+        tmp_path / run / "state" / "incidents" / b["id"] / "evidence.csv" for run in ("undamaged", "damaged")
+    ]
+    assert files[0].read_bytes() == files[1].read_bytes()
+    shown = monitor("incidents", "show", "--config", str(config), "--id", b["id"])
+    assert "evidence verifies" in shown.stdout, shown.stdout + shown.stderr
