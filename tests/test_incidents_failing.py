@@ -6,6 +6,7 @@ by another connection, a real full file system (tmpfs) under the store."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import sqlite3
@@ -420,3 +421,70 @@ def test_a_block_the_replays_freezer_finds_damaged_marks_its_incident_and_the_re
     assert files[0].read_bytes() == files[1].read_bytes()
     shown = monitor("incidents", "show", "--config", str(config), "--id", b["id"])
     assert "evidence verifies" in shown.stdout, shown.stdout + shown.stderr
+
+
+def test_export_of_a_marked_incident_packs_the_evidence_up_to_the_damage_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """a.oil's last block is damaged (its checksum off by one) between a shorter and a longer
+    replay: the longer one marks the incident "evidence incomplete from T" (T: where its
+    evidence stops being whole) and writes its later readings to a block of their own.
+    `monitor incidents export` of it writes the package all the same, with the readings before
+    T, exactly those of the same replays over an undamaged store, none from the damaged block
+    or after it; its manifest and report say "evidence incomplete from T: block N of sensor
+    a.oil damaged; samples at or after T are not in this package", and so does stderr, with
+    exit 3 (documented, distinct from 1: no package). b.oil's package has no such key.
+    Before: exit 1 at the damaged block, no package at all."""
+    for name in ("undamaged", "damaged"):
+        run = tmp_path / name
+        run.mkdir()
+        config = two_oil_sensors(run, run / "state")
+        short = _ten_second_readings(run / "short.csv", T0 + 13 * 3600)  # a.oil's incident open
+        assert _replay(config, short).returncode == 0
+        iid = incidents_json(config)[0]["id"]
+        if name == "damaged":
+            *whole, (damaged, _, _, _) = blocks(run / "state", iid)
+            assert whole, "a.oil's evidence in one block: nothing before the damage to export"
+            db = sqlite3.connect(run / "state" / "incidents.sqlite")
+            db.execute("UPDATE evidence_block SET crc = crc + 1 WHERE rowid = ?", (damaged,))
+            db.commit()
+            db.close()
+        second = _replay(config, _ten_second_readings(run / "full.csv", T0 + 20 * 3600))
+        assert second.returncode == 0, second.stderr
+    undamaged = (tmp_path / "undamaged" / "state" / "incidents" / iid / "evidence.csv").read_bytes()
+
+    a = {i["sensor"]: i for i in incidents_json(config)}["a.oil"]
+    assert a["evidence"]["incomplete"] is not None and not a["evidence"]["frozen"]
+    since = a["evidence"]["incomplete"].split("evidence incomplete from ", 1)[1].split(": ", 1)[0]
+    statement = (
+        f"evidence incomplete from {since}: block {damaged} of sensor a.oil damaged;"
+        f" samples at or after {since} are not in this package"
+    )
+    out = tmp_path / "package"
+    got = monitor("incidents", "export", "--config", str(config), "--id", a["id"], "--out", str(out))
+    assert got.returncode == 3 and "Traceback" not in got.stderr, got.stderr
+    assert statement in got.stderr, got.stderr
+
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["evidence_incomplete"]["from"] == since
+    assert manifest["evidence_incomplete"]["statement"] == statement
+    (block,) = manifest["evidence_incomplete"]["damaged_blocks"]
+    assert block["sensor"] == "a.oil" and block["block"] == damaged and "written as" in block["error"]
+    for f in manifest["files"]:
+        assert hashlib.sha256((out / f["name"]).read_bytes()).hexdigest() == f["sha256"]
+    header, *rows = undamaged.decode().splitlines(keepends=True)
+    before = [r for r in rows if r.split(",", 1)[0] < since]
+    assert before and len(before) < len(rows)
+    assert (out / f"{a['id']}-evidence.csv").read_text(encoding="utf-8") == header + "".join(before)
+    report = (out / f"{a['id']}.html").read_text(encoding="utf-8")
+    assert statement in report
+    assert json.loads((out / f"{a['id']}.json").read_text(encoding="utf-8"))["evidence"] == a["evidence"]
+
+    b = {i["sensor"]: i for i in incidents_json(config)}["b.oil"]
+    whole_out = tmp_path / "whole"
+    got = monitor("incidents", "export", "--config", str(config), "--id", b["id"], "--out", str(whole_out))
+    assert got.returncode == 0 and "evidence incomplete" not in got.stderr, got.stderr
+    manifest = json.loads((whole_out / "manifest.json").read_text(encoding="utf-8"))
+    assert set(manifest) == {"incident", "generated", "evidence_sha256_recorded", "files"}
+    frozen = tmp_path / "damaged" / "state" / "incidents" / b["id"] / "evidence.csv"
+    assert (whole_out / f"{b['id']}-evidence.csv").read_bytes() == frozen.read_bytes()
