@@ -488,3 +488,24 @@ def test_export_of_a_marked_incident_packs_the_evidence_up_to_the_damage_and_say
     assert set(manifest) == {"incident", "generated", "evidence_sha256_recorded", "files"}
     frozen = tmp_path / "damaged" / "state" / "incidents" / b["id"] / "evidence.csv"
     assert (whole_out / f"{b['id']}-evidence.csv").read_bytes() == frozen.read_bytes()
+
+
+def test_incidents_list_flags_a_marked_incident_on_its_line(tmp_path: Path) -> None:
+    """`monitor incidents list` (text) says "EVIDENCE INCOMPLETE from T" on a marked incident's
+    line, as it says OVERDUE, and nothing on a whole one's: the list is where a Superintendent
+    picks the incident to report on. Before, only `show` and the JSON said it."""
+    from tests.incident_helpers import replay_case
+
+    cfg = replay_case("slug-and-oil", tmp_path)
+    slug, oil = incidents_json(cfg)
+    with IncidentStore(tmp_path / "state") as store:
+        inc = store.get(slug["id"])
+        assert inc is not None
+        store.save(
+            inc.with_(frozen=False, evidence_broken_at=inc.start + 600, evidence_broken="block 3 damaged")
+        )
+    listed = monitor("incidents", "list", "--config", str(cfg))
+    assert listed.returncode == 0, listed.stderr
+    lines = {line.split()[0]: line for line in listed.stdout.splitlines()}
+    assert lines[slug["id"]].endswith(f"  EVIDENCE INCOMPLETE from {iso(inc.start + 600)}"), lines
+    assert "EVIDENCE" not in lines[oil["id"]]
