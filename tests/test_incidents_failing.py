@@ -6,9 +6,11 @@ by another connection, a real full file system (tmpfs) under the store."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
+import os
 import sqlite3
 import subprocess
 import time
@@ -364,8 +366,9 @@ def _replay(config: Path, csv: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.parametrize("where", ["freezer process", "freezer thread"])
 def test_a_block_the_replays_freezer_finds_damaged_marks_its_incident_and_the_replay_goes_on(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     """A first replay ends with a.oil's incident open (its readings since T0 in a first block);
     that block's checksum is then off by one (as a bad disk or a bad restore would leave it).
@@ -374,7 +377,16 @@ def test_a_block_the_replays_freezer_finds_damaged_marks_its_incident_and_the_re
     replay goes on (exit 0, no traceback): a.oil's incident is marked "evidence incomplete
     from T0" with the figures it had, not frozen, no evidence file; b.oil's incident, final in
     the same replay, is frozen and its evidence byte for byte that of the same replays over
-    an undamaged store. Before, the replay failed (exit 1, a traceback) and froze neither."""
+    an undamaged store. Before, the replay failed (exit 1, a traceback) and froze neither.
+    "freezer thread": a gateway at its process limit refuses the fork (faked: tests run as
+    root, which RLIMIT_NPROC does not bind; as tests/test_incidents_worker.py does), the
+    replay records and freezes in its own process, on a thread, and marks the same."""
+    if where == "freezer thread":
+
+        def refuse() -> int:
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+        monkeypatch.setattr(os, "fork", refuse)
     runs = {}
     for name in ("undamaged", "damaged"):
         run = tmp_path / name
