@@ -174,3 +174,54 @@ def test_console_marks_an_overdue_incident_whose_evidence_is_incomplete_as_text(
             page.close()
     finally:
         view.incidents.close()
+
+
+def test_the_report_of_a_marked_incident_says_so_at_its_top_as_text(browser: Browser, tmp_path: Path) -> None:
+    """The slug incident is marked "evidence incomplete from T: <reason>" (through the store,
+    as the tracker's `_mark` leaves it: unfrozen, no hash; tests/test_incidents_failing.py
+    damages a real block), with a reason holding a `<script>` and an `<img onerror>`. Its
+    exported report, opened offline in Chromium, says at its top "Not the whole evidence:
+    evidence incomplete from T: <reason>; samples at or after T are not in this package",
+    the reason shown as text (no element made of it, nothing runs), and the plot holds no
+    reading from T on. Before: the mark was only a line of the summary, and the export said
+    exit 0 with the readings after T drawn as if whole."""
+    from playwright.sync_api import expect
+
+    from monitor.incidents import IncidentStore
+
+    cfg = replay_case("slug-and-oil", tmp_path)
+    slug, _ = incidents_json(cfg)
+    hostile = 'block 3 <script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
+    with IncidentStore(tmp_path / "state") as store:
+        inc = store.get(slug["id"])
+        assert inc is not None
+        since = inc.start + 600
+        store.save(
+            inc.with_(frozen=False, evidence_sha256=None, evidence_broken_at=since, evidence_broken=hostile)
+        )
+    out = tmp_path / "export"
+    got = monitor("incidents", "export", "--config", str(cfg), "--id", slug["id"], "--out", str(out))
+    assert got.returncode == 3, got.stderr
+    statement = (
+        f"evidence incomplete from {iso(since)}: {hostile};"
+        f" samples at or after {iso(since)} are not in this package"
+    )
+    assert got.stderr.rstrip().endswith(f"incident {slug['id']}: {statement}")
+
+    report = out / f"{slug['id']}.html"
+    context = browser.new_context(offline=True, viewport={"width": 1100, "height": 1400})
+    page = context.new_page()
+    page.goto(report.as_uri())
+    banner = page.locator("#evidence-incomplete")
+    expect(banner).to_have_text(f"Not the whole evidence: {statement}.")
+    assert page.locator("body script, body img").count() == 0
+    assert page.evaluate("window.pwned") is None
+    readings = page.locator("#readings").get_attribute("points")
+    shaded = page.locator("#incident-period")
+    assert readings is not None and shaded.is_visible()
+    x_start = float(shaded.get_attribute("x") or "nan")
+    span = (float(shaded.get_attribute("width") or "nan")) / (float(slug["duration_s"]))
+    last_x = max(float(p.split(",")[0]) for p in readings.split())
+    assert last_x < x_start + 600 * span + 1  # nothing drawn from T on (1 px for rounding)
+    page.screenshot(path=str(tmp_path / "report-evidence-incomplete.png"), full_page=True)
+    context.close()

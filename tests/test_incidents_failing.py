@@ -6,9 +6,13 @@ by another connection, a real full file system (tmpfs) under the store."""
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import logging
+import os
 import sqlite3
+import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -21,12 +25,13 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
 from monitor.daemon import Daemon, store_condition
-from monitor.model import ConditionState, Rule, Sample
+from monitor.incidents import IncidentStore
+from monitor.model import ConditionState, Rule, Sample, iso
 from monitor.web.service import StationCollector
 from monitor.web.station import StationAdapter
 from tests.conftest import fill_disk, tmpfs_disk
 from tests.daemon_process import running_daemon
-from tests.incident_helpers import close_daemon, feed, load, monitor, run_live
+from tests.incident_helpers import close_daemon, feed, incidents_json, load, monitor, run_live
 from tests.mqtt_tools import Peer
 from tests.services import Mosquitto, free_port, wait_until
 
@@ -340,3 +345,179 @@ def test_a_block_found_damaged_only_when_the_incident_is_frozen_leaves_it_marked
         assert a.id not in daemon.incidents.live
     finally:
         close_daemon(daemon)
+
+
+def _ten_second_readings(path: Path, until: float) -> Path:
+    """a.oil and b.oil every 10 s from T0 up to (not including) `until`: a.oil over its limit
+    from hour 12 to 14, b.oil from hour 16 for 10 min, 20 mg/L otherwise (a.oil's evidence from
+    T0: more readings than a block joins, so a later replay starts a block of its own)."""
+    with path.open("w", encoding="utf-8") as f:
+        f.write("time,sensor,value\n")
+        for k in range(int((until - T0) // 10)):
+            t = T0 + 10 * k
+            f.write(f"{t:.0f},a.oil,{150.0 if 12 * 3600 <= t - T0 < 14 * 3600 else 20.0}\n")
+            f.write(f"{t:.0f},b.oil,{150.0 if 16 * 3600 <= t - T0 < 16 * 3600 + 600 else 20.0}\n")
+    return path
+
+
+def _replay(config: Path, csv: Path) -> subprocess.CompletedProcess[str]:
+    return monitor(
+        "replay", "--config", str(config), "--input", str(csv), "--events", str(csv.with_suffix(".jsonl"))
+    )
+
+
+@pytest.mark.parametrize("where", ["freezer process", "freezer thread"])
+def test_a_block_the_replays_freezer_finds_damaged_marks_its_incident_and_the_replay_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A first replay ends with a.oil's incident open (its readings since T0 in a first block);
+    that block's checksum is then off by one (as a bad disk or a bad restore would leave it).
+    A longer replay continues the incident into a block of its own and ends it: the damage is
+    met only by the replay's freezer process, reading the evidence whole for the file. The
+    replay goes on (exit 0, no traceback): a.oil's incident is marked "evidence incomplete
+    from T0" with the figures it had, not frozen, no evidence file; b.oil's incident, final in
+    the same replay, is frozen and its evidence byte for byte that of the same replays over
+    an undamaged store. Before, the replay failed (exit 1, a traceback) and froze neither.
+    "freezer thread": a gateway at its process limit refuses the fork (faked: tests run as
+    root, which RLIMIT_NPROC does not bind; as tests/test_incidents_worker.py does), the
+    replay records and freezes in its own process, on a thread, and marks the same."""
+    if where == "freezer thread":
+
+        def refuse() -> int:
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+        monkeypatch.setattr(os, "fork", refuse)
+    runs = {}
+    for name in ("undamaged", "damaged"):
+        run = tmp_path / name
+        run.mkdir()
+        config = two_oil_sensors(run, run / "state")
+        short = _ten_second_readings(run / "short.csv", T0 + 13 * 3600)  # a.oil's incident open
+        full = _ten_second_readings(run / "full.csv", T0 + 20 * 3600)
+        first = _replay(config, short)
+        assert first.returncode == 0, first.stderr
+        if name == "damaged":
+            (damaged, since, _, _), *later = blocks(run / "state", incidents_json(config)[0]["id"])
+            assert later, "a.oil's evidence in one block: the later replay would read it to join it"
+            db = sqlite3.connect(run / "state" / "incidents.sqlite")
+            db.execute("UPDATE evidence_block SET crc = crc + 1 WHERE rowid = ?", (damaged,))
+            db.commit()
+            db.close()
+            before = incidents_json(config)[0]
+        second = _replay(config, full)
+        assert second.returncode == 0 and "Traceback" not in second.stderr, second.stderr
+        runs[name] = (config, second.stderr)
+
+    config, stderr = runs["damaged"]
+    got = {i["sensor"]: i for i in incidents_json(config)}
+    a, b = got["a.oil"], got["b.oil"]
+    assert since == T0
+    assert a["evidence"]["incomplete"].startswith(f"evidence incomplete from {iso(T0)}: incident store"), a[
+        "evidence"
+    ]
+    assert "written as" in a["evidence"]["incomplete"]  # the checksum's error, naming the block
+    assert not a["evidence"]["frozen"] and a["evidence"]["sha256"] is None
+    assert a["end"] == iso(T0 + 14 * 3600)
+    figures = ("baseline", "peak_value", "peak_time", "peak_multiple", "mean_multiple", "coverage", "samples")
+    assert {k: a[k] for k in figures} == {k: before[k] for k in figures}  # never from part of it
+    with IncidentStore(tmp_path / "damaged" / "state") as store:
+        assert not store.evidence_path(a["id"]).exists()
+    said = [line for line in stderr.splitlines() if a["id"] in line and "not frozen" in line]
+    assert len(said) == 1 and "evidence incomplete from" in said[0], stderr
+
+    whole = {i["sensor"]: i for i in incidents_json(runs["undamaged"][0])}["b.oil"]
+    assert b["evidence"]["frozen"] and b == whole
+    files = [
+        tmp_path / run / "state" / "incidents" / b["id"] / "evidence.csv" for run in ("undamaged", "damaged")
+    ]
+    assert files[0].read_bytes() == files[1].read_bytes()
+    shown = monitor("incidents", "show", "--config", str(config), "--id", b["id"])
+    assert "evidence verifies" in shown.stdout, shown.stdout + shown.stderr
+
+
+def test_export_of_a_marked_incident_packs_the_evidence_up_to_the_damage_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """a.oil's last block is damaged (its checksum off by one) between a shorter and a longer
+    replay: the longer one marks the incident "evidence incomplete from T" (T: where its
+    evidence stops being whole) and writes its later readings to a block of their own.
+    `monitor incidents export` of it writes the package all the same, with the readings before
+    T, exactly those of the same replays over an undamaged store, none from the damaged block
+    or after it; its manifest and report say "evidence incomplete from T: block N of sensor
+    a.oil damaged; samples at or after T are not in this package", and so does stderr, with
+    exit 3 (documented, distinct from 1: no package). b.oil's package has no such key.
+    Before: exit 1 at the damaged block, no package at all."""
+    for name in ("undamaged", "damaged"):
+        run = tmp_path / name
+        run.mkdir()
+        config = two_oil_sensors(run, run / "state")
+        short = _ten_second_readings(run / "short.csv", T0 + 13 * 3600)  # a.oil's incident open
+        assert _replay(config, short).returncode == 0
+        iid = incidents_json(config)[0]["id"]
+        if name == "damaged":
+            *whole, (damaged, _, _, _) = blocks(run / "state", iid)
+            assert whole, "a.oil's evidence in one block: nothing before the damage to export"
+            db = sqlite3.connect(run / "state" / "incidents.sqlite")
+            db.execute("UPDATE evidence_block SET crc = crc + 1 WHERE rowid = ?", (damaged,))
+            db.commit()
+            db.close()
+        second = _replay(config, _ten_second_readings(run / "full.csv", T0 + 20 * 3600))
+        assert second.returncode == 0, second.stderr
+    undamaged = (tmp_path / "undamaged" / "state" / "incidents" / iid / "evidence.csv").read_bytes()
+
+    a = {i["sensor"]: i for i in incidents_json(config)}["a.oil"]
+    assert a["evidence"]["incomplete"] is not None and not a["evidence"]["frozen"]
+    since = a["evidence"]["incomplete"].split("evidence incomplete from ", 1)[1].split(": ", 1)[0]
+    statement = (
+        f"evidence incomplete from {since}: block {damaged} of sensor a.oil damaged;"
+        f" samples at or after {since} are not in this package"
+    )
+    out = tmp_path / "package"
+    got = monitor("incidents", "export", "--config", str(config), "--id", a["id"], "--out", str(out))
+    assert got.returncode == 3 and "Traceback" not in got.stderr, got.stderr
+    assert statement in got.stderr, got.stderr
+
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["evidence_incomplete"]["from"] == since
+    assert manifest["evidence_incomplete"]["statement"] == statement
+    (block,) = manifest["evidence_incomplete"]["damaged_blocks"]
+    assert block["sensor"] == "a.oil" and block["block"] == damaged and "written as" in block["error"]
+    for f in manifest["files"]:
+        assert hashlib.sha256((out / f["name"]).read_bytes()).hexdigest() == f["sha256"]
+    header, *rows = undamaged.decode().splitlines(keepends=True)
+    before = [r for r in rows if r.split(",", 1)[0] < since]
+    assert before and len(before) < len(rows)
+    assert (out / f"{a['id']}-evidence.csv").read_text(encoding="utf-8") == header + "".join(before)
+    report = (out / f"{a['id']}.html").read_text(encoding="utf-8")
+    assert statement in report
+    assert json.loads((out / f"{a['id']}.json").read_text(encoding="utf-8"))["evidence"] == a["evidence"]
+
+    b = {i["sensor"]: i for i in incidents_json(config)}["b.oil"]
+    whole_out = tmp_path / "whole"
+    got = monitor("incidents", "export", "--config", str(config), "--id", b["id"], "--out", str(whole_out))
+    assert got.returncode == 0 and "evidence incomplete" not in got.stderr, got.stderr
+    manifest = json.loads((whole_out / "manifest.json").read_text(encoding="utf-8"))
+    assert set(manifest) == {"incident", "generated", "evidence_sha256_recorded", "files"}
+    frozen = tmp_path / "damaged" / "state" / "incidents" / b["id"] / "evidence.csv"
+    assert (whole_out / f"{b['id']}-evidence.csv").read_bytes() == frozen.read_bytes()
+
+
+def test_incidents_list_flags_a_marked_incident_on_its_line(tmp_path: Path) -> None:
+    """`monitor incidents list` (text) says "EVIDENCE INCOMPLETE from T" on a marked incident's
+    line, as it says OVERDUE, and nothing on a whole one's: the list is where a Superintendent
+    picks the incident to report on. Before, only `show` and the JSON said it."""
+    from tests.incident_helpers import replay_case
+
+    cfg = replay_case("slug-and-oil", tmp_path)
+    slug, oil = incidents_json(cfg)
+    with IncidentStore(tmp_path / "state") as store:
+        inc = store.get(slug["id"])
+        assert inc is not None
+        store.save(
+            inc.with_(frozen=False, evidence_broken_at=inc.start + 600, evidence_broken="block 3 damaged")
+        )
+    listed = monitor("incidents", "list", "--config", str(cfg))
+    assert listed.returncode == 0, listed.stderr
+    lines = {line.split()[0]: line for line in listed.stdout.splitlines()}
+    assert lines[slug["id"]].endswith(f"  EVIDENCE INCOMPLETE from {iso(inc.start + 600)}"), lines
+    assert "EVIDENCE" not in lines[oil["id"]]

@@ -57,7 +57,7 @@ def test_incidents_come_back_frozen_in_order_from_the_process(tmp_path: Path) ->
     """Frozen with the figures given at the fork, the file durable and hashed, the record
     saved as frozen by the process's own connection, in the order handed over."""
     IncidentStore(tmp_path).close()  # the schema, as the tracker's store makes it
-    freezer = FreezerProcess.start(tmp_path, _figures)
+    freezer = FreezerProcess.start(tmp_path, _figures, 86400.0)
     try:
         for iid in ("a", "b", "c"):
             freezer.submit(_incident(iid))
@@ -79,7 +79,7 @@ def test_the_process_holds_no_pipe_but_its_own(tmp_path: Path) -> None:
     r, w = os.pipe()
     a, b = multiprocessing.Pipe(duplex=False)
     theirs = {_target(fd) for fd in (r, w, a.fileno(), b.fileno())}
-    freezer = FreezerProcess.start(tmp_path, _figures)
+    freezer = FreezerProcess.start(tmp_path, _figures, 86400.0)
     try:
         freezer.submit(_incident("a"))
         assert [i.id for i in freezer.take(wait=True)] == ["a"]  # past its start-up for sure
@@ -101,7 +101,7 @@ def test_a_failure_is_raised_by_take_with_its_text(tmp_path: Path) -> None:
     """A full disk (a StateError while freezing) comes back as itself, text and type;
     the process stops and what was queued behind it is dropped, as on the thread."""
     IncidentStore(tmp_path).close()
-    freezer = FreezerProcess.start(tmp_path, _failing)
+    freezer = FreezerProcess.start(tmp_path, _failing, 86400.0)
     try:
         freezer.submit(_incident("a"))
         freezer.submit(_incident("b"))
@@ -117,7 +117,7 @@ def test_a_failure_is_raised_by_take_with_its_text(tmp_path: Path) -> None:
 def test_a_killed_freezer_process_is_a_monitor_error_not_a_hang(tmp_path: Path) -> None:
     """SIGKILL: the incident being frozen is reported as the worker's death is."""
     IncidentStore(tmp_path).close()
-    freezer = FreezerProcess.start(tmp_path, _figures)
+    freezer = FreezerProcess.start(tmp_path, _figures, 86400.0)
     assert freezer.pid is not None
     os.kill(freezer.pid, signal.SIGKILL)
     freezer.submit(_incident("a"))  # into a pipe nobody reads, or a broken one
@@ -135,7 +135,7 @@ def test_the_freezer_process_exits_when_its_worker_dies(tmp_path: Path) -> None:
     if worker == 0:  # pragma: no cover (the stand-in worker)
         try:
             os.close(r)
-            freezer = FreezerProcess.start(tmp_path, _figures)
+            freezer = FreezerProcess.start(tmp_path, _figures, 86400.0)
             freezer.submit(_incident("a"))
             os.write(w, str(freezer.pid).encode())
             os.close(w)
@@ -161,7 +161,7 @@ def test_files_written_together_come_back_in_order_each_durable_first(tmp_path: 
     hash of its own file as written."""
     IncidentStore(tmp_path).close()
     ids = [f"i{n:02d}" for n in range(3 * WRITE_AHEAD)]
-    freezer = FreezerProcess.start(tmp_path, _figures)
+    freezer = FreezerProcess.start(tmp_path, _figures, 86400.0)
     try:
         for iid in ids:
             freezer.submit(_incident(iid))
@@ -190,7 +190,7 @@ def test_a_failed_write_stops_the_freezing_after_the_ones_before_it(
         return write(self, iid, *args, **kwargs)
 
     monkeypatch.setattr(IncidentStore, "write_evidence", full)  # copied by the fork
-    freezer = FreezerProcess.start(tmp_path, _figures)
+    freezer = FreezerProcess.start(tmp_path, _figures, 86400.0)
     try:
         for iid in "abcde":
             freezer.submit(_incident(iid))

@@ -893,7 +893,7 @@ def test_the_freezer_knows_what_it_is_freezing_until_it_is_taken(tmp_path: Path)
             release.wait(timeout=60)
             return inc
 
-    freezer = Held(tmp_path, lambda inc, store, columns: inc.figures)
+    freezer = Held(tmp_path, lambda inc, store, columns: inc.figures, 86400.0)
     a, b = (cast(Incident, SimpleNamespace(id=i)) for i in ("a", "b"))
     freezer.submit(a)
     freezer.submit(b)

@@ -9,7 +9,9 @@
 
 Reads and writes `state_dir/incidents.sqlite` beside a running daemon (WAL; notes and
 closes go to their own tables, so nothing the daemon writes is overwritten).
-Exit 0 done, 1 unknown incident or unusable store, 2 bad config or arguments.
+Exit 0 done, 1 unknown incident or unusable store, 2 bad config or arguments, 3 (`export`)
+the package is written but the incident's evidence is incomplete (a damaged evidence block):
+it holds the evidence up to the damage, and stderr and its manifest say from when.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from monitor.incidents.report import detail_lines, incident_json, summary_line
 from monitor.incidents.store import FILE, IncidentStore
 from monitor.model import parse_time
 
+EXIT_INCOMPLETE = 3  # export: written, with the evidence up to the damage only (`export.Incomplete`)
 HELP = "incident records for the Superintendent: list, show, note, close, export"
 
 
@@ -125,10 +128,13 @@ def _run(config: Config, store: IncidentStore, args: argparse.Namespace, now: fl
         return 0
     if inc.evidence_note is not None:  # said before the damaged block's error, if it comes
         print(f"incident {inc.id}: {inc.evidence_note}", file=sys.stderr)
-    hashes = export(store, inc, Path(args.out), zone, now)
+    hashes, incomplete = export(store, inc, Path(args.out), zone, now)
     for name, sha in hashes.items():
         print(f"{sha}  {Path(args.out) / name}")
     print(f"manifest: {Path(args.out) / 'manifest.json'}")
+    if incomplete is not None:  # last, where a script's log and a person's eye land
+        print(f"incident {inc.id}: {incomplete.statement}", file=sys.stderr)
+        return EXIT_INCOMPLETE
     return 0
 
 

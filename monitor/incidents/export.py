@@ -10,6 +10,14 @@ Writes four files into a directory:
 - `<id>.json`: the incident as `monitor incidents show --format json` prints it;
 - `manifest.json`: SHA-256 of each of those files, and the evidence hash recorded
   when the incident was frozen.
+
+An incident marked "evidence incomplete from T" (a damaged evidence block) is exported all
+the same, with what is intact: its readings before T, of every sensor, never a number from
+a damaged block nor one after T (the evidence is not whole from there: a report must not
+read a gap as the readings). The manifest (`evidence_incomplete`), the report and the
+command (stderr, its own exit code) say "evidence incomplete from T: block N of sensor S
+damaged; samples at or after T are not in this package". A Superintendent preparing a
+notice of violation needs what is intact; nobody may take it for the whole.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import hashlib
 import html
 import json
 import math
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -25,13 +34,68 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import numpy.typing as npt
 
+from monitor.errors import StateError
 from monitor.incidents.figures import Series
 from monitor.incidents.model import Incident
 from monitor.incidents.report import detail_lines, incident_json
-from monitor.incidents.store import IncidentStore
+from monitor.incidents.store import Columns, Damage, IncidentStore
 from monitor.model import iso
 
 W, H = 920, 340
+_NONE: Columns = (np.empty(0, np.float64), np.empty(0, np.float64), np.empty(0, np.int8))
+
+
+@dataclass(frozen=True, slots=True)
+class Incomplete:
+    """What a package of a marked incident lacks: the readings from `since` on."""
+
+    since: float
+    damaged: tuple[Damage, ...]
+    reason: str  # the record's, said when no block reads damaged now (a store restored since)
+
+    @property
+    def statement(self) -> str:
+        what = (
+            "; ".join(f"block {d.error.rowid} of sensor {d.error.sensor} damaged" for d in self.damaged)
+            or self.reason
+        )
+        since = iso(self.since)
+        return (
+            f"evidence incomplete from {since}: {what}; samples at or after {since} are not in this package"
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "from": iso(self.since),
+            "statement": self.statement,
+            "damaged_blocks": [
+                {"sensor": d.error.sensor, "block": d.error.rowid, "error": str(d.error)}
+                for d in self.damaged
+            ],
+        }
+
+
+def intact_evidence(store: IncidentStore, inc: Incident) -> tuple[dict[str, Columns], Incomplete]:
+    """A marked incident's evidence up to the damage: every sensor's readings before the
+    earliest of its mark's T and the damaged blocks' first times. A damaged block that
+    cannot be placed in time is the error it was (no package: nothing says where to cut)."""
+    columns, damaged = store.intact_columns(inc.id)
+    for d in damaged:
+        if d.since is None:
+            raise d.error
+    bounds = [d.since for d in damaged if d.since is not None]
+    if inc.evidence_broken_at is not None:
+        bounds.append(inc.evidence_broken_at)
+    if not bounds:
+        raise StateError(f"incident {inc.id}: {inc.evidence_note}; from when is not known: no package")
+    since = min(bounds)
+    cut = {}
+    for name, (t, v, q) in columns.items():
+        keep = t < since
+        cut[name] = (t[keep], v[keep], q[keep])
+    return cut, Incomplete(since, tuple(damaged), inc.evidence_broken or "")
+
+
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 20, 40
 MAX_POINTS = 1800  # min/max per column keeps a peak visible when a day is drawn in 900 px
 
@@ -132,7 +196,10 @@ th { font-weight: normal; color: #333; } pre { white-space: pre-wrap; font-size:
 """
 
 
-def render_html(inc: Incident, s: Series, zone: ZoneInfo, now: float, csv_sha: str) -> str:
+def render_html(
+    inc: Incident, s: Series, zone: ZoneInfo, now: float, csv_sha: str, incomplete: Incomplete | None = None
+) -> str:
+    """The report; with `incomplete`, said at its top and under Evidence (else unchanged)."""
     data = incident_json(inc, zone, now)
     recorded = " (as recorded when the incident was frozen)" if inc.evidence_sha256 == csv_sha else ""
     rows = "".join(
@@ -142,6 +209,14 @@ def render_html(inc: Incident, s: Series, zone: ZoneInfo, now: float, csv_sha: s
     )
     text = html.escape("\n".join(detail_lines(inc, zone, now)))
     overdue = "".join(f'<p class="overdue">Overdue: {html.escape(w)}</p>' for w in data["overdue"])  # type: ignore[attr-defined]
+    evidence = f"""{inc.evidence_rows} samples from 24 h before the start to 1 h after the end, with
+their quality"""
+    if incomplete is not None:
+        statement = html.escape(incomplete.statement)
+        banner = f'<p class="overdue" id="evidence-incomplete">Not the whole evidence: {statement}.</p>'
+        overdue = f"{banner}\n{overdue}"
+        evidence = f"""The samples from 24 h before the start up to {html.escape(iso(incomplete.since))}
+only ({statement}), with their quality"""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>Incident {html.escape(inc.id)}</title>
@@ -158,23 +233,31 @@ def render_html(inc: Incident, s: Series, zone: ZoneInfo, now: float, csv_sha: s
 <h2>Record</h2>
 <table>{rows}</table>
 <h2>Evidence</h2>
-<p class="small">{inc.evidence_rows} samples from 24 h before the start to 1 h after the end, with
-their quality (0 good, 1 bad data, 2 communication failure), in the CSV beside this report; its
+<p class="small">{evidence} (0 good, 1 bad data, 2 communication failure), in the CSV beside this report; its
 SHA-256 is {html.escape(csv_sha)}{recorded}.</p>
 </body></html>
 """
 
 
-def export(store: IncidentStore, inc: Incident, out: Path, zone: ZoneInfo, now: float) -> dict[str, str]:
-    """Write the report files into `out`; returns {file name: SHA-256}."""
-    out.mkdir(parents=True, exist_ok=True)
-    frozen = store.evidence_path(inc.id)
-    csv = frozen.read_bytes() if inc.frozen and frozen.exists() else store.evidence_csv(inc.id)
+def export(
+    store: IncidentStore, inc: Incident, out: Path, zone: ZoneInfo, now: float
+) -> tuple[dict[str, str], Incomplete | None]:
+    """Write the report files into `out`; returns ({file name: SHA-256}, what a marked
+    incident's package lacks, or None). Nothing is written when the evidence cannot be read."""
+    incomplete = None
+    if inc.evidence_broken is not None:  # never frozen: its evidence is in the store alone
+        columns, incomplete = intact_evidence(store, inc)
+        csv = store.evidence_csv(inc.id, columns)
+        series = Series.of(*columns.get(inc.sensor, _NONE))
+    else:
+        frozen = store.evidence_path(inc.id)
+        csv = frozen.read_bytes() if inc.frozen and frozen.exists() else store.evidence_csv(inc.id)
+        _, t, v, q = store.evidence(inc.id, inc.sensor)
+        series = Series.of(t, v, q)
     csv_sha = hashlib.sha256(csv).hexdigest()
-    _, t, v, q = store.evidence(inc.id, inc.sensor)
-    series = Series.of(t, v, q)
+    out.mkdir(parents=True, exist_ok=True)
     files = {
-        f"{inc.id}.html": render_html(inc, series, zone, now, csv_sha).encode("utf-8"),
+        f"{inc.id}.html": render_html(inc, series, zone, now, csv_sha, incomplete).encode("utf-8"),
         f"{inc.id}-evidence.csv": csv,
         f"{inc.id}.json": (
             json.dumps(incident_json(inc, zone, now), indent=2, ensure_ascii=False) + "\n"
@@ -184,11 +267,10 @@ def export(store: IncidentStore, inc: Incident, out: Path, zone: ZoneInfo, now: 
     for name, data in files.items():
         (out / name).write_bytes(data)
         hashes[name] = hashlib.sha256(data).hexdigest()
-    manifest = {
-        "incident": inc.id,
-        "generated": iso(now),
-        "evidence_sha256_recorded": inc.evidence_sha256,
-        "files": [{"name": k, "sha256": h, "bytes": len(files[k])} for k, h in hashes.items()],
-    }
+    manifest: dict[str, object] = {"incident": inc.id, "generated": iso(now)}
+    if incomplete is not None:
+        manifest["evidence_incomplete"] = incomplete.to_json()
+    manifest["evidence_sha256_recorded"] = inc.evidence_sha256
+    manifest["files"] = [{"name": k, "sha256": h, "bytes": len(files[k])} for k, h in hashes.items()]
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    return hashes
+    return hashes, incomplete

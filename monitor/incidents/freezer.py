@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from monitor.errors import MonitorError
-from monitor.incidents.model import Figures, Incident
-from monitor.incidents.store import Columns, IncidentStore, csv_lines
+from monitor.incidents.model import Figures, Incident, incomplete_since
+from monitor.incidents.store import Columns, DamagedEvidenceError, IncidentStore, csv_lines
 
 WRITE_AHEAD = 8  # evidence files written at once in the freezing process (each in memory)
 FiguresOf = Callable[[Incident, IncidentStore, dict[str, Columns]], Figures]
@@ -80,11 +80,17 @@ class _Handed(Generic[T]):
 
 
 class Freezer:
-    """Final incidents in, frozen incidents out (in order); a failure is raised by `take`."""
+    """Final incidents in, frozen incidents out (in order); a failure is raised by `take`.
 
-    def __init__(self, state_dir: Path, figures: FiguresOf) -> None:
+    An incident whose evidence does not read whole (a damaged block, met here only when it
+    is read whole for the file) comes out marked "evidence incomplete from T" and saved
+    unfrozen, as the live tracker leaves it, and the others go on: a replay failed as a whole
+    on it. `evidence_before` (the incidents' config) bounds T as the tracker's `_mark` does."""
+
+    def __init__(self, state_dir: Path, figures: FiguresOf, evidence_before: float) -> None:
         self.state_dir = state_dir
         self.figures = figures
+        self.evidence_before = evidence_before
         self._pool: ThreadPoolExecutor | None = None
         self._store: IncidentStore | None = None  # the worker's own connection
         self._queue: _Handed[Future[Incident]] = _Handed()
@@ -99,7 +105,10 @@ class Freezer:
         self._queue.append(inc.id, self._pool.submit(self._freeze, inc))
 
     def _freeze(self, inc: Incident) -> Incident:
-        inc, parts, lines = self._prepare(inc)
+        try:
+            inc, parts, lines = self._prepare(inc)
+        except DamagedEvidenceError as exc:
+            return self._marked(inc, exc)
         sha, rows = self.store.write_evidence(inc.id, parts, lines)
         return self._frozen(inc, sha, rows)
 
@@ -115,6 +124,14 @@ class Freezer:
         columns = store.columns(inc.id)  # read once, for the figures and the file
         inc = inc.with_(figures=self.figures(inc, store, columns))
         return inc, store.evidence_parts(inc.id, columns), csv_lines(columns)
+
+    def _marked(self, inc: Incident, exc: DamagedEvidenceError) -> Incident:
+        """Its record saved marked, not frozen, with the figures it had (never numbers from
+        part of its evidence), no file written; the tracker logs and counts it (`take`)."""
+        since = incomplete_since(inc, exc.since, self.evidence_before)
+        inc = inc.with_(evidence_broken_at=since, evidence_broken=str(exc))
+        self.store.save(inc)
+        return inc
 
     def _frozen(self, inc: Incident, sha: str, rows: int) -> Incident:
         """Its record saved as frozen, once its file is durable."""
@@ -161,7 +178,7 @@ class FreezerProcess:
         self._exit: int | None = None
 
     @classmethod
-    def start(cls, state_dir: Path, figures: FiguresOf) -> FreezerProcess:
+    def start(cls, state_dir: Path, figures: FiguresOf, evidence_before: float) -> FreezerProcess:
         """Fork the process (OSError: no fork, the caller freezes on a thread instead)."""
         work_r, work_w = _pipe()
         done_r, done_w = _pipe()
@@ -177,7 +194,7 @@ class FreezerProcess:
                 work_w.close()
                 done_r.close()
                 _close_inherited_pipes({0, 1, 2, work_r.fileno(), done_w.fileno()})
-                code = _serve(Freezer(state_dir, figures), work_r, done_w)
+                code = _serve(Freezer(state_dir, figures, evidence_before), work_r, done_w)
             finally:
                 os._exit(code)
         work_r.close()
@@ -285,24 +302,30 @@ def _serve(freezer: Freezer, inbox: Connection, outbox: Connection) -> int:
     threading.Thread(target=read, name="freezer input", daemon=True).start()
     # The files' writes overlap in threads (fsync waits on the disk), up to WRITE_AHEAD;
     # each record is saved as frozen, and sent, in order once its own file is durable.
+    # An incident marked for a damaged block (`Freezer._marked`, saved at once) has no file:
+    # it waits its turn with None, so it is sent in order too.
     writers = ThreadPoolExecutor(WRITE_AHEAD, thread_name_prefix="evidence")
-    pending: deque[tuple[Incident, Future[tuple[str, int]]]] = deque()
+    pending: deque[tuple[Incident, Future[tuple[str, int]] | None]] = deque()
     try:
         while True:
             if pending and (incoming.empty() or len(pending) >= WRITE_AHEAD):
                 inc, written = pending.popleft()
                 try:
-                    frozen = freezer._frozen(inc, *written.result())
+                    frozen = inc if written is None else freezer._frozen(inc, *written.result())
                 except Exception as exc:
                     return _failed(outbox, exc)
                 outbox.send(("frozen", frozen))
                 continue
             if (got := incoming.get()) is None or ended.is_set():
                 for inc, written in pending:  # being frozen: finished, as `close` says
-                    freezer._frozen(inc, *written.result())
+                    if written is not None:
+                        freezer._frozen(inc, *written.result())
                 return 0
             try:
                 inc, parts, lines = freezer._prepare(got)
+            except DamagedEvidenceError as exc:
+                pending.append((freezer._marked(got, exc), None))
+                continue
             except Exception as exc:
                 return _failed(outbox, exc)
             pending.append((inc, writers.submit(freezer.store.write_evidence, inc.id, parts, lines)))

@@ -142,6 +142,15 @@ _INCIDENT_FIELD_ORDER = tuple(f.name for f in fields(Incident))
 _INCIDENT_FIELDS = frozenset(_INCIDENT_FIELD_ORDER)
 
 
+def incomplete_since(inc: Incident, since: float | None, evidence_before: float) -> float:
+    """From when a damaged evidence block leaves the incident's evidence incomplete, as the
+    live tracker and the replay's freezer both mark it: the damaged block's first time
+    (`since`; None when that column is damaged too) or the first sample not copied,
+    whichever is earlier, never before the evidence window."""
+    first = inc.evidence_until if math.isfinite(inc.evidence_until) else inc.start
+    return first if since is None else max(min(first, since), inc.start - evidence_before)
+
+
 def finite(x: float | None, digits: int = 6) -> float | None:
     if x is None or not math.isfinite(x):
         return None

@@ -90,8 +90,13 @@ def duration_text(seconds: float) -> str:
 
 
 def summary_line(inc: Incident, zone: ZoneInfo, now: float) -> str:
+    """`monitor incidents list`: one line an incident, what is overdue and a mark for a
+    damaged evidence block at its end (the list is where an incident is picked to report on)."""
     owed = [d.what for d in dues(inc, now) if d.overdue]
     flag = f"  OVERDUE: {'; '.join(owed)}" if owed else ""
+    if inc.evidence_broken is not None:  # the reason, a long error, is in `show`
+        since = "?" if inc.evidence_broken_at is None else iso(inc.evidence_broken_at)
+        flag += f"  EVIDENCE INCOMPLETE from {since}"
     peak = _num(inc.figures.peak_value, inc.unit)
     return (
         f"{inc.id}  {inc.status:6}  {inc.sensor}/{inc.rule}  start {local_text(inc.start, zone)}"

@@ -30,6 +30,7 @@ import math
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,24 @@ class DamagedEvidenceError(StateError):
         self.sensor = sensor
         self.rowid = rowid
         self.since = since
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """A damaged block `intact_columns` left out: its error (which incident, sensor, row) and
+    `since`, the time from which the sensor's evidence is not whole: the block's first time,
+    or when that column is damaged too, just after the last intact sample read before it
+    (blocks are written in time order); None with nothing before it to place it by."""
+
+    error: DamagedEvidenceError
+    since: float | None
+
+
+def _bound(since: float | None, before: list[Columns]) -> float | None:
+    if since is not None:
+        return since
+    last = max((float(t[-1]) for t, _, _ in before if t.size), default=None)
+    return None if last is None else float(np.nextafter(last, math.inf))
 
 
 def _spans(t: npt.NDArray[np.float64], first: float, last: float) -> None:
@@ -505,6 +524,18 @@ class IncidentStore:
         """Each sensor's evidence (of one sensor, or all) in time order: schema 1 rows, then
         the blocks. The blocks of a replay or a live run come in time order: they are only
         concatenated, not sorted again (a sort and three copies each time figures were read)."""
+        return self._columns(iid, sensor, None)
+
+    def intact_columns(self, iid: str) -> tuple[dict[str, Columns], list[Damage]]:
+        """`columns` of every sensor without the damaged blocks, each named instead (never read
+        as numbers), for an export of what is intact up to the damage: the caller cuts the
+        columns at the earliest `Damage.since` (blocks after a damaged one are intact too, but
+        the evidence is not whole from there)."""
+        damaged: list[Damage] = []
+        return self._columns(iid, None, damaged), damaged
+
+    def _columns(self, iid: str, sensor: str | None, damaged: list[Damage] | None) -> dict[str, Columns]:
+        """`columns`; with `damaged`, a damaged block is left out and added to it, not raised."""
         where = "incident = ?" if sensor is None else "incident = ? AND sensor = ?"
         args = (iid,) if sensor is None else (iid, sensor)
         parts: dict[str, list[Columns]] = {}
@@ -524,7 +555,12 @@ class IncidentStore:
             what, f"SELECT rowid, sensor, {_BLOCK} FROM evidence_block WHERE {where} ORDER BY rowid", args
         )
         for rowid, name, *row in blocks:
-            parts.setdefault(name, []).append(self._decode((iid, name, rowid), row))
+            try:
+                parts.setdefault(name, []).append(self._decode((iid, name, rowid), row))
+            except DamagedEvidenceError as exc:
+                if damaged is None:
+                    raise
+                damaged.append(Damage(exc, _bound(exc.since, parts.get(name, []))))
         out: dict[str, Columns] = {}
         for name in sorted(parts):
             t = np.concatenate([c[0] for c in parts[name]]).astype(np.float64, copy=False)

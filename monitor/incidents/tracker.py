@@ -49,7 +49,7 @@ from monitor.incidents.figures import (
     usual_interval,
 )
 from monitor.incidents.freezer import Freezer, Freezing
-from monitor.incidents.model import Figures, Incident, incident_id
+from monitor.incidents.model import Figures, Incident, incident_id, incomplete_since
 from monitor.incidents.store import Columns, DamagedEvidenceError, IncidentStore, csv_lines
 from monitor.incidents.transitions import INCIDENT_RULES, Transitions, transitions
 from monitor.model import Condition, ConditionState, Kind, Rule, Sample, iso
@@ -249,7 +249,11 @@ class IncidentTracker:
         self.store = store if store is not None else IncidentStore(config.state_dir)
         self._freezer: Freezing | None = None
         if background:
-            self._freezer = freezer if freezer is not None else Freezer(self.store.dir, self.figures)
+            self._freezer = (
+                freezer
+                if freezer is not None
+                else Freezer(self.store.dir, self.figures, self.settings.evidence_before)
+            )
         self.watch = watches(config)
         longest = max(
             [r.slug.duration for r in config.rules.values() if r.slug is not None]
@@ -778,11 +782,7 @@ class IncidentTracker:
         if inc.evidence_broken is not None:
             log.debug("incident %s: evidence still not copied: %s", inc.id, exc)
             return inc
-        first = inc.evidence_until if math.isfinite(inc.evidence_until) else inc.start
-        if exc.since is None:
-            since = first
-        else:  # the block's own first time, within the evidence window (its column may be damaged too)
-            since = max(min(first, exc.since), inc.start - self.settings.evidence_before)
+        since = incomplete_since(inc, exc.since, self.settings.evidence_before)
         log.error(
             "incident %s: evidence incomplete from %s, the other incidents go on (its figures stay"
             " those of before; it will not be frozen until the store is restored): %s",
@@ -912,6 +912,10 @@ class IncidentTracker:
     def _harvest(self, freezer: Freezing, wait: bool) -> None:
         for inc in freezer.take(wait):
             self._changed[inc.id] = inc
+            if inc.evidence_broken is not None:  # the freezer met a damaged block: marked, not frozen
+                self.evidence_incomplete += 1
+                log.error("incident %s ended; not frozen: %s", inc.id, inc.evidence_note)
+                continue
             log.info(
                 "incident %s final: %d activation(s), %d evidence row(s), sha256 %s",
                 inc.id,

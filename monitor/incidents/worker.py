@@ -520,7 +520,11 @@ def _serve(
     # the replay waited ~0.5 s for them at its end. No fork: a thread, as before.
     freezer: FreezerProcess | None = None
     with contextlib.suppress(OSError):
-        freezer = FreezerProcess.start(Path(config.state_dir), functools.partial(figures_of, watches(config)))
+        freezer = FreezerProcess.start(
+            Path(config.state_dir),
+            functools.partial(figures_of, watches(config)),
+            config.incidents.evidence_before,
+        )
     back: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
     writer = threading.Thread(target=_write_back, args=(outbox, back), name="incident results")
     writer.start()
