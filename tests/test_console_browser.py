@@ -165,5 +165,6 @@ def test_gateway_panel_says_all_parts_work_when_nothing_needs_attention(
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(live.url)
         expect(page.locator("#health .att-ok")).to_have_text("All parts working.")
+        expect(page.locator("#station-link")).to_be_hidden()  # no wet well at this station
         expect(page.locator("#health .attention")).to_have_count(0)
         page.close()

@@ -104,7 +104,11 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
     @app.get("/api/station", response_model=StationOut)
     async def station() -> StationOut:
         return StationOut(
-            id=view.station_id, name=view.station_name, time=iso(view.now()), writes_enabled=token is not None
+            id=view.station_id,
+            name=view.station_name,
+            time=iso(view.now()),
+            writes_enabled=token is not None,
+            wet_well=getattr(getattr(view, "live_station", None), "tracker", None) is not None,
         )
 
     @app.get("/api/alarms", response_model=list[AlarmOut])

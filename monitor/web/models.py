@@ -103,6 +103,7 @@ class StationOut(BaseModel):
     name: str
     time: datetime
     writes_enabled: bool
+    wet_well: bool = False  # the station has a wet well and pumps: the console links /station
 
 
 class Problem(BaseModel):

@@ -362,6 +362,7 @@ async function start() {
     clockSkew = Date.now() - new Date(st.time).getTime();
     $("#station-name").textContent = st.name ? `${st.name} (${st.id})` : st.id;
     document.title = `${st.id} console`;
+    $("#station-link").hidden = !st.wet_well;
     $("#op-status").textContent = writesEnabled ? "" : "Writes are disabled on this gateway (no console token configured).";
   } catch (e) { toast(String(e)); }
   connect();
