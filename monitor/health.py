@@ -62,7 +62,8 @@ class OutboxHealth:
     written: int = 0
     last_error: str | None = None
     last_success: float | None = None
-    failures: int = 0
+    failures: int = 0  # since start; `last_error` stays after a recovery
+    failing: bool = False  # the last write failed and the drainer is backing off now
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +207,7 @@ def gather(
             last_error=ds.last_error if ds else None,
             last_success=ds.last_success if ds else None,
             failures=ds.failures if ds else 0,
+            failing=ds.retry_at is not None if ds else False,
         )
     c = engine.counters
     return Health(
@@ -326,9 +328,9 @@ def attention(health: Mapping[str, Any]) -> list[dict[str, str]]:
                     "points dead-lettered (InfluxDB refused them)",
                 )
             )
-        if outbox.get("failures") and outbox.get("last_error") and outbox.get("pending"):
+        if outbox.get("failing"):
             waiting = _count(outbox["pending"], "point waiting", "points waiting")
-            warn(f"InfluxDB not taking points ({waiting}): {outbox['last_error']}")
+            warn(f"InfluxDB not taking points ({waiting}): {outbox.get('last_error') or 'no answer'}")
     pipeline = health.get("pipeline") or {}
     if isinstance(pipeline, Mapping):
         if pipeline.get("dropped"):

@@ -68,6 +68,9 @@ def test_429_waits_for_retry_after_then_delivers(tmp_path: Path) -> None:
         assert server.stored == _lines(50)
     assert h.delays == [7.0, 2.0]  # Retry-After, then the exponential backoff's second step
     assert h.outbox.stats().written == 50
+    # delivered: not backing off any more (the console's "InfluxDB not taking points" goes),
+    # though the failures and the last error stay on record
+    assert h.drainer.stats.retry_at is None and h.drainer.stats.failures == 2
 
 
 def test_unreachable_server_backs_off_exponentially_and_keeps_everything(tmp_path: Path) -> None:
@@ -77,6 +80,7 @@ def test_unreachable_server_backs_off_exponentially_and_keeps_everything(tmp_pat
     assert h.delays[:7] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0]
     assert h.outbox.stats().pending == 10
     assert h.drainer.stats.last_error is not None and "cannot reach" in h.drainer.stats.last_error
+    assert h.drainer.stats.retry_at is not None  # backing off: `failing` in /api/health
 
 
 def test_413_splits_until_batches_fit_and_dead_letters_a_single_oversized_line(tmp_path: Path) -> None:

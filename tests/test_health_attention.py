@@ -50,6 +50,7 @@ def test_faults_come_first_then_what_was_lost() -> None:
             dead_letters=3,
             failures=2,
             last_error="HTTP 401 from InfluxDB",
+            failing=True,
         ),
         EngineHealth(100, 5, 0, 0, 0, slug_not_judged=("outfall.flow",)),
         PipelineHealth(10, 0, "disk full", 1, 7, 0, 0, 1),
@@ -102,3 +103,17 @@ def test_a_snapshot_missing_parts_does_not_fail() -> None:
     assert attention({"sources": [{"name": "plc", "state": "polling"}], "outbox_depth": 0}) == [
         {"level": "fault", "text": "source plc not connected"}
     ]
+
+
+def test_influxdb_back_again_is_not_listed() -> None:
+    """The drainer keeps its last error and its failure count after a recovery; only a
+    drainer backing off now (`failing`) is news, or the line would stay after the blip."""
+    recovered = OutboxHealth(
+        configured=True,
+        pending=3,
+        pending_bytes=300,
+        max_bytes=1 << 30,
+        failures=4,
+        last_error="cannot reach",
+    )
+    assert attention(Health((PLC,), recovered, ENGINE, PIPELINE).to_json()) == []
