@@ -271,7 +271,13 @@ def attention(health: Mapping[str, Any]) -> list[dict[str, str]]:
     for its baseline). An operator at 3 a.m. reads this list, not forty counters; the
     counters stay under it. Counters since start (bad values, out-of-order samples) are not
     listed: the alarms and /metrics carry them."""
-    faults = [{"level": "fault", "text": p} for p in readiness(health)]
+    faults = []
+    for src in health.get("sources", []) or []:  # readiness's first problems, with the cause
+        if isinstance(src, Mapping) and not src.get("connected", False):
+            why = f": {src['error']}" if src.get("error") else ""
+            text = f"{src.get('source', 'source')} {src.get('name', '?')} not connected{why}"
+            faults.append({"level": "fault", "text": text})
+    faults += [{"level": "fault", "text": p} for p in readiness({**health, "sources": []})]
     warnings: list[dict[str, str]] = []
 
     def warn(text: str) -> None:

@@ -117,3 +117,16 @@ def test_influxdb_back_again_is_not_listed() -> None:
         last_error="cannot reach",
     )
     assert attention(Health((PLC,), recovered, ENGINE, PIPELINE).to_json()) == []
+
+
+def test_a_source_down_says_why() -> None:
+    """The broker refusing the password reads as that, not only as 'not connected'."""
+    mqtt = MqttHealth(
+        "mqtts://broker:8883", False, "not authorised (bad user name or password)", 0, 0, 0, 0, 0
+    )
+    assert attention(Health((mqtt,), OutboxHealth(False), ENGINE, PIPELINE).to_json()) == [
+        {
+            "level": "fault",
+            "text": "mqtt mqtts://broker:8883 not connected: not authorised (bad user name or password)",
+        }
+    ]
