@@ -18,7 +18,7 @@ from tests.services import InfluxDB1, Mosquitto, VictoriaMetrics
 # socket, a `monitor` or simulator process). `make check` runs the rest in seconds;
 # `make test` runs everything. Applied here, from what a test uses, so nobody has to
 # remember to mark a test: a fixture below, or a module that imports a helper below.
-SERVICE_FIXTURES = {"mosquitto", "victoria", "influxdb1"}
+SERVICE_FIXTURES = {"mosquitto", "broker", "victoria", "influxdb1"}
 SERVICE_HELPERS = {
     "Mosquitto", "VictoriaMetrics", "InfluxDB1", "simulator_process", "StationServer",
     "MqttPublisher", "sync_playwright", "lift_server", "LiftServer", "running_demo",

@@ -19,12 +19,17 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.waiting import wait_until as wait_until  # noqa: PLC0414 (re-exported: tests import it from here)
+
+# VictoriaMetrics' own counters: InfluxDB lines it parsed from write requests, and lines it
+# skipped as unparseable while still answering 204 (docs/outputs.md).
+LINES_PARSED = 'vm_protoparser_rows_read_total{type="influx"}'
+LINES_INVALID = 'vm_rows_invalid_total{type="influx"}'
 
 
 def free_port() -> int:
@@ -244,30 +249,66 @@ class VictoriaMetrics(Server):
             raise RuntimeError(f"another server answers on port {self.port}, not ours ({self.workdir})")
         return status == 200
 
+    def get(self, path: str) -> bytes:
+        """GET `path` (e.g. "/metrics") from this server; anything but 200 fails the test."""
+        status, body = http("GET", f"{self.url}{path}")
+        assert status == 200, body
+        return body
+
     def counter(self, name: str) -> float:
         """One of the server's own counters from /metrics (e.g. the lines it parsed), 0 if absent."""
-        status, body = http("GET", f"{self.url}/metrics")
-        assert status == 200, body
-        for line in body.decode().splitlines():
+        for line in self.get("/metrics").decode().splitlines():
             key, _, value = line.rpartition(" ")
             if key == name:
                 return float(value)
         return 0.0
 
+    def lines_taken(self) -> int:
+        """InfluxDB lines this server has parsed or skipped as unparseable since it started."""
+        return int(self.counter(LINES_PARSED) + self.counter(LINES_INVALID))
+
+    def wait_for_lines(self, total: int, timeout: float = 60.0) -> None:
+        """Wait, bounded, until the server has taken `total` lines since it started (a
+        `lines_taken()` from before the writes plus the lines they delivered).
+
+        VictoriaMetrics 1.79 answers 204 to a write before it parses the lines, so a read
+        right after the answer can miss points it acknowledged (docs/outputs.md, "Checking
+        a drain against VictoriaMetrics"). A line never sent never counts: a lost point
+        fails here, naming the count, or in the test's own read after."""
+        start = self.lines_taken()
+        wait_until(
+            lambda: self.lines_taken() >= total,
+            timeout=timeout,
+            what=f"{self.name} on port {self.port} to take {total} InfluxDB line(s) (it had {start})",
+        )
+
+    def write(self, lines: Sequence[str], org: str = "o", bucket: str = "b") -> None:
+        """Write `lines` (line protocol, ns) with the v2 API, as a station would, and wait
+        until the server has parsed them: the next `export()` can read them."""
+        before = self.lines_taken()
+        query = urllib.parse.urlencode({"org": org, "bucket": bucket, "precision": "ns"})
+        status, body = http("POST", f"{self.url}/api/v2/write?{query}", "\n".join(lines).encode())
+        assert status == 204, body
+        self.wait_for_lines(before + len(lines))
+
+    def flush(self) -> None:
+        """Make the rows still buffered searchable (`/internal/force_flush`); `export` does."""
+        self.get("/internal/force_flush")
+
     def export(self, match: str = '{__name__!=""}', end: float | None = None) -> list[dict[str, Any]]:
         """Every series matching `match`, after a flush so fresh points are readable;
         `end` (epoch seconds, default now) for points an accelerated clock put ahead.
+        Points written by another client are readable only once the server has parsed
+        them: `wait_for_lines` first (`write` does).
 
         /internal/force_flush converts the rows still buffered before it returns, and the
         export API has no latency offset or cache; but a conversion the server's own flusher
         has begun is not waited for, so a read that must hold every acknowledged point comes
         after `restart()` (docs/outputs.md, "Checking a drain against VictoriaMetrics")."""
-        status, body = http("GET", f"{self.url}/internal/force_flush")
-        assert status == 200, body
+        self.flush()
         window = {"start": "0"} if end is None else {"start": "0", "end": f"{end:.3f}"}
         query = urllib.parse.urlencode({"match[]": match, **window})
-        status, body = http("GET", f"{self.url}/api/v1/export?{query}")
-        assert status == 200, body
+        body = self.get(f"/api/v1/export?{query}")
         return [json.loads(line) for line in body.decode().splitlines() if line.strip()]
 
 

@@ -75,6 +75,7 @@ class Station:
     config: Config
     to_influx: Path
     to_victoria: Path
+    lines_to_victoria: int = 0  # delivered, for VictoriaMetrics.wait_for_lines
 
 
 def samples() -> list[Sample]:
@@ -121,7 +122,8 @@ def build_station(
         assert asyncio.run(sink.drain(60)) == 0
         sink.close()
     book.close()
-    return Station(config, paths[0], paths[1])
+    assert sinks[1].drainer is not None
+    return Station(config, paths[0], paths[1], sinks[1].drainer.stats.written)
 
 
 def own_export(station: Station, text: str = "2026Q3") -> list[dict[str, str]]:
@@ -161,9 +163,11 @@ def stations(
     influx = {"url": influxdb1.url, "api": "v1", "database": "utility"}
     vm = {"url": victoria.url, "org": "barton", "bucket": "utility"}
     root = tmp_path_factory.mktemp("utility")
+    before = victoria.lines_taken()
     a = build_station(root / "ps-1", case_raw(), influx, vm)
     b = build_station(root / "ps-2", station_b(case_raw()), influx, vm)
-    http("GET", f"{victoria.url}/internal/force_flush")
+    victoria.wait_for_lines(before + a.lines_to_victoria + b.lines_to_victoria)
+    victoria.flush()
     yield a, b
 
 
@@ -229,8 +233,10 @@ def test_a_station_whose_outbox_has_not_drained_is_flagged_incomplete(
     vm = {"url": victoria.url, "org": "barton", "bucket": "partial"}
     raw = case_raw()
     raw["station"] = {"id": "ps-late", "name": "late"}
+    before = victoria.lines_taken()
     late = build_station(tmp_path, raw, influx, vm, until=parse_time("2026-09-20T00:00:00Z"))
-    http("GET", f"{victoria.url}/internal/force_flush")
+    victoria.wait_for_lines(before + late.lines_to_victoria)
+    victoria.flush()
     own = own_export(late)
     for path in (late.to_influx, late.to_victoria):
         rows, err = historian_export(path)
@@ -288,6 +294,7 @@ def test_voids_and_corrections_reach_the_historian_as_figures_and_flags(
     config = write_yaml(tmp_path / "station.yaml", {**raw, "state_dir": str(tmp_path / "state")})
     for name, section in sections.items():
         write_yaml(tmp_path / f"{name}.yaml", {**raw, "state_dir": str(tmp_path / name), "influx": section})
+    before = victoria.lines_taken()
     sinks = [open_sink(load_config(tmp_path / f"{name}.yaml")) for name in sections]
     book = MeterBook.open(config)
 
@@ -316,7 +323,9 @@ def test_voids_and_corrections_reach_the_historian_as_figures_and_flags(
         assert asyncio.run(sink.drain(60)) == 0
         sink.close()
     book.close()
-    http("GET", f"{victoria.url}/internal/force_flush")
+    assert sinks[1].drainer is not None
+    victoria.wait_for_lines(before + sinks[1].drainer.stats.written)
+    victoria.flush()
     own = own_export(Station(config, tmp_path, tmp_path), "2025Q4")
     amended = {"shop.meter": {"voided replacement"}, "apartments.meter": {"corrected"}}
     assert {o["meter"]: set(o["flags"].split(";")) & {"voided replacement", "corrected"} for o in own} == {
@@ -368,8 +377,8 @@ def test_stored_values_come_back_as_the_decimals_they_were_written_from(
     body = "\n".join(lines).encode()
     influxdb1.query("CREATE DATABASE digits")
     assert http("POST", f"{influxdb1.url}/write?db=digits&precision=ns", body)[0] == 204
-    assert http("POST", f"{victoria.url}/api/v2/write?org=o&bucket=b", body)[0] == 204
-    http("GET", f"{victoria.url}/internal/force_flush")
+    victoria.write(lines, "o", "b")
+    victoria.flush()
     servers = {
         "influxdb": {"url": influxdb1.url, "api": "v1", "database": "digits"},
         "victoria": {"url": victoria.url, "org": "o", "bucket": "b"},
@@ -435,8 +444,8 @@ def test_records_without_numbers_and_unknown_meters_are_said_not_billed(
     body = "\n".join(lines).encode()
     influxdb1.query("CREATE DATABASE odd")
     assert http("POST", f"{influxdb1.url}/write?db=odd&precision=ns", body)[0] == 204
-    assert http("POST", f"{victoria.url}/api/v2/write?org=o&bucket=odd", body)[0] == 204
-    http("GET", f"{victoria.url}/internal/force_flush")
+    victoria.write(lines, "o", "odd")
+    victoria.flush()
     raw = {
         "station": {"id": "ps-odd"},
         "state_dir": str(tmp_path / "s"),

@@ -191,6 +191,9 @@ def test_slug_reaches_mqtt_console_and_database_then_clean_stop_and_warm_restart
         check=True,
     )
     assert re.search(r"^pending\s+0 point", status.stdout, re.MULTILINE), status.stdout
+    written = re.search(r"^written\s+(\d+)$", status.stdout, re.MULTILINE)
+    assert written is not None, status.stdout
+    victoria.wait_for_lines(int(written[1]))  # the test's own server: every line since it started
     station_now = clock_start + (time.time() - clock_start) * SPEED
     flow = victoria.export(
         f'{{__name__="sensor_value",station="{STATION}",sensor="outfall.flow"}}', end=station_now + 60

@@ -18,11 +18,10 @@ import signal
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tests.daemon_process import DaemonProcess, spawn_daemon
@@ -34,14 +33,6 @@ STATION = "ps-dur"
 FLOWS = ["a.flow", "b.flow", "c.flow"]
 METER = "shop.meter"
 SENSORS = [*FLOWS, METER]
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Mosquitto]:
-    server = Mosquitto(tmp_path / "broker")
-    server.start()
-    yield server
-    server.stop()
 
 
 def station(state: Path, broker: int, influx_url: str, database: str) -> dict[str, Any]:

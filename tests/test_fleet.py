@@ -51,6 +51,8 @@ def post_json(url: str, doc: object) -> tuple[int, Any]:
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Mosquitto]:
+    """Not conftest's `broker`: this one has the per-station users and the ACL of
+    deploy/mosquitto, which the test proves a station cannot cross."""
     acl = (ROOT / "deploy" / "mosquitto" / "acl.per-station").read_text()
     server = Mosquitto(tmp_path / "mosquitto", users=USERS, acl=acl)
     server.start()

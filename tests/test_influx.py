@@ -39,6 +39,7 @@ def _expected(samples: list[Sample]) -> dict[str, dict[int, float]]:
 
 def test_v2_round_trip_into_victoriametrics(tmp_path: Path, victoria: VictoriaMetrics) -> None:
     _, config = write_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "b"}, station="rt-v2")
+    before = victoria.lines_taken()
     samples = _samples(300)
     cond = Condition(T0 + 5, "outfall.ph", Rule.HIGH, ConditionState.ACTIVE, 9.5, 9.0, "§139-15 C(3)")
     sink = open_sink(config)
@@ -47,6 +48,8 @@ def test_v2_round_trip_into_victoriametrics(tmp_path: Path, victoria: VictoriaMe
     sink.write_meter("outfall.flow", T0, 1234.5, 10.25)
     assert asyncio.run(sink.drain(30)) == 0
     sink.close()
+    assert sink.drainer is not None
+    victoria.wait_for_lines(before + sink.drainer.stats.written)
 
     got: dict[str, dict[int, float]] = defaultdict(dict)
     for series in victoria.export('{__name__="sensor_value",station="rt-v2"}'):
@@ -165,6 +168,7 @@ def test_replay_columns_through_open_sink(tmp_path: Path, victoria: VictoriaMetr
     """What `monitor replay` calls: columns per batch, conditions, then drain before exit."""
     _, config = write_config(tmp_path, {"url": victoria.url, "org": "o", "bucket": "b"}, station="cols")
     names = tuple(s["id"] for s in SENSORS)
+    before = victoria.lines_taken()
     sink = open_sink(config)
     sensor = [k % len(names) for k in range(400)]
     times = [T0 + 86400 + k // len(names) for k in range(400)]
@@ -173,6 +177,7 @@ def test_replay_columns_through_open_sink(tmp_path: Path, victoria: VictoriaMetr
     assert sink.pending == 400
     assert asyncio.run(sink.drain(30)) == 0
     sink.close()
+    victoria.wait_for_lines(before + 400)
     got = {
         (s["metric"]["sensor"], t)
         for s in victoria.export('{__name__="sensor_value",station="cols"}')
@@ -186,6 +191,7 @@ def test_segments_of_any_size_cut_into_batches_arrive_once(tmp_path: Path, victo
     _, config = write_config(
         tmp_path, {"url": victoria.url, "org": "o", "bucket": "b", "batch_size": 64}, station="segments"
     )
+    before = victoria.lines_taken()
     sink = open_sink(config)
     sent: list[Sample] = []
     t = T0 + 2 * 86400
@@ -197,6 +203,7 @@ def test_segments_of_any_size_cut_into_batches_arrive_once(tmp_path: Path, victo
     assert asyncio.run(sink.drain(30)) == 0
     assert sink.outbox is not None and sink.outbox.stats().written == len(sent)
     sink.close()
+    victoria.wait_for_lines(before + len(sent))
     got = [
         (t, v)
         for s in victoria.export('{__name__="sensor_value",station="segments",sensor="outfall.flow"}')

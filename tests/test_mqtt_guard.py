@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,14 +12,6 @@ from tests.mqtt_tools import Peer, mqtt_config
 from tests.services import Mosquitto, wait_until
 
 BIG = 8 << 20  # 8 MB against max_payload 64 KB
-
-
-@pytest.fixture
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mosquitto]:
-    server = Mosquitto(tmp_path_factory.mktemp("guard-broker"))
-    server.start()
-    yield server
-    server.stop()
 
 
 class Inbox:

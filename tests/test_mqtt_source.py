@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,15 +28,6 @@ SUBS = [
     {"topic": "lab/temp", "sensor": "lab.temp", "format": "json", "value_path": "reading.celsius"},
 ]
 SENSORS = ["outfall.ph", "mill.ph", "outfall.flow", "lab.temp"]
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Mosquitto]:
-    """A broker of the test's own, so restarting it disturbs no other test."""
-    server = Mosquitto(tmp_path / "broker")
-    server.start()
-    yield server
-    server.stop()
 
 
 def test_each_payload_form_and_bad_payloads_never_stop_ingestion(

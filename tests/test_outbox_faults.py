@@ -16,15 +16,11 @@ from pathlib import Path
 from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample
 from monitor.sinks.outbox import Outbox
 from monitor.sinks.pipeline import open_sink, outbox_path, serializer_for
-from tests.services import VictoriaMetrics, wait_until
+from tests.services import LINES_INVALID, VictoriaMetrics, wait_until
 from tests.sink_config import SENSORS, write_config
 from tests.waiting import until
 
 T0 = 1_700_000_000.0
-# VictoriaMetrics' own counters: InfluxDB lines it parsed from write requests, and lines it
-# could not parse (it skips those and still answers 204, so the drain cannot see them).
-LINES_PARSED = 'vm_protoparser_rows_read_total{type="influx"}'
-LINES_INVALID = 'vm_rows_invalid_total{type="influx"}'
 
 
 class DedupVictoriaMetrics(VictoriaMetrics):
@@ -82,6 +78,7 @@ def test_server_stopped_mid_replay_every_point_arrives_exactly_once(tmp_path: Pa
         drainer, outbox = sink.drainer, sink.outbox
         drainer.backoff.initial, drainer.backoff.maximum = 0.05, 0.2
         sent: list[Sample] = []
+        before_stop = 0  # lines delivered before the stop; the server's counters restart at 0
 
         def feed(k: int) -> None:
             chunk = _chunk(k)
@@ -89,9 +86,11 @@ def test_server_stopped_mid_replay_every_point_arrives_exactly_once(tmp_path: Pa
             sent.extend(chunk)
 
         async def scenario() -> int:
+            nonlocal before_stop
             task = asyncio.create_task(drainer.run())
             feed(0)
             await until(lambda: outbox.pending == 0, 20, "first slice delivered")
+            before_stop = drainer.stats.written
             await asyncio.to_thread(vm.stop)
             for k in (1, 2, 3):
                 feed(k)
@@ -107,6 +106,7 @@ def test_server_stopped_mid_replay_every_point_arrives_exactly_once(tmp_path: Pa
         assert asyncio.run(scenario()) == 0
         stats = outbox.stats()
         sink.close()
+        vm.wait_for_lines(drainer.stats.written - before_stop)
         got = _points(vm)
         assert got == _want(sent)  # every point, each exactly once
         assert max(got.values()) == 1
@@ -154,7 +154,7 @@ def test_sigkill_mid_drain_then_restart_loses_nothing(tmp_path: Path, repo_root:
         assert 0 < left < len(samples), "the kill must land mid-drain"
         assert len(_points(vm)) < len(samples)
 
-        parsed = vm.counter(LINES_PARSED)
+        taken = vm.lines_taken()
         again = subprocess.run(drain, cwd=repo_root, capture_output=True, text=True, timeout=120)
         assert again.returncode == 0, again.stderr
         assert pending() == 0
@@ -166,11 +166,7 @@ def test_sigkill_mid_drain_then_restart_loses_nothing(tmp_path: Path, repo_root:
         # (influx ParseStream schedules them and returns): one loaded CI run read the counter
         # unchanged right after the drain had settled 73,500. Wait for it, bounded; a line never
         # sent never counts, and the read after the restart below compares every point.
-        wait_until(
-            lambda: vm.counter(LINES_PARSED) - parsed >= left,
-            timeout=60,
-            what=f"the server parsing the {left} lines it acknowledged",
-        )
+        vm.wait_for_lines(taken + left)
         assert vm.counter(LINES_INVALID) == 0
         # Read after a graceful restart, not a bounded wait: a stop waits for VictoriaMetrics'
         # one-second flusher and writes every buffered row to disk, while /internal/force_flush
@@ -223,6 +219,8 @@ def test_cap_reached_drops_oldest_counts_and_alarms(tmp_path: Path, repo_root: P
         pending = sink.outbox.pending_lines(10**6) if sink.outbox else []
         assert asyncio.run(sink.drain(30)) == 0
         sink.close()
+        assert sink.drainer is not None
+        vm.wait_for_lines(sink.drainer.stats.written)  # a server started after the backlog grew
         # the cap alarm clears once the backlog is delivered, and its clear reaches InfluxDB
         assert [c.state for c in raised] == [ConditionState.ACTIVE, ConditionState.CLEARED]
         assert raised[1].value == stats.dropped
@@ -253,6 +251,7 @@ def test_outbox_drain_cli_reports_what_is_left_when_unreachable(tmp_path: Path, 
         up = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=60)
         assert up.returncode == 0, up.stderr
         assert "delivered 40 point(s)" in up.stdout
+        vm.wait_for_lines(40)
         assert len(_points(vm)) == 40
     finally:
         vm.stop()

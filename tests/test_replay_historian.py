@@ -70,14 +70,23 @@ def stored(config: Config) -> Samples:
     return Samples.concat(parts)
 
 
-def write_then_read_back(tmp_path: Path, config_path: Path, flush: Any = None) -> None:
+def replay_into(config_path: Path, victoria: VictoriaMetrics | None = None) -> None:
+    """`monitor replay` of the golden input, its outbox drained into the config's historian;
+    with `victoria` (the historian), until the server has parsed every point delivered."""
+    before = victoria.lines_taken() if victoria is not None else 0
     written = replay(
         "--config", str(config_path), "--input", str(CASE / "input.csv"), "--events", "/dev/null"
     )
     assert written.returncode == 0, written.stderr
-    assert "outbox drained" in written.stdout
-    if flush is not None:
-        flush()
+    drained = re.search(r"outbox drained, (\d+) point\(s\) written", written.stdout)
+    assert drained is not None, written.stdout
+    if victoria is not None:
+        victoria.wait_for_lines(before + int(drained[1]))
+        victoria.flush()
+
+
+def write_then_read_back(tmp_path: Path, config_path: Path, victoria: VictoriaMetrics | None = None) -> None:
+    replay_into(config_path, victoria)
     out = tmp_path / "events.jsonl"
     args = [
         "--config",
@@ -114,7 +123,7 @@ def test_victoriametrics_history_replays_to_the_golden_events(
 ) -> None:
     influx = {"url": victoria.url, "org": "barton", "bucket": "replay"}
     config_path, _ = station_config(tmp_path, influx)
-    write_then_read_back(tmp_path, config_path, flush=lambda: victoria.export('{__name__="none"}'))
+    write_then_read_back(tmp_path, config_path, victoria)
 
 
 @pytest.mark.parametrize("kind", ["influxql", "victoriametrics"])
@@ -132,11 +141,7 @@ def test_history_read_in_small_chunks_is_the_stored_samples(
     else:
         influx = {"url": victoria.url, "org": "barton", "bucket": "replay"}
         config_path, config = station_config(tmp_path, influx)
-    written = replay(
-        "--config", str(config_path), "--input", str(CASE / "input.csv"), "--events", "/dev/null"
-    )
-    assert written.returncode == 0, written.stderr
-    victoria.export('{__name__="none"}')  # flush
+    replay_into(config_path, victoria if kind == "victoriametrics" else None)
     monkeypatch.setattr(historian, "CHUNK_POINTS", 37)
     monkeypatch.setattr(historian, "WINDOW_S", 1800.0)
     history = historian.open_history(config, 1780444800.0, 1780531200.0, kind)
@@ -277,10 +282,8 @@ def test_flux_history_replays_to_the_golden_events(tmp_path: Path, monkeypatch: 
 
 
 def _vm_write(victoria: VictoriaMetrics, lines: list[str]) -> None:
-    url = f"{victoria.url}/api/v2/write?org=barton&bucket=replay&precision=ns"
-    status, body = http("POST", url, "\n".join(lines).encode())
-    assert status == 204, body
-    victoria.export('{__name__="none"}')  # flush
+    victoria.write(lines, "barton", "replay")
+    victoria.flush()
 
 
 def test_victoriametrics_sensor_stored_in_two_series_comes_back_whole(

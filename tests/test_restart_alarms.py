@@ -7,7 +7,6 @@ import asyncio
 import json
 import signal
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,14 +125,6 @@ def test_a_retained_command_is_ignored_and_an_old_one_refused(
         operator.close()
         link.stop()
         manager.close()
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Mosquitto]:
-    server = Mosquitto(tmp_path / "broker")
-    server.start()
-    yield server
-    server.stop()
 
 
 def _get(url: str) -> Any:

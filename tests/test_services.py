@@ -35,9 +35,7 @@ def test_mosquitto_round_trip(mosquitto: Mosquitto) -> None:
 
 
 def test_victoria_metrics_round_trip(victoria: VictoriaMetrics) -> None:
-    line = b"smoke,station=ps-1,sensor=outfall.flow value=123.25 1767225600000000000\n"
-    status, body = http("POST", f"{victoria.url}/api/v2/write?bucket=b&org=o", line)
-    assert status == 204, body
+    victoria.write(["smoke,station=ps-1,sensor=outfall.flow value=123.25 1767225600000000000"])
     series = victoria.export('{__name__="smoke_value"}')
     assert len(series) == 1
     assert series[0]["metric"]["sensor"] == "outfall.flow"

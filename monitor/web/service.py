@@ -6,7 +6,8 @@ describe the daemon, not the operator's view; both read `StationView.health()`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fastapi import FastAPI
@@ -66,190 +67,165 @@ class StationCollector(Collector):
         self.view = view
 
     def collect(self) -> Iterator[Metric]:
-        h: Mapping[str, Any] = self.view.health()
-        station = self.view.station_id
-        samples = CounterMetricFamily(
-            "station_monitor_samples", "Samples ingested per source", labels=["station", "source"]
-        )
-        for source, count in h.get("samples_by_source", {}).items():
-            samples.add_metric([station, source], count)
-        yield samples
-        requests = CounterMetricFamily(
-            "station_monitor_modbus_requests", "Modbus requests sent", labels=["station", "device"]
-        )
-        errors = CounterMetricFamily(
-            "station_monitor_modbus_errors", "Modbus requests failed", labels=["station", "device"]
-        )
-        malformed = CounterMetricFamily(
-            "station_monitor_modbus_malformed",
-            "Modbus answers that did not fit their request",
-            labels=["station", "device"],
-        )
-        latency = GaugeMetricFamily(
-            "station_monitor_modbus_latency_seconds", "Last request round trip", labels=["station", "device"]
-        )
-        connected = GaugeMetricFamily(
-            "station_monitor_source_connected", "1 when the source is connected", labels=["station", "source"]
-        )
-        mqtt_msgs = CounterMetricFamily("station_monitor_mqtt_messages", "MQTT messages", labels=["station"])
-        mqtt_bad = CounterMetricFamily(
-            "station_monitor_mqtt_bad_payloads", "MQTT payloads refused", labels=["station"]
-        )
-        for src in h.get("sources", []):
-            connected.add_metric(
-                [station, f"{src['source']}:{src['name']}"], 1.0 if src["connected"] else 0.0
-            )
-            if src["source"] == "modbus":
-                requests.add_metric([station, src["name"]], src["requests"])
-                errors.add_metric([station, src["name"]], src["errors"])
-                malformed.add_metric([station, src["name"]], src.get("malformed", 0))
-                if src.get("latency_ms") is not None:
-                    latency.add_metric([station, src["name"]], src["latency_ms"] / 1000.0)
-            else:
-                mqtt_msgs.add_metric([station], src.get("received", 0))
-                mqtt_bad.add_metric([station], src.get("bad_payloads", 0))
-        yield from (requests, errors, malformed, latency, connected, mqtt_msgs, mqtt_bad)
-        outbox = h.get("outbox", {})
-        if outbox.get("configured"):
-            for name, key, doc in (
-                ("outbox_pending_points", "pending", "Points waiting in the outbox"),
-                ("outbox_pending_bytes", "pending_bytes", "Bytes waiting in the outbox"),
-            ):
-                g = GaugeMetricFamily(f"station_monitor_{name}", doc, labels=["station"])
-                g.add_metric([station], outbox.get(key, 0))
-                yield g
-            for name, key, doc in (
-                ("points_written", "written", "Points the server acknowledged"),
-                ("points_dropped", "dropped", "Points dropped by the outbox size cap"),
-                ("points_dead_lettered", "dead_letters", "Points the server rejected for good"),
-            ):
-                yield _station_metric(CounterMetricFamily, name, doc, station, outbox.get(key, 0))
-            age = GaugeMetricFamily(
-                "station_monitor_outbox_oldest_age_seconds",
-                "Age of the oldest pending point",
-                labels=["station"],
-            )
-            oldest = outbox.get("oldest_queued")
-            age.add_metric([station], max(0.0, self.view.now() - oldest) if oldest else 0.0)
-            yield age
-        active = GaugeMetricFamily(
-            "station_monitor_active_alarms", "Active alarms by priority", labels=["station", "priority"]
-        )
-        by_priority: dict[str, int] = {"critical": 0, "high": 0, "medium": 0, "low": 0}
-        for alarm in (a for a in self.view.alarms.active() if a.active):
-            by_priority[str(alarm.priority)] = by_priority.get(str(alarm.priority), 0) + 1
-        for priority, count in by_priority.items():
-            active.add_metric([station, priority], count)
-        yield active
-        engine = h.get("engine", {})
-        yield _station_metric(
-            CounterMetricFamily,
-            "bad_values",
-            "Readings rejected as not believable",
-            station,
-            engine.get("bad_values", 0),
-        )
-        not_judged = GaugeMetricFamily(
-            "station_monitor_slug_not_judged",
-            "1 while a sensor's slug rule is not judged (baseline below slug.min_baseline)",
-            labels=["station", "sensor"],
-        )
-        for sensor in engine.get("slug_not_judged", []):
-            not_judged.add_metric([station, sensor], 1)
-        yield not_judged
-        pipeline = h.get("pipeline", {})
-        for kind, name, doc, value in (
-            (
-                GaugeMetricFamily,
-                "intake_stalled",
-                "1 while the state disk refuses writes",
-                1.0 if pipeline.get("stalled") else 0.0,
-            ),
-            (
-                GaugeMetricFamily,
-                "intake_waiting",
-                "Readings taken in and not yet stored",
-                pipeline.get("waiting", 0),
-            ),
-            (
-                CounterMetricFamily,
-                "intake_dropped",
-                "Readings dropped while intake was stalled",
-                pipeline.get("dropped", 0),
-            ),
-            (
-                CounterMetricFamily,
-                "alarm_unjournaled",
-                "Alarm transitions the journal refused (not recorded, not shown)",
-                pipeline.get("unjournaled", 0),
-            ),
-            (
-                CounterMetricFamily,
-                "clock_restamped",
-                "Readings stamped before a gateway clock step, moved onto the new clock by the step",
-                pipeline.get("restamped", 0),
-            ),
-        ):
-            yield _station_metric(kind, name, doc, station, value)
-        listeners = CounterMetricFamily(
-            "station_monitor_alarm_listener_failures",
-            "Alarm transitions a listener (console, MQTT, notification, InfluxDB) failed on",
-            labels=["station", "listener"],
-        )
-        for name, count in h.get("alarm_listener_failures", {}).items():
-            listeners.add_metric([station, name], count)
-        yield listeners
-        yield _station_metric(
-            CounterMetricFamily,
-            "alarm_early_clears",
-            "Clears stamped before their alarm's activation, journaled at the activation",
-            station,
-            h.get("alarm_early_clears", 0),
-        )
-        meters = h.get("meters", {})
-        yield _station_metric(
-            CounterMetricFamily,
-            "meter_clock_step_failures",
-            "Gateway clock steps back whose move the meter ledger refused (counted once per step)",
-            station,
-            meters.get("clock_step_failures", 0),
-        )
-        yield _station_metric(
-            GaugeMetricFamily,
-            "meter_clock_steps_pending",
-            "Gateway clock steps back not yet moved in the meter ledger (it refuses writes)",
-            station,
-            meters.get("clock_steps_pending", 0),
-        )
-        incidents = h.get("incidents")
-        if isinstance(incidents, Mapping):
-            for kind, name, doc, value in (
-                (
-                    GaugeMetricFamily,
-                    "incident_store_failing",
-                    "1 while the incident store refuses to record incidents",
-                    1.0 if incidents.get("failing") else 0.0,
-                ),
-                (
-                    CounterMetricFamily,
-                    "incident_record_failures",
-                    "Batches whose incidents the incident store refused to record",
-                    incidents.get("failures", 0),
-                ),
-                (
-                    GaugeMetricFamily,  # how many are on record, not events: kept across a restart
-                    "incident_evidence_incomplete",
-                    "Incidents on record marked 'evidence incomplete' for a damaged evidence block",
-                    incidents.get("evidence_incomplete", 0),
-                ),
-            ):
-                yield _station_metric(kind, name, doc, station, value)
+        scrape = Scrape(self.view.health(), self.view)
+        for family in FAMILIES:
+            if family.shown(scrape):
+                yield family.metric(scrape, self.view.station_id)
 
 
-def _station_metric(
-    kind: type[CounterMetricFamily] | type[GaugeMetricFamily], name: str, doc: str, station: str, value: float
-) -> CounterMetricFamily | GaugeMetricFamily:
-    """One `station_monitor_<name>` series labelled by station alone: most of /metrics."""
-    family = kind(f"station_monitor_{name}", doc, labels=["station"])
-    family.add_metric([station], value)
-    return family
+@dataclass(frozen=True)
+class Scrape:
+    """What one scrape reads: the daemon's health snapshot, and its view for the alarms and time."""
+
+    health: Mapping[str, Any]
+    view: DaemonView
+
+    def part(self, key: str) -> Mapping[str, Any]:
+        """One part of the snapshot (`outbox`, `engine`, ...), empty if this daemon has none."""
+        value = self.health.get(key)
+        return value if isinstance(value, Mapping) else {}
+
+    def modbus(self) -> list[Mapping[str, Any]]:
+        return [src for src in self.health.get("sources", []) if src["source"] == "modbus"]
+
+    def mqtt(self) -> list[Mapping[str, Any]]:
+        return [src for src in self.health.get("sources", []) if src["source"] != "modbus"]
+
+
+Kind = type[CounterMetricFamily] | type[GaugeMetricFamily]
+Labelled = Iterable[tuple[Sequence[str], float]]  # (label values after the station's, value)
+
+
+def _always(scrape: Scrape) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family of /metrics, `station_monitor_<name>`, labelled by station and `labels`.
+
+    `read` gives the value of a family labelled by station alone; `each` the label values
+    and value of every series of a family with more labels (or of none, or several).
+    `shown`: whether the family is on this daemon at all (the outbox's only with an outbox)."""
+
+    name: str
+    help: str
+    kind: Kind
+    read: Callable[[Scrape], float] | None = None
+    each: Callable[[Scrape], Labelled] | None = None
+    labels: tuple[str, ...] = ()
+    shown: Callable[[Scrape], bool] = _always
+
+    def metric(self, scrape: Scrape, station: str) -> CounterMetricFamily | GaugeMetricFamily:
+        family = self.kind(f"station_monitor_{self.name}", self.help, labels=["station", *self.labels])
+        if self.read is not None:
+            family.add_metric([station], self.read(scrape))
+        for labels, value in self.each(scrape) if self.each is not None else ():
+            family.add_metric([station, *labels], value)
+        return family
+
+
+def _figure(path: str) -> Callable[[Scrape], float]:
+    """A count in the snapshot: "alarm_early_clears", or "outbox.pending" in a part; 0 if absent."""
+    part, _, key = path.rpartition(".")
+    return lambda scrape: (scrape.part(part) if part else scrape.health).get(key, 0)
+
+
+def _flag(path: str) -> Callable[[Scrape], float]:
+    """1.0 while a condition in a part of the snapshot ("pipeline.stalled") holds, else 0.0."""
+    part, _, key = path.partition(".")
+    return lambda scrape: 1.0 if scrape.part(part).get(key) else 0.0
+
+
+def _outbox(scrape: Scrape) -> bool:
+    return bool(scrape.part("outbox").get("configured"))
+
+
+def _incidents(scrape: Scrape) -> bool:
+    return isinstance(scrape.health.get("incidents"), Mapping)
+
+
+def _oldest_age(scrape: Scrape) -> float:
+    oldest = scrape.part("outbox").get("oldest_queued")
+    return max(0.0, scrape.view.now() - oldest) if oldest else 0.0
+
+
+def _active_by_priority(scrape: Scrape) -> Labelled:
+    by_priority: dict[str, int] = {"critical": 0, "high": 0, "medium": 0, "low": 0}
+    for alarm in (a for a in scrape.view.alarms.active() if a.active):
+        by_priority[str(alarm.priority)] = by_priority.get(str(alarm.priority), 0) + 1
+    return [((priority,), count) for priority, count in by_priority.items()]
+
+
+Counter, Gauge = CounterMetricFamily, GaugeMetricFamily
+
+# Every family /metrics serves, in the order it serves them (tests/cases/metrics pins the text).
+FAMILIES: tuple[Family, ...] = (
+    Family("samples", "Samples ingested per source", Counter, labels=("source",),
+           each=lambda s: [((source,), n) for source, n in s.health.get("samples_by_source", {}).items()]),
+    Family("modbus_requests", "Modbus requests sent", Counter, labels=("device",),
+           each=lambda s: [((d["name"],), d["requests"]) for d in s.modbus()]),
+    Family("modbus_errors", "Modbus requests failed", Counter, labels=("device",),
+           each=lambda s: [((d["name"],), d["errors"]) for d in s.modbus()]),
+    Family("modbus_malformed", "Modbus answers that did not fit their request", Counter, labels=("device",),
+           each=lambda s: [((d["name"],), d.get("malformed", 0)) for d in s.modbus()]),
+    Family("modbus_latency_seconds", "Last request round trip", Gauge, labels=("device",),
+           each=lambda s: [((d["name"],), d["latency_ms"] / 1000.0) for d in s.modbus()
+                           if d.get("latency_ms") is not None]),
+    Family("source_connected", "1 when the source is connected", Gauge, labels=("source",),
+           each=lambda s: [((f"{d['source']}:{d['name']}",), 1.0 if d["connected"] else 0.0)
+                           for d in s.health.get("sources", [])]),
+    Family("mqtt_messages", "MQTT messages", Counter,
+           each=lambda s: [((), d.get("received", 0)) for d in s.mqtt()]),
+    Family("mqtt_bad_payloads", "MQTT payloads refused", Counter,
+           each=lambda s: [((), d.get("bad_payloads", 0)) for d in s.mqtt()]),
+    Family("outbox_pending_points", "Points waiting in the outbox", Gauge,
+           read=_figure("outbox.pending"), shown=_outbox),
+    Family("outbox_pending_bytes", "Bytes waiting in the outbox", Gauge,
+           read=_figure("outbox.pending_bytes"), shown=_outbox),
+    Family("points_written", "Points the server acknowledged", Counter,
+           read=_figure("outbox.written"), shown=_outbox),
+    Family("points_dropped", "Points dropped by the outbox size cap", Counter,
+           read=_figure("outbox.dropped"), shown=_outbox),
+    Family("points_dead_lettered", "Points the server rejected for good", Counter,
+           read=_figure("outbox.dead_letters"), shown=_outbox),
+    Family("outbox_oldest_age_seconds", "Age of the oldest pending point", Gauge,
+           read=_oldest_age, shown=_outbox),
+    Family("active_alarms", "Active alarms by priority", Gauge,
+           labels=("priority",), each=_active_by_priority),
+    Family("bad_values", "Readings rejected as not believable", Counter, read=_figure("engine.bad_values")),
+    Family("slug_not_judged",
+           "1 while a sensor's slug rule is not judged (baseline below slug.min_baseline)", Gauge,
+           labels=("sensor",),
+           each=lambda s: [((sensor,), 1) for sensor in s.part("engine").get("slug_not_judged", [])]),
+    Family("intake_stalled", "1 while the state disk refuses writes", Gauge, read=_flag("pipeline.stalled")),
+    Family("intake_waiting", "Readings taken in and not yet stored", Gauge, read=_figure("pipeline.waiting")),
+    Family("intake_dropped", "Readings dropped while intake was stalled", Counter,
+           read=_figure("pipeline.dropped")),
+    Family("alarm_unjournaled", "Alarm transitions the journal refused (not recorded, not shown)", Counter,
+           read=_figure("pipeline.unjournaled")),
+    Family("clock_restamped",
+           "Readings stamped before a gateway clock step, moved onto the new clock by the step", Counter,
+           read=_figure("pipeline.restamped")),
+    Family("alarm_listener_failures",
+           "Alarm transitions a listener (console, MQTT, notification, InfluxDB) failed on", Counter,
+           labels=("listener",),
+           each=lambda s: [((name,), n) for name, n in s.health.get("alarm_listener_failures", {}).items()]),
+    Family("alarm_early_clears",
+           "Clears stamped before their alarm's activation, journaled at the activation", Counter,
+           read=_figure("alarm_early_clears")),
+    Family("meter_clock_step_failures",
+           "Gateway clock steps back whose move the meter ledger refused (counted once per step)", Counter,
+           read=_figure("meters.clock_step_failures")),
+    Family("meter_clock_steps_pending",
+           "Gateway clock steps back not yet moved in the meter ledger (it refuses writes)", Gauge,
+           read=_figure("meters.clock_steps_pending")),
+    Family("incident_store_failing", "1 while the incident store refuses to record incidents", Gauge,
+           read=_flag("incidents.failing"), shown=_incidents),
+    Family("incident_record_failures",
+           "Batches whose incidents the incident store refused to record", Counter,
+           read=_figure("incidents.failures"), shown=_incidents),
+    Family("incident_evidence_incomplete",  # how many are on record, not events: kept across a restart
+           "Incidents on record marked 'evidence incomplete' for a damaged evidence block", Gauge,
+           read=_figure("incidents.evidence_incomplete"), shown=_incidents),
+)  # fmt: skip
