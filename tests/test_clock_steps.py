@@ -1,0 +1,111 @@
+"""Gateway clock steps while the daemon runs, beyond one step (issue 12, item 5 follow-up):
+a reading queued across two steps, device-stamped pumps and levels, and a sensor fed on
+two clocks. Injected wall and monotonic clocks, event time, no sleeps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from monitor.engine import ClockWatch, Engine
+from monitor.engine.clock_step import SETTLE
+from monitor.model import ManualClock, Rule, Sample
+from tests.engine_helpers import T0
+from tests.test_clock_step import CONFIG, Stepped
+from tests.test_pipeline import close
+
+
+def test_a_poll_queued_across_a_step_back_and_a_step_forward_is_moved_by_both(tmp_path: Path) -> None:
+    """An NTP sync after a bad RTC: the gateway clock steps back an hour (noticed at +70 s
+    by the tick), then forward half an hour (noticed at +85 s), while the pH poll of +60 s
+    (the first clock's) still waits in the queue. It is moved by both steps, -30 min, to
+    the time it was taken on the clock that is right now, and pH 11 on that clock raises
+    the high alarm at once. Before: only the last step was remembered, the poll was not
+    taken for the first clock's, it was judged at +60 s, half an hour ahead of the new
+    clock, and every pH reading of the next half hour was dropped as out of order (no
+    high pH alarm)."""
+    gw = Stepped(tmp_path, -3600.0)
+    daemon = gw.daemon
+    try:
+        for k in range(0, 51, 10):
+            gw.poll(k, ph=7.0)
+
+        def clock(k: float) -> float:  # -1 h from +65 s, -30 min net from +80 s
+            return T0 + k - (3600.0 if k < 80 else 1800.0)
+
+        for k in (70, 85):
+            gw.wall.set(clock(k))
+            gw.mono.set(1000.0 + k)
+            daemon.tick()
+        gw.wall.set(clock(90))
+        gw.mono.set(1000.0 + 90)
+        daemon.pipeline.process([Sample("ph", T0 + 60, 7.0)])
+        for k in range(90, 121, 10):
+            gw.wall.set(clock(k))
+            gw.mono.set(1000.0 + k)
+            daemon.pipeline.process([Sample("ph", clock(k), 11.0)])
+        assert daemon.engine.counters.out_of_order == 0
+        assert daemon.pipeline.stats.restamped == 1
+        stored = sorted(s.time - T0 for s in daemon.sink.store.query("ph"))
+        assert stored == [-1740.0, -1710.0, -1700.0, -1690.0, -1680.0, 0.0, 10.0, 20.0, 30.0, 40.0, 50.0]
+        journal = daemon.alarms.journal.entries(sensor="ph")
+        assert [(e.event, e.time - T0) for e in journal if e.rule is Rule.HIGH] == [("activated", -1710.0)]
+    finally:
+        close(daemon)
+
+
+def test_which_readings_each_of_several_steps_moves() -> None:
+    """Forward an hour at +65 s, then back half an hour at +95 s: a reading of the first
+    clock (+60 s) is moved by both (+30 min), one of the second (+3690 s on it, +90 s of
+    real time) by the second only, one of the clock now by none; a reading ahead of every
+    clock the gateway had, or older than a step before the first, is left alone. After a
+    step back and then forward, the same (both orders are what an NTP sync after a bad RTC
+    can do)."""
+    wall, mono = ManualClock(T0), ManualClock(1000.0)
+    watch = ClockWatch(Engine(CONFIG.rules, ManualClock()), wall=wall.now, monotonic=mono.now)
+    assert watch.check() == []
+    wall.set(T0 + 70 + 3600)
+    mono.set(1070.0)
+    assert [c.rule for c in watch.check()] == [Rule.CLOCK]
+    wall.set(T0 + 100 + 1800)
+    mono.set(1100.0)
+    assert [c.rule for c in watch.check()] == [Rule.CLOCK]
+    wall.set(T0 + 110 + 1800)
+    items = [Sample("ph", t, 7.0) for t in (T0 + 60, T0 + 3690, T0 + 1905, T0 + 9000, T0 - 4000)]
+    moved, count = watch.restamp(items)
+    assert [s.time - T0 for s in moved] == [1860.0, 1890.0, 1905.0, 9000.0, -4000.0]
+    assert count == 2
+
+    wall, mono = ManualClock(T0), ManualClock(1000.0)
+    watch = ClockWatch(Engine(CONFIG.rules, ManualClock()), wall=wall.now, monotonic=mono.now)
+    assert watch.check() == []
+    wall.set(T0 + 70 - 3600)
+    mono.set(1070.0)
+    watch.check()
+    wall.set(T0 + 100 - 1800)
+    mono.set(1100.0)
+    watch.check()
+    wall.set(T0 + 110 - 1800)
+    items = [Sample("ph", t, 7.0) for t in (T0 + 60, T0 - 3510, T0 - 1695)]
+    moved, count = watch.restamp(items)
+    assert [s.time - T0 for s in moved] == [-1740.0, -1710.0, -1695.0]
+    assert count == 2
+
+
+def test_a_step_is_forgotten_once_nothing_held_was_handed_over_before_it(tmp_path: Path) -> None:
+    """Bounded memory: the steps are kept while a reading handed over before them may still
+    wait, and forgotten once the oldest the pipeline holds came `SETTLE` after them."""
+    gw = Stepped(tmp_path, -3600.0)
+    daemon = gw.daemon
+    try:
+        gw.poll(0, ph=7.0)
+        gw.wall.set(gw.at(70))
+        gw.mono.set(1070.0)
+        daemon.tick()
+        assert [s.step for s in daemon.pipeline.clock_watch.steps] == [-3600.0]  # type: ignore[union-attr]
+        gw.poll(70 + SETTLE, ph=7.0)  # handed over just SETTLE after the step: kept
+        assert len(daemon.pipeline.clock_watch.steps) == 1  # type: ignore[union-attr]
+        gw.poll(71 + SETTLE, ph=7.0)
+        assert daemon.pipeline.clock_watch.steps == ()  # type: ignore[union-attr]
+        assert daemon.pipeline.clock_watch.generation == 1  # type: ignore[union-attr]
+    finally:
+        close(daemon)
