@@ -203,7 +203,7 @@ class Daemon:
         self.pipeline.clock_watch = watch
         if watch is not None:
             watch.device = device_stamped(self.config)  # stamped by their own clocks: not moved
-            watch.on_step.append(self.station.shift)
+            watch.on_step.append(lambda step: self.station.shift(step, watch.device))
             watch.on_step.append(self.pipeline.shift)
             watch.on_step.append(lambda step: self._meter_step(watch, step))
 

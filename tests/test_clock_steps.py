@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from monitor.config import Config, build_config
+from monitor.daemon import Daemon
 from monitor.engine import ClockWatch, Engine
 from monitor.engine.clock_step import SETTLE
 from monitor.model import ManualClock, Rule, Sample
@@ -107,5 +109,117 @@ def test_a_step_is_forgotten_once_nothing_held_was_handed_over_before_it(tmp_pat
         gw.poll(71 + SETTLE, ph=7.0)
         assert daemon.pipeline.clock_watch.steps == ()  # type: ignore[union-attr]
         assert daemon.pipeline.clock_watch.generation == 1  # type: ignore[union-attr]
+    finally:
+        close(daemon)
+
+
+WELL = [
+    {"id": "lvl", "kind": "level", "unit": "ft",
+     "setpoints": {"off": 2, "lead_on": 5, "lag_on": 6, "high": 8, "overflow": 9}},
+    {"id": "p1", "kind": "pump", "pump": {"capacity": "500 gpm", "max_starts_per_hour": 3, "max_run": "5m"}},
+]  # fmt: skip
+
+
+def mixed_station(tmp_path: Path) -> Config:
+    """A wet well whose level is polled over Modbus (the gateway's clock) and whose pump
+    reports its run feedback over MQTT with the controller's own time (`time_path`)."""
+    return build_config(
+        {
+            "station": {"id": "ps-mixed-clocks", "timezone": "UTC"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": WELL,
+            "wet_well": {"level": "lvl", "pumps": ["p1"], "fail_to_start_delay": "2m"},
+            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020,
+                                    "fields": [{"sensor": "lvl", "register": "holding", "address": 0,
+                                                "type": "UINT16", "scale": 0.01}]}]},
+            "mqtt": {"subscriptions": [{"topic": "pumps/p1", "sensor": "p1", "format": "json",
+                                        "value_path": "on", "time_path": "t"}]},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+
+
+def test_a_step_back_leaves_a_device_stamped_pump_where_it_is(tmp_path: Path) -> None:
+    """An NTP correction at boot: the gateway's RTC ran an hour ahead; the pump controller
+    stamps p1's feedback with its own, correct clock. p1 runs +10..+40 s and from +50 s;
+    at +65 s the gateway clock is stepped back to true time (the tick notices at +70 s);
+    p1's "on" of +60 s and the level poll of +60 s wait in the queue across it; the level
+    reaches the overflow at +100 s; p1 stops at +200 s and starts again at +210 s. Only
+    the gateway-stamped state moves: the level poll is moved onto the new clock and the
+    well is judged there (high level and overflow at +100 s), while p1's run from +50 s
+    lasted the 150 s it ran (no `long_run`, max 5 min), its runs stay where the controller
+    stamped them and no start is lost. Before: the step moved p1's run back an hour with
+    the level's history, and the next "on" found it 3,620 s long: a false `long_run`."""
+    config = mixed_station(tmp_path)
+    ahead = 3600.0
+    wall, mono = ManualClock(T0 + ahead), ManualClock(1000.0)
+    daemon = Daemon(config, wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+
+    def at(k: float, *items: Sample) -> None:
+        wall.set(T0 + k + (ahead if k < 65 else 0.0))
+        mono.set(1000.0 + k)
+        daemon.pipeline.process(list(items))
+
+    def pump(k: float) -> Sample:
+        return Sample("p1", T0 + k, 1.0 if 10 <= k < 40 or 50 <= k < 200 or k >= 210 else 0.0)
+
+    try:
+        for k in range(0, 51, 10):
+            at(k, Sample("lvl", T0 + ahead + k, 4.0), pump(k))
+        wall.set(T0 + 70)
+        mono.set(1070.0)
+        daemon.tick()
+        at(70, Sample("lvl", T0 + ahead + 60, 4.0), pump(60))  # queued across the step
+        for k in range(70, 221, 10):
+            at(k, Sample("lvl", T0 + k, 4.0 if k < 100 else 9.5), pump(k))
+        assert [(e.rule, e.event) for e in daemon.alarms.journal.entries(sensor="p1")] == []
+        journal = daemon.alarms.journal.entries(sensor="lvl")
+        assert sorted((e.rule, e.event, e.time - T0) for e in journal) == [
+            (Rule.HIGH_LEVEL, "activated", 100.0),
+            (Rule.OVERFLOW, "activated", 100.0),
+        ]
+        store = daemon.station.store
+        assert store is not None
+        runs = [(r.start - T0, None if r.end is None else r.end - T0) for r in store.runs(0, 2 * T0)]
+        assert runs == [(10.0, 40.0), (50.0, 200.0), (210.0, None)]
+        tracker = daemon.station.tracker
+        assert tracker is not None  # no start lost: three in the hour, on the controller's clock
+        assert [t - T0 for t in tracker.pumps["p1"].recent_starts] == [10.0, 50.0, 210.0]
+        assert daemon.engine.counters.out_of_order == 0
+    finally:
+        close(daemon)
+
+
+def test_a_step_back_leaves_a_device_stamped_wet_well_where_it_is(tmp_path: Path) -> None:
+    """The whole well reports over MQTT with the controller's time: the level above lead_on
+    from +30 s with p1 off, the gateway clock stepped back an hour at +65 s. fail_to_start
+    is raised after its 2 min on the controller's clock, at +150 s. Before: the step moved
+    the well's delay back an hour and the next level reading found it 3,640 s old: a false
+    `fail_to_start` at +70 s, 80 s early."""
+    config = build_config(
+        {
+            "station": {"id": "ps-device-well", "timezone": "UTC"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": WELL,
+            "wet_well": {"level": "lvl", "pumps": ["p1"], "fail_to_start_delay": "2m"},
+            "mqtt": {"subscriptions": [{"topic": "well/+", "sensor": "{1}", "format": "json",
+                                        "value_path": "v", "time_path": "t"}]},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+    wall, mono = ManualClock(T0 + 3600.0), ManualClock(1000.0)
+    daemon = Daemon(config, wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    try:
+        for k in range(0, 201, 10):
+            wall.set(T0 + k + (3600.0 if k < 65 else 0.0))
+            mono.set(1000.0 + k)
+            level = 6.0 if k >= 30 else 4.0
+            daemon.pipeline.process([Sample("lvl", T0 + k, level), Sample("p1", T0 + k, 0.0)])
+        journal = daemon.alarms.journal.entries(sensor="lvl")
+        assert [(e.rule, e.event, e.time - T0) for e in journal] == [(Rule.FAIL_TO_START, "activated", 150.0)]
     finally:
         close(daemon)
