@@ -100,6 +100,20 @@ def device_stamped(config: Config) -> frozenset[str]:
     )
 
 
+def gateway_fed(config: Config) -> frozenset[str]:
+    """The sensors the gateway clock stamps for certain: polled over Modbus, or named by a
+    subscription without a `time_path` (stamped at receipt). A message with a payload time
+    for one of them is refused (`MqttSource`; one named so literally is a config error):
+    a sensor's history cannot follow the gateway's clock and a device's across a step."""
+    polled = {f.sensor for d in (config.modbus.devices if config.modbus else []) for f in d.fields}
+    plain = {
+        s.sensor
+        for s in (config.mqtt.subscriptions if config.mqtt else [])
+        if s.time_path is None and "{" not in s.sensor
+    }
+    return frozenset(polled | plain)
+
+
 class Reconciler:
     """Holds the journal's active alarms the engine does not know yet."""
 

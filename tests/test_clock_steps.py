@@ -4,14 +4,24 @@ two clocks. Injected wall and monotonic clocks, event time, no sleeps."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 from pathlib import Path
+
+import pytest
 
 from monitor.config import Config, build_config
 from monitor.daemon import Daemon
 from monitor.engine import ClockWatch, Engine
 from monitor.engine.clock_step import SETTLE
 from monitor.model import ManualClock, Rule, Sample
+from monitor.sources.mqtt import MqttLink
+from monitor.sources.mqtt_ingest import MqttSource
+from tests.cli import run_monitor
 from tests.engine_helpers import T0
+from tests.mqtt_tools import Peer, collect, mqtt_config
+from tests.services import Mosquitto
 from tests.test_clock_step import CONFIG, Stepped
 from tests.test_pipeline import close
 
@@ -223,3 +233,82 @@ def test_a_step_back_leaves_a_device_stamped_wet_well_where_it_is(tmp_path: Path
         assert [(e.rule, e.event, e.time - T0) for e in journal] == [(Rule.FAIL_TO_START, "activated", 150.0)]
     finally:
         close(daemon)
+
+
+TWO_CLOCKS = """\
+station: {id: ps-two-clocks}
+sensors:
+  - {id: ph, kind: ph}
+  - {id: temp, kind: temperature, unit: degC}
+modbus:
+  devices:
+    - name: plc
+      host: 127.0.0.1
+      fields:
+        - {sensor: temp, register: holding, address: 0, type: UINT16}
+        - {sensor: ph, register: holding, address: 1, type: UINT16, scale: 0.01}
+mqtt:
+  subscriptions:
+    - {topic: lab/temp, sensor: temp}
+    - {topic: probe/ph, sensor: ph, format: json, value_path: v, time_path: t}
+    - {topic: probe/temp, sensor: temp, format: json, value_path: v, time_path: t}
+"""
+
+
+def test_a_sensor_fed_on_the_gateway_clock_and_with_a_payload_time_is_refused(tmp_path: Path) -> None:
+    """One sensor's history cannot be on two clocks across a gateway clock step: moved with
+    the step, the device's readings look a step old (a false alarm); left, the poll's are a
+    step out of order (dropped). So a sensor polled over Modbus, or named by a subscription
+    without a `time_path`, and also named by one with a `time_path` is a config error naming
+    both keys, and the daemon does not start (exit 2). Before: the config loaded and the
+    sensor was taken for the gateway's, its device-stamped readings moved by a step."""
+    path = tmp_path / "station.yaml"
+    path.write_text(TWO_CLOCKS, encoding="utf-8")
+    result = run_monitor("check-config", str(path))
+    assert result.returncode == 2, result.stdout + result.stderr
+    err = result.stderr
+    assert (
+        "mqtt.subscriptions[1].sensor: sensor 'ph' is polled by modbus.devices[0].fields[1].sensor"
+        " (stamped by the gateway clock) and takes its time from the payload here" in err
+    )
+    assert (
+        "mqtt.subscriptions[2].sensor: sensor 'temp' is polled by modbus.devices[0].fields[0].sensor" in err
+    )
+    assert "and fed by mqtt.subscriptions[0].sensor" in err
+
+
+def test_a_payload_time_for_a_polled_sensor_is_refused_per_message(
+    mosquitto: Mosquitto, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A templated subscription with a `time_path` (`plant/+/flow` -> `{1}.flow`) can bind a
+    sensor only when a message comes: one that binds a sensor the gateway clock stamps
+    (polled over Modbus) is refused as a bad payload, counted and logged with why, and the
+    others go on (a real broker). Before: it was taken, and the sensor's readings were on
+    two clocks."""
+    subs = [
+        {"topic": "plant/+/flow", "sensor": "{1}.flow", "format": "json", "value_path": "v", "time_path": "t"}
+    ]
+    cfg = mqtt_config(mosquitto.port, subscriptions=subs)
+    link = MqttLink(cfg, "ps-1", client_id="t-two-clocks")
+    source = MqttSource(link, cfg, "ps-1", sensors=["outfall.flow", "mill.flow"], gateway=["mill.flow"])
+    link.start()
+    link.wait_connected()
+    peer = Peer(mosquitto.port, "t-two-clocks-peer")
+    try:
+        messages = [
+            ("plant/mill/flow", json.dumps({"v": 50.0, "t": T0}).encode()),
+            ("plant/outfall/flow", json.dumps({"v": 120.5, "t": T0}).encode()),
+        ]
+        with caplog.at_level(logging.WARNING, logger="monitor.sources.mqtt_ingest"):
+            peer.publish_many(messages)
+            samples = asyncio.run(collect(source, lambda got: len(got) >= 1))
+        assert [(s.sensor, s.value) for s in samples] == [("outfall.flow", 120.5)]
+        assert source.bad.counts == {"plant/mill/flow": 1}
+        assert (
+            "topic 'plant/mill/flow': bad payload: sensor 'mill.flow' is stamped by the gateway clock"
+            " (polled over Modbus, or fed without a time_path); a payload time would judge it on two"
+            " clocks" in caplog.text
+        )
+    finally:
+        peer.close()
+        link.stop()
