@@ -16,6 +16,7 @@ from monitor.daemon import Daemon
 from monitor.engine import ClockWatch, Engine
 from monitor.engine.clock_step import SETTLE
 from monitor.model import ManualClock, Rule, Sample
+from monitor.reconcile import device_stamped
 from monitor.sources.mqtt import MqttLink
 from monitor.sources.mqtt_ingest import MqttSource
 from tests.cli import run_monitor
@@ -312,3 +313,49 @@ def test_a_payload_time_for_a_polled_sensor_is_refused_per_message(
     finally:
         peer.close()
         link.stop()
+
+
+def test_a_step_back_leaves_a_sensor_derived_from_device_stamped_readings_where_it_is(
+    tmp_path: Path,
+) -> None:
+    """A derived sensor made only of device-stamped readings carries their time: the
+    effluent temperature in °F, from the device's °C. Over 150 °F for 90 s (5 min
+    on-delay: no alarm due); the gateway's RTC, 3 h ahead, is stepped back at +65 s. Before:
+    the step moved the derived sensor's history back 3 h (only fed sensors were known to
+    be device-stamped), its next sample found the excursion 3 h old: a false `high`."""
+    config = build_config(
+        {
+            "station": {"id": "ps-derived-device"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [
+                {"id": "ph", "kind": "ph"},
+                {"id": "plant.temp", "kind": "temperature", "unit": "degC", "stale_after": "1h",
+                 "limits": {"on_delay": "5m", "off_delay": "0s"}},
+                {"id": "temp.f", "kind": "derived", "unit": "degF", "expression": "plant.temp",
+                 "limits": {"high": 150, "unit": "degF", "on_delay": "5m", "off_delay": "0s"},
+                 "stale_after": "1h"},
+            ],
+            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020,
+                                    "fields": [{"sensor": "ph", "register": "holding", "address": 0,
+                                                "type": "UINT16", "scale": 0.01}]}]},
+            "mqtt": {"subscriptions": [{"topic": "plant/+/temp", "sensor": "plant.{1}", "format": "json",
+                                        "value_path": "v", "time_path": "t"}]},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+    assert "temp.f" in device_stamped(config)
+    ahead = 3 * 3600.0
+    wall, mono = ManualClock(T0 + ahead), ManualClock(1000.0)
+    daemon = Daemon(config, wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    try:
+        for k in range(0, 401, 10):
+            wall.set(T0 + k + (ahead if k < 65 else 0.0))
+            mono.set(1000.0 + k)
+            temp = 70.0 if 30 <= k <= 110 else 40.0  # 158 °F
+            daemon.pipeline.process([Sample("ph", wall.now(), 7.0), Sample("plant.temp", T0 + k, temp)])
+        assert [(e.rule, e.event) for e in daemon.alarms.journal.entries(sensor="temp.f")] == []
+        assert [s.time - T0 for s in daemon.sink.store.query("temp.f")][:3] == [0.0, 10.0, 20.0]
+    finally:
+        close(daemon)
