@@ -87,6 +87,9 @@ def test_which_readings_each_of_several_steps_moves() -> None:
     moved, count = watch.restamp(items)
     assert [s.time - T0 for s in moved] == [1860.0, 1890.0, 1905.0, 9000.0, -4000.0]
     assert count == 2
+    # A batch a full disk held, moved onto the second clock already: by the last step only.
+    held, count = watch.restamp([Sample("ph", T0 + 3690, 7.0)], since=1)
+    assert [s.time - T0 for s in held] == [1890.0] and count == 1
 
     wall, mono = ManualClock(T0), ManualClock(1000.0)
     watch = ClockWatch(Engine(CONFIG.rules, ManualClock()), wall=wall.now, monotonic=mono.now)
@@ -357,5 +360,48 @@ def test_a_step_back_leaves_a_sensor_derived_from_device_stamped_readings_where_
             daemon.pipeline.process([Sample("ph", wall.now(), 7.0), Sample("plant.temp", T0 + k, temp)])
         assert [(e.rule, e.event) for e in daemon.alarms.journal.entries(sensor="temp.f")] == []
         assert [s.time - T0 for s in daemon.sink.store.query("temp.f")][:3] == [0.0, 10.0, 20.0]
+    finally:
+        close(daemon)
+
+
+def test_a_pump_start_queued_across_a_step_back_and_forward_is_counted_where_it_happened(
+    tmp_path: Path,
+) -> None:
+    """The station's clock steps back an hour (noticed at +70 s) and forward half an hour
+    (noticed at +85 s) while p1's "on" of +60 s waits in the queue. The start is moved by
+    both steps with the level poll beside it, so p1's run starts at +60 s of real time and
+    stops at +120 s: one run of 60 s, the start counted, no alarm. Before: the "on" was
+    judged at +60 s on the first clock, half an hour ahead of the station, so p1's "off" at
+    +120 s and every reading of the next half hour were older than it and ignored: the run
+    was stored half an hour from where it happened and ended only at the first reading
+    after that half hour."""
+    gw = Stepped(tmp_path, -3600.0)
+    daemon = gw.daemon
+
+    def clock(k: float) -> float:
+        return T0 + k - (0.0 if k < 65 else 3600.0 if k < 80 else 1800.0)
+
+    try:
+        for k in range(0, 51, 10):
+            gw.poll(k, p1=0.0, lvl=4.0)
+        for k in (70, 85):
+            gw.wall.set(clock(k))
+            gw.mono.set(1000.0 + k)
+            daemon.tick()
+        gw.wall.set(clock(90))
+        gw.mono.set(1090.0)
+        daemon.pipeline.process([Sample("p1", T0 + 60, 1.0), Sample("lvl", T0 + 60, 4.0)])
+        for k in [*range(90, 200, 10), 1900, 1910]:
+            gw.wall.set(clock(k))
+            gw.mono.set(1000.0 + k)
+            daemon.pipeline.process(
+                [Sample("p1", clock(k), 1.0 if k < 120 else 0.0), Sample("lvl", clock(k), 4.0)]
+            )
+        assert list(daemon.alarms.journal.entries(sensor="p1")) == []
+        store = daemon.station.store
+        assert store is not None
+        runs = [(r.start - T0, None if r.end is None else r.end - T0) for r in store.runs(0, 2 * T0)]
+        assert runs == [(60.0 - 1800.0, 120.0 - 1800.0)]
+        assert daemon.engine.counters.out_of_order == 0
     finally:
         close(daemon)
