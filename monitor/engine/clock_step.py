@@ -52,7 +52,10 @@ again, and a restart would not help (the checkpoint holds the old times). So:
   Knowing them, a gateway reading needs no allowance for a device clock's lead: with one
   (`mqtt.max_skew`, 300 s) a step back shorter than it moved no queued poll, and the
   poll's sensor dropped every reading as out of order for the length of the step. A
-  sensor fed both ways (polled and with a payload time) is taken for the gateway's.
+  derived sensor made only of such readings carries their time and is theirs too. A
+  sensor named both ways (polled, or fed without a payload time, and with one) is refused
+  (a config error; a templated subscription's message, a bad payload): one history cannot
+  follow two clocks across a step. One a plain template could bind is the gateway's.
 - At start, `check_restored()` compares the restored checkpoint with the wall
   clock: readings "from the future" mean the clock stepped back while the daemon
   was down, and are shifted the same way (a restart after a step is not blind).
