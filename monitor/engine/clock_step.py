@@ -269,11 +269,13 @@ class ClockWatch:
         if not steps or not items:
             return items, 0
         now = self.wall()
+        lo, hi = _stamps(steps[-1], now)  # the clock of now's: the common case, decided here
+        device = self.device
         moved = 0
         out: list[Sample | Condition] = []
         for original in items:
             item = original
-            if item.sensor not in self.device:
+            if not lo < item.time <= hi and item.sensor not in device:
                 delta, across = _moved_by(item.time, steps, now)
                 if delta != 0.0:
                     if not self._told:
@@ -312,6 +314,15 @@ class ClockWatch:
         return Condition(t, GATEWAY, Rule.CLOCK, state, step, TOLERANCE, CITATION, message=text)
 
 
+def _stamps(s: GatewayStep, end: float) -> tuple[float, float]:
+    """The stamps (lo, hi] of the clock after step `s`, up to its `end`: from the step (after
+    a step forward, only above the old clock's last stamp) to `end`, with the tolerance."""
+    lo = s.old + s.step - TOLERANCE
+    if s.step > 0:
+        lo = max(lo, s.old + TOLERANCE)
+    return lo, end + TOLERANCE
+
+
 def _moved_by(t: float, steps: Sequence[GatewayStep], now: float) -> tuple[float, int]:
     """How far a reading stamped `t` moves onto the clock of `now`, and across how many
     steps: found from the newest clock back, each clock stamping from its step (after a
@@ -321,10 +332,8 @@ def _moved_by(t: float, steps: Sequence[GatewayStep], now: float) -> tuple[float
     delta, end = 0.0, now
     for k in range(len(steps) - 1, -1, -1):
         s = steps[k]
-        lo = s.old + s.step - TOLERANCE
-        if s.step > 0:
-            lo = max(lo, s.old + TOLERANCE)
-        if lo < t <= end + TOLERANCE:  # this clock's
+        lo, hi = _stamps(s, end)
+        if lo < t <= hi:  # this clock's
             return delta, len(steps) - 1 - k
         delta += s.step
         end = s.old
