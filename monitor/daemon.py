@@ -45,7 +45,7 @@ from monitor.incidents.influx import incident_lines
 from monitor.meters.book import MeterBook
 from monitor.model import Alarm, Clock, Condition, ConditionState, Rule, Sample, WallClock
 from monitor.pipeline import Pipeline
-from monitor.reconcile import Reconciler, device_skew, device_stamped
+from monitor.reconcile import Reconciler, device_skew, device_stamped, gateway_fed
 from monitor.recovery import recover
 from monitor.sdnotify import notify, watchdog_interval
 from monitor.sinks.pipeline import SampleSink, open_sink
@@ -149,6 +149,7 @@ class Daemon:
                     config.mqtt,
                     config.station.id,
                     sensors=[s.id for s in config.sensors],
+                    gateway=gateway_fed(config),
                     clock=self.clock,
                 )
             if config.mqtt.publish_alarms:
@@ -203,7 +204,7 @@ class Daemon:
         self.pipeline.clock_watch = watch
         if watch is not None:
             watch.device = device_stamped(self.config)  # stamped by their own clocks: not moved
-            watch.on_step.append(self.station.shift)
+            watch.on_step.append(lambda step: self.station.shift(step, watch.device))
             watch.on_step.append(self.pipeline.shift)
             watch.on_step.append(lambda step: self._meter_step(watch, step))
 

@@ -106,6 +106,7 @@ class PipelineStats:
 class _Entry:
     items: Sequence[Sample | Condition]
     ack: Ack | None
+    handed: float = -math.inf  # the clock watch's monotonic time it was handed over (`ClockWatch.forget`)
 
 
 @dataclass
@@ -121,7 +122,7 @@ class _Batch:
     held: int | None = None  # intake record in the series store
     in_outbox: bool = False
     in_ledger: bool = False
-    step: tuple[float, float] | None = None  # the clock step it was last moved onto (`ClockWatch.step`)
+    generation: int = 0  # the clock it was last moved onto (`ClockWatch.generation`)
 
 
 class SourceEmit:
@@ -183,7 +184,7 @@ class Pipeline:
 
     def emit(self, items: Sequence[Sample | Condition], ack: Ack | None = None) -> None:
         """Take over what a source read (on the loop thread); never blocks."""
-        self._queue.append(_Entry(items, ack))
+        self._queue.append(_Entry(items, ack, self._handed()))
         self._held += len(items)
         if self.stats.stalled is not None and self._held > HOLD_MAX:
             self._shed()
@@ -201,6 +202,10 @@ class Pipeline:
             keep.append(entry)
         self._queue = keep
 
+    def _handed(self) -> float:
+        watch = self.clock_watch
+        return -math.inf if watch is None else watch.monotonic()
+
     def listen(self, listener: BatchListener) -> None:
         self._listeners.append(listener)
 
@@ -209,7 +214,7 @@ class Pipeline:
     def process(self, items: Sequence[Sample | Condition]) -> list[Alarm]:
         """Store and judge one batch now; raises `SinkError`/`StateError` when a store
         refuses (nothing judged then). For tests and the demo's history seeding."""
-        batch = self._prepare([_Entry(items, None)])
+        batch = self._prepare([_Entry(items, None, self._handed())])
         self._store(batch)
         return self._judge(batch)
 
@@ -262,6 +267,7 @@ class Pipeline:
             # A clock step re-bases the engine and the station (derived sensors too) before
             # the batch's derived samples are made and it is judged.
             conditions.extend(watch.check())
+            watch.forget(entries[0].handed)  # the oldest reading still held: nothing before it
         for entry in entries:
             taken = entry.items
             if watch is not None:  # stamped before a step: onto the new clock, stored there
@@ -278,7 +284,8 @@ class Pipeline:
                 samples.append(sample)
                 if self._kinds.get(sample.sensor) is Kind.METER:
                     meters.append(sample)
-        return _Batch(entries, raw, samples, meters, conditions, step=None if watch is None else watch.step)
+        generation = 0 if watch is None else watch.generation
+        return _Batch(entries, raw, samples, meters, conditions, generation=generation)
 
     def _restamp_held(self, batch: _Batch) -> None:
         """A batch a store refused was prepared on the clock of its time: a step noticed
@@ -291,10 +298,11 @@ class Pipeline:
         if watch is None or batch.held is not None or batch.in_outbox or batch.in_ledger:
             return
         self.raise_conditions(watch.check())  # a step is told now, not when the disk has room
-        if watch.step is None or watch.step is batch.step:  # moved onto this clock already
+        if watch.generation == batch.generation:  # moved onto this clock already
             return
-        batch.step = watch.step
-        raw, moved = watch.restamp(batch.raw)
+        watch.forget(batch.entries[0].handed)
+        raw, moved = watch.restamp(batch.raw, since=batch.generation)
+        batch.generation = watch.generation
         if not moved:
             return
         self.stats.restamped += moved

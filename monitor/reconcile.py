@@ -78,7 +78,8 @@ def device_skew(config: Config) -> float:
 def device_stamped(config: Config) -> frozenset[str]:
     """The sensors whose readings carry their device's own time: fed only by MQTT
     subscriptions with a `time_path` (a templated `sensor: "plant.{1}"` matched against the
-    configured ids). A gateway clock step never moved their stamps (engine/clock_step.py)."""
+    configured ids), and the derived sensors made only of those. A gateway clock step never
+    moved their stamps (engine/clock_step.py)."""
     mqtt = config.mqtt
     if mqtt is None:
         return frozenset()
@@ -90,14 +91,35 @@ def device_stamped(config: Config) -> frozenset[str]:
     device = [pattern(s.sensor) for s in mqtt.subscriptions if s.time_path is not None]
     gateway = [pattern(s.sensor) for s in mqtt.subscriptions if s.time_path is None]
     polled = {f.sensor for d in (config.modbus.devices if config.modbus else []) for f in d.fields}
-    return frozenset(
+    fed = {
         s.id
         for s in config.sensors
         if s.id not in polled
         and s.kind is not Kind.DERIVED  # made by the station from its inputs, never fed
         and any(p.fullmatch(s.id) for p in device)
         and not any(p.fullmatch(s.id) for p in gateway)
-    )
+    }
+    # A derived sample carries its inputs' time: of device-stamped inputs only, the device's
+    # (config.derived is in dependency order, so a derived input is decided before).
+    for sid, plan in config.derived.items():
+        inputs = plan.compiled.inputs
+        if inputs and all(i in fed for i in inputs):
+            fed.add(sid)
+    return frozenset(fed)
+
+
+def gateway_fed(config: Config) -> frozenset[str]:
+    """The sensors the gateway clock stamps for certain: polled over Modbus, or named by a
+    subscription without a `time_path` (stamped at receipt). A message with a payload time
+    for one of them is refused (`MqttSource`; one named so literally is a config error):
+    a sensor's history cannot follow the gateway's clock and a device's across a step."""
+    polled = {f.sensor for d in (config.modbus.devices if config.modbus else []) for f in d.fields}
+    plain = {
+        s.sensor
+        for s in (config.mqtt.subscriptions if config.mqtt else [])
+        if s.time_path is None and "{" not in s.sensor
+    }
+    return frozenset(polled | plain)
 
 
 class Reconciler:

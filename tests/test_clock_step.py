@@ -758,7 +758,8 @@ def test_which_sensors_are_stamped_by_their_device(tmp_path: Path) -> None:
     """Fed only by subscriptions with a payload time (a templated sensor matched against
     the configured ids): the device's clock. Polled, or fed without a payload time, too:
     the gateway's (its readings may be on either clock, and the gateway's is the one that
-    steps). A derived sensor is never fed: the station makes it, and moves it with a step."""
+    steps). A derived sensor is never fed: made only of device-stamped readings it carries
+    their time (`twice`, of x.flow), so it is the device's too."""
     config = build_config(
         {
             "station": {"id": "ps-which"},
@@ -776,7 +777,8 @@ def test_which_sensors_are_stamped_by_their_device(tmp_path: Path) -> None:
                 {"topic": "any/+", "sensor": "{1}", "format": "json", "time_path": "t"}]},
         }
     )  # fmt: skip
-    assert device_stamped(config) == frozenset({"a.ph", "x.flow"})  # `{1}` could feed any id but these
+    # `{1}` could feed any id but these
+    assert device_stamped(config) == frozenset({"a.ph", "x.flow", "twice"})
 
 
 def test_a_small_step_forward_keeps_the_on_delay_and_the_stale_watch_on_the_time_that_passed() -> None:

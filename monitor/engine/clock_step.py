@@ -35,6 +35,15 @@ again, and a restart would not help (the checkpoint holds the old times). So:
   one's last stamp); after a step forward, those stamped
   at or before the old clock's time when the step was noticed, within one step of it
   (the new clock stamps nothing there). Counted, and logged once a step.
+- Every step is remembered while a reading stamped before it may still wait (a batch a
+  full disk holds, a poll queued while two steps were noticed: an NTP sync after a bad
+  RTC steps back, then forward): a reading is moved by every step after the clock that
+  stamped it, found from the newest clock back (each clock's stamps run from its step to
+  the next step, as above), so one queued across a step back of 1 h and forward of 30 min
+  moves by -30 min, not by the last step only (before, it was not taken for an old clock's
+  at all, and its sensor dropped every reading as out of order for half an hour). A step
+  is forgotten once nothing the pipeline holds was handed over before it was noticed
+  (`forget`, with `SETTLE` for a source's hand-over), and beyond `MAX_STEPS` (logged).
 - A sensor whose readings carry their device's own time (an MQTT subscription with a
   `time_path`, `ClockWatch.device`) was never on the gateway clock: a step moves neither
   its history nor its readings, and restarts none of its timers. Moved back with the
@@ -43,7 +52,10 @@ again, and a restart would not help (the checkpoint holds the old times). So:
   Knowing them, a gateway reading needs no allowance for a device clock's lead: with one
   (`mqtt.max_skew`, 300 s) a step back shorter than it moved no queued poll, and the
   poll's sensor dropped every reading as out of order for the length of the step. A
-  sensor fed both ways (polled and with a payload time) is taken for the gateway's.
+  derived sensor made only of such readings carries their time and is theirs too. A
+  sensor named both ways (polled, or fed without a payload time, and with one) is refused
+  (a config error; a templated subscription's message, a bad payload): one history cannot
+  follow two clocks across a step. One a plain template could bind is the gateway's.
 - At start, `check_restored()` compares the restored checkpoint with the wall
   clock: readings "from the future" mean the clock stepped back while the daemon
   was down, and are shifted the same way (a restart after a step is not blind).
@@ -54,8 +66,9 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from monitor.engine.engine import Engine
 from monitor.engine.restored import TOLERANCE
@@ -66,6 +79,22 @@ log = logging.getLogger(__name__)
 HOLD = 300.0  # seconds of a steady clock before the diagnostic clears
 GATEWAY = "gateway"  # the `sensor` of the clock condition
 CITATION = "gateway clock (NTP)"
+# Seconds a source may take from stamping a reading to handing it over (a Modbus poll
+# hands over at once, MQTT within its linger; a flood drains in seconds): a step noticed
+# that long before the oldest reading the pipeline holds was handed over moves none.
+SETTLE = 60.0
+MAX_STEPS = 100  # steps remembered at most (a flapping RTC while a full disk holds a batch)
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayStep:
+    """One step while running: its number this run, the old clock's time when it was
+    noticed, the step (seconds, < 0 back) and the monotonic time it was noticed."""
+
+    n: int
+    old: float
+    step: float
+    noticed: float
 
 
 def shift(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:
@@ -131,10 +160,13 @@ class ClockWatch:
         # `reconcile.device_stamped`; the daemon sets them): a step of the gateway clock
         # moves neither their history nor their readings.
         self.device: frozenset[str] = frozenset()
-        # The last step while running: (the old clock's time when it was noticed, the step),
-        # for `restamp`; whether its first moved reading was logged.
-        self._step: tuple[float, float] | None = None
+        # The steps while running that a queued reading may still be stamped before, oldest
+        # first, for `restamp`; how many were noticed; whether the first reading moved
+        # after the last one was logged.
+        self._steps: deque[GatewayStep] = deque()
+        self._count = 0
         self._told = False
+        self._capped = False  # said so in the log when MAX_STEPS dropped one
         self.wall = wall
         self.monotonic = monotonic
         self._wall0 = wall()
@@ -147,10 +179,22 @@ class ClockWatch:
         self.on_step: list[Callable[[float], None]] = []
 
     @property
-    def step(self) -> tuple[float, float] | None:
-        """The last step while running, (the old clock's time when it was noticed, the
-        step), while readings of the old clock may still arrive; a new tuple each step."""
-        return self._step
+    def generation(self) -> int:
+        """How many steps were noticed while running: readings moved onto the clock of one
+        generation (`restamp`) need only the steps after it."""
+        return self._count
+
+    @property
+    def steps(self) -> tuple[GatewayStep, ...]:
+        """The steps remembered, oldest first."""
+        return tuple(self._steps)
+
+    def forget(self, handed_over: float) -> None:
+        """Forget the steps noticed more than `SETTLE` before `handed_over`, the monotonic
+        time the oldest reading the pipeline still holds was handed over: every reading
+        stamped before them has been judged."""
+        while self._steps and self._steps[0].noticed < handed_over - SETTLE:
+            self._steps.popleft()
 
     @classmethod
     def for_clock(
@@ -178,7 +222,7 @@ class ClockWatch:
         step = wall - (self._wall0 + (mono - self._mono0))
         self._wall0, self._mono0 = wall, mono
         if abs(step) > TOLERANCE:
-            self._step, self._told = (wall - step, step), False
+            self._remember(GatewayStep(self._count + 1, wall - step, step, mono))
             return self._stepped(wall, mono, step, "")
         if self._active_since is not None and mono - self._active_since >= HOLD:
             self._active_since = None
@@ -200,39 +244,55 @@ class ClockWatch:
         # How long the daemon was down is unknown: the history ends a second before now.
         return self._stepped(wall, mono, wall - newest - 1.0, " at least (while the daemon was stopped)")
 
-    def restamp(self, items: Sequence[Sample | Condition]) -> tuple[Sequence[Sample | Condition], int]:
-        """`items` with those stamped on the clock before the last step moved onto the new
-        one by the step (see the module docstring), and how many were moved. The first
-        moved after a step is logged, naming it; the rest are only counted."""
-        if self._step is None or not items:
+    def _remember(self, step: GatewayStep) -> None:
+        self._count, self._told = step.n, False
+        self._steps.append(step)
+        if len(self._steps) > MAX_STEPS:
+            dropped = self._steps.popleft()
+            if not self._capped:
+                self._capped = True
+                log.warning(
+                    "gateway clock stepped %d times while readings waited; the step noticed at %s is"
+                    " forgotten: a reading still queued from before it is judged at its stamp",
+                    MAX_STEPS + 1,
+                    iso(dropped.old),
+                )
+
+    def restamp(
+        self, items: Sequence[Sample | Condition], since: int = 0
+    ) -> tuple[Sequence[Sample | Condition], int]:
+        """`items` with those stamped on a clock before a step moved onto the clock of now
+        by every step after theirs (see the module docstring), and how many were moved.
+        `since`: the generation the items were moved onto already (only later steps
+        count). The first moved after a step is logged, naming it; the rest are counted."""
+        steps = [s for s in self._steps if s.n > since]
+        if not steps or not items:
             return items, 0
-        old, step = self._step
-        if step < 0:
-            lo, hi = self.wall() + TOLERANCE, old + TOLERANCE
-            if lo >= hi:  # the new clock passed every stamp of the old one
-                self._step = None
-                return items, 0
-        else:
-            lo, hi = old - step, old + TOLERANCE
+        now = self.wall()
+        lo, hi = _stamps(steps[-1], now)  # the clock of now's: the common case, decided here
+        device = self.device
         moved = 0
         out: list[Sample | Condition] = []
         for original in items:
             item = original
-            if lo < item.time <= hi and item.sensor not in self.device:
-                if not self._told:
-                    self._told = True
-                    log.warning(
-                        "%s at %s was stamped before the gateway clock stepped %s; moved by %s%s to %s"
-                        " onto the new clock (judged and stored there; the others counted)",
-                        item.sensor,
-                        iso(item.time),
-                        "back" if step < 0 else "forward",
-                        "-" if step < 0 else "+",
-                        step_text(step),
-                        iso(item.time + step),
-                    )
-                item = replace(item, time=item.time + step)
-                moved += 1
+            if not lo < item.time <= hi and item.sensor not in device:
+                delta, across = _moved_by(item.time, steps, now)
+                if delta != 0.0:
+                    if not self._told:
+                        self._told = True
+                        log.warning(
+                            "%s at %s was stamped before the gateway clock stepped %s%s; moved by %s%s to %s"
+                            " onto the new clock (judged and stored there; the others counted)",
+                            item.sensor,
+                            iso(item.time),
+                            "back" if delta < 0 else "forward",
+                            "" if across == 1 else f" ({across} steps)",
+                            "-" if delta < 0 else "+",
+                            step_text(delta),
+                            iso(item.time + delta),
+                        )
+                    item = replace(item, time=item.time + delta)
+                    moved += 1
             out.append(item)
         return (out, moved) if moved else (items, 0)
 
@@ -254,4 +314,43 @@ class ClockWatch:
         return Condition(t, GATEWAY, Rule.CLOCK, state, step, TOLERANCE, CITATION, message=text)
 
 
-__all__ = ["GATEWAY", "HOLD", "TOLERANCE", "ClockWatch", "shift", "step_text"]
+def _stamps(s: GatewayStep, end: float) -> tuple[float, float]:
+    """The stamps (lo, hi] of the clock after step `s`, up to its `end`: from the step (after
+    a step forward, only above the old clock's last stamp) to `end`, with the tolerance."""
+    lo = s.old + s.step - TOLERANCE
+    if s.step > 0:
+        lo = max(lo, s.old + TOLERANCE)
+    return lo, end + TOLERANCE
+
+
+def _moved_by(t: float, steps: Sequence[GatewayStep], now: float) -> tuple[float, int]:
+    """How far a reading stamped `t` moves onto the clock of `now`, and across how many
+    steps: found from the newest clock back, each clock stamping from its step (after a
+    step forward, only above the old clock's last stamp) to the next step (`now` for the
+    newest); the clock before the oldest step kept, within one step below its last stamp.
+    Not moved: a stamp no clock the gateway had could make (ahead of every one, or older)."""
+    delta, end = 0.0, now
+    for k in range(len(steps) - 1, -1, -1):
+        s = steps[k]
+        lo, hi = _stamps(s, end)
+        if lo < t <= hi:  # this clock's
+            return delta, len(steps) - 1 - k
+        delta += s.step
+        end = s.old
+    first = steps[0]
+    if first.old - abs(first.step) < t <= first.old + TOLERANCE:
+        return delta, len(steps)
+    return 0.0, 0
+
+
+__all__ = [
+    "GATEWAY",
+    "HOLD",
+    "MAX_STEPS",
+    "SETTLE",
+    "TOLERANCE",
+    "ClockWatch",
+    "GatewayStep",
+    "shift",
+    "step_text",
+]

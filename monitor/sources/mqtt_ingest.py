@@ -72,6 +72,7 @@ class MqttSource:
         station: str,
         *,
         sensors: Collection[str] | None = None,
+        gateway: Collection[str] = (),
         clock: Clock | None = None,
         log_interval: float = 60.0,
         linger: float = 0.005,
@@ -88,6 +89,9 @@ class MqttSource:
         self._down_since: float | None = None
         self.limits = Limits(max_payload=config.max_payload, max_skew=config.max_skew)
         self.sensors = frozenset(sensors) if sensors is not None else None
+        # Stamped by the gateway clock (polled, or fed without a time_path: `reconcile.gateway_fed`):
+        # a message with a payload time for one is refused, so no sensor is judged on two clocks.
+        self.gateway = frozenset(gateway)
         self.clock = clock or WallClock()
         self.bad = BadPayloads(interval=log_interval)
         self.linger = linger
@@ -110,6 +114,7 @@ class MqttSource:
         now = self.clock.now
         limits = self.limits
         sensors = self.sensors
+        gateway = self.gateway if route.time_path is not None else frozenset()
 
         def on_message(topic: str, payload: bytes, receipt: Receipt) -> None:  # paho's thread
             received = now()
@@ -119,6 +124,11 @@ class MqttSource:
                 sample = parse(route, topic, payload, received, limits)
                 if sensors is not None and sample.sensor not in sensors:
                     raise PayloadError(f"sensor {sample.sensor!r} is not configured in sensors")
+                if sample.sensor in gateway:
+                    raise PayloadError(
+                        f"sensor {sample.sensor!r} is stamped by the gateway clock (polled over Modbus,"
+                        " or fed without a time_path); a payload time would judge it on two clocks"
+                    )
             except PayloadError as exc:
                 self._refused(topic, exc, received)
                 sample = None  # acknowledged in turn: the broker must not send it again

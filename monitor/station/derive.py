@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
 import numpy.typing as npt
@@ -150,16 +150,21 @@ class Derivation:
             return []
         return self._evaluate(self._pending)
 
-    def shift(self, delta: float) -> None:
+    def shift(self, delta: float, keep: Collection[str] = ()) -> None:
         """The gateway clock stepped by `delta` (< 0: back) while the daemon runs: the
         inputs' times and windows move with it (monitor/engine/clock_step.py), so the next
         readings, stamped on the new clock, are in order (back) and a rate or a window
-        spans the time that passed, not the step (forward)."""
-        self._times[:] = [t + delta for t in self._times]
-        self._pending += delta
-        self._now += delta
-        for buf in self._buffers.values():
-            buf.times = deque(t + delta for t in buf.times)
+        spans the time that passed, not the step (forward). Those of the sensors in `keep`
+        (stamped by their device's clock) stay; the pending evaluation moves unless every
+        input is theirs."""
+        kept = {i for s, i in self._slot.items() if s in keep}
+        self._times[:] = [t if i in kept else t + delta for i, t in enumerate(self._times)]
+        if not set(self._watch.values()) <= kept:
+            self._pending += delta
+            self._now += delta
+        for i, buf in self._buffers.items():
+            if i not in kept:
+                buf.times = deque(t + delta for t in buf.times)
 
     def _feed(self, slot: int, t: float, v: float, good: bool) -> list[Sample]:
         out = self._evaluate(self._pending) if t > self._pending and self._dirty else _NONE

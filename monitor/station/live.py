@@ -11,7 +11,7 @@ reading stamped before one's activation does not end it: monitor/station/tracker
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 
 from monitor.config import Config
 from monitor.model import Alarm, Clock, Condition, Sample, WallClock
@@ -48,14 +48,15 @@ class LiveStation:
                 yield from derivation.feed(item)
             yield item
 
-    def shift(self, delta: float) -> None:
+    def shift(self, delta: float, keep: Collection[str] = ()) -> None:
         """The gateway clock stepped by `delta` (< 0: back): the tracker and the derived
         sensors move their times with it (`ClockWatch.on_step`), so what they measure across
-        the step is the time that passed."""
+        the step is the time that passed; but those of the sensors in `keep`, stamped by
+        their device's clock (`ClockWatch.device`), which did not step."""
         if self.derivation is not None:
-            self.derivation.shift(delta)
+            self.derivation.shift(delta, keep)
         if self.tracker is not None:
-            self.tracker.shift(delta)
+            self.tracker.shift(delta, keep)
 
     def track(self, sample: Sample) -> list[Condition]:
         return [] if self.tracker is None else self.tracker.feed(sample)

@@ -9,6 +9,7 @@ same rows. Open runs and overflows (`end` NULL) are picked up again after a rest
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,11 +80,16 @@ class StationStore:
             (rec.sensor, rec.start, rec.end, peak, rec.volume_gal, rec.due, rec.method),
         )
 
-    def shift_open(self, delta: float) -> None:
-        """The open runs and overflow moved by `delta` seconds (the gateway clock stepped
-        while they were open: `StationTracker.shift`); their rows are keyed by start."""
-        self._run("UPDATE runs SET start = start + ? WHERE end IS NULL", (delta,))
-        self._run("UPDATE overflows SET start = start + ?, due = due + ? WHERE end IS NULL", (delta, delta))
+    def shift_open(self, delta: float, pumps: Collection[str], overflow: bool = True) -> None:
+        """The open runs of `pumps` and, with `overflow`, the open overflow moved by `delta`
+        seconds (the gateway clock stepped while they were open: `StationTracker.shift`;
+        a device-stamped pump's or level's stay); their rows are keyed by start."""
+        for pump in pumps:
+            self._run("UPDATE runs SET start = start + ? WHERE end IS NULL AND pump = ?", (delta, pump))
+        if overflow:
+            self._run(
+                "UPDATE overflows SET start = start + ?, due = due + ? WHERE end IS NULL", (delta, delta)
+            )
 
     def shift_starts(self, starts: list[tuple[str, float]], delta: float) -> None:
         """The closed runs that began at `starts` ((pump, start): the tracker's starts of

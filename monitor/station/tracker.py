@@ -31,7 +31,7 @@ import functools
 import logging
 import math
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import TypeVar
 
 import numpy as np
@@ -183,7 +183,7 @@ class StationTracker:
         ends_starts = self._may_end(pid, Rule.PUMP_STARTS, t)
         return not (ends_run and ends_starts)
 
-    def shift(self, delta: float) -> None:
+    def shift(self, delta: float, keep: Collection[str] = ()) -> None:
         """The gateway clock stepped by `delta` while the daemon runs (back, < 0, also while
         it was down, found at start): move what the tracker remembers with it
         (monitor/engine/clock_step.py). Back: otherwise every pump, level and switch
@@ -194,28 +194,39 @@ class StationTracker:
         alarm), fail to start skipped its delay and an overflow's volume counted the time
         that did not pass. Either way runs, delays, starts and an overflow in progress are
         measured on the time that passed; their open records move too (kept by start).
+        Only what the gateway clock stamped: a pump in `keep` (its feedback carries its
+        controller's time, `reconcile.device_stamped`) keeps its runs and starts, and a
+        level in `keep` the well's times (delays, the overflow): moved with the gateway,
+        a run the controller stamped looked a step longer (a false `long_run`).
         Restored alarms keep the journal's activation (`_may_end` compares it with the
         clock). Local midnights stay: they are the clock's."""
-        self._last = {sid: t + delta for sid, t in self._last.items()}
-        starts = [(pid, t) for pid, p in self.pumps.items() for t in p.recent_starts]
-        for p in self.pumps.values():
+        self._last = {sid: t if sid in keep else t + delta for sid, t in self._last.items()}
+        moved = [pid for pid in self.pumps if pid not in keep]
+        starts = [(pid, t) for pid in moved for t in self.pumps[pid].recent_starts]
+        for pid in moved:
+            p = self.pumps[pid]
             p.last_time += delta
             p.last_stop += delta
             p.recent_starts = deque(t + delta for t in p.recent_starts)
             if p.run_start is not None:
                 p.run_start += delta
             p.starts_hold += delta
-        if self.above_since is not None:
-            self.above_since += delta
-        self.fail_at += delta
-        self.level_time += delta
-        self._t_prev += delta
-        self.last_time += delta
-        if self.overflow is not None:
-            self.overflow.start += delta
-            self.overflow.due += delta
+        well = (self.level_id or self.switch_id) not in keep  # the well's times are its level's
+        if well:
+            if self.above_since is not None:
+                self.above_since += delta
+            self.fail_at += delta
+            self.level_time += delta
+            self._t_prev += delta
+            if self.overflow is not None:
+                self.overflow.start += delta
+                self.overflow.due += delta
+        if self._last:
+            self.last_time = max(self._last.values())  # the latest reading taken, as it stands now
+        elif moved or well:
+            self.last_time += delta
         if self.store is not None:
-            self._stored(self.store.shift_open, delta)
+            self._stored(functools.partial(self.store.shift_open, pumps=moved, overflow=well), delta)
             # The closed runs of the hour move too: a restart takes its starts from them.
             self._stored(functools.partial(self.store.shift_starts, starts), delta)
 

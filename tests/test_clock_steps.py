@@ -1,0 +1,407 @@
+"""Gateway clock steps while the daemon runs, beyond one step (issue 12, item 5 follow-up):
+a reading queued across two steps, device-stamped pumps and levels, and a sensor fed on
+two clocks. Injected wall and monotonic clocks, event time, no sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from monitor.config import Config, build_config
+from monitor.daemon import Daemon
+from monitor.engine import ClockWatch, Engine
+from monitor.engine.clock_step import SETTLE
+from monitor.model import ManualClock, Rule, Sample
+from monitor.reconcile import device_stamped
+from monitor.sources.mqtt import MqttLink
+from monitor.sources.mqtt_ingest import MqttSource
+from tests.cli import run_monitor
+from tests.engine_helpers import T0
+from tests.mqtt_tools import Peer, collect, mqtt_config
+from tests.services import Mosquitto
+from tests.test_clock_step import CONFIG, Stepped
+from tests.test_pipeline import close
+
+
+def test_a_poll_queued_across_a_step_back_and_a_step_forward_is_moved_by_both(tmp_path: Path) -> None:
+    """An NTP sync after a bad RTC: the gateway clock steps back an hour (noticed at +70 s
+    by the tick), then forward half an hour (noticed at +85 s), while the pH poll of +60 s
+    (the first clock's) still waits in the queue. It is moved by both steps, -30 min, to
+    the time it was taken on the clock that is right now, and pH 11 on that clock raises
+    the high alarm at once. Before: only the last step was remembered, the poll was not
+    taken for the first clock's, it was judged at +60 s, half an hour ahead of the new
+    clock, and every pH reading of the next half hour was dropped as out of order (no
+    high pH alarm)."""
+    gw = Stepped(tmp_path, -3600.0)
+    daemon = gw.daemon
+    try:
+        for k in range(0, 51, 10):
+            gw.poll(k, ph=7.0)
+
+        def clock(k: float) -> float:  # -1 h from +65 s, -30 min net from +80 s
+            return T0 + k - (3600.0 if k < 80 else 1800.0)
+
+        for k in (70, 85):
+            gw.wall.set(clock(k))
+            gw.mono.set(1000.0 + k)
+            daemon.tick()
+        gw.wall.set(clock(90))
+        gw.mono.set(1000.0 + 90)
+        daemon.pipeline.process([Sample("ph", T0 + 60, 7.0)])
+        for k in range(90, 121, 10):
+            gw.wall.set(clock(k))
+            gw.mono.set(1000.0 + k)
+            daemon.pipeline.process([Sample("ph", clock(k), 11.0)])
+        assert daemon.engine.counters.out_of_order == 0
+        assert daemon.pipeline.stats.restamped == 1
+        stored = sorted(s.time - T0 for s in daemon.sink.store.query("ph"))
+        assert stored == [-1740.0, -1710.0, -1700.0, -1690.0, -1680.0, 0.0, 10.0, 20.0, 30.0, 40.0, 50.0]
+        journal = daemon.alarms.journal.entries(sensor="ph")
+        assert [(e.event, e.time - T0) for e in journal if e.rule is Rule.HIGH] == [("activated", -1710.0)]
+    finally:
+        close(daemon)
+
+
+def test_which_readings_each_of_several_steps_moves() -> None:
+    """Forward an hour at +65 s, then back half an hour at +95 s: a reading of the first
+    clock (+60 s) is moved by both (+30 min), one of the second (+3690 s on it, +90 s of
+    real time) by the second only, one of the clock now by none; a reading ahead of every
+    clock the gateway had, or older than a step before the first, is left alone. After a
+    step back and then forward, the same (both orders are what an NTP sync after a bad RTC
+    can do)."""
+    wall, mono = ManualClock(T0), ManualClock(1000.0)
+    watch = ClockWatch(Engine(CONFIG.rules, ManualClock()), wall=wall.now, monotonic=mono.now)
+    assert watch.check() == []
+    wall.set(T0 + 70 + 3600)
+    mono.set(1070.0)
+    assert [c.rule for c in watch.check()] == [Rule.CLOCK]
+    wall.set(T0 + 100 + 1800)
+    mono.set(1100.0)
+    assert [c.rule for c in watch.check()] == [Rule.CLOCK]
+    wall.set(T0 + 110 + 1800)
+    items = [Sample("ph", t, 7.0) for t in (T0 + 60, T0 + 3690, T0 + 1905, T0 + 9000, T0 - 4000)]
+    moved, count = watch.restamp(items)
+    assert [s.time - T0 for s in moved] == [1860.0, 1890.0, 1905.0, 9000.0, -4000.0]
+    assert count == 2
+    # A batch a full disk held, moved onto the second clock already: by the last step only.
+    held, count = watch.restamp([Sample("ph", T0 + 3690, 7.0)], since=1)
+    assert [s.time - T0 for s in held] == [1890.0] and count == 1
+
+    wall, mono = ManualClock(T0), ManualClock(1000.0)
+    watch = ClockWatch(Engine(CONFIG.rules, ManualClock()), wall=wall.now, monotonic=mono.now)
+    assert watch.check() == []
+    wall.set(T0 + 70 - 3600)
+    mono.set(1070.0)
+    watch.check()
+    wall.set(T0 + 100 - 1800)
+    mono.set(1100.0)
+    watch.check()
+    wall.set(T0 + 110 - 1800)
+    items = [Sample("ph", t, 7.0) for t in (T0 + 60, T0 - 3510, T0 - 1695)]
+    moved, count = watch.restamp(items)
+    assert [s.time - T0 for s in moved] == [-1740.0, -1710.0, -1695.0]
+    assert count == 2
+
+
+def test_a_step_is_forgotten_once_nothing_held_was_handed_over_before_it(tmp_path: Path) -> None:
+    """Bounded memory: the steps are kept while a reading handed over before them may still
+    wait, and forgotten once the oldest the pipeline holds came `SETTLE` after them."""
+    gw = Stepped(tmp_path, -3600.0)
+    daemon = gw.daemon
+    try:
+        gw.poll(0, ph=7.0)
+        gw.wall.set(gw.at(70))
+        gw.mono.set(1070.0)
+        daemon.tick()
+        assert [s.step for s in daemon.pipeline.clock_watch.steps] == [-3600.0]  # type: ignore[union-attr]
+        gw.poll(70 + SETTLE, ph=7.0)  # handed over just SETTLE after the step: kept
+        assert len(daemon.pipeline.clock_watch.steps) == 1  # type: ignore[union-attr]
+        gw.poll(71 + SETTLE, ph=7.0)
+        assert daemon.pipeline.clock_watch.steps == ()  # type: ignore[union-attr]
+        assert daemon.pipeline.clock_watch.generation == 1  # type: ignore[union-attr]
+    finally:
+        close(daemon)
+
+
+WELL = [
+    {"id": "lvl", "kind": "level", "unit": "ft",
+     "setpoints": {"off": 2, "lead_on": 5, "lag_on": 6, "high": 8, "overflow": 9}},
+    {"id": "p1", "kind": "pump", "pump": {"capacity": "500 gpm", "max_starts_per_hour": 3, "max_run": "5m"}},
+]  # fmt: skip
+
+
+def mixed_station(tmp_path: Path) -> Config:
+    """A wet well whose level is polled over Modbus (the gateway's clock) and whose pump
+    reports its run feedback over MQTT with the controller's own time (`time_path`)."""
+    return build_config(
+        {
+            "station": {"id": "ps-mixed-clocks", "timezone": "UTC"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": WELL,
+            "wet_well": {"level": "lvl", "pumps": ["p1"], "fail_to_start_delay": "2m"},
+            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020,
+                                    "fields": [{"sensor": "lvl", "register": "holding", "address": 0,
+                                                "type": "UINT16", "scale": 0.01}]}]},
+            "mqtt": {"subscriptions": [{"topic": "pumps/p1", "sensor": "p1", "format": "json",
+                                        "value_path": "on", "time_path": "t"}]},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+
+
+def test_a_step_back_leaves_a_device_stamped_pump_where_it_is(tmp_path: Path) -> None:
+    """An NTP correction at boot: the gateway's RTC ran an hour ahead; the pump controller
+    stamps p1's feedback with its own, correct clock. p1 runs +10..+40 s and from +50 s;
+    at +65 s the gateway clock is stepped back to true time (the tick notices at +70 s);
+    p1's "on" of +60 s and the level poll of +60 s wait in the queue across it; the level
+    reaches the overflow at +100 s; p1 stops at +200 s and starts again at +210 s. Only
+    the gateway-stamped state moves: the level poll is moved onto the new clock and the
+    well is judged there (high level and overflow at +100 s), while p1's run from +50 s
+    lasted the 150 s it ran (no `long_run`, max 5 min), its runs stay where the controller
+    stamped them and no start is lost. Before: the step moved p1's run back an hour with
+    the level's history, and the next "on" found it 3,620 s long: a false `long_run`."""
+    config = mixed_station(tmp_path)
+    ahead = 3600.0
+    wall, mono = ManualClock(T0 + ahead), ManualClock(1000.0)
+    daemon = Daemon(config, wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+
+    def at(k: float, *items: Sample) -> None:
+        wall.set(T0 + k + (ahead if k < 65 else 0.0))
+        mono.set(1000.0 + k)
+        daemon.pipeline.process(list(items))
+
+    def pump(k: float) -> Sample:
+        return Sample("p1", T0 + k, 1.0 if 10 <= k < 40 or 50 <= k < 200 or k >= 210 else 0.0)
+
+    try:
+        for k in range(0, 51, 10):
+            at(k, Sample("lvl", T0 + ahead + k, 4.0), pump(k))
+        wall.set(T0 + 70)
+        mono.set(1070.0)
+        daemon.tick()
+        at(70, Sample("lvl", T0 + ahead + 60, 4.0), pump(60))  # queued across the step
+        for k in range(70, 221, 10):
+            at(k, Sample("lvl", T0 + k, 4.0 if k < 100 else 9.5), pump(k))
+        assert [(e.rule, e.event) for e in daemon.alarms.journal.entries(sensor="p1")] == []
+        journal = daemon.alarms.journal.entries(sensor="lvl")
+        assert sorted((e.rule, e.event, e.time - T0) for e in journal) == [
+            (Rule.HIGH_LEVEL, "activated", 100.0),
+            (Rule.OVERFLOW, "activated", 100.0),
+        ]
+        store = daemon.station.store
+        assert store is not None
+        runs = [(r.start - T0, None if r.end is None else r.end - T0) for r in store.runs(0, 2 * T0)]
+        assert runs == [(10.0, 40.0), (50.0, 200.0), (210.0, None)]
+        tracker = daemon.station.tracker
+        assert tracker is not None  # no start lost: three in the hour, on the controller's clock
+        assert [t - T0 for t in tracker.pumps["p1"].recent_starts] == [10.0, 50.0, 210.0]
+        assert daemon.engine.counters.out_of_order == 0
+    finally:
+        close(daemon)
+
+
+def test_a_step_back_leaves_a_device_stamped_wet_well_where_it_is(tmp_path: Path) -> None:
+    """The whole well reports over MQTT with the controller's time: the level above lead_on
+    from +30 s with p1 off, the gateway clock stepped back an hour at +65 s. fail_to_start
+    is raised after its 2 min on the controller's clock, at +150 s. Before: the step moved
+    the well's delay back an hour and the next level reading found it 3,640 s old: a false
+    `fail_to_start` at +70 s, 80 s early."""
+    config = build_config(
+        {
+            "station": {"id": "ps-device-well", "timezone": "UTC"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": WELL,
+            "wet_well": {"level": "lvl", "pumps": ["p1"], "fail_to_start_delay": "2m"},
+            "mqtt": {"subscriptions": [{"topic": "well/+", "sensor": "{1}", "format": "json",
+                                        "value_path": "v", "time_path": "t"}]},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+    wall, mono = ManualClock(T0 + 3600.0), ManualClock(1000.0)
+    daemon = Daemon(config, wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    try:
+        for k in range(0, 201, 10):
+            wall.set(T0 + k + (3600.0 if k < 65 else 0.0))
+            mono.set(1000.0 + k)
+            level = 6.0 if k >= 30 else 4.0
+            daemon.pipeline.process([Sample("lvl", T0 + k, level), Sample("p1", T0 + k, 0.0)])
+        journal = daemon.alarms.journal.entries(sensor="lvl")
+        assert [(e.rule, e.event, e.time - T0) for e in journal] == [(Rule.FAIL_TO_START, "activated", 150.0)]
+    finally:
+        close(daemon)
+
+
+TWO_CLOCKS = """\
+station: {id: ps-two-clocks}
+sensors:
+  - {id: ph, kind: ph}
+  - {id: temp, kind: temperature, unit: degC}
+modbus:
+  devices:
+    - name: plc
+      host: 127.0.0.1
+      fields:
+        - {sensor: temp, register: holding, address: 0, type: UINT16}
+        - {sensor: ph, register: holding, address: 1, type: UINT16, scale: 0.01}
+mqtt:
+  subscriptions:
+    - {topic: lab/temp, sensor: temp}
+    - {topic: probe/ph, sensor: ph, format: json, value_path: v, time_path: t}
+    - {topic: probe/temp, sensor: temp, format: json, value_path: v, time_path: t}
+"""
+
+
+def test_a_sensor_fed_on_the_gateway_clock_and_with_a_payload_time_is_refused(tmp_path: Path) -> None:
+    """One sensor's history cannot be on two clocks across a gateway clock step: moved with
+    the step, the device's readings look a step old (a false alarm); left, the poll's are a
+    step out of order (dropped). So a sensor polled over Modbus, or named by a subscription
+    without a `time_path`, and also named by one with a `time_path` is a config error naming
+    both keys, and the daemon does not start (exit 2). Before: the config loaded and the
+    sensor was taken for the gateway's, its device-stamped readings moved by a step."""
+    path = tmp_path / "station.yaml"
+    path.write_text(TWO_CLOCKS, encoding="utf-8")
+    result = run_monitor("check-config", str(path))
+    assert result.returncode == 2, result.stdout + result.stderr
+    err = result.stderr
+    assert (
+        "mqtt.subscriptions[1].sensor: sensor 'ph' is polled by modbus.devices[0].fields[1].sensor"
+        " (stamped by the gateway clock) and takes its time from the payload here" in err
+    )
+    assert (
+        "mqtt.subscriptions[2].sensor: sensor 'temp' is polled by modbus.devices[0].fields[0].sensor" in err
+    )
+    assert "and fed by mqtt.subscriptions[0].sensor" in err
+
+
+def test_a_payload_time_for_a_polled_sensor_is_refused_per_message(
+    mosquitto: Mosquitto, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A templated subscription with a `time_path` (`plant/+/flow` -> `{1}.flow`) can bind a
+    sensor only when a message comes: one that binds a sensor the gateway clock stamps
+    (polled over Modbus) is refused as a bad payload, counted and logged with why, and the
+    others go on (a real broker). Before: it was taken, and the sensor's readings were on
+    two clocks."""
+    subs = [
+        {"topic": "plant/+/flow", "sensor": "{1}.flow", "format": "json", "value_path": "v", "time_path": "t"}
+    ]
+    cfg = mqtt_config(mosquitto.port, subscriptions=subs)
+    link = MqttLink(cfg, "ps-1", client_id="t-two-clocks")
+    source = MqttSource(link, cfg, "ps-1", sensors=["outfall.flow", "mill.flow"], gateway=["mill.flow"])
+    link.start()
+    link.wait_connected()
+    peer = Peer(mosquitto.port, "t-two-clocks-peer")
+    try:
+        messages = [
+            ("plant/mill/flow", json.dumps({"v": 50.0, "t": T0}).encode()),
+            ("plant/outfall/flow", json.dumps({"v": 120.5, "t": T0}).encode()),
+        ]
+        with caplog.at_level(logging.WARNING, logger="monitor.sources.mqtt_ingest"):
+            peer.publish_many(messages)
+            samples = asyncio.run(collect(source, lambda got: len(got) >= 1))
+        assert [(s.sensor, s.value) for s in samples] == [("outfall.flow", 120.5)]
+        assert source.bad.counts == {"plant/mill/flow": 1}
+        assert (
+            "topic 'plant/mill/flow': bad payload: sensor 'mill.flow' is stamped by the gateway clock"
+            " (polled over Modbus, or fed without a time_path); a payload time would judge it on two"
+            " clocks" in caplog.text
+        )
+    finally:
+        peer.close()
+        link.stop()
+
+
+def test_a_step_back_leaves_a_sensor_derived_from_device_stamped_readings_where_it_is(
+    tmp_path: Path,
+) -> None:
+    """A derived sensor made only of device-stamped readings carries their time: the
+    effluent temperature in °F, from the device's °C. Over 150 °F for 90 s (5 min
+    on-delay: no alarm due); the gateway's RTC, 3 h ahead, is stepped back at +65 s. Before:
+    the step moved the derived sensor's history back 3 h (only fed sensors were known to
+    be device-stamped), its next sample found the excursion 3 h old: a false `high`."""
+    config = build_config(
+        {
+            "station": {"id": "ps-derived-device"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [
+                {"id": "ph", "kind": "ph"},
+                {"id": "plant.temp", "kind": "temperature", "unit": "degC", "stale_after": "1h",
+                 "limits": {"on_delay": "5m", "off_delay": "0s"}},
+                {"id": "temp.f", "kind": "derived", "unit": "degF", "expression": "plant.temp",
+                 "limits": {"high": 150, "unit": "degF", "on_delay": "5m", "off_delay": "0s"},
+                 "stale_after": "1h"},
+            ],
+            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020,
+                                    "fields": [{"sensor": "ph", "register": "holding", "address": 0,
+                                                "type": "UINT16", "scale": 0.01}]}]},
+            "mqtt": {"subscriptions": [{"topic": "plant/+/temp", "sensor": "plant.{1}", "format": "json",
+                                        "value_path": "v", "time_path": "t"}]},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+    assert "temp.f" in device_stamped(config)
+    ahead = 3 * 3600.0
+    wall, mono = ManualClock(T0 + ahead), ManualClock(1000.0)
+    daemon = Daemon(config, wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    try:
+        for k in range(0, 401, 10):
+            wall.set(T0 + k + (ahead if k < 65 else 0.0))
+            mono.set(1000.0 + k)
+            temp = 70.0 if 30 <= k <= 110 else 40.0  # 158 °F
+            daemon.pipeline.process([Sample("ph", wall.now(), 7.0), Sample("plant.temp", T0 + k, temp)])
+        assert [(e.rule, e.event) for e in daemon.alarms.journal.entries(sensor="temp.f")] == []
+        assert [s.time - T0 for s in daemon.sink.store.query("temp.f")][:3] == [0.0, 10.0, 20.0]
+    finally:
+        close(daemon)
+
+
+def test_a_pump_start_queued_across_a_step_back_and_forward_is_counted_where_it_happened(
+    tmp_path: Path,
+) -> None:
+    """The station's clock steps back an hour (noticed at +70 s) and forward half an hour
+    (noticed at +85 s) while p1's "on" of +60 s waits in the queue. The start is moved by
+    both steps with the level poll beside it, so p1's run starts at +60 s of real time and
+    stops at +120 s: one run of 60 s, the start counted, no alarm. Before: the "on" was
+    judged at +60 s on the first clock, half an hour ahead of the station, so p1's "off" at
+    +120 s and every reading of the next half hour were older than it and ignored: the run
+    was stored half an hour from where it happened and ended only at the first reading
+    after that half hour."""
+    gw = Stepped(tmp_path, -3600.0)
+    daemon = gw.daemon
+
+    def clock(k: float) -> float:
+        return T0 + k - (0.0 if k < 65 else 3600.0 if k < 80 else 1800.0)
+
+    try:
+        for k in range(0, 51, 10):
+            gw.poll(k, p1=0.0, lvl=4.0)
+        for k in (70, 85):
+            gw.wall.set(clock(k))
+            gw.mono.set(1000.0 + k)
+            daemon.tick()
+        gw.wall.set(clock(90))
+        gw.mono.set(1090.0)
+        daemon.pipeline.process([Sample("p1", T0 + 60, 1.0), Sample("lvl", T0 + 60, 4.0)])
+        for k in [*range(90, 200, 10), 1900, 1910]:
+            gw.wall.set(clock(k))
+            gw.mono.set(1000.0 + k)
+            daemon.pipeline.process(
+                [Sample("p1", clock(k), 1.0 if k < 120 else 0.0), Sample("lvl", clock(k), 4.0)]
+            )
+        assert list(daemon.alarms.journal.entries(sensor="p1")) == []
+        store = daemon.station.store
+        assert store is not None
+        runs = [(r.start - T0, None if r.end is None else r.end - T0) for r in store.runs(0, 2 * T0)]
+        assert runs == [(60.0 - 1800.0, 120.0 - 1800.0)]
+        assert daemon.engine.counters.out_of_order == 0
+    finally:
+        close(daemon)
