@@ -38,6 +38,7 @@ from monitor.engine import (
     Engine,
     load_checkpoint_or_start_fresh,
 )
+from monitor.engine.restored import TOLERANCE
 from monitor.errors import MonitorError
 from monitor.health import Health, IncidentHealth, MeterHealth, gather, readiness
 from monitor.incidents import IncidentTracker
@@ -206,6 +207,11 @@ class Daemon:
             watch.on_step.append(self.station.shift)
             watch.on_step.append(self.pipeline.shift)
             watch.on_step.append(lambda step: self._meter_step(watch, step))
+            # Before the watch's first check: the ledger's own newest rows measure its step, and
+            # the restored history's step (`check_restored`) then finds nothing left ahead.
+            with contextlib.suppress(MonitorError):  # counted and logged by the book, kept for the next try
+                found = self.meters.found_at_start(watch.wall(), TOLERANCE, watch.device)
+                self.pipeline.raise_conditions(found)
 
     def _meter_step(self, watch: ClockWatch, step: float) -> None:
         """The meter ledger's rows the old clock stamped ahead of the new one move with a step

@@ -34,7 +34,7 @@ from monitor.errors import MeterError, StateError
 from monitor.meters.amend import VOID
 from monitor.meters.ledger import OLD_FINAL, READING, Ledger, Replacement, Row, to_ms
 from monitor.meters.totalizer import ANOMALIES, ZERO, MeterSpec, Step, condition, dec, from_ft3, to_ft3
-from monitor.model import Clock, Condition, Kind, Quality, Sample, WallClock, iso
+from monitor.model import Clock, Condition, Kind, Quality, Sample, WallClock, iso, step_text
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +138,7 @@ class _PendingStep:
     now: float
     keep: frozenset[str]
     failed: bool = False
+    meter: str | None = None  # found at start: this meter's rows alone (`found_at_start`)
 
 
 class MeterBook:
@@ -280,6 +281,27 @@ class MeterBook:
         self._steps.append(_PendingStep(step, now, frozenset(keep)))
         return self.move_pending()
 
+    def found_at_start(self, now: float, tolerance: float, keep: Collection[str] = ()) -> list[Condition]:
+        """At the daemon's start: a meter whose newest rows are ahead of the gateway clock `now`
+        by more than `tolerance` had a step back the ledger did not follow (a move the disk
+        refused before a restart, a ledger written before this check, the clock stepped while
+        the daemon was down); left there, each reading of the new clock was judged
+        `backwards` against them. Its rows are moved as for a step noticed now, audited
+        `found`, made (or kept, counted and logged) like any step's move. The step is each
+        meter's own, measured from its newest row (the daemon's down time, and so the real
+        step, is unknown: at least this much): one meter's far-future reading (a bad stamp, not
+        the clock) then moves that meter's rows only, and of those only the rows down to a gap
+        of its step, which such a row alone is. Returns the meter alarm transitions."""
+        for meter, newest_ms in self.ledger.ahead(now, tolerance, keep).items():
+            step = now - newest_ms / 1000 - 1.0  # the newest row lands a second before now
+            log.warning(
+                "meter %s: its newest reading (%s) is %s ahead of the gateway clock at start: taken for a"
+                " clock step back the ledger did not follow; its rows are moved", meter,
+                iso(newest_ms / 1000), step_text(-step),
+            )  # fmt: skip
+            self._steps.append(_PendingStep(step, now, frozenset(keep), meter=meter))
+        return self.move_pending()
+
     @property
     def clock_steps_pending(self) -> int:
         """Clock steps whose move waits for a ledger that takes writes (/api/health)."""
@@ -298,7 +320,10 @@ class MeterBook:
         while self._steps:
             pending = self._steps[0]
             try:
-                moved = self.ledger.clock_step(pending.step, pending.now, pending.keep)
+                only = pending.meter  # a step found at start: that meter's alone
+                moved = self.ledger.clock_step(
+                    pending.step, pending.now, pending.keep, only=only, found=only is not None
+                )
             except StateError as exc:
                 if not pending.failed:
                     self.clock_step_failures += 1
