@@ -161,6 +161,10 @@ class MeterBook:
                 self._seen[meter] = last.key
         # The points the last `take_records` read, and the ledger's state then (`sent`).
         self._taken: list[tuple[str, int]] = []
+        self._records: list[MeterRecord] = []  # ... as the records it returned
+        # Marked points the outbox did not take in the last offer (at its cap with meter points
+        # alone): kept marked, offered again once it has room; logged once an episode.
+        self.held_back = 0
         self._taken_at: tuple[int, int] = (-1, -1)
         self.backlog = True  # marked points may be left (another process's, more than TAKE)
         # Clock steps whose move the ledger refused (a full or read-only disk), oldest first:
@@ -401,15 +405,32 @@ class MeterBook:
                     why = f"re-stamped to {iso((time_ms + cs.step_ms) / 1000)}: {cs.describe()}"
                     rows.append(Row(meter, time_ms, READING, at, False, ZERO, ZERO, ("restamped",), why))
         rows.sort(key=lambda r: (r.time_ms, r.meter, r.seq))
-        return meter_records(rows, ledger.specs, ledger.spec_at)
+        self._records = meter_records(rows, ledger.specs, ledger.spec_at)
+        return list(self._records)
 
-    def sent(self) -> None:
-        """The outbox holds what the last `take_records` returned: unmark those points, unless
-        the ledger changed since they were read (then they go out again next time)."""
-        version, marked = self._taken_at
-        if not self.ledger.clear_unsent(self._taken, version, marked):
+    def sent(self, taken: int | None = None) -> None:
+        """The outbox holds what the last `take_records` returned (`taken`: only the first
+        that many, the outbox at its cap): unmark those points, unless the ledger changed since
+        they were read (then they go out again next time). The rest stay marked, offered again."""
+        keys, records = self._taken, self._records
+        held = 0 if taken is None else max(0, len(records) - taken)
+        if held:
+            took = {(r.meter, to_ms(r.time)) for r in records[:taken]}
+            offered = {(r.meter, to_ms(r.time)) for r in records}
+            keys = [k for k in keys if k in took or k not in offered]
             self.backlog = True
-        self._taken = []
+            if not self.held_back:
+                log.warning(
+                    "the outbox is at its cap with meter points alone: %d meter point(s) stay marked in"
+                    " the ledger and go to it once deliveries to InfluxDB make room (none dropped)", held,
+                )  # fmt: skip
+        elif self.held_back:
+            log.info("the outbox has room again: the meter points held back in the ledger are handed to it")
+        self.held_back = held
+        version, marked = self._taken_at
+        if not self.ledger.clear_unsent(keys, version, marked):
+            self.backlog = True
+        self._taken, self._records = [], []
 
     def due(self) -> bool:
         """Marked points may be waiting: some were left (more than a take, a failed clear), this
@@ -418,12 +439,17 @@ class MeterBook:
 
     def send(self, write: Callable[[list[MeterRecord]], object], limit: int | None = TAKE) -> int:
         """Hand the marked points to `write` (the outbox's append) and unmark them once it
-        returned; a `write` or ledger that fails leaves them marked. Returns how many."""
+        returned; a `write` or ledger that fails leaves them marked. A `write` that returns
+        an int took only that many of the first (the outbox at its cap): the rest stay
+        marked. Returns how many were taken."""
         records = self.take_records(limit)
+        taken = len(records)
         if records:
-            write(records)
-        self.sent()
-        return len(records)
+            got = write(records)
+            if isinstance(got, int):
+                taken = min(got, taken)
+        self.sent(taken)
+        return taken
 
     def reconcile(self, journal_active: Mapping[str, bool]) -> list[Condition]:
         """The meter alarm transitions that bring the alarm journal in line with the ledger,

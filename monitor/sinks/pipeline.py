@@ -120,11 +120,17 @@ class SampleSink:
             [meter_line(self.station, meter, time, reading, consumption_ft3, account=account, unit=unit)]
         )
 
-    def write_meter_records(self, records: Sequence[MeterPoint]) -> None:
-        """Meter ledger rows (`monitor.meters.book.meter_records`) as `meter` points; the
-        ledger unmarks them once they are here, so the cap drops them last."""
-        if self.outbox is not None and records:
-            self.outbox.append([meter_point_line(self.station, r) for r in records], last=True)
+    def write_meter_records(self, records: Sequence[MeterPoint]) -> int:
+        """Meter ledger rows (`monitor.meters.book.meter_records`) as `meter` points; returns
+        how many of the first the outbox took (the ledger unmarks those, so the cap never
+        drops them, and keeps the rest marked until there is room: `Outbox.append_last`)."""
+        if self.outbox is None or not records:
+            return len(records)
+        return self.outbox.append_last([meter_point_line(self.station, r) for r in records])
+
+    def meter_room(self) -> bool:
+        """The outbox can take a meter point (not at its cap with meter points alone)."""
+        return self.outbox is None or self.outbox.room_last() > 0
 
     async def drain(self, timeout: float) -> int:
         """Deliver what the outbox holds within `timeout`; returns the points left (0 without InfluxDB)."""
