@@ -89,6 +89,8 @@ class Daemon:
         self.alarms = AlarmManager.open(config, self.clock)
         self.sink: SampleSink = open_sink(config, self.clock, on_condition=lambda c: self.pipeline.emit([c]))
         self.meters = MeterBook.open(config)
+        with contextlib.suppress(MonitorError):  # a ledger that refuses a read says so where it is used
+            self.meters.unconfigured()  # a removed meter's marks: said once, counted
         skew = device_skew(config)
         reconciler = Reconciler(self.engine, self.alarms, config.rules, skew)
         self.disk = DiskWatch(config.state_dir, config.store.free_space_floor, self.clock)
@@ -257,7 +259,11 @@ class Daemon:
             alarm_listener_failures=self.alarms.listener_failures,
             alarm_early_clears=self.alarms.early_clears,
             incidents=self.incident_feed.health() if self.incident_feed is not None else None,
-            meters=MeterHealth(self.meters.clock_step_failures, self.meters.clock_steps_pending),
+            meters=MeterHealth(
+                self.meters.clock_step_failures,
+                self.meters.clock_steps_pending,
+                self.meters.unsent_unconfigured,
+            ),
         )
 
     # --- lifecycle -------------------------------------------------------------------

@@ -111,6 +111,8 @@ class MeterHealth:
 
     clock_step_failures: int = 0
     clock_steps_pending: int = 0
+    # Points of meters no longer configured still marked for InfluxDB (kept until configured).
+    unsent_unconfigured: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -401,6 +401,11 @@ def test_when_the_new_clock_reaches_the_old_stamps_its_readings_are_no_conflicts
         close(daemon)
 
 
+def meters_health(failures: int, pending: int) -> dict[str, int]:
+    """/api/health's `meters` for this station (no meter removed from its config)."""
+    return {"clock_step_failures": failures, "clock_steps_pending": pending, "unsent_unconfigured": 0}
+
+
 def test_a_move_the_full_disk_refused_is_counted_and_made_before_the_next_reading(
     tmp_path: Path, tiny_disk: Path
 ) -> None:
@@ -425,7 +430,7 @@ def test_a_move_the_full_disk_refused_is_counted_and_made_before_the_next_readin
         assert [r.time - T0 for r in ledger.rows(METER)] == [float(k) for k in range(0, 51, 10)]
         assert ledger.clock_steps() == []
         health = daemon.health().to_json()
-        assert health["meters"] == {"clock_step_failures": 1, "clock_steps_pending": 1}
+        assert health["meters"] == meters_health(1, 1)
         registry = CollectorRegistry()
         registry.register(StationCollector(StationAdapter(daemon)))  # what /metrics serves
         scraped = generate_latest(registry).decode()
@@ -434,14 +439,14 @@ def test_a_move_the_full_disk_refused_is_counted_and_made_before_the_next_readin
         daemon.pipeline.emit([Sample(METER, T0 + 60, 160.0), Sample("ph", T0 + 60, 7.0)])
         assert daemon.pipeline.process_queued() is False  # the disk refuses it too
         gw.step()  # a second tick while still full: the same failure, not counted again
-        assert daemon.health().to_json()["meters"] == {"clock_step_failures": 1, "clock_steps_pending": 1}
+        assert daemon.health().to_json()["meters"] == meters_health(1, 1)
         ballast.unlink()
         daemon.pipeline._retry_at = 0.0  # the retry timer's wait, skipped (a monotonic deadline)
         assert daemon.pipeline.process_queued() is True
         for k in range(70, 101, 10):
             gw.poll(k, 100.0 + k)
         assert [(e.event, e.message) for e in daemon.alarms.journal.entries(sensor=METER)] == []
-        assert daemon.health().to_json()["meters"] == {"clock_step_failures": 1, "clock_steps_pending": 0}
+        assert daemon.health().to_json()["meters"] == meters_health(1, 0)
     finally:
         close(daemon)
     got, want = (snapshot(p / "state" / "ledger.sqlite") for p in (tiny_disk, tmp_path / "ref"))
@@ -466,7 +471,7 @@ def test_a_move_the_full_disk_refused_survives_a_restart(tmp_path: Path, tiny_di
             gw.poll(k, 100.0 + k)
         ballast = fill_disk(tiny_disk)
         gw.step()
-        assert daemon.health().to_json()["meters"] == {"clock_step_failures": 1, "clock_steps_pending": 1}
+        assert daemon.health().to_json()["meters"] == meters_health(1, 1)
         ballast.unlink()
         daemon.checkpoint()  # on the new clock: the restored history will not look ahead
     finally:
@@ -488,7 +493,7 @@ def test_a_move_the_full_disk_refused_survives_a_restart(tmp_path: Path, tiny_di
         assert [float(r.reading) for r in rows] == [100.0 + k for k in range(0, 101, 10) if k != 60]
         assert all(r.accepted for r in rows) and sum(r.volume for r in rows) == 100
         assert [(e.event, e.message) for e in daemon.alarms.journal.entries(sensor=METER)] == []
-        assert daemon.health().to_json()["meters"] == {"clock_step_failures": 0, "clock_steps_pending": 0}
+        assert daemon.health().to_json()["meters"] == meters_health(0, 0)
     finally:
         close(daemon)
     row = export(path)

@@ -11,18 +11,25 @@ never a meter point: those alone over the cap stay marked in the ledger until th
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+from prometheus_client import CollectorRegistry, generate_latest
 
 from monitor.config import load_config
 from monitor.daemon import Daemon
 from monitor.meters.billing import export_rows
+from monitor.meters.ledger import Ledger
 from monitor.meters.periods import quarter
+from monitor.meters.totalizer import MeterSpec
 from monitor.model import ManualClock, Sample
+from monitor.web.service import StationCollector
+from monitor.web.station import StationAdapter
 from tests.engine_helpers import T0
 from tests.services import InfluxDB1, free_port
 from tests.test_pipeline import close
@@ -129,3 +136,33 @@ def test_meter_points_alone_over_the_cap_stay_marked_in_the_ledger_and_reach_inf
     finally:
         close(daemon)
         influx.stop()
+
+
+def test_a_meter_no_longer_configured_keeps_its_marks_said_once_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`old.meter` was read (its points marked for InfluxDB, never sent: InfluxDB was down),
+    then removed from the config. Its marks stay in the ledger (no settings to write its
+    points with) until it is configured again; before, nothing said so. The start logs it
+    once per meter, and /api/health and /metrics count the points (a gauge)."""
+    config = load_config(capped_station(tmp_path))
+    config.state_dir.mkdir(parents=True)
+    old = MeterSpec("old.meter", "ft3", 6, Decimal(1), None, "shop")
+    ledger = Ledger(config.state_dir / "ledger.sqlite", {old.meter: old}, now=T0)
+    ledger.add_many([(old.meter, T0 + 60 * i, Decimal(100 + i)) for i in range(7)])
+    ledger.close()
+    with caplog.at_level(logging.WARNING, logger="monitor.meters.book"):
+        daemon = Daemon(config, ManualClock(T0 + 3600))
+    try:
+        said = [r.getMessage() for r in caplog.records if "old.meter" in r.getMessage()]
+        assert len(said) == 1 and "7 point(s)" in said[0] and "no longer configured" in said[0], said
+        daemon.pipeline.process([Sample(METER, T0 + 3600, 5.0)])
+        daemon.pipeline.send_meter_points()
+        assert daemon.health().to_json()["meters"]["unsent_unconfigured"] == 7  # type: ignore[index]
+        registry = CollectorRegistry()
+        registry.register(StationCollector(StationAdapter(daemon)))
+        scraped = generate_latest(registry).decode()
+        assert 'station_monitor_meter_points_unsent_unconfigured{station="ps-meter-cap"} 7.0' in scraped
+        assert len([r for r in caplog.records if "old.meter" in r.getMessage()]) == 1
+    finally:
+        close(daemon)

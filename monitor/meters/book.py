@@ -172,6 +172,9 @@ class MeterBook:
         self._steps: list[_PendingStep] = []
         self._step_conditions: list[Condition] = []  # from moves made, not yet returned
         self.clock_step_failures = 0  # steps whose move the ledger refused (once per step)
+        # Points of meters no longer configured the InfluxDB copy lacks (`unconfigured`).
+        self.unsent_unconfigured = 0
+        self._said_unconfigured: set[str] = set()
 
     @classmethod
     def open(cls, config: Config, records: bool = True, clock: Clock | None = None) -> MeterBook:
@@ -180,6 +183,21 @@ class MeterBook:
 
     def close(self) -> None:
         self.ledger.close()
+
+    def unconfigured(self) -> int:
+        """The points of meters no longer configured still marked for InfluxDB (a gauge, in
+        /api/health): they stay marked (no settings to write them with) until the meter is
+        configured again. Said once per meter (the daemon's start, a clock step that moved its
+        rows): before, a removed meter's lag of the InfluxDB copy was nowhere to be seen."""
+        held = self.ledger.unsent_unconfigured()
+        for meter in sorted(set(held) - self._said_unconfigured):
+            self._said_unconfigured.add(meter)
+            log.warning(
+                "meter %s is no longer configured: %d point(s) of it the InfluxDB copy lacks stay marked in"
+                " the ledger until it is configured again (its rows and export are kept)", meter, held[meter],
+            )  # fmt: skip
+        self.unsent_unconfigured = sum(held.values())
+        return self.unsent_unconfigured
 
     def is_meter(self, sensor: str) -> bool:
         return sensor in self.ledger.specs
@@ -364,6 +382,8 @@ class MeterBook:
         if not moved:
             return []
         self.backlog = True
+        if set(moved) - set(self.ledger.specs):  # a removed meter's rows moved: marked again
+            self.unconfigured()
         for meter in moved:
             last = self.ledger.last(meter)
             if last is not None and meter in self._seen:

@@ -665,6 +665,17 @@ class Ledger(SettingsPeriods, Amendments):
                 rows.append(_row(key[0], columns))
         return keys, rows
 
+    def unsent_unconfigured(self) -> dict[str, int]:
+        """Per meter no longer configured, its points marked for InfluxDB: kept (`unsent` has
+        no settings to write them with) until it is configured again."""
+        meters = sorted(self.specs)
+        marks = ",".join("?" * len(meters))
+        got = self._query(
+            f"SELECT meter, count(*) FROM unsent WHERE meter NOT IN ({marks}) GROUP BY meter ORDER BY meter",
+            tuple(meters),
+        )
+        return {str(m): int(str(n)) for m, n in got}
+
     def clear_unsent(self, keys: list[tuple[str, int]], version: int, marked: int) -> bool:
         """The outbox holds these points as they were read at `data_version` `version`, when
         this connection had marked `marked` times: unmark them, unless the ledger changed since

@@ -221,6 +221,13 @@ class StationCollector(Collector):
             station,
             meters.get("clock_steps_pending", 0),
         )
+        yield _station_metric(
+            GaugeMetricFamily,
+            "meter_points_unsent_unconfigured",
+            "Meter ledger points of meters no longer configured that InfluxDB lacks (kept until configured)",
+            station,
+            meters.get("unsent_unconfigured", 0),
+        )
         incidents = h.get("incidents")
         if isinstance(incidents, Mapping):
             for kind, name, doc, value in (
