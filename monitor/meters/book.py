@@ -163,7 +163,8 @@ class MeterBook:
         self._taken: list[tuple[str, int]] = []
         self._records: list[MeterRecord] = []  # ... as the records it returned
         # Marked points the outbox did not take in the last offer (at its cap with meter points
-        # alone): kept marked, offered again once it has room; logged once an episode.
+        # alone): kept marked, offered again once it has room (`SampleSink.meter_room`), and
+        # until then not offered at all; logged once an episode.
         self.held_back = 0
         self._taken_at: tuple[int, int] = (-1, -1)
         self.backlog = True  # marked points may be left (another process's, more than TAKE)
@@ -441,8 +442,9 @@ class MeterBook:
             self.backlog = True
             if not self.held_back:
                 log.warning(
-                    "the outbox is at its cap with meter points alone: %d meter point(s) stay marked in"
-                    " the ledger and go to it once deliveries to InfluxDB make room (none dropped)", held,
+                    "the outbox is at its cap with meter points alone: the meter points it cannot take"
+                    " (%d of this offer, and those read after it) stay marked in the ledger and go to it"
+                    " once deliveries to InfluxDB make room (none dropped)", held,
                 )  # fmt: skip
         elif self.held_back:
             log.info("the outbox has room again: the meter points held back in the ledger are handed to it")

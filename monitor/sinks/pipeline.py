@@ -30,6 +30,9 @@ from monitor.sinks.writer import LineWriter, make_writer
 
 OUTBOX_FILE = "outbox.sqlite"
 STORE_FILE = "series.sqlite"
+# Bytes under the cap free of meter points before held-back ones are offered again (a few
+# points' worth): below it an offer reads up to 5,000 ledger rows to take none or one.
+METER_ROOM = 1024
 
 
 def outbox_path(config: Config) -> Path:
@@ -129,8 +132,9 @@ class SampleSink:
         return self.outbox.append_last([meter_point_line(self.station, r) for r in records])
 
     def meter_room(self) -> bool:
-        """The outbox can take a meter point (not at its cap with meter points alone)."""
-        return self.outbox is None or self.outbox.room_last() > 0
+        """The outbox has room for a few meter points again (not at its cap with meter points
+        alone): refused, the room left was less than one point, and a point is ~200 bytes."""
+        return self.outbox is None or self.outbox.room_last() >= METER_ROOM
 
     async def drain(self, timeout: float) -> int:
         """Deliver what the outbox holds within `timeout`; returns the points left (0 without InfluxDB)."""
