@@ -505,7 +505,9 @@ def test_a_move_the_full_disk_refused_survives_a_restart(tmp_path: Path, tiny_di
     assert note in row["flags"].split(";")
 
 
-def test_a_ledger_ahead_of_the_clock_at_start_is_moved_as_a_step_found_at_start(tmp_path: Path) -> None:
+def test_a_ledger_ahead_of_the_clock_at_start_is_moved_as_a_step_found_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A ledger written before this release (or by `meters ingest` while the clock was ahead)
     holds rows an hour ahead of the clock; the engine has no checkpoint to say so. Before, the
     start saw no step and every new reading was judged `backwards` against those rows (the
@@ -527,6 +529,8 @@ def test_a_ledger_ahead_of_the_clock_at_start_is_moved_as_a_step_found_at_start(
         assert [(e.event, e.message) for e in daemon.alarms.journal.entries(sensor=METER)] == []
         (step,) = daemon.meters.ledger.clock_steps(METER)
         assert step.found and step.rows == 6
+        said = [r.getMessage() for r in caplog.records if "found at start" in r.getMessage()]
+        assert len(said) == 1 and said[0].startswith("meter shop.meter: 6 reading(s)"), said
     finally:
         close(daemon)
 

@@ -34,7 +34,7 @@ from monitor.errors import MeterError, StateError
 from monitor.meters.amend import VOID
 from monitor.meters.ledger import OLD_FINAL, READING, Ledger, Replacement, Row, to_ms
 from monitor.meters.totalizer import ANOMALIES, ZERO, MeterSpec, Step, condition, dec, from_ft3, to_ft3
-from monitor.model import Clock, Condition, Kind, Quality, Sample, WallClock, iso, step_text
+from monitor.model import Clock, Condition, Kind, Quality, Sample, WallClock, iso
 
 log = logging.getLogger(__name__)
 
@@ -317,11 +317,7 @@ class MeterBook:
         of its step, which such a row alone is. Returns the meter alarm transitions."""
         for meter, newest_ms in self.ledger.ahead(now, tolerance, keep).items():
             step = now - newest_ms / 1000 - 1.0  # the newest row lands a second before now
-            log.warning(
-                "meter %s: its newest reading (%s) is %s ahead of the gateway clock at start: taken for a"
-                " clock step back the ledger did not follow; its rows are moved", meter,
-                iso(newest_ms / 1000), step_text(-step),
-            )  # fmt: skip
+            # Logged once, by the move (`Ledger._move`: "found at start"), or its refusal.
             self._steps.append(_PendingStep(step, now, frozenset(keep), meter=meter))
         return self.move_pending()
 

@@ -525,7 +525,8 @@ class Ledger(SettingsPeriods, Amendments):
             "meter %s: %d reading(s) stamped %s ... %s by the gateway clock before it stepped back%s %s"
             " to %s ... %s (recorded in the ledger's clock_steps)",
             meter, n, iso(times[0] / 1000), iso(times[-1] / 1000),
-            " (found at start: they were ahead of the clock)" if found else "",
+            " (found at start: they were ahead of the clock; taken for a step the ledger did not follow)"
+            if found else "",
             "spread (no gap of the step before them)" if spread else "moved by the step",
             iso(moved[times[0]] / 1000), iso(moved[times[-1]] / 1000),
         )  # fmt: skip
