@@ -20,6 +20,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,9 @@ from monitor.web.service import StationCollector
 from monitor.web.station import StationAdapter
 from tests.cli import run_monitor
 from tests.conftest import fill_disk
+from tests.daemon_process import running_daemon
 from tests.engine_helpers import T0
-from tests.services import InfluxDB1, free_port
+from tests.services import InfluxDB1, free_port, wait_until
 from tests.test_pipeline import close
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -533,6 +535,31 @@ def test_a_ledger_ahead_of_the_clock_at_start_is_moved_as_a_step_found_at_start(
         assert len(said) == 1 and said[0].startswith("meter shop.meter: 6 reading(s)"), said
     finally:
         close(daemon)
+
+
+def test_monitor_run_moves_a_ledger_ahead_of_the_wall_clock_at_its_start(tmp_path: Path) -> None:
+    """The same with a real `monitor run` on the real wall clock (the daemon's own clock
+    watch, not a test's): rows stamped an hour ahead of now are moved at its start, before
+    it takes a reading, and the record says found at start."""
+    path = meter_station(tmp_path)
+    config = load_config(path)
+    config.state_dir.mkdir(parents=True)
+    ahead = time.time() + HOUR
+    ledger = Ledger(config.state_dir / "ledger.sqlite", {METER: SPEC}, now=ahead)
+    ledger.add_many([(METER, ahead + k, Decimal(100 + k)) for k in range(0, 51, 10)])
+    ledger.close()
+    log = tmp_path / "daemon.log"
+    with running_daemon(path, log) as daemon:
+        wait_until(lambda: " running: " in log.read_text(), timeout=60, what="the daemon's start")
+        assert "found at start" in log.read_text()  # before it ran
+        daemon.stop()
+    ledger = Ledger(config.state_dir / "ledger.sqlite", {METER: SPEC})
+    try:
+        (step,) = ledger.clock_steps(METER)
+        assert step.found and step.rows == 6 and -HOUR - 60 < step.step_ms / 1000 < -HOUR + 60
+        assert all(r.time < time.time() for r in ledger.rows(METER))
+    finally:
+        ledger.close()
 
 
 def test_one_far_future_reading_moves_only_itself_not_the_other_rows_or_meters(tmp_path: Path) -> None:
