@@ -10,7 +10,8 @@ What InfluxDB gets is kept in the ledger, not in memory: every point a transacti
 re-judged or voided is marked `unsent` in that transaction, by whichever process made it
 (the daemon, `monitor meters replace|correct|void-replacement|ingest`, a settings change at
 an open, `monitor replay`). `send(write)` hands the marked points to the outbox
-(`meter_records`) and unmarks them only once `write` returned, so after a crash anywhere,
+(`meter_records`) and unmarks them only once `write` returned, and only those it took (at
+its cap the outbox takes meter points only as far as they fit), so after a crash anywhere,
 or an amendment made while the daemon runs or is down, the next `send` has them: the
 InfluxDB copy follows the ledger, at least once per point (InfluxDB overwrites a point).
 """

@@ -20,7 +20,9 @@ starts a new baseline.
 A gateway clock step back moves the rows its old clock stamped ahead of the new one by the
 step (`clock_step`, one transaction, audited in `clock_steps`), as the engine's history is;
 rows it had to spread (no gap of the step before them) are judged against max_rate by the time
-they were taken (`_elapsed`), so from then on rows depend on the recorded steps too.
+they were taken (`_elapsed`), so from then on rows depend on the recorded steps too. Rows
+found ahead of the clock when the daemon starts are moved the same way, each meter by its own
+step (`ahead`, `MeterBook.found_at_start`), audited as found at start.
 
 Time is stored as integer milliseconds (the resolution InfluxDB keeps too).
 """
