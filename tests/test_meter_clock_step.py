@@ -537,6 +537,43 @@ def test_a_ledger_ahead_of_the_clock_at_start_is_moved_as_a_step_found_at_start(
         close(daemon)
 
 
+def test_a_step_found_at_start_that_the_full_disk_refuses_waits_counted_and_is_made_first(
+    tmp_path: Path, tiny_disk: Path
+) -> None:
+    """The ledger is an hour ahead of the clock and the disk (a real 3 MB tmpfs) fills as the
+    daemon starts, after its stores opened (full before, the alarm journal refuses to open and
+    the daemon does not start): the move found at start is refused like a live one: counted,
+    kept, and made before the first reading once the disk has room; no meter alarm, 100 ft3."""
+    path = meter_station(tiny_disk)
+    gw = Stepped(load_config(path))
+    for k in range(0, 51, 10):
+        gw.poll(k, 100.0 + k)
+    gw.daemon.checkpoint()
+    close(gw.daemon)
+    gw.daemon.station.close()
+    (tiny_disk / "state" / "engine-checkpoint.npz").unlink()  # as if no checkpoint told of it
+    gw = Stepped.__new__(Stepped)  # Stepped(start=70), the disk filled before its clock watch
+    gw.wall, gw.mono = ManualClock(gw.at(70)), ManualClock(1070.0)
+    gw.daemon = daemon = Daemon(load_config(path), gw.wall)
+    ballast = fill_disk(tiny_disk)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=gw.wall.now, monotonic=gw.mono.now))
+    try:
+        assert daemon.health().to_json()["meters"] == meters_health(1, 1)
+        assert daemon.meters.ledger.clock_steps() == []
+        ballast.unlink()
+        for k in range(70, 101, 10):
+            gw.poll(k, 100.0 + k)
+        rows = daemon.meters.ledger.rows(METER)
+        assert [float(r.reading) for r in rows] == [100.0 + k for k in range(0, 101, 10) if k != 60]
+        assert all(r.accepted for r in rows) and sum(r.volume for r in rows) == 100
+        assert [(e.event, e.message) for e in daemon.alarms.journal.entries(sensor=METER)] == []
+        (step,) = daemon.meters.ledger.clock_steps(METER)
+        assert step.found and step.noticed_ms == round(gw.at(70) * 1000)
+        assert daemon.health().to_json()["meters"] == meters_health(1, 0)
+    finally:
+        close(daemon)
+
+
 def test_monitor_run_moves_a_ledger_ahead_of_the_wall_clock_at_its_start(tmp_path: Path) -> None:
     """The same with a real `monitor run` on the real wall clock (the daemon's own clock
     watch, not a test's): rows stamped an hour ahead of now are moved at its start, before
