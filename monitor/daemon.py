@@ -38,6 +38,7 @@ from monitor.engine import (
     Engine,
     load_checkpoint_or_start_fresh,
 )
+from monitor.engine.restored import TOLERANCE
 from monitor.errors import MonitorError
 from monitor.health import Health, IncidentHealth, MeterHealth, gather, readiness
 from monitor.incidents import IncidentTracker
@@ -88,6 +89,8 @@ class Daemon:
         self.alarms = AlarmManager.open(config, self.clock)
         self.sink: SampleSink = open_sink(config, self.clock, on_condition=lambda c: self.pipeline.emit([c]))
         self.meters = MeterBook.open(config)
+        with contextlib.suppress(MonitorError):  # a ledger that refuses a read says so where it is used
+            self.meters.unconfigured()  # a removed meter's marks: said once, counted
         skew = device_skew(config)
         reconciler = Reconciler(self.engine, self.alarms, config.rules, skew)
         self.disk = DiskWatch(config.state_dir, config.store.free_space_floor, self.clock)
@@ -207,6 +210,11 @@ class Daemon:
             watch.on_step.append(lambda step: self.station.shift(step, watch.device))
             watch.on_step.append(self.pipeline.shift)
             watch.on_step.append(lambda step: self._meter_step(watch, step))
+            # Before the watch's first check: the ledger's own newest rows measure its step, and
+            # the restored history's step (`check_restored`) then finds nothing left ahead.
+            with contextlib.suppress(MonitorError):  # counted and logged by the book, kept for the next try
+                found = self.meters.found_at_start(watch.wall(), TOLERANCE, watch.device)
+                self.pipeline.raise_conditions(found)
 
     def _meter_step(self, watch: ClockWatch, step: float) -> None:
         """The meter ledger's rows the old clock stamped ahead of the new one move with a step
@@ -252,7 +260,11 @@ class Daemon:
             alarm_listener_failures=self.alarms.listener_failures,
             alarm_early_clears=self.alarms.early_clears,
             incidents=self.incident_feed.health() if self.incident_feed is not None else None,
-            meters=MeterHealth(self.meters.clock_step_failures, self.meters.clock_steps_pending),
+            meters=MeterHealth(
+                self.meters.clock_step_failures,
+                self.meters.clock_steps_pending,
+                self.meters.unsent_unconfigured,
+            ),
         )
 
     # --- lifecycle -------------------------------------------------------------------

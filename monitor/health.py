@@ -112,6 +112,8 @@ class MeterHealth:
 
     clock_step_failures: int = 0
     clock_steps_pending: int = 0
+    # Points of meters no longer configured still marked for InfluxDB (kept until configured).
+    unsent_unconfigured: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +317,14 @@ def attention(health: Mapping[str, Any]) -> list[dict[str, str]]:
                 "level": "fault",
                 "text": f"meter ledger: {steps} not moved yet (meter readings wait for the state disk)",
             }
+        )
+    if isinstance(meters, Mapping) and meters.get("unsent_unconfigured"):
+        warn(
+            _count(
+                meters["unsent_unconfigured"],
+                "meter point of a meter no longer configured not in InfluxDB (kept in the ledger)",
+                "meter points of meters no longer configured not in InfluxDB (kept in the ledger)",
+            )
         )
     outbox = health.get("outbox") or {}
     if isinstance(outbox, Mapping) and outbox.get("configured"):

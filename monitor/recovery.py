@@ -40,8 +40,8 @@ def recover(pipeline: Pipeline) -> int:
         fresh = pipeline.meters.take_records(TAKE)
         marked = {(r.meter, r.time) for r in fresh}
         old = [r for r in _ledger_points(pipeline.meters, meters) if (r.meter, r.time) not in marked]
-        pipeline.sink.write_meter_records([*fresh, *old])
-        pipeline.meters.sent()
+        taken = pipeline.sink.write_meter_records([*fresh, *old])
+        pipeline.meters.sent(min(taken, len(fresh)))  # the rest of the marked stay marked
         pipeline.sink.store.release(seq)
         pipeline.raise_conditions(conditions)
         count += 1

@@ -20,6 +20,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,9 @@ from monitor.web.service import StationCollector
 from monitor.web.station import StationAdapter
 from tests.cli import run_monitor
 from tests.conftest import fill_disk
+from tests.daemon_process import running_daemon
 from tests.engine_helpers import T0
-from tests.services import InfluxDB1, free_port
+from tests.services import InfluxDB1, free_port, wait_until
 from tests.test_pipeline import close
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,8 +77,9 @@ class Stepped:
     """The daemon with the watch on injected clocks; the gateway clock steps back an hour
     after +65 s of real time (as in tests/test_clock_step.py)."""
 
-    def __init__(self, config: Config) -> None:
-        self.wall, self.mono = ManualClock(T0), ManualClock(1000.0)
+    def __init__(self, config: Config, start: float = 0.0) -> None:
+        """`start`: the real seconds since T0 at which this daemon starts (a restart)."""
+        self.wall, self.mono = ManualClock(self.at(start)), ManualClock(1000.0 + start)
         self.daemon = Daemon(config, self.wall)
         self.daemon.watch_clock(ClockWatch(self.daemon.engine, wall=self.wall.now, monotonic=self.mono.now))
 
@@ -326,7 +329,7 @@ def test_a_restart_after_a_step_back_moves_the_ledger_with_the_restored_history(
     gw.daemon.checkpoint()
     close(gw.daemon)
     gw.daemon.station.close()
-    gw = Stepped(load_config(path))
+    gw = Stepped(load_config(path), start=70)
     daemon = gw.daemon
     try:
         for k in range(70, 121, 10):  # the first on the new clock notices the step
@@ -400,6 +403,11 @@ def test_when_the_new_clock_reaches_the_old_stamps_its_readings_are_no_conflicts
         close(daemon)
 
 
+def meters_health(failures: int, pending: int) -> dict[str, int]:
+    """/api/health's `meters` for this station (no meter removed from its config)."""
+    return {"clock_step_failures": failures, "clock_steps_pending": pending, "unsent_unconfigured": 0}
+
+
 def test_a_move_the_full_disk_refused_is_counted_and_made_before_the_next_reading(
     tmp_path: Path, tiny_disk: Path
 ) -> None:
@@ -424,7 +432,7 @@ def test_a_move_the_full_disk_refused_is_counted_and_made_before_the_next_readin
         assert [r.time - T0 for r in ledger.rows(METER)] == [float(k) for k in range(0, 51, 10)]
         assert ledger.clock_steps() == []
         health = daemon.health().to_json()
-        assert health["meters"] == {"clock_step_failures": 1, "clock_steps_pending": 1}
+        assert health["meters"] == meters_health(1, 1)
         registry = CollectorRegistry()
         registry.register(StationCollector(StationAdapter(daemon)))  # what /metrics serves
         scraped = generate_latest(registry).decode()
@@ -433,20 +441,191 @@ def test_a_move_the_full_disk_refused_is_counted_and_made_before_the_next_readin
         daemon.pipeline.emit([Sample(METER, T0 + 60, 160.0), Sample("ph", T0 + 60, 7.0)])
         assert daemon.pipeline.process_queued() is False  # the disk refuses it too
         gw.step()  # a second tick while still full: the same failure, not counted again
-        assert daemon.health().to_json()["meters"] == {"clock_step_failures": 1, "clock_steps_pending": 1}
+        assert daemon.health().to_json()["meters"] == meters_health(1, 1)
         ballast.unlink()
         daemon.pipeline._retry_at = 0.0  # the retry timer's wait, skipped (a monotonic deadline)
         assert daemon.pipeline.process_queued() is True
         for k in range(70, 101, 10):
             gw.poll(k, 100.0 + k)
         assert [(e.event, e.message) for e in daemon.alarms.journal.entries(sensor=METER)] == []
-        assert daemon.health().to_json()["meters"] == {"clock_step_failures": 1, "clock_steps_pending": 0}
+        assert daemon.health().to_json()["meters"] == meters_health(1, 0)
     finally:
         close(daemon)
     got, want = (snapshot(p / "state" / "ledger.sqlite") for p in (tiny_disk, tmp_path / "ref"))
     for state in (got, want):  # when the daemon opened the ledger (the wall clock, not the gateway's)
         state["settings"] = [row[:-1] for row in state["settings"]]
     assert len(got["clock_steps"]) == 1 and got == want
+
+
+def test_a_move_the_full_disk_refused_survives_a_restart(tmp_path: Path, tiny_disk: Path) -> None:
+    """The disk (a real 3 MB tmpfs) refuses the move; the operator frees it and the checkpoint
+    timer saves the engine, re-based on the new clock, before the tick retries the move; then
+    the daemon is stopped. The move was in memory only: at the next start the checkpoint shows
+    no step, and before, the ledger kept the rows stamped +0 ... +50 s ahead of the new clock:
+    every reading of the new clock sorted before them, `backwards` (a meter alarm) and the
+    quarter billed short. Now the start finds the rows ahead and moves them as a step found
+    at start (audited so, "at least"): the readings in order, no alarm, 100 ft3."""
+    path = meter_station(tiny_disk)
+    gw = Stepped(load_config(path))
+    daemon = gw.daemon
+    try:
+        for k in range(0, 51, 10):
+            gw.poll(k, 100.0 + k)
+        ballast = fill_disk(tiny_disk)
+        gw.step()
+        assert daemon.health().to_json()["meters"] == meters_health(1, 1)
+        ballast.unlink()
+        daemon.checkpoint()  # on the new clock: the restored history will not look ahead
+    finally:
+        close(daemon)
+        daemon.station.close()
+    gw = Stepped(load_config(path), start=70)
+    daemon = gw.daemon
+    try:
+        ledger = daemon.meters.ledger
+        (step,) = ledger.clock_steps(METER)
+        assert step.found and (step.rows, step.first_ms, step.last_ms) == (
+            6, round(T0 * 1000), round((T0 + 50) * 1000),
+        )  # fmt: skip
+        assert step.noticed_ms == round(gw.at(70) * 1000) and step.step_ms == -3_581_000
+        assert [r.time for r in ledger.rows(METER)][-1] == gw.at(70) - 1
+        for k in range(70, 101, 10):
+            gw.poll(k, 100.0 + k)
+        rows = ledger.rows(METER)
+        assert [float(r.reading) for r in rows] == [100.0 + k for k in range(0, 101, 10) if k != 60]
+        assert all(r.accepted for r in rows) and sum(r.volume for r in rows) == 100
+        assert [(e.event, e.message) for e in daemon.alarms.journal.entries(sensor=METER)] == []
+        assert daemon.health().to_json()["meters"] == meters_health(0, 0)
+    finally:
+        close(daemon)
+    row = export(path)
+    assert row["consumption_ft3"] == "100.000" and "anomaly" not in row["flags"]
+    note = (
+        f"gateway clock stepped back by at least 59m (found at start {iso(gw.at(70))}:"
+        " the ledger's rows were ahead of the clock): 6 readings re-stamped"
+    )
+    assert note in row["flags"].split(";")
+
+
+def test_a_ledger_ahead_of_the_clock_at_start_is_moved_as_a_step_found_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ledger written before this release (or by `meters ingest` while the clock was ahead)
+    holds rows an hour ahead of the clock; the engine has no checkpoint to say so. Before, the
+    start saw no step and every new reading was judged `backwards` against those rows (the
+    meter alarm); the rows are moved at start instead, audited, logged once."""
+    path = meter_station(tmp_path)
+    config = load_config(path)
+    config.state_dir.mkdir(parents=True)
+    ledger = Ledger(config.state_dir / "ledger.sqlite", {METER: SPEC}, now=T0)
+    ledger.add_many([(METER, T0 + k, Decimal(100 + k)) for k in range(0, 51, 10)])
+    ledger.close()
+    gw = Stepped(config, start=70)
+    daemon = gw.daemon
+    try:
+        for k in range(70, 101, 10):
+            gw.poll(k, 100.0 + k)
+        rows = daemon.meters.ledger.rows(METER)
+        assert [float(r.reading) for r in rows] == [100.0 + k for k in range(0, 101, 10) if k != 60]
+        assert all(r.accepted for r in rows) and sum(r.volume for r in rows) == 100
+        assert [(e.event, e.message) for e in daemon.alarms.journal.entries(sensor=METER)] == []
+        (step,) = daemon.meters.ledger.clock_steps(METER)
+        assert step.found and step.rows == 6
+        said = [r.getMessage() for r in caplog.records if "found at start" in r.getMessage()]
+        assert len(said) == 1 and said[0].startswith("meter shop.meter: 6 reading(s)"), said
+    finally:
+        close(daemon)
+
+
+def test_a_step_found_at_start_that_the_full_disk_refuses_waits_counted_and_is_made_first(
+    tmp_path: Path, tiny_disk: Path
+) -> None:
+    """The ledger is an hour ahead of the clock and the disk (a real 3 MB tmpfs) fills as the
+    daemon starts, after its stores opened (full before, the alarm journal refuses to open and
+    the daemon does not start): the move found at start is refused like a live one: counted,
+    kept, and made before the first reading once the disk has room; no meter alarm, 100 ft3."""
+    path = meter_station(tiny_disk)
+    gw = Stepped(load_config(path))
+    for k in range(0, 51, 10):
+        gw.poll(k, 100.0 + k)
+    gw.daemon.checkpoint()
+    close(gw.daemon)
+    gw.daemon.station.close()
+    (tiny_disk / "state" / "engine-checkpoint.npz").unlink()  # as if no checkpoint told of it
+    gw = Stepped.__new__(Stepped)  # Stepped(start=70), the disk filled before its clock watch
+    gw.wall, gw.mono = ManualClock(gw.at(70)), ManualClock(1070.0)
+    gw.daemon = daemon = Daemon(load_config(path), gw.wall)
+    ballast = fill_disk(tiny_disk)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=gw.wall.now, monotonic=gw.mono.now))
+    try:
+        assert daemon.health().to_json()["meters"] == meters_health(1, 1)
+        assert daemon.meters.ledger.clock_steps() == []
+        ballast.unlink()
+        for k in range(70, 101, 10):
+            gw.poll(k, 100.0 + k)
+        rows = daemon.meters.ledger.rows(METER)
+        assert [float(r.reading) for r in rows] == [100.0 + k for k in range(0, 101, 10) if k != 60]
+        assert all(r.accepted for r in rows) and sum(r.volume for r in rows) == 100
+        assert [(e.event, e.message) for e in daemon.alarms.journal.entries(sensor=METER)] == []
+        (step,) = daemon.meters.ledger.clock_steps(METER)
+        assert step.found and step.noticed_ms == round(gw.at(70) * 1000)
+        assert daemon.health().to_json()["meters"] == meters_health(1, 0)
+    finally:
+        close(daemon)
+
+
+def test_monitor_run_moves_a_ledger_ahead_of_the_wall_clock_at_its_start(tmp_path: Path) -> None:
+    """The same with a real `monitor run` on the real wall clock (the daemon's own clock
+    watch, not a test's): rows stamped an hour ahead of now are moved at its start, before
+    it takes a reading, and the record says found at start."""
+    path = meter_station(tmp_path)
+    config = load_config(path)
+    config.state_dir.mkdir(parents=True)
+    ahead = time.time() + HOUR
+    ledger = Ledger(config.state_dir / "ledger.sqlite", {METER: SPEC}, now=ahead)
+    ledger.add_many([(METER, ahead + k, Decimal(100 + k)) for k in range(0, 51, 10)])
+    ledger.close()
+    log = tmp_path / "daemon.log"
+    with running_daemon(path, log) as daemon:
+        wait_until(lambda: " running: " in log.read_text(), timeout=60, what="the daemon's start")
+        assert "found at start" in log.read_text()  # before it ran
+        daemon.stop()
+    ledger = Ledger(config.state_dir / "ledger.sqlite", {METER: SPEC})
+    try:
+        (step,) = ledger.clock_steps(METER)
+        assert step.found and step.rows == 6 and -HOUR - 60 < step.step_ms / 1000 < -HOUR + 60
+        assert all(r.time < time.time() for r in ledger.rows(METER))
+    finally:
+        ledger.close()
+
+
+def test_one_far_future_reading_moves_only_itself_not_the_other_rows_or_meters(tmp_path: Path) -> None:
+    """Not a clock step: one reading of one meter stamped five years ahead (a typo in an
+    ingested file, a device's bad time), the rest of the ledger on the clock. Measured from the
+    newest row of all meters, the step (5 years) would have moved every other meter's rows by
+    it. Each meter's step is measured from its own newest row, and the rows move down to a gap
+    of that step only: the one reading lands a second before now, re-judged; nothing else moves."""
+    other = MeterSpec("home.meter", "ft3", 6, Decimal(1), None, "shop")
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(path, {METER: SPEC, other.meter: other}, now=T0)
+    try:
+        normal = [(m, T0 + 60 * i, Decimal(100 + i)) for m in (METER, other.meter) for i in range(60)]
+        ledger.add_many([*normal, (METER, T0 + 5 * 365 * 86400, Decimal(160))])
+        before = snapshot(path)
+        now = T0 + 3600
+        book = MeterBook(ledger)
+        assert book.found_at_start(now, 2.0) == []  # no meter alarm changed
+        (step,) = ledger.clock_steps()
+        assert (step.meter, step.rows, step.found) == (METER, 1, True)
+        after = snapshot(path)
+        assert [r for r in after["readings"] if r[0] == other.meter] == [
+            r for r in before["readings"] if r[0] == other.meter
+        ]
+        moved = [r for r in after["readings"] if r not in before["readings"]]
+        assert [(r[0], r[1], r[3]) for r in moved] == [(METER, round((now - 1) * 1000), "160")]
+        assert book.found_at_start(now, 2.0) == [] and len(ledger.clock_steps()) == 1  # nothing twice
+    finally:
+        ledger.close()
 
 
 def test_repeated_small_steps_back_spread_a_few_minutes_of_rows_not_a_day_each(tmp_path: Path) -> None:

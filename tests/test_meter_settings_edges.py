@@ -624,7 +624,8 @@ def test_a_ledger_whose_settings_cursor_is_behind_marks_the_rows_it_had_not_sent
     ledger.close()
     db = sqlite3.connect(path)
     db.executescript(
-        "DROP TABLE unsent; PRAGMA user_version=2; UPDATE meta SET value='2' WHERE key='schema';"
+        "DROP TABLE unsent; DROP TABLE clock_steps;"  # neither was there at schema 2
+        " PRAGMA user_version=2; UPDATE meta SET value='2' WHERE key='schema';"
         " INSERT INTO meta VALUES ('influx copy settings id: m', '1');"  # the x1 period's row
     )
     db.close()

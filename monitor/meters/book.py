@@ -10,7 +10,8 @@ What InfluxDB gets is kept in the ledger, not in memory: every point a transacti
 re-judged or voided is marked `unsent` in that transaction, by whichever process made it
 (the daemon, `monitor meters replace|correct|void-replacement|ingest`, a settings change at
 an open, `monitor replay`). `send(write)` hands the marked points to the outbox
-(`meter_records`) and unmarks them only once `write` returned, so after a crash anywhere,
+(`meter_records`) and unmarks them only once `write` returned, and only those it took (at
+its cap the outbox takes meter points only as far as they fit), so after a crash anywhere,
 or an amendment made while the daemon runs or is down, the next `send` has them: the
 InfluxDB copy follows the ledger, at least once per point (InfluxDB overwrites a point).
 """
@@ -138,6 +139,7 @@ class _PendingStep:
     now: float
     keep: frozenset[str]
     failed: bool = False
+    meter: str | None = None  # found at start: this meter's rows alone (`found_at_start`)
 
 
 class MeterBook:
@@ -160,6 +162,11 @@ class MeterBook:
                 self._seen[meter] = last.key
         # The points the last `take_records` read, and the ledger's state then (`sent`).
         self._taken: list[tuple[str, int]] = []
+        self._records: list[MeterRecord] = []  # ... as the records it returned
+        # Marked points the outbox did not take in the last offer (at its cap with meter points
+        # alone): kept marked, offered again once it has room (`SampleSink.meter_room`), and
+        # until then not offered at all; logged once an episode.
+        self.held_back = 0
         self._taken_at: tuple[int, int] = (-1, -1)
         self.backlog = True  # marked points may be left (another process's, more than TAKE)
         # Clock steps whose move the ledger refused (a full or read-only disk), oldest first:
@@ -167,6 +174,9 @@ class MeterBook:
         self._steps: list[_PendingStep] = []
         self._step_conditions: list[Condition] = []  # from moves made, not yet returned
         self.clock_step_failures = 0  # steps whose move the ledger refused (once per step)
+        # Points of meters no longer configured the InfluxDB copy lacks (`unconfigured`).
+        self.unsent_unconfigured = 0
+        self._said_unconfigured: set[str] = set()
 
     @classmethod
     def open(cls, config: Config, records: bool = True, clock: Clock | None = None) -> MeterBook:
@@ -175,6 +185,21 @@ class MeterBook:
 
     def close(self) -> None:
         self.ledger.close()
+
+    def unconfigured(self) -> int:
+        """The points of meters no longer configured still marked for InfluxDB (a gauge, in
+        /api/health): they stay marked (no settings to write them with) until the meter is
+        configured again. Said once per meter (the daemon's start, a clock step that moved its
+        rows): before, a removed meter's lag of the InfluxDB copy was nowhere to be seen."""
+        held = self.ledger.unsent_unconfigured()
+        for meter in sorted(set(held) - self._said_unconfigured):
+            self._said_unconfigured.add(meter)
+            log.warning(
+                "meter %s is no longer configured: %d point(s) of it the InfluxDB copy lacks stay marked in"
+                " the ledger until it is configured again (its rows and export are kept)", meter, held[meter],
+            )  # fmt: skip
+        self.unsent_unconfigured = sum(held.values())
+        return self.unsent_unconfigured
 
     def is_meter(self, sensor: str) -> bool:
         return sensor in self.ledger.specs
@@ -280,6 +305,23 @@ class MeterBook:
         self._steps.append(_PendingStep(step, now, frozenset(keep)))
         return self.move_pending()
 
+    def found_at_start(self, now: float, tolerance: float, keep: Collection[str] = ()) -> list[Condition]:
+        """At the daemon's start: a meter whose newest rows are ahead of the gateway clock `now`
+        by more than `tolerance` had a step back the ledger did not follow (a move the disk
+        refused before a restart, a ledger written before this check, the clock stepped while
+        the daemon was down); left there, each reading of the new clock was judged
+        `backwards` against them. Its rows are moved as for a step noticed now, audited
+        `found`, made (or kept, counted and logged) like any step's move. The step is each
+        meter's own, measured from its newest row (the daemon's down time, and so the real
+        step, is unknown: at least this much): one meter's far-future reading (a bad stamp, not
+        the clock) then moves that meter's rows only, and of those only the rows down to a gap
+        of its step, which such a row alone is. Returns the meter alarm transitions."""
+        for meter, newest_ms in self.ledger.ahead(now, tolerance, keep).items():
+            step = now - newest_ms / 1000 - 1.0  # the newest row lands a second before now
+            # Logged once, by the move (`Ledger._move`: "found at start"), or its refusal.
+            self._steps.append(_PendingStep(step, now, frozenset(keep), meter=meter))
+        return self.move_pending()
+
     @property
     def clock_steps_pending(self) -> int:
         """Clock steps whose move waits for a ledger that takes writes (/api/health)."""
@@ -298,7 +340,10 @@ class MeterBook:
         while self._steps:
             pending = self._steps[0]
             try:
-                moved = self.ledger.clock_step(pending.step, pending.now, pending.keep)
+                only = pending.meter  # a step found at start: that meter's alone
+                moved = self.ledger.clock_step(
+                    pending.step, pending.now, pending.keep, only=only, found=only is not None
+                )
             except StateError as exc:
                 if not pending.failed:
                     self.clock_step_failures += 1
@@ -335,6 +380,8 @@ class MeterBook:
         if not moved:
             return []
         self.backlog = True
+        if set(moved) - set(self.ledger.specs):  # a removed meter's rows moved: marked again
+            self.unconfigured()
         for meter in moved:
             last = self.ledger.last(meter)
             if last is not None and meter in self._seen:
@@ -376,15 +423,33 @@ class MeterBook:
                     why = f"re-stamped to {iso((time_ms + cs.step_ms) / 1000)}: {cs.describe()}"
                     rows.append(Row(meter, time_ms, READING, at, False, ZERO, ZERO, ("restamped",), why))
         rows.sort(key=lambda r: (r.time_ms, r.meter, r.seq))
-        return meter_records(rows, ledger.specs, ledger.spec_at)
+        self._records = meter_records(rows, ledger.specs, ledger.spec_at)
+        return list(self._records)
 
-    def sent(self) -> None:
-        """The outbox holds what the last `take_records` returned: unmark those points, unless
-        the ledger changed since they were read (then they go out again next time)."""
-        version, marked = self._taken_at
-        if not self.ledger.clear_unsent(self._taken, version, marked):
+    def sent(self, taken: int | None = None) -> None:
+        """The outbox holds what the last `take_records` returned (`taken`: only the first
+        that many, the outbox at its cap): unmark those points, unless the ledger changed since
+        they were read (then they go out again next time). The rest stay marked, offered again."""
+        keys, records = self._taken, self._records
+        held = 0 if taken is None else max(0, len(records) - taken)
+        if held:
+            took = {(r.meter, to_ms(r.time)) for r in records[:taken]}
+            offered = {(r.meter, to_ms(r.time)) for r in records}
+            keys = [k for k in keys if k in took or k not in offered]
             self.backlog = True
-        self._taken = []
+            if not self.held_back:
+                log.warning(
+                    "the outbox is at its cap with meter points alone: the meter points it cannot take"
+                    " (%d of this offer, and those read after it) stay marked in the ledger and go to it"
+                    " once deliveries to InfluxDB make room (none dropped)", held,
+                )  # fmt: skip
+        elif self.held_back:
+            log.info("the outbox has room again: the meter points held back in the ledger are handed to it")
+        self.held_back = held
+        version, marked = self._taken_at
+        if not self.ledger.clear_unsent(keys, version, marked):
+            self.backlog = True
+        self._taken, self._records = [], []
 
     def due(self) -> bool:
         """Marked points may be waiting: some were left (more than a take, a failed clear), this
@@ -393,12 +458,17 @@ class MeterBook:
 
     def send(self, write: Callable[[list[MeterRecord]], object], limit: int | None = TAKE) -> int:
         """Hand the marked points to `write` (the outbox's append) and unmark them once it
-        returned; a `write` or ledger that fails leaves them marked. Returns how many."""
+        returned; a `write` or ledger that fails leaves them marked. A `write` that returns
+        an int took only that many of the first (the outbox at its cap): the rest stay
+        marked. Returns how many were taken."""
         records = self.take_records(limit)
+        taken = len(records)
         if records:
-            write(records)
-        self.sent()
-        return len(records)
+            got = write(records)
+            if isinstance(got, int):
+                taken = min(got, taken)
+        self.sent(taken)
+        return taken
 
     def reconcile(self, journal_active: Mapping[str, bool]) -> list[Condition]:
         """The meter alarm transitions that bring the alarm journal in line with the ledger,

@@ -20,7 +20,9 @@ starts a new baseline.
 A gateway clock step back moves the rows its old clock stamped ahead of the new one by the
 step (`clock_step`, one transaction, audited in `clock_steps`), as the engine's history is;
 rows it had to spread (no gap of the step before them) are judged against max_rate by the time
-they were taken (`_elapsed`), so from then on rows depend on the recorded steps too.
+they were taken (`_elapsed`), so from then on rows depend on the recorded steps too. Rows
+found ahead of the clock when the daemon starts are moved the same way, each meter by its own
+step (`ahead`, `MeterBook.found_at_start`), audited as found at start.
 
 Time is stored as integer milliseconds (the resolution InfluxDB keeps too).
 """
@@ -39,6 +41,7 @@ from monitor.errors import MeterError, StateError
 from monitor.meters.amend import Amendments, when
 from monitor.meters.rows import (
     CLOCK_STEPS,
+    CLOCK_STEPS_FOUND,
     NEW_INITIAL,
     OLD_FINAL,
     READING,
@@ -65,11 +68,12 @@ log = logging.getLogger(__name__)
 # Add a migration to change a table; never edit one. 2: settings periods (`rows.SETTINGS`);
 # 3: the points the InfluxDB copy does not hold yet (`rows.UNSENT`).
 # 4: the gateway clock's steps back the rows were moved across (`rows.CLOCK_STEPS`).
+# 5: whether such a step was found at start (`rows.CLOCK_STEPS_FOUND`).
 REACH = 86400.0  # seconds before the rows ahead of the new clock a step back moves rows over, at most
 # ... and at most this many steps' lengths: rows spread over 100 steps are each interval shortened
 # by 1 % at most, and a 5 s step does not re-judge (and resend) a day of readings a second.
 STEPS_REACH = 100
-LEDGER_SCHEMA = Schema("meter ledger", (SCHEMA, SETTINGS, UNSENT, CLOCK_STEPS))
+LEDGER_SCHEMA = Schema("meter ledger", (SCHEMA, SETTINGS, UNSENT, CLOCK_STEPS, CLOCK_STEPS_FOUND))
 
 
 ROW_COLUMNS = "r.time_ms, r.seq, r.reading, r.accepted, r.counts, r.volume, r.flags, r.message, r.lim"
@@ -396,6 +400,8 @@ class Ledger(SettingsPeriods, Amendments):
         keep: Collection[str] = (),
         tolerance: float = 2.0,
         reach: float = REACH,
+        only: str | None = None,
+        found: bool = False,
     ) -> dict[str, list[Row]]:
         """The gateway clock stepped back by `step` s (< 0), noticed when the new clock read
         `now`: move each meter's rows the old clock stamped ahead of the new one by the step,
@@ -413,7 +419,8 @@ class Ledger(SettingsPeriods, Amendments):
         small step after a drift), the rows within it are spread over it instead, each moved by
         at most the step, in order: never the whole history in one transaction, and a small
         step (a time source stepping 5 s every minute) a few minutes of rows, not a day's. The
-        meters in `keep` are stamped by their device's clock: not moved. The moved rows are re-judged (only
+        meters in `keep` are stamped by their device's clock: not moved. `only`: this meter
+        alone; `found`: a step found at start (`ahead`), audited so. The moved rows are re-judged (only
         the first one's interval changed) and marked unsent at their new times; their old
         times stay marked, so the InfluxDB copy's old-time points are overwritten by a
         rejected `restamped` one (`MeterBook.take_records`). Returns the re-judged rows that
@@ -426,7 +433,7 @@ class Ledger(SettingsPeriods, Amendments):
         out: dict[str, list[Row]] = {}
         with self._tx():
             for meter in self.meters():
-                if meter in keep:
+                if meter in keep or (only is not None and meter != only):
                     continue
                 cut, spread = lo, False
                 while True:
@@ -447,14 +454,16 @@ class Ledger(SettingsPeriods, Amendments):
                         break
                 if first is None:
                     continue
-                out[meter] = self._move(meter, cut, hi, step_ms, now_ms, spread)
+                out[meter] = self._move(meter, cut, hi, step_ms, now_ms, spread, found)
         if out:
             self._last.clear()
             self._baseline.clear()
             self._periods.clear()
         return out
 
-    def _move(self, meter: str, cut: int, hi: int, step_ms: int, now_ms: int, spread: bool) -> list[Row]:
+    def _move(
+        self, meter: str, cut: int, hi: int, step_ms: int, now_ms: int, spread: bool, found: bool = False
+    ) -> list[Row]:
         """Move `meter`'s rows (and what is recorded at their times) within (cut, hi] by
         `step_ms` (`spread`: onto (cut, hi + step_ms], in proportion, in order), within the
         caller's transaction; record it; re-judge from the first."""
@@ -506,18 +515,20 @@ class Ledger(SettingsPeriods, Amendments):
         )
         self.marked += 1
         db.execute(
-            "INSERT INTO clock_steps (meter, noticed_ms, step_ms, rows, first_ms, last_ms, spread)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (meter, now_ms, step_ms, int(n), times[0], times[-1], int(spread)),
+            "INSERT INTO clock_steps (meter, noticed_ms, step_ms, rows, first_ms, last_ms, spread, found)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (meter, now_ms, step_ms, int(n), times[0], times[-1], int(spread), int(found)),
         )
         self._last.pop(meter, None)
         self._baseline.pop(meter, None)
         self._periods.pop(meter, None)
         self._spreads.pop(meter, None)
         log.warning(
-            "meter %s: %d reading(s) stamped %s ... %s by the gateway clock before it stepped back %s"
+            "meter %s: %d reading(s) stamped %s ... %s by the gateway clock before it stepped back%s %s"
             " to %s ... %s (recorded in the ledger's clock_steps)",
             meter, n, iso(times[0] / 1000), iso(times[-1] / 1000),
+            " (found at start: they were ahead of the clock; taken for a step the ledger did not follow)"
+            if found else "",
             "spread (no gap of the step before them)" if spread else "moved by the step",
             iso(moved[times[0]] / 1000), iso(moved[times[-1]] / 1000),
         )  # fmt: skip
@@ -533,15 +544,26 @@ class Ledger(SettingsPeriods, Amendments):
         lo = -(2**62) if after_ms is None else after_ms
         hi = 2**62 if until_ms is None else until_ms
         got = self._query(
-            "SELECT meter, noticed_ms, step_ms, rows, first_ms, last_ms, spread FROM clock_steps"
+            "SELECT meter, noticed_ms, step_ms, rows, first_ms, last_ms, spread, found FROM clock_steps"
             " WHERE (? IS NULL OR meter = ?) AND noticed_ms > ? AND first_ms + step_ms <= ? ORDER BY id",
             (meter, meter, lo, hi),
         )
         out = []
         for m, *rest in got:
-            noticed, step, rows, first, last, spread = (int(str(x)) for x in rest)
-            out.append(ClockStep(str(m), noticed, step, rows, first, last, bool(spread)))
+            noticed, step, rows, first, last, spread, found = (int(str(x)) for x in rest)
+            out.append(ClockStep(str(m), noticed, step, rows, first, last, bool(spread), bool(found)))
         return out
+
+    def ahead(self, now: float, tolerance: float, keep: Collection[str] = ()) -> dict[str, int]:
+        """Per meter (but those in `keep`, stamped by their device's clock), its newest row's
+        stamp where that is ahead of `now` by more than `tolerance`: at start, the rows of a
+        clock step back the ledger did not follow (`MeterBook.found_at_start`)."""
+        got = self._query(  # each meter's newest row by the primary key: no scan of the history
+            "SELECT meter, newest FROM (SELECT m.meter AS meter, (SELECT max(r.time_ms) FROM readings r"
+            " WHERE r.meter = m.meter) AS newest FROM meters m) WHERE newest > ? ORDER BY meter",
+            (to_ms(now) + to_ms(tolerance),),
+        )
+        return {str(m): int(str(t)) for m, t in got if str(m) not in keep}
 
     def restamped_reading(self, meter: str, time_ms: int) -> tuple[ClockStep, Decimal] | None:
         """The step that moved the reading stamped `time_ms` away, and the reading now at (or,
@@ -550,15 +572,15 @@ class Ledger(SettingsPeriods, Amendments):
         the step that moved a point just sent is found at once, however many were recorded
         (each key read every step before: 49 s a take with a month of steps every minute)."""
         got = self._query(
-            "SELECT meter, noticed_ms, step_ms, rows, first_ms, last_ms, spread FROM clock_steps"
+            "SELECT meter, noticed_ms, step_ms, rows, first_ms, last_ms, spread, found FROM clock_steps"
             " NOT INDEXED WHERE meter = ? AND first_ms <= ? AND last_ms >= ? ORDER BY id DESC LIMIT 1",
             (meter, time_ms, time_ms),
         )
         if not got:
             return None
         m, *rest = got[0]
-        noticed, step, rows, first, last, spread = (int(str(x)) for x in rest)
-        cs = ClockStep(str(m), noticed, step, rows, first, last, bool(spread))
+        noticed, step, rows, first, last, spread, found = (int(str(x)) for x in rest)
+        cs = ClockStep(str(m), noticed, step, rows, first, last, bool(spread), bool(found))
         held = self._query(
             "SELECT reading FROM readings WHERE meter=? AND time_ms <= ?"
             " ORDER BY time_ms DESC, seq DESC LIMIT 1",
@@ -645,6 +667,17 @@ class Ledger(SettingsPeriods, Amendments):
             if columns[1] is not None:  # seq: a point with rows (a voided swap may have none)
                 rows.append(_row(key[0], columns))
         return keys, rows
+
+    def unsent_unconfigured(self) -> dict[str, int]:
+        """Per meter no longer configured, its points marked for InfluxDB: kept (`unsent` has
+        no settings to write them with) until it is configured again."""
+        meters = sorted(self.specs)
+        marks = ",".join("?" * len(meters))
+        got = self._query(
+            f"SELECT meter, count(*) FROM unsent WHERE meter NOT IN ({marks}) GROUP BY meter ORDER BY meter",
+            tuple(meters),
+        )
+        return {str(m): int(str(n)) for m, n in got}
 
     def clear_unsent(self, keys: list[tuple[str, int]], version: int, marked: int) -> bool:
         """The outbox holds these points as they were read at `data_version` `version`, when

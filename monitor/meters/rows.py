@@ -116,7 +116,13 @@ CREATE TABLE IF NOT EXISTS clock_steps (
 CREATE INDEX IF NOT EXISTS clock_steps_by_meter ON clock_steps (meter, noticed_ms);
 UPDATE meta SET value = '4' WHERE key = 'schema';
 """
-SCHEMA_VERSION = "4"
+# Schema 5: a step found at start (`Ledger.clock_step(found=True)`): the ledger's rows were
+# ahead of the clock when the daemon started (a move lost to a restart, a ledger from before).
+CLOCK_STEPS_FOUND = """
+ALTER TABLE clock_steps ADD COLUMN found INTEGER NOT NULL DEFAULT 0;  -- 1: found at start
+UPDATE meta SET value = '5' WHERE key = 'schema';
+"""
+SCHEMA_VERSION = "5"
 
 
 def to_ms(t: float) -> int:
@@ -164,13 +170,20 @@ class ClockStep:
     first_ms: int  # the moved rows' first and last original stamps
     last_ms: int
     spread: bool = False  # spread over the reach (no gap of the step in it), not each moved by the step
+    # Found at start: the meter's rows were ahead of the clock when the daemon started; the step
+    # is measured from its newest row (the real one, and how long the daemon was down, unknown).
+    found: bool = False
 
     def describe(self) -> str:
         """What the export's flags and `meters show` say."""
         by, at, s = step_text(self.step_ms / 1000), iso(self.noticed_ms / 1000), "s" * (self.rows != 1)
         over = step_text((self.last_ms - self.first_ms) / 1000)
         spread = f" (spread over the {over} before: no gap of the step in it)" if self.spread else ""
-        return f"gateway clock stepped back by {by} at {at}: {self.rows} reading{s} re-stamped{spread}"
+        if self.found:
+            when = f"by at least {by} (found at start {at}: the ledger's rows were ahead of the clock)"
+        else:
+            when = f"by {by} at {at}"
+        return f"gateway clock stepped back {when}: {self.rows} reading{s} re-stamped{spread}"
 
 
 def steps_summary(steps: list[ClockStep]) -> str:

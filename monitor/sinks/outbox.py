@@ -9,8 +9,10 @@ dropped); the row is deleted when all are.
 A point leaves only when the server acknowledged the batch that carried it, when
 the server rejected it for good (a dead letter, with the reason), or when the
 size cap forced the oldest out (counted as `dropped`, and an OUTBOX condition
-raised). Counters live in a one-row `meta` table updated in the same transaction
-as the rows they count, so a `kill -9` at any moment leaves them consistent.
+raised; never a point appended `last`, the meter ledger's: `append_last` takes those only as
+far as they fit, and the ledger keeps the rest). Counters live in a one-row `meta` table
+updated in the same transaction as the rows they count, so a `kill -9` at any moment leaves
+them consistent.
 
 Delivery is at least once: a batch the server stored just before the process
 died is sent again after the restart. InfluxDB keeps one point per series and
@@ -72,7 +74,8 @@ CREATE TABLE IF NOT EXISTS meta (
 INSERT OR IGNORE INTO meta VALUES (1, 1, 0, 0, 0, 0, 0);
 """
 # 2: `last`: segments the cap drops only when nothing else is left (the meter ledger's points,
-# unmarked there once the outbox holds them: dropped, nothing would send them again).
+# unmarked there once the outbox holds them: dropped, nothing would send them again). Since
+# `append_last`, never: they are taken only as far as they fit.
 _LAST = """
 ALTER TABLE segment ADD COLUMN last INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS segment_by_drop ON segment (last, id);
@@ -120,11 +123,44 @@ class Outbox:
         """Commit `lines` in one transaction; returns how many old points the cap dropped.
 
         When this returns, the points are on disk: the caller may count them as taken.
-        `last`: the cap drops them only once no other point is left (points whose only other
-        copy forgot them when they were taken: the meter ledger's).
+        `last`: the cap never drops them (points whose only other copy forgot them when they
+        were taken: the meter ledger's; `append_last` takes only as many as fit).
         """
+        return self._append(lines, last, fit=False)[1]
+
+    def append_last(self, lines: Sequence[str]) -> int:
+        """Commit the first of `lines` that fit under the cap beside the points held `last`
+        (other points are dropped for them, oldest first), as points the cap never drops;
+        returns how many were taken. The meter ledger keeps the rest marked and offers them
+        again once deliveries made room: dropped at the cap (counted, alarmed), a point whose
+        ledger mark was cleared was gone from the InfluxDB copy for good."""
+        return self._append(lines, True, fit=True)[0]
+
+    def room_last(self) -> int:
+        """Bytes under the cap not held by points appended `last` (what `append_last` may take)."""
+        try:
+            sql = "SELECT coalesce(sum(nbytes), 0) FROM segment WHERE last = 1"
+            (held,) = self._db.execute(sql).fetchone()
+        except sqlite3.Error as exc:
+            raise OutboxError(f"cannot read outbox {self.path}: {exc}") from exc
+        return max(0, self.max_bytes - int(held))
+
+    def _append(self, lines: Sequence[str], last: bool, fit: bool) -> tuple[int, int]:
+        """(points taken, old points dropped); `fit`: only the first lines that fit beside
+        the `last` ones (read in the same transaction)."""
         if not lines:
-            return 0
+            return 0, 0
+        if fit:
+            room = self.room_last()
+            taken = used = 0
+            for line in lines:
+                used += len(line.encode()) + 1
+                if used > room:
+                    break
+                taken += 1
+            lines = lines[:taken]
+            if not lines:
+                return 0, 0
         bodies = []
         for at in range(0, len(lines), SEGMENT_LINES):
             part = lines[at : at + SEGMENT_LINES]
@@ -162,16 +198,16 @@ class Outbox:
             raise OutboxError(f"cannot append {len(lines)} point(s) to outbox {self.path}: {exc}") from exc
         if dropped_rows:
             self._raise_cap(episode, episode + dropped_rows, now)
-        return dropped_rows
+        return len(lines), dropped_rows
 
     @staticmethod
     def _drop_oldest(db: sqlite3.Connection, excess: int) -> tuple[int, int]:
         """Remove the oldest lines until `excess` bytes are freed (inside the caller's
-        transaction); those appended `last` only when no other line is left."""
+        transaction); never those appended `last` (over a cap lowered under them, the rest stays)."""
         rows = freed = 0
         whole: list[int] = []
         partial: tuple[int, int, int] | None = None
-        got = db.execute("SELECT id, count, skip, nbytes FROM segment ORDER BY last, id")
+        got = db.execute("SELECT id, count, skip, nbytes FROM segment WHERE last = 0 ORDER BY id")
         for seg, count, skip, nbytes in got:
             if freed + nbytes <= excess:
                 whole.append(seg)

@@ -30,6 +30,9 @@ from monitor.sinks.writer import LineWriter, make_writer
 
 OUTBOX_FILE = "outbox.sqlite"
 STORE_FILE = "series.sqlite"
+# Bytes under the cap free of meter points before held-back ones are offered again (a few
+# points' worth): below it an offer reads up to 5,000 ledger rows to take none or one.
+METER_ROOM = 1024
 
 
 def outbox_path(config: Config) -> Path:
@@ -120,11 +123,18 @@ class SampleSink:
             [meter_line(self.station, meter, time, reading, consumption_ft3, account=account, unit=unit)]
         )
 
-    def write_meter_records(self, records: Sequence[MeterPoint]) -> None:
-        """Meter ledger rows (`monitor.meters.book.meter_records`) as `meter` points; the
-        ledger unmarks them once they are here, so the cap drops them last."""
-        if self.outbox is not None and records:
-            self.outbox.append([meter_point_line(self.station, r) for r in records], last=True)
+    def write_meter_records(self, records: Sequence[MeterPoint]) -> int:
+        """Meter ledger rows (`monitor.meters.book.meter_records`) as `meter` points; returns
+        how many of the first the outbox took (the ledger unmarks those, so the cap never
+        drops them, and keeps the rest marked until there is room: `Outbox.append_last`)."""
+        if self.outbox is None or not records:
+            return len(records)
+        return self.outbox.append_last([meter_point_line(self.station, r) for r in records])
+
+    def meter_room(self) -> bool:
+        """The outbox has room for a few meter points again (not at its cap with meter points
+        alone): refused, the room left was less than one point, and a point is ~200 bytes."""
+        return self.outbox is None or self.outbox.room_last() >= METER_ROOM
 
     async def drain(self, timeout: float) -> int:
         """Deliver what the outbox holds within `timeout`; returns the points left (0 without InfluxDB)."""
