@@ -20,7 +20,8 @@ def _t(x: float | None) -> str | None:
 def incident_json(inc: Incident, zone: ZoneInfo, now: float) -> dict[str, object]:
     """The contract: id, sensor, rule, citation, start, alarm_time, end (null while open),
     baseline, peak_value, peak_multiple, excess_volume_gal, excess_mass_lb, coverage,
-    statement_due; and more for the report."""
+    statement_due; and more for the report. `start_local` and `end_local` are the station's
+    clock (`2026-06-03 22:13 EDT`), as the console and the Superintendent read them."""
     f = inc.figures
     until = inc.end if inc.end is not None else now
     owed = dues(inc, now)
@@ -34,8 +35,10 @@ def incident_json(inc: Incident, zone: ZoneInfo, now: float) -> dict[str, object
         "citation": inc.citation,
         "status": str(inc.status),
         "start": iso(inc.start),
+        "start_local": local_text(inc.start, zone),
         "alarm_time": iso(inc.alarm_time),
         "end": _t(inc.end),
+        "end_local": None if inc.end is None else local_text(inc.end, zone),
         "clear_time": _t(inc.clear_time),
         "duration_s": None if inc.end is None else finite(inc.end - inc.start, 3),
         "unit": inc.unit,

@@ -281,8 +281,13 @@ async function refreshJournal() {
     el("td", {}, e.note || ""))));
 }
 
-// Incidents (issue 16): what the Superintendent owes is overdue; hidden when nothing is.
+// Incidents (issue 16): both panels, on the same triggers (alarm events, the minute timer).
 async function refreshIncidents() {
+  await Promise.all([refreshOverdue(), refreshIncidentList()]);
+}
+
+// What the Superintendent owes is overdue; hidden when nothing is.
+async function refreshOverdue() {
   let items;
   try { items = await getJSON("/api/incidents/overdue"); } catch (e) { return; }  // no incident store here
   const list = $("#incidents-overdue");
@@ -292,6 +297,63 @@ async function refreshIncidents() {
     el("strong", {}, d.what), ` for ${d.incident}: due ${d.due_local}`,
     d.evidence_incomplete ? el("span", { class: "evidence-incomplete" }, d.evidence_incomplete) : null)));
   $("#incidents-section").hidden = items.length === 0;
+}
+
+// The Incidents panel: every incident open or ended but not closed, newest first, each with
+// what is owed next and its "evidence incomplete" mark. Hidden where the gateway keeps no
+// incident store (no /api/incidents); "No open incidents." where it does and none is.
+const INCIDENTS_SHOWN = 20;
+let openIncidents = null;  // null until the store answered
+
+async function refreshIncidentList() {
+  let found;
+  try {
+    // open first, then ended: one that ends in between is in both, kept once (the ended one)
+    const open = await getJSON("/api/incidents?status=open");
+    const ended = await getJSON("/api/incidents?status=ended");
+    found = new Map([...open, ...ended].map((i) => [i.id, i]));
+  } catch (e) { return; }  // no incident store here, or not now: keep what is shown
+  openIncidents = [...found.values()].sort((a, b) =>
+    Date.parse(b.start) - Date.parse(a.start) || (a.id < b.id ? 1 : -1));
+  renderIncidentList();
+}
+
+function renderIncidentList() {
+  if (openIncidents === null) return;
+  const shown = openIncidents.slice(0, INCIDENTS_SHOWN);
+  const rest = openIncidents.length - shown.length;
+  $("#incidents-open").replaceChildren(...shown.map(incidentItem));
+  $("#incidents-none").hidden = openIncidents.length > 0;
+  const more = $("#incidents-more");
+  more.textContent = `${rest} more: monitor incidents list`;
+  more.hidden = rest <= 0;
+  $("#open-incidents-section").hidden = false;
+}
+
+function incidentItem(i) {
+  const known = sensors.find((x) => x.id === i.sensor);
+  const label = known && known.name ? known.name : i.sensor;
+  const unit = i.unit && i.unit !== "pH" ? ` ${i.unit}` : "";
+  const when = i.status === "open" ? `since ${i.start_local}` : `${i.start_local} to ${i.end_local}`;
+  const figures = [when];
+  if (i.peak_value !== null && i.peak_value !== undefined) figures.push(`peak ${fmtNum(i.peak_value)}${unit}`);
+  if (i.peak_multiple !== null && i.peak_multiple !== undefined) figures.push(`${fmtNum(i.peak_multiple)} × baseline`);
+  const owed = (i.due || []).slice().sort((a, b) => Date.parse(a.due) - Date.parse(b.due));
+  const next = owed[0];
+  const mark = i.evidence && i.evidence.incomplete;
+  // every text (the mark's reason quotes an error message) goes in as text through el()
+  return el("li", { class: `incident ${i.status}`, "data-incident": i.id },
+    el("div", { class: "head" },
+      el("span", { class: "what", title: i.sensor }, `${label} ${RULE_TEXT[i.rule] || i.rule}`),
+      label !== i.sensor ? el("span", { class: "sensor-id" }, i.sensor) : null,
+      el("span", { class: "status" }, i.status === "open" ? "open" : "ended, not closed")),
+    mark ? el("div", { class: "evidence-incomplete" }, mark) : null,
+    el("div", { class: "citation" }, i.citation),
+    el("div", { class: "meta" }, figures.join(" · ")),
+    next
+      ? el("div", { class: next.overdue ? "owed overdue" : "owed" },
+        `Next: ${next.what}, due ${next.due_local}${next.overdue ? ": OVERDUE" : ""}`)
+      : el("div", { class: "owed" }, "Nothing owed: the case waits to be closed"));
 }
 
 async function refreshAlarms() {
@@ -323,7 +385,7 @@ function connect() {
     $("#clock").textContent = fmtTime(snap.time);
     renderSensors();
     renderHealth(snap.health);
-    if (first) { renderAlarms(); refreshSeries(); }  // the cards can now show sensor names
+    if (first) { renderAlarms(); renderIncidentList(); refreshSeries(); }  // the cards can now show sensor names
   });
   // after the first snapshot the daemon sends only what changed
   es.addEventListener("changes", (ev) => {
