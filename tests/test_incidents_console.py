@@ -95,7 +95,9 @@ def test_panel_lists_open_and_ended_incidents_newest_first_until_closed(
             expect(first.locator(".status")).to_have_text("open")
             expect(first.locator(".citation")).to_have_text(oil["citation"])
             expect(first).to_contain_text("since 2026-06-04 02:06 EDT")
-            expect(first).to_contain_text(f"peak 151 mg/L · {oil['peak_multiple']:.2f} × baseline")
+            # a limit's incident shows its limit; "x baseline" means something for a slug only
+            expect(first).to_contain_text("peak 151 mg/L · limit 100 mg/L")
+            expect(first).not_to_contain_text("baseline")
             expect(first.locator(".owed")).to_have_text(
                 "Next: §139-15 written statement, due 2026-06-20 00:00 EDT"
             )

@@ -337,7 +337,12 @@ function incidentItem(i) {
   const when = i.status === "open" ? `since ${i.start_local}` : `${i.start_local} to ${i.end_local}`;
   const figures = [when];
   if (i.peak_value !== null && i.peak_value !== undefined) figures.push(`peak ${fmtNum(i.peak_value)}${unit}`);
-  if (i.peak_multiple !== null && i.peak_multiple !== undefined) figures.push(`${fmtNum(i.peak_multiple)} × baseline`);
+  // a slug is judged against the 24 h average (§139-11), a limit against its threshold
+  if (i.rule === "slug") {
+    if (i.peak_multiple !== null && i.peak_multiple !== undefined) figures.push(`${fmtNum(i.peak_multiple)} × baseline`);
+  } else if (i.threshold !== null && i.threshold !== undefined) {
+    figures.push(`limit ${fmtNum(i.threshold)}${unit}`);
+  }
   const owed = (i.due || []).slice().sort((a, b) => Date.parse(a.due) - Date.parse(b.due));
   const next = owed[0];
   const mark = i.evidence && i.evidence.incomplete;
