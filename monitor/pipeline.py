@@ -271,7 +271,7 @@ class Pipeline:
         for entry in entries:
             taken = entry.items
             if watch is not None:  # stamped before a step: onto the new clock, stored there
-                taken, moved = watch.restamp(taken)
+                taken, moved = watch.restamp(taken, handed=entry.handed)
                 self.stats.restamped += moved
             # + the derived samples the batch makes due (monitor/station), stored like the rest
             items = taken if self.station is None else self.station.expand(taken)
@@ -301,7 +301,7 @@ class Pipeline:
         if watch.generation == batch.generation:  # moved onto this clock already
             return
         watch.forget(batch.entries[0].handed)
-        raw, moved = watch.restamp(batch.raw, since=batch.generation)
+        raw, moved = watch.restamp(batch.raw, since=batch.generation, handed=batch.entries[0].handed)
         batch.generation = watch.generation
         if not moved:
             return

@@ -405,3 +405,32 @@ def test_a_pump_start_queued_across_a_step_back_and_forward_is_counted_where_it_
         assert daemon.engine.counters.out_of_order == 0
     finally:
         close(daemon)
+
+
+def test_polls_queued_longer_than_a_step_forward_are_moved_not_dropped(tmp_path: Path) -> None:
+    """The pipeline stalls (a full disk) after judging the pH poll of +20 s; the polls of
+    +25 s and +30 s wait in the queue while the gateway clock steps forward 30 s (noticed
+    by the tick at +70 s, 50 s after they were taken: longer than the step). They were
+    stamped on the old clock and are moved +30 s onto the new one, in order after the
+    readings before them. Before: only a stamp within one step of the step's notice was
+    taken for the old clock's; these two were stored and judged at +25/+30 s, on the old
+    clock, against limit timers and a stale watch the step had moved 30 s ahead of them."""
+    gw = Stepped(tmp_path, 30.0)
+    daemon = gw.daemon
+    try:
+        for k in (0, 10, 20):
+            gw.poll(k, ph=7.0)
+        for k in (25, 30):  # taken and handed over, not yet judged
+            gw.wall.set(gw.at(k))
+            gw.mono.set(1000.0 + k)
+            daemon.pipeline.emit([Sample("ph", gw.at(k), 7.0)])
+        gw.wall.set(gw.at(70))
+        gw.mono.set(1070.0)
+        daemon.tick()
+        assert daemon.pipeline.process_queued()
+        assert daemon.engine.counters.out_of_order == 0
+        stored = sorted(s.time - T0 for s in daemon.sink.store.query("ph"))
+        assert stored == [0.0, 10.0, 20.0, 55.0, 60.0]
+        assert daemon.pipeline.stats.restamped == 2
+    finally:
+        close(daemon)

@@ -133,3 +133,28 @@ def test_derived_of_derived_and_out_of_order_inputs() -> None:
         ("a", 20, 4.0),
         ("b", 20, 6.0),
     ]
+
+
+def test_a_step_forward_does_not_silence_a_derived_sensor_of_device_stamped_readings() -> None:
+    """`q` carries its device's time (kept by a gateway clock step), `q2` is polled on the
+    gateway clock, an hour behind until NTP steps it forward at +65 s. `q.x2` (of `q` only)
+    goes on every 10 s across the step; `q2.x2` is made on the new clock. Before: the step
+    moved the evaluation time the device's `q` had set an hour ahead, and no derived sample
+    was made for an hour (`q.x2` stale, a false stale alarm on a healthy device)."""
+    config = station(
+        derived("q.x2", "gpm", "q * 2"),
+        derived("q2.x2", "gpm", "q2 * 2"),
+        {"id": "q2", "kind": "flow", "unit": "gpm"},
+    )
+    d = Derivation(config.derived, config.rules)
+    out: list[Sample] = []
+    for k in range(0, 61, 10):
+        out += d.feed(Sample("q", T0 + k, 100.0))
+        out += d.feed(Sample("q2", T0 + k - 3600, 50.0))
+    d.shift(3600.0, keep={"q"})
+    for k in range(70, 101, 10):
+        out += d.feed(Sample("q", T0 + k, 100.0))
+        out += d.feed(Sample("q2", T0 + k, 50.0))
+    after = [(s.sensor, s.time - T0) for s in out if s.time >= T0 + 60]
+    assert ("q.x2", 70.0) in after and ("q.x2", 90.0) in after
+    assert ("q2.x2", 90.0) in after

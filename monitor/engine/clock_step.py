@@ -259,12 +259,15 @@ class ClockWatch:
                 )
 
     def restamp(
-        self, items: Sequence[Sample | Condition], since: int = 0
+        self, items: Sequence[Sample | Condition], since: int = 0, handed: float = math.inf
     ) -> tuple[Sequence[Sample | Condition], int]:
         """`items` with those stamped on a clock before a step moved onto the clock of now
         by every step after theirs (see the module docstring), and how many were moved.
         `since`: the generation the items were moved onto already (only later steps
-        count). The first moved after a step is logged, naming it; the rest are counted."""
+        count). `handed`: the monotonic time the items were handed over: one queued longer
+        than the step (a stall) was stamped that much further before it, and is the old
+        clock's all the same. The first moved after a step is logged, naming it; the rest
+        are counted."""
         steps = [s for s in self._steps if s.n > since]
         if not steps or not items:
             return items, 0
@@ -276,7 +279,7 @@ class ClockWatch:
         for original in items:
             item = original
             if not lo < item.time <= hi and item.sensor not in device:
-                delta, across = _moved_by(item.time, steps, now)
+                delta, across = _moved_by(item.time, steps, now, handed)
                 if delta != 0.0:
                     if not self._told:
                         self._told = True
@@ -323,11 +326,15 @@ def _stamps(s: GatewayStep, end: float) -> tuple[float, float]:
     return lo, end + TOLERANCE
 
 
-def _moved_by(t: float, steps: Sequence[GatewayStep], now: float) -> tuple[float, int]:
+def _moved_by(
+    t: float, steps: Sequence[GatewayStep], now: float, handed: float = math.inf
+) -> tuple[float, int]:
     """How far a reading stamped `t` moves onto the clock of `now`, and across how many
     steps: found from the newest clock back, each clock stamping from its step (after a
     step forward, only above the old clock's last stamp) to the next step (`now` for the
-    newest); the clock before the oldest step kept, within one step below its last stamp.
+    newest); the clock before the oldest step kept, within one step below its last stamp,
+    or, for a reading handed over (`handed`, monotonic) longer before the step was noticed,
+    within that wait and `SETTLE` (a poll a stalled pipeline queued for minutes).
     Not moved: a stamp no clock the gateway had could make (ahead of every one, or older)."""
     delta, end = 0.0, now
     for k in range(len(steps) - 1, -1, -1):
@@ -338,7 +345,9 @@ def _moved_by(t: float, steps: Sequence[GatewayStep], now: float) -> tuple[float
         delta += s.step
         end = s.old
     first = steps[0]
-    if first.old - abs(first.step) < t <= first.old + TOLERANCE:
+    waited = first.noticed - handed + SETTLE if math.isfinite(handed) else 0.0
+    back = max(abs(first.step), waited)
+    if first.old - back < t <= first.old + TOLERANCE:
         return delta, len(steps)
     return 0.0, 0
 

@@ -155,13 +155,20 @@ class Derivation:
         inputs' times and windows move with it (monitor/engine/clock_step.py), so the next
         readings, stamped on the new clock, are in order (back) and a rate or a window
         spans the time that passed, not the step (forward). Those of the sensors in `keep`
-        (stamped by their device's clock) stay; the pending evaluation moves unless every
-        input is theirs."""
+        (stamped by their device's clock) stay; the pending evaluation moves only when the
+        latest input was the gateway's (set by a device's reading, it was on the right
+        clock: moved a step forward, no derived sample was made for the step's length).
+        Then it is at least the latest moved input's time."""
         kept = {i for s, i in self._slot.items() if s in keep}
+        watched = set(self._watch.values())
+        latest_kept = max((self._times[i] for i in watched & kept), default=-math.inf)
         self._times[:] = [t if i in kept else t + delta for i, t in enumerate(self._times)]
-        if not set(self._watch.values()) <= kept:
+        if not watched <= kept and self._pending > latest_kept:
             self._pending += delta
             self._now += delta
+        moved = [self._times[i] for i in watched - kept]
+        if moved:
+            self._pending = max(self._pending, *moved)
         for i, buf in self._buffers.items():
             if i not in kept:
                 buf.times = deque(t + delta for t in buf.times)
