@@ -628,6 +628,30 @@ def test_one_far_future_reading_moves_only_itself_not_the_other_rows_or_meters(t
         ledger.close()
 
 
+def test_a_far_future_reading_found_at_a_quick_restart_does_not_spread_the_history(tmp_path: Path) -> None:
+    """A restart within a second of the meter's last reading (a restart loop, a meter polled
+    every second) with one reading of it stamped five years ahead: the step measured from that
+    row lands it a second before now, below the last real reading, so the move looked for a
+    gap of five years below, found none and moved the meter's whole history back five years
+    (61 of 61 rows: every quarter's consumption gone to 2021). Only the reading ahead may move."""
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(path, {METER: SPEC}, now=T0)
+    try:
+        normal = [(METER, T0 + 60 * i, Decimal(100 + i)) for i in range(60)]
+        ledger.add_many([*normal, (METER, T0 + 5 * 365 * 86400, Decimal(160))])
+        before = snapshot(path)
+        now = T0 + 60 * 59 + 0.5  # the daemon back half a second after the last real reading
+        MeterBook(ledger).found_at_start(now, 2.0)
+        after = snapshot(path)
+        now_ms = round(now * 1000)
+        kept = [r for r in before["readings"] if int(str(r[1])) <= now_ms]
+        assert [r for r in after["readings"] if int(str(r[1])) <= now_ms - 500] == kept  # not moved
+        assert [r[3] for r in after["readings"]][-1] == "160"
+        assert all(int(str(r[1])) <= now_ms for r in after["readings"])  # none ahead: no `backwards`
+    finally:
+        ledger.close()
+
+
 def test_repeated_small_steps_back_spread_a_few_minutes_of_rows_not_a_day_each(tmp_path: Path) -> None:
     """A clock that keeps being stepped back 5 s (a bad time source, a daemon stepping instead
     of slewing) under a meter polled every 2 s: no gap of the step is ever there, so each step

@@ -342,7 +342,12 @@ class MeterBook:
             try:
                 only = pending.meter  # a step found at start: that meter's alone
                 moved = self.ledger.clock_step(
-                    pending.step, pending.now, pending.keep, only=only, found=only is not None
+                    pending.step,
+                    pending.now,
+                    pending.keep,
+                    tolerance=0.0 if only is not None else 2.0,  # found: land at or before now
+                    only=only,
+                    found=only is not None,
                 )
             except StateError as exc:
                 if not pending.failed:

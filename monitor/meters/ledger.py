@@ -420,7 +420,9 @@ class Ledger(SettingsPeriods, Amendments):
         at most the step, in order: never the whole history in one transaction, and a small
         step (a time source stepping 5 s every minute) a few minutes of rows, not a day's. The
         meters in `keep` are stamped by their device's clock: not moved. `only`: this meter
-        alone; `found`: a step found at start (`ahead`), audited so. The moved rows are re-judged (only
+        alone; `found`: a step found at start (`ahead`), audited so, that never moves the rows
+        not ahead of the clock: rows ahead that do not fit above them are spread between the
+        newest of them and `now` (pass `tolerance` 0). The moved rows are re-judged (only
         the first one's interval changed) and marked unsent at their new times; their old
         times stay marked, so the InfluxDB copy's old-time points are overwritten by a
         rejected `restamped` one (`MeterBook.take_records`). Returns the re-judged rows that
@@ -447,6 +449,9 @@ class Ledger(SettingsPeriods, Amendments):
                         "SELECT max(time_ms) FROM readings WHERE meter=? AND time_ms <= ?", (meter, cut)
                     ).fetchone()
                     if below is None or below < first + step_ms:
+                        break
+                    if found:  # the rows not ahead are on this clock: those ahead go above them
+                        cut, spread = below, True
                         break
                     cut = first + step_ms - 1  # the rows it would land among move too
                     if cut < floor:
