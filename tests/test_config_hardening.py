@@ -80,6 +80,18 @@ def test_compose_publishes_plain_mqtt_on_loopback_only(repo_root: Path) -> None:
     assert "StateDirectoryMode=0700" in unit and "UMask=0077" in unit
 
 
+def test_the_service_starts_after_the_clock_is_synchronised(repo_root: Path) -> None:
+    """A gateway without a battery-backed clock boots in 1970 (or its image's build date):
+    started before NTP, the daemon would take every record it holds for a clock step back
+    (the meter ledger moves rows ahead of the clock at start). The unit waits for
+    time-sync.target, which systemd-time-wait-sync.service holds until NTP answers."""
+    unit = (repo_root / "deploy" / "systemd" / "station-monitor.service").read_text()
+    lines = {
+        line.split("=", 1)[0]: line.split("=", 1)[1].split() for line in unit.splitlines() if "=" in line
+    }
+    assert "time-sync.target" in lines["After"] and "time-sync.target" in lines["Wants"]
+
+
 def test_the_callout_link_host_and_path_pass_the_guard() -> None:
     """The acknowledge link is its own credential and comes with the host of notify.link_base."""
     import asyncio
