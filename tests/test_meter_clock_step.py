@@ -15,6 +15,7 @@ import asyncio
 import csv
 import io
 import itertools
+import logging
 import os
 import signal
 import sqlite3
@@ -799,5 +800,30 @@ def test_rows_spread_by_a_step_are_judged_by_the_time_they_were_taken_not_as_jum
         # The new clock's own readings are judged as before: 102 ft3 in a minute is a jump.
         (row,) = ledger.add(METER, T0 - HOUR + 120, Decimal(1000 + 98 * 26 * 60 + 98 + 102))
         assert not row.accepted and row.flags == ("jump",)
+    finally:
+        ledger.close()
+
+
+def test_a_clock_years_behind_the_ledger_at_start_moves_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A gateway without a battery-backed clock started before NTP answered: its clock reads
+    its image's build date, a year before a ledger of readings. Taken for a step found at
+    start, every row (61 of 61: the whole history, every quarter) was moved a year back. More
+    than one row ahead by more than a day is the clock, not a row: nothing moves, the log says
+    so once, and the readings are judged against the ledger as it stands until the clock is
+    right (the register keeps the volume: the next accepted reading's delta carries it)."""
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(path, {METER: SPEC}, now=T0)
+    try:
+        ledger.add_many([(METER, T0 + 60 * i, Decimal(100 + i)) for i in range(61)])
+        before = snapshot(path)
+        boot = T0 - 365 * 86400  # the clock at boot, before NTP
+        with caplog.at_level(logging.ERROR, logger="monitor.meters"):
+            assert MeterBook(ledger).found_at_start(boot, 2.0) == []
+        assert snapshot(path) == before and ledger.clock_steps() == []
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1 and METER in errors[0] and "61 readings" in errors[0]
+        assert "not synchronised" in errors[0]
     finally:
         ledger.close()

@@ -38,6 +38,9 @@ from monitor.meters.totalizer import ANOMALIES, ZERO, MeterSpec, Step, condition
 from monitor.model import Clock, Condition, Kind, Quality, Sample, WallClock, iso
 
 log = logging.getLogger(__name__)
+# At start, more than one row of a meter ahead of the clock by more than this is taken for a
+# clock not synchronised yet, not for a step back the ledger missed (`found_at_start`).
+UNSYNCED_AT_START = 86_400.0
 
 LEDGER_FILE = "ledger.sqlite"
 TAKE = 5000  # marked points the daemon hands to the outbox at a time (a batch, a tick)
@@ -318,6 +321,24 @@ class MeterBook:
         of its step, which such a row alone is. Returns the meter alarm transitions."""
         for meter, newest_ms in self.ledger.ahead(now, tolerance, keep).items():
             step = now - newest_ms / 1000 - 1.0  # the newest row lands a second before now
+            if -step > UNSYNCED_AT_START and (rows := self.ledger.count_ahead(meter, now, tolerance)) > 1:
+                # Many rows more than a day ahead: the clock, not a row (a gateway without a
+                # battery-backed clock started before NTP answered reads its build date, and
+                # every row of the ledger is "ahead"). Moving them would send the meter's
+                # whole history back by the clock's error; left as they are, a reading of this
+                # clock is judged `backwards` (a meter alarm) until the clock is right, and the
+                # register keeps the volume for the next accepted reading. One far-future row
+                # (a bad stamp) is still moved: it alone is ahead.
+                log.error(
+                    "meter %s: %d readings are stamped ahead of the gateway clock (%s), the newest"
+                    " by %.1f days: the clock is not synchronised, not a step back; nothing is"
+                    " moved (its readings are judged against the ledger until the clock is set)",
+                    meter,
+                    rows,
+                    iso(now),
+                    -step / 86400,
+                )
+                continue
             # Logged once, by the move (`Ledger._move`: "found at start"), or its refusal.
             self._steps.append(_PendingStep(step, now, frozenset(keep), meter=meter))
         return self.move_pending()

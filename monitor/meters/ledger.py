@@ -570,6 +570,14 @@ class Ledger(SettingsPeriods, Amendments):
         )
         return {str(m): int(str(t)) for m, t in got if str(m) not in keep}
 
+    def count_ahead(self, meter: str, now: float, tolerance: float) -> int:
+        """How many of the meter's rows are stamped ahead of `now` by more than `tolerance`."""
+        got = self._query(
+            "SELECT count(*) FROM readings WHERE meter = ? AND time_ms > ?",
+            (meter, to_ms(now) + to_ms(tolerance)),
+        )
+        return int(str(got[0][0]))
+
     def restamped_reading(self, meter: str, time_ms: int) -> tuple[ClockStep, Decimal] | None:
         """The step that moved the reading stamped `time_ms` away, and the reading now at (or,
         spread, last before) its time moved by the step, for the InfluxDB point left at its old
