@@ -264,6 +264,32 @@ def _count(n: object, one: str, many: str) -> str:
     return f"{n:,} {one}" if n == 1 else f"{n:,} {many}" if isinstance(n, int) else f"{n} {many}"
 
 
+def _part(health: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """A section of the snapshot; empty when absent or not a mapping (another StationView)."""
+    part = health.get(name)
+    return part if isinstance(part, Mapping) else {}
+
+
+# What was lost or is not there, said with its count when above 0, in this order (part, key,
+# one, many); "drain" is the drainer backing off now, said with its error (`attention`).
+_LOST: tuple[tuple[str, str, str, str], ...] = (
+    ("incidents", "evidence_incomplete", "incident on record with evidence incomplete",
+     "incidents on record with evidence incomplete"),
+    ("meters", "unsent_unconfigured",
+     "meter point of a meter no longer configured not in InfluxDB (kept in the ledger)",
+     "meter points of meters no longer configured not in InfluxDB (kept in the ledger)"),
+    ("outbox", "dropped", "point dropped at the outbox's size cap (not in InfluxDB)",
+     "points dropped at the outbox's size cap (not in InfluxDB)"),
+    ("outbox", "dead_letters", "point dead-lettered (InfluxDB refused it)",
+     "points dead-lettered (InfluxDB refused them)"),
+    ("outbox", "failing", "", ""),
+    ("pipeline", "dropped", "reading dropped while the state disk refused writes",
+     "readings dropped while the state disk refused writes"),
+    ("pipeline", "unjournaled", "alarm transition the alarm journal did not record",
+     "alarm transitions the alarm journal did not record"),
+)  # fmt: skip
+
+
 def attention(health: Mapping[str, Any]) -> list[dict[str, str]]:
     """What the console's gateway panel puts first, worst first: each `{"level", "text"}`,
     `fault` for what stops the station being watched or its records being kept (the
@@ -277,99 +303,43 @@ def attention(health: Mapping[str, Any]) -> list[dict[str, str]]:
     for src in health.get("sources", []) or []:  # readiness's first problems, with the cause
         if isinstance(src, Mapping) and not src.get("connected", False):
             why = f": {src['error']}" if src.get("error") else ""
-            text = f"{src.get('source', 'source')} {src.get('name', '?')} not connected{why}"
-            faults.append({"level": "fault", "text": text})
-    faults += [{"level": "fault", "text": p} for p in readiness({**health, "sources": []})]
-    warnings: list[dict[str, str]] = []
+            faults.append(f"{src.get('source', 'source')} {src.get('name', '?')} not connected{why}")
+    faults += readiness({**health, "sources": []})
+    if failing := _part(health, "incidents").get("failing"):
+        faults.append(f"incident store refuses to record: {failing}")
+    if pending := _part(health, "meters").get("clock_steps_pending"):
+        steps = _count(pending, "clock step back", "clock steps back")
+        faults.append(f"meter ledger: {steps} not moved yet (meter readings wait for the state disk)")
 
-    def warn(text: str) -> None:
-        warnings.append({"level": "warning", "text": text})
-
+    warnings = []
     for src in health.get("sources", []) or []:
         if not isinstance(src, Mapping) or not src.get("connected", False):
             continue
         name = f"{src.get('source', 'source')} {src.get('name', '')}".strip()
         if src.get("failed_in_row"):
-            warn(f"{name}: {_count(src['failed_in_row'], 'poll failed', 'polls failed in a row')}")
+            warnings.append(f"{name}: {_count(src['failed_in_row'], 'poll failed', 'polls failed in a row')}")
         if src.get("invalid_requests"):
-            warn(f"{name}: the device refused {', '.join(map(str, src['invalid_requests']))}")
+            warnings.append(f"{name}: the device refused {', '.join(map(str, src['invalid_requests']))}")
         if src.get("error"):
-            warn(f"{name}: {src['error']}")
-    incidents = health.get("incidents") or {}
-    if isinstance(incidents, Mapping):
-        if incidents.get("failing"):
-            faults.append(
-                {"level": "fault", "text": f"incident store refuses to record: {incidents['failing']}"}
+            warnings.append(f"{name}: {src['error']}")
+    outbox = _part(health, "outbox")
+    for part, key, one, many in _LOST:
+        if not (n := _part(health, part).get(key)):
+            continue
+        if key == "failing":  # the drainer keeps its last error after a recovery: only now is news
+            waiting = _count(outbox.get("pending", 0), "point waiting", "points waiting")
+            warnings.append(
+                f"InfluxDB not taking points ({waiting}): {outbox.get('last_error') or 'no answer'}"
             )
-        if incidents.get("evidence_incomplete"):
-            warn(
-                _count(
-                    incidents["evidence_incomplete"],
-                    "incident on record with evidence incomplete",
-                    "incidents on record with evidence incomplete",
-                )
-            )
-    meters = health.get("meters") or {}
-    if isinstance(meters, Mapping) and meters.get("clock_steps_pending"):
-        steps = _count(meters["clock_steps_pending"], "clock step back", "clock steps back")
-        faults.append(
-            {
-                "level": "fault",
-                "text": f"meter ledger: {steps} not moved yet (meter readings wait for the state disk)",
-            }
-        )
-    if isinstance(meters, Mapping) and meters.get("unsent_unconfigured"):
-        warn(
-            _count(
-                meters["unsent_unconfigured"],
-                "meter point of a meter no longer configured not in InfluxDB (kept in the ledger)",
-                "meter points of meters no longer configured not in InfluxDB (kept in the ledger)",
-            )
-        )
-    outbox = health.get("outbox") or {}
-    if isinstance(outbox, Mapping) and outbox.get("configured"):
-        if outbox.get("dropped"):
-            warn(
-                _count(
-                    outbox["dropped"],
-                    "point dropped at the outbox's size cap (not in InfluxDB)",
-                    "points dropped at the outbox's size cap (not in InfluxDB)",
-                )
-            )
-        if outbox.get("dead_letters"):
-            warn(
-                _count(
-                    outbox["dead_letters"],
-                    "point dead-lettered (InfluxDB refused it)",
-                    "points dead-lettered (InfluxDB refused them)",
-                )
-            )
-        if outbox.get("failing"):
-            waiting = _count(outbox["pending"], "point waiting", "points waiting")
-            warn(f"InfluxDB not taking points ({waiting}): {outbox.get('last_error') or 'no answer'}")
-    pipeline = health.get("pipeline") or {}
-    if isinstance(pipeline, Mapping):
-        if pipeline.get("dropped"):
-            warn(
-                _count(
-                    pipeline["dropped"],
-                    "reading dropped while the state disk refused writes",
-                    "readings dropped while the state disk refused writes",
-                )
-            )
-        if pipeline.get("unjournaled"):
-            warn(
-                _count(
-                    pipeline["unjournaled"],
-                    "alarm transition the alarm journal did not record",
-                    "alarm transitions the alarm journal did not record",
-                )
-            )
+        else:
+            warnings.append(_count(n, one, many))
     for listener, n in (health.get("alarm_listener_failures") or {}).items():
         if n:
-            warn(f"alarm notification {listener}: {_count(n, 'failure', 'failures')}")
-    engine = health.get("engine") or {}
-    if isinstance(engine, Mapping) and engine.get("slug_not_judged"):
-        names = ", ".join(map(str, engine["slug_not_judged"]))
-        warn(f"slug rule not judged yet (24 h average below min_baseline): {names}")
-    return faults + warnings
+            warnings.append(f"alarm notification {listener}: {_count(n, 'failure', 'failures')}")
+    if names := _part(health, "engine").get("slug_not_judged"):
+        warnings.append(
+            f"slug rule not judged yet (24 h average below min_baseline): {', '.join(map(str, names))}"
+        )
+    return [{"level": "fault", "text": t} for t in faults] + [
+        {"level": "warning", "text": t} for t in warnings
+    ]
