@@ -7,18 +7,22 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
 
 from tests.services import InfluxDB1, Mosquitto, VictoriaMetrics
 
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
+
 # The `services` marker: a test that needs something outside the test's own process
 # and memory (Mosquitto, InfluxDB, VictoriaMetrics, Chromium, a Modbus server on a
 # socket, a `monitor` or simulator process). `make check` runs the rest in seconds;
 # `make test` runs everything. Applied here, from what a test uses, so nobody has to
 # remember to mark a test: a fixture below, or a module that imports a helper below.
-SERVICE_FIXTURES = {"mosquitto", "broker", "victoria", "influxdb1"}
+SERVICE_FIXTURES = {"mosquitto", "broker", "victoria", "influxdb1", "browser"}
 SERVICE_HELPERS = {
     "Mosquitto", "VictoriaMetrics", "InfluxDB1", "simulator_process", "StationServer",
     "MqttPublisher", "sync_playwright", "lift_server", "LiftServer", "running_demo",
@@ -163,3 +167,26 @@ def _no_shared_state_dir() -> Iterator[None]:
     yield
     if not existed and _SHARED_STATE.exists():
         pytest.fail(f"{_SHARED_STATE} appeared during this test: run replays from a directory of their own")
+
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's (scripts/bootstrap.sh installs it)
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Real headless Chromium, driven by Playwright, one per test module (the console's,
+    the incident report's and the wet-well page's tests)."""
+    from playwright.sync_api import sync_playwright  # not imported by the tests without it
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()

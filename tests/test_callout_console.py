@@ -4,11 +4,10 @@ escalation (who was told, who is next) after a real SMTP delivery."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
 from monitor.callout import Callout
 from monitor.config import build_config
@@ -18,15 +17,6 @@ from tests.console import T0, LiveConsole, TableView
 from tests.mqtt_tools import make_ca
 from tests.smtp import MailServer
 from tests.test_callout import raw_config
-from tests.test_console_browser import ARGS, CHROMIUM
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 def test_callout_panel_shows_who_is_on_call_who_was_told_and_who_is_next(

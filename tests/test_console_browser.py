@@ -3,33 +3,14 @@ live, the operator acknowledges it with the token, the page shows the new state.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
-import pytest
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
 from monitor.health import EngineHealth, Health, ModbusHealth, OutboxHealth, PipelineHealth
 from monitor.model import ManualClock, Quality, Sample, iso
 from tests.console import T0, TOKEN, LiveConsole, TableView, fill_day
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 def test_alarm_appears_live_and_is_acknowledged(browser: Browser, tmp_path: Path) -> None:

@@ -6,25 +6,14 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from playwright.sync_api import Browser, Request, sync_playwright
+from playwright.sync_api import Browser, Request
 
 from monitor.model import iso
 from tests.incident_helpers import ROOT, incidents_json, monitor, replay_case
-from tests.test_console_browser import ARGS, CHROMIUM
 
 ARTIFACTS = ROOT / "build" / "test-artifacts"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 def test_export_opens_offline_and_shows_threshold_and_shaded_incident(

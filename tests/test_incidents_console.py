@@ -5,12 +5,10 @@ newest first, with what is owed next and the "evidence incomplete" mark as text.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 from monitor.incidents import IncidentTracker
 from monitor.incidents.due import statement_due
@@ -18,19 +16,10 @@ from monitor.incidents.model import incident_id
 from monitor.model import ManualClock, Sample, iso
 from tests.console import LiveConsole, TableView
 from tests.incident_helpers import incidents_json, load, replay_case
-from tests.test_console_browser import ARGS, CHROMIUM
 
 # 2026-06-20T00:00Z (June 19, 20:00 EDT): the slug's statement (due the end of June 18 EDT)
 # is overdue, the oil's (the end of June 19) is not yet
 NOW = 1781913600.0
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 class StationWithIncidents(TableView):

@@ -5,12 +5,10 @@ Screenshots go to build/test-artifacts/ (and tmp)."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
-from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright
+from playwright.sync_api import Browser, Page, ViewportSize, expect
 
 from monitor.config import load_config
 from monitor.daemon import Daemon
@@ -18,19 +16,10 @@ from monitor.model import ManualClock, Sample
 from monitor.web.station import StationAdapter
 from simulators.lift_station import LiftStation
 from tests.console import LiveConsole
-from tests.test_console_browser import ARGS, CHROMIUM
 from tests.test_station_live import DAY, START, write_config
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "build" / "test-artifacts"
 PHONE: ViewportSize = {"width": 390, "height": 844}
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 def shoot(page: Page, tmp: Path, name: str) -> None:
