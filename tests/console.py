@@ -116,9 +116,14 @@ def _iso(t: float | None) -> str | None:
 class LiveConsole:
     """uvicorn serving the console app in a thread with its own event loop."""
 
-    def __init__(self, view: TableView, token: str | None = TOKEN, refresh: float = 0.5) -> None:
+    def __init__(
+        self, view: TableView, token: str | None = TOKEN, refresh: float = 0.5, port: int | None = None
+    ) -> None:
+        """`port`: the port of a console stopped before (a gateway restarted), else a free one."""
         self.view = view
-        self.console = Console(port=free_port(), token=None if token is None else SecretStr(token))
+        self.console = Console(
+            port=free_port() if port is None else port, token=None if token is None else SecretStr(token)
+        )
         self.app = create_app(view, self.console, refresh=refresh)
         self.server = ConsoleServer(self.app, self.console)
         self.loop = asyncio.new_event_loop()

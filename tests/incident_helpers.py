@@ -14,11 +14,23 @@ import yaml
 
 from monitor.config import Config, load_config
 from monitor.daemon import Daemon
+from monitor.incidents import IncidentTracker
 from monitor.model import ManualClock, Sample
 from tests.cli import run_monitor
+from tests.console import TableView
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = sorted(p for p in (ROOT / "tests" / "cases" / "incidents").iterdir() if p.is_dir())
+
+
+class StationWithIncidents(TableView):
+    """The console's test station at `now`, with the incident tracker the daemon offers
+    over the state `config` names (a golden case replayed); the caller closes
+    `incidents`."""
+
+    def __init__(self, tmp_path: Path, config: Path, now: float) -> None:
+        super().__init__(tmp_path / "journal.sqlite", ManualClock(now))
+        self.incidents = IncidentTracker(load(config))
 
 
 def case_config(case: Path, state: Path, **extra: Any) -> Path:

@@ -10,24 +10,15 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import Browser, Page, expect
 
-from monitor.incidents import IncidentTracker
 from monitor.incidents.due import statement_due
 from monitor.incidents.model import incident_id
 from monitor.model import ManualClock, Sample, iso
 from tests.console import LiveConsole, TableView
-from tests.incident_helpers import incidents_json, load, replay_case
+from tests.incident_helpers import StationWithIncidents, incidents_json, replay_case
 
 # 2026-06-20T00:00Z (June 19, 20:00 EDT): the slug's statement (due the end of June 18 EDT)
 # is overdue, the oil's (the end of June 19) is not yet
 NOW = 1781913600.0
-
-
-class StationWithIncidents(TableView):
-    """The console's test station, with the incident tracker the daemon offers."""
-
-    def __init__(self, tmp_path: Path, config: Path) -> None:
-        super().__init__(tmp_path / "journal.sqlite", ManualClock(NOW))
-        self.incidents = IncidentTracker(load(config))
 
 
 def alarm_event(live: LiveConsole, view: StationWithIncidents, minute: int) -> None:
@@ -61,7 +52,7 @@ def test_panel_lists_open_and_ended_incidents_newest_first_until_closed(
     the oil's leaves "No open incidents." (the panel stays: the store is there)."""
     cfg = replay_case("slug-and-oil", tmp_path)
     slug, oil = incidents_json(cfg)
-    view = StationWithIncidents(tmp_path, cfg)
+    view = StationWithIncidents(tmp_path, cfg, NOW)
     try:
         store = view.incidents.store
         inc = store.get(oil["id"])
@@ -122,7 +113,7 @@ def test_panel_refreshes_on_the_minute_timer(browser: Browser, tmp_path: Path) -
     browser's clock is Playwright's, stepped a minute; nothing waits in wall-clock time)."""
     cfg = replay_case("slug-and-oil", tmp_path)
     slug, oil = incidents_json(cfg)
-    view = StationWithIncidents(tmp_path, cfg)
+    view = StationWithIncidents(tmp_path, cfg, NOW)
     try:
         with LiveConsole(view, refresh=0.3) as live:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
@@ -147,7 +138,7 @@ def test_evidence_incomplete_mark_is_shown_as_text_in_the_panel(browser: Browser
     cfg = replay_case("slug-and-oil", tmp_path)
     slug, oil = incidents_json(cfg)
     hostile = 'block 3 <script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
-    view = StationWithIncidents(tmp_path, cfg)
+    view = StationWithIncidents(tmp_path, cfg, NOW)
     try:
         store = view.incidents.store
         inc = store.get(oil["id"])
@@ -177,7 +168,7 @@ def test_panel_shows_the_newest_twenty_and_says_how_many_more(browser: Browser, 
     says "5 more: monitor incidents list"."""
     cfg = replay_case("slug-and-oil", tmp_path)
     slug, oil = incidents_json(cfg)
-    view = StationWithIncidents(tmp_path, cfg)
+    view = StationWithIncidents(tmp_path, cfg, NOW)
     try:
         store = view.incidents.store
         inc, last = store.get(slug["id"]), store.get(oil["id"])

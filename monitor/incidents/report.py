@@ -71,7 +71,8 @@ def incident_json(inc: Incident, zone: ZoneInfo, now: float) -> dict[str, object
         "closed_at": _t(inc.closed_at),
         "closed_by": inc.closed_by,
         "close_reason": inc.close_reason,
-        "notes": [n.to_json() for n in inc.notes],
+        # each note's time on the station's clock too, as the console shows it beside the start
+        "notes": [{**n.to_json(), "time_local": local_text(n.time, zone)} for n in inc.notes],
     }
 
 

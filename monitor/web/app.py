@@ -27,7 +27,7 @@ from monitor.errors import AlarmError, StateError
 from monitor.health import attention
 from monitor.model import Rule, iso
 from monitor.web.events import ConsoleFeed
-from monitor.web.guard import Guard
+from monitor.web.guard import WRITES_DISABLED, Guard
 from monitor.web.meters import add_meter_routes
 from monitor.web.models import (
     AckRequest,
@@ -249,9 +249,7 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
 def check_token(token: SecretStr | None, creds: HTTPAuthorizationCredentials | None) -> None:
     """403 when writes are not configured at all, 401 for a missing or wrong token."""
     if token is None:
-        raise HTTPException(
-            403, "writes are disabled: set console.token in the station config to acknowledge or shelve"
-        )
+        raise HTTPException(403, WRITES_DISABLED)
     given = b"" if creds is None else creds.credentials.encode("utf-8", "replace")
     if creds is None or not hmac.compare_digest(given, token.get_secret_value().encode("utf-8")):
         raise HTTPException(

@@ -7,13 +7,15 @@ never race the tracker's updates of the figures.
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import date, datetime, timedelta
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo
 
 from fastapi import FastAPI, HTTPException, Query
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
-from monitor.incidents.due import overdue
+from monitor.incidents.due import local_midnight, overdue
 from monitor.incidents.model import Note, NoteKind, Status
 from monitor.incidents.report import incident_json
 from monitor.incidents.tracker import IncidentTracker
@@ -27,6 +29,17 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+def _date_only(value: object) -> object:
+    """A text is a date only as YYYY-MM-DD: `2026-06-19T00:00:00` without its zone is no date."""
+    if isinstance(value, str) and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+        raise ValueError("a date is YYYY-MM-DD; a time needs its zone (Z or +hh:mm)")
+    return value
+
+
+# `monitor incidents note --due DATE`'s date: due by the end of that day on the station's clock
+LocalDate = Annotated[date, BeforeValidator(_date_only)]
+
+
 class NoteRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -35,7 +48,11 @@ class NoteRequest(BaseModel):
     kind: Literal["note", "statement", "notice"] = Field(
         "note", description="statement: the §139-15 written statement was received; notice: a §139-21 notice"
     )
-    due: AwareDatetime | None = Field(None, description="notice only: its time limit for correction")
+    due: AwareDatetime | LocalDate | None = Field(
+        None,
+        description="notice only: its time limit for correction, a time with its zone or a date"
+        " (YYYY-MM-DD: the end of that day on the station's clock)",
+    )
 
 
 class CloseRequest(BaseModel):
@@ -92,7 +109,7 @@ def add_incident_routes(
         kind = NoteKind(body.kind)
         if body.due is not None and kind is not NoteKind.NOTICE:
             raise HTTPException(422, "due goes with kind notice (its time limit for correction)")
-        due = None if body.due is None else _ts(body.due)
+        due = None if body.due is None else _ts(body.due, zone)
         store.add_note(iid, Note(time=view.now(), by=body.by, text=body.text, kind=kind, due=due))
         return incident_json(get(iid), zone, view.now())
 
@@ -104,5 +121,11 @@ def add_incident_routes(
         return incident_json(get(iid), zone, view.now())
 
 
-def _ts(when: datetime) -> float:
-    return when.timestamp()
+def _ts(when: datetime | date, zone: ZoneInfo) -> float:
+    """An instant; a date is the end of that day in `zone` (as the CLI's `parse_due`)."""
+    if isinstance(when, datetime):
+        return when.timestamp()
+    try:
+        return local_midnight(when + timedelta(days=1), zone)
+    except OverflowError:
+        raise HTTPException(422, f"due: {when} is the last day of the calendar") from None

@@ -74,27 +74,75 @@ async function getJSON(url) {
   return r.json();
 }
 
-async function act(alarm, action, body) {
+// Every write (alarm actions, an incident's notes and closing) goes one way: the name and
+// token under Operator, kept in this browser; `by` is the name.
+function operator() {
   const name = $("#op-name").value.trim();
   const token = $("#op-token").value;
-  if (!name || !token) {
-    toast("Enter your name and the console token under Operator first.");
-    $("#op-name").focus();
-    return;
+  if (name && token) return { name, token };
+  toast("Enter your name and the console token under Operator first.");
+  $("#op-name").focus();
+  return null;
+}
+
+// the attributes of a write button: disabled, and saying why, where no token is configured
+function writeButton() {
+  return writesEnabled ? {} : { disabled: true, title: "writes disabled: no console token configured" };
+}
+
+// Null when done, else the server's refusal in plain words.
+async function post(url, body) {
+  const op = operator();
+  if (!op) return "Not done: enter your name and the console token under Operator first.";
+  let r;
+  try {
+    r = await fetch(url, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Authorization: `Bearer ${op.token}` },
+      body: JSON.stringify({ by: op.name, ...body }),
+    });
+  } catch (e) {
+    return "Not done: the gateway did not answer. Try again when the console shows live.";
   }
-  const url = `/api/alarms/${encodeURIComponent(alarm.sensor)}/${alarm.rule}/${action}`;
-  const r = await fetch(url, {
-    method: "POST",
-    headers: { "Content-Type": "application/json", Authorization: `Bearer ${token}` },
-    body: JSON.stringify({ by: name, ...body }),
-  });
-  if (!r.ok) {
-    let detail = `HTTP ${r.status}`;
-    try { const j = await r.json(); detail = typeof j.detail === "string" ? j.detail : JSON.stringify(j.detail); } catch (e) { /* keep status */ }
-    toast(detail);
+  return r.ok ? null : refusal(r);
+}
+
+// What a refused field is called on the forms (FastAPI's 422 names the body's key).
+const FIELD_TEXT = {
+  by: "your name (under Operator)", text: "the note", reason: "the reason", due: "the time limit",
+  kind: "the kind", note: "the note", minutes: "the duration", until: "the end time",
+};
+
+function fieldProblem(d) {
+  const key = (d.loc || []).find((x) => x !== "body");
+  const what = Object.hasOwn(FIELD_TEXT, key) ? FIELD_TEXT[key] : key === undefined ? "the request" : String(key);
+  const ctx = d.ctx || {};
+  if (d.type === "string_too_long") return `${what} is too long (at most ${ctx.max_length} characters)`;
+  if (d.type === "string_too_short") return `${what} is empty`;
+  if (d.type === "missing") return `${what} is missing`;
+  return `${what}: ${String(d.msg || "not accepted").replace(/^Value error, /, "")}`;
+}
+
+async function refusal(r) {
+  let detail = null;
+  try { detail = (await r.json()).detail; } catch (e) { /* not JSON: the status says it */ }
+  let words;
+  if (Array.isArray(detail)) {
+    // FastAPI's 422: one item per refused field (a union of types: one per type; say it once)
+    words = [...new Set(detail.map(fieldProblem))].join("; ");
   } else {
-    $("#toast").hidden = true;
+    words = typeof detail === "string" && detail ? detail : `the gateway answered HTTP ${r.status}`;
   }
+  const hint = r.status === 401 ? " Check the console token under Operator." : "";
+  return `Not done: ${words.replace(/\.$/, "")}.${hint}`;
+}
+
+async function act(alarm, action, body) {
+  if (!operator()) return;
+  const url = `/api/alarms/${encodeURIComponent(alarm.sensor)}/${alarm.rule}/${action}`;
+  const problem = await post(url, body);
+  if (problem) toast(problem);
+  else $("#toast").hidden = true;
   await refreshAlarms();
 }
 
@@ -136,7 +184,7 @@ function alarmCard(a) {
   if (a.acked_by) meta.push(`acknowledged by ${a.acked_by}` + (a.ack_note ? `: “${a.ack_note}”` : ""));
   if (a.shelved_until) meta.push(`shelved by ${a.shelved_by} until ${fmtTime(a.shelved_until)}: ${a.shelve_reason || ""}`);
   const buttons = [];
-  const can = !writesEnabled ? { disabled: true, title: "writes disabled: no console token configured" } : {};
+  const can = writeButton();
   if (a.state === "active_unacknowledged" || a.state === "returned_unacknowledged") {
     buttons.push(el("button", { class: "ack", ...can, onclick: () => act(a, "ack", {}) }, "Acknowledge"));
   }
@@ -343,8 +391,7 @@ function incidentItem(i) {
   } else if (i.threshold !== null && i.threshold !== undefined) {
     figures.push(`limit ${fmtNum(i.threshold)}${unit}`);
   }
-  const owed = (i.due || []).slice().sort((a, b) => Date.parse(a.due) - Date.parse(b.due));
-  const next = owed[0];
+  const next = nextOwed(i);
   const mark = i.evidence && i.evidence.incomplete;
   // every text (the mark's reason quotes an error message) goes in as text through el()
   return el("li", { class: `incident ${i.status}`, "data-incident": i.id },
@@ -355,10 +402,98 @@ function incidentItem(i) {
     mark ? el("div", { class: "evidence-incomplete" }, mark) : null,
     el("div", { class: "citation" }, i.citation),
     el("div", { class: "meta" }, figures.join(" · ")),
-    next
-      ? el("div", { class: next.overdue ? "owed overdue" : "owed" },
-        `Next: ${next.what}, due ${next.due_local}${next.overdue ? ": OVERDUE" : ""}`)
-      : el("div", { class: "owed" }, "Nothing owed: the case waits to be closed"));
+    owedLine(next, "div"),
+    (i.notes || []).length ? el("div", { class: "notes" }, ...i.notes.map(noteLine)) : null,
+    el("div", { class: "actions" },
+      el("button", { ...writeButton(), onclick: () => openNote(i) }, "Add note"),
+      el("button", { ...writeButton(), onclick: () => openClose(i) }, "Close")));
+}
+
+function owedLine(next, tag) {
+  return next
+    ? el(tag, { class: next.overdue ? "owed overdue" : "owed" },
+      `Next: ${next.what}, due ${next.due_local}${next.overdue ? ": OVERDUE" : ""}`)
+    : el(tag, { class: "owed" }, "Nothing owed: the case waits to be closed");
+}
+
+function nextOwed(i) {
+  return (i.due || []).slice().sort((a, b) => Date.parse(a.due) - Date.parse(b.due))[0];
+}
+
+const NOTE_KIND_TEXT = { statement: "written statement received", notice: "notice of violation served" };
+
+// who and when, then what they wrote: the text is a person's, so it goes in as text
+function noteLine(n) {
+  const kind = NOTE_KIND_TEXT[n.kind];
+  return el("p", { class: `note kind-${n.kind}` },
+    el("span", { class: "note-head" }, `${n.time_local || fmtTime(n.time)}, ${n.by}${kind ? ` (${kind})` : ""}: `),
+    el("span", { class: "note-text" }, n.text));
+}
+
+// The incident dialogs. A refused write keeps the dialog open with the server's words and
+// keeps what was typed for that incident until it is saved (fix the token, open it again).
+let noteTarget = null;
+let closeTarget = null;
+
+function incidentLabel(i) {
+  const known = sensors.find((x) => x.id === i.sensor);
+  return `${known && known.name ? known.name : i.sensor} ${RULE_TEXT[i.rule] || i.rule}`;
+}
+
+function showError(box, words) {
+  box.textContent = words || "";
+  box.hidden = !words;
+}
+
+function openNote(i) {
+  const op = operator();
+  if (!op) return;
+  if (noteTarget !== i.id) {
+    $("#note-form").reset();
+    showNoteDue();
+  }
+  noteTarget = i.id;
+  $("#note-title").textContent = `Note on ${incidentLabel(i)}`;
+  $("#note-for").textContent = `${i.start_local} · ${i.id} · by ${op.name}`;
+  showError($("#note-error"), null);
+  $("#note-dialog").showModal();
+  $("#note-text").focus();
+}
+
+function showNoteDue() {
+  const notice = $("#note-kind").value === "notice";
+  $("#note-due-label").hidden = !notice;
+  $("#note-due").required = notice;
+}
+
+function openClose(i) {
+  const op = operator();
+  if (!op) return;
+  if (closeTarget !== i.id) $("#close-form").reset();
+  closeTarget = i.id;
+  $("#close-title").textContent = `Close the case: ${incidentLabel(i)}`;
+  $("#close-for").textContent = `${i.start_local} · ${i.id} · by ${op.name}`;
+  const next = nextOwed(i);
+  // closing does not wait for what is owed; the dialog says what still is, so nobody closes unawares
+  const owed = next ? owedLine(next, "p") : el("p", { hidden: true });
+  owed.id = "close-owed";
+  $("#close-owed").replaceWith(owed);
+  showError($("#close-error"), null);
+  $("#close-dialog").showModal();
+  $("#close-reason").focus();
+}
+
+async function submitIncident(dialog, url, body, errorBox, done) {
+  const ok = dialog.querySelector("button.primary");
+  ok.disabled = true;  // one click, one record
+  try {
+    const problem = await post(url, body);
+    showError(errorBox, problem);
+    if (!problem) { done(); dialog.close(); }
+  } finally {
+    ok.disabled = false;
+  }
+  await refreshIncidents();
 }
 
 async function refreshAlarms() {
@@ -422,6 +557,22 @@ async function start() {
     const minutes = $("#shelve-minutes").value;
     $("#shelve-dialog").close();
     act(shelveTarget, "shelve", minutes ? { reason, minutes: Number(minutes) } : { reason });
+  });
+  $("#note-kind").addEventListener("change", showNoteDue);
+  $("#note-cancel").addEventListener("click", () => $("#note-dialog").close());
+  $("#note-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const body = { kind: $("#note-kind").value, text: $("#note-text").value.trim() };
+    if (body.kind === "notice") body.due = $("#note-due").value;  // YYYY-MM-DD: the station's day
+    const url = `/api/incidents/${encodeURIComponent(noteTarget)}/notes`;
+    submitIncident($("#note-dialog"), url, body, $("#note-error"), () => { noteTarget = null; });
+  });
+  $("#close-cancel").addEventListener("click", () => $("#close-dialog").close());
+  $("#close-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const url = `/api/incidents/${encodeURIComponent(closeTarget)}/close`;
+    submitIncident($("#close-dialog"), url, { reason: $("#close-reason").value.trim() }, $("#close-error"),
+      () => { closeTarget = null; toast("Case closed."); });
   });
   try {
     const st = await getJSON("/api/station");
