@@ -406,7 +406,12 @@ def test_when_the_new_clock_reaches_the_old_stamps_its_readings_are_no_conflicts
 
 def meters_health(failures: int, pending: int) -> dict[str, int]:
     """/api/health's `meters` for this station (no meter removed from its config)."""
-    return {"clock_step_failures": failures, "clock_steps_pending": pending, "unsent_unconfigured": 0}
+    return {
+        "clock_step_failures": failures,
+        "clock_steps_pending": pending,
+        "unsent_unconfigured": 0,
+        "held_back": 0,
+    }
 
 
 def test_a_move_the_full_disk_refused_is_counted_and_made_before_the_next_reading(
