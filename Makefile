@@ -50,7 +50,7 @@ lint:
 
 bench:
 	@scripts/bootstrap.sh services
-	for b in cli engine modbus_poll mqtt_ingest outbox alarms meters incidents durability hostile daemon fleet pipeline mqtt_acked station billing_historian replay startup; do .venv/bin/python -m bench.$$b || exit 1; done
+	for b in cli engine modbus_poll mqtt_ingest outbox alarms meters incidents durability hostile daemon fleet pipeline mqtt_acked station billing_historian replay startup meter_cap; do .venv/bin/python -m bench.$$b || exit 1; done
 
 clean:
 	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache state site

@@ -264,6 +264,7 @@ class Daemon:
                 self.meters.clock_step_failures,
                 self.meters.clock_steps_pending,
                 self.meters.unsent_unconfigured,
+                self.meters.held_back(),
             ),
         )
 

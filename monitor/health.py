@@ -114,6 +114,9 @@ class MeterHealth:
     clock_steps_pending: int = 0
     # Points of meters no longer configured still marked for InfluxDB (kept until configured).
     unsent_unconfigured: int = 0
+    # Points kept marked in the ledger while the outbox is at its cap with meter points alone
+    # (none dropped: each goes to the outbox as deliveries make room; `MeterBook.held_back`).
+    held_back: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,13 +274,17 @@ def _part(health: Mapping[str, Any], name: str) -> Mapping[str, Any]:
 
 
 # What was lost or is not there, said with its count when above 0, in this order (part, key,
-# one, many); "drain" is the drainer backing off now, said with its error (`attention`).
+# one, many); "drain" is the drainer backing off now, said with its error (`attention`). Meter
+# points held back at the outbox's cap are not lost (the ledger keeps them, the outbox takes them
+# as deliveries make room) but not in InfluxDB yet: a warning, the cap itself being the fault.
 _LOST: tuple[tuple[str, str, str, str], ...] = (
     ("incidents", "evidence_incomplete", "incident on record with evidence incomplete",
      "incidents on record with evidence incomplete"),
     ("meters", "unsent_unconfigured",
      "meter point of a meter no longer configured not in InfluxDB (kept in the ledger)",
      "meter points of meters no longer configured not in InfluxDB (kept in the ledger)"),
+    ("meters", "held_back", "meter point held in the ledger at the outbox's size cap (none dropped)",
+     "meter points held in the ledger at the outbox's size cap (none dropped)"),
     ("outbox", "dropped", "point dropped at the outbox's size cap (not in InfluxDB)",
      "points dropped at the outbox's size cap (not in InfluxDB)"),
     ("outbox", "dead_letters", "point dead-lettered (InfluxDB refused it)",

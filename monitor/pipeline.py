@@ -323,8 +323,8 @@ class Pipeline:
             batch.in_ledger = True
         # The ledger's points marked for InfluxDB (this batch's rows with their verdict, rows it
         # or an amendment re-judged, whoever made it), unmarked once the outbox holds them.
-        if self._meters_due():
-            self.meters.send(sink.write_meter_records)
+        if self.meters.due():
+            self.meters.send(sink.write_meter_records, room=sink.meter_room)
         if batch.held is not None:
             sink.store.release(batch.held)
 
@@ -400,14 +400,6 @@ class Pipeline:
         self.alarms.tick(now)
         self.send_meter_points()
 
-    def _meters_due(self) -> bool:
-        """Marked ledger points to offer the outbox; not while the last offer found it at its
-        cap with meter points alone and it still is (no reading of 5,000 rows a second for
-        nothing: they are offered once deliveries made room)."""
-        if not self.meters.due():
-            return False
-        return not self.meters.held_back or self.sink.meter_room()
-
     def send_meter_points(self) -> None:
         """Ledger points marked for InfluxDB with no batch to carry them: an amendment or a
         settings change a `monitor meters` command (or the console) recorded, the rest of a
@@ -415,7 +407,10 @@ class Pipeline:
         if self._stuck is not None or self._queue:
             return  # the next batch takes them
         try:
-            sent = self.meters.send(self.sink.write_meter_records) if self._meters_due() else 0
+            # At the outbox's cap with meter points alone, an offer reads only what its room
+            # holds, and nothing until deliveries made room for a few (`MeterBook.send`).
+            due = self.meters.due()
+            sent = self.meters.send(self.sink.write_meter_records, room=self.sink.meter_room) if due else 0
         except (SinkError, StateError) as exc:
             if not self._meters_failing:  # once per episode, not every tick
                 log.warning("meter points not handed to the outbox yet (kept in the ledger): %s", exc)

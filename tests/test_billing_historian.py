@@ -394,6 +394,40 @@ def test_stored_values_come_back_as_the_decimals_they_were_written_from(
                 assert abs(held - Decimal(v)) <= Decimal(v) * Decimal("1e-11"), (held, v)
 
 
+def test_victoriametrics_reads_a_restamped_point_as_its_overwrite_and_guesses_no_more(
+    victoria: VictoriaMetrics,
+) -> None:
+    """A real VictoriaMetrics keeps every value written at a time. A point a clock step moved
+    its reading away from was written accepted (10 ft3 billed), then overwritten rejected with
+    0 billed and `restamped` 1 (`MeterBook.take_records`): read back, it is the overwrite, not
+    `rewritten` (before: the accepted values, the largest, billing the reading twice). When a
+    reading of the new clock later lands at that very time (another reading), which value is
+    the last is not known: the largest, `rewritten`, as for any re-written point."""
+    t0, t1 = 1_700_000_000.0, 1_700_000_060.0
+    lines = [
+        meter_point_line("ps-moved", MeterRecord("m", "a", "ft3", t, 110.0, 10.0, 10.0, True, ""))
+        for t in (t0, t1)
+    ]
+    lines += [
+        meter_point_line("ps-moved", MeterRecord("m", "a", "ft3", t, 110.0, 0.0, 0.0, False, "restamped"))
+        for t in (t0, t1)
+    ]
+    assert lines[-1].split(" ")[1].endswith(",restamped=1i")
+    lines.append(meter_point_line("ps-moved", MeterRecord("m", "a", "ft3", t1, 170.0, 60.0, 60.0, True, "")))
+    victoria.write(lines, "o", "moved")
+    victoria.flush()
+    history = open_history(Influx.model_validate({"url": victoria.url, "org": "o", "bucket": "moved"}))
+    moved, landed = history.records("ps-moved", 0, 2_000_000_000_000)
+    assert (moved.reading, moved.consumption_ft3, moved.accepted, moved.rewritten) == (110.0, 0.0, 0.0, False)
+    assert (landed.reading, landed.consumption_ft3, landed.accepted, landed.rewritten) == (
+        170.0,
+        60.0,
+        1.0,
+        True,
+    )
+    assert history.last_accepted("ps-moved", "m", round(t0 * 1000) + 1) is None  # the moved one is not
+
+
 def test_a_missing_record_or_lost_digits_leave_the_quarter_unreconciled() -> None:
     """Pure: one meter's stored records with one taken out, a wrap, a swap, a rejection."""
     spec = MeterSpec("m", "ft3", 6, Decimal(1), None, "a")

@@ -58,7 +58,9 @@ def test_faults_come_first_then_what_was_lost() -> None:
         incidents=IncidentHealth(
             failing="database disk image is malformed", failures=3, evidence_incomplete=2
         ),
-        meters=MeterHealth(clock_step_failures=1, clock_steps_pending=1, unsent_unconfigured=2),
+        meters=MeterHealth(
+            clock_step_failures=1, clock_steps_pending=1, unsent_unconfigured=2, held_back=1200
+        ),
     )
     assert attention(health.to_json()) == [
         {"level": "fault", "text": "modbus lift-plc not connected"},
@@ -75,6 +77,10 @@ def test_faults_come_first_then_what_was_lost() -> None:
         {
             "level": "warning",
             "text": "2 meter points of meters no longer configured not in InfluxDB (kept in the ledger)",
+        },
+        {
+            "level": "warning",
+            "text": "1,200 meter points held in the ledger at the outbox's size cap (none dropped)",
         },
         {"level": "warning", "text": "1 point dropped at the outbox's size cap (not in InfluxDB)"},
         {"level": "warning", "text": "3 points dead-lettered (InfluxDB refused them)"},

@@ -45,7 +45,7 @@ from tests.cli import run_monitor
 from tests.conftest import fill_disk
 from tests.daemon_process import running_daemon
 from tests.engine_helpers import T0
-from tests.services import InfluxDB1, free_port, wait_until
+from tests.services import InfluxDB1, VictoriaMetrics, free_port, wait_until
 from tests.test_pipeline import close
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,9 +53,12 @@ METER = "shop.meter"
 STEP = -3600.0
 
 
-def meter_station(tmp_path: Path, influx: str = "", database: str = "plant") -> Path:
+def meter_station(
+    tmp_path: Path, influx: str = "", database: str = "plant", section: dict[str, Any] | None = None
+) -> Path:
     """One totalizer (ft3, 6 digits, a max rate) and a pH probe; by default an InfluxDB nobody
-    listens on, so what the ledger hands it stays in the outbox to be read."""
+    listens on, so what the ledger hands it stays in the outbox to be read. `section`: the
+    whole `influx` section instead (a VictoriaMetrics)."""
     raw: dict[str, Any] = {
         "station": {"id": "ps-meter-step", "timezone": "UTC"},
         "state_dir": str(tmp_path / "state"),
@@ -64,7 +67,8 @@ def meter_station(tmp_path: Path, influx: str = "", database: str = "plant") -> 
              "max_rate": 100_000},
             {"id": "ph", "kind": "ph"},
         ],
-        "influx": {"url": influx or f"http://127.0.0.1:{free_port()}", "api": "v1", "database": database},
+        "influx": section or {"url": influx or f"http://127.0.0.1:{free_port()}", "api": "v1",
+                              "database": database},
         "billing": {"rate_per_kcf": "4.25", "accounts": [{"id": "shop", "class": "commercial"}]},
         "console": {"enabled": False},
         "store": {"free_space_floor": 0},
@@ -197,10 +201,62 @@ def test_the_historian_bills_each_moved_reading_once_and_flags_the_quarter(
         close(daemon)
     ledger, historian = export(path), export(path, "--from-influx")
     assert historian["consumption_ft3"] == ledger["consumption_ft3"] == "100.000"
+    print("HIST", historian, ledger)
     assert (historian["first_read"], historian["last_read"]) == ("100", "200")
     assert "anomaly" in historian["flags"].split(";")
     assert "anomaly" not in ledger["flags"]
     assert "replacement" not in historian["flags"] and "one settings period assumed" not in historian["flags"]
+
+
+def test_a_step_found_at_start_reaches_victoriametrics_billed_once(
+    tmp_path: Path, victoria: VictoriaMetrics
+) -> None:
+    """The daemon ran on a clock an hour ahead and its points reached a real VictoriaMetrics
+    (+0 ... +50 s: 100 ... 150); it was restarted on the right clock with nothing to tell it of
+    the step (no checkpoint): the start finds the ledger ahead and moves its rows, the points at
+    the old times are overwritten as re-stamped (rejected, billing nothing), and the readings of
+    the new clock follow (170 ... 200). VictoriaMetrics keeps both values at each old time; the
+    historian export must read the re-stamped one, as InfluxDB's overwrite leaves it, and bill
+    what the ledger bills: 100 ft3 from 100 to 200, the quarter `anomaly` (the rejected
+    records), as `--from-influx` against InfluxDB does for a step seen live."""
+    path = meter_station(tmp_path, section={"url": victoria.url, "org": "o", "bucket": "found"})
+    before = victoria.lines_taken()
+    written = 0
+    gw = Stepped(load_config(path))
+    daemon = gw.daemon
+    try:
+        for k in range(0, 51, 10):
+            gw.poll(k, 100.0 + k)
+        assert asyncio.run(daemon.sink.drain(30.0)) == 0
+        assert daemon.sink.drainer is not None
+        written += daemon.sink.drainer.stats.written
+    finally:
+        close(daemon)
+        daemon.station.close()
+    gw = Stepped(load_config(path), start=70)  # no checkpoint: the ledger is found ahead
+    daemon = gw.daemon
+    try:
+        (step,) = daemon.meters.ledger.clock_steps(METER)
+        assert step.found and step.rows == 6
+        for k in range(70, 101, 10):
+            gw.poll(k, 100.0 + k)
+        daemon.pipeline.send_meter_points()
+        assert asyncio.run(daemon.sink.drain(30.0)) == 0
+        assert daemon.sink.drainer is not None and daemon.meters.ledger.unsent() == ([], [])
+        written += daemon.sink.drainer.stats.written
+    finally:
+        close(daemon)
+    victoria.wait_for_lines(before + written)
+    victoria.flush()
+    ledger, historian = export(path), export(path, "--from-influx")
+    assert ledger["consumption_ft3"] == "100.000" and "anomaly" not in ledger["flags"]
+    # Before: the accepted values the old times had were taken (the largest): 150.000 ft3,
+    # last read 150 (an old time is the latest), flagged `rewritten` and `one settings period
+    # assumed` (the register "going back" from 200 to 100 taken for a settings change).
+    assert (historian["first_read"], historian["last_read"]) == ("100", "200")
+    assert historian["consumption_ft3"] == "100.000"
+    flags = historian["flags"].split(";")
+    assert "anomaly" in flags and "rewritten" not in flags and "one settings period assumed" not in flags
 
 
 # -- the ledger itself: which rows move, and a kill -9 during the move -----------------------
@@ -406,7 +462,12 @@ def test_when_the_new_clock_reaches_the_old_stamps_its_readings_are_no_conflicts
 
 def meters_health(failures: int, pending: int) -> dict[str, int]:
     """/api/health's `meters` for this station (no meter removed from its config)."""
-    return {"clock_step_failures": failures, "clock_steps_pending": pending, "unsent_unconfigured": 0}
+    return {
+        "clock_step_failures": failures,
+        "clock_steps_pending": pending,
+        "unsent_unconfigured": 0,
+        "held_back": 0,
+    }
 
 
 def test_a_move_the_full_disk_refused_is_counted_and_made_before_the_next_reading(

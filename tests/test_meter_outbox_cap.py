@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from monitor.config import load_config
 from monitor.daemon import Daemon
+from monitor.health import attention
 from monitor.meters.billing import export_rows
 from monitor.meters.ledger import Ledger
 from monitor.meters.periods import quarter
@@ -37,10 +38,17 @@ from tests.test_pipeline import close
 METER = "shop.meter"
 
 
-def capped_station(tmp_path: Path, port: int | None = None) -> Path:
+def scrape(daemon: Daemon) -> str:
+    """/metrics as the daemon's console serves it."""
+    registry = CollectorRegistry()
+    registry.register(StationCollector(StationAdapter(daemon)))
+    return generate_latest(registry).decode()
+
+
+def capped_station(tmp_path: Path, port: int | None = None, batch_size: int = 5000) -> Path:
     """A totalizer and a pH probe; an InfluxDB nobody listens on (the outbox keeps what it
     gets; `port`: where one will be started) and the smallest outbox cap the config allows
-    (64 KiB)."""
+    (64 KiB); `batch_size`: the points a delivery carries."""
     raw: dict[str, Any] = {
         "station": {"id": "ps-meter-cap", "timezone": "UTC"},
         "state_dir": str(tmp_path / "state"),
@@ -49,7 +57,7 @@ def capped_station(tmp_path: Path, port: int | None = None) -> Path:
             {"id": "ph", "kind": "ph"},
         ],
         "influx": {"url": f"http://127.0.0.1:{port or free_port()}", "api": "v1", "database": "plant",
-                   "outbox_max_bytes": 1 << 16},
+                   "outbox_max_bytes": 1 << 16, "batch_size": batch_size},
         "billing": {"rate_per_kcf": "4.25", "accounts": [{"id": "shop", "class": "commercial"}]},
         "console": {"enabled": False},
         "store": {"free_space_floor": 0},
@@ -118,8 +126,14 @@ def test_meter_points_alone_over_the_cap_stay_marked_in_the_ledger_and_reach_inf
         held = [line for line in outbox.pending_lines(100_000) if line.startswith("meter,")]
         marked = daemon.meters.ledger.unsent()[0]
         assert 300 < len(held) < 500 and len(held) + len(marked) == 1000
-        assert daemon.meters.held_back > 0  # logged once, at the first offer refused
-        assert not daemon.pipeline._meters_due()  # no offer (a read of the ledger) until there is room
+        assert daemon.meters.at_cap  # logged once, at the first offer refused
+        # Said where an operator looks: /api/health's count, the gateway panel, /metrics.
+        health = daemon.health().to_json()
+        assert health["meters"]["held_back"] == len(marked)  # type: ignore[index]
+        said = f"{len(marked):,} meter points held in the ledger at the outbox's size cap (none dropped)"
+        assert {"level": "warning", "text": said} in attention(health)
+        gauge = f'station_monitor_meter_points_held_back{{station="ps-meter-cap"}} {len(marked)}.0'
+        assert gauge in scrape(daemon)
         influx.start()
         influx.query("CREATE DATABASE plant")
         for _ in range(20):  # each round: the outbox drains, the ledger offers what now fits
@@ -128,12 +142,72 @@ def test_meter_points_alone_over_the_cap_stay_marked_in_the_ledger_and_reach_inf
             daemon.pipeline.send_meter_points()  # the timer's offer
             if not daemon.meters.ledger.unsent()[0] and outbox.stats().pending_bytes == 0:
                 break
-        assert daemon.meters.ledger.unsent() == ([], []) and daemon.meters.held_back == 0
+        assert daemon.meters.ledger.unsent() == ([], []) and not daemon.meters.at_cap
+        health = daemon.health().to_json()
+        assert health["meters"]["held_back"] == 0
+        assert not any("held in the ledger" in a["text"] for a in attention(health))
+        assert 'station_monitor_meter_points_held_back{station="ps-meter-cap"} 0.0' in scrape(daemon)
         got = influx.query("SELECT count(reading), sum(consumption_ft3) FROM meter", db="plant")
         _, count, total = got["results"][0]["series"][0]["values"][0]
         (row,) = export_rows(config, daemon.meters.ledger, quarter("2026Q2"))
         assert count == 1000
         assert Decimal(f"{total:.3f}") == Decimal(row["consumption_ft3"]) == Decimal(7 * 999)
+    finally:
+        close(daemon)
+        influx.stop()
+
+
+def test_at_the_cap_an_offer_reads_only_what_the_outbox_has_room_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outbox at its cap with meter points alone drains slowly: InfluxDB (a real 1.6)
+    takes one delivery of 10 points at a time. Each offer the timer makes then hands the
+    outbox about what those 10 points made room for, and the outbox takes all of it. Before,
+    every offer read 5,000 marked points from the ledger (all ~600 here) and turned them into
+    points to take a few (~300 ms an offer, bench/meter_cap.py). Order and totals as before:
+    every point arrives once the backlog is gone, the sums agree with the ledger."""
+    port = free_port()
+    config = load_config(capped_station(tmp_path, port, batch_size=10))
+    wall = ManualClock(T0)
+    daemon = Daemon(config, wall)
+    influx = InfluxDB1(tmp_path / "influxdb", port=port)
+    sink = daemon.sink
+    offers: list[tuple[int, int]] = []  # (points offered, points the outbox took)
+    write = sink.write_meter_records
+
+    def counted(records: Any) -> int:  # the real write, counted (a spy, not a fake)
+        taken = write(records)
+        offers.append((len(records), taken))
+        return taken
+
+    try:
+        for b in range(20):
+            wall.set(T0 + 60 * 50 * b)
+            daemon.pipeline.process(
+                [Sample(METER, T0 + 60 * (50 * b + i), 1000.0 + 7 * (50 * b + i)) for i in range(50)]
+            )
+        daemon.pipeline.process_queued()
+        assert daemon.meters.at_cap and len(daemon.meters.ledger.unsent()[0]) > 500
+        assert sink.drainer is not None and sink.outbox is not None
+        influx.start()
+        influx.query("CREATE DATABASE plant")
+        monkeypatch.setattr(sink, "write_meter_records", counted)
+        for _ in range(30):  # one delivery of 10 points, then the timer's offer
+            assert asyncio.run(sink.drainer.send_batches(deadline=wall.now())) == 10
+            daemon.pipeline.process_queued()
+            daemon.pipeline.send_meter_points()
+        assert offers and all(offered <= 20 and taken == offered for offered, taken in offers), offers
+        assert sum(taken for _, taken in offers) >= 30 * 10 // 2  # the room was used
+        for _ in range(40):  # InfluxDB catches up
+            assert asyncio.run(sink.drain(30.0)) == 0
+            daemon.pipeline.process_queued()
+            daemon.pipeline.send_meter_points()
+            if not daemon.meters.ledger.unsent()[0] and sink.outbox.stats().pending_bytes == 0:
+                break
+        assert daemon.meters.ledger.unsent() == ([], []) and not daemon.meters.at_cap
+        got = influx.query("SELECT count(reading), sum(consumption_ft3) FROM meter", db="plant")
+        _, count, total = got["results"][0]["series"][0]["values"][0]
+        assert count == 1000 and Decimal(f"{total:.3f}") == Decimal(7 * 999)
     finally:
         close(daemon)
         influx.stop()
@@ -160,9 +234,7 @@ def test_a_meter_no_longer_configured_keeps_its_marks_said_once_and_counted(
         daemon.pipeline.process([Sample(METER, T0 + 3600, 5.0)])
         daemon.pipeline.send_meter_points()
         assert daemon.health().to_json()["meters"]["unsent_unconfigured"] == 7  # type: ignore[index]
-        registry = CollectorRegistry()
-        registry.register(StationCollector(StationAdapter(daemon)))
-        scraped = generate_latest(registry).decode()
+        scraped = scrape(daemon)
         assert 'station_monitor_meter_points_unsent_unconfigured{station="ps-meter-cap"} 7.0' in scraped
         assert len([r for r in caplog.records if "old.meter" in r.getMessage()]) == 1
     finally:

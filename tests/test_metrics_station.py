@@ -35,7 +35,9 @@ FULL: dict[str, object] = {
     "pipeline": {"stalled": True, "waiting": 8, "dropped": 9, "unjournaled": 10, "restamped": 11},
     "alarm_listener_failures": {"mqtt": 12, "notify": 13},
     "alarm_early_clears": 14,
-    "meters": {"clock_step_failures": 15, "clock_steps_pending": 16, "unsent_unconfigured": 20},
+    "meters": {
+        "clock_step_failures": 15, "clock_steps_pending": 16, "unsent_unconfigured": 20, "held_back": 21,
+    },
     "incidents": {"failing": True, "failures": 18, "evidence_incomplete": 19},
 }  # fmt: skip
 

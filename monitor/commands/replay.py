@@ -328,8 +328,8 @@ def record(args: argparse.Namespace, config: Config, writes: frozenset[str]) -> 
                         engine.sensors, step.sensor, step.time, step.value, step.quality, step.accepted
                     )
                 )
-                if sink is not None and (not book.held_back or sink.meter_room()):  # room for them
-                    book.send(sink.write_meter_records, limit=None)
+                if sink is not None:  # at the outbox's cap, only what its room holds
+                    book.send(sink.write_meter_records, limit=None, room=sink.meter_room)
             yield step
         track(None)
 

@@ -11,13 +11,15 @@ re-judged or voided is marked `unsent` in that transaction, by whichever process
 (the daemon, `monitor meters replace|correct|void-replacement|ingest`, a settings change at
 an open, `monitor replay`). `send(write)` hands the marked points to the outbox
 (`meter_records`) and unmarks them only once `write` returned, and only those it took (at
-its cap the outbox takes meter points only as far as they fit), so after a crash anywhere,
+its cap the outbox takes meter points only as far as they fit; while it is there, an offer
+reads only as many as its room holds, `room`), so after a crash anywhere,
 or an amendment made while the daemon runs or is down, the next `send` has them: the
 InfluxDB copy follows the ledger, at least once per point (InfluxDB overwrites a point).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import sqlite3
@@ -166,10 +168,12 @@ class MeterBook:
         # The points the last `take_records` read, and the ledger's state then (`sent`).
         self._taken: list[tuple[str, int]] = []
         self._records: list[MeterRecord] = []  # ... as the records it returned
-        # Marked points the outbox did not take in the last offer (at its cap with meter points
-        # alone): kept marked, offered again once it has room (`SampleSink.meter_room`), and
-        # until then not offered at all; logged once an episode.
-        self.held_back = 0
+        # The outbox is at its cap with meter points alone: an offer it did not take in full
+        # (logged once an episode). Until an offer leaves nothing behind the room cut, the marked
+        # points stay in the ledger (`held_back`) and each offer reads only what fits (`send`).
+        self.at_cap = False
+        self._cut = False  # the last offer read fewer than asked: the outbox's room said so
+        self._held_back = 0  # the last count (`held_back`)
         self._taken_at: tuple[int, int] = (-1, -1)
         self.backlog = True  # marked points may be left (another process's, more than TAKE)
         # Clock steps whose move the ledger refused (a full or read-only disk), oldest first:
@@ -343,6 +347,18 @@ class MeterBook:
             self._steps.append(_PendingStep(step, now, frozenset(keep), meter=meter))
         return self.move_pending()
 
+    def held_back(self) -> int:
+        """The points the ledger holds marked while the outbox is at its cap with meter points
+        alone (/api/health `meters.held_back`, a gauge; 0 otherwise): none dropped, each goes to
+        the outbox once deliveries make room. Counted when asked (a health request, not each
+        offer); a ledger that cannot be read gives its last count."""
+        if not self.at_cap:
+            self._held_back = 0
+            return 0
+        with contextlib.suppress(StateError):
+            self._held_back = self.ledger.unsent_count()
+        return self._held_back
+
     @property
     def clock_steps_pending(self) -> int:
         """Clock steps whose move waits for a ledger that takes writes (/api/health)."""
@@ -426,6 +442,7 @@ class MeterBook:
         version = ledger.data_version()
         marked = ledger.marked
         keys, rows = ledger.unsent(limit)
+        self._cut = False
         self._taken = keys
         self._taken_at = (version, marked)
         self.backlog = limit is not None and len(keys) >= limit
@@ -463,15 +480,16 @@ class MeterBook:
             offered = {(r.meter, to_ms(r.time)) for r in records}
             keys = [k for k in keys if k in took or k not in offered]
             self.backlog = True
-            if not self.held_back:
+            if not self.at_cap:
                 log.warning(
                     "the outbox is at its cap with meter points alone: the meter points it cannot take"
                     " (%d of this offer, and those read after it) stay marked in the ledger and go to it"
                     " once deliveries to InfluxDB make room (none dropped)", held,
                 )  # fmt: skip
-        elif self.held_back:
-            log.info("the outbox has room again: the meter points held back in the ledger are handed to it")
-        self.held_back = held
+            self.at_cap = True
+        elif self.at_cap and not (self._cut and self.backlog):  # the room cut nothing left behind
+            self.at_cap = False
+            log.info("the outbox has room again: the meter points the ledger held back are all handed over")
         version, marked = self._taken_at
         if not self.ledger.clear_unsent(keys, version, marked):
             self.backlog = True
@@ -482,12 +500,30 @@ class MeterBook:
         book wrote, or another process committed to the ledger (a `monitor meters` command)."""
         return self.backlog or self.ledger.data_version() != self._taken_at[0]
 
-    def send(self, write: Callable[[list[MeterRecord]], object], limit: int | None = TAKE) -> int:
+    def send(
+        self,
+        write: Callable[[list[MeterRecord]], object],
+        limit: int | None = TAKE,
+        room: Callable[[], int] | None = None,
+    ) -> int:
         """Hand the marked points to `write` (the outbox's append) and unmark them once it
         returned; a `write` or ledger that fails leaves them marked. A `write` that returns
         an int took only that many of the first (the outbox at its cap): the rest stay
-        marked. Returns how many were taken."""
+        marked. Returns how many were taken.
+
+        `room` (asked only while `at_cap`): how many points the outbox has room for now. The
+        offer reads only that many (none, and nothing is read, at 0): reading 5,000 marked
+        points to take the few a slow delivery made room for cost ~300 ms an offer. Fewer read
+        are the first of the same order, so nothing is reordered; the rest stay marked."""
+        cut = False
+        if self.at_cap and room is not None:
+            fit = room()
+            if fit <= 0:
+                return 0
+            cut = limit is None or fit < limit
+            limit = fit if cut else limit
         records = self.take_records(limit)
+        self._cut = cut
         taken = len(records)
         if records:
             got = write(records)

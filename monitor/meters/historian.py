@@ -24,6 +24,8 @@ What the historian does not hold, and how the export says so (never a guess):
 - `corrected` / `voided replacement`: amendments are not written out; their effect
   is (the re-judged rows are sent again). InfluxDB overwrites the point, so the
   figures follow the ledger; VictoriaMetrics keeps both values, flagged `rewritten`.
+  A reading a clock step moved away is not: its overwrite says `restamped` and is read
+  as itself (`sources.meter_history`), as InfluxDB leaves it.
 - `unreconciled`: an accepted reading's consumption is not its rise over the previous
   accepted reading held there, as the ledger wrote it (checked up to the first
   accepted reading past the quarter): a record is missing between them (a dead-letter

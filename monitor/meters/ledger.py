@@ -681,6 +681,15 @@ class Ledger(SettingsPeriods, Amendments):
                 rows.append(_row(key[0], columns))
         return keys, rows
 
+    def unsent_count(self) -> int:
+        """How many points of the configured meters are marked (what `unsent` would read all of)."""
+        meters = sorted(self.specs)
+        if not meters:
+            return 0
+        marks = ",".join("?" * len(meters))
+        got = self._query(f"SELECT count(*) FROM unsent WHERE meter IN ({marks})", tuple(meters))
+        return int(str(got[0][0]))
+
     def unsent_unconfigured(self) -> dict[str, int]:
         """Per meter no longer configured, its points marked for InfluxDB: kept (`unsent` has
         no settings to write them with) until it is configured again."""

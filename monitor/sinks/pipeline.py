@@ -9,6 +9,7 @@ the config has an `influx` section, commits every point to the outbox that a
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -31,8 +32,9 @@ from monitor.sinks.writer import LineWriter, make_writer
 OUTBOX_FILE = "outbox.sqlite"
 STORE_FILE = "series.sqlite"
 # Bytes under the cap free of meter points before held-back ones are offered again (a few
-# points' worth): below it an offer reads up to 5,000 ledger rows to take none or one.
+# points' worth): below it an offer would read ledger rows to take none or one.
 METER_ROOM = 1024
+METER_POINT_BYTES = 200  # a meter point's line until one was written (`meter_room`)
 
 
 def outbox_path(config: Config) -> Path:
@@ -66,6 +68,7 @@ class SampleSink:
         self.outbox = outbox
         self.drainer = drainer
         self.serializer = serializer_for(config)
+        self._meter_bytes = METER_POINT_BYTES  # the shortest meter line of the last write, newline too
 
     def write_samples(self, samples: Sequence[Sample]) -> None:
         """Store and queue samples; when this returns they are committed to disk."""
@@ -129,12 +132,19 @@ class SampleSink:
         drops them, and keeps the rest marked until there is room: `Outbox.append_last`)."""
         if self.outbox is None or not records:
             return len(records)
-        return self.outbox.append_last([meter_point_line(self.station, r) for r in records])
+        lines = [meter_point_line(self.station, r) for r in records]
+        self._meter_bytes = min(len(line.encode()) for line in lines) + 1
+        return self.outbox.append_last(lines)
 
-    def meter_room(self) -> bool:
-        """The outbox has room for a few meter points again (not at its cap with meter points
-        alone): refused, the room left was less than one point, and a point is ~200 bytes."""
-        return self.outbox is None or self.outbox.room_last() >= METER_ROOM
+    def meter_room(self) -> int:
+        """How many meter points the outbox has room for beside those it holds `last` (what
+        `append_last` would take), by the shortest line of the last write: at least as many as
+        fit, so an offer of that many fills the room. 0 below `METER_ROOM` bytes (an offer a
+        point at a time); unbounded without an outbox."""
+        if self.outbox is None:
+            return sys.maxsize
+        room = self.outbox.room_last()
+        return 0 if room < METER_ROOM else room // self._meter_bytes
 
     async def drain(self, timeout: float) -> int:
         """Deliver what the outbox holds within `timeout`; returns the points left (0 without InfluxDB)."""

@@ -11,7 +11,11 @@ consumption_ft3, accepted. This module reads them back, as they are stored:
   timestamp (checked against the real server in the tests), so a row the ledger
   re-judged or an operator amended shows up twice; such a time is marked `rewritten`
   and the largest value of each field is taken, the one VictoriaMetrics' own
-  deduplication (`-dedup.minScrapeInterval`) would keep. Billing flags it.
+  deduplication (`-dedup.minScrapeInterval`) would keep. Billing flags it. One such
+  case is known for sure: a point a clock step moved its reading away from is written
+  again rejected, billing nothing, with `restamped` 1 (`MeterBook.take_records`); its
+  values are those (the smallest), not the accepted ones it had, as InfluxDB's overwrite
+  leaves them, and it is not `rewritten`.
 
 An InfluxDB 2.x is not read through Flux: its `/api/v1/export` answers 404 and the
 error says so (its InfluxQL compatibility endpoint can be named with `api: v1`).
@@ -31,6 +35,7 @@ from monitor.errors import SourceError
 from monitor.sources.historian import Http
 
 FIELDS = ("reading", "consumption", "consumption_ft3", "accepted")
+RESTAMPED = "restamped"  # 1 on a point a clock step moved away (`lineproto.meter_point_line`)
 DAY_MS = 86_400_000
 # How far back `last_accepted` (ahead: `next_accepted`) looks for the reading that
 # opens (follows) a quarter, widening only when nothing is found: most meters read
@@ -175,7 +180,7 @@ class VictoriaMeterHistory:
             raise
 
     def _match(self, station: str, meter: str | None = None) -> str:
-        names = "|".join(FIELDS)
+        names = "|".join((*FIELDS, RESTAMPED))
         extra = "" if meter is None else f',meter="{_quote(meter)}"'
         return f'{{__name__=~"meter_({names})",station="{_quote(station)}"{extra}}}'
 
@@ -215,7 +220,9 @@ class VictoriaMeterHistory:
 
 def _merge(lines: list[bytes], target: str) -> list[MeterSample]:
     """One sample per meter point from the per-field series; several different values
-    at one time make the point `rewritten`, and the largest of each is taken."""
+    at one time make the point `rewritten`, and the largest of each is taken. A point
+    marked `restamped` with one reading is the overwrite of a reading a clock step moved
+    away: rejected, billing nothing (the smallest of each), whatever it held before."""
     points: dict[tuple[str, str, str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for line in lines:
         try:
@@ -228,11 +235,13 @@ def _merge(lines: list[bytes], target: str) -> list[MeterSample]:
         key = (str(labels.get("meter", "")), str(labels.get("account", "")), str(labels.get("unit", "")))
         for t, v in pairs:
             value = _number(v)
-            if field in FIELDS and value is not None:
+            if (field in FIELDS or field == RESTAMPED) and value is not None:
                 points[(*key, int(t))][field].append(value)
     out = []
     for (meter, account, unit, time_ms), fields in points.items():
-        got = {f: max(vs) for f, vs in fields.items()}
+        # A later reading stamped at the very time (two readings) is not guessed at: rewritten.
+        moved = 1.0 in fields.pop(RESTAMPED, ()) and len(set(fields.get("reading", ()))) == 1
+        got = {f: min(vs) if moved else max(vs) for f, vs in fields.items()}
         out.append(
             MeterSample(
                 meter,
@@ -243,7 +252,7 @@ def _merge(lines: list[bytes], target: str) -> list[MeterSample]:
                 got.get("consumption"),
                 got.get("consumption_ft3"),
                 got.get("accepted"),
-                rewritten=any(len(set(vs)) > 1 for vs in fields.values()),
+                rewritten=not moved and any(len(set(vs)) > 1 for vs in fields.values()),
             )
         )
     return sorted(out, key=lambda s: (s.time_ms, s.meter))

@@ -223,6 +223,10 @@ FAMILIES: tuple[Family, ...] = (
     Family("meter_points_unsent_unconfigured",
            "Meter ledger points of meters no longer configured that InfluxDB lacks (kept until configured)",
            Gauge, read=_figure("meters.unsent_unconfigured")),
+    Family("meter_points_held_back",
+           "Meter ledger points held back while the outbox is at its size cap with meter points alone"
+           " (kept marked, none dropped)",
+           Gauge, read=_figure("meters.held_back")),
     Family("incident_store_failing", "1 while the incident store refuses to record incidents", Gauge,
            read=_flag("incidents.failing"), shown=_incidents),
     Family("incident_record_failures",
