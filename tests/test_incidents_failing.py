@@ -6,6 +6,7 @@ by another connection, a real full file system (tmpfs) under the store."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
 import html
@@ -36,7 +37,7 @@ from tests.conftest import fill_disk, tmpfs_disk
 from tests.daemon_process import running_daemon
 from tests.incident_helpers import close_daemon, feed, incidents_json, load, monitor, run_live
 from tests.mqtt_tools import Peer
-from tests.services import Mosquitto, free_port, wait_until
+from tests.services import InfluxDB1, Mosquitto, free_port, wait_until
 
 T0 = 1_780_000_000.0
 
@@ -686,3 +687,48 @@ def test_export_of_a_frozen_incident_packs_the_store_not_an_altered_evidence_fil
     assert "(as recorded when the incident was frozen)" in (out / f"{slug['id']}.html").read_text(
         encoding="utf-8"
     )
+
+
+def test_the_incident_measurement_carries_the_evidence_incomplete_mark(
+    tmp_path: Path, influxdb1: InfluxDB1
+) -> None:
+    """The `incident` point of an incident marked "evidence incomplete from T" (a.oil's, its
+    block damaged while it was open) carries `evidence_incomplete` 1 and
+    `evidence_incomplete_from` T (epoch seconds, as `alarm_time`), in a real InfluxDB 1.x;
+    a whole incident's (b.oil's) `evidence_incomplete` 0 and no T. Before, nothing in the
+    measurement told a marked incident from a whole one."""
+    influxdb1.query("CREATE DATABASE marked")
+    raw = two_oil_sensors(tmp_path)
+    raw.write_text(
+        raw.read_text(encoding="utf-8") + f"influx: {{url: '{influxdb1.url}', api: v1, database: marked}}\n",
+        encoding="utf-8",
+    )
+    config = load(raw)
+    data = readings(range(0, 300))
+    daemon = run_live(config, data[: 2 * 66])  # a.oil's incident open since minute 60
+    try:
+        assert daemon.incidents is not None
+        (a,) = daemon.incidents.incidents()
+        (damaged, first, _, _) = blocks(tmp_path / "state", a.id)[-1]
+        db = sqlite3.connect(tmp_path / "state" / "incidents.sqlite")
+        db.execute("UPDATE evidence_block SET t = substr(t, 1, 15) WHERE rowid = ?", (damaged,))
+        db.commit()
+        db.close()
+        feed(daemon, data[2 * 66 :])
+        assert asyncio.run(daemon.sink.drain(60)) == 0
+    finally:
+        close_daemon(daemon)
+    got = influxdb1.query(
+        'SELECT "open", evidence_incomplete, evidence_incomplete_from, peak_value FROM incident'
+        " GROUP BY sensor",
+        db="marked",
+    )
+    series = {s["tags"]["sensor"]: s for s in got["results"][0]["series"]}
+    rows = {}
+    for sensor, s in series.items():
+        (row,) = s["values"]  # one point per incident, rewritten
+        rows[sensor] = dict(zip(s["columns"], row, strict=True))
+    marked, whole = rows["a.oil"], rows["b.oil"]
+    assert marked["evidence_incomplete"] == 1 and marked["evidence_incomplete_from"] == first == T0
+    assert whole["evidence_incomplete"] == 0 and whole["evidence_incomplete_from"] is None
+    assert marked["open"] == 0 and marked["peak_value"] == 150.0  # the other fields as before
