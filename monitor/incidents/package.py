@@ -98,6 +98,17 @@ class StoreDamaged:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class Contents:
+    """A package's evidence: the CSV's bytes, the incident's own sensor's readings for the
+    plot, and what the package lacks or what became of the store (each None when nothing)."""
+
+    csv: bytes
+    series: Series
+    incomplete: Incomplete | None = None
+    store_damaged: StoreDamaged | None = None
+
+
 def intact_evidence(
     store: IncidentStore,
     inc: Incident,
@@ -164,17 +175,6 @@ def frozen_evidence(store: IncidentStore, inc: Incident) -> Contents:
     if damaged:
         columns, incomplete = intact_evidence(store, inc, read, why)
     return Contents(store.evidence_csv(inc.id, columns), _series(columns, inc), incomplete)
-
-
-@dataclass(frozen=True, slots=True)
-class Contents:
-    """A package's evidence: the CSV's bytes, the incident's own sensor's readings for the
-    plot, and what the package lacks or what became of the store (each None when nothing)."""
-
-    csv: bytes
-    series: Series
-    incomplete: Incomplete | None = None
-    store_damaged: StoreDamaged | None = None
 
 
 def contents(store: IncidentStore, inc: Incident) -> Contents:
