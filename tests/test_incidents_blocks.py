@@ -4,6 +4,7 @@ schema 2 store wrote (raw) read, joined and verified as before."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -224,20 +225,30 @@ def _damage(state: Path, sql: str) -> tuple[str, str]:
 
 
 def test_a_damaged_block_names_its_incident_in_export_and_show(tmp_path: Path) -> None:
-    """`monitor incidents export` and `show` over a truncated block: exit 1, a line that
-    names the incident and the sensor whose evidence is damaged, no traceback, no files;
-    `show` says first, where the verdict always stands, that the evidence does not verify."""
+    """`monitor incidents show` over a truncated block of a frozen incident: exit 1, a line
+    that names the incident and the sensor whose evidence is damaged, no traceback; it says
+    first, where the verdict always stands, that the evidence does not verify. `export`
+    builds the package from the frozen evidence file, which still verifies, and names the
+    same block on stderr and in the manifest (exit 0: the package is whole; before, exit 1
+    and no package; tests/test_incidents_failing.py has the file damaged too)."""
     cfg = replay_case("slug-and-oil", tmp_path)
     state = tmp_path / "state"
     iid, sensor = _damage(state, "UPDATE evidence_block SET t = substr(t, 1, 15) WHERE rowid = ?")
+    got = monitor("incidents", "show", "--config", str(cfg), "--id", iid)
+    assert got.returncode == 1 and "Traceback" not in got.stderr, got.stderr
+    assert f"incident {iid}" in got.stderr and f"sensor {sensor}" in got.stderr, got.stderr
+    assert "a grid of times is 16 bytes, not 15" in got.stderr
+    assert "evidence DOES NOT VERIFY" in got.stdout
     out = tmp_path / "report"
-    for args in (("export", "--out", str(out)), ("show",)):
-        got = monitor("incidents", args[0], "--config", str(cfg), "--id", iid, *args[1:])
-        assert got.returncode == 1 and "Traceback" not in got.stderr, got.stderr
-        assert f"incident {iid}" in got.stderr and f"sensor {sensor}" in got.stderr, got.stderr
-        assert "a grid of times is 16 bytes, not 15" in got.stderr
-        assert args[0] == "export" or "evidence DOES NOT VERIFY" in got.stdout
-    assert not list(out.glob("*"))
+    got = monitor("incidents", "export", "--config", str(cfg), "--id", iid, "--out", str(out))
+    assert got.returncode == 0 and "Traceback" not in got.stderr, got.stderr
+    assert f"incident {iid}" in got.stderr and f"of sensor {sensor} damaged" in got.stderr, got.stderr
+    (block,) = json.loads((out / "manifest.json").read_text(encoding="utf-8"))["evidence_store_damaged"][
+        "damaged_blocks"
+    ]
+    assert block["sensor"] == sensor and "a grid of times is 16 bytes, not 15" in block["error"]
+    frozen = state / "incidents" / iid / "evidence.csv"
+    assert (out / f"{iid}-evidence.csv").read_bytes() == frozen.read_bytes()
 
 
 @pytest.mark.parametrize("codec", [16, 9 | 16, 9 | 1 << 40, -1, -(2**63), "9x", 9.0, None])

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from monitor.errors import StateError
 from monitor.incidents import IncidentStore, IncidentTracker
-from monitor.incidents.evidence import csv_rows, slow_rows
+from monitor.incidents.evidence import EvidenceFileError, csv_rows, parse_csv, slow_rows
 from monitor.incidents.figures import Series, median, run_end, run_end_since, run_ends
 from monitor.incidents.store import CSV_HEADER
 from tests.examples import examples
@@ -62,6 +62,60 @@ def test_the_column_wise_csv_is_the_row_at_a_time_csv(
             csv_rows(name, t, v, q)
         return
     assert csv_rows(name, t, v, q) == want
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    st.lists(st.tuples(TIMES, VALUES, st.integers(-128, 127)), min_size=0, max_size=40),
+    st.lists(st.tuples(st.integers(0, 4_102_444_800_000), VALUES), min_size=1, max_size=40),
+)
+def test_an_evidence_csv_reads_back_to_its_columns(
+    rows: list[tuple[float, float, int]], ms_rows: list[tuple[int, float]]
+) -> None:
+    """`parse_csv`, by which a frozen incident's verified file is read back for its package
+    when the store's blocks are damaged: each sensor's values bit for bit (not finite: NaN),
+    its qualities, its times to the millisecond the file prints; times in whole milliseconds
+    up to 2100 (what a station records) are formatted again to the same bytes."""
+    t = np.array([r[0] for r in rows], np.float64)
+    v = np.array([r[1] for r in rows], np.float64)
+    q = np.array([r[2] for r in rows], np.int8)
+    if not (np.isfinite(t).all() and (t >= 0).all() and (t < 253_402_300_000).all()):
+        return  # before 1970 or in year 9999's last hour: not a time a station's evidence holds
+    t2 = np.array([m for m, _ in ms_rows], np.int64) / 1000.0
+    v2 = np.array([x for _, x in ms_rows], np.float64)
+    q2 = np.zeros(t2.size, np.int8)
+    data = CSV_HEADER.encode() + csv_rows("b.flow", t2, v2, q2) + csv_rows("a.oil", t, v, q)
+    got = parse_csv(data)
+    assert list(got) == ["b.flow", "a.oil"][: 1 + bool(rows)]
+    for name, (tt, vv, qq) in (("b.flow", (t2, v2, q2)), ("a.oil", (t, v, q))):
+        if not tt.size:
+            continue
+        pt, pv, pq = got[name]
+        want = np.where(np.isfinite(vv), vv, np.nan)
+        assert pv.view(np.int64).tolist() == want.view(np.int64).tolist()  # bit for bit: -0.0, NaN
+        assert pq.tolist() == qq.tolist()
+        assert (np.abs(pt - tt) < 1e-3 + 1e-4 * np.maximum(1.0, tt / 1e11)).all()
+    assert csv_rows("b.flow", *got["b.flow"]) == csv_rows("b.flow", t2, v2, q2)
+
+
+def test_bytes_not_an_evidence_csv_are_an_error_not_columns() -> None:
+    """An empty evidence file reads as no columns and a name with a comma (config allows
+    none) whole; bytes that are not an evidence CSV (cut short, another header, a short
+    line, a value not a number, a time with a zone numpy would warn about) are an error."""
+    good = CSV_HEADER.encode() + csv_rows("flow", np.array([1.0]), np.array([2.5]), np.zeros(1, np.int8))
+    assert parse_csv(good)["flow"][1].tolist() == [2.5]
+    assert parse_csv(CSV_HEADER.encode()) == {}
+    odd = good + csv_rows("a,b", np.array([2.0, 3.0]), np.array([1.0, math.nan]), np.ones(2, np.int8))
+    got = {k: str(c[1].tolist()) for k, c in parse_csv(odd).items()}
+    assert got == {"flow": "[2.5]", "a,b": "[1.0, nan]"} and list(got) == ["flow", "a,b"]
+    for bad in (
+        good[:-1],
+        b"time,value\n",
+        good + b"2026-01-01T00:00:00Z,flow\n",
+        good.replace(b"2.5", b"x"),
+    ):
+        with pytest.raises(EvidenceFileError):
+            parse_csv(bad)
 
 
 def test_the_word_wise_lines_mix_every_field_width_as_the_row_at_a_time_csv() -> None:

@@ -6,8 +6,10 @@ by another connection, a real full file system (tmpfs) under the store."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
+import html
 import json
 import logging
 import os
@@ -25,7 +27,9 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
 from monitor.daemon import Daemon, store_condition
+from monitor.errors import StateError
 from monitor.incidents import IncidentStore
+from monitor.incidents.store import DamagedEvidenceError
 from monitor.model import ConditionState, Rule, Sample, iso
 from monitor.web.service import StationCollector
 from monitor.web.station import StationAdapter
@@ -33,7 +37,7 @@ from tests.conftest import fill_disk, tmpfs_disk
 from tests.daemon_process import running_daemon
 from tests.incident_helpers import close_daemon, feed, incidents_json, load, monitor, run_live
 from tests.mqtt_tools import Peer
-from tests.services import Mosquitto, free_port, wait_until
+from tests.services import InfluxDB1, Mosquitto, free_port, wait_until
 
 T0 = 1_780_000_000.0
 
@@ -521,3 +525,210 @@ def test_incidents_list_flags_a_marked_incident_on_its_line(tmp_path: Path) -> N
     lines = {line.split()[0]: line for line in listed.stdout.splitlines()}
     assert lines[slug["id"]].endswith(f"  EVIDENCE INCOMPLETE from {iso(inc.start + 600)}"), lines
     assert "EVIDENCE" not in lines[oil["id"]]
+
+
+def _frozen_a_oil(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    """Two replays (the second continues the first's open incident): a.oil's incident
+    final and frozen, its evidence in more than one block; (config, its JSON)."""
+    config = two_oil_sensors(tmp_path)
+    assert _replay(config, _ten_second_readings(tmp_path / "short.csv", T0 + 13 * 3600)).returncode == 0
+    assert _replay(config, _ten_second_readings(tmp_path / "full.csv", T0 + 20 * 3600)).returncode == 0
+    a = {i["sensor"]: i for i in incidents_json(config)}["a.oil"]
+    assert a["evidence"]["frozen"] and a["evidence"]["incomplete"] is None
+    return config, a
+
+
+def _polyline(report: str) -> str:
+    """The report's plotted readings (`<polyline id="readings" points=...>`)."""
+    return report.split('<polyline id="readings" points="', 1)[1].split('"', 1)[0]
+
+
+@pytest.mark.parametrize("frozen_file", ["whole", "altered", "missing"])
+def test_export_of_a_frozen_incident_whose_store_was_damaged_after_the_freeze(
+    tmp_path: Path, frozen_file: str
+) -> None:
+    """a.oil's incident is final and frozen (its evidence file written, its SHA-256 recorded)
+    when the last of its evidence blocks is damaged on disk (its checksum off by one).
+    With the frozen file still whole, `monitor incidents export` builds the package from that
+    file (it is the evidence the hash vouches for): the CSV byte for byte the file, the plot
+    the one an undamaged store gives, and the manifest, the report and stderr say the store's
+    block is damaged and the package was built from the verified frozen file; exit 0 (the
+    package is whole). With the file altered or missing too, nothing vouches for the rest:
+    the package holds the readings before the damaged block, as a marked incident's does,
+    said in the manifest, the report and stderr, exit 3. Before: exit 1, no package at all."""
+    config, a = _frozen_a_oil(tmp_path)
+    undamaged = tmp_path / "undamaged"
+    got = monitor("incidents", "export", "--config", str(config), "--id", a["id"], "--out", str(undamaged))
+    assert got.returncode == 0, got.stderr
+
+    state = tmp_path / "state"
+    *intact, (damaged, first, _, _) = blocks(state, a["id"])
+    assert intact, "a.oil's evidence in one block: nothing before the damage"
+    db = sqlite3.connect(state / "incidents.sqlite")
+    db.execute("UPDATE evidence_block SET crc = crc + 1 WHERE rowid = ?", (damaged,))
+    db.commit()
+    db.close()
+    frozen = state / "incidents" / a["id"] / "evidence.csv"
+    recorded = frozen.read_bytes()
+    assert hashlib.sha256(recorded).hexdigest() == a["evidence"]["sha256"]
+    if frozen_file == "altered":
+        frozen.write_bytes(recorded.replace(b",a.oil,150.0,", b",a.oil,15.0,", 1))
+    elif frozen_file == "missing":
+        frozen.unlink()
+
+    out = tmp_path / "package"
+    got = monitor("incidents", "export", "--config", str(config), "--id", a["id"], "--out", str(out))
+    assert "Traceback" not in got.stderr, got.stderr
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    for f in manifest["files"]:
+        assert hashlib.sha256((out / f["name"]).read_bytes()).hexdigest() == f["sha256"]
+    csv = (out / f"{a['id']}-evidence.csv").read_bytes()
+    report = (out / f"{a['id']}.html").read_text(encoding="utf-8")
+    said = f"block {damaged} of sensor a.oil damaged"
+    if frozen_file == "whole":
+        assert got.returncode == 0, got.stderr
+        assert csv == recorded
+        assert manifest["evidence_sha256_recorded"] == hashlib.sha256(csv).hexdigest()
+        assert "evidence_incomplete" not in manifest
+        store = manifest["evidence_store_damaged"]
+        assert said in store["statement"] and "built from the frozen evidence file" in store["statement"]
+        assert store["built_from"] == "frozen evidence file"
+        (block,) = store["damaged_blocks"]
+        assert block["sensor"] == "a.oil" and block["block"] == damaged and "written as" in block["error"]
+        assert store["statement"] in got.stderr.splitlines()[-1], got.stderr
+        assert html.escape(store["statement"]) in report
+        before = (undamaged / f"{a['id']}.html").read_text(encoding="utf-8")
+        assert _polyline(report) == _polyline(before)  # the file read back: the same readings
+        return
+    assert got.returncode == 3, got.stderr
+    assert "evidence_store_damaged" not in manifest
+    why = "does not verify" if frozen_file == "altered" else "is missing"
+    statement = (
+        f"evidence incomplete from {iso(first)}: {said}, and the frozen evidence file {why};"
+        f" samples at or after {iso(first)} are not in this package"
+    )
+    assert manifest["evidence_incomplete"]["from"] == iso(first)
+    assert manifest["evidence_incomplete"]["statement"] == statement
+    assert statement in got.stderr.splitlines()[-1], got.stderr
+    assert html.escape(statement) in report
+    header, *rows = recorded.decode().splitlines(keepends=True)
+    kept = [r for r in rows if r.split(",", 1)[0] < iso(first)]
+    assert kept and len(kept) < len(rows)
+    assert csv.decode() == header + "".join(kept)
+
+
+def test_export_of_a_frozen_incident_whose_store_pages_are_damaged_is_its_verified_file(
+    tmp_path: Path,
+) -> None:
+    """A page of incidents.sqlite damaged (its first bytes, as a bad sector would) so that a
+    frozen incident's record reads but its evidence does not read at all (SQLite: "database
+    disk image is malformed", no block to name): `export` builds the package from the frozen
+    file, which verifies, says the store's evidence cannot be read (manifest, report,
+    stderr) and exits 0. Before: exit 1, no package."""
+    config, a = _frozen_a_oil(tmp_path)
+    iid = a["id"]
+    store_file = tmp_path / "state" / "incidents.sqlite"
+    wal = store_file.with_name("incidents.sqlite-wal")
+    assert not wal.exists() or not wal.stat().st_size  # every page in the file
+    sound = store_file.read_bytes()
+    for page in range(2, len(sound) // 4096 + 1):
+        damaged = bytearray(sound)
+        damaged[(page - 1) * 4096 : (page - 1) * 4096 + 6] = b"\xff\xff\xff\xf0\xff\xff"
+        store_file.write_bytes(damaged)
+        with IncidentStore(tmp_path / "state") as store:
+            try:
+                if store.get(iid) is None:
+                    continue
+            except StateError:  # the record's own page: nothing to export
+                continue
+            try:
+                store.intact_columns(iid)
+            except DamagedEvidenceError:  # a block's bytes: the test above
+                continue
+            except StateError as exc:
+                error = str(exc)
+                break
+    else:
+        pytest.fail("no page whose damage leaves the record readable and the evidence not")
+    assert "malformed" in error and iid in error, error
+    out = tmp_path / "package"
+    got = monitor("incidents", "export", "--config", str(config), "--id", iid, "--out", str(out))
+    assert got.returncode == 0 and "Traceback" not in got.stderr, got.stderr
+    said = json.loads((out / "manifest.json").read_text(encoding="utf-8"))["evidence_store_damaged"]
+    assert said["damaged_blocks"] == [] and said["error"] == error
+    assert f"its evidence cannot be read: {error}" in said["statement"]
+    assert (
+        said["statement"] in got.stderr
+        and html.escape(said["statement"]) in (out / f"{iid}.html").read_text()
+    )
+    frozen = tmp_path / "state" / "incidents" / iid / "evidence.csv"
+    assert (out / f"{iid}-evidence.csv").read_bytes() == frozen.read_bytes()
+
+
+def test_export_of_a_frozen_incident_packs_the_store_not_an_altered_evidence_file(tmp_path: Path) -> None:
+    """The store whole, the frozen evidence file altered (a reading changed in it): the
+    package is the store's evidence, which hashes to the SHA-256 recorded at the freeze, and
+    nothing is said of damage. Before, the altered file was packed as the evidence."""
+    from tests.incident_helpers import replay_case
+
+    cfg = replay_case("slug-and-oil", tmp_path)
+    slug = incidents_json(cfg)[0]
+    frozen = tmp_path / "state" / "incidents" / slug["id"] / "evidence.csv"
+    recorded = frozen.read_bytes()
+    altered = recorded.replace(b",outfall.flow,", b",outfall.flow,9", 1)
+    assert altered != recorded
+    frozen.write_bytes(altered)
+    out = tmp_path / "package"
+    got = monitor("incidents", "export", "--config", str(cfg), "--id", slug["id"], "--out", str(out))
+    assert got.returncode == 0 and not got.stderr, got.stderr
+    assert (out / f"{slug['id']}-evidence.csv").read_bytes() == recorded
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert set(manifest) == {"incident", "generated", "evidence_sha256_recorded", "files"}
+    assert "(as recorded when the incident was frozen)" in (out / f"{slug['id']}.html").read_text(
+        encoding="utf-8"
+    )
+
+
+def test_the_incident_measurement_carries_the_evidence_incomplete_mark(
+    tmp_path: Path, influxdb1: InfluxDB1
+) -> None:
+    """The `incident` point of an incident marked "evidence incomplete from T" (a.oil's, its
+    block damaged while it was open) carries `evidence_incomplete` 1 and
+    `evidence_incomplete_from` T (epoch seconds, as `alarm_time`), in a real InfluxDB 1.x;
+    a whole incident's (b.oil's) `evidence_incomplete` 0 and no T. Before, nothing in the
+    measurement told a marked incident from a whole one."""
+    influxdb1.query("CREATE DATABASE marked")
+    raw = two_oil_sensors(tmp_path)
+    raw.write_text(
+        raw.read_text(encoding="utf-8") + f"influx: {{url: '{influxdb1.url}', api: v1, database: marked}}\n",
+        encoding="utf-8",
+    )
+    config = load(raw)
+    data = readings(range(0, 300))
+    daemon = run_live(config, data[: 2 * 66])  # a.oil's incident open since minute 60
+    try:
+        assert daemon.incidents is not None
+        (a,) = daemon.incidents.incidents()
+        (damaged, first, _, _) = blocks(tmp_path / "state", a.id)[-1]
+        db = sqlite3.connect(tmp_path / "state" / "incidents.sqlite")
+        db.execute("UPDATE evidence_block SET t = substr(t, 1, 15) WHERE rowid = ?", (damaged,))
+        db.commit()
+        db.close()
+        feed(daemon, data[2 * 66 :])
+        assert asyncio.run(daemon.sink.drain(60)) == 0
+    finally:
+        close_daemon(daemon)
+    got = influxdb1.query(
+        'SELECT "open", evidence_incomplete, evidence_incomplete_from, peak_value FROM incident'
+        " GROUP BY sensor",
+        db="marked",
+    )
+    series = {s["tags"]["sensor"]: s for s in got["results"][0]["series"]}
+    rows = {}
+    for sensor, s in series.items():
+        (row,) = s["values"]  # one point per incident, rewritten
+        rows[sensor] = dict(zip(s["columns"], row, strict=True))
+    marked, whole = rows["a.oil"], rows["b.oil"]
+    assert marked["evidence_incomplete"] == 1 and marked["evidence_incomplete_from"] == first == T0
+    assert whole["evidence_incomplete"] == 0 and whole["evidence_incomplete_from"] is None
+    assert marked["open"] == 0 and marked["peak_value"] == 150.0  # the other fields as before

@@ -11,7 +11,10 @@ Reads and writes `state_dir/incidents.sqlite` beside a running daemon (WAL; note
 closes go to their own tables, so nothing the daemon writes is overwritten).
 Exit 0 done, 1 unknown incident or unusable store, 2 bad config or arguments, 3 (`export`)
 the package is written but the incident's evidence is incomplete (a damaged evidence block):
-it holds the evidence up to the damage, and stderr and its manifest say from when.
+it holds the evidence up to the damage, and stderr and its manifest say from when. A frozen
+incident whose store is damaged but whose evidence file verifies is exported from that file,
+whole: exit 0, the damage said on stderr and in the manifest (the code says what the
+package is; a script must not set aside the one package that is the frozen evidence).
 """
 
 from __future__ import annotations
@@ -128,12 +131,14 @@ def _run(config: Config, store: IncidentStore, args: argparse.Namespace, now: fl
         return 0
     if inc.evidence_note is not None:  # said before the damaged block's error, if it comes
         print(f"incident {inc.id}: {inc.evidence_note}", file=sys.stderr)
-    hashes, incomplete = export(store, inc, Path(args.out), zone, now)
-    for name, sha in hashes.items():
+    package = export(store, inc, Path(args.out), zone, now)
+    for name, sha in package.hashes.items():
         print(f"{sha}  {Path(args.out) / name}")
     print(f"manifest: {Path(args.out) / 'manifest.json'}")
-    if incomplete is not None:  # last, where a script's log and a person's eye land
-        print(f"incident {inc.id}: {incomplete.statement}", file=sys.stderr)
+    if package.store_damaged is not None:  # the package is whole: said, exit 0 (docs/commands.md)
+        print(f"incident {inc.id}: {package.store_damaged.statement}", file=sys.stderr)
+    if package.incomplete is not None:  # last, where a script's log and a person's eye land
+        print(f"incident {inc.id}: {package.incomplete.statement}", file=sys.stderr)
         return EXIT_INCOMPLETE
     return 0
 

@@ -13,6 +13,9 @@ path copies that formatter's rounding (`datetime.fromtimestamp` rounds to the
 microsecond, half to even; `iso` prints milliseconds, truncated, whenever the
 microsecond is not 0) and prints each distinct value once with `repr`. Times outside
 years 1970-9999 take the slow path.
+
+`parse_csv` reads such a file back into columns: the export of a frozen incident whose
+store blocks were damaged after the freeze is built from its verified file.
 """
 
 from __future__ import annotations
@@ -41,6 +44,72 @@ def slow_rows(name: str, t: Floats, v: Floats, q: Quality) -> bytes:
         f"{iso(ti)},{name},{repr(vi) if math.isfinite(vi) else ''},{qi}\n"
         for ti, vi, qi in zip(t.tolist(), v.tolist(), q.tolist(), strict=True)
     ).encode("utf-8")
+
+
+HEADER = b"time,sensor,value,quality"
+
+
+class EvidenceFileError(ValueError):
+    """Bytes that are not an evidence CSV as `csv_rows` writes it."""
+
+
+_ISO_BYTES = np.zeros(256, np.bool_)
+_ISO_BYTES[list(b"\x000123456789-:.TZ")] = True  # what `iso` writes (NUL: an array's padding)
+
+
+def parse_csv(data: bytes) -> dict[str, tuple[Floats, Floats, Quality]]:
+    """The columns of an evidence CSV (`HEADER`, then `csv_rows` of each sensor), by sensor
+    in the file's order. Values come back bit for bit (`repr` round-trips; empty: NaN),
+    times at the millisecond the file holds (`iso` prints no finer). The fields are split
+    all at once (a day of two sensors, 180,000 lines: 0.09-0.18 s, a line at a time
+    0.24-0.58 s on a busy machine); a name with a comma (config allows none) is read whole
+    all the same, line by line."""
+    lines = data.count(b"\n")
+    if not data.startswith(HEADER + b"\n") or not data.endswith(b"\n"):
+        raise EvidenceFileError("not an evidence CSV: no header line, or no newline at its end")
+    flat = data[len(HEADER) + 1 : -1].replace(b"\n", b",").split(b",") if lines > 1 else []
+    if len(flat) == 4 * (lines - 1):
+        stamps, names, values, quality = flat[::4], flat[1::4], flat[2::4], flat[3::4]
+    else:
+        stamps, names, values, quality = _fields(data.split(b"\n")[1:-1])
+    # Only what `iso` writes, its Z last: numpy warns about a zone from a worker loop (and
+    # crashed, numpy 2.4, when it did so for a large array).
+    mat = np.array(stamps, dtype="S")
+    mat = mat.view(np.uint8).reshape(mat.size, mat.itemsize)
+    zone = mat == ord("Z")
+    last = (mat != 0).sum(axis=1) - 1
+    if not (
+        _ISO_BYTES[mat].all() and (zone.sum(axis=1) == 1).all() and zone[np.arange(mat.shape[0]), last].all()
+    ):
+        raise EvidenceFileError("not an evidence CSV: a time not in ISO 8601 UTC ending in Z")
+    mat[zone] = 0
+    try:
+        ms = mat.view(f"S{mat.shape[1]}").ravel().astype("datetime64[ms]").astype(np.int64)
+        text = np.array(values, dtype="S")
+        v = np.where(text == b"", b"nan", text).astype(np.float64)  # (wide enough for "nan")
+        q = np.array(quality, dtype="S").astype(np.int8)
+    except (ValueError, OverflowError) as exc:
+        raise EvidenceFileError(f"not an evidence CSV: {exc}") from exc
+    t = ms / 1000.0
+    of = np.array(names, dtype="S")
+    out = {}
+    for name in dict.fromkeys(names):
+        pick = of == name
+        out[name.decode("utf-8")] = (t[pick], v[pick], q[pick])
+    return out
+
+
+def _fields(rows: list[bytes]) -> tuple[list[bytes], list[bytes], list[bytes], list[bytes]]:
+    """`parse_csv`'s columns a line at a time: the name between the time's comma and the value's."""
+    out: tuple[list[bytes], list[bytes], list[bytes], list[bytes]] = ([], [], [], [])
+    for number, row in enumerate(rows, start=2):
+        stamp, _, rest = row.partition(b",")
+        fields = rest.rsplit(b",", 2)
+        if len(fields) != 3:
+            raise EvidenceFileError(f"line {number} is not time,sensor,value,quality: {row[:80]!r}")
+        for column, field in zip(out, (stamp, *fields), strict=True):
+            column.append(field)
+    return out
 
 
 def csv_rows(name: str, t: Floats, v: Floats, q: Quality) -> bytes:

@@ -11,13 +11,12 @@ Writes four files into a directory:
 - `manifest.json`: SHA-256 of each of those files, and the evidence hash recorded
   when the incident was frozen.
 
-An incident marked "evidence incomplete from T" (a damaged evidence block) is exported all
-the same, with what is intact: its readings before T, of every sensor, never a number from
-a damaged block nor one after T (the evidence is not whole from there: a report must not
-read a gap as the readings). The manifest (`evidence_incomplete`), the report and the
-command (stderr, its own exit code) say "evidence incomplete from T: block N of sensor S
-damaged; samples at or after T are not in this package". A Superintendent preparing a
-notice of violation needs what is intact; nobody may take it for the whole.
+What the package holds when the evidence is not whole, or the store's copy of it is damaged,
+is `package.py`'s: a marked incident's readings up to the damage (the manifest's
+`evidence_incomplete`, the report and stderr say so; exit 3), a frozen incident's verified
+evidence file whatever became of the store's blocks since (`evidence_store_damaged`; exit 0:
+the package is whole). A Superintendent preparing a notice of violation needs what is
+intact; nobody may take it for the whole.
 """
 
 from __future__ import annotations
@@ -34,66 +33,14 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import numpy.typing as npt
 
-from monitor.errors import StateError
 from monitor.incidents.figures import Series
 from monitor.incidents.model import Incident
+from monitor.incidents.package import Incomplete, StoreDamaged, contents
 from monitor.incidents.report import detail_lines, incident_json
-from monitor.incidents.store import Columns, Damage, IncidentStore
+from monitor.incidents.store import IncidentStore
 from monitor.model import iso
 
 W, H = 920, 340
-_NONE: Columns = (np.empty(0, np.float64), np.empty(0, np.float64), np.empty(0, np.int8))
-
-
-@dataclass(frozen=True, slots=True)
-class Incomplete:
-    """What a package of a marked incident lacks: the readings from `since` on."""
-
-    since: float
-    damaged: tuple[Damage, ...]
-    reason: str  # the record's, said when no block reads damaged now (a store restored since)
-
-    @property
-    def statement(self) -> str:
-        what = (
-            "; ".join(f"block {d.error.rowid} of sensor {d.error.sensor} damaged" for d in self.damaged)
-            or self.reason
-        )
-        since = iso(self.since)
-        return (
-            f"evidence incomplete from {since}: {what}; samples at or after {since} are not in this package"
-        )
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "from": iso(self.since),
-            "statement": self.statement,
-            "damaged_blocks": [
-                {"sensor": d.error.sensor, "block": d.error.rowid, "error": str(d.error)}
-                for d in self.damaged
-            ],
-        }
-
-
-def intact_evidence(store: IncidentStore, inc: Incident) -> tuple[dict[str, Columns], Incomplete]:
-    """A marked incident's evidence up to the damage: every sensor's readings before the
-    earliest of its mark's T and the damaged blocks' first times. A damaged block that
-    cannot be placed in time is the error it was (no package: nothing says where to cut)."""
-    columns, damaged = store.intact_columns(inc.id)
-    for d in damaged:
-        if d.since is None:
-            raise d.error
-    bounds = [d.since for d in damaged if d.since is not None]
-    if inc.evidence_broken_at is not None:
-        bounds.append(inc.evidence_broken_at)
-    if not bounds:
-        raise StateError(f"incident {inc.id}: {inc.evidence_note}; from when is not known: no package")
-    since = min(bounds)
-    cut = {}
-    for name, (t, v, q) in columns.items():
-        keep = t < since
-        cut[name] = (t[keep], v[keep], q[keep])
-    return cut, Incomplete(since, tuple(damaged), inc.evidence_broken or "")
 
 
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 20, 40
@@ -197,9 +144,16 @@ th { font-weight: normal; color: #333; } pre { white-space: pre-wrap; font-size:
 
 
 def render_html(
-    inc: Incident, s: Series, zone: ZoneInfo, now: float, csv_sha: str, incomplete: Incomplete | None = None
+    inc: Incident,
+    s: Series,
+    zone: ZoneInfo,
+    now: float,
+    csv_sha: str,
+    incomplete: Incomplete | None = None,
+    store_damaged: StoreDamaged | None = None,
 ) -> str:
-    """The report; with `incomplete`, said at its top and under Evidence (else unchanged)."""
+    """The report; with `incomplete` or `store_damaged`, said at its top and under Evidence
+    (else unchanged)."""
     data = incident_json(inc, zone, now)
     recorded = " (as recorded when the incident was frozen)" if inc.evidence_sha256 == csv_sha else ""
     rows = "".join(
@@ -217,6 +171,12 @@ their quality"""
         overdue = f"{banner}\n{overdue}"
         evidence = f"""The samples from 24 h before the start up to {html.escape(iso(incomplete.since))}
 only ({statement}), with their quality"""
+    if store_damaged is not None:
+        statement = html.escape(store_damaged.statement)
+        banner = f'<p class="overdue" id="evidence-store-damaged">Note: {statement}.</p>'
+        overdue = f"{banner}\n{overdue}"
+        evidence = f"""{evidence}, from the evidence file written when the incident was frozen
+({statement})"""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>Incident {html.escape(inc.id)}</title>
@@ -239,25 +199,26 @@ SHA-256 is {html.escape(csv_sha)}{recorded}.</p>
 """
 
 
-def export(
-    store: IncidentStore, inc: Incident, out: Path, zone: ZoneInfo, now: float
-) -> tuple[dict[str, str], Incomplete | None]:
-    """Write the report files into `out`; returns ({file name: SHA-256}, what a marked
-    incident's package lacks, or None). Nothing is written when the evidence cannot be read."""
-    incomplete = None
-    if inc.evidence_broken is not None:  # never frozen: its evidence is in the store alone
-        columns, incomplete = intact_evidence(store, inc)
-        csv = store.evidence_csv(inc.id, columns)
-        series = Series.of(*columns.get(inc.sensor, _NONE))
-    else:
-        frozen = store.evidence_path(inc.id)
-        csv = frozen.read_bytes() if inc.frozen and frozen.exists() else store.evidence_csv(inc.id)
-        _, t, v, q = store.evidence(inc.id, inc.sensor)
-        series = Series.of(t, v, q)
+@dataclass(frozen=True, slots=True)
+class Package:
+    """What `export` wrote: {file name: SHA-256}, and what its evidence lacks or what became
+    of the store's copy (`package.Contents`), each None when nothing."""
+
+    hashes: dict[str, str]
+    incomplete: Incomplete | None
+    store_damaged: StoreDamaged | None
+
+
+def export(store: IncidentStore, inc: Incident, out: Path, zone: ZoneInfo, now: float) -> Package:
+    """Write the report files into `out`. Nothing is written when the evidence cannot be
+    read (`package.contents` raises)."""
+    got = contents(store, inc)
+    csv = got.csv
     csv_sha = hashlib.sha256(csv).hexdigest()
     out.mkdir(parents=True, exist_ok=True)
+    report = render_html(inc, got.series, zone, now, csv_sha, got.incomplete, got.store_damaged)
     files = {
-        f"{inc.id}.html": render_html(inc, series, zone, now, csv_sha, incomplete).encode("utf-8"),
+        f"{inc.id}.html": report.encode("utf-8"),
         f"{inc.id}-evidence.csv": csv,
         f"{inc.id}.json": (
             json.dumps(incident_json(inc, zone, now), indent=2, ensure_ascii=False) + "\n"
@@ -268,9 +229,11 @@ def export(
         (out / name).write_bytes(data)
         hashes[name] = hashlib.sha256(data).hexdigest()
     manifest: dict[str, object] = {"incident": inc.id, "generated": iso(now)}
-    if incomplete is not None:
-        manifest["evidence_incomplete"] = incomplete.to_json()
+    if got.incomplete is not None:
+        manifest["evidence_incomplete"] = got.incomplete.to_json()
+    if got.store_damaged is not None:
+        manifest["evidence_store_damaged"] = got.store_damaged.to_json()
     manifest["evidence_sha256_recorded"] = inc.evidence_sha256
     manifest["files"] = [{"name": k, "sha256": h, "bytes": len(files[k])} for k, h in hashes.items()]
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    return hashes, incomplete
+    return Package(hashes, got.incomplete, got.store_damaged)

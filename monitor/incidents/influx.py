@@ -2,6 +2,12 @@
 
 The point is rewritten (same time, same tags) as the figures change, so the
 measurement holds each incident's latest figures, not a history of updates.
+
+`evidence_incomplete` (0 or 1, on every point) says whether the incident is marked
+"evidence incomplete from T" (a damaged evidence block), `evidence_incomplete_from` T
+(epoch seconds, as `alarm_time`) when it is. A rewrite keeps the fields it does not write,
+so the mark is 0 or 1 on every point, never left out: a record restored whole is written
+0 over the 1 (its `evidence_incomplete_from` may stay, read only with a 1).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ def incident_line(inc: Incident) -> str:
         "alarm_time": inc.alarm_time,
         "threshold": inc.threshold,
         "activations": inc.activations,
+        "evidence_incomplete": int(inc.evidence_broken is not None),
     }
     for name, value in (
         ("end", inc.end),
@@ -33,6 +40,7 @@ def incident_line(inc: Incident) -> str:
         ("excess_mass_lb", f.excess_mass_lb),
         ("coverage", f.coverage),
         ("statement_due", inc.statement_due),
+        ("evidence_incomplete_from", None if inc.evidence_broken is None else inc.evidence_broken_at),
     ):
         if value is not None and math.isfinite(value):
             fields[name] = float(value)

@@ -39,7 +39,7 @@ import numpy.typing as npt
 
 from monitor.errors import StateError
 from monitor.incidents.blocks import BlockError, checksum, decode, encode, times
-from monitor.incidents.evidence import csv_parts
+from monitor.incidents.evidence import HEADER, csv_parts
 from monitor.incidents.model import Figures, Incident, Note, NoteKind
 from monitor.sqlite import Schema, connect, translate
 
@@ -96,7 +96,7 @@ _CODEC = "ALTER TABLE evidence_block ADD COLUMN codec INTEGER NOT NULL DEFAULT 0
 # Version 4: each block's `blocks.checksum` when written; NULL (not checked) for older blocks.
 _CRC = "ALTER TABLE evidence_block ADD COLUMN crc INTEGER;"
 SCHEMA = Schema("incident store", (_SCHEMA, _BLOCKS, _CODEC, _CRC))  # its version is SCHEMA_VERSION (4)
-CSV_HEADER = "time,sensor,value,quality\n"
+CSV_HEADER = HEADER.decode() + "\n"
 _ADD_BLOCK = (
     "INSERT INTO evidence_block (incident, sensor, first, last, codec, t, value, quality, crc)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -555,12 +555,14 @@ class IncidentStore:
             what, f"SELECT rowid, sensor, {_BLOCK} FROM evidence_block WHERE {where} ORDER BY rowid", args
         )
         for rowid, name, *row in blocks:
-            try:
-                parts.setdefault(name, []).append(self._decode((iid, name, rowid), row))
+            try:  # decoded before `setdefault`: a sensor whose only block is damaged has none
+                block = self._decode((iid, name, rowid), row)
             except DamagedEvidenceError as exc:
                 if damaged is None:
                     raise
                 damaged.append(Damage(exc, _bound(exc.since, parts.get(name, []))))
+                continue
+            parts.setdefault(name, []).append(block)
         out: dict[str, Columns] = {}
         for name in sorted(parts):
             t = np.concatenate([c[0] for c in parts[name]]).astype(np.float64, copy=False)
