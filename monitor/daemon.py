@@ -40,7 +40,7 @@ from monitor.engine import (
 )
 from monitor.engine.restored import TOLERANCE
 from monitor.errors import MonitorError
-from monitor.health import Health, IncidentHealth, MeterHealth, gather, readiness
+from monitor.health import ClockHealth, Health, IncidentHealth, MeterHealth, gather, readiness
 from monitor.incidents import IncidentTracker
 from monitor.incidents.influx import incident_lines
 from monitor.meters.book import MeterBook
@@ -265,7 +265,15 @@ class Daemon:
                 self.meters.clock_steps_pending,
                 self.meters.unsent_unconfigured,
             ),
+            clock=self._clock_health(),
         )
+
+    def _clock_health(self) -> ClockHealth:
+        """The gateway clock's steps; none under a test's or the demo's clock (not watched)."""
+        if self.clock_watch is None:
+            return ClockHealth()
+        steps = self.clock_watch.step_log
+        return ClockHealth(steps.steps, steps.episode_steps, steps.episode_largest)
 
     # --- lifecycle -------------------------------------------------------------------
 
