@@ -357,9 +357,59 @@ def test_a_step_back_leaves_a_sensor_derived_from_device_stamped_readings_where_
             wall.set(T0 + k + (ahead if k < 65 else 0.0))
             mono.set(1000.0 + k)
             temp = 70.0 if 30 <= k <= 110 else 40.0  # 158 °F
-            daemon.pipeline.process([Sample("ph", wall.now(), 7.0), Sample("plant.temp", T0 + k, temp)])
+            daemon.pipeline.process([Sample("q", wall.now(), 700.0), Sample("plant.temp", T0 + k, temp)])
         assert [(e.rule, e.event) for e in daemon.alarms.journal.entries(sensor="temp.f")] == []
         assert [s.time - T0 for s in daemon.sink.store.query("temp.f")][:3] == [0.0, 10.0, 20.0]
+    finally:
+        close(daemon)
+
+
+def test_a_bad_device_reading_before_a_step_forward_does_not_silence_its_derived_sensor(
+    tmp_path: Path,
+) -> None:
+    """A derived sensor of device-stamped readings (°F from the device's °C) beside one of a
+    flow polled on the gateway clock (gpm to MGD), an hour behind until NTP steps it forward
+    at +65 s. The device's last reading before the step is its error code (-9999: bad, the
+    derived sensor makes no sample from it). `temp.f` goes on from +70 s on the device's
+    clock: no stale alarm, no gap. Before: the bad reading was taken for the gateway's
+    (only a good one set its input's time), the step moved the derived evaluation an hour
+    ahead of the device's clock, `temp.f` made nothing for the hour, and its stale alarm
+    (2 min) was raised on a healthy device."""
+    config = build_config(
+        {
+            "station": {"id": "ps-derived-bad"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [
+                {"id": "q", "kind": "flow", "unit": "gpm"},
+                {"id": "q.mgd", "kind": "derived", "unit": "MGD", "expression": "q"},
+                {"id": "plant.temp", "kind": "temperature", "unit": "degC", "bad_values": [-9999]},
+                {"id": "temp.f", "kind": "derived", "unit": "degF", "expression": "plant.temp",
+                 "stale_after": "2m"},
+            ],
+            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020,
+                                    "fields": [{"sensor": "q", "register": "holding", "address": 0,
+                                                "type": "UINT16"}]}]},
+            "mqtt": {"subscriptions": [{"topic": "plant/+/temp", "sensor": "plant.{1}", "format": "json",
+                                        "value_path": "v", "time_path": "t"}]},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+    behind = 3600.0
+    wall, mono = ManualClock(T0 - behind), ManualClock(1000.0)
+    daemon = Daemon(config, wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    try:
+        for k in range(0, 401, 10):
+            wall.set(T0 + k - (behind if k < 65 else 0.0))
+            mono.set(1000.0 + k)
+            daemon.tick()
+            temp = -9999.0 if k == 60 else 40.0
+            daemon.pipeline.process([Sample("q", wall.now(), 700.0), Sample("plant.temp", T0 + k, temp)])
+        assert [(e.rule, e.event) for e in daemon.alarms.journal.entries(sensor="temp.f")] == []
+        made = [s.time - T0 for s in daemon.sink.store.query("temp.f")]
+        assert made == [float(k) for k in range(0, 391, 10) if k != 60]  # each made by the next reading
+        assert daemon.engine.counters.out_of_order == 0
     finally:
         close(daemon)
 
