@@ -95,7 +95,8 @@ class Daemon:
         reconciler = Reconciler(self.engine, self.alarms, config.rules, skew)
         self.disk = DiskWatch(config.state_dir, config.store.free_space_floor, self.clock)
         active = [a for a in self.alarms.alarms() if a.active]  # what the journal holds active
-        self.station = LiveStation(config, active, self.clock, skew)  # pumps, wet well, derived
+        # pumps, wet well, derived
+        self.station = LiveStation(config, active, self.clock, skew, device_stamped(config))
         self.pipeline = Pipeline(
             config,
             self.clock,

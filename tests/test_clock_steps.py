@@ -239,6 +239,70 @@ def test_a_step_back_leaves_a_device_stamped_wet_well_where_it_is(tmp_path: Path
         close(daemon)
 
 
+def float_switch_station(tmp_path: Path) -> Config:
+    """The wet well's level from an ultrasonic transmitter over MQTT with its own time
+    (`time_path`); the high-level float switch and p1's run feedback polled from the PLC
+    over Modbus, on the gateway's clock."""
+    return build_config(
+        {
+            "station": {"id": "ps-float", "timezone": "UTC"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [*WELL, {"id": "float", "kind": "status"}],
+            "wet_well": {"level": "lvl", "pumps": ["p1"], "overflow_switch": "float",
+                         "fail_to_start_delay": "2m"},
+            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020, "fields": [
+                {"sensor": "p1", "register": "coil", "address": 0, "type": "BIT"},
+                {"sensor": "float", "register": "coil", "address": 1, "type": "BIT"}]}]},
+            "mqtt": {"subscriptions": [{"topic": "well/lvl", "sensor": "lvl", "format": "json",
+                                        "value_path": "v", "time_path": "t"}]},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("step", [-3600.0, 3600.0], ids=["back", "forward"])
+def test_a_device_stamped_level_beside_a_gateway_float_switch_across_a_step(
+    tmp_path: Path, step: float
+) -> None:
+    """The gateway's clock is wrong by an hour until NTP steps it right at +65 s (the tick
+    notices at +70 s); the level transmitter stamps its own, right time. The level rises
+    above lead_on at +30 s with p1 off: fail_to_start is due at +150 s on the level's clock,
+    and is raised then, once. p1 starts at +200 s (its feedback on the gateway clock) and
+    ends it; no long_run (p1 runs 100 s, max 5 min); the float switch stays off: no
+    overflow. Before, with the gateway an hour ahead: the float's reading at +30 s, stamped
+    an hour after the level's, was judged at its stamp, found the level above lead_on for
+    3,600 s and raised a false fail_to_start 120 s early; stamped on the wrong clock and not
+    moved by the step (the well's times are the level's), it was not ended by p1's start.
+    (The level's `stale` alarm, judged by the engine against the wrong gateway clock before
+    the step, is not the tracker's and left out here.)"""
+    config = float_switch_station(tmp_path)
+    assert {"lvl"} <= device_stamped(config) and "float" not in device_stamped(config)
+    wrong = -step  # the gateway clock's error before the step
+    wall, mono = ManualClock(T0 + wrong), ManualClock(1000.0)
+    daemon = Daemon(config, wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    try:
+        for k in range(0, 301, 10):
+            wall.set(T0 + k + (wrong if k < 65 else 0.0))
+            mono.set(1000.0 + k)
+            daemon.tick()
+            level = 6.0 if k >= 30 else 4.0
+            daemon.pipeline.process(
+                [Sample("lvl", T0 + k, level), Sample("p1", wall.now(), 1.0 if k >= 200 else 0.0),
+                 Sample("float", wall.now(), 0.0)]
+            )  # fmt: skip
+        journal = [e for e in daemon.alarms.journal.entries(sensor="lvl") if e.rule is not Rule.STALE]
+        assert [(e.rule, e.event, e.time - T0) for e in journal] == [
+            (Rule.FAIL_TO_START, "activated", 150.0),
+            (Rule.FAIL_TO_START, "cleared", 200.0),
+        ]
+        assert list(daemon.alarms.journal.entries(sensor="p1")) == []
+        assert daemon.engine.counters.out_of_order == 0
+    finally:
+        close(daemon)
+
+
 TWO_CLOCKS = """\
 station: {id: ps-two-clocks}
 sensors:

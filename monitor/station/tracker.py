@@ -56,7 +56,16 @@ CITATION_LEVEL = "station config (wet-well setpoints)"
 class StationTracker:
     """Pump statistics and wet-well events of one station; `feed` samples in time order."""
 
-    def __init__(self, config: Config, store: StationStore | None = None, *, resume: bool = False) -> None:
+    def __init__(
+        self,
+        config: Config,
+        store: StationStore | None = None,
+        *,
+        resume: bool = False,
+        device: Collection[str] = (),
+    ) -> None:
+        """`device`: the sensors stamped by their device's clock (`reconcile.device_stamped`),
+        for a well whose readings come on two clocks (see `_feed`)."""
         self.config = config
         self.store = store
         well = config.wet_well
@@ -121,6 +130,11 @@ class StationTracker:
         self.watched = frozenset(
             [*self.pumps, *self.drive, *(x for x in (self.level_id, self.switch_id, self.inflow_id) if x)]
         )
+        # Watched sensors on another clock than the well's (its level's, or the switch's):
+        # a gateway-stamped float switch or pump beside a device-stamped level, or the
+        # reverse. Fail to start is judged at the well's time when one of them comes (`_feed`).
+        well_device = (self.level_id or self.switch_id) in device
+        self._other_clock = frozenset(s for s in self.watched if (s in device) != well_device)
         if resume and store is not None:
             self._resume(store)
 
@@ -280,7 +294,13 @@ class StationTracker:
             self._q_prev, self._t_prev = 0.0, t  # no overflow, none starting: nothing to integrate
         else:
             out.extend(self._judge_overflow(t))
-        out.extend(self._judge_fail(t))
+        # Fail to start measures its delay on the well's clock: a reading stamped on another
+        # clock (a gateway-stamped float switch or pump beside a device-stamped level) is
+        # judged at the well's latest time, the level's last reading. Judged at its own
+        # stamp, a gateway clock an hour ahead made the delay an hour long at the first
+        # float reading (a false fail_to_start), and its raise, stamped there, was not ended
+        # by a pump start on the corrected clock for an hour.
+        out.extend(self._judge_fail(t if sid not in self._other_clock else self.level_time))
         return out
 
     def _judge_level(self, t: float) -> list[Condition]:
