@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from monitor.config import Config, build_config
-from monitor.daemon import Daemon
 from monitor.engine import ClockWatch, Engine
 from monitor.engine.clock_step import SETTLE
 from monitor.model import ManualClock, Rule, Sample
@@ -23,7 +22,7 @@ from tests.cli import run_monitor
 from tests.engine_helpers import T0
 from tests.mqtt_tools import Peer, collect, mqtt_config
 from tests.services import Mosquitto
-from tests.test_clock_step import CONFIG, Stepped
+from tests.test_clock_step import CONFIG, Stepped, watched_daemon
 from tests.test_pipeline import close
 
 
@@ -167,9 +166,7 @@ def test_a_step_back_leaves_a_device_stamped_pump_where_it_is(tmp_path: Path) ->
     the level's history, and the next "on" found it 3,620 s long: a false `long_run`."""
     config = mixed_station(tmp_path)
     ahead = 3600.0
-    wall, mono = ManualClock(T0 + ahead), ManualClock(1000.0)
-    daemon = Daemon(config, wall)
-    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    daemon, wall, mono = watched_daemon(config, T0 + ahead)
 
     def at(k: float, *items: Sample) -> None:
         wall.set(T0 + k + (ahead if k < 65 else 0.0))
@@ -224,9 +221,7 @@ def test_a_step_back_leaves_a_device_stamped_wet_well_where_it_is(tmp_path: Path
             "store": {"free_space_floor": 0},
         }
     )  # fmt: skip
-    wall, mono = ManualClock(T0 + 3600.0), ManualClock(1000.0)
-    daemon = Daemon(config, wall)
-    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    daemon, wall, mono = watched_daemon(config, T0 + 3600.0)
     try:
         for k in range(0, 201, 10):
             wall.set(T0 + k + (3600.0 if k < 65 else 0.0))
@@ -279,9 +274,7 @@ def test_a_device_stamped_level_beside_a_gateway_float_switch_across_a_step(
     config = float_switch_station(tmp_path)
     assert {"lvl"} <= device_stamped(config) and "float" not in device_stamped(config)
     wrong = -step  # the gateway clock's error before the step
-    wall, mono = ManualClock(T0 + wrong), ManualClock(1000.0)
-    daemon = Daemon(config, wall)
-    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    daemon, wall, mono = watched_daemon(config, T0 + wrong)
     try:
         for k in range(0, 301, 10):
             wall.set(T0 + k + (wrong if k < 65 else 0.0))
@@ -413,9 +406,7 @@ def test_a_step_back_leaves_a_sensor_derived_from_device_stamped_readings_where_
     )  # fmt: skip
     assert "temp.f" in device_stamped(config)
     ahead = 3 * 3600.0
-    wall, mono = ManualClock(T0 + ahead), ManualClock(1000.0)
-    daemon = Daemon(config, wall)
-    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    daemon, wall, mono = watched_daemon(config, T0 + ahead)
     try:
         for k in range(0, 401, 10):
             wall.set(T0 + k + (ahead if k < 65 else 0.0))
@@ -460,9 +451,7 @@ def test_a_bad_device_reading_before_a_step_forward_does_not_silence_its_derived
         }
     )  # fmt: skip
     behind = 3600.0
-    wall, mono = ManualClock(T0 - behind), ManualClock(1000.0)
-    daemon = Daemon(config, wall)
-    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    daemon, wall, mono = watched_daemon(config, T0 - behind)
     try:
         for k in range(0, 401, 10):
             wall.set(T0 + k - (behind if k < 65 else 0.0))
