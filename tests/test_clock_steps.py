@@ -296,6 +296,29 @@ def test_a_device_stamped_level_beside_a_gateway_float_switch_across_a_step(
         close(daemon)
 
 
+def test_a_float_switch_and_pump_on_the_gateway_clock_measure_fail_to_start_without_the_level(
+    tmp_path: Path,
+) -> None:
+    """The same well, clocks right: the level (6 ft, above lead_on) reports until +50 s and
+    then its transmitter goes quiet; p1 stops at +60 s. The pump's and the float's readings,
+    on the gateway clock, measure the delay from the stop: fail_to_start at +180 s. (Judged
+    at the level's last time instead, they could never measure it: no alarm.)"""
+    daemon, wall, mono = watched_daemon(float_switch_station(tmp_path))
+    try:
+        for k in range(0, 301, 10):
+            wall.set(T0 + k)
+            mono.set(1000.0 + k)
+            daemon.tick()
+            level = [Sample("lvl", T0 + k, 6.0)] if k <= 50 else []
+            daemon.pipeline.process(
+                [*level, Sample("p1", wall.now(), 1.0 if k < 60 else 0.0), Sample("float", wall.now(), 0.0)]
+            )
+        journal = [e for e in daemon.alarms.journal.entries(sensor="lvl") if e.rule is Rule.FAIL_TO_START]
+        assert [(e.event, e.time - T0) for e in journal] == [("activated", 180.0)]
+    finally:
+        close(daemon)
+
+
 TWO_CLOCKS = """\
 station: {id: ps-two-clocks}
 sensors:

@@ -65,8 +65,9 @@ class StationTracker:
         device: Collection[str] = (),
     ) -> None:
         """`device`: the sensors stamped by their device's clock (`reconcile.device_stamped`),
-        for a well whose readings come on two clocks (see `_feed`)."""
+        for a well whose readings come on two clocks (`_judge_fail`)."""
         self.config = config
+        self._device = frozenset(device)
         self.store = store
         well = config.wet_well
         self.pumps: dict[str, PumpStats] = {}
@@ -100,6 +101,9 @@ class StationTracker:
         self.above_since: float | None = None
         self.fail_active = False
         self.fail_at = -math.inf  # when fail to start was raised
+        # The sensors whose readings began the delay and raised it: their clocks measure them.
+        self._above_by = ""
+        self._fail_by = ""
         self.high_active = False
         # Alarms adopted from the journal at a restart, by sensor and rule, with their
         # activation (None: not known); dropped at the first reading after it. Judged on
@@ -130,11 +134,6 @@ class StationTracker:
         self.watched = frozenset(
             [*self.pumps, *self.drive, *(x for x in (self.level_id, self.switch_id, self.inflow_id) if x)]
         )
-        # Watched sensors on another clock than the well's (its level's, or the switch's):
-        # a gateway-stamped float switch or pump beside a device-stamped level, or the
-        # reverse. Fail to start is judged at the well's time when one of them comes (`_feed`).
-        well_device = (self.level_id or self.switch_id) in device
-        self._other_clock = frozenset(s for s in self.watched if (s in device) != well_device)
         if resume and store is not None:
             self._resume(store)
 
@@ -226,10 +225,12 @@ class StationTracker:
                 p.run_start += delta
             p.starts_hold += delta
         well = (self.level_id or self.switch_id) not in keep  # the well's times are its level's
-        if well:
-            if self.above_since is not None:
-                self.above_since += delta
+        # Fail to start's times are the clock's of the reading that set them (`_judge_fail`).
+        if self.above_since is not None and self._above_by not in keep:
+            self.above_since += delta
+        if self._fail_by not in keep:
             self.fail_at += delta
+        if well:
             self.level_time += delta
             self._t_prev += delta
             if self.overflow is not None:
@@ -294,13 +295,7 @@ class StationTracker:
             self._q_prev, self._t_prev = 0.0, t  # no overflow, none starting: nothing to integrate
         else:
             out.extend(self._judge_overflow(t))
-        # Fail to start measures its delay on the well's clock: a reading stamped on another
-        # clock (a gateway-stamped float switch or pump beside a device-stamped level) is
-        # judged at the well's latest time, the level's last reading. Judged at its own
-        # stamp, a gateway clock an hour ahead made the delay an hour long at the first
-        # float reading (a false fail_to_start), and its raise, stamped there, was not ended
-        # by a pump start on the corrected clock for an hour.
-        out.extend(self._judge_fail(t if sid not in self._other_clock else self.level_time))
+        out.extend(self._judge_fail(t, sid))
         return out
 
     def _judge_level(self, t: float) -> list[Condition]:
@@ -316,7 +311,19 @@ class StationTracker:
             ]
         return []
 
-    def _judge_fail(self, t: float) -> list[Condition]:
+    def _same_clock(self, a: str, b: str) -> bool:
+        """Whether readings of sensors `a` and `b` are stamped by one clock (both by the
+        gateway, or both by devices); True when either is not known ("")."""
+        return not a or not b or (a in self._device) == (b in self._device)
+
+    def _judge_fail(self, t: float, sid: str = "") -> list[Condition]:
+        """Fail to start at reading `t` of sensor `sid`. In a well whose readings come on two
+        clocks (a device-stamped level beside a float switch or pump polled on the gateway
+        clock), the delay is measured on the clock of the reading that began it, by readings
+        of that clock only, and a raise is not held against a reading of the other (its
+        stamp cannot be compared). Judged across clocks, a float reading on a gateway clock
+        an hour ahead found the level above `lead_on` for an hour: a false `fail_to_start`,
+        stamped an hour ahead, that a pump start on the corrected clock did not end."""
         sp = self.setpoints
         if sp is None or self.level_id is None:
             return []
@@ -326,10 +333,14 @@ class StationTracker:
         calling = self.level > sp.lead_on and not running
         if calling:
             if self.above_since is None:
-                self.above_since = t
-            if not self.fail_active and t - self.above_since >= self.delay:
+                self.above_since, self._above_by = t, sid
+            if (
+                not self.fail_active
+                and t - self.above_since >= self.delay
+                and self._same_clock(sid, self._above_by)
+            ):
                 self.fail_active = True
-                self.fail_at = t
+                self.fail_at, self._fail_by = t, sid
                 idle = ", ".join(self.pumps) or "no pumps configured"
                 return [
                     Condition(
@@ -349,7 +360,8 @@ class StationTracker:
         # A reading stamped before the raise (a pump's feedback from a lagging source) is
         # evidence from before the alarm began: it does not end it; the next sample judged
         # at or after the raise does, with what is known then. A restored alarm: after.
-        if self.fail_active and t >= self.fail_at and self._may_end(self.level_id, Rule.FAIL_TO_START, t):
+        before = t < self.fail_at and self._same_clock(sid, self._fail_by)
+        if self.fail_active and not before and self._may_end(self.level_id, Rule.FAIL_TO_START, t):
             self.fail_active = False
             return [
                 Condition(
