@@ -319,6 +319,38 @@ def test_a_float_switch_and_pump_on_the_gateway_clock_measure_fail_to_start_with
         close(daemon)
 
 
+@pytest.mark.parametrize("step", [-3600.0, 3600.0], ids=["back", "forward"])
+def test_an_overflow_the_gateway_float_opened_moves_with_its_clock_across_a_step(
+    tmp_path: Path, step: float
+) -> None:
+    """The same well, the gateway clock wrong by an hour until NTP steps it right at +65 s:
+    the float switch (gateway clock) is on from +40 s to +190 s, the level (its own clock)
+    stays below overflow. The overflow record the float opened is on the gateway's clock and
+    moves with its step: it starts at +40 s, is due 2 h later, ends at +200 s. Before: the
+    well's times were taken for the level's, the record stayed where the wrong clock put it
+    and ended on the right one: an hour before its start after a step back (its report due
+    an hour late), 3,760 s long after a step forward (due an hour early)."""
+    config = float_switch_station(tmp_path)
+    wrong = -step
+    daemon, wall, mono = watched_daemon(config, T0 + wrong)
+    try:
+        for k in range(0, 301, 10):
+            wall.set(T0 + k + (wrong if k < 65 else 0.0))
+            mono.set(1000.0 + k)
+            daemon.tick()
+            daemon.pipeline.process(
+                [Sample("lvl", T0 + k, 4.0), Sample("p1", wall.now(), 0.0),
+                 Sample("float", wall.now(), 1.0 if 40 <= k < 200 else 0.0)]
+            )  # fmt: skip
+        store = daemon.station.store
+        assert store is not None
+        records = [(r.start - T0, r.due - T0, None if r.end is None else r.end - T0)
+                   for r in store.overflows(T0 - 2 * 3600, T0 + 2 * 3600)]  # fmt: skip
+        assert records == [(40.0, 7240.0, 200.0)]
+    finally:
+        close(daemon)
+
+
 TWO_CLOCKS = """\
 station: {id: ps-two-clocks}
 sensors:

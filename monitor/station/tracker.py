@@ -112,6 +112,7 @@ class StationTracker:
         self._clock: Clock | None = None
         self._skew = 0.0
         self.overflow: OverflowRecord | None = None
+        self._overflow_by = ""  # the sensor whose reading opened it: its start is that clock's
         self._q_prev = 0.0  # overflow rate (gpm) at the last integration time
         self._t_prev = -math.inf
         self.last_time = -math.inf
@@ -144,6 +145,7 @@ class StationTracker:
                 p.running, p.run_start, p.run_counted = True, run.start, run.started
         for rec in store.open_overflows():
             self.overflow = rec
+            self._overflow_by = self.level_id or self.switch_id or ""  # not recorded: the well's
         # The starts of the last hour: starts per hour goes on counting them (a pump that
         # short-cycles across a restart), and a restored `pump_starts` keeps its evidence.
         for pid, start in store.recent_starts():
@@ -225,6 +227,9 @@ class StationTracker:
                 p.run_start += delta
             p.starts_hold += delta
         well = (self.level_id or self.switch_id) not in keep  # the well's times are its level's
+        # An open overflow's start and due time are the clock's that opened it (a gateway
+        # float switch beside a device-stamped level: the gateway's).
+        overflow = self.overflow is not None and self._overflow_by not in keep
         # Fail to start's times are the clock's of the reading that set them (`_judge_fail`).
         if self.above_since is not None and self._above_by not in keep:
             self.above_since += delta
@@ -233,15 +238,15 @@ class StationTracker:
         if well:
             self.level_time += delta
             self._t_prev += delta
-            if self.overflow is not None:
-                self.overflow.start += delta
-                self.overflow.due += delta
+        if overflow and self.overflow is not None:
+            self.overflow.start += delta
+            self.overflow.due += delta
         if self._last:
             self.last_time = max(self._last.values())  # the latest reading taken, as it stands now
         elif moved or well:
             self.last_time += delta
         if self.store is not None:
-            self._stored(functools.partial(self.store.shift_open, pumps=moved, overflow=well), delta)
+            self._stored(functools.partial(self.store.shift_open, pumps=moved, overflow=overflow), delta)
             # The closed runs of the hour move too: a restart takes its starts from them.
             self._stored(functools.partial(self.store.shift_starts, starts), delta)
 
@@ -292,9 +297,10 @@ class StationTracker:
             self.readings[pid][key] = v
             return out
         if self.overflow is None and not self.switch_on and not self.level >= self._overflow_at:
-            self._q_prev, self._t_prev = 0.0, t  # no overflow, none starting: nothing to integrate
+            if self._same_clock(sid, self.level_id or ""):
+                self._q_prev, self._t_prev = 0.0, t  # no overflow, none starting: nothing to integrate
         else:
-            out.extend(self._judge_overflow(t))
+            out.extend(self._judge_overflow(t, sid))
         out.extend(self._judge_fail(t, sid))
         return out
 
@@ -389,22 +395,29 @@ class StationTracker:
             return max(0.0, self.inflow_gpm - capacity), "inflow"
         return 0.0, ""
 
-    def _judge_overflow(self, t: float) -> list[Condition]:
+    def _judge_overflow(self, t: float, sid: str = "") -> list[Condition]:
+        """The overflow at reading `t` of sensor `sid`. In a well whose readings come on two
+        clocks, the volume is integrated between readings of the level's clock only (across
+        clocks, a float reading an hour ahead added an hour of flow), the record's start is
+        the clock's of the reading that opened it (a step moves it with that clock) and its
+        end is not before its start."""
         sp = self.setpoints
         level_over = sp is not None and self.level >= sp.overflow
         over = level_over or self.switch_on
         rec = self.overflow
         q, method = self._rate_gpm()
         out: list[Condition] = []
-        if rec is not None and self._t_prev > -math.inf and t > self._t_prev and rec.volume_gal is not None:
-            mean = (self._q_prev + q) / 2.0 if method == "weir" else self._q_prev
-            rec.volume_gal += mean * (t - self._t_prev) / 60.0
-        self._q_prev, self._t_prev = q, t
+        if self._same_clock(sid, self.level_id or ""):
+            prev = self._t_prev
+            if rec is not None and prev > -math.inf and t > prev and rec.volume_gal is not None:
+                mean = (self._q_prev + q) / 2.0 if method == "weir" else self._q_prev
+                rec.volume_gal += mean * (t - prev) / 60.0
+            self._q_prev, self._t_prev = q, t
         sensor = self.level_id or self.switch_id or ""
         if over and rec is None:
             rec = OverflowRecord(sensor, t, t + self.report_within, method=method)
             rec.volume_gal = 0.0 if method else None
-            self.overflow = rec
+            self.overflow, self._overflow_by = rec, sid
             why = "level at or above overflow" if level_over else "overflow switch on"
             out.append(
                 Condition(
@@ -421,7 +434,7 @@ class StationTracker:
         if rec is not None and math.isfinite(self.level):
             rec.peak = self.level if math.isnan(rec.peak) else max(rec.peak, self.level)
         if rec is not None and not over:
-            rec.end = t
+            rec.end = t if self._same_clock(sid, self._overflow_by) else max(t, rec.start)
             self.overflow = None
             out.append(
                 Condition(
