@@ -369,6 +369,8 @@ class Daemon:
         if not self.pipeline.process_queued():
             log.warning("%d reading(s) not stored at shutdown (state disk)", self.pipeline.waiting)
         self.tick()
+        if self.clock_watch is not None:  # a flapping clock's steps not summarised yet
+            self.clock_watch.step_log.flush(self.clock_watch.monotonic())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.dispatcher.drain(), timeout=STOP_DRAIN)
         # Let uvicorn finish its own shutdown: cancelled mid-way it leaves the listening

@@ -71,6 +71,27 @@ def test_a_flapping_clock_is_logged_once_an_episode_and_summarised_every_ten_min
     assert (watch.step_log.episode_steps, watch.step_log.episode_largest) == (1, -5.0)
 
 
+def test_the_steps_not_summarised_yet_are_said_at_shutdown(caplog: pytest.LogCaptureFixture) -> None:
+    """The daemon stops (or reloads) 2 min into an episode: the steps counted since its
+    first are said then (`StepLog.flush`, called by the daemon's shutdown), not lost; with
+    none counted, nothing is said."""
+    wall, mono = ManualClock(T0), ManualClock(1000.0)
+    watch = ClockWatch(Engine(CONFIG.rules, ManualClock()), wall=wall.now, monotonic=mono.now)
+    watch.check()
+    for k in range(1, 121):
+        wall.set(T0 + k + flap(k))
+        mono.set(1000.0 + k)
+        watch.check()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=WATCH):
+        watch.step_log.flush(mono.now())
+        watch.step_log.flush(mono.now())  # said once
+    assert [r.getMessage() for r in caplog.records] == [
+        "gateway clock stepped 23 more times in the last 1m before shutdown (11 back, 12 forward,"
+        " the largest forward by 3s), not logged one by one; judging goes on"
+    ]
+
+
 def test_a_reading_moved_by_a_step_is_logged_once_an_episode(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

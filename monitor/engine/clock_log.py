@@ -12,6 +12,7 @@ reads it:
   times in the last 10m (59 back, 60 forward, the largest back by 8s), ...". A clock that
   flaps all night gives six lines an hour.
 - A window with no step ends the episode (one INFO line); the next step is logged in full.
+  Steps counted when the daemon stops are said then (`flush`).
 - Every step is still handled, raises (or keeps) the `clock` alarm and is counted: `steps`
   since start and the episode's in /api/health (`clock`), `steps` in /metrics
   (`station_monitor_clock_steps_total`).
@@ -67,19 +68,30 @@ class StepLog:
         with none, the episode is over."""
         if self._since is None or mono - self._since < EPISODE:
             return
-        span = step_text(mono - self._since)
         if not self._back + self._forward:
+            log.info(
+                "gateway clock steady for %s: its next step is logged in full", step_text(mono - self._since)
+            )
             self._since = None
             self.episode_steps, self.episode_largest = 0, 0.0
-            log.info("gateway clock steady for %s: its next step is logged in full", span)
             return
+        self._summarise(mono, "")
+
+    def flush(self, mono: float) -> None:
+        """At shutdown (and before a reload's new daemon): the steps counted in this window
+        and not said yet, so none goes unlogged."""
+        if self._since is not None and self._back + self._forward:
+            self._summarise(mono, " before shutdown")
+
+    def _summarise(self, mono: float, when: str) -> None:
         largest, more = self._largest, self._back + self._forward
         log.warning(
-            "gateway clock stepped %d more %s in the last %s (%d back, %d forward, the largest %s by %s),"
+            "gateway clock stepped %d more %s in the last %s%s (%d back, %d forward, the largest %s by %s),"
             " not logged one by one; judging goes on",
             more,
             "time" if more == 1 else "times",
-            span,
+            step_text(mono - (self._since or mono)),
+            when,
             self._back,
             self._forward,
             "back" if largest < 0 else "forward",
