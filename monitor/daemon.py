@@ -40,7 +40,7 @@ from monitor.engine import (
 )
 from monitor.engine.restored import TOLERANCE
 from monitor.errors import MonitorError
-from monitor.health import Health, IncidentHealth, MeterHealth, gather, readiness
+from monitor.health import ClockHealth, Health, IncidentHealth, MeterHealth, gather, readiness
 from monitor.incidents import IncidentTracker
 from monitor.incidents.influx import incident_lines
 from monitor.meters.book import MeterBook
@@ -95,7 +95,8 @@ class Daemon:
         reconciler = Reconciler(self.engine, self.alarms, config.rules, skew)
         self.disk = DiskWatch(config.state_dir, config.store.free_space_floor, self.clock)
         active = [a for a in self.alarms.alarms() if a.active]  # what the journal holds active
-        self.station = LiveStation(config, active, self.clock, skew)  # pumps, wet well, derived
+        # pumps, wet well, derived
+        self.station = LiveStation(config, active, self.clock, skew, device_stamped(config))
         self.pipeline = Pipeline(
             config,
             self.clock,
@@ -266,7 +267,15 @@ class Daemon:
                 self.meters.unsent_unconfigured,
                 self.meters.held_back(),
             ),
+            clock=self._clock_health(),
         )
+
+    def _clock_health(self) -> ClockHealth:
+        """The gateway clock's steps; none under a test's or the demo's clock (not watched)."""
+        if self.clock_watch is None:
+            return ClockHealth()
+        steps = self.clock_watch.step_log
+        return ClockHealth(steps.steps, steps.episode_steps, steps.episode_largest)
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -361,6 +370,8 @@ class Daemon:
         if not self.pipeline.process_queued():
             log.warning("%d reading(s) not stored at shutdown (state disk)", self.pipeline.waiting)
         self.tick()
+        if self.clock_watch is not None:  # a flapping clock's steps not summarised yet
+            self.clock_watch.step_log.flush(self.clock_watch.monotonic())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.dispatcher.drain(), timeout=STOP_DRAIN)
         # Let uvicorn finish its own shutdown: cancelled mid-way it leaves the listening

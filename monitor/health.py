@@ -120,6 +120,18 @@ class MeterHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class ClockHealth:
+    """The gateway clock (`StepLog`): `steps` noticed since start, back or forward (a step
+    found at start included); `episode_steps` those of the episode in progress (0 while the
+    clock is steady: a flapping clock's are counted here, and logged once per window), and
+    `episode_largest` its largest step in seconds (< 0 back)."""
+
+    steps: int = 0
+    episode_steps: int = 0
+    episode_largest: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class Health:
     sources: tuple[ModbusHealth | MqttHealth, ...]
     outbox: OutboxHealth
@@ -135,6 +147,7 @@ class Health:
     alarm_early_clears: int = 0
     incidents: IncidentHealth | None = None  # None: incidents are not enabled
     meters: MeterHealth = field(default_factory=MeterHealth)
+    clock: ClockHealth = field(default_factory=ClockHealth)
 
     def to_json(self) -> dict[str, object]:
         """JSON-able data; an unconfigured outbox is `{"configured": false}` only, and
@@ -161,6 +174,7 @@ def gather(
     alarm_early_clears: int = 0,
     incidents: IncidentHealth | None = None,
     meters: MeterHealth | None = None,
+    clock: ClockHealth | None = None,
 ) -> Health:
     """The snapshot from the running parts."""
     sources: list[ModbusHealth | MqttHealth] = []
@@ -243,6 +257,7 @@ def gather(
         alarm_early_clears=alarm_early_clears,
         incidents=incidents,
         meters=meters if meters is not None else MeterHealth(),
+        clock=clock if clock is not None else ClockHealth(),
     )
 
 

@@ -399,6 +399,12 @@ class Pipeline:
         self.raise_conditions(self.engine.tick(now))
         self.alarms.tick(now)
         self.send_meter_points()
+        watch = self.clock_watch
+        if watch is not None and self._stuck is None and not self._queue:
+            # Nothing held: only a reading not handed over yet (`SETTLE`) can be stamped
+            # before a step. Without this, a flapping clock while no reading came filled
+            # the watch's memory to `MAX_STEPS` and said readings waited.
+            watch.forget(watch.monotonic())
 
     def send_meter_points(self) -> None:
         """Ledger points marked for InfluxDB with no batch to carry them: an amendment or a

@@ -36,6 +36,15 @@ DAYS3 = 3 * 86400.0
 ACTIVE, CLEARED = ConditionState.ACTIVE, ConditionState.CLEARED
 
 
+def watched_daemon(config: Config, start: float = T0) -> tuple[Daemon, ManualClock, ManualClock]:
+    """The daemon with its clock watch on injected clocks: the wall clock (the daemon's, from
+    `start`) and the monotonic one (from 1000 s) that tests set to step the gateway clock."""
+    wall, mono = ManualClock(start), ManualClock(1000.0)
+    daemon = Daemon(config, wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    return daemon, wall, mono
+
+
 class Gateway:
     """An engine fed the way the daemon feeds it: readings stamped by the wall clock,
     a tick a second, the clock watch before each."""
@@ -254,9 +263,7 @@ def test_a_limit_alarm_across_a_step_back_while_running_ends_on_the_new_clock(
             "store": {"free_space_floor": 0},
         }
     )
-    wall, mono = ManualClock(T0), ManualClock(1000.0)
-    daemon = Daemon(config, wall)
-    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    daemon, wall, mono = watched_daemon(config)
     try:
         for k in range(0, 61, 10):
             wall.set(T0 + k)
@@ -311,9 +318,7 @@ def test_the_wet_well_and_derived_sensors_are_judged_on_after_a_step_back_while_
             "store": {"free_space_floor": 0},
         }
     )  # fmt: skip
-    wall, mono = ManualClock(T0), ManualClock(1000.0)
-    daemon = Daemon(config, wall)
-    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    daemon, wall, mono = watched_daemon(config)
 
     def poll(k: int, pump: float, level: float) -> None:
         """A poll `k` s of real time after the start; the clock an hour back from +65 s."""
@@ -375,9 +380,7 @@ class Stepped:
 
     def __init__(self, tmp_path: Path, step: float) -> None:
         self.step = step
-        self.wall, self.mono = ManualClock(T0), ManualClock(1000.0)
-        self.daemon = Daemon(step_station(tmp_path), self.wall)
-        self.daemon.watch_clock(ClockWatch(self.daemon.engine, wall=self.wall.now, monotonic=self.mono.now))
+        self.daemon, self.wall, self.mono = watched_daemon(step_station(tmp_path))
 
     def at(self, k: float) -> float:
         """The gateway clock's time `k` s of real time after the start."""
@@ -595,9 +598,7 @@ def test_a_step_back_leaves_the_history_of_a_sensor_stamped_by_its_own_device_wh
     the pH poll is moved onto the new clock, the device's reading is not."""
     config = device_station(tmp_path)
     ahead = 3 * 3600.0
-    wall, mono = ManualClock(T0 + ahead), ManualClock(1000.0)
-    daemon = Daemon(config, wall)
-    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    daemon, wall, mono = watched_daemon(config, T0 + ahead)
 
     def at(k: float, *items: Sample) -> None:
         wall.set(T0 + k + (ahead if k < 65 else 0.0))
@@ -632,9 +633,7 @@ def test_a_step_forward_leaves_a_device_stamped_backlog_reading_at_its_stamp(tmp
     moved forward by the step; the device's reading is not (before, it fell within one step
     of the old clock and was moved an hour later, to a time it was not taken)."""
     config = device_station(tmp_path)
-    wall, mono = ManualClock(T0 - 3600.0), ManualClock(1000.0)
-    daemon = Daemon(config, wall)
-    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    daemon, wall, mono = watched_daemon(config, T0 - 3600.0)
     try:
         for k in range(0, 51, 10):
             wall.set(T0 - 3600.0 + k)
@@ -661,9 +660,7 @@ def test_a_poll_queued_across_a_step_back_shorter_than_max_skew_is_moved(tmp_pat
     max_skew moved nothing: the poll put pH back on the old clock, every pH reading of
     the next 2 min was dropped as out of order and pH 11 raised nothing until then."""
     config = device_station(tmp_path)
-    wall, mono = ManualClock(T0), ManualClock(1000.0)
-    daemon = Daemon(config, wall)
-    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    daemon, wall, mono = watched_daemon(config)
     try:
         for k in range(0, 51, 10):
             wall.set(T0 + k)
@@ -691,9 +688,7 @@ def test_a_batch_the_full_disk_held_across_a_step_back_is_moved_onto_the_new_clo
     raises the high alarm. Before: it was stored and judged at its old stamps, an hour
     after the re-based history, and every pH reading of the next hour was dropped as out
     of order (pH 11 raised nothing)."""
-    wall, mono = ManualClock(T0), ManualClock(1000.0)
-    daemon = Daemon(pipeline_station(tiny_disk / "state"), wall)
-    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    daemon, wall, mono = watched_daemon(pipeline_station(tiny_disk / "state"))
     try:
         st = os.statvfs(tiny_disk)
         ballast = tiny_disk / "ballast"

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from monitor.config import Config, build_config
-from monitor.daemon import Daemon
 from monitor.engine import ClockWatch, Engine
 from monitor.engine.clock_step import SETTLE
 from monitor.model import ManualClock, Rule, Sample
@@ -23,7 +22,7 @@ from tests.cli import run_monitor
 from tests.engine_helpers import T0
 from tests.mqtt_tools import Peer, collect, mqtt_config
 from tests.services import Mosquitto
-from tests.test_clock_step import CONFIG, Stepped
+from tests.test_clock_step import CONFIG, Stepped, watched_daemon
 from tests.test_pipeline import close
 
 
@@ -167,9 +166,7 @@ def test_a_step_back_leaves_a_device_stamped_pump_where_it_is(tmp_path: Path) ->
     the level's history, and the next "on" found it 3,620 s long: a false `long_run`."""
     config = mixed_station(tmp_path)
     ahead = 3600.0
-    wall, mono = ManualClock(T0 + ahead), ManualClock(1000.0)
-    daemon = Daemon(config, wall)
-    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    daemon, wall, mono = watched_daemon(config, T0 + ahead)
 
     def at(k: float, *items: Sample) -> None:
         wall.set(T0 + k + (ahead if k < 65 else 0.0))
@@ -224,9 +221,7 @@ def test_a_step_back_leaves_a_device_stamped_wet_well_where_it_is(tmp_path: Path
             "store": {"free_space_floor": 0},
         }
     )  # fmt: skip
-    wall, mono = ManualClock(T0 + 3600.0), ManualClock(1000.0)
-    daemon = Daemon(config, wall)
-    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    daemon, wall, mono = watched_daemon(config, T0 + 3600.0)
     try:
         for k in range(0, 201, 10):
             wall.set(T0 + k + (3600.0 if k < 65 else 0.0))
@@ -235,6 +230,123 @@ def test_a_step_back_leaves_a_device_stamped_wet_well_where_it_is(tmp_path: Path
             daemon.pipeline.process([Sample("lvl", T0 + k, level), Sample("p1", T0 + k, 0.0)])
         journal = daemon.alarms.journal.entries(sensor="lvl")
         assert [(e.rule, e.event, e.time - T0) for e in journal] == [(Rule.FAIL_TO_START, "activated", 150.0)]
+    finally:
+        close(daemon)
+
+
+def float_switch_station(tmp_path: Path) -> Config:
+    """The wet well's level from an ultrasonic transmitter over MQTT with its own time
+    (`time_path`); the high-level float switch and p1's run feedback polled from the PLC
+    over Modbus, on the gateway's clock."""
+    return build_config(
+        {
+            "station": {"id": "ps-float", "timezone": "UTC"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [*WELL, {"id": "float", "kind": "status"}],
+            "wet_well": {"level": "lvl", "pumps": ["p1"], "overflow_switch": "float",
+                         "fail_to_start_delay": "2m"},
+            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020, "fields": [
+                {"sensor": "p1", "register": "coil", "address": 0, "type": "BIT"},
+                {"sensor": "float", "register": "coil", "address": 1, "type": "BIT"}]}]},
+            "mqtt": {"subscriptions": [{"topic": "well/lvl", "sensor": "lvl", "format": "json",
+                                        "value_path": "v", "time_path": "t"}]},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("step", [-3600.0, 3600.0], ids=["back", "forward"])
+def test_a_device_stamped_level_beside_a_gateway_float_switch_across_a_step(
+    tmp_path: Path, step: float
+) -> None:
+    """The gateway's clock is wrong by an hour until NTP steps it right at +65 s (the tick
+    notices at +70 s); the level transmitter stamps its own, right time. The level rises
+    above lead_on at +30 s with p1 off: fail_to_start is due at +150 s on the level's clock,
+    and is raised then, once. p1 starts at +200 s (its feedback on the gateway clock) and
+    ends it; no long_run (p1 runs 100 s, max 5 min); the float switch stays off: no
+    overflow. Before, with the gateway an hour ahead: the float's reading at +30 s, stamped
+    an hour after the level's, was judged at its stamp, found the level above lead_on for
+    3,600 s and raised a false fail_to_start 120 s early; stamped on the wrong clock and not
+    moved by the step (the well's times are the level's), it was not ended by p1's start.
+    (The level's `stale` alarm, judged by the engine against the wrong gateway clock before
+    the step, is not the tracker's and left out here.)"""
+    config = float_switch_station(tmp_path)
+    assert {"lvl"} <= device_stamped(config) and "float" not in device_stamped(config)
+    wrong = -step  # the gateway clock's error before the step
+    daemon, wall, mono = watched_daemon(config, T0 + wrong)
+    try:
+        for k in range(0, 301, 10):
+            wall.set(T0 + k + (wrong if k < 65 else 0.0))
+            mono.set(1000.0 + k)
+            daemon.tick()
+            level = 6.0 if k >= 30 else 4.0
+            daemon.pipeline.process(
+                [Sample("lvl", T0 + k, level), Sample("p1", wall.now(), 1.0 if k >= 200 else 0.0),
+                 Sample("float", wall.now(), 0.0)]
+            )  # fmt: skip
+        journal = [e for e in daemon.alarms.journal.entries(sensor="lvl") if e.rule is not Rule.STALE]
+        assert [(e.rule, e.event, e.time - T0) for e in journal] == [
+            (Rule.FAIL_TO_START, "activated", 150.0),
+            (Rule.FAIL_TO_START, "cleared", 200.0),
+        ]
+        assert list(daemon.alarms.journal.entries(sensor="p1")) == []
+        assert daemon.engine.counters.out_of_order == 0
+    finally:
+        close(daemon)
+
+
+def test_a_float_switch_and_pump_on_the_gateway_clock_measure_fail_to_start_without_the_level(
+    tmp_path: Path,
+) -> None:
+    """The same well, clocks right: the level (6 ft, above lead_on) reports until +50 s and
+    then its transmitter goes quiet; p1 stops at +60 s. The pump's and the float's readings,
+    on the gateway clock, measure the delay from the stop: fail_to_start at +180 s. (Judged
+    at the level's last time instead, they could never measure it: no alarm.)"""
+    daemon, wall, mono = watched_daemon(float_switch_station(tmp_path))
+    try:
+        for k in range(0, 301, 10):
+            wall.set(T0 + k)
+            mono.set(1000.0 + k)
+            daemon.tick()
+            level = [Sample("lvl", T0 + k, 6.0)] if k <= 50 else []
+            daemon.pipeline.process(
+                [*level, Sample("p1", wall.now(), 1.0 if k < 60 else 0.0), Sample("float", wall.now(), 0.0)]
+            )
+        journal = [e for e in daemon.alarms.journal.entries(sensor="lvl") if e.rule is Rule.FAIL_TO_START]
+        assert [(e.event, e.time - T0) for e in journal] == [("activated", 180.0)]
+    finally:
+        close(daemon)
+
+
+@pytest.mark.parametrize("step", [-3600.0, 3600.0], ids=["back", "forward"])
+def test_an_overflow_the_gateway_float_opened_moves_with_its_clock_across_a_step(
+    tmp_path: Path, step: float
+) -> None:
+    """The same well, the gateway clock wrong by an hour until NTP steps it right at +65 s:
+    the float switch (gateway clock) is on from +40 s to +190 s, the level (its own clock)
+    stays below overflow. The overflow record the float opened is on the gateway's clock and
+    moves with its step: it starts at +40 s, is due 2 h later, ends at +200 s. Before: the
+    well's times were taken for the level's, the record stayed where the wrong clock put it
+    and ended on the right one: an hour before its start after a step back (its report due
+    an hour late), 3,760 s long after a step forward (due an hour early)."""
+    config = float_switch_station(tmp_path)
+    wrong = -step
+    daemon, wall, mono = watched_daemon(config, T0 + wrong)
+    try:
+        for k in range(0, 301, 10):
+            wall.set(T0 + k + (wrong if k < 65 else 0.0))
+            mono.set(1000.0 + k)
+            daemon.tick()
+            daemon.pipeline.process(
+                [Sample("lvl", T0 + k, 4.0), Sample("p1", wall.now(), 0.0),
+                 Sample("float", wall.now(), 1.0 if 40 <= k < 200 else 0.0)]
+            )  # fmt: skip
+        store = daemon.station.store
+        assert store is not None
+        records = [(r.start - T0, r.due - T0, None if r.end is None else r.end - T0)
+                   for r in store.overflows(T0 - 2 * 3600, T0 + 2 * 3600)]  # fmt: skip
+        assert records == [(40.0, 7240.0, 200.0)]
     finally:
         close(daemon)
 
@@ -349,17 +461,63 @@ def test_a_step_back_leaves_a_sensor_derived_from_device_stamped_readings_where_
     )  # fmt: skip
     assert "temp.f" in device_stamped(config)
     ahead = 3 * 3600.0
-    wall, mono = ManualClock(T0 + ahead), ManualClock(1000.0)
-    daemon = Daemon(config, wall)
-    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
+    daemon, wall, mono = watched_daemon(config, T0 + ahead)
     try:
         for k in range(0, 401, 10):
             wall.set(T0 + k + (ahead if k < 65 else 0.0))
             mono.set(1000.0 + k)
             temp = 70.0 if 30 <= k <= 110 else 40.0  # 158 °F
-            daemon.pipeline.process([Sample("ph", wall.now(), 7.0), Sample("plant.temp", T0 + k, temp)])
+            daemon.pipeline.process([Sample("q", wall.now(), 700.0), Sample("plant.temp", T0 + k, temp)])
         assert [(e.rule, e.event) for e in daemon.alarms.journal.entries(sensor="temp.f")] == []
         assert [s.time - T0 for s in daemon.sink.store.query("temp.f")][:3] == [0.0, 10.0, 20.0]
+    finally:
+        close(daemon)
+
+
+def test_a_bad_device_reading_before_a_step_forward_does_not_silence_its_derived_sensor(
+    tmp_path: Path,
+) -> None:
+    """A derived sensor of device-stamped readings (°F from the device's °C) beside one of a
+    flow polled on the gateway clock (gpm to MGD), an hour behind until NTP steps it forward
+    at +65 s. The device's last reading before the step is its error code (-9999: bad, the
+    derived sensor makes no sample from it). `temp.f` goes on from +70 s on the device's
+    clock: no stale alarm, no gap. Before: the bad reading was taken for the gateway's
+    (only a good one set its input's time), the step moved the derived evaluation an hour
+    ahead of the device's clock, `temp.f` made nothing for the hour, and its stale alarm
+    (2 min) was raised on a healthy device."""
+    config = build_config(
+        {
+            "station": {"id": "ps-derived-bad"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [
+                {"id": "q", "kind": "flow", "unit": "gpm"},
+                {"id": "q.mgd", "kind": "derived", "unit": "MGD", "expression": "q"},
+                {"id": "plant.temp", "kind": "temperature", "unit": "degC", "bad_values": [-9999]},
+                {"id": "temp.f", "kind": "derived", "unit": "degF", "expression": "plant.temp",
+                 "stale_after": "2m"},
+            ],
+            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020,
+                                    "fields": [{"sensor": "q", "register": "holding", "address": 0,
+                                                "type": "UINT16"}]}]},
+            "mqtt": {"subscriptions": [{"topic": "plant/+/temp", "sensor": "plant.{1}", "format": "json",
+                                        "value_path": "v", "time_path": "t"}]},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+    behind = 3600.0
+    daemon, wall, mono = watched_daemon(config, T0 - behind)
+    try:
+        for k in range(0, 401, 10):
+            wall.set(T0 + k - (behind if k < 65 else 0.0))
+            mono.set(1000.0 + k)
+            daemon.tick()
+            temp = -9999.0 if k == 60 else 40.0
+            daemon.pipeline.process([Sample("q", wall.now(), 700.0), Sample("plant.temp", T0 + k, temp)])
+        assert [(e.rule, e.event) for e in daemon.alarms.journal.entries(sensor="temp.f")] == []
+        made = [s.time - T0 for s in daemon.sink.store.query("temp.f")]
+        assert made == [float(k) for k in range(0, 391, 10) if k != 60]  # each made by the next reading
+        assert daemon.engine.counters.out_of_order == 0
     finally:
         close(daemon)
 

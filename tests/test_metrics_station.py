@@ -39,6 +39,7 @@ FULL: dict[str, object] = {
         "clock_step_failures": 15, "clock_steps_pending": 16, "unsent_unconfigured": 20, "held_back": 21,
     },
     "incidents": {"failing": True, "failures": 18, "evidence_incomplete": 19},
+    "clock": {"steps": 21, "episode_steps": 22, "episode_largest": -3.0},
 }  # fmt: skip
 
 

@@ -158,3 +158,38 @@ def test_a_step_forward_does_not_silence_a_derived_sensor_of_device_stamped_read
     after = [(s.sensor, s.time - T0) for s in out if s.time >= T0 + 60]
     assert ("q.x2", 70.0) in after and ("q.x2", 90.0) in after
     assert ("q2.x2", 90.0) in after
+
+
+def test_a_bad_device_reading_as_the_latest_input_does_not_move_the_evaluation_with_a_step() -> None:
+    """As above, but the device's last reading before the step is bad (the flow meter sent
+    NaN at +60 s: BAD_DATA, which stops `q.x2` without being a value). It still came on the
+    device's clock, so the step moves neither it nor the evaluation time it set: `q.x2` goes
+    on every 10 s from +70 s. Before: only a good reading set its input's time, the bad one
+    was taken for the gateway's, the step moved the evaluation time an hour ahead, and
+    `q.x2` made nothing for an hour (a false stale alarm on a healthy device)."""
+    config = station(
+        derived("q.x2", "gpm", "q * 2"),
+        derived("q2.x2", "gpm", "q2 * 2"),
+        {"id": "q2", "kind": "flow", "unit": "gpm"},
+    )
+    d = Derivation(config.derived, config.rules)
+    out: list[Sample] = []
+    for k in range(0, 61, 10):
+        out += d.feed(Sample("q2", T0 + k - 3600, 50.0))
+        out += d.feed(
+            Sample("q", T0 + k, 100.0) if k < 60 else Sample("q", T0 + k, math.nan, Quality.BAD_DATA)
+        )
+    d.shift(3600.0, keep={"q"})
+    for k in range(70, 121, 10):
+        out += d.feed(Sample("q2", T0 + k, 50.0))
+        out += d.feed(Sample("q", T0 + k, 100.0))
+    mine = [s.time - T0 for s in out if s.sensor == "q.x2"]
+    assert mine == [0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 70.0, 80.0, 90.0, 100.0, 110.0]
+    assert all(s.value == pytest.approx(200.0) for s in out if s.sensor == "q.x2")
+    assert [s.time - T0 for s in out if s.sensor == "q2.x2" and s.time > T0 + 60] == [
+        70.0,
+        80.0,
+        90.0,
+        100.0,
+        110.0,
+    ]

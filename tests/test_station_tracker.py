@@ -120,6 +120,24 @@ def test_weir_volume_from_the_level_over_the_crest(tmp_path: Path) -> None:
     store.close()
 
 
+def test_weir_volume_is_not_stretched_by_a_float_switch_on_another_clock(tmp_path: Path) -> None:
+    """As above, the level device-stamped (its own clock) and the float switch polled on a
+    gateway clock an hour ahead: the float's readings, an hour after the level's by their
+    stamps, add nothing to the volume (it is integrated between the level's readings).
+    Before: each float reading added an hour of flow over the weir: 246,610 gal, not 3,923."""
+    config = station(tmp_path, weir={"length": "24 in", "coefficient": 3.33})
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store, device={"lvl"})
+    samples: list[Sample] = []
+    for k in range(11):
+        samples += [Sample("lvl", T0 + 60 * k, 9.25), Sample("switch", T0 + 3600 + 60 * k, 1.0)]
+    feed(tracker, [*samples, Sample("lvl", T0 + 660, 8.0), Sample("switch", T0 + 3600 + 660, 0.0)])
+    (rec,) = store.overflows(T0, T0 + 7200)
+    assert rec.method == "weir" and rec.start == T0
+    assert rec.volume_gal == pytest.approx(0.8325 * 448.831169 * 10.5, rel=1e-6)
+    store.close()
+
+
 def test_replaying_again_does_not_count_twice_and_a_restart_resumes_an_open_run(tmp_path: Path) -> None:
     config = station(tmp_path)
     samples = [Sample("p1", T0 + 60 * k, float(k % 4 == 1 or k % 4 == 2)) for k in range(20)]

@@ -267,10 +267,11 @@ def record(args: argparse.Namespace, config: Config, writes: frozenset[str]) -> 
         # The pumping station (monitor/station): derived sensors, pump runs, overflow records
         # (not recorded again from the historian: the live run recorded them).
         if config.has_station:
+            from monitor.reconcile import device_stamped
             from monitor.station import StationStore, StationTracker
 
             station = StationStore.open(config.state_dir) if "station" in writes else None
-            station_tracker = StationTracker(config, station)
+            station_tracker = StationTracker(config, station, device=device_stamped(config))
     except BaseException as exc:  # what is open is closed here, the worker stopped and reaped
         for part in (station, book, sink, out, tracker):
             if part is not None:

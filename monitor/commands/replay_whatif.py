@@ -39,6 +39,7 @@ from monitor.engine import Engine
 from monitor.engine.baseline import Floats
 from monitor.errors import InputUsageError, SourceError
 from monitor.model import Condition, ConditionState, ManualClock, Rule
+from monitor.reconcile import device_stamped
 from monitor.sources.replay import ReadReport, Samples
 from monitor.station.derive import Derivation, derive_arrays
 from monitor.station.replay import judge_steps
@@ -244,7 +245,9 @@ def run_what_if(args: argparse.Namespace, config: Config, candidate: Config, ope
         for e, c in zip(engines, (config, candidate), strict=True)
     ]
     # Pump and wet-well alarms, each side by its own setpoints and pump limits; nothing stored.
-    trackers = [StationTracker(c) if c.has_station else None for c in (config, candidate)]
+    trackers = [
+        StationTracker(c, device=device_stamped(c)) if c.has_station else None for c in (config, candidate)
+    ]
     units = converted_units(config, candidate, names)
     for note in units[2] if units is not None else []:
         print(f"replay: {note}", file=sys.stderr)

@@ -25,6 +25,8 @@ again, and a restart would not help (the checkpoint holds the old times). So:
   those spans are the time that passed, as after a step back.
 - Either way a diagnostic `clock` condition says "gateway clock stepped back by …"
   and clears after `HOLD` seconds of a steady clock.
+- Each step is logged once an episode (`StepLog`, engine/clock_log.py): a flapping clock's
+  further steps are counted and summarised in one line per window, not a WARNING each.
 - Readings stamped on the clock before a step but judged after it (a poll queued
   while the step was noticed) are moved onto the new clock by the step (`restamp`),
   as the history they follow was: judged at their old stamp, the first of them
@@ -70,6 +72,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
+from monitor.engine.clock_log import StepLog
 from monitor.engine.engine import Engine
 from monitor.engine.restored import TOLERANCE
 from monitor.model import Clock, Condition, ConditionState, Rule, Sample, WallClock, iso, step_text
@@ -162,11 +165,12 @@ class ClockWatch:
         self.device: frozenset[str] = frozenset()
         # The steps while running that a queued reading may still be stamped before, oldest
         # first, for `restamp`; how many were noticed; whether the first reading moved
-        # after the last one was logged.
+        # after the step that began the episode (`StepLog`) was logged.
         self._steps: deque[GatewayStep] = deque()
         self._count = 0
         self._told = False
         self._capped = False  # said so in the log when MAX_STEPS dropped one
+        self.step_log = StepLog()  # a step logged once an episode, the rest counted
         self.wall = wall
         self.monotonic = monotonic
         self._wall0 = wall()
@@ -219,6 +223,7 @@ class ClockWatch:
             if restored:
                 return restored
         wall, mono = self.wall(), self.monotonic()
+        self.step_log.tick(mono)
         step = wall - (self._wall0 + (mono - self._mono0))
         self._wall0, self._mono0 = wall, mono
         if abs(step) > TOLERANCE:
@@ -245,7 +250,7 @@ class ClockWatch:
         return self._stepped(wall, mono, wall - newest - 1.0, " at least (while the daemon was stopped)")
 
     def _remember(self, step: GatewayStep) -> None:
-        self._count, self._told = step.n, False
+        self._count = step.n
         self._steps.append(step)
         if len(self._steps) > MAX_STEPS:
             dropped = self._steps.popleft()
@@ -309,7 +314,8 @@ class ClockWatch:
         direction = "back" if step < 0 else "forward"
         text = f"gateway clock stepped {direction} by {step_text(step)}{when}"
         what = "readings re-based" if step < 0 else "timers moved forward"
-        log.warning("%s; %s, judging goes on", text, what)
+        if self.step_log.stepped(mono, step, f"{text}; {what}, judging goes on"):
+            self._told = False  # a new episode: the first reading it moves is logged too
         self._active_since = mono
         return [self._condition(wall, step, ConditionState.ACTIVE, text)]
 

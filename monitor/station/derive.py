@@ -96,7 +96,9 @@ class Derivation:
             inputs.setdefault(s, len(inputs))
         self._slot = inputs
         self._vals = [_NAN] * len(inputs)
-        self._times = [-math.inf] * len(inputs)
+        self._times = [-math.inf] * len(inputs)  # of the last good sample of each
+        # and of the newest bad one: on its sender's clock too, whose step moves it (`shift`)
+        self._bad_times = [-math.inf] * len(inputs)
         self._si: list[tuple[float, float]] = []
         self._range: list[tuple[float, float]] = []
         self._bad = [frozenset(rules[s].bad_values) for s in inputs]  # a PLC's error values
@@ -158,11 +160,15 @@ class Derivation:
         (stamped by their device's clock) stay; the pending evaluation moves only when the
         latest input was the gateway's (set by a device's reading, it was on the right
         clock: moved a step forward, no derived sample was made for the step's length).
-        Then it is at least the latest moved input's time."""
+        Then it is at least the latest moved input's time. A bad reading (BAD_DATA) counts
+        as its sender's as a good one does: taken for the gateway's, it moved the time a
+        device's NaN had set, and a step forward silenced the derived sensors for its length."""
         kept = {i for s, i in self._slot.items() if s in keep}
         watched = set(self._watch.values())
-        latest_kept = max((self._times[i] for i in watched & kept), default=-math.inf)
+        seen = [max(t, b) for t, b in zip(self._times, self._bad_times, strict=True)]
+        latest_kept = max((seen[i] for i in watched & kept), default=-math.inf)
         self._times[:] = [t if i in kept else t + delta for i, t in enumerate(self._times)]
+        self._bad_times[:] = [t if i in kept else t + delta for i, t in enumerate(self._bad_times)]
         if not watched <= kept and self._pending > latest_kept:
             self._pending += delta
             self._now += delta
@@ -187,6 +193,7 @@ class Derivation:
                 buf.add(t, si)
         else:
             self._vals[slot] = _NAN
+            self._bad_times[slot] = max(self._bad_times[slot], t)
         self._dirty.update(deps)
         if t > self._pending:  # noqa: PLR1730 - a branch is cheaper than max() per sample
             self._pending = t

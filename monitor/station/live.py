@@ -30,13 +30,17 @@ class LiveStation:
         active: Iterable[Alarm] = (),
         clock: Clock | None = None,
         skew: float = 0.0,
+        device: Collection[str] = (),
     ) -> None:
         """`active`: the alarms the journal holds active (their condition), adopted by the
-        tracker with their activation; `clock` and `skew` judge which readings may end them."""
+        tracker with their activation; `clock` and `skew` judge which readings may end them;
+        `device`: the sensors stamped by their device's clock (`reconcile.device_stamped`)."""
         self.config = config
         self.derivation = Derivation(config.derived, config.rules) if config.derived else None
         self.store = StationStore.open(config.state_dir) if has_station(config) else None
-        self.tracker = StationTracker(config, self.store, resume=True) if self.store is not None else None
+        self.tracker = (
+            StationTracker(config, self.store, resume=True, device=device) if self.store is not None else None
+        )
         if self.tracker is not None:
             self.tracker.adopt(active, clock or WallClock(), skew)
         self._saved = time.monotonic()

@@ -56,8 +56,18 @@ CITATION_LEVEL = "station config (wet-well setpoints)"
 class StationTracker:
     """Pump statistics and wet-well events of one station; `feed` samples in time order."""
 
-    def __init__(self, config: Config, store: StationStore | None = None, *, resume: bool = False) -> None:
+    def __init__(
+        self,
+        config: Config,
+        store: StationStore | None = None,
+        *,
+        resume: bool = False,
+        device: Collection[str] = (),
+    ) -> None:
+        """`device`: the sensors stamped by their device's clock (`reconcile.device_stamped`),
+        for a well whose readings come on two clocks (`_judge_fail`)."""
         self.config = config
+        self._device = frozenset(device)
         self.store = store
         well = config.wet_well
         self.pumps: dict[str, PumpStats] = {}
@@ -91,6 +101,9 @@ class StationTracker:
         self.above_since: float | None = None
         self.fail_active = False
         self.fail_at = -math.inf  # when fail to start was raised
+        # The sensors whose readings began the delay and raised it: their clocks measure them.
+        self._above_by = ""
+        self._fail_by = ""
         self.high_active = False
         # Alarms adopted from the journal at a restart, by sensor and rule, with their
         # activation (None: not known); dropped at the first reading after it. Judged on
@@ -99,6 +112,7 @@ class StationTracker:
         self._clock: Clock | None = None
         self._skew = 0.0
         self.overflow: OverflowRecord | None = None
+        self._overflow_by = ""  # the sensor whose reading opened it: its start is that clock's
         self._q_prev = 0.0  # overflow rate (gpm) at the last integration time
         self._t_prev = -math.inf
         self.last_time = -math.inf
@@ -131,6 +145,7 @@ class StationTracker:
                 p.running, p.run_start, p.run_counted = True, run.start, run.started
         for rec in store.open_overflows():
             self.overflow = rec
+            self._overflow_by = self.level_id or self.switch_id or ""  # not recorded: the well's
         # The starts of the last hour: starts per hour goes on counting them (a pump that
         # short-cycles across a restart), and a restored `pump_starts` keeps its evidence.
         for pid, start in store.recent_starts():
@@ -212,21 +227,26 @@ class StationTracker:
                 p.run_start += delta
             p.starts_hold += delta
         well = (self.level_id or self.switch_id) not in keep  # the well's times are its level's
-        if well:
-            if self.above_since is not None:
-                self.above_since += delta
+        # An open overflow's start and due time are the clock's that opened it (a gateway
+        # float switch beside a device-stamped level: the gateway's).
+        overflow = self.overflow is not None and self._overflow_by not in keep
+        # Fail to start's times are the clock's of the reading that set them (`_judge_fail`).
+        if self.above_since is not None and self._above_by not in keep:
+            self.above_since += delta
+        if self._fail_by not in keep:
             self.fail_at += delta
+        if well:
             self.level_time += delta
             self._t_prev += delta
-            if self.overflow is not None:
-                self.overflow.start += delta
-                self.overflow.due += delta
+        if overflow and self.overflow is not None:
+            self.overflow.start += delta
+            self.overflow.due += delta
         if self._last:
             self.last_time = max(self._last.values())  # the latest reading taken, as it stands now
         elif moved or well:
             self.last_time += delta
         if self.store is not None:
-            self._stored(functools.partial(self.store.shift_open, pumps=moved, overflow=well), delta)
+            self._stored(functools.partial(self.store.shift_open, pumps=moved, overflow=overflow), delta)
             # The closed runs of the hour move too: a restart takes its starts from them.
             self._stored(functools.partial(self.store.shift_starts, starts), delta)
 
@@ -277,10 +297,11 @@ class StationTracker:
             self.readings[pid][key] = v
             return out
         if self.overflow is None and not self.switch_on and not self.level >= self._overflow_at:
-            self._q_prev, self._t_prev = 0.0, t  # no overflow, none starting: nothing to integrate
+            if self._same_clock(sid, self.level_id or ""):
+                self._q_prev, self._t_prev = 0.0, t  # no overflow, none starting: nothing to integrate
         else:
-            out.extend(self._judge_overflow(t))
-        out.extend(self._judge_fail(t))
+            out.extend(self._judge_overflow(t, sid))
+        out.extend(self._judge_fail(t, sid))
         return out
 
     def _judge_level(self, t: float) -> list[Condition]:
@@ -296,7 +317,19 @@ class StationTracker:
             ]
         return []
 
-    def _judge_fail(self, t: float) -> list[Condition]:
+    def _same_clock(self, a: str, b: str) -> bool:
+        """Whether readings of sensors `a` and `b` are stamped by one clock (both by the
+        gateway, or both by devices); True when either is not known ("")."""
+        return not a or not b or (a in self._device) == (b in self._device)
+
+    def _judge_fail(self, t: float, sid: str = "") -> list[Condition]:
+        """Fail to start at reading `t` of sensor `sid`. In a well whose readings come on two
+        clocks (a device-stamped level beside a float switch or pump polled on the gateway
+        clock), the delay is measured on the clock of the reading that began it, by readings
+        of that clock only, and a raise is not held against a reading of the other (its
+        stamp cannot be compared). Judged across clocks, a float reading on a gateway clock
+        an hour ahead found the level above `lead_on` for an hour: a false `fail_to_start`,
+        stamped an hour ahead, that a pump start on the corrected clock did not end."""
         sp = self.setpoints
         if sp is None or self.level_id is None:
             return []
@@ -306,10 +339,14 @@ class StationTracker:
         calling = self.level > sp.lead_on and not running
         if calling:
             if self.above_since is None:
-                self.above_since = t
-            if not self.fail_active and t - self.above_since >= self.delay:
+                self.above_since, self._above_by = t, sid
+            if (
+                not self.fail_active
+                and t - self.above_since >= self.delay
+                and self._same_clock(sid, self._above_by)
+            ):
                 self.fail_active = True
-                self.fail_at = t
+                self.fail_at, self._fail_by = t, sid
                 idle = ", ".join(self.pumps) or "no pumps configured"
                 return [
                     Condition(
@@ -329,7 +366,8 @@ class StationTracker:
         # A reading stamped before the raise (a pump's feedback from a lagging source) is
         # evidence from before the alarm began: it does not end it; the next sample judged
         # at or after the raise does, with what is known then. A restored alarm: after.
-        if self.fail_active and t >= self.fail_at and self._may_end(self.level_id, Rule.FAIL_TO_START, t):
+        before = t < self.fail_at and self._same_clock(sid, self._fail_by)
+        if self.fail_active and not before and self._may_end(self.level_id, Rule.FAIL_TO_START, t):
             self.fail_active = False
             return [
                 Condition(
@@ -357,22 +395,29 @@ class StationTracker:
             return max(0.0, self.inflow_gpm - capacity), "inflow"
         return 0.0, ""
 
-    def _judge_overflow(self, t: float) -> list[Condition]:
+    def _judge_overflow(self, t: float, sid: str = "") -> list[Condition]:
+        """The overflow at reading `t` of sensor `sid`. In a well whose readings come on two
+        clocks, the volume is integrated between readings of the level's clock only (across
+        clocks, a float reading an hour ahead added an hour of flow), the record's start is
+        the clock's of the reading that opened it (a step moves it with that clock) and its
+        end is not before its start."""
         sp = self.setpoints
         level_over = sp is not None and self.level >= sp.overflow
         over = level_over or self.switch_on
         rec = self.overflow
         q, method = self._rate_gpm()
         out: list[Condition] = []
-        if rec is not None and self._t_prev > -math.inf and t > self._t_prev and rec.volume_gal is not None:
-            mean = (self._q_prev + q) / 2.0 if method == "weir" else self._q_prev
-            rec.volume_gal += mean * (t - self._t_prev) / 60.0
-        self._q_prev, self._t_prev = q, t
+        if self._same_clock(sid, self.level_id or ""):
+            prev = self._t_prev
+            if rec is not None and prev > -math.inf and t > prev and rec.volume_gal is not None:
+                mean = (self._q_prev + q) / 2.0 if method == "weir" else self._q_prev
+                rec.volume_gal += mean * (t - prev) / 60.0
+            self._q_prev, self._t_prev = q, t
         sensor = self.level_id or self.switch_id or ""
         if over and rec is None:
             rec = OverflowRecord(sensor, t, t + self.report_within, method=method)
             rec.volume_gal = 0.0 if method else None
-            self.overflow = rec
+            self.overflow, self._overflow_by = rec, sid
             why = "level at or above overflow" if level_over else "overflow switch on"
             out.append(
                 Condition(
@@ -389,7 +434,7 @@ class StationTracker:
         if rec is not None and math.isfinite(self.level):
             rec.peak = self.level if math.isnan(rec.peak) else max(rec.peak, self.level)
         if rec is not None and not over:
-            rec.end = t
+            rec.end = t if self._same_clock(sid, self._overflow_by) else max(t, rec.start)
             self.overflow = None
             out.append(
                 Condition(

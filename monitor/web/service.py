@@ -207,6 +207,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("clock_restamped",
            "Readings stamped before a gateway clock step, moved onto the new clock by the step", Counter,
            read=_figure("pipeline.restamped")),
+    Family("clock_steps", "Gateway clock steps noticed, back or forward (logged once an episode)", Counter,
+           read=_figure("clock.steps")),
     Family("alarm_listener_failures",
            "Alarm transitions a listener (console, MQTT, notification, InfluxDB) failed on", Counter,
            labels=("listener",),
