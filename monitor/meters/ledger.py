@@ -578,28 +578,40 @@ class Ledger(SettingsPeriods, Amendments):
         )
         return int(str(got[0][0]))
 
-    def restamped_reading(self, meter: str, time_ms: int) -> tuple[ClockStep, Decimal] | None:
-        """The step that moved the reading stamped `time_ms` away, and the reading now at (or,
-        spread, last before) its time moved by the step, for the InfluxDB point left at its old
-        time; None if no step did. The latest step first, in the table's order (NOT INDEXED):
-        the step that moved a point just sent is found at once, however many were recorded
-        (each key read every step before: 49 s a take with a month of steps every minute)."""
+    def stepped_spans(self, meter: str, lo_ms: int, hi_ms: int) -> list[tuple[int, int, int]]:
+        """(id, first_ms, last_ms) of the meter's recorded steps whose moved rows' old stamps
+        overlap [lo_ms, hi_ms]: a row written there may share its time with a point a step
+        overwrote `restamped` (`MeterBook.stepped`). One read of the meter's steps a take."""
         got = self._query(
-            "SELECT meter, noticed_ms, step_ms, rows, first_ms, last_ms, spread, found FROM clock_steps"
+            "SELECT id, first_ms, last_ms FROM clock_steps WHERE meter = ? AND first_ms <= ?"
+            " AND last_ms >= ?",
+            (meter, hi_ms, lo_ms),
+        )
+        return [(int(str(i)), int(str(a)), int(str(b))) for i, a, b in got]
+
+    def restamped_reading(self, meter: str, time_ms: int) -> tuple[ClockStep, Decimal, int] | None:
+        """The step that moved the reading stamped `time_ms` away, the reading now at (or,
+        spread, last before) its time moved by the step, for the InfluxDB point left at its old
+        time, and the step's id (ids only grow); None if no step did. The latest step first, in
+        the table's order (NOT INDEXED): the step that moved a point just sent is found at once,
+        however many were recorded (each key read every step before: 49 s a take with a month
+        of steps every minute)."""
+        got = self._query(
+            "SELECT meter, noticed_ms, step_ms, rows, first_ms, last_ms, spread, found, id FROM clock_steps"
             " NOT INDEXED WHERE meter = ? AND first_ms <= ? AND last_ms >= ? ORDER BY id DESC LIMIT 1",
             (meter, time_ms, time_ms),
         )
         if not got:
             return None
         m, *rest = got[0]
-        noticed, step, rows, first, last, spread, found = (int(str(x)) for x in rest)
+        noticed, step, rows, first, last, spread, found, step_id = (int(str(x)) for x in rest)
         cs = ClockStep(str(m), noticed, step, rows, first, last, bool(spread), bool(found))
         held = self._query(
             "SELECT reading FROM readings WHERE meter=? AND time_ms <= ?"
             " ORDER BY time_ms DESC, seq DESC LIMIT 1",
             (meter, time_ms + cs.step_ms),
         )
-        return cs, Decimal(str(held[0][0])) if held else ZERO
+        return cs, Decimal(str(held[0][0])) if held else ZERO, step_id
 
     # -- queries -----------------------------------------------------------------------
 
