@@ -47,7 +47,7 @@ from tests.cli import run_monitor
 from tests.conftest import fill_disk
 from tests.daemon_process import running_daemon
 from tests.engine_helpers import T0
-from tests.services import InfluxDB1, VictoriaMetrics, free_port, wait_until
+from tests.services import InfluxDB1, VictoriaMetrics, free_port, http, wait_until
 from tests.test_pipeline import close
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -472,6 +472,48 @@ def test_rows_a_step_spread_reach_victoriametrics_billed_once(
     got = history.records(station, 0, round(T0 * 1000))
     assert sum(s.consumption_ft3 or 0 for s in got) == float(billed) == 4320.0
     assert [s for s in got if s.rewritten] == []
+
+
+def test_a_spread_step_exports_from_both_historians_as_from_the_ledger(
+    tmp_path: Path, influxdb1: InfluxDB1, victoria: VictoriaMetrics
+) -> None:
+    """The clerk's `billing export --from-influx` after a spread step (three days a minute
+    apart, 1 h back, 1,560 rows spread), from a real InfluxDB 1.6 and a real VictoriaMetrics,
+    bills what the ledger bills, from the same first to the same last reading."""
+    influxdb1.query("CREATE DATABASE spread")
+    (tmp_path / "one").mkdir()
+    (tmp_path / "vm").mkdir()
+    one = meter_station(tmp_path / "one", influxdb1.url, "spread")
+    vm = meter_station(tmp_path / "vm", section={"url": victoria.url, "org": "o", "bucket": "spread2"})
+    lines: list[str] = []
+    for path in (one, vm):
+        config = load_config(path)
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        book = MeterBook.open(config, clock=ManualClock(T0 - 3 * 86400))
+        try:
+            rows = [(METER, T0 - 3 * 86400 + 60 * i, Decimal(1000 + i)) for i in range(3 * 1440 + 1)]
+            book.ledger.add_many(rows)
+            lines = [meter_point_line(config.station.id, r) for r in book.take_records()]
+            book.sent()
+            book.ledger.clock_step(-HOUR, T0 - HOUR)
+            assert book.ledger.clock_steps(METER)[0].spread
+            lines += [meter_point_line(config.station.id, r) for r in book.take_records()]
+            book.sent()
+        finally:
+            book.close()
+    status, body = http("POST", f"{influxdb1.url}/write?db=spread&precision=ns", "\n".join(lines).encode())
+    assert status == 204, body
+    victoria.write(lines, "o", "spread2")
+    victoria.flush()
+    for path in (one, vm):
+        ledger, historian = export(path), export(path, "--from-influx")
+        assert ledger["consumption_ft3"] == "4320.000"
+        assert (historian["first_read"], historian["last_read"], historian["consumption_ft3"]) == (
+            ledger["first_read"],
+            ledger["last_read"],
+            ledger["consumption_ft3"],
+        ), (path, historian["flags"])
+        assert "rewritten" not in historian["flags"].split(";"), historian["flags"]
 
 
 def test_rows_two_steps_moved_over_the_same_times_reach_victoriametrics_billed_once(
