@@ -13,7 +13,7 @@ consumption_ft3, accepted. This module reads them back, as they are stored:
   and the largest value of each field is taken, the one VictoriaMetrics' own
   deduplication (`-dedup.minScrapeInterval`) would keep. Billing flags it. One such
   case is known for sure: a point a clock step moved its reading away from is written
-  again rejected, billing nothing, with `restamped` 1 (`MeterBook.take_records`); its
+  again rejected, billing nothing, with `restamped` set (`MeterBook.take_records`); its
   values are those (the smallest), not the accepted ones it had, as InfluxDB's overwrite
   leaves them, and it is not `rewritten`. `restamped` is the step's id N on the overwrite,
   -N on a reading written at a time step N (the latest) moved readings from: a reading
