@@ -70,4 +70,4 @@ def _ledger_points(book: MeterBook, samples: Sequence[Sample]) -> list[MeterPoin
     for meter in {s.sensor for s in samples}:
         times = {to_ms(s.time) for s in samples if s.sensor == meter}
         rows.extend(r for r in ledger.rows(meter, min(times) - 1, max(times)) if r.time_ms in times)
-    return list(meter_records(rows, ledger.specs, ledger.spec_at))
+    return list(book.stepped(meter_records(rows, ledger.specs, ledger.spec_at)))

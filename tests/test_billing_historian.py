@@ -401,23 +401,31 @@ def test_victoriametrics_reads_a_restamped_point_as_its_overwrite_and_guesses_no
     its reading away from was written accepted (10 ft3 billed), then overwritten rejected with
     0 billed and `restamped` 1 (`MeterBook.take_records`): read back, it is the overwrite, not
     `rewritten` (before: the accepted values, the largest, billing the reading twice). When a
-    reading of the new clock later lands at that very time (another reading), which value is
-    the last is not known: the largest, `rewritten`, as for any re-written point."""
-    t0, t1 = 1_700_000_000.0, 1_700_000_060.0
+    reading of the new clock later lands at that very time (written with `restamped` -1, the
+    step's id negated, as `MeterBook.stepped` marks it), which value is the last is not known: the largest,
+    `rewritten`, as for any re-written point; also when it holds the same register (an idle
+    meter: before, read as the overwrite, a real reading rejected and nothing flagged)."""
+    t0, t1, t2 = 1_700_000_000.0, 1_700_000_060.0, 1_700_000_120.0
     lines = [
         meter_point_line("ps-moved", MeterRecord("m", "a", "ft3", t, 110.0, 10.0, 10.0, True, ""))
-        for t in (t0, t1)
+        for t in (t0, t1, t2)
     ]
     lines += [
-        meter_point_line("ps-moved", MeterRecord("m", "a", "ft3", t, 110.0, 0.0, 0.0, False, "restamped"))
-        for t in (t0, t1)
+        meter_point_line("ps-moved", MeterRecord("m", "a", "ft3", t, 110.0, 0.0, 0.0, False, "", 1))
+        for t in (t0, t1, t2)
     ]
     assert lines[-1].split(" ")[1].endswith(",restamped=1i")
-    lines.append(meter_point_line("ps-moved", MeterRecord("m", "a", "ft3", t1, 170.0, 60.0, 60.0, True, "")))
+    landing = [(t1, 170.0, 60.0), (t2, 110.0, 0.0)]  # a reading of the new clock; an idle one
+    lines += [
+        meter_point_line("ps-moved", MeterRecord("m", "a", "ft3", t, r, c, c, True, "", -1))
+        for t, r, c in landing
+    ]
+    assert lines[-1].split(" ")[1].endswith(",restamped=-1i")
     victoria.write(lines, "o", "moved")
     victoria.flush()
     history = open_history(Influx.model_validate({"url": victoria.url, "org": "o", "bucket": "moved"}))
-    moved, landed = history.records("ps-moved", 0, 2_000_000_000_000)
+    moved, landed, idle = history.records("ps-moved", 0, 2_000_000_000_000)
+    assert (idle.reading, idle.consumption_ft3, idle.accepted, idle.rewritten) == (110.0, 10.0, 1.0, True)
     assert (moved.reading, moved.consumption_ft3, moved.accepted, moved.rewritten) == (110.0, 0.0, 0.0, False)
     assert (landed.reading, landed.consumption_ft3, landed.accepted, landed.rewritten) == (
         170.0,

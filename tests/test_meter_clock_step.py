@@ -30,7 +30,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
-from monitor.config import Config, load_config
+from monitor.config import Config, Influx, load_config
 from monitor.daemon import Daemon
 from monitor.engine import ClockWatch
 from monitor.meters.billing import CLOCK_STEPPED, usage
@@ -39,13 +39,15 @@ from monitor.meters.ledger import Ledger
 from monitor.meters.periods import quarter
 from monitor.meters.totalizer import MeterSpec
 from monitor.model import ManualClock, Sample, iso
+from monitor.sinks.lineproto import meter_point_line
+from monitor.sources.meter_history import open_history
 from monitor.web.service import StationCollector
 from monitor.web.station import StationAdapter
 from tests.cli import run_monitor
 from tests.conftest import fill_disk
 from tests.daemon_process import running_daemon
 from tests.engine_helpers import T0
-from tests.services import InfluxDB1, VictoriaMetrics, free_port, wait_until
+from tests.services import InfluxDB1, VictoriaMetrics, free_port, http, wait_until
 from tests.test_pipeline import close
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -437,6 +439,120 @@ def test_without_a_gap_of_the_step_the_rows_of_the_day_before_are_spread_not_the
         assert moved[-1][1] <= round((T0 - HOUR + 2) * 1000)
     finally:
         ledger.close()
+
+
+def test_rows_a_step_spread_reach_victoriametrics_billed_once(
+    tmp_path: Path, victoria: VictoriaMetrics
+) -> None:
+    """Three days of readings a minute apart (+1 ft3 each), all in a real VictoriaMetrics, then a
+    step back of an hour with no gap of the step before the rows ahead: 1,560 rows are spread
+    over the 26 h before, and their old times are overwritten `restamped` (rejected, 0 billed).
+    VictoriaMetrics keeps both values at each old time; the historian must read the overwrite
+    there, as InfluxDB's overwrite leaves it, and bill what the ledger bills (4,320 ft3), not
+    flag the points `rewritten` and bill the spread readings twice."""
+    ledger = Ledger(tmp_path / "ledger.sqlite", {METER: SPEC}, now=T0 - 3 * 86400)
+    book = MeterBook(ledger, clock=ManualClock(T0 - HOUR))
+    station, bucket = "ps-spread", "spread"
+    try:
+        ledger.add_many([(METER, T0 - 3 * 86400 + 60 * i, Decimal(1000 + i)) for i in range(3 * 1440 + 1)])
+        victoria.write([meter_point_line(station, r) for r in book.take_records()], "o", bucket)
+        book.sent()
+        ledger.clock_step(-HOUR, T0 - HOUR)
+        assert ledger.clock_steps(METER)[0].spread
+        again = book.take_records()
+        assert sum(1 for r in again if r.restamped == 1) == 1560
+        assert any(r.restamped == -1 for r in again)  # moved onto the old stamps' span
+        victoria.write([meter_point_line(station, r) for r in again], "o", bucket)
+        book.sent()
+        billed = sum(r.volume for r in ledger.rows(METER))
+    finally:
+        ledger.close()
+    victoria.flush()
+    history = open_history(Influx.model_validate({"url": victoria.url, "org": "o", "bucket": bucket}))
+    got = history.records(station, 0, round(T0 * 1000))
+    assert sum(s.consumption_ft3 or 0 for s in got) == float(billed) == 4320.0
+    assert [s for s in got if s.rewritten] == []
+
+
+def test_a_spread_step_exports_from_both_historians_as_from_the_ledger(
+    tmp_path: Path, influxdb1: InfluxDB1, victoria: VictoriaMetrics
+) -> None:
+    """The clerk's `billing export --from-influx` after a spread step (three days a minute
+    apart, 1 h back, 1,560 rows spread), from a real InfluxDB 1.6 and a real VictoriaMetrics,
+    bills what the ledger bills, from the same first to the same last reading."""
+    influxdb1.query("CREATE DATABASE spread")
+    (tmp_path / "one").mkdir()
+    (tmp_path / "vm").mkdir()
+    one = meter_station(tmp_path / "one", influxdb1.url, "spread")
+    vm = meter_station(tmp_path / "vm", section={"url": victoria.url, "org": "o", "bucket": "spread2"})
+    lines: list[str] = []
+    for path in (one, vm):  # a station of its own: the module's VictoriaMetrics is shared
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw["station"]["id"] = "ps-spread-export"
+        path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+        config = load_config(path)
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        book = MeterBook.open(config, clock=ManualClock(T0 - 3 * 86400))
+        try:
+            rows = [(METER, T0 - 3 * 86400 + 60 * i, Decimal(1000 + i)) for i in range(3 * 1440 + 1)]
+            book.ledger.add_many(rows)
+            lines = [meter_point_line(config.station.id, r) for r in book.take_records()]
+            book.sent()
+            book.ledger.clock_step(-HOUR, T0 - HOUR)
+            assert book.ledger.clock_steps(METER)[0].spread
+            lines += [meter_point_line(config.station.id, r) for r in book.take_records()]
+            book.sent()
+        finally:
+            book.close()
+    status, body = http("POST", f"{influxdb1.url}/write?db=spread&precision=ns", "\n".join(lines).encode())
+    assert status == 204, body
+    victoria.write(lines, "o", "spread2")
+    victoria.flush()
+    for path in (one, vm):
+        ledger, historian = export(path), export(path, "--from-influx")
+        assert ledger["consumption_ft3"] == "4320.000"
+        assert (historian["first_read"], historian["last_read"], historian["consumption_ft3"]) == (
+            ledger["first_read"],
+            ledger["last_read"],
+            ledger["consumption_ft3"],
+        ), (path, historian["flags"])
+        assert "rewritten" not in historian["flags"].split(";"), historian["flags"]
+
+
+def test_rows_two_steps_moved_over_the_same_times_reach_victoriametrics_billed_once(
+    tmp_path: Path, victoria: VictoriaMetrics
+) -> None:
+    """Eleven readings a minute apart on a clock 330 s ahead, all in a real VictoriaMetrics; a
+    step back moves them (each by the step), their points are sent, and a second step of the
+    same size moves them again, over times the first left. Each old time's last word is the
+    overwrite of the latest step (`restamped` its id, above the -id a reading written there
+    after an earlier step carries): the historian bills what the ledger bills, nothing
+    `rewritten`."""
+    ledger = Ledger(tmp_path / "ledger.sqlite", {METER: SPEC}, now=T0 - 2 * HOUR)
+    book = MeterBook(ledger, clock=ManualClock(T0))
+    station, bucket, step = "ps-twice", "twice", -330.0
+    try:
+        ledger.add(METER, T0 - 2 * HOUR, Decimal(1000))
+        ledger.add_many([(METER, T0 + 60 * i, Decimal(1010 + 10 * i)) for i in range(11)])
+        lines = [meter_point_line(station, r) for r in book.take_records()]
+        book.sent()
+        for now in (T0 + 600 + step, T0 + 600 + 2 * step):
+            ledger.clock_step(step, now)
+            lines += [meter_point_line(station, r) for r in book.take_records()]
+            book.sent()
+        steps = ledger.clock_steps(METER)
+        assert [(s.rows, s.spread) for s in steps] == [(11, False), (11, False)]
+        readings = [float(r.reading) for r in ledger.rows(METER)]
+        assert readings == [1000.0] + [1010.0 + 10 * i for i in range(11)]
+        billed = sum(r.volume for r in ledger.rows(METER))
+    finally:
+        ledger.close()
+    victoria.write(lines, "o", bucket)
+    victoria.flush()
+    history = open_history(Influx.model_validate({"url": victoria.url, "org": "o", "bucket": bucket}))
+    got = history.records(station, 0, round((T0 + HOUR) * 1000))
+    assert [s.time_ms for s in got if s.rewritten] == []
+    assert sum(s.consumption_ft3 or 0 for s in got) == float(billed) == 110.0
 
 
 def test_when_the_new_clock_reaches_the_old_stamps_its_readings_are_no_conflicts(tmp_path: Path) -> None:
@@ -833,9 +949,11 @@ def test_sending_the_points_a_step_moved_away_costs_the_same_however_many_steps_
     """Each old-time point a step left (overwritten in InfluxDB as `restamped`) looked its
     step up by reading every step ever recorded: with a month of 5 s steps every minute
     (40,000) one take took 49 s, on the daemon's batch path. The latest covering step is read
-    first: the same work with 5,000 steps recorded as with none (was 870 x)."""
+    first: the same work with 40,000 steps recorded as with none (was 870 x with 5,000). The
+    rows written at times a step moved readings from are found by the steps' end
+    (`clock_steps_by_last`), not by reading every step of the meter a take (12 x with 40,000)."""
     none = _take_work(tmp_path / "a.sqlite", 0)
-    many = _take_work(tmp_path / "b.sqlite", 5000)
+    many = _take_work(tmp_path / "b.sqlite", 40_000)
     assert none[0] == many[0] > 400
     assert many[1] <= 2 * none[1] + 10, (none, many)
 

@@ -24,7 +24,7 @@ import logging
 import math
 import sqlite3
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -97,6 +97,11 @@ class MeterRecord:
     consumption_ft3: float
     accepted: bool
     flags: str
+    # The InfluxDB field `restamped`: the id N of the ledger's clock step (ids only grow) on
+    # the point it moved a reading away from (overwritten rejected); -N on a row at a time step
+    # N (the latest) moved readings from: VictoriaMetrics keeps every value written at a time,
+    # and the larger id says which came last (`sources.meter_history`); None: no field.
+    restamped: int | None = None
 
 
 def meter_records(
@@ -447,6 +452,7 @@ class MeterBook:
         self._taken_at = (version, marked)
         self.backlog = limit is not None and len(keys) >= limit
         held = {(r.meter, r.time_ms) for r in rows}
+        overwritten: dict[tuple[str, int], int] = {}  # the step that moved each away
         for meter, time_ms in keys:
             if (meter, time_ms) not in held:  # a voided swap and no reading there: blank its point
                 voids = [a for a in ledger.amendments(meter, time_ms - 1, time_ms) if a.action == VOID]
@@ -462,12 +468,37 @@ class MeterBook:
                     # A reading a clock step moved away: its point at the old time is overwritten
                     # as rejected and billing nothing, so the historian neither bills it twice
                     # nor takes it for a register that went back (its quarter shows `anomaly`).
-                    cs, at = moved
+                    cs, at, overwritten[(meter, time_ms)] = moved
                     why = f"re-stamped to {iso((time_ms + cs.step_ms) / 1000)}: {cs.describe()}"
                     rows.append(Row(meter, time_ms, READING, at, False, ZERO, ZERO, ("restamped",), why))
         rows.sort(key=lambda r: (r.time_ms, r.meter, r.seq))
-        self._records = meter_records(rows, ledger.specs, ledger.spec_at)
+        records = meter_records(rows, ledger.specs, ledger.spec_at)
+        for i, rec in enumerate(records):
+            step_id = overwritten.get((rec.meter, to_ms(rec.time)))
+            if step_id is not None:
+                records[i] = replace(rec, restamped=step_id)
+        self._records = self.stepped(records)
         return list(self._records)
+
+    def stepped(self, records: list[MeterRecord]) -> list[MeterRecord]:
+        """`records` with `restamped` -N on the rows at a time recorded clock step N (the
+        latest) moved readings from. VictoriaMetrics keeps every value written at a time:
+        without it, a reading of the new clock landing on a point overwritten `restamped`
+        (the same register, an idle meter) was read back as the overwrite, rejected, and a
+        spread step's overwrites (their reading not the one moved) could not be told from
+        such a landing (`sources.meter_history`)."""
+        by_meter: dict[str, list[int]] = {}
+        for i, rec in enumerate(records):
+            if rec.restamped is None:
+                by_meter.setdefault(rec.meter, []).append(i)
+        for meter, at in by_meter.items():
+            times = [to_ms(records[i].time) for i in at]
+            spans = self.ledger.stepped_spans(meter, min(times), max(times))
+            for i, t in zip(at, times, strict=True):
+                latest = max((n for n, a, b in spans if a <= t <= b), default=None)
+                if latest is not None:
+                    records[i] = replace(records[i], restamped=-latest)
+        return records
 
     def sent(self, taken: int | None = None) -> None:
         """The outbox holds what the last `take_records` returned (`taken`: only the first

@@ -41,6 +41,7 @@ from monitor.errors import MeterError, StateError
 from monitor.meters.amend import Amendments, when
 from monitor.meters.rows import (
     CLOCK_STEPS,
+    CLOCK_STEPS_BY_LAST,
     CLOCK_STEPS_FOUND,
     NEW_INITIAL,
     OLD_FINAL,
@@ -69,11 +70,14 @@ log = logging.getLogger(__name__)
 # 3: the points the InfluxDB copy does not hold yet (`rows.UNSENT`).
 # 4: the gateway clock's steps back the rows were moved across (`rows.CLOCK_STEPS`).
 # 5: whether such a step was found at start (`rows.CLOCK_STEPS_FOUND`).
+# 6: the steps indexed by their last old stamp (`rows.CLOCK_STEPS_BY_LAST`).
 REACH = 86400.0  # seconds before the rows ahead of the new clock a step back moves rows over, at most
 # ... and at most this many steps' lengths: rows spread over 100 steps are each interval shortened
 # by 1 % at most, and a 5 s step does not re-judge (and resend) a day of readings a second.
 STEPS_REACH = 100
-LEDGER_SCHEMA = Schema("meter ledger", (SCHEMA, SETTINGS, UNSENT, CLOCK_STEPS, CLOCK_STEPS_FOUND))
+LEDGER_SCHEMA = Schema(
+    "meter ledger", (SCHEMA, SETTINGS, UNSENT, CLOCK_STEPS, CLOCK_STEPS_FOUND, CLOCK_STEPS_BY_LAST)
+)
 
 
 ROW_COLUMNS = "r.time_ms, r.seq, r.reading, r.accepted, r.counts, r.volume, r.flags, r.message, r.lim"
@@ -578,28 +582,42 @@ class Ledger(SettingsPeriods, Amendments):
         )
         return int(str(got[0][0]))
 
-    def restamped_reading(self, meter: str, time_ms: int) -> tuple[ClockStep, Decimal] | None:
-        """The step that moved the reading stamped `time_ms` away, and the reading now at (or,
-        spread, last before) its time moved by the step, for the InfluxDB point left at its old
-        time; None if no step did. The latest step first, in the table's order (NOT INDEXED):
-        the step that moved a point just sent is found at once, however many were recorded
-        (each key read every step before: 49 s a take with a month of steps every minute)."""
+    def stepped_spans(self, meter: str, lo_ms: int, hi_ms: int) -> list[tuple[int, int, int]]:
+        """(id, first_ms, last_ms) of the meter's recorded steps whose moved rows' old stamps
+        overlap [lo_ms, hi_ms]: a row written there may share its time with a point a step
+        overwrote `restamped` (`MeterBook.stepped`). Read from the steps ending at or after
+        `lo_ms` (`clock_steps_by_last`), not every step of the meter: a take of today's rows
+        costs the same with a month of steps every minute recorded as with none."""
         got = self._query(
-            "SELECT meter, noticed_ms, step_ms, rows, first_ms, last_ms, spread, found FROM clock_steps"
+            "SELECT id, first_ms, last_ms FROM clock_steps INDEXED BY clock_steps_by_last"
+            " WHERE meter = ? AND last_ms >= ? AND first_ms <= ?",
+            (meter, lo_ms, hi_ms),
+        )
+        return [(int(str(i)), int(str(a)), int(str(b))) for i, a, b in got]
+
+    def restamped_reading(self, meter: str, time_ms: int) -> tuple[ClockStep, Decimal, int] | None:
+        """The step that moved the reading stamped `time_ms` away, the reading now at (or,
+        spread, last before) its time moved by the step, for the InfluxDB point left at its old
+        time, and the step's id (ids only grow); None if no step did. The latest step first, in
+        the table's order (NOT INDEXED): the step that moved a point just sent is found at once,
+        however many were recorded (each key read every step before: 49 s a take with a month
+        of steps every minute)."""
+        got = self._query(
+            "SELECT meter, noticed_ms, step_ms, rows, first_ms, last_ms, spread, found, id FROM clock_steps"
             " NOT INDEXED WHERE meter = ? AND first_ms <= ? AND last_ms >= ? ORDER BY id DESC LIMIT 1",
             (meter, time_ms, time_ms),
         )
         if not got:
             return None
         m, *rest = got[0]
-        noticed, step, rows, first, last, spread, found = (int(str(x)) for x in rest)
+        noticed, step, rows, first, last, spread, found, step_id = (int(str(x)) for x in rest)
         cs = ClockStep(str(m), noticed, step, rows, first, last, bool(spread), bool(found))
         held = self._query(
             "SELECT reading FROM readings WHERE meter=? AND time_ms <= ?"
             " ORDER BY time_ms DESC, seq DESC LIMIT 1",
             (meter, time_ms + cs.step_ms),
         )
-        return cs, Decimal(str(held[0][0])) if held else ZERO
+        return cs, Decimal(str(held[0][0])) if held else ZERO, step_id
 
     # -- queries -----------------------------------------------------------------------
 

@@ -122,7 +122,13 @@ CLOCK_STEPS_FOUND = """
 ALTER TABLE clock_steps ADD COLUMN found INTEGER NOT NULL DEFAULT 0;  -- 1: found at start
 UPDATE meta SET value = '5' WHERE key = 'schema';
 """
-SCHEMA_VERSION = "5"
+# Schema 6: the steps by their moved rows' last old stamp: a take finds the steps whose old
+# stamps its rows may share (`Ledger.stepped_spans`) without reading every step of the meter.
+CLOCK_STEPS_BY_LAST = """
+CREATE INDEX IF NOT EXISTS clock_steps_by_last ON clock_steps (meter, last_ms);
+UPDATE meta SET value = '6' WHERE key = 'schema';
+"""
+SCHEMA_VERSION = "6"
 
 
 def to_ms(t: float) -> int:

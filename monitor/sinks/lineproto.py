@@ -260,20 +260,23 @@ class MeterPoint(Protocol):
     def accepted(self) -> bool: ...
     @property
     def flags(self) -> str: ...
+    @property
+    def restamped(self) -> int | None: ...
 
 
 def meter_point_line(station: str, rec: MeterPoint) -> str:
     """A ledger row: reading and consumption in the meter's unit, consumption_ft3
-    (0 for a rejected reading) and `accepted` 1/0; `restamped` 1 on the point a clock step
-    moved a reading away from (overwritten rejected, billing nothing): VictoriaMetrics keeps
-    the value the point had before too, and this says which of its values is the ledger's."""
+    (0 for a rejected reading) and `accepted` 1/0; `restamped` N on the point clock step N
+    moved a reading away from (overwritten rejected, billing nothing), -N on a reading at a
+    time step N moved readings from: VictoriaMetrics keeps the values the point had before
+    too, and the larger step says which came last."""
     fields: dict[str, float | int] = {
         "reading": float(rec.reading),
         "consumption": float(rec.consumption),
         "consumption_ft3": float(rec.consumption_ft3),
         "accepted": int(rec.accepted),
     }
-    if "restamped" in rec.flags.split(","):
-        fields["restamped"] = 1
+    if rec.restamped is not None:
+        fields["restamped"] = rec.restamped
     return line("meter", {"station": station, "meter": rec.meter, "account": rec.account, "unit": rec.unit},
                 fields, rec.time)  # fmt: skip

@@ -13,9 +13,11 @@ consumption_ft3, accepted. This module reads them back, as they are stored:
   and the largest value of each field is taken, the one VictoriaMetrics' own
   deduplication (`-dedup.minScrapeInterval`) would keep. Billing flags it. One such
   case is known for sure: a point a clock step moved its reading away from is written
-  again rejected, billing nothing, with `restamped` 1 (`MeterBook.take_records`); its
+  again rejected, billing nothing, with `restamped` set (`MeterBook.take_records`); its
   values are those (the smallest), not the accepted ones it had, as InfluxDB's overwrite
-  leaves them, and it is not `rewritten`.
+  leaves them, and it is not `rewritten`. `restamped` is the step's id N on the overwrite,
+  -N on a reading written at a time step N (the latest) moved readings from: a reading
+  written there after the overwrite makes the time `rewritten`.
 
 An InfluxDB 2.x is not read through Flux: its `/api/v1/export` answers 404 and the
 error says so (its InfluxQL compatibility endpoint can be named with `api: v1`).
@@ -221,8 +223,9 @@ class VictoriaMeterHistory:
 def _merge(lines: list[bytes], target: str) -> list[MeterSample]:
     """One sample per meter point from the per-field series; several different values
     at one time make the point `rewritten`, and the largest of each is taken. A point
-    marked `restamped` with one reading is the overwrite of a reading a clock step moved
-    away: rejected, billing nothing (the smallest of each), whatever it held before."""
+    marked `restamped` N by a later step than any reading written there (-M, M < N) is the
+    overwrite of a reading step N moved away: rejected, billing nothing (the smallest of
+    each), whatever it held before."""
     points: dict[tuple[str, str, str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for line in lines:
         try:
@@ -239,8 +242,12 @@ def _merge(lines: list[bytes], target: str) -> list[MeterSample]:
                 points[(*key, int(t))][field].append(value)
     out = []
     for (meter, account, unit, time_ms), fields in points.items():
-        # A later reading stamped at the very time (two readings) is not guessed at: rewritten.
-        moved = 1.0 in fields.pop(RESTAMPED, ()) and len(set(fields.get("reading", ()))) == 1
+        # `restamped` N (step N's overwrite) is the last word there unless a reading was written
+        # there after step N (-N or later): then which value is the last is not guessed at,
+        # rewritten. The overwritten reading's value may differ (a spread step's holds the
+        # register before the old time).
+        marks = fields.pop(RESTAMPED, ())
+        moved = max((m for m in marks if m > 0), default=0.0) > max((-m for m in marks if m < 0), default=0.0)
         got = {f: min(vs) if moved else max(vs) for f, vs in fields.items()}
         out.append(
             MeterSample(
