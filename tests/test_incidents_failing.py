@@ -787,3 +787,49 @@ def test_the_incident_measurement_carries_the_evidence_incomplete_mark(
     assert marked["evidence_incomplete"] == 1 and marked["evidence_incomplete_from"] == first == T0
     assert whole["evidence_incomplete"] == 0 and whole["evidence_incomplete_from"] is None
     assert marked["open"] == 0 and marked["peak_value"] == 150.0  # the other fields as before
+
+
+def test_export_and_show_do_not_hang_on_a_fifo_in_place_of_the_frozen_file(tmp_path: Path) -> None:
+    """A FIFO where the frozen evidence file was (nothing ever writes to it; a link to
+    /dev/zero is the same kind of trap, a read that never ends, not tried here: it eats
+    memory): `export` and `show` in a subprocess, so a hang fails on its timeout, not the
+    run. The file is not a regular file: not verified, the package the store's evidence
+    (which hashes to the recorded SHA-256) with the file's state said; `show` says the
+    evidence does not verify (exit 0, as for an altered file). Before: both blocked for ever
+    in open()."""
+    import sys
+
+    from tests.incident_helpers import replay_case
+
+    cfg = replay_case("slug-and-oil", tmp_path)
+    slug = incidents_json(cfg)[0]
+    frozen = tmp_path / "state" / "incidents" / slug["id"] / "evidence.csv"
+    recorded = frozen.read_bytes()
+    frozen.unlink()
+    os.mkfifo(frozen)
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "package"
+    run = [sys.executable, "-m", "monitor", "incidents"]
+    try:
+        got = subprocess.run(
+            [*run, "export", "--config", str(cfg), "--id", slug["id"], "--out", str(out)],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            timeout=120,
+        )
+        shown = subprocess.run(
+            [*run, "show", "--config", str(cfg), "--id", slug["id"]],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            timeout=120,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{exc.cmd[4]} blocked on the FIFO: {exc}")
+    assert got.returncode == 0 and "Traceback" not in got.stderr, got.stderr
+    assert (out / f"{slug['id']}-evidence.csv").read_bytes() == recorded
+    said = json.loads((out / "manifest.json").read_text(encoding="utf-8"))["evidence_file_not_verified"]
+    assert f"the frozen evidence file {frozen} is not a regular file" in said["statement"], said
+    assert said["file_sha256"] is None
+    assert shown.returncode == 0 and "evidence DOES NOT VERIFY" in shown.stdout, (shown.stdout, shown.stderr)

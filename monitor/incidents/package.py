@@ -26,7 +26,7 @@ from monitor.errors import StateError
 from monitor.incidents.evidence import EvidenceFileError, parse_csv
 from monitor.incidents.figures import Series
 from monitor.incidents.model import Incident
-from monitor.incidents.store import Columns, Damage, IncidentStore
+from monitor.incidents.store import Columns, Damage, IncidentStore, NotRegularFileError
 from monitor.model import iso
 
 _NONE: Columns = (np.empty(0, np.float64), np.empty(0, np.float64), np.empty(0, np.int8))
@@ -173,11 +173,12 @@ def intact_evidence(
 def verified_file(store: IncidentStore, inc: Incident) -> tuple[bytes | None, str, str | None]:
     """A frozen incident's evidence file when it hashes to the SHA-256 recorded at the freeze
     (else None), what is wrong with it ("" when nothing), and its SHA-256 (None: unread)."""
-    path = store.evidence_path(inc.id)
     try:
-        data = path.read_bytes()
+        data = store.frozen_file(inc.id)
     except FileNotFoundError:
         return None, "is missing", None
+    except NotRegularFileError:
+        return None, "is not a regular file", None
     except OSError as exc:
         return None, f"cannot be read ({exc.strerror or exc})", None
     sha = hashlib.sha256(data).hexdigest()

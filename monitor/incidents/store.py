@@ -29,6 +29,7 @@ import json
 import math
 import os
 import sqlite3
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -234,6 +235,10 @@ def _incident(row: tuple[str, str, str, float, int, str]) -> Incident:
         evidence_broken=d.get("evidence_broken"),
         frozen=bool(frozen),
     )
+
+
+class NotRegularFileError(OSError):
+    """A frozen evidence file that is not a regular file (a FIFO, a device): never read."""
 
 
 class IncidentStore:
@@ -610,6 +615,17 @@ class IncidentStore:
     def evidence_path(self, iid: str) -> Path:
         return self.dir / "incidents" / iid / "evidence.csv"
 
+    def frozen_file(self, iid: str) -> bytes:
+        """The frozen evidence file's bytes. `NotRegularFileError` when it is not a regular
+        file, as the freeze writes (a FIFO put there blocked the read for ever, a link to
+        /dev/zero would never end it): opened without blocking, checked before it is read."""
+        path = self.evidence_path(iid)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise NotRegularFileError(f"{path} is not a regular file")
+            return fh.read()
+
     def freeze_evidence(self, iid: str, columns: dict[str, Columns] | None = None) -> tuple[str, int]:
         """Write the evidence file once (atomically) and return (SHA-256, rows)."""
         cols = self.columns(iid) if columns is None else columns
@@ -648,7 +664,7 @@ class IncidentStore:
         if inc.evidence_sha256 is None:
             return False
         try:
-            on_disk = self.evidence_path(inc.id).read_bytes()
+            on_disk = self.frozen_file(inc.id)
         except OSError:
             return False
         return (
