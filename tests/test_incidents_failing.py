@@ -833,3 +833,47 @@ def test_export_and_show_do_not_hang_on_a_fifo_in_place_of_the_frozen_file(tmp_p
     assert f"the frozen evidence file {frozen} is not a regular file" in said["statement"], said
     assert said["file_sha256"] is None
     assert shown.returncode == 0 and "evidence DOES NOT VERIFY" in shown.stdout, (shown.stdout, shown.stderr)
+
+
+def test_export_of_a_frozen_incident_never_holds_a_huge_file_in_place_of_its_evidence(tmp_path: Path) -> None:
+    """A 2 GiB file (sparse: no disk taken) where the frozen evidence file was, `export` in a
+    subprocess whose address space is capped at 1.5 GiB (more than an export of this incident
+    takes, less than the file): the file is hashed a chunk at a time and, as it does not
+    verify, never read whole; the package is the store's evidence, the file said not to
+    verify (with its own SHA-256). Before: Path.read_bytes of the whole file, a MemoryError
+    and a traceback (on a station without the cap, the OOM killer's pick)."""
+    import resource
+    import sys
+
+    from tests.incident_helpers import replay_case
+
+    cfg = replay_case("slug-and-oil", tmp_path)
+    slug = incidents_json(cfg)[0]
+    frozen = tmp_path / "state" / "incidents" / slug["id"] / "evidence.csv"
+    recorded = frozen.read_bytes()
+    size = 2 << 30
+    with frozen.open("r+b") as fh:
+        fh.truncate(size)
+    cap = 3 << 29
+
+    def capped() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    out = tmp_path / "package"
+    export = ["incidents", "export", "--config", str(cfg), "--id", slug["id"], "--out", str(out)]
+    got = subprocess.run(
+        [sys.executable, "-m", "monitor", *export],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        timeout=300,
+        preexec_fn=capped,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+    )
+    assert got.returncode == 0 and "Traceback" not in got.stderr, got.stderr[-3000:]
+    assert (out / f"{slug['id']}-evidence.csv").read_bytes() == recorded
+    said = json.loads((out / "manifest.json").read_text(encoding="utf-8"))["evidence_file_not_verified"]
+    zeros = hashlib.sha256(recorded)
+    zeros.update(bytes(size - len(recorded)))
+    assert f"the frozen evidence file {frozen} does not verify" in said["statement"], said
+    assert said["file_sha256"] == zeros.hexdigest()

@@ -173,16 +173,17 @@ def intact_evidence(
 def verified_file(store: IncidentStore, inc: Incident) -> tuple[bytes | None, str, str | None]:
     """A frozen incident's evidence file when it hashes to the SHA-256 recorded at the freeze
     (else None), what is wrong with it ("" when nothing), and its SHA-256 (None: unread)."""
+    if inc.evidence_sha256 is None:
+        return None, "has no SHA-256 on record", None
     try:
-        data = store.frozen_file(inc.id)
+        sha, data = store.frozen_file(inc.id, inc.evidence_sha256)
     except FileNotFoundError:
         return None, "is missing", None
     except NotRegularFileError:
         return None, "is not a regular file", None
     except OSError as exc:
         return None, f"cannot be read ({exc.strerror or exc})", None
-    sha = hashlib.sha256(data).hexdigest()
-    if inc.evidence_sha256 is None or sha != inc.evidence_sha256:
+    if data is None:
         return None, "does not verify", sha
     return data, "", sha
 
