@@ -133,7 +133,7 @@ except EvidenceFileError as exc:
 def test_a_time_with_an_offset_before_its_z_is_refused_not_a_crash(stamp: str) -> None:
     """Times of the bytes `iso` writes (digits, `-:.T`, a last `Z`) but not its shape: an
     offset before the Z. With the Z dropped numpy sees a zone, and numpy 2.4.6 segfaults
-    casting 510 or more such strings to datetime64 (500 pass; a bare `...Z` or `+00:00` too,
+    casting 501 or more such bytes strings to datetime64 (500 pass; a bare `...Z` or `+00:00` too,
     measured in a subprocess). Run in a subprocess so a crash fails this test, not the run.
     Before: the process died of SIGSEGV (-11), no refusal."""
     import subprocess

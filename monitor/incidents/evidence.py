@@ -74,7 +74,7 @@ def parse_csv(data: bytes) -> dict[str, tuple[Floats, Floats, Quality]]:
         stamps, names, values, quality = _fields(data.split(b"\n")[1:-1])
     # Only the shapes `iso` writes, nothing else: numpy warns about a zone (a Z, or an offset
     # such as -0500 left once the Z is dropped) from a worker loop, and numpy 2.4.6 segfaults
-    # when it does so for 510 strings or more.
+    # when it does so for 501 bytes strings (S) or more; 500 pass, str (U) arrays do not crash.
     mat = _stamp_matrix(np.array(stamps, dtype="S"))
     mat[mat == ord("Z")] = 0
     try:
