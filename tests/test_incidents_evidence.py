@@ -118,6 +118,35 @@ def test_bytes_not_an_evidence_csv_are_an_error_not_columns() -> None:
             parse_csv(bad)
 
 
+_PARSE_MANY = """
+import sys
+from monitor.incidents.evidence import HEADER, EvidenceFileError, parse_csv
+stamp = sys.argv[1].encode()
+try:
+    parse_csv(HEADER + b"\\n" + (stamp + b",a.oil,1.5,0\\n") * 2000)
+except EvidenceFileError as exc:
+    print("refused:", exc)
+"""
+
+
+@pytest.mark.parametrize("stamp", ["2026-03-08T07:00:00-0500Z", "2026-03-08T02:00:00-05:00Z"])
+def test_a_time_with_an_offset_before_its_z_is_refused_not_a_crash(stamp: str) -> None:
+    """Times of the bytes `iso` writes (digits, `-:.T`, a last `Z`) but not its shape: an
+    offset before the Z. With the Z dropped numpy sees a zone, and numpy 2.4.6 segfaults
+    casting 501 or more such bytes strings to datetime64 (500 pass; a bare `...Z` or `+00:00` too,
+    measured in a subprocess). Run in a subprocess so a crash fails this test, not the run.
+    Before: the process died of SIGSEGV (-11), no refusal."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    got = subprocess.run(
+        [sys.executable, "-c", _PARSE_MANY, stamp], capture_output=True, text=True, cwd=root, timeout=120
+    )
+    assert got.returncode == 0, (got.returncode, got.stderr[-2000:])
+    assert got.stdout.startswith("refused: not an evidence CSV: a time not in ISO 8601 UTC"), got.stdout
+
+
 def test_the_word_wise_lines_mix_every_field_width_as_the_row_at_a_time_csv() -> None:
     """One call with what makes the words differ row by row: every quality, times with and
     without milliseconds across midnight and a new year, readings of four decimals beside

@@ -30,7 +30,7 @@ from monitor.daemon import Daemon, store_condition
 from monitor.errors import StateError
 from monitor.incidents import IncidentStore
 from monitor.incidents.store import DamagedEvidenceError
-from monitor.model import ConditionState, Rule, Sample, iso
+from monitor.model import ConditionState, Rule, Sample, iso, parse_time
 from monitor.web.service import StationCollector
 from monitor.web.station import StationAdapter
 from tests.conftest import fill_disk, tmpfs_disk
@@ -665,28 +665,83 @@ def test_export_of_a_frozen_incident_whose_store_pages_are_damaged_is_its_verifi
     assert (out / f"{iid}-evidence.csv").read_bytes() == frozen.read_bytes()
 
 
-def test_export_of_a_frozen_incident_packs_the_store_not_an_altered_evidence_file(tmp_path: Path) -> None:
-    """The store whole, the frozen evidence file altered (a reading changed in it): the
-    package is the store's evidence, which hashes to the SHA-256 recorded at the freeze, and
-    nothing is said of damage. Before, the altered file was packed as the evidence."""
+@pytest.mark.parametrize("frozen_file", ["altered", "swapped", "missing"])
+def test_export_of_a_frozen_incident_packs_the_store_and_says_the_file_does_not_verify(
+    tmp_path: Path, frozen_file: str
+) -> None:
+    """The store whole, the frozen evidence file not what was frozen: a reading changed in
+    it, swapped for the other incident's frozen file (whole and valid, another hash), or
+    missing. The package is the store's evidence, which hashes to the SHA-256 recorded at
+    the freeze (exit 0: the package is whole), and the manifest
+    (`evidence_file_not_verified`), the report and stderr say the file on disk does not
+    verify: the Superintendent must know the frozen copy was tampered with. Before, the
+    package said nothing of it (an empty stderr, no key in the manifest)."""
+    from tests.incident_helpers import replay_case
+
+    cfg = replay_case("slug-and-oil", tmp_path)
+    slug, other, *_ = incidents_json(cfg)
+    frozen = tmp_path / "state" / "incidents" / slug["id"] / "evidence.csv"
+    recorded = frozen.read_bytes()
+    if frozen_file == "altered":
+        altered = recorded.replace(b",outfall.flow,", b",outfall.flow,9", 1)
+        assert altered != recorded
+        frozen.write_bytes(altered)
+    elif frozen_file == "swapped":
+        theirs = tmp_path / "state" / "incidents" / other["id"] / "evidence.csv"
+        assert hashlib.sha256(theirs.read_bytes()).hexdigest() == other["evidence"]["sha256"]
+        frozen.write_bytes(theirs.read_bytes())
+    else:
+        frozen.unlink()
+    out = tmp_path / "package"
+    got = monitor("incidents", "export", "--config", str(cfg), "--id", slug["id"], "--out", str(out))
+    assert got.returncode == 0 and "Traceback" not in got.stderr, got.stderr
+    csv = (out / f"{slug['id']}-evidence.csv").read_bytes()
+    assert csv == recorded and hashlib.sha256(csv).hexdigest() == slug["evidence"]["sha256"]
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert "evidence_incomplete" not in manifest and "evidence_store_damaged" not in manifest
+    said = manifest["evidence_file_not_verified"]
+    why = "is missing" if frozen_file == "missing" else "does not verify"
+    assert f"the frozen evidence file {frozen} {why}" in said["statement"], said
+    assert "the incident store's evidence, which hashes to the SHA-256 recorded" in said["statement"]
+    assert said["built_from"] == "incident store"
+    assert said["file_sha256"] == (
+        None if frozen_file == "missing" else hashlib.sha256(frozen.read_bytes()).hexdigest()
+    )
+    assert said["statement"] in got.stderr.splitlines()[-1], got.stderr
+    report = (out / f"{slug['id']}.html").read_text(encoding="utf-8")
+    assert html.escape(said["statement"]) in report
+    assert "(as recorded when the incident was frozen)" in report
+
+
+def test_export_refuses_a_frozen_incident_whose_file_and_store_both_differ_from_the_freeze(
+    tmp_path: Path,
+) -> None:
+    """The frozen evidence file altered, and the store's evidence altered too while reading
+    whole (a row added to the schema 1 `evidence` table, which carries no checksum): nothing
+    on disk is what was frozen, so no package at all (exit 1), stderr says why. Before: a
+    package of the store's rows, exit 0, holding a reading that is not the frozen evidence
+    and saying nothing."""
     from tests.incident_helpers import replay_case
 
     cfg = replay_case("slug-and-oil", tmp_path)
     slug = incidents_json(cfg)[0]
-    frozen = tmp_path / "state" / "incidents" / slug["id"] / "evidence.csv"
+    state = tmp_path / "state"
+    frozen = state / "incidents" / slug["id"] / "evidence.csv"
     recorded = frozen.read_bytes()
-    altered = recorded.replace(b",outfall.flow,", b",outfall.flow,9", 1)
-    assert altered != recorded
-    frozen.write_bytes(altered)
+    frozen.write_bytes(recorded.replace(b",outfall.flow,", b",outfall.flow,9", 1))
+    db = sqlite3.connect(state / "incidents.sqlite")
+    db.execute(
+        "INSERT INTO evidence (incident, sensor, t, value, quality) VALUES (?, 'outfall.flow', ?, 999.0, 0)",
+        (slug["id"], parse_time(slug["start"]) + 0.5),
+    )
+    db.commit()
+    db.close()
     out = tmp_path / "package"
     got = monitor("incidents", "export", "--config", str(cfg), "--id", slug["id"], "--out", str(out))
-    assert got.returncode == 0 and not got.stderr, got.stderr
-    assert (out / f"{slug['id']}-evidence.csv").read_bytes() == recorded
-    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
-    assert set(manifest) == {"incident", "generated", "evidence_sha256_recorded", "files"}
-    assert "(as recorded when the incident was frozen)" in (out / f"{slug['id']}.html").read_text(
-        encoding="utf-8"
-    )
+    assert got.returncode == 1 and "Traceback" not in got.stderr, (got.returncode, got.stderr)
+    assert not out.exists() or not list(out.iterdir())
+    assert f"incident {slug['id']}" in got.stderr and "the frozen evidence file" in got.stderr, got.stderr
+    assert "does not hash to the SHA-256 recorded" in got.stderr, got.stderr
 
 
 def test_the_incident_measurement_carries_the_evidence_incomplete_mark(
@@ -732,3 +787,93 @@ def test_the_incident_measurement_carries_the_evidence_incomplete_mark(
     assert marked["evidence_incomplete"] == 1 and marked["evidence_incomplete_from"] == first == T0
     assert whole["evidence_incomplete"] == 0 and whole["evidence_incomplete_from"] is None
     assert marked["open"] == 0 and marked["peak_value"] == 150.0  # the other fields as before
+
+
+def test_export_and_show_do_not_hang_on_a_fifo_in_place_of_the_frozen_file(tmp_path: Path) -> None:
+    """A FIFO where the frozen evidence file was (nothing ever writes to it; a link to
+    /dev/zero is the same kind of trap, a read that never ends, not tried here: it eats
+    memory): `export` and `show` in a subprocess, so a hang fails on its timeout, not the
+    run. The file is not a regular file: not verified, the package the store's evidence
+    (which hashes to the recorded SHA-256) with the file's state said; `show` says the
+    evidence does not verify (exit 0, as for an altered file). Before: both blocked for ever
+    in open()."""
+    import sys
+
+    from tests.incident_helpers import replay_case
+
+    cfg = replay_case("slug-and-oil", tmp_path)
+    slug = incidents_json(cfg)[0]
+    frozen = tmp_path / "state" / "incidents" / slug["id"] / "evidence.csv"
+    recorded = frozen.read_bytes()
+    frozen.unlink()
+    os.mkfifo(frozen)
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "package"
+    run = [sys.executable, "-m", "monitor", "incidents"]
+    try:
+        got = subprocess.run(
+            [*run, "export", "--config", str(cfg), "--id", slug["id"], "--out", str(out)],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            timeout=120,
+        )
+        shown = subprocess.run(
+            [*run, "show", "--config", str(cfg), "--id", slug["id"]],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            timeout=120,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{exc.cmd[4]} blocked on the FIFO: {exc}")
+    assert got.returncode == 0 and "Traceback" not in got.stderr, got.stderr
+    assert (out / f"{slug['id']}-evidence.csv").read_bytes() == recorded
+    said = json.loads((out / "manifest.json").read_text(encoding="utf-8"))["evidence_file_not_verified"]
+    assert f"the frozen evidence file {frozen} is not a regular file" in said["statement"], said
+    assert said["file_sha256"] is None
+    assert shown.returncode == 0 and "evidence DOES NOT VERIFY" in shown.stdout, (shown.stdout, shown.stderr)
+
+
+def test_export_of_a_frozen_incident_never_holds_a_huge_file_in_place_of_its_evidence(tmp_path: Path) -> None:
+    """A 2 GiB file (sparse: no disk taken) where the frozen evidence file was, `export` in a
+    subprocess whose address space is capped at 1.5 GiB (more than an export of this incident
+    takes, less than the file): the file is hashed a chunk at a time and, as it does not
+    verify, never read whole; the package is the store's evidence, the file said not to
+    verify (with its own SHA-256). Before: Path.read_bytes of the whole file, a MemoryError
+    and a traceback (on a station without the cap, the OOM killer's pick)."""
+    import resource
+    import sys
+
+    from tests.incident_helpers import replay_case
+
+    cfg = replay_case("slug-and-oil", tmp_path)
+    slug = incidents_json(cfg)[0]
+    frozen = tmp_path / "state" / "incidents" / slug["id"] / "evidence.csv"
+    recorded = frozen.read_bytes()
+    size = 2 << 30
+    with frozen.open("r+b") as fh:
+        fh.truncate(size)
+    cap = 3 << 29
+
+    def capped() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    out = tmp_path / "package"
+    export = ["incidents", "export", "--config", str(cfg), "--id", slug["id"], "--out", str(out)]
+    got = subprocess.run(
+        [sys.executable, "-m", "monitor", *export],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        timeout=300,
+        preexec_fn=capped,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+    )
+    assert got.returncode == 0 and "Traceback" not in got.stderr, got.stderr[-3000:]
+    assert (out / f"{slug['id']}-evidence.csv").read_bytes() == recorded
+    said = json.loads((out / "manifest.json").read_text(encoding="utf-8"))["evidence_file_not_verified"]
+    zeros = hashlib.sha256(recorded)
+    zeros.update(bytes(size - len(recorded)))
+    assert f"the frozen evidence file {frozen} does not verify" in said["statement"], said
+    assert said["file_sha256"] == zeros.hexdigest()

@@ -137,6 +137,8 @@ def _run(config: Config, store: IncidentStore, args: argparse.Namespace, now: fl
     print(f"manifest: {Path(args.out) / 'manifest.json'}")
     if package.store_damaged is not None:  # the package is whole: said, exit 0 (docs/commands.md)
         print(f"incident {inc.id}: {package.store_damaged.statement}", file=sys.stderr)
+    if package.file_not_verified is not None:  # whole too, from the store: the file's state said
+        print(f"incident {inc.id}: {package.file_not_verified.statement}", file=sys.stderr)
     if package.incomplete is not None:  # last, where a script's log and a person's eye land
         print(f"incident {inc.id}: {package.incomplete.statement}", file=sys.stderr)
         return EXIT_INCOMPLETE

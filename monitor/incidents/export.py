@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from monitor.incidents.figures import Series
 from monitor.incidents.model import Incident
-from monitor.incidents.package import Incomplete, StoreDamaged, contents
+from monitor.incidents.package import FileNotVerified, Incomplete, StoreDamaged, contents
 from monitor.incidents.report import detail_lines, incident_json
 from monitor.incidents.store import IncidentStore
 from monitor.model import iso
@@ -151,9 +151,10 @@ def render_html(
     csv_sha: str,
     incomplete: Incomplete | None = None,
     store_damaged: StoreDamaged | None = None,
+    file_not_verified: FileNotVerified | None = None,
 ) -> str:
-    """The report; with `incomplete` or `store_damaged`, said at its top and under Evidence
-    (else unchanged)."""
+    """The report; with `incomplete`, `store_damaged` or `file_not_verified`, said at its top
+    and under Evidence (else unchanged)."""
     data = incident_json(inc, zone, now)
     recorded = " (as recorded when the incident was frozen)" if inc.evidence_sha256 == csv_sha else ""
     rows = "".join(
@@ -177,6 +178,11 @@ only ({statement}), with their quality"""
         overdue = f"{banner}\n{overdue}"
         evidence = f"""{evidence}, from the evidence file written when the incident was frozen
 ({statement})"""
+    if file_not_verified is not None:
+        statement = html.escape(file_not_verified.statement)
+        banner = f'<p class="overdue" id="evidence-file-not-verified">Note: {statement}.</p>'
+        overdue = f"{banner}\n{overdue}"
+        evidence = f"""{evidence}, from the incident store ({statement})"""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>Incident {html.escape(inc.id)}</title>
@@ -207,6 +213,7 @@ class Package:
     hashes: dict[str, str]
     incomplete: Incomplete | None
     store_damaged: StoreDamaged | None
+    file_not_verified: FileNotVerified | None = None
 
 
 def export(store: IncidentStore, inc: Incident, out: Path, zone: ZoneInfo, now: float) -> Package:
@@ -216,7 +223,9 @@ def export(store: IncidentStore, inc: Incident, out: Path, zone: ZoneInfo, now: 
     csv = got.csv
     csv_sha = hashlib.sha256(csv).hexdigest()
     out.mkdir(parents=True, exist_ok=True)
-    report = render_html(inc, got.series, zone, now, csv_sha, got.incomplete, got.store_damaged)
+    report = render_html(
+        inc, got.series, zone, now, csv_sha, got.incomplete, got.store_damaged, got.file_not_verified
+    )
     files = {
         f"{inc.id}.html": report.encode("utf-8"),
         f"{inc.id}-evidence.csv": csv,
@@ -233,7 +242,9 @@ def export(store: IncidentStore, inc: Incident, out: Path, zone: ZoneInfo, now: 
         manifest["evidence_incomplete"] = got.incomplete.to_json()
     if got.store_damaged is not None:
         manifest["evidence_store_damaged"] = got.store_damaged.to_json()
+    if got.file_not_verified is not None:
+        manifest["evidence_file_not_verified"] = got.file_not_verified.to_json()
     manifest["evidence_sha256_recorded"] = inc.evidence_sha256
     manifest["files"] = [{"name": k, "sha256": h, "bytes": len(files[k])} for k, h in hashes.items()]
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    return Package(hashes, got.incomplete, got.store_damaged)
+    return Package(hashes, got.incomplete, got.store_damaged, got.file_not_verified)

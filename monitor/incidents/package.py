@@ -7,7 +7,10 @@
   to columns for the plot; a store whose blocks are damaged now is said (`StoreDamaged`), the
   package is whole. When the file does not verify (altered, missing), the store's evidence,
   and with a damaged block there, only what is intact before it (`Incomplete`, saying the
-  frozen file does not verify either): nothing vouches for the rest.
+  frozen file does not verify either): nothing vouches for the rest. With no damaged block,
+  the store's evidence only when it hashes to the recorded SHA-256 (`FileNotVerified` says
+  the file on disk is not what was frozen), else no package: nothing on disk is the frozen
+  evidence, and a package must never hold a number that is not.
 - An incident not final yet: the store's evidence (a damaged block: its error, no package;
   the tracker marks the incident when it meets it).
 """
@@ -23,7 +26,7 @@ from monitor.errors import StateError
 from monitor.incidents.evidence import EvidenceFileError, parse_csv
 from monitor.incidents.figures import Series
 from monitor.incidents.model import Incident
-from monitor.incidents.store import Columns, Damage, IncidentStore
+from monitor.incidents.store import Columns, Damage, IncidentStore, NotRegularFileError
 from monitor.model import iso
 
 _NONE: Columns = (np.empty(0, np.float64), np.empty(0, np.float64), np.empty(0, np.int8))
@@ -99,14 +102,44 @@ class StoreDamaged:
 
 
 @dataclass(frozen=True, slots=True)
+class FileNotVerified:
+    """A frozen incident's package built from the store's evidence, which hashes to the
+    SHA-256 recorded at the freeze, while the frozen file on disk does not (altered,
+    swapped, missing): the package is whole, the file's tampering or loss is said.
+    `file_sha256`: the file's own hash, when it could be read."""
+
+    path: str
+    why: str
+    file_sha256: str | None
+
+    @property
+    def statement(self) -> str:
+        return (
+            f"the frozen evidence file {self.path} {self.why}: the copy on disk is not what was"
+            " frozen; this package is built from the incident store's evidence, which hashes to"
+            " the SHA-256 recorded when the incident was frozen"
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "statement": self.statement,
+            "built_from": "incident store",
+            "file": self.path,
+            "file_sha256": self.file_sha256,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Contents:
     """A package's evidence: the CSV's bytes, the incident's own sensor's readings for the
-    plot, and what the package lacks or what became of the store (each None when nothing)."""
+    plot, and what the package lacks or what became of the store or of the frozen file (each
+    None when nothing)."""
 
     csv: bytes
     series: Series
     incomplete: Incomplete | None = None
     store_damaged: StoreDamaged | None = None
+    file_not_verified: FileNotVerified | None = None
 
 
 def intact_evidence(
@@ -137,25 +170,29 @@ def intact_evidence(
     return cut, Incomplete(since, tuple(damaged), inc.evidence_broken or "", frozen_file)
 
 
-def verified_file(store: IncidentStore, inc: Incident) -> tuple[bytes | None, str]:
+def verified_file(store: IncidentStore, inc: Incident) -> tuple[bytes | None, str, str | None]:
     """A frozen incident's evidence file when it hashes to the SHA-256 recorded at the freeze
-    (else None), and what is wrong with it ("" when nothing)."""
-    path = store.evidence_path(inc.id)
+    (else None), what is wrong with it ("" when nothing), and its SHA-256 (None: unread)."""
+    if inc.evidence_sha256 is None:
+        return None, "has no SHA-256 on record", None
     try:
-        data = path.read_bytes()
+        sha, data = store.frozen_file(inc.id, inc.evidence_sha256)
     except FileNotFoundError:
-        return None, "is missing"
+        return None, "is missing", None
+    except NotRegularFileError:
+        return None, "is not a regular file", None
     except OSError as exc:
-        return None, f"cannot be read ({exc.strerror or exc})"
-    if inc.evidence_sha256 is None or hashlib.sha256(data).hexdigest() != inc.evidence_sha256:
-        return None, "does not verify"
-    return data, ""
+        return None, f"cannot be read ({exc.strerror or exc})", None
+    if data is None:
+        return None, "does not verify", sha
+    return data, "", sha
 
 
 def frozen_evidence(store: IncidentStore, inc: Incident) -> Contents:
     """A frozen incident's: its file when it verifies (the store's damage, if any, said),
-    else the store's evidence, up to its first damaged block."""
-    data, why = verified_file(store, inc)
+    else the store's evidence, up to its first damaged block, or whole when it hashes to the
+    recorded SHA-256 (the file's state said; else the error: no package)."""
+    data, why, file_sha = verified_file(store, inc)
     unreadable = None
     try:
         read = store.intact_columns(inc.id)
@@ -171,10 +208,20 @@ def frozen_evidence(store: IncidentStore, inc: Incident) -> Contents:
             raise StateError(f"incident {inc.id}: frozen evidence file: {exc}") from exc
         said = StoreDamaged(tuple(damaged), unreadable) if damaged or unreadable is not None else None
         return Contents(data, series, store_damaged=said)
-    incomplete = None
     if damaged:
         columns, incomplete = intact_evidence(store, inc, read, why)
-    return Contents(store.evidence_csv(inc.id, columns), _series(columns, inc), incomplete)
+        return Contents(store.evidence_csv(inc.id, columns), _series(columns, inc), incomplete)
+    csv = store.evidence_csv(inc.id, columns)
+    path = store.evidence_path(inc.id)
+    if hashlib.sha256(csv).hexdigest() != inc.evidence_sha256:
+        raise StateError(
+            f"incident {inc.id}: the frozen evidence file {path} {why}, and the incident store's"
+            " evidence does not hash to the SHA-256 recorded when the incident was frozen either:"
+            " nothing on disk is the frozen evidence, no package (restore the file or the store"
+            " from a backup)"
+        )
+    notice = FileNotVerified(str(path), why, file_sha)
+    return Contents(csv, _series(columns, inc), file_not_verified=notice)
 
 
 def contents(store: IncidentStore, inc: Incident) -> Contents:

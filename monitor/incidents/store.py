@@ -29,6 +29,7 @@ import json
 import math
 import os
 import sqlite3
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -234,6 +235,10 @@ def _incident(row: tuple[str, str, str, float, int, str]) -> Incident:
         evidence_broken=d.get("evidence_broken"),
         frozen=bool(frozen),
     )
+
+
+class NotRegularFileError(OSError):
+    """A frozen evidence file that is not a regular file (a FIFO, a device): never read."""
 
 
 class IncidentStore:
@@ -610,6 +615,29 @@ class IncidentStore:
     def evidence_path(self, iid: str) -> Path:
         return self.dir / "incidents" / iid / "evidence.csv"
 
+    def frozen_file(self, iid: str, sha256: str | None) -> tuple[str, bytes | None]:
+        """The frozen evidence file's SHA-256, and its bytes when that is `sha256` (None: what
+        is on disk is not the frozen evidence). Hashed a chunk at a time before it is read
+        whole, so a file of any size put there is never held in memory (Path.read_bytes of a
+        2 GiB file: a MemoryError). `NotRegularFileError` when it is not a regular file, as
+        the freeze writes (a FIFO put there blocked the read for ever, a link to /dev/zero
+        would never end it): opened without blocking, checked before anything is read."""
+        path = self.evidence_path(iid)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise NotRegularFileError(f"{path} is not a regular file")
+            digest = hashlib.sha256()
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+            sha = digest.hexdigest()
+            if sha != sha256:
+                return sha, None
+            fh.seek(0)
+            data = fh.read()
+        sha = hashlib.sha256(data).hexdigest()  # the bytes held, should it change between reads
+        return sha, data if sha == sha256 else None
+
     def freeze_evidence(self, iid: str, columns: dict[str, Columns] | None = None) -> tuple[str, int]:
         """Write the evidence file once (atomically) and return (SHA-256, rows)."""
         cols = self.columns(iid) if columns is None else columns
@@ -648,10 +676,10 @@ class IncidentStore:
         if inc.evidence_sha256 is None:
             return False
         try:
-            on_disk = self.evidence_path(inc.id).read_bytes()
+            on_disk, _ = self.frozen_file(inc.id, None)
         except OSError:
             return False
         return (
-            hashlib.sha256(on_disk).hexdigest() == inc.evidence_sha256
+            on_disk == inc.evidence_sha256
             and hashlib.sha256(self.evidence_csv(inc.id)).hexdigest() == inc.evidence_sha256
         )
