@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 CHECKPOINT_INTERVAL = 300.0  # wall seconds between baseline checkpoints
 TICK = 1.0  # wall seconds between timer ticks
 STOP_DRAIN = 5.0  # wall seconds the outbox may drain at shutdown
+JOURNAL_LOOK = 100  # newest journal entries read at start for one the gateway clock stamped
 
 
 class ServedConsole(Protocol):
@@ -223,16 +224,22 @@ class Daemon:
             self._judged_start()
 
     def _evidence(self) -> list[Evidence]:
-        """Times the station wrote outside the meter ledger, read before anything is written
-        this run: the heartbeat, the engine checkpoint's last tick (the gateway's own clock),
-        the alarm journal's last entry. (Not the outbox: empty whenever InfluxDB is up.)"""
+        """Times the gateway clock stamped outside the meter ledger, read before anything is
+        written this run: the heartbeat, the engine checkpoint's last tick, the alarm journal's
+        last entry of a gateway-stamped sensor (not a meter's: its alarm carries the meter row's
+        stamp, a bad one too; not a device-stamped one's, `device_stamped`). Not the outbox:
+        empty whenever InfluxDB is up."""
         out = self.clock_file.evidence()
         if math.isfinite(self.engine.restored_tick):
             tick = self.engine.restored_tick
             out.append(Evidence(f"the engine checkpoint's last tick ({iso(tick)})", tick))
+        other = set(self.meters.ledger.specs) | device_stamped(self.config)
         with contextlib.suppress(MonitorError):  # an unreadable journal says so where it is used
-            for entry in self.alarms.journal.entries(limit=1, newest_first=True):
-                out.append(Evidence(f"the alarm journal's last entry ({iso(entry.time)})", entry.time))
+            for entry in self.alarms.journal.entries(limit=JOURNAL_LOOK, newest_first=True):
+                if entry.sensor not in other:
+                    what = f"the alarm journal's last entry ({entry.sensor}, {iso(entry.time)})"
+                    out.append(Evidence(what, entry.time))
+                    break
         return out
 
     def _judged_start(self) -> None:

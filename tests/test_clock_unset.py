@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from monitor.alarms.journal import Entry, Journal
 from monitor.clockfile import CLOCK_FILE, ClockFile
 from monitor.config import Config, load_config
 from monitor.daemon import Daemon
@@ -33,7 +34,7 @@ from monitor.engine import ClockWatch
 from monitor.meters.ledger import Ledger
 from monitor.meters.periods import quarter
 from monitor.meters.totalizer import MeterSpec
-from monitor.model import ManualClock
+from monitor.model import ManualClock, Rule
 from tests.cli import run_monitor
 from tests.conftest import fill_disk
 from tests.daemon_process import running_daemon
@@ -323,3 +324,63 @@ def test_the_heartbeat_survives_kill_9_whole(tmp_path: Path) -> None:
     assert doc["format"] == "station-monitor clock" and doc["version"] == 1
     (state / (CLOCK_FILE + ".tmp")).write_bytes(b'{"format": "station-monitor clock", "ver')
     assert heartbeat(state) == held
+
+
+def test_bad_stamps_of_two_meters_and_their_journaled_alarm_do_not_outvote_the_heartbeat(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One ingested file's typo put two readings of each meter five years ahead, and a meter
+    alarm was journaled at one of those stamps (a meter's alarm carries its row's time). The
+    clock agrees with the heartbeat: all four rows are bad stamps, moved. Counted as evidence,
+    each meter's rows made the other's clock "unset", and so did the journaled alarm: nothing
+    moved. A gateway-stamped journal entry still counts (the next test)."""
+    path = two_meter_station(tmp_path)
+    config = load_config(path)
+    state = config.state_dir
+    write_heartbeat(state, TR - 60)
+    ledger = Ledger(state / "ledger.sqlite", {METER: SPEC, HOME: HOME_SPEC}, now=TR - 3600)
+    for m in (METER, HOME):
+        ledger.add_many([(m, TR - 3600 + 60 * i, Decimal(100 + i)) for i in range(59)])
+        ledger.add_many([(m, TR + 5 * YEAR, Decimal(159)), (m, TR + 5 * YEAR + 60, Decimal(160))])
+    ledger.close()
+    journal = Journal(state / "journal.sqlite")
+    journal.append(Entry(TR + 5 * YEAR + 60, METER, Rule.METER, "activated", "active", "high"))
+    journal.close()
+    with caplog.at_level(logging.INFO):
+        gw = Gateway(config, TR)
+    try:
+        assert [e for e in errors(caplog) if "not synchronised" in e] == []
+        steps = gw.daemon.meters.ledger.clock_steps()
+        assert sorted((s.meter, s.rows, s.found) for s in steps) == [(HOME, 2, True), (METER, 2, True)]
+    finally:
+        close(gw.daemon)
+
+
+def test_a_clock_a_year_behind_the_journal_is_unset_without_a_heartbeat_even_for_one_row(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No heartbeat (the first start of this release), the clock a year behind the station:
+    the alarm journal's last gateway-stamped entry (an operator's acknowledgement) says so.
+    The meter's one reading ahead is not moved a year back as a bad stamp; the ERROR names
+    the journal entry."""
+    path = meter_station(tmp_path)
+    config = load_config(path)
+    state = config.state_dir
+    state.mkdir(parents=True)
+    ledger = Ledger(state / "ledger.sqlite", {METER: SPEC}, now=TR - DAY)
+    ledger.add_many([(METER, TR - DAY, Decimal(5))])
+    ledger.close()
+    journal = Journal(state / "journal.sqlite")
+    journal.append(Entry(TR - 60, "ph", Rule.HIGH, "acknowledged", "active_acked", "high", actor="op"))
+    journal.close()
+    before = rows_of(state / "ledger.sqlite")
+    with caplog.at_level(logging.INFO):
+        gw = Gateway(config, TR - YEAR)
+    try:
+        assert rows_of(state / "ledger.sqlite") == before
+        (said,) = [e for e in errors(caplog) if "not synchronised" in e]
+        assert "behind the alarm journal's last entry (ph," in said
+        gw.tick(TR - YEAR + 60, 60)
+        assert heartbeat(state) is None  # the unset clock writes none
+    finally:
+        close(gw.daemon)

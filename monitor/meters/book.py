@@ -138,8 +138,9 @@ def meter_records(
 @dataclass(frozen=True, slots=True)
 class Evidence:
     """A time the station wrote something at, from outside a meter's own rows (the daemon's
-    heartbeat file, the engine checkpoint's last tick, the alarm journal's last entry, another
-    meter's newest row): at start, a gateway clock more than a day behind it is not set yet.
+    heartbeat file, the engine checkpoint's last tick, the alarm journal's last gateway-stamped
+    entry; another meter's newest row): at start, a gateway clock more than a day behind it is
+    not set yet.
     `good`: written only by a clock believed set (the heartbeat, `monitor.clockfile`), so a
     clock not behind it is set: one meter's rows far ahead of it are that meter's bad stamps."""
 
@@ -339,14 +340,15 @@ class MeterBook:
         of its step, which such a row alone is. Returns the meter alarm transitions.
 
         Rows more than a day ahead are either a clock not set yet or bad stamps; `evidence`
-        (the daemon's: times the station wrote outside this ledger) and the other meters'
-        newest rows tell which (`_unset`): a clock behind any of them by more than a day is
-        not set, and nothing of that meter moves; a clock not behind a `good` one (the
-        heartbeat) is set, and the rows ahead are bad stamps, moved; neither known, more than
-        one row ahead is taken for an unset clock (moving would send the history back by
+        (the daemon's: times the gateway clock stamped outside this ledger) tells which
+        (`_unset`): a clock behind any of it by more than a day is not set, and nothing of that
+        meter moves; a clock not behind a `good` one (the heartbeat) is set, and the rows ahead
+        are bad stamps, moved. Without a `good` one the other meters' newest rows count too
+        (with it they do not: the same typo'd file may hold them); and, nothing known, more
+        than one row ahead is taken for an unset clock (moving would send the history back by
         the clock's error), one row for a bad stamp."""
         ahead = self.ledger.ahead(now, tolerance, keep)
-        newest = self.ledger.newest(keep) if ahead else {}
+        newest = self.ledger.newest(keep) if ahead and not any(e.good for e in evidence) else {}
         for meter, newest_ms in ahead.items():
             step = now - newest_ms / 1000 - 1.0  # the newest row lands a second before now
             if -step > UNSYNCED_AT_START:
