@@ -384,3 +384,20 @@ def test_a_clock_a_year_behind_the_journal_is_unset_without_a_heartbeat_even_for
         assert heartbeat(state) is None  # the unset clock writes none
     finally:
         close(gw.daemon)
+
+
+def test_the_heartbeat_is_written_only_by_a_plausible_clock(tmp_path: Path) -> None:
+    """Not before the start was judged (a test's or the demo's clock: no verdict), not before
+    the release (1970, an old image's build date; a first start has no other evidence), not a
+    day behind what the station held at start; then at most once a minute, or at once at a
+    clean stop or a step."""
+    file = ClockFile(tmp_path / CLOCK_FILE, floor=TR - DAY)
+    assert not file.beat(TR) and heartbeat(tmp_path) is None  # not judged
+    file.not_before = -float("inf")
+    assert not file.beat(0.0) and not file.beat(TR - DAY - 1)  # 1970; before the release
+    file.not_before = TR + 2 * DAY
+    assert not file.beat(TR) and heartbeat(tmp_path) is None  # two days behind the station
+    assert file.beat(TR + DAY) and heartbeat(tmp_path) == TR + DAY
+    assert not file.beat(TR + DAY + 59) and file.beat(TR + DAY + 59, force=True)
+    assert file.beat(TR + DAY + 300) and file.beat(TR + DAY + 180)  # a step back of 2 min: at once
+    assert heartbeat(tmp_path) == TR + DAY + 180
