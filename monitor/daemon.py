@@ -29,6 +29,7 @@ from monitor.alarms import AlarmManager, Dispatcher, Notifier
 from monitor.alarms.mqtt import AlarmPublisher, MqttCommands
 from monitor.alarms.people import people_notifiers
 from monitor.callout import Callout, HeartbeatPinger
+from monitor.clockfile import CLOCK_FILE, ClockFile
 from monitor.config import Config
 from monitor.diskspace import DiskWatch
 from monitor.engine import (
@@ -43,8 +44,8 @@ from monitor.errors import MonitorError
 from monitor.health import ClockHealth, Health, IncidentHealth, MeterHealth, gather, readiness
 from monitor.incidents import IncidentTracker
 from monitor.incidents.influx import incident_lines
-from monitor.meters.book import MeterBook
-from monitor.model import Alarm, Clock, Condition, ConditionState, Rule, Sample, WallClock
+from monitor.meters.book import Evidence, MeterBook
+from monitor.model import Alarm, Clock, Condition, ConditionState, Rule, Sample, WallClock, iso
 from monitor.pipeline import Pipeline
 from monitor.reconcile import Reconciler, device_skew, device_stamped, gateway_fed
 from monitor.recovery import recover
@@ -60,6 +61,7 @@ log = logging.getLogger(__name__)
 CHECKPOINT_INTERVAL = 300.0  # wall seconds between baseline checkpoints
 TICK = 1.0  # wall seconds between timer ticks
 STOP_DRAIN = 5.0  # wall seconds the outbox may drain at shutdown
+JOURNAL_LOOK = 100  # newest journal entries read at start for one the gateway clock stamped
 
 
 class ServedConsole(Protocol):
@@ -108,6 +110,10 @@ class Daemon:
             self.disk,
             station=self.station,
         )
+        # The station's last known good time (monitor/clockfile.py), and what else the state
+        # says the station wrote last: at start, whether the clock is set (`found_at_start`).
+        self.clock_file = ClockFile(config.state_dir / CLOCK_FILE)
+        self.start_evidence = self._evidence()
         # The gateway clock (engine/clock_step.py): checked before each batch is judged and
         # on every tick; None for a test's or the demo's clock.
         self.clock_watch: ClockWatch | None = None
@@ -214,8 +220,34 @@ class Daemon:
             # Before the watch's first check: the ledger's own newest rows measure its step, and
             # the restored history's step (`check_restored`) then finds nothing left ahead.
             with contextlib.suppress(MonitorError):  # counted and logged by the book, kept for the next try
-                found = self.meters.found_at_start(watch.wall(), TOLERANCE, watch.device)
+                found = self.meters.found_at_start(watch.wall(), TOLERANCE, watch.device, self.start_evidence)
                 self.pipeline.raise_conditions(found)
+            self._judged_start()
+
+    def _evidence(self) -> list[Evidence]:
+        """Times the gateway clock stamped outside the meter ledger, read before anything is
+        written this run: the heartbeat, the engine checkpoint's last tick, the alarm journal's
+        last entry of a gateway-stamped sensor (not a meter's: its alarm carries the meter row's
+        stamp, a bad one too; not a device-stamped one's, `device_stamped`). Not the outbox:
+        empty whenever InfluxDB is up."""
+        out = self.clock_file.evidence()
+        if math.isfinite(self.engine.restored_tick):
+            tick = self.engine.restored_tick
+            out.append(Evidence(f"the engine checkpoint's last tick ({iso(tick)})", tick))
+        other = set(self.meters.ledger.specs) | device_stamped(self.config)
+        with contextlib.suppress(MonitorError):  # an unreadable journal says so where it is used
+            for entry in self.alarms.journal.entries(limit=JOURNAL_LOOK, newest_first=True):
+                if entry.sensor not in other:
+                    what = f"the alarm journal's last entry ({entry.sensor}, {iso(entry.time)})"
+                    out.append(Evidence(what, entry.time))
+                    break
+        return out
+
+    def _judged_start(self) -> None:
+        """The heartbeat is written from now on, once the clock is within a day of what the
+        station held at start (the evidence, and the meter rows taken for an unset clock's)."""
+        held = [e.time for e in self.start_evidence] + list(self.meters.unset_at_start.values())
+        self.clock_file.not_before = max(held, default=-math.inf)
 
     def _meter_step(self, watch: ClockWatch, step: float) -> None:
         """The meter ledger's rows the old clock stamped ahead of the new one move with a step
@@ -242,6 +274,7 @@ class Daemon:
             self.pipeline.raise_conditions(self.clock_watch.check())
         self._meter_steps_pending()
         now = self.clock.now()
+        self.clock_file.beat(now)
         self.pipeline.tick(now)
         self.pipeline.submit(self.disk.check(now))
         self.dispatcher.tick(now)
@@ -387,6 +420,7 @@ class Daemon:
         if left:
             log.warning("%d point(s) stay in the outbox for the next start", left)
         self.checkpoint()
+        self.clock_file.beat(self.clock.now(), force=True)
         if self.mqtt_link is not None:
             self.mqtt_link.stop()
         for notifier in self.notifiers:

@@ -305,3 +305,40 @@ def test_people_notifiers_follow_the_config(receiver: Receiver) -> None:
 
     asyncio.run(go())
     assert receiver.bodies[0]["station"] == "ps-1"
+
+
+def test_a_restart_on_an_unset_clock_still_reminds_of_an_unacknowledged_alarm(tmp_path: Path) -> None:
+    """An unacknowledged critical alarm from before a reboot on a gateway without a
+    battery-backed clock: the clock now reads a year before the alarm's last change. The
+    reminder measured `now - updated_at`, negative for the year until the clock is set (on a
+    gateway NTP never reaches, for ever): no reminder, and nothing said. The interval is
+    measured on the clock of now from the first tick that finds it behind."""
+    config = Alarms(renotify_interval=900)
+    rig = Rig(tmp_path / "j.sqlite", config)
+
+    async def before() -> None:
+        rig.raise_alarm("outfall.oil")
+        await rig.settle()
+
+    asyncio.run(before())
+    rig.manager.close()
+    boot = T0 - 365 * 86400.0
+    clock = ManualClock(boot)
+    manager = AlarmManager(config, Journal(tmp_path / "j.sqlite"), clock)
+    pager = Pager()
+    dispatcher = Dispatcher(config, clock, notifiers=[pager])
+    dispatcher.attach(manager)
+
+    async def after() -> None:
+        for _ in range(3):
+            dispatcher.tick()
+            clock.advance(900)
+        task = asyncio.create_task(dispatcher.run())
+        await dispatcher.drain()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(after())
+    manager.close()
+    assert pager.told == [("outfall.oil", "active_unacknowledged", True)] * 2

@@ -493,3 +493,30 @@ def test_an_address_with_a_line_break_fails_the_channel_not_the_callout(
             await rig.close()
 
     asyncio.run(go())
+
+
+def test_a_restart_on_an_unset_clock_goes_on_escalating(tmp_path: Path, smtp: MailServer) -> None:
+    """Alice was paged; the gateway reboots without a battery-backed clock and reads a year
+    before the page. Bob's step was due 5 s after Alice's on the old clock, a year ahead of
+    this one: it waited for the clock to come round (on a gateway NTP never reaches, for
+    ever), and nothing said so. At a restart, a step due later than its delay from now is due
+    its delay from now: Bob is paged 5 s after the restart."""
+    config = build_config(raw_config(tmp_path, smtp.port, repeat=1))
+    clock = ManualClock(T0)
+
+    async def go() -> None:
+        rig = Rig(config, clock)
+        rig.manager.apply(ph(ConditionState.ACTIVE, T0))
+        assert await rig.step() == 1
+        await rig.close()
+        clock.set(T0 - 365 * 86400.0)
+        rig = Rig(config, clock)
+        try:
+            rig.callout.resume()
+            assert await rig.step() == 0
+            assert await rig.step(5.1) == 1
+        finally:
+            await rig.close()
+        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+    asyncio.run(go())

@@ -5,7 +5,7 @@ Layers, lowest first (a module may import its own layer and the ones below):
 
     0  model, errors, units, config, sdnotify, sqlite, statelock
     1  sources, engine, alarms, sinks, meters, callout, incidents, station
-    2  pipeline, reconcile, recovery, state_check, diskspace, health, daemon   (wiring)
+    2  pipeline, reconcile, recovery, state_check, diskspace, clockfile, health, daemon   (wiring)
     3  web, fleet                                       (the console on top of the daemon; the fleet view)
     4  commands, cli, __main__
 
@@ -43,6 +43,7 @@ LAYERS: dict[str, int] = {
     "recovery": 2,
     "state_check": 2,
     "diskspace": 2,
+    "clockfile": 2,  # the station's last known good time: state_dir/clock.json
     "health": 2,
     "daemon": 2,
     "web": 3,

@@ -236,6 +236,11 @@ class Dispatcher:
                 continue
             key = (alarm.sensor, str(alarm.rule))
             last = self._last_sent.get(key, alarm.updated_at)
+            if last > now:
+                # The clock is behind the alarm's last change or reminder (a restart on a clock
+                # not set yet, a step back): `now - last` stayed negative until the clock came
+                # round again, a year on an unset clock, and no reminder came. Measured from now.
+                self._last_sent[key] = last = now
             if now - last >= interval:
                 self._last_sent[key] = now
                 for outlet in self._notifiers:

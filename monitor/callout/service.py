@@ -40,7 +40,7 @@ from monitor.callout.store import CalloutStore, Escalation, Message
 from monitor.config import Config
 from monitor.config.notify import EscalationPipeline, Notify
 from monitor.errors import AlarmError, MonitorError, StateError
-from monitor.model import Alarm, AlarmState, Clock, Condition, ConditionState, Priority, Rule
+from monitor.model import Alarm, AlarmState, Clock, Condition, ConditionState, Priority, Rule, iso
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,17 @@ class Callout:
             ", ".join(self.notify.channels) or "none",
             on_call,
         )
+        try:
+            moved = self.store.behind(now, self.notify.retry_max)
+        except StateError as exc:  # a full disk: the steps stay where they were
+            log.error("callout: %s", exc)
+            moved = 0
+        if moved:
+            log.warning(
+                "callout: %d escalation step(s) or message retries were due further ahead than their"
+                " delay on a clock ahead of this one (%s: not set yet, or stepped back while stopped);"
+                " due from now instead", moved, iso(now),
+            )  # fmt: skip
         for alarm in self.manager.active():
             if alarm.state is AlarmState.UNACK and alarm.active:
                 self._activated(alarm, now, counted=False)

@@ -260,6 +260,22 @@ class CalloutStore:
         )
         return [_esc(r) for r in rows]
 
+    def behind(self, now: float, retry_max: float) -> int:
+        """After a restart on a clock behind the store (not set yet, stepped back while down):
+        a running step due later than its delay from `now`, or a message retry later than
+        `retry_max`, was scheduled by a clock ahead of this one and would wait for it to come
+        round. Each is due its delay (a message: at once) from `now`; returns how many."""
+        with self._tx() as db:
+            steps = db.execute(
+                "UPDATE escalation SET next_at = ? + delay WHERE status='running' AND next_at > ? + delay",
+                (now, now),
+            ).rowcount
+            retries = db.execute(
+                "UPDATE message SET next_try = ? WHERE state='pending' AND next_try > ?",
+                (now, now + retry_max),
+            ).rowcount
+        return int(steps) + int(retries)
+
     def members(self, flood: int) -> list[Escalation]:
         rows = self._query(f"SELECT {_ESC} FROM escalation WHERE flood=? ORDER BY id", (flood,))
         return [_esc(r) for r in rows]

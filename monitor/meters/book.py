@@ -40,8 +40,9 @@ from monitor.meters.totalizer import ANOMALIES, ZERO, MeterSpec, Step, condition
 from monitor.model import Clock, Condition, Kind, Quality, Sample, WallClock, iso
 
 log = logging.getLogger(__name__)
-# At start, more than one row of a meter ahead of the clock by more than this is taken for a
-# clock not synchronised yet, not for a step back the ledger missed (`found_at_start`).
+# At start, a clock behind the station's evidence by more than this is not set yet; without
+# evidence, more than one row of a meter ahead of it by more than this is taken for that, not
+# for a step back the ledger missed (`found_at_start`).
 UNSYNCED_AT_START = 86_400.0
 
 LEDGER_FILE = "ledger.sqlite"
@@ -141,6 +142,20 @@ def meter_records(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """A time the station wrote something at, from outside a meter's own rows (the daemon's
+    heartbeat file, the engine checkpoint's last tick, the alarm journal's last gateway-stamped
+    entry; another meter's newest row): at start, a gateway clock more than a day behind it is
+    not set yet.
+    `good`: written only by a clock believed set (the heartbeat, `monitor.clockfile`), so a
+    clock not behind it is set: one meter's rows far ahead of it are that meter's bad stamps."""
+
+    what: str
+    time: float
+    good: bool = False
+
+
 @dataclass(slots=True)
 class _PendingStep:
     """A clock step back not yet moved in the ledger, with the notice time it had."""
@@ -186,6 +201,8 @@ class MeterBook:
         self._steps: list[_PendingStep] = []
         self._step_conditions: list[Condition] = []  # from moves made, not yet returned
         self.clock_step_failures = 0  # steps whose move the ledger refused (once per step)
+        # Meters whose rows ahead were taken for an unset clock at start, and their newest stamp.
+        self.unset_at_start: dict[str, float] = {}
         # Points of meters no longer configured the InfluxDB copy lacks (`unconfigured`).
         self.unsent_unconfigured = 0
         self._said_unconfigured: set[str] = set()
@@ -317,7 +334,9 @@ class MeterBook:
         self._steps.append(_PendingStep(step, now, frozenset(keep)))
         return self.move_pending()
 
-    def found_at_start(self, now: float, tolerance: float, keep: Collection[str] = ()) -> list[Condition]:
+    def found_at_start(
+        self, now: float, tolerance: float, keep: Collection[str] = (), evidence: Sequence[Evidence] = ()
+    ) -> list[Condition]:
         """At the daemon's start: a meter whose newest rows are ahead of the gateway clock `now`
         by more than `tolerance` had a step back the ledger did not follow (a move the disk
         refused before a restart, a ledger written before this check, the clock stepped while
@@ -327,27 +346,26 @@ class MeterBook:
         meter's own, measured from its newest row (the daemon's down time, and so the real
         step, is unknown: at least this much): one meter's far-future reading (a bad stamp, not
         the clock) then moves that meter's rows only, and of those only the rows down to a gap
-        of its step, which such a row alone is. Returns the meter alarm transitions."""
-        for meter, newest_ms in self.ledger.ahead(now, tolerance, keep).items():
+        of its step, which such a row alone is. Returns the meter alarm transitions.
+
+        Rows more than a day ahead are either a clock not set yet or bad stamps; `evidence`
+        (the daemon's: times the gateway clock stamped outside this ledger) tells which
+        (`_unset`): a clock behind any of it by more than a day is not set, and nothing of that
+        meter moves; a clock not behind a `good` one (the heartbeat) is set, and the rows ahead
+        are bad stamps, moved. Without a `good` one the other meters' newest rows count too
+        (with it they do not: the same typo'd file may hold them); and, nothing known, more
+        than one row ahead is taken for an unset clock (moving would send the history back by
+        the clock's error), one row for a bad stamp."""
+        ahead = self.ledger.ahead(now, tolerance, keep)
+        newest = self.ledger.newest(keep) if ahead and not any(e.good for e in evidence) else {}
+        for meter, newest_ms in ahead.items():
             step = now - newest_ms / 1000 - 1.0  # the newest row lands a second before now
-            if -step > UNSYNCED_AT_START and (rows := self.ledger.count_ahead(meter, now, tolerance)) > 1:
-                # Many rows more than a day ahead: the clock, not a row (a gateway without a
-                # battery-backed clock started before NTP answered reads its build date, and
-                # every row of the ledger is "ahead"). Moving them would send the meter's
-                # whole history back by the clock's error; left as they are, a reading of this
-                # clock is judged `backwards` (a meter alarm) until the clock is right, and the
-                # register keeps the volume for the next accepted reading. One far-future row
-                # (a bad stamp) is still moved: it alone is ahead.
-                log.error(
-                    "meter %s: %d readings are stamped ahead of the gateway clock (%s), the newest"
-                    " by %.1f days: the clock is not synchronised, not a step back; nothing is"
-                    " moved (its readings are judged against the ledger until the clock is set)",
-                    meter,
-                    rows,
-                    iso(now),
-                    -step / 86400,
-                )
-                continue
+            if -step > UNSYNCED_AT_START:
+                others = [Evidence(f"meter {m}'s newest reading ({iso(t / 1000)})", t / 1000)
+                          for m, t in newest.items() if m != meter]  # fmt: skip
+                if self._unset(meter, now, step, tolerance, [*evidence, *others]):
+                    self.unset_at_start[meter] = newest_ms / 1000
+                    continue
             # Logged once, by the move (`Ledger._move`: "found at start"), or its refusal.
             self._steps.append(_PendingStep(step, now, frozenset(keep), meter=meter))
         return self.move_pending()
@@ -363,6 +381,53 @@ class MeterBook:
         with contextlib.suppress(StateError):
             self._held_back = self.ledger.unsent_count()
         return self._held_back
+
+    def _unset(
+        self, meter: str, now: float, step: float, tolerance: float, evidence: Sequence[Evidence]
+    ) -> bool:
+        """Whether `meter`'s rows, the newest `-step` s ahead of `now` (more than a day), are
+        a clock not set yet (logged once, an ERROR naming the evidence: nothing is moved; a
+        reading of this clock is judged `backwards` against them, a meter alarm, until the
+        clock is right, and the register keeps the volume for the next accepted reading) or
+        bad stamps (False: moved, and logged why)."""
+        rows = self.ledger.count_ahead(meter, now, tolerance)
+        days = -step / 86400
+        behind = [e for e in evidence if e.time - now > UNSYNCED_AT_START]
+        if behind:
+            newest = max(behind, key=lambda e: e.time)
+            log.error(
+                "meter %s: %d reading(s) are stamped ahead of the gateway clock (%s), the newest by"
+                " %.1f days, and the clock is %.1f days behind %s: the clock is not synchronised,"
+                " not a step back; nothing is moved (its readings are judged against the ledger"
+                " until the clock is set)",
+                meter, rows, iso(now), days, (newest.time - now) / 86400, newest.what,
+            )  # fmt: skip
+            return True
+        good = [e for e in evidence if e.good]
+        if good:
+            log.warning(
+                "meter %s: %d reading(s) are stamped ahead of the gateway clock (%s), the newest by"
+                " %.1f days, but the clock is not behind %s: they are bad stamps, not an unset"
+                " clock, and are moved below it",
+                meter, rows, iso(now), days, good[0].what,
+            )  # fmt: skip
+            return False
+        if rows > 1:
+            # Nothing outside the ledger says whether the clock is set (no heartbeat yet: a
+            # first start, a damaged or unwritable file). Many rows more than a day ahead: the
+            # clock, not a row (a gateway without a battery-backed clock started before NTP
+            # answered reads its build date, and every row of the ledger is "ahead"). Moving
+            # them would send the meter's whole history back by the clock's error. One
+            # far-future row (a bad stamp) is still moved: it alone is ahead.
+            log.error(
+                "meter %s: %d readings are stamped ahead of the gateway clock (%s), the newest"
+                " by %.1f days: the clock is not synchronised, not a step back (no heartbeat says"
+                " it is set); nothing is moved (its readings are judged against the ledger until"
+                " the clock is set)",
+                meter, rows, iso(now), days,
+            )  # fmt: skip
+            return True
+        return False
 
     @property
     def clock_steps_pending(self) -> int:

@@ -574,6 +574,14 @@ class Ledger(SettingsPeriods, Amendments):
         )
         return {str(m): int(str(t)) for m, t in got if str(m) not in keep}
 
+    def newest(self, keep: Collection[str] = ()) -> dict[str, int]:
+        """Per meter with rows (but those in `keep`), its newest row's stamp (ms)."""
+        got = self._query(
+            "SELECT meter, newest FROM (SELECT m.meter AS meter, (SELECT max(r.time_ms) FROM readings r"
+            " WHERE r.meter = m.meter) AS newest FROM meters m) WHERE newest IS NOT NULL ORDER BY meter"
+        )
+        return {str(m): int(str(t)) for m, t in got if str(m) not in keep}
+
     def count_ahead(self, meter: str, now: float, tolerance: float) -> int:
         """How many of the meter's rows are stamped ahead of `now` by more than `tolerance`."""
         got = self._query(

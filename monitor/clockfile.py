@@ -1,0 +1,148 @@
+"""The station's last known good time: `state_dir/clock.json`, a heartbeat of the gateway clock.
+
+Why: at start, a meter's rows far ahead of the gateway clock are either a clock not set yet (a
+gateway without a battery-backed clock booted before NTP answered: 1970 or its image's build
+date) or a meter's bad stamps (an ingested file with a typo). The ledger alone cannot tell
+them apart; a time the station wrote from outside it can (`MeterBook.found_at_start`): a clock
+more than a day behind it is not set, one that is not behind it is. systemd-timesyncd keeps
+such a file for the same reason (`/var/lib/systemd/timesync/clock`).
+
+What is written, and when: the gateway clock's time, at most once a minute (`EVERY`, by that
+clock: a step writes at once) and at a clean stop; atomically (a temporary file, fsync,
+rename, fsync of the directory), so a kill -9 or a power cut leaves the old file or the new
+one, never half of one. A refused write (a full or read-only disk) is logged once, counted,
+and tried again on the next beat; the daemon goes on.
+
+It must not be fooled by the clock it checks. It is written only while the clock is
+plausible: not before `RELEASE_FLOOR` (the date this release was cut: an unset clock reads
+1970, or a build date before it), and not more than a day behind the station's evidence at
+start (`not_before`: what the daemon found in its state, this file among it; an unset clock
+reading its image's build date, after the release, is behind that). Nor is it written at all
+until the daemon has judged its start (`not_before` is None: a test's or the demo's clock).
+A clock wrong in the future while the daemon runs writes its time here; NTP stepping it back
+while the daemon runs writes the right time at once (a step). Stepped back while the daemon is
+down, the file is ahead of the right clock and the next start takes the clock for unset:
+nothing is moved (the conservative side: docs/billing.md says how to clear it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+from pathlib import Path
+
+from monitor.meters.book import UNSYNCED_AT_START, Evidence
+from monitor.model import iso
+
+log = logging.getLogger(__name__)
+
+CLOCK_FILE = "clock.json"
+FORMAT = "station-monitor clock"
+VERSION = 1
+EVERY = 60.0  # seconds of the gateway clock between writes, at most
+# The date this release was cut (2026-11-01T00:00:00Z): a clock before it is not set (1970, an
+# old image's build date) and is never written here. Move it forward at each release.
+RELEASE_FLOOR = 1_793_491_200.0
+
+
+class ClockFile:
+    """The heartbeat file: read once at start (`held`), written by `beat`."""
+
+    def __init__(self, path: Path, floor: float = RELEASE_FLOOR, every: float = EVERY) -> None:
+        self.path = path
+        self.floor = floor
+        self.every = every
+        # The clock must reach this minus a day before anything is written (set by the daemon
+        # once it judged its start); None: not judged, nothing written.
+        self.not_before: float | None = None
+        self.failures = 0  # writes refused (a full or read-only disk)
+        self._written = -math.inf  # the clock's time at the last write
+        self._failing = False
+        self._told_implausible = False
+        self.held, self.problem = self._read()
+        if self.problem is not None:
+            log.warning("%s: %s", self.path, self.problem)
+        elif self.held is None:
+            log.info("no heartbeat %s yet (a first start): written once the clock is judged", self.path)
+
+    def _read(self) -> tuple[float | None, str | None]:
+        """The time held, or why there is none (missing: no problem to report)."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None, None
+        except OSError as exc:
+            return None, f"cannot read the heartbeat ({exc.strerror or exc}); taken as missing"
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+            if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+                raise ValueError("not a heartbeat file")
+            if doc.get("version") != VERSION:
+                raise ValueError(f"version {doc.get('version')!r}, expected {VERSION}")
+            held = doc.get("time")
+            if not isinstance(held, (int, float)) or not math.isfinite(held):
+                raise ValueError(f"time {held!r}")
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            return None, f"the heartbeat is damaged ({exc}); taken as missing, written again"
+        return float(held), None
+
+    def evidence(self) -> list[Evidence]:
+        """The time held as evidence for the start's verdict (none when missing or damaged)."""
+        if self.held is None:
+            return []
+        return [Evidence(f"the heartbeat {self.path} ({iso(self.held)})", self.held, good=True)]
+
+    def plausible(self, now: float) -> bool:
+        """Whether the clock may be written here: judged, not before the release, not a day
+        behind what the station held at start."""
+        if self.not_before is None or not math.isfinite(now):
+            return False
+        return now >= self.floor and now >= self.not_before - UNSYNCED_AT_START
+
+    def beat(self, now: float, force: bool = False) -> bool:
+        """Write `now` if the clock is plausible and a minute passed since the last write (or
+        `force`: a clean stop); True when written."""
+        if not force and abs(now - self._written) < self.every:
+            return False
+        if not self.plausible(now):
+            if self.not_before is not None and not self._told_implausible:
+                self._told_implausible = True
+                log.info(
+                    "gateway clock %s is not written to %s: before this release or more than a day"
+                    " behind the station's records (not set yet?); written once it is", iso(now), self.path,
+                )  # fmt: skip
+            return False
+        self._told_implausible = False
+        doc = {"format": FORMAT, "version": VERSION, "time": now, "iso": iso(now)}
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            with tmp.open("w", encoding="utf-8") as f:
+                f.write(json.dumps(doc) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            fd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            self.failures += 1
+            self._written = now  # tried: again in a minute, not every tick
+            if not self._failing:
+                self._failing = True
+                log.warning(
+                    "cannot write the heartbeat %s (%s): the next start tells an unset clock from"
+                    " bad meter stamps by what it last held", self.path, exc.strerror or exc,
+                )  # fmt: skip
+            return False
+        if self._failing:
+            self._failing = False
+            log.info("heartbeat %s written again", self.path)
+        self._written = now
+        return True
