@@ -26,7 +26,7 @@ from pathlib import Path
 from monitor.commands import add_config_argument, load_config_or_exit
 from monitor.config import Config
 from monitor.errors import StateError
-from monitor.incidents.due import dues, local_midnight
+from monitor.incidents.due import check_time_limit, dues, local_midnight
 from monitor.incidents.export import export
 from monitor.incidents.model import Incident, Note, NoteKind, Status
 from monitor.incidents.report import detail_lines, incident_json, summary_line
@@ -146,7 +146,7 @@ def _note(config: Config, store: IncidentStore, inc: Incident, args: argparse.Na
             print("--due goes with --kind notice (the notice's time limit for correction)", file=sys.stderr)
             return 2
         try:
-            due = parse_due(args.due, config)
+            due = check_time_limit(parse_due(args.due, config), inc.start, config.station.zone)
         except ValueError as exc:
             print(f"--due: {exc}", file=sys.stderr)
             return 2

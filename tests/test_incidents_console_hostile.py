@@ -1,0 +1,80 @@
+"""What the console's incident writes do with input meant to hurt, or typed at 3 a.m.: the
+real console server and incident store (the golden case `slug-and-oil` replayed), the CLI
+beside it, and real headless Chromium where it is what the operator sees."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.console import TOKEN, LiveConsole
+from tests.incident_helpers import StationWithIncidents, incidents_json, monitor, replay_case
+
+# 2026-06-20T00:00Z (June 19, 20:00 EDT), as in test_incidents_console_writes.py
+NOW = 1781913600.0
+NOTICE = {"by": "R. Alvarez", "text": "NOV 2026-17 served", "kind": "notice"}
+
+
+@pytest.fixture
+def station(tmp_path: Path) -> Iterator[tuple[StationWithIncidents, dict[str, Any]]]:
+    """The station with the case's incidents: (view, the oil incident)."""
+    cfg = replay_case("slug-and-oil", tmp_path)
+    _, oil = incidents_json(cfg)
+    view = StationWithIncidents(tmp_path, cfg, NOW)
+    try:
+        yield view, oil
+    finally:
+        view.incidents.close()
+
+
+def post(live: LiveConsole, url: str, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(f"{live.url}{url}", json=body, headers={"Authorization": f"Bearer {TOKEN}"})
+
+
+def test_a_time_limit_the_record_cannot_show_is_refused_not_stored(
+    station: tuple[StationWithIncidents, dict[str, Any]],
+) -> None:
+    """A notice whose time limit is year 1 at +14:00 (year 0 in UTC) or 9999-12-31 at -14:00
+    (year 10000) was stored; then every read of the incident failed on rendering it: the
+    POST's own answer (500, after storing it), GET /api/incidents (the console's panel
+    froze), `monitor incidents show`, `list --format json` and `export` (the
+    Superintendent's report): a traceback, until someone edited the SQLite file. A time
+    limit before the incident began is refused too: `0026-06-19` is what a date field makes
+    of a two-digit year typed at 3 a.m., and it stood OVERDUE on the panel for good (a note
+    cannot be taken back)."""
+    view, oil = station
+    notes = f"/api/incidents/{oil['id']}/notes"
+    with LiveConsole(view) as live:
+        for due in ("0001-01-01T00:00:00+14:00", "9999-12-31T23:00:00-14:00", "0026-06-19", "1970-01-01"):
+            got = post(live, notes, {**NOTICE, "due": due})
+            assert got.status_code == 422, (due, got.text)
+            assert isinstance(got.json()["detail"], str), got.text  # a sentence the console shows as is
+        got = post(live, notes, {**NOTICE, "due": "0026-06-19"})
+        assert got.json()["detail"] == (
+            "the time limit 0026-06-20 00:00 LMT is before the incident began (2026-06-04 02:06 EDT)"
+        )
+        assert httpx.get(f"{live.url}/api/incidents").status_code == 200
+        assert httpx.get(f"{live.url}/api/incidents/overdue").status_code == 200
+    stored = view.incidents.store.get(oil["id"])
+    assert stored is not None and stored.notes == ()
+
+
+def test_the_cli_refuses_the_same_time_limits(tmp_path: Path) -> None:
+    """`monitor incidents note --due` takes the same dates and times as the API: the same
+    refusals (exit 2), and the record stays readable."""
+    cfg = replay_case("slug-and-oil", tmp_path)
+    _, oil = incidents_json(cfg)
+    for due in ("0001-01-01T00:00:00+14:00", "1e300", "0026-06-19"):
+        bad = monitor(
+            "incidents", "note", "--config", str(cfg), "--id", oil["id"], "--by", "R. Alvarez",
+            "--text", "NOV 2026-17 served", "--kind", "notice", "--due", due,
+        )  # fmt: skip
+        assert bad.returncode == 2, (due, bad.stdout, bad.stderr)
+        assert "--due: " in bad.stderr
+    for args in (("list", "--format", "json"), ("show", "--id", oil["id"])):
+        shown = monitor("incidents", *args, "--config", str(cfg))
+        assert shown.returncode == 0, shown.stderr
