@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import Browser, expect
 
 from tests.console import TOKEN, LiveConsole
 from tests.incident_helpers import StationWithIncidents, incidents_json, monitor, replay_case
@@ -78,3 +79,50 @@ def test_the_cli_refuses_the_same_time_limits(tmp_path: Path) -> None:
     for args in (("list", "--format", "json"), ("show", "--id", oil["id"])):
         shown = monitor("incidents", *args, "--config", str(cfg))
         assert shown.returncode == 0, shown.stderr
+
+
+# where the first character of each of `words` in `node`'s text is, as Chromium lays them
+# out: [line's top, x], rounded (a long line wraps)
+WHERE = """(node, words) => {
+  const walk = document.createTreeWalker(node, NodeFilter.SHOW_TEXT);
+  const found = {};
+  for (let t = walk.nextNode(); t; t = walk.nextNode()) {
+    for (const w of words) {
+      const i = t.data.indexOf(w);
+      if (i < 0 || w in found) continue;
+      const r = document.createRange();
+      r.setStart(t, i);
+      r.setEnd(t, i + 1);
+      const box = r.getBoundingClientRect();
+      found[w] = [Math.round(box.top), Math.round(box.left)];
+    }
+  }
+  return words.map((w) => found[w] || null);
+}"""
+
+
+def test_a_name_with_a_bidi_override_does_not_reorder_the_note_line(
+    browser: Browser, station: tuple[StationWithIncidents, dict[str, Any]]
+) -> None:
+    """A name ending in U+202E (RIGHT-TO-LEFT OVERRIDE), typed under Operator or sent to the
+    API: the note line ran `2026-06-19 20:00 EDT, Mallory` and then the kind and the text
+    mirrored (`:)deviecer tnemetats nettirw(`), so whoever records a note can make its line
+    read as something else. The name is isolated: what follows it reads left to right."""
+    view, oil = station
+    with LiveConsole(view, refresh=0.3) as live:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(live.url)
+        page.fill("#op-name", "Mallory\u202e")
+        page.fill("#op-token", TOKEN)
+        line = page.locator(f'#incidents-open li[data-incident="{oil["id"]}"]')
+        line.get_by_role("button", name="Add note").click()
+        page.select_option("#note-kind", "statement")
+        page.fill("#note-text", "plant called back")
+        page.click("#note-ok")
+        note = line.locator(".notes .note")
+        expect(note).to_have_count(1)
+        words = ["2026-06-19", "Mallory", "written", "received", "plant", "back"]
+        xs = note.evaluate(WHERE, words)
+        assert None not in xs, xs
+        assert xs == sorted(xs), dict(zip(words, xs, strict=True))  # left to right, as recorded
+        page.close()

@@ -422,12 +422,14 @@ function nextOwed(i) {
 
 const NOTE_KIND_TEXT = { statement: "written statement received", notice: "notice of violation served" };
 
-// who and when, then what they wrote: the text is a person's, so it goes in as text
+// who and when, then what they wrote: the name and the text are a person's, so they go in as
+// text, each isolated (<bdi>): a name ending in U+202E mirrored the rest of the line after it
 function noteLine(n) {
   const kind = NOTE_KIND_TEXT[n.kind];
   return el("p", { class: `note kind-${n.kind}` },
-    el("span", { class: "note-head" }, `${n.time_local || fmtTime(n.time)}, ${n.by}${kind ? ` (${kind})` : ""}: `),
-    el("span", { class: "note-text" }, n.text));
+    el("span", { class: "note-head" }, `${n.time_local || fmtTime(n.time)}, `, el("bdi", {}, n.by),
+      `${kind ? ` (${kind})` : ""}: `),
+    el("bdi", { class: "note-text" }, n.text));
 }
 
 // The incident dialogs. A refused write keeps the dialog open with the server's words and
