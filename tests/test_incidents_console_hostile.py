@@ -12,6 +12,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
+from monitor.model import Rule, Sample
 from tests.console import TOKEN, LiveConsole
 from tests.incident_helpers import StationWithIncidents, incidents_json, monitor, replay_case
 
@@ -126,3 +127,44 @@ def test_a_name_with_a_bidi_override_does_not_reorder_the_note_line(
         assert None not in xs, xs
         assert xs == sorted(xs), dict(zip(words, xs, strict=True))  # left to right, as recorded
         page.close()
+
+
+def test_a_broken_character_is_a_422_naming_the_field_not_a_500(
+    browser: Browser, station: tuple[StationWithIncidents, dict[str, Any]]
+) -> None:
+    """JSON may carry an unpaired UTF-16 surrogate (`"\\ud800"`; the console's
+    JSON.stringify writes one for a textarea holding one, e.g. half of an emoji pasted). It
+    was refused (422, `string_unicode`), but the 422 echoes the input and could not be
+    encoded: a 500, which the dialog showed as "the gateway answered HTTP 500", on notes,
+    closes and the alarm actions alike. Now a 422 naming the field, and the dialog says the
+    note holds a broken character; nothing is recorded."""
+    view, oil = station
+    view.inject(Sample("outfall.ph", NOW, 12.0), limit=9.0, citation="§139-15 D(1)")
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    with LiveConsole(view, refresh=0.3) as live:
+        for url, body, field in (
+            (f"/api/incidents/{oil['id']}/notes", b'{"by": "a", "text": "x\\ud800"}', "text"),
+            (f"/api/incidents/{oil['id']}/notes", b'{"by": "a\\udfff", "text": "x"}', "by"),
+            (f"/api/incidents/{oil['id']}/close", b'{"by": "a", "reason": "\\ud83d paid"}', "reason"),
+            ("/api/alarms/outfall.ph/high/ack", b'{"by": "a", "note": "x\\ud800"}', "note"),
+        ):
+            got = httpx.post(f"{live.url}{url}", content=body, headers=headers)
+            assert got.status_code == 422, (url, got.text)
+            [item] = got.json()["detail"]
+            assert (item["loc"], item["type"]) == (["body", field], "string_unicode"), got.text
+
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(live.url)
+        page.fill("#op-name", "R. Alvarez")
+        page.fill("#op-token", TOKEN)
+        line = page.locator(f'#incidents-open li[data-incident="{oil["id"]}"]')
+        line.get_by_role("button", name="Add note").click()
+        page.evaluate("document.querySelector('#note-text').value = 'called \\uD83D back'")
+        page.click("#note-ok")
+        expect(page.locator("#note-error")).to_have_text("Not done: the note holds a broken character.")
+        expect(page.locator("#note-dialog")).to_be_visible()
+        page.close()
+        alarm = live.call(lambda: view.alarms.get("outfall.ph", Rule.HIGH))
+        assert alarm is not None and alarm.acked_by is None
+    stored = view.incidents.store.get(oil["id"])
+    assert stored is not None and stored.notes == () and stored.closed_at is None

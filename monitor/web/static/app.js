@@ -120,6 +120,7 @@ function fieldProblem(d) {
   if (d.type === "string_too_long") return `${what} is too long (at most ${ctx.max_length} characters)`;
   if (d.type === "string_too_short") return `${what} is empty`;
   if (d.type === "missing") return `${what} is missing`;
+  if (d.type === "string_unicode") return `${what} holds a broken character`;  // an unpaired surrogate
   return `${what}: ${String(d.msg || "not accepted").replace(/^Value error, /, "")}`;
 }
 
