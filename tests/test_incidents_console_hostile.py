@@ -168,3 +168,49 @@ def test_a_broken_character_is_a_422_naming_the_field_not_a_500(
         assert alarm is not None and alarm.acked_by is None
     stored = view.incidents.store.get(oil["id"])
     assert stored is not None and stored.notes == () and stored.closed_at is None
+
+
+def test_a_blank_name_or_text_is_refused_as_the_cli_refuses_it(
+    station: tuple[StationWithIncidents, dict[str, Any]],
+) -> None:
+    """`monitor incidents note` refuses a name or a text of spaces (exit 2) and records
+    them stripped; the API took `by: "   "` (a note by nobody on the Superintendent's
+    record) and kept the spaces. Now the same: stripped, and empty after it is a 422
+    the console words ("your name (under Operator) is empty")."""
+    view, oil = station
+    notes, close = f"/api/incidents/{oil['id']}/notes", f"/api/incidents/{oil['id']}/close"
+    with LiveConsole(view) as live:
+        for url, body, field in (
+            (notes, {"by": "   ", "text": "called the plant"}, "by"),
+            (notes, {"by": "R. Alvarez", "text": " \n\t "}, "text"),
+            (close, {"by": "\u3000", "reason": "penalty paid"}, "by"),
+            (close, {"by": "R. Alvarez", "reason": "  "}, "reason"),
+        ):
+            got = post(live, url, body)
+            assert got.status_code == 422, (body, got.text)
+            assert [(i["loc"], i["type"]) for i in got.json()["detail"]] == [
+                (["body", field], "string_too_short")
+            ], got.text
+        got = post(live, notes, {"by": "  R. Alvarez ", "text": " called the plant\n"})
+        assert got.status_code == 200, got.text
+    stored = view.incidents.store.get(oil["id"])
+    assert stored is not None and stored.closed_at is None
+    assert [(n.by, n.text) for n in stored.notes] == [("R. Alvarez", "called the plant")]
+
+
+def test_the_cli_refuses_a_blank_name_or_reason_on_close(tmp_path: Path) -> None:
+    """`monitor incidents close --by " "` closed the case by nobody (`note` refused it)."""
+    cfg = replay_case("slug-and-oil", tmp_path)
+    _, oil = incidents_json(cfg)
+    for by, reason in ((" ", "penalty paid"), ("R. Alvarez", "\t")):
+        bad = monitor(
+            "incidents", "close", "--config", str(cfg), "--id", oil["id"], "--by", by, "--reason", reason
+        )
+        assert bad.returncode == 2, (by, reason, bad.stdout, bad.stderr)
+    ok = monitor(
+        "incidents", "close", "--config", str(cfg), "--id", oil["id"], "--by", " R. Alvarez ",
+        "--reason", "penalty paid ",
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    _, closed = incidents_json(cfg)
+    assert (closed["closed_by"], closed["close_reason"]) == ("R. Alvarez", "penalty paid")

@@ -121,10 +121,14 @@ def _run(config: Config, store: IncidentStore, args: argparse.Namespace, now: fl
     if args.action == "note":
         return _note(config, store, inc, args, now)
     if args.action == "close":
-        if not store.close_case(inc.id, now, args.by, args.reason):
+        by, reason = args.by.strip(), args.reason.strip()
+        if not by or not reason:  # as `note` and the API: a case closed by nobody is no record
+            print("--by and --reason must not be empty", file=sys.stderr)
+            return 2
+        if not store.close_case(inc.id, now, by, reason):
             print(f"incident {inc.id} is closed already", file=sys.stderr)
             return 1
-        print(f"incident {inc.id} closed by {args.by}")
+        print(f"incident {inc.id} closed by {by}")
         return 0
     if inc.evidence_note is not None:  # said before the damaged block's error, if it comes
         print(f"incident {inc.id}: {inc.evidence_note}", file=sys.stderr)

@@ -41,7 +41,9 @@ LocalDate = Annotated[date, BeforeValidator(_date_only)]
 
 
 class NoteRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # stripped, then at least a character, as `monitor incidents note` takes them: a name of
+    # spaces was a note by nobody on the Superintendent's record
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
     by: str = Field(min_length=1, max_length=100, description="who writes the note (kept with the time)")
     text: str = Field(min_length=1, max_length=4000)
@@ -56,7 +58,7 @@ class NoteRequest(BaseModel):
 
 
 class CloseRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
     by: str = Field(min_length=1, max_length=100)
     reason: str = Field(min_length=1, max_length=2000)
