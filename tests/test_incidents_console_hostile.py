@@ -214,3 +214,48 @@ def test_the_cli_refuses_a_blank_name_or_reason_on_close(tmp_path: Path) -> None
     assert ok.returncode == 0, ok.stderr
     _, closed = incidents_json(cfg)
     assert (closed["closed_by"], closed["close_reason"]) == ("R. Alvarez", "penalty paid")
+
+
+def test_a_notice_shows_the_time_limit_it_was_recorded_with(
+    browser: Browser, station: tuple[StationWithIncidents, dict[str, Any]]
+) -> None:
+    """A §139-21 A notice entered with its time limit as a date: the line showed who served
+    it and the text, but the limit only while it was the next thing owed -- never here (the
+    oil's violation ended on June 4, before the limit: nothing owed). The operator could not
+    see what was recorded from the date typed. Now the note says it, on the station's
+    clock, as the owed line does (`due_local` in the JSON)."""
+    view, oil = station
+    with LiveConsole(view, refresh=0.3) as live:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(live.url)
+        page.fill("#op-name", "R. Alvarez")
+        page.fill("#op-token", TOKEN)
+        line = page.locator(f'#incidents-open li[data-incident="{oil["id"]}"]')
+        line.get_by_role("button", name="Add note").click()
+        page.select_option("#note-kind", "notice")
+        page.fill("#note-due", "2026-06-25")
+        page.fill("#note-text", "NOV 2026-17 served")
+        page.click("#note-ok")
+        expect(line.locator(".notes .note")).to_have_text(
+            "2026-06-19 20:00 EDT, R. Alvarez (notice of violation served, time limit"
+            " 2026-06-26 00:00 EDT): NOV 2026-17 served"
+        )
+        [note] = httpx.get(f"{live.url}/api/incidents/{oil['id']}").json()["notes"]
+        assert (note["due"], note["due_local"]) == ("2026-06-26T04:00:00Z", "2026-06-26 00:00 EDT")
+        page.close()
+
+
+def test_show_says_a_notice_time_limit(tmp_path: Path) -> None:
+    """`monitor incidents show` (and the export's report, which prints it) listed a notice
+    without its time limit once nothing was owed on it."""
+    cfg = replay_case("slug-and-oil", tmp_path)
+    _, oil = incidents_json(cfg)
+    noted = monitor(
+        "incidents", "note", "--config", str(cfg), "--id", oil["id"], "--by", "R. Alvarez",
+        "--text", "NOV 2026-17 served", "--kind", "notice", "--due", "2026-06-25",
+    )  # fmt: skip
+    assert noted.returncode == 0, noted.stderr
+    shown = monitor("incidents", "show", "--config", str(cfg), "--id", oil["id"])
+    assert shown.returncode == 0, shown.stderr
+    [line] = [x for x in shown.stdout.splitlines() if "NOV 2026-17" in x]
+    assert "by R. Alvarez (time limit 2026-06-26 00:00 EDT): NOV 2026-17 served" in line, line

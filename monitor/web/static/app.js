@@ -426,10 +426,12 @@ const NOTE_KIND_TEXT = { statement: "written statement received", notice: "notic
 // who and when, then what they wrote: the name and the text are a person's, so they go in as
 // text, each isolated (<bdi>): a name ending in U+202E mirrored the rest of the line after it
 function noteLine(n) {
-  const kind = NOTE_KIND_TEXT[n.kind];
+  // a notice says the time limit recorded from the date typed, also once nothing is owed on it
+  const limit = n.due ? `time limit ${n.due_local || fmtTime(n.due)}` : null;
+  const about = [NOTE_KIND_TEXT[n.kind], limit].filter(Boolean).join(", ");
   return el("p", { class: `note kind-${n.kind}` },
     el("span", { class: "note-head" }, `${n.time_local || fmtTime(n.time)}, `, el("bdi", {}, n.by),
-      `${kind ? ` (${kind})` : ""}: `),
+      `${about ? ` (${about})` : ""}: `),
     el("bdi", { class: "note-text" }, n.text));
 }
 
