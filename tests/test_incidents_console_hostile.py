@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, Route, expect
 
 from monitor.model import Rule, Sample
 from tests.console import TOKEN, LiveConsole
@@ -259,3 +259,50 @@ def test_show_says_a_notice_time_limit(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     [line] = [x for x in shown.stdout.splitlines() if "NOV 2026-17" in x]
     assert "by R. Alvarez (time limit 2026-06-26 00:00 EDT): NOV 2026-17 served" in line, line
+
+
+def test_a_slow_answer_goes_to_its_own_dialog_not_the_one_open_now(
+    browser: Browser, station: tuple[StationWithIncidents, dict[str, Any]]
+) -> None:
+    """A slow gateway: "Close" on one case, Esc while it answers, "Close" on another. The
+    first answer closed the second case's dialog and said "Case closed." over it (the
+    operator reads: that case is closed; it is not), or put the first case's refusal in the
+    second's dialog. Now the answer goes to its own dialog, or to the toast naming its case
+    (here: a success), and the second dialog stays as it is. The request is held in the browser (page.route):
+    a gateway that answers late on cue is what a real one cannot be made to do."""
+    view, oil = station
+    slug = next(i for i in view.incidents.store.incidents() if i.id != oil["id"])
+    held: list[Route] = []
+
+    def hold(route: Route) -> None:  # Playwright wants a function, not a builtin method
+        held.append(route)
+
+    with LiveConsole(view, refresh=0.3) as live:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(live.url)
+        page.fill("#op-name", "R. Alvarez")
+        page.fill("#op-token", TOKEN)
+        page.route("**/api/incidents/*/close", hold)
+        first = page.locator(f'#incidents-open li[data-incident="{slug.id}"]')
+        second = page.locator(f'#incidents-open li[data-incident="{oil["id"]}"]')
+        first.get_by_role("button", name="Close").click()
+        page.fill("#close-reason", "statement received, penalty paid")
+        with page.expect_request("**/close"):
+            page.click("#close-ok")
+        page.keyboard.press("Escape")
+        expect(page.locator("#close-dialog")).to_be_hidden()
+        second.get_by_role("button", name="Close").click()
+        page.fill("#close-reason", "still thinking")
+        page.evaluate("1")  # let the route handler run
+        [route] = held
+        route.continue_()
+        expect(first).to_have_count(0)  # answered and refreshed
+        expect(page.locator("#close-dialog")).to_be_visible()
+        expect(page.locator("#close-title")).to_contain_text("Outfall oil")
+        expect(page.locator("#close-reason")).to_have_value("still thinking")
+        expect(page.locator("#close-error")).to_be_hidden()
+        expect(page.locator("#toast")).to_have_text("Case closed: Outfall flow slug.")
+        expect(second).to_have_count(1)
+        page.close()
+    closed = view.incidents.store.get(oil["id"])
+    assert closed is not None and closed.closed_at is None

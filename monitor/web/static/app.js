@@ -488,17 +488,31 @@ function openClose(i) {
   $("#close-reason").focus();
 }
 
-async function submitIncident(dialog, url, body, errorBox, done) {
+// The answer goes to the dialog it was sent from only while that still shows its incident
+// (`still`): Esc closes a dialog while a slow gateway answers, and it may be opened for another
+// incident before the answer comes. Else a refusal is a toast naming its case; a success
+// leaves the other incident's dialog and draft alone (it closed that dialog and said "Case
+// closed." over it). Null when done, else the refusal.
+async function submitIncident(dialog, url, body, errorBox, target, still, done) {
   const ok = dialog.querySelector("button.primary");
   ok.disabled = true;  // one click, one record
+  let problem;
   try {
-    const problem = await post(url, body);
-    showError(errorBox, problem);
-    if (!problem) { done(); dialog.close(); }
+    problem = await post(url, body);
+    if (still() && dialog.open) showError(errorBox, problem);
+    else if (problem) toast(`${caseLabel(target)}: ${problem}`);
+    if (!problem && still()) { done(); dialog.close(); }
   } finally {
     ok.disabled = false;
   }
   await refreshIncidents();
+  return problem;
+}
+
+// an incident's label by its id, from the panel as it was when its dialog was opened
+function caseLabel(id) {
+  const i = (openIncidents || []).find((x) => x.id === id);
+  return i ? incidentLabel(i) : id;
 }
 
 async function refreshAlarms() {
@@ -569,15 +583,20 @@ async function start() {
     e.preventDefault();
     const body = { kind: $("#note-kind").value, text: $("#note-text").value.trim() };
     if (body.kind === "notice") body.due = $("#note-due").value;  // YYYY-MM-DD: the station's day
-    const url = `/api/incidents/${encodeURIComponent(noteTarget)}/notes`;
-    submitIncident($("#note-dialog"), url, body, $("#note-error"), () => { noteTarget = null; });
+    const target = noteTarget;
+    const url = `/api/incidents/${encodeURIComponent(target)}/notes`;
+    submitIncident($("#note-dialog"), url, body, $("#note-error"), target, () => noteTarget === target,
+      () => { noteTarget = null; });
   });
   $("#close-cancel").addEventListener("click", () => $("#close-dialog").close());
   $("#close-form").addEventListener("submit", (e) => {
     e.preventDefault();
-    const url = `/api/incidents/${encodeURIComponent(closeTarget)}/close`;
+    const target = closeTarget;
+    const url = `/api/incidents/${encodeURIComponent(target)}/close`;
+    const label = caseLabel(target);
     submitIncident($("#close-dialog"), url, { reason: $("#close-reason").value.trim() }, $("#close-error"),
-      () => { closeTarget = null; toast("Case closed."); });
+      target, () => closeTarget === target, () => { closeTarget = null; })
+      .then((problem) => { if (!problem) toast(`Case closed: ${label}.`); });  // naming it: another may be open
   });
   try {
     const st = await getJSON("/api/station");
