@@ -306,3 +306,40 @@ def test_a_slow_answer_goes_to_its_own_dialog_not_the_one_open_now(
         page.close()
     closed = view.incidents.store.get(oil["id"])
     assert closed is not None and closed.closed_at is None
+
+
+def test_an_answer_lost_after_the_gateway_recorded_does_not_say_not_done(
+    browser: Browser, station: tuple[StationWithIncidents, dict[str, Any]]
+) -> None:
+    """The gateway records the note and the connection drops before its answer arrives (a
+    phone on a VPN at 3 a.m.). The dialog said "Not done: ... Try again" with the draft
+    still in it, and saving again recorded the notice twice on the Superintendent's record.
+    Now it says the gateway did not answer, that the note may be recorded, and to look at
+    the panel (which shows it) before saving again. The request goes to the real server
+    and its answer is dropped in the browser (route.fetch, then abort): a real connection
+    cannot be cut on cue between the two."""
+    view, oil = station
+
+    def lose_answer(route: Route) -> None:
+        route.fetch()  # the real gateway records it
+        route.abort("connectionreset")
+
+    with LiveConsole(view, refresh=0.3) as live:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(live.url)
+        page.fill("#op-name", "R. Alvarez")
+        page.fill("#op-token", TOKEN)
+        page.route("**/api/incidents/*/notes", lose_answer)
+        line = page.locator(f'#incidents-open li[data-incident="{oil["id"]}"]')
+        line.get_by_role("button", name="Add note").click()
+        page.fill("#note-text", "called the plant")
+        page.click("#note-ok")
+        error = page.locator("#note-error")
+        expect(error).to_have_text(
+            "No answer from the gateway: it may or may not be recorded. Look at the panel before"
+            " trying again (it shows what is recorded)."
+        )
+        expect(line.locator(".notes .note")).to_have_count(1)  # the panel refreshed: it is
+        page.close()
+    stored = view.incidents.store.get(oil["id"])
+    assert stored is not None and [n.text for n in stored.notes] == ["called the plant"]

@@ -102,7 +102,10 @@ async function post(url, body) {
       body: JSON.stringify({ by: op.name, ...body }),
     });
   } catch (e) {
-    return "Not done: the gateway did not answer. Try again when the console shows live.";
+    // the request may have reached the gateway and its answer been lost: "not done" and the
+    // draft kept invited saving again, a second record of the same notice
+    return "No answer from the gateway: it may or may not be recorded."
+      + " Look at the panel before trying again (it shows what is recorded).";
   }
   return r.ok ? null : refusal(r);
 }
