@@ -4,6 +4,7 @@ beside it, and real headless Chromium where it is what the operator sees."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -343,3 +344,30 @@ def test_an_answer_lost_after_the_gateway_recorded_does_not_say_not_done(
         page.close()
     stored = view.incidents.store.get(oil["id"])
     assert stored is not None and [n.text for n in stored.notes] == ["called the plant"]
+
+
+def test_a_refused_nan_is_answered_in_strict_json(
+    station: tuple[StationWithIncidents, dict[str, Any]],
+) -> None:
+    """Python's JSON reader takes `NaN` and `Infinity`; the 422 echoes the input, and
+    Starlette's strict writer refused to write it: a 500 for `"due": NaN`. The answer is a
+    422 in strict JSON (what a browser's `r.json()` reads), naming the field."""
+    view, oil = station
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+
+    def strict(text: str) -> Any:
+        def refuse(word: str) -> None:
+            raise ValueError(f"{word} is not JSON")
+
+        return json.loads(text, parse_constant=refuse)
+
+    with LiveConsole(view) as live:
+        for body in (
+            b'{"by": "a", "text": "t", "kind": "notice", "due": NaN}',
+            b'{"by": "a", "text": "t", "kind": "notice", "due": -Infinity}',
+        ):
+            got = httpx.post(f"{live.url}/api/incidents/{oil['id']}/notes", content=body, headers=headers)
+            assert got.status_code == 422, (body, got.text)
+            assert {tuple(i["loc"][:2]) for i in strict(got.text)["detail"]} == {("body", "due")}
+    stored = view.incidents.store.get(oil["id"])
+    assert stored is not None and stored.notes == ()

@@ -90,10 +90,12 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
 
     @app.exception_handler(RequestValidationError)
     async def _refused_body(request: Request, exc: RequestValidationError) -> Response:
-        # FastAPI's own 422, but with ASCII escapes: it echoes the input, and a JSON string
-        # holding an unpaired surrogate ("\ud800", refused as string_unicode) cannot be
-        # written as UTF-8: the refusal itself was a 500
-        body = json.dumps({"detail": jsonable_encoder(exc.errors())}, ensure_ascii=True)
+        # FastAPI's own 422, but with ASCII escapes and strict numbers: it echoes the input,
+        # and a JSON string holding an unpaired surrogate ("\ud800", refused as
+        # string_unicode) cannot be written as UTF-8, nor NaN (Python's reader takes it) as
+        # strict JSON: the refusal itself was a 500
+        detail = jsonable(jsonable_encoder(exc.errors()))
+        body = json.dumps({"detail": detail}, ensure_ascii=True, allow_nan=False)
         return Response(body, status_code=422, media_type="application/json")
 
     @app.exception_handler(AlarmError)
