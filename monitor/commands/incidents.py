@@ -29,7 +29,7 @@ from pathlib import Path
 from monitor.commands import add_config_argument, load_config_or_exit
 from monitor.config import Config
 from monitor.errors import StateError
-from monitor.incidents.due import dues, local_midnight
+from monitor.incidents.due import check_time_limit, dues, local_midnight
 from monitor.incidents.export import export
 from monitor.incidents.model import Incident, Note, NoteKind, Status
 from monitor.incidents.report import detail_lines, incident_json, summary_line
@@ -124,10 +124,14 @@ def _run(config: Config, store: IncidentStore, args: argparse.Namespace, now: fl
     if args.action == "note":
         return _note(config, store, inc, args, now)
     if args.action == "close":
-        if not store.close_case(inc.id, now, args.by, args.reason):
+        by, reason = args.by.strip(), args.reason.strip()
+        if not by or not reason:  # as `note` and the API: a case closed by nobody is no record
+            print("--by and --reason must not be empty", file=sys.stderr)
+            return 2
+        if not store.close_case(inc.id, now, by, reason):
             print(f"incident {inc.id} is closed already", file=sys.stderr)
             return 1
-        print(f"incident {inc.id} closed by {args.by}")
+        print(f"incident {inc.id} closed by {by}")
         return 0
     if inc.evidence_note is not None:  # said before the damaged block's error, if it comes
         print(f"incident {inc.id}: {inc.evidence_note}", file=sys.stderr)
@@ -153,7 +157,7 @@ def _note(config: Config, store: IncidentStore, inc: Incident, args: argparse.Na
             print("--due goes with --kind notice (the notice's time limit for correction)", file=sys.stderr)
             return 2
         try:
-            due = parse_due(args.due, config)
+            due = check_time_limit(parse_due(args.due, config), inc.start, config.station.zone)
         except ValueError as exc:
             print(f"--due: {exc}", file=sys.stderr)
             return 2

@@ -26,6 +26,7 @@ from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from monitor.incidents.model import Incident, NoteKind, Status
+from monitor.model import iso
 
 
 def local_date(t: float, zone: ZoneInfo) -> date:
@@ -53,13 +54,31 @@ def violation_days(start: float, end: float, zone: ZoneInfo) -> int:
 
 
 def local_text(t: float, zone: ZoneInfo) -> str:
-    """`2026-11-10 00:00 EST`: a time as the Superintendent reads it."""
-    return datetime.fromtimestamp(t, tz=zone).strftime("%Y-%m-%d %H:%M %Z")
+    """`2026-11-10 00:00 EST`: a time as the Superintendent reads it (the year in four
+    digits: strftime's `%Y` makes year 26 `26`)."""
+    dt = datetime.fromtimestamp(t, tz=zone)
+    return f"{dt.year:04d}-{dt:%m-%d %H:%M %Z}"
 
 
 def last_day_text(due: float, zone: ZoneInfo) -> str:
     """The last local day something may be done: the day before it is overdue."""
     return (datetime.fromtimestamp(due - 1, tz=zone)).strftime("%Y-%m-%d")
+
+
+def check_time_limit(due: float, start: float, zone: ZoneInfo) -> float:
+    """`due` as a §139-21 A notice's time limit on an incident that began at `start`, or a
+    ValueError saying why not (the API's 422, the CLI's exit 2). Checked before it is stored:
+    a limit the record cannot show (year 0 or 10000 in UTC or on the station's clock) made
+    every later read of the incident fail (the console, `show`, `export`), and one before
+    the violation began (a two-digit year in a date field: 0026) stood overdue for good."""
+    try:
+        shown = local_text(due, zone)
+        iso(due)
+    except (ValueError, OverflowError, OSError):
+        raise ValueError("the time limit is outside the calendar (years 1 to 9999)") from None
+    if due <= start:
+        raise ValueError(f"the time limit {shown} is before the incident began ({local_text(start, zone)})")
+    return due
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +89,6 @@ class Due:
     overdue: bool
 
     def to_json(self, zone: ZoneInfo) -> dict[str, object]:
-        from monitor.model import iso
-
         return {
             "incident": self.incident,
             "what": self.what,

@@ -71,8 +71,16 @@ def incident_json(inc: Incident, zone: ZoneInfo, now: float) -> dict[str, object
         "closed_at": _t(inc.closed_at),
         "closed_by": inc.closed_by,
         "close_reason": inc.close_reason,
-        # each note's time on the station's clock too, as the console shows it beside the start
-        "notes": [{**n.to_json(), "time_local": local_text(n.time, zone)} for n in inc.notes],
+        # each note's time (and a notice's time limit) on the station's clock too, as the
+        # console shows them beside the start
+        "notes": [
+            {
+                **n.to_json(),
+                "time_local": local_text(n.time, zone),
+                "due_local": None if n.due is None else local_text(n.due, zone),
+            }
+            for n in inc.notes
+        ],
     }
 
 
@@ -160,7 +168,9 @@ def detail_lines(inc: Incident, zone: ZoneInfo, now: float) -> list[str]:
     if inc.evidence_note is not None:  # figures: the last ones computed from whole evidence
         lines.append(f"  EVIDENCE     {inc.evidence_note} (figures as of before it)")
     for n in inc.notes:
-        lines.append(f"  {n.kind:12} {local_text(n.time, zone)} by {n.by}: {n.text}")
+        # a notice's time limit, also once nothing is owed on it (corrected in time)
+        limit = "" if n.due is None else f" (time limit {local_text(n.due, zone)})"
+        lines.append(f"  {n.kind:12} {local_text(n.time, zone)} by {n.by}{limit}: {n.text}")
     if inc.closed_at is not None:
         lines.append(
             f"  closed       {local_text(inc.closed_at, zone)} by {inc.closed_by}: {inc.close_reason}"

@@ -9,6 +9,7 @@ default); writes need `Authorization: Bearer <console.token>`.
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 from collections.abc import Iterable
 from pathlib import Path
@@ -16,7 +17,9 @@ from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from pydantic import SecretStr
@@ -84,6 +87,16 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
         check_token(token, creds)
 
     token_required = Depends(authorised)
+
+    @app.exception_handler(RequestValidationError)
+    async def _refused_body(request: Request, exc: RequestValidationError) -> Response:
+        # FastAPI's own 422, but with ASCII escapes and strict numbers: it echoes the input,
+        # and a JSON string holding an unpaired surrogate ("\ud800", refused as
+        # string_unicode) cannot be written as UTF-8, nor NaN (Python's reader takes it) as
+        # strict JSON: the refusal itself was a 500
+        detail = jsonable(jsonable_encoder(exc.errors()))
+        body = json.dumps({"detail": detail}, ensure_ascii=True, allow_nan=False)
+        return Response(body, status_code=422, media_type="application/json")
 
     @app.exception_handler(AlarmError)
     async def _alarm_error(request: Request, exc: AlarmError) -> JSONResponse:

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 from fastapi import FastAPI, HTTPException, Query
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
-from monitor.incidents.due import local_midnight, overdue
+from monitor.incidents.due import check_time_limit, local_midnight, overdue
 from monitor.incidents.model import Note, NoteKind, Status
 from monitor.incidents.report import incident_json
 from monitor.incidents.tracker import IncidentTracker
@@ -41,7 +41,9 @@ LocalDate = Annotated[date, BeforeValidator(_date_only)]
 
 
 class NoteRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # stripped, then at least a character, as `monitor incidents note` takes them: a name of
+    # spaces was a note by nobody on the Superintendent's record
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
     by: str = Field(min_length=1, max_length=100, description="who writes the note (kept with the time)")
     text: str = Field(min_length=1, max_length=4000)
@@ -56,7 +58,7 @@ class NoteRequest(BaseModel):
 
 
 class CloseRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
     by: str = Field(min_length=1, max_length=100)
     reason: str = Field(min_length=1, max_length=2000)
@@ -105,11 +107,16 @@ def add_incident_routes(
 
     @app.post("/api/incidents/{iid}/notes", response_model=dict[str, Any], responses=_ERRORS)
     async def note(iid: str, body: NoteRequest, _: None = token_required) -> dict[str, object]:
-        get(iid)
+        inc = get(iid)
         kind = NoteKind(body.kind)
         if body.due is not None and kind is not NoteKind.NOTICE:
             raise HTTPException(422, "due goes with kind notice (its time limit for correction)")
-        due = None if body.due is None else _ts(body.due, zone)
+        due = None
+        if body.due is not None:
+            try:
+                due = check_time_limit(_ts(body.due, zone), inc.start, zone)
+            except ValueError as exc:
+                raise HTTPException(422, str(exc)) from None
         store.add_note(iid, Note(time=view.now(), by=body.by, text=body.text, kind=kind, due=due))
         return incident_json(get(iid), zone, view.now())
 

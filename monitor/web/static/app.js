@@ -102,7 +102,10 @@ async function post(url, body) {
       body: JSON.stringify({ by: op.name, ...body }),
     });
   } catch (e) {
-    return "Not done: the gateway did not answer. Try again when the console shows live.";
+    // the request may have reached the gateway and its answer been lost: "not done" and the
+    // draft kept invited saving again, a second record of the same notice
+    return "No answer from the gateway: it may or may not be recorded."
+      + " Look at the panel before trying again (it shows what is recorded).";
   }
   return r.ok ? null : refusal(r);
 }
@@ -120,6 +123,7 @@ function fieldProblem(d) {
   if (d.type === "string_too_long") return `${what} is too long (at most ${ctx.max_length} characters)`;
   if (d.type === "string_too_short") return `${what} is empty`;
   if (d.type === "missing") return `${what} is missing`;
+  if (d.type === "string_unicode") return `${what} holds a broken character`;  // an unpaired surrogate
   return `${what}: ${String(d.msg || "not accepted").replace(/^Value error, /, "")}`;
 }
 
@@ -422,12 +426,16 @@ function nextOwed(i) {
 
 const NOTE_KIND_TEXT = { statement: "written statement received", notice: "notice of violation served" };
 
-// who and when, then what they wrote: the text is a person's, so it goes in as text
+// who and when, then what they wrote: the name and the text are a person's, so they go in as
+// text, each isolated (<bdi>): a name ending in U+202E mirrored the rest of the line after it
 function noteLine(n) {
-  const kind = NOTE_KIND_TEXT[n.kind];
+  // a notice says the time limit recorded from the date typed, also once nothing is owed on it
+  const limit = n.due ? `time limit ${n.due_local || fmtTime(n.due)}` : null;
+  const about = [NOTE_KIND_TEXT[n.kind], limit].filter(Boolean).join(", ");
   return el("p", { class: `note kind-${n.kind}` },
-    el("span", { class: "note-head" }, `${n.time_local || fmtTime(n.time)}, ${n.by}${kind ? ` (${kind})` : ""}: `),
-    el("span", { class: "note-text" }, n.text));
+    el("span", { class: "note-head" }, `${n.time_local || fmtTime(n.time)}, `, el("bdi", {}, n.by),
+      `${about ? ` (${about})` : ""}: `),
+    el("bdi", { class: "note-text" }, n.text));
 }
 
 // The incident dialogs. A refused write keeps the dialog open with the server's words and
@@ -483,17 +491,31 @@ function openClose(i) {
   $("#close-reason").focus();
 }
 
-async function submitIncident(dialog, url, body, errorBox, done) {
+// The answer goes to the dialog it was sent from only while that still shows its incident
+// (`still`): Esc closes a dialog while a slow gateway answers, and it may be opened for another
+// incident before the answer comes. Else a refusal is a toast naming its case; a success
+// leaves the other incident's dialog and draft alone (it closed that dialog and said "Case
+// closed." over it). Null when done, else the refusal.
+async function submitIncident(dialog, url, body, errorBox, target, still, done) {
   const ok = dialog.querySelector("button.primary");
   ok.disabled = true;  // one click, one record
+  let problem;
   try {
-    const problem = await post(url, body);
-    showError(errorBox, problem);
-    if (!problem) { done(); dialog.close(); }
+    problem = await post(url, body);
+    if (still() && dialog.open) showError(errorBox, problem);
+    else if (problem) toast(`${caseLabel(target)}: ${problem}`);
+    if (!problem && still()) { done(); dialog.close(); }
   } finally {
     ok.disabled = false;
   }
   await refreshIncidents();
+  return problem;
+}
+
+// an incident's label by its id, from the panel as it was when its dialog was opened
+function caseLabel(id) {
+  const i = (openIncidents || []).find((x) => x.id === id);
+  return i ? incidentLabel(i) : id;
 }
 
 async function refreshAlarms() {
@@ -564,15 +586,20 @@ async function start() {
     e.preventDefault();
     const body = { kind: $("#note-kind").value, text: $("#note-text").value.trim() };
     if (body.kind === "notice") body.due = $("#note-due").value;  // YYYY-MM-DD: the station's day
-    const url = `/api/incidents/${encodeURIComponent(noteTarget)}/notes`;
-    submitIncident($("#note-dialog"), url, body, $("#note-error"), () => { noteTarget = null; });
+    const target = noteTarget;
+    const url = `/api/incidents/${encodeURIComponent(target)}/notes`;
+    submitIncident($("#note-dialog"), url, body, $("#note-error"), target, () => noteTarget === target,
+      () => { noteTarget = null; });
   });
   $("#close-cancel").addEventListener("click", () => $("#close-dialog").close());
   $("#close-form").addEventListener("submit", (e) => {
     e.preventDefault();
-    const url = `/api/incidents/${encodeURIComponent(closeTarget)}/close`;
+    const target = closeTarget;
+    const url = `/api/incidents/${encodeURIComponent(target)}/close`;
+    const label = caseLabel(target);
     submitIncident($("#close-dialog"), url, { reason: $("#close-reason").value.trim() }, $("#close-error"),
-      () => { closeTarget = null; toast("Case closed."); });
+      target, () => closeTarget === target, () => { closeTarget = null; })
+      .then((problem) => { if (!problem) toast(`Case closed: ${label}.`); });  // naming it: another may be open
   });
   try {
     const st = await getJSON("/api/station");
