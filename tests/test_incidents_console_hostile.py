@@ -371,3 +371,36 @@ def test_a_refused_nan_is_answered_in_strict_json(
             assert {tuple(i["loc"][:2]) for i in strict(got.text)["detail"]} == {("body", "due")}
     stored = view.incidents.store.get(oil["id"])
     assert stored is not None and stored.notes == ()
+
+
+def test_an_alarm_card_isolates_who_acknowledged_and_shelved_it(
+    browser: Browser, station: tuple[StationWithIncidents, dict[str, Any]]
+) -> None:
+    """The alarm card's meta line (`acknowledged by NAME: “note”`, `shelved by NAME until T:
+    reason`) printed the operator's name and words inline: a name ending in U+202E mirrored
+    the rest of the line, as it did on incident notes. Each typed part is isolated (<bdi>)."""
+    view, _ = station
+    view.inject(Sample("outfall.ph", NOW, 12.0), limit=9.0, citation="§139-15 D(1)")
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with LiveConsole(view, refresh=0.3) as live:
+        got = httpx.post(
+            f"{live.url}/api/alarms/outfall.ph/high/ack",
+            json={"by": "Mallory\u202e", "note": "called plant back"},
+            headers=headers,
+        )
+        assert got.status_code == 200, got.text
+        got = httpx.post(
+            f"{live.url}/api/alarms/outfall.ph/high/shelve",
+            json={"by": "Eve\u202e", "reason": "probe swap", "minutes": 30},
+            headers=headers,
+        )
+        assert got.status_code == 200, got.text
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(live.url)
+        card = page.locator('article.alarm[data-key="outfall.ph/high"] .meta').last
+        expect(card).to_contain_text("shelved by")
+        words = ["acknowledged", "Mallory", "called", "plant", "back", "shelved", "Eve", "until", "probe", "swap"]
+        xs = card.evaluate(WHERE, words)
+        assert None not in xs, xs
+        assert xs == sorted(xs), dict(zip(words, xs, strict=True))
+        page.close()

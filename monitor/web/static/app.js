@@ -29,7 +29,7 @@ function el(tag, attrs, ...children) {
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else if (v !== null && v !== undefined && v !== false) node.setAttribute(k, v === true ? "" : v);
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     node.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -185,8 +185,12 @@ function alarmCard(a) {
   const meta = [];
   if (a.activated_at) meta.push(`since ${fmtTime(a.activated_at)} (${ago(a.activated_at)})`);
   if (!a.active && a.cleared_at) meta.push(`cleared ${fmtTime(a.cleared_at)}`);
-  if (a.acked_by) meta.push(`acknowledged by ${a.acked_by}` + (a.ack_note ? `: “${a.ack_note}”` : ""));
-  if (a.shelved_until) meta.push(`shelved by ${a.shelved_by} until ${fmtTime(a.shelved_until)}: ${a.shelve_reason || ""}`);
+  // what an operator typed (name, note, reason) isolated (<bdi>), as on incident notes: a
+  // name ending in U+202E mirrored the rest of the line after it
+  if (a.acked_by) meta.push(["acknowledged by ", el("bdi", {}, a.acked_by),
+    a.ack_note ? [": “", el("bdi", {}, a.ack_note), "”"] : null]);
+  if (a.shelved_until) meta.push(["shelved by ", el("bdi", {}, a.shelved_by),
+    ` until ${fmtTime(a.shelved_until)}: `, el("bdi", {}, a.shelve_reason || "")]);
   const buttons = [];
   const can = writeButton();
   if (a.state === "active_unacknowledged" || a.state === "returned_unacknowledged") {
@@ -209,7 +213,7 @@ function alarmCard(a) {
     el("div", { class: "citation" }, a.citation),
     reading ? el("div", { class: "reading" }, reading) : null,
     a.message ? el("div", { class: "meta" }, a.message) : null,
-    el("div", { class: "meta" }, meta.join(" · ")),
+    el("div", { class: "meta" }, meta.flatMap((m, i) => (i ? [" · ", m] : [m]))),
     el("div", { class: "actions" }, buttons));
 }
 
