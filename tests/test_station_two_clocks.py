@@ -14,8 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from monitor.model import Quality, Rule, Sample
+from monitor.reconcile import device_stamped
 from monitor.station import StationStore, StationTracker
 from tests.examples import examples
+from tests.test_clock_step import watched_daemon
+from tests.test_clock_steps import mixed_station
+from tests.test_pipeline import close
 from tests.test_station_tracker import T0, feed, states, station
 
 Poll = Callable[[int], list[tuple[str, float]]]
@@ -137,3 +141,27 @@ def test_with_no_step_two_clocks_judge_as_one(tmp_path_factory: pytest.TempPathF
     well: dict[str, Any] = {"weir": {"length": "24 in", "coefficient": 3.33}} if weir else {}
     tmp = tmp_path_factory.mktemp("two")
     assert outcome(tmp / "a", samples, device, **well) == outcome(tmp / "b", samples, (), **well)
+
+
+def test_the_daemon_raises_fail_to_start_when_a_device_stamped_pump_trips(tmp_path: Path) -> None:
+    """Through the daemon, clocks right, no step: the level polled over Modbus (gateway
+    clock), p1's run feedback over MQTT with its controller's time (`time_path`). p1 runs with
+    the level at 6 ft and trips at +100 s: fail_to_start at +220 s, journaled; p1 starts
+    again at +300 s and ends it. Before: nothing journaled while the well filled."""
+    config = mixed_station(tmp_path)
+    assert "p1" in device_stamped(config) and "lvl" not in device_stamped(config)
+    daemon, wall, mono = watched_daemon(config)
+    try:
+        for k in range(0, 401, 10):
+            wall.set(T0 + k)
+            mono.set(1000.0 + k)
+            daemon.tick()
+            running = 1.0 if k < 100 or k >= 300 else 0.0
+            daemon.pipeline.process([Sample("lvl", T0 + k, 6.0), Sample("p1", T0 + k, running)])
+        journal = daemon.alarms.journal.entries(sensor="lvl")
+        assert [(e.rule, e.event, e.time - T0) for e in journal if e.rule is Rule.FAIL_TO_START] == [
+            (Rule.FAIL_TO_START, "activated", 220.0),
+            (Rule.FAIL_TO_START, "cleared", 300.0),
+        ]
+    finally:
+        close(daemon)
