@@ -13,12 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from monitor.config import build_config
 from monitor.model import Quality, Rule, Sample
 from monitor.reconcile import device_stamped
 from monitor.station import StationStore, StationTracker
 from tests.examples import examples
 from tests.test_clock_step import watched_daemon
-from tests.test_clock_steps import mixed_station
+from tests.test_clock_steps import WELL, mixed_station
 from tests.test_pipeline import close
 from tests.test_station_tracker import T0, feed, states, station
 
@@ -163,5 +164,53 @@ def test_the_daemon_raises_fail_to_start_when_a_device_stamped_pump_trips(tmp_pa
             (Rule.FAIL_TO_START, "activated", 220.0),
             (Rule.FAIL_TO_START, "cleared", 300.0),
         ]
+    finally:
+        close(daemon)
+
+
+def test_an_overflow_volume_by_a_derived_inflow_is_not_counted_twice(tmp_path: Path) -> None:
+    """One clock, no step: the level polled from the wet well's RTU, the inflow derived from
+    the flow meter on another PLC (`qin`, gpm). A derived sample is made when its input's
+    next reading comes, so the daemon feeds the tracker the level's poll at +k s before the
+    inflow of +k-10 s. The level is over overflow to +610 s at 800 gpm in, no pump running:
+    7,867 gal (the first 20 s, before the inflow is known at a level reading, count nothing).
+    Before: each late inflow set the integration back 10 s and the next level reading counted
+    those seconds again: twice the spill on the SSO report."""
+    config = build_config(
+        {
+            "station": {"id": "ps-derived-inflow", "timezone": "UTC"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [
+                *WELL,
+                {"id": "qin", "kind": "flow", "unit": "gpm"},
+                {"id": "inflow", "kind": "derived", "unit": "gpm", "expression": "qin"},
+            ],
+            "wet_well": {"level": "lvl", "pumps": ["p1"], "inflow": "inflow", "fail_to_start_delay": "2m"},
+            "modbus": {"devices": [
+                {"name": "rtu", "host": "127.0.0.1", "port": 5020, "fields": [
+                    {"sensor": "lvl", "register": "holding", "address": 0, "type": "UINT16", "scale": 0.01},
+                    {"sensor": "p1", "register": "coil", "address": 0, "type": "BIT"}]},
+                {"name": "flow", "host": "127.0.0.1", "port": 5021, "fields": [
+                    {"sensor": "qin", "register": "holding", "address": 0, "type": "UINT16"}]}]},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+    daemon, wall, mono = watched_daemon(config)
+    try:
+        for k in range(0, 611, 10):
+            wall.set(T0 + k)
+            mono.set(1000.0 + k)
+            daemon.tick()
+            daemon.pipeline.process([Sample("lvl", T0 + k, 9.5), Sample("p1", T0 + k, 0.0)])
+            daemon.pipeline.process([Sample("qin", T0 + k, 800.0)])
+        daemon.station.close()
+        store = StationStore.open(config.state_dir)
+        try:
+            (rec,) = store.overflows(T0 - 3600, T0 + 3600)
+        finally:
+            store.close()
+        assert (rec.start - T0, rec.method) == (0.0, "inflow")
+        assert rec.volume_gal == pytest.approx(800.0 * 590 / 60)  # +20 s (the inflow known) to +610 s
     finally:
         close(daemon)
