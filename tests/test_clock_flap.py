@@ -5,6 +5,7 @@ clocks, a check a second as the daemon's tick makes, no sleeps."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -182,3 +183,31 @@ def test_a_large_step_inside_a_flapping_episode_is_logged_in_full_at_once(
     ]  # fmt: skip
     assert watch.step_log.steps == 123  # with the two of the next window (+605 s, +610 s)
     assert watch.step_log.episode_largest == -3600.0
+
+
+def test_a_stop_says_the_steps_counted_and_not_summarised_yet(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The path SIGTERM (and a SIGHUP reload) takes: `Daemon.stop()` while it runs, 2 min
+    into a flap. Its shutdown says the steps counted since the first (one WARNING line
+    "... before shutdown"), so none is lost with the process."""
+    gw = Stepped(tmp_path, 0.0)
+    daemon = gw.daemon
+    for k in range(1, 121):
+        gw.wall.set(T0 + k + flap(k))
+        gw.mono.set(1000.0 + k)
+        daemon.tick()
+
+    async def run_and_stop() -> None:
+        task = asyncio.create_task(daemon.run())
+        await daemon.ready.wait()
+        daemon.stop()
+        await task
+
+    with caplog.at_level(logging.WARNING, logger=WATCH):
+        asyncio.run(run_and_stop())
+    said = [r.getMessage() for r in caplog.records if "before shutdown" in r.getMessage()]
+    assert said == [
+        "gateway clock stepped 23 more times in the last 1m before shutdown (11 back, 12 forward,"
+        " the largest forward by 3s), not logged one by one; judging goes on"
+    ]
