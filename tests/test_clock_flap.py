@@ -5,6 +5,7 @@ clocks, a check a second as the daemon's tick makes, no sleeps."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -152,3 +153,61 @@ def test_the_step_count_is_in_the_health_and_metrics_and_no_other_part_logs_each
         assert daemon.engine.counters.out_of_order == 0
     finally:
         close(daemon)
+
+
+def test_a_large_step_inside_a_flapping_episode_is_logged_in_full_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The clock flaps by 3 s every 5 s; at +102 s NTP steps it back by an hour on top of
+    the flap (the RTC had run an hour fast). That step moves every reading and every open
+    record an hour: it is logged in full when noticed, not counted among the flap's steps;
+    the window's summary at +605 s counts the others. Before: a DEBUG line, and an operator
+    read of it only in the summary up to 10 min later ("the largest back by 1h")."""
+    wall, mono = ManualClock(T0), ManualClock(1000.0)
+    watch = ClockWatch(Engine(CONFIG.rules, ManualClock()), wall=wall.now, monotonic=mono.now)
+    watch.check()
+    lines: list[tuple[int, str]] = []
+    with caplog.at_level(logging.WARNING, logger=WATCH):
+        for k in range(1, 611):
+            wall.set(T0 + k + flap(k) - (3600.0 if k >= 102 else 0.0))
+            mono.set(1000.0 + k)
+            caplog.clear()
+            watch.check()
+            watch.forget(mono.now())
+            lines += [(k, r.getMessage()) for r in caplog.records]
+    assert lines == [
+        (5, "gateway clock stepped back by 3s; readings re-based, judging goes on"),
+        (102, "gateway clock stepped back by 1h 0m; readings re-based, judging goes on"),
+        (605, "gateway clock stepped 119 more times in the last 10m (59 back, 60 forward,"
+              " the largest back by 8s), not logged one by one; judging goes on"),
+    ]  # fmt: skip
+    assert watch.step_log.steps == 123  # with the two of the next window (+605 s, +610 s)
+    assert watch.step_log.episode_largest == -3600.0
+
+
+def test_a_stop_says_the_steps_counted_and_not_summarised_yet(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The path SIGTERM (and a SIGHUP reload) takes: `Daemon.stop()` while it runs, 2 min
+    into a flap. Its shutdown says the steps counted since the first (one WARNING line
+    "... before shutdown"), so none is lost with the process."""
+    gw = Stepped(tmp_path, 0.0)
+    daemon = gw.daemon
+    for k in range(1, 121):
+        gw.wall.set(T0 + k + flap(k))
+        gw.mono.set(1000.0 + k)
+        daemon.tick()
+
+    async def run_and_stop() -> None:
+        task = asyncio.create_task(daemon.run())
+        await daemon.ready.wait()
+        daemon.stop()
+        await task
+
+    with caplog.at_level(logging.WARNING, logger=WATCH):
+        asyncio.run(run_and_stop())
+    said = [r.getMessage() for r in caplog.records if "before shutdown" in r.getMessage()]
+    assert said == [
+        "gateway clock stepped 23 more times in the last 1m before shutdown (11 back, 12 forward,"
+        " the largest forward by 3s), not logged one by one; judging goes on"
+    ]

@@ -7,6 +7,9 @@ reads it:
 
 - An episode begins with a step while the clock was steady: that step is logged in full
   (WARNING, what `ClockWatch` did about it).
+- A step `LOUDER` times the episode's largest so far (an hour's NTP correction among a
+  flap of seconds: it moves every reading and open record by the hour) is logged in full
+  too, when noticed, and not counted among the window's.
 - Every further step is counted (DEBUG, one line each) and the count said in one WARNING
   line per window of `EPISODE` seconds from the first step: "gateway clock stepped 119 more
   times in the last 10m (59 back, 60 forward, the largest back by 8s), ...". A clock that
@@ -28,6 +31,7 @@ from monitor.model import step_text
 log = logging.getLogger(__name__)
 
 EPISODE = 600.0  # seconds: the window a flapping clock's steps are summarised in
+LOUDER = 10.0  # a step this many times the episode's largest so far is logged in full
 
 
 class StepLog:
@@ -44,14 +48,17 @@ class StepLog:
 
     def stepped(self, mono: float, step: float, text: str) -> bool:
         """A step of `step` seconds noticed at `mono`, told as `text`: logged in full (and
-        True) when it begins an episode, else counted for the window's line."""
+        True) when it begins an episode or dwarfs its steps so far (`LOUDER`), else counted
+        for the window's line."""
         self.tick(mono)
         self.steps += 1
+        loud = self._since is None or abs(step) >= LOUDER * abs(self.episode_largest)
         if abs(step) > abs(self.episode_largest):
             self.episode_largest = step
         self.episode_steps += 1
-        if self._since is None:
-            self._since = mono
+        if loud:
+            if self._since is None:
+                self._since = mono
             log.warning("%s", text)
             return True
         if step < 0:
@@ -102,4 +109,4 @@ class StepLog:
         self._largest = 0.0
 
 
-__all__ = ["EPISODE", "StepLog"]
+__all__ = ["EPISODE", "LOUDER", "StepLog"]

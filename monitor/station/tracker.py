@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 CITATION_OVERFLOW = "station config (overflow: report within)"
 CITATION_LEVEL = "station config (wet-well setpoints)"
+# A well on two clocks (a device-stamped level beside gateway-polled pumps): a reading of one
+# within AGREE seconds of the other's newest says the clocks agree (`_compare`).
+AGREE = 120.0
 
 
 class StationTracker:
@@ -68,6 +71,10 @@ class StationTracker:
         for a well whose readings come on two clocks (`_judge_fail`)."""
         self.config = config
         self._device = frozenset(device)
+        # Whether the two clocks (gateway, devices) were found to agree when a reading of one
+        # was last compared with the other's newest (`_compare`); None: not compared yet.
+        self._agree: bool | None = None
+        self._newest = {False: -math.inf, True: -math.inf}  # each clock's newest reading (True: devices')
         self.store = store
         well = config.wet_well
         self.pumps: dict[str, PumpStats] = {}
@@ -104,6 +111,7 @@ class StationTracker:
         # The sensors whose readings began the delay and raised it: their clocks measure them.
         self._above_by = ""
         self._fail_by = ""
+        self._above_own: dict[bool, float] = {}  # each clock's first reading in the delay
         self.high_active = False
         # Alarms adopted from the journal at a restart, by sensor and rule, with their
         # activation (None: not known); dropped at the first reading after it. Judged on
@@ -115,6 +123,7 @@ class StationTracker:
         self._overflow_by = ""  # the sensor whose reading opened it: its start is that clock's
         self._q_prev = 0.0  # overflow rate (gpm) at the last integration time
         self._t_prev = -math.inf
+        self._prev_by = ""  # the sensor whose reading set it: its clock's (`shift`)
         self.last_time = -math.inf
         self._last: dict[str, float] = {}
         self.store_errors = 0
@@ -135,6 +144,7 @@ class StationTracker:
         self.watched = frozenset(
             [*self.pumps, *self.drive, *(x for x in (self.level_id, self.switch_id, self.inflow_id) if x)]
         )
+        self._mixed = bool(self.watched & self._device) and bool(self.watched - self._device)
         if resume and store is not None:
             self._resume(store)
 
@@ -233,14 +243,21 @@ class StationTracker:
         # Fail to start's times are the clock's of the reading that set them (`_judge_fail`).
         if self.above_since is not None and self._above_by not in keep:
             self.above_since += delta
+        if False in self._above_own:
+            self._above_own[False] += delta
         if self._fail_by not in keep:
             self.fail_at += delta
         if well:
             self.level_time += delta
+        if (self._prev_by or self.level_id or self.switch_id) not in keep:
             self._t_prev += delta
         if overflow and self.overflow is not None:
             self.overflow.start += delta
             self.overflow.due += delta
+        if self._mixed:  # the gateway's newest moves; whether the clocks agree is found again
+            gateway = [t for sid, t in self._last.items() if sid not in self._device]
+            self._newest[False] = max(gateway, default=-math.inf)
+            self._agree = None
         if self._last:
             self.last_time = max(self._last.values())  # the latest reading taken, as it stands now
         elif moved or well:
@@ -266,6 +283,8 @@ class StationTracker:
         if bad and v in bad:
             return []
         self._last[sid] = t
+        if self._mixed:
+            self._compare(sid, t)
         daily = self.daily
         if daily is not None and t >= daily.day_end:
             self._stored(daily.advance, t)  # a local midnight passed: that day's totals for InfluxDB
@@ -297,8 +316,8 @@ class StationTracker:
             self.readings[pid][key] = v
             return out
         if self.overflow is None and not self.switch_on and not self.level >= self._overflow_at:
-            if self._same_clock(sid, self.level_id or ""):
-                self._q_prev, self._t_prev = 0.0, t  # no overflow, none starting: nothing to integrate
+            if self._integrates(sid):
+                self._carried(sid, 0.0, t)  # no overflow, none starting: nothing to integrate
         else:
             out.extend(self._judge_overflow(t, sid))
         out.extend(self._judge_fail(t, sid))
@@ -322,14 +341,52 @@ class StationTracker:
         gateway, or both by devices); True when either is not known ("")."""
         return not a or not b or (a in self._device) == (b in self._device)
 
+    def _compare(self, sid: str, t: float) -> None:
+        """A reading of `sid` at `t` against the other clock's newest: stamped more than
+        `AGREE` before it, the clocks disagree (one an hour off until NTP steps it); within
+        `AGREE` of it, they agree. Later than that says nothing: the other clock's sensors may
+        just be quiet (a transmitter down, a pump reported on change)."""
+        dev = sid in self._device
+        other = self._newest[not dev]
+        if other > -math.inf:
+            if t < other - AGREE:
+                self._agree = False
+            elif t <= other + AGREE:
+                self._agree = True
+        self._newest[dev] = max(self._newest[dev], t)
+
+    def _comparable(self, a: str, b: str) -> bool:
+        """Whether a reading of `a` may be measured against a time one of `b` set: one clock,
+        or two found to agree. With both clocks right (no step), a well on two clocks is
+        judged as on one: a delay begun by a pump's trip on the gateway's clock is measured by
+        the level's readings on its own."""
+        return self._agree is True or self._same_clock(a, b)
+
+    def _integrates(self, sid: str) -> bool:
+        """Whether the overflow's volume is carried to a reading of `sid`: one of the level's
+        clock, or of the other when the two agree (as on one clock: its transmitter down, the
+        float switch, inflow and pumps carry the volume on, judged at the level's last value).
+        Across clocks that disagree (one an hour off), the level's clock alone."""
+        return self._agree is True or self._same_clock(sid, self.level_id or "")
+
+    def _carried(self, sid: str, q: float, t: float) -> None:
+        """The rate `q` from reading `t` of `sid` on. Never back: readings of two clocks a
+        few seconds apart, interleaved, would count the same seconds again at every poll."""
+        if t >= self._t_prev:
+            self._q_prev, self._t_prev, self._prev_by = q, t, sid
+
     def _judge_fail(self, t: float, sid: str = "") -> list[Condition]:
         """Fail to start at reading `t` of sensor `sid`. In a well whose readings come on two
         clocks (a device-stamped level beside a float switch or pump polled on the gateway
-        clock), the delay is measured on the clock of the reading that began it, by readings
-        of that clock only, and a raise is not held against a reading of the other (its
-        stamp cannot be compared). Judged across clocks, a float reading on a gateway clock
-        an hour ahead found the level above `lead_on` for an hour: a false `fail_to_start`,
-        stamped an hour ahead, that a pump start on the corrected clock did not end."""
+        clock) that agree (`_compare`), as on one clock: the delay from the first reading
+        that found the well calling, whichever clock's. Found to disagree (one an hour off
+        until NTP steps it), each clock measures it from its own first reading, and a raise
+        is not held against a reading of the other. Judged across such clocks, a float
+        reading on a gateway clock an hour ahead found the level above `lead_on` for an hour:
+        a false `fail_to_start`, stamped an hour ahead, that a pump start on the corrected
+        clock did not end. Measured on the first reading's clock only, a pump that tripped
+        (its feedback on the gateway's clock, not judged again while unchanged) with the
+        level on its own raised nothing at all, clocks right."""
         sp = self.setpoints
         if sp is None or self.level_id is None:
             return []
@@ -340,11 +397,9 @@ class StationTracker:
         if calling:
             if self.above_since is None:
                 self.above_since, self._above_by = t, sid
-            if (
-                not self.fail_active
-                and t - self.above_since >= self.delay
-                and self._same_clock(sid, self._above_by)
-            ):
+            own = self._above_own.setdefault(sid in self._device, t)
+            since = self.above_since if self._comparable(sid, self._above_by) else own
+            if not self.fail_active and t - since >= self.delay:
                 self.fail_active = True
                 self.fail_at, self._fail_by = t, sid
                 idle = ", ".join(self.pumps) or "no pumps configured"
@@ -357,16 +412,16 @@ class StationTracker:
                         self.level,
                         sp.lead_on,
                         CITATION_LEVEL,
-                        message=f"level above lead_on for {t - self.above_since:.0f} s,"
-                        f" no pump running ({idle})",
+                        message=f"level above lead_on for {t - since:.0f} s, no pump running ({idle})",
                     )
                 ]
             return []
         self.above_since = None
+        self._above_own.clear()
         # A reading stamped before the raise (a pump's feedback from a lagging source) is
         # evidence from before the alarm began: it does not end it; the next sample judged
         # at or after the raise does, with what is known then. A restored alarm: after.
-        before = t < self.fail_at and self._same_clock(sid, self._fail_by)
+        before = t < self.fail_at and self._comparable(sid, self._fail_by)
         if self.fail_active and not before and self._may_end(self.level_id, Rule.FAIL_TO_START, t):
             self.fail_active = False
             return [
@@ -397,22 +452,23 @@ class StationTracker:
 
     def _judge_overflow(self, t: float, sid: str = "") -> list[Condition]:
         """The overflow at reading `t` of sensor `sid`. In a well whose readings come on two
-        clocks, the volume is integrated between readings of the level's clock only (across
-        clocks, a float reading an hour ahead added an hour of flow), the record's start is
-        the clock's of the reading that opened it (a step moves it with that clock) and its
-        end is not before its start."""
+        clocks, the volume is integrated between the readings of both while they agree (the
+        level's transmitter down, the float, inflow and pumps carry it on), of the level's
+        clock only while they disagree (a float reading an hour ahead added an hour of flow),
+        never back in time (`_carried`); the record's start is the clock's of the reading
+        that opened it (a step moves it with that clock) and its end is not before its start."""
         sp = self.setpoints
         level_over = sp is not None and self.level >= sp.overflow
         over = level_over or self.switch_on
         rec = self.overflow
         q, method = self._rate_gpm()
         out: list[Condition] = []
-        if self._same_clock(sid, self.level_id or ""):
+        if self._integrates(sid):
             prev = self._t_prev
             if rec is not None and prev > -math.inf and t > prev and rec.volume_gal is not None:
                 mean = (self._q_prev + q) / 2.0 if method == "weir" else self._q_prev
                 rec.volume_gal += mean * (t - prev) / 60.0
-            self._q_prev, self._t_prev = q, t
+            self._carried(sid, q, t)
         sensor = self.level_id or self.switch_id or ""
         if over and rec is None:
             rec = OverflowRecord(sensor, t, t + self.report_within, method=method)
