@@ -399,7 +399,8 @@ def test_an_alarm_card_isolates_who_acknowledged_and_shelved_it(
         page.goto(live.url)
         card = page.locator('article.alarm[data-key="outfall.ph/high"] .meta').last
         expect(card).to_contain_text("shelved by")
-        words = ["acknowledged", "Mallory", "called", "plant", "back", "shelved", "Eve", "until", "probe", "swap"]
+        words = ["acknowledged", "Mallory", "called", "plant", "back"]
+        words += ["shelved", "Eve", "until", "probe", "swap"]
         xs = card.evaluate(WHERE, words)
         assert None not in xs, xs
         assert xs == sorted(xs), dict(zip(words, xs, strict=True))
