@@ -17,7 +17,11 @@ import csv
 import io
 import json
 import logging
+import os
+import resource
 import signal
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -37,7 +41,7 @@ from monitor.meters.totalizer import MeterSpec
 from monitor.model import ManualClock, Rule
 from tests.cli import run_monitor
 from tests.conftest import fill_disk
-from tests.daemon_process import running_daemon
+from tests.daemon_process import ROOT, running_daemon
 from tests.services import wait_until
 from tests.test_meter_clock_step import METER, SPEC, meter_station, snapshot
 from tests.test_pipeline import close
@@ -401,3 +405,95 @@ def test_the_heartbeat_is_written_only_by_a_plausible_clock(tmp_path: Path) -> N
     assert not file.beat(TR + DAY + 59) and file.beat(TR + DAY + 59, force=True)
     assert file.beat(TR + DAY + 300) and file.beat(TR + DAY + 180)  # a step back of 2 min: at once
     assert heartbeat(tmp_path) == TR + DAY + 180
+
+
+def test_a_heartbeat_out_of_range_does_not_stop_the_daemon_starting(tmp_path: Path) -> None:
+    """A real `monitor run` on the real clock with a heartbeat holding `1e308` (a damaged
+    disk, a hand edit): a finite float, so it was taken as the station's last good time, and
+    naming it in the evidence (`iso`) raised OverflowError in the daemon's constructor: every
+    start died, and systemd restarted it into the same death (the station unwatched). Now it
+    is a damaged heartbeat (one WARNING), the daemon runs, and its clean stop writes the time."""
+    path = meter_station(tmp_path)
+    state = load_config(path).state_dir
+    state.mkdir(parents=True)
+    doc = {"format": "station-monitor clock", "version": 1, "time": 1e308}
+    (state / CLOCK_FILE).write_text(json.dumps(doc), encoding="utf-8")
+    log = tmp_path / "daemon.log"
+    with running_daemon(path, log) as daemon:
+        wait_until(lambda: " running: " in log.read_text() or daemon.proc.poll() is not None, timeout=60,
+                   what="the daemon's start")  # fmt: skip
+        assert daemon.proc.poll() is None, log.read_text()[-3000:]
+        text = daemon.stop()
+    assert text.count("the heartbeat is damaged") == 1, text[-3000:]
+    held = heartbeat(state)
+    assert held is not None and held <= time.time()
+
+
+@pytest.mark.parametrize("held", [0.0, -5.0, True, 1e19])
+def test_a_heartbeat_before_the_release_does_not_make_a_1970_clock_set(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, held: object
+) -> None:
+    """The gateway boots at 1970 (no battery-backed clock, before NTP); the heartbeat holds a
+    time no clock of this release writes (0, a negative, `true`: before the release; 1e19:
+    past year 9999). Taken as the last good time, the 1970 clock was "not behind" it, so set,
+    and the meter's 61 real readings were bad stamps: moved 57 years back, the whole history
+    (or, for 1e19, the start died on OverflowError). Now such a file is damaged (one WARNING,
+    taken as missing): the rule without a heartbeat stands, nothing moves; NTP then steps the
+    clock to the real time and the next tick writes a good heartbeat over it."""
+    path = meter_station(tmp_path)
+    config = load_config(path)
+    state = config.state_dir
+    state.mkdir(parents=True)
+    doc = {"format": "station-monitor clock", "version": 1, "time": held}
+    (state / CLOCK_FILE).write_text(json.dumps(doc), encoding="utf-8")
+    ledger = Ledger(state / "ledger.sqlite", {METER: SPEC}, now=TR - 3600)
+    ledger.add_many([(METER, TR - 3600 + 50 * i, Decimal(100 + i)) for i in range(61)])
+    ledger.close()
+    before = rows_of(state / "ledger.sqlite")
+    boot = 1000.0
+    with caplog.at_level(logging.INFO):
+        gw = Gateway(config, boot)
+    try:
+        assert rows_of(state / "ledger.sqlite") == before
+        said = errors(caplog, logging.WARNING)
+        assert len([e for e in said if "the heartbeat is damaged" in e]) == 1, said
+        (unset,) = [e for e in said if "not synchronised" in e]
+        assert "no heartbeat says it is set" in unset
+        gw.tick(boot + 60, 60)
+        assert heartbeat(state) is None  # the file stays as it was: taken as missing
+        gw.tick(TR + 60, 10)  # NTP
+        assert heartbeat(state) == TR + 60
+    finally:
+        close(gw.daemon)
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "huge"])
+def test_a_heartbeat_that_is_not_a_small_file_is_not_read_whole(tmp_path: Path, kind: str) -> None:
+    """`clock.json` a symlink to /dev/zero, a FIFO nobody writes, a 64 MiB file: the start read
+    it whole (`read_bytes`): memory until the kernel killed the daemon, or a start blocked for
+    ever in open(). Read in a child process held to 1 GiB of address space (and a timeout),
+    as the daemon's constructor reads it: taken as missing, with one line that says why."""
+    file = tmp_path / CLOCK_FILE
+    if kind == "dev-zero":
+        file.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(file)
+    else:
+        doc = json.dumps({"format": "station-monitor clock", "version": 1, "time": TR})
+        with file.open("w", encoding="utf-8") as f:
+            f.write(" " * (64 << 20) + doc)
+    code = (
+        "import sys; from pathlib import Path; from monitor.clockfile import ClockFile; "
+        "c = ClockFile(Path(sys.argv[1])); print(c.held, '|', c.problem)"
+    )
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    got = subprocess.run(
+        [sys.executable, "-c", code, str(file)], capture_output=True, text=True, timeout=30,
+        preexec_fn=limit, cwd=ROOT,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr[-2000:]
+    held, problem = got.stdout.strip().split(" | ")
+    assert held == "None" and "taken as missing" in problem, got.stdout
