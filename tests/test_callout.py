@@ -21,11 +21,14 @@ from fastapi import FastAPI
 from monitor.alarms import AlarmManager
 from monitor.callout import Callout
 from monitor.config import Config, build_config
+from monitor.daemon import Daemon
+from monitor.engine import ClockWatch
 from monitor.errors import ConfigError
 from monitor.model import AlarmState, Condition, ConditionState, ManualClock, Rule
 from monitor.web.callout import add_callout_routes
 from tests.mqtt_tools import make_ca
 from tests.smtp import MailServer
+from tests.test_pipeline import close as close_daemon
 
 # Wednesday 14 January 2026, 03:00 UTC: 22:00 on Tuesday in Barton (America/New_York, EST).
 T0 = datetime(2026, 1, 14, 3, 0, tzinfo=UTC).timestamp()
@@ -517,6 +520,89 @@ def test_a_restart_on_an_unset_clock_goes_on_escalating(tmp_path: Path, smtp: Ma
             assert await rig.step(5.1) == 1
         finally:
             await rig.close()
+        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+    asyncio.run(go())
+
+
+class Station:
+    """The daemon (its callout, alarms and clock watch) on injected gateway and monotonic
+    clocks, as `monitor run` wires them on the real ones; the test drives its ticks."""
+
+    def __init__(self, config: Config, wall: float) -> None:
+        self.wall, self.mono = ManualClock(wall), ManualClock(1000.0)
+        self.daemon = Daemon(config, self.wall)
+        self.daemon.watch_clock(ClockWatch(self.daemon.engine, wall=self.wall.now, monotonic=self.mono.now))
+        assert self.daemon.callout is not None
+        self.callout = self.daemon.callout
+        self.callout.resume()
+
+    async def tick(self, wall: float, elapsed: float) -> int:
+        """The gateway clock reads `wall` after `elapsed` real seconds more: one timer tick,
+        and the messages it made due delivered."""
+        self.wall.set(wall)
+        self.mono.advance(elapsed)
+        self.daemon.tick()
+        return await self.callout.deliver_due()
+
+    async def close(self) -> None:
+        await self.callout.aclose()
+        close_daemon(self.daemon)
+
+
+def test_ntp_after_a_restart_on_an_unset_clock_does_not_page_the_next_person_early(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """Alice was paged at T0 (a 15 min delay to Bob); the gateway reboots without a battery-
+    backed clock, reads a year behind, and the restart moves Bob's step to its delay from now
+    (so an unset clock still escalates). NTP answers a minute after the page and steps the
+    clock forward: Bob's step, due on the unset clock's time, was due at once and Bob was
+    paged 14 minutes early. The step moves forward with the clock: Bob is paged once, not
+    before T0 + 15 min (30 s after it: the restart came 30 s after the page), never twice."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+
+    async def go() -> None:
+        st = Station(config, T0)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, T0))
+            assert await st.tick(T0 + 1, 1) == 1
+        finally:
+            await st.close()
+        st = Station(config, T0 - 365 * 86400.0)  # at T0 + 30 s, real time
+        try:
+            assert await st.tick(T0 - 365 * 86400.0 + 30, 30) == 0
+            assert await st.tick(T0 + 90, 30) == 0  # NTP: forward a year and 30 s, the real time
+            assert await st.tick(T0 + 899, 809) == 0
+            assert await st.tick(T0 + 929, 30) == 0
+            assert await st.tick(T0 + 931, 2) == 1
+            assert await st.tick(T0 + 3600, 2669) == 0
+        finally:
+            await st.close()
+        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+    asyncio.run(go())
+
+
+def test_a_clock_stepped_back_a_day_while_running_still_pages_the_next_person(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """Alice was paged at T0 (15 min to Bob); a bad NTP server steps the running gateway's
+    clock back a day a minute later. Bob's step stayed due at T0 + 15 min on the old clock, a
+    day away on this one: nobody after Alice was paged for a day. A step back takes the
+    start's rule: a step due further ahead than its delay is due its delay from now."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+
+    async def go() -> None:
+        st = Station(config, T0)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, T0))
+            assert await st.tick(T0 + 1, 1) == 1
+            back = T0 + 60 - 86400.0
+            assert await st.tick(back, 59) == 0
+            assert await st.tick(back + 899, 899) == 0
+            assert await st.tick(back + 901, 2) == 1
+        finally:
+            await st.close()
         assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
 
     asyncio.run(go())

@@ -276,6 +276,19 @@ class CalloutStore:
             ).rowcount
         return int(steps) + int(retries)
 
+    def forward(self, step: float) -> int:
+        """The gateway clock stepped forward by `step` while running: running steps and
+        message retries move with it, so each is due after the real time it was meant to
+        wait (on the old clock's time they were due at once, the next person paged early).
+        Returns how many steps moved."""
+        with self._tx() as db:
+            steps = db.execute(
+                "UPDATE escalation SET next_at = next_at + ? WHERE status='running' AND next_at IS NOT NULL",
+                (step,),
+            ).rowcount
+            db.execute("UPDATE message SET next_try = next_try + ? WHERE state='pending'", (step,))
+        return int(steps)
+
     def members(self, flood: int) -> list[Escalation]:
         rows = self._query(f"SELECT {_ESC} FROM escalation WHERE flood=? ORDER BY id", (flood,))
         return [_esc(r) for r in rows]
