@@ -259,8 +259,12 @@ class Daemon:
             self.pipeline.raise_conditions(self.meters.clock_step(step, watch.wall(), watch.device))
 
     def _schedules_step(self, step: float) -> None:
-        """The callout's schedule follows a step of the gateway clock (`Callout.clock_step`)."""
-        callout: Callout | None = getattr(self, "callout", None)  # a step before it is built: none
+        """The reminders' and the callout's schedules follow a step of the gateway clock
+        (`Dispatcher.clock_step`, `Callout.clock_step`)."""
+        dispatcher: Dispatcher | None = getattr(self, "dispatcher", None)  # a step before it is built
+        if dispatcher is not None:
+            dispatcher.clock_step(step)
+        callout: Callout | None = getattr(self, "callout", None)
         if callout is not None:
             callout.clock_step(step)
 

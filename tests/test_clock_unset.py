@@ -13,6 +13,8 @@ heartbeat (a first start, a damaged or unwritable file) the old rule stands.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import csv
 import io
 import json
@@ -38,11 +40,12 @@ from monitor.engine import ClockWatch
 from monitor.meters.ledger import Ledger
 from monitor.meters.periods import quarter
 from monitor.meters.totalizer import MeterSpec
-from monitor.model import ManualClock, Rule
+from monitor.model import Condition, ConditionState, ManualClock, Rule
 from tests.cli import run_monitor
 from tests.conftest import fill_disk
 from tests.daemon_process import ROOT, running_daemon
 from tests.services import wait_until
+from tests.test_alarm_notify import Receiver
 from tests.test_meter_clock_step import METER, SPEC, meter_station, snapshot
 from tests.test_pipeline import close
 
@@ -497,3 +500,45 @@ def test_a_heartbeat_that_is_not_a_small_file_is_not_read_whole(tmp_path: Path, 
     assert got.returncode == 0, got.stderr[-2000:]
     held, problem = got.stdout.strip().split(" | ")
     assert held == "None" and "taken as missing" in problem, got.stdout
+
+
+def test_ntp_after_a_restart_on_an_unset_clock_does_not_remind_early(tmp_path: Path) -> None:
+    """An unacknowledged high-priority pH alarm (reminders every 15 min to a real webhook);
+    the gateway reboots 30 s after it, a year behind. The first tick finds the clock behind
+    the alarm and counts the reminder interval from itself (so an unset clock still reminds);
+    NTP answers a minute after the reboot and steps the clock forward: that tick's time, a
+    year old on the new clock, made the reminder due at once (15 min early). The step moves
+    it with the clock: one reminder, 15 min after that first tick, then the next 15 min on."""
+    path = meter_station(tmp_path)
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    with Receiver() as hook:
+        raw["alarms"] = {"renotify_interval": "15m", "webhook": {"url": hook.url}}
+        path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+        config = load_config(path)
+        gw = Gateway(config, TR)
+        try:
+            gw.daemon.alarms.apply(Condition(TR, "ph", Rule.HIGH, ConditionState.ACTIVE, 9.6, 9.0, "§"))
+        finally:
+            close(gw.daemon)
+        unset = TR - YEAR  # at TR + 30, real time
+
+        async def go() -> list[float]:
+            gw = Gateway(config, unset)
+            dispatcher = gw.daemon.dispatcher
+            task = asyncio.create_task(dispatcher.run())
+            reminded = []
+            try:
+                for wall, elapsed in [(unset + 30, 30), (TR + 90, 30), (TR + 959, 869), (TR + 961, 2),
+                                      (TR + 1859, 898), (TR + 1861, 2)]:  # fmt: skip
+                    gw.tick(wall, elapsed)
+                    await dispatcher.drain()
+                    reminded += [wall] * sum(1 for b in hook.bodies if b["type"] == "reminder")
+                    hook.bodies.clear()
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                close(gw.daemon)
+            return reminded
+
+        assert asyncio.run(go()) == [TR + 961, TR + 1861]

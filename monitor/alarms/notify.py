@@ -246,6 +246,19 @@ class Dispatcher:
                 for outlet in self._notifiers:
                     outlet.put(_notify(outlet.notifier, alarm, True))
 
+    def clock_step(self, step: float, now: float | None = None) -> None:
+        """The gateway clock stepped forward by `step` (the daemon's clock watch): the
+        reminder times kept on the old clock move with it, so the next reminder comes
+        `renotify_interval` of real time after the last, not at once (NTP after a restart on
+        an unset clock: the first tick's time, a year old on the new clock, reminded 15
+        minutes early). Never past `now` (a device-stamped alarm's time was not the gateway
+        clock's). A step back needs nothing: a time ahead of the clock is measured from now."""
+        if step <= 0:
+            return
+        now = self.clock.now() if now is None else now
+        for key, last in self._last_sent.items():
+            self._last_sent[key] = min(last + step, now)
+
     async def run(self) -> None:
         """Deliver until cancelled; one task per consumer."""
         outlets = [*self._mirrors, *self._notifiers]
