@@ -606,3 +606,37 @@ def test_a_clock_stepped_back_a_day_while_running_still_pages_the_next_person(
         assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
 
     asyncio.run(go())
+
+
+def test_a_restart_loop_on_a_correct_clock_pages_nobody_again_and_skips_no_step(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """Alice was paged at T0 (15 min to Bob); from T0 + 2 min the daemon restarts ten times
+    in ten seconds (systemd Restart=always on a crash at start), each start on the right
+    clock, with its start rule and its clock watch. Nobody is paged by a restart, Bob's step
+    is neither restarted nor taken early: Bob is paged once, at T0 + 15 min. (Held at review.)"""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+
+    async def go() -> None:
+        st = Station(config, T0)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, T0))
+            assert await st.tick(T0, 0) == 1
+        finally:
+            await st.close()
+        for k in range(10):
+            st = Station(config, T0 + 120 + k)
+            try:
+                assert await st.tick(T0 + 120.5 + k, 0.5) == 0
+            finally:
+                await st.close()
+        st = Station(config, T0 + 131)
+        try:
+            assert await st.tick(T0 + 899, 768) == 0
+            assert await st.tick(T0 + 900, 1) == 1
+            assert await st.tick(T0 + 1799, 899) == 0
+        finally:
+            await st.close()
+        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+    asyncio.run(go())

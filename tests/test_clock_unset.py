@@ -542,3 +542,48 @@ def test_ntp_after_a_restart_on_an_unset_clock_does_not_remind_early(tmp_path: P
             return reminded
 
         assert asyncio.run(go()) == [TR + 961, TR + 1861]
+
+
+def test_a_bad_ntp_step_back_of_two_days_while_running_does_not_poison_the_heartbeat(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The clock is right (heartbeat a minute old at start); a bad NTP server steps it back two
+    days while the daemon runs. The ledger's rows move with the step, as any step (audited,
+    logged); the bad clock is more than a day behind what the station held at start, so it
+    is not written to the heartbeat (said once), not at the clean stop either. The restart on
+    the bad clock finds nothing ahead: nothing more moves, no "not synchronised". The right
+    NTP server steps it forward, and the next tick writes the real time. (Held at review.)"""
+    path = meter_station(tmp_path)
+    config = load_config(path)
+    state = config.state_dir
+    write_heartbeat(state, TR - 60)
+    ledger = Ledger(state / "ledger.sqlite", {METER: SPEC}, now=TR - 3600)
+    ledger.add_many([(METER, TR - 3600 + 60 * i, Decimal(100 + i)) for i in range(59)])
+    ledger.close()
+    bad = TR - 2 * DAY
+    with caplog.at_level(logging.INFO):
+        gw = Gateway(config, TR)
+        try:
+            gw.tick(TR + 60, 60)
+            assert heartbeat(state) == TR + 60
+            gw.tick(bad + 120, 60)  # the bad step back
+            gw.tick(bad + 180, 60)
+            (step,) = gw.daemon.meters.ledger.clock_steps()
+            assert step.rows == 59 and not step.found
+            gw.daemon.clock_file.beat(gw.wall.now(), force=True)  # the clean stop's write
+        finally:
+            close(gw.daemon)
+        assert heartbeat(state) == TR + 60
+        told = [r.getMessage() for r in caplog.records if "is not written to" in r.getMessage()]
+        assert len(told) == 1, told
+        caplog.clear()
+        gw = Gateway(config, bad + 240)
+        try:
+            assert len(gw.daemon.meters.ledger.clock_steps()) == 1
+            assert [e for e in errors(caplog) if "not synchronised" in e] == []
+            gw.tick(bad + 300, 60)
+            assert heartbeat(state) == TR + 60
+            gw.tick(TR + 360, 60)  # the right NTP server
+            assert heartbeat(state) == TR + 360
+        finally:
+            close(gw.daemon)
