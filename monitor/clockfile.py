@@ -145,7 +145,11 @@ class ClockFile:
         doc = {"format": FORMAT, "version": VERSION, "time": now, "iso": iso(now)}
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
-            with tmp.open("w", encoding="utf-8") as f:
+            # A leftover (a kill between write and rename) is made anew, never opened: a
+            # symlink there was followed, its target overwritten, and renamed into place.
+            tmp.unlink(missing_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(json.dumps(doc) + "\n")
                 f.flush()
                 os.fsync(f.fileno())

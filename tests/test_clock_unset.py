@@ -587,3 +587,20 @@ def test_a_bad_ntp_step_back_of_two_days_while_running_does_not_poison_the_heart
             assert heartbeat(state) == TR + 360
         finally:
             close(gw.daemon)
+
+
+def test_a_symlink_left_as_the_heartbeats_temporary_file_is_not_written_through(tmp_path: Path) -> None:
+    """`clock.json.tmp` a symlink (to the ledger, say): the write opened it and followed it,
+    the ledger's bytes became the heartbeat's line, and the rename made `clock.json` itself
+    the symlink. A leftover temporary file is removed and made anew, never followed."""
+    state = tmp_path / "state"
+    state.mkdir()
+    victim = tmp_path / "ledger.sqlite"
+    victim.write_bytes(b"SQLite format 3\x00 precious")
+    (state / (CLOCK_FILE + ".tmp")).symlink_to(victim)
+    file = ClockFile(state / CLOCK_FILE)
+    file.not_before = -float("inf")
+    assert file.beat(TR, force=True)
+    assert victim.read_bytes() == b"SQLite format 3\x00 precious"
+    assert not (state / CLOCK_FILE).is_symlink() and heartbeat(state) == TR
+    assert not (state / (CLOCK_FILE + ".tmp")).exists()
