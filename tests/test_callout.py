@@ -550,32 +550,39 @@ class Station:
         close_daemon(self.daemon)
 
 
-def test_ntp_after_a_restart_on_an_unset_clock_does_not_page_the_next_person_early(
-    tmp_path: Path, smtp: MailServer
+@pytest.mark.parametrize("down", [30.0, 7200.0])
+def test_ntp_after_a_restart_on_an_unset_clock_pages_the_next_person_on_the_real_schedule(
+    tmp_path: Path, smtp: MailServer, down: float
 ) -> None:
-    """Alice was paged at T0 (a 15 min delay to Bob); the gateway reboots without a battery-
-    backed clock, reads a year behind, and the restart moves Bob's step to its delay from now
-    (so an unset clock still escalates). NTP answers a minute after the page and steps the
-    clock forward: Bob's step, due on the unset clock's time, was due at once and Bob was
-    paged 14 minutes early. The step moves forward with the clock: Bob is paged once, not
-    before T0 + 15 min (30 s after it: the restart came 30 s after the page), never twice."""
+    """Alice was paged at T0 (a 15 min delay to Bob); the gateway reboots `down` s later
+    without a battery-backed clock, reads a year behind, and the restart moves Bob's step to
+    its delay from now (so an unset clock still escalates). A minute later NTP steps the clock
+    forward to the real time. Bob's step, due on the unset clock's time, was due at once: after
+    a 30 s reboot Bob was paged 14 minutes early. Moved forward with the clock it came 15 min
+    after the restart: after a 2 h power cut, 15 min after his step was overdue on the real
+    clock. Now it is the earlier of the two, the real schedule: T0 + 15 min after the short
+    reboot, at once after the long one; once, never twice."""
     config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    unset = T0 - 365 * 86400.0  # at T0 + down, real time
 
     async def go() -> None:
         st = Station(config, T0)
         try:
             st.daemon.alarms.apply(ph(ConditionState.ACTIVE, T0))
-            assert await st.tick(T0 + 1, 1) == 1
+            assert await st.tick(T0, 0) == 1
         finally:
             await st.close()
-        st = Station(config, T0 - 365 * 86400.0)  # at T0 + 30 s, real time
+        st = Station(config, unset)
         try:
-            assert await st.tick(T0 - 365 * 86400.0 + 30, 30) == 0
-            assert await st.tick(T0 + 90, 30) == 0  # NTP: forward a year and 30 s, the real time
-            assert await st.tick(T0 + 899, 809) == 0
-            assert await st.tick(T0 + 929, 30) == 0
-            assert await st.tick(T0 + 931, 2) == 1
-            assert await st.tick(T0 + 3600, 2669) == 0
+            assert await st.tick(unset + 30, 30) == 0
+            ntp = T0 + down + 60
+            if down < 900:
+                assert await st.tick(ntp, 30) == 0  # NTP: forward to the real time
+                assert await st.tick(T0 + 899, T0 + 899 - ntp) == 0
+                assert await st.tick(T0 + 901, 2) == 1
+            else:
+                assert await st.tick(ntp, 30) == 1  # overdue on the real clock: at once
+            assert await st.tick(T0 + down + 3600, 3600) == 0
         finally:
             await st.close()
         assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
