@@ -542,22 +542,26 @@ def reminders_after_a_restart(
         return asyncio.run(go())
 
 
-def test_ntp_after_a_restart_on_an_unset_clock_does_not_remind_early(tmp_path: Path) -> None:
-    """The gateway reboots 30 s after the alarm, a year behind. The first tick finds the clock
-    behind the alarm and counts the reminder interval from itself (so an unset clock still
-    reminds); NTP answers a minute after the reboot and steps the clock forward: that tick's
-    time, a year old on the new clock, made the reminder due at once (15 min early). The step
-    moves it with the clock: one reminder, 15 min after that first tick, then the next 15 min on."""
-    unset = TR - YEAR  # at TR + 30, real time
-    ticks = [
-        (unset + 30, 30),
-        (TR + 90, 30),
-        (TR + 959, 869),
-        (TR + 961, 2),
-        (TR + 1859, 898),
-        (TR + 1861, 2),
-    ]
-    assert reminders_after_a_restart(tmp_path, unset, ticks) == [TR + 961, TR + 1861]
+@pytest.mark.parametrize("down", [30.0, 7200.0])
+def test_ntp_after_a_restart_on_an_unset_clock_reminds_on_the_real_schedule(
+    tmp_path: Path, down: float
+) -> None:
+    """The gateway reboots `down` s after the alarm, a year behind. The first tick finds the
+    clock behind the alarm and counts the reminder interval from itself (so an unset clock
+    still reminds); a minute after the reboot NTP steps the clock forward to the real time.
+    That tick's time, a year old on the new clock, made the reminder due at once: 15 min early
+    after a 30 s reboot. Now the reminder is due at the earlier of that tick's time moved with
+    the step and the schedule before the restart: TR + 15 min after the short reboot, at NTP
+    after a 2 h power cut (overdue), then every 15 min."""
+    unset = TR - YEAR  # at TR + down, real time
+    ntp = TR + down + 60
+    if down < 900:
+        ticks = [(unset + 30, 30), (ntp, 30), (TR + 899, TR + 899 - ntp), (TR + 901, 2), (TR + 1799, 898),
+                 (TR + 1802, 3)]  # fmt: skip
+        assert reminders_after_a_restart(tmp_path, unset, ticks) == [TR + 901, TR + 1802]
+    else:
+        ticks = [(unset + 30, 30), (ntp, 30), (ntp + 899, 899), (ntp + 901, 2)]
+        assert reminders_after_a_restart(tmp_path, unset, ticks) == [ntp, ntp + 901]
 
 
 def test_an_ordinary_restart_keeps_the_reminder_schedule(tmp_path: Path) -> None:
