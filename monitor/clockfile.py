@@ -23,6 +23,10 @@ A clock wrong in the future while the daemon runs writes its time here; NTP step
 while the daemon runs writes the right time at once (a step). Stepped back while the daemon is
 down, the file is ahead of the right clock and the next start takes the clock for unset:
 nothing is moved (the conservative side: docs/billing.md says how to clear it).
+
+Read, it is judged by the same rules: a time no clock of this release writes (before the
+floor, past the year 9999) or a file that is not a small regular one is damage, taken as
+missing; trusted, a heartbeat of 0 made a 1970 clock "set".
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import json
 import logging
 import math
 import os
+import stat
 from pathlib import Path
 
 from monitor.meters.book import UNSYNCED_AT_START, Evidence
@@ -46,6 +51,8 @@ EVERY = 60.0  # seconds of the gateway clock between writes, at most
 # The date this release was cut (2026-11-01T00:00:00Z): a clock before it is not set (1970, an
 # old image's build date) and is never written here. Move it forward at each release.
 RELEASE_FLOOR = 1_793_491_200.0
+CEILING = 253_402_300_800.0  # 10000-01-01T00:00:00Z: past what a date (`iso`) can name
+MAX_SIZE = 4096  # bytes: the file is one short line
 
 
 class ClockFile:
@@ -69,22 +76,41 @@ class ClockFile:
             log.info("no heartbeat %s yet (a first start): written once the clock is judged", self.path)
 
     def _read(self) -> tuple[float | None, str | None]:
-        """The time held, or why there is none (missing: no problem to report)."""
+        """The time held, or why there is none (missing: no problem to report). Read as what
+        it claims to be, a small regular file: a symlink to /dev/zero or a FIFO (opened without
+        blocking) is not read at all, a file over `MAX_SIZE` not whole; a time no clock of this
+        release writes (before `floor`: 1970, a negative, `true`; past year 9999) is damage.
+        Trusted, a time before the floor made a 1970 clock "set" (its meter history moved back
+        by the clock's error), and one past 9999 failed the start (OverflowError naming it)."""
         try:
-            raw = self.path.read_bytes()
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return None, None
         except OSError as exc:
             return None, f"cannot read the heartbeat ({exc.strerror or exc}); taken as missing"
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None, "the heartbeat is not a regular file; taken as missing"
+            raw = b""
+            while len(raw) <= MAX_SIZE and (chunk := os.read(fd, MAX_SIZE + 1 - len(raw))):
+                raw += chunk
+        except OSError as exc:
+            return None, f"cannot read the heartbeat ({exc.strerror or exc}); taken as missing"
+        finally:
+            os.close(fd)
+        try:
+            if len(raw) > MAX_SIZE:
+                raise ValueError(f"larger than {MAX_SIZE} bytes")
             doc = json.loads(raw.decode("utf-8"))
             if not isinstance(doc, dict) or doc.get("format") != FORMAT:
                 raise ValueError("not a heartbeat file")
             if doc.get("version") != VERSION:
                 raise ValueError(f"version {doc.get('version')!r}, expected {VERSION}")
             held = doc.get("time")
-            if not isinstance(held, (int, float)) or not math.isfinite(held):
+            if isinstance(held, bool) or not isinstance(held, (int, float)) or not math.isfinite(held):
                 raise ValueError(f"time {held!r}")
+            if not self.floor <= held < CEILING:
+                raise ValueError(f"time {held!r}, before this release or past the year 9999")
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             return None, f"the heartbeat is damaged ({exc}); taken as missing, written again"
         return float(held), None
@@ -119,7 +145,11 @@ class ClockFile:
         doc = {"format": FORMAT, "version": VERSION, "time": now, "iso": iso(now)}
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
-            with tmp.open("w", encoding="utf-8") as f:
+            # A leftover (a kill between write and rename) is made anew, never opened: a
+            # symlink there was followed, its target overwritten, and renamed into place.
+            tmp.unlink(missing_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(json.dumps(doc) + "\n")
                 f.flush()
                 os.fsync(f.fileno())

@@ -217,6 +217,7 @@ class Daemon:
             watch.on_step.append(lambda step: self.station.shift(step, watch.device))
             watch.on_step.append(self.pipeline.shift)
             watch.on_step.append(lambda step: self._meter_step(watch, step))
+            watch.on_step.append(self._schedules_step)
             # Before the watch's first check: the ledger's own newest rows measure its step, and
             # the restored history's step (`check_restored`) then finds nothing left ahead.
             with contextlib.suppress(MonitorError):  # counted and logged by the book, kept for the next try
@@ -256,6 +257,16 @@ class Daemon:
         its next write (`MeterBook.move_pending`, also tried on each tick); judging goes on."""
         with contextlib.suppress(MonitorError):  # counted and logged by the book, kept for the next try
             self.pipeline.raise_conditions(self.meters.clock_step(step, watch.wall(), watch.device))
+
+    def _schedules_step(self, step: float) -> None:
+        """The reminders' and the callout's schedules follow a step of the gateway clock
+        (`Dispatcher.clock_step`, `Callout.clock_step`)."""
+        dispatcher: Dispatcher | None = getattr(self, "dispatcher", None)  # a step before it is built
+        if dispatcher is not None:
+            dispatcher.clock_step(step)
+        callout: Callout | None = getattr(self, "callout", None)
+        if callout is not None:
+            callout.clock_step(step)
 
     def _meter_steps_pending(self) -> None:
         """A clock step move the ledger refused, tried again on the timer: readings may not

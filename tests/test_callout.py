@@ -21,11 +21,14 @@ from fastapi import FastAPI
 from monitor.alarms import AlarmManager
 from monitor.callout import Callout
 from monitor.config import Config, build_config
+from monitor.daemon import Daemon
+from monitor.engine import ClockWatch
 from monitor.errors import ConfigError
 from monitor.model import AlarmState, Condition, ConditionState, ManualClock, Rule
 from monitor.web.callout import add_callout_routes
 from tests.mqtt_tools import make_ca
 from tests.smtp import MailServer
+from tests.test_pipeline import close as close_daemon
 
 # Wednesday 14 January 2026, 03:00 UTC: 22:00 on Tuesday in Barton (America/New_York, EST).
 T0 = datetime(2026, 1, 14, 3, 0, tzinfo=UTC).timestamp()
@@ -517,6 +520,130 @@ def test_a_restart_on_an_unset_clock_goes_on_escalating(tmp_path: Path, smtp: Ma
             assert await rig.step(5.1) == 1
         finally:
             await rig.close()
+        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+    asyncio.run(go())
+
+
+class Station:
+    """The daemon (its callout, alarms and clock watch) on injected gateway and monotonic
+    clocks, as `monitor run` wires them on the real ones; the test drives its ticks."""
+
+    def __init__(self, config: Config, wall: float) -> None:
+        self.wall, self.mono = ManualClock(wall), ManualClock(1000.0)
+        self.daemon = Daemon(config, self.wall)
+        self.daemon.watch_clock(ClockWatch(self.daemon.engine, wall=self.wall.now, monotonic=self.mono.now))
+        assert self.daemon.callout is not None
+        self.callout = self.daemon.callout
+        self.callout.resume()
+
+    async def tick(self, wall: float, elapsed: float) -> int:
+        """The gateway clock reads `wall` after `elapsed` real seconds more: one timer tick,
+        and the messages it made due delivered."""
+        self.wall.set(wall)
+        self.mono.advance(elapsed)
+        self.daemon.tick()
+        return await self.callout.deliver_due()
+
+    async def close(self) -> None:
+        await self.callout.aclose()
+        close_daemon(self.daemon)
+
+
+@pytest.mark.parametrize("down", [30.0, 7200.0])
+def test_ntp_after_a_restart_on_an_unset_clock_pages_the_next_person_on_the_real_schedule(
+    tmp_path: Path, smtp: MailServer, down: float
+) -> None:
+    """Alice was paged at T0 (a 15 min delay to Bob); the gateway reboots `down` s later
+    without a battery-backed clock, reads a year behind, and the restart moves Bob's step to
+    its delay from now (so an unset clock still escalates). A minute later NTP steps the clock
+    forward to the real time. Bob's step, due on the unset clock's time, was due at once: after
+    a 30 s reboot Bob was paged 14 minutes early. Moved forward with the clock it came 15 min
+    after the restart: after a 2 h power cut, 15 min after his step was overdue on the real
+    clock. Now it is the earlier of the two, the real schedule: T0 + 15 min after the short
+    reboot, at once after the long one; once, never twice."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    unset = T0 - 365 * 86400.0  # at T0 + down, real time
+
+    async def go() -> None:
+        st = Station(config, T0)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, T0))
+            assert await st.tick(T0, 0) == 1
+        finally:
+            await st.close()
+        st = Station(config, unset)
+        try:
+            assert await st.tick(unset + 30, 30) == 0
+            ntp = T0 + down + 60
+            if down < 900:
+                assert await st.tick(ntp, 30) == 0  # NTP: forward to the real time
+                assert await st.tick(T0 + 899, T0 + 899 - ntp) == 0
+                assert await st.tick(T0 + 901, 2) == 1
+            else:
+                assert await st.tick(ntp, 30) == 1  # overdue on the real clock: at once
+            assert await st.tick(T0 + down + 3600, 3600) == 0
+        finally:
+            await st.close()
+        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+    asyncio.run(go())
+
+
+def test_a_clock_stepped_back_a_day_while_running_still_pages_the_next_person(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """Alice was paged at T0 (15 min to Bob); a bad NTP server steps the running gateway's
+    clock back a day a minute later. Bob's step stayed due at T0 + 15 min on the old clock, a
+    day away on this one: nobody after Alice was paged for a day. A step back takes the
+    start's rule: a step due further ahead than its delay is due its delay from now."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+
+    async def go() -> None:
+        st = Station(config, T0)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, T0))
+            assert await st.tick(T0 + 1, 1) == 1
+            back = T0 + 60 - 86400.0
+            assert await st.tick(back, 59) == 0
+            assert await st.tick(back + 899, 899) == 0
+            assert await st.tick(back + 901, 2) == 1
+        finally:
+            await st.close()
+        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+    asyncio.run(go())
+
+
+def test_a_restart_loop_on_a_correct_clock_pages_nobody_again_and_skips_no_step(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """Alice was paged at T0 (15 min to Bob); from T0 + 2 min the daemon restarts ten times
+    in ten seconds (systemd Restart=always on a crash at start), each start on the right
+    clock, with its start rule and its clock watch. Nobody is paged by a restart, Bob's step
+    is neither restarted nor taken early: Bob is paged once, at T0 + 15 min. (Held at review.)"""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+
+    async def go() -> None:
+        st = Station(config, T0)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, T0))
+            assert await st.tick(T0, 0) == 1
+        finally:
+            await st.close()
+        for k in range(10):
+            st = Station(config, T0 + 120 + k)
+            try:
+                assert await st.tick(T0 + 120.5 + k, 0.5) == 0
+            finally:
+                await st.close()
+        st = Station(config, T0 + 131)
+        try:
+            assert await st.tick(T0 + 899, 768) == 0
+            assert await st.tick(T0 + 900, 1) == 1
+            assert await st.tick(T0 + 1799, 899) == 0
+        finally:
+            await st.close()
         assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
 
     asyncio.run(go())

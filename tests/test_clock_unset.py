@@ -13,12 +13,19 @@ heartbeat (a first start, a damaged or unwritable file) the old rule stands.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import csv
 import io
 import json
 import logging
+import os
+import resource
 import signal
+import subprocess
+import sys
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -34,11 +41,12 @@ from monitor.engine import ClockWatch
 from monitor.meters.ledger import Ledger
 from monitor.meters.periods import quarter
 from monitor.meters.totalizer import MeterSpec
-from monitor.model import ManualClock, Rule
+from monitor.model import Condition, ConditionState, ManualClock, Rule
 from tests.cli import run_monitor
 from tests.conftest import fill_disk
-from tests.daemon_process import running_daemon
+from tests.daemon_process import ROOT, running_daemon
 from tests.services import wait_until
+from tests.test_alarm_notify import Receiver
 from tests.test_meter_clock_step import METER, SPEC, meter_station, snapshot
 from tests.test_pipeline import close
 
@@ -401,3 +409,225 @@ def test_the_heartbeat_is_written_only_by_a_plausible_clock(tmp_path: Path) -> N
     assert not file.beat(TR + DAY + 59) and file.beat(TR + DAY + 59, force=True)
     assert file.beat(TR + DAY + 300) and file.beat(TR + DAY + 180)  # a step back of 2 min: at once
     assert heartbeat(tmp_path) == TR + DAY + 180
+
+
+def test_a_heartbeat_out_of_range_does_not_stop_the_daemon_starting(tmp_path: Path) -> None:
+    """A real `monitor run` on the real clock with a heartbeat holding `1e308` (a damaged
+    disk, a hand edit): a finite float, so it was taken as the station's last good time, and
+    naming it in the evidence (`iso`) raised OverflowError in the daemon's constructor: every
+    start died, and systemd restarted it into the same death (the station unwatched). Now it
+    is a damaged heartbeat (one WARNING), the daemon runs, and its clean stop writes the time."""
+    path = meter_station(tmp_path)
+    state = load_config(path).state_dir
+    state.mkdir(parents=True)
+    doc = {"format": "station-monitor clock", "version": 1, "time": 1e308}
+    (state / CLOCK_FILE).write_text(json.dumps(doc), encoding="utf-8")
+    log = tmp_path / "daemon.log"
+    with running_daemon(path, log) as daemon:
+        wait_until(lambda: " running: " in log.read_text() or daemon.proc.poll() is not None, timeout=60,
+                   what="the daemon's start")  # fmt: skip
+        assert daemon.proc.poll() is None, log.read_text()[-3000:]
+        text = daemon.stop()
+    assert text.count("the heartbeat is damaged") == 1, text[-3000:]
+    held = heartbeat(state)
+    assert held is not None and held <= time.time()
+
+
+@pytest.mark.parametrize("held", [0.0, -5.0, True, 1e19])
+def test_a_heartbeat_before_the_release_does_not_make_a_1970_clock_set(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, held: object
+) -> None:
+    """The gateway boots at 1970 (no battery-backed clock, before NTP); the heartbeat holds a
+    time no clock of this release writes (0, a negative, `true`: before the release; 1e19:
+    past year 9999). Taken as the last good time, the 1970 clock was "not behind" it, so set,
+    and the meter's 61 real readings were bad stamps: moved 57 years back, the whole history
+    (or, for 1e19, the start died on OverflowError). Now such a file is damaged (one WARNING,
+    taken as missing): the rule without a heartbeat stands, nothing moves; NTP then steps the
+    clock to the real time and the next tick writes a good heartbeat over it."""
+    path = meter_station(tmp_path)
+    config = load_config(path)
+    state = config.state_dir
+    state.mkdir(parents=True)
+    doc = {"format": "station-monitor clock", "version": 1, "time": held}
+    (state / CLOCK_FILE).write_text(json.dumps(doc), encoding="utf-8")
+    ledger = Ledger(state / "ledger.sqlite", {METER: SPEC}, now=TR - 3600)
+    ledger.add_many([(METER, TR - 3600 + 50 * i, Decimal(100 + i)) for i in range(61)])
+    ledger.close()
+    before = rows_of(state / "ledger.sqlite")
+    boot = 1000.0
+    with caplog.at_level(logging.INFO):
+        gw = Gateway(config, boot)
+    try:
+        assert rows_of(state / "ledger.sqlite") == before
+        said = errors(caplog, logging.WARNING)
+        assert len([e for e in said if "the heartbeat is damaged" in e]) == 1, said
+        (unset,) = [e for e in said if "not synchronised" in e]
+        assert "no heartbeat says it is set" in unset
+        gw.tick(boot + 60, 60)
+        assert heartbeat(state) is None  # the file stays as it was: taken as missing
+        gw.tick(TR + 60, 10)  # NTP
+        assert heartbeat(state) == TR + 60
+    finally:
+        close(gw.daemon)
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "huge"])
+def test_a_heartbeat_that_is_not_a_small_file_is_not_read_whole(tmp_path: Path, kind: str) -> None:
+    """`clock.json` a symlink to /dev/zero, a FIFO nobody writes, a 64 MiB file: the start read
+    it whole (`read_bytes`): memory until the kernel killed the daemon, or a start blocked for
+    ever in open(). Read in a child process held to 1 GiB of address space (and a timeout),
+    as the daemon's constructor reads it: taken as missing, with one line that says why."""
+    file = tmp_path / CLOCK_FILE
+    if kind == "dev-zero":
+        file.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(file)
+    else:
+        doc = json.dumps({"format": "station-monitor clock", "version": 1, "time": TR})
+        with file.open("w", encoding="utf-8") as f:
+            f.write(" " * (64 << 20) + doc)
+    code = (
+        "import sys; from pathlib import Path; from monitor.clockfile import ClockFile; "
+        "c = ClockFile(Path(sys.argv[1])); print(c.held, '|', c.problem)"
+    )
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    got = subprocess.run(
+        [sys.executable, "-c", code, str(file)], capture_output=True, text=True, timeout=30,
+        preexec_fn=limit, cwd=ROOT,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr[-2000:]
+    held, problem = got.stdout.strip().split(" | ")
+    assert held == "None" and "taken as missing" in problem, got.stdout
+
+
+def reminders_after_a_restart(
+    tmp_path: Path, boot: float, ticks: Sequence[tuple[float, float]]
+) -> list[float]:
+    """An unacknowledged high-priority pH alarm raised at TR (reminders every 15 min to a real
+    webhook); the daemon restarts on a clock reading `boot` and ticks at `ticks` ((gateway
+    clock, real seconds since the last)): the gateway times of the reminders."""
+    path = meter_station(tmp_path)
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    with Receiver() as hook:
+        raw["alarms"] = {"renotify_interval": "15m", "webhook": {"url": hook.url}}
+        path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+        config = load_config(path)
+        gw = Gateway(config, TR)
+        try:
+            gw.daemon.alarms.apply(Condition(TR, "ph", Rule.HIGH, ConditionState.ACTIVE, 9.6, 9.0, "§"))
+        finally:
+            close(gw.daemon)
+
+        async def go() -> list[float]:
+            gw = Gateway(config, boot)
+            dispatcher = gw.daemon.dispatcher
+            task = asyncio.create_task(dispatcher.run())
+            reminded = []
+            try:
+                for wall, elapsed in ticks:
+                    gw.tick(wall, elapsed)
+                    await dispatcher.drain()
+                    reminded += [wall] * sum(1 for b in hook.bodies if b["type"] == "reminder")
+                    hook.bodies.clear()
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                close(gw.daemon)
+            return reminded
+
+        return asyncio.run(go())
+
+
+@pytest.mark.parametrize("down", [30.0, 7200.0])
+def test_ntp_after_a_restart_on_an_unset_clock_reminds_on_the_real_schedule(
+    tmp_path: Path, down: float
+) -> None:
+    """The gateway reboots `down` s after the alarm, a year behind. The first tick finds the
+    clock behind the alarm and counts the reminder interval from itself (so an unset clock
+    still reminds); a minute after the reboot NTP steps the clock forward to the real time.
+    That tick's time, a year old on the new clock, made the reminder due at once: 15 min early
+    after a 30 s reboot. Now the reminder is due at the earlier of that tick's time moved with
+    the step and the schedule before the restart: TR + 15 min after the short reboot, at NTP
+    after a 2 h power cut (overdue), then every 15 min."""
+    unset = TR - YEAR  # at TR + down, real time
+    ntp = TR + down + 60
+    if down < 900:
+        ticks = [(unset + 30, 30), (ntp, 30), (TR + 899, TR + 899 - ntp), (TR + 901, 2), (TR + 1799, 898),
+                 (TR + 1802, 3)]  # fmt: skip
+        assert reminders_after_a_restart(tmp_path, unset, ticks) == [TR + 901, TR + 1802]
+    else:
+        ticks = [(unset + 30, 30), (ntp, 30), (ntp + 899, 899), (ntp + 901, 2)]
+        assert reminders_after_a_restart(tmp_path, unset, ticks) == [ntp, ntp + 901]
+
+
+def test_an_ordinary_restart_keeps_the_reminder_schedule(tmp_path: Path) -> None:
+    """The same alarm, the daemon restarted 2 min after it on the right clock: reminded at
+    TR + 15 min and TR + 30 min, as before the unset-clock rule (892f408). (Held at review.)"""
+    ticks = [(TR + 121, 1), (TR + 899, 778), (TR + 900, 1), (TR + 1799, 899), (TR + 1800, 1)]
+    assert reminders_after_a_restart(tmp_path, TR + 120, ticks) == [TR + 900, TR + 1800]
+
+
+def test_a_bad_ntp_step_back_of_two_days_while_running_does_not_poison_the_heartbeat(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The clock is right (heartbeat a minute old at start); a bad NTP server steps it back two
+    days while the daemon runs. The ledger's rows move with the step, as any step (audited,
+    logged); the bad clock is more than a day behind what the station held at start, so it
+    is not written to the heartbeat (said once), not at the clean stop either. The restart on
+    the bad clock finds nothing ahead: nothing more moves, no "not synchronised". The right
+    NTP server steps it forward, and the next tick writes the real time. (Held at review.)"""
+    path = meter_station(tmp_path)
+    config = load_config(path)
+    state = config.state_dir
+    write_heartbeat(state, TR - 60)
+    ledger = Ledger(state / "ledger.sqlite", {METER: SPEC}, now=TR - 3600)
+    ledger.add_many([(METER, TR - 3600 + 60 * i, Decimal(100 + i)) for i in range(59)])
+    ledger.close()
+    bad = TR - 2 * DAY
+    with caplog.at_level(logging.INFO):
+        gw = Gateway(config, TR)
+        try:
+            gw.tick(TR + 60, 60)
+            assert heartbeat(state) == TR + 60
+            gw.tick(bad + 120, 60)  # the bad step back
+            gw.tick(bad + 180, 60)
+            (step,) = gw.daemon.meters.ledger.clock_steps()
+            assert step.rows == 59 and not step.found
+            gw.daemon.clock_file.beat(gw.wall.now(), force=True)  # the clean stop's write
+        finally:
+            close(gw.daemon)
+        assert heartbeat(state) == TR + 60
+        told = [r.getMessage() for r in caplog.records if "is not written to" in r.getMessage()]
+        assert len(told) == 1, told
+        caplog.clear()
+        gw = Gateway(config, bad + 240)
+        try:
+            assert len(gw.daemon.meters.ledger.clock_steps()) == 1
+            assert [e for e in errors(caplog) if "not synchronised" in e] == []
+            gw.tick(bad + 300, 60)
+            assert heartbeat(state) == TR + 60
+            gw.tick(TR + 360, 60)  # the right NTP server
+            assert heartbeat(state) == TR + 360
+        finally:
+            close(gw.daemon)
+
+
+def test_a_symlink_left_as_the_heartbeats_temporary_file_is_not_written_through(tmp_path: Path) -> None:
+    """`clock.json.tmp` a symlink (to the ledger, say): the write opened it and followed it,
+    the ledger's bytes became the heartbeat's line, and the rename made `clock.json` itself
+    the symlink. A leftover temporary file is removed and made anew, never followed."""
+    state = tmp_path / "state"
+    state.mkdir()
+    victim = tmp_path / "ledger.sqlite"
+    victim.write_bytes(b"SQLite format 3\x00 precious")
+    (state / (CLOCK_FILE + ".tmp")).symlink_to(victim)
+    file = ClockFile(state / CLOCK_FILE)
+    file.not_before = -float("inf")
+    assert file.beat(TR, force=True)
+    assert victim.read_bytes() == b"SQLite format 3\x00 precious"
+    assert not (state / CLOCK_FILE).is_symlink() and heartbeat(state) == TR
+    assert not (state / (CLOCK_FILE + ".tmp")).exists()

@@ -42,6 +42,10 @@ def test_demo_serves_the_console_and_raises_a_slug_alarm(tmp_path: Path) -> None
         text = demo.stop()
         assert "alarm outfall.flow/slug active" in text
         assert "Traceback" not in text
+    # The demo's clock runs 240x: its times must never become the station's last known good
+    # time (monitor/clockfile.py), not while running, not at its stop.
+    assert any((tmp_path / "state").iterdir())  # the demo wrote its state there
+    assert not (tmp_path / "state" / "clock.json").exists()
 
 
 @pytest.mark.parametrize("hour", range(24))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -174,6 +175,8 @@ class Dispatcher:
         self.withheld = 0
         self.floods = 0
         self._last_sent: dict[tuple[str, str], float] = {}
+        # Reminder times a clock behind them replaced with its now (`tick`), as they were.
+        self._behind: dict[tuple[str, str], float] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     def attach(self, manager: AlarmManager) -> None:
@@ -239,12 +242,30 @@ class Dispatcher:
             if last > now:
                 # The clock is behind the alarm's last change or reminder (a restart on a clock
                 # not set yet, a step back): `now - last` stayed negative until the clock came
-                # round again, a year on an unset clock, and no reminder came. Measured from now.
+                # round again, a year on an unset clock, and no reminder came. Measured from now;
+                # the time it was measured from before is kept for a step forward (`clock_step`).
+                self._behind.setdefault(key, last)
                 self._last_sent[key] = last = now
             if now - last >= interval:
                 self._last_sent[key] = now
                 for outlet in self._notifiers:
                     outlet.put(_notify(outlet.notifier, alarm, True))
+
+    def clock_step(self, step: float, now: float | None = None) -> None:
+        """The gateway clock stepped forward by `step` (the daemon's clock watch): the
+        reminder times kept on the old clock move with it, so the next reminder comes
+        `renotify_interval` of real time after the last, not at once (NTP after a restart on
+        an unset clock: the first tick's time, a year old on the new clock, reminded 15
+        minutes early). One a clock behind it had replaced (`tick`) is due at the earlier of
+        that and the time it was measured from before, back on that clock (a 2 h power cut:
+        overdue, at once). Never past `now` (a device-stamped alarm's time was not the gateway
+        clock's). A step back needs nothing: a time ahead of the clock is measured from now."""
+        if step <= 0:
+            return
+        now = self.clock.now() if now is None else now
+        for key, last in self._last_sent.items():
+            self._last_sent[key] = min(last + step, self._behind.pop(key, math.inf), now)
+        self._behind.clear()
 
     async def run(self) -> None:
         """Deliver until cancelled; one task per consumer."""

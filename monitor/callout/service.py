@@ -40,7 +40,7 @@ from monitor.callout.store import CalloutStore, Escalation, Message
 from monitor.config import Config
 from monitor.config.notify import EscalationPipeline, Notify
 from monitor.errors import AlarmError, MonitorError, StateError
-from monitor.model import Alarm, AlarmState, Clock, Condition, ConditionState, Priority, Rule, iso
+from monitor.model import Alarm, AlarmState, Clock, Condition, ConditionState, Priority, Rule, iso, step_text
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,9 @@ class Callout:
         self._units = {s.id: s.effective_unit for s in config.sensors}
         self._raised: deque[float] = deque()
         self._floods: dict[str, int] = {}  # pipeline -> its running flood escalation
+        # Steps the start's rule moved (a clock behind the store): escalation -> (its step,
+        # when it was due before), for the clock's step forward (`clock_step`).
+        self._before: dict[int, tuple[int, float]] = {}
         self._wake = asyncio.Event()
         self.sent = 0
         self.failed = 0
@@ -136,22 +139,52 @@ class Callout:
             ", ".join(self.notify.channels) or "none",
             on_call,
         )
-        try:
-            moved = self.store.behind(now, self.notify.retry_max)
-        except StateError as exc:  # a full disk: the steps stay where they were
-            log.error("callout: %s", exc)
-            moved = 0
-        if moved:
-            log.warning(
-                "callout: %d escalation step(s) or message retries were due further ahead than their"
-                " delay on a clock ahead of this one (%s: not set yet, or stepped back while stopped);"
-                " due from now instead", moved, iso(now),
-            )  # fmt: skip
+        self._behind(now, "not set yet, or stepped back while stopped")
         for alarm in self.manager.active():
             if alarm.state is AlarmState.UNACK and alarm.active:
                 self._activated(alarm, now, counted=False)
         for esc in self.store.running("flood"):
             self._floods[esc.pipeline] = esc.id
+
+    def _behind(self, now: float, why: str) -> None:
+        """Steps and retries scheduled by a clock ahead of this one are due from now
+        (`CalloutStore.behind`), logged when there were any."""
+        try:
+            steps, retries = self.store.behind(now, self.notify.retry_max)
+        except StateError as exc:  # a full disk: the steps stay where they were
+            log.error("callout: %s", exc)
+            return
+        for escalation, at_step, due in steps:  # the first move's: the clock it was due on
+            self._before.setdefault(escalation, (at_step, due))
+        moved = len(steps) + retries
+        if moved:
+            log.warning(
+                "callout: %d escalation step(s) or message retries were due further ahead than their"
+                " delay on a clock ahead of this one (%s: %s); due from now instead", moved, iso(now), why,
+            )  # fmt: skip
+
+    def clock_step(self, step: float) -> None:
+        """The gateway clock stepped (the daemon's clock watch; `step` < 0 back). Forward: the
+        schedule moves with it (a restart on an unset clock moved Bob's step to its delay from
+        then; NTP a minute later found it a year overdue and paged him at once, 14 minutes
+        early), and a step the start's rule moved is due at the earlier of that and when it was
+        due before (on the clock it is back on: a 30 s reboot keeps the schedule, a 2 h power
+        cut pages at once, as the step was overdue). Back: the start's rule (`_behind`): a bad
+        NTP server's day back left the next step due a day on, nobody after the first person
+        paged. The step a restart finds in the restored history comes here too; the start's
+        rule twice changes nothing."""
+        now = self.clock.now()
+        if step < 0:
+            self._behind(now, f"stepped back by {step_text(step)}")
+            return
+        try:
+            moved = self.store.forward(step, self._before)
+        except StateError as exc:  # a full disk: the steps stay where they were (due early)
+            log.error("callout: %s", exc)
+            return
+        if moved:
+            log.info("callout: %d escalation step(s) moved forward %s with the gateway clock", moved,
+                     step_text(step))  # fmt: skip
 
     def _activated(self, alarm: Alarm, now: float, counted: bool = True) -> None:
         pipeline = self.matcher.pipeline(alarm, now)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -260,21 +260,51 @@ class CalloutStore:
         )
         return [_esc(r) for r in rows]
 
-    def behind(self, now: float, retry_max: float) -> int:
+    def behind(self, now: float, retry_max: float) -> tuple[list[tuple[int, int, float]], int]:
         """After a restart on a clock behind the store (not set yet, stepped back while down):
         a running step due later than its delay from `now`, or a message retry later than
         `retry_max`, was scheduled by a clock ahead of this one and would wait for it to come
-        round. Each is due its delay (a message: at once) from `now`; returns how many."""
+        round. Each is due its delay (a message: at once) from `now`. Returns the steps moved,
+        (escalation, step, the time it was due before), and how many retries."""
         with self._tx() as db:
-            steps = db.execute(
+            moved = [
+                (int(str(i)), int(str(n)), float(str(t)))
+                for i, n, t in db.execute(
+                    "SELECT id, next_step, next_at FROM escalation"
+                    " WHERE status='running' AND next_at > ? + delay",
+                    (now,),
+                ).fetchall()
+            ]
+            db.execute(
                 "UPDATE escalation SET next_at = ? + delay WHERE status='running' AND next_at > ? + delay",
                 (now, now),
-            ).rowcount
+            )
             retries = db.execute(
                 "UPDATE message SET next_try = ? WHERE state='pending' AND next_try > ?",
                 (now, now + retry_max),
             ).rowcount
-        return int(steps) + int(retries)
+        return moved, int(retries)
+
+    def forward(self, step: float, before: Mapping[int, tuple[int, float]]) -> int:
+        """The gateway clock stepped forward by `step` while running: running steps and
+        message retries move with it, so each is due after the real time it was meant to
+        wait (on the old clock's time they were due at once, the next person paged early).
+        `before`: steps `behind` moved, (step, the time it was due before): once the clock is
+        forward again that time is on it, and the step is due at the earlier of the two (a
+        restart after a long power cut: overdue, at once). Returns how many steps moved."""
+        with self._tx() as db:
+            steps = db.execute(
+                "UPDATE escalation SET next_at = next_at + ? WHERE status='running' AND next_at IS NOT NULL",
+                (step,),
+            ).rowcount
+            db.execute("UPDATE message SET next_try = next_try + ? WHERE state='pending'", (step,))
+            for escalation, (at_step, due) in before.items():
+                db.execute(
+                    "UPDATE escalation SET next_at = min(next_at, ?) "
+                    "WHERE id=? AND next_step=? AND status='running'",
+                    (due, escalation, at_step),
+                )
+        return int(steps)
 
     def members(self, flood: int) -> list[Escalation]:
         rows = self._query(f"SELECT {_ESC} FROM escalation WHERE flood=? ORDER BY id", (flood,))

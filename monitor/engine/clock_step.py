@@ -13,7 +13,8 @@ again, and a restart would not help (the checkpoint holds the old times). So:
   and judged as before, and stale detection measures the monotonic time that passed.
   What else remembers reading times (the pumping station's tracker and derived
   sensors, monitor/station/; the meter ledger's rows the old clock stamped ahead of the
-  new one, `Ledger.clock_step`) listens on `on_step` and moves with it.
+  new one, `Ledger.clock_step`; the callout's next steps and the alarm reminders' times,
+  `Callout.clock_step`, `Dispatcher.clock_step`) listens on `on_step` and moves with it.
 - A step forward by `d` moves the stale watch and the limit timers forward by `d`
   (no false stale alarm for the time that did not pass, and none late: an on-delay
   or a stale watch in progress goes on measuring the time that passed); a baseline
