@@ -86,7 +86,9 @@ def run(args: argparse.Namespace) -> int:
         print("  no overflows")
     for o in overflows:
         start_local = datetime.fromisoformat(o["start"].replace("Z", "+00:00")).astimezone(zone)
-        volume = "unknown" if o["volume_gal"] is None else f"{o['volume_gal']:.0f} gal"
+        volume = "volume unknown" if o["volume_gal"] is None else f"{o['volume_gal']:.0f} gal"
+        if o["volume_note"]:  # why unknown, or what part of the overflow it measured
+            volume += f" ({o['volume_note']})"
         print(
             f"  overflow {o['sensor']} from {start_local:%Y-%m-%d %H:%M %Z} to {o['end'] or 'now'}:"
             f" {volume}, peak {o['peak_level']}, report due {o['report_due_local']}"

@@ -2,8 +2,10 @@
 
 Measurement `pump_daily` (tags station, pump, day; fields run_hours, starts,
 longest_run_hours) and `station_daily` (tags station, day; fields run_hours, starts,
-overflows, overflow_volume_gal), one point per local day at its midnight, written when
-event time passes the next midnight: the same points live and in replay.
+overflows, overflow_volume_gal, overflows_volume_unknown, overflows_volume_partial), one
+point per local day at its midnight, written when event time passes the next midnight: the
+same points live and in replay. `overflow_volume_gal` sums the volumes known; an overflow
+whose volume is unknown (no level reading during it) is counted, never added as 0 gal.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import cast
 from zoneinfo import ZoneInfo
 
 from monitor.sinks.lineproto import line
-from monitor.station.report import pump_figures
+from monitor.station.report import overflow_volume, pump_figures
 from monitor.station.store import StationStore
 
 
@@ -56,12 +58,17 @@ class DailyTotals:
             }
             self._lines.append(line("pump_daily", tags, fields, start))
         overflows = [r for r in self.store.overflows(start, end) if start <= r.start < end]
-        volume = float(sum(r.volume_gal or 0.0 for r in overflows))  # a float even when 0: one field type
+        volumes = [overflow_volume(r) for r in overflows]
+        # Of the overflows whose volume is known; a float even when 0: one field type. Those
+        # not known are counted, not added as 0 gal (NaN is no field value InfluxDB takes).
+        volume = float(sum(v for v, _ in volumes if v is not None))
         fields_s: dict[str, float | int | bool] = {
             "run_hours": hours,
             "starts": int(starts),
             "overflows": len(overflows),
             "overflow_volume_gal": volume,
+            "overflows_volume_unknown": sum(v is None for v, _ in volumes),
+            "overflows_volume_partial": sum(n.startswith("partial") for _, n in volumes),
         }
         self._lines.append(line("station_daily", {"station": self.station, "day": day}, fields_s, start))
 

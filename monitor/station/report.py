@@ -2,18 +2,22 @@
 
 The JSON form is a contract (acceptance checks read it):
 `{"pumps": [{"sensor", "run_hours", "starts", ...}], "overflows": [{"sensor", "start", "end",
-"volume_gal", ...}]}`, times ISO 8601 UTC with Z. Runs are clipped to the period; a run or
-overflow still open counts up to the last event time judged.
+"volume_gal", "volume_note", "volume_partial", ...}]}`, times ISO 8601 UTC with Z. A
+volume not measured is `null` with `volume_note` saying why, never 0; one the level measured
+over part of the overflow has `volume_partial` true and the level's silence that made it so.
+Runs are clipped to the period; a run or overflow still open counts up to the last event
+time judged.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from monitor.model import iso
-from monitor.station.store import StationStore
+from monitor.station.store import OverflowRecord, StationStore
 
 
 def pump_figures(
@@ -50,11 +54,23 @@ def pump_figures(
     return out
 
 
+def overflow_volume(rec: OverflowRecord) -> tuple[float | None, str]:
+    """A record's volume and why it is not the whole overflow's ("": it is). A closed one's
+    was judged when it closed (`OverflowRecord.judged`); one still open is unknown until
+    the level has been read during it (its partial span is judged when it closes)."""
+    if rec.end is not None:
+        return rec.volume_gal, rec.volume_note
+    return rec.judged(math.inf, rec.start)
+
+
 def overflow_figures(
     store: StationStore, start: float, end: float, zone: ZoneInfo
 ) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     for rec in store.overflows(start, end):
+        volume, note = overflow_volume(rec)
+        partial = note.startswith("partial")
+        silent = rec.silence(rec.end if rec.end is not None else rec.start)
         out.append(
             {
                 "sensor": rec.sensor,
@@ -62,8 +78,13 @@ def overflow_figures(
                 "end": None if rec.end is None else iso(rec.end),
                 "duration_s": None if rec.end is None else round(rec.end - rec.start, 1),
                 "peak_level": None if rec.peak != rec.peak else round(rec.peak, 3),
-                "volume_gal": None if rec.volume_gal is None else round(rec.volume_gal, 1),
+                "volume_gal": None if volume is None else round(volume, 1),
                 "volume_method": rec.method or None,
+                "volume_note": note or None,  # why unknown (volume_gal null) or partial
+                "volume_partial": partial,
+                # the level's silence that made it partial: the volume then rests on the last level
+                "volume_unmeasured_from": iso(silent[0]) if partial else None,
+                "volume_unmeasured_to": iso(silent[1]) if partial else None,
                 "report_due": iso(rec.due),
                 "report_due_local": datetime.fromtimestamp(rec.due, zone).isoformat(timespec="minutes"),
             }
@@ -80,4 +101,4 @@ def report(
     }
 
 
-__all__ = ["overflow_figures", "pump_figures", "report"]
+__all__ = ["overflow_figures", "overflow_volume", "pump_figures", "report"]

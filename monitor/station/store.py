@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from monitor.model import iso
 from monitor.sqlite import Schema, connect, translate
 from monitor.station.pumps import PumpRun
 
 FILE = "station.sqlite"
+NO_LEVEL = "no level reading during the overflow"
 
 
 @dataclass(slots=True)
@@ -31,6 +33,49 @@ class OverflowRecord:
     peak: float = float("nan")
     volume_gal: float | None = None
     method: str = ""  # weir | inflow | "" (no estimate possible)
+    # Why the volume is not the whole overflow's: "" (measured throughout), "no level
+    # reading during the overflow" (volume None, never 0), "partial: ..." (`StationTracker`).
+    volume_note: str = ""
+    # What the volume rests on: the level's last good reading while it was open, and its
+    # longest silence then (from the start or a reading to the next reading).
+    level_last: float | None = None
+    silent_from: float | None = None
+    silent_to: float | None = None
+
+    def level_read(self, t: float) -> None:
+        """A good level reading at `t` while the overflow is open."""
+        prev = self.start if self.level_last is None else self.level_last
+        gap = self.silence(prev)  # the silence so far, not counting to `t`
+        if t - prev > gap[1] - gap[0]:
+            self.silent_from, self.silent_to = prev, t
+        self.level_last = t if self.level_last is None else max(self.level_last, t)
+
+    def silence(self, until: float) -> tuple[float, float]:
+        """The level's longest silence while open, up to `until` ((x, x): none)."""
+        gap = (until, until)
+        if self.silent_from is not None and self.silent_to is not None:
+            gap = (self.silent_from, self.silent_to)
+        if self.level_last is not None and until - self.level_last > gap[1] - gap[0]:
+            gap = (self.level_last, until)
+        return gap
+
+    def judged(self, stale_after: float, until: float) -> tuple[float | None, str]:
+        """The volume as it may be reported over [start, `until`], and why it is not the
+        whole overflow's: unknown (None, never 0) with no level reading while it was open
+        (the weir has no head, the inflow method needs the level); partial when the level
+        was silent longer than its `stale_after` (the volume then rests on the last level
+        known)."""
+        if not self.method:
+            return None, "no weir or inflow to estimate it"
+        if self.level_last is None:
+            return None, NO_LEVEL
+        silent_from, silent_to = self.silence(until)
+        if silent_to - silent_from > stale_after:
+            return self.volume_gal, (
+                f"partial: no level reading from {iso(silent_from)} to {iso(silent_to)};"
+                " the volume then rests on the last level known"
+            )
+        return self.volume_gal, ""
 
 
 _SCHEMA = """
@@ -42,7 +87,15 @@ CREATE TABLE IF NOT EXISTS overflows (
     due REAL NOT NULL, method TEXT NOT NULL, PRIMARY KEY (sensor, start));
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
-SCHEMA = Schema("station store", (_SCHEMA,))
+# Why a volume is unknown or partial, and the level readings it rests on (a record
+# with no level reading said 0 gal, read as measured).
+_VOLUME_NOTE = """
+ALTER TABLE overflows ADD COLUMN volume_note TEXT NOT NULL DEFAULT '';
+ALTER TABLE overflows ADD COLUMN level_last REAL;
+ALTER TABLE overflows ADD COLUMN silent_from REAL;
+ALTER TABLE overflows ADD COLUMN silent_to REAL;
+"""
+SCHEMA = Schema("station store", (_SCHEMA, _VOLUME_NOTE))  # add a migration to change a table; never edit one
 
 
 class StationStore:
@@ -76,8 +129,21 @@ class StationStore:
     def save_overflow(self, rec: OverflowRecord) -> None:
         peak = rec.peak if rec.peak == rec.peak else None
         self._run(
-            "INSERT OR REPLACE INTO overflows VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (rec.sensor, rec.start, rec.end, peak, rec.volume_gal, rec.due, rec.method),
+            "INSERT OR REPLACE INTO overflows (sensor, start, end, peak, volume_gal, due, method,"
+            " volume_note, level_last, silent_from, silent_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                rec.sensor,
+                rec.start,
+                rec.end,
+                peak,
+                rec.volume_gal,
+                rec.due,
+                rec.method,
+                rec.volume_note,
+                rec.level_last,
+                rec.silent_from,
+                rec.silent_to,
+            ),
         )
 
     def shift_open(self, delta: float, pumps: Collection[str], overflow: bool = True) -> None:
@@ -136,17 +202,18 @@ class StationStore:
 
     def overflows(self, start: float, end: float) -> list[OverflowRecord]:
         rows = self._run(
-            "SELECT sensor, start, end, peak, volume_gal, due, method FROM overflows"
+            "SELECT sensor, start, end, peak, volume_gal, due, method, volume_note, level_last,"
+            " silent_from, silent_to FROM overflows"
             " WHERE start < ? AND (end IS NULL OR end > ?) ORDER BY start",
             (end, start),
         )
         return [
-            OverflowRecord(s, st, due, e, float("nan") if pk is None else pk, vol, m)
-            for s, st, e, pk, vol, due, m in rows
+            OverflowRecord(s, st, due, e, float("nan") if pk is None else pk, vol, m, note, last, sf, stt)
+            for s, st, e, pk, vol, due, m, note, last, sf, stt in rows
         ]
 
     def open_overflows(self) -> list[OverflowRecord]:
         return [r for r in self.overflows(float("-inf"), float("inf")) if r.end is None]
 
 
-__all__ = ["FILE", "OverflowRecord", "StationStore"]
+__all__ = ["FILE", "NO_LEVEL", "OverflowRecord", "StationStore"]

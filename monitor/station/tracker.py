@@ -20,7 +20,10 @@ Readings of the ordinance and the issue that the code takes:
   message) is evidence from before the alarm began.
 - Overflow volume: with a weir, Francis' Q = C L H^1.5 on the level above the crest,
   integrated between level samples (trapezoids); without one, the station inflow above
-  the capacity of the pumps running, while the level is at or above `overflow`.
+  the capacity of the pumps running, while the level is at or above `overflow`. Both need
+  the level: with no level reading while the record was open the volume is unknown (None
+  and a note, never 0 gal), and with the level silent longer than its `stale_after` it is
+  marked partial (`OverflowRecord.judged`, at the close).
   Chapter 139 sets no reporting time; `report_within` (2 h default) is the utility's
   (New York's Sewage Pollution Right to Know Act asks for 2 hours).
 """
@@ -92,6 +95,8 @@ class StationTracker:
         self._overflow_at = sp.overflow if sp is not None else math.inf
         self.delay = well.fail_to_start_delay if well else math.inf
         self.report_within = well.report_within if well else 7200.0
+        # The level silent longer than this during an overflow: its volume is partial there.
+        self.level_stale = config.rules[well.level].stale_after if well else math.inf
         self._ranges = {sid: (*r.valid_range, frozenset(r.bad_values)) for sid, r in config.rules.items()}
         self._to_ft = 1.0
         self._weir: tuple[float, float, float] | None = None  # C, L (ft), crest (level unit)
@@ -249,6 +254,11 @@ class StationTracker:
             self.fail_at += delta
         if well:
             self.level_time += delta
+            rec = self.overflow
+            if rec is not None and rec.level_last is not None:  # the level's times
+                rec.level_last += delta
+                if rec.silent_from is not None and rec.silent_to is not None:
+                    rec.silent_from, rec.silent_to = rec.silent_from + delta, rec.silent_to + delta
         if (self._prev_by or self.level_id or self.switch_id) not in keep:
             self._t_prev += delta
         if overflow and self.overflow is not None:
@@ -489,8 +499,11 @@ class StationTracker:
             )
         if rec is not None and math.isfinite(self.level):
             rec.peak = self.level if math.isnan(rec.peak) else max(rec.peak, self.level)
+        if rec is not None and sid and sid == self.level_id:
+            rec.level_read(t)  # what the volume rests on
         if rec is not None and not over:
             rec.end = t if self._same_clock(sid, self._overflow_by) else max(t, rec.start)
+            rec.volume_gal, rec.volume_note = rec.judged(self.level_stale, rec.end)
             self.overflow = None
             out.append(
                 Condition(

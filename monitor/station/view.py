@@ -103,6 +103,7 @@ def snapshot(config: Config, tracker: StationTracker, now: float) -> dict[str, o
     overflow = None
     rec = tracker.overflow
     if rec is not None:
+        volume, note = rec.judged(tracker.level_stale, tracker.last_time)
         overflow = {
             "sensor": rec.sensor,
             "start": iso(rec.start),
@@ -111,7 +112,8 @@ def snapshot(config: Config, tracker: StationTracker, now: float) -> dict[str, o
             "report_due_local": _local(rec.due, zone),
             "overdue": now > rec.due,
             "peak_level": _finite(rec.peak),
-            "volume_gal": None if rec.volume_gal is None else round(rec.volume_gal, 1),
+            "volume_gal": None if volume is None else round(volume, 1),
+            "volume_note": note or None,  # why unknown (volume_gal null) or partial so far
         }
     return {
         "station": config.station.id,

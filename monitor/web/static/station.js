@@ -59,7 +59,9 @@ function drawOverflow(o) {
   const box = $("overflow");
   if (!o) { box.hidden = true; return; }
   box.hidden = false;
-  const volume = o.volume_gal === null ? "volume unknown" : `${Math.round(o.volume_gal)} gal so far`;
+  // A volume not measured is unknown, never 0; the note says why, or that it is partial.
+  const note = o.volume_note ? ` (${o.volume_note})` : "";
+  const volume = (o.volume_gal === null ? "volume unknown" : `${Math.round(o.volume_gal)} gal so far`) + note;
   box.textContent = `OVERFLOW since ${o.start_local} · peak ${fmt(o.peak_level)} · ${volume} · ` +
     `report due ${o.report_due_local}${o.overdue ? " (OVERDUE)" : ""}`;
 }

@@ -1,0 +1,150 @@
+"""An overflow's volume says what was measured: unknown (not 0) with no level reading during
+it, partial when the level's readings stopped before it ended; the report, the console and
+the day's InfluxDB point say so too, and a station store of the last release upgrades."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from monitor.config import Config
+from monitor.model import Quality, Sample
+from monitor.sqlite import Schema, connect
+from monitor.station import StationStore, StationTracker
+from monitor.station.report import overflow_figures
+from monitor.station.store import _SCHEMA, NO_LEVEL
+from monitor.station.tracker import track_arrays
+from monitor.station.view import snapshot
+from tests.test_station_tracker import T0, feed, station
+
+
+def overflows(store: StationStore, config: Config) -> dict[str, object]:
+    """The report's one overflow of the hour from T0."""
+    (figures,) = overflow_figures(store, T0, T0 + 3600, config.station.zone)
+    return figures
+
+
+def _float_only(until: int) -> list[Sample]:
+    """The level read 4 ft before the storm, then its transmitter failed: the float switch,
+    inflow (900 gpm) and pumps (off) alone say the well spilled from +60 s to +`until` s."""
+    samples = [Sample("lvl", T0, 4.0), Sample("p1", T0, 0.0), Sample("p2", T0, 0.0)]
+    for t in range(60, until, 60):
+        samples += [Sample("switch", T0 + t, 1.0), Sample("inflow", T0 + t, 900.0)]
+    return [*samples, Sample("switch", T0 + until, 0.0)]
+
+
+@pytest.mark.parametrize("weir", [False, True], ids=["inflow", "weir"])
+def test_an_overflow_with_no_level_reading_has_an_unknown_volume_not_zero(tmp_path: Path, weir: bool) -> None:
+    """Before: 0 gal (the day's total too), which a Superintendent's sanitary-sewer-overflow
+    report read as measured (the weir had no head, the inflow method no level at or above
+    overflow)."""
+    well: dict[str, Any] = {"weir": {"length": "24 in", "coefficient": 3.33}} if weir else {}
+    config = station(tmp_path, **well)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    feed(tracker, _float_only(600)[:-1])
+    live = snapshot(config, tracker, T0 + 540)["overflow"]
+    assert live["volume_gal"] is None and live["volume_note"] == NO_LEVEL  # type: ignore[index]
+    feed(tracker, _float_only(600)[-1:])
+    (rec,) = store.overflows(T0, T0 + 3600)
+    assert (rec.start, rec.end, rec.method) == (T0 + 60, T0 + 600, "weir" if weir else "inflow")
+    assert rec.volume_gal is None and rec.volume_note == NO_LEVEL
+    figures = overflows(store, config)
+    assert figures["volume_gal"] is None and figures["volume_note"] == NO_LEVEL
+    # The day closes: the unknown volume is counted as unknown, not added as 0 gal.
+    feed(tracker, [Sample("p1", T0 + 86_400, 0.0)])
+    (day,) = [p for p in tracker.take_daily() if p.startswith("station_daily")]
+    assert "overflows=1i" in day and "overflows_volume_unknown=1i" in day
+    assert "overflow_volume_gal=0.0" in day  # of the overflows whose volume is known: a float
+    store.close()
+
+
+def test_a_volume_the_level_measured_over_part_of_the_overflow_is_marked_partial(tmp_path: Path) -> None:
+    """The level reads 9.5 ft (over the overflow setpoint) to +60 s, then is silent for
+    longer than its `stale_after` (5 min) until it reads 8 ft at +900 s, the float on all
+    along: the volume carried on at the last level from +60 s to +900 s is an estimate,
+    and the record says so and from when to when."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = [Sample("p1", T0, 0.0), Sample("p2", T0, 0.0)]
+    for t in range(0, 900, 30):
+        level = [Sample("lvl", T0 + t, 9.5)] if t <= 60 else []
+        samples += [*level, Sample("switch", T0 + t, 1.0), Sample("inflow", T0 + t, 600.0)]
+    feed(tracker, [*samples, Sample("switch", T0 + 900, 0.0), Sample("lvl", T0 + 900, 8.0)])
+    (rec,) = store.overflows(T0, T0 + 3600)
+    assert (rec.end, rec.level_last, rec.silent_from, rec.silent_to) == (
+        T0 + 900,
+        T0 + 900,
+        T0 + 60,
+        T0 + 900,
+    )
+    assert rec.volume_gal == pytest.approx(600.0 * 15)  # carried on, as before
+    assert rec.volume_note.startswith(
+        "partial: no level reading from 2026-05-28T20:27:40Z to 2026-05-28T20:41:40Z"
+    )
+    figures = overflows(store, config)
+    assert figures["volume_partial"] is True and figures["volume_gal"] == 9000.0
+    assert (figures["volume_unmeasured_from"], figures["volume_unmeasured_to"]) == (
+        "2026-05-28T20:27:40Z",
+        "2026-05-28T20:41:40Z",
+    )
+    # The day's point counts it as partial; its volume is in the total.
+    feed(tracker, [Sample("p1", T0 + 86_400, 0.0)])
+    (day,) = [p for p in tracker.take_daily() if p.startswith("station_daily")]
+    assert "overflows_volume_partial=1i" in day and "overflow_volume_gal=9000.0" in day
+    store.close()
+
+
+def test_a_level_read_throughout_gives_a_whole_volume(tmp_path: Path) -> None:
+    """The level polled every minute to the end (the float closes it a minute after the
+    level's last reading, below the crest): whole, no note."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = [Sample("p1", T0, 1.0), Sample("p2", T0, 0.0), Sample("lvl", T0, 8.5)]
+    samples += [Sample("switch", T0 + 60, 1.0), Sample("inflow", T0 + 60, 900.0)]
+    samples += [Sample("lvl", T0 + 60 + 60 * k, 9.1) for k in range(1, 11)]
+    feed(tracker, [*samples, Sample("lvl", T0 + 720, 8.9), Sample("switch", T0 + 780, 0.0)])
+    (rec,) = store.overflows(T0, T0 + 3600)
+    assert rec.volume_gal == pytest.approx(4000.0) and rec.volume_note == ""
+    figures = overflows(store, config)
+    assert figures["volume_partial"] is False and figures["volume_note"] is None
+
+
+def test_a_station_store_of_the_last_release_upgrades(tmp_path: Path) -> None:
+    """A file written before the volume's note and the level's span were stored (version 1)."""
+    path = tmp_path / "station.sqlite"
+    old = connect(path, Schema("station store", (_SCHEMA,)))
+    old.execute(
+        "INSERT INTO overflows VALUES ('lvl', ?, ?, 9.3, 1234.5, ?, 'weir')", (T0, T0 + 600, T0 + 7200)
+    )
+    old.close()
+    store = StationStore(path)
+    (rec,) = store.overflows(T0, T0 + 3600)
+    assert (rec.volume_gal, rec.volume_note, rec.level_last, rec.silent_from) == (1234.5, "", None, None)
+    assert store.db.execute("PRAGMA user_version").fetchone() == (2,)
+    store.close()
+
+
+def test_replay_records_the_same_unknown_volume(tmp_path: Path) -> None:
+    """`monitor replay`'s path (`track_arrays` over the merged arrays) gives the record live gives."""
+    samples = _float_only(600)
+    names = ("lvl", "p1", "p2", "switch", "inflow")
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    track_arrays(
+        tracker,
+        names,
+        np.array([names.index(s.sensor) for s in samples], dtype=np.int64),
+        np.array([s.time for s in samples]),
+        np.array([s.value for s in samples]),
+        np.full(len(samples), int(Quality.GOOD), dtype=np.int64),
+    )
+    (rec,) = store.overflows(T0, T0 + 3600)
+    assert (rec.end, rec.volume_gal, rec.volume_note) == (T0 + 600, None, NO_LEVEL)
+    store.close()
