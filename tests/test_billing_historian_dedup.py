@@ -46,7 +46,10 @@ def test_the_deduplicating_server_keeps_one_value_per_field_neither_the_largest_
     are equal; the 1.79 we run keeps one that depends on how the samples fell into parts. A
     point accepted (10 ft3) then overwritten rejected (0 ft3, `restamped` 1), each write its own
     request, as the outbox sends them: one value per field is left, from either write, at once
-    (no merge forced: dedup applies at query time), and after a restart (parts merged)."""
+    (dedup applies at query time, to parts not yet merged), and after a restart.
+    Later releases keep the largest: the accepted reading's 10 ft3 and `accepted` 1 over the
+    overwrite's 0, and the overwrite's `restamped` 1: the reader would take the point for the
+    overwrite while every value it holds is the accepted reading's, billed twice. Flagged too."""
     t = 1_700_000_000.0
     first = MeterRecord("m", "a", "ft3", t, 110.0, 10.0, 10.0, True, "")
     again = MeterRecord("m", "a", "ft3", t, 100.0, 0.0, 0.0, False, "", 1)
@@ -58,7 +61,11 @@ def test_the_deduplicating_server_keeps_one_value_per_field_neither_the_largest_
         for v in (x, y):
             victoria_dedup.write([f"probe,pair={i} v={v} 1700000000000000000"], "o", "probe")
             victoria_dedup.flush()
-    for _ in range(2):
+    # Not `/internal/force_merge`: it returns before the merge ends, and a restart during it
+    # lost every series of the partition on the 1.79 we run (4 runs in 5, also without dedup).
+    for when in ("query time", "restart"):
+        if when == "restart":
+            victoria_dedup.restart()
         got = victoria_dedup.export('{station="ps-dedup-probe"}')
         # reading, consumption, consumption_ft3, accepted, restamped: one value each
         assert sorted(len(s["values"]) for s in got) == [1] * 5
@@ -67,10 +74,10 @@ def test_the_deduplicating_server_keeps_one_value_per_field_neither_the_largest_
             for i, (x, y) in enumerate(sorted(pairs))
         }
         assert all(v in pair for pair, v in kept.items())
-        # Neither rule holds for every pair: not the largest, not the last written.
-        assert any(v != max(pair) for pair, v in kept.items()), kept
-        assert any(v != pair[1] for pair, v in kept.items()), kept
-        victoria_dedup.restart()
+        if when == "query time":  # neither rule holds for every pair: not the largest, not the last
+            assert any(v != max(pair) for pair, v in kept.items()), (when, kept)
+            assert any(v != pair[1] for pair, v in kept.items()), (when, kept)
+        # After the restart the parts fell otherwise: once in six runs every pair kept its largest.
 
 
 def test_a_quarter_from_a_deduplicating_victoriametrics_is_flagged_on_every_row(
@@ -124,7 +131,7 @@ def test_a_batch_delivered_twice_is_billed_once(
     before = vm.lines_taken()
     station = build_station(tmp_path, raw, influx, section, drain=("victoria",), repeat=True)
     vm.wait_for_lines(before + station.lines_to_victoria)
-    vm.restart()  # every acknowledged point readable
+    vm.flush()
     rows, _ = historian_export(station.to_victoria)
     own = own_export(station)
     mine = by_station(rows)[raw["station"]["id"]]
