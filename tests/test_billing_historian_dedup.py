@@ -22,8 +22,8 @@ import yaml
 from monitor.config import Influx
 from monitor.meters.book import MeterRecord
 from monitor.sinks.lineproto import meter_point_line
-from monitor.sources.meter_history import open_history
-from tests.services import VictoriaMetrics
+from monitor.sources.meter_history import _dedup_flag, open_history
+from tests.services import InfluxDB1, VictoriaMetrics
 from tests.test_billing_historian import (
     Station,
     build_station,
@@ -185,9 +185,16 @@ def test_a_step_seen_live_exported_from_victoriametrics(
 
 
 def test_the_reader_says_whether_the_server_deduplicates(
-    victoria: VictoriaMetrics, victoria_dedup: VictoriaMetrics
+    victoria: VictoriaMetrics, victoria_dedup: VictoriaMetrics, influxdb1: InfluxDB1
 ) -> None:
-    """From the server's own `/flags`, read once per reader."""
-    for vm, want in ((victoria, ""), (victoria_dedup, "1ms")):
-        history = open_history(Influx.model_validate({"url": vm.url, "org": "o", "bucket": "b"}))
+    """From the server's own `/flags`, read once per reader. A server that does not show them
+    (here an InfluxDB 1.6 named as a v2 server: 404) is taken as deduplicating: never silent."""
+    for url, want in ((victoria.url, ""), (victoria_dedup.url, "1ms")):
+        history = open_history(Influx.model_validate({"url": url, "org": "o", "bucket": "b"}))
         assert history.deduplication() == want
+    hidden = open_history(Influx.model_validate({"url": influxdb1.url, "org": "o", "bucket": "b"}))
+    assert hidden.deduplication().startswith("unknown (") and "HTTP 404" in hidden.deduplication()
+    assert [_dedup_flag(f'-dedup.minScrapeInterval="{v}"') for v in ("0s", "0", "1ms", "30s")] == [
+        "", "", "1ms", "30s",
+    ]  # fmt: skip
+    assert _dedup_flag('-retentionPeriod="100y"') == ""
