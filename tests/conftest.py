@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import settings
 
-from tests.services import InfluxDB1, Mosquitto, VictoriaMetrics
+from tests.services import DedupVictoriaMetrics, InfluxDB1, Mosquitto, VictoriaMetrics
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 # socket, a `monitor` or simulator process). `make check` runs the rest in seconds;
 # `make test` runs everything. Applied here, from what a test uses, so nobody has to
 # remember to mark a test: a fixture below, or a module that imports a helper below.
-SERVICE_FIXTURES = {"mosquitto", "broker", "victoria", "influxdb1", "browser"}
+SERVICE_FIXTURES = {"mosquitto", "broker", "victoria", "victoria_dedup", "influxdb1", "browser"}
 SERVICE_HELPERS = {
     "Mosquitto", "VictoriaMetrics", "InfluxDB1", "simulator_process", "StationServer",
     "MqttPublisher", "sync_playwright", "lift_server", "LiftServer", "running_demo",
@@ -93,6 +93,15 @@ def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mosquitto]:
 @pytest.fixture(scope="session")
 def victoria(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VictoriaMetrics]:
     server = VictoriaMetrics(tmp_path_factory.mktemp("victoria"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def victoria_dedup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VictoriaMetrics]:
+    """A VictoriaMetrics with `-dedup.minScrapeInterval=1ms`, beside the plain `victoria`."""
+    server = DedupVictoriaMetrics(tmp_path_factory.mktemp("victoria-dedup"))
     server.start()
     yield server
     server.stop()

@@ -16,22 +16,11 @@ from pathlib import Path
 from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample
 from monitor.sinks.outbox import Outbox
 from monitor.sinks.pipeline import open_sink, outbox_path, serializer_for
-from tests.services import LINES_INVALID, VictoriaMetrics, wait_until
+from tests.services import LINES_INVALID, DedupVictoriaMetrics, VictoriaMetrics, wait_until
 from tests.sink_config import SENSORS, write_config
 from tests.waiting import until
 
 T0 = 1_700_000_000.0
-
-
-class DedupVictoriaMetrics(VictoriaMetrics):
-    """VictoriaMetrics keeping one sample per series and millisecond, as InfluxDB does natively.
-
-    Delivery is at least once: a batch stored just before a SIGKILL is sent again
-    after the restart. InfluxDB overwrites the repeat; VictoriaMetrics needs this flag.
-    """
-
-    def command(self) -> list[str]:
-        return [*super().command(), "-dedup.minScrapeInterval=1ms"]
 
 
 def _chunk(k: int, per_sensor: int = 250) -> list[Sample]:

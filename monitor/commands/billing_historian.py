@@ -73,6 +73,7 @@ def export_from_historian(args: argparse.Namespace) -> Sheets:
     sheets: list[tuple[str, list[dict[str, str]]]] = []
     ends: list[float] = []
     notes: list[str] = []
+    warned: set[str] = set()  # servers already said to deduplicate
     for text, name in zip(args.quarter, names, strict=True):
         rows: list[dict[str, str]] = []
         end = 0.0
@@ -83,6 +84,17 @@ def export_from_historian(args: argparse.Namespace) -> Sheets:
             reader = readers.setdefault(_key(config.influx), open_history(config.influx))
             got = station_quarter(config, reader, q)
             station = config.station.id
+            if (dedup := reader.deduplication()) and reader.target not in warned:
+                warned.add(reader.target)
+                print(
+                    f"warning: {reader.target} runs with -dedup.minScrapeInterval={dedup}: every row"
+                    " flagged deduplicated. It keeps one value per field and millisecond, so a"
+                    " point written twice (a row re-judged, a clock step's overwrite) reads as a mix"
+                    " of both and figures may not be the ledger's. Bill from each station's own"
+                    " export, or from a VictoriaMetrics started without -dedup.minScrapeInterval"
+                    " (docs/billing.md)",
+                    file=sys.stderr,
+                )
             if not got.complete:
                 print(
                     f"warning: station {station}: {reader.target} holds no meter record of it from"

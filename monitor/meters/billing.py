@@ -51,7 +51,7 @@ MONEY_COLUMNS = ("charge", "due_after_30_days", "due_after_60_days")
 NO_READINGS = "no readings"  # besides `estimated`: missing, told apart from sparse
 EXPORT_FLAGS = (
     "rollover", "replacement", "estimated", NO_READINGS, "anomaly", "corrected", "voided replacement",
-    "rewritten", "unreconciled", "incomplete", "one settings period assumed",  # only from the historian
+    "rewritten", "unreconciled", "incomplete", "one settings period assumed", "deduplicated",  # historian
 )  # fmt: skip
 PENALTY_30 = Fraction(2, 100)  # §139-4: 2 % after 30 days
 PENALTY_60 = Fraction(10, 100)  # §139-4: a further 10 % of the accumulated amount after 60 days

@@ -84,6 +84,7 @@ class History(Protocol):
     def last_accepted(self, station: str, meter: str, at_ms: int) -> StoredMeterPoint | None: ...
     def next_accepted(self, station: str, meter: str, after_ms: int) -> StoredMeterPoint | None: ...
     def has_records_from(self, station: str, from_ms: int) -> bool: ...
+    def deduplication(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +162,7 @@ def sample_usage(
 
 
 ONE_PERIOD = "one settings period assumed"
+DEDUPLICATED = "deduplicated"  # the server keeps one value per field and time: see station_quarter
 
 
 def settings_doubt(
@@ -220,6 +222,8 @@ def station_quarter(config: Config, history: History, q: Quarter) -> StationQuar
     complete = history.has_records_from(station, q.end_ms)
     if not complete:
         usages = {m: _with(u, "incomplete") for m, u in usages.items()}
+    if history.deduplication():  # a re-written point reads as a mix of its writes: unknowable
+        usages = {m: _with(u, DEDUPLICATED) for m, u in usages.items()}
     return StationQuarter(station, usages, complete, tuple(sorted(unknown)), tuple(bad), tuple(assumed))
 
 

@@ -17,8 +17,10 @@ them consistent.
 Delivery is at least once: a batch the server stored just before the process
 died is sent again after the restart. InfluxDB keeps one point per series and
 timestamp (a repeat overwrites it), so what the server holds is exactly once
-per series and timestamp; VictoriaMetrics does the same with
-`-dedup.minScrapeInterval=1ms`.
+per series and timestamp. VictoriaMetrics keeps the repeat; the billing and
+replay readers read an identical one once. Its `-dedup.minScrapeInterval` is
+no substitute for an overwrite: it keeps one value per field and millisecond,
+not the last written, and billing flags a server running it (docs/billing.md).
 """
 
 from __future__ import annotations

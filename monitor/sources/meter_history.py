@@ -10,8 +10,12 @@ consumption_ft3, accepted. This module reads them back, as they are stored:
   `/api/v1/export`, which returns raw samples. It keeps *every* value written at one
   timestamp (checked against the real server in the tests), so a row the ledger
   re-judged or an operator amended shows up twice; such a time is marked `rewritten`
-  and the largest value of each field is taken, the one VictoriaMetrics' own
-  deduplication (`-dedup.minScrapeInterval`) would keep. Billing flags it. One such
+  and the largest value of each field is taken. Billing flags it. An identical re-send
+  (delivery is at least once) is one value, read once. Started with
+  `-dedup.minScrapeInterval` the server keeps one value per field and millisecond (the
+  1.79 tested: neither the largest nor the last written, at query time too), so nothing
+  here can tell a point written twice: `deduplication()` says so and billing flags every
+  row `deduplicated`. One such
   case is known for sure: a point a clock step moved its reading away from is written
   again rejected, billing nothing, with `restamped` set (`MeterBook.take_records`); its
   values are those (the smallest), not the accepted ones it had, as InfluxDB's overwrite
@@ -125,6 +129,10 @@ class InfluxQLMeterHistory:
         lines = self._http.lines("/query", [("db", self._db), ("q", q), ("epoch", "ms")])
         return any(r.get("series") for line in lines for r in _results(line, self.target))
 
+    def deduplication(self) -> str:
+        """'' : InfluxDB keeps one point per series and time, the last written (an overwrite)."""
+        return ""
+
 
 def _results(line: bytes, target: str) -> list[dict[str, Any]]:
     try:
@@ -165,6 +173,23 @@ class VictoriaMeterHistory:
     def __init__(self, influx: Influx) -> None:
         self._http = Http(influx)
         self.target = self._http.target  # never the credentials
+        self._dedup: str | None = None
+
+    def deduplication(self) -> str:
+        """The server's `-dedup.minScrapeInterval` ('' when off), from its `/flags`, read once.
+
+        With it on, one sample per field and millisecond is left (at query time too), the
+        value kept neither the largest nor the last written in the 1.79 tested: a point written
+        twice with different values reads as a mix nobody can tell, so billing flags every
+        row. A server that does not show its flags (a proxy in front) is taken as on."""
+        if self._dedup is None:
+            try:
+                text = b"".join(self._http.lines("/flags", [], "its flags")).decode(errors="replace")
+            except SourceError as exc:
+                self._dedup = f"unknown ({exc})"
+            else:
+                self._dedup = _dedup_flag(text)
+        return self._dedup
 
     def _export(self, match: str, start_ms: int | None, end_ms: int, limit: int | None = None) -> list[bytes]:
         params = [("match[]", match), ("end", f"{end_ms / 1000:.3f}")]
@@ -218,6 +243,17 @@ class VictoriaMeterHistory:
     def has_records_from(self, station: str, from_ms: int) -> bool:
         match = f'meter_accepted{{station="{_quote(station)}"}}'
         return bool(self._export(match, from_ms, 2**53, limit=1))
+
+
+def _dedup_flag(flags: str) -> str:
+    """The value of `-dedup.minScrapeInterval` in a `/flags` answer, '' when off or absent
+    (a zero duration: "0", "0s", "0ms")."""
+    for line in flags.splitlines():
+        name, _, value = line.strip().partition("=")
+        if name == "-dedup.minScrapeInterval":
+            value = value.strip('"')
+            return "" if value.rstrip("mshd") in ("", "0") else value
+    return ""
 
 
 def _merge(lines: list[bytes], target: str) -> list[MeterSample]:
