@@ -148,3 +148,88 @@ def test_replay_records_the_same_unknown_volume(tmp_path: Path) -> None:
     (rec,) = store.overflows(T0, T0 + 3600)
     assert (rec.end, rec.volume_gal, rec.volume_note) == (T0 + 600, None, NO_LEVEL)
     store.close()
+
+
+def _transmitter_dies(bad: bool, switch: bool = True) -> list[Sample]:
+    """The level reads 9.5 ft (over the overflow setpoint, 9) at +0 and +30 s, then its
+    transmitter dies: no more readings, or only bad-quality ones (`bad`). The float switch
+    (`switch`) is on from +30 s and goes off at +120 s; it, the inflow and the pumps go on
+    being polled every 60 s to +1200 s."""
+    samples = [Sample("p1", T0, 0.0), Sample("p2", T0, 0.0), Sample("lvl", T0, 9.5)]
+    samples += [Sample("lvl", T0 + 30, 9.5)] + ([Sample("switch", T0 + 30, 1.0)] if switch else [])
+    for t in range(60, 1201, 60):
+        if switch:
+            samples.append(Sample("switch", T0 + t, 1.0 if t < 120 else 0.0))
+        samples += [Sample("inflow", T0 + t, 600.0), Sample("p1", T0 + t, 0.0)]
+        if bad:
+            samples.append(Sample("lvl", T0 + t, 9.5, Quality.BAD_DATA))
+    return samples
+
+
+def _replayed(tracker: StationTracker, samples: list[Sample]) -> None:
+    """`monitor replay`'s path: `track_arrays` over the merged arrays."""
+    names = ("lvl", "p1", "p2", "switch", "inflow")
+    track_arrays(
+        tracker,
+        names,
+        np.array([names.index(s.sensor) for s in samples], dtype=np.int64),
+        np.array([s.time for s in samples]),
+        np.array([s.value for s in samples]),
+        np.array([int(s.quality) for s in samples], dtype=np.int64),
+    )
+
+
+@pytest.mark.parametrize("replay", [False, True], ids=["live", "replay"])
+@pytest.mark.parametrize("bad", [False, True], ids=["silent", "bad-quality"])
+def test_the_float_going_off_with_the_level_stale_ends_the_overflow_at_its_off(
+    tmp_path: Path, bad: bool, replay: bool
+) -> None:
+    """Before: the level's last good reading (9.5 ft, over the setpoint) kept the record open
+    after the float went off, until a level reading came: with the transmitter dead, forever
+    (the report's end missing, the console's "overflow in progress" on). The float is the
+    independent high-level signal: once the level is stale (older than its `stale_after`,
+    5 min) the overflow ends at the float's off, and the record says so."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = _transmitter_dies(bad)
+    if replay:
+        _replayed(tracker, samples)
+    else:
+        # While the level is not yet stale it still says the well spills: in progress.
+        feed(tracker, [s for s in samples if s.time <= T0 + 300])
+        assert tracker.overflow is not None
+        feed(tracker, [s for s in samples if s.time > T0 + 300])
+    assert tracker.overflow is None
+    assert snapshot(config, tracker, T0 + 1200)["overflow"] is None
+    (rec,) = store.overflows(T0, T0 + 3600)
+    assert (rec.start, rec.end, rec.level_last) == (T0, T0 + 120, T0 + 30)
+    assert rec.volume_gal == pytest.approx(600.0)  # +60 s to the float's off at +120 s, not on to +360 s
+    assert (
+        "ended at the overflow switch's off; the level not read since 2026-05-28T20:27:10Z" in rec.volume_note
+    )
+    figures = overflows(store, config)
+    assert figures["end"] == "2026-05-28T20:28:40Z" and figures["duration_s"] == 120.0
+    store.close()
+
+
+def test_with_no_float_a_stale_level_leaves_the_overflow_open_and_says_so(tmp_path: Path) -> None:
+    """No float switch: nothing else says the well stopped spilling, so the record's end
+    stays open; the console and the report say the level has not been read since +30 s
+    (before: an "overflow in progress" with nothing saying it rested on a dead transmitter)."""
+    config = station(tmp_path, overflow_switch=None)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = _transmitter_dies(bad=True, switch=False)
+    feed(tracker, [s for s in samples if s.time <= T0 + 300])
+    view = snapshot(config, tracker, T0 + 300)["overflow"]
+    assert view is not None and view["level_not_read_since"] is None  # type: ignore[index]
+    feed(tracker, [s for s in samples if s.time > T0 + 300])
+    tracker.save()
+    view = snapshot(config, tracker, T0 + 1200)["overflow"]
+    assert view["level_not_read_since"] == "2026-05-28T20:27:10Z"  # type: ignore[index]
+    (rec,) = store.overflows(T0, T0 + 3600)
+    assert rec.end is None
+    (figures,) = overflow_figures(store, T0, T0 + 3600, config.station.zone, stale_after=300.0)
+    assert figures["end"] is None and figures["level_not_read_since"] == "2026-05-28T20:27:10Z"
+    store.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from datetime import datetime
 
@@ -61,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"monitor pumps report: {exc}", file=sys.stderr)
         return 1
     try:
-        figures = report(store, pumps, start, end, config.station.zone)
+        stale = config.rules[config.wet_well.level].stale_after if config.wet_well else math.inf
+        figures = report(store, pumps, start, end, config.station.zone, stale)
     finally:
         store.close()
     if args.format == "json":
@@ -89,8 +91,12 @@ def run(args: argparse.Namespace) -> int:
         volume = "volume unknown" if o["volume_gal"] is None else f"{o['volume_gal']:.0f} gal"
         if o["volume_note"]:  # why unknown, or what part of the overflow it measured
             volume += f" ({o['volume_note']})"
+        # Open with the level stale: nothing said it ended, not that it goes on.
+        to = o["end"] or (
+            f"? (level not read since {o['level_not_read_since']})" if o["level_not_read_since"] else "now"
+        )
         print(
-            f"  overflow {o['sensor']} from {start_local:%Y-%m-%d %H:%M %Z} to {o['end'] or 'now'}:"
+            f"  overflow {o['sensor']} from {start_local:%Y-%m-%d %H:%M %Z} to {to}:"
             f" {volume}, peak {o['peak_level']}, report due {o['report_due_local']}"
         )
     return 0

@@ -64,13 +64,19 @@ def overflow_volume(rec: OverflowRecord) -> tuple[float | None, str]:
 
 
 def overflow_figures(
-    store: StationStore, start: float, end: float, zone: ZoneInfo
+    store: StationStore, start: float, end: float, zone: ZoneInfo, stale_after: float = math.inf
 ) -> list[dict[str, object]]:
+    """`stale_after`: the level's; an overflow still open whose level was last read longer
+    than that before the last event time stored says since when (`level_not_read_since`):
+    its end is open because nothing said the well stopped spilling, not because it spills."""
     out: list[dict[str, object]] = []
+    last = store.last_time()
     for rec in store.overflows(start, end):
         volume, note = overflow_volume(rec)
         partial = note.startswith("partial")
         silent = rec.silence(rec.end if rec.end is not None else rec.start)
+        read = rec.level_last
+        stale = rec.end is None and read is not None and last is not None and last - read > stale_after
         out.append(
             {
                 "sensor": rec.sensor,
@@ -85,6 +91,7 @@ def overflow_figures(
                 # the level's silence that made it partial: the volume then rests on the last level
                 "volume_unmeasured_from": iso(silent[0]) if partial else None,
                 "volume_unmeasured_to": iso(silent[1]) if partial else None,
+                "level_not_read_since": iso(read) if stale and read is not None else None,
                 "report_due": iso(rec.due),
                 "report_due_local": datetime.fromtimestamp(rec.due, zone).isoformat(timespec="minutes"),
             }
@@ -93,11 +100,17 @@ def overflow_figures(
 
 
 def report(
-    store: StationStore, pumps: Sequence[str], start: float, end: float, zone: ZoneInfo
+    store: StationStore,
+    pumps: Sequence[str],
+    start: float,
+    end: float,
+    zone: ZoneInfo,
+    stale_after: float = math.inf,
 ) -> dict[str, object]:
+    """`stale_after`: the wet well level's (`overflow_figures`)."""
     return {
         "pumps": pump_figures(store, pumps, start, end),
-        "overflows": overflow_figures(store, start, end, zone),
+        "overflows": overflow_figures(store, start, end, zone, stale_after),
     }
 
 

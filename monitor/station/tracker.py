@@ -24,6 +24,9 @@ Readings of the ordinance and the issue that the code takes:
   the level: with no level reading while the record was open the volume is unknown (None
   and a note, never 0 gal), and with the level silent longer than its `stale_after` it is
   marked partial (`OverflowRecord.judged`, at the close).
+- The level's transmitter dead at or above `overflow`: the float switch going off ends the
+  overflow at its off once the level, not read since, is stale (`_float_ended`); with no
+  float the record stays open (the console and report say since when the level is not read).
   Chapter 139 sets no reporting time; `report_within` (2 h default) is the utility's
   (New York's Sewage Pollution Right to Know Act asks for 2 hours).
 """
@@ -44,7 +47,7 @@ from monitor.config import Config
 from monitor.config.station import pump_ids
 from monitor.engine.restored import after_activation
 from monitor.errors import MonitorError
-from monitor.model import Alarm, Clock, Condition, ConditionState, Kind, Quality, Rule, Sample
+from monitor.model import Alarm, Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, iso
 from monitor.station.daily import DailyTotals
 from monitor.station.pumps import PumpStats
 from monitor.station.store import OverflowRecord, StationStore
@@ -110,6 +113,11 @@ class StationTracker:
         self.level_time = -math.inf
         self.inflow_gpm = math.nan
         self.switch_on = False
+        # The float's last on-to-off while an overflow is open, and the volume then: with the
+        # level stale, the overflow ended there (`_float_ended`).
+        self._float_off_at: float | None = None
+        self._level_spent = False  # the level's reading the float overruled: no overflow until the next
+        self._volume_at_off: float | None = None
         self.above_since: float | None = None
         self.fail_active = False
         self.fail_at = -math.inf  # when fail to start was raised
@@ -261,6 +269,8 @@ class StationTracker:
                     rec.silent_from, rec.silent_to = rec.silent_from + delta, rec.silent_to + delta
         if (self._prev_by or self.level_id or self.switch_id) not in keep:
             self._t_prev += delta
+        if self._float_off_at is not None and self.switch_id not in keep:
+            self._float_off_at += delta
         if overflow and self.overflow is not None:
             self.overflow.start += delta
             self.overflow.due += delta
@@ -313,10 +323,15 @@ class StationTracker:
             if run is not None and self.store is not None:
                 self._stored(self.store.save_run, run)
         elif sid == self.level_id:
-            self.level, self.level_time = v, t
+            self.level, self.level_time, self._level_spent = v, t, False
             out.extend(self._judge_level(t))
         elif sid == self.switch_id:
-            self.switch_on = v >= 0.5
+            on = v >= 0.5
+            if self.switch_on and not on and self.overflow is not None:
+                self._float_off_at = t
+            elif on:
+                self._float_off_at = None
+            self.switch_on = on
         elif sid == self.inflow_id:
             self.inflow_gpm = v * self._to_gpm
             if self.overflow is None:
@@ -325,7 +340,11 @@ class StationTracker:
             pid, key = self.drive[sid]
             self.readings[pid][key] = v
             return out
-        if self.overflow is None and not self.switch_on and not self.level >= self._overflow_at:
+        if (
+            self.overflow is None
+            and not self.switch_on
+            and not (self.level >= self._overflow_at and not self._level_spent)
+        ):
             if self._integrates(sid):
                 self._carried(sid, 0.0, t)  # no overflow, none starting: nothing to integrate
         else:
@@ -460,6 +479,20 @@ class StationTracker:
             return max(0.0, self.inflow_gpm - capacity), "inflow"
         return 0.0, ""
 
+    def _float_ended(self, t: float, sid: str) -> float | None:
+        """When the float switch ended the overflow that the level's last reading, at or above
+        `overflow`, still says goes on: its off, if the level has not been read since and is
+        stale at reading `t` of `sid` (older than its `stale_after`). Its transmitter dead, the
+        level kept the record open until a level reading came: possibly forever. Judged at the
+        first reading after the off, so that a level reading of the same instant (one poll)
+        still has its word; only across clocks that agree (`_comparable`)."""
+        off, level = self._float_off_at, self.level_id or ""
+        if off is None or t <= off or self.level_time > off or t - self.level_time <= self.level_stale:
+            return None
+        if not (self._comparable(sid, level) and self._comparable(self.switch_id or "", level)):
+            return None
+        return off
+
     def _judge_overflow(self, t: float, sid: str = "") -> list[Condition]:
         """The overflow at reading `t` of sensor `sid`. In a well whose readings come on two
         clocks, the volume is integrated between the readings of both while they agree (the
@@ -468,12 +501,17 @@ class StationTracker:
         never back in time (`_carried`); the record's start is the clock's of the reading
         that opened it (a step moves it with that clock) and its end is not before its start."""
         sp = self.setpoints
-        level_over = sp is not None and self.level >= sp.overflow
+        level_over = sp is not None and self.level >= sp.overflow and not self._level_spent
         over = level_over or self.switch_on
         rec = self.overflow
         q, method = self._rate_gpm()
         out: list[Condition] = []
-        if self._integrates(sid):
+        float_end = (
+            self._float_ended(t, sid) if rec is not None and level_over and not self.switch_on else None
+        )
+        if float_end is not None:
+            over = False  # the float's word: the level's last reading is stale
+        if self._integrates(sid) and float_end is None:
             prev = self._t_prev
             if rec is not None and prev > -math.inf and t > prev and rec.volume_gal is not None:
                 mean = (self._q_prev + q) / 2.0 if method == "weir" else self._q_prev
@@ -484,6 +522,7 @@ class StationTracker:
             rec = OverflowRecord(sensor, t, t + self.report_within, method=method)
             rec.volume_gal = 0.0 if method else None
             self.overflow, self._overflow_by = rec, sid
+            self._float_off_at = None
             why = "level at or above overflow" if level_over else "overflow switch on"
             out.append(
                 Condition(
@@ -501,9 +540,18 @@ class StationTracker:
             rec.peak = self.level if math.isnan(rec.peak) else max(rec.peak, self.level)
         if rec is not None and sid and sid == self.level_id:
             rec.level_read(t)  # what the volume rests on
+        if rec is not None and sid == self.switch_id and self._float_off_at == t:
+            self._volume_at_off = rec.volume_gal  # carried to the float's off
         if rec is not None and not over:
-            rec.end = t if self._same_clock(sid, self._overflow_by) else max(t, rec.start)
+            if float_end is not None:
+                rec.end, rec.volume_gal = max(float_end, rec.start), self._volume_at_off
+            else:
+                rec.end = t if self._same_clock(sid, self._overflow_by) else max(t, rec.start)
             rec.volume_gal, rec.volume_note = rec.judged(self.level_stale, rec.end)
+            if float_end is not None:
+                self._level_spent = True
+                ended = f"ended at the overflow switch's off; the level not read since {iso(self.level_time)}"
+                rec.volume_note = f"{rec.volume_note}; {ended}" if rec.volume_note else ended
             self.overflow = None
             out.append(
                 Condition(

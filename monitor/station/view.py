@@ -104,6 +104,9 @@ def snapshot(config: Config, tracker: StationTracker, now: float) -> dict[str, o
     rec = tracker.overflow
     if rec is not None:
         volume, note = rec.judged(tracker.level_stale, tracker.last_time)
+        # Its end open only because no reading says the well stopped spilling: say so.
+        read = tracker.level_time
+        stale = math.isfinite(read) and now - read > tracker.level_stale
         overflow = {
             "sensor": rec.sensor,
             "start": iso(rec.start),
@@ -114,6 +117,8 @@ def snapshot(config: Config, tracker: StationTracker, now: float) -> dict[str, o
             "peak_level": _finite(rec.peak),
             "volume_gal": None if volume is None else round(volume, 1),
             "volume_note": note or None,  # why unknown (volume_gal null) or partial so far
+            "level_not_read_since": iso(read) if stale else None,
+            "level_not_read_since_local": _local(read, zone) if stale else None,
         }
     return {
         "station": config.station.id,

@@ -62,7 +62,9 @@ function drawOverflow(o) {
   // A volume not measured is unknown, never 0; the note says why, or that it is partial.
   const note = o.volume_note ? ` (${o.volume_note})` : "";
   const volume = (o.volume_gal === null ? "volume unknown" : `${Math.round(o.volume_gal)} gal so far`) + note;
-  box.textContent = `OVERFLOW since ${o.start_local} · peak ${fmt(o.peak_level)} · ${volume} · ` +
+  // The level stale: the end is open because no reading said the well stopped spilling.
+  const stale = o.level_not_read_since_local ? ` · level not read since ${o.level_not_read_since_local}` : "";
+  box.textContent = `OVERFLOW since ${o.start_local} · peak ${fmt(o.peak_level)} · ${volume}${stale} · ` +
     `report due ${o.report_due_local}${o.overdue ? " (OVERDUE)" : ""}`;
 }
 
