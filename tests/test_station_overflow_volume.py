@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from monitor.config import Config
-from monitor.model import Quality, Sample
+from monitor.model import Quality, Rule, Sample
 from monitor.sqlite import Schema, connect
 from monitor.station import StationStore, StationTracker
 from monitor.station.report import overflow_figures
@@ -232,4 +232,37 @@ def test_with_no_float_a_stale_level_leaves_the_overflow_open_and_says_so(tmp_pa
     assert rec.end is None
     (figures,) = overflow_figures(store, T0, T0 + 3600, config.station.zone, stale_after=300.0)
     assert figures["end"] is None and figures["level_not_read_since"] == "2026-05-28T20:27:10Z"
+    store.close()
+
+
+def test_a_restart_with_an_overflow_open_keeps_one_record(tmp_path: Path) -> None:
+    """The daemon restarts mid-overflow (level 9.5 ft, float on throughout) and the first
+    reading after it is a pump's: before, the well's state not known yet (level NaN, the
+    float not read) ended the record at that reading, and the level's next reading opened a
+    second one (two SSO reports for one spill, the first CLEARED at the restart). Only the
+    level or the float may say the well stopped spilling."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = [Sample("p1", T0, 0.0), Sample("p2", T0, 0.0)]
+    for t in range(0, 301, 60):
+        samples += [
+            Sample("lvl", T0 + t, 9.5),
+            Sample("switch", T0 + t, 1.0),
+            Sample("inflow", T0 + t, 900.0),
+        ]
+    feed(tracker, samples)
+    tracker.save()
+    store.close()
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store, resume=True)
+    samples = []
+    for t in range(360, 601, 60):  # the gateway polls the pumps and inflow before the well
+        samples += [Sample("p1", T0 + t, 0.0), Sample("inflow", T0 + t, 900.0), Sample("lvl", T0 + t, 9.5)]
+        samples.append(Sample("switch", T0 + t, 1.0 if t < 600 else 0.0))
+    conds = [c for c in feed(tracker, samples) if c.rule is Rule.OVERFLOW]
+    assert conds == []  # no CLEARED at the restart, no second ACTIVE
+    tracker.save()
+    (rec,) = store.overflows(T0, T0 + 3600)
+    assert (rec.start, rec.end) == (T0, None)  # the level still over the setpoint at +600 s
     store.close()

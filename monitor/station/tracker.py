@@ -118,6 +118,10 @@ class StationTracker:
         self._float_off_at: float | None = None
         self._level_spent = False  # the level's reading the float overruled: no overflow until the next
         self._volume_at_off: float | None = None
+        # An overflow the store held open at a restart: the level and the float not read since,
+        # nothing says the well stopped spilling (a pump's reading first ended it, and the
+        # level's next opened a second record for the one spill).
+        self._well_unread = False
         self.above_since: float | None = None
         self.fail_active = False
         self.fail_at = -math.inf  # when fail to start was raised
@@ -169,6 +173,7 @@ class StationTracker:
         for rec in store.open_overflows():
             self.overflow = rec
             self._overflow_by = self.level_id or self.switch_id or ""  # not recorded: the well's
+            self._well_unread = True
         # The starts of the last hour: starts per hour goes on counting them (a pump that
         # short-cycles across a restart), and a restored `pump_starts` keeps its evidence.
         for pid, start in store.recent_starts():
@@ -324,9 +329,11 @@ class StationTracker:
                 self._stored(self.store.save_run, run)
         elif sid == self.level_id:
             self.level, self.level_time, self._level_spent = v, t, False
+            self._well_unread = False
             out.extend(self._judge_level(t))
         elif sid == self.switch_id:
             on = v >= 0.5
+            self._well_unread = False
             if self.switch_on and not on and self.overflow is not None:
                 self._float_off_at = t
             elif on:
@@ -502,7 +509,7 @@ class StationTracker:
         that opened it (a step moves it with that clock) and its end is not before its start."""
         sp = self.setpoints
         level_over = sp is not None and self.level >= sp.overflow and not self._level_spent
-        over = level_over or self.switch_on
+        over = level_over or self.switch_on or self._well_unread
         rec = self.overflow
         q, method = self._rate_gpm()
         out: list[Condition] = []
