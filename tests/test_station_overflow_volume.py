@@ -266,3 +266,35 @@ def test_a_restart_with_an_overflow_open_keeps_one_record(tmp_path: Path) -> Non
     (rec,) = store.overflows(T0, T0 + 3600)
     assert (rec.start, rec.end) == (T0, None)  # the level still over the setpoint at +600 s
     store.close()
+
+
+@pytest.mark.parametrize("replay", [False, True], ids=["live", "replay"])
+def test_a_float_off_for_one_poll_with_the_level_stale_does_not_split_the_overflow(
+    tmp_path: Path, replay: bool
+) -> None:
+    """The level transmitter dies at +30 s (9.5 ft, over the setpoint); the float, on, bounces
+    off for one poll at +600 s (the water at the spill crest) and the pumps and inflow are
+    polled 5 s after it. Before: the pump's reading at +605 s, the level stale, ended the
+    overflow at +600 s and the float's on at +660 s opened a second: two overflow reports for
+    one spill, the minute between in neither. The float's off ends it only once it has stayed
+    off for the level's `stale_after` (5 min), as a float that goes off and stays off does."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = [
+        Sample("p1", T0, 0.0),
+        Sample("p2", T0, 0.0),
+        Sample("lvl", T0, 9.5),
+        Sample("lvl", T0 + 30, 9.5),
+    ]
+    for t in range(60, 1201, 60):
+        samples.append(Sample("switch", T0 + t, 0.0 if t == 600 else 1.0))
+        samples += [Sample("inflow", T0 + t + 5, 900.0), Sample("p1", T0 + t + 5, 0.0)]
+    if replay:
+        _replayed(tracker, samples)
+    else:
+        feed(tracker, samples)
+    tracker.save()
+    (rec,) = store.overflows(T0, T0 + 3600)
+    assert (rec.start, rec.end) == (T0, None)
+    store.close()

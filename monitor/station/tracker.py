@@ -490,11 +490,15 @@ class StationTracker:
         """When the float switch ended the overflow that the level's last reading, at or above
         `overflow`, still says goes on: its off, if the level has not been read since and is
         stale at reading `t` of `sid` (older than its `stale_after`). Its transmitter dead, the
-        level kept the record open until a level reading came: possibly forever. Judged at the
-        first reading after the off, so that a level reading of the same instant (one poll)
-        still has its word; only across clocks that agree (`_comparable`)."""
+        level kept the record open until a level reading came: possibly forever. Judged once
+        the float has stayed off (no on since) for the level's `stale_after`: judged at the
+        first reading after the off, a float bouncing off for one poll at the spill crest
+        ended the overflow and its on opened a second, two reports for one spill (the end is
+        still the off's time, only judged later; a level reading after the off has its word);
+        only across clocks that agree (`_comparable`)."""
         off, level = self._float_off_at, self.level_id or ""
-        if off is None or t <= off or self.level_time > off or t - self.level_time <= self.level_stale:
+        # Not read since the off and the off held `stale_after`: the level is stale too.
+        if off is None or self.level_time > off or t - off <= self.level_stale:
             return None
         if not (self._comparable(sid, level) and self._comparable(self.switch_id or "", level)):
             return None
