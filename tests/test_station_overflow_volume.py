@@ -298,3 +298,23 @@ def test_a_float_off_for_one_poll_with_the_level_stale_does_not_split_the_overfl
     (rec,) = store.overflows(T0, T0 + 3600)
     assert (rec.start, rec.end) == (T0, None)
     store.close()
+
+
+def test_after_a_restart_the_console_still_says_the_level_is_not_read(tmp_path: Path) -> None:
+    """No float, the level transmitter dead since +30 s (9.5 ft), the daemon restarted at
+    +300 s with the overflow open: before, the console's "level not read since" went blank
+    (the restarted tracker had no level reading, though the record keeps its last), and the
+    overflow read as spilling on measured."""
+    config = station(tmp_path, overflow_switch=None)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = _transmitter_dies(bad=True, switch=False)
+    feed(tracker, [s for s in samples if s.time <= T0 + 300])
+    tracker.save()
+    store.close()
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store, resume=True)
+    feed(tracker, [s for s in samples if s.time > T0 + 300])
+    view = snapshot(config, tracker, T0 + 1200)["overflow"]
+    assert view is not None and view["level_not_read_since"] == "2026-05-28T20:27:10Z"  # type: ignore[index]
+    store.close()

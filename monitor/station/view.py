@@ -105,7 +105,8 @@ def snapshot(config: Config, tracker: StationTracker, now: float) -> dict[str, o
     if rec is not None:
         volume, note = rec.judged(tracker.level_stale, tracker.last_time)
         # Its end open only because no reading says the well stopped spilling: say so.
-        read = tracker.level_time
+        # After a restart the tracker has read no level yet: the record keeps its last.
+        read = tracker.level_time if math.isfinite(tracker.level_time) else (rec.level_last or -math.inf)
         stale = math.isfinite(read) and now - read > tracker.level_stale
         overflow = {
             "sensor": rec.sensor,
