@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
-from monitor.config import Config
+from monitor.config import Config, load_config
 from monitor.model import Quality, Rule, Sample
 from monitor.sqlite import Schema, connect
 from monitor.station import StationStore, StationTracker
@@ -18,6 +19,7 @@ from monitor.station.report import overflow_figures
 from monitor.station.store import _SCHEMA, NO_LEVEL
 from monitor.station.tracker import track_arrays
 from monitor.station.view import snapshot
+from tests import cli
 from tests.test_station_tracker import T0, feed, station
 
 
@@ -318,3 +320,44 @@ def test_after_a_restart_the_console_still_says_the_level_is_not_read(tmp_path: 
     view = snapshot(config, tracker, T0 + 1200)["overflow"]
     assert view is not None and view["level_not_read_since"] == "2026-05-28T20:27:10Z"  # type: ignore[index]
     store.close()
+
+
+@pytest.mark.parametrize("switch", [True, False], ids=["float-ended", "no-float"])
+def test_the_text_report_gives_the_overflow_s_times_in_the_station_s_zone(
+    tmp_path: Path, switch: bool
+) -> None:
+    """`monitor pumps report` text, which the Superintendent copies into the state's SSO
+    form: before, the start was local ("16:26 EDT") but the end and "level not read since"
+    UTC with Z ("20:28:40Z"): read side by side, a 2-minute overflow looked 4 hours long."""
+    raw: dict[str, Any] = {
+        "station": {"id": "t", "timezone": "America/New_York"},
+        "state_dir": str(tmp_path / "state"),
+        "sensors": [
+            {"id": "lvl", "kind": "level", "unit": "ft",
+             "setpoints": {"off": 2, "lead_on": 5, "lag_on": 6, "high": 8, "overflow": 9}},
+            {"id": "p1", "kind": "pump", "pump": {"capacity": "500 gpm"}},
+            {"id": "p2", "kind": "pump", "pump": {"capacity": "0.72 MGD"}},
+            {"id": "inflow", "kind": "flow", "unit": "gpm"},
+            {"id": "switch", "kind": "status"},
+        ],
+        "wet_well": {"level": "lvl", "inflow": "inflow", "fail_to_start_delay": "2m",
+                     **({"overflow_switch": "switch"} if switch else {})},
+    }  # fmt: skip
+    path = tmp_path / "station.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    config = load_config(path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    feed(tracker, _transmitter_dies(bad=False, switch=switch))
+    tracker.save()
+    store.close()
+    out = cli.run_monitor(
+        "pumps", "report", "--config", str(path), "--start", "2026-05-28T20:00:00Z",
+        "--end", "2026-05-28T21:00:00Z", "--format", "text",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (line,) = [x for x in out.stdout.splitlines() if "overflow lvl" in x]
+    if switch:
+        assert "from 2026-05-28 16:26 EDT to 2026-05-28 16:28 EDT:" in line
+    else:
+        assert "from 2026-05-28 16:26 EDT to ? (level not read since 2026-05-28 16:27 EDT):" in line

@@ -86,17 +86,21 @@ def run(args: argparse.Namespace) -> int:
     assert isinstance(overflows, list)
     if not overflows:
         print("  no overflows")
+
+    def local(stamp: str) -> str:
+        """In the station's zone, as the start: an end in UTC beside a local start (16:26 EDT
+        to 20:28:40Z) read as an overflow four hours long."""
+        return f"{datetime.fromisoformat(stamp.replace('Z', '+00:00')).astimezone(zone):%Y-%m-%d %H:%M %Z}"
+
     for o in overflows:
-        start_local = datetime.fromisoformat(o["start"].replace("Z", "+00:00")).astimezone(zone)
         volume = "volume unknown" if o["volume_gal"] is None else f"{o['volume_gal']:.0f} gal"
         if o["volume_note"]:  # why unknown, or what part of the overflow it measured
             volume += f" ({o['volume_note']})"
         # Open with the level stale: nothing said it ended, not that it goes on.
-        to = o["end"] or (
-            f"? (level not read since {o['level_not_read_since']})" if o["level_not_read_since"] else "now"
-        )
+        since = o["level_not_read_since"]
+        to = local(o["end"]) if o["end"] else f"? (level not read since {local(since)})" if since else "now"
         print(
-            f"  overflow {o['sensor']} from {start_local:%Y-%m-%d %H:%M %Z} to {to}:"
+            f"  overflow {o['sensor']} from {local(o['start'])} to {to}:"
             f" {volume}, peak {o['peak_level']}, report due {o['report_due_local']}"
         )
     return 0
