@@ -92,3 +92,35 @@ def test_station_view_on_a_phone(browser: Browser, tmp_path: Path) -> None:
         daemon.meters.close()
         daemon.alarms.close()
         daemon.sink.close()
+
+
+def test_the_overflow_banner_says_the_level_is_not_read(browser: Browser, tmp_path: Path) -> None:
+    """The wet-well page in Chromium: an overflow open (ps.level 9.5 ft, over 9) whose level
+    transmitter then goes silent, the pumps and flow meter still polled. Past the level's
+    `stale_after` (2 min) the banner says since when it is not read: the end is open because
+    nothing said the well stopped spilling, not because it was measured spilling."""
+    clock = ManualClock(START)
+    daemon = Daemon(load_config(write_config(tmp_path, "banner")), clock)
+    try:
+        for k in range(0, 61):  # 10 s polls for 10 minutes; the level silent after +60 s
+            t = START + 10.0 * k
+            clock.set(t)
+            batch = [Sample("ps.pump1", t, 1.0), Sample("ps.pump2", t, 1.0), Sample("ps.flow", t, 1000.0)]
+            if k <= 6:
+                batch.append(Sample("ps.level", t, 9.5))
+            daemon.pipeline.process(batch)
+        with LiveConsole(StationAdapter(daemon)) as live:  # type: ignore[arg-type]
+            state = httpx.get(f"{live.url}/api/wet-well", timeout=10).json()
+            since = state["overflow"]["level_not_read_since_local"]
+            assert since is not None
+            page = browser.new_page(viewport=PHONE)
+            page.goto(f"{live.url}/station")
+            expect(page.locator("#overflow")).to_contain_text("OVERFLOW since")
+            expect(page.locator("#overflow")).to_contain_text(f"level not read since {since}")
+            shoot(page, tmp_path, "station-overflow-level-stale.png")
+            page.close()
+    finally:
+        daemon.station.close()
+        daemon.meters.close()
+        daemon.alarms.close()
+        daemon.sink.close()
