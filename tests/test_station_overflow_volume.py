@@ -361,3 +361,38 @@ def test_the_text_report_gives_the_overflow_s_times_in_the_station_s_zone(
         assert "from 2026-05-28 16:26 EDT to 2026-05-28 16:28 EDT:" in line
     else:
         assert "from 2026-05-28 16:26 EDT to ? (level not read since 2026-05-28 16:27 EDT):" in line
+
+
+def test_a_restart_after_the_float_s_off_does_not_end_the_overflow_at_the_restart(tmp_path: Path) -> None:
+    """The level dead since +30 s at 9.5 ft; the float went off at +120 s; the daemon
+    restarted at +200 s. Before: the float's first reading after the restart (off, the level
+    not known) ended the overflow at +240 s, its volume carried at the dead level past the
+    float's off (1,200 gal, not the 600 of the same history without a restart) and no note
+    saying either. The float's off before the restart is not known to the restarted tracker:
+    the level's last word stands (open, "level not read since"), until the float is seen on
+    and off again: then it ends at that off, as without a restart."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = _transmitter_dies(bad=False)
+    feed(tracker, [s for s in samples if s.time <= T0 + 200])
+    tracker.save()
+    store.close()
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store, resume=True)
+    conds = feed(tracker, [s for s in samples if T0 + 200 < s.time <= T0 + 600])
+    assert [c for c in conds if c.rule is Rule.OVERFLOW] == []
+    assert tracker.overflow is not None
+    view = snapshot(config, tracker, T0 + 600)["overflow"]
+    assert view is not None and view["level_not_read_since"] == "2026-05-28T20:27:10Z"  # type: ignore[index]
+    # The float on again at +660 s, off at +720 s and on being polled off: it ends at +720 s.
+    later = [Sample("switch", T0 + t, 1.0 if t == 660 else 0.0) for t in range(660, 1201, 60)]
+    later += [Sample("p1", T0 + t, 0.0) for t in range(660, 1201, 60)]
+    feed(tracker, sorted(later, key=lambda s: s.time))
+    assert tracker.overflow is None
+    (rec,) = store.overflows(T0, T0 + 3600)
+    assert (rec.start, rec.end) == (T0, T0 + 720)
+    assert (
+        "ended at the overflow switch's off; the level not read since 2026-05-28T20:27:10Z" in rec.volume_note
+    )
+    store.close()

@@ -122,6 +122,11 @@ class StationTracker:
         # nothing says the well stopped spilling (a pump's reading first ended it, and the
         # level's next opened a second record for the one spill).
         self._well_unread = False
+        # Such an overflow whose level was read while it was open: until the level is read
+        # again its last word (over) stands, so the float ends it only by `_float_ended`
+        # (before, its first reading, off, ended it at the restart, the volume carried past
+        # the float's off that the restarted tracker does not know).
+        self._level_unread = False
         self.above_since: float | None = None
         self.fail_active = False
         self.fail_at = -math.inf  # when fail to start was raised
@@ -174,6 +179,8 @@ class StationTracker:
             self.overflow = rec
             self._overflow_by = self.level_id or self.switch_id or ""  # not recorded: the well's
             self._well_unread = True
+            if rec.level_last is not None:
+                self._level_unread, self.level_time = True, rec.level_last
         # The starts of the last hour: starts per hour goes on counting them (a pump that
         # short-cycles across a restart), and a restored `pump_starts` keeps its evidence.
         for pid, start in store.recent_starts():
@@ -329,7 +336,7 @@ class StationTracker:
                 self._stored(self.store.save_run, run)
         elif sid == self.level_id:
             self.level, self.level_time, self._level_spent = v, t, False
-            self._well_unread = False
+            self._well_unread = self._level_unread = False
             out.extend(self._judge_level(t))
         elif sid == self.switch_id:
             on = v >= 0.5
@@ -512,7 +519,9 @@ class StationTracker:
         never back in time (`_carried`); the record's start is the clock's of the reading
         that opened it (a step moves it with that clock) and its end is not before its start."""
         sp = self.setpoints
-        level_over = sp is not None and self.level >= sp.overflow and not self._level_spent
+        level_over = (
+            sp is not None and not self._level_spent and (self.level >= sp.overflow or self._level_unread)
+        )
         over = level_over or self.switch_on or self._well_unread
         rec = self.overflow
         q, method = self._rate_gpm()
