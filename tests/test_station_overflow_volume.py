@@ -396,3 +396,24 @@ def test_a_restart_after_the_float_s_off_does_not_end_the_overflow_at_the_restar
         "ended at the overflow switch's off; the level not read since 2026-05-28T20:27:10Z" in rec.volume_note
     )
     store.close()
+
+
+def test_the_report_of_an_open_overflow_on_a_dead_level_marks_its_volume_partial(tmp_path: Path) -> None:
+    """No float, the level dead since +30 s (9.5 ft), the report run at +1200 s with the
+    overflow open: before, the report said 11,400 gal with `volume_partial` false (an open
+    record was never judged partial) while the console said "partial: no level reading from
+    +30 s": the volume carried at the dead level is an estimate in both."""
+    config = station(tmp_path, overflow_switch=None)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    feed(tracker, _transmitter_dies(bad=True, switch=False))
+    tracker.save()
+    live = snapshot(config, tracker, T0 + 1200)["overflow"]
+    assert str(live["volume_note"]).startswith("partial")  # type: ignore[index]
+    (figures,) = overflow_figures(store, T0, T0 + 3600, config.station.zone, stale_after=300.0)
+    assert figures["volume_partial"] is True and figures["volume_note"] == live["volume_note"]  # type: ignore[index]
+    assert (figures["volume_unmeasured_from"], figures["volume_unmeasured_to"]) == (
+        "2026-05-28T20:27:10Z",
+        "2026-05-28T20:46:40Z",
+    )
+    store.close()

@@ -54,13 +54,16 @@ def pump_figures(
     return out
 
 
-def overflow_volume(rec: OverflowRecord) -> tuple[float | None, str]:
+def overflow_volume(
+    rec: OverflowRecord, stale_after: float = math.inf, until: float | None = None
+) -> tuple[float | None, str]:
     """A record's volume and why it is not the whole overflow's ("": it is). A closed one's
     was judged when it closed (`OverflowRecord.judged`); one still open is unknown until
-    the level has been read during it (its partial span is judged when it closes)."""
+    the level has been read during it, and partial so far when the level has been silent
+    longer than `stale_after` up to `until` (the last event time: as the console says)."""
     if rec.end is not None:
         return rec.volume_gal, rec.volume_note
-    return rec.judged(math.inf, rec.start)
+    return rec.judged(stale_after, rec.start if until is None else until)
 
 
 def overflow_figures(
@@ -72,9 +75,11 @@ def overflow_figures(
     out: list[dict[str, object]] = []
     last = store.last_time()
     for rec in store.overflows(start, end):
-        volume, note = overflow_volume(rec)
+        # Open: judged up to the last event time stored (a dead level's carried volume is partial).
+        until = rec.end if rec.end is not None else max(rec.start, last if last is not None else rec.start)
+        volume, note = overflow_volume(rec, stale_after, until)
         partial = note.startswith("partial")
-        silent = rec.silence(rec.end if rec.end is not None else rec.start)
+        silent = rec.silence(until)
         read = rec.level_last
         stale = rec.end is None and read is not None and last is not None and last - read > stale_after
         out.append(
