@@ -417,3 +417,23 @@ def test_the_report_of_an_open_overflow_on_a_dead_level_marks_its_volume_partial
         "2026-05-28T20:46:40Z",
     )
     store.close()
+
+
+def test_the_float_s_off_moves_with_a_gateway_clock_step(tmp_path: Path) -> None:
+    """The level dead since +30 s, the float off at +120 s, then the gateway clock steps back
+    an hour (NTP) before the next poll: the float's off moves with the start and the level's
+    times, so the overflow still ends at the off (now an hour earlier on the corrected clock)
+    with the same 600 gal and two minutes, not at a reading an hour off."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = _transmitter_dies(bad=False)
+    feed(tracker, [s for s in samples if s.time <= T0 + 120])
+    tracker.shift(-3600.0)
+    feed(tracker, [Sample(s.sensor, s.time - 3600, s.value, s.quality) for s in samples if s.time > T0 + 120])
+    assert tracker.overflow is None
+    (rec,) = store.overflows(T0 - 7200, T0 + 3600)
+    assert (rec.start, rec.end) == (T0 - 3600, T0 - 3600 + 120)
+    assert rec.volume_gal == pytest.approx(600.0)
+    assert "the level not read since 2026-05-28T19:27:10Z" in rec.volume_note
+    store.close()
