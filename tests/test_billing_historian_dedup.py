@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from monitor.config import Influx
+from monitor.errors import SourceError
 from monitor.meters.book import MeterRecord
 from monitor.sinks.lineproto import meter_point_line
 from monitor.sources.meter_history import _dedup_flag, open_history
@@ -37,6 +38,13 @@ from tests.test_meter_clock_step import export, meter_station, run_across_a_step
 from tests.test_pipeline import close
 
 DEDUP = "deduplicated"
+
+
+class AuthVictoriaMetrics(VictoriaMetrics):
+    """VictoriaMetrics enforcing basic auth itself (`-httpAuth.*`), as a clerk's config names it."""
+
+    def command(self) -> list[str]:
+        return [*super().command(), "-httpAuth.username=clerk", "-httpAuth.password=s3cret-pw"]
 
 
 def test_the_deduplicating_server_keeps_one_value_per_field_neither_the_largest_nor_the_last(
@@ -198,3 +206,38 @@ def test_the_reader_says_whether_the_server_deduplicates(
         "", "", "1ms", "30s",
     ]  # fmt: skip
     assert _dedup_flag('-retentionPeriod="100y"') == ""
+
+
+def test_a_flags_answer_that_is_not_a_flags_page_reads_as_unknown() -> None:
+    """A 200 that is not VictoriaMetrics' `-name="value"` lines (a proxy's login or landing
+    page, another server's answer) says nothing about dedup: before, it read as off and no row
+    was flagged. VictoriaMetrics lists only the flags it was started with, so an empty page, or
+    one without `-dedup.minScrapeInterval`, is off (the 1.79 we run, measured: 3 lines)."""
+    html = "<!doctype html>\n<html><body>Sign in</body></html>\n"
+    assert _dedup_flag(html).startswith("unknown (")
+    assert _dedup_flag('{"dedup.minScrapeInterval": "0s"}').startswith("unknown (")
+    assert _dedup_flag("") == ""
+    assert _dedup_flag('-httpListenAddr="127.0.0.1:8428"\n-loggerLevel="ERROR"\n') == ""
+    shown = ("1m0s", "1.5s", "0s")  # as the 1.79 we run shows -dedup.minScrapeInterval=1m, 1.5s, 0.0s
+    assert [_dedup_flag(f'-dedup.minScrapeInterval="{v}"') for v in shown] == ["1m0s", "1.5s", ""]
+
+
+def test_the_flags_are_asked_with_the_exports_credentials(tmp_path: Path) -> None:
+    """A VictoriaMetrics behind its own basic auth (`-httpAuth.*`): the export needs the
+    credentials; /flags goes through the same `Http` (headers, TLS, path prefix). The 1.79 we
+    run does not ask credentials for /flags, so this shows the export and /flags both read,
+    not that /flags sent them: that follows from the one `Http` (one `headers` dict)."""
+    vm = AuthVictoriaMetrics(tmp_path / "vm")
+    vm.start()
+    try:
+        (tmp_path / "pw").write_text("s3cret-pw")
+        (tmp_path / "bad").write_text("wrong")
+        cfg = {"url": vm.url, "org": "o", "bucket": "b", "username": "clerk"}
+        history = open_history(Influx.model_validate({**cfg, "password": {"file": str(tmp_path / "pw")}}))
+        assert history.deduplication() == ""
+        assert history.has_records_from("nobody", 0) is False  # the export answered (not 401)
+        bad = open_history(Influx.model_validate({**cfg, "password": {"file": str(tmp_path / "bad")}}))
+        with pytest.raises(SourceError, match="HTTP 401"):
+            bad.has_records_from("nobody", 0)
+    finally:
+        vm.stop()

@@ -31,6 +31,7 @@ HTTP, credentials and TLS are `historian.Http`'s, which replay's reader uses too
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -246,14 +247,23 @@ class VictoriaMeterHistory:
 
 
 def _dedup_flag(flags: str) -> str:
-    """The value of `-dedup.minScrapeInterval` in a `/flags` answer, '' when off or absent
-    (a zero duration: "0", "0s", "0ms")."""
-    for line in flags.splitlines():
-        name, _, value = line.strip().partition("=")
+    """The value of `-dedup.minScrapeInterval` in a `/flags` answer, '' when off (a zero
+    duration: "0", "0s", "0ms") or absent: VictoriaMetrics lists only the flags it was started
+    with, one `-name="value"` a line. An answer of another shape (a proxy's login page) says
+    nothing, so it is `unknown (...)`, flagged like a deduplicating server, never read as off."""
+    for raw in flags.splitlines():
+        if not (line := raw.strip()):
+            continue
+        if _FLAG_LINE.fullmatch(line) is None:
+            return f"unknown (its /flags is not VictoriaMetrics' flag list: {line[:80]!r})"
+        name, _, value = line.partition("=")
         if name == "-dedup.minScrapeInterval":
             value = value.strip('"')
             return "" if value.rstrip("mshd") in ("", "0") else value
     return ""
+
+
+_FLAG_LINE = re.compile(r'-[\w.-]+=".*"')
 
 
 def _merge(lines: list[bytes], target: str) -> list[MeterSample]:
