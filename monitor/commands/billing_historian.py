@@ -20,7 +20,7 @@ from monitor.meters.billing import build_rows
 from monitor.meters.historian import station_quarter
 from monitor.meters.periods import presentation, quarter
 from monitor.model import iso
-from monitor.sources.meter_history import InfluxQLMeterHistory, VictoriaMeterHistory, open_history
+from monitor.sources.meter_history import UNKNOWN, InfluxQLMeterHistory, VictoriaMeterHistory, open_history
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +86,17 @@ def export_from_historian(args: argparse.Namespace) -> Sheets:
             station = config.station.id
             if (dedup := reader.deduplication()) and reader.target not in warned:
                 warned.add(reader.target)
+                if dedup.startswith(UNKNOWN):  # not "runs with": the clerk would go and look for it
+                    why = dedup.removeprefix(UNKNOWN).removesuffix(")")
+                    head = (
+                        f"cannot tell whether {reader.target} runs with -dedup.minScrapeInterval"
+                        f" ({why}; one started with -flagsAuthKey answers /flags 401)"
+                    )
+                else:
+                    head = f"{reader.target} runs with -dedup.minScrapeInterval={dedup}"
                 print(
-                    f"warning: {reader.target} runs with -dedup.minScrapeInterval={dedup}: every row"
-                    " flagged deduplicated. It keeps one value per field and millisecond, so a"
+                    f"warning: {head}: every row flagged deduplicated. With it on, the server"
+                    " keeps one value per field and millisecond, so a"
                     " point written twice (a row re-judged, a clock step's overwrite) reads as a mix"
                     " of both and figures may not be the ledger's. Bill from each station's own"
                     " export, or from a VictoriaMetrics started without -dedup.minScrapeInterval"

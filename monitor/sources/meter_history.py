@@ -44,6 +44,7 @@ from monitor.sources.historian import Http
 FIELDS = ("reading", "consumption", "consumption_ft3", "accepted")
 RESTAMPED = "restamped"  # 1 on a point a clock step moved away (`lineproto.meter_point_line`)
 DAY_MS = 86_400_000
+UNKNOWN = "unknown ("  # how `deduplication()` starts when the flags cannot be read
 # How far back `last_accepted` (ahead: `next_accepted`) looks for the reading that
 # opens (follows) a quarter, widening only when nothing is found: most meters read
 # daily, few stay silent for a year.
@@ -187,7 +188,7 @@ class VictoriaMeterHistory:
             try:
                 text = b"".join(self._http.lines("/flags", [], "its flags")).decode(errors="replace")
             except SourceError as exc:
-                self._dedup = f"unknown ({exc})"
+                self._dedup = f"{UNKNOWN}{exc})"
             else:
                 self._dedup = _dedup_flag(text)
         return self._dedup
@@ -255,7 +256,7 @@ def _dedup_flag(flags: str) -> str:
         if not (line := raw.strip()):
             continue
         if _FLAG_LINE.fullmatch(line) is None:
-            return f"unknown (its /flags is not VictoriaMetrics' flag list: {line[:80]!r})"
+            return f"{UNKNOWN}its /flags is not VictoriaMetrics' flag list: {line[:80]!r})"
         name, _, value = line.partition("=")
         if name == "-dedup.minScrapeInterval":
             value = value.strip('"')
