@@ -31,7 +31,6 @@ missing; trusted, a heartbeat of 0 made a 1970 clock "set".
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
@@ -39,6 +38,7 @@ import os
 import stat
 from pathlib import Path
 
+from monitor.durable import replace_file
 from monitor.meters.book import UNSYNCED_AT_START, Evidence
 from monitor.model import iso
 
@@ -143,25 +143,10 @@ class ClockFile:
             return False
         self._told_implausible = False
         doc = {"format": FORMAT, "version": VERSION, "time": now, "iso": iso(now)}
-        tmp = self.path.with_name(self.path.name + ".tmp")
+        data = (json.dumps(doc) + "\n").encode("utf-8")
         try:
-            # A leftover (a kill between write and rename) is made anew, never opened: a
-            # symlink there was followed, its target overwritten, and renamed into place.
-            tmp.unlink(missing_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(json.dumps(doc) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-            fd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            replace_file(self.path, lambda f: f.write(data))
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
             self.failures += 1
             self._written = now  # tried: again in a minute, not every tick
             if not self._failing:

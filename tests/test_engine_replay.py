@@ -233,6 +233,21 @@ def test_checkpoint_and_restore_give_the_same_events(
     assert canon(sorted(before + after, key=first.sort_key)) == canon(whole)
 
 
+def test_a_symlink_left_as_the_checkpoints_temporary_file_is_not_written_through(tmp_path: Path) -> None:
+    """`engine-checkpoint.npz.tmp` a symlink (to the ledger, say): the write opened and
+    followed it, overwrote the ledger with the checkpoint and renamed the link into place, as
+    the heartbeat's did (monitor/durable.py: a leftover is removed and made anew)."""
+    victim = tmp_path / "ledger.sqlite"
+    victim.write_bytes(b"SQLite format 3\x00 precious")
+    path = tmp_path / "engine.npz"
+    path.with_name(path.name + ".tmp").symlink_to(victim)
+    engine = Engine(CONFIG.rules, ManualClock())
+    save_checkpoint(engine, path)
+    assert victim.read_bytes() == b"SQLite format 3\x00 precious"
+    assert not path.is_symlink() and not path.with_name(path.name + ".tmp").exists()
+    restore_checkpoint(Engine(CONFIG.rules), path)  # the checkpoint itself, whole
+
+
 def test_checkpoint_from_another_station_is_refused(tmp_path: Path) -> None:
     engine = Engine(CONFIG.rules, ManualClock())
     path = tmp_path / "engine.npz"

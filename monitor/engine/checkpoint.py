@@ -12,11 +12,9 @@ kind, unit and window still match and leaves the others to warm up.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
-import os
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from monitor.durable import replace_file
 from monitor.engine.engine import Engine
 from monitor.engine.state import SensorState
 from monitor.errors import StateError
@@ -87,24 +86,15 @@ def save_checkpoint(engine: Engine, path: str | Path) -> None:
         "last_tick": engine.last_tick,
         "state": [_sensor_state(engine, st) for st in engine.sensor_states()],
     }
-    tmp = path.with_name(path.name + ".tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tmp.open("wb") as f:
-            np.savez(
+        replace_file(
+            path,
+            lambda f: np.savez(
                 f, meta=np.array(json.dumps(doc)), sums=engine.baselines.sums, counts=engine.baselines.counts
-            )
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            ),
+        )
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
         raise StateError(f"checkpoint {path}: cannot write ({exc.strerror or exc})") from exc
 
 
