@@ -9,7 +9,7 @@ import concurrent.futures
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 from pydantic import SecretStr
@@ -19,6 +19,9 @@ from monitor.config import Alarms, Console
 from monitor.model import Condition, ConditionState, ManualClock, Quality, Rule, Sample, iso
 from monitor.web import ConsoleServer, SensorReading, StationView, create_app
 from tests.services import free_port
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
 
 T = TypeVar("T")
 T0 = 1_780_000_000.0
@@ -168,3 +171,16 @@ def call(view: StationView, method: str, url: str, token: str | None = TOKEN, **
             return await client.request(method, url, **kw)
 
     return asyncio.run(go())
+
+
+def operator_page(
+    browser: Browser, live: LiveConsole, name: str = "R. Alvarez", token: str | None = TOKEN
+) -> Page:
+    """The console open, with the operator's name (and token) typed under Operator, as a
+    person does before an action."""
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.goto(live.url)
+    page.fill("#op-name", name)
+    if token is not None:
+        page.fill("#op-token", token)
+    return page

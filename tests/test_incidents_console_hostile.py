@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Browser, Route, expect
 
 from monitor.model import Rule, Sample
-from tests.console import TOKEN, LiveConsole
+from tests.console import TOKEN, LiveConsole, operator_page
 from tests.incident_helpers import StationWithIncidents, incidents_json, monitor, replay_case
 
 # 2026-06-20T00:00Z (June 19, 20:00 EDT), as in test_incidents_console_writes.py
@@ -112,10 +112,7 @@ def test_a_name_with_a_bidi_override_does_not_reorder_the_note_line(
     read as something else. The name is isolated: what follows it reads left to right."""
     view, oil = station
     with LiveConsole(view, refresh=0.3) as live:
-        page = browser.new_page(viewport={"width": 1280, "height": 1000})
-        page.goto(live.url)
-        page.fill("#op-name", "Mallory\u202e")
-        page.fill("#op-token", TOKEN)
+        page = operator_page(browser, live, "Mallory\u202e")
         line = page.locator(f'#incidents-open li[data-incident="{oil["id"]}"]')
         line.get_by_role("button", name="Add note").click()
         page.select_option("#note-kind", "statement")
@@ -154,10 +151,7 @@ def test_a_broken_character_is_a_422_naming_the_field_not_a_500(
             [item] = got.json()["detail"]
             assert (item["loc"], item["type"]) == (["body", field], "string_unicode"), got.text
 
-        page = browser.new_page(viewport={"width": 1280, "height": 1000})
-        page.goto(live.url)
-        page.fill("#op-name", "R. Alvarez")
-        page.fill("#op-token", TOKEN)
+        page = operator_page(browser, live)
         line = page.locator(f'#incidents-open li[data-incident="{oil["id"]}"]')
         line.get_by_role("button", name="Add note").click()
         page.evaluate("document.querySelector('#note-text').value = 'called \\uD83D back'")
@@ -227,10 +221,7 @@ def test_a_notice_shows_the_time_limit_it_was_recorded_with(
     clock, as the owed line does (`due_local` in the JSON)."""
     view, oil = station
     with LiveConsole(view, refresh=0.3) as live:
-        page = browser.new_page(viewport={"width": 1280, "height": 1000})
-        page.goto(live.url)
-        page.fill("#op-name", "R. Alvarez")
-        page.fill("#op-token", TOKEN)
+        page = operator_page(browser, live)
         line = page.locator(f'#incidents-open li[data-incident="{oil["id"]}"]')
         line.get_by_role("button", name="Add note").click()
         page.select_option("#note-kind", "notice")
@@ -279,10 +270,7 @@ def test_a_slow_answer_goes_to_its_own_dialog_not_the_one_open_now(
         held.append(route)
 
     with LiveConsole(view, refresh=0.3) as live:
-        page = browser.new_page(viewport={"width": 1280, "height": 1000})
-        page.goto(live.url)
-        page.fill("#op-name", "R. Alvarez")
-        page.fill("#op-token", TOKEN)
+        page = operator_page(browser, live)
         page.route("**/api/incidents/*/close", hold)
         first = page.locator(f'#incidents-open li[data-incident="{slug.id}"]')
         second = page.locator(f'#incidents-open li[data-incident="{oil["id"]}"]')
@@ -326,10 +314,7 @@ def test_an_answer_lost_after_the_gateway_recorded_does_not_say_not_done(
         route.abort("connectionreset")
 
     with LiveConsole(view, refresh=0.3) as live:
-        page = browser.new_page(viewport={"width": 1280, "height": 1000})
-        page.goto(live.url)
-        page.fill("#op-name", "R. Alvarez")
-        page.fill("#op-token", TOKEN)
+        page = operator_page(browser, live)
         page.route("**/api/incidents/*/notes", lose_answer)
         line = page.locator(f'#incidents-open li[data-incident="{oil["id"]}"]')
         line.get_by_role("button", name="Add note").click()

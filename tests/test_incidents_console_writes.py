@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from monitor.incidents.model import NoteKind
-from tests.console import TOKEN, LiveConsole
+from tests.console import TOKEN, LiveConsole, operator_page
 from tests.incident_helpers import StationWithIncidents, incidents_json, replay_case
 
 # 2026-06-20T00:00Z (June 19, 20:00 EDT): the slug's §139-15 statement is overdue, the oil's not yet
@@ -37,12 +37,8 @@ def case(tmp_path: Path) -> Iterator[tuple[StationWithIncidents, dict[str, Any],
 
 def open_console(browser: Browser, live: LiveConsole, token: str | None = TOKEN) -> Page:
     """The console with the operator's name (and token) typed under Operator."""
-    page = browser.new_page(viewport={"width": 1280, "height": 1000})
-    page.goto(live.url)
+    page = operator_page(browser, live, token=token)
     expect(page.locator("#incidents-open li")).to_have_count(2)
-    page.fill("#op-name", "R. Alvarez")
-    if token is not None:
-        page.fill("#op-token", token)
     return page
 
 
