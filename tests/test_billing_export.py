@@ -3,6 +3,7 @@ prong, and the XLSX workbook read back with openpyxl and compared with the CSV."
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
@@ -370,3 +371,21 @@ def test_text_from_the_config_never_becomes_a_spreadsheet_formula(tmp_path: Path
     assert cells["classification"].data_type == "s" and cells["classification"].value == hostile
     assert (cells["account"].value, cells["meter"].value) == ("-acct", "-A1")
     assert all(c.data_type != "f" for r in sheet.iter_rows() for c in r)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "xlsx"])
+def test_an_export_to_a_full_disk_says_so_and_leaves_no_half_file(
+    new_york: Path, tiny_disk: Path, fmt: str
+) -> None:
+    """The clerk's folder on a full disk (a real tmpfs, filled): one line and exit 1, and
+    nothing beside the target. The XLSX left its half-written `.tmp` behind; both go through
+    `monitor.durable.replace_file` now, as the state files do."""
+    with (tiny_disk / "ballast").open("wb", buffering=0) as fh, contextlib.suppress(OSError):
+        while True:
+            fh.write(b"\0" * 4096)
+    out = tiny_disk / f"q.{fmt}"
+    got = monitor_cli("billing", "export", "--config", str(new_york), "--quarter", "2025Q3",
+                      "--out", str(out), "--format", fmt)  # fmt: skip
+    assert got.returncode == 1, got.stderr
+    assert f"cannot write {out}" in got.stderr and "Traceback" not in got.stderr
+    assert sorted(p.name for p in tiny_disk.iterdir()) == ["ballast"]

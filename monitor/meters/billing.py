@@ -12,8 +12,8 @@ quarter). Quarters are cut at the Town's midnight (`periods.py`); classes follow
 
 from __future__ import annotations
 
-import contextlib
 import csv
+import io
 import itertools
 import json
 import math
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TextIO
 
 from monitor.config import Account, Billing, Config
+from monitor.durable import replace_file
 from monitor.errors import MeterError
 from monitor.meters.classes import SystemFlow, classify
 from monitor.meters.ledger import READING, Ledger, Row
@@ -391,12 +392,10 @@ def write_json(rows: list[dict[str, str]], out: TextIO) -> None:
 
 def write_export(rows: list[dict[str, str]], path: Path, fmt: str) -> None:
     """Written beside the target and renamed, so a reader never sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
+    text = io.StringIO(newline="")
+    (write_json if fmt == "json" else write_csv)(rows, text)
+    data = text.getvalue().encode("utf-8")
     try:
-        with tmp.open("w", encoding="utf-8", newline="") as fh:
-            (write_json if fmt == "json" else write_csv)(rows, fh)
-        tmp.replace(path)
+        replace_file(path, lambda f: f.write(data))  # no half file left beside the target
     except OSError as exc:  # a folder that is not there, a full disk: one line, as the XLSX says it
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)  # no half file left beside the target
         raise MeterError(f"cannot write {path}: {exc.strerror}") from None

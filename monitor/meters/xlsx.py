@@ -27,6 +27,7 @@ from openpyxl.styles import Font
 from openpyxl.xml.constants import ARC_CORE
 from openpyxl.xml.functions import tostring
 
+from monitor.durable import replace_file
 from monitor.errors import MeterError
 
 PLACES = {  # column -> decimal places, as in the CSV
@@ -120,10 +121,9 @@ def write_xlsx(sheets: Sequence[tuple[str, list[dict[str, str]]]], path: Path, a
                 for r in range(2, last + 1):
                     sheet.cell(row=r, column=i).number_format = number_format
         sheet.freeze_panes = "C2"
-    tmp = path.with_name(path.name + ".tmp")
+    data = _reproducible(book, as_of)
     try:
-        tmp.write_bytes(_reproducible(book, as_of))
-        tmp.replace(path)
+        replace_file(path, lambda f: f.write(data))
     except OSError as exc:
         raise MeterError(f"cannot write {path}: {exc.strerror}") from None
 
