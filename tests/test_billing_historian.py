@@ -172,8 +172,7 @@ def stations(
     before = victoria.lines_taken()
     a = build_station(root / "ps-1", case_raw(), influx, vm)
     b = build_station(root / "ps-2", station_b(case_raw()), influx, vm)
-    victoria.wait_for_lines(before + a.lines_to_victoria + b.lines_to_victoria)
-    victoria.flush()
+    victoria.settle(before + a.lines_to_victoria + b.lines_to_victoria)
     yield a, b
 
 
@@ -335,8 +334,7 @@ def test_voids_and_corrections_reach_the_historian_as_figures_and_flags(
         sink.close()
     book.close()
     assert sinks[1].drainer is not None
-    victoria.wait_for_lines(before + sinks[1].drainer.stats.written)
-    victoria.flush()
+    victoria.settle(before + sinks[1].drainer.stats.written)
     own = own_export(Station(config, tmp_path, tmp_path), "2025Q4")
     amended = {"shop.meter": {"voided replacement"}, "apartments.meter": {"corrected"}}
     assert {o["meter"]: set(o["flags"].split(";")) & {"voided replacement", "corrected"} for o in own} == {
