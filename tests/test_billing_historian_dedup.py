@@ -282,3 +282,40 @@ def test_flags_it_cannot_read_flag_every_row_and_warn_once_without_the_password(
     assert len(said) == 1, err
     assert "cannot tell whether" in said[0] and "HTTP 401" in said[0] and "flagsAuthKey" in said[0], said
     assert "s3cret-pw" not in err and base64.b64encode(b"clerk:s3cret-pw").decode() not in err
+
+
+class PrefixedVictoriaMetrics(VictoriaMetrics):
+    """A single VictoriaMetrics serving under `-http.pathPrefix=/select/0/prometheus`: the
+    paths a cluster's vmselect answers the export on (no cluster binaries here; stands in for
+    vmselect's export, not for its /flags)."""
+
+    def command(self) -> list[str]:
+        return [*super().command(), "-http.pathPrefix=/select/0/prometheus"]
+
+    def ready(self) -> bool:
+        try:
+            return http("GET", f"{self.url}/select/0/prometheus/health")[0] == 200
+        except OSError:
+            return False
+
+
+def test_a_cluster_select_url_flags_every_row_and_says_why(tmp_path: Path) -> None:
+    """A VictoriaMetrics cluster is read at vmselect's `/select/<account>/prometheus`. Its
+    deduplication is the vmstorage nodes' `-dedup.minScrapeInterval` (they merge) as well as
+    vmselect's, and vmstorage's flags are not reachable through vmselect: unknown, every row
+    flagged, and the warning says it is a cluster, not that /flags answered 404 (before: "HTTP
+    404" and a hint about -flagsAuthKey that does not apply)."""
+    vm = PrefixedVictoriaMetrics(tmp_path / "vm")
+    vm.start()
+    try:
+        section = {"url": f"{vm.url}/select/0/prometheus", "org": "o", "bucket": "b"}
+        influx = {"url": "http://127.0.0.1:9", "api": "v1", "database": "unused"}  # never drained
+        a = build_station(tmp_path / "ps-1", case_raw(), influx, section, drain=())
+        rows, err = historian_export(a.to_victoria)
+    finally:
+        vm.stop()
+    assert rows and all(DEDUP in r["flags"].split(";") for r in rows), rows
+    said = [line for line in err.splitlines() if "-dedup.minScrapeInterval" in line]
+    assert len(said) == 1, err
+    assert "cannot tell whether" in said[0] and "cluster" in said[0] and "vmstorage" in said[0], said
+    assert "flagsAuthKey" not in said[0] and "404" not in said[0], said

@@ -183,7 +183,14 @@ class VictoriaMeterHistory:
         With it on, one sample per field and millisecond is left (at query time too), the
         value kept neither the largest nor the last written in the 1.79 tested: a point written
         twice with different values reads as a mix nobody can tell, so billing flags every
-        row. A server that does not show its flags (a proxy in front) is taken as on."""
+        row. A server that does not show its flags (a proxy in front) is taken as on, and so
+        is a cluster's vmselect (`/select/<account>/prometheus`): its vmstorage nodes dedup
+        when they merge, by flags vmselect cannot show."""
+        if self._dedup is None and _CLUSTER_SELECT.fullmatch(self._http.base):
+            self._dedup = (
+                f"{UNKNOWN}a VictoriaMetrics cluster's vmselect: the vmstorage nodes'"
+                " -dedup.minScrapeInterval cannot be read through it)"
+            )
         if self._dedup is None:
             try:
                 text = b"".join(self._http.lines("/flags", [], "its flags")).decode(errors="replace")
@@ -265,6 +272,7 @@ def _dedup_flag(flags: str) -> str:
 
 
 _FLAG_LINE = re.compile(r'-[\w.-]+=".*"')
+_CLUSTER_SELECT = re.compile(r"/select/\d+(:\d+)?/prometheus")  # vmselect's tenant path
 
 
 def _merge(lines: list[bytes], target: str) -> list[MeterSample]:
