@@ -185,8 +185,9 @@ class Daemon:
         self.callout: Callout | None = None
         if notify_cfg is not None and notify_cfg.pipelines:
             self.callout = Callout(
-                config, self.alarms, self.clock, on_condition=lambda c: self.pipeline.emit([c])
-            )
+                config, self.alarms, self.clock, on_condition=lambda c: self.pipeline.emit([c]),
+                monotonic=time.monotonic if self.clock_watch is None else self.clock_watch.monotonic,
+            )  # fmt: skip
         self.heartbeat: HeartbeatPinger | None = None
         if notify_cfg is not None and notify_cfg.heartbeat is not None:
             self.heartbeat = HeartbeatPinger(notify_cfg.heartbeat, lambda: readiness(self.health().to_json()))
@@ -218,6 +219,9 @@ class Daemon:
             watch.on_step.append(self.pipeline.shift)
             watch.on_step.append(lambda step: self._meter_step(watch, step))
             watch.on_step.append(self._schedules_step)
+            callout: Callout | None = getattr(self, "callout", None)  # a watch after it is built
+            if callout is not None:
+                callout.use_monotonic(watch.monotonic)  # the run time its steps have waited
             # Before the watch's first check: the ledger's own newest rows measure its step, and
             # the restored history's step (`check_restored`) then finds nothing left ahead.
             with contextlib.suppress(MonitorError):  # counted and logged by the book, kept for the next try

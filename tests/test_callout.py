@@ -549,6 +549,19 @@ class Station:
         await self.callout.aclose()
         close_daemon(self.daemon)
 
+    def kill(self) -> None:
+        """What `kill -9` (or the watchdog's hard reset) leaves: the stores as last committed,
+        nothing flushed at a stop (the callout's store closed, not `aclose`d)."""
+        self.callout.store.close()
+        close_daemon(self.daemon)
+
+    async def stop(self, how: str) -> None:
+        """ "clean" (the daemon's stop) or "kill"."""
+        if how == "kill":
+            self.kill()
+        else:
+            await self.close()
+
 
 @pytest.mark.parametrize("down", [30.0, 7200.0])
 def test_ntp_after_a_restart_on_an_unset_clock_pages_the_next_person_on_the_real_schedule(
@@ -647,3 +660,105 @@ def test_a_restart_loop_on_a_correct_clock_pages_nobody_again_and_skips_no_step(
         assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
 
     asyncio.run(go())
+
+
+YEAR = 365 * 86400.0
+
+
+async def reboot_loop(config: Config, stop: str, ntp_in_run: int | None = None) -> tuple[float | None, float]:
+    """Alice paged at T0 (15 min to Bob) on the right clock; two minutes later the gateway
+    starts a reboot loop (the watchdog every 5 min: each run 295 s, ticking every second) on
+    a clock that reads `unset` at every boot (no battery-backed clock, NTP never answers).
+    Each run ends with `stop` ("clean": the daemon's stop; "kill": kill -9 / a hard reset).
+    With `ntp_in_run`, NTP answers 100 s into that run (a step forward to the real time).
+    Returns (the real seconds the daemon had run since Alice's page when Bob was paged, or
+    None; and the real time, downtime not counted, the loop ran)."""
+    unset = T0 - YEAR
+    st = Station(config, T0)
+    ran = 0.0
+    paged: float | None = None
+    try:
+        st.daemon.alarms.apply(ph(ConditionState.ACTIVE, T0))
+        assert await st.tick(T0, 0) == 1
+        for k in range(1, 121):
+            assert await st.tick(T0 + k, 1) == 0
+            ran += 1
+    finally:
+        await st.stop(stop)
+    for run_no in range(1, 7):
+        st = Station(config, unset)
+        wall = unset
+        try:
+            for _ in range(295):
+                wall += 1
+                if run_no == ntp_in_run and wall == unset + 100:
+                    wall = T0 + ran + 60 * run_no  # a minute's boot per restart, real time
+                ran += 1
+                if await st.tick(wall, 1):
+                    assert paged is None
+                    paged = ran
+        finally:
+            await st.stop(stop)
+    return paged, ran
+
+
+@pytest.mark.parametrize("stop", ["clean", "kill"])
+def test_a_reboot_loop_on_an_unset_clock_pages_the_next_person_after_the_delay_served(
+    tmp_path: Path, smtp: MailServer, stop: str
+) -> None:
+    """The reboot loop of `reboot_loop`. Each start moved Bob's step, due further ahead than
+    its delay on the unset clock, to its delay from that start: 15 min from a boot that lives
+    5 min, so Bob was never paged while Alice slept through hers. Now the time the step has
+    waited counts (the monotonic clock while the daemon runs, persisted every
+    `SERVED_PERSIST` s and at a stop): Bob is paged once 15 min of run time have passed since
+    Alice's page. A kill -9 loses what was served since the last persist (here 5 s per kill,
+    two kills before the page): at most `SERVED_PERSIST` per kill."""
+    from monitor.callout.service import SERVED_PERSIST
+
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    paged, _ = asyncio.run(reboot_loop(config, stop))
+    assert paged is not None, "Bob was never paged"
+    if stop == "clean":
+        assert paged == 900
+    else:
+        assert 900 < paged <= 900 + 2 * SERVED_PERSIST
+        assert paged == 910  # measured: 5 s lost at each of the two kills before the page
+    assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+
+def test_ntp_answering_in_a_reboot_loop_keeps_the_time_served(tmp_path: Path, smtp: MailServer) -> None:
+    """The reboot loop; in its second run on the unset clock NTP answers (the clock steps
+    forward a year, while running). The step forward moves Bob's step with it, so what was
+    served before the step still counts: Bob is paged at 15 min of run time, not 15 min after
+    NTP, and once."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    paged, _ = asyncio.run(reboot_loop(config, "kill", ntp_in_run=2))
+    assert paged is not None and 900 < paged <= 910
+    assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+
+def test_a_callout_store_of_the_last_release_upgrades_in_place(tmp_path: Path) -> None:
+    """A store written before the time served was kept (schema version 1) with a running
+    escalation: opened by this release it is upgraded in one transaction, the escalation
+    kept, its step having waited nothing yet."""
+    from monitor.callout.store import _SCHEMA, CalloutStore
+    from monitor.sqlite import Schema, connect
+
+    path = tmp_path / "callout.sqlite"
+    old = connect(path, Schema("callout store", (_SCHEMA,)), synchronous="FULL")
+    old.execute(
+        "INSERT INTO escalation (kind, sensor, rule, activated_at, pipeline, roster, steps, delay,"
+        " stop_on_clear, started, next_step, next_at, status) VALUES"
+        " ('alarm', 'outfall.ph', 'low', ?, 'operators', '[\"alice\", \"bob\"]', 2, 900, 1, ?, 1, ?,"
+        " 'running')",
+        (T0, T0, T0 + 900),
+    )
+    old.close()
+    store = CalloutStore(path)
+    try:
+        [esc] = store.running()
+        assert (esc.next_step, esc.next_at, esc.served) == (1, T0 + 900, 0.0)
+        store.serve(12.5)
+        assert store.running()[0].served == 12.5
+    finally:
+        store.close()

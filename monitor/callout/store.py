@@ -72,6 +72,11 @@ CREATE TABLE IF NOT EXISTS link (
 );
 """
 
+# Migration 1: the time the next step has waited, measured while the daemon runs (`serve`).
+_SERVED = """
+ALTER TABLE escalation ADD COLUMN served REAL NOT NULL DEFAULT 0;  -- s of run time since the last step
+"""
+
 ACTIVE = ("running", "flood")
 
 
@@ -94,6 +99,7 @@ class Escalation:
     ended_at: float | None
     ended_by: str | None
     flood: int | None
+    served: float  # seconds of the daemon's run time the next step has waited (persisted)
 
     @property
     def next_person(self) -> str | None:
@@ -131,7 +137,7 @@ class AckLink:
 
 _ESC = (
     "id, kind, sensor, rule, activated_at, pipeline, roster, steps, delay, stop_on_clear, started, "
-    "next_step, next_at, status, ended_at, ended_by, flood"
+    "next_step, next_at, status, ended_at, ended_by, flood, served"
 )
 _MSG = (
     "escalation, step, person, channel, address, subject, text, state, attempts, next_try, created, "
@@ -146,7 +152,7 @@ def _esc(row: tuple[object, ...]) -> Escalation:
     return Escalation(*values)  # type: ignore[arg-type]
 
 
-STORE_SCHEMA = Schema("callout store", (_SCHEMA,))  # add a migration to change a table
+STORE_SCHEMA = Schema("callout store", (_SCHEMA, _SERVED))  # add a migration to change a table
 
 
 class CalloutStore:
@@ -155,9 +161,7 @@ class CalloutStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         # One event loop uses it; created elsewhere is fine (the console tests build it first).
-        self._db = connect(
-            path, Schema("callout store", (_SCHEMA,)), synchronous="FULL", check_same_thread=False
-        )
+        self._db = connect(path, STORE_SCHEMA, synchronous="FULL", check_same_thread=False)
         try:
             row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
@@ -260,23 +264,31 @@ class CalloutStore:
         )
         return [_esc(r) for r in rows]
 
-    def behind(self, now: float, retry_max: float) -> tuple[list[tuple[int, int, float]], int]:
+    def behind(
+        self, now: float, retry_max: float, served: bool = True
+    ) -> tuple[list[tuple[int, int, float, bool]], int]:
         """After a restart on a clock behind the store (not set yet, stepped back while down):
-        a running step due later than its delay from `now`, or a message retry later than
-        `retry_max`, was scheduled by a clock ahead of this one and would wait for it to come
-        round. Each is due its delay (a message: at once) from `now`. Returns the steps moved,
-        (escalation, step, the time it was due before), and how many retries."""
+        a running step due later than its delay from `now` less the time it has waited
+        (`served`, the daemon's run time: a reboot loop shorter than the delay still gets
+        there), or a message retry later than `retry_max`, was scheduled by a clock ahead of
+        this one and would wait for it to come round. Each is due then (a message: at once).
+        On a right clock the time served is at most the time since the last step, so nothing
+        moves. `served=False` (a step back while running): due its whole delay from `now`.
+        Returns the steps moved, (escalation, step, the time it was due before, whether that
+        was further ahead than the whole delay: a clock ahead of this one), and how many
+        retries."""
+        due = "? + max(0.0, delay - served)" if served else "? + delay"
         with self._tx() as db:
             moved = [
-                (int(str(i)), int(str(n)), float(str(t)))
-                for i, n, t in db.execute(
-                    "SELECT id, next_step, next_at FROM escalation"
-                    " WHERE status='running' AND next_at > ? + delay",
-                    (now,),
+                (int(str(i)), int(str(n)), float(str(t)), bool(a))
+                for i, n, t, a in db.execute(
+                    f"SELECT id, next_step, next_at, next_at > ? + delay FROM escalation"
+                    f" WHERE status='running' AND next_at > {due}",
+                    (now, now),
                 ).fetchall()
             ]
             db.execute(
-                "UPDATE escalation SET next_at = ? + delay WHERE status='running' AND next_at > ? + delay",
+                f"UPDATE escalation SET next_at = {due} WHERE status='running' AND next_at > {due}",
                 (now, now),
             )
             retries = db.execute(
@@ -284,6 +296,15 @@ class CalloutStore:
                 (now, now + retry_max),
             ).rowcount
         return moved, int(retries)
+
+    def serve(self, seconds: float) -> None:
+        """`seconds` more of the daemon's run time waited by every running step (the
+        callout's monotonic clock, flushed every `SERVED_PERSIST` and at a stop)."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE escalation SET served = served + ? WHERE status='running' AND next_at IS NOT NULL",
+                (seconds,),
+            )
 
     def forward(self, step: float, before: Mapping[int, tuple[int, float]]) -> int:
         """The gateway clock stepped forward by `step` while running: running steps and
@@ -328,7 +349,7 @@ class CalloutStore:
         last = step + 1 >= esc.steps
         with self._tx() as db:
             cur = db.execute(
-                "UPDATE escalation SET next_step=?, next_at=?, status=? "
+                "UPDATE escalation SET next_step=?, next_at=?, status=?, served=0 "
                 "WHERE id=? AND next_step=? AND status='running'",
                 (step + 1, None if last else now + esc.delay, "done" if last else "running", esc.id, step),
             )
