@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from monitor.alarms import AlarmManager
 from monitor.callout import Callout
+from monitor.clockfile import CLOCK_FILE, ClockFile
 from monitor.config import Config, build_config
 from monitor.daemon import Daemon
 from monitor.engine import ClockWatch
@@ -758,7 +759,117 @@ def test_a_callout_store_of_the_last_release_upgrades_in_place(tmp_path: Path) -
     try:
         [esc] = store.running()
         assert (esc.next_step, esc.next_at, esc.served) == (1, T0 + 900, 0.0)
-        store.serve(12.5)
+        store.serve(12.5, 3600.0)
         assert store.running()[0].served == 12.5
     finally:
         store.close()
+
+
+TR = 1_800_000_000.0  # 2027-01-15 08:00 UTC: a real time after this release's floor
+
+
+def write_heartbeat(state: Path, t: float) -> None:
+    """The station's last known good time as a daemon on a clock reading `t` wrote it."""
+    state.mkdir(parents=True, exist_ok=True)
+    clock = ClockFile(state / CLOCK_FILE)
+    clock.not_before = -float("inf")
+    assert clock.beat(t, force=True)
+
+
+def console(callout: Callout) -> httpx.AsyncClient:
+    """The console's callout routes (`/callout/ack/...`) over real HTTP requests (ASGI)."""
+    app = FastAPI()
+    add_callout_routes(app, callout, None)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
+
+
+def test_a_link_signed_on_an_unset_clock_still_acknowledges_after_ntp(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """The gateway boots a year behind the station's heartbeat (no battery-backed clock,
+    NTP not answering yet); the pH alarm pages Alice with a link valid for 1 h. Ten minutes
+    later NTP steps the clock forward to the real time, and she taps the link: it said
+    "expired" (its expiry was an hour after the unset clock's time, a year ago on the real
+    one). A link signed by a clock the daemon judges unset moves with the clock's step
+    forward: it acknowledges, in her name, once. The page says "for 1h", not an expiry in last
+    year. A forged link is still refused."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="2h"))
+    write_heartbeat(config.state_dir, TR - 60)
+    unset = TR - YEAR
+
+    async def go() -> None:
+        st = Station(config, unset)
+        http = console(st.callout)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset))
+            assert await st.tick(unset + 1, 1) == 1
+            [page] = smtp.to(ALICE)
+            assert "(once, for 1h)" in page.body, page.body
+            ack = link(page.body)
+            nonce, sig = ack.rsplit("/", 1)[1].split(".")
+            assert await st.tick(unset + 600, 599) == 0
+            assert await st.tick(TR + 600, 1) == 0  # NTP: forward a year, 10 min after the page
+            forged = await http.post(f"/callout/ack/{nonce}.{'A' * len(sig)}")
+            assert forged.status_code == 410
+            done = await http.post(ack)
+            assert done.status_code == 200, done.text
+            alarm = st.daemon.alarms.get("outfall.ph", Rule.LOW)
+            assert alarm is not None and alarm.state is AlarmState.ACKED and alarm.acked_by == "Alice Smith"
+            again = await http.post(ack)
+            assert again.status_code == 410 and "used already" in again.text
+        finally:
+            await http.aclose()
+            await st.close()
+
+    asyncio.run(go())
+
+
+def test_old_links_stay_refused_across_an_unset_clock_and_its_ntp_step(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """Attacker's view: a link must not become valid for ever. (1) Alice's link, signed on the
+    right clock, then the gateway reboots onto an unset clock (a year behind): the unset clock
+    reads long before its expiry, so the wall clock alone kept it valid as long as NTP stayed
+    away; after its 1 h of the daemon's run time it is refused. (2) Bob's link, signed on the
+    unset clock, not used within its hour on that clock (100 min of it): NTP stepping the clock forward later
+    does not bring it back. Both refused as expired, the alarm still waiting."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="30m"))
+    unset = TR - YEAR
+
+    async def go() -> None:
+        st = Station(config, TR)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, TR))
+            assert await st.tick(TR + 1, 1) == 1
+            assert await st.tick(TR + 60, 59) == 0
+        finally:
+            await st.close()
+        alice = link(smtp.to(ALICE)[0].body)
+        st = Station(config, unset)
+        http = console(st.callout)
+        try:
+            wall = unset
+            bob = None
+            for _ in range(100):  # 100 min on the unset clock, a tick a minute
+                wall += 60
+                await st.tick(wall, 60)
+                if bob is None and smtp.to(BOB):
+                    bob = link(smtp.to(BOB)[0].body)
+                    assert (await http.get(bob)).status_code == 200  # valid when sent
+                if wall == unset + 1800:
+                    assert (await http.get(alice)).status_code == 200  # 31 min of run time: valid
+            assert bob is not None
+            for old in (alice, bob):
+                resp = await http.post(old)
+                assert resp.status_code == 410 and "expired" in resp.text, resp.text
+            await st.tick(TR + 7200, 60)  # NTP, after Bob's hour on the unset clock
+            for old in (alice, bob):
+                resp = await http.post(old)
+                assert resp.status_code == 410 and "expired" in resp.text, resp.text
+            alarm = st.daemon.alarms.get("outfall.ph", Rule.LOW)
+            assert alarm is not None and alarm.state is AlarmState.UNACK
+        finally:
+            await http.aclose()
+            await st.close()
+
+    asyncio.run(go())

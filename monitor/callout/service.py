@@ -92,6 +92,7 @@ class Callout:
         senders: Mapping[str, Sender] | None = None,
         on_condition: Callable[[Condition], None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        clock_set: Callable[[float], bool] | None = None,
     ) -> None:
         assert config.notify is not None
         self.config = config
@@ -118,6 +119,9 @@ class Callout:
         self._monotonic = monotonic
         self._mark = monotonic()
         self._unserved = 0.0
+        # Whether the gateway clock is set (the daemon's verdict on its heartbeat); None: taken
+        # as set. A link signed on a clock not set moves with its step forward (`clock_step`).
+        self.clock_set = clock_set
         self._wake = asyncio.Event()
         self.sent = 0
         self.failed = 0
@@ -140,7 +144,7 @@ class Callout:
         if self._unserved <= 0.0 or not (force or self._unserved >= SERVED_PERSIST):
             return
         try:
-            self.store.serve(self._unserved)
+            self.store.serve(self._unserved, self.notify.link_ttl)
         except StateError as exc:
             log.error("callout: %s", exc)
             return
@@ -213,19 +217,27 @@ class Callout:
         cut pages at once, as the step was overdue). Back: the start's rule (`_behind`): a bad
         NTP server's day back left the next step due a day on, nobody after the first person
         paged. The step a restart finds in the restored history comes here too; the start's
-        rule twice changes nothing."""
+        rule twice changes nothing. Links signed on the unset clock move forward with it
+        (`CalloutStore.rebase`)."""
         now = self.clock.now()
         if step < 0:
             self._behind(now, f"stepped back by {step_text(step)}")
             return
         try:
             moved = self.store.forward(step, self._before)
+            links = self.store.rebase(step, now - step, not self._set(now))
         except StateError as exc:  # a full disk: the steps stay where they were (due early)
             log.error("callout: %s", exc)
             return
         if moved:
             log.info("callout: %d escalation step(s) moved forward %s with the gateway clock", moved,
                      step_text(step))  # fmt: skip
+        if links:
+            log.info("callout: %d acknowledge link(s) signed on the unset clock moved forward %s with it",
+                     links, step_text(step))  # fmt: skip
+
+    def _set(self, now: float) -> bool:
+        return self.clock_set is None or self.clock_set(now)
 
     def _activated(self, alarm: Alarm, now: float, counted: bool = True) -> None:
         pipeline = self.matcher.pipeline(alarm, now)
@@ -320,24 +332,28 @@ class Callout:
         person_id = esc.roster[esc.next_step % len(esc.roster)]
         person = self.notify.people.get(person_id)
         pipeline = next((p for p in self.notify.pipelines if p.name == esc.pipeline), None)
-        link: tuple[str, float] | None = None
+        link: tuple[str, float, bool] | None = None
         url = None
         expires = None
+        valid_for = None
         if self.signer is not None and self.notify.link_base is not None:
             expires = now + self.notify.link_ttl
             nonce, token = self.signer.make(esc.id, person_id, expires)
-            link = (nonce, expires)
+            unset = not self._set(now)
+            link = (nonce, expires, unset)
             url = f"{self.notify.link_base.rstrip('/')}/callout/ack/{token}"
+            if unset:  # an expiry on this clock names a wrong day: say how long instead
+                valid_for = self.notify.link_ttl
         if esc.kind == "flood":
             waiting = [a for a in self._flood_alarms(esc.id) if a.state in _UNACK]
-            subject, text = flood_message(waiting, self.station, self.zone, now, url, expires)
+            subject, text = flood_message(waiting, self.station, self.zone, now, url, expires, valid_for)
         else:
             alarm = self.manager.get(esc.sensor, esc.rule)
             if alarm is None:
                 self.store.end(esc.id, "stopped", None, now)
                 return
             unit = self._units.get(alarm.sensor, "")
-            subject, text = alarm_message(alarm, self.station, unit, self.zone, url, expires)
+            subject, text = alarm_message(alarm, self.station, unit, self.zone, url, expires, valid_for)
         messages = []
         if person is not None:
             wanted = (
@@ -459,7 +475,10 @@ class Callout:
             raise LinkError("this link is not valid")
         if found.used_at is not None:
             raise LinkError(f"this link was used already ({local_time(found.used_at, self.zone)})")
-        if self.clock.now() >= found.expires:
+        # By two clocks: the gateway's (its expiry moved with the step that set the clock when
+        # signed on it unset), and the daemon's run time since signing (an unset clock that
+        # reads before a link's expiry, NTP never answering, does not keep it valid for ever).
+        if self.clock.now() >= found.expires_at or found.age >= self.notify.link_ttl:
             raise LinkError("this link has expired; acknowledge on the console")
         esc = self.store.get(found.escalation)
         if esc is None:

@@ -77,6 +77,13 @@ _SERVED = """
 ALTER TABLE escalation ADD COLUMN served REAL NOT NULL DEFAULT 0;  -- s of run time since the last step
 """
 
+# Migration 2: acknowledge links live by two clocks (`CalloutStore.rebase`, `CalloutStore.serve`).
+_LINK_CLOCKS = """
+ALTER TABLE link ADD COLUMN unset INTEGER NOT NULL DEFAULT 0;  -- signed on a clock judged not set
+ALTER TABLE link ADD COLUMN shift REAL NOT NULL DEFAULT 0;     -- s its expiry moved with clock steps
+ALTER TABLE link ADD COLUMN age REAL NOT NULL DEFAULT 0;       -- s of run time since it was signed
+"""
+
 ACTIVE = ("running", "flood")
 
 
@@ -130,9 +137,17 @@ class AckLink:
     nonce: str
     escalation: int
     person: str
-    expires: float
+    expires: float  # on the signing clock, as the signature binds it
     used_at: float | None
     used_by: str | None
+    unset: bool  # signed on a clock the daemon judged not set: the expiry moves with its step
+    shift: float  # seconds the expiry moved with the clock's steps forward
+    age: float  # seconds of the daemon's run time since it was signed (persisted)
+
+    @property
+    def expires_at(self) -> float:
+        """The expiry on the clock as it reads now."""
+        return self.expires + self.shift
 
 
 _ESC = (
@@ -152,7 +167,7 @@ def _esc(row: tuple[object, ...]) -> Escalation:
     return Escalation(*values)  # type: ignore[arg-type]
 
 
-STORE_SCHEMA = Schema("callout store", (_SCHEMA, _SERVED))  # add a migration to change a table
+STORE_SCHEMA = Schema("callout store", (_SCHEMA, _SERVED, _LINK_CLOCKS))  # add a migration to change a table
 
 
 class CalloutStore:
@@ -297,14 +312,29 @@ class CalloutStore:
             ).rowcount
         return moved, int(retries)
 
-    def serve(self, seconds: float) -> None:
-        """`seconds` more of the daemon's run time waited by every running step (the
-        callout's monotonic clock, flushed every `SERVED_PERSIST` and at a stop)."""
+    def serve(self, seconds: float, link_ttl: float) -> None:
+        """`seconds` more of the daemon's run time waited by every running step and aged by
+        every unspent link younger than `link_ttl` (the callout's monotonic clock, flushed
+        every `SERVED_PERSIST` and at a stop)."""
         with self._tx() as db:
             db.execute(
                 "UPDATE escalation SET served = served + ? WHERE status='running' AND next_at IS NOT NULL",
                 (seconds,),
             )
+            db.execute("UPDATE link SET age = age + ? WHERE used_at IS NULL AND age < ?", (seconds, link_ttl))
+
+    def rebase(self, step: float, before: float, unset: bool) -> int:
+        """The clock stepped forward by `step` from `before`: unspent links signed on a clock
+        judged not set and not expired on it move with it (their hour was an hour of the
+        unset clock's time); still `unset` when the new clock is judged not set either.
+        Links signed on a set clock never move. Returns how many moved."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE link SET shift = shift + ?, unset = ? "
+                "WHERE used_at IS NULL AND unset = 1 AND expires + shift > ?",
+                (step, int(unset), before),
+            )
+        return int(cur.rowcount)
 
     def forward(self, step: float, before: Mapping[int, tuple[int, float]]) -> int:
         """The gateway clock stepped forward by `step` while running: running steps and
@@ -340,11 +370,12 @@ class CalloutStore:
         esc: Escalation,
         messages: Sequence[tuple[str, str, str, str]],
         person: str,
-        link: tuple[str, float] | None,
+        link: tuple[str, float, bool] | None,
         now: float,
     ) -> bool:
-        """Write step `esc.next_step`'s messages ((channel, address, subject, text)) and its link,
-        and move on, in one transaction; False when another caller took this step already."""
+        """Write step `esc.next_step`'s messages ((channel, address, subject, text)) and its link
+        ((nonce, expiry, signed on a clock judged not set)), and move on, in one transaction;
+        False when another caller took this step already."""
         step = esc.next_step
         last = step + 1 >= esc.steps
         with self._tx() as db:
@@ -363,8 +394,8 @@ class CalloutStore:
                 )
             if link is not None:
                 db.execute(
-                    "INSERT INTO link (nonce, escalation, person, expires) VALUES (?,?,?,?)",
-                    (link[0], esc.id, person, link[1]),
+                    "INSERT INTO link (nonce, escalation, person, expires, unset) VALUES (?,?,?,?,?)",
+                    (link[0], esc.id, person, link[1], int(link[2])),
                 )
         return True
 
@@ -430,9 +461,15 @@ class CalloutStore:
 
     def link(self, nonce: str) -> AckLink | None:
         rows = self._query(
-            "SELECT nonce, escalation, person, expires, used_at, used_by FROM link WHERE nonce=?", (nonce,)
+            "SELECT nonce, escalation, person, expires, used_at, used_by, unset, shift, age FROM link"
+            " WHERE nonce=?",
+            (nonce,),
         )
-        return AckLink(*rows[0]) if rows else None  # type: ignore[arg-type]
+        if not rows:
+            return None
+        values = list(rows[0])
+        values[6] = bool(values[6])
+        return AckLink(*values)  # type: ignore[arg-type]
 
     def use_link(self, nonce: str, by: str, now: float) -> bool:
         """Spend a link; False when it was spent already (single use, even under a race)."""
