@@ -6,6 +6,7 @@ as one summary per person, schedules in station local time, and the `notify:` co
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from monitor.engine import ClockWatch
 from monitor.errors import ConfigError
 from monitor.model import AlarmState, Condition, ConditionState, ManualClock, Rule
 from monitor.web.callout import add_callout_routes
+from tests.conftest import fill_disk
 from tests.mqtt_tools import make_ca
 from tests.smtp import MailServer
 from tests.test_pipeline import close as close_daemon
@@ -871,5 +873,44 @@ def test_old_links_stay_refused_across_an_unset_clock_and_its_ntp_step(
         finally:
             await http.aclose()
             await st.close()
+
+    asyncio.run(go())
+
+
+def test_the_time_waited_a_full_disk_refuses_is_kept_and_written_when_there_is_room(
+    tiny_disk: Path, smtp: MailServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A real 3 MB tmpfs filled to its last byte while Bob's step waits: each write of the
+    time waited is refused (SQLITE_FULL), said once, never a crash, and the time is kept in
+    memory; with room again the next write carries all of it (310 s, nothing lost)."""
+    config = build_config(raw_config(tiny_disk, smtp.port, delay="15m"))
+    clock, mono = ManualClock(TR), ManualClock(1000.0)
+
+    async def go() -> None:
+        manager = AlarmManager.open(config, clock)
+        callout = Callout(config, manager, clock, monotonic=mono.now)
+        try:
+            manager.apply(ph(ConditionState.ACTIVE, TR))
+            assert await callout.deliver_due() == 1
+            ballast = fill_disk(tiny_disk)
+            with caplog.at_level(logging.INFO, logger="monitor.callout.service"):
+                for _ in range(30):
+                    clock.advance(10)
+                    mono.advance(10)
+                    callout.tick()
+                [esc] = callout.store.running()
+                assert esc.served == 0
+                ballast.unlink()
+                clock.advance(10)
+                mono.advance(10)
+                callout.tick()
+            [esc] = callout.store.running()
+            assert esc.served == 310
+            said = [r.getMessage() for r in caplog.records]
+            assert len([m for m in said if "the time waited is kept" in m]) == 1, said
+            assert len([m for m in said if "written again" in m]) == 1, said
+        finally:
+            await callout.aclose()
+            manager.close()
 
     asyncio.run(go())

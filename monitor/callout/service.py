@@ -119,6 +119,7 @@ class Callout:
         self._monotonic = monotonic
         self._mark = monotonic()
         self._unserved = 0.0
+        self._serve_failing = False
         # Whether the gateway clock is set (the daemon's verdict on its heartbeat); None: taken
         # as set. A link signed on a clock not set moves with its step forward (`clock_step`).
         self.clock_set = clock_set
@@ -145,9 +146,14 @@ class Callout:
             return
         try:
             self.store.serve(self._unserved, self.notify.link_ttl)
-        except StateError as exc:
-            log.error("callout: %s", exc)
+        except StateError as exc:  # a full disk: once per episode, not every tick
+            if not self._serve_failing:
+                log.error("callout: the time waited is kept and written when the store takes it: %s", exc)
+            self._serve_failing = True
             return
+        if self._serve_failing:
+            log.info("callout: the time waited written again (%s)", step_text(self._unserved))
+            self._serve_failing = False
         self._unserved = 0.0
 
     def _apply(self, condition: Condition) -> None:
