@@ -185,8 +185,10 @@ class Daemon:
         self.callout: Callout | None = None
         if notify_cfg is not None and notify_cfg.pipelines:
             self.callout = Callout(
-                config, self.alarms, self.clock, on_condition=lambda c: self.pipeline.emit([c])
-            )
+                config, self.alarms, self.clock, on_condition=lambda c: self.pipeline.emit([c]),
+                monotonic=time.monotonic if self.clock_watch is None else self.clock_watch.monotonic,
+                clock_set=self._clock_set,
+            )  # fmt: skip
         self.heartbeat: HeartbeatPinger | None = None
         if notify_cfg is not None and notify_cfg.heartbeat is not None:
             self.heartbeat = HeartbeatPinger(notify_cfg.heartbeat, lambda: readiness(self.health().to_json()))
@@ -218,6 +220,9 @@ class Daemon:
             watch.on_step.append(self.pipeline.shift)
             watch.on_step.append(lambda step: self._meter_step(watch, step))
             watch.on_step.append(self._schedules_step)
+            callout: Callout | None = getattr(self, "callout", None)  # a watch after it is built
+            if callout is not None:
+                callout.use_monotonic(watch.monotonic)  # the run time its steps have waited
             # Before the watch's first check: the ledger's own newest rows measure its step, and
             # the restored history's step (`check_restored`) then finds nothing left ahead.
             with contextlib.suppress(MonitorError):  # counted and logged by the book, kept for the next try
@@ -249,6 +254,12 @@ class Daemon:
         station held at start (the evidence, and the meter rows taken for an unset clock's)."""
         held = [e.time for e in self.start_evidence] + list(self.meters.unset_at_start.values())
         self.clock_file.not_before = max(held, default=-math.inf)
+
+    def _clock_set(self, now: float) -> bool:
+        """Whether the gateway clock reading `now` is set, as the heartbeat judges it (not
+        before the release, not a day behind the station's evidence); not judged (a test's or
+        the demo's clock): set."""
+        return self.clock_file.not_before is None or self.clock_file.plausible(now)
 
     def _meter_step(self, watch: ClockWatch, step: float) -> None:
         """The meter ledger's rows the old clock stamped ahead of the new one move with a step

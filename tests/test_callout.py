@@ -6,6 +6,7 @@ as one summary per person, schedules in station local time, and the `notify:` co
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 from collections.abc import Iterator
@@ -20,12 +21,14 @@ from fastapi import FastAPI
 
 from monitor.alarms import AlarmManager
 from monitor.callout import Callout
+from monitor.clockfile import CLOCK_FILE, ClockFile
 from monitor.config import Config, build_config
 from monitor.daemon import Daemon
 from monitor.engine import ClockWatch
 from monitor.errors import ConfigError
 from monitor.model import AlarmState, Condition, ConditionState, ManualClock, Rule
 from monitor.web.callout import add_callout_routes
+from tests.conftest import fill_disk
 from tests.mqtt_tools import make_ca
 from tests.smtp import MailServer
 from tests.test_pipeline import close as close_daemon
@@ -549,6 +552,19 @@ class Station:
         await self.callout.aclose()
         close_daemon(self.daemon)
 
+    def kill(self) -> None:
+        """What `kill -9` (or the watchdog's hard reset) leaves: the stores as last committed,
+        nothing flushed at a stop (the callout's store closed, not `aclose`d)."""
+        self.callout.store.close()
+        close_daemon(self.daemon)
+
+    async def stop(self, how: str) -> None:
+        """ "clean" (the daemon's stop) or "kill"."""
+        if how == "kill":
+            self.kill()
+        else:
+            await self.close()
+
 
 @pytest.mark.parametrize("down", [30.0, 7200.0])
 def test_ntp_after_a_restart_on_an_unset_clock_pages_the_next_person_on_the_real_schedule(
@@ -647,3 +663,273 @@ def test_a_restart_loop_on_a_correct_clock_pages_nobody_again_and_skips_no_step(
         assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
 
     asyncio.run(go())
+
+
+YEAR = 365 * 86400.0
+
+
+async def reboot_loop(
+    config: Config, stop: str, ntp_in_run: int | None = None, back_in_run: int | None = None
+) -> tuple[float | None, float]:
+    """Alice paged at T0 (15 min to Bob) on the right clock; two minutes later the gateway
+    starts a reboot loop (the watchdog every 5 min: each run 295 s, ticking every second) on
+    a clock that reads `unset` at every boot (no battery-backed clock, NTP never answers).
+    Each run ends with `stop` ("clean": the daemon's stop; "kill": kill -9 / a hard reset).
+    With `ntp_in_run`, NTP answers 100 s into that run (a step forward to the real time); with
+    `back_in_run`, a bad NTP server steps the clock back a day 100 s into that run.
+    Returns (the real seconds the daemon had run since Alice's page when Bob was paged, or
+    None; and the real time, downtime not counted, the loop ran)."""
+    unset = T0 - YEAR
+    st = Station(config, T0)
+    ran = 0.0
+    paged: float | None = None
+    try:
+        st.daemon.alarms.apply(ph(ConditionState.ACTIVE, T0))
+        assert await st.tick(T0, 0) == 1
+        for k in range(1, 121):
+            assert await st.tick(T0 + k, 1) == 0
+            ran += 1
+    finally:
+        await st.stop(stop)
+    for run_no in range(1, 7):
+        st = Station(config, unset)
+        wall = unset
+        try:
+            for _ in range(295):
+                wall += 1
+                if run_no == ntp_in_run and wall == unset + 100:
+                    wall = T0 + ran + 60 * run_no  # a minute's boot per restart, real time
+                if run_no == back_in_run and wall == unset + 100:
+                    wall -= 86400.0
+                ran += 1
+                if await st.tick(wall, 1):
+                    assert paged is None
+                    paged = ran
+        finally:
+            await st.stop(stop)
+    return paged, ran
+
+
+@pytest.mark.parametrize("stop", ["clean", "kill"])
+def test_a_reboot_loop_on_an_unset_clock_pages_the_next_person_after_the_delay_served(
+    tmp_path: Path, smtp: MailServer, stop: str
+) -> None:
+    """The reboot loop of `reboot_loop`. Each start moved Bob's step, due further ahead than
+    its delay on the unset clock, to its delay from that start: 15 min from a boot that lives
+    5 min, so Bob was never paged while Alice slept through hers. Now the time the step has
+    waited counts (the monotonic clock while the daemon runs, persisted every
+    `SERVED_PERSIST` s and at a stop): Bob is paged once 15 min of run time have passed since
+    Alice's page. A kill -9 loses what was served since the last persist (here 5 s per kill,
+    two kills before the page): at most `SERVED_PERSIST` per kill."""
+    from monitor.callout.service import SERVED_PERSIST
+
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    paged, _ = asyncio.run(reboot_loop(config, stop))
+    assert paged is not None, "Bob was never paged"
+    if stop == "clean":
+        assert paged == 900
+    else:
+        assert 900 < paged <= 900 + 2 * SERVED_PERSIST
+        assert paged == 910  # measured: 5 s lost at each of the two kills before the page
+    assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+
+def test_ntp_answering_in_a_reboot_loop_keeps_the_time_served(tmp_path: Path, smtp: MailServer) -> None:
+    """The reboot loop; in its second run on the unset clock NTP answers (the clock steps
+    forward a year, while running). The step forward moves Bob's step with it, so what was
+    served before the step still counts: Bob is paged at 15 min of run time, not 15 min after
+    NTP, and once."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    paged, _ = asyncio.run(reboot_loop(config, "kill", ntp_in_run=2))
+    assert paged is not None and 900 < paged <= 910
+    assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+
+def test_a_callout_store_of_the_last_release_upgrades_in_place(tmp_path: Path) -> None:
+    """A store written before the time served was kept (schema version 1) with a running
+    escalation: opened by this release it is upgraded in one transaction, the escalation
+    kept, its step having waited nothing yet."""
+    from monitor.callout.store import _SCHEMA, CalloutStore
+    from monitor.sqlite import Schema, connect
+
+    path = tmp_path / "callout.sqlite"
+    old = connect(path, Schema("callout store", (_SCHEMA,)), synchronous="FULL")
+    old.execute(
+        "INSERT INTO escalation (kind, sensor, rule, activated_at, pipeline, roster, steps, delay,"
+        " stop_on_clear, started, next_step, next_at, status) VALUES"
+        " ('alarm', 'outfall.ph', 'low', ?, 'operators', '[\"alice\", \"bob\"]', 2, 900, 1, ?, 1, ?,"
+        " 'running')",
+        (T0, T0, T0 + 900),
+    )
+    old.close()
+    store = CalloutStore(path)
+    try:
+        [esc] = store.running()
+        assert (esc.next_step, esc.next_at, esc.served) == (1, T0 + 900, 0.0)
+        store.serve(12.5, 3600.0)
+        assert store.running()[0].served == 12.5
+    finally:
+        store.close()
+
+
+TR = 1_800_000_000.0  # 2027-01-15 08:00 UTC: a real time after this release's floor
+
+
+def write_heartbeat(state: Path, t: float) -> None:
+    """The station's last known good time as a daemon on a clock reading `t` wrote it."""
+    state.mkdir(parents=True, exist_ok=True)
+    clock = ClockFile(state / CLOCK_FILE)
+    clock.not_before = -float("inf")
+    assert clock.beat(t, force=True)
+
+
+def console(callout: Callout) -> httpx.AsyncClient:
+    """The console's callout routes (`/callout/ack/...`) over real HTTP requests (ASGI)."""
+    app = FastAPI()
+    add_callout_routes(app, callout, None)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
+
+
+def test_a_link_signed_on_an_unset_clock_still_acknowledges_after_ntp(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """The gateway boots a year behind the station's heartbeat (no battery-backed clock,
+    NTP not answering yet); the pH alarm pages Alice with a link valid for 1 h. Ten minutes
+    later NTP steps the clock forward to the real time, and she taps the link: it said
+    "expired" (its expiry was an hour after the unset clock's time, a year ago on the real
+    one). A link signed by a clock the daemon judges unset moves with the clock's step
+    forward: it acknowledges, in her name, once. The page says "for 1h", not an expiry in last
+    year. A forged link is still refused."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="2h"))
+    write_heartbeat(config.state_dir, TR - 60)
+    unset = TR - YEAR
+
+    async def go() -> None:
+        st = Station(config, unset)
+        http = console(st.callout)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset))
+            assert await st.tick(unset + 1, 1) == 1
+            [page] = smtp.to(ALICE)
+            assert "(once, for 1h)" in page.body, page.body
+            ack = link(page.body)
+            nonce, sig = ack.rsplit("/", 1)[1].split(".")
+            assert await st.tick(unset + 600, 599) == 0
+            assert await st.tick(TR + 600, 1) == 0  # NTP: forward a year, 10 min after the page
+            forged = await http.post(f"/callout/ack/{nonce}.{'A' * len(sig)}")
+            assert forged.status_code == 410
+            done = await http.post(ack)
+            assert done.status_code == 200, done.text
+            alarm = st.daemon.alarms.get("outfall.ph", Rule.LOW)
+            assert alarm is not None and alarm.state is AlarmState.ACKED and alarm.acked_by == "Alice Smith"
+            again = await http.post(ack)
+            assert again.status_code == 410 and "used already" in again.text
+        finally:
+            await http.aclose()
+            await st.close()
+
+    asyncio.run(go())
+
+
+def test_old_links_stay_refused_across_an_unset_clock_and_its_ntp_step(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """Attacker's view: a link must not become valid for ever. (1) Alice's link, signed on the
+    right clock, then the gateway reboots onto an unset clock (a year behind): the unset clock
+    reads long before its expiry, so the wall clock alone kept it valid as long as NTP stayed
+    away; after its 1 h of the daemon's run time it is refused. (2) Bob's link, signed on the
+    unset clock, not used within its hour on that clock (100 min of it): NTP stepping the clock forward later
+    does not bring it back. Both refused as expired, the alarm still waiting."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="30m"))
+    unset = TR - YEAR
+
+    async def go() -> None:
+        st = Station(config, TR)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, TR))
+            assert await st.tick(TR + 1, 1) == 1
+            assert await st.tick(TR + 60, 59) == 0
+        finally:
+            await st.close()
+        alice = link(smtp.to(ALICE)[0].body)
+        st = Station(config, unset)
+        http = console(st.callout)
+        try:
+            wall = unset
+            bob = None
+            for _ in range(100):  # 100 min on the unset clock, a tick a minute
+                wall += 60
+                await st.tick(wall, 60)
+                if bob is None and smtp.to(BOB):
+                    bob = link(smtp.to(BOB)[0].body)
+                    assert (await http.get(bob)).status_code == 200  # valid when sent
+                if wall == unset + 1800:
+                    assert (await http.get(alice)).status_code == 200  # 31 min of run time: valid
+            assert bob is not None
+            for old in (alice, bob):
+                resp = await http.post(old)
+                assert resp.status_code == 410 and "expired" in resp.text, resp.text
+            await st.tick(TR + 7200, 60)  # NTP, after Bob's hour on the unset clock
+            for old in (alice, bob):
+                resp = await http.post(old)
+                assert resp.status_code == 410 and "expired" in resp.text, resp.text
+            alarm = st.daemon.alarms.get("outfall.ph", Rule.LOW)
+            assert alarm is not None and alarm.state is AlarmState.UNACK
+        finally:
+            await http.aclose()
+            await st.close()
+
+    asyncio.run(go())
+
+
+def test_the_time_waited_a_full_disk_refuses_is_kept_and_written_when_there_is_room(
+    tiny_disk: Path, smtp: MailServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A real 3 MB tmpfs filled to its last byte while Bob's step waits: each write of the
+    time waited is refused (SQLITE_FULL), said once, never a crash, and the time is kept in
+    memory; with room again the next write carries all of it (310 s, nothing lost)."""
+    config = build_config(raw_config(tiny_disk, smtp.port, delay="15m"))
+    clock, mono = ManualClock(TR), ManualClock(1000.0)
+
+    async def go() -> None:
+        manager = AlarmManager.open(config, clock)
+        callout = Callout(config, manager, clock, monotonic=mono.now)
+        try:
+            manager.apply(ph(ConditionState.ACTIVE, TR))
+            assert await callout.deliver_due() == 1
+            ballast = fill_disk(tiny_disk)
+            with caplog.at_level(logging.INFO, logger="monitor.callout.service"):
+                for _ in range(30):
+                    clock.advance(10)
+                    mono.advance(10)
+                    callout.tick()
+                [esc] = callout.store.running()
+                assert esc.served == 0
+                ballast.unlink()
+                clock.advance(10)
+                mono.advance(10)
+                callout.tick()
+            [esc] = callout.store.running()
+            assert esc.served == 310
+            said = [r.getMessage() for r in caplog.records]
+            assert len([m for m in said if "the time waited is kept" in m]) == 1, said
+            assert len([m for m in said if "written again" in m]) == 1, said
+        finally:
+            await callout.aclose()
+            manager.close()
+
+    asyncio.run(go())
+
+
+def test_a_step_back_in_a_reboot_loop_still_pages_the_next_person(tmp_path: Path, smtp: MailServer) -> None:
+    """The reboot loop; in its second run a bad NTP server steps the clock back a day. The
+    step back while running makes Bob's step due its whole delay from then (the held rule),
+    more than that run lives. The next boot reads the unset clock again, a day ahead of the
+    schedule the stepped-back clock wrote: to the store that is a day of downtime, Bob's step
+    overdue, paged at once at the third start, at 711 s of run time (189 s before his 15 min
+    were served). Paged, not never; early, because without a set clock the daemon cannot tell
+    a day's power cut from a clock a day ahead (measured, left as is: see docs/callout.md)."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    paged, _ = asyncio.run(reboot_loop(config, "kill", back_in_run=2))
+    assert paged == 120 + 295 + 295 + 1
+    assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1

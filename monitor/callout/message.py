@@ -4,7 +4,9 @@ Every message names station, sensor, value and limit, the ordinance section and 
 time in station local time, so a person can judge it from a phone at night. The link
 is `<link_base>/callout/ack/<nonce>.<signature>`: the nonce is random and stored with
 its escalation, person and expiry; the signature (HMAC-SHA256 under `link_secret`)
-binds those, so a guessed or altered link fails before any state is touched.
+binds those, so a guessed or altered link fails before any state is touched. The
+expiry it binds is the signing clock's; one signed on an unset clock is moved in the store
+(`shift`), never re-signed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from monitor.model import Alarm
+from monitor.model import Alarm, step_text
 
 
 def local_time(t: float, zone: ZoneInfo) -> str:
@@ -37,9 +39,16 @@ def _num(x: float | None, unit: str) -> str:
 
 
 def alarm_message(
-    alarm: Alarm, station: str, unit: str, zone: ZoneInfo, link: str | None, expires: float | None
+    alarm: Alarm,
+    station: str,
+    unit: str,
+    zone: ZoneInfo,
+    link: str | None,
+    expires: float | None,
+    valid_for: float | None = None,
 ) -> tuple[str, str]:
-    """(subject, text) for one alarm; short enough for one or two SMS segments before the link."""
+    """(subject, text) for one alarm; short enough for one or two SMS segments before the link.
+    `valid_for` instead of `expires`: the clock is not set, its expiry would name a wrong day."""
     what = f"{alarm.sensor} {alarm.rule}"
     subject = one_line(f"[{one_line(station)}] {str(alarm.priority).upper()} {what}")
     when = local_time(alarm.activated_at or alarm.updated_at, zone)
@@ -50,12 +59,18 @@ def alarm_message(
         f"since {when}",
         alarm.message,
     ]
-    lines.append(_ack_line(link, expires, zone))
+    lines.append(_ack_line(link, expires, zone, valid_for=valid_for))
     return subject, "\n".join(x for x in lines if x)
 
 
 def flood_message(
-    alarms: Sequence[Alarm], station: str, zone: ZoneInfo, now: float, link: str | None, expires: float | None
+    alarms: Sequence[Alarm],
+    station: str,
+    zone: ZoneInfo,
+    now: float,
+    link: str | None,
+    expires: float | None,
+    valid_for: float | None = None,
 ) -> tuple[str, str]:
     """One summary for a flood (EEMUA 191): the count and the first alarms, not one page each."""
     subject = f"[{one_line(station)}] ALARM FLOOD: {len(alarms)} alarms"
@@ -65,14 +80,22 @@ def flood_message(
         lines.append(f"- {a.sensor} {a.rule} {value} ({a.citation})")
     if len(alarms) > 10:
         lines.append(f"- and {len(alarms) - 10} more")
-    lines.append(_ack_line(link, expires, zone, every=True))
+    lines.append(_ack_line(link, expires, zone, every=True, valid_for=valid_for))
     return subject, "\n".join(lines)
 
 
-def _ack_line(link: str | None, expires: float | None, zone: ZoneInfo, every: bool = False) -> str:
+def _ack_line(
+    link: str | None,
+    expires: float | None,
+    zone: ZoneInfo,
+    every: bool = False,
+    valid_for: float | None = None,
+) -> str:
+    what = "all" if every else "it"
+    if link is not None and valid_for is not None:
+        return f"Acknowledge {what}: {link} (once, for {step_text(valid_for).removesuffix(' 0m')})"
     if link is None or expires is None:
         return "Acknowledge on the station console."
-    what = "all" if every else "it"
     return f"Acknowledge {what}: {link} (once, until {local_time(expires, zone)})"
 
 

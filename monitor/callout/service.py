@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Protocol
@@ -48,6 +49,9 @@ STORE_FILE = "callout.sqlite"
 CITATION = "station-monitor callout channel"
 _UNACK = (AlarmState.UNACK, AlarmState.RTN_UNACK)
 _ENDING = {"shelved": "shelved", "removed_from_service": "out of service", "suppressed": "suppressed"}
+# Seconds of run time between writes of the time the running steps have waited: what a kill -9
+# (or a watchdog's hard reset) can lose of it, at most, per kill.
+SERVED_PERSIST = 10.0
 
 
 class Sender(Protocol):
@@ -87,6 +91,8 @@ class Callout:
         clock: Clock,
         senders: Mapping[str, Sender] | None = None,
         on_condition: Callable[[Condition], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        clock_set: Callable[[float], bool] | None = None,
     ) -> None:
         assert config.notify is not None
         self.config = config
@@ -107,10 +113,48 @@ class Callout:
         # Steps the start's rule moved (a clock behind the store): escalation -> (its step,
         # when it was due before), for the clock's step forward (`clock_step`).
         self._before: dict[int, tuple[int, float]] = {}
+        # The time the running steps have waited, by the monotonic clock (a step of the
+        # gateway clock does not touch it): counted since `_mark`, written every
+        # SERVED_PERSIST (`_serve`); a restart on an unset clock counts it (`resume`).
+        self._monotonic = monotonic
+        self._mark = monotonic()
+        self._unserved = 0.0
+        self._serve_failing = False
+        # Whether the gateway clock is set (the daemon's verdict on its heartbeat); None: taken
+        # as set. A link signed on a clock not set moves with its step forward (`clock_step`).
+        self.clock_set = clock_set
         self._wake = asyncio.Event()
         self.sent = 0
         self.failed = 0
         manager.listen(self.on_transition)
+
+    def use_monotonic(self, monotonic: Callable[[], float]) -> None:
+        """Measure run time by `monotonic` from now (the daemon's clock watch's: a test's
+        injected one); what was counted by the old one stays counted."""
+        self._serve(force=False)
+        self._monotonic = monotonic
+        self._mark = monotonic()
+
+    def _serve(self, force: bool) -> None:
+        """Count the run time since the last call as waited by every running step; write it
+        when `SERVED_PERSIST` has gathered or `force` (a step taken, an escalation started, a
+        stop). A store that refuses keeps it counted here for the next try."""
+        mark = self._monotonic()
+        self._unserved += max(0.0, mark - self._mark)
+        self._mark = mark
+        if self._unserved <= 0.0 or not (force or self._unserved >= SERVED_PERSIST):
+            return
+        try:
+            self.store.serve(self._unserved, self.notify.link_ttl)
+        except StateError as exc:  # a full disk: once per episode, not every tick
+            if not self._serve_failing:
+                log.error("callout: the time waited is kept and written when the store takes it: %s", exc)
+            self._serve_failing = True
+            return
+        if self._serve_failing:
+            log.info("callout: the time waited written again (%s)", step_text(self._unserved))
+            self._serve_failing = False
+        self._unserved = 0.0
 
     def _apply(self, condition: Condition) -> None:
         self.manager.apply(condition)
@@ -139,28 +183,35 @@ class Callout:
             ", ".join(self.notify.channels) or "none",
             on_call,
         )
-        self._behind(now, "not set yet, or stepped back while stopped")
+        self._behind(now, "not set yet, or stepped back while stopped", served=True)
         for alarm in self.manager.active():
             if alarm.state is AlarmState.UNACK and alarm.active:
                 self._activated(alarm, now, counted=False)
         for esc in self.store.running("flood"):
             self._floods[esc.pipeline] = esc.id
 
-    def _behind(self, now: float, why: str) -> None:
-        """Steps and retries scheduled by a clock ahead of this one are due from now
-        (`CalloutStore.behind`), logged when there were any."""
+    def _behind(self, now: float, why: str, served: bool = False) -> None:
+        """Steps and retries scheduled by a clock ahead of this one are due from now, a step
+        its delay less the time it has waited when `served` (`CalloutStore.behind`), logged
+        when there were any."""
+        self._serve(force=True)
         try:
-            steps, retries = self.store.behind(now, self.notify.retry_max)
+            steps, retries = self.store.behind(now, self.notify.retry_max, served)
         except StateError as exc:  # a full disk: the steps stay where they were
             log.error("callout: %s", exc)
             return
-        for escalation, at_step, due in steps:  # the first move's: the clock it was due on
-            self._before.setdefault(escalation, (at_step, due))
+        for escalation, at_step, due, ahead in steps:
+            # The first move's, and only from a clock ahead of this one (the right clock it
+            # was due on): a reboot loop's next start moves it again on the unset clock.
+            if ahead:
+                self._before.setdefault(escalation, (at_step, due))
         moved = len(steps) + retries
         if moved:
+            counted = " less the time they had waited" if served else ""
             log.warning(
                 "callout: %d escalation step(s) or message retries were due further ahead than their"
-                " delay on a clock ahead of this one (%s: %s); due from now instead", moved, iso(now), why,
+                " delay%s on a clock ahead of this one (%s: %s); due from now instead",
+                moved, counted, iso(now), why,
             )  # fmt: skip
 
     def clock_step(self, step: float) -> None:
@@ -172,19 +223,27 @@ class Callout:
         cut pages at once, as the step was overdue). Back: the start's rule (`_behind`): a bad
         NTP server's day back left the next step due a day on, nobody after the first person
         paged. The step a restart finds in the restored history comes here too; the start's
-        rule twice changes nothing."""
+        rule twice changes nothing. Links signed on the unset clock move forward with it
+        (`CalloutStore.rebase`)."""
         now = self.clock.now()
         if step < 0:
             self._behind(now, f"stepped back by {step_text(step)}")
             return
         try:
             moved = self.store.forward(step, self._before)
+            links = self.store.rebase(step, now - step, not self._set(now))
         except StateError as exc:  # a full disk: the steps stay where they were (due early)
             log.error("callout: %s", exc)
             return
         if moved:
             log.info("callout: %d escalation step(s) moved forward %s with the gateway clock", moved,
                      step_text(step))  # fmt: skip
+        if links:
+            log.info("callout: %d acknowledge link(s) signed on the unset clock moved forward %s with it",
+                     links, step_text(step))  # fmt: skip
+
+    def _set(self, now: float) -> bool:
+        return self.clock_set is None or self.clock_set(now)
 
     def _activated(self, alarm: Alarm, now: float, counted: bool = True) -> None:
         pipeline = self.matcher.pipeline(alarm, now)
@@ -210,6 +269,7 @@ class Callout:
     ) -> Escalation | None:
         roster = self.notify.rosters[p.roster]
         steps = len(roster) * (p.repeat + 1)
+        self._serve(force=True)  # the time waited so far is the running steps', not this one's
         return self.store.start(
             kind, sensor, rule, activated, p.name, roster, steps, p.delay, p.stop_on_clear, now
         )
@@ -267,7 +327,9 @@ class Callout:
         now = self.clock.now() if now is None else now
         self._flooding(now)
         try:
-            for esc in self.store.due(now):
+            due = self.store.due(now)
+            self._serve(force=bool(due))  # before a step starts its own count from 0
+            for esc in due:
                 self._step(esc, now)
         except StateError as exc:  # a full disk: the step stays due and is taken next tick
             log.error("callout: %s", exc)
@@ -276,24 +338,28 @@ class Callout:
         person_id = esc.roster[esc.next_step % len(esc.roster)]
         person = self.notify.people.get(person_id)
         pipeline = next((p for p in self.notify.pipelines if p.name == esc.pipeline), None)
-        link: tuple[str, float] | None = None
+        link: tuple[str, float, bool] | None = None
         url = None
         expires = None
+        valid_for = None
         if self.signer is not None and self.notify.link_base is not None:
             expires = now + self.notify.link_ttl
             nonce, token = self.signer.make(esc.id, person_id, expires)
-            link = (nonce, expires)
+            unset = not self._set(now)
+            link = (nonce, expires, unset)
             url = f"{self.notify.link_base.rstrip('/')}/callout/ack/{token}"
+            if unset:  # an expiry on this clock names a wrong day: say how long instead
+                valid_for = self.notify.link_ttl
         if esc.kind == "flood":
             waiting = [a for a in self._flood_alarms(esc.id) if a.state in _UNACK]
-            subject, text = flood_message(waiting, self.station, self.zone, now, url, expires)
+            subject, text = flood_message(waiting, self.station, self.zone, now, url, expires, valid_for)
         else:
             alarm = self.manager.get(esc.sensor, esc.rule)
             if alarm is None:
                 self.store.end(esc.id, "stopped", None, now)
                 return
             unit = self._units.get(alarm.sensor, "")
-            subject, text = alarm_message(alarm, self.station, unit, self.zone, url, expires)
+            subject, text = alarm_message(alarm, self.station, unit, self.zone, url, expires, valid_for)
         messages = []
         if person is not None:
             wanted = (
@@ -415,7 +481,10 @@ class Callout:
             raise LinkError("this link is not valid")
         if found.used_at is not None:
             raise LinkError(f"this link was used already ({local_time(found.used_at, self.zone)})")
-        if self.clock.now() >= found.expires:
+        # By two clocks: the gateway's (its expiry moved with the step that set the clock when
+        # signed on it unset), and the daemon's run time since signing (an unset clock that
+        # reads before a link's expiry, NTP never answering, does not keep it valid for ever).
+        if self.clock.now() >= found.expires_at or found.age >= self.notify.link_ttl:
             raise LinkError("this link has expired; acknowledge on the console")
         esc = self.store.get(found.escalation)
         if esc is None:
@@ -459,6 +528,7 @@ class Callout:
         return describe(self, limit)
 
     async def aclose(self) -> None:
+        self._serve(force=True)
         for sender in self.senders.values():
             await sender.aclose()
         self.store.close()

@@ -72,6 +72,18 @@ CREATE TABLE IF NOT EXISTS link (
 );
 """
 
+# Migration 1: the time the next step has waited, measured while the daemon runs (`serve`).
+_SERVED = """
+ALTER TABLE escalation ADD COLUMN served REAL NOT NULL DEFAULT 0;  -- s of run time since the last step
+"""
+
+# Migration 2: acknowledge links live by two clocks (`CalloutStore.rebase`, `CalloutStore.serve`).
+_LINK_CLOCKS = """
+ALTER TABLE link ADD COLUMN unset INTEGER NOT NULL DEFAULT 0;  -- signed on a clock judged not set
+ALTER TABLE link ADD COLUMN shift REAL NOT NULL DEFAULT 0;     -- s its expiry moved with clock steps
+ALTER TABLE link ADD COLUMN age REAL NOT NULL DEFAULT 0;       -- s of run time since it was signed
+"""
+
 ACTIVE = ("running", "flood")
 
 
@@ -94,6 +106,7 @@ class Escalation:
     ended_at: float | None
     ended_by: str | None
     flood: int | None
+    served: float  # seconds of the daemon's run time the next step has waited (persisted)
 
     @property
     def next_person(self) -> str | None:
@@ -124,14 +137,22 @@ class AckLink:
     nonce: str
     escalation: int
     person: str
-    expires: float
+    expires: float  # on the signing clock, as the signature binds it
     used_at: float | None
     used_by: str | None
+    unset: bool  # signed on a clock the daemon judged not set: the expiry moves with its step
+    shift: float  # seconds the expiry moved with the clock's steps forward
+    age: float  # seconds of the daemon's run time since it was signed (persisted)
+
+    @property
+    def expires_at(self) -> float:
+        """The expiry on the clock as it reads now."""
+        return self.expires + self.shift
 
 
 _ESC = (
     "id, kind, sensor, rule, activated_at, pipeline, roster, steps, delay, stop_on_clear, started, "
-    "next_step, next_at, status, ended_at, ended_by, flood"
+    "next_step, next_at, status, ended_at, ended_by, flood, served"
 )
 _MSG = (
     "escalation, step, person, channel, address, subject, text, state, attempts, next_try, created, "
@@ -146,7 +167,7 @@ def _esc(row: tuple[object, ...]) -> Escalation:
     return Escalation(*values)  # type: ignore[arg-type]
 
 
-STORE_SCHEMA = Schema("callout store", (_SCHEMA,))  # add a migration to change a table
+STORE_SCHEMA = Schema("callout store", (_SCHEMA, _SERVED, _LINK_CLOCKS))  # add a migration to change a table
 
 
 class CalloutStore:
@@ -155,9 +176,7 @@ class CalloutStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         # One event loop uses it; created elsewhere is fine (the console tests build it first).
-        self._db = connect(
-            path, Schema("callout store", (_SCHEMA,)), synchronous="FULL", check_same_thread=False
-        )
+        self._db = connect(path, STORE_SCHEMA, synchronous="FULL", check_same_thread=False)
         try:
             row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
@@ -260,23 +279,31 @@ class CalloutStore:
         )
         return [_esc(r) for r in rows]
 
-    def behind(self, now: float, retry_max: float) -> tuple[list[tuple[int, int, float]], int]:
+    def behind(
+        self, now: float, retry_max: float, served: bool = True
+    ) -> tuple[list[tuple[int, int, float, bool]], int]:
         """After a restart on a clock behind the store (not set yet, stepped back while down):
-        a running step due later than its delay from `now`, or a message retry later than
-        `retry_max`, was scheduled by a clock ahead of this one and would wait for it to come
-        round. Each is due its delay (a message: at once) from `now`. Returns the steps moved,
-        (escalation, step, the time it was due before), and how many retries."""
+        a running step due later than its delay from `now` less the time it has waited
+        (`served`, the daemon's run time: a reboot loop shorter than the delay still gets
+        there), or a message retry later than `retry_max`, was scheduled by a clock ahead of
+        this one and would wait for it to come round. Each is due then (a message: at once).
+        On a right clock the time served is at most the time since the last step, so nothing
+        moves. `served=False` (a step back while running): due its whole delay from `now`.
+        Returns the steps moved, (escalation, step, the time it was due before, whether that
+        was further ahead than the whole delay: a clock ahead of this one), and how many
+        retries."""
+        due = "? + max(0.0, delay - served)" if served else "? + delay"
         with self._tx() as db:
             moved = [
-                (int(str(i)), int(str(n)), float(str(t)))
-                for i, n, t in db.execute(
-                    "SELECT id, next_step, next_at FROM escalation"
-                    " WHERE status='running' AND next_at > ? + delay",
-                    (now,),
+                (int(str(i)), int(str(n)), float(str(t)), bool(a))
+                for i, n, t, a in db.execute(
+                    f"SELECT id, next_step, next_at, next_at > ? + delay FROM escalation"
+                    f" WHERE status='running' AND next_at > {due}",
+                    (now, now),
                 ).fetchall()
             ]
             db.execute(
-                "UPDATE escalation SET next_at = ? + delay WHERE status='running' AND next_at > ? + delay",
+                f"UPDATE escalation SET next_at = {due} WHERE status='running' AND next_at > {due}",
                 (now, now),
             )
             retries = db.execute(
@@ -284,6 +311,30 @@ class CalloutStore:
                 (now, now + retry_max),
             ).rowcount
         return moved, int(retries)
+
+    def serve(self, seconds: float, link_ttl: float) -> None:
+        """`seconds` more of the daemon's run time waited by every running step and aged by
+        every unspent link younger than `link_ttl` (the callout's monotonic clock, flushed
+        every `SERVED_PERSIST` and at a stop)."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE escalation SET served = served + ? WHERE status='running' AND next_at IS NOT NULL",
+                (seconds,),
+            )
+            db.execute("UPDATE link SET age = age + ? WHERE used_at IS NULL AND age < ?", (seconds, link_ttl))
+
+    def rebase(self, step: float, before: float, unset: bool) -> int:
+        """The clock stepped forward by `step` from `before`: unspent links signed on a clock
+        judged not set and not expired on it move with it (their hour was an hour of the
+        unset clock's time); still `unset` when the new clock is judged not set either.
+        Links signed on a set clock never move. Returns how many moved."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE link SET shift = shift + ?, unset = ? "
+                "WHERE used_at IS NULL AND unset = 1 AND expires + shift > ?",
+                (step, int(unset), before),
+            )
+        return int(cur.rowcount)
 
     def forward(self, step: float, before: Mapping[int, tuple[int, float]]) -> int:
         """The gateway clock stepped forward by `step` while running: running steps and
@@ -319,16 +370,17 @@ class CalloutStore:
         esc: Escalation,
         messages: Sequence[tuple[str, str, str, str]],
         person: str,
-        link: tuple[str, float] | None,
+        link: tuple[str, float, bool] | None,
         now: float,
     ) -> bool:
-        """Write step `esc.next_step`'s messages ((channel, address, subject, text)) and its link,
-        and move on, in one transaction; False when another caller took this step already."""
+        """Write step `esc.next_step`'s messages ((channel, address, subject, text)) and its link
+        ((nonce, expiry, signed on a clock judged not set)), and move on, in one transaction;
+        False when another caller took this step already."""
         step = esc.next_step
         last = step + 1 >= esc.steps
         with self._tx() as db:
             cur = db.execute(
-                "UPDATE escalation SET next_step=?, next_at=?, status=? "
+                "UPDATE escalation SET next_step=?, next_at=?, status=?, served=0 "
                 "WHERE id=? AND next_step=? AND status='running'",
                 (step + 1, None if last else now + esc.delay, "done" if last else "running", esc.id, step),
             )
@@ -342,8 +394,8 @@ class CalloutStore:
                 )
             if link is not None:
                 db.execute(
-                    "INSERT INTO link (nonce, escalation, person, expires) VALUES (?,?,?,?)",
-                    (link[0], esc.id, person, link[1]),
+                    "INSERT INTO link (nonce, escalation, person, expires, unset) VALUES (?,?,?,?,?)",
+                    (link[0], esc.id, person, link[1], int(link[2])),
                 )
         return True
 
@@ -409,9 +461,15 @@ class CalloutStore:
 
     def link(self, nonce: str) -> AckLink | None:
         rows = self._query(
-            "SELECT nonce, escalation, person, expires, used_at, used_by FROM link WHERE nonce=?", (nonce,)
+            "SELECT nonce, escalation, person, expires, used_at, used_by, unset, shift, age FROM link"
+            " WHERE nonce=?",
+            (nonce,),
         )
-        return AckLink(*rows[0]) if rows else None  # type: ignore[arg-type]
+        if not rows:
+            return None
+        values = list(rows[0])
+        values[6] = bool(values[6])
+        return AckLink(*values)  # type: ignore[arg-type]
 
     def use_link(self, nonce: str, by: str, now: float) -> bool:
         """Spend a link; False when it was spent already (single use, even under a race)."""
