@@ -70,6 +70,7 @@ def test_the_level_back_over_the_setpoint_after_a_float_ended_overflow_continues
     assert (first.start, first.end, first.continues) == (T0, T0 + 120, None)
     assert (second.start, second.end) == (T0 + 1200, T0 + 1500)
     assert (second.continues, second.gap_from) == (T0, T0 + 120)
+    assert second.volume_note == ""  # the level read throughout: measured, ended by the level
     figures = overflow_figures(store, T0, T0 + 3600, config.station.zone, 300.0)
     assert [(f["continues"], f["continues_gap_from"]) for f in figures] == [
         (None, None),
@@ -100,6 +101,7 @@ def test_a_chain_of_overflows_on_the_float_alone_continues_the_spill_s_first(tmp
     assert (first.end, first.continues) == (T0 + 120, None)
     assert (second.start, second.end) == (T0 + 1200, T0 + 1260)
     assert (second.continues, second.gap_from) == (T0, T0 + 120)
+    assert "ended at the overflow switch's off; the level not read since" in second.volume_note
     assert (third.start, third.continues, third.gap_from) == (T0 + 1500, T0, T0 + 1260)
     store.close()
 

@@ -615,7 +615,9 @@ class StationTracker:
             rec.volume_gal, rec.volume_note = rec.judged(self.level_stale, rec.end)
             if float_end is not None:
                 self._level_spent = True
-            if self._level_spent:  # the float's word alone, the level not read since its last (over)
+            # The float's word alone, the level not read since its last (over): this one's or
+            # a record's before that the float ended (a chain). A later overflow may continue it.
+            if self._level_spent:
                 self._spill, self._spill_end = rec, rec.end
                 ended = f"ended at the overflow switch's off; the level not read since {iso(self.level_time)}"
                 rec.volume_note = f"{rec.volume_note}; {ended}" if rec.volume_note else ended
