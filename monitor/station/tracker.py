@@ -633,7 +633,11 @@ class StationTracker:
                     CITATION_OVERFLOW,
                 )
             )
-        if rec is not None and self.store is not None and (out or rec.end is not None):
+        # The float's on or off while it is open is written at once: killed (-9) before the
+        # next save, the restarted tracker would not know the float was on, and an off seen
+        # after the restart would end nothing (the record open for ever).
+        moved = rec is not None and sid == self.switch_id and rec.switch_on is not self.switch_on
+        if rec is not None and self.store is not None and (out or rec.end is not None or moved):
             self._kept(rec)
             self._stored(self.store.save_overflow, rec)
         return out
