@@ -8,11 +8,12 @@ import shutil
 from pathlib import Path
 
 import httpx
+import yaml
 from playwright.sync_api import Browser, Page, ViewportSize, expect
 
 from monitor.config import load_config
 from monitor.daemon import Daemon
-from monitor.model import ManualClock, Sample
+from monitor.model import ManualClock, Sample, iso
 from monitor.web.station import StationAdapter
 from simulators.lift_station import LiftStation
 from tests.console import LiveConsole
@@ -118,6 +119,46 @@ def test_the_overflow_banner_says_the_level_is_not_read(browser: Browser, tmp_pa
             expect(page.locator("#overflow")).to_contain_text("OVERFLOW since")
             expect(page.locator("#overflow")).to_contain_text(f"level not read since {since}")
             shoot(page, tmp_path, "station-overflow-level-stale.png")
+            page.close()
+    finally:
+        daemon.station.close()
+        daemon.meters.close()
+        daemon.alarms.close()
+        daemon.sink.close()
+
+
+def test_the_overflow_banner_says_which_overflow_it_continues(browser: Browser, tmp_path: Path) -> None:
+    """The wet-well page in Chromium, the real daemon: ps.level 9.5 ft (over 9) then its
+    transmitter dead, the float switch on, then off at +130 s: the float ends the overflow
+    (the level stale, `stale_after` 2 min). The level comes back at +400 s reading 9.4 ft:
+    the banner of the second overflow says it continues the first (one spill, one event)
+    and that the time between was not measured."""
+    path = write_config(tmp_path, "link")
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    raw["sensors"].append({"id": "ps.float", "kind": "status", "name": "Overflow float"})
+    raw["wet_well"]["overflow_switch"] = "ps.float"
+    path.write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
+    clock = ManualClock(START)
+    daemon = Daemon(load_config(path), clock)
+    try:
+        for k in range(0, 46):  # 10 s polls; the level dead from +70 s to +400 s
+            t = START + 10.0 * k
+            clock.set(t)
+            batch = [Sample("ps.pump1", t, 0.0), Sample("ps.pump2", t, 0.0), Sample("ps.flow", t, 0.0)]
+            batch.append(Sample("ps.float", t, 1.0 if 10 <= 10 * k < 130 else 0.0))
+            if k <= 6 or k >= 40:
+                batch.append(Sample("ps.level", t, 9.5 if k <= 6 else 9.4))
+            daemon.pipeline.process(batch)
+        with LiveConsole(StationAdapter(daemon)) as live:  # type: ignore[arg-type]
+            state = httpx.get(f"{live.url}/api/wet-well", timeout=10).json()
+            since = state["overflow"]["continues_local"]
+            assert state["overflow"]["continues"] == iso(START)
+            page = browser.new_page(viewport=PHONE)
+            page.goto(f"{live.url}/station")
+            expect(page.locator("#overflow")).to_contain_text(
+                f"continues the overflow from {since} (the time between not measured)"
+            )
+            shoot(page, tmp_path, "station-overflow-continues.png")
             page.close()
     finally:
         daemon.station.close()

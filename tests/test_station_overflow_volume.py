@@ -16,7 +16,7 @@ from monitor.model import Quality, Rule, Sample
 from monitor.sqlite import Schema, connect
 from monitor.station import StationStore, StationTracker
 from monitor.station.report import overflow_figures
-from monitor.station.store import _SCHEMA, NO_LEVEL
+from monitor.station.store import _SCHEMA, NO_LEVEL, SCHEMA
 from monitor.station.tracker import track_arrays
 from monitor.station.view import snapshot
 from tests import cli
@@ -128,7 +128,7 @@ def test_a_station_store_of_the_last_release_upgrades(tmp_path: Path) -> None:
     store = StationStore(path)
     (rec,) = store.overflows(T0, T0 + 3600)
     assert (rec.volume_gal, rec.volume_note, rec.level_last, rec.silent_from) == (1234.5, "", None, None)
-    assert store.db.execute("PRAGMA user_version").fetchone() == (2,)
+    assert store.db.execute("PRAGMA user_version").fetchone() == (SCHEMA.version,)
     store.close()
 
 
@@ -363,24 +363,38 @@ def test_the_text_report_gives_the_overflow_s_times_in_the_station_s_zone(
         assert "from 2026-05-28 16:26 EDT to ? (level not read since 2026-05-28 16:27 EDT):" in line
 
 
-def test_a_restart_after_the_float_s_off_does_not_end_the_overflow_at_the_restart(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stored", [True, False], ids=["float-stored", "older-release-record"])
+def test_a_restart_after_the_float_s_off_does_not_end_the_overflow_at_the_restart(
+    tmp_path: Path, stored: bool
+) -> None:
     """The level dead since +30 s at 9.5 ft; the float went off at +120 s; the daemon
     restarted at +200 s. Before: the float's first reading after the restart (off, the level
     not known) ended the overflow at +240 s, its volume carried at the dead level past the
     float's off (1,200 gal, not the 600 of the same history without a restart) and no note
-    saying either. The float's off before the restart is not known to the restarted tracker:
-    the level's last word stands (open, "level not read since"), until the float is seen on
-    and off again: then it ends at that off, as without a restart."""
+    saying either. The record keeps the float's off (schema 3): the overflow ends there, at
+    +120 s with 600 gal, as without a restart, once the float has stayed off `stale_after`.
+    A record of an older release does not say when the float went off: the level's last word
+    stands (open, "level not read since"), until the float is seen on and off again, then it
+    ends at that off."""
     config = station(tmp_path)
     store = StationStore.open(config.state_dir)
     tracker = StationTracker(config, store)
     samples = _transmitter_dies(bad=False)
     feed(tracker, [s for s in samples if s.time <= T0 + 200])
     tracker.save()
+    if not stored:  # what an older release's record holds: nothing of the float
+        store.db.execute("UPDATE overflows SET switch_on = NULL, switch_off_at = NULL, volume_at_off = NULL")
     store.close()
     store = StationStore.open(config.state_dir)
     tracker = StationTracker(config, store, resume=True)
     conds = feed(tracker, [s for s in samples if T0 + 200 < s.time <= T0 + 600])
+    if stored:
+        assert [(c.time - T0, c.state) for c in conds if c.rule is Rule.OVERFLOW] == [(480.0, "cleared")]
+        (rec,) = store.overflows(T0, T0 + 3600)
+        assert (rec.start, rec.end) == (T0, T0 + 120) and rec.volume_gal == pytest.approx(600.0)
+        assert "ended at the overflow switch's off" in rec.volume_note
+        store.close()
+        return
     assert [c for c in conds if c.rule is Rule.OVERFLOW] == []
     assert tracker.overflow is not None
     view = snapshot(config, tracker, T0 + 600)["overflow"]

@@ -99,8 +99,15 @@ def run(args: argparse.Namespace) -> int:
         # Open with the level stale: nothing said it ended, not that it goes on.
         since = o["level_not_read_since"]
         to = local(o["end"]) if o["end"] else f"? (level not read since {local(since)})" if since else "now"
+        # One spill, one event: the SSO report's start is the spill's first record's.
+        link = ""
+        if o["continues"]:
+            link = (
+                f"; continues the overflow from {local(o['continues'])}"
+                f" (not measured from its end, {local(o['continues_gap_from'])}, to this start)"
+            )
         print(
             f"  overflow {o['sensor']} from {local(o['start'])} to {to}:"
-            f" {volume}, peak {o['peak_level']}, report due {o['report_due_local']}"
+            f" {volume}, peak {o['peak_level']}, report due {o['report_due_local']}{link}"
         )
     return 0

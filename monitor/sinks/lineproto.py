@@ -172,7 +172,17 @@ class SampleSerializer:
 
 
 def condition_line(station: str, cond: Condition, priority: str = "") -> str:
-    """An alarm transition as the engine reported it: `active` 1 on raise, 0 on clear."""
+    """An alarm transition as the engine reported it: `active` 1 on raise, 0 on clear. An
+    overflow that continues an earlier one (monitor/station/tracker.py) carries `continues`,
+    that spill's first record's start (Unix seconds: a number, which every server stores)."""
+    fields: dict[str, float | int | bool] = {
+        "active": 1 if cond.state is ConditionState.ACTIVE else 0,
+        "value": math.nan if cond.rule is Rule.BAD_VALUE else float(cond.value),
+        "limit": math.nan if cond.limit is None else float(cond.limit),
+    }
+    continues = cond.extra.get("continues") if cond.rule is Rule.OVERFLOW else None
+    if isinstance(continues, float):
+        fields["continues"] = continues
     return line(
         "alarm",
         {
@@ -182,11 +192,7 @@ def condition_line(station: str, cond: Condition, priority: str = "") -> str:
             "priority": priority,
             "citation": cond.citation,
         },
-        {
-            "active": 1 if cond.state is ConditionState.ACTIVE else 0,
-            "value": math.nan if cond.rule is Rule.BAD_VALUE else float(cond.value),
-            "limit": math.nan if cond.limit is None else float(cond.limit),
-        },
+        fields,
         cond.time,
     )
 

@@ -2,7 +2,8 @@
 
 Measurement `pump_daily` (tags station, pump, day; fields run_hours, starts,
 longest_run_hours) and `station_daily` (tags station, day; fields run_hours, starts,
-overflows, overflow_volume_gal, overflows_volume_unknown, overflows_volume_partial), one
+overflows, overflow_volume_gal, overflows_volume_unknown, overflows_volume_partial,
+overflows_continuing), one
 point per local day at its midnight, written when event time passes the next midnight: the
 same points live and in replay. `overflow_volume_gal` sums the volumes known; an overflow
 whose volume is unknown (no level reading during it) is counted, never added as 0 gal.
@@ -69,6 +70,8 @@ class DailyTotals:
             "overflow_volume_gal": volume,
             "overflows_volume_unknown": sum(v is None for v, _ in volumes),
             "overflows_volume_partial": sum(n.startswith("partial") for _, n in volumes),
+            # Records that continue an earlier one (one spill): the spills are the difference.
+            "overflows_continuing": sum(r.continues is not None for r in overflows),
         }
         self._lines.append(line("station_daily", {"station": self.station, "day": day}, fields_s, start))
 

@@ -2,9 +2,12 @@
 
 The JSON form is a contract (acceptance checks read it):
 `{"pumps": [{"sensor", "run_hours", "starts", ...}], "overflows": [{"sensor", "start", "end",
-"volume_gal", "volume_note", "volume_partial", ...}]}`, times ISO 8601 UTC with Z. A
+"volume_gal", "volume_note", "volume_partial", "continues", ...}]}`, times ISO 8601 UTC with Z. A
 volume not measured is `null` with `volume_note` saying why, never 0; one the level measured
 over part of the overflow has `volume_partial` true and the level's silence that made it so.
+An overflow that continues one the float switch ended with the level dead names it
+(`continues`: that spill's first record's start) and the gap not measured (`continues_gap_from`
+to its own start).
 Runs are clipped to the period; a run or overflow still open counts up to the last event
 time judged.
 """
@@ -97,6 +100,10 @@ def overflow_figures(
                 "volume_unmeasured_from": iso(silent[0]) if partial else None,
                 "volume_unmeasured_to": iso(silent[1]) if partial else None,
                 "level_not_read_since": iso(read) if stale and read is not None else None,
+                # One spill, one event: the overflow this one continues (its first record's
+                # start, the spill's id) and from when the time between was not measured.
+                "continues": None if rec.continues is None else iso(rec.continues),
+                "continues_gap_from": None if rec.gap_from is None else iso(rec.gap_from),
                 "report_due": iso(rec.due),
                 "report_due_local": datetime.fromtimestamp(rec.due, zone).isoformat(timespec="minutes"),
             }

@@ -41,6 +41,21 @@ class OverflowRecord:
     level_last: float | None = None
     silent_from: float | None = None
     silent_to: float | None = None
+    # What a restart needs to go on as without one (schema 3; None/"" in an older file):
+    # the sensor whose reading opened it (its start is that clock's), the float's last
+    # reading while open (True on), its on-to-off then and the volume carried to it, and
+    # the rate the volume is carried at from `rate_at`.
+    opened_by: str = ""
+    switch_on: bool | None = None
+    switch_off_at: float | None = None
+    volume_at_off: float | None = None
+    rate_gpm: float | None = None
+    rate_at: float | None = None
+    # The overflow this one continues (the start of the spill's first record: its id) and
+    # the end of the record just before it: from then to this start nothing was measured
+    # (`StationTracker`, "one spill, one event").
+    continues: float | None = None
+    gap_from: float | None = None
 
     def level_read(self, t: float) -> None:
         """A good level reading at `t` while the overflow is open."""
@@ -95,7 +110,26 @@ ALTER TABLE overflows ADD COLUMN level_last REAL;
 ALTER TABLE overflows ADD COLUMN silent_from REAL;
 ALTER TABLE overflows ADD COLUMN silent_to REAL;
 """
-SCHEMA = Schema("station store", (_SCHEMA, _VOLUME_NOTE))  # add a migration to change a table; never edit one
+# A restart goes on as without one (the opener's clock, the float's state, the carried
+# rate), and an overflow continuing one the float ended with the level dead says so.
+_RESUME_AND_LINK = """
+ALTER TABLE overflows ADD COLUMN opened_by TEXT NOT NULL DEFAULT '';
+ALTER TABLE overflows ADD COLUMN switch_on INTEGER;
+ALTER TABLE overflows ADD COLUMN switch_off_at REAL;
+ALTER TABLE overflows ADD COLUMN volume_at_off REAL;
+ALTER TABLE overflows ADD COLUMN rate_gpm REAL;
+ALTER TABLE overflows ADD COLUMN rate_at REAL;
+ALTER TABLE overflows ADD COLUMN continues REAL;
+ALTER TABLE overflows ADD COLUMN gap_from REAL;
+"""
+# Add a migration to change a table; never edit one.
+SCHEMA = Schema("station store", (_SCHEMA, _VOLUME_NOTE, _RESUME_AND_LINK))
+
+
+_COLUMNS = (
+    "sensor, start, end, peak, volume_gal, due, method, volume_note, level_last, silent_from, silent_to,"
+    " opened_by, switch_on, switch_off_at, volume_at_off, rate_gpm, rate_at, continues, gap_from"
+)
 
 
 class StationStore:
@@ -128,9 +162,9 @@ class StationStore:
 
     def save_overflow(self, rec: OverflowRecord) -> None:
         peak = rec.peak if rec.peak == rec.peak else None
+        switch = None if rec.switch_on is None else int(rec.switch_on)
         self._run(
-            "INSERT OR REPLACE INTO overflows (sensor, start, end, peak, volume_gal, due, method,"
-            " volume_note, level_last, silent_from, silent_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT OR REPLACE INTO overflows ({_COLUMNS}) VALUES ({', '.join('?' * 19)})",
             (
                 rec.sensor,
                 rec.start,
@@ -143,6 +177,14 @@ class StationStore:
                 rec.level_last,
                 rec.silent_from,
                 rec.silent_to,
+                rec.opened_by,
+                switch,
+                rec.switch_off_at,
+                rec.volume_at_off,
+                rec.rate_gpm,
+                rec.rate_at,
+                rec.continues,
+                rec.gap_from,
             ),
         )
 
@@ -202,15 +244,21 @@ class StationStore:
 
     def overflows(self, start: float, end: float) -> list[OverflowRecord]:
         rows = self._run(
-            "SELECT sensor, start, end, peak, volume_gal, due, method, volume_note, level_last,"
-            " silent_from, silent_to FROM overflows"
-            " WHERE start < ? AND (end IS NULL OR end > ?) ORDER BY start",
+            f"SELECT {_COLUMNS} FROM overflows WHERE start < ? AND (end IS NULL OR end > ?) ORDER BY start",
             (end, start),
         )
-        return [
-            OverflowRecord(s, st, due, e, float("nan") if pk is None else pk, vol, m, note, last, sf, stt)
-            for s, st, e, pk, vol, due, m, note, last, sf, stt in rows
-        ]
+        out = []
+        for row in rows:
+            head, tail = row[:11], row[11:]  # the columns of schema 2, then of schema 3
+            s, st, e, pk, vol, due, m, note, last, sf, stt = head
+            by, sw, *rest = tail
+            nan = float("nan") if pk is None else pk
+            rec = OverflowRecord(s, st, due, e, nan, vol, m, note, last, sf, stt, by)
+            rec.switch_on = None if sw is None else bool(sw)
+            rec.switch_off_at, rec.volume_at_off, rec.rate_gpm, rec.rate_at = rest[:4]
+            rec.continues, rec.gap_from = rest[4:]
+            out.append(rec)
+        return out
 
     def open_overflows(self) -> list[OverflowRecord]:
         return [r for r in self.overflows(float("-inf"), float("inf")) if r.end is None]

@@ -27,6 +27,13 @@ Readings of the ordinance and the issue that the code takes:
 - The level's transmitter dead at or above `overflow`: the float switch going off ends the
   overflow at its off once the level, not read since, is stale (`_float_ended`); with no
   float the record stays open (the console and report say since when the level is not read).
+- One spill, one event: the next overflow opened before a level reading said the well was
+  below `overflow`, within `report_within` of the end of one the float ended that way,
+  continues it (`OverflowRecord.continues`: the spill's first record's start; `gap_from`: the
+  end, from which nothing was measured). The first is not reopened: what was measured and
+  reported stays. Not carried over a restart.
+- An open record keeps what a restart needs to go on as without one: the sensor that opened it
+  (its clock), the float's last reading, its off and the volume then, the carried rate.
   Chapter 139 sets no reporting time; `report_within` (2 h default) is the utility's
   (New York's Sewage Pollution Right to Know Act asks for 2 hours).
 """
@@ -113,6 +120,7 @@ class StationTracker:
         self.level_time = -math.inf
         self.inflow_gpm = math.nan
         self.switch_on = False
+        self._switch_read = False  # the float read (since the start or the restart)
         # The float's last on-to-off while an overflow is open, and the volume then: with the
         # level stale, the overflow ended there (`_float_ended`).
         self._float_off_at: float | None = None
@@ -127,6 +135,13 @@ class StationTracker:
         # (before, its first reading, off, ended it at the restart, the volume carried past
         # the float's off that the restarted tracker does not know).
         self._level_unread = False
+        # The last overflow the float ended with the level dead (`_float_ended`), until a
+        # level reading says the well is below `overflow`: the next overflow opened within
+        # `report_within` of its end continues it (one spill, one event); `_spill_end` is
+        # its end, the float's off, on the float's clock as it stands now (a step moves it,
+        # the stored record keeps it).
+        self._spill: OverflowRecord | None = None
+        self._spill_end = -math.inf
         self.above_since: float | None = None
         self.fail_active = False
         self.fail_at = -math.inf  # when fail to start was raised
@@ -177,10 +192,22 @@ class StationTracker:
                 p.running, p.run_start, p.run_counted = True, run.start, run.started
         for rec in store.open_overflows():
             self.overflow = rec
-            self._overflow_by = self.level_id or self.switch_id or ""  # not recorded: the well's
+            # The clock of the reading that opened it (a record of an older release does not
+            # say: taken as the well's, its level's). Taken as the level's, a record a gateway
+            # float opened an hour ahead of a device-stamped level did not move with the step
+            # back found at the restart and ended at its own start.
+            self._overflow_by = rec.opened_by or self.level_id or self.switch_id or ""
             self._well_unread = True
             if rec.level_last is not None:
                 self._level_unread, self.level_time = True, rec.level_last
+            # The float's last reading while open: an off after the restart is its on-to-off
+            # (before, not known, it ended nothing and the record stayed open for ever).
+            if rec.switch_on is not None:
+                self.switch_on = rec.switch_on
+                self._float_off_at, self._volume_at_off = rec.switch_off_at, rec.volume_at_off
+            # The volume carried on from the last reading before the restart, as without one.
+            if rec.rate_gpm is not None and rec.rate_at is not None:
+                self._q_prev, self._t_prev = rec.rate_gpm, rec.rate_at
         # The starts of the last hour: starts per hour goes on counting them (a pump that
         # short-cycles across a restart), and a restored `pump_starts` keeps its evidence.
         for pid, start in store.recent_starts():
@@ -283,6 +310,8 @@ class StationTracker:
             self._t_prev += delta
         if self._float_off_at is not None and self.switch_id not in keep:
             self._float_off_at += delta
+        if self.switch_id not in keep:  # the float's off, on its clock
+            self._spill_end += delta
         if overflow and self.overflow is not None:
             self.overflow.start += delta
             self.overflow.due += delta
@@ -336,11 +365,13 @@ class StationTracker:
                 self._stored(self.store.save_run, run)
         elif sid == self.level_id:
             self.level, self.level_time, self._level_spent = v, t, False
+            if self.setpoints is not None and v < self.setpoints.overflow:
+                self._spill = None  # the level says the float's end was the spill's
             self._well_unread = self._level_unread = False
             out.extend(self._judge_level(t))
         elif sid == self.switch_id:
             on = v >= 0.5
-            self._well_unread = False
+            self._well_unread, self._switch_read = False, True
             if self.switch_on and not on and self.overflow is not None:
                 self._float_off_at = t
             elif on:
@@ -539,11 +570,24 @@ class StationTracker:
             self._carried(sid, q, t)
         sensor = self.level_id or self.switch_id or ""
         if over and rec is None:
-            rec = OverflowRecord(sensor, t, t + self.report_within, method=method)
+            rec = OverflowRecord(sensor, t, t + self.report_within, method=method, opened_by=sid)
             rec.volume_gal = 0.0 if method else None
             self.overflow, self._overflow_by = rec, sid
             self._float_off_at = None
             why = "level at or above overflow" if level_over else "overflow switch on"
+            extra: dict[str, float | str] = {}
+            spill = self._spill
+            # The gap is measured only across clocks that agree (one an hour off: not linked).
+            near = t - self._spill_end <= self.report_within and self._comparable(sid, self.switch_id or "")
+            if spill is not None and spill.end is not None and near:
+                rec.continues = spill.start if spill.continues is None else spill.continues
+                rec.gap_from = spill.end
+                extra["continues"] = rec.continues
+                why += (
+                    f"; continues the overflow from {iso(rec.continues)}"
+                    f" (not measured from {iso(spill.end)}: the float ended it, the level not read)"
+                )
+            self._spill = None
             out.append(
                 Condition(
                     t,
@@ -554,6 +598,7 @@ class StationTracker:
                     sp.overflow if sp else None,
                     CITATION_OVERFLOW,
                     message=f"{why}; report within {self.report_within / 3600:g} h",
+                    extra=extra,
                 )
             )
         if rec is not None and math.isfinite(self.level):
@@ -570,6 +615,10 @@ class StationTracker:
             rec.volume_gal, rec.volume_note = rec.judged(self.level_stale, rec.end)
             if float_end is not None:
                 self._level_spent = True
+            # The float's word alone, the level not read since its last (over): this one's or
+            # a record's before that the float ended (a chain). A later overflow may continue it.
+            if self._level_spent:
+                self._spill, self._spill_end = rec, rec.end
                 ended = f"ended at the overflow switch's off; the level not read since {iso(self.level_time)}"
                 rec.volume_note = f"{rec.volume_note}; {ended}" if rec.volume_note else ended
             self.overflow = None
@@ -584,9 +633,23 @@ class StationTracker:
                     CITATION_OVERFLOW,
                 )
             )
-        if rec is not None and self.store is not None and (out or rec.end is not None):
+        # The float's on or off while it is open is written at once: killed (-9) before the
+        # next save, the restarted tracker would not know the float was on, and an off seen
+        # after the restart would end nothing (the record open for ever).
+        moved = rec is not None and sid == self.switch_id and rec.switch_on is not self.switch_on
+        if rec is not None and self.store is not None and (out or rec.end is not None or moved):
+            self._kept(rec)
             self._stored(self.store.save_overflow, rec)
         return out
+
+    def _kept(self, rec: OverflowRecord) -> None:
+        """What a restart needs in `rec` to go on as without one: the float's last reading
+        (unread since the restart: the record's stays), its off, the carried rate."""
+        if self._switch_read:
+            rec.switch_on = self.switch_on
+            rec.switch_off_at, rec.volume_at_off = self._float_off_at, self._volume_at_off
+        if self._t_prev > -math.inf:
+            rec.rate_gpm, rec.rate_at = self._q_prev, self._t_prev
 
     def take_daily(self) -> list[str]:
         """Line-protocol points of the local days closed since the last call."""
@@ -597,6 +660,7 @@ class StationTracker:
         if self.store is None:
             return
         if self.overflow is not None:
+            self._kept(self.overflow)
             self._stored(self.store.save_overflow, self.overflow)
         if self.last_time > -math.inf:
             self._stored(self.store.save_progress, self.last_time)

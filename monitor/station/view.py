@@ -120,6 +120,10 @@ def snapshot(config: Config, tracker: StationTracker, now: float) -> dict[str, o
             "volume_note": note or None,  # why unknown (volume_gal null) or partial so far
             "level_not_read_since": iso(read) if stale else None,
             "level_not_read_since_local": _local(read, zone) if stale else None,
+            # The spill this record continues (its first record's start) and the gap's start.
+            "continues": None if rec.continues is None else iso(rec.continues),
+            "continues_local": None if rec.continues is None else _local(rec.continues, zone),
+            "continues_gap_from": None if rec.gap_from is None else iso(rec.gap_from),
         }
     return {
         "station": config.station.id,
