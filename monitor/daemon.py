@@ -85,6 +85,7 @@ class Daemon:
         self.clock = clock or WallClock()
         config.state_dir.mkdir(parents=True, exist_ok=True)
         self.engine = Engine(config.rules, self.clock)
+        self.engine.stamped_by_device(device_stamped(config))  # their stale watch: on arrival
         self.checkpoint_path = config.state_dir / CHECKPOINT_FILE
         self.restored = load_checkpoint_or_start_fresh(self.engine, self.checkpoint_path)
         self.checkpoints = CheckpointSchedule(self.engine, self.checkpoint_path, CHECKPOINT_INTERVAL)

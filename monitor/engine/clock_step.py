@@ -49,7 +49,9 @@ again, and a restart would not help (the checkpoint holds the old times). So:
   (`forget`, with `SETTLE` for a source's hand-over), and beyond `MAX_STEPS` (logged).
 - A sensor whose readings carry their device's own time (an MQTT subscription with a
   `time_path`, `ClockWatch.device`) was never on the gateway clock: a step moves neither
-  its history nor its readings, and restarts none of its timers. Moved back with the
+  its history nor its readings, and restarts none of its timers; only its stale watch,
+  which runs on the gateway clock from each reading's arrival (`Engine.stamped_by_device`),
+  moves with the step. Moved back with the
   rest, its history looked a step older than it was: an excursion within its on-delay, or
   a slug run of minutes, was taken for one of hours and alarmed at the next reading.
   Knowing them, a gateway reading needs no allowance for a device clock's lead: with one
@@ -106,10 +108,14 @@ def shift(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:
     the history of the sensors in `keep`: stamped by their device's clock, it never was
     on the gateway's."""
     for st in engine.sensor_states():
+        if st.device:  # its stale watch is on the gateway clock: the readings' arrival
+            st.fresh += delta
+            st.refused_at += delta
         if st.sensor in keep:
             continue
         st.last_time += delta
-        st.fresh += delta
+        if not st.device:
+            st.fresh += delta
         st.bad_since += delta
         for lim in st.limits:
             lim.a_start += delta
@@ -137,9 +143,11 @@ def advance_watches(engine: Engine, delta: float, keep: Collection[str] = ()) ->
     up to its whole delay late."""
     engine.last_tick += delta
     for st in engine.sensor_states():
+        if st.device or st.sensor not in keep:  # a device's stale watch: on arrival, the gateway's
+            st.fresh += delta
+            st.refused_at += delta
         if st.sensor in keep:
             continue
-        st.fresh += delta
         st.bad_since += delta
         for lim in st.limits:
             lim.a_start += delta

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
 import numpy.typing as npt
@@ -26,7 +26,7 @@ from monitor.engine.baseline import Baselines, Floats
 from monitor.engine.columns import Chunk, ConditionColumns
 from monitor.engine.restored import after_activation
 from monitor.engine.rules import LimitState
-from monitor.engine.stale import stale_batch, stale_condition
+from monitor.engine.stale import NO_GOOD_SAMPLE, frozen_stamp, stale_batch, stale_condition
 from monitor.engine.state import Admitted, Counters, ReplayResult, SensorState, SensorStatus
 from monitor.model import Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, WallClock, iso
 
@@ -125,6 +125,18 @@ class Engine:
                 self.restore_skew = skew
                 return True
         return False
+
+    def stamped_by_device(self, sensors: Collection[str]) -> None:
+        """Mark the sensors whose readings carry their device's own time (an MQTT payload's
+        `time_path`, `reconcile.device_stamped`; the daemon sets them): their stale watch
+        runs on the gateway clock, from each good reading's arrival (its judgement, within
+        a second of arrival in the daemon), and needs its stamp later than the last one.
+        The difference of two clocks is no age: a gateway an hour ahead made a level
+        reporting every 10 s look an hour old at every tick (stale raised and cleared every
+        10 s), an hour behind a silent device went stale an hour late. Replay has no arrival
+        and marks none: a reading's own time is its arrival there, as before."""
+        for st in self._states:
+            st.device = st.sensor in sensors
 
     def forget_active(self, sensor: str, rule: Rule) -> bool:
         """Drop a limit, slug, stale or bad-value alarm a checkpoint held active that the journal has
@@ -234,6 +246,8 @@ class Engine:
         t = sample.time
         if not t > st.last_time:
             self._out_of_order(st, t, 1, st.last_time)
+            if st.device:  # arrived, but its device's clock did not advance: told at the raise
+                st.refused_at = self._arrival()
             return []
         st.last_time = t
         st.ooo_episode = False
@@ -266,6 +280,7 @@ class Engine:
         if not st.judged:
             return []
         out: list[Condition] = []
+        arrived = self._arrival() if st.device else t  # the stale watch's clock: the gateway's
         if st.bad_active or st.bad_since == st.bad_since:  # a bad run to end (NaN: none)
             cond = bad_value_step(st, t, v, False)
             if cond is not None:
@@ -276,9 +291,10 @@ class Engine:
             # arrives. Stamped before the last tick (a device's time, a backlog after a
             # broker outage, a poll stamped at its start), it is judged at that tick, never
             # before the raise. Replay ticks at each sample's time first: always `t` there.
-            ended = t if t > self.last_tick else self.last_tick
+            # A device-stamped one ends it at its arrival on the gateway clock, as it was raised.
+            ended = arrived if arrived > self.last_tick else self.last_tick
             out.append(stale_condition(st.sensor, ended, v, st.stale_after, ConditionState.CLEARED))
-        st.fresh = t
+        st.fresh = arrived
         st.last_good = v
         for lim in st.limits:
             if t <= lim.held and not self._ends_hold(lim, t):
@@ -302,6 +318,11 @@ class Engine:
         lim.held = -math.inf
         return True
 
+    def _arrival(self) -> float:
+        """The gateway clock's time a reading is judged at, never before the last tick."""
+        now = self.clock.now()
+        return now if now > self.last_tick else self.last_tick
+
     def tick(self, now: float | None = None) -> list[Condition]:
         """Raise stale conditions due at `now` (default: the clock); the daemon calls this
         every second, replay before each sample's time."""
@@ -317,8 +338,11 @@ class Engine:
                 st.fresh = now  # the watch starts with the first tick
             elif not st.stale_active and now - fresh > st.stale_after:
                 st.stale_active = True
+                why = NO_GOOD_SAMPLE
+                if st.device and now - st.refused_at <= st.stale_after:
+                    why = frozen_stamp(st.last_time)
                 out.append(
-                    stale_condition(st.sensor, now, st.last_good, st.stale_after, ConditionState.ACTIVE)
+                    stale_condition(st.sensor, now, st.last_good, st.stale_after, ConditionState.ACTIVE, why)
                 )
         self.counters.conditions += len(out)
         return out

@@ -13,15 +13,33 @@ import numpy as np
 
 from monitor.engine.baseline import Floats
 from monitor.engine.state import SensorState
-from monitor.model import Condition, ConditionState, Rule, new_condition
+from monitor.model import Condition, ConditionState, Rule, iso, new_condition
 
 STALE_CITATION = "station config: stale_after"
 
 
+NO_GOOD_SAMPLE = "no good sample"
+
+
 def stale_condition(
-    sensor: str, t: float, value: float, stale_after: float, state: ConditionState
+    sensor: str,
+    t: float,
+    value: float,
+    stale_after: float,
+    state: ConditionState,
+    message: str = NO_GOOD_SAMPLE,
 ) -> Condition:
-    return new_condition(t, sensor, Rule.STALE, state, value, stale_after, STALE_CITATION, "no good sample")
+    return new_condition(t, sensor, Rule.STALE, state, value, stale_after, STALE_CITATION, message)
+
+
+def frozen_stamp(last_time: float) -> str:
+    """The stale message of a device-stamped sensor whose readings still arrive but none is
+    later than the last one judged: a PLC whose RTC died (the same stamp again and again) or
+    stepped back. Said apart from a silence: the technician checks the clock, not the link."""
+    return (
+        f"{NO_GOOD_SAMPLE}: readings arrive, but stamped no later than {iso(last_time)}"
+        " (the device's clock stopped or stepped back); none judged"
+    )
 
 
 def first_tick_after(ticks: Floats, since: float, stale_after: float, until: float) -> float | None:

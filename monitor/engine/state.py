@@ -89,6 +89,7 @@ class SensorState:
         "bad_episode",
         "bad_since",
         "bad_values",
+        "device",
         "fresh",
         "hi",
         "index",
@@ -99,6 +100,7 @@ class SensorState:
         "lo",
         "ooo_episode",
         "quality",
+        "refused_at",
         "row",
         "rules",
         "sensor",
@@ -131,6 +133,11 @@ class SensorState:
         self.value = NAN
         self.quality: Quality | None = None
         self.fresh = NAN  # time of the last good sample (or when the watch started)
+        # Stamped by its device's clock (`Engine.stamped_by_device`): `fresh` is then the
+        # gateway clock's time the last good reading arrived, never the device's stamp, and
+        # `refused_at` when the last reading stamped no later than the one before arrived.
+        self.device = False
+        self.refused_at = -math.inf
         self.stale_active = False
         self.last_good = NAN
         self.bad_episode = False

@@ -6,7 +6,9 @@ that time as soon as an input sample with a later time arrives (all the inputs
 read at one poll share a time, so a derived sensor sees them together), or at
 `flush()`. Live and replay feed the same samples in the same order to the same
 code, so they make the same derived samples; live, a derived sample follows its
-inputs by one poll interval.
+inputs by one poll interval. Live with readings on two clocks (a device's MQTT
+payload time beside the gateway's), `LiveStation` keeps one `Derivation` per clock
+and feeds a device's reading to the gateway's at its arrival (docs/station.md).
 
 An input that is missing, bad, or older than the derived sensor's
 `max_input_age` stops the derived sensor (no sample is made, counted in
@@ -83,7 +85,15 @@ class _Buffer:
 class Derivation:
     """Every derived sensor of a station; `feed` each sample in time order."""
 
-    def __init__(self, plans: Mapping[str, DerivedPlan], rules: Mapping[str, SensorRules]) -> None:
+    def __init__(
+        self,
+        plans: Mapping[str, DerivedPlan],
+        rules: Mapping[str, SensorRules],
+        arrival: Collection[str] = (),
+    ) -> None:
+        """`arrival`: inputs fed stamped at their arrival (`LiveStation`: a device's readings
+        on the gateway clock), where a burst shares one time: one at the time of the one
+        before replaces it (the newest reading counts) rather than being out of order."""
         self.plans = plans
         self.skipped = 0
         self.made = 0
@@ -95,6 +105,7 @@ class Derivation:
         for s in plans:
             inputs.setdefault(s, len(inputs))
         self._slot = inputs
+        self._arrival = frozenset(inputs[s] for s in arrival if s in inputs)
         self._vals = [_NAN] * len(inputs)
         self._times = [-math.inf] * len(inputs)  # of the last good sample of each
         # and of the newest bad one: on its sender's clock too, whose step moves it (`shift`)
@@ -182,7 +193,7 @@ class Derivation:
     def _feed(self, slot: int, t: float, v: float, good: bool) -> list[Sample]:
         out = self._evaluate(self._pending) if t > self._pending and self._dirty else _NONE
         times = self._times
-        if not t > times[slot] and good:
+        if not t > times[slot] and good and not (t == times[slot] and slot in self._arrival):
             return out  # out of order: the engine counts and logs it
         lo, hi, scale, offset, buf, deps = self._info[slot]
         if good and v - v == 0.0 and lo <= v <= hi and not (self._bad[slot] and v in self._bad[slot]):

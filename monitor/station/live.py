@@ -10,8 +10,10 @@ reading stamped before one's activation does not end it: monitor/station/tracker
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Collection, Iterable, Iterator
+from dataclasses import replace
 
 from monitor.config import Config
 from monitor.model import Alarm, Clock, Condition, Sample, WallClock
@@ -36,7 +38,22 @@ class LiveStation:
         tracker with their activation; `clock` and `skew` judge which readings may end them;
         `device`: the sensors stamped by their device's clock (`reconcile.device_stamped`)."""
         self.config = config
-        self.derivation = Derivation(config.derived, config.rules) if config.derived else None
+        self.clock = clock or WallClock()
+        # Derived sensors on two clocks (docs/station.md): those made only of device-stamped
+        # readings carry the device's time (`device_derivation`); the others are made on the
+        # gateway clock (`derivation`), a device-stamped input taken at its arrival there.
+        # One evaluation time for both compared a device's stamp with a gateway's: an hour
+        # apart, a sensor of both clocks found an input an hour old and was never made, and
+        # one of either clock was stamped on the other's.
+        device = frozenset(device)
+        own = {s: p for s, p in config.derived.items() if s in device}
+        theirs = {s: p for s, p in config.derived.items() if s not in device}
+        self._arrives = frozenset(
+            i for p in theirs.values() for i in p.compiled.inputs if i in device
+        )  # device-stamped inputs of the gateway's derived sensors: taken at their arrival
+        self._stamps: dict[str, float] = {}  # their latest device stamp taken (it must advance)
+        self.derivation = Derivation(theirs, config.rules, self._arrives) if theirs else None
+        self.device_derivation = Derivation(own, config.rules) if own else None
         self.store = StationStore.open(config.state_dir) if has_station(config) else None
         self.tracker = (
             StationTracker(config, self.store, resume=True, device=device) if self.store is not None else None
@@ -46,19 +63,38 @@ class LiveStation:
         self._saved = time.monotonic()
 
     def expand(self, items: Iterable[Sample | Condition]) -> Iterator[Sample | Condition]:
-        derivation = self.derivation
+        gateway, own = self.derivation, self.device_derivation
         for item in items:
-            if derivation is not None and isinstance(item, Sample):
-                yield from derivation.feed(item)
+            if isinstance(item, Sample):
+                made = own.feed(item) if own is not None else []
+                yield from made
+                if gateway is not None:
+                    for sample in (*made, item):
+                        taken = self._on_gateway_clock(sample)
+                        if taken is not None:
+                            yield from gateway.feed(taken)
             yield item
+
+    def _on_gateway_clock(self, sample: Sample) -> Sample | None:
+        """A device-stamped reading the gateway's derived sensors read, stamped at its
+        arrival on the gateway clock; None when its own stamp did not advance (a PLC whose
+        RTC died: the engine judges none of them either). Any other sample as it is."""
+        if sample.sensor not in self._arrives:
+            return sample
+        if not sample.time > self._stamps.get(sample.sensor, -math.inf):
+            return None
+        self._stamps[sample.sensor] = sample.time
+        return replace(sample, time=self.clock.now())
 
     def shift(self, delta: float, keep: Collection[str] = ()) -> None:
         """The gateway clock stepped by `delta` (< 0: back): the tracker and the derived
         sensors move their times with it (`ClockWatch.on_step`), so what they measure across
         the step is the time that passed; but those of the sensors in `keep`, stamped by
         their device's clock (`ClockWatch.device`), which did not step."""
-        if self.derivation is not None:
-            self.derivation.shift(delta, keep)
+        if self.derivation is not None:  # on the gateway clock, device inputs at their arrival
+            self.derivation.shift(delta)
+        if self.device_derivation is not None:
+            self.device_derivation.shift(delta, keep)
         if self.tracker is not None:
             self.tracker.shift(delta, keep)
 

@@ -1,0 +1,158 @@
+"""Derived sensors when the gateway's clock and a device's disagree (before NTP corrects the
+gateway): one made of a device-stamped reading and a polled one, and ones of a single clock
+beside each other. The daemon's own pipeline and station on injected wall and monotonic
+clocks, a timer tick every second, event time, no sleeps (docs/station.md, "Derived sensors
+on two clocks")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from monitor.config import Config, build_config
+from monitor.model import Sample
+from monitor.reconcile import device_stamped
+from tests.engine_helpers import T0
+from tests.test_clock_step import watched_daemon
+from tests.test_pipeline import close
+
+HOUR = 3600.0
+
+
+def two_clock_station(tmp_path: Path) -> Config:
+    """The outfall flow `q` polled over Modbus (the gateway's clock), the inflow `plant.qin`
+    and the effluent temperature `plant.temp` sent over MQTT with the PLC's time
+    (`time_path`); derived: the flow through the well (`net`, both clocks), the outflow in
+    MGD (`q.mgd`, the gateway's) and the temperature in °F (`temp.f`, the device's). Every
+    one reports every 10 s and is stale after 60 s."""
+    return build_config(
+        {
+            "station": {"id": "ps-derived-clocks"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [
+                {"id": "q", "kind": "flow", "unit": "gpm", "stale_after": "60s"},
+                {"id": "plant.qin", "kind": "flow", "unit": "gpm", "stale_after": "60s"},
+                {"id": "plant.temp", "kind": "temperature", "unit": "degC", "stale_after": "60s"},
+                {"id": "net", "kind": "derived", "unit": "gpm", "expression": "plant.qin - q",
+                 "stale_after": "60s"},
+                {"id": "q.mgd", "kind": "derived", "unit": "MGD", "expression": "q", "stale_after": "60s"},
+                {"id": "temp.f", "kind": "derived", "unit": "degF", "expression": "plant.temp",
+                 "stale_after": "60s"},
+            ],
+            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020,
+                                    "fields": [{"sensor": "q", "register": "holding", "address": 0,
+                                                "type": "UINT16"}]}]},
+            "mqtt": {"subscriptions": [{"topic": "plant/+/v", "sensor": "plant.{1}", "format": "json",
+                                        "value_path": "v", "time_path": "t"}]},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+
+
+class Station:
+    """The daemon on a gateway clock `offset` s off the PLC's (true time)."""
+
+    def __init__(self, tmp_path: Path, offset: float, corrected_at: float = 1e18) -> None:
+        config = two_clock_station(tmp_path)
+        assert device_stamped(config) == {"plant.qin", "plant.temp", "temp.f"}
+        self.offset, self.corrected_at = offset, corrected_at
+        self.daemon, self.wall, self.mono = watched_daemon(config, T0 + offset)
+
+    def gateway(self, k: float) -> float:
+        """The gateway clock at real second `k`: `offset` off until NTP corrects it."""
+        return T0 + k + (self.offset if k < self.corrected_at else 0.0)
+
+    def run(self, seconds: range, poll: bool = True, device: bool = True) -> None:
+        """Every 10 s of real time: the tick, the flow poll (gateway stamp), then the PLC's
+        message (its own stamp)."""
+        for k in seconds:
+            self.wall.set(self.gateway(k))
+            self.mono.set(1000.0 + k)
+            self.daemon.tick()
+            if k % 10:
+                continue
+            if poll:
+                self.daemon.pipeline.process([Sample("q", self.wall.now(), 700.0)])
+            if device:
+                self.daemon.pipeline.process(
+                    [Sample("plant.qin", T0 + k, 800.0), Sample("plant.temp", T0 + k, 20.0)]
+                )
+
+    def stale(self) -> list[tuple[str, str]]:
+        return [
+            (e.sensor, e.event)
+            for e in self.daemon.alarms.journal.entries()
+            if e.rule.value == "stale" and e.sensor in ("net", "q.mgd", "temp.f")
+        ]
+
+    def made(self, sensor: str) -> list[tuple[float, float]]:
+        """(seconds after the start on the sensor's clock, value) of the samples stored."""
+        return [(s.time - T0, round(s.value, 6)) for s in self.daemon.sink.store.query(sensor)]
+
+
+@pytest.mark.parametrize("offset", [HOUR, -HOUR, 120.0, -120.0, 0.0])
+def test_derived_sensors_on_two_clocks_are_made_on_time_with_the_right_value(
+    tmp_path: Path, offset: float
+) -> None:
+    """The gateway an hour (or 2 min) ahead of the PLC or behind it; every input arrives
+    every 10 s. `net` (800 - 700 gpm) is made at each poll, stamped on the gateway clock
+    (the clock its stale watch ticks on), `q.mgd` stamped as its flow poll, `temp.f` as its
+    device reading; no stale alarm. Before: one evaluation time for every derived sensor, the
+    later of the two clocks: an hour apart, `net` found one input an hour older than
+    `max_input_age` and was never made (its stale alarm on healthy inputs), and `q.mgd` (an
+    hour behind) too; 2 min behind, `q.mgd` was stamped on the PLC's clock, 2 min ahead of
+    its poll."""
+    gw = Station(tmp_path, offset)
+    try:
+        gw.run(range(0, 301))
+        assert gw.stale() == []
+        expected_q = [(k + offset, 0.7 * 1.44) for k in range(0, 291, 10)]  # 700 gpm = 1.008 MGD
+        assert gw.made("q.mgd") == [(t, round(v, 6)) for t, v in expected_q]
+        assert gw.made("temp.f") == [(float(k), 68.0) for k in range(0, 291, 10)]
+        net = gw.made("net")
+        assert [v for _, v in net] == [100.0] * len(net)
+        assert [t - offset for t, _ in net] == [float(k) for k in range(0, 291, 10)]
+        assert gw.daemon.engine.counters.out_of_order == 0
+    finally:
+        close(gw.daemon)
+
+
+@pytest.mark.parametrize("offset", [HOUR, -HOUR])
+def test_a_derived_sensor_of_two_clocks_stops_when_either_input_stops(tmp_path: Path, offset: float) -> None:
+    """The PLC stops sending at +100 s (the flow poll goes on): `net` stops within
+    `max_input_age` (5 min) of its device input's last arrival and goes stale 60 s after its
+    last sample, with the gateway an hour off either way; `q.mgd` goes on (its input is
+    polled)."""
+    gw = Station(tmp_path, offset)
+    try:
+        gw.run(range(0, 101))
+        gw.run(range(101, 801), device=False)
+        net = [t - offset for t, _ in gw.made("net")]
+        assert net[-1] <= 100 + 300 and net[-1] >= 100
+        assert ("net", "activated") in gw.stale()
+        assert ("q.mgd", "activated") not in gw.stale()
+        assert ("temp.f", "activated") in gw.stale()
+    finally:
+        close(gw.daemon)
+
+
+@pytest.mark.parametrize("offset", [HOUR, -HOUR])
+def test_a_derived_sensor_of_two_clocks_goes_on_across_a_step_of_the_gateway_clock(
+    tmp_path: Path, offset: float
+) -> None:
+    """The gateway, an hour ahead (or behind), is stepped to true time at +65 s while every
+    input reports: `net` is made at every poll after the step too, on the new clock, with
+    its value; nothing stale, nothing out of order."""
+    gw = Station(tmp_path, offset, corrected_at=65)
+    try:
+        gw.run(range(0, 301))
+        assert gw.stale() == []
+        net = gw.made("net")
+        after = [t for t, _ in net if 65 <= t < 1000]  # on the corrected clock
+        assert after == [float(k) for k in range(70, 291, 10)]
+        assert {v for _, v in net} == {100.0}
+        assert gw.daemon.engine.counters.out_of_order == 0
+    finally:
+        close(gw.daemon)
