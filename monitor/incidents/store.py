@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from monitor.durable import replace_file
 from monitor.errors import StateError
 from monitor.incidents.blocks import BlockError, checksum, decode, encode, times
 from monitor.incidents.evidence import HEADER, csv_parts
@@ -650,19 +651,15 @@ class IncidentStore:
         the fsyncs of incidents frozen together overlap. `data`: the file's bytes, or its
         parts in order (`evidence_parts`: written and hashed one after the other, never
         joined). `rows`: `csv_lines` of the columns `data` was made of, when the caller has
-        them (counting a day's lines in the bytes took as long as hashing them)."""
+        them (counting a day's lines in the bytes took as long as hashing them).
+        Through `replace_file`, so a symlink left at the `.tmp` is replaced, not followed
+        (its target was overwritten); without its per-file directory fsync, as before."""
         parts = [data] if isinstance(data, bytes | bytearray) else data
         path = self.evidence_path(iid)
-        tmp = path.with_suffix(".tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with tmp.open("wb") as fh:
-                fh.writelines(parts)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
+            replace_file(path, lambda fh: fh.writelines(parts), sync_dir=False)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)  # a full disk gets back what the half-written file took
             raise StateError(f"cannot write incident evidence {path}: {exc.strerror or exc}") from exc
         sha = hashlib.sha256()
         for part in parts:
