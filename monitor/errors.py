@@ -19,7 +19,8 @@ ever catch our types:
     │   └── OutboxError        the local outbox could not be read or written
     ├── StateError             a checkpoint, journal or ledger is unusable
     ├── AlarmError             an operator action is not allowed in this state
-    └── MeterError             a meter operation is invalid (e.g. replacement)
+    ├── MeterError             a meter operation is invalid (e.g. replacement)
+    └── KeyRefusedError        an Idempotency-Key that is not one (`monitor/writeonce.py`)
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from monitor.errors import StateError
 from monitor.incidents import IncidentStore
 from monitor.incidents.blocks import GRID, BlockError, checksum, decode, encode
 from monitor.incidents.evidence import slow_rows
-from monitor.incidents.store import CSV_HEADER, SCHEMA
+from monitor.incidents.store import CSV_HEADER, SCHEMA, SCHEMA_VERSION
 from monitor.sqlite import Schema, connect
 from tests.examples import examples
 from tests.incident_helpers import ROOT, incidents_json, monitor, replay_case
@@ -486,7 +486,7 @@ def test_kill_9_during_the_upgrade_of_a_schema_2_store_leaves_it_usable(
 ) -> None:
     """SIGKILL as the upgrade to schema 3 (or 4) is about to commit: the next start upgrades
     the file, and it reads as a store upgraded without the kill does: every incident,
-    evidence that verifies, the same CSV bytes, schema 4."""
+    evidence that verifies, the same CSV bytes, this release's schema (`SCHEMA_VERSION`)."""
     cfg = replay_case("slug-and-oil", tmp_path)
     listed = incidents_json(cfg)
     path = tmp_path / "state" / "incidents.sqlite"
@@ -520,7 +520,7 @@ def test_kill_9_during_the_upgrade_of_a_schema_2_store_leaves_it_usable(
             columns = [r[1] for r in store._db.execute("PRAGMA table_info(evidence_block)")]
             results.append((version, columns, [store.evidence_csv(inc["id"]) for inc in listed]))
     assert results[0] == results[1] and results[0][:2] == (
-        4,
+        SCHEMA_VERSION,
         ["incident", "sensor", "first", "last", "t", "value", "quality", "codec", "crc"],
     )
 
@@ -536,7 +536,8 @@ def test_an_older_release_refuses_this_store_before_reading_a_block(tmp_path: Pa
     older = Schema("incident store", SCHEMA.migrations[:reads_up_to])
     with pytest.raises(
         StateError,
-        match=f"written by a newer station-monitor \\(schema 4, this release reads up to {reads_up_to}\\)",
+        match=rf"written by a newer station-monitor \(schema {SCHEMA_VERSION},"
+        rf" this release reads up to {reads_up_to}\)",
     ):
         connect(tmp_path / "incidents.sqlite", older)
     assert (tmp_path / "incidents.sqlite").read_bytes() == before

@@ -301,15 +301,18 @@ def test_an_answer_lost_after_the_gateway_recorded_does_not_say_not_done(
     browser: Browser, station: tuple[StationWithIncidents, dict[str, Any]]
 ) -> None:
     """The gateway records the note and the connection drops before its answer arrives (a
-    phone on a VPN at 3 a.m.). The dialog said "Not done: ... Try again" with the draft
-    still in it, and saving again recorded the notice twice on the Superintendent's record.
-    Now it says the gateway did not answer, that the note may be recorded, and to look at
-    the panel (which shows it) before saving again. The request goes to the real server
-    and its answer is dropped in the browser (route.fetch, then abort): a real connection
-    cannot be cut on cue between the two."""
+    phone on a VPN at 3 a.m.), for the page's automatic retry too. The dialog said "Not
+    done: ... Try again" with the draft still in it, and saving again recorded the notice
+    twice on the Superintendent's record. Now it says the gateway did not answer, that the
+    note may be recorded, and that saving again is safe: it is, the draft's request id
+    goes with it and the gateway answers without a second note. The requests go to the
+    real server and their answers are dropped in the browser (route.fetch, then abort): a
+    real connection cannot be cut on cue between the two."""
     view, oil = station
+    lost: list[str | None] = []
 
     def lose_answer(route: Route) -> None:
+        lost.append(route.request.headers.get("idempotency-key"))
         route.fetch()  # the real gateway records it
         route.abort("connectionreset")
 
@@ -322,10 +325,15 @@ def test_an_answer_lost_after_the_gateway_recorded_does_not_say_not_done(
         page.click("#note-ok")
         error = page.locator("#note-error")
         expect(error).to_have_text(
-            "No answer from the gateway: it may or may not be recorded. Look at the panel before"
-            " trying again (it shows what is recorded)."
+            "No answer from the gateway, twice: it may or may not be recorded."
+            " Saving again is safe: the gateway records this write once."
         )
         expect(line.locator(".notes .note")).to_have_count(1)  # the panel refreshed: it is
+        assert len(lost) == 2 and lost[0] == lost[1] and lost[0] is not None  # one id, sent twice
+        page.unroute("**/api/incidents/*/notes")
+        page.click("#note-ok")  # the Wi-Fi is back: the operator saves again
+        expect(page.locator("#note-dialog")).to_be_hidden()
+        expect(line.locator(".notes .note")).to_have_count(1)
         page.close()
     stored = view.incidents.store.get(oil["id"])
     assert stored is not None and [n.text for n in stored.notes] == ["called the plant"]

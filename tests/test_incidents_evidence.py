@@ -653,3 +653,24 @@ def test_history_on_record_already_is_not_applied_twice(
         assert third.met_again == {a_id: 6, b.id: 2, c.id: 3}  # C's: on at 300, off at 305, on at 310
     finally:
         third.close()
+
+
+@pytest.mark.parametrize("tmp_name", ["evidence.tmp", "evidence.csv.tmp"])
+def test_a_symlink_left_at_the_evidence_tmp_is_not_followed(tmp_path: Path, tmp_name: str) -> None:
+    """Someone with write access to the state dir leaves a symlink where the freeze writes
+    its temporary file (the name before and after this fix): the freeze once opened it as
+    found, overwrote the link's target (here a file standing for `/etc/passwd`) and renamed
+    the link into place. The target keeps its bytes and the evidence is a regular file."""
+    target = tmp_path / "precious"
+    target.write_bytes(b"not yours\n")
+    with IncidentStore(tmp_path / "state") as store:
+        store.add_evidence("i1", "flow", np.array([1.0, 2.0]), np.ones(2), np.zeros(2, np.int8))
+        path = store.evidence_path("i1")
+        path.parent.mkdir(parents=True)
+        (path.parent / tmp_name).symlink_to(target)
+        sha, rows = store.freeze_evidence("i1")
+        assert target.read_bytes() == b"not yours\n"
+        assert not path.is_symlink()
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == sha
+        assert path.read_bytes() == store.evidence_csv("i1")
+        assert rows == 2

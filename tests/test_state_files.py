@@ -69,7 +69,7 @@ def test_a_state_directory_from_the_last_release_upgrades_in_place(released: Pat
     # stamp (monitor/meters/rows.py); the outbox at
     # 2: segments the cap drops last (the ledger's meter points); the series store at 2: the
     # pipeline's intake records (monitor/pipeline.py)
-    assert [version(released / f) for f in FILES] == [6, 1, 2, 2]
+    assert [version(released / f) for f in FILES] == [6, 2, 2, 2]  # journal 2: console request ids
     # the files are the daemon's user's alone now
     for f in FILES:
         assert stat.S_IMODE((released / f).stat().st_mode) == 0o600, f

@@ -3,20 +3,24 @@
 This is the one module that imports `sqlite3` for alarms; its errors become
 `StateError`. Rows are never updated or deleted (triggers refuse it), so the
 journal is evidence an inspector can read, and the alarm manager rebuilds its
-state at start by replaying it.
+state at start by replaying it. Beside it, `console_write` keeps the console's request ids
+(`monitor/writeonce.py`) in the transaction of the action each records; those rows age out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from monitor import writeonce
 from monitor.errors import StateError
 from monitor.model import Rule, iso
 from monitor.sqlite import Schema, connect
+from monitor.writeonce import Prior, WriteKey
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS journal (
@@ -41,7 +45,11 @@ BEGIN SELECT RAISE(ABORT, 'the alarm journal is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS journal_no_delete BEFORE DELETE ON journal
 BEGIN SELECT RAISE(ABORT, 'the alarm journal is append-only'); END;
 """
-SCHEMA = Schema("alarm journal", (_SCHEMA,))  # add a migration to change a table; never edit one
+# Version 2: the console's request ids (`monitor/writeonce.py`), in the transaction of the
+# action they record; not part of the append-only record (rows age out).
+SCHEMA = Schema(
+    "alarm journal", (_SCHEMA, writeonce.TABLE)
+)  # add a migration to change a table; never edit one
 
 _COLUMNS = "id, time, sensor, rule, event, state, priority, actor, note, until, value, lim, citation, message"
 
@@ -114,9 +122,12 @@ class Journal:
         # FULL: an acknowledgement or an activation on record must survive a power cut.
         self._db = connect(path, SCHEMA, synchronous="FULL", check_same_thread=False)
 
-    def append(self, entry: Entry) -> Entry:
-        """Write one row durably before the transition it records is announced."""
+    def append(self, entry: Entry, key: WriteKey | None = None) -> Entry:
+        """Write one row durably before the transition it records is announced; with the
+        console's request `key` in the same transaction (a repeat finds it, not a gap)."""
         try:
+            if key is not None:
+                self._db.execute("BEGIN IMMEDIATE")
             cur = self._db.execute(
                 f"INSERT INTO journal ({_COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -135,7 +146,15 @@ class Journal:
                     entry.message,
                 ),
             )
+            if key is not None:
+                writeonce.claim(self._db, key, entry.time)
+                self._db.execute("COMMIT")
         except sqlite3.Error as exc:
+            if key is not None:
+                # SQLite may have rolled back itself (a full disk); a closed file cannot be asked
+                with contextlib.suppress(sqlite3.Error):
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
             raise StateError(f"alarm journal {self.path}: cannot append {entry.event}: {exc}") from exc
         rowid = cur.lastrowid or 0
         return replace(entry, id=rowid)
@@ -172,6 +191,20 @@ class Journal:
             raise StateError(f"alarm journal {self.path}: cannot read: {exc}") from exc
         for row in rows:
             yield _entry(row)
+
+    def prior_write(self, key: WriteKey) -> Prior | None:
+        """The console write first sent with `key`, if it was recorded (`writeonce.find`)."""
+        try:
+            return writeonce.find(self._db, key)
+        except sqlite3.Error as exc:
+            raise StateError(f"alarm journal {self.path}: cannot read request ids: {exc}") from exc
+
+    def keep_answer(self, key: WriteKey, text: str) -> None:
+        """The answer to repeat for `key` (`writeonce.answer`)."""
+        try:
+            writeonce.answer(self._db, key, text)
+        except sqlite3.Error as exc:
+            raise StateError(f"alarm journal {self.path}: cannot keep an answer: {exc}") from exc
 
     def close(self) -> None:
         self._db.close()

@@ -13,6 +13,7 @@ from monitor.alarms.state import Record, apply_event, sort_key
 from monitor.config import Alarms, Config
 from monitor.errors import AlarmError, StateError
 from monitor.model import Alarm, AlarmState, Clock, Condition, ConditionState, Priority, Rule, iso
+from monitor.writeonce import WriteKey
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,9 @@ class AlarmManager:
 
     # --- operator actions ------------------------------------------------
 
-    def acknowledge(self, sensor: str, rule: Rule | str, by: str, note: str | None = None) -> Alarm:
+    def acknowledge(
+        self, sensor: str, rule: Rule | str, by: str, note: str | None = None, key: WriteKey | None = None
+    ) -> Alarm:
         rec = self._find(sensor, rule)
         by, note = _who(by), _text(note, "note")
         state = rec.state
@@ -166,7 +169,7 @@ class AlarmManager:
             raise AlarmError(f"{_name(rec)} is normal; there is nothing to acknowledge")
         if state not in (AlarmState.UNACK, AlarmState.RTN_UNACK):
             raise AlarmError(f"{_name(rec)} is {state.value.replace('_', ' ')}; it cannot be acknowledged")
-        return self._record(rec, "acknowledged", self.clock.now(), actor=by, note=note)
+        return self._record(rec, "acknowledged", self.clock.now(), actor=by, note=note, key=key)
 
     def shelve(
         self,
@@ -176,6 +179,7 @@ class AlarmManager:
         reason: str,
         until: float | None = None,
         duration: float | None = None,
+        key: WriteKey | None = None,
     ) -> Alarm:
         """Hide an alarm until a time (default `shelve_default`, never past `shelve_max` from now)."""
         rec = self._find(sensor, rule)
@@ -199,16 +203,18 @@ class AlarmManager:
         capped = min(until, now + self.config.shelve_max)
         if capped < until:
             log.info("shelving %s capped at shelve_max (%gs)", _name(rec), self.config.shelve_max)
-        return self._record(rec, "shelved", now, actor=by, note=why, until=capped)
+        return self._record(rec, "shelved", now, actor=by, note=why, until=capped, key=key)
 
-    def unshelve(self, sensor: str, rule: Rule | str, by: str) -> Alarm:
+    def unshelve(self, sensor: str, rule: Rule | str, by: str, key: WriteKey | None = None) -> Alarm:
         rec = self._find(sensor, rule)
         by = _who(by)
         if rec.shelved_until is None:
             raise AlarmError(f"{_name(rec)} is not shelved")
-        return self._record(rec, "unshelved", self.clock.now(), actor=by)
+        return self._record(rec, "unshelved", self.clock.now(), actor=by, key=key)
 
-    def remove_from_service(self, sensor: str, rule: Rule | str, by: str, reason: str) -> Alarm:
+    def remove_from_service(
+        self, sensor: str, rule: Rule | str, by: str, reason: str, key: WriteKey | None = None
+    ) -> Alarm:
         """Out of service, e.g. for instrument maintenance; stays until returned, no expiry."""
         rec = self._find(sensor, rule)
         by = _who(by)
@@ -217,17 +223,17 @@ class AlarmManager:
             raise AlarmError(f"removing {_name(rec)} from service needs a reason")
         if rec.out_of_service_by is not None:
             raise AlarmError(f"{_name(rec)} is already out of service (by {rec.out_of_service_by})")
-        return self._record(rec, "removed_from_service", self.clock.now(), actor=by, note=why)
+        return self._record(rec, "removed_from_service", self.clock.now(), actor=by, note=why, key=key)
 
-    def return_to_service(self, sensor: str, rule: Rule | str, by: str) -> Alarm:
+    def return_to_service(self, sensor: str, rule: Rule | str, by: str, key: WriteKey | None = None) -> Alarm:
         """Back in service from out of service or shelved."""
         rec = self._find(sensor, rule)
         by = _who(by)
         if rec.out_of_service_by is None and rec.shelved_until is None:
             raise AlarmError(f"{_name(rec)} is in service (neither out of service nor shelved)")
         if rec.out_of_service_by is None:
-            return self._record(rec, "unshelved", self.clock.now(), actor=by)
-        return self._record(rec, "returned_to_service", self.clock.now(), actor=by)
+            return self._record(rec, "unshelved", self.clock.now(), actor=by, key=key)
+        return self._record(rec, "returned_to_service", self.clock.now(), actor=by, key=key)
 
     def suppress(self, sensor: str, rule: Rule | str, reason: str) -> Alarm:
         """Designed suppression by logic (e.g. a process unit shut down)."""
@@ -277,8 +283,10 @@ class AlarmManager:
         actor: str | None = None,
         note: str | None = None,
         until: float | None = None,
+        key: WriteKey | None = None,
     ) -> Alarm:
-        """Journal first, then change memory, then tell listeners."""
+        """Journal first, then change memory, then tell listeners. `key`: the console's
+        request id, journaled in the same transaction as the entry."""
         draft = Entry(
             time=time,
             sensor=rec.sensor,
@@ -296,7 +304,7 @@ class AlarmManager:
         )
         after = rec.copy()
         apply_event(after, draft)
-        entry = self._append(replace(draft, state=str(after.state)))
+        entry = self._append(replace(draft, state=str(after.state)), key)
         apply_event(rec, entry)
         alarm = rec.snapshot()
         for listener in self._listeners:
@@ -322,7 +330,7 @@ class AlarmManager:
                 )
         return alarm
 
-    def _append(self, entry: Entry) -> Entry:
+    def _append(self, entry: Entry, key: WriteKey | None = None) -> Entry:
         while self._late:  # the disk alarm's transitions the journal missed, first
             try:
                 self.journal.append(self._late[0])
@@ -332,7 +340,7 @@ class AlarmManager:
         try:
             if self._late and entry.rule is Rule.DISK_FULL:
                 raise StateError("alarm journal: earlier state disk transitions not written yet")
-            return self.journal.append(entry)
+            return self.journal.append(entry, key)
         except StateError as exc:
             if entry.rule is not Rule.DISK_FULL:
                 raise

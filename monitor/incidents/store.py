@@ -38,13 +38,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from monitor import writeonce
+from monitor.durable import replace_file
 from monitor.errors import StateError
 from monitor.incidents.blocks import BlockError, checksum, decode, encode, times
 from monitor.incidents.evidence import HEADER, csv_parts
 from monitor.incidents.model import Figures, Incident, Note, NoteKind
 from monitor.sqlite import Schema, connect, translate
+from monitor.writeonce import Prior, WriteKey
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 FILE = "incidents.sqlite"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS incident (
@@ -96,7 +99,9 @@ CREATE INDEX IF NOT EXISTS evidence_block_of ON evidence_block (incident, sensor
 _CODEC = "ALTER TABLE evidence_block ADD COLUMN codec INTEGER NOT NULL DEFAULT 0;"
 # Version 4: each block's `blocks.checksum` when written; NULL (not checked) for older blocks.
 _CRC = "ALTER TABLE evidence_block ADD COLUMN crc INTEGER;"
-SCHEMA = Schema("incident store", (_SCHEMA, _BLOCKS, _CODEC, _CRC))  # its version is SCHEMA_VERSION (4)
+# Version 5: the console's request ids (`monitor/writeonce.py`), in the transaction of the
+# note or close they record.
+SCHEMA = Schema("incident store", (_SCHEMA, _BLOCKS, _CODEC, _CRC, writeonce.TABLE))  # SCHEMA_VERSION (5)
 CSV_HEADER = HEADER.decode() + "\n"
 _ADD_BLOCK = (
     "INSERT INTO evidence_block (incident, sensor, first, last, codec, t, value, quality, crc)"
@@ -332,19 +337,46 @@ class IncidentStore:
             return inc.with_(notes=notes)
         return inc.with_(notes=notes, closed_at=closing[0], closed_by=closing[1], close_reason=closing[2])
 
-    def add_note(self, iid: str, note: Note) -> None:
-        self._run(
-            "INSERT INTO note (incident, time, by, kind, text, due) VALUES (?, ?, ?, ?, ?, ?)",
-            (iid, note.time, note.by, str(note.kind), note.text, note.due),
-        )
+    def add_note(self, iid: str, note: Note, key: WriteKey | None = None) -> None:
+        """`key`: the console's request id, kept in the note's transaction."""
+        with self.batch():
+            self._run(
+                "INSERT INTO note (incident, time, by, kind, text, due) VALUES (?, ?, ?, ?, ?, ?)",
+                (iid, note.time, note.by, str(note.kind), note.text, note.due),
+            )
+            if key is not None:
+                self._claim(key, note.time)
 
-    def close_case(self, iid: str, time: float, by: str, reason: str) -> bool:
-        """Close an incident's case; False when it was closed already."""
-        cur = self._run(
-            "INSERT OR IGNORE INTO closing (incident, time, by, reason) VALUES (?, ?, ?, ?)",
-            (iid, time, by, reason),
-        )
+    def close_case(self, iid: str, time: float, by: str, reason: str, key: WriteKey | None = None) -> bool:
+        """Close an incident's case; False when it was closed already (`key` then not kept)."""
+        with self.batch():
+            cur = self._run(
+                "INSERT OR IGNORE INTO closing (incident, time, by, reason) VALUES (?, ?, ?, ?)",
+                (iid, time, by, reason),
+            )
+            if cur.rowcount == 1 and key is not None:
+                self._claim(key, time)
         return cur.rowcount == 1
+
+    def _claim(self, key: WriteKey, time: float) -> None:
+        try:
+            writeonce.claim(self._db, key, time)
+        except sqlite3.Error as exc:
+            raise StateError(f"incident store {self.path}: cannot keep the request id: {exc}") from exc
+
+    def prior_write(self, key: WriteKey) -> Prior | None:
+        """The console write first sent with `key`, if it was recorded (`writeonce.find`)."""
+        try:
+            return writeonce.find(self._db, key)
+        except sqlite3.Error as exc:
+            raise StateError(f"incident store {self.path}: cannot read request ids: {exc}") from exc
+
+    def keep_answer(self, key: WriteKey, text: str) -> None:
+        """The answer to repeat for `key` (`writeonce.answer`)."""
+        try:
+            writeonce.answer(self._db, key, text)
+        except sqlite3.Error as exc:
+            raise StateError(f"incident store {self.path}: cannot keep an answer: {exc}") from exc
 
     # --- evidence -----------------------------------------------------------------------
 
@@ -650,19 +682,15 @@ class IncidentStore:
         the fsyncs of incidents frozen together overlap. `data`: the file's bytes, or its
         parts in order (`evidence_parts`: written and hashed one after the other, never
         joined). `rows`: `csv_lines` of the columns `data` was made of, when the caller has
-        them (counting a day's lines in the bytes took as long as hashing them)."""
+        them (counting a day's lines in the bytes took as long as hashing them).
+        Through `replace_file`, so a symlink left at the `.tmp` is replaced, not followed
+        (its target was overwritten); without its per-file directory fsync, as before."""
         parts = [data] if isinstance(data, bytes | bytearray) else data
         path = self.evidence_path(iid)
-        tmp = path.with_suffix(".tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with tmp.open("wb") as fh:
-                fh.writelines(parts)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
+            replace_file(path, lambda fh: fh.writelines(parts), sync_dir=False)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)  # a full disk gets back what the half-written file took
             raise StateError(f"cannot write incident evidence {path}: {exc.strerror or exc}") from exc
         sha = hashlib.sha256()
         for part in parts:

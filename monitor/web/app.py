@@ -11,7 +11,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -28,7 +28,7 @@ from monitor import __version__
 from monitor.config import Console
 from monitor.errors import AlarmError, StateError
 from monitor.health import attention
-from monitor.model import Rule, iso
+from monitor.model import Alarm, Rule, iso
 from monitor.web.events import ConsoleFeed
 from monitor.web.guard import WRITES_DISABLED, Guard
 from monitor.web.meters import add_meter_routes
@@ -46,7 +46,9 @@ from monitor.web.models import (
     finite,
     jsonable,
 )
+from monitor.web.once import WriteKeyed, once
 from monitor.web.view import SensorReading, StationView
+from monitor.writeonce import WriteKey
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
@@ -54,6 +56,7 @@ _bearer = HTTPBearer(auto_error=False, description="console.token from the stati
 _WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": Problem, "description": "missing or wrong bearer token"},
     403: {"model": Problem, "description": "no console.token configured: writes are disabled"},
+    400: {"model": Problem, "description": "an Idempotency-Key that is not 8 to 64 of A-Z a-z 0-9 . _ : -"},
     404: {"model": Problem, "description": "no such alarm"},
     409: {"model": Problem, "description": "the alarm's state does not allow this action"},
     503: {"model": Problem, "description": "the alarm journal could not record the action"},
@@ -135,43 +138,66 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
         if view.alarms.get(sensor, rule) is None:
             raise HTTPException(404, f"no alarm {sensor}/{rule} on this station")
 
+    def alarm_once(
+        sensor: str, rule: Rule, key: WriteKey | None, write: Callable[[WriteKey | None], Alarm]
+    ) -> Any:
+        """`write` once per request id (`once`); a repeat is answered, not done again."""
+        known(sensor, rule)
+
+        def recorded() -> dict[str, object]:
+            alarm = view.alarms.get(sensor, rule)
+            assert alarm is not None  # `known`: alarms are never forgotten while the daemon runs
+            return alarm.to_json()
+
+        return once(view.alarms.journal, key, lambda k: write(k).to_json(), recorded, AlarmOut)
+
     @app.post("/api/alarms/{sensor}/{rule}/ack", response_model=AlarmOut, responses=_WRITE_ERRORS)
     async def acknowledge(
-        sensor: str, rule: Rule, body: AckRequest, _: None = token_required
-    ) -> dict[str, object]:
-        known(sensor, rule)
-        return view.alarms.acknowledge(sensor, rule, body.by, body.note).to_json()
+        sensor: str, rule: Rule, body: AckRequest, key: WriteKeyed, _: None = token_required
+    ) -> Any:
+        return alarm_once(
+            sensor, rule, key, lambda k: view.alarms.acknowledge(sensor, rule, body.by, body.note, key=k)
+        )
 
     @app.post("/api/alarms/{sensor}/{rule}/shelve", response_model=AlarmOut, responses=_WRITE_ERRORS)
     async def shelve(
-        sensor: str, rule: Rule, body: ShelveRequest, _: None = token_required
-    ) -> dict[str, object]:
-        known(sensor, rule)
+        sensor: str, rule: Rule, body: ShelveRequest, key: WriteKeyed, _: None = token_required
+    ) -> Any:
         until = None if body.until is None else body.until.timestamp()
         duration = None if body.minutes is None else body.minutes * 60
-        alarm = view.alarms.shelve(sensor, rule, body.by, body.reason, until=until, duration=duration)
-        return alarm.to_json()
+        return alarm_once(
+            sensor,
+            rule,
+            key,
+            lambda k: view.alarms.shelve(
+                sensor, rule, body.by, body.reason, until=until, duration=duration, key=k
+            ),
+        )
 
     @app.post("/api/alarms/{sensor}/{rule}/unshelve", response_model=AlarmOut, responses=_WRITE_ERRORS)
     async def unshelve(
-        sensor: str, rule: Rule, body: ReturnRequest, _: None = token_required
-    ) -> dict[str, object]:
-        known(sensor, rule)
-        return view.alarms.unshelve(sensor, rule, body.by).to_json()
+        sensor: str, rule: Rule, body: ReturnRequest, key: WriteKeyed, _: None = token_required
+    ) -> Any:
+        return alarm_once(sensor, rule, key, lambda k: view.alarms.unshelve(sensor, rule, body.by, key=k))
 
     @app.post("/api/alarms/{sensor}/{rule}/remove", response_model=AlarmOut, responses=_WRITE_ERRORS)
     async def remove(
-        sensor: str, rule: Rule, body: RemoveRequest, _: None = token_required
-    ) -> dict[str, object]:
-        known(sensor, rule)
-        return view.alarms.remove_from_service(sensor, rule, body.by, body.reason).to_json()
+        sensor: str, rule: Rule, body: RemoveRequest, key: WriteKeyed, _: None = token_required
+    ) -> Any:
+        return alarm_once(
+            sensor,
+            rule,
+            key,
+            lambda k: view.alarms.remove_from_service(sensor, rule, body.by, body.reason, key=k),
+        )
 
     @app.post("/api/alarms/{sensor}/{rule}/return", response_model=AlarmOut, responses=_WRITE_ERRORS)
     async def return_(
-        sensor: str, rule: Rule, body: ReturnRequest, _: None = token_required
-    ) -> dict[str, object]:
-        known(sensor, rule)
-        return view.alarms.return_to_service(sensor, rule, body.by).to_json()
+        sensor: str, rule: Rule, body: ReturnRequest, key: WriteKeyed, _: None = token_required
+    ) -> Any:
+        return alarm_once(
+            sensor, rule, key, lambda k: view.alarms.return_to_service(sensor, rule, body.by, key=k)
+        )
 
     tracker = getattr(view, "incidents", None)  # the daemon's IncidentTracker (issue 16)
     if tracker is not None:

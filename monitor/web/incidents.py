@@ -19,9 +19,12 @@ from monitor.incidents.due import check_time_limit, local_midnight, overdue
 from monitor.incidents.model import Note, NoteKind, Status
 from monitor.incidents.report import incident_json
 from monitor.incidents.tracker import IncidentTracker
+from monitor.web.once import WriteKeyed, once
 from monitor.web.view import StationView
+from monitor.writeonce import WriteKey
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "an Idempotency-Key that is not 8 to 64 of A-Z a-z 0-9 . _ : -"},
     401: {"description": "missing or wrong bearer token"},
     403: {"description": "no console.token configured: writes are disabled"},
     404: {"description": "no such incident"},
@@ -105,8 +108,11 @@ def add_incident_routes(
     async def incident(iid: str) -> dict[str, object]:
         return incident_json(get(iid), zone, view.now())
 
+    def answer(iid: str) -> dict[str, object]:
+        return incident_json(get(iid), zone, view.now())
+
     @app.post("/api/incidents/{iid}/notes", response_model=dict[str, Any], responses=_ERRORS)
-    async def note(iid: str, body: NoteRequest, _: None = token_required) -> dict[str, object]:
+    async def note(iid: str, body: NoteRequest, key: WriteKeyed, _: None = token_required) -> Any:
         inc = get(iid)
         kind = NoteKind(body.kind)
         if body.due is not None and kind is not NoteKind.NOTICE:
@@ -117,15 +123,24 @@ def add_incident_routes(
                 due = check_time_limit(_ts(body.due, zone), inc.start, zone)
             except ValueError as exc:
                 raise HTTPException(422, str(exc)) from None
-        store.add_note(iid, Note(time=view.now(), by=body.by, text=body.text, kind=kind, due=due))
-        return incident_json(get(iid), zone, view.now())
+        note = Note(time=view.now(), by=body.by, text=body.text, kind=kind, due=due)
+
+        def write(k: WriteKey | None) -> dict[str, object]:
+            store.add_note(iid, note, key=k)
+            return answer(iid)
+
+        return once(store, key, write, lambda: answer(iid))
 
     @app.post("/api/incidents/{iid}/close", response_model=dict[str, Any], responses=_ERRORS)
-    async def close(iid: str, body: CloseRequest, _: None = token_required) -> dict[str, object]:
+    async def close(iid: str, body: CloseRequest, key: WriteKeyed, _: None = token_required) -> Any:
         get(iid)
-        if not store.close_case(iid, view.now(), body.by, body.reason):
-            raise HTTPException(409, f"incident {iid} is closed already")
-        return incident_json(get(iid), zone, view.now())
+
+        def write(k: WriteKey | None) -> dict[str, object]:
+            if not store.close_case(iid, view.now(), body.by, body.reason, key=k):
+                raise HTTPException(409, f"incident {iid} is closed already")
+            return answer(iid)
+
+        return once(store, key, write, lambda: answer(iid))
 
 
 def _ts(when: datetime | date, zone: ZoneInfo) -> float:

@@ -20,6 +20,7 @@ let sensors = [];
 let alarms = [];
 let writesEnabled = false;
 let shelveTarget = null;
+let shelveKey = null;
 let clockSkew = 0; // browser time minus the daemon's clock (replay runs on data time)
 
 function el(tag, attrs, ...children) {
@@ -90,24 +91,60 @@ function writeButton() {
   return writesEnabled ? {} : { disabled: true, title: "writes disabled: no console token configured" };
 }
 
-// Null when done, else the server's refusal in plain words.
-async function post(url, body) {
+// A request id for one write (the Idempotency-Key header), made when its dialog opens or its
+// button is pressed and sent again with every retry of that write: the gateway records it
+// once and answers a repeat with its first answer. getRandomValues, not randomUUID: that one
+// needs a secure context, and the console is plain http on the gateway's address.
+function requestId() {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+const LOST = "No answer from the gateway, twice: it may or may not be recorded."
+  + " Saving again is safe: the gateway records this write once.";
+const KEY_REUSED = "Not done: an earlier save of this form may be recorded already, with other words"
+  + " (look at the panel). Saving again records this as a new entry.";
+
+// { problem: null when done, else the refusal in plain words; retried: the first answer was
+// lost and the retry was answered; reused: the gateway had this request id for another write
+// (a draft edited after a lost answer): the form needs a new one }.
+async function post(url, body, key) {
   const op = operator();
-  if (!op) return "Not done: enter your name and the console token under Operator first.";
+  if (!op) return { problem: "Not done: enter your name and the console token under Operator first." };
+  const send = () => fetch(url, {
+    method: "POST",
+    headers: {
+      "Content-Type": "application/json", Authorization: `Bearer ${op.token}`, "Idempotency-Key": key,
+    },
+    body: JSON.stringify({ by: op.name, ...body }),
+  });
   let r;
+  let retried = false;
   try {
-    r = await fetch(url, {
-      method: "POST",
-      headers: { "Content-Type": "application/json", Authorization: `Bearer ${op.token}` },
-      body: JSON.stringify({ by: op.name, ...body }),
-    });
+    r = await send();
   } catch (e) {
-    // the request may have reached the gateway and its answer been lost: "not done" and the
-    // draft kept invited saving again, a second record of the same notice
-    return "No answer from the gateway: it may or may not be recorded."
-      + " Look at the panel before trying again (it shows what is recorded).";
+    // the request may have reached the gateway and its answer been lost (Wi-Fi dropped after
+    // the commit): the same write once more with the same id, which the gateway does not
+    // record twice
+    retried = true;
+    try {
+      r = await send();
+    } catch (e2) {
+      return { problem: LOST, retried };
+    }
   }
-  return r.ok ? null : refusal(r);
+  if (r.ok) return { problem: null, retried };
+  if (r.status === 422 && await keyReused(r.clone())) return { problem: KEY_REUSED, retried, reused: true };
+  return { problem: await refusal(r), retried };
+}
+
+async function keyReused(r) {
+  try { return String((await r.json()).detail).startsWith("this Idempotency-Key"); } catch (e) { return false; }
+}
+
+// what the operator is told when a write's first answer was lost and the retry confirmed it
+function confirmedAfterRetry(what) {
+  return `${what}: confirmed by the gateway after its first answer was lost (recorded once).`;
 }
 
 // What a refused field is called on the forms (FastAPI's 422 names the body's key).
@@ -141,11 +178,15 @@ async function refusal(r) {
   return `Not done: ${words.replace(/\.$/, "")}.${hint}`;
 }
 
-async function act(alarm, action, body) {
+const ACTION_TEXT = { ack: "Acknowledged", shelve: "Shelved", unshelve: "Unshelved", return: "Returned to service" };
+
+// `key`: the write's request id (a shelve's is made when its dialog opens); one per click else
+async function act(alarm, action, body, key = requestId()) {
   if (!operator()) return;
   const url = `/api/alarms/${encodeURIComponent(alarm.sensor)}/${alarm.rule}/${action}`;
-  const problem = await post(url, body);
+  const { problem, retried } = await post(url, body, key);
   if (problem) toast(problem);
+  else if (retried) toast(confirmedAfterRetry(`${ACTION_TEXT[action]} ${alarm.sensor} ${RULE_TEXT[alarm.rule] || alarm.rule}`));
   else $("#toast").hidden = true;
   await refreshAlarms();
 }
@@ -219,6 +260,7 @@ function alarmCard(a) {
 
 function openShelve(a) {
   shelveTarget = a;
+  shelveKey = requestId();
   $("#shelve-title").textContent = `Shelve ${a.sensor} ${RULE_TEXT[a.rule] || a.rule}`;
   $("#shelve-reason").value = "";
   $("#shelve-dialog").showModal();
@@ -446,6 +488,10 @@ function noteLine(n) {
 // keeps what was typed for that incident until it is saved (fix the token, open it again).
 let noteTarget = null;
 let closeTarget = null;
+// each draft's request id: kept with the draft (a save again after a lost answer is the same
+// write), new with a new draft
+let noteKey = null;
+let closeKey = null;
 
 function incidentLabel(i) {
   const known = sensors.find((x) => x.id === i.sensor);
@@ -460,9 +506,10 @@ function showError(box, words) {
 function openNote(i) {
   const op = operator();
   if (!op) return;
-  if (noteTarget !== i.id) {
+  if (noteTarget !== i.id || !noteKey) {
     $("#note-form").reset();
     showNoteDue();
+    noteKey = requestId();
   }
   noteTarget = i.id;
   $("#note-title").textContent = `Note on ${incidentLabel(i)}`;
@@ -481,7 +528,10 @@ function showNoteDue() {
 function openClose(i) {
   const op = operator();
   if (!op) return;
-  if (closeTarget !== i.id) $("#close-form").reset();
+  if (closeTarget !== i.id || !closeKey) {
+    $("#close-form").reset();
+    closeKey = requestId();
+  }
   closeTarget = i.id;
   $("#close-title").textContent = `Close the case: ${incidentLabel(i)}`;
   $("#close-for").textContent = `${i.start_local} · ${i.id} · by ${op.name}`;
@@ -499,13 +549,16 @@ function openClose(i) {
 // (`still`): Esc closes a dialog while a slow gateway answers, and it may be opened for another
 // incident before the answer comes. Else a refusal is a toast naming its case; a success
 // leaves the other incident's dialog and draft alone (it closed that dialog and said "Case
-// closed." over it). Null when done, else the refusal.
-async function submitIncident(dialog, url, body, errorBox, target, still, done) {
+// closed." over it). `key`: the draft's request id; `renew` gives the draft a new one. Returns
+// post's answer.
+async function submitIncident(dialog, url, body, key, errorBox, target, still, done, renew) {
   const ok = dialog.querySelector("button.primary");
   ok.disabled = true;  // one click, one record
-  let problem;
+  let answer;
   try {
-    problem = await post(url, body);
+    answer = await post(url, body, key);
+    const problem = answer.problem;
+    if (answer.reused && still()) renew();
     if (still() && dialog.open) showError(errorBox, problem);
     else if (problem) toast(`${caseLabel(target)}: ${problem}`);
     if (!problem && still()) { done(); dialog.close(); }
@@ -513,7 +566,7 @@ async function submitIncident(dialog, url, body, errorBox, target, still, done) 
     ok.disabled = false;
   }
   await refreshIncidents();
-  return problem;
+  return answer;
 }
 
 // an incident's label by its id, from the panel as it was when its dialog was opened
@@ -582,7 +635,7 @@ async function start() {
     if (!reason || !shelveTarget) return;
     const minutes = $("#shelve-minutes").value;
     $("#shelve-dialog").close();
-    act(shelveTarget, "shelve", minutes ? { reason, minutes: Number(minutes) } : { reason });
+    act(shelveTarget, "shelve", minutes ? { reason, minutes: Number(minutes) } : { reason }, shelveKey);
   });
   $("#note-kind").addEventListener("change", showNoteDue);
   $("#note-cancel").addEventListener("click", () => $("#note-dialog").close());
@@ -592,8 +645,10 @@ async function start() {
     if (body.kind === "notice") body.due = $("#note-due").value;  // YYYY-MM-DD: the station's day
     const target = noteTarget;
     const url = `/api/incidents/${encodeURIComponent(target)}/notes`;
-    submitIncident($("#note-dialog"), url, body, $("#note-error"), target, () => noteTarget === target,
-      () => { noteTarget = null; });
+    const label = caseLabel(target);
+    submitIncident($("#note-dialog"), url, body, noteKey, $("#note-error"), target, () => noteTarget === target,
+      () => { noteTarget = null; noteKey = null; }, () => { noteKey = requestId(); })
+      .then((a) => { if (!a.problem && a.retried) toast(confirmedAfterRetry(`Note recorded on ${label}`)); });
   });
   $("#close-cancel").addEventListener("click", () => $("#close-dialog").close());
   $("#close-form").addEventListener("submit", (e) => {
@@ -601,9 +656,14 @@ async function start() {
     const target = closeTarget;
     const url = `/api/incidents/${encodeURIComponent(target)}/close`;
     const label = caseLabel(target);
-    submitIncident($("#close-dialog"), url, { reason: $("#close-reason").value.trim() }, $("#close-error"),
-      target, () => closeTarget === target, () => { closeTarget = null; })
-      .then((problem) => { if (!problem) toast(`Case closed: ${label}.`); });  // naming it: another may be open
+    submitIncident($("#close-dialog"), url, { reason: $("#close-reason").value.trim() }, closeKey,
+      $("#close-error"), target, () => closeTarget === target, () => { closeTarget = null; closeKey = null; },
+      () => { closeKey = requestId(); })
+      .then((a) => {
+        if (a.problem) return;
+        const closed = `Case closed: ${label}`;  // naming it: another may be open
+        toast(a.retried ? confirmedAfterRetry(closed) : `${closed}.`);
+      });
   });
   try {
     const st = await getJSON("/api/station");

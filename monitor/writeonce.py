@@ -1,0 +1,106 @@
+"""A console write done once however often it is sent: the `Idempotency-Key` record.
+
+The operator's page sends a request id with every write; when Wi-Fi drops the answer after
+the gateway committed, the page (or the operator) sends the same write again with the same
+id. The store that takes the write (the alarm journal, the incident store) keeps
+(owner, key, request, time, answer) in a `console_write` table of its own file, and the
+row is inserted in the same SQLite transaction as the write: a kill -9 between the commit
+and the answer leaves both or neither, so the repeat after a restart finds the key and
+writes nothing. The answer is added after the commit (None until then: a repeat that finds
+none is answered from what is recorded now).
+
+Bounded for an attacker with the token: a key is 8 to 64 characters of `KEY_CHARS`, the
+owner is a digest of the bearer token (keys of one token are not another's), and each
+claim deletes rows older than `KEEP_SECONDS` and all but the newest `KEEP_ROWS`, so the
+table never grows past that; an answer above `ANSWER_MAX` bytes is not kept.
+
+This module only speaks SQL on a connection its store opened; the store maps the errors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sqlite3
+from dataclasses import dataclass
+
+from monitor.errors import MonitorError
+
+# One migration for each store that keeps the keys (append it to that store's Schema).
+TABLE = """
+CREATE TABLE IF NOT EXISTS console_write (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    owner TEXT NOT NULL,
+    key TEXT NOT NULL,
+    request TEXT NOT NULL,
+    time REAL NOT NULL,
+    answer TEXT,
+    UNIQUE (owner, key)
+);
+CREATE INDEX IF NOT EXISTS console_write_time ON console_write (time);
+"""
+KEY_CHARS = "A-Z a-z 0-9 . _ : -"
+_KEY = re.compile(r"[A-Za-z0-9._:-]{8,64}")
+KEEP_SECONDS = 24 * 3600.0  # a retry comes within seconds; an operator's second try within hours
+KEEP_ROWS = 1000  # a station's operators write tens a day
+ANSWER_MAX = 64 * 1024
+
+
+class KeyRefusedError(MonitorError):
+    """An `Idempotency-Key` header that is not one: its words say what one is."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteKey:
+    """One write's key: whose (`owner`, a digest of the token), the key as sent, and
+    `request`, a digest of what was asked (method, path, body bytes)."""
+
+    owner: str
+    key: str
+    request: str
+
+
+@dataclass(frozen=True, slots=True)
+class Prior:
+    """What a key was first used for: its request digest, and its answer when kept."""
+
+    request: str
+    answer: str | None
+
+
+def write_key(header: str, token: str, method: str, path: str, body: bytes) -> WriteKey:
+    """The key of a write; `KeyRefused` when `header` is not 8 to 64 of `KEY_CHARS`."""
+    if not _KEY.fullmatch(header):
+        raise KeyRefusedError(f"Idempotency-Key must be 8 to 64 characters of {KEY_CHARS}")
+    owner = hashlib.sha256(b"station-monitor console write\0" + token.encode("utf-8", "replace")).hexdigest()
+    asked = hashlib.sha256(f"{method} {path}\0".encode("utf-8", "replace") + body).hexdigest()
+    return WriteKey(owner=owner, key=header, request=asked)
+
+
+def find(db: sqlite3.Connection, key: WriteKey) -> Prior | None:
+    """The key's first use, or None when it is new (or forgotten: older than the bounds)."""
+    row = db.execute(
+        "SELECT request, answer FROM console_write WHERE owner = ? AND key = ?", (key.owner, key.key)
+    ).fetchone()
+    return None if row is None else Prior(request=row[0], answer=row[1])
+
+
+def claim(db: sqlite3.Connection, key: WriteKey, time: float) -> None:
+    """Record the key; call inside the write's transaction. Prunes to the bounds first."""
+    db.execute(
+        "DELETE FROM console_write WHERE time < ? OR time > ?"
+        " OR id <= (SELECT max(id) FROM console_write) - ?",  # a clock stepped back: its future too
+        (time - KEEP_SECONDS, time + KEEP_SECONDS, KEEP_ROWS - 1),
+    )
+    db.execute(
+        "INSERT INTO console_write (owner, key, request, time) VALUES (?, ?, ?, ?)",
+        (key.owner, key.key, key.request, time),
+    )
+
+
+def answer(db: sqlite3.Connection, key: WriteKey, text: str) -> None:
+    """Keep the first answer for repeats (after the write's commit; not when too long)."""
+    if len(text) <= ANSWER_MAX:
+        db.execute(
+            "UPDATE console_write SET answer = ? WHERE owner = ? AND key = ?", (text, key.owner, key.key)
+        )

@@ -1,0 +1,284 @@
+"""Console writes sent again (the `Idempotency-Key` header, monitor/web/once.py): a repeat
+is answered with the first answer and recorded once; the key with another request is
+refused in words; keys are bounded and per token; the table of keys is bounded; and a
+daemon killed with SIGKILL between the commit and the answer still records the repeat
+once after its restart. Plain HTTP clients against the real console server and stores."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from monitor.incidents import IncidentStore
+from monitor.incidents.model import Note
+from monitor.model import ManualClock, Sample
+from monitor.web.once import KEY_REUSED
+from monitor.writeonce import KEEP_ROWS, KEEP_SECONDS, write_key
+from tests.console import T0, TOKEN, LiveConsole, TableView
+from tests.daemon_process import ROOT, running_daemon
+from tests.incident_helpers import StationWithIncidents, incidents_json, replay_case
+from tests.services import free_port, port_open
+from tests.waiting import wait_until
+
+NOW = 1781913600.0  # 2026-06-20T00:00Z, after the case's incidents
+KEY = "5f0e8a2c-31b4-4d6e-9a7b-0c1d2e3f4a5b"
+NOTICE = {"kind": "notice", "text": "§139-21 A notice of violation, served", "due": "2026-07-01"}
+
+
+@pytest.fixture
+def case(tmp_path: Path) -> Iterator[tuple[StationWithIncidents, dict[str, Any]]]:
+    """The station with the golden case's incidents: (view, the slug incident)."""
+    cfg = replay_case("slug-and-oil", tmp_path)
+    slug, _ = incidents_json(cfg)
+    view = StationWithIncidents(tmp_path, cfg, NOW)
+    try:
+        yield view, slug
+    finally:
+        view.incidents.close()
+
+
+def keyed(
+    base: str, url: str, body: dict[str, Any], key: str | None = KEY, token: str = TOKEN
+) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"}
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    return httpx.post(f"{base}{url}", json={"by": "R. Alvarez", **body}, headers=headers)
+
+
+def test_a_notice_sent_twice_with_one_key_is_recorded_once(
+    case: tuple[StationWithIncidents, dict[str, Any]],
+) -> None:
+    """The page's retry after a lost answer: the second POST gets the first answer, byte
+    for byte, marked replayed, and the Superintendent's record has one notice. Before:
+    two notices of violation. Without the header every POST is a write, as before."""
+    view, slug = case
+    url = f"/api/incidents/{slug['id']}/notes"
+    with LiveConsole(view) as live:
+        first = keyed(live.url, url, NOTICE)
+        again = keyed(live.url, url, NOTICE)
+        assert first.status_code == again.status_code == 200, again.text
+        assert again.content == first.content
+        assert again.headers["idempotent-replayed"] == "true" and "idempotent-replayed" not in first.headers
+        assert len(first.json()["notes"]) == 1
+        stored = view.incidents.store.get(slug["id"])
+        assert stored is not None and [n.text for n in stored.notes] == [NOTICE["text"]]
+        assert keyed(live.url, url, {"text": "a"}, key=None).status_code == 200
+        assert keyed(live.url, url, {"text": "a"}, key=None).status_code == 200
+    stored = view.incidents.store.get(slug["id"])
+    assert stored is not None and len(stored.notes) == 3
+
+
+def test_a_close_sent_twice_is_one_close_answered_twice_not_a_409(
+    case: tuple[StationWithIncidents, dict[str, Any]],
+) -> None:
+    """The repeat of a close whose answer was lost said "closed already" (409): the page
+    showed "Not done" for a case it had closed. Now it gets the first answer."""
+    view, slug = case
+    url = f"/api/incidents/{slug['id']}/close"
+    with LiveConsole(view) as live:
+        first = keyed(live.url, url, {"reason": "statement received"})
+        again = keyed(live.url, url, {"reason": "statement received"})
+        assert (first.status_code, again.status_code) == (200, 200), again.text
+        assert again.content == first.content
+        other = keyed(live.url, url, {"reason": "statement received"}, key="another-key-0001")
+        assert other.status_code == 409  # another write: refused as before, and not kept
+        assert (
+            keyed(live.url, url, {"reason": "statement received"}, key="another-key-0001").status_code == 409
+        )
+
+
+def test_an_acknowledgement_sent_twice_is_journaled_once(tmp_path: Path) -> None:
+    """An alarm acknowledged, the answer lost, sent again: one `acknowledged` row in the
+    journal and the first answer (not "already acknowledged", 409); shelve likewise."""
+    view = TableView(tmp_path / "journal.sqlite", ManualClock(T0))
+    view.inject(Sample("outfall.ph", T0, 9.6), limit=9.0, citation="§139-15 C(3)")
+    with LiveConsole(view) as live:
+        url = "/api/alarms/outfall.ph/high/ack"
+        first = keyed(live.url, url, {"note": "on it"})
+        again = keyed(live.url, url, {"note": "on it"})
+        assert (first.status_code, again.status_code) == (200, 200), again.text
+        assert again.content == first.content and first.json()["state"] == "active_acknowledged"
+        shelve = "/api/alarms/outfall.ph/high/shelve"
+        once = keyed(live.url, shelve, {"reason": "probe cleaning", "minutes": 30}, key="shelve-key-0001")
+        twice = keyed(live.url, shelve, {"reason": "probe cleaning", "minutes": 30}, key="shelve-key-0001")
+        assert (once.status_code, twice.status_code, twice.content) == (200, 200, once.content)
+        events = [e.event for e in live.call(lambda: list(view.alarms.journal.entries(sensor="outfall.ph")))]
+    assert events.count("acknowledged") == 1 and events.count("shelved") == 1
+
+
+def test_the_key_with_another_request_is_refused_in_words_and_nothing_is_written(
+    case: tuple[StationWithIncidents, dict[str, Any]],
+) -> None:
+    """A draft edited after a lost answer, or a client that reuses its keys: the same key
+    with another text, another incident or another action is a 422 that says so; the
+    first write stands alone."""
+    view, slug = case
+    url = f"/api/incidents/{slug['id']}/notes"
+    with LiveConsole(view) as live:
+        assert keyed(live.url, url, NOTICE).status_code == 200
+        for other_url, body in (
+            (url, {**NOTICE, "text": "another text"}),
+            (url, {"text": NOTICE["text"]}),
+            (f"/api/incidents/{slug['id']}/close", {"reason": "done"}),
+            ("/api/incidents/no-such/notes", NOTICE),
+        ):
+            got = keyed(live.url, other_url, body)
+            if other_url.startswith("/api/incidents/no-such"):
+                assert got.status_code == 404  # no such incident comes first
+                continue
+            assert (got.status_code, got.json()) == (422, {"detail": KEY_REUSED}), other_url
+    stored = view.incidents.store.get(slug["id"])
+    assert stored is not None and len(stored.notes) == 1 and stored.closed_at is None
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["short", "x" * 65, "spaces are not ok", "ключ-ключ-ключ", "a/b/c/d/e/f", "key\twith-tab", ""],
+)
+def test_a_key_outside_its_bounds_is_refused_in_words(
+    case: tuple[StationWithIncidents, dict[str, Any]], key: str
+) -> None:
+    """8 to 64 characters of A-Z a-z 0-9 . _ : - (a UUID, a hex id); anything else is a 400
+    naming the rule, and nothing is written."""
+    view, slug = case
+    with LiveConsole(view) as live:
+        headers = [(b"Authorization", f"Bearer {TOKEN}".encode()), (b"Idempotency-Key", key.encode("utf-8"))]
+        got = httpx.post(
+            f"{live.url}/api/incidents/{slug['id']}/notes", json={"by": "a", "text": "t"}, headers=headers
+        )
+        assert got.status_code == 400, got.text
+        assert got.json()["detail"] == "Idempotency-Key must be 8 to 64 characters of A-Z a-z 0-9 . _ : -"
+        two = httpx.post(
+            f"{live.url}/api/incidents/{slug['id']}/notes",
+            json={"by": "a", "text": "t"},
+            headers=[
+                ("Authorization", f"Bearer {TOKEN}"),
+                ("Idempotency-Key", KEY),
+                ("Idempotency-Key", KEY),
+            ],
+        )
+        assert (two.status_code, two.json()) == (
+            400,
+            {"detail": "one Idempotency-Key header per request, not 2"},
+        )
+    stored = view.incidents.store.get(slug["id"])
+    assert stored is not None and stored.notes == ()
+
+
+def test_keys_are_per_token(case: tuple[StationWithIncidents, dict[str, Any]]) -> None:
+    """The gateway restarted with a new token (the old one leaked): a key sent with the old
+    one is not the new token's. The same key and body with the new token is a new write,
+    and the old answer is not handed to the new token's holder."""
+    view, slug = case
+    url = f"/api/incidents/{slug['id']}/notes"
+    with LiveConsole(view) as live:
+        assert keyed(live.url, url, NOTICE).status_code == 200
+        port = live.console.port
+    new = "an-entirely-new-token-0123"
+    with LiveConsole(view, token=new, port=port) as live:
+        got = keyed(live.url, url, NOTICE, token=new)
+        assert got.status_code == 200 and "idempotent-replayed" not in got.headers
+    stored = view.incidents.store.get(slug["id"])
+    assert stored is not None and len(stored.notes) == 2
+    a, b = (write_key(KEY, t, "POST", url, b"{}") for t in (TOKEN, new))
+    assert a.owner != b.owner and TOKEN not in a.owner
+
+
+def test_the_table_of_keys_is_bounded_in_rows_and_age(tmp_path: Path) -> None:
+    """A client with the token sending a fresh key with every write (or a script gone
+    wrong) never grows the table past `KEEP_ROWS`; keys older than a day, or stamped a
+    day ahead by a clock that stepped back since, are dropped."""
+    with IncidentStore(tmp_path) as store:
+        for i in range(KEEP_ROWS + 25):
+            store.add_note(
+                "i1",
+                Note(time=NOW + i, by="bot", text="x"),
+                key=write_key(f"key-{i:08d}", TOKEN, "POST", "/", b""),
+            )
+        count, oldest = store._db.execute("SELECT count(*), min(key) FROM console_write").fetchone()
+        assert (count, oldest) == (KEEP_ROWS, f"key-{25:08d}")
+        later = NOW + KEEP_SECONDS + KEEP_ROWS + 30
+        store.add_note(
+            "i1",
+            Note(time=later, by="bot", text="x"),
+            key=write_key("key-late-0001", TOKEN, "POST", "/", b""),
+        )
+        assert store._db.execute("SELECT key FROM console_write").fetchall() == [("key-late-0001",)]
+        store.add_note(
+            "i1",
+            Note(time=NOW, by="bot", text="x"),
+            key=write_key("key-stepped-back", TOKEN, "POST", "/", b""),
+        )
+        assert store._db.execute("SELECT key FROM console_write").fetchall() == [("key-stepped-back",)]
+
+
+# A daemon that dies with SIGKILL right after the write and its key are committed, before
+# the answer is kept or sent: `writeonce.answer` replaced in that process alone (a real
+# kill -9 cannot be aimed at that instruction otherwise).
+KILLED_AFTER_COMMIT = (
+    "import os, signal\n"
+    "import monitor.writeonce as w\n"
+    "w.answer = lambda *a: os.kill(os.getpid(), signal.SIGKILL)\n"
+    "from monitor.cli import entry\n"
+    "entry()\n"
+)
+
+
+def test_a_daemon_killed_between_commit_and_answer_records_the_repeat_once(tmp_path: Path) -> None:
+    """The real daemon takes a §139-21 notice and is killed with SIGKILL after the commit,
+    before its answer: the client sees the connection drop. After the restart the same
+    request with the same key is answered (what is on record) and the record has one
+    notice: the key was committed in the note's transaction."""
+    cfg = replay_case("slug-and-oil", tmp_path)
+    slug, _ = incidents_json(cfg)
+    port = free_port()
+    raw = yaml.safe_load(cfg.read_text(encoding="utf-8"))
+    raw["console"] = {"host": "127.0.0.1", "port": port, "token": "${CONSOLE_TOKEN}"}
+    cfg.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    env = {**os.environ, "CONSOLE_TOKEN": TOKEN, "PYTHONPATH": str(ROOT)}
+    base, url = f"http://127.0.0.1:{port}", f"/api/incidents/{slug['id']}/notes"
+    log = tmp_path / "daemon.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILLED_AFTER_COMMIT, "run", "--config", str(cfg)],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+    try:
+        wait_until(lambda: port_open(port) or proc.poll() is not None, timeout=60, what="console")
+        assert proc.poll() is None, log.read_text()
+        with pytest.raises(httpx.TransportError):  # the answer never comes
+            keyed(base, url, NOTICE)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    with running_daemon(cfg, tmp_path / "daemon2.log", env={"CONSOLE_TOKEN": TOKEN}) as daemon:
+        wait_until(lambda: port_open(port), timeout=60, what="console after the restart")
+        again = keyed(base, url, NOTICE)
+        assert again.status_code == 200, again.text
+        assert again.headers["idempotent-replayed"] == "true"
+        assert [n["text"] for n in again.json()["notes"]] == [NOTICE["text"]]
+        daemon.stop()
+    with IncidentStore(tmp_path / "state") as store:
+        after = store.get(slug["id"])
+    assert after is not None and [n.text for n in after.notes] == [NOTICE["text"]]
+
+
+def test_the_cli_writes_without_a_key_as_before(case: tuple[StationWithIncidents, dict[str, Any]]) -> None:
+    """`monitor incidents note` and scripts send no key: the store takes a note without one."""
+    view, slug = case
+    view.incidents.store.add_note(slug["id"], Note(time=NOW, by="cli", text="by hand"))
+    stored = view.incidents.store.get(slug["id"])
+    assert stored is not None and [n.text for n in stored.notes] == ["by hand"]
+    assert view.incidents.store._db.execute("SELECT count(*) FROM console_write").fetchone() == (0,)
