@@ -221,7 +221,9 @@ class Daemon:
             # Before the watch's first check: the ledger's own newest rows measure its step, and
             # the restored history's step (`check_restored`) then finds nothing left ahead.
             with contextlib.suppress(MonitorError):  # counted and logged by the book, kept for the next try
-                found = self.meters.found_at_start(watch.wall(), TOLERANCE, watch.device, self.start_evidence)
+                found = self.meters.found_at_start(
+                    watch.wall(), TOLERANCE, watch.device, self.start_evidence, self.clock_file.floor
+                )
                 self.pipeline.raise_conditions(found)
             self._judged_start()
 
