@@ -49,7 +49,8 @@ FORMAT = "station-monitor clock"
 VERSION = 1
 EVERY = 60.0  # seconds of the gateway clock between writes, at most
 # The date this release was cut (2026-11-01T00:00:00Z): a clock before it is not set (1970, an
-# old image's build date) and is never written here. Move it forward at each release.
+# old image's build date) and is never written here. Move it forward at each release:
+# tests/test_release_floor.py fails when CHANGELOG.md dates a release more than 14 days after it.
 RELEASE_FLOOR = 1_793_491_200.0
 CEILING = 253_402_300_800.0  # 10000-01-01T00:00:00Z: past what a date (`iso`) can name
 MAX_SIZE = 4096  # bytes: the file is one short line
