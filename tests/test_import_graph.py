@@ -3,7 +3,7 @@ and no import from a lower layer to a higher one.
 
 Layers, lowest first (a module may import its own layer and the ones below):
 
-    0  model, errors, units, config, sdnotify, sqlite, statelock, heap, durable
+    0  model, errors, units, config, sdnotify, sqlite, statelock, heap, durable, kernelclock
     1  sources, engine, alarms, sinks, meters, callout, incidents, station
     2  pipeline, reconcile, recovery, state_check, diskspace, clockfile, health, daemon   (wiring)
     3  web, fleet                                       (the console on top of the daemon; the fleet view)
@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "statelock": 0,  # one daemon (or replay) per state dir: the lock on state_dir/monitor.lock
     "heap": 0,  # glibc malloc thresholds for a replay (issue 20)
     "durable": 0,  # a state file replaced whole, durably (heartbeat, engine checkpoint)
+    "kernelclock": 0,  # the kernel's word on the clock: NTP synchronised (adjtimex), the boot id
     "sources": 1,
     "engine": 1,
     "alarms": 1,

@@ -154,6 +154,9 @@ class Evidence:
     what: str
     time: float
     good: bool = False
+    # The clock is known set at `time` (the kernel says NTP keeps it synchronised; it ran a
+    # week without a step): the records ahead of it were a clock wrong in the future's.
+    sure: bool = False
 
 
 @dataclass(slots=True)
@@ -425,6 +428,15 @@ class MeterBook:
                 meter, rows, iso(now), days, iso(floor),
             )  # fmt: skip
             return True
+        sure = [e for e in evidence if e.sure]
+        if sure:
+            log.warning(
+                "meter %s: %d reading(s) are stamped ahead of the gateway clock (%s), the newest by"
+                " %.1f days, and the clock is set (%s): they were stamped by a clock wrong in the"
+                " future, and are moved below it",
+                meter, rows, iso(now), days, sure[0].what,
+            )  # fmt: skip
+            return False
         good = [e for e in evidence if e.good]
         if good:
             log.warning(
