@@ -211,6 +211,13 @@ class ClockFile:
         )  # fmt: skip
         return self._sure(why, now)
 
+    def doubt(self, now: float, mono: float) -> tuple[float, float]:
+        """While in doubt (`judge`): how far the heartbeat is ahead of the clock, and the
+        seconds of steady running before it is taken as right; (0, 0) otherwise (/api/health)."""
+        if self.steady_since is None or self.held is None:
+            return 0.0, 0.0
+        return max(0.0, self.held - now), max(0.0, STEADY - (mono - self.steady_since))
+
     def stepped(self, mono: float) -> None:
         """The clock stepped: a steady run in doubt starts again (an unset clock is stepped)."""
         if self.steady_since is not None:

@@ -355,7 +355,8 @@ class Daemon:
         if self.clock_watch is None:
             return ClockHealth()
         steps = self.clock_watch.step_log
-        return ClockHealth(steps.steps, steps.episode_steps, steps.episode_largest)
+        ahead, left = self.clock_file.doubt(self.clock.now(), self.clock_watch.monotonic())
+        return ClockHealth(steps.steps, steps.episode_steps, steps.episode_largest, ahead, left)
 
     # --- lifecycle -------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from monitor.clockfile import CLOCK_FILE, RELEASE_FLOOR, STEADY, ClockFile
 from monitor.config import Config, load_config
 from monitor.daemon import Daemon
 from monitor.engine import ClockWatch
+from monitor.health import attention
 from monitor.meters.ledger import Ledger
 from monitor.model import ManualClock, Rule, iso
 from tests.test_clock_unset import DAY, TR, Gateway, errors, heartbeat, rows_of
@@ -178,6 +179,10 @@ def test_without_a_second_opinion_a_clock_that_runs_steadily_replaces_the_heartb
                 if e.startswith("the heartbeat") and "wrong in the future" in e
             ]
             assert "timedatectl set-ntp true" in told and iso(now + STEADY) in told, told
+            (fault,) = [
+                a["text"] for a in attention(gw.daemon.health().to_json()) if "heartbeat" in a["text"]
+            ]
+            assert "30.0 days behind its heartbeat" in fault and "168 h more" in fault, fault
             t = now
             while t + 3600 < now + STEADY:  # hourly ticks, the clock steady
                 t += 3600
@@ -187,6 +192,7 @@ def test_without_a_second_opinion_a_clock_that_runs_steadily_replaces_the_heartb
             (step,) = gw.daemon.meters.ledger.clock_steps()
             assert (step.meter, step.rows, step.found) == (METER, 57, True)
             assert heartbeat(state) == now + STEADY
+            assert [a for a in attention(gw.daemon.health().to_json()) if "heartbeat" in a["text"]] == []
             taken = [e for e in errors(caplog, logging.WARNING) if "taken as right, " in e]
             assert len(taken) == 1, taken
         finally:
