@@ -223,7 +223,7 @@ class Daemon:
             watch.on_step.append(self.pipeline.shift)
             watch.on_step.append(lambda step: self._meter_step(watch, step))
             watch.on_step.append(self._schedules_step)
-            watch.on_step.append(lambda _step: self.clock_file.stepped(watch.monotonic()))
+            watch.on_step.append(lambda _step: self._clock_stepped(watch))
             # A heartbeat ahead of a clock the kernel says is synchronised was written by a clock
             # wrong in the future: so were the other records ahead (`ClockFile.judge`).
             sure = self.clock_file.judge(watch.wall(), watch.monotonic())
@@ -246,6 +246,12 @@ class Daemon:
         with contextlib.suppress(MonitorError):  # counted and logged by the book, kept for the next try
             found = self.meters.found_at_start(now, TOLERANCE, watch.device, evidence, self.clock_file.floor)
             self.pipeline.raise_conditions(found)
+
+    def _clock_stepped(self, watch: ClockWatch) -> None:
+        """A step while running restarts a steady run in doubt (`ClockFile.stepped`); not the
+        restored history's at the first tick (`check_restored`: the start's, not the clock's)."""
+        if watch.generation:
+            self.clock_file.stepped(watch.monotonic())
 
     def _settle_clock(self, now: float) -> None:
         """A clock in doubt at start (behind the heartbeat, nothing said which is right) taken
@@ -290,8 +296,13 @@ class Daemon:
         back (`Ledger.clock_step`). A ledger that cannot be written stays as it was (one
         transaction); the book keeps the move, counts and logs it once, and makes it before
         its next write (`MeterBook.move_pending`, also tried on each tick); judging goes on."""
+        now = watch.wall()
+        # Not the rows of a meter the start took for an unset clock's while the clock is still
+        # that far behind them: the engine checkpoint's step (`check_restored`, the first tick)
+        # moved them a year back on every station that has a checkpoint.
+        unset = {m for m, t in self.meters.unset_at_start.items() if t - now > UNSYNCED_AT_START}
         with contextlib.suppress(MonitorError):  # counted and logged by the book, kept for the next try
-            self.pipeline.raise_conditions(self.meters.clock_step(step, watch.wall(), watch.device))
+            self.pipeline.raise_conditions(self.meters.clock_step(step, now, watch.device | unset))
 
     def _schedules_step(self, step: float) -> None:
         """The reminders' and the callout's schedules follow a step of the gateway clock

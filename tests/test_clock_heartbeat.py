@@ -19,9 +19,10 @@ from monitor.clockfile import CLOCK_FILE, RELEASE_FLOOR, STEADY, ClockFile
 from monitor.config import Config, load_config
 from monitor.daemon import Daemon
 from monitor.engine import ClockWatch
+from monitor.engine.checkpoint import CHECKPOINT_FILE, save_checkpoint
 from monitor.health import attention
 from monitor.meters.ledger import Ledger
-from monitor.model import ManualClock, Rule, iso
+from monitor.model import ManualClock, Rule, Sample, iso
 from tests.test_clock_unset import DAY, TR, Gateway, errors, heartbeat, rows_of
 from tests.test_meter_clock_step import METER, SPEC, meter_station
 from tests.test_pipeline import close
@@ -98,8 +99,9 @@ class KernelGateway(Gateway):
 
 def a_week_on_a_clock_a_month_ahead(tmp_path: Path) -> tuple[Config, float]:
     """A station whose gateway ran a week on a clock a month ahead, in an earlier boot: 57
-    readings three hours apart, an operator's acknowledgement and the heartbeat all stamped
-    by it. Returns the config and the heartbeat's time (TR + AHEAD + WEEK)."""
+    readings three hours apart, an operator's acknowledgement, the engine checkpoint's last
+    tick and the heartbeat all stamped by it. Returns the config and the heartbeat's time
+    (TR + AHEAD + WEEK)."""
     path = meter_station(tmp_path)
     config = load_config(path)
     state = config.state_dir
@@ -113,6 +115,13 @@ def a_week_on_a_clock_a_month_ahead(tmp_path: Path) -> tuple[Config, float]:
         Entry(wrong + WEEK - 600, "ph", Rule.HIGH, "acknowledged", "active_acked", "high", actor="op")
     )
     journal.close()
+    gw = KernelGateway(config, wrong + WEEK + 1, Kernel(False, boot="boot-before"))
+    try:  # the engine checkpoint every running station has, its last tick on the wrong clock
+        gw.daemon.pipeline.process([Sample("ph", wrong + WEEK - 30, 7.0)])
+        gw.daemon.engine.last_tick = wrong + WEEK
+        save_checkpoint(gw.daemon.engine, state / CHECKPOINT_FILE)
+    finally:
+        close(gw.daemon)
     file = ClockFile(state / CLOCK_FILE, kernel=Kernel(False, boot="boot-before"))
     file.not_before = -math.inf
     assert file.beat(wrong + WEEK, force=True)
