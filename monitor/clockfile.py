@@ -20,9 +20,20 @@ start (`not_before`: what the daemon found in its state, this file among it; an 
 reading its image's build date, after the release, is behind that). Nor is it written at all
 until the daemon has judged its start (`not_before` is None: a test's or the demo's clock).
 A clock wrong in the future while the daemon runs writes its time here; NTP stepping it back
-while the daemon runs writes the right time at once (a step). Stepped back while the daemon is
-down, the file is ahead of the right clock and the next start takes the clock for unset:
-nothing is moved (the conservative side: docs/billing.md says how to clear it).
+while the daemon runs writes the right time at once (a step).
+
+A heartbeat more than a day ahead of the clock at start (`judge`) is a clock not set yet (the
+heartbeat right) or a heartbeat a clock wrong in the future wrote (an RTC set a month ahead, a
+bad NTP server, or a step back while the daemon was down; the clock right now). Every record of
+the station was stamped by the same clock, so a second opinion decides: the kernel saying NTP
+keeps the clock synchronised (`monitor.kernelclock`, as `timedatectl`) makes it right, and the
+records ahead were the wrong clock's (the daemon moves a meter's rows as a step found at start,
+and the heartbeat is written anew). Without one, the clock is taken for unset as before, but
+not for ever (`settle`): it is taken as right once the kernel says so, or once it has run
+`STEADY` without a step (an unset clock is stepped forward by NTP, which ends the doubt too).
+Each is said once, in words, with what to do. The file records, besides the time, the boot it
+was written in and how long after it, and the kernel's word then (a reader of the last release
+ignores them): the warning says whether the clock stepped in this boot, and by how much.
 
 Read, it is judged by the same rules: a time no clock of this release writes (before the
 floor, past the year 9999) or a file that is not a small regular one is damage, taken as
@@ -39,6 +50,7 @@ import stat
 from pathlib import Path
 
 from monitor.durable import replace_file
+from monitor.kernelclock import Kernel
 from monitor.meters.book import UNSYNCED_AT_START, Evidence
 from monitor.model import iso
 
@@ -49,19 +61,35 @@ FORMAT = "station-monitor clock"
 VERSION = 1
 EVERY = 60.0  # seconds of the gateway clock between writes, at most
 # The date this release was cut (2026-11-01T00:00:00Z): a clock before it is not set (1970, an
-# old image's build date) and is never written here. Move it forward at each release.
+# old image's build date) and is never written here. Move it forward at each release:
+# tests/test_release_floor.py fails when CHANGELOG.md dates a release more than 14 days after it.
 RELEASE_FLOOR = 1_793_491_200.0
 CEILING = 253_402_300_800.0  # 10000-01-01T00:00:00Z: past what a date (`iso`) can name
 MAX_SIZE = 4096  # bytes: the file is one short line
+# A clock more than a day behind the heartbeat at start, with no second opinion, is taken as
+# right once it has run this long (monotonic) without a step: an unset clock is stepped by NTP
+# long before; a gateway without NTP whose RTC was wrong in the future is not left for a month.
+# Counted within one run (nothing is written while in doubt): a restart or reload starts again.
+STEADY = 7 * 86_400.0
 
 
 class ClockFile:
     """The heartbeat file: read once at start (`held`), written by `beat`."""
 
-    def __init__(self, path: Path, floor: float = RELEASE_FLOOR, every: float = EVERY) -> None:
+    def __init__(
+        self, path: Path, floor: float = RELEASE_FLOOR, every: float = EVERY, kernel: Kernel | None = None
+    ) -> None:
+        """`kernel`: the kernel's word on the clock (None: a test's or the demo's clock, of which
+        the kernel knows nothing)."""
         self.path = path
         self.floor = floor
         self.every = every
+        self.kernel = kernel
+        # The heartbeat's boot id, seconds since that boot, the kernel's word then (if written).
+        self.boot: tuple[str | None, float | None] = (None, None)
+        # Monotonic time since the clock has run without a step while it is behind the
+        # heartbeat and nothing said which is right (`judge`); None: no doubt.
+        self.steady_since: float | None = None
         # The clock must reach this minus a day before anything is written (set by the daemon
         # once it judged its start); None: not judged, nothing written.
         self.not_before: float | None = None
@@ -111,6 +139,9 @@ class ClockFile:
                 raise ValueError(f"time {held!r}")
             if not self.floor <= held < CEILING:
                 raise ValueError(f"time {held!r}, before this release or past the year 9999")
+            boot, since = doc.get("boot_id"), doc.get("since_boot")
+            if isinstance(boot, str) and isinstance(since, (int, float)) and not isinstance(since, bool):
+                self.boot = (boot, float(since) if math.isfinite(since) else None)
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             return None, f"the heartbeat is damaged ({exc}); taken as missing, written again"
         return float(held), None
@@ -120,6 +151,100 @@ class ClockFile:
         if self.held is None:
             return []
         return [Evidence(f"the heartbeat {self.path} ({iso(self.held)})", self.held, good=True)]
+
+    def judge(self, now: float, mono: float) -> Evidence | None:
+        """At start, the clock reading `now` more than a day behind the heartbeat: evidence that
+        it is set (the kernel says NTP keeps it synchronised), or None and a doubt `settle`
+        ends. Said once either way, in words, with what to do."""
+        if self.held is None or self.held - now <= UNSYNCED_AT_START:
+            return None
+        synced = self.kernel.synchronised() if self.kernel is not None else None
+        said = self._said(now)
+        if synced:
+            log.warning(
+                "%s, and the kernel says the clock is synchronised (NTP): the clock that wrote it"
+                " was wrong in the future (an RTC set ahead, a bad NTP server). The records it"
+                " stamped ahead are taken for a step back: a meter's readings ahead of the clock"
+                " are moved below now (audited as found at start: `monitor meters show`, the"
+                " export's flags), and the heartbeat is written anew. If it is this clock that is"
+                " wrong, stop the daemon, set the clock (its NTP server) and start it again",
+                said,
+            )
+            return self._sure("the kernel says NTP keeps it synchronised", now)
+        self.steady_since = mono
+        log.warning(
+            "%s, and nothing says which is right (the kernel %s): this clock is not set yet (NTP"
+            " steps it forward; nothing to do) or the clock that wrote the heartbeat was wrong in"
+            " the future (an RTC set ahead, a bad NTP server). Nothing is moved until it is known."
+            " If `date -u` is right: it is taken as right once the kernel says it is synchronised"
+            " (`timedatectl set-ntp true`, or chrony; at the next minute), or once it has run %.0f"
+            " days without a step (at %s by this clock)",
+            said,
+            "does not say the clock is synchronised" if synced is False else "cannot be asked",
+            STEADY / 86_400,
+            iso(now + STEADY),
+        )  # fmt: skip
+        return None
+
+    def settle(self, now: float, mono: float) -> Evidence | None:
+        """While the clock is in doubt (`judge`), each tick: evidence that it is right once the
+        kernel says it is synchronised or it has run `STEADY` without a step (said once); the
+        doubt simply ends when the clock reaches the heartbeat's day (NTP set an unset clock)."""
+        if self.steady_since is None or self.held is None:
+            return None
+        if self.held - now <= UNSYNCED_AT_START:
+            self.steady_since = None
+            return None
+        if self.kernel is not None and self.kernel.synchronised():
+            why = "the kernel says it is synchronised (NTP)"
+        elif mono - self.steady_since >= STEADY:
+            why = f"it has run {(mono - self.steady_since) / 86_400:.1f} days without a step"
+        else:
+            return None
+        self.steady_since = None
+        log.warning(
+            "gateway clock %s taken as right, %.1f days behind the heartbeat %s: %s. The heartbeat"
+            " was written by a clock wrong in the future: a meter's readings stamped ahead of the"
+            " clock are moved below now (audited as found at start), and the heartbeat is written"
+            " anew",
+            iso(now), (self.held - now) / 86_400, self.path, why,
+        )  # fmt: skip
+        return self._sure(why, now)
+
+    def doubt(self, now: float, mono: float) -> tuple[float, float]:
+        """While in doubt (`judge`): how far the heartbeat is ahead of the clock, and the
+        seconds of steady running before it is taken as right; (0, 0) otherwise (/api/health)."""
+        if self.steady_since is None or self.held is None:
+            return 0.0, 0.0
+        return max(0.0, self.held - now), max(0.0, STEADY - (mono - self.steady_since))
+
+    def stepped(self, mono: float) -> None:
+        """The clock stepped: a steady run in doubt starts again (an unset clock is stepped)."""
+        if self.steady_since is not None:
+            self.steady_since = mono
+
+    @staticmethod
+    def _sure(what: str, now: float) -> Evidence:
+        """Evidence that the clock reading `now` is set: it outweighs the records ahead."""
+        return Evidence(what, now, good=True, sure=True)
+
+    def _said(self, now: float) -> str:
+        """What the heartbeat says against the clock reading `now`, and where it was written."""
+        boot, since = self.boot
+        where = ""
+        if self.kernel is not None and boot is not None:
+            if boot != self.kernel.boot_id():
+                where = " in an earlier boot"
+            elif since is not None and self.held is not None:
+                ago = self.kernel.since_boot() - since
+                back = self.held + ago - now
+                where = f" in this boot {ago / 3600:.1f} h ago (the clock stepped back"
+                where += f" {back / 86_400:.1f} days since)"
+        assert self.held is not None
+        return (
+            f"the heartbeat {self.path} says the gateway clock read {iso(self.held)} at its last write"
+            f"{where}, {(self.held - now) / 86_400:.1f} days ahead of it now ({iso(now)})"
+        )
 
     def plausible(self, now: float) -> bool:
         """Whether the clock may be written here: judged, not before the release, not a day
@@ -142,7 +267,13 @@ class ClockFile:
                 )  # fmt: skip
             return False
         self._told_implausible = False
-        doc = {"format": FORMAT, "version": VERSION, "time": now, "iso": iso(now)}
+        doc: dict[str, object] = {"format": FORMAT, "version": VERSION, "time": now, "iso": iso(now)}
+        if self.kernel is not None:  # read by `_said` at the next start; ignored by the last release
+            doc.update(
+                boot_id=self.kernel.boot_id(),
+                since_boot=self.kernel.since_boot(),
+                synchronised=self.kernel.synchronised(),
+            )
         data = (json.dumps(doc) + "\n").encode("utf-8")
         try:
             replace_file(self.path, lambda f: f.write(data))

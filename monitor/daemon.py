@@ -44,7 +44,8 @@ from monitor.errors import MonitorError
 from monitor.health import ClockHealth, Health, IncidentHealth, MeterHealth, gather, readiness
 from monitor.incidents import IncidentTracker
 from monitor.incidents.influx import incident_lines
-from monitor.meters.book import Evidence, MeterBook
+from monitor.kernelclock import Kernel, KernelClock
+from monitor.meters.book import UNSYNCED_AT_START, Evidence, MeterBook
 from monitor.model import Alarm, Clock, Condition, ConditionState, Rule, Sample, WallClock, iso
 from monitor.pipeline import Pipeline
 from monitor.reconcile import Reconciler, device_skew, device_stamped, gateway_fed
@@ -80,7 +81,9 @@ class ServedConsole(Protocol):
 class Daemon:
     """The running station: its parts, wired; `run()` until `stop()`."""
 
-    def __init__(self, config: Config, clock: Clock | None = None) -> None:
+    def __init__(self, config: Config, clock: Clock | None = None, kernel: Kernel | None = None) -> None:
+        """`kernel`: the kernel's word on the clock (NTP synchronised, the boot), asked only
+        of the real clock unless a test passes its own."""
         self.config = config
         self.clock = clock or WallClock()
         config.state_dir.mkdir(parents=True, exist_ok=True)
@@ -113,7 +116,9 @@ class Daemon:
         )
         # The station's last known good time (monitor/clockfile.py), and what else the state
         # says the station wrote last: at start, whether the clock is set (`found_at_start`).
-        self.clock_file = ClockFile(config.state_dir / CLOCK_FILE)
+        if kernel is None and isinstance(self.clock, WallClock):
+            kernel = KernelClock()
+        self.clock_file = ClockFile(config.state_dir / CLOCK_FILE, kernel=kernel)
         self.start_evidence = self._evidence()
         # The gateway clock (engine/clock_step.py): checked before each batch is judged and
         # on every tick; None for a test's or the demo's clock.
@@ -224,12 +229,48 @@ class Daemon:
             callout: Callout | None = getattr(self, "callout", None)  # a watch after it is built
             if callout is not None:
                 callout.use_monotonic(watch.monotonic)  # the run time its steps have waited
+            watch.on_step.append(lambda _step: self._clock_stepped(watch))
+            # A heartbeat ahead of a clock the kernel says is synchronised was written by a clock
+            # wrong in the future: so were the other records ahead (`ClockFile.judge`).
+            sure = self.clock_file.judge(watch.wall(), watch.monotonic())
+            if sure is not None:
+                self.start_evidence = [
+                    e for e in self.start_evidence if e.time <= sure.time + UNSYNCED_AT_START
+                ]
+                self.start_evidence.append(sure)
             # Before the watch's first check: the ledger's own newest rows measure its step, and
             # the restored history's step (`check_restored`) then finds nothing left ahead.
-            with contextlib.suppress(MonitorError):  # counted and logged by the book, kept for the next try
-                found = self.meters.found_at_start(watch.wall(), TOLERANCE, watch.device, self.start_evidence)
-                self.pipeline.raise_conditions(found)
+            self._found_at_start(watch.wall(), self.start_evidence)
             self._judged_start()
+
+    def _found_at_start(self, now: float, evidence: Sequence[Evidence]) -> None:
+        """The meter rows ahead of the clock `now` moved, or kept for an unset clock, as
+        `evidence` says (`MeterBook.found_at_start`)."""
+        watch = self.clock_watch
+        if watch is None:
+            return
+        with contextlib.suppress(MonitorError):  # counted and logged by the book, kept for the next try
+            found = self.meters.found_at_start(now, TOLERANCE, watch.device, evidence, self.clock_file.floor)
+            self.pipeline.raise_conditions(found)
+
+    def _clock_stepped(self, watch: ClockWatch) -> None:
+        """A step while running restarts a steady run in doubt (`ClockFile.stepped`); not the
+        restored history's at the first tick (`check_restored`: the start's, not the clock's)."""
+        if watch.generation:
+            self.clock_file.stepped(watch.monotonic())
+
+    def _settle_clock(self, now: float) -> None:
+        """A clock in doubt at start (behind the heartbeat, nothing said which is right) taken
+        as right (`ClockFile.settle`): the meter rows the wrong clock stamped ahead move now,
+        and the heartbeat is written from now on."""
+        if self.clock_watch is None:
+            return
+        sure = self.clock_file.settle(now, self.clock_watch.monotonic())
+        if sure is None:
+            return
+        self.meters.unset_at_start.clear()
+        self._found_at_start(now, [sure])
+        self.clock_file.not_before = now
 
     def _evidence(self) -> list[Evidence]:
         """Times the gateway clock stamped outside the meter ledger, read before anything is
@@ -267,8 +308,13 @@ class Daemon:
         back (`Ledger.clock_step`). A ledger that cannot be written stays as it was (one
         transaction); the book keeps the move, counts and logs it once, and makes it before
         its next write (`MeterBook.move_pending`, also tried on each tick); judging goes on."""
+        now = watch.wall()
+        # Not the rows of a meter the start took for an unset clock's while the clock is still
+        # that far behind them: the engine checkpoint's step (`check_restored`, the first tick)
+        # moved them a year back on every station that has a checkpoint.
+        unset = {m for m, t in self.meters.unset_at_start.items() if t - now > UNSYNCED_AT_START}
         with contextlib.suppress(MonitorError):  # counted and logged by the book, kept for the next try
-            self.pipeline.raise_conditions(self.meters.clock_step(step, watch.wall(), watch.device))
+            self.pipeline.raise_conditions(self.meters.clock_step(step, now, watch.device | unset))
 
     def _schedules_step(self, step: float) -> None:
         """The reminders' and the callout's schedules follow a step of the gateway clock
@@ -297,6 +343,7 @@ class Daemon:
             self.pipeline.raise_conditions(self.clock_watch.check())
         self._meter_steps_pending()
         now = self.clock.now()
+        self._settle_clock(now)
         self.clock_file.beat(now)
         self.pipeline.tick(now)
         self.pipeline.submit(self.disk.check(now))
@@ -331,7 +378,8 @@ class Daemon:
         if self.clock_watch is None:
             return ClockHealth()
         steps = self.clock_watch.step_log
-        return ClockHealth(steps.steps, steps.episode_steps, steps.episode_largest)
+        ahead, left = self.clock_file.doubt(self.clock.now(), self.clock_watch.monotonic())
+        return ClockHealth(steps.steps, steps.episode_steps, steps.episode_largest, ahead, left)
 
     # --- lifecycle -------------------------------------------------------------------
 

@@ -124,11 +124,16 @@ class ClockHealth:
     """The gateway clock (`StepLog`): `steps` noticed since start, back or forward (a step
     found at start included); `episode_steps` those of the episode in progress (0 while the
     clock is steady: a flapping clock's are counted here, and logged once per window), and
-    `episode_largest` its largest step in seconds (< 0 back)."""
+    `episode_largest` its largest step in seconds (< 0 back). `heartbeat_ahead`: seconds the
+    heartbeat is ahead of a clock in doubt since start (taken for unset: nothing moved, meter
+    readings not billed; 0 when not in doubt), `steady_left` the seconds without a step
+    before the clock is taken as right (`ClockFile.settle`)."""
 
     steps: int = 0
     episode_steps: int = 0
     episode_largest: float = 0.0
+    heartbeat_ahead: float = 0.0
+    steady_left: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +334,14 @@ def attention(health: Mapping[str, Any]) -> list[dict[str, str]]:
     faults += readiness({**health, "sources": []})
     if failing := _part(health, "incidents").get("failing"):
         faults.append(f"incident store refuses to record: {failing}")
+    clock = _part(health, "clock")
+    if isinstance(ahead := clock.get("heartbeat_ahead"), (int, float)) and ahead > 0:
+        left = clock.get("steady_left", 0)
+        faults.append(
+            f"gateway clock {ahead / 86_400:.1f} days behind its heartbeat, taken for unset (meter readings"
+            f" alarm and are not billed): if `date -u` is right, make the kernel say it is synchronised"
+            f" (NTP), or it is taken as right after {left / 3600:.0f} h more without a step"
+        )
     if pending := _part(health, "meters").get("clock_steps_pending"):
         steps = _count(pending, "clock step back", "clock steps back")
         faults.append(f"meter ledger: {steps} not moved yet (meter readings wait for the state disk)")

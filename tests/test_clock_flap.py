@@ -144,7 +144,13 @@ def test_the_step_count_is_in_the_health_and_metrics_and_no_other_part_logs_each
         assert warnings[0] == "gateway clock stepped back by 3s; readings re-based, judging goes on"
         assert warnings[1].startswith("gateway clock stepped 119 more times in the last 10m")
         health = daemon.health().to_json()
-        assert health["clock"] == {"steps": 180, "episode_steps": 180, "episode_largest": -8.0}
+        assert health["clock"] == {
+            "steps": 180,
+            "episode_steps": 180,
+            "episode_largest": -8.0,
+            "heartbeat_ahead": 0.0,
+            "steady_left": 0.0,
+        }
         registry = CollectorRegistry()
         registry.register(StationCollector(StationAdapter(daemon)))  # what /metrics serves
         text = generate_latest(registry).decode()

@@ -3,7 +3,8 @@ and no import from a lower layer to a higher one.
 
 Layers, lowest first (a module may import its own layer and the ones below):
 
-    0  model, errors, units, config, sdnotify, sqlite, statelock, heap, durable, writeonce
+    0  model, errors, units, config, sdnotify, sqlite, statelock, heap, durable, writeonce,
+       kernelclock
     1  sources, engine, alarms, sinks, meters, callout, incidents, station
     2  pipeline, reconcile, recovery, state_check, diskspace, clockfile, health, daemon   (wiring)
     3  web, fleet                                       (the console on top of the daemon; the fleet view)
@@ -32,6 +33,7 @@ LAYERS: dict[str, int] = {
     "heap": 0,  # glibc malloc thresholds for a replay (issue 20)
     "writeonce": 0,  # the console's request ids, kept by the stores that take its writes
     "durable": 0,  # a state file replaced whole, durably (heartbeat, engine checkpoint)
+    "kernelclock": 0,  # the kernel's word on the clock: NTP synchronised (adjtimex), the boot id
     "sources": 1,
     "engine": 1,
     "alarms": 1,

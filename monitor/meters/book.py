@@ -154,6 +154,9 @@ class Evidence:
     what: str
     time: float
     good: bool = False
+    # The clock is known set at `time` (the kernel says NTP keeps it synchronised; it ran a
+    # week without a step): the records ahead of it were a clock wrong in the future's.
+    sure: bool = False
 
 
 @dataclass(slots=True)
@@ -335,7 +338,12 @@ class MeterBook:
         return self.move_pending()
 
     def found_at_start(
-        self, now: float, tolerance: float, keep: Collection[str] = (), evidence: Sequence[Evidence] = ()
+        self,
+        now: float,
+        tolerance: float,
+        keep: Collection[str] = (),
+        evidence: Sequence[Evidence] = (),
+        floor: float = -math.inf,
     ) -> list[Condition]:
         """At the daemon's start: a meter whose newest rows are ahead of the gateway clock `now`
         by more than `tolerance` had a step back the ledger did not follow (a move the disk
@@ -355,7 +363,9 @@ class MeterBook:
         are bad stamps, moved. Without a `good` one the other meters' newest rows count too
         (with it they do not: the same typo'd file may hold them); and, nothing known, more
         than one row ahead is taken for an unset clock (moving would send the history back by
-        the clock's error), one row for a bad stamp."""
+        the clock's error), one row for a bad stamp. A clock before `floor` (the date this
+        release was cut, `clockfile.RELEASE_FLOOR`) is not set whatever else is known: a first
+        boot's 1970 clock with no heartbeat yet moved a single-row meter back to 1970."""
         ahead = self.ledger.ahead(now, tolerance, keep)
         newest = self.ledger.newest(keep) if ahead and not any(e.good for e in evidence) else {}
         for meter, newest_ms in ahead.items():
@@ -363,7 +373,7 @@ class MeterBook:
             if -step > UNSYNCED_AT_START:
                 others = [Evidence(f"meter {m}'s newest reading ({iso(t / 1000)})", t / 1000)
                           for m, t in newest.items() if m != meter]  # fmt: skip
-                if self._unset(meter, now, step, tolerance, [*evidence, *others]):
+                if self._unset(meter, now, step, tolerance, [*evidence, *others], floor):
                     self.unset_at_start[meter] = newest_ms / 1000
                     continue
             # Logged once, by the move (`Ledger._move`: "found at start"), or its refusal.
@@ -383,7 +393,13 @@ class MeterBook:
         return self._held_back
 
     def _unset(
-        self, meter: str, now: float, step: float, tolerance: float, evidence: Sequence[Evidence]
+        self,
+        meter: str,
+        now: float,
+        step: float,
+        tolerance: float,
+        evidence: Sequence[Evidence],
+        floor: float = -math.inf,
     ) -> bool:
         """Whether `meter`'s rows, the newest `-step` s ahead of `now` (more than a day), are
         a clock not set yet (logged once, an ERROR naming the evidence: nothing is moved; a
@@ -403,6 +419,24 @@ class MeterBook:
                 meter, rows, iso(now), days, (newest.time - now) / 86400, newest.what,
             )  # fmt: skip
             return True
+        if now < floor:
+            log.error(
+                "meter %s: %d reading(s) are stamped ahead of the gateway clock (%s), the newest by"
+                " %.1f days, and the clock is before this release's date (%s): the clock is not"
+                " synchronised, not a step back; nothing is moved (its readings are judged against"
+                " the ledger until the clock is set)",
+                meter, rows, iso(now), days, iso(floor),
+            )  # fmt: skip
+            return True
+        sure = [e for e in evidence if e.sure]
+        if sure:
+            log.warning(
+                "meter %s: %d reading(s) are stamped ahead of the gateway clock (%s), the newest by"
+                " %.1f days, and the clock is set (%s): they were stamped by a clock wrong in the"
+                " future, and are moved below it",
+                meter, rows, iso(now), days, sure[0].what,
+            )  # fmt: skip
+            return False
         good = [e for e in evidence if e.good]
         if good:
             log.warning(

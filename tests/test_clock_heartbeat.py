@@ -1,0 +1,271 @@
+"""The heartbeat's gaps: a clock before the release with nothing else to judge it by, a
+heartbeat a clock wrong in the future wrote, and a release floor a release forgot to move.
+
+See `monitor.clockfile` and docs/billing.md ("Not a step").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from monitor.alarms.journal import Entry, Journal
+from monitor.clockfile import CLOCK_FILE, RELEASE_FLOOR, STEADY, ClockFile
+from monitor.config import Config, load_config
+from monitor.daemon import Daemon
+from monitor.engine import ClockWatch
+from monitor.engine.checkpoint import CHECKPOINT_FILE, save_checkpoint
+from monitor.health import attention
+from monitor.meters.ledger import Ledger
+from monitor.model import ManualClock, Rule, Sample, iso
+from tests.test_clock_unset import DAY, TR, Gateway, errors, heartbeat, rows_of
+from tests.test_meter_clock_step import METER, SPEC, meter_station
+from tests.test_pipeline import close
+
+
+def test_a_1970_clock_without_a_heartbeat_moves_not_even_a_single_row(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first boot after install: no heartbeat yet, no engine checkpoint, no journal, and the
+    gateway (no battery-backed clock, NTP not answered) reads 1970. The meter's one reading
+    (installed the day before) is 56 years "ahead": before, one row ahead with nothing to
+    judge by was a bad stamp, moved back to 1970 (billed in no quarter the clerk exports). A
+    clock before this release's date is not set, whatever else is known: nothing moves, the
+    ERROR says why, and the heartbeat is not written until NTP steps the clock forward."""
+    path = meter_station(tmp_path)
+    config = load_config(path)
+    state = config.state_dir
+    state.mkdir(parents=True)
+    ledger = Ledger(state / "ledger.sqlite", {METER: SPEC}, now=TR - DAY)
+    ledger.add_many([(METER, TR - DAY, Decimal(5))])
+    ledger.close()
+    before = rows_of(state / "ledger.sqlite")
+    boot = 1000.0
+    with caplog.at_level(logging.INFO):
+        gw = Gateway(config, boot)
+    try:
+        assert rows_of(state / "ledger.sqlite") == before
+        assert gw.daemon.meters.ledger.clock_steps() == []
+        (said,) = [e for e in errors(caplog) if "not synchronised" in e]
+        assert "before this release" in said, said
+        gw.tick(boot + 60, 60)
+        assert heartbeat(state) is None
+        gw.tick(TR + 60, 10)  # NTP
+        assert heartbeat(state) == TR + 60
+    finally:
+        close(gw.daemon)
+    assert boot < RELEASE_FLOOR
+
+
+# --- a heartbeat a clock wrong in the future wrote -----------------------------------------
+
+AHEAD = 30 * DAY  # the gateway's RTC was set a month ahead
+WEEK = 7 * DAY  # and it ran a week on it
+
+
+class Kernel:
+    """The kernel's answers, faked: only whether NTP keeps the clock synchronised (a real
+    kernel here cannot be made to say so on demand, nor a boot other than this one), and the
+    boot's id and time, on the test's monotonic clock."""
+
+    def __init__(self, synced: bool | None, boot: str = "boot-now", mono: ManualClock | None = None) -> None:
+        self.synced = synced
+        self.boot = boot
+        self.mono = mono or ManualClock(1000.0)
+
+    def synchronised(self) -> bool | None:
+        return self.synced
+
+    def boot_id(self) -> str | None:
+        return self.boot
+
+    def since_boot(self) -> float:
+        return self.mono.now()
+
+
+class KernelGateway(Gateway):
+    """`Gateway` with the kernel's answers given (`Kernel`)."""
+
+    def __init__(self, config: Config, wall: float, kernel: Kernel) -> None:
+        self.wall, self.mono = ManualClock(wall), kernel.mono
+        self.daemon = Daemon(config, self.wall, kernel=kernel)
+        self.daemon.watch_clock(ClockWatch(self.daemon.engine, wall=self.wall.now, monotonic=self.mono.now))
+
+
+def a_week_on_a_clock_a_month_ahead(tmp_path: Path) -> tuple[Config, float]:
+    """A station whose gateway ran a week on a clock a month ahead, in an earlier boot: 57
+    readings three hours apart, an operator's acknowledgement, the engine checkpoint's last
+    tick and the heartbeat all stamped by it. Returns the config and the heartbeat's time
+    (TR + AHEAD + WEEK)."""
+    path = meter_station(tmp_path)
+    config = load_config(path)
+    state = config.state_dir
+    state.mkdir(parents=True)
+    wrong = TR + AHEAD
+    ledger = Ledger(state / "ledger.sqlite", {METER: SPEC}, now=wrong)
+    ledger.add_many([(METER, wrong + 3 * 3600 * k, Decimal(100 + k)) for k in range(57)])
+    ledger.close()
+    journal = Journal(state / "journal.sqlite")
+    journal.append(
+        Entry(wrong + WEEK - 600, "ph", Rule.HIGH, "acknowledged", "active_acked", "high", actor="op")
+    )
+    journal.close()
+    gw = KernelGateway(config, wrong + WEEK + 1, Kernel(False, boot="boot-before"))
+    try:  # the engine checkpoint every running station has, its last tick on the wrong clock
+        gw.daemon.pipeline.process([Sample("ph", wrong + WEEK - 30, 7.0)])
+        gw.daemon.engine.last_tick = wrong + WEEK
+        save_checkpoint(gw.daemon.engine, state / CHECKPOINT_FILE)
+    finally:
+        close(gw.daemon)
+    file = ClockFile(state / CLOCK_FILE, kernel=Kernel(False, boot="boot-before"))
+    file.not_before = -math.inf
+    assert file.beat(wrong + WEEK, force=True)
+    return config, wrong + WEEK
+
+
+def test_a_synchronised_clock_replaces_a_heartbeat_a_clock_wrong_in_the_future_wrote(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The gateway reboots with its clock right (NTP answered before the daemon started:
+    `After=time-sync.target`), a week after the RTC went wrong: the heartbeat, the journal and
+    the ledger are all a month ahead of it. Before, the clock was taken for unset: nothing moved,
+    every reading of the right clock alarmed `backwards` and billed nothing, and the heartbeat
+    was not written, until the clock came round to the wrong one's time, a month later (or
+    someone deleted clock.json). Now the kernel says the clock is synchronised (faked here: the
+    only thing faked): the records ahead were stamped by a clock wrong in the future. The
+    meter's rows move below now (found at start, audited), one WARNING says what happened and
+    what to do, and the first tick writes the right time into the heartbeat."""
+    config, held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    state = config.state_dir
+    now = TR + WEEK + 3600
+    with caplog.at_level(logging.INFO):
+        gw = KernelGateway(config, now, Kernel(True))
+    try:
+        assert [e for e in errors(caplog) if "not synchronised" in e] == []
+        (step,) = gw.daemon.meters.ledger.clock_steps()
+        assert (step.meter, step.rows, step.found) == (METER, 57, True)
+        rows = gw.daemon.meters.ledger.rows(METER)
+        assert len(rows) == 57 and all(r.time < now for r in rows) and all(r.accepted for r in rows)
+        (told,) = [
+            e
+            for e in errors(caplog, logging.WARNING)
+            if e.startswith("the heartbeat") and "wrong in the future" in e
+        ]
+        assert f"{(held - now) / DAY:.1f} days ahead" in told and "synchronised" in told
+        assert "set the clock" in told, told
+        gw.tick(now + 60, 60)
+        assert heartbeat(state) == now + 60
+    finally:
+        close(gw.daemon)
+
+
+def test_without_a_second_opinion_a_clock_that_runs_steadily_replaces_the_heartbeat(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same station, but the kernel does not say the clock is synchronised (a gateway
+    without an NTP client: its RTC was corrected by hand). At start nothing is known: nothing
+    moves (an unset clock looks the same), the ERROR names the heartbeat, and one WARNING says
+    in words what it may be and what to do. It does not last: once the clock has run
+    `STEADY` without a step (the step NTP gives an unset clock), it is taken as right: the
+    rows move, the heartbeat is written, said once; the next start finds nothing ahead."""
+    config, held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    state = config.state_dir
+    now = TR + WEEK + 3600
+    with caplog.at_level(logging.INFO):
+        gw = KernelGateway(config, now, Kernel(False))
+        try:
+            assert gw.daemon.meters.ledger.clock_steps() == []
+            (unset,) = [e for e in errors(caplog) if "not synchronised" in e]
+            assert "behind the heartbeat" in unset
+            (told,) = [
+                e
+                for e in errors(caplog, logging.WARNING)
+                if e.startswith("the heartbeat") and "wrong in the future" in e
+            ]
+            assert "timedatectl set-ntp true" in told and iso(now + STEADY) in told, told
+            (fault,) = [
+                a["text"] for a in attention(gw.daemon.health().to_json()) if "heartbeat" in a["text"]
+            ]
+            assert "30.0 days behind its heartbeat" in fault and "168 h more" in fault, fault
+            t = now
+            while t + 3600 < now + STEADY:  # hourly ticks, the clock steady
+                t += 3600
+                gw.tick(t, 3600)
+            assert gw.daemon.meters.ledger.clock_steps() == [] and heartbeat(state) == held
+            gw.tick(now + STEADY, now + STEADY - t)
+            (step,) = gw.daemon.meters.ledger.clock_steps()
+            assert (step.meter, step.rows, step.found) == (METER, 57, True)
+            assert heartbeat(state) == now + STEADY
+            assert [a for a in attention(gw.daemon.health().to_json()) if "heartbeat" in a["text"]] == []
+            taken = [e for e in errors(caplog, logging.WARNING) if "taken as right, " in e]
+            assert len(taken) == 1, taken
+        finally:
+            close(gw.daemon)
+        caplog.clear()
+        gw = KernelGateway(config, now + STEADY + 600, Kernel(False))
+        try:
+            assert [
+                e for e in errors(caplog, logging.WARNING) if "not synchronised" in e or "wrong" in e
+            ] == []
+        finally:
+            close(gw.daemon)
+
+
+def test_an_unset_clock_in_doubt_is_settled_by_ntp_and_nothing_moves(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The other reading of the same start: the heartbeat was right and this clock is not set
+    (a year behind). Steps reset the steady run (an unset clock is stepped, by NTP): a step
+    forward to the heartbeat's time ends the doubt, nothing is moved, and the heartbeat
+    follows the clock. And a clock that the kernel starts calling synchronised mid-run,
+    still a month behind the heartbeat, is taken as right at the next tick."""
+    config, held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    state = config.state_dir
+    boot = held - 365 * DAY
+    with caplog.at_level(logging.INFO):
+        gw = KernelGateway(config, boot, Kernel(False))
+        try:
+            gw.tick(boot + STEADY - 60, STEADY - 60)  # a steady run short of STEADY
+            gw.tick(boot + STEADY + 100_000, 60)  # a step (forward, still a year behind)
+            gw.tick(boot + STEADY + 100_060 + STEADY - 120, STEADY - 120)  # not STEADY since it
+            assert gw.daemon.meters.ledger.clock_steps() == [] and heartbeat(state) == held
+            gw.tick(held + 120, 60)  # NTP: the heartbeat was right
+            assert gw.daemon.meters.ledger.clock_steps() == [] and heartbeat(state) == held + 120
+            assert [e for e in errors(caplog, logging.WARNING) if "taken as right, " in e] == []
+        finally:
+            close(gw.daemon)
+    (tmp_path / "second").mkdir()
+    config, held = a_week_on_a_clock_a_month_ahead(tmp_path / "second")
+    kernel = Kernel(None)
+    now = TR + WEEK
+    gw = KernelGateway(config, now, kernel)
+    try:
+        gw.tick(now + 60, 60)
+        assert gw.daemon.meters.ledger.clock_steps() == []
+        kernel.synced = True  # chrony answered
+        gw.tick(now + 120, 60)
+        (step,) = gw.daemon.meters.ledger.clock_steps()
+        assert step.rows == 57 and heartbeat(config.state_dir) == now + 120
+    finally:
+        close(gw.daemon)
+
+
+def test_the_heartbeat_records_the_boot_and_whether_the_kernel_said_synchronised(tmp_path: Path) -> None:
+    """Version 1 still (a release before this one reads it), with three keys more: the boot's
+    id, seconds since that boot, and the kernel's word at the write. A file of the last
+    release (without them) is read as before."""
+    kernel = Kernel(True, boot="b-1", mono=ManualClock(1234.5))
+    file = ClockFile(tmp_path / CLOCK_FILE, kernel=kernel)
+    file.not_before = -math.inf
+    assert file.beat(TR, force=True)
+    doc = json.loads((tmp_path / CLOCK_FILE).read_text(encoding="utf-8"))
+    assert doc["version"] == 1 and doc["time"] == TR
+    assert (doc["boot_id"], doc["since_boot"], doc["synchronised"]) == ("b-1", 1234.5, True)
+    old = {"format": "station-monitor clock", "version": 1, "time": TR, "iso": iso(TR)}
+    (tmp_path / CLOCK_FILE).write_text(json.dumps(old), encoding="utf-8")
+    assert heartbeat(tmp_path) == TR
