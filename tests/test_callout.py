@@ -612,7 +612,8 @@ def test_a_clock_stepped_back_a_day_while_running_still_pages_the_next_person(
     """Alice was paged at T0 (15 min to Bob); a bad NTP server steps the running gateway's
     clock back a day a minute later. Bob's step stayed due at T0 + 15 min on the old clock, a
     day away on this one: nobody after Alice was paged for a day. A step back takes the
-    start's rule: a step due further ahead than its delay is due its delay from now."""
+    start's rule: a step due further ahead than its delay is due its delay less the time it
+    has waited from now: Bob at 15 min of run time after Alice."""
     config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
 
     async def go() -> None:
@@ -622,8 +623,8 @@ def test_a_clock_stepped_back_a_day_while_running_still_pages_the_next_person(
             assert await st.tick(T0 + 1, 1) == 1
             back = T0 + 60 - 86400.0
             assert await st.tick(back, 59) == 0
-            assert await st.tick(back + 899, 899) == 0
-            assert await st.tick(back + 901, 2) == 1
+            assert await st.tick(back + 839, 839) == 0
+            assert await st.tick(back + 841, 2) == 1
         finally:
             await st.close()
         assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
@@ -923,7 +924,7 @@ def test_the_time_waited_a_full_disk_refuses_is_kept_and_written_when_there_is_r
 
 def test_a_step_back_in_a_reboot_loop_still_pages_the_next_person(tmp_path: Path, smtp: MailServer) -> None:
     """The reboot loop; in its second run a bad NTP server steps the clock back a day. The
-    step back while running makes Bob's step due its whole delay from then (the held rule),
+    step back while running makes Bob's step due its delay less the time served (385 s),
     more than that run lives. The next boot reads the unset clock again, a day ahead of the
     schedule the stepped-back clock wrote: to the store that is a day of downtime, Bob's step
     overdue, paged at once at the third start, at 711 s of run time (189 s before his 15 min
@@ -933,3 +934,28 @@ def test_a_step_back_in_a_reboot_loop_still_pages_the_next_person(tmp_path: Path
     paged, _ = asyncio.run(reboot_loop(config, "kill", back_in_run=2))
     assert paged == 120 + 295 + 295 + 1
     assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+
+def test_a_clock_stepped_back_late_in_the_delay_pages_the_next_person_on_time(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """Alice paged at T0 (15 min to Bob); 14 min later, the daemon running, a bad NTP server
+    steps the clock back a day. The step back made Bob's step due its whole delay from then,
+    the 14 min already waited thrown away although the monotonic clock had measured them: Bob
+    paged 29 min after Alice. Now the time served counts as at a start: Bob at 15 min."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+
+    async def go() -> None:
+        st = Station(config, T0)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, T0))
+            assert await st.tick(T0 + 1, 1) == 1
+            back = T0 + 1 + 840 - 86400.0
+            assert await st.tick(back, 840) == 0
+            assert await st.tick(back + 58, 58) == 0
+            assert await st.tick(back + 59, 1) == 1  # 900 s of run time after Alice's page (at T0)
+        finally:
+            await st.close()
+        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+    asyncio.run(go())

@@ -183,20 +183,20 @@ class Callout:
             ", ".join(self.notify.channels) or "none",
             on_call,
         )
-        self._behind(now, "not set yet, or stepped back while stopped", served=True)
+        self._behind(now, "not set yet, or stepped back while stopped")
         for alarm in self.manager.active():
             if alarm.state is AlarmState.UNACK and alarm.active:
                 self._activated(alarm, now, counted=False)
         for esc in self.store.running("flood"):
             self._floods[esc.pipeline] = esc.id
 
-    def _behind(self, now: float, why: str, served: bool = False) -> None:
+    def _behind(self, now: float, why: str) -> None:
         """Steps and retries scheduled by a clock ahead of this one are due from now, a step
-        its delay less the time it has waited when `served` (`CalloutStore.behind`), logged
-        when there were any."""
+        its delay less the time it has waited (`CalloutStore.behind`), logged when there were
+        any."""
         self._serve(force=True)
         try:
-            steps, retries = self.store.behind(now, self.notify.retry_max, served)
+            steps, retries = self.store.behind(now, self.notify.retry_max)
         except StateError as exc:  # a full disk: the steps stay where they were
             log.error("callout: %s", exc)
             return
@@ -207,11 +207,10 @@ class Callout:
                 self._before.setdefault(escalation, (at_step, due))
         moved = len(steps) + retries
         if moved:
-            counted = " less the time they had waited" if served else ""
             log.warning(
                 "callout: %d escalation step(s) or message retries were due further ahead than their"
-                " delay%s on a clock ahead of this one (%s: %s); due from now instead",
-                moved, counted, iso(now), why,
+                " delay less the time they had waited on a clock ahead of this one (%s: %s); due from"
+                " now instead", moved, iso(now), why,
             )  # fmt: skip
 
     def clock_step(self, step: float) -> None:
