@@ -959,3 +959,29 @@ def test_a_clock_stepped_back_late_in_the_delay_pages_the_next_person_on_time(
         assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("served", "due_in"), [(-3600.0, 900.0), (-1e12, 900.0), (5000.0, 0.0), (300.0, 600.0)]
+)
+def test_a_damaged_time_served_never_holds_a_step_back_longer_than_its_delay(
+    tmp_path: Path, served: float, due_in: float
+) -> None:
+    """A store whose `served` column was damaged (a hand edit, a bad restore): negative, it
+    made a start on an unset clock put Bob's step its delay plus that far ahead (-1e12 s: never
+    paged); larger than the delay, at once. A start now counts what was served between none
+    and the whole delay: due between now and its delay from now, never later."""
+    from monitor.callout.store import CalloutStore
+
+    store = CalloutStore(tmp_path / "callout.sqlite")
+    try:
+        esc = store.start("alarm", "outfall.ph", "low", T0, "operators", ["alice", "bob"], 2, 900.0, True, T0)
+        assert esc is not None and store.step(esc, [], "alice", None, T0)
+        store._db.execute("UPDATE escalation SET served=?", (served,))
+        unset = T0 - YEAR
+        steps, _ = store.behind(unset, 300.0)
+        assert len(steps) == 1
+        [esc] = store.running()
+        assert esc.next_at == unset + due_in
+    finally:
+        store.close()

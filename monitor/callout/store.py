@@ -290,7 +290,7 @@ class CalloutStore:
         Returns the steps moved, (escalation, step, the time it was due before, whether that
         was further ahead than the whole delay: a clock ahead of this one), and how many
         retries."""
-        due = "? + max(0.0, delay - served)"
+        due = "? + max(0.0, delay - max(0.0, served))"  # a damaged `served` holds it no longer than its delay
         with self._tx() as db:
             moved = [
                 (int(str(i)), int(str(n)), float(str(t)), bool(a))
