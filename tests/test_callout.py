@@ -985,3 +985,32 @@ def test_a_damaged_time_served_never_holds_a_step_back_longer_than_its_delay(
         assert esc.next_at == unset + due_in
     finally:
         store.close()
+
+
+def test_a_step_back_then_ntp_on_an_unset_clock_pages_the_next_person_after_the_delay(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """The gateway runs on an unset clock (a year behind the heartbeat): Alice paged, 15 min to
+    Bob. 5 min later a bad NTP server steps it back a day, 5 min after that NTP steps it to the
+    real time. The step back remembered Bob's due time as the right clock's (it was a whole
+    delay ahead), and the step forward made him due at the earlier of that and the moved time:
+    an hour of last year, paged at once, 5 min early. Only a due time a clock judged set wrote
+    is remembered: Bob at 15 min of run time."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    write_heartbeat(config.state_dir, TR - 60)
+    unset = TR - YEAR
+
+    async def go() -> None:
+        st = Station(config, unset)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset))
+            assert await st.tick(unset, 0) == 1
+            assert await st.tick(unset + 300 - 86400.0, 300) == 0  # a day back
+            assert await st.tick(TR + 600, 300) == 0  # NTP: the real time, 10 min after the page
+            assert await st.tick(TR + 899, 299) == 0
+            assert await st.tick(TR + 900, 1) == 1
+        finally:
+            await st.close()
+        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+    asyncio.run(go())

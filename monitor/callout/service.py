@@ -113,6 +113,9 @@ class Callout:
         # Steps the start's rule moved (a clock behind the store): escalation -> (its step,
         # when it was due before), for the clock's step forward (`clock_step`).
         self._before: dict[int, tuple[int, float]] = {}
+        # Escalations that took a step in this run: their due time is this run's
+        # clock's, never a right clock's from before a restart (`_behind`).
+        self._stepped: set[int] = set()
         # The time the running steps have waited, by the monotonic clock (a step of the
         # gateway clock does not touch it): counted since `_mark`, written every
         # SERVED_PERSIST (`_serve`); a restart on an unset clock counts it (`resume`).
@@ -202,8 +205,10 @@ class Callout:
             return
         for escalation, at_step, due, ahead in steps:
             # The first move's, and only from a clock ahead of this one (the right clock it
-            # was due on): a reboot loop's next start moves it again on the unset clock.
-            if ahead:
+            # was due on): a reboot loop's next start moves it again on the unset clock. Not a
+            # due time this run wrote: a step back while running on an unset clock would have
+            # NTP's step page at once from an hour of last year.
+            if ahead and escalation not in self._stepped:
                 self._before.setdefault(escalation, (at_step, due))
         moved = len(steps) + retries
         if moved:
@@ -370,6 +375,7 @@ class Callout:
                 "callout %s step %d: %s has no channel of this pipeline", esc.id, esc.next_step, person_id
             )
         if self.store.step(esc, messages, person_id, link, now):
+            self._stepped.add(esc.id)
             self._wake.set()
 
     def _flood_alarms(self, flood: int) -> list[Alarm]:
