@@ -1014,3 +1014,40 @@ def test_a_step_back_then_ntp_on_an_unset_clock_pages_the_next_person_after_the_
         assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
 
     asyncio.run(go())
+
+
+def test_a_link_signed_on_an_unset_clock_stepped_back_then_forward_expires_on_time(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """Attacker's view: Alice's link is signed on the unset clock (a year behind); 10 min later
+    a bad NTP server steps it back a day, 10 min after that NTP steps it forward to the real
+    time. Only the forward step moved the link: its expiry landed a day late on the real clock.
+    The run time (`link_ttl` of it) still refused it while the daemon ran, but a restart 3 h
+    after the page on the right clock (20 min of run time) took it: the alarm acknowledged
+    by a 3 h old link that said "for 1h". The link now moves with the step back too."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="2h"))
+    write_heartbeat(config.state_dir, TR - 60)
+    unset = TR - YEAR
+
+    async def go() -> None:
+        st = Station(config, unset)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset))
+            assert await st.tick(unset + 1, 1) == 1
+            assert await st.tick(unset + 600 - 86400.0, 599) == 0  # a day back
+            assert await st.tick(TR + 1200, 600) == 0  # NTP: the real time, 20 min after the page
+        finally:
+            await st.close()
+        ack = link(smtp.to(ALICE)[0].body)
+        st = Station(config, TR + 3 * 3600.0)
+        http = console(st.callout)
+        try:
+            resp = await http.post(ack)
+            assert resp.status_code == 410 and "expired" in resp.text, resp.text
+            alarm = st.daemon.alarms.get("outfall.ph", Rule.LOW)
+            assert alarm is not None and alarm.state is AlarmState.UNACK
+        finally:
+            await http.aclose()
+            await st.close()
+
+    asyncio.run(go())

@@ -227,14 +227,14 @@ class Callout:
         cut pages at once, as the step was overdue). Back: the start's rule (`_behind`): a bad
         NTP server's day back left the next step due a day on, nobody after the first person
         paged. The step a restart finds in the restored history comes here too; the start's
-        rule twice changes nothing. Links signed on the unset clock move forward with it
-        (`CalloutStore.rebase`)."""
+        rule twice changes nothing. Links signed on the unset clock move with it, back or
+        forward (`CalloutStore.rebase`): moved by the forward step only, a day back then NTP
+        left a link valid a day late on the real clock."""
         now = self.clock.now()
         if step < 0:
             self._behind(now, f"stepped back by {step_text(step)}")
-            return
         try:
-            moved = self.store.forward(step, self._before)
+            moved = self.store.forward(step, self._before) if step > 0 else 0
             links = self.store.rebase(step, now - step, not self._set(now))
         except StateError as exc:  # a full disk: the steps stay where they were (due early)
             log.error("callout: %s", exc)
@@ -243,8 +243,8 @@ class Callout:
             log.info("callout: %d escalation step(s) moved forward %s with the gateway clock", moved,
                      step_text(step))  # fmt: skip
         if links:
-            log.info("callout: %d acknowledge link(s) signed on the unset clock moved forward %s with it",
-                     links, step_text(step))  # fmt: skip
+            log.info("callout: %d acknowledge link(s) signed on the unset clock moved %s %s with it",
+                     links, "back" if step < 0 else "forward", step_text(step))  # fmt: skip
 
     def _set(self, now: float) -> bool:
         return self.clock_set is None or self.clock_set(now)

@@ -322,7 +322,7 @@ class CalloutStore:
             db.execute("UPDATE link SET age = age + ? WHERE used_at IS NULL AND age < ?", (seconds, link_ttl))
 
     def rebase(self, step: float, before: float, unset: bool) -> int:
-        """The clock stepped forward by `step` from `before`: unspent links signed on a clock
+        """The clock stepped by `step` (< 0 back) from `before`: unspent links signed on a clock
         judged not set and not expired on it move with it (their hour was an hour of the
         unset clock's time); still `unset` when the new clock is judged not set either.
         Links signed on a set clock never move. Returns how many moved."""
