@@ -579,6 +579,9 @@ def test_ntp_after_a_restart_on_an_unset_clock_pages_the_next_person_on_the_real
     clock. Now it is the earlier of the two, the real schedule: T0 + 15 min after the short
     reboot, at once after the long one; once, never twice."""
     config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    # T0 a real time after this release's date: the daemon judges the first run's clock set
+    # (its due time is remembered as the right clock's), the unset one not.
+    T0 = TR  # noqa: N806
     unset = T0 - 365 * 86400.0  # at T0 + down, real time
 
     async def go() -> None:
@@ -1049,5 +1052,39 @@ def test_a_link_signed_on_an_unset_clock_stepped_back_then_forward_expires_on_ti
         finally:
             await http.aclose()
             await st.close()
+
+    asyncio.run(go())
+
+
+def test_ntp_in_a_reboot_loop_that_paged_on_the_unset_clock_pages_after_the_delay(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """A reboot loop wholly on the unset clock (a year behind the heartbeat; each boot reads the
+    same time): the pH alarm pages Alice 5 s into the first run, kill -9 at 295 s. The second
+    start found Bob's step due 5 s more than its delay ahead of the clock, took that due time
+    (the unset clock's) for the right clock's, and NTP answering 100 s into that run made Bob
+    due at it: paged at once, at 390 s of run time instead of 900."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    write_heartbeat(config.state_dir, TR - 60)
+    unset = TR - YEAR
+
+    async def go() -> None:
+        st = Station(config, unset)
+        try:
+            assert await st.tick(unset + 5, 5) == 0
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset + 5))
+            assert await st.tick(unset + 5, 0) == 1
+            assert await st.tick(unset + 295, 290) == 0
+        finally:
+            st.kill()
+        st = Station(config, unset)
+        try:
+            assert await st.tick(unset + 100, 100) == 0
+            assert await st.tick(TR + 100, 1) == 0  # NTP
+            assert await st.tick(TR + 100 + 499, 499) == 0  # 890 s of run time since Alice's page
+            assert await st.tick(TR + 100 + 499 + 20, 20) == 1
+        finally:
+            await st.close()
+        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
 
     asyncio.run(go())

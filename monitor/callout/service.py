@@ -206,9 +206,9 @@ class Callout:
         for escalation, at_step, due, ahead in steps:
             # The first move's, and only from a clock ahead of this one (the right clock it
             # was due on): a reboot loop's next start moves it again on the unset clock. Not a
-            # due time this run wrote: a step back while running on an unset clock would have
-            # NTP's step page at once from an hour of last year.
-            if ahead and escalation not in self._stepped:
+            # due time this run wrote, nor one on a clock judged not set (a reboot loop wholly
+            # on the unset clock): NTP's step would page at once from an hour of last year.
+            if ahead and escalation not in self._stepped and self._set(due):
                 self._before.setdefault(escalation, (at_step, due))
         moved = len(steps) + retries
         if moved:
