@@ -1088,3 +1088,33 @@ def test_ntp_in_a_reboot_loop_that_paged_on_the_unset_clock_pages_after_the_dela
         assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
 
     asyncio.run(go())
+
+
+def test_a_link_signed_on_an_unset_clock_is_expired_after_a_restart_onto_the_set_clock(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """Alice paged on the unset clock (a year behind); the watchdog reboots the gateway 5 min
+    later and NTP answers before the daemon starts. No running clock watch saw the step, and
+    nothing measures the downtime: her link reads expired (early, never late, as a step
+    overdue pages at once), and she is told to acknowledge on the console."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="2h"))
+    write_heartbeat(config.state_dir, TR - 60)
+    unset = TR - YEAR
+
+    async def go() -> None:
+        st = Station(config, unset)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset))
+            assert await st.tick(unset + 300, 300) == 1
+        finally:
+            st.kill()
+        st = Station(config, TR + 360)
+        http = console(st.callout)
+        try:
+            resp = await http.post(link(smtp.to(ALICE)[0].body))
+            assert resp.status_code == 410 and "expired" in resp.text and "console" in resp.text, resp.text
+        finally:
+            await http.aclose()
+            await st.close()
+
+    asyncio.run(go())
