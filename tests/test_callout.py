@@ -776,6 +776,23 @@ def test_a_callout_store_of_the_last_release_upgrades_in_place(tmp_path: Path) -
         store.close()
 
 
+def test_the_last_release_refuses_an_upgraded_callout_store(tmp_path: Path) -> None:
+    """Going back a release: the last one's schema (its one script) meets the columns it does
+    not know (`served`: it would step without resetting it, and a later upgrade would page
+    early from the stale time). It refuses the file, naming the schema, instead of writing."""
+    from monitor.callout.store import _SCHEMA, STORE_SCHEMA, CalloutStore
+    from monitor.errors import StateError
+    from monitor.sqlite import Schema, connect
+
+    path = tmp_path / "callout.sqlite"
+    CalloutStore(path).close()
+    with pytest.raises(
+        StateError,
+        match=f"newer station-monitor \\(schema {STORE_SCHEMA.version}, this release reads up to 1\\)",
+    ):
+        connect(path, Schema("callout store", (_SCHEMA,)))
+
+
 TR = 1_800_000_000.0  # 2027-01-15 08:00 UTC: a real time after this release's floor
 
 
