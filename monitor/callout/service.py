@@ -208,7 +208,7 @@ class Callout:
             # was due on): a reboot loop's next start moves it again on the unset clock. Not a
             # due time this run wrote, nor one on a clock judged not set (a reboot loop wholly
             # on the unset clock): NTP's step would page at once from an hour of last year.
-            if ahead and escalation not in self._stepped and self._set(due):
+            if ahead and escalation not in self._stepped and self._clock_is_set(due):
                 self._before.setdefault(escalation, (at_step, due))
         moved = len(steps) + retries
         if moved:
@@ -235,7 +235,7 @@ class Callout:
             self._behind(now, f"stepped back by {step_text(step)}")
         try:
             moved = self.store.forward(step, self._before) if step > 0 else 0
-            links = self.store.rebase(step, now - step, not self._set(now))
+            links = self.store.rebase(step, now - step, not self._clock_is_set(now))
         except StateError as exc:  # a full disk: the steps stay where they were (due early)
             log.error("callout: %s", exc)
             return
@@ -246,8 +246,9 @@ class Callout:
             log.info("callout: %d acknowledge link(s) signed on the unset clock moved %s %s with it",
                      links, "back" if step < 0 else "forward", step_text(step))  # fmt: skip
 
-    def _set(self, now: float) -> bool:
-        return self.clock_set is None or self.clock_set(now)
+    def _clock_is_set(self, t: float) -> bool:
+        """Whether a gateway clock reading `t` is judged set (`clock_set`; none: taken as set)."""
+        return self.clock_set is None or self.clock_set(t)
 
     def _activated(self, alarm: Alarm, now: float, counted: bool = True) -> None:
         pipeline = self.matcher.pipeline(alarm, now)
@@ -349,7 +350,7 @@ class Callout:
         if self.signer is not None and self.notify.link_base is not None:
             expires = now + self.notify.link_ttl
             nonce, token = self.signer.make(esc.id, person_id, expires)
-            unset = not self._set(now)
+            unset = not self._clock_is_set(now)
             link = (nonce, expires, unset)
             url = f"{self.notify.link_base.rstrip('/')}/callout/ack/{token}"
             if unset:  # an expiry on this clock names a wrong day: say how long instead
