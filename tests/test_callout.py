@@ -579,6 +579,9 @@ def test_ntp_after_a_restart_on_an_unset_clock_pages_the_next_person_on_the_real
     clock. Now it is the earlier of the two, the real schedule: T0 + 15 min after the short
     reboot, at once after the long one; once, never twice."""
     config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    # T0 a real time after this release's date: the daemon judges the first run's clock set
+    # (its due time is remembered as the right clock's), the unset one not.
+    T0 = TR  # noqa: N806
     unset = T0 - 365 * 86400.0  # at T0 + down, real time
 
     async def go() -> None:
@@ -612,7 +615,8 @@ def test_a_clock_stepped_back_a_day_while_running_still_pages_the_next_person(
     """Alice was paged at T0 (15 min to Bob); a bad NTP server steps the running gateway's
     clock back a day a minute later. Bob's step stayed due at T0 + 15 min on the old clock, a
     day away on this one: nobody after Alice was paged for a day. A step back takes the
-    start's rule: a step due further ahead than its delay is due its delay from now."""
+    start's rule: a step due further ahead than its delay is due its delay less the time it
+    has waited from now: Bob at 15 min of run time after Alice."""
     config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
 
     async def go() -> None:
@@ -622,8 +626,8 @@ def test_a_clock_stepped_back_a_day_while_running_still_pages_the_next_person(
             assert await st.tick(T0 + 1, 1) == 1
             back = T0 + 60 - 86400.0
             assert await st.tick(back, 59) == 0
-            assert await st.tick(back + 899, 899) == 0
-            assert await st.tick(back + 901, 2) == 1
+            assert await st.tick(back + 839, 839) == 0
+            assert await st.tick(back + 841, 2) == 1
         finally:
             await st.close()
         assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
@@ -770,6 +774,23 @@ def test_a_callout_store_of_the_last_release_upgrades_in_place(tmp_path: Path) -
         assert store.running()[0].served == 12.5
     finally:
         store.close()
+
+
+def test_the_last_release_refuses_an_upgraded_callout_store(tmp_path: Path) -> None:
+    """Going back a release: the last one's schema (its one script) meets the columns it does
+    not know (`served`: it would step without resetting it, and a later upgrade would page
+    early from the stale time). It refuses the file, naming the schema, instead of writing."""
+    from monitor.callout.store import _SCHEMA, STORE_SCHEMA, CalloutStore
+    from monitor.errors import StateError
+    from monitor.sqlite import Schema, connect
+
+    path = tmp_path / "callout.sqlite"
+    CalloutStore(path).close()
+    with pytest.raises(
+        StateError,
+        match=f"newer station-monitor \\(schema {STORE_SCHEMA.version}, this release reads up to 1\\)",
+    ):
+        connect(path, Schema("callout store", (_SCHEMA,)))
 
 
 TR = 1_800_000_000.0  # 2027-01-15 08:00 UTC: a real time after this release's floor
@@ -923,7 +944,7 @@ def test_the_time_waited_a_full_disk_refuses_is_kept_and_written_when_there_is_r
 
 def test_a_step_back_in_a_reboot_loop_still_pages_the_next_person(tmp_path: Path, smtp: MailServer) -> None:
     """The reboot loop; in its second run a bad NTP server steps the clock back a day. The
-    step back while running makes Bob's step due its whole delay from then (the held rule),
+    step back while running makes Bob's step due its delay less the time served (385 s),
     more than that run lives. The next boot reads the unset clock again, a day ahead of the
     schedule the stepped-back clock wrote: to the store that is a day of downtime, Bob's step
     overdue, paged at once at the third start, at 711 s of run time (189 s before his 15 min
@@ -933,3 +954,184 @@ def test_a_step_back_in_a_reboot_loop_still_pages_the_next_person(tmp_path: Path
     paged, _ = asyncio.run(reboot_loop(config, "kill", back_in_run=2))
     assert paged == 120 + 295 + 295 + 1
     assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+
+def test_a_clock_stepped_back_late_in_the_delay_pages_the_next_person_on_time(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """Alice paged at T0 (15 min to Bob); 14 min later, the daemon running, a bad NTP server
+    steps the clock back a day. The step back made Bob's step due its whole delay from then,
+    the 14 min already waited thrown away although the monotonic clock had measured them: Bob
+    paged 29 min after Alice. Now the time served counts as at a start: Bob at 15 min."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+
+    async def go() -> None:
+        st = Station(config, T0)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, T0))
+            assert await st.tick(T0 + 1, 1) == 1
+            back = T0 + 1 + 840 - 86400.0
+            assert await st.tick(back, 840) == 0
+            assert await st.tick(back + 58, 58) == 0
+            assert await st.tick(back + 59, 1) == 1  # 900 s of run time after Alice's page (at T0)
+        finally:
+            await st.close()
+        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("served", "due_in"), [(-3600.0, 900.0), (-1e12, 900.0), (5000.0, 0.0), (300.0, 600.0)]
+)
+def test_a_damaged_time_served_never_holds_a_step_back_longer_than_its_delay(
+    tmp_path: Path, served: float, due_in: float
+) -> None:
+    """A store whose `served` column was damaged (a hand edit, a bad restore): negative, it
+    made a start on an unset clock put Bob's step its delay plus that far ahead (-1e12 s: never
+    paged); larger than the delay, at once. A start now counts what was served between none
+    and the whole delay: due between now and its delay from now, never later."""
+    from monitor.callout.store import CalloutStore
+
+    store = CalloutStore(tmp_path / "callout.sqlite")
+    try:
+        esc = store.start("alarm", "outfall.ph", "low", T0, "operators", ["alice", "bob"], 2, 900.0, True, T0)
+        assert esc is not None and store.step(esc, [], "alice", None, T0)
+        store._db.execute("UPDATE escalation SET served=?", (served,))
+        unset = T0 - YEAR
+        steps, _ = store.behind(unset, 300.0)
+        assert len(steps) == 1
+        [esc] = store.running()
+        assert esc.next_at == unset + due_in
+    finally:
+        store.close()
+
+
+def test_a_step_back_then_ntp_on_an_unset_clock_pages_the_next_person_after_the_delay(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """The gateway runs on an unset clock (a year behind the heartbeat): Alice paged, 15 min to
+    Bob. 5 min later a bad NTP server steps it back a day, 5 min after that NTP steps it to the
+    real time. The step back remembered Bob's due time as the right clock's (it was a whole
+    delay ahead), and the step forward made him due at the earlier of that and the moved time:
+    an hour of last year, paged at once, 5 min early. Only a due time a clock judged set wrote
+    is remembered: Bob at 15 min of run time."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    write_heartbeat(config.state_dir, TR - 60)
+    unset = TR - YEAR
+
+    async def go() -> None:
+        st = Station(config, unset)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset))
+            assert await st.tick(unset, 0) == 1
+            assert await st.tick(unset + 300 - 86400.0, 300) == 0  # a day back
+            assert await st.tick(TR + 600, 300) == 0  # NTP: the real time, 10 min after the page
+            assert await st.tick(TR + 899, 299) == 0
+            assert await st.tick(TR + 900, 1) == 1
+        finally:
+            await st.close()
+        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+    asyncio.run(go())
+
+
+def test_a_link_signed_on_an_unset_clock_stepped_back_then_forward_expires_on_time(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """Attacker's view: Alice's link is signed on the unset clock (a year behind); 10 min later
+    a bad NTP server steps it back a day, 10 min after that NTP steps it forward to the real
+    time. Only the forward step moved the link: its expiry landed a day late on the real clock.
+    The run time (`link_ttl` of it) still refused it while the daemon ran, but a restart 3 h
+    after the page on the right clock (20 min of run time) took it: the alarm acknowledged
+    by a 3 h old link that said "for 1h". The link now moves with the step back too."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="2h"))
+    write_heartbeat(config.state_dir, TR - 60)
+    unset = TR - YEAR
+
+    async def go() -> None:
+        st = Station(config, unset)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset))
+            assert await st.tick(unset + 1, 1) == 1
+            assert await st.tick(unset + 600 - 86400.0, 599) == 0  # a day back
+            assert await st.tick(TR + 1200, 600) == 0  # NTP: the real time, 20 min after the page
+        finally:
+            await st.close()
+        ack = link(smtp.to(ALICE)[0].body)
+        st = Station(config, TR + 3 * 3600.0)
+        http = console(st.callout)
+        try:
+            resp = await http.post(ack)
+            assert resp.status_code == 410 and "expired" in resp.text, resp.text
+            alarm = st.daemon.alarms.get("outfall.ph", Rule.LOW)
+            assert alarm is not None and alarm.state is AlarmState.UNACK
+        finally:
+            await http.aclose()
+            await st.close()
+
+    asyncio.run(go())
+
+
+def test_ntp_in_a_reboot_loop_that_paged_on_the_unset_clock_pages_after_the_delay(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """A reboot loop wholly on the unset clock (a year behind the heartbeat; each boot reads the
+    same time): the pH alarm pages Alice 5 s into the first run, kill -9 at 295 s. The second
+    start found Bob's step due 5 s more than its delay ahead of the clock, took that due time
+    (the unset clock's) for the right clock's, and NTP answering 100 s into that run made Bob
+    due at it: paged at once, at 390 s of run time instead of 900."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    write_heartbeat(config.state_dir, TR - 60)
+    unset = TR - YEAR
+
+    async def go() -> None:
+        st = Station(config, unset)
+        try:
+            assert await st.tick(unset + 5, 5) == 0
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset + 5))
+            assert await st.tick(unset + 5, 0) == 1
+            assert await st.tick(unset + 295, 290) == 0
+        finally:
+            st.kill()
+        st = Station(config, unset)
+        try:
+            assert await st.tick(unset + 100, 100) == 0
+            assert await st.tick(TR + 100, 1) == 0  # NTP
+            assert await st.tick(TR + 100 + 499, 499) == 0  # 890 s of run time since Alice's page
+            assert await st.tick(TR + 100 + 499 + 20, 20) == 1
+        finally:
+            await st.close()
+        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+    asyncio.run(go())
+
+
+def test_a_link_signed_on_an_unset_clock_is_expired_after_a_restart_onto_the_set_clock(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """Alice paged on the unset clock (a year behind); the watchdog reboots the gateway 5 min
+    later and NTP answers before the daemon starts. No running clock watch saw the step, and
+    nothing measures the downtime: her link reads expired (early, never late, as a step
+    overdue pages at once), and she is told to acknowledge on the console."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="2h"))
+    write_heartbeat(config.state_dir, TR - 60)
+    unset = TR - YEAR
+
+    async def go() -> None:
+        st = Station(config, unset)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset))
+            assert await st.tick(unset + 300, 300) == 1
+        finally:
+            st.kill()
+        st = Station(config, TR + 360)
+        http = console(st.callout)
+        try:
+            resp = await http.post(link(smtp.to(ALICE)[0].body))
+            assert resp.status_code == 410 and "expired" in resp.text and "console" in resp.text, resp.text
+        finally:
+            await http.aclose()
+            await st.close()
+
+    asyncio.run(go())

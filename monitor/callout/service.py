@@ -113,6 +113,9 @@ class Callout:
         # Steps the start's rule moved (a clock behind the store): escalation -> (its step,
         # when it was due before), for the clock's step forward (`clock_step`).
         self._before: dict[int, tuple[int, float]] = {}
+        # Escalations that took a step in this run: their due time is this run's
+        # clock's, never a right clock's from before a restart (`_behind`).
+        self._stepped: set[int] = set()
         # The time the running steps have waited, by the monotonic clock (a step of the
         # gateway clock does not touch it): counted since `_mark`, written every
         # SERVED_PERSIST (`_serve`); a restart on an unset clock counts it (`resume`).
@@ -183,35 +186,36 @@ class Callout:
             ", ".join(self.notify.channels) or "none",
             on_call,
         )
-        self._behind(now, "not set yet, or stepped back while stopped", served=True)
+        self._behind(now, "not set yet, or stepped back while stopped")
         for alarm in self.manager.active():
             if alarm.state is AlarmState.UNACK and alarm.active:
                 self._activated(alarm, now, counted=False)
         for esc in self.store.running("flood"):
             self._floods[esc.pipeline] = esc.id
 
-    def _behind(self, now: float, why: str, served: bool = False) -> None:
+    def _behind(self, now: float, why: str) -> None:
         """Steps and retries scheduled by a clock ahead of this one are due from now, a step
-        its delay less the time it has waited when `served` (`CalloutStore.behind`), logged
-        when there were any."""
+        its delay less the time it has waited (`CalloutStore.behind`), logged when there were
+        any."""
         self._serve(force=True)
         try:
-            steps, retries = self.store.behind(now, self.notify.retry_max, served)
+            steps, retries = self.store.behind(now, self.notify.retry_max)
         except StateError as exc:  # a full disk: the steps stay where they were
             log.error("callout: %s", exc)
             return
         for escalation, at_step, due, ahead in steps:
             # The first move's, and only from a clock ahead of this one (the right clock it
-            # was due on): a reboot loop's next start moves it again on the unset clock.
-            if ahead:
+            # was due on): a reboot loop's next start moves it again on the unset clock. Not a
+            # due time this run wrote, nor one on a clock judged not set (a reboot loop wholly
+            # on the unset clock): NTP's step would page at once from an hour of last year.
+            if ahead and escalation not in self._stepped and self._clock_is_set(due):
                 self._before.setdefault(escalation, (at_step, due))
         moved = len(steps) + retries
         if moved:
-            counted = " less the time they had waited" if served else ""
             log.warning(
                 "callout: %d escalation step(s) or message retries were due further ahead than their"
-                " delay%s on a clock ahead of this one (%s: %s); due from now instead",
-                moved, counted, iso(now), why,
+                " delay less the time they had waited on a clock ahead of this one (%s: %s); due from"
+                " now instead", moved, iso(now), why,
             )  # fmt: skip
 
     def clock_step(self, step: float) -> None:
@@ -223,15 +227,15 @@ class Callout:
         cut pages at once, as the step was overdue). Back: the start's rule (`_behind`): a bad
         NTP server's day back left the next step due a day on, nobody after the first person
         paged. The step a restart finds in the restored history comes here too; the start's
-        rule twice changes nothing. Links signed on the unset clock move forward with it
-        (`CalloutStore.rebase`)."""
+        rule twice changes nothing. Links signed on the unset clock move with it, back or
+        forward (`CalloutStore.rebase`): moved by the forward step only, a day back then NTP
+        left a link valid a day late on the real clock."""
         now = self.clock.now()
         if step < 0:
             self._behind(now, f"stepped back by {step_text(step)}")
-            return
         try:
-            moved = self.store.forward(step, self._before)
-            links = self.store.rebase(step, now - step, not self._set(now))
+            moved = self.store.forward(step, self._before) if step > 0 else 0
+            links = self.store.rebase(step, now - step, not self._clock_is_set(now))
         except StateError as exc:  # a full disk: the steps stay where they were (due early)
             log.error("callout: %s", exc)
             return
@@ -239,11 +243,12 @@ class Callout:
             log.info("callout: %d escalation step(s) moved forward %s with the gateway clock", moved,
                      step_text(step))  # fmt: skip
         if links:
-            log.info("callout: %d acknowledge link(s) signed on the unset clock moved forward %s with it",
-                     links, step_text(step))  # fmt: skip
+            log.info("callout: %d acknowledge link(s) signed on the unset clock moved %s %s with it",
+                     links, "back" if step < 0 else "forward", step_text(step))  # fmt: skip
 
-    def _set(self, now: float) -> bool:
-        return self.clock_set is None or self.clock_set(now)
+    def _clock_is_set(self, t: float) -> bool:
+        """Whether a gateway clock reading `t` is judged set (`clock_set`; none: taken as set)."""
+        return self.clock_set is None or self.clock_set(t)
 
     def _activated(self, alarm: Alarm, now: float, counted: bool = True) -> None:
         pipeline = self.matcher.pipeline(alarm, now)
@@ -345,7 +350,7 @@ class Callout:
         if self.signer is not None and self.notify.link_base is not None:
             expires = now + self.notify.link_ttl
             nonce, token = self.signer.make(esc.id, person_id, expires)
-            unset = not self._set(now)
+            unset = not self._clock_is_set(now)
             link = (nonce, expires, unset)
             url = f"{self.notify.link_base.rstrip('/')}/callout/ack/{token}"
             if unset:  # an expiry on this clock names a wrong day: say how long instead
@@ -371,6 +376,7 @@ class Callout:
                 "callout %s step %d: %s has no channel of this pipeline", esc.id, esc.next_step, person_id
             )
         if self.store.step(esc, messages, person_id, link, now):
+            self._stepped.add(esc.id)
             self._wake.set()
 
     def _flood_alarms(self, flood: int) -> list[Alarm]:

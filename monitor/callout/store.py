@@ -279,20 +279,18 @@ class CalloutStore:
         )
         return [_esc(r) for r in rows]
 
-    def behind(
-        self, now: float, retry_max: float, served: bool = True
-    ) -> tuple[list[tuple[int, int, float, bool]], int]:
+    def behind(self, now: float, retry_max: float) -> tuple[list[tuple[int, int, float, bool]], int]:
         """After a restart on a clock behind the store (not set yet, stepped back while down):
         a running step due later than its delay from `now` less the time it has waited
         (`served`, the daemon's run time: a reboot loop shorter than the delay still gets
         there), or a message retry later than `retry_max`, was scheduled by a clock ahead of
         this one and would wait for it to come round. Each is due then (a message: at once).
         On a right clock the time served is at most the time since the last step, so nothing
-        moves. `served=False` (a step back while running): due its whole delay from `now`.
+        moves; a step back while running counts it the same (the monotonic clock measured it).
         Returns the steps moved, (escalation, step, the time it was due before, whether that
         was further ahead than the whole delay: a clock ahead of this one), and how many
         retries."""
-        due = "? + max(0.0, delay - served)" if served else "? + delay"
+        due = "? + max(0.0, delay - max(0.0, served))"  # a damaged `served` holds it no longer than its delay
         with self._tx() as db:
             moved = [
                 (int(str(i)), int(str(n)), float(str(t)), bool(a))
@@ -324,7 +322,7 @@ class CalloutStore:
             db.execute("UPDATE link SET age = age + ? WHERE used_at IS NULL AND age < ?", (seconds, link_ttl))
 
     def rebase(self, step: float, before: float, unset: bool) -> int:
-        """The clock stepped forward by `step` from `before`: unspent links signed on a clock
+        """The clock stepped by `step` (< 0 back) from `before`: unspent links signed on a clock
         judged not set and not expired on it move with it (their hour was an hour of the
         unset clock's time); still `unset` when the new clock is judged not set either.
         Links signed on a set clock never move. Returns how many moved."""
