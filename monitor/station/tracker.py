@@ -31,7 +31,8 @@ Readings of the ordinance and the issue that the code takes:
   below `overflow`, within `report_within` of the end of one the float ended that way,
   continues it (`OverflowRecord.continues`: the spill's first record's start; `gap_from`: the
   end, from which nothing was measured). The first is not reopened: what was measured and
-  reported stays. Not carried over a restart.
+  reported stays. Not carried over a restart. One the float alone opened then ends as the
+  first did: once the float has stayed off `stale_after` (a chattering float, one record).
 - An open record keeps what a restart needs to go on as without one: the sensor that opened it
   (its clock), the float's last reading, its off and the volume then, the carried rate.
   Chapter 139 sets no reporting time; `report_within` (2 h default) is the utility's
@@ -562,6 +563,15 @@ class StationTracker:
         )
         if float_end is not None:
             over = False  # the float's word: the level's last reading is stale
+        elif rec is not None and self._level_spent and not self.switch_on and self._float_off_at is not None:
+            # The float alone (the level dead since it ended an earlier record) ends this one
+            # as it ended that: once it has stayed off `stale_after`. Ended at its first off,
+            # a float chattering at the crest made a record and a page of each bounce.
+            off = self._float_off_at
+            if self._comparable(sid, self.switch_id or "") and t - off > self.level_stale:
+                float_end, over = off, False
+            else:
+                over = True
         if self._integrates(sid) and float_end is None:
             prev = self._t_prev
             if rec is not None and prev > -math.inf and t > prev and rec.volume_gal is not None:
