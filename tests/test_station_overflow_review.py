@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from monitor.model import ConditionState, Rule, Sample
+import pytest
+
+from monitor.model import ConditionState, Rule, Sample, iso
 from monitor.station import StationStore, StationTracker
+from tests.test_station_overflow_link import _dead_then_back
 from tests.test_station_overflow_volume import _transmitter_dies
 from tests.test_station_tracker import T0, feed, station
 
@@ -32,4 +35,28 @@ def test_a_float_chattering_after_it_ended_the_overflow_does_not_flap_the_alarm(
     _, second = store.overflows(T0, T0 + 3600)
     assert (second.start, second.end) == (T0 + 1200, T0 + 1500)
     assert (second.continues, second.gap_from) == (T0, T0 + 120)
+    store.close()
+
+
+@pytest.mark.parametrize("delta", [-3600.0, 3600.0], ids=["stepped-back", "stepped-forward"])
+def test_a_clock_step_in_the_gap_moves_the_gap_s_start_with_the_clock(tmp_path: Path, delta: float) -> None:
+    """The float ended the first overflow at +120 s (the level dead); NTP steps the gateway
+    clock an hour at +600 s; the level comes back over the setpoint at +1200 s (real time),
+    stamped on the new clock. Before: `continues_gap_from` was the first record's end on the
+    old clock: stepped back, the gap "from 21:28 to 20:46" ran backwards, and stepped forward
+    it said 78 minutes were not measured, not 18. The gap is measured on the clock the second
+    record starts on (the first's end moved with the step, as the link's test of
+    `report_within` already moved it); `continues` stays the first record's id."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = _dead_then_back(1200, 9.4)
+    feed(tracker, [s for s in samples if s.time <= T0 + 600])
+    tracker.shift(delta)
+    later = [Sample(s.sensor, s.time + delta, s.value, s.quality) for s in samples if s.time > T0 + 600]
+    conds = [c for c in feed(tracker, later) if c.rule is Rule.OVERFLOW]
+    (second,) = [r for r in store.overflows(T0 - 7200, T0 + 7200) if r.start != T0]
+    assert (second.start, second.continues) == (T0 + 1200 + delta, T0)
+    assert second.gap_from == T0 + 120 + delta  # 18 minutes not measured, before the start
+    assert f"not measured from {iso(T0 + 120 + delta)}" in conds[0].message
     store.close()

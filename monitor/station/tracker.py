@@ -591,11 +591,13 @@ class StationTracker:
             near = t - self._spill_end <= self.report_within and self._comparable(sid, self.switch_id or "")
             if spill is not None and spill.end is not None and near:
                 rec.continues = spill.start if spill.continues is None else spill.continues
-                rec.gap_from = spill.end
+                # The gap on this record's clock: the end as a step since moved it (the stored
+                # end keeps the old clock's: stepped back, the gap ran backwards).
+                rec.gap_from = min(self._spill_end, t)
                 extra["continues"] = rec.continues
                 why += (
                     f"; continues the overflow from {iso(rec.continues)}"
-                    f" (not measured from {iso(spill.end)}: the float ended it, the level not read)"
+                    f" (not measured from {iso(rec.gap_from)}: the float ended it, the level not read)"
                 )
             self._spill = None
             out.append(
