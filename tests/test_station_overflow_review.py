@@ -60,3 +60,44 @@ def test_a_clock_step_in_the_gap_moves_the_gap_s_start_with_the_clock(tmp_path: 
     assert second.gap_from == T0 + 120 + delta  # 18 minutes not measured, before the start
     assert f"not measured from {iso(T0 + 120 + delta)}" in conds[0].message
     store.close()
+
+
+@pytest.mark.parametrize("saved", [True, False], ids=["stopped", "killed"])
+def test_a_restart_in_the_gap_still_links_the_next_overflow(tmp_path: Path, saved: bool) -> None:
+    """The float ended the first overflow at +120 s (the level dead, the end judged at
+    +480 s); the daemon restarts at +600 s (stopped, or killed -9 with no save at the stop);
+    the level comes back over the setpoint at +1200 s. Before: two records with nothing
+    linking them (the first's candidacy lived in memory only): two SSO reports for one spill
+    because the daemon restarted in between. The restarted tracker takes it from the store."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = _dead_then_back(1200, 9.4)
+    feed(tracker, [s for s in samples if s.time <= T0 + 600])
+    if saved:
+        tracker.save()
+    store.close()
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store, resume=True)
+    conds = [c for c in feed(tracker, [s for s in samples if s.time > T0 + 600]) if c.rule is Rule.OVERFLOW]
+    assert conds[0].extra["continues"] == T0 and "not measured from 2026-05-28T20:28:40Z" in conds[0].message
+    first, second = store.overflows(T0, T0 + 3600)
+    assert (first.end, first.continues) == (T0 + 120, None)  # not reopened
+    assert (second.start, second.continues, second.gap_from) == (T0 + 1200, T0, T0 + 120)
+    store.close()
+
+
+def test_a_level_read_below_the_setpoint_before_a_restart_still_parts_the_spills(tmp_path: Path) -> None:
+    """As above, but the level read 8.5 ft (under the setpoint) at +650 s, before the restart:
+    the float's end was the spill's, and the overflow after the restart is another spill."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = _dead_then_back(1200, 9.4)
+    feed(tracker, [*(s for s in samples if s.time <= T0 + 600), Sample("lvl", T0 + 650, 8.5)])
+    store.close()
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store, resume=True)
+    feed(tracker, [s for s in samples if s.time > T0 + 650])
+    assert [r.continues for r in store.overflows(T0, T0 + 3600)] == [None, None]
+    store.close()

@@ -219,6 +219,26 @@ class StationStore:
         rows = self._run("SELECT value FROM meta WHERE key = 'last_time'")
         return float(rows[0][0]) if rows else None
 
+    def save_spill(self, spill: tuple[float, float, float] | None) -> None:
+        """The overflow the float ended with the level dead, that the next may continue
+        (`StationTracker`, one spill, one event): its start (the key), its end on the float's
+        clock as it stands, the level's last reading; None once the level read below the
+        setpoint or the next record opened. Kept so a restart in the gap does not part one
+        spill into two events."""
+        if spill is None:
+            self._run("DELETE FROM meta WHERE key = 'spill'")
+        else:
+            self._run("INSERT OR REPLACE INTO meta VALUES ('spill', ?)", (" ".join(map(repr, spill)),))
+
+    def spill(self) -> tuple[OverflowRecord, float, float] | None:
+        """The record `save_spill` named (closed), its end and the level's last reading."""
+        rows = self._run("SELECT value FROM meta WHERE key = 'spill'")
+        if not rows:
+            return None
+        start, end, level_time = (float(x) for x in str(rows[0][0]).split())
+        recs = [r for r in self.overflows(start, start + 1.0) if r.start == start and r.end is not None]
+        return (recs[0], end, level_time) if recs else None
+
     def runs(self, start: float, end: float) -> list[PumpRun]:
         """Runs that overlap [start, end)."""
         rows = self._run(

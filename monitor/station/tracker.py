@@ -31,8 +31,9 @@ Readings of the ordinance and the issue that the code takes:
   below `overflow`, within `report_within` of the end of one the float ended that way,
   continues it (`OverflowRecord.continues`: the spill's first record's start; `gap_from`: the
   end, from which nothing was measured). The first is not reopened: what was measured and
-  reported stays. Not carried over a restart. One the float alone opened then ends as the
-  first did: once the float has stayed off `stale_after` (a chattering float, one record).
+  reported stays. Kept over a restart (`StationStore.save_spill`). One the float alone
+  opened then ends as the first did: once the float has stayed off `stale_after` (a
+  chattering float, one record).
 - An open record keeps what a restart needs to go on as without one: the sensor that opened it
   (its clock), the float's last reading, its off and the volume then, the carried rate.
   Chapter 139 sets no reporting time; `report_within` (2 h default) is the utility's
@@ -209,6 +210,12 @@ class StationTracker:
             # The volume carried on from the last reading before the restart, as without one.
             if rec.rate_gpm is not None and rec.rate_at is not None:
                 self._q_prev, self._t_prev = rec.rate_gpm, rec.rate_at
+        # An overflow the float ended with the level dead, and no level reading below the
+        # setpoint since: the next may continue it across the restart (one spill, one event).
+        spill = store.spill() if self.overflow is None else None
+        if spill is not None:
+            self._spill, self._spill_end, self.level_time = spill
+            self._level_spent = True
         # The starts of the last hour: starts per hour goes on counting them (a pump that
         # short-cycles across a restart), and a restored `pump_starts` keeps its evidence.
         for pid, start in store.recent_starts():
@@ -313,6 +320,8 @@ class StationTracker:
             self._float_off_at += delta
         if self.switch_id not in keep:  # the float's off, on its clock
             self._spill_end += delta
+            if self._spill is not None:
+                self._saved_spill(self._spill)
         if overflow and self.overflow is not None:
             self.overflow.start += delta
             self.overflow.due += delta
@@ -366,8 +375,9 @@ class StationTracker:
                 self._stored(self.store.save_run, run)
         elif sid == self.level_id:
             self.level, self.level_time, self._level_spent = v, t, False
-            if self.setpoints is not None and v < self.setpoints.overflow:
+            if self.setpoints is not None and v < self.setpoints.overflow and self._spill is not None:
                 self._spill = None  # the level says the float's end was the spill's
+                self._saved_spill()
             self._well_unread = self._level_unread = False
             out.extend(self._judge_level(t))
         elif sid == self.switch_id:
@@ -599,7 +609,9 @@ class StationTracker:
                     f"; continues the overflow from {iso(rec.continues)}"
                     f" (not measured from {iso(rec.gap_from)}: the float ended it, the level not read)"
                 )
-            self._spill = None
+            if spill is not None:
+                self._spill = None
+                self._saved_spill()
             out.append(
                 Condition(
                     t,
@@ -652,7 +664,16 @@ class StationTracker:
         if rec is not None and self.store is not None and (out or rec.end is not None or moved):
             self._kept(rec)
             self._stored(self.store.save_overflow, rec)
+        if rec is not None and rec is self._spill:
+            self._saved_spill(rec)  # after its end is written: a restart in the gap links too
         return out
+
+    def _saved_spill(self, rec: OverflowRecord | None = None) -> None:
+        """The link's candidate kept for a restart (`StationStore.save_spill`)."""
+        if self.store is None:
+            return
+        spill = None if rec is None else (rec.start, self._spill_end, self.level_time)
+        self._stored(self.store.save_spill, spill)
 
     def _kept(self, rec: OverflowRecord) -> None:
         """What a restart needs in `rec` to go on as without one: the float's last reading
