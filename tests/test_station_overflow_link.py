@@ -272,7 +272,7 @@ def test_a_station_store_of_schema_2_upgrades_and_an_older_release_refuses_schem
     store = StationStore(path)
     (rec,) = store.open_overflows()
     assert (rec.opened_by, rec.switch_on, rec.continues, rec.gap_from) == ("", None, None, None)
-    assert store.db.execute("PRAGMA user_version").fetchone() == (SCHEMA.version,) == (3,)
+    assert store.db.execute("PRAGMA user_version").fetchone() == (SCHEMA.version,) == (4,)
     store.close()
     with pytest.raises(Exception, match="newer station-monitor") as err:
         connect(path, Schema("station store", SCHEMA.migrations[:2]))

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from monitor.model import ConditionState, Rule, Sample, iso
+from monitor.sqlite import Schema, connect
 from monitor.station import StationStore, StationTracker
+from monitor.station.store import SCHEMA
 from tests.test_station_overflow_link import _dead_then_back
 from tests.test_station_overflow_volume import _transmitter_dies
 from tests.test_station_tracker import T0, feed, station
@@ -101,3 +103,78 @@ def test_a_level_read_below_the_setpoint_before_a_restart_still_parts_the_spills
     feed(tracker, [s for s in samples if s.time > T0 + 650])
     assert [r.continues for r in store.overflows(T0, T0 + 3600)] == [None, None]
     store.close()
+
+
+MIDNIGHT = T0 + 27_200  # 2026-05-29 00:00 in New York (EDT), the station's zone
+
+
+def _day_point(points: list[str], day: str) -> dict[str, str]:
+    (point,) = [p for p in points if p.startswith("station_daily") and f"day={day}" in p]
+    fields = point.split(" ")[1]
+    return dict(kv.split("=") for kv in fields.split(","))
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["live", "restarted-after-midnight"])
+def test_an_overflow_across_the_station_s_midnight_splits_its_volume_between_the_days(
+    tmp_path: Path, restart: bool
+) -> None:
+    """The level reads 9.5 ft (over the setpoint) every minute from 23:50 to 00:20 local, the
+    inflow 600 gpm, the pumps off: 18,000 gal, 6,000 before midnight. Before: the 28th's
+    `station_daily` took the volume the store held at midnight (the last write: 0 gal at the
+    record's opening here, at most 30 s old live), with nothing saying it was still going,
+    and the 29th nothing: the days' sum said 0 gal of a measured 18,000. Now each day has
+    what spilled in it (the sum is the record's volume), and the 28th says one was still open
+    at its end (`overflows_open`)."""
+    config = station(tmp_path, overflow_switch=None)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = [Sample("p1", MIDNIGHT - 3600, 0.0), Sample("p2", MIDNIGHT - 3600, 0.0)]
+    for t in range(-600, 1201, 60):
+        samples += [
+            Sample("inflow", MIDNIGHT + t, 600.0),
+            Sample("lvl", MIDNIGHT + t, 9.5 if t < 1200 else 8.0),
+        ]
+    points: list[str] = []
+    for s in samples:
+        if restart and s.time == MIDNIGHT + 120 and s.sensor == "inflow":
+            tracker.save()
+            points += tracker.take_daily()
+            store.close()
+            store = StationStore.open(config.state_dir)
+            tracker = StationTracker(config, store, resume=True)
+        tracker.feed(s)
+        points += tracker.take_daily()
+    tracker.feed(Sample("p1", MIDNIGHT + 86_400, 0.0))
+    points += tracker.take_daily()
+    (rec,) = store.overflows(MIDNIGHT - 3600, MIDNIGHT + 3600)
+    assert rec.volume_gal == pytest.approx(18_000.0) and rec.volume_note == ""
+    before, after = _day_point(points, "2026-05-28"), _day_point(points, "2026-05-29")
+    assert (before["overflows"], before["overflows_open"]) == ("1i", "1i")
+    assert float(before["overflow_volume_gal"]) == pytest.approx(6_000.0)
+    assert (after["overflows"], after["overflows_open"]) == ("0i", "0i")
+    assert float(after["overflow_volume_gal"]) == pytest.approx(12_000.0)
+    store.close()
+
+
+def test_a_station_store_of_schema_3_upgrades_and_a_schema_3_release_refuses_schema_4(tmp_path: Path) -> None:
+    """Schema 4 adds an open overflow's earlier days' share; a schema-3 file (written by the
+    release before) opens with it unknown (the record crossed no midnight the day split
+    saw), and a release that reads up to schema 3 refuses the upgraded file, naming it."""
+    path = tmp_path / "station.sqlite"
+    old = connect(path, Schema("station store", SCHEMA.migrations[:3]))
+    old.execute(
+        "INSERT INTO overflows (sensor, start, end, peak, volume_gal, due, method, opened_by)"
+        " VALUES ('lvl', ?, NULL, 9.3, 1234.5, ?, 'weir', 'lvl')",
+        (T0, T0 + 7200),
+    )
+    old.close()
+    store = StationStore(path)
+    (rec,) = store.open_overflows()
+    assert (rec.opened_by, rec.volume_gal, rec.volume_before_day) == ("lvl", 1234.5, None)
+    assert store.db.execute("PRAGMA user_version").fetchone() == (4,)
+    store.close()
+    with pytest.raises(
+        Exception, match=r"newer station-monitor \(schema 4, this release reads up to 3\)"
+    ) as err:
+        connect(path, Schema("station store", SCHEMA.migrations[:3]))
+    assert str(path) in str(err.value)

@@ -42,6 +42,7 @@ Readings of the ordinance and the issue that the code takes:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -168,7 +169,7 @@ class StationTracker:
         self.store_errors = 0
         self._store_failing = False
         self.daily = (
-            DailyTotals(config.station.id, config.station.zone, list(self.pumps), store)
+            DailyTotals(config.station.id, config.station.zone, list(self.pumps), store, self.level_stale)
             if store is not None
             else None
         )
@@ -358,7 +359,12 @@ class StationTracker:
             self._compare(sid, t)
         daily = self.daily
         if daily is not None and t >= daily.day_end:
-            self._stored(daily.advance, t)  # a local midnight passed: that day's totals for InfluxDB
+            # A local midnight passed: that day's totals for InfluxDB, with what an overflow
+            # open across it spilled to the midnight (its earlier days' share, kept for a restart).
+            self._stored(functools.partial(daily.advance, live=self._at_midnight), t)
+            if self.overflow is not None and self.store is not None:
+                self._kept(self.overflow)
+                self._stored(self.store.save_overflow, self.overflow)
         self.last_time = max(self.last_time, t)
         out: list[Condition] = []
         pump = self.pumps.get(sid)
@@ -667,6 +673,25 @@ class StationTracker:
         if rec is not None and rec is self._spill:
             self._saved_spill(rec)  # after its end is written: a restart in the gap links too
         return out
+
+    def _at_midnight(self, midnight: float) -> OverflowRecord | None:
+        """The open overflow as it stood at the local `midnight` (`DailyTotals.advance`, once
+        per day closed): its volume carried to it at the last rate (to the float's off if the
+        float's end is pending: the volume goes back to it at the close), its earlier days'
+        share as before; the record's share moves on to the midnight."""
+        rec = self.overflow
+        if rec is None:
+            return None
+        volume = rec.volume_gal
+        if volume is not None:
+            off = self._float_off_at
+            if off is not None and off <= midnight and self._volume_at_off is not None:
+                volume = self._volume_at_off
+            elif midnight > self._t_prev > -math.inf:
+                volume += self._q_prev * (midnight - self._t_prev) / 60.0
+        then = dataclasses.replace(rec, volume_gal=volume)
+        rec.volume_before_day = volume
+        return then
 
     def _saved_spill(self, rec: OverflowRecord | None = None) -> None:
         """The link's candidate kept for a restart (`StationStore.save_spill`)."""
