@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,37 @@ def test_a_station_store_of_schema_3_upgrades_and_a_schema_3_release_refuses_sch
     ) as err:
         connect(path, Schema("station store", SCHEMA.migrations[:3]))
     assert str(path) in str(err.value)
+
+
+def test_an_overflow_s_end_the_full_disk_refused_is_written_when_there_is_room(tiny_disk: Path) -> None:
+    """The state disk (a real 3 MB tmpfs) is full when the level's reading under the setpoint
+    ends the overflow: the record's closing write fails (logged once, counted). Before: the
+    store kept the record open for good (later saves write only the open record, and there
+    was none): `monitor pumps report` said "to ?", `station_daily` counted it still open and a
+    restart took it up again as spilling. The end is written at the next save with room."""
+    config = station(tiny_disk)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    feed(
+        tracker,
+        [Sample("p1", T0, 0.0), Sample("p2", T0, 0.0), Sample("lvl", T0, 9.5), Sample("lvl", T0 + 60, 9.5)],
+    )
+    st = os.statvfs(tiny_disk)
+    ballast = tiny_disk / "ballast"
+    with ballast.open("wb", buffering=0) as f:
+        try:
+            for _ in range(st.f_blocks):
+                f.write(b"\0" * st.f_frsize)
+        except OSError:
+            pass  # full: the disk's last block taken
+    feed(tracker, [Sample("lvl", T0 + 120, 8.0)])
+    assert tracker.overflow is None and tracker.store_errors > 0
+    ballast.unlink()
+    feed(tracker, [Sample("lvl", T0 + 180, 8.0)])
+    tracker.save()
+    (rec,) = store.overflows(T0, T0 + 3600)
+    assert rec.end == T0 + 120
+    store.close()
+    store = StationStore.open(config.state_dir)
+    assert StationTracker(config, store, resume=True).overflow is None  # not taken up again
+    store.close()

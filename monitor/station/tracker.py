@@ -59,7 +59,7 @@ from monitor.engine.restored import after_activation
 from monitor.errors import MonitorError
 from monitor.model import Alarm, Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, iso
 from monitor.station.daily import DailyTotals
-from monitor.station.pumps import PumpStats
+from monitor.station.pumps import PumpRun, PumpStats
 from monitor.station.store import OverflowRecord, StationStore
 from monitor.units import GALLONS_PER_FT3, conversion
 
@@ -168,6 +168,7 @@ class StationTracker:
         self._last: dict[str, float] = {}
         self.store_errors = 0
         self._store_failing = False
+        self._unwritten: list[OverflowRecord | PumpRun] = []  # closed, the store refused (`_ended`)
         self.daily = (
             DailyTotals(config.station.id, config.station.zone, list(self.pumps), store, self.level_stale)
             if store is not None
@@ -378,7 +379,7 @@ class StationTracker:
             conds, run = pump.update(t, on)
             out.extend(conds)
             if run is not None and self.store is not None:
-                self._stored(self.store.save_run, run)
+                self._ended(run, self._stored(self.store.save_run, run))
         elif sid == self.level_id:
             self.level, self.level_time, self._level_spent = v, t, False
             if self.setpoints is not None and v < self.setpoints.overflow and self._spill is not None:
@@ -669,7 +670,7 @@ class StationTracker:
         moved = rec is not None and sid == self.switch_id and rec.switch_on is not self.switch_on
         if rec is not None and self.store is not None and (out or rec.end is not None or moved):
             self._kept(rec)
-            self._stored(self.store.save_overflow, rec)
+            self._ended(rec, self._stored(self.store.save_overflow, rec))
         if rec is not None and rec is self._spill:
             self._saved_spill(rec)  # after its end is written: a restart in the gap links too
         return out
@@ -713,19 +714,33 @@ class StationTracker:
         """Line-protocol points of the local days closed since the last call."""
         return self.daily.take() if self.daily is not None else []
 
+    def _ended(self, rec: OverflowRecord | PumpRun, written: bool) -> None:
+        """A closed record's write the store refused (a full disk) is tried again at each
+        `save`: later writes are of what is open, so its end was lost for good (the report
+        "to ?", a restart taking the overflow up again as spilling, the pump as running)."""
+        if not written and rec.end is not None:
+            self._unwritten.append(rec)
+
     def save(self) -> None:
-        """Persist what is in progress (open overflow volume, last event time)."""
+        """Persist what is in progress (open overflow volume, last event time) and the closed
+        records the store refused."""
         if self.store is None:
             return
+        store, unwritten, self._unwritten = self.store, self._unwritten, []
+        for rec in unwritten:
+            if isinstance(rec, PumpRun):
+                self._ended(rec, self._stored(store.save_run, rec))
+            else:
+                self._ended(rec, self._stored(store.save_overflow, rec))
         if self.overflow is not None:
             self._kept(self.overflow)
             self._stored(self.store.save_overflow, self.overflow)
         if self.last_time > -math.inf:
             self._stored(self.store.save_progress, self.last_time)
 
-    def _stored(self, write: Callable[[_T], None], arg: _T) -> None:
+    def _stored(self, write: Callable[[_T], None], arg: _T) -> bool:
         """A write to the station store; one that fails (a full disk) is logged once and
-        counted, and never stops the alarms: they are judged from memory."""
+        counted, and never stops the alarms: they are judged from memory. True: written."""
         try:
             write(arg)
         except MonitorError as exc:
@@ -733,10 +748,11 @@ class StationTracker:
             if not self._store_failing:
                 log.error("station store: runs and overflow records not recorded: %s", exc)
             self._store_failing = True
-            return
+            return False
         if self._store_failing:
             self._store_failing = False
             log.info("station store: records written again (%d write(s) lost)", self.store_errors)
+        return True
 
 
 def track_arrays(
