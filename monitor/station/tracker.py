@@ -58,6 +58,7 @@ from monitor.config.station import pump_ids
 from monitor.engine.restored import after_activation
 from monitor.errors import MonitorError
 from monitor.model import Alarm, Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, iso
+from monitor.station.clocks import WellClocks
 from monitor.station.daily import DailyTotals
 from monitor.station.pumps import PumpRun, PumpStats
 from monitor.station.store import OverflowRecord, StationStore
@@ -67,9 +68,6 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 CITATION_OVERFLOW = "station config (overflow: report within)"
 CITATION_LEVEL = "station config (wet-well setpoints)"
-# A well on two clocks (a device-stamped level beside gateway-polled pumps): a reading of one
-# within AGREE seconds of the other's newest says the clocks agree (`_compare`).
-AGREE = 120.0
 
 
 class StationTracker:
@@ -87,10 +85,6 @@ class StationTracker:
         for a well whose readings come on two clocks (`_judge_fail`)."""
         self.config = config
         self._device = frozenset(device)
-        # Whether the two clocks (gateway, devices) were found to agree when a reading of one
-        # was last compared with the other's newest (`_compare`); None: not compared yet.
-        self._agree: bool | None = None
-        self._newest = {False: -math.inf, True: -math.inf}  # each clock's newest reading (True: devices')
         self.store = store
         well = config.wet_well
         self.pumps: dict[str, PumpStats] = {}
@@ -185,7 +179,8 @@ class StationTracker:
         self.watched = frozenset(
             [*self.pumps, *self.drive, *(x for x in (self.level_id, self.switch_id, self.inflow_id) if x)]
         )
-        self._mixed = bool(self.watched & self._device) and bool(self.watched - self._device)
+        # A well on two clocks (a device-stamped level beside gateway-polled pumps).
+        self.clocks = WellClocks(self._device, self.watched)
         if resume and store is not None:
             self._resume(store)
 
@@ -327,10 +322,7 @@ class StationTracker:
         if overflow and self.overflow is not None:
             self.overflow.start += delta
             self.overflow.due += delta
-        if self._mixed:  # the gateway's newest moves; whether the clocks agree is found again
-            gateway = [t for sid, t in self._last.items() if sid not in self._device]
-            self._newest[False] = max(gateway, default=-math.inf)
-            self._agree = None
+        self.clocks.stepped(self._last)  # the gateway's newest moves; whether they agree is found again
         if self._last:
             self.last_time = max(self._last.values())  # the latest reading taken, as it stands now
         elif moved or well:
@@ -356,8 +348,8 @@ class StationTracker:
         if bad and v in bad:
             return []
         self._last[sid] = t
-        if self._mixed:
-            self._compare(sid, t)
+        if self.clocks.mixed:
+            self.clocks.compare(sid, t)
         daily = self.daily
         if daily is not None and t >= daily.day_end:
             # A local midnight passed: that day's totals for InfluxDB, with what an overflow
@@ -428,38 +420,12 @@ class StationTracker:
             ]
         return []
 
-    def _same_clock(self, a: str, b: str) -> bool:
-        """Whether readings of sensors `a` and `b` are stamped by one clock (both by the
-        gateway, or both by devices); True when either is not known ("")."""
-        return not a or not b or (a in self._device) == (b in self._device)
-
-    def _compare(self, sid: str, t: float) -> None:
-        """A reading of `sid` at `t` against the other clock's newest: stamped more than
-        `AGREE` before it, the clocks disagree (one an hour off until NTP steps it); within
-        `AGREE` of it, they agree. Later than that says nothing: the other clock's sensors may
-        just be quiet (a transmitter down, a pump reported on change)."""
-        dev = sid in self._device
-        other = self._newest[not dev]
-        if other > -math.inf:
-            if t < other - AGREE:
-                self._agree = False
-            elif t <= other + AGREE:
-                self._agree = True
-        self._newest[dev] = max(self._newest[dev], t)
-
-    def _comparable(self, a: str, b: str) -> bool:
-        """Whether a reading of `a` may be measured against a time one of `b` set: one clock,
-        or two found to agree. With both clocks right (no step), a well on two clocks is
-        judged as on one: a delay begun by a pump's trip on the gateway's clock is measured by
-        the level's readings on its own."""
-        return self._agree is True or self._same_clock(a, b)
-
     def _integrates(self, sid: str) -> bool:
         """Whether the overflow's volume is carried to a reading of `sid`: one of the level's
         clock, or of the other when the two agree (as on one clock: its transmitter down, the
         float switch, inflow and pumps carry the volume on, judged at the level's last value).
         Across clocks that disagree (one an hour off), the level's clock alone."""
-        return self._agree is True or self._same_clock(sid, self.level_id or "")
+        return self.clocks.comparable(sid, self.level_id or "")
 
     def _carried(self, sid: str, q: float, t: float) -> None:
         """The rate `q` from reading `t` of `sid` on. Never back: readings of two clocks a
@@ -470,7 +436,7 @@ class StationTracker:
     def _judge_fail(self, t: float, sid: str = "") -> list[Condition]:
         """Fail to start at reading `t` of sensor `sid`. In a well whose readings come on two
         clocks (a device-stamped level beside a float switch or pump polled on the gateway
-        clock) that agree (`_compare`), as on one clock: the delay from the first reading
+        clock) that agree (`WellClocks.compare`), as on one clock: the delay from the first reading
         that found the well calling, whichever clock's. Found to disagree (one an hour off
         until NTP steps it), each clock measures it from its own first reading, and a raise
         is not held against a reading of the other. Judged across such clocks, a float
@@ -490,7 +456,7 @@ class StationTracker:
             if self.above_since is None:
                 self.above_since, self._above_by = t, sid
             own = self._above_own.setdefault(sid in self._device, t)
-            since = self.above_since if self._comparable(sid, self._above_by) else own
+            since = self.above_since if self.clocks.comparable(sid, self._above_by) else own
             if not self.fail_active and t - since >= self.delay:
                 self.fail_active = True
                 self.fail_at, self._fail_by = t, sid
@@ -513,7 +479,7 @@ class StationTracker:
         # A reading stamped before the raise (a pump's feedback from a lagging source) is
         # evidence from before the alarm began: it does not end it; the next sample judged
         # at or after the raise does, with what is known then. A restored alarm: after.
-        before = t < self.fail_at and self._comparable(sid, self._fail_by)
+        before = t < self.fail_at and self.clocks.comparable(sid, self._fail_by)
         if self.fail_active and not before and self._may_end(self.level_id, Rule.FAIL_TO_START, t):
             self.fail_active = False
             return [
@@ -551,12 +517,12 @@ class StationTracker:
         first reading after the off, a float bouncing off for one poll at the spill crest
         ended the overflow and its on opened a second, two reports for one spill (the end is
         still the off's time, only judged later; a level reading after the off has its word);
-        only across clocks that agree (`_comparable`)."""
+        only across clocks that agree (`WellClocks.comparable`)."""
         off, level = self._float_off_at, self.level_id or ""
         # Not read since the off and the off held `stale_after`: the level is stale too.
         if off is None or self.level_time > off or t - off <= self.level_stale:
             return None
-        if not (self._comparable(sid, level) and self._comparable(self.switch_id or "", level)):
+        if not (self.clocks.comparable(sid, level) and self.clocks.comparable(self.switch_id or "", level)):
             return None
         return off
 
@@ -585,7 +551,7 @@ class StationTracker:
             # as it ended that: once it has stayed off `stale_after`. Ended at its first off,
             # a float chattering at the crest made a record and a page of each bounce.
             off = self._float_off_at
-            if self._comparable(sid, self.switch_id or "") and t - off > self.level_stale:
+            if self.clocks.comparable(sid, self.switch_id or "") and t - off > self.level_stale:
                 float_end, over = off, False
             else:
                 over = True
@@ -605,7 +571,8 @@ class StationTracker:
             extra: dict[str, float | str] = {}
             spill = self._spill
             # The gap is measured only across clocks that agree (one an hour off: not linked).
-            near = t - self._spill_end <= self.report_within and self._comparable(sid, self.switch_id or "")
+            agree = self.clocks.comparable(sid, self.switch_id or "")
+            near = agree and t - self._spill_end <= self.report_within
             if spill is not None and spill.end is not None and near:
                 rec.continues = spill.start if spill.continues is None else spill.continues
                 # The gap on this record's clock: the end as a step since moved it (the stored
@@ -642,7 +609,7 @@ class StationTracker:
             if float_end is not None:
                 rec.end, rec.volume_gal = max(float_end, rec.start), self._volume_at_off
             else:
-                rec.end = t if self._same_clock(sid, self._overflow_by) else max(t, rec.start)
+                rec.end = t if self.clocks.same(sid, self._overflow_by) else max(t, rec.start)
             rec.volume_gal, rec.volume_note = rec.judged(self.level_stale, rec.end)
             if float_end is not None:
                 self._level_spent = True
