@@ -213,3 +213,31 @@ def test_an_overflow_s_end_the_full_disk_refused_is_written_when_there_is_room(t
     store = StationStore.open(config.state_dir)
     assert StationTracker(config, store, resume=True).overflow is None  # not taken up again
     store.close()
+
+
+def test_the_day_s_volume_says_how_much_of_it_is_an_estimate(tmp_path: Path) -> None:
+    """Two overflows in a day: one measured throughout (the level read every minute, 4,000 gal),
+    one whose level fell silent past its `stale_after` (9,000 gal carried on at the last level:
+    partial). Before: `overflow_volume_gal` 13,000 and a count of one partial overflow: what a
+    regulator reads as measured and what rests on a dead transmitter were not told apart. The
+    point now gives the gallons of the partial ones (`overflow_volume_partial_gal`)."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = [Sample("p1", T0, 1.0), Sample("p2", T0, 0.0), Sample("lvl", T0, 8.5)]
+    samples += [Sample("switch", T0 + 60, 1.0), Sample("inflow", T0 + 60, 900.0)]
+    samples += [Sample("lvl", T0 + 60 + 60 * k, 9.1) for k in range(1, 11)]
+    samples += [Sample("lvl", T0 + 720, 8.9), Sample("switch", T0 + 780, 0.0), Sample("p1", T0 + 840, 0.0)]
+    later = T0 + 3600
+    for t in range(0, 900, 30):
+        level = [Sample("lvl", later + t, 9.5)] if t <= 60 else []
+        samples += [*level, Sample("switch", later + t, 1.0), Sample("inflow", later + t, 600.0)]
+    samples += [Sample("switch", later + 900, 0.0), Sample("lvl", later + 900, 8.0)]
+    feed(tracker, [*samples, Sample("p1", T0 + 86_400, 0.0)])
+    whole, partial = store.overflows(T0, T0 + 7200)
+    assert (whole.volume_note, partial.volume_note[:8]) == ("", "partial:")
+    assert whole.volume_gal is not None and partial.volume_gal is not None
+    day = _day_point(tracker.take_daily(), "2026-05-28")
+    assert float(day["overflow_volume_gal"]) == pytest.approx(whole.volume_gal + partial.volume_gal)
+    assert float(day["overflow_volume_partial_gal"]) == pytest.approx(partial.volume_gal)
+    store.close()

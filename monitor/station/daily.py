@@ -3,12 +3,14 @@
 Measurement `pump_daily` (tags station, pump, day; fields run_hours, starts,
 longest_run_hours) and `station_daily` (tags station, day; fields run_hours, starts,
 overflows, overflow_volume_gal, overflows_volume_unknown, overflows_volume_partial,
-overflows_continuing, overflows_open), one
+overflows_continuing, overflows_open, overflow_volume_partial_gal), one
 point per local day at its midnight, written when event time passes the next midnight: the
 same points live and in replay. `overflow_volume_gal` sums the volumes known of what spilled
 that day: an overflow open across the midnight gives each day its share (carried to the
 midnight; `overflows_open` counts those still open at the day's end), so the days add up to
-its volume. An overflow whose volume is unknown (no level reading during it) is counted,
+its volume; `overflow_volume_partial_gal` is the part of it from overflows whose level was
+silent past its `stale_after` (carried at the last level: an estimate). An overflow whose
+volume is unknown (no level reading during it) is counted,
 never added as 0 gal. `overflows` and `overflows_continuing` count the records begun that day.
 """
 
@@ -107,6 +109,10 @@ class DailyTotals:
             "overflow_volume_gal": volume,
             "overflows_volume_unknown": sum(v is None for v, _ in volumes),
             "overflows_volume_partial": sum(n.startswith("partial") for _, n in volumes),
+            # Of the sum, the gallons that rest in part on a level not read (an estimate).
+            "overflow_volume_partial_gal": float(
+                sum(v for v, n in volumes if v is not None and n.startswith("partial"))
+            ),
             # Records that continue an earlier one (one spill): the spills are the difference.
             "overflows_continuing": sum(r.continues is not None for r in overflows),
             # Still spilling at the day's end: its volume here is to the midnight, the rest the next day's.
