@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from monitor.model import ConditionState, Rule, Sample, iso
+from monitor.sinks.lineproto import condition_line
 from monitor.sqlite import Schema, connect
 from monitor.station import StationStore, StationTracker
 from monitor.station.store import SCHEMA
@@ -240,4 +241,27 @@ def test_the_day_s_volume_says_how_much_of_it_is_an_estimate(tmp_path: Path) -> 
     day = _day_point(tracker.take_daily(), "2026-05-28")
     assert float(day["overflow_volume_gal"]) == pytest.approx(whole.volume_gal + partial.volume_gal)
     assert float(day["overflow_volume_partial_gal"]) == pytest.approx(partial.volume_gal)
+    store.close()
+
+
+def test_the_overflow_alarm_s_points_do_not_give_a_dead_level_as_a_reading(tmp_path: Path) -> None:
+    """The level dead at 9.5 ft from +30 s: the float's end of the first overflow (judged at
+    +480 s) and the float's opening of the one that continues it (+1200 s). Before: both
+    alarm points in InfluxDB said `value=9.5`, the level's reading of +30 s, as if measured
+    then (CLEARED at 9.5 ft, over the setpoint). A level older than its `stale_after` is no
+    reading: the points carry no `value` (the journal's is null), their `limit` stays."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = [s for s in _transmitter_dies(bad=False) if s.time < T0 + 1200]
+    samples += [Sample("switch", T0 + 1200, 1.0)]
+    conds = [c for c in feed(tracker, samples) if c.rule is Rule.OVERFLOW]
+    assert [(c.time - T0, c.state) for c in conds] == [
+        (0.0, ConditionState.ACTIVE),
+        (480.0, ConditionState.CLEARED),
+        (1200.0, ConditionState.ACTIVE),
+    ]
+    opened, ended, continued = (condition_line("t", c, "critical") for c in conds)
+    assert "value=9.5" in opened  # read then
+    assert "value=" not in ended and "value=" not in continued and "limit=9" in ended
     store.close()

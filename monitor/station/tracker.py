@@ -562,6 +562,13 @@ class StationTracker:
                 rec.volume_gal += mean * (t - prev) / 60.0
             self._carried(sid, q, t)
         sensor = self.level_id or self.switch_id or ""
+        # The level the alarm's points give: none once older than its `stale_after` (the
+        # transmitter dead, the float deciding); before, InfluxDB had the dead reading as
+        # measured then (CLEARED at 9.5 ft, over the setpoint).
+        read = not (
+            self.clocks.comparable(sid, self.level_id or "") and t - self.level_time > self.level_stale
+        )
+        shown = self.level if read else math.nan
         if over and rec is None:
             rec = OverflowRecord(sensor, t, t + self.report_within, method=method, opened_by=sid)
             rec.volume_gal = 0.0 if method else None
@@ -592,7 +599,7 @@ class StationTracker:
                     sensor,
                     Rule.OVERFLOW,
                     ConditionState.ACTIVE,
-                    self.level,
+                    shown,
                     sp.overflow if sp else None,
                     CITATION_OVERFLOW,
                     message=f"{why}; report within {self.report_within / 3600:g} h",
@@ -626,7 +633,7 @@ class StationTracker:
                     sensor,
                     Rule.OVERFLOW,
                     ConditionState.CLEARED,
-                    self.level,
+                    shown,
                     sp.overflow if sp else None,
                     CITATION_OVERFLOW,
                 )
