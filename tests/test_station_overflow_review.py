@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from monitor.config import build_config
 from monitor.model import ConditionState, Rule, Sample, iso
 from monitor.sinks.lineproto import condition_line
 from monitor.sqlite import Schema, connect
@@ -264,4 +265,38 @@ def test_the_overflow_alarm_s_points_do_not_give_a_dead_level_as_a_reading(tmp_p
     opened, ended, continued = (condition_line("t", c, "critical") for c in conds)
     assert "value=9.5" in opened  # read then
     assert "value=" not in ended and "value=" not in continued and "limit=9" in ended
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "garbage", [-1.0, 2000.0, float("nan")], ids=["plc-error-value", "out-of-range", "nan"]
+)
+def test_a_transmitter_back_with_garbage_does_not_part_the_spill(tmp_path: Path, garbage: float) -> None:
+    """The float ended the first overflow (the level dead); the transmitter comes back at
+    +900 s with the PLC's error value (-1, listed in the level's `bad_values`), a reading
+    outside a level's plausible range, or NaN, then 9.4 ft at +1200 s. None of these is a
+    reading below the setpoint: the second overflow continues the first (held already; a
+    guard for the link)."""
+    config = build_config(
+        {
+            "station": {"id": "t", "timezone": "America/New_York"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [
+                {"id": "lvl", "kind": "level", "unit": "ft", "bad_values": [-1.0],
+                 "setpoints": {"off": 2, "lead_on": 5, "lag_on": 6, "high": 8, "overflow": 9}},
+                {"id": "p1", "kind": "pump", "pump": {"capacity": "500 gpm"}},
+                {"id": "p2", "kind": "pump", "pump": {"capacity": "500 gpm"}},
+                {"id": "inflow", "kind": "flow", "unit": "gpm"},
+                {"id": "switch", "kind": "status"},
+            ],
+            "wet_well": {"level": "lvl", "inflow": "inflow", "overflow_switch": "switch"},
+        }
+    )  # fmt: skip
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = _dead_then_back(1200, 9.4)
+    samples += [Sample("lvl", T0 + 900, garbage), Sample("lvl", T0 + 960, garbage)]
+    feed(tracker, sorted(samples, key=lambda s: s.time))
+    _, second = store.overflows(T0, T0 + 3600)
+    assert (second.start, second.continues, second.gap_from) == (T0 + 1200, T0, T0 + 120)
     store.close()
