@@ -84,25 +84,28 @@ def test_the_level_back_over_the_setpoint_after_a_float_ended_overflow_continues
 
 
 def test_a_chain_of_overflows_on_the_float_alone_continues_the_spill_s_first(tmp_path: Path) -> None:
-    """The level dead at 9.5 ft from +30 s; the float ends the first overflow at +120 s, comes
-    on at +1200 s (a second record), off at +1260 s (it ends) and on again at +1500 s (a
-    third): the level not read in between, all three are one spill, and the third continues
-    the spill's first record, its gap from the second's end."""
+    """The level dead at 9.5 ft from +30 s; the float ends the first overflow at +120 s, then
+    comes on four more times (+1200, +2100, +3000, +3900 s, two minutes each, off for 13
+    minutes between: longer than the level's `stale_after`, so each off ends its record): the
+    level not read in between, all five are one spill, each continues the spill's first record
+    and its gap runs from the previous record's end. (A float off for less than `stale_after`
+    does not end the record: tests/test_station_overflow_review.py.)"""
     config = station(tmp_path)
     store = StationStore.open(config.state_dir)
     tracker = StationTracker(config, store)
     samples = [s for s in _transmitter_dies(bad=False) if s.time < T0 + 1200]
-    for t in range(1200, 1801, 60):
-        on = 1.0 if t < 1260 or t >= 1500 else 0.0
+    starts = [1200, 2100, 3000, 3900]
+    for t in range(1200, 4801, 60):
+        on = 1.0 if any(s <= t < s + 120 for s in starts) else 0.0
         samples += [Sample("switch", T0 + t, on), Sample("inflow", T0 + t, 600.0), Sample("p1", T0 + t, 0.0)]
     feed(tracker, samples)
     tracker.save()
-    first, second, third = store.overflows(T0, T0 + 3600)
+    first, *chain = store.overflows(T0, T0 + 7200)
     assert (first.end, first.continues) == (T0 + 120, None)
-    assert (second.start, second.end) == (T0 + 1200, T0 + 1260)
-    assert (second.continues, second.gap_from) == (T0, T0 + 120)
-    assert "ended at the overflow switch's off; the level not read since" in second.volume_note
-    assert (third.start, third.continues, third.gap_from) == (T0 + 1500, T0, T0 + 1260)
+    assert [(r.start - T0, r.end and r.end - T0) for r in chain] == [(s, s + 120.0) for s in starts]
+    assert [r.continues for r in chain] == [T0] * 4
+    assert [r.gap_from and r.gap_from - T0 for r in chain] == [120.0, *(s + 120.0 for s in starts[:-1])]
+    assert all("ended at the overflow switch's off; the level not read since" in r.volume_note for r in chain)
     store.close()
 
 
@@ -269,7 +272,7 @@ def test_a_station_store_of_schema_2_upgrades_and_an_older_release_refuses_schem
     store = StationStore(path)
     (rec,) = store.open_overflows()
     assert (rec.opened_by, rec.switch_on, rec.continues, rec.gap_from) == ("", None, None, None)
-    assert store.db.execute("PRAGMA user_version").fetchone() == (SCHEMA.version,) == (3,)
+    assert store.db.execute("PRAGMA user_version").fetchone() == (SCHEMA.version,) == (4,)
     store.close()
     with pytest.raises(Exception, match="newer station-monitor") as err:
         connect(path, Schema("station store", SCHEMA.migrations[:2]))

@@ -3,22 +3,32 @@
 Measurement `pump_daily` (tags station, pump, day; fields run_hours, starts,
 longest_run_hours) and `station_daily` (tags station, day; fields run_hours, starts,
 overflows, overflow_volume_gal, overflows_volume_unknown, overflows_volume_partial,
-overflows_continuing), one
+overflows_continuing, overflows_open, overflow_volume_partial_gal), one
 point per local day at its midnight, written when event time passes the next midnight: the
-same points live and in replay. `overflow_volume_gal` sums the volumes known; an overflow
-whose volume is unknown (no level reading during it) is counted, never added as 0 gal.
+same points live and in replay. `overflow_volume_gal` sums the volumes known of what spilled
+that day: an overflow open across the midnight gives each day its share (carried to the
+midnight; `overflows_open` counts those still open at the day's end), so the days add up to
+its volume; `overflow_volume_partial_gal` is the part of it from overflows whose level was
+silent past its `stale_after` (carried at the last level: an estimate). An overflow whose
+volume is unknown (no level reading during it) is counted,
+never added as 0 gal. `overflows` and `overflows_continuing` count the records begun that day.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import cast
 from zoneinfo import ZoneInfo
 
 from monitor.sinks.lineproto import line
 from monitor.station.report import overflow_volume, pump_figures
-from monitor.station.store import StationStore
+from monitor.station.store import OverflowRecord, StationStore
+
+# The overflow open at a local midnight as it stood then (volume carried to it), its earlier
+# days' share in `volume_before_day`; None with none open. Called once per day closed.
+Live = Callable[[float], OverflowRecord | None]
 
 
 def next_midnight(t: float, zone: ZoneInfo) -> float:
@@ -29,21 +39,50 @@ def next_midnight(t: float, zone: ZoneInfo) -> float:
 class DailyTotals:
     """Closes local days as event time passes midnight; `take()` hands over their lines."""
 
-    def __init__(self, station: str, zone: ZoneInfo, pumps: list[str], store: StationStore) -> None:
+    def __init__(
+        self,
+        station: str,
+        zone: ZoneInfo,
+        pumps: list[str],
+        store: StationStore,
+        stale_after: float = math.inf,
+    ) -> None:
+        """`stale_after`: the wet well level's (an open overflow's share is partial as the console says)."""
         self.station, self.zone, self.pumps, self.store = station, zone, pumps, store
+        self.stale_after = stale_after
         self.day_end = -math.inf  # set by the first reading
         self._lines: list[str] = []
 
-    def advance(self, t: float) -> None:
+    def advance(self, t: float, live: Live | None = None) -> None:
+        """Close the local days event time `t` has passed; `live`: the overflow open then."""
         if self.day_end == -math.inf:
             self.day_end = next_midnight(t, self.zone)
             return
         while t >= self.day_end:
             start = next_midnight(self.day_end - 36 * 3600, self.zone)  # the midnight before
-            self._close(start, self.day_end)
+            self._close(start, self.day_end, None if live is None else live(self.day_end))
             self.day_end = next_midnight(self.day_end + 1, self.zone)
 
-    def _close(self, start: float, end: float) -> None:
+    def _shares(
+        self, start: float, end: float, live: OverflowRecord | None
+    ) -> tuple[list[tuple[float | None, str]], int]:
+        """What each overflow of the day spilled in it, with its note, and how many were still
+        open at its end. One open at the midnight is taken as it stood then (`live`): the store
+        holds its last write (at its opening, or 30 s old), and the day after had nothing of it."""
+        records = self.store.overflows(start, end)
+        key = None if live is None else (live.sensor, live.start)
+        records = [live if (r.sensor, r.start) == key and live is not None else r for r in records]
+        if live is not None and live not in records and live.start < end:
+            records.append(live)  # its opening not written (a full disk)
+        shares: list[tuple[float | None, str]] = []
+        for r in records:
+            volume, note = overflow_volume(r, self.stale_after, end)
+            if volume is not None and r.start < start:
+                volume -= r.volume_before_day or 0.0  # the earlier days' share
+            shares.append((volume, note))
+        return shares, sum(r.end is None for r in records)
+
+    def _close(self, start: float, end: float, live: OverflowRecord | None = None) -> None:
         day = datetime.fromtimestamp(start, self.zone).date().isoformat()
         figures = pump_figures(self.store, self.pumps, start, end, open_until=end)
         hours = starts = 0.0
@@ -59,7 +98,7 @@ class DailyTotals:
             }
             self._lines.append(line("pump_daily", tags, fields, start))
         overflows = [r for r in self.store.overflows(start, end) if start <= r.start < end]
-        volumes = [overflow_volume(r) for r in overflows]
+        volumes, still_open = self._shares(start, end, live)
         # Of the overflows whose volume is known; a float even when 0: one field type. Those
         # not known are counted, not added as 0 gal (NaN is no field value InfluxDB takes).
         volume = float(sum(v for v, _ in volumes if v is not None))
@@ -70,8 +109,14 @@ class DailyTotals:
             "overflow_volume_gal": volume,
             "overflows_volume_unknown": sum(v is None for v, _ in volumes),
             "overflows_volume_partial": sum(n.startswith("partial") for _, n in volumes),
+            # Of the sum, the gallons that rest in part on a level not read (an estimate).
+            "overflow_volume_partial_gal": float(
+                sum(v for v, n in volumes if v is not None and n.startswith("partial"))
+            ),
             # Records that continue an earlier one (one spill): the spills are the difference.
             "overflows_continuing": sum(r.continues is not None for r in overflows),
+            # Still spilling at the day's end: its volume here is to the midnight, the rest the next day's.
+            "overflows_open": still_open,
         }
         self._lines.append(line("station_daily", {"station": self.station, "day": day}, fields_s, start))
 

@@ -56,6 +56,9 @@ class OverflowRecord:
     # (`StationTracker`, "one spill, one event").
     continues: float | None = None
     gap_from: float | None = None
+    # The volume carried to the last local midnight it was open across: the share of its
+    # earlier days in their `station_daily` (schema 4; None: it crossed none).
+    volume_before_day: float | None = None
 
     def level_read(self, t: float) -> None:
         """A good level reading at `t` while the overflow is open."""
@@ -122,13 +125,18 @@ ALTER TABLE overflows ADD COLUMN rate_at REAL;
 ALTER TABLE overflows ADD COLUMN continues REAL;
 ALTER TABLE overflows ADD COLUMN gap_from REAL;
 """
+# An overflow open across a local midnight: each day's point has what spilled in it.
+_DAY_SPLIT = """
+ALTER TABLE overflows ADD COLUMN volume_before_day REAL;
+"""
 # Add a migration to change a table; never edit one.
-SCHEMA = Schema("station store", (_SCHEMA, _VOLUME_NOTE, _RESUME_AND_LINK))
+SCHEMA = Schema("station store", (_SCHEMA, _VOLUME_NOTE, _RESUME_AND_LINK, _DAY_SPLIT))
 
 
 _COLUMNS = (
     "sensor, start, end, peak, volume_gal, due, method, volume_note, level_last, silent_from, silent_to,"
-    " opened_by, switch_on, switch_off_at, volume_at_off, rate_gpm, rate_at, continues, gap_from"
+    " opened_by, switch_on, switch_off_at, volume_at_off, rate_gpm, rate_at, continues, gap_from,"
+    " volume_before_day"
 )
 
 
@@ -164,7 +172,7 @@ class StationStore:
         peak = rec.peak if rec.peak == rec.peak else None
         switch = None if rec.switch_on is None else int(rec.switch_on)
         self._run(
-            f"INSERT OR REPLACE INTO overflows ({_COLUMNS}) VALUES ({', '.join('?' * 19)})",
+            f"INSERT OR REPLACE INTO overflows ({_COLUMNS}) VALUES ({', '.join('?' * 20)})",
             (
                 rec.sensor,
                 rec.start,
@@ -185,6 +193,7 @@ class StationStore:
                 rec.rate_at,
                 rec.continues,
                 rec.gap_from,
+                rec.volume_before_day,
             ),
         )
 
@@ -219,6 +228,26 @@ class StationStore:
         rows = self._run("SELECT value FROM meta WHERE key = 'last_time'")
         return float(rows[0][0]) if rows else None
 
+    def save_spill(self, spill: tuple[float, float, float] | None) -> None:
+        """The overflow the float ended with the level dead, that the next may continue
+        (`StationTracker`, one spill, one event): its start (the key), its end on the float's
+        clock as it stands, the level's last reading; None once the level read below the
+        setpoint or the next record opened. Kept so a restart in the gap does not part one
+        spill into two events."""
+        if spill is None:
+            self._run("DELETE FROM meta WHERE key = 'spill'")
+        else:
+            self._run("INSERT OR REPLACE INTO meta VALUES ('spill', ?)", (" ".join(map(repr, spill)),))
+
+    def spill(self) -> tuple[OverflowRecord, float, float] | None:
+        """The record `save_spill` named (closed), its end and the level's last reading."""
+        rows = self._run("SELECT value FROM meta WHERE key = 'spill'")
+        if not rows:
+            return None
+        start, end, level_time = (float(x) for x in str(rows[0][0]).split())
+        recs = [r for r in self.overflows(start, start + 1.0) if r.start == start and r.end is not None]
+        return (recs[0], end, level_time) if recs else None
+
     def runs(self, start: float, end: float) -> list[PumpRun]:
         """Runs that overlap [start, end)."""
         rows = self._run(
@@ -249,14 +278,14 @@ class StationStore:
         )
         out = []
         for row in rows:
-            head, tail = row[:11], row[11:]  # the columns of schema 2, then of schema 3
+            head, tail = row[:11], row[11:]  # the columns of schema 2, then of schemas 3 and 4
             s, st, e, pk, vol, due, m, note, last, sf, stt = head
             by, sw, *rest = tail
             nan = float("nan") if pk is None else pk
             rec = OverflowRecord(s, st, due, e, nan, vol, m, note, last, sf, stt, by)
             rec.switch_on = None if sw is None else bool(sw)
             rec.switch_off_at, rec.volume_at_off, rec.rate_gpm, rec.rate_at = rest[:4]
-            rec.continues, rec.gap_from = rest[4:]
+            rec.continues, rec.gap_from, rec.volume_before_day = rest[4:]
             out.append(rec)
         return out
 

@@ -31,7 +31,9 @@ Readings of the ordinance and the issue that the code takes:
   below `overflow`, within `report_within` of the end of one the float ended that way,
   continues it (`OverflowRecord.continues`: the spill's first record's start; `gap_from`: the
   end, from which nothing was measured). The first is not reopened: what was measured and
-  reported stays. Not carried over a restart.
+  reported stays. Kept over a restart (`StationStore.save_spill`). One the float alone
+  opened then ends as the first did: once the float has stayed off `stale_after` (a
+  chattering float, one record).
 - An open record keeps what a restart needs to go on as without one: the sensor that opened it
   (its clock), the float's last reading, its off and the volume then, the carried rate.
   Chapter 139 sets no reporting time; `report_within` (2 h default) is the utility's
@@ -40,6 +42,7 @@ Readings of the ordinance and the issue that the code takes:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -55,8 +58,9 @@ from monitor.config.station import pump_ids
 from monitor.engine.restored import after_activation
 from monitor.errors import MonitorError
 from monitor.model import Alarm, Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, iso
+from monitor.station.clocks import WellClocks
 from monitor.station.daily import DailyTotals
-from monitor.station.pumps import PumpStats
+from monitor.station.pumps import PumpRun, PumpStats
 from monitor.station.store import OverflowRecord, StationStore
 from monitor.units import GALLONS_PER_FT3, conversion
 
@@ -64,9 +68,6 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 CITATION_OVERFLOW = "station config (overflow: report within)"
 CITATION_LEVEL = "station config (wet-well setpoints)"
-# A well on two clocks (a device-stamped level beside gateway-polled pumps): a reading of one
-# within AGREE seconds of the other's newest says the clocks agree (`_compare`).
-AGREE = 120.0
 
 
 class StationTracker:
@@ -84,10 +85,6 @@ class StationTracker:
         for a well whose readings come on two clocks (`_judge_fail`)."""
         self.config = config
         self._device = frozenset(device)
-        # Whether the two clocks (gateway, devices) were found to agree when a reading of one
-        # was last compared with the other's newest (`_compare`); None: not compared yet.
-        self._agree: bool | None = None
-        self._newest = {False: -math.inf, True: -math.inf}  # each clock's newest reading (True: devices')
         self.store = store
         well = config.wet_well
         self.pumps: dict[str, PumpStats] = {}
@@ -165,8 +162,9 @@ class StationTracker:
         self._last: dict[str, float] = {}
         self.store_errors = 0
         self._store_failing = False
+        self._unwritten: list[OverflowRecord | PumpRun] = []  # closed, the store refused (`_ended`)
         self.daily = (
-            DailyTotals(config.station.id, config.station.zone, list(self.pumps), store)
+            DailyTotals(config.station.id, config.station.zone, list(self.pumps), store, self.level_stale)
             if store is not None
             else None
         )
@@ -181,7 +179,8 @@ class StationTracker:
         self.watched = frozenset(
             [*self.pumps, *self.drive, *(x for x in (self.level_id, self.switch_id, self.inflow_id) if x)]
         )
-        self._mixed = bool(self.watched & self._device) and bool(self.watched - self._device)
+        # A well on two clocks (a device-stamped level beside gateway-polled pumps).
+        self.clocks = WellClocks(self._device, self.watched)
         if resume and store is not None:
             self._resume(store)
 
@@ -208,6 +207,12 @@ class StationTracker:
             # The volume carried on from the last reading before the restart, as without one.
             if rec.rate_gpm is not None and rec.rate_at is not None:
                 self._q_prev, self._t_prev = rec.rate_gpm, rec.rate_at
+        # An overflow the float ended with the level dead, and no level reading below the
+        # setpoint since: the next may continue it across the restart (one spill, one event).
+        spill = store.spill() if self.overflow is None else None
+        if spill is not None:
+            self._spill, self._spill_end, self.level_time = spill
+            self._level_spent = True
         # The starts of the last hour: starts per hour goes on counting them (a pump that
         # short-cycles across a restart), and a restored `pump_starts` keeps its evidence.
         for pid, start in store.recent_starts():
@@ -312,13 +317,12 @@ class StationTracker:
             self._float_off_at += delta
         if self.switch_id not in keep:  # the float's off, on its clock
             self._spill_end += delta
+            if self._spill is not None:
+                self._saved_spill(self._spill)
         if overflow and self.overflow is not None:
             self.overflow.start += delta
             self.overflow.due += delta
-        if self._mixed:  # the gateway's newest moves; whether the clocks agree is found again
-            gateway = [t for sid, t in self._last.items() if sid not in self._device]
-            self._newest[False] = max(gateway, default=-math.inf)
-            self._agree = None
+        self.clocks.stepped(self._last)  # the gateway's newest moves; whether they agree is found again
         if self._last:
             self.last_time = max(self._last.values())  # the latest reading taken, as it stands now
         elif moved or well:
@@ -344,11 +348,16 @@ class StationTracker:
         if bad and v in bad:
             return []
         self._last[sid] = t
-        if self._mixed:
-            self._compare(sid, t)
+        if self.clocks.mixed:
+            self.clocks.compare(sid, t)
         daily = self.daily
         if daily is not None and t >= daily.day_end:
-            self._stored(daily.advance, t)  # a local midnight passed: that day's totals for InfluxDB
+            # A local midnight passed: that day's totals for InfluxDB, with what an overflow
+            # open across it spilled to the midnight (its earlier days' share, kept for a restart).
+            self._stored(functools.partial(daily.advance, live=self._at_midnight), t)
+            if self.overflow is not None and self.store is not None:
+                self._kept(self.overflow)
+                self._stored(self.store.save_overflow, self.overflow)
         self.last_time = max(self.last_time, t)
         out: list[Condition] = []
         pump = self.pumps.get(sid)
@@ -362,11 +371,12 @@ class StationTracker:
             conds, run = pump.update(t, on)
             out.extend(conds)
             if run is not None and self.store is not None:
-                self._stored(self.store.save_run, run)
+                self._ended(run, self._stored(self.store.save_run, run))
         elif sid == self.level_id:
             self.level, self.level_time, self._level_spent = v, t, False
-            if self.setpoints is not None and v < self.setpoints.overflow:
+            if self.setpoints is not None and v < self.setpoints.overflow and self._spill is not None:
                 self._spill = None  # the level says the float's end was the spill's
+                self._saved_spill()
             self._well_unread = self._level_unread = False
             out.extend(self._judge_level(t))
         elif sid == self.switch_id:
@@ -410,38 +420,12 @@ class StationTracker:
             ]
         return []
 
-    def _same_clock(self, a: str, b: str) -> bool:
-        """Whether readings of sensors `a` and `b` are stamped by one clock (both by the
-        gateway, or both by devices); True when either is not known ("")."""
-        return not a or not b or (a in self._device) == (b in self._device)
-
-    def _compare(self, sid: str, t: float) -> None:
-        """A reading of `sid` at `t` against the other clock's newest: stamped more than
-        `AGREE` before it, the clocks disagree (one an hour off until NTP steps it); within
-        `AGREE` of it, they agree. Later than that says nothing: the other clock's sensors may
-        just be quiet (a transmitter down, a pump reported on change)."""
-        dev = sid in self._device
-        other = self._newest[not dev]
-        if other > -math.inf:
-            if t < other - AGREE:
-                self._agree = False
-            elif t <= other + AGREE:
-                self._agree = True
-        self._newest[dev] = max(self._newest[dev], t)
-
-    def _comparable(self, a: str, b: str) -> bool:
-        """Whether a reading of `a` may be measured against a time one of `b` set: one clock,
-        or two found to agree. With both clocks right (no step), a well on two clocks is
-        judged as on one: a delay begun by a pump's trip on the gateway's clock is measured by
-        the level's readings on its own."""
-        return self._agree is True or self._same_clock(a, b)
-
     def _integrates(self, sid: str) -> bool:
         """Whether the overflow's volume is carried to a reading of `sid`: one of the level's
         clock, or of the other when the two agree (as on one clock: its transmitter down, the
         float switch, inflow and pumps carry the volume on, judged at the level's last value).
         Across clocks that disagree (one an hour off), the level's clock alone."""
-        return self._agree is True or self._same_clock(sid, self.level_id or "")
+        return self.clocks.comparable(sid, self.level_id or "")
 
     def _carried(self, sid: str, q: float, t: float) -> None:
         """The rate `q` from reading `t` of `sid` on. Never back: readings of two clocks a
@@ -452,7 +436,7 @@ class StationTracker:
     def _judge_fail(self, t: float, sid: str = "") -> list[Condition]:
         """Fail to start at reading `t` of sensor `sid`. In a well whose readings come on two
         clocks (a device-stamped level beside a float switch or pump polled on the gateway
-        clock) that agree (`_compare`), as on one clock: the delay from the first reading
+        clock) that agree (`WellClocks.compare`), as on one clock: the delay from the first reading
         that found the well calling, whichever clock's. Found to disagree (one an hour off
         until NTP steps it), each clock measures it from its own first reading, and a raise
         is not held against a reading of the other. Judged across such clocks, a float
@@ -472,7 +456,7 @@ class StationTracker:
             if self.above_since is None:
                 self.above_since, self._above_by = t, sid
             own = self._above_own.setdefault(sid in self._device, t)
-            since = self.above_since if self._comparable(sid, self._above_by) else own
+            since = self.above_since if self.clocks.comparable(sid, self._above_by) else own
             if not self.fail_active and t - since >= self.delay:
                 self.fail_active = True
                 self.fail_at, self._fail_by = t, sid
@@ -495,7 +479,7 @@ class StationTracker:
         # A reading stamped before the raise (a pump's feedback from a lagging source) is
         # evidence from before the alarm began: it does not end it; the next sample judged
         # at or after the raise does, with what is known then. A restored alarm: after.
-        before = t < self.fail_at and self._comparable(sid, self._fail_by)
+        before = t < self.fail_at and self.clocks.comparable(sid, self._fail_by)
         if self.fail_active and not before and self._may_end(self.level_id, Rule.FAIL_TO_START, t):
             self.fail_active = False
             return [
@@ -533,12 +517,12 @@ class StationTracker:
         first reading after the off, a float bouncing off for one poll at the spill crest
         ended the overflow and its on opened a second, two reports for one spill (the end is
         still the off's time, only judged later; a level reading after the off has its word);
-        only across clocks that agree (`_comparable`)."""
+        only across clocks that agree (`WellClocks.comparable`)."""
         off, level = self._float_off_at, self.level_id or ""
         # Not read since the off and the off held `stale_after`: the level is stale too.
         if off is None or self.level_time > off or t - off <= self.level_stale:
             return None
-        if not (self._comparable(sid, level) and self._comparable(self.switch_id or "", level)):
+        if not (self.clocks.comparable(sid, level) and self.clocks.comparable(self.switch_id or "", level)):
             return None
         return off
 
@@ -562,6 +546,15 @@ class StationTracker:
         )
         if float_end is not None:
             over = False  # the float's word: the level's last reading is stale
+        elif rec is not None and self._level_spent and not self.switch_on and self._float_off_at is not None:
+            # The float alone (the level dead since it ended an earlier record) ends this one
+            # as it ended that: once it has stayed off `stale_after`. Ended at its first off,
+            # a float chattering at the crest made a record and a page of each bounce.
+            off = self._float_off_at
+            if self.clocks.comparable(sid, self.switch_id or "") and t - off > self.level_stale:
+                float_end, over = off, False
+            else:
+                over = True
         if self._integrates(sid) and float_end is None:
             prev = self._t_prev
             if rec is not None and prev > -math.inf and t > prev and rec.volume_gal is not None:
@@ -569,6 +562,13 @@ class StationTracker:
                 rec.volume_gal += mean * (t - prev) / 60.0
             self._carried(sid, q, t)
         sensor = self.level_id or self.switch_id or ""
+        # The level the alarm's points give: none once older than its `stale_after` (the
+        # transmitter dead, the float deciding); before, InfluxDB had the dead reading as
+        # measured then (CLEARED at 9.5 ft, over the setpoint).
+        read = not (
+            self.clocks.comparable(sid, self.level_id or "") and t - self.level_time > self.level_stale
+        )
+        shown = self.level if read else math.nan
         if over and rec is None:
             rec = OverflowRecord(sensor, t, t + self.report_within, method=method, opened_by=sid)
             rec.volume_gal = 0.0 if method else None
@@ -578,23 +578,28 @@ class StationTracker:
             extra: dict[str, float | str] = {}
             spill = self._spill
             # The gap is measured only across clocks that agree (one an hour off: not linked).
-            near = t - self._spill_end <= self.report_within and self._comparable(sid, self.switch_id or "")
+            agree = self.clocks.comparable(sid, self.switch_id or "")
+            near = agree and t - self._spill_end <= self.report_within
             if spill is not None and spill.end is not None and near:
                 rec.continues = spill.start if spill.continues is None else spill.continues
-                rec.gap_from = spill.end
+                # The gap on this record's clock: the end as a step since moved it (the stored
+                # end keeps the old clock's: stepped back, the gap ran backwards).
+                rec.gap_from = min(self._spill_end, t)
                 extra["continues"] = rec.continues
                 why += (
                     f"; continues the overflow from {iso(rec.continues)}"
-                    f" (not measured from {iso(spill.end)}: the float ended it, the level not read)"
+                    f" (not measured from {iso(rec.gap_from)}: the float ended it, the level not read)"
                 )
-            self._spill = None
+            if spill is not None:
+                self._spill = None
+                self._saved_spill()
             out.append(
                 Condition(
                     t,
                     sensor,
                     Rule.OVERFLOW,
                     ConditionState.ACTIVE,
-                    self.level,
+                    shown,
                     sp.overflow if sp else None,
                     CITATION_OVERFLOW,
                     message=f"{why}; report within {self.report_within / 3600:g} h",
@@ -611,7 +616,7 @@ class StationTracker:
             if float_end is not None:
                 rec.end, rec.volume_gal = max(float_end, rec.start), self._volume_at_off
             else:
-                rec.end = t if self._same_clock(sid, self._overflow_by) else max(t, rec.start)
+                rec.end = t if self.clocks.same(sid, self._overflow_by) else max(t, rec.start)
             rec.volume_gal, rec.volume_note = rec.judged(self.level_stale, rec.end)
             if float_end is not None:
                 self._level_spent = True
@@ -628,7 +633,7 @@ class StationTracker:
                     sensor,
                     Rule.OVERFLOW,
                     ConditionState.CLEARED,
-                    self.level,
+                    shown,
                     sp.overflow if sp else None,
                     CITATION_OVERFLOW,
                 )
@@ -639,8 +644,36 @@ class StationTracker:
         moved = rec is not None and sid == self.switch_id and rec.switch_on is not self.switch_on
         if rec is not None and self.store is not None and (out or rec.end is not None or moved):
             self._kept(rec)
-            self._stored(self.store.save_overflow, rec)
+            self._ended(rec, self._stored(self.store.save_overflow, rec))
+        if rec is not None and rec is self._spill:
+            self._saved_spill(rec)  # after its end is written: a restart in the gap links too
         return out
+
+    def _at_midnight(self, midnight: float) -> OverflowRecord | None:
+        """The open overflow as it stood at the local `midnight` (`DailyTotals.advance`, once
+        per day closed): its volume carried to it at the last rate (to the float's off if the
+        float's end is pending: the volume goes back to it at the close), its earlier days'
+        share as before; the record's share moves on to the midnight."""
+        rec = self.overflow
+        if rec is None:
+            return None
+        volume = rec.volume_gal
+        if volume is not None:
+            off = self._float_off_at
+            if off is not None and off <= midnight and self._volume_at_off is not None:
+                volume = self._volume_at_off
+            elif midnight > self._t_prev > -math.inf:
+                volume += self._q_prev * (midnight - self._t_prev) / 60.0
+        then = dataclasses.replace(rec, volume_gal=volume)
+        rec.volume_before_day = volume
+        return then
+
+    def _saved_spill(self, rec: OverflowRecord | None = None) -> None:
+        """The link's candidate kept for a restart (`StationStore.save_spill`)."""
+        if self.store is None:
+            return
+        spill = None if rec is None else (rec.start, self._spill_end, self.level_time)
+        self._stored(self.store.save_spill, spill)
 
     def _kept(self, rec: OverflowRecord) -> None:
         """What a restart needs in `rec` to go on as without one: the float's last reading
@@ -655,19 +688,33 @@ class StationTracker:
         """Line-protocol points of the local days closed since the last call."""
         return self.daily.take() if self.daily is not None else []
 
+    def _ended(self, rec: OverflowRecord | PumpRun, written: bool) -> None:
+        """A closed record's write the store refused (a full disk) is tried again at each
+        `save`: later writes are of what is open, so its end was lost for good (the report
+        "to ?", a restart taking the overflow up again as spilling, the pump as running)."""
+        if not written and rec.end is not None:
+            self._unwritten.append(rec)
+
     def save(self) -> None:
-        """Persist what is in progress (open overflow volume, last event time)."""
+        """Persist what is in progress (open overflow volume, last event time) and the closed
+        records the store refused."""
         if self.store is None:
             return
+        store, unwritten, self._unwritten = self.store, self._unwritten, []
+        for rec in unwritten:
+            if isinstance(rec, PumpRun):
+                self._ended(rec, self._stored(store.save_run, rec))
+            else:
+                self._ended(rec, self._stored(store.save_overflow, rec))
         if self.overflow is not None:
             self._kept(self.overflow)
             self._stored(self.store.save_overflow, self.overflow)
         if self.last_time > -math.inf:
             self._stored(self.store.save_progress, self.last_time)
 
-    def _stored(self, write: Callable[[_T], None], arg: _T) -> None:
+    def _stored(self, write: Callable[[_T], None], arg: _T) -> bool:
         """A write to the station store; one that fails (a full disk) is logged once and
-        counted, and never stops the alarms: they are judged from memory."""
+        counted, and never stops the alarms: they are judged from memory. True: written."""
         try:
             write(arg)
         except MonitorError as exc:
@@ -675,10 +722,11 @@ class StationTracker:
             if not self._store_failing:
                 log.error("station store: runs and overflow records not recorded: %s", exc)
             self._store_failing = True
-            return
+            return False
         if self._store_failing:
             self._store_failing = False
             log.info("station store: records written again (%d write(s) lost)", self.store_errors)
+        return True
 
 
 def track_arrays(
