@@ -156,3 +156,30 @@ def test_a_derived_sensor_of_two_clocks_goes_on_across_a_step_of_the_gateway_clo
         assert gw.daemon.engine.counters.out_of_order == 0
     finally:
         close(gw.daemon)
+
+
+@pytest.mark.parametrize("offset", [HOUR, 0.0, -HOUR])
+def test_a_store_and_forward_burst_an_hour_old_does_not_make_a_derived_sensor_of_two_clocks(
+    tmp_path: Path, offset: float
+) -> None:
+    """The PLC's uplink drops at +100 s (the flow poll goes on): `net` stops and goes stale.
+    The uplink is back at +3700 s, but the PLC died at +600 s: its buffer (+110 s to +600 s,
+    stamps advancing, the inflow at 900 gpm) arrives at once. The inflow it holds is 51 min
+    old: `net` is not made from it and stays stale. Before: the newest reading of the burst
+    was taken as the inflow now, and `net` (900 - 700 gpm) was made at every poll for
+    `max_input_age` (5 min) from a level of an hour ago, its stale alarm cleared meanwhile."""
+    gw = Station(tmp_path, offset)
+    try:
+        gw.run(range(0, 101))
+        gw.run(range(101, 3700), device=False)
+        gw.wall.set(gw.gateway(3700))
+        gw.mono.set(1000.0 + 3700)
+        gw.daemon.pipeline.process([Sample("plant.qin", T0 + k, 900.0) for k in range(110, 601, 10)])
+        gw.run(range(3701, 4101), device=False)
+        net = gw.made("net")
+        assert [t - offset for t, _ in net if t - offset >= 3700] == []
+        assert {v for _, v in net} == {100.0}  # never 900 - 700 gpm
+        assert gw.stale().count(("net", "activated")) == 1
+        assert ("net", "cleared") not in gw.stale()
+    finally:
+        close(gw.daemon)
