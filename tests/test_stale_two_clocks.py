@@ -281,3 +281,52 @@ def test_a_retained_message_delivered_again_does_not_refresh_nor_say_the_clock_s
         assert raised.message.startswith("no good sample") and "clock" not in raised.message, raised.message
     finally:
         close(gw.daemon)
+
+
+def restarted(gw: Field, tmp_path: Path) -> Field:
+    """The daemon saved its checkpoint and stopped; a new one starts on the same state."""
+    gw.daemon.checkpoint()
+    close(gw.daemon)
+    return Field(tmp_path, gw.offset)
+
+
+@pytest.mark.parametrize("offset", [HOUR, -HOUR])
+def test_a_retained_message_after_a_restart_does_not_clear_a_stale_level(
+    tmp_path: Path, offset: float
+) -> None:
+    """The level stale since +161 s (the PLC silent after +100 s); the daemon restarts at
+    +400 s (its arrival watch is not saved) and the broker delivers the retained message
+    (stamp +100 s) at once: the alarm stays raised, and is not raised twice; the PLC back at
+    +600 s clears it at its arrival."""
+    gw = Field(tmp_path, offset)
+    try:
+        gw.send(range(0, 301), reports(every_10s(0, 101)))
+        gw = restarted(gw, tmp_path)
+        gw.send(range(400, 701), {400: [T0 + 100]} | reports(every_10s(600, 701)))
+        assert gw.stale() == [("activated", 161.0), ("cleared", 600.0)]
+    finally:
+        close(gw.daemon)
+
+
+@pytest.mark.parametrize("offset", [HOUR, -HOUR])
+def test_a_plc_that_dies_across_a_restart_goes_stale_after_the_restart_saying_no_good_sample(
+    tmp_path: Path, offset: float
+) -> None:
+    """The PLC reports every 10 s to +300 s and dies while the daemon restarts (+400 s); the
+    broker delivers its retained message (stamp +300 s) at the start. The watch starts at
+    the first tick (+400 s): stale at +461 s, "no good sample" (one retained message is not a
+    stopped clock); a PLC still reporting across the restart is never stale."""
+    gw = Field(tmp_path, offset)
+    try:
+        gw.send(range(0, 301), reports(every_10s(0, 301)))
+        gw = restarted(gw, tmp_path)
+        gw.send(range(400, 601), {400: [T0 + 300]})
+        assert gw.stale() == [("activated", 461.0)]
+        raised = next(iter(gw.daemon.alarms.journal.entries(sensor="plant.lvl")))
+        assert raised.message == "no good sample", raised.message
+        gw.send(range(601, 1001), reports(every_10s(610, 1001)))
+        gw = restarted(gw, tmp_path)
+        gw.send(range(1100, 1501), {1100: [T0 + 1000]} | reports(every_10s(1110, 1501)))
+        assert gw.stale() == [("activated", 461.0), ("cleared", 610.0)]
+    finally:
+        close(gw.daemon)
