@@ -62,7 +62,7 @@ class LiveStation:
             StationTracker(config, self.store, resume=True, device=device) if self.store is not None else None
         )
         if self.tracker is not None:
-            self.tracker.adopt(active, clock or WallClock(), skew)
+            self.tracker.adopt(active, self.clock, skew)
         self._saved = time.monotonic()
 
     def expand(self, items: Iterable[Sample | Condition]) -> Iterator[Sample | Condition]:
