@@ -20,12 +20,15 @@ from tests.test_pipeline import close
 HOUR = 3600.0
 
 
-def two_clock_station(tmp_path: Path) -> Config:
+def two_clock_station(tmp_path: Path, chained: bool = False) -> Config:
     """The outfall flow `q` polled over Modbus (the gateway's clock), the inflow `plant.qin`
     and the effluent temperature `plant.temp` sent over MQTT with the PLC's time
     (`time_path`); derived: the flow through the well (`net`, both clocks), the outflow in
     MGD (`q.mgd`, the gateway's) and the temperature in °F (`temp.f`, the device's). Every
-    one reports every 10 s and is stale after 60 s."""
+    one reports every 10 s and is stale after 60 s. `chained`: and one of derived sensors of
+    both clocks, `heat = temp.f * q.mgd / q.mgd` (°F again, on the gateway's clock)."""
+    chain = [{"id": "heat", "kind": "derived", "unit": "degF", "expression": "temp.f * q.mgd / q.mgd",
+              "stale_after": "60s"}] if chained else []  # fmt: skip
     return build_config(
         {
             "station": {"id": "ps-derived-clocks"},
@@ -39,6 +42,7 @@ def two_clock_station(tmp_path: Path) -> Config:
                 {"id": "q.mgd", "kind": "derived", "unit": "MGD", "expression": "q", "stale_after": "60s"},
                 {"id": "temp.f", "kind": "derived", "unit": "degF", "expression": "plant.temp",
                  "stale_after": "60s"},
+                *chain,
             ],
             "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020,
                                     "fields": [{"sensor": "q", "register": "holding", "address": 0,
@@ -54,8 +58,10 @@ def two_clock_station(tmp_path: Path) -> Config:
 class Station:
     """The daemon on a gateway clock `offset` s off the PLC's (true time)."""
 
-    def __init__(self, tmp_path: Path, offset: float, corrected_at: float = 1e18) -> None:
-        config = two_clock_station(tmp_path)
+    def __init__(
+        self, tmp_path: Path, offset: float, corrected_at: float = 1e18, chained: bool = False
+    ) -> None:
+        config = two_clock_station(tmp_path, chained)
         assert device_stamped(config) == {"plant.qin", "plant.temp", "temp.f"}
         self.offset, self.corrected_at = offset, corrected_at
         self.daemon, self.wall, self.mono = watched_daemon(config, T0 + offset)
@@ -84,7 +90,7 @@ class Station:
         return [
             (e.sensor, e.event)
             for e in self.daemon.alarms.journal.entries()
-            if e.rule.value == "stale" and e.sensor in ("net", "q.mgd", "temp.f")
+            if e.rule.value == "stale" and e.sensor in ("net", "q.mgd", "temp.f", "heat")
         ]
 
     def made(self, sensor: str) -> list[tuple[float, float]]:
@@ -154,5 +160,68 @@ def test_a_derived_sensor_of_two_clocks_goes_on_across_a_step_of_the_gateway_clo
         assert after == [float(k) for k in range(70, 291, 10)]
         assert {v for _, v in net} == {100.0}
         assert gw.daemon.engine.counters.out_of_order == 0
+    finally:
+        close(gw.daemon)
+
+
+@pytest.mark.parametrize("offset", [HOUR, 0.0, -HOUR])
+def test_a_store_and_forward_burst_an_hour_old_does_not_make_a_derived_sensor_of_two_clocks(
+    tmp_path: Path, offset: float
+) -> None:
+    """The PLC's uplink drops at +100 s (the flow poll goes on): `net` stops and goes stale.
+    The uplink is back at +3700 s, but the PLC died at +600 s: its buffer (+110 s to +600 s,
+    stamps advancing, the inflow at 900 gpm) arrives at once. The inflow it holds is 51 min
+    old: `net` is not made from it and stays stale. Before: the newest reading of the burst
+    was taken as the inflow now, and `net` (900 - 700 gpm) was made at every poll for
+    `max_input_age` (5 min) from a level of an hour ago, its stale alarm cleared meanwhile."""
+    gw = Station(tmp_path, offset)
+    try:
+        gw.run(range(0, 101))
+        gw.run(range(101, 3700), device=False)
+        gw.wall.set(gw.gateway(3700))
+        gw.mono.set(1000.0 + 3700)
+        gw.daemon.pipeline.process([Sample("plant.qin", T0 + k, 900.0) for k in range(110, 601, 10)])
+        gw.run(range(3701, 4101), device=False)
+        net = gw.made("net")
+        assert [t - offset for t, _ in net if t - offset >= 3700] == []
+        assert {v for _, v in net} == {100.0}  # never 900 - 700 gpm
+        assert gw.stale().count(("net", "activated")) == 1
+        assert ("net", "cleared") not in gw.stale()
+    finally:
+        close(gw.daemon)
+
+
+@pytest.mark.parametrize("offset", [HOUR, -HOUR])
+def test_a_chain_of_derived_sensors_across_clocks_is_made_and_an_old_burst_makes_nothing(
+    tmp_path: Path, offset: float
+) -> None:
+    """`heat = temp.f * q.mgd / q.mgd`: a derived sensor of the gateway's made of one of the
+    device's (`temp.f`) and one of its own (`q.mgd`). Made at every poll while all report
+    (68 °F), nothing stale. The PLC's uplink drops at +100 s, it dies at +600 s,
+    and its buffer arrives at +3700 s: `temp.f` is made from it at the buffer's stamps, but
+    neither it (the device's clock) nor `heat` counts as fresh: both stay stale."""
+    gw = Station(tmp_path, offset, chained=True)
+    try:
+        gw.run(range(0, 101))
+        heat = gw.made("heat")
+        assert [t - offset for t, _ in heat] == [float(k) for k in range(10, 91, 10)]  # temp.f a poll late
+        assert {v for _, v in heat} == {68.0}
+        assert gw.stale() == []
+        gw.run(range(101, 3700), device=False)
+        gw.wall.set(gw.gateway(3700))
+        gw.mono.set(1000.0 + 3700)
+        burst = [
+            Sample(s, T0 + k, v)
+            for k in range(110, 601, 10)
+            for s, v in (("plant.qin", 900.0), ("plant.temp", 25.0))
+        ]
+        gw.daemon.pipeline.process(burst)
+        gw.run(range(3701, 4101), device=False)
+        assert [t - offset for t, _ in gw.made("heat") if t - offset >= 3700] == []
+        assert max(t for t, _ in gw.made("temp.f")) == 590.0  # its stamps (+600 s waits for a later one)
+        stale = gw.stale()
+        for sensor in ("heat", "temp.f", "net"):
+            assert stale.count((sensor, "activated")) == 1, stale
+            assert (sensor, "cleared") not in stale, stale
     finally:
         close(gw.daemon)

@@ -160,3 +160,173 @@ def test_a_silent_device_stamped_level_says_no_good_sample(tmp_path: Path) -> No
         assert raised.message.startswith("no good sample"), raised.message
     finally:
         close(gw.daemon)
+
+
+class Field(TwoClocks):
+    """`TwoClocks` with what a field device sends besides its report every 10 s: a batch
+    of messages arriving at one real second (a store-and-forward buffer, a retained message
+    the broker delivers again at its restart)."""
+
+    def send(self, seconds: range, level_at: dict[int, list[float]]) -> None:
+        """Each real second `k`: the clocks, the tick, then the level's messages stamped
+        `level_at[k]` (device time), in the order they arrive, as one batch."""
+        for k in seconds:
+            self.wall.set(self.gateway(k))
+            self.mono.set(1000.0 + k)
+            self.daemon.tick()
+            if k in level_at:
+                self.daemon.pipeline.process([Sample("plant.lvl", t, 4.2) for t in level_at[k]])
+
+
+def reports(level_at: dict[int, float]) -> dict[int, list[float]]:
+    return {k: [t] for k, t in level_at.items()}
+
+
+@pytest.mark.parametrize("offset", [HOUR, 0.0, -HOUR])
+def test_a_store_and_forward_burst_whose_newest_reading_is_old_does_not_clear_stale(
+    tmp_path: Path, offset: float
+) -> None:
+    """The PLC's uplink drops at +100 s: stale on time, at +161 s. The uplink is back an hour
+    later, but the PLC itself died at +600 s: its buffer (+110 s to +600 s, stamps advancing)
+    arrives at +3700 s at once, the newest reading 51 min old. The level is no fresher for
+    it: stale stays raised. Before: each reading counted at its arrival, the alarm cleared at
+    +3700 s and came back at +3761 s (an operator told the level was back for a minute)."""
+    gw = Field(tmp_path, offset)
+    try:
+        backlog = [T0 + k for k in range(110, 601, 10)]
+        gw.send(range(0, 3801), reports(every_10s(0, 101)) | {3700: backlog})
+        assert gw.stale() == [("activated", 161.0)]
+        assert gw.daemon.engine.counters.out_of_order == 0  # every reading judged (its limits)
+    finally:
+        close(gw.daemon)
+
+
+@pytest.mark.parametrize("offset", [HOUR, -HOUR])
+def test_a_store_and_forward_backlog_sent_slowly_does_not_refresh_the_level(
+    tmp_path: Path, offset: float
+) -> None:
+    """The same PLC dead at +600 s, its buffer sent one reading a second from +3700 s (an hour
+    behind): readings arrive every second, every one of them an hour old. Stale stays."""
+    gw = Field(tmp_path, offset)
+    try:
+        slow = {3700 + i: [T0 + 110 + 10 * i] for i in range(50)}
+        gw.send(range(0, 3801), reports(every_10s(0, 101)) | slow)
+        assert gw.stale() == [("activated", 161.0)]
+    finally:
+        close(gw.daemon)
+
+
+@pytest.mark.parametrize("offset", [HOUR, -HOUR])
+def test_a_burst_that_catches_up_to_now_clears_stale_at_its_arrival(tmp_path: Path, offset: float) -> None:
+    """The uplink back at +3700 s with the PLC alive: its buffer up to the reading it just took
+    arrives at once, then the reports every 10 s. Stale clears at +3700 s and stays clear."""
+    gw = Field(tmp_path, offset)
+    try:
+        backlog = [T0 + k for k in range(110, 3701, 10)]
+        gw.send(range(0, 4001), reports(every_10s(0, 101)) | {3700: backlog} | reports(every_10s(3710, 4001)))
+        assert gw.stale() == [("activated", 161.0), ("cleared", 3700.0)]
+    finally:
+        close(gw.daemon)
+
+
+def test_a_plc_clock_stepped_back_an_hour_goes_stale_then_reports_again_when_its_stamps_pass(
+    tmp_path: Path,
+) -> None:
+    """NTP on the PLC steps its clock back an hour at +200 s; it reports every 10 s on. Its
+    stamps are behind the last one judged until +3800 s: stale at +251 s (saying its clock
+    stepped back), cleared when a stamp passes the last one, and never raised again after,
+    though every reading now carries a stamp an hour behind the ones before the step."""
+    gw = Field(tmp_path, 0.0)
+    try:
+        stepped = {k: T0 + k - HOUR for k in range(200, 4101, 10)}
+        gw.send(range(0, 4101), reports(every_10s(0, 191) | stepped))
+        assert gw.stale() == [("activated", 251.0), ("cleared", 3800.0)]
+        raised = next(iter(gw.daemon.alarms.journal.entries(sensor="plant.lvl")))
+        assert "stepped back" in raised.message, raised.message
+    finally:
+        close(gw.daemon)
+
+
+@pytest.mark.parametrize("offset", [HOUR, -HOUR])
+def test_stamps_with_a_second_of_jitter_and_swapped_pairs_never_go_stale(
+    tmp_path: Path, offset: float
+) -> None:
+    """A PLC whose messages leave with up to a second of jitter, and now and then two in one
+    second in swapped order (the older one refused, counted out of order): never stale."""
+    gw = Field(tmp_path, offset)
+    try:
+        jitter = {k: [T0 + k + (0.9 if k % 20 else -0.9)] for k in range(0, 601, 10)}
+        for k in range(50, 601, 100):
+            jitter[k] = [T0 + k + 1.0, T0 + k - 4.0]
+        gw.send(range(0, 601), jitter)
+        assert gw.stale() == []
+        assert gw.daemon.engine.counters.out_of_order == 6
+    finally:
+        close(gw.daemon)
+
+
+def test_a_retained_message_delivered_again_does_not_refresh_nor_say_the_clock_stopped(
+    tmp_path: Path,
+) -> None:
+    """The PLC goes silent after +100 s; the broker restarts at +130 s and delivers the level's
+    retained message again (the last one, stamped +100 s). It refreshes nothing: stale on
+    time at +161 s, and its message says no good sample, not that the PLC's clock stopped (one
+    message delivered again is the broker's, not a dead RTC: the technician checks the link).
+    Before: the alarm sent the technician to the PLC's clock."""
+    gw = Field(tmp_path, HOUR)
+    try:
+        gw.send(range(0, 201), reports(every_10s(0, 101)) | {130: [T0 + 100]})
+        assert gw.stale() == [("activated", 161.0)]
+        raised = next(iter(gw.daemon.alarms.journal.entries(sensor="plant.lvl")))
+        assert raised.message.startswith("no good sample") and "clock" not in raised.message, raised.message
+    finally:
+        close(gw.daemon)
+
+
+def restarted(gw: Field, tmp_path: Path) -> Field:
+    """The daemon saved its checkpoint and stopped; a new one starts on the same state."""
+    gw.daemon.checkpoint()
+    close(gw.daemon)
+    return Field(tmp_path, gw.offset)
+
+
+@pytest.mark.parametrize("offset", [HOUR, -HOUR])
+def test_a_retained_message_after_a_restart_does_not_clear_a_stale_level(
+    tmp_path: Path, offset: float
+) -> None:
+    """The level stale since +161 s (the PLC silent after +100 s); the daemon restarts at
+    +400 s (its arrival watch is not saved) and the broker delivers the retained message
+    (stamp +100 s) at once: the alarm stays raised, and is not raised twice; the PLC back at
+    +600 s clears it at its arrival."""
+    gw = Field(tmp_path, offset)
+    try:
+        gw.send(range(0, 301), reports(every_10s(0, 101)))
+        gw = restarted(gw, tmp_path)
+        gw.send(range(400, 701), {400: [T0 + 100]} | reports(every_10s(600, 701)))
+        assert gw.stale() == [("activated", 161.0), ("cleared", 600.0)]
+    finally:
+        close(gw.daemon)
+
+
+@pytest.mark.parametrize("offset", [HOUR, -HOUR])
+def test_a_plc_that_dies_across_a_restart_goes_stale_after_the_restart_saying_no_good_sample(
+    tmp_path: Path, offset: float
+) -> None:
+    """The PLC reports every 10 s to +300 s and dies while the daemon restarts (+400 s); the
+    broker delivers its retained message (stamp +300 s) at the start. The watch starts at
+    the first tick (+400 s): stale at +461 s, "no good sample" (one retained message is not a
+    stopped clock); a PLC still reporting across the restart is never stale."""
+    gw = Field(tmp_path, offset)
+    try:
+        gw.send(range(0, 301), reports(every_10s(0, 301)))
+        gw = restarted(gw, tmp_path)
+        gw.send(range(400, 601), {400: [T0 + 300]})
+        assert gw.stale() == [("activated", 461.0)]
+        raised = next(iter(gw.daemon.alarms.journal.entries(sensor="plant.lvl")))
+        assert raised.message == "no good sample", raised.message
+        gw.send(range(601, 1001), reports(every_10s(610, 1001)))
+        gw = restarted(gw, tmp_path)
+        gw.send(range(1100, 1501), {1100: [T0 + 1000]} | reports(every_10s(1110, 1501)))
+        assert gw.stale() == [("activated", 461.0), ("cleared", 610.0)]
+    finally:
+        close(gw.daemon)

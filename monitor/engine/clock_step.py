@@ -108,14 +108,13 @@ def shift(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:
     the history of the sensors in `keep`: stamped by their device's clock, it never was
     on the gateway's."""
     for st in engine.sensor_states():
-        if st.device:  # its stale watch is on the gateway clock: the readings' arrival
+        if st.device is not None or st.sensor not in keep:  # a device's stale watch: the gateway's
             st.fresh += delta
-            st.refused_at += delta
+        if st.device is not None:
+            st.device.shift(delta)
         if st.sensor in keep:
             continue
         st.last_time += delta
-        if not st.device:
-            st.fresh += delta
         st.bad_since += delta
         for lim in st.limits:
             lim.a_start += delta
@@ -143,9 +142,10 @@ def advance_watches(engine: Engine, delta: float, keep: Collection[str] = ()) ->
     up to its whole delay late."""
     engine.last_tick += delta
     for st in engine.sensor_states():
-        if st.device or st.sensor not in keep:  # a device's stale watch: on arrival, the gateway's
+        if st.device is not None or st.sensor not in keep:  # a device's stale watch: the gateway's
             st.fresh += delta
-            st.refused_at += delta
+        if st.device is not None:
+            st.device.shift(delta)
         if st.sensor in keep:
             continue
         st.bad_since += delta

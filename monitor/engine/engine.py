@@ -21,6 +21,7 @@ import numpy.typing as npt
 from monitor.config import SensorRules
 from monitor.engine import slug as slug_rule
 from monitor.engine import slug_replay, together
+from monitor.engine.arrival import DeviceWatch
 from monitor.engine.badvalue import bad_value_batch, bad_value_step
 from monitor.engine.baseline import Baselines, Floats
 from monitor.engine.columns import Chunk, ConditionColumns
@@ -130,13 +131,15 @@ class Engine:
         """Mark the sensors whose readings carry their device's own time (an MQTT payload's
         `time_path`, `reconcile.device_stamped`; the daemon sets them): their stale watch
         runs on the gateway clock, from each good reading's arrival (its judgement, within
-        a second of arrival in the daemon), and needs its stamp later than the last one.
+        a second of arrival in the daemon) less its delay beyond the quickest seen (a
+        backlog's reading an hour old is an hour old: monitor/engine/arrival.py), and
+        needs its stamp later than the last one.
         The difference of two clocks is no age: a gateway an hour ahead made a level
         reporting every 10 s look an hour old at every tick (stale raised and cleared every
         10 s), an hour behind a silent device went stale an hour late. Replay has no arrival
         and marks none: a reading's own time is its arrival there, as before."""
         for st in self._states:
-            st.device = st.sensor in sensors
+            st.device = DeviceWatch() if st.sensor in sensors else None
 
     def forget_active(self, sensor: str, rule: Rule) -> bool:
         """Drop a limit, slug, stale or bad-value alarm a checkpoint held active that the journal has
@@ -246,8 +249,8 @@ class Engine:
         t = sample.time
         if not t > st.last_time:
             self._out_of_order(st, t, 1, st.last_time)
-            if st.device:  # arrived, but its device's clock did not advance: told at the raise
-                st.refused_at = self._arrival()
+            if st.device is not None:  # arrived, but its device's clock did not advance
+                st.device.refused(t, st.last_time, self._arrival())
             return []
         st.last_time = t
         st.ooo_episode = False
@@ -280,12 +283,14 @@ class Engine:
         if not st.judged:
             return []
         out: list[Condition] = []
-        arrived = self._arrival() if st.device else t  # the stale watch's clock: the gateway's
+        # The stale watch's clock: a device-stamped reading's on the gateway's, from its arrival.
+        arrived = self._arrival() if st.device is not None else t
+        taken = st.device.taken(t, arrived) if st.device is not None else t
         if st.bad_active or st.bad_since == st.bad_since:  # a bad run to end (NaN: none)
             cond = bad_value_step(st, t, v, False)
             if cond is not None:
                 out.append(cond)
-        if st.stale_active:
+        if st.stale_active and arrived - taken <= st.stale_after:  # a backlog's old reading: still stale
             st.stale_active = False
             # Raised at a tick because no reading had arrived; this one ends it when it
             # arrives. Stamped before the last tick (a device's time, a backlog after a
@@ -294,7 +299,7 @@ class Engine:
             # A device-stamped one ends it at its arrival on the gateway clock, as it was raised.
             ended = arrived if arrived > self.last_tick else self.last_tick
             out.append(stale_condition(st.sensor, ended, v, st.stale_after, ConditionState.CLEARED))
-        st.fresh = arrived
+        st.fresh = taken
         st.last_good = v
         for lim in st.limits:
             if t <= lim.held and not self._ends_hold(lim, t):
@@ -339,7 +344,7 @@ class Engine:
             elif not st.stale_active and now - fresh > st.stale_after:
                 st.stale_active = True
                 why = NO_GOOD_SAMPLE
-                if st.device and now - st.refused_at <= st.stale_after:
+                if st.device is not None and st.device.frozen(now, st.stale_after):
                     why = frozen_stamp(st.last_time)
                 out.append(
                     stale_condition(st.sensor, now, st.last_good, st.stale_after, ConditionState.ACTIVE, why)

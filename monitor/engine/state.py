@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.config import SensorRules
+from monitor.engine.arrival import DeviceWatch
 from monitor.engine.columns import ConditionColumns
 from monitor.engine.rules import NAN, LimitState
 from monitor.engine.slug import SlugState
@@ -100,7 +101,6 @@ class SensorState:
         "lo",
         "ooo_episode",
         "quality",
-        "refused_at",
         "row",
         "rules",
         "sensor",
@@ -134,10 +134,9 @@ class SensorState:
         self.quality: Quality | None = None
         self.fresh = NAN  # time of the last good sample (or when the watch started)
         # Stamped by its device's clock (`Engine.stamped_by_device`): `fresh` is then the
-        # gateway clock's time the last good reading arrived, never the device's stamp, and
-        # `refused_at` when the last reading stamped no later than the one before arrived.
-        self.device = False
-        self.refused_at = -math.inf
+        # gateway clock's time the last good reading was taken (monitor/engine/arrival.py),
+        # never the device's stamp.
+        self.device: DeviceWatch | None = None
         self.stale_active = False
         self.last_good = NAN
         self.bad_episode = False

@@ -16,6 +16,7 @@ from collections.abc import Collection, Iterable, Iterator
 from dataclasses import replace
 
 from monitor.config import Config
+from monitor.engine.arrival import DeviceWatch
 from monitor.model import Alarm, Clock, Condition, Sample, WallClock
 from monitor.station.derive import Derivation
 from monitor.station.replay import has_station
@@ -41,7 +42,8 @@ class LiveStation:
         self.clock = clock or WallClock()
         # Derived sensors on two clocks (docs/station.md): those made only of device-stamped
         # readings carry the device's time (`device_derivation`); the others are made on the
-        # gateway clock (`derivation`), a device-stamped input taken at its arrival there.
+        # gateway clock (`derivation`), a device-stamped input taken there at its arrival,
+        # or earlier when it came late (a backlog: monitor/engine/arrival.py).
         # One evaluation time for both compared a device's stamp with a gateway's: an hour
         # apart, a sensor of both clocks found an input an hour old and was never made, and
         # one of either clock was stamped on the other's.
@@ -52,6 +54,7 @@ class LiveStation:
             i for p in theirs.values() for i in p.compiled.inputs if i in device
         )  # device-stamped inputs of the gateway's derived sensors: taken at their arrival
         self._stamps: dict[str, float] = {}  # their latest device stamp taken (it must advance)
+        self._watches = {i: DeviceWatch() for i in self._arrives}
         self.derivation = Derivation(theirs, config.rules, self._arrives) if theirs else None
         self.device_derivation = Derivation(own, config.rules) if own else None
         self.store = StationStore.open(config.state_dir) if has_station(config) else None
@@ -59,7 +62,7 @@ class LiveStation:
             StationTracker(config, self.store, resume=True, device=device) if self.store is not None else None
         )
         if self.tracker is not None:
-            self.tracker.adopt(active, clock or WallClock(), skew)
+            self.tracker.adopt(active, self.clock, skew)
         self._saved = time.monotonic()
 
     def expand(self, items: Iterable[Sample | Condition]) -> Iterator[Sample | Condition]:
@@ -76,15 +79,20 @@ class LiveStation:
             yield item
 
     def _on_gateway_clock(self, sample: Sample) -> Sample | None:
-        """A device-stamped reading the gateway's derived sensors read, stamped at its
-        arrival on the gateway clock; None when its own stamp did not advance (a PLC whose
+        """A device-stamped reading the gateway's derived sensors read, stamped on the
+        gateway clock when it was taken (its arrival, less its delay beyond the quickest
+        seen: a backlog's reading an hour old is an hour old there, and older than
+        `max_input_age` makes nothing); None when its own stamp did not advance (a PLC whose
         RTC died: the engine judges none of them either). Any other sample as it is."""
-        if sample.sensor not in self._arrives:
+        watch = self._watches.get(sample.sensor)
+        if watch is None:
             return sample
-        if not sample.time > self._stamps.get(sample.sensor, -math.inf):
+        last, now = self._stamps.get(sample.sensor, -math.inf), self.clock.now()
+        if not sample.time > last:
+            watch.refused(sample.time, last, now)
             return None
         self._stamps[sample.sensor] = sample.time
-        return replace(sample, time=self.clock.now())
+        return replace(sample, time=watch.taken(sample.time, now))
 
     def shift(self, delta: float, keep: Collection[str] = ()) -> None:
         """The gateway clock stepped by `delta` (< 0: back): the tracker and the derived
@@ -93,6 +101,8 @@ class LiveStation:
         their device's clock (`ClockWatch.device`), which did not step."""
         if self.derivation is not None:  # on the gateway clock, device inputs at their arrival
             self.derivation.shift(delta)
+        for watch in self._watches.values():
+            watch.shift(delta)
         if self.device_derivation is not None:
             self.device_derivation.shift(delta, keep)
         if self.tracker is not None:

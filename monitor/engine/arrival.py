@@ -1,0 +1,71 @@
+"""The stale watch of a device-stamped sensor (an MQTT payload's `time_path`): on the gateway
+clock, from each good reading's arrival, never from the difference between two clocks.
+
+A reading is as fresh as the time it was taken, not the time it arrived: a PLC's
+store-and-forward buffer sent after an hour's uplink outage arrives now, but its newest
+reading may be an hour old, and a level that looked fresh for it told the operator the
+wrong thing (stale cleared, raised again a minute later; sent slowly, never raised). So
+the watch learns the quickest delivery, the least `arrival - stamp` seen (the two clocks'
+offset plus the link's delay), and takes a reading at `stamp + that`: a reading delivered
+as fast as the quickest is taken at its arrival, a backlog an hour behind an hour ago.
+
+That least delivery may grow by `DRIFT` per second (a PLC's crystal running slow against
+the gateway's), moves with a gateway clock step (`shift`), and is learnt again after a
+reading stamped earlier than the last one judged (`stepped_back`: the device's clock
+stepped back, NTP on the PLC, and every reading after it arrives that much "later").
+A reading stamped the same as the last one (a retained message delivered again, a QoS 1
+duplicate, a dead RTC) keeps it. A resent buffer that starts before the last reading
+judged looks like a step back, and is taken at its arrival: the readings' stamps cannot
+tell the two apart.
+"""
+
+from __future__ import annotations
+
+import math
+
+DRIFT = 1e-3
+"""How fast the quickest delivery may grow, in seconds a second: a clock crystal drifts
+100 ppm at worst, NTP slews at 500 ppm; ten times the first still keeps an hour-old
+backlog an hour old for 1000 hours."""
+
+
+class DeviceWatch:
+    """The arrival side of one device-stamped sensor's stale watch (all gateway time)."""
+
+    __slots__ = ("lag", "lag_at", "refused_at", "refused_before")
+
+    def __init__(self) -> None:
+        self.lag = math.inf  # the quickest delivery seen: arrival - stamp (unknown yet)
+        self.lag_at = -math.inf  # when it was seen
+        # When the last two readings stamped no later than the one before arrived: two in
+        # one stale window are a device clock that stopped or stepped back, one alone a
+        # retained message delivered again at a broker's restart.
+        self.refused_at = -math.inf
+        self.refused_before = -math.inf
+
+    def taken(self, stamp: float, arrived: float) -> float:
+        """The gateway clock's time a good reading stamped `stamp` was taken, arriving at
+        `arrived`: never after its arrival."""
+        seen = arrived - stamp
+        quickest = self.lag + DRIFT * (arrived - self.lag_at)
+        if seen <= quickest:
+            self.lag, self.lag_at = seen, arrived
+            return arrived
+        return stamp + quickest
+
+    def refused(self, stamp: float, last: float, arrived: float) -> None:
+        """A reading stamped `stamp`, no later than the last one judged (`last`), arrived."""
+        self.refused_before, self.refused_at = self.refused_at, arrived
+        if stamp < last:  # the device's clock stepped back: its delivery is learnt again
+            self.lag, self.lag_at = math.inf, -math.inf
+
+    def frozen(self, now: float, window: float) -> bool:
+        """Readings keep arriving, but none later than the last one judged (two in `window`)."""
+        return now - self.refused_before <= window
+
+    def shift(self, delta: float) -> None:
+        """The gateway clock stepped by `delta`: every time here is on it; the device's not."""
+        self.lag += delta
+        self.lag_at += delta
+        self.refused_at += delta
+        self.refused_before += delta

@@ -1,0 +1,65 @@
+"""`DeviceWatch` alone (monitor/engine/arrival.py): when a device-stamped reading was taken,
+on the gateway clock, over weeks of a PLC's crystal drifting and a link's delay varying.
+Pure arithmetic on event time: the daemon-level cases are in tests/test_stale_two_clocks.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from monitor.engine.arrival import DeviceWatch
+
+DAY = 86400.0
+
+
+@pytest.mark.parametrize("ppm", [-100.0, 100.0, 500.0])
+def test_a_drifting_plc_clock_is_followed_for_thirty_days(ppm: float) -> None:
+    """A PLC's clock gaining or losing `ppm` (a crystal; 500: NTP slewing it), a reading every
+    10 s delivered in 0.2 s to 1.2 s: every reading is taken within 1.2 s of its arrival
+    for 30 days (the least delivery grows up to 1 ms a second, faster than the drift)."""
+    watch = DeviceWatch()
+    worst = 0.0
+    for i in range(int(30 * DAY / 10)):
+        true = 10.0 * i
+        stamp = 1.8e9 + true * (1 + ppm * 1e-6)
+        arrived = 1.8e9 + 3600.0 + true + 0.2 + (i * 7919 % 11) / 10  # gateway an hour ahead
+        worst = max(worst, arrived - watch.taken(stamp, arrived))
+    assert worst <= 1.2
+
+
+def test_a_backlog_is_taken_when_it_was_taken_and_a_step_back_is_learnt_again() -> None:
+    """An hour-old reading after a week of prompt ones is taken an hour (less 0.6 s of allowed
+    drift) before its arrival; after a stamp earlier than the last (the PLC's clock stepped
+    back an hour), its next readings are taken at their arrival again."""
+    watch = DeviceWatch()
+    for i in range(int(7 * DAY / 10)):
+        watch.taken(10.0 * i, 10.0 * i + 0.5)
+    now = 7 * DAY
+    assert watch.taken(now - 3600.0, now + 0.5) == pytest.approx(now + 0.5 - 3600.0, abs=1.0)
+    watch.refused(now - 3600.0, now - 10.0, now + 1.0)
+    assert watch.taken(now + 20.0 - 3600.0, now + 20.5) == now + 20.5
+    assert watch.taken(now + 30.0 - 3600.0, now + 30.5) == now + 30.5
+
+
+def test_one_repeated_stamp_keeps_the_delivery_and_is_no_stopped_clock_two_are() -> None:
+    """A retained message or a QoS 1 duplicate (the last stamp again) forgets nothing and is
+    not a stopped clock; two in one window are."""
+    watch = DeviceWatch()
+    watch.taken(100.0, 100.5)
+    watch.refused(100.0, 100.0, 130.0)
+    assert not watch.frozen(161.0, 60.0)
+    taken = watch.taken(50.0 + 100.0, 3700.0)  # the delivery still known: an hour-old reading
+    assert taken == pytest.approx(150.5 + 1e-3 * 3599.5)  # (with the drift allowed meanwhile)
+    watch.refused(150.0, 150.0, 3710.0)
+    assert not watch.frozen(3720.0, 60.0)  # the one before, at +130 s, is out of the window
+    watch.refused(150.0, 150.0, 3720.0)
+    assert watch.frozen(3730.0, 60.0)
+
+
+def test_a_gateway_step_moves_the_delivery_with_it() -> None:
+    """The gateway stepped back an hour: the next prompt reading is taken at its arrival, an
+    hour-old one an hour before it."""
+    watch = DeviceWatch()
+    watch.taken(0.0, 3600.5)
+    watch.shift(-3600.0)
+    assert watch.taken(10.0, 10.5) == 10.5
+    assert watch.taken(20.0 - 3600.0, 20.5) == pytest.approx(20.5 - 3600.0, abs=0.1)
