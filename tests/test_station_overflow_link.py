@@ -109,6 +109,34 @@ def test_a_chain_of_overflows_on_the_float_alone_continues_the_spill_s_first(tmp
     store.close()
 
 
+def test_a_chain_on_the_float_alone_is_one_spill_for_a_day_at_most(tmp_path: Path) -> None:
+    """The level dead for 30 hours, the float on for two minutes every 110 (each off longer
+    than `stale_after`, each gap shorter than `report_within`): before, every record linked
+    to the first, one "spill" of 30 hours and 17 records, the very case the docs say must not
+    happen (a week-dead transmitter making every later spill one event). A chain continues
+    its first record for a day from that start; the next record starts a new spill (a new SSO
+    report, continued by the ones after it)."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = [s for s in _transmitter_dies(bad=False) if s.time < T0 + 1200]
+    starts = list(range(6600, 30 * 3600, 6600))
+    for t in range(1200, 30 * 3600, 60):
+        on = 1.0 if any(s <= t < s + 120 for s in starts) else 0.0
+        samples += [Sample("switch", T0 + t, on), Sample("inflow", T0 + t, 600.0), Sample("p1", T0 + t, 0.0)]
+    feed(tracker, samples)
+    tracker.save()
+    first, *chain = store.overflows(T0, T0 + 31 * 3600)
+    assert first.continues is None and len(chain) == len(starts)
+    within = [r for r in chain if r.start - T0 <= 86_400]
+    after = [r for r in chain if r.start - T0 > 86_400]
+    assert within and after
+    assert all(r.continues == T0 for r in within)
+    assert after[0].continues is None  # a new spill: its own SSO report
+    assert all(r.continues == after[0].start for r in after[1:])
+    store.close()
+
+
 @pytest.mark.parametrize(
     ("back_at", "level"),
     [(1200, 8.5), (7200 + 120 + 60, 9.4)],

@@ -64,6 +64,16 @@ from monitor.station.pumps import PumpRun, PumpStats
 from monitor.station.store import OverflowRecord, StationStore
 from monitor.units import GALLONS_PER_FT3, conversion
 
+# A chain of float-ended records continues its first for a day from that start at most: a
+# transmitter dead for days must not make one "spill" of every overflow (each day's a report).
+SPILL_SPAN = 86_400.0
+
+
+def _first(record: OverflowRecord) -> float:
+    """The start of the spill `record` belongs to: its own, or the one it continues."""
+    return record.start if record.continues is None else record.continues
+
+
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 CITATION_OVERFLOW = "station config (overflow: report within)"
@@ -580,8 +590,8 @@ class StationTracker:
             # The gap is measured only across clocks that agree (one an hour off: not linked).
             agree = self.clocks.comparable(sid, self.switch_id or "")
             near = agree and t - self._spill_end <= self.report_within
-            if spill is not None and spill.end is not None and near:
-                rec.continues = spill.start if spill.continues is None else spill.continues
+            if spill is not None and spill.end is not None and near and t - _first(spill) <= SPILL_SPAN:
+                rec.continues = _first(spill)
                 # The gap on this record's clock: the end as a step since moved it (the stored
                 # end keeps the old clock's: stepped back, the gap ran backwards).
                 rec.gap_from = min(self._spill_end, t)
