@@ -39,7 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor import writeonce
-from monitor.durable import replace_file
+from monitor.durable import make_dirs, replace_file
 from monitor.errors import StateError
 from monitor.incidents.blocks import BlockError, checksum, decode, encode, times
 from monitor.incidents.evidence import HEADER, csv_parts
@@ -684,12 +684,14 @@ class IncidentStore:
         joined). `rows`: `csv_lines` of the columns `data` was made of, when the caller has
         them (counting a day's lines in the bytes took as long as hashing them).
         Through `replace_file`, so a symlink left at the `.tmp` is replaced, not followed
-        (its target was overwritten); without its per-file directory fsync, as before."""
+        (its target was overwritten), and with its directory fsynced, as is the incident's
+        new directory in `incidents/`: the caller saves the record frozen after this returns,
+        and a power cut must not leave a frozen record whose file is gone."""
         parts = [data] if isinstance(data, bytes | bytearray) else data
         path = self.evidence_path(iid)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            replace_file(path, lambda fh: fh.writelines(parts), sync_dir=False)
+            make_dirs(path.parent)
+            replace_file(path, lambda fh: fh.writelines(parts))
         except OSError as exc:
             raise StateError(f"cannot write incident evidence {path}: {exc.strerror or exc}") from exc
         sha = hashlib.sha256()
