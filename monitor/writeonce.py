@@ -11,8 +11,11 @@ none is answered from what is recorded now).
 
 Bounded for an attacker with the token: a key is 8 to 64 characters of `KEY_CHARS`, the
 owner is a digest of the bearer token (keys of one token are not another's), and each
-claim deletes rows older than `KEEP_SECONDS` and all but the newest `KEEP_ROWS`, so the
-table never grows past that; an answer above `ANSWER_MAX` bytes is not kept.
+claim deletes all but the newest `KEEP_ROWS`, so the table never grows past that; an
+answer above `ANSWER_MAX` bytes is not kept. Not by age: a gateway's clock that steps by
+days (NTP at boot after a dead RTC battery) made every key look old, or ahead, and the
+next write dropped them all, so a retry after it was recorded twice; a clock cannot tell
+a step from a quiet weekend. At tens of writes a day a key is kept for weeks.
 
 This module only speaks SQL on a connection its store opened; the store maps the errors.
 """
@@ -41,8 +44,7 @@ CREATE INDEX IF NOT EXISTS console_write_time ON console_write (time);
 """
 KEY_CHARS = "A-Z a-z 0-9 . _ : -"
 _KEY = re.compile(r"[A-Za-z0-9._:-]{8,64}")
-KEEP_SECONDS = 24 * 3600.0  # a retry comes within seconds; an operator's second try within hours
-KEEP_ROWS = 1000  # a station's operators write tens a day
+KEEP_ROWS = 1000  # a station's operators write tens a day; a retry comes within seconds or hours
 ANSWER_MAX = 64 * 1024
 
 
@@ -86,11 +88,10 @@ def find(db: sqlite3.Connection, key: WriteKey) -> Prior | None:
 
 
 def claim(db: sqlite3.Connection, key: WriteKey, time: float) -> None:
-    """Record the key; call inside the write's transaction. Prunes to the bounds first."""
+    """Record the key; call inside the write's transaction. Prunes to `KEEP_ROWS` first
+    (`time` is kept for the reader, never judged: the clock may have stepped)."""
     db.execute(
-        "DELETE FROM console_write WHERE time < ? OR time > ?"
-        " OR id <= (SELECT max(id) FROM console_write) - ?",  # a clock stepped back: its future too
-        (time - KEEP_SECONDS, time + KEEP_SECONDS, KEEP_ROWS - 1),
+        "DELETE FROM console_write WHERE id <= (SELECT max(id) FROM console_write) - ?", (KEEP_ROWS - 1,)
     )
     db.execute(
         "INSERT INTO console_write (owner, key, request, time) VALUES (?, ?, ?, ?)",
