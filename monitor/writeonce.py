@@ -70,11 +70,12 @@ class Prior:
     answer: str | None
 
 
-def write_key(header: str, token: str, method: str, path: str, body: bytes) -> WriteKey:
-    """The key of a write; `KeyRefused` when `header` is not 8 to 64 of `KEY_CHARS`."""
+def write_key(header: str, token: bytes, method: str, path: str, body: bytes) -> WriteKey:
+    """The key of a write; `KeyRefused` when `header` is not 8 to 64 of `KEY_CHARS`.
+    `token`: the bearer token as the guard checked it (`monitor/web/guard.py` `bearer`)."""
     if not _KEY.fullmatch(header):
         raise KeyRefusedError(f"Idempotency-Key must be 8 to 64 characters of {KEY_CHARS}")
-    owner = hashlib.sha256(b"station-monitor console write\0" + token.encode("utf-8", "replace")).hexdigest()
+    owner = hashlib.sha256(b"station-monitor console write\0" + token).hexdigest()
     asked = hashlib.sha256(f"{method} {path}\0".encode("utf-8", "replace") + body).hexdigest()
     return WriteKey(owner=owner, key=header, request=asked)
 

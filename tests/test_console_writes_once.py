@@ -190,8 +190,30 @@ def test_keys_are_per_token(case: tuple[StationWithIncidents, dict[str, Any]]) -
         assert got.status_code == 200 and "idempotent-replayed" not in got.headers
     stored = view.incidents.store.get(slug["id"])
     assert stored is not None and len(stored.notes) == 2
-    a, b = (write_key(KEY, t, "POST", url, b"{}") for t in (TOKEN, new))
+    a, b = (write_key(KEY, t.encode(), "POST", url, b"{}") for t in (TOKEN, new))
     assert a.owner != b.owner and TOKEN not in a.owner
+
+
+def test_a_key_belongs_to_the_token_not_to_how_its_header_is_spelt(
+    case: tuple[StationWithIncidents, dict[str, Any]],
+) -> None:
+    """The guard accepts `bearer` in any case and blanks around the token; the key's owner
+    was a digest of the header's text after the first blank, so the same token spelt
+    `Bearer  <token>` (a client or proxy that rewrites the header on its retry) was another
+    owner and the notice was recorded twice. Before: two notices."""
+    view, slug = case
+    url = f"/api/incidents/{slug['id']}/notes"
+    body = {"by": "R. Alvarez", **NOTICE}
+    with LiveConsole(view) as live:
+        answers = [
+            httpx.post(f"{live.url}{url}", json=body, headers={"Authorization": auth, "Idempotency-Key": KEY})
+            for auth in (f"Bearer {TOKEN}", f"bearer  {TOKEN}")
+        ]
+        assert [a.status_code for a in answers] == [200, 200], answers[1].text
+        assert answers[1].content == answers[0].content
+        assert answers[1].headers["idempotent-replayed"] == "true"
+    stored = view.incidents.store.get(slug["id"])
+    assert stored is not None and [n.text for n in stored.notes] == [NOTICE["text"]]
 
 
 def test_the_table_of_keys_is_bounded_in_rows(tmp_path: Path) -> None:
@@ -203,7 +225,7 @@ def test_the_table_of_keys_is_bounded_in_rows(tmp_path: Path) -> None:
             store.add_note(
                 "i1",
                 Note(time=NOW + i, by="bot", text="x"),
-                key=write_key(f"key-{i:08d}", TOKEN, "POST", "/", b""),
+                key=write_key(f"key-{i:08d}", TOKEN.encode(), "POST", "/", b""),
             )
         count, oldest = store._db.execute("SELECT count(*), min(key) FROM console_write").fetchone()
         assert (count, oldest) == (KEEP_ROWS, f"key-{25:08d}")

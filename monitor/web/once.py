@@ -21,6 +21,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from monitor.errors import StateError
+from monitor.web.guard import bearer
 from monitor.writeonce import KeyRefusedError, Prior, WriteKey, write_key
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ async def request_key(request: Request) -> WriteKey | None:
         return None
     if len(values) > 1:
         raise HTTPException(400, f"one {HEADER} header per request, not {len(values)}")
-    token = request.headers.get("authorization", "").partition(" ")[2]
+    token = bearer(request.headers.get("authorization", "").encode("latin-1")) or b""
     body = await request.body()  # read once by Starlette and kept: the route's body is these bytes
     try:
         return write_key(values[0], token, request.method, request.url.path, body)
