@@ -23,6 +23,7 @@ from monitor.incidents.model import Note
 from monitor.model import ManualClock, Sample
 from monitor.web.once import KEY_REUSED
 from monitor.writeonce import KEEP_ROWS, write_key
+from tests.conftest import fill_disk
 from tests.console import T0, TOKEN, LiveConsole, TableView
 from tests.daemon_process import ROOT, running_daemon
 from tests.incident_helpers import StationWithIncidents, incidents_json, replay_case
@@ -114,6 +115,28 @@ def test_an_acknowledgement_sent_twice_is_journaled_once(tmp_path: Path) -> None
         assert (once.status_code, twice.status_code, twice.content) == (200, 200, once.content)
         events = [e.event for e in live.call(lambda: list(view.alarms.journal.entries(sensor="outfall.ph")))]
     assert events.count("acknowledged") == 1 and events.count("shelved") == 1
+
+
+def test_a_full_disk_refuses_the_write_and_its_key_together(tiny_disk: Path) -> None:
+    """The state disk full (a real tmpfs filled to its last byte) when an acknowledgement
+    and its key are committed: 503 `not done`, neither journaled, the alarm still waiting;
+    space freed, the page's same request (same key) is then done once, not replayed."""
+    view = TableView(tiny_disk / "journal.sqlite", ManualClock(T0))
+    view.inject(Sample("outfall.ph", T0, 9.6), limit=9.0, citation="§139-15 C(3)")
+    url = "/api/alarms/outfall.ph/high/ack"
+    with LiveConsole(view) as live:
+        ballast = fill_disk(tiny_disk)
+        full = keyed(live.url, url, {"note": "on it"})
+        assert full.status_code == 503 and full.json()["detail"].startswith("not done"), full.text
+        keys = "SELECT count(*) FROM console_write"
+        assert live.call(lambda: view.alarms.journal._db.execute(keys).fetchone()) == (0,)
+        ballast.unlink()
+        done = keyed(live.url, url, {"note": "on it"})
+        again = keyed(live.url, url, {"note": "on it"})
+        assert done.status_code == 200 and "idempotent-replayed" not in done.headers, done.text
+        assert again.content == done.content and again.headers["idempotent-replayed"] == "true"
+        events = [e.event for e in live.call(lambda: list(view.alarms.journal.entries(sensor="outfall.ph")))]
+    assert events.count("acknowledged") == 1
 
 
 def test_the_key_with_another_request_is_refused_in_words_and_nothing_is_written(
