@@ -17,7 +17,9 @@ days (NTP at boot after a dead RTC battery) made every key look old, or ahead, a
 next write dropped them all, so a retry after it was recorded twice; a clock cannot tell
 a step from a quiet weekend. At tens of writes a day a key is kept for weeks.
 
-This module only speaks SQL on a connection its store opened; the store maps the errors.
+This module only speaks SQL on a connection its store opened; `Keys` is what the console
+asks of a store (a repeat's first use, its answer kept), sqlite3's errors as `StateError`
+naming the store: the same for the alarm journal and the incident store.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import re
 import sqlite3
 from dataclasses import dataclass
 
-from monitor.errors import MonitorError
+from monitor.errors import MonitorError, StateError
 
 # One migration for each store that keeps the keys (append it to that store's Schema).
 TABLE = """
@@ -106,3 +108,26 @@ def answer(db: sqlite3.Connection, key: WriteKey, text: str) -> None:
         db.execute(
             "UPDATE console_write SET answer = ? WHERE owner = ? AND key = ?", (text, key.owner, key.key)
         )
+
+
+class Keys:
+    """The request ids one store keeps (`store`: its name and file, for messages). The
+    claim is the store's own, inside its write's transaction."""
+
+    def __init__(self, db: sqlite3.Connection, store: str) -> None:
+        self._db = db
+        self.store = store
+
+    def prior_write(self, key: WriteKey) -> Prior | None:
+        """The console write first sent with `key`, if it was recorded (`find`)."""
+        try:
+            return find(self._db, key)
+        except sqlite3.Error as exc:
+            raise StateError(f"{self.store}: cannot read request ids: {exc}") from exc
+
+    def keep_answer(self, key: WriteKey, text: str) -> None:
+        """The answer to repeat for `key` (`answer`)."""
+        try:
+            answer(self._db, key, text)
+        except sqlite3.Error as exc:
+            raise StateError(f"{self.store}: cannot keep an answer: {exc}") from exc

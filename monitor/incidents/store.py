@@ -45,7 +45,7 @@ from monitor.incidents.blocks import BlockError, checksum, decode, encode, times
 from monitor.incidents.evidence import HEADER, csv_parts
 from monitor.incidents.model import Figures, Incident, Note, NoteKind
 from monitor.sqlite import Schema, connect, translate
-from monitor.writeonce import Prior, WriteKey
+from monitor.writeonce import WriteKey
 
 SCHEMA_VERSION = 5
 FILE = "incidents.sqlite"
@@ -256,6 +256,7 @@ class IncidentStore:
         # Version 1 is `_SCHEMA`, 2 adds `_BLOCKS`; add a migration to SCHEMA to change a
         # table, never edit one.
         self._db = connect(self.path, SCHEMA, synchronous="NORMAL", check_same_thread=False)
+        self.keys = writeonce.Keys(self._db, f"incident store {self.path}")  # the console's request ids
 
     def close(self) -> None:
         self._db.close()
@@ -363,20 +364,6 @@ class IncidentStore:
             writeonce.claim(self._db, key, time)
         except sqlite3.Error as exc:
             raise StateError(f"incident store {self.path}: cannot keep the request id: {exc}") from exc
-
-    def prior_write(self, key: WriteKey) -> Prior | None:
-        """The console write first sent with `key`, if it was recorded (`writeonce.find`)."""
-        try:
-            return writeonce.find(self._db, key)
-        except sqlite3.Error as exc:
-            raise StateError(f"incident store {self.path}: cannot read request ids: {exc}") from exc
-
-    def keep_answer(self, key: WriteKey, text: str) -> None:
-        """The answer to repeat for `key` (`writeonce.answer`)."""
-        try:
-            writeonce.answer(self._db, key, text)
-        except sqlite3.Error as exc:
-            raise StateError(f"incident store {self.path}: cannot keep an answer: {exc}") from exc
 
     # --- evidence -----------------------------------------------------------------------
 
