@@ -103,8 +103,9 @@ def claim(db: sqlite3.Connection, key: WriteKey, time: float) -> None:
 
 
 def answer(db: sqlite3.Connection, key: WriteKey, text: str) -> None:
-    """Keep the first answer for repeats (after the write's commit; not when too long)."""
-    if len(text) <= ANSWER_MAX:
+    """Keep the first answer for repeats (after the write's commit; not when longer than
+    `ANSWER_MAX` bytes in UTF-8, as SQLite stores it: `len` counts characters)."""
+    if len(text.encode("utf-8", "surrogatepass")) <= ANSWER_MAX:
         db.execute(
             "UPDATE console_write SET answer = ? WHERE owner = ? AND key = ?", (text, key.owner, key.key)
         )

@@ -22,7 +22,7 @@ from monitor.incidents import IncidentStore
 from monitor.incidents.model import Note
 from monitor.model import ManualClock, Sample
 from monitor.web.once import KEY_REUSED
-from monitor.writeonce import KEEP_ROWS, write_key
+from monitor.writeonce import ANSWER_MAX, KEEP_ROWS, write_key
 from tests.conftest import fill_disk
 from tests.console import T0, TOKEN, LiveConsole, TableView
 from tests.daemon_process import ROOT, running_daemon
@@ -336,3 +336,18 @@ def test_the_cli_writes_without_a_key_as_before(case: tuple[StationWithIncidents
     stored = view.incidents.store.get(slug["id"])
     assert stored is not None and [n.text for n in stored.notes] == ["by hand"]
     assert view.incidents.store._db.execute("SELECT count(*) FROM console_write").fetchone() == (0,)
+
+
+def test_an_answer_is_bounded_in_bytes_not_characters(tmp_path: Path) -> None:
+    """`ANSWER_MAX` is 64 KiB; it was compared with the answer's length in characters, so an
+    answer of notes in Greek or with `§` (two bytes each in UTF-8, up to four for others) was
+    kept at up to four times the bound. Before: 40,000 `§` (80,000 bytes) were kept."""
+    key = write_key("bound-key-0001", TOKEN.encode(), "POST", "/", b"")
+    with IncidentStore(tmp_path) as store:
+        store.add_note("i1", Note(time=NOW, by="bot", text="x"), key=key)
+        store.keys.keep_answer(key, "§" * 40_000)
+        prior = store.keys.prior_write(key)
+        assert prior is not None and prior.answer is None
+        store.keys.keep_answer(key, "§" * (ANSWER_MAX // 2))
+        prior = store.keys.prior_write(key)
+        assert prior is not None and prior.answer == "§" * (ANSWER_MAX // 2)
