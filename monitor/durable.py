@@ -6,9 +6,8 @@ directory fsynced so the rename itself survives. The `.tmp` is made anew each ti
 opened as found: a leftover symlink there was followed, its target overwritten, and the link
 renamed into place.
 
-`sync_dir=False` leaves the directory fsync to the caller, for a writer of many files whose
-rename is made durable by something after it (an incident's evidence: one fsync of the
-directory per file cost the replay freezer its speed, issue 20).
+`make_dirs` makes a file's missing directories the same way: each new directory's entry is
+fsynced in its parent, so a power cut cannot keep a file whose directory it lost.
 """
 
 from __future__ import annotations
@@ -20,10 +19,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 
-def replace_file(path: Path, write: Callable[[BinaryIO], object], *, sync_dir: bool = True) -> None:
+def replace_file(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """`write` fills a fresh `<path>.tmp`, which then replaces `path`. OSError from any
-    step, with the `.tmp` removed (a full disk gets back what it took). `sync_dir=False`:
-    the rename is not fsynced here (the caller owns the directory's durability)."""
+    step, with the `.tmp` removed (a full disk gets back what it took)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         tmp.unlink(missing_ok=True)
@@ -33,14 +31,30 @@ def replace_file(path: Path, write: Callable[[BinaryIO], object], *, sync_dir: b
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        if not sync_dir:
-            return
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sync_dir(path.parent)
     except OSError:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise
+
+
+def make_dirs(path: Path) -> None:
+    """`path` and its missing parents made, each new one's entry fsynced in its parent
+    (mkdir alone: after a power cut the directory, and every file in it, may be gone)."""
+    missing: list[Path] = []
+    while not path.is_dir():
+        missing.append(path)
+        path = path.parent
+    for new in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another writer
+            new.mkdir()
+        sync_dir(new.parent)
+
+
+def sync_dir(path: Path) -> None:
+    """fsync a directory: the names made, renamed or removed in it survive a power cut."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -11,10 +11,15 @@ none is answered from what is recorded now).
 
 Bounded for an attacker with the token: a key is 8 to 64 characters of `KEY_CHARS`, the
 owner is a digest of the bearer token (keys of one token are not another's), and each
-claim deletes rows older than `KEEP_SECONDS` and all but the newest `KEEP_ROWS`, so the
-table never grows past that; an answer above `ANSWER_MAX` bytes is not kept.
+claim deletes all but the newest `KEEP_ROWS`, so the table never grows past that; an
+answer above `ANSWER_MAX` bytes is not kept. Not by age: a gateway's clock that steps by
+days (NTP at boot after a dead RTC battery) made every key look old, or ahead, and the
+next write dropped them all, so a retry after it was recorded twice; a clock cannot tell
+a step from a quiet weekend. At tens of writes a day a key is kept for weeks.
 
-This module only speaks SQL on a connection its store opened; the store maps the errors.
+This module only speaks SQL on a connection its store opened; `Keys` is what the console
+asks of a store (a repeat's first use, its answer kept), sqlite3's errors as `StateError`
+naming the store: the same for the alarm journal and the incident store.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import re
 import sqlite3
 from dataclasses import dataclass
 
-from monitor.errors import MonitorError
+from monitor.errors import MonitorError, StateError
 
 # One migration for each store that keeps the keys (append it to that store's Schema).
 TABLE = """
@@ -41,8 +46,7 @@ CREATE INDEX IF NOT EXISTS console_write_time ON console_write (time);
 """
 KEY_CHARS = "A-Z a-z 0-9 . _ : -"
 _KEY = re.compile(r"[A-Za-z0-9._:-]{8,64}")
-KEEP_SECONDS = 24 * 3600.0  # a retry comes within seconds; an operator's second try within hours
-KEEP_ROWS = 1000  # a station's operators write tens a day
+KEEP_ROWS = 1000  # a station's operators write tens a day; a retry comes within seconds or hours
 ANSWER_MAX = 64 * 1024
 
 
@@ -68,11 +72,12 @@ class Prior:
     answer: str | None
 
 
-def write_key(header: str, token: str, method: str, path: str, body: bytes) -> WriteKey:
-    """The key of a write; `KeyRefused` when `header` is not 8 to 64 of `KEY_CHARS`."""
+def write_key(header: str, token: bytes, method: str, path: str, body: bytes) -> WriteKey:
+    """The key of a write; `KeyRefused` when `header` is not 8 to 64 of `KEY_CHARS`.
+    `token`: the bearer token as the guard checked it (`monitor/web/guard.py` `bearer`)."""
     if not _KEY.fullmatch(header):
         raise KeyRefusedError(f"Idempotency-Key must be 8 to 64 characters of {KEY_CHARS}")
-    owner = hashlib.sha256(b"station-monitor console write\0" + token.encode("utf-8", "replace")).hexdigest()
+    owner = hashlib.sha256(b"station-monitor console write\0" + token).hexdigest()
     asked = hashlib.sha256(f"{method} {path}\0".encode("utf-8", "replace") + body).hexdigest()
     return WriteKey(owner=owner, key=header, request=asked)
 
@@ -86,11 +91,10 @@ def find(db: sqlite3.Connection, key: WriteKey) -> Prior | None:
 
 
 def claim(db: sqlite3.Connection, key: WriteKey, time: float) -> None:
-    """Record the key; call inside the write's transaction. Prunes to the bounds first."""
+    """Record the key; call inside the write's transaction. Prunes to `KEEP_ROWS` first
+    (`time` is kept for the reader, never judged: the clock may have stepped)."""
     db.execute(
-        "DELETE FROM console_write WHERE time < ? OR time > ?"
-        " OR id <= (SELECT max(id) FROM console_write) - ?",  # a clock stepped back: its future too
-        (time - KEEP_SECONDS, time + KEEP_SECONDS, KEEP_ROWS - 1),
+        "DELETE FROM console_write WHERE id <= (SELECT max(id) FROM console_write) - ?", (KEEP_ROWS - 1,)
     )
     db.execute(
         "INSERT INTO console_write (owner, key, request, time) VALUES (?, ?, ?, ?)",
@@ -99,8 +103,32 @@ def claim(db: sqlite3.Connection, key: WriteKey, time: float) -> None:
 
 
 def answer(db: sqlite3.Connection, key: WriteKey, text: str) -> None:
-    """Keep the first answer for repeats (after the write's commit; not when too long)."""
-    if len(text) <= ANSWER_MAX:
+    """Keep the first answer for repeats (after the write's commit; not when longer than
+    `ANSWER_MAX` bytes in UTF-8, as SQLite stores it: `len` counts characters)."""
+    if len(text.encode("utf-8", "surrogatepass")) <= ANSWER_MAX:
         db.execute(
             "UPDATE console_write SET answer = ? WHERE owner = ? AND key = ?", (text, key.owner, key.key)
         )
+
+
+class Keys:
+    """The request ids one store keeps (`store`: its name and file, for messages). The
+    claim is the store's own, inside its write's transaction."""
+
+    def __init__(self, db: sqlite3.Connection, store: str) -> None:
+        self._db = db
+        self.store = store
+
+    def prior_write(self, key: WriteKey) -> Prior | None:
+        """The console write first sent with `key`, if it was recorded (`find`)."""
+        try:
+            return find(self._db, key)
+        except sqlite3.Error as exc:
+            raise StateError(f"{self.store}: cannot read request ids: {exc}") from exc
+
+    def keep_answer(self, key: WriteKey, text: str) -> None:
+        """The answer to repeat for `key` (`answer`)."""
+        try:
+            answer(self._db, key, text)
+        except sqlite3.Error as exc:
+            raise StateError(f"{self.store}: cannot keep an answer: {exc}") from exc

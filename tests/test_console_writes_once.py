@@ -22,7 +22,8 @@ from monitor.incidents import IncidentStore
 from monitor.incidents.model import Note
 from monitor.model import ManualClock, Sample
 from monitor.web.once import KEY_REUSED
-from monitor.writeonce import KEEP_ROWS, KEEP_SECONDS, write_key
+from monitor.writeonce import ANSWER_MAX, KEEP_ROWS, write_key
+from tests.conftest import fill_disk
 from tests.console import T0, TOKEN, LiveConsole, TableView
 from tests.daemon_process import ROOT, running_daemon
 from tests.incident_helpers import StationWithIncidents, incidents_json, replay_case
@@ -116,6 +117,28 @@ def test_an_acknowledgement_sent_twice_is_journaled_once(tmp_path: Path) -> None
     assert events.count("acknowledged") == 1 and events.count("shelved") == 1
 
 
+def test_a_full_disk_refuses_the_write_and_its_key_together(tiny_disk: Path) -> None:
+    """The state disk full (a real tmpfs filled to its last byte) when an acknowledgement
+    and its key are committed: 503 `not done`, neither journaled, the alarm still waiting;
+    space freed, the page's same request (same key) is then done once, not replayed."""
+    view = TableView(tiny_disk / "journal.sqlite", ManualClock(T0))
+    view.inject(Sample("outfall.ph", T0, 9.6), limit=9.0, citation="§139-15 C(3)")
+    url = "/api/alarms/outfall.ph/high/ack"
+    with LiveConsole(view) as live:
+        ballast = fill_disk(tiny_disk)
+        full = keyed(live.url, url, {"note": "on it"})
+        assert full.status_code == 503 and full.json()["detail"].startswith("not done"), full.text
+        keys = "SELECT count(*) FROM console_write"
+        assert live.call(lambda: view.alarms.journal._db.execute(keys).fetchone()) == (0,)
+        ballast.unlink()
+        done = keyed(live.url, url, {"note": "on it"})
+        again = keyed(live.url, url, {"note": "on it"})
+        assert done.status_code == 200 and "idempotent-replayed" not in done.headers, done.text
+        assert again.content == done.content and again.headers["idempotent-replayed"] == "true"
+        events = [e.event for e in live.call(lambda: list(view.alarms.journal.entries(sensor="outfall.ph")))]
+    assert events.count("acknowledged") == 1
+
+
 def test_the_key_with_another_request_is_refused_in_words_and_nothing_is_written(
     case: tuple[StationWithIncidents, dict[str, Any]],
 ) -> None:
@@ -190,36 +213,67 @@ def test_keys_are_per_token(case: tuple[StationWithIncidents, dict[str, Any]]) -
         assert got.status_code == 200 and "idempotent-replayed" not in got.headers
     stored = view.incidents.store.get(slug["id"])
     assert stored is not None and len(stored.notes) == 2
-    a, b = (write_key(KEY, t, "POST", url, b"{}") for t in (TOKEN, new))
+    a, b = (write_key(KEY, t.encode(), "POST", url, b"{}") for t in (TOKEN, new))
     assert a.owner != b.owner and TOKEN not in a.owner
 
 
-def test_the_table_of_keys_is_bounded_in_rows_and_age(tmp_path: Path) -> None:
+def test_a_key_belongs_to_the_token_not_to_how_its_header_is_spelt(
+    case: tuple[StationWithIncidents, dict[str, Any]],
+) -> None:
+    """The guard accepts `bearer` in any case and blanks around the token; the key's owner
+    was a digest of the header's text after the first blank, so the same token spelt
+    `Bearer  <token>` (a client or proxy that rewrites the header on its retry) was another
+    owner and the notice was recorded twice. Before: two notices."""
+    view, slug = case
+    url = f"/api/incidents/{slug['id']}/notes"
+    body = {"by": "R. Alvarez", **NOTICE}
+    with LiveConsole(view) as live:
+        answers = [
+            httpx.post(f"{live.url}{url}", json=body, headers={"Authorization": auth, "Idempotency-Key": KEY})
+            for auth in (f"Bearer {TOKEN}", f"bearer  {TOKEN}")
+        ]
+        assert [a.status_code for a in answers] == [200, 200], answers[1].text
+        assert answers[1].content == answers[0].content
+        assert answers[1].headers["idempotent-replayed"] == "true"
+    stored = view.incidents.store.get(slug["id"])
+    assert stored is not None and [n.text for n in stored.notes] == [NOTICE["text"]]
+
+
+def test_the_table_of_keys_is_bounded_in_rows(tmp_path: Path) -> None:
     """A client with the token sending a fresh key with every write (or a script gone
-    wrong) never grows the table past `KEEP_ROWS`; keys older than a day, or stamped a
-    day ahead by a clock that stepped back since, are dropped."""
+    wrong) never grows the table past `KEEP_ROWS`: the oldest go first. Not by age (a
+    clock step, the next test)."""
     with IncidentStore(tmp_path) as store:
         for i in range(KEEP_ROWS + 25):
             store.add_note(
                 "i1",
                 Note(time=NOW + i, by="bot", text="x"),
-                key=write_key(f"key-{i:08d}", TOKEN, "POST", "/", b""),
+                key=write_key(f"key-{i:08d}", TOKEN.encode(), "POST", "/", b""),
             )
         count, oldest = store._db.execute("SELECT count(*), min(key) FROM console_write").fetchone()
         assert (count, oldest) == (KEEP_ROWS, f"key-{25:08d}")
-        later = NOW + KEEP_SECONDS + KEEP_ROWS + 30
-        store.add_note(
-            "i1",
-            Note(time=later, by="bot", text="x"),
-            key=write_key("key-late-0001", TOKEN, "POST", "/", b""),
-        )
-        assert store._db.execute("SELECT key FROM console_write").fetchall() == [("key-late-0001",)]
-        store.add_note(
-            "i1",
-            Note(time=NOW, by="bot", text="x"),
-            key=write_key("key-stepped-back", TOKEN, "POST", "/", b""),
-        )
-        assert store._db.execute("SELECT key FROM console_write").fetchall() == [("key-stepped-back",)]
+
+
+@pytest.mark.parametrize("step", [3 * 86400.0, -3 * 86400.0], ids=["forward", "back"])
+def test_a_clock_step_does_not_forget_a_key_its_retry_still_needs(
+    case: tuple[StationWithIncidents, dict[str, Any]], step: float
+) -> None:
+    """A gateway whose clock steps by days (NTP fixing a dead RTC battery at boot, or a bad
+    server) while an operator's answer is lost: another operator's note, written after the
+    step, made every key look a day old (or a day ahead) and dropped them all, so the first
+    operator's 'Saving again is safe' recorded the notice of violation twice. Before: two
+    notices. A clock cannot tell a step from a quiet weekend: keys go by count alone."""
+    view, slug = case
+    url = f"/api/incidents/{slug['id']}/notes"
+    with LiveConsole(view) as live:
+        first = keyed(live.url, url, NOTICE)
+        view.clock.set(NOW + step)
+        other = keyed(live.url, url, {"text": "pump 2 pulled"}, key="another-operator-0001")
+        again = keyed(live.url, url, NOTICE)
+        assert first.status_code == other.status_code == again.status_code == 200, again.text
+        assert again.content == first.content and again.headers["idempotent-replayed"] == "true"
+    stored = view.incidents.store.get(slug["id"])
+    assert stored is not None and [n.text for n in stored.notes].count(NOTICE["text"]) == 1
 
 
 # A daemon that dies with SIGKILL right after the write and its key are committed, before
@@ -282,3 +336,18 @@ def test_the_cli_writes_without_a_key_as_before(case: tuple[StationWithIncidents
     stored = view.incidents.store.get(slug["id"])
     assert stored is not None and [n.text for n in stored.notes] == ["by hand"]
     assert view.incidents.store._db.execute("SELECT count(*) FROM console_write").fetchone() == (0,)
+
+
+def test_an_answer_is_bounded_in_bytes_not_characters(tmp_path: Path) -> None:
+    """`ANSWER_MAX` is 64 KiB; it was compared with the answer's length in characters, so an
+    answer of notes in Greek or with `§` (two bytes each in UTF-8, up to four for others) was
+    kept at up to four times the bound. Before: 40,000 `§` (80,000 bytes) were kept."""
+    key = write_key("bound-key-0001", TOKEN.encode(), "POST", "/", b"")
+    with IncidentStore(tmp_path) as store:
+        store.add_note("i1", Note(time=NOW, by="bot", text="x"), key=key)
+        store.keys.keep_answer(key, "§" * 40_000)
+        prior = store.keys.prior_write(key)
+        assert prior is not None and prior.answer is None
+        store.keys.keep_answer(key, "§" * (ANSWER_MAX // 2))
+        prior = store.keys.prior_write(key)
+        assert prior is not None and prior.answer == "§" * (ANSWER_MAX // 2)

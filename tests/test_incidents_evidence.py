@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -674,3 +675,35 @@ def test_a_symlink_left_at_the_evidence_tmp_is_not_followed(tmp_path: Path, tmp_
         assert hashlib.sha256(path.read_bytes()).hexdigest() == sha
         assert path.read_bytes() == store.evidence_csv("i1")
         assert rows == 2
+
+
+def test_a_frozen_evidence_file_is_durable_before_its_record_says_frozen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a power cut a record said frozen (with its SHA-256) while its file was missing:
+    the rename into the incident's new directory, and that directory's own entry, were never
+    fsynced. A power cut cannot be aimed here, so `os.fsync` is watched (the one fake: it
+    records which file or directory each fsync was for, then does it): the file, its
+    directory and the directory that holds the new one are all synced before it returns."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def watched(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    with IncidentStore(tmp_path / "state") as store:
+        store.add_evidence("i1", "flow", np.array([1.0, 2.0]), np.ones(2), np.zeros(2, np.int8))
+        path = store.evidence_path("i1")
+        monkeypatch.setattr(os, "fsync", watched)
+        store.freeze_evidence("i1")
+        monkeypatch.undo()
+        assert str(path.with_name(path.name + ".tmp")) in synced or str(path) in synced
+        assert str(path.parent) in synced  # the rename
+        assert str(path.parent.parent) in synced  # the incident's directory, made by this freeze
+        synced.clear()
+        monkeypatch.setattr(os, "fsync", watched)
+        store.freeze_evidence("i1")  # written again (a restart's freeze): its directory once
+        monkeypatch.undo()
+        assert synced.count(str(path.parent)) == 1
+        assert str(path.parent.parent) not in synced

@@ -877,3 +877,24 @@ def test_export_of_a_frozen_incident_never_holds_a_huge_file_in_place_of_its_evi
     zeros.update(bytes(size - len(recorded)))
     assert f"the frozen evidence file {frozen} does not verify" in said["statement"], said
     assert said["file_sha256"] == zeros.hexdigest()
+
+
+def test_show_of_a_frozen_incident_whose_file_is_gone_says_why_and_that_the_rows_verify(
+    tmp_path: Path,
+) -> None:
+    """What a power cut before the directory fsync left (or a file deleted by hand): the
+    record frozen, its evidence.csv gone. `show` said only `evidence DOES NOT VERIFY`, the
+    same words as for rows tampered with, while `export` builds the whole package from the
+    store's rows, which hash to the recorded SHA-256. Now it says which half is wrong."""
+    from tests.incident_helpers import replay_case
+
+    cfg = replay_case("slug-and-oil", tmp_path)
+    slug = incidents_json(cfg)[0]
+    frozen = tmp_path / "state" / "incidents" / slug["id"] / "evidence.csv"
+    frozen.unlink()
+    shown = monitor("incidents", "show", "--config", str(cfg), "--id", slug["id"])
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[-1] == (
+        "  evidence DOES NOT VERIFY: the frozen evidence file is missing; the store's rows verify"
+        " (`monitor incidents export` builds the package from them)"
+    )

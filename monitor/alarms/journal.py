@@ -20,7 +20,7 @@ from monitor import writeonce
 from monitor.errors import StateError
 from monitor.model import Rule, iso
 from monitor.sqlite import Schema, connect
-from monitor.writeonce import Prior, WriteKey
+from monitor.writeonce import WriteKey
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS journal (
@@ -45,11 +45,10 @@ BEGIN SELECT RAISE(ABORT, 'the alarm journal is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS journal_no_delete BEFORE DELETE ON journal
 BEGIN SELECT RAISE(ABORT, 'the alarm journal is append-only'); END;
 """
-# Version 2: the console's request ids (`monitor/writeonce.py`), in the transaction of the
-# action they record; not part of the append-only record (rows age out).
-SCHEMA = Schema(
-    "alarm journal", (_SCHEMA, writeonce.TABLE)
-)  # add a migration to change a table; never edit one
+# Add a migration to change a table; never edit one. Version 2: the console's request ids
+# (`monitor/writeonce.py`), in the transaction of the action they record; not part of the
+# append-only record (the oldest go as new ones come).
+SCHEMA = Schema("alarm journal", (_SCHEMA, writeonce.TABLE))
 
 _COLUMNS = "id, time, sensor, rule, event, state, priority, actor, note, until, value, lim, citation, message"
 
@@ -121,6 +120,7 @@ class Journal:
         # One owner (the manager, on one event loop) but possibly built on another thread.
         # FULL: an acknowledgement or an activation on record must survive a power cut.
         self._db = connect(path, SCHEMA, synchronous="FULL", check_same_thread=False)
+        self.keys = writeonce.Keys(self._db, f"alarm journal {path}")  # the console's request ids
 
     def append(self, entry: Entry, key: WriteKey | None = None) -> Entry:
         """Write one row durably before the transition it records is announced; with the
@@ -191,20 +191,6 @@ class Journal:
             raise StateError(f"alarm journal {self.path}: cannot read: {exc}") from exc
         for row in rows:
             yield _entry(row)
-
-    def prior_write(self, key: WriteKey) -> Prior | None:
-        """The console write first sent with `key`, if it was recorded (`writeonce.find`)."""
-        try:
-            return writeonce.find(self._db, key)
-        except sqlite3.Error as exc:
-            raise StateError(f"alarm journal {self.path}: cannot read request ids: {exc}") from exc
-
-    def keep_answer(self, key: WriteKey, text: str) -> None:
-        """The answer to repeat for `key` (`writeonce.answer`)."""
-        try:
-            writeonce.answer(self._db, key, text)
-        except sqlite3.Error as exc:
-            raise StateError(f"alarm journal {self.path}: cannot keep an answer: {exc}") from exc
 
     def close(self) -> None:
         self._db.close()

@@ -20,6 +20,7 @@ package is; a script must not set aside the one package that is the frozen evide
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -32,6 +33,7 @@ from monitor.errors import StateError
 from monitor.incidents.due import check_time_limit, dues, local_midnight
 from monitor.incidents.export import export
 from monitor.incidents.model import Incident, Note, NoteKind, Status
+from monitor.incidents.package import verified_file
 from monitor.incidents.report import detail_lines, incident_json, summary_line
 from monitor.incidents.store import FILE, IncidentStore
 from monitor.model import parse_time
@@ -118,7 +120,13 @@ def _run(config: Config, store: IncidentStore, args: argparse.Namespace, now: fl
                 raise
             print(
                 "  evidence "
-                + ("verifies" if verifies else "not frozen yet" if not inc.frozen else "DOES NOT VERIFY")
+                + (
+                    "verifies"
+                    if verifies
+                    else "not frozen yet"
+                    if not inc.frozen
+                    else _not_verified(store, inc)
+                )
             )
         return 0
     if args.action == "note":
@@ -147,6 +155,18 @@ def _run(config: Config, store: IncidentStore, args: argparse.Namespace, now: fl
         print(f"incident {inc.id}: {package.incomplete.statement}", file=sys.stderr)
         return EXIT_INCOMPLETE
     return 0
+
+
+def _not_verified(store: IncidentStore, inc: Incident) -> str:
+    """`show`'s verdict on a frozen incident that does not verify, saying which half is wrong:
+    a file lost to a power cut, with rows that verify, is not rows tampered with."""
+    _, why, _ = verified_file(store, inc)
+    rows = hashlib.sha256(store.evidence_csv(inc.id)).hexdigest() == inc.evidence_sha256
+    file = f"the frozen evidence file {why or 'verifies'}"
+    if rows:
+        export = "`monitor incidents export` builds the package from them"
+        return f"DOES NOT VERIFY: {file}; the store's rows verify ({export})"
+    return f"DOES NOT VERIFY: {file}; the store's rows do not" + ("" if why else " (`export` uses the file)")
 
 
 def _note(config: Config, store: IncidentStore, inc: Incident, args: argparse.Namespace, now: float) -> int:

@@ -39,13 +39,13 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor import writeonce
-from monitor.durable import replace_file
+from monitor.durable import make_dirs, replace_file
 from monitor.errors import StateError
 from monitor.incidents.blocks import BlockError, checksum, decode, encode, times
 from monitor.incidents.evidence import HEADER, csv_parts
 from monitor.incidents.model import Figures, Incident, Note, NoteKind
 from monitor.sqlite import Schema, connect, translate
-from monitor.writeonce import Prior, WriteKey
+from monitor.writeonce import WriteKey
 
 SCHEMA_VERSION = 5
 FILE = "incidents.sqlite"
@@ -256,6 +256,7 @@ class IncidentStore:
         # Version 1 is `_SCHEMA`, 2 adds `_BLOCKS`; add a migration to SCHEMA to change a
         # table, never edit one.
         self._db = connect(self.path, SCHEMA, synchronous="NORMAL", check_same_thread=False)
+        self.keys = writeonce.Keys(self._db, f"incident store {self.path}")  # the console's request ids
 
     def close(self) -> None:
         self._db.close()
@@ -363,20 +364,6 @@ class IncidentStore:
             writeonce.claim(self._db, key, time)
         except sqlite3.Error as exc:
             raise StateError(f"incident store {self.path}: cannot keep the request id: {exc}") from exc
-
-    def prior_write(self, key: WriteKey) -> Prior | None:
-        """The console write first sent with `key`, if it was recorded (`writeonce.find`)."""
-        try:
-            return writeonce.find(self._db, key)
-        except sqlite3.Error as exc:
-            raise StateError(f"incident store {self.path}: cannot read request ids: {exc}") from exc
-
-    def keep_answer(self, key: WriteKey, text: str) -> None:
-        """The answer to repeat for `key` (`writeonce.answer`)."""
-        try:
-            writeonce.answer(self._db, key, text)
-        except sqlite3.Error as exc:
-            raise StateError(f"incident store {self.path}: cannot keep an answer: {exc}") from exc
 
     # --- evidence -----------------------------------------------------------------------
 
@@ -684,12 +671,14 @@ class IncidentStore:
         joined). `rows`: `csv_lines` of the columns `data` was made of, when the caller has
         them (counting a day's lines in the bytes took as long as hashing them).
         Through `replace_file`, so a symlink left at the `.tmp` is replaced, not followed
-        (its target was overwritten); without its per-file directory fsync, as before."""
+        (its target was overwritten), and with its directory fsynced, as is the incident's
+        new directory in `incidents/`: the caller saves the record frozen after this returns,
+        and a power cut must not leave a frozen record whose file is gone."""
         parts = [data] if isinstance(data, bytes | bytearray) else data
         path = self.evidence_path(iid)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            replace_file(path, lambda fh: fh.writelines(parts), sync_dir=False)
+            make_dirs(path.parent)
+            replace_file(path, lambda fh: fh.writelines(parts))
         except OSError as exc:
             raise StateError(f"cannot write incident evidence {path}: {exc.strerror or exc}") from exc
         sha = hashlib.sha256()

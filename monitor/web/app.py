@@ -46,7 +46,7 @@ from monitor.web.models import (
     finite,
     jsonable,
 )
-from monitor.web.once import WriteKeyed, once
+from monitor.web.once import KEY_REFUSED, WriteKeyed, once
 from monitor.web.view import SensorReading, StationView
 from monitor.writeonce import WriteKey
 
@@ -56,7 +56,7 @@ _bearer = HTTPBearer(auto_error=False, description="console.token from the stati
 _WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": Problem, "description": "missing or wrong bearer token"},
     403: {"model": Problem, "description": "no console.token configured: writes are disabled"},
-    400: {"model": Problem, "description": "an Idempotency-Key that is not 8 to 64 of A-Z a-z 0-9 . _ : -"},
+    400: {"model": Problem, **KEY_REFUSED},
     404: {"model": Problem, "description": "no such alarm"},
     409: {"model": Problem, "description": "the alarm's state does not allow this action"},
     503: {"model": Problem, "description": "the alarm journal could not record the action"},
@@ -149,7 +149,7 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
             assert alarm is not None  # `known`: alarms are never forgotten while the daemon runs
             return alarm.to_json()
 
-        return once(view.alarms.journal, key, lambda k: write(k).to_json(), recorded, AlarmOut)
+        return once(view.alarms.journal.keys, key, lambda k: write(k).to_json(), recorded, AlarmOut)
 
     @app.post("/api/alarms/{sensor}/{rule}/ack", response_model=AlarmOut, responses=_WRITE_ERRORS)
     async def acknowledge(

@@ -146,10 +146,18 @@ class Guard:
         """None when the bearer token matches; else (status, why, extra headers)."""
         if self.token is None:
             return 403, WRITES_DISABLED, []
-        scheme, _, given = (header or b"").partition(b" ")
-        if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self.token):
+        given = bearer(header)
+        if given is None or not hmac.compare_digest(given, self.token):
             return 401, "a valid bearer token is required for this action", [(b"www-authenticate", b"Bearer")]
         return None
+
+
+def bearer(header: bytes | None) -> bytes | None:
+    """The token of an `Authorization: Bearer <token>` header as the guard reads it (scheme
+    in any case, blanks around the token), None for any other header. The console's request
+    ids belong to this token (`monitor/web/once.py`), not to how the header was spelt."""
+    scheme, _, given = (header or b"").partition(b" ")
+    return given.strip() if scheme.lower() == b"bearer" else None
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -19,12 +19,12 @@ from monitor.incidents.due import check_time_limit, local_midnight, overdue
 from monitor.incidents.model import Note, NoteKind, Status
 from monitor.incidents.report import incident_json
 from monitor.incidents.tracker import IncidentTracker
-from monitor.web.once import WriteKeyed, once
+from monitor.web.once import KEY_REFUSED, WriteKeyed, once
 from monitor.web.view import StationView
 from monitor.writeonce import WriteKey
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"description": "an Idempotency-Key that is not 8 to 64 of A-Z a-z 0-9 . _ : -"},
+    400: KEY_REFUSED,
     401: {"description": "missing or wrong bearer token"},
     403: {"description": "no console.token configured: writes are disabled"},
     404: {"description": "no such incident"},
@@ -104,12 +104,13 @@ def add_incident_routes(
             for d in overdue(found, view.now())
         ]
 
-    @app.get("/api/incidents/{iid}", response_model=dict[str, Any], responses={404: _ERRORS[404]})
-    async def incident(iid: str) -> dict[str, object]:
+    def answer(iid: str) -> dict[str, object]:
+        """The incident as it stands: GET's answer, and a write's (kept for its repeat)."""
         return incident_json(get(iid), zone, view.now())
 
-    def answer(iid: str) -> dict[str, object]:
-        return incident_json(get(iid), zone, view.now())
+    @app.get("/api/incidents/{iid}", response_model=dict[str, Any], responses={404: _ERRORS[404]})
+    async def incident(iid: str) -> dict[str, object]:
+        return answer(iid)
 
     @app.post("/api/incidents/{iid}/notes", response_model=dict[str, Any], responses=_ERRORS)
     async def note(iid: str, body: NoteRequest, key: WriteKeyed, _: None = token_required) -> Any:
@@ -129,7 +130,7 @@ def add_incident_routes(
             store.add_note(iid, note, key=k)
             return answer(iid)
 
-        return once(store, key, write, lambda: answer(iid))
+        return once(store.keys, key, write, lambda: answer(iid))
 
     @app.post("/api/incidents/{iid}/close", response_model=dict[str, Any], responses=_ERRORS)
     async def close(iid: str, body: CloseRequest, key: WriteKeyed, _: None = token_required) -> Any:
@@ -140,7 +141,7 @@ def add_incident_routes(
                 raise HTTPException(409, f"incident {iid} is closed already")
             return answer(iid)
 
-        return once(store, key, write, lambda: answer(iid))
+        return once(store.keys, key, write, lambda: answer(iid))
 
 
 def _ts(when: datetime | date, zone: ZoneInfo) -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from typing import Annotated, Protocol
+from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.encoders import jsonable_encoder
@@ -21,7 +21,8 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from monitor.errors import StateError
-from monitor.writeonce import KeyRefusedError, Prior, WriteKey, write_key
+from monitor.web.guard import bearer
+from monitor.writeonce import KEY_CHARS, KeyRefusedError, Keys, WriteKey, write_key
 
 log = logging.getLogger(__name__)
 HEADER = "Idempotency-Key"
@@ -31,13 +32,8 @@ KEY_REUSED = (
     " nothing was written: a new write needs a new key"
 )
 Answer = dict[str, object]
-
-
-class WriteKeys(Protocol):
-    """A store that keeps the request ids of the writes it takes."""
-
-    def prior_write(self, key: WriteKey) -> Prior | None: ...
-    def keep_answer(self, key: WriteKey, text: str) -> None: ...
+# The 400 in a write route's `responses`, for the OpenAPI page.
+KEY_REFUSED = {"description": f"an {HEADER} that is not 8 to 64 of {KEY_CHARS}"}
 
 
 async def request_key(request: Request) -> WriteKey | None:
@@ -48,7 +44,7 @@ async def request_key(request: Request) -> WriteKey | None:
         return None
     if len(values) > 1:
         raise HTTPException(400, f"one {HEADER} header per request, not {len(values)}")
-    token = request.headers.get("authorization", "").partition(" ")[2]
+    token = bearer(request.headers.get("authorization", "").encode("latin-1")) or b""
     body = await request.body()  # read once by Starlette and kept: the route's body is these bytes
     try:
         return write_key(values[0], token, request.method, request.url.path, body)
@@ -60,7 +56,7 @@ WriteKeyed = Annotated[WriteKey | None, Depends(request_key)]
 
 
 def once(
-    keys: WriteKeys,
+    keys: Keys,
     key: WriteKey | None,
     write: Callable[[WriteKey | None], Answer],
     recorded: Callable[[], Answer],
@@ -87,7 +83,7 @@ def _json(answer: Answer, model: type[BaseModel] | None) -> str:
     return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def _keep(keys: WriteKeys, key: WriteKey, text: str) -> str:
+def _keep(keys: Keys, key: WriteKey, text: str) -> str:
     """The write is on record already: a store that cannot keep its answer costs a repeat
     the first answer's exact words (it gets what is recorded then), never the write's 200."""
     try:
