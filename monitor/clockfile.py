@@ -85,8 +85,10 @@ class ClockFile:
         self.floor = floor
         self.every = every
         self.kernel = kernel
-        # The heartbeat's boot id, seconds since that boot, the kernel's word then (if written).
+        # The heartbeat's boot id and seconds since that boot (if written).
         self.boot: tuple[str | None, float | None] = (None, None)
+        # The kernel's word when the heartbeat was written (None: not written, an older release).
+        self.held_synchronised: bool | None = None
         # Monotonic time since the clock has run without a step while it is behind the
         # heartbeat and nothing said which is right (`judge`); None: no doubt.
         self.steady_since: float | None = None
@@ -142,6 +144,8 @@ class ClockFile:
             boot, since = doc.get("boot_id"), doc.get("since_boot")
             if isinstance(boot, str) and isinstance(since, (int, float)) and not isinstance(since, bool):
                 self.boot = (boot, float(since) if math.isfinite(since) else None)
+            if isinstance(synced := doc.get("synchronised"), bool):
+                self.held_synchronised = synced
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             return None, f"the heartbeat is damaged ({exc}); taken as missing, written again"
         return float(held), None
@@ -155,12 +159,16 @@ class ClockFile:
     def judge(self, now: float, mono: float) -> Evidence | None:
         """At start, the clock reading `now` more than a day behind the heartbeat: evidence that
         it is set (the kernel says NTP keeps it synchronised), or None and a doubt `settle`
-        ends. Said once either way, in words, with what to do."""
+        ends. Said once either way, in words, with what to do. The kernel is no second opinion
+        when it said synchronised as the heartbeat was written too (`held_synchronised`): two
+        NTP answers days apart, one source was wrong (a bad server) or the clock now is slewed,
+        not stepped, towards the time (chrony without `makestep` says synchronised while it
+        slews a large offset); trusted, it moved a right heartbeat's readings a month back."""
         if self.held is None or self.held - now <= UNSYNCED_AT_START:
             return None
         synced = self.kernel.synchronised() if self.kernel is not None else None
         said = self._said(now)
-        if synced:
+        if synced and not self.held_synchronised:
             log.warning(
                 "%s, and the kernel says the clock is synchronised (NTP): the clock that wrote it"
                 " was wrong in the future (an RTC set ahead, a bad NTP server). The records it"
@@ -172,17 +180,25 @@ class ClockFile:
             )
             return self._sure("the kernel says NTP keeps it synchronised", now)
         self.steady_since = mono
+        if synced:  # and said so when the heartbeat was written
+            kernel = (
+                "says it is synchronised (NTP), but said so too when the heartbeat was written: one"
+                " of the two NTP answers was wrong, or a large offset is being slewed, not stepped"
+            )
+            cure = ""
+        else:
+            kernel = "does not say the clock is synchronised" if synced is False else "cannot be asked"
+            cure = (
+                " once the kernel says it is synchronised (`timedatectl set-ntp true`, or chrony; at"
+                " the next minute), or"
+            )
         log.warning(
             "%s, and nothing says which is right (the kernel %s): this clock is not set yet (NTP"
             " steps it forward; nothing to do) or the clock that wrote the heartbeat was wrong in"
             " the future (an RTC set ahead, a bad NTP server). Nothing is moved until it is known."
-            " If `date -u` is right: it is taken as right once the kernel says it is synchronised"
-            " (`timedatectl set-ntp true`, or chrony; at the next minute), or once it has run %.0f"
-            " days without a step (at %s by this clock)",
-            said,
-            "does not say the clock is synchronised" if synced is False else "cannot be asked",
-            STEADY / 86_400,
-            iso(now + STEADY),
+            " If `date -u` is right: it is taken as right%s once it has run %.0f days without a"
+            " step (at %s by this clock)",
+            said, kernel, cure, STEADY / 86_400, iso(now + STEADY),
         )  # fmt: skip
         return None
 
@@ -195,7 +211,7 @@ class ClockFile:
         if self.held - now <= UNSYNCED_AT_START:
             self.steady_since = None
             return None
-        if self.kernel is not None and self.kernel.synchronised():
+        if self.kernel is not None and not self.held_synchronised and self.kernel.synchronised():
             why = "the kernel says it is synchronised (NTP)"
         elif mono - self.steady_since >= STEADY:
             why = f"it has run {(mono - self.steady_since) / 86_400:.1f} days without a step"

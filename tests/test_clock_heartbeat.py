@@ -269,3 +269,38 @@ def test_the_heartbeat_records_the_boot_and_whether_the_kernel_said_synchronised
     old = {"format": "station-monitor clock", "version": 1, "time": TR, "iso": iso(TR)}
     (tmp_path / CLOCK_FILE).write_text(json.dumps(old), encoding="utf-8")
     assert heartbeat(tmp_path) == TR
+
+
+def test_a_kernel_that_said_synchronised_when_the_heartbeat_was_written_is_no_second_opinion(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The heartbeat was written while the kernel said NTP kept the clock synchronised (every
+    running station with an NTP client writes it so), and at start the kernel says so again of a
+    clock a month behind it. Two NTP answers a month apart: one source was wrong, or the clock
+    now is being slewed, not stepped, towards the time (chrony without `makestep` says
+    synchronised while it slews a large offset at 0.5 ms/s). The kernel cannot tell which of
+    its own two answers was right. Before, its word now moved the meter's 57 rows a month back
+    at start (and again mid-run, `settle`); now the clock is in doubt, as with no second
+    opinion: nothing moves, the WARNING says both answers, and the doubt ends as it does there."""
+    config, held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    state = config.state_dir
+    file = ClockFile(state / CLOCK_FILE, kernel=Kernel(True, boot="boot-before"))
+    file.not_before = -math.inf
+    assert file.beat(held, force=True)
+    now = TR + WEEK + 3600
+    with caplog.at_level(logging.INFO):
+        gw = KernelGateway(config, now, Kernel(True))
+        try:
+            assert gw.daemon.meters.ledger.clock_steps() == []
+            (told,) = [e for e in errors(caplog, logging.WARNING) if e.startswith("the heartbeat")]
+            assert "said so too when the heartbeat was written" in told, told
+            assert "timedatectl set-ntp true" not in told and iso(now + STEADY) in told, told
+            gw.tick(now + 60, 60)
+            assert gw.daemon.meters.ledger.clock_steps() == [] and heartbeat(state) == held
+            assert [e for e in errors(caplog, logging.WARNING) if "taken as right, " in e] == []
+            (fault,) = [
+                a["text"] for a in attention(gw.daemon.health().to_json()) if "heartbeat" in a["text"]
+            ]
+            assert "30.0 days behind its heartbeat" in fault, fault
+        finally:
+            close(gw.daemon)
