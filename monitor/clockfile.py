@@ -69,7 +69,8 @@ MAX_SIZE = 4096  # bytes: the file is one short line
 # A clock more than a day behind the heartbeat at start, with no second opinion, is taken as
 # right once it has run this long (monotonic) without a step: an unset clock is stepped by NTP
 # long before; a gateway without NTP whose RTC was wrong in the future is not left for a month.
-# Counted within one run (nothing is written while in doubt): a restart or reload starts again.
+# Counted within one process (nothing is written while in doubt): a restart starts again, a
+# reload (SIGHUP) goes on counting.
 STEADY = 7 * 86_400.0
 
 
@@ -77,10 +78,16 @@ class ClockFile:
     """The heartbeat file: read once at start (`held`), written by `beat`."""
 
     def __init__(
-        self, path: Path, floor: float = RELEASE_FLOOR, every: float = EVERY, kernel: Kernel | None = None
+        self,
+        path: Path,
+        floor: float = RELEASE_FLOOR,
+        every: float = EVERY,
+        kernel: Kernel | None = None,
+        steady_since: float | None = None,
     ) -> None:
         """`kernel`: the kernel's word on the clock (None: a test's or the demo's clock, of which
-        the kernel knows nothing)."""
+        the kernel knows nothing). `steady_since`: a reload's, the steady run in doubt of the
+        file the daemon it replaces held (the same heartbeat: nothing is written in doubt)."""
         self.path = path
         self.floor = floor
         self.every = every
@@ -92,6 +99,7 @@ class ClockFile:
         # Monotonic time since the clock has run without a step while it is behind the
         # heartbeat and nothing said which is right (`judge`); None: no doubt.
         self.steady_since: float | None = None
+        self._carried = steady_since
         # The clock must reach this minus a day before anything is written (set by the daemon
         # once it judged its start); None: not judged, nothing written.
         self.not_before: float | None = None
@@ -179,7 +187,9 @@ class ClockFile:
                 said,
             )
             return self._sure("the kernel says NTP keeps it synchronised", now)
-        self.steady_since = mono
+        # A reload's new daemon goes on counting (a config pushed every few days, a reload each
+        # time, kept the clock in doubt for ever); the same process's monotonic clock.
+        self.steady_since = mono if self._carried is None else min(mono, self._carried)
         if synced:  # and said so when the heartbeat was written
             kernel = (
                 "says it is synchronised (NTP), but said so too when the heartbeat was written: one"
@@ -198,7 +208,7 @@ class ClockFile:
             " the future (an RTC set ahead, a bad NTP server). Nothing is moved until it is known."
             " If `date -u` is right: it is taken as right%s once it has run %.0f days without a"
             " step (at %s by this clock)",
-            said, kernel, cure, STEADY / 86_400, iso(now + STEADY),
+            said, kernel, cure, STEADY / 86_400, iso(now + STEADY - (mono - self.steady_since)),
         )  # fmt: skip
         return None
 

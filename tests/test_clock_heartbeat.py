@@ -91,9 +91,11 @@ class Kernel:
 class KernelGateway(Gateway):
     """`Gateway` with the kernel's answers given (`Kernel`)."""
 
-    def __init__(self, config: Config, wall: float, kernel: Kernel) -> None:
+    def __init__(
+        self, config: Config, wall: float, kernel: Kernel, steady_since: float | None = None
+    ) -> None:
         self.wall, self.mono = ManualClock(wall), kernel.mono
-        self.daemon = Daemon(config, self.wall, kernel=kernel)
+        self.daemon = Daemon(config, self.wall, kernel=kernel, steady_since=steady_since)
         self.daemon.watch_clock(ClockWatch(self.daemon.engine, wall=self.wall.now, monotonic=self.mono.now))
 
 
@@ -304,3 +306,36 @@ def test_a_kernel_that_said_synchronised_when_the_heartbeat_was_written_is_no_se
             assert "30.0 days behind its heartbeat" in fault, fault
         finally:
             close(gw.daemon)
+
+
+def test_a_reload_in_doubt_goes_on_counting_the_steady_days(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reload (SIGHUP: `monitor run` starts a new daemon in the same process, on the same
+    monotonic clock) 6 days into the 7 steady days. Before, the new daemon judged its start
+    afresh and counted 7 days again: a config pushed every few days (a reload each time) left
+    the clock in doubt for ever, the meter's readings alarming and billed nothing. Now the
+    daemon it replaces hands its steady run over (`serve` passes it): the clock is taken as
+    right a day after the reload, and the WARNING names that date."""
+    config, _held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    now = TR + WEEK + 3600
+    kernel = Kernel(False)
+    gw = KernelGateway(config, now, kernel)
+    try:
+        gw.tick(now + 6 * DAY, 6 * DAY)
+        assert gw.daemon.meters.ledger.clock_steps() == []
+        since = gw.daemon.clock_file.steady_since
+    finally:
+        close(gw.daemon)
+    caplog.clear()
+    kernel.mono.advance(5)  # the old daemon's clean stop, the new one's start
+    with caplog.at_level(logging.INFO):
+        gw = KernelGateway(config, now + 6 * DAY + 5, kernel, steady_since=since)
+    try:
+        (told,) = [e for e in errors(caplog, logging.WARNING) if e.startswith("the heartbeat")]
+        assert iso(now + STEADY) in told, told
+        gw.tick(now + STEADY + 5, DAY)
+        (step,) = gw.daemon.meters.ledger.clock_steps()
+        assert step.rows == 57
+    finally:
+        close(gw.daemon)
