@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from monitor.daemon import Daemon
 from monitor.engine import ClockWatch
 from monitor.engine.checkpoint import CHECKPOINT_FILE, save_checkpoint
 from monitor.health import attention
+from monitor.kernelclock import KernelClock
 from monitor.meters.ledger import Ledger
 from monitor.model import ManualClock, Rule, Sample, iso
 from tests.test_clock_unset import DAY, TR, Gateway, errors, heartbeat, rows_of
@@ -339,3 +341,26 @@ def test_a_reload_in_doubt_goes_on_counting_the_steady_days(
         assert step.rows == 57
     finally:
         close(gw.daemon)
+
+
+_SPAWNED: list[str] = []
+
+
+def _count_spawns(event: str, args: tuple[object, ...]) -> None:
+    if event in {"subprocess.Popen", "os.posix_spawn", "os.fork"}:
+        _SPAWNED.append(event)
+
+
+def test_asking_the_real_kernel_each_tick_starts_no_process() -> None:
+    """While the clock is in doubt the daemon asks the kernel at every tick (each second, for up
+    to 7 days), and at each heartbeat write. Before, each question looked libc up again
+    (`ctypes.util.find_library` runs `ldconfig -p`): a process started every second in the
+    event loop, 4.6 ms a question here. The real kernel, counted by the interpreter's own
+    audit events (a hook cannot be removed: it only counts into a list read here)."""
+    kernel = KernelClock()
+    kernel.synchronised()
+    sys.addaudithook(_count_spawns)
+    _SPAWNED.clear()
+    for _ in range(20):
+        kernel.synchronised()
+    assert _SPAWNED == []
