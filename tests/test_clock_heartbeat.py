@@ -364,3 +364,25 @@ def test_asking_the_real_kernel_each_tick_starts_no_process() -> None:
     for _ in range(20):
         kernel.synchronised()
     assert _SPAWNED == []
+
+
+def test_killed_after_the_move_before_the_heartbeat_nothing_moves_twice(tmp_path: Path) -> None:
+    """kill -9 after the start moved the 57 rows (one committed transaction) and before the
+    first tick wrote the heartbeat: the next start finds the heartbeat still a month ahead. With
+    the kernel synchronised again, or not (the clock in doubt again), nothing moves twice: the
+    rows are below the clock now, and a move takes only rows ahead of it."""
+    config, held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    now = TR + WEEK + 3600
+    gw = KernelGateway(config, now, Kernel(True))
+    try:
+        rows = gw.daemon.meters.ledger.rows(METER)
+    finally:
+        close(gw.daemon)  # no clean stop: the heartbeat is not written
+    assert heartbeat(config.state_dir) == held
+    for synced in (True, False):
+        gw = KernelGateway(config, now + 600, Kernel(synced))
+        try:
+            assert len(gw.daemon.meters.ledger.clock_steps()) == 1
+            assert gw.daemon.meters.ledger.rows(METER) == rows
+        finally:
+            close(gw.daemon)
