@@ -144,19 +144,19 @@ class ClockFile:
                 raise ValueError("not a heartbeat file")
             if doc.get("version") != VERSION:
                 raise ValueError(f"version {doc.get('version')!r}, expected {VERSION}")
-            held = doc.get("time")
-            if isinstance(held, bool) or not isinstance(held, (int, float)) or not math.isfinite(held):
-                raise ValueError(f"time {held!r}")
+            held = _seconds(doc.get("time"))
+            if held is None:
+                raise ValueError(f"time {doc.get('time')!r:.40}")
             if not self.floor <= held < CEILING:
                 raise ValueError(f"time {held!r}, before this release or past the year 9999")
             boot, since = doc.get("boot_id"), doc.get("since_boot")
             if isinstance(boot, str) and isinstance(since, (int, float)) and not isinstance(since, bool):
-                self.boot = (boot, float(since) if math.isfinite(since) else None)
+                self.boot = (boot, _seconds(since))
             if isinstance(synced := doc.get("synchronised"), bool):
                 self.held_synchronised = synced
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             return None, f"the heartbeat is damaged ({exc}); taken as missing, written again"
-        return float(held), None
+        return held, None
 
     def evidence(self) -> list[Evidence]:
         """The time held as evidence for the start's verdict (none when missing or damaged)."""
@@ -318,3 +318,16 @@ class ClockFile:
             log.info("heartbeat %s written again", self.path)
         self._written = now
         return True
+
+
+def _seconds(value: object) -> float | None:
+    """A number the file holds as a finite float, or None: not a bool or a string, and not an
+    integer too large for a float (valid JSON; `math.isfinite` of it raised OverflowError in
+    the daemon's constructor, and every start died)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) else None

@@ -386,3 +386,28 @@ def test_killed_after_the_move_before_the_heartbeat_nothing_moves_twice(tmp_path
             assert gw.daemon.meters.ledger.rows(METER) == rows
         finally:
             close(gw.daemon)
+
+
+@pytest.mark.parametrize("key", ["time", "since_boot"])
+def test_a_heartbeat_holding_an_integer_too_large_for_a_float_does_not_stop_the_daemon(
+    tmp_path: Path, key: str
+) -> None:
+    """A damaged or hand-edited heartbeat whose `time` or `since_boot` is a 400-digit integer
+    (valid JSON): `math.isfinite` of it raised OverflowError in the daemon's constructor, every
+    start died and systemd restarted it into the same death (the station unwatched). Now such a
+    time is damage (taken as missing, said), such a `since_boot` is not read (the time is)."""
+    path = meter_station(tmp_path)
+    config = load_config(path)
+    config.state_dir.mkdir(parents=True)
+    doc = {"format": "station-monitor clock", "version": 1, "time": TR, "boot_id": "b", "since_boot": 1.0}
+    doc[key] = 10**400
+    (config.state_dir / CLOCK_FILE).write_text(json.dumps(doc), encoding="utf-8")
+    gw = KernelGateway(config, TR + 60, Kernel(False))
+    try:
+        file = gw.daemon.clock_file
+        if key == "time":
+            assert file.held is None and file.problem is not None and "damaged" in file.problem
+        else:
+            assert file.held == TR and file.problem is None and file.boot == ("b", None)
+    finally:
+        close(gw.daemon)
