@@ -172,8 +172,8 @@ class ClockFile:
         NTP answers days apart, one source was wrong (a bad server) or the clock now is slewed,
         not stepped, towards the time (chrony without `makestep` says synchronised while it
         slews a large offset); trusted, it moved a right heartbeat's readings a month back."""
-        if self.held is None or self.held - now <= UNSYNCED_AT_START:
-            return None
+        if self.held is None or self.held - now <= UNSYNCED_AT_START or now < self.floor:
+            return None  # not behind it, or unset for sure (before this release: no doubt)
         synced = self.kernel.synchronised() if self.kernel is not None else None
         said = self._said(now)
         if synced and not self.held_synchronised:

@@ -411,3 +411,24 @@ def test_a_heartbeat_holding_an_integer_too_large_for_a_float_does_not_stop_the_
             assert file.held == TR and file.problem is None and file.boot == ("b", None)
     finally:
         close(gw.daemon)
+
+
+def test_a_clock_before_the_release_is_never_taken_as_right_by_steady_days(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A gateway reading 1970 (no battery-backed clock, no NTP) behind its heartbeat: unset
+    whatever else is known (`RELEASE_FLOOR`). Before, it was also 'in doubt': the console
+    counted down 168 h to taking it as right ('if `date -u` is right'), and after 7 steady
+    days a WARNING said 1970 was taken as right and the rows moved (they did not: the floor
+    kept them). Now it is not in doubt: no countdown, no such WARNING, nothing moved."""
+    config, held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    boot = 1000.0
+    with caplog.at_level(logging.INFO):
+        gw = KernelGateway(config, boot, Kernel(False))
+        try:
+            assert [a for a in attention(gw.daemon.health().to_json()) if "heartbeat" in a["text"]] == []
+            gw.tick(boot + STEADY + 60, STEADY + 60)
+            assert gw.daemon.meters.ledger.clock_steps() == [] and heartbeat(config.state_dir) == held
+            assert [e for e in errors(caplog, logging.WARNING) if "taken as right" in e] == []
+        finally:
+            close(gw.daemon)
