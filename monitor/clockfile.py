@@ -99,6 +99,9 @@ class ClockFile:
         # Monotonic time since the clock has run without a step while it is behind the
         # heartbeat and nothing said which is right (`judge`); None: no doubt.
         self.steady_since: float | None = None
+        # In doubt although the kernel says synchronised: it said so when the heartbeat was
+        # written too (`judge`); the cure is the NTP server, not `timedatectl set-ntp true`.
+        self.ntp_disagrees = False
         self._carried = steady_since
         # The clock must reach this minus a day before anything is written (set by the daemon
         # once it judged its start); None: not judged, nothing written.
@@ -190,6 +193,7 @@ class ClockFile:
         # A reload's new daemon goes on counting (a config pushed every few days, a reload each
         # time, kept the clock in doubt for ever); the same process's monotonic clock.
         self.steady_since = mono if self._carried is None else min(mono, self._carried)
+        self.ntp_disagrees = bool(synced)
         if synced:  # and said so when the heartbeat was written
             kernel = (
                 "says it is synchronised (NTP), but said so too when the heartbeat was written: one"
@@ -237,12 +241,14 @@ class ClockFile:
         )  # fmt: skip
         return self._sure(why, now)
 
-    def doubt(self, now: float, mono: float) -> tuple[float, float]:
-        """While in doubt (`judge`): how far the heartbeat is ahead of the clock, and the
-        seconds of steady running before it is taken as right; (0, 0) otherwise (/api/health)."""
+    def doubt(self, now: float, mono: float) -> tuple[float, float, bool]:
+        """While in doubt (`judge`): how far the heartbeat is ahead of the clock, the seconds
+        of steady running before it is taken as right, and whether the kernel said
+        synchronised both times (`ntp_disagrees`); (0, 0, False) otherwise (/api/health)."""
         if self.steady_since is None or self.held is None:
-            return 0.0, 0.0
-        return max(0.0, self.held - now), max(0.0, STEADY - (mono - self.steady_since))
+            return 0.0, 0.0, False
+        left = max(0.0, STEADY - (mono - self.steady_since))
+        return max(0.0, self.held - now), left, self.ntp_disagrees
 
     def stepped(self, mono: float) -> None:
         """The clock stepped: a steady run in doubt starts again (an unset clock is stepped)."""

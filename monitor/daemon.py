@@ -385,8 +385,8 @@ class Daemon:
         if self.clock_watch is None:
             return ClockHealth()
         steps = self.clock_watch.step_log
-        ahead, left = self.clock_file.doubt(self.clock.now(), self.clock_watch.monotonic())
-        return ClockHealth(steps.steps, steps.episode_steps, steps.episode_largest, ahead, left)
+        ahead, left, disagrees = self.clock_file.doubt(self.clock.now(), self.clock_watch.monotonic())
+        return ClockHealth(steps.steps, steps.episode_steps, steps.episode_largest, ahead, left, disagrees)
 
     # --- lifecycle -------------------------------------------------------------------
 
