@@ -69,7 +69,8 @@ MAX_SIZE = 4096  # bytes: the file is one short line
 # A clock more than a day behind the heartbeat at start, with no second opinion, is taken as
 # right once it has run this long (monotonic) without a step: an unset clock is stepped by NTP
 # long before; a gateway without NTP whose RTC was wrong in the future is not left for a month.
-# Counted within one run (nothing is written while in doubt): a restart or reload starts again.
+# Counted within one process (nothing is written while in doubt): a restart starts again, a
+# reload (SIGHUP) goes on counting.
 STEADY = 7 * 86_400.0
 
 
@@ -77,19 +78,31 @@ class ClockFile:
     """The heartbeat file: read once at start (`held`), written by `beat`."""
 
     def __init__(
-        self, path: Path, floor: float = RELEASE_FLOOR, every: float = EVERY, kernel: Kernel | None = None
+        self,
+        path: Path,
+        floor: float = RELEASE_FLOOR,
+        every: float = EVERY,
+        kernel: Kernel | None = None,
+        steady_since: float | None = None,
     ) -> None:
         """`kernel`: the kernel's word on the clock (None: a test's or the demo's clock, of which
-        the kernel knows nothing)."""
+        the kernel knows nothing). `steady_since`: a reload's, the steady run in doubt of the
+        file the daemon it replaces held (the same heartbeat: nothing is written in doubt)."""
         self.path = path
         self.floor = floor
         self.every = every
         self.kernel = kernel
-        # The heartbeat's boot id, seconds since that boot, the kernel's word then (if written).
+        # The heartbeat's boot id and seconds since that boot (if written).
         self.boot: tuple[str | None, float | None] = (None, None)
+        # The kernel's word when the heartbeat was written (None: not written, an older release).
+        self.held_synchronised: bool | None = None
         # Monotonic time since the clock has run without a step while it is behind the
         # heartbeat and nothing said which is right (`judge`); None: no doubt.
         self.steady_since: float | None = None
+        # In doubt although the kernel says synchronised: it said so when the heartbeat was
+        # written too (`judge`); the cure is the NTP server, not `timedatectl set-ntp true`.
+        self.ntp_disagrees = False
+        self._carried = steady_since
         # The clock must reach this minus a day before anything is written (set by the daemon
         # once it judged its start); None: not judged, nothing written.
         self.not_before: float | None = None
@@ -134,17 +147,19 @@ class ClockFile:
                 raise ValueError("not a heartbeat file")
             if doc.get("version") != VERSION:
                 raise ValueError(f"version {doc.get('version')!r}, expected {VERSION}")
-            held = doc.get("time")
-            if isinstance(held, bool) or not isinstance(held, (int, float)) or not math.isfinite(held):
-                raise ValueError(f"time {held!r}")
+            held = _seconds(doc.get("time"))
+            if held is None:
+                raise ValueError(f"time {doc.get('time')!r:.40}")
             if not self.floor <= held < CEILING:
                 raise ValueError(f"time {held!r}, before this release or past the year 9999")
             boot, since = doc.get("boot_id"), doc.get("since_boot")
             if isinstance(boot, str) and isinstance(since, (int, float)) and not isinstance(since, bool):
-                self.boot = (boot, float(since) if math.isfinite(since) else None)
+                self.boot = (boot, _seconds(since))
+            if isinstance(synced := doc.get("synchronised"), bool):
+                self.held_synchronised = synced
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             return None, f"the heartbeat is damaged ({exc}); taken as missing, written again"
-        return float(held), None
+        return held, None
 
     def evidence(self) -> list[Evidence]:
         """The time held as evidence for the start's verdict (none when missing or damaged)."""
@@ -155,12 +170,16 @@ class ClockFile:
     def judge(self, now: float, mono: float) -> Evidence | None:
         """At start, the clock reading `now` more than a day behind the heartbeat: evidence that
         it is set (the kernel says NTP keeps it synchronised), or None and a doubt `settle`
-        ends. Said once either way, in words, with what to do."""
-        if self.held is None or self.held - now <= UNSYNCED_AT_START:
-            return None
+        ends. Said once either way, in words, with what to do. The kernel is no second opinion
+        when it said synchronised as the heartbeat was written too (`held_synchronised`): two
+        NTP answers days apart, one source was wrong (a bad server) or the clock now is slewed,
+        not stepped, towards the time (chrony without `makestep` says synchronised while it
+        slews a large offset); trusted, it moved a right heartbeat's readings a month back."""
+        if self.held is None or self.held - now <= UNSYNCED_AT_START or now < self.floor:
+            return None  # not behind it, or unset for sure (before this release: no doubt)
         synced = self.kernel.synchronised() if self.kernel is not None else None
         said = self._said(now)
-        if synced:
+        if synced and not self.held_synchronised:
             log.warning(
                 "%s, and the kernel says the clock is synchronised (NTP): the clock that wrote it"
                 " was wrong in the future (an RTC set ahead, a bad NTP server). The records it"
@@ -171,18 +190,29 @@ class ClockFile:
                 said,
             )
             return self._sure("the kernel says NTP keeps it synchronised", now)
-        self.steady_since = mono
+        # A reload's new daemon goes on counting (a config pushed every few days, a reload each
+        # time, kept the clock in doubt for ever); the same process's monotonic clock.
+        self.steady_since = mono if self._carried is None else min(mono, self._carried)
+        self.ntp_disagrees = bool(synced)
+        if synced:  # and said so when the heartbeat was written
+            kernel = (
+                "says it is synchronised (NTP), but said so too when the heartbeat was written: one"
+                " of the two NTP answers was wrong, or a large offset is being slewed, not stepped"
+            )
+            cure = ""
+        else:
+            kernel = "does not say the clock is synchronised" if synced is False else "cannot be asked"
+            cure = (
+                " once the kernel says it is synchronised (`timedatectl set-ntp true`, or chrony; at"
+                " the next minute), or"
+            )
         log.warning(
             "%s, and nothing says which is right (the kernel %s): this clock is not set yet (NTP"
             " steps it forward; nothing to do) or the clock that wrote the heartbeat was wrong in"
             " the future (an RTC set ahead, a bad NTP server). Nothing is moved until it is known."
-            " If `date -u` is right: it is taken as right once the kernel says it is synchronised"
-            " (`timedatectl set-ntp true`, or chrony; at the next minute), or once it has run %.0f"
-            " days without a step (at %s by this clock)",
-            said,
-            "does not say the clock is synchronised" if synced is False else "cannot be asked",
-            STEADY / 86_400,
-            iso(now + STEADY),
+            " If `date -u` is right: it is taken as right%s once it has run %.0f days without a"
+            " step (at %s by this clock)",
+            said, kernel, cure, STEADY / 86_400, iso(now + STEADY - (mono - self.steady_since)),
         )  # fmt: skip
         return None
 
@@ -195,7 +225,7 @@ class ClockFile:
         if self.held - now <= UNSYNCED_AT_START:
             self.steady_since = None
             return None
-        if self.kernel is not None and self.kernel.synchronised():
+        if self.kernel is not None and not self.held_synchronised and self.kernel.synchronised():
             why = "the kernel says it is synchronised (NTP)"
         elif mono - self.steady_since >= STEADY:
             why = f"it has run {(mono - self.steady_since) / 86_400:.1f} days without a step"
@@ -211,12 +241,14 @@ class ClockFile:
         )  # fmt: skip
         return self._sure(why, now)
 
-    def doubt(self, now: float, mono: float) -> tuple[float, float]:
-        """While in doubt (`judge`): how far the heartbeat is ahead of the clock, and the
-        seconds of steady running before it is taken as right; (0, 0) otherwise (/api/health)."""
+    def doubt(self, now: float, mono: float) -> tuple[float, float, bool]:
+        """While in doubt (`judge`): how far the heartbeat is ahead of the clock, the seconds
+        of steady running before it is taken as right, and whether the kernel said
+        synchronised both times (`ntp_disagrees`); (0, 0, False) otherwise (/api/health)."""
         if self.steady_since is None or self.held is None:
-            return 0.0, 0.0
-        return max(0.0, self.held - now), max(0.0, STEADY - (mono - self.steady_since))
+            return 0.0, 0.0, False
+        left = max(0.0, STEADY - (mono - self.steady_since))
+        return max(0.0, self.held - now), left, self.ntp_disagrees
 
     def stepped(self, mono: float) -> None:
         """The clock stepped: a steady run in doubt starts again (an unset clock is stepped)."""
@@ -292,3 +324,16 @@ class ClockFile:
             log.info("heartbeat %s written again", self.path)
         self._written = now
         return True
+
+
+def _seconds(value: object) -> float | None:
+    """A number the file holds as a finite float, or None: not a bool or a string, and not an
+    integer too large for a float (valid JSON; `math.isfinite` of it raised OverflowError in
+    the daemon's constructor, and every start died)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) else None

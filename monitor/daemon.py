@@ -81,9 +81,16 @@ class ServedConsole(Protocol):
 class Daemon:
     """The running station: its parts, wired; `run()` until `stop()`."""
 
-    def __init__(self, config: Config, clock: Clock | None = None, kernel: Kernel | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        clock: Clock | None = None,
+        kernel: Kernel | None = None,
+        steady_since: float | None = None,
+    ) -> None:
         """`kernel`: the kernel's word on the clock (NTP synchronised, the boot), asked only
-        of the real clock unless a test passes its own."""
+        of the real clock unless a test passes its own. `steady_since`: a reload's, the steady
+        run in doubt of the daemon it replaces (`ClockFile.steady_since`), counted on."""
         self.config = config
         self.clock = clock or WallClock()
         config.state_dir.mkdir(parents=True, exist_ok=True)
@@ -118,7 +125,7 @@ class Daemon:
         # says the station wrote last: at start, whether the clock is set (`found_at_start`).
         if kernel is None and isinstance(self.clock, WallClock):
             kernel = KernelClock()
-        self.clock_file = ClockFile(config.state_dir / CLOCK_FILE, kernel=kernel)
+        self.clock_file = ClockFile(config.state_dir / CLOCK_FILE, kernel=kernel, steady_since=steady_since)
         self.start_evidence = self._evidence()
         # The gateway clock (engine/clock_step.py): checked before each batch is judged and
         # on every tick; None for a test's or the demo's clock.
@@ -378,8 +385,8 @@ class Daemon:
         if self.clock_watch is None:
             return ClockHealth()
         steps = self.clock_watch.step_log
-        ahead, left = self.clock_file.doubt(self.clock.now(), self.clock_watch.monotonic())
-        return ClockHealth(steps.steps, steps.episode_steps, steps.episode_largest, ahead, left)
+        ahead, left, disagrees = self.clock_file.doubt(self.clock.now(), self.clock_watch.monotonic())
+        return ClockHealth(steps.steps, steps.episode_steps, steps.episode_largest, ahead, left, disagrees)
 
     # --- lifecycle -------------------------------------------------------------------
 

@@ -127,13 +127,16 @@ class ClockHealth:
     `episode_largest` its largest step in seconds (< 0 back). `heartbeat_ahead`: seconds the
     heartbeat is ahead of a clock in doubt since start (taken for unset: nothing moved, meter
     readings not billed; 0 when not in doubt), `steady_left` the seconds without a step
-    before the clock is taken as right (`ClockFile.settle`)."""
+    before the clock is taken as right (`ClockFile.settle`); `ntp_disagrees`: the kernel says
+    the clock is synchronised and said so when the heartbeat was written too (one NTP answer
+    was wrong: the cure is the NTP server)."""
 
     steps: int = 0
     episode_steps: int = 0
     episode_largest: float = 0.0
     heartbeat_ahead: float = 0.0
     steady_left: float = 0.0
+    ntp_disagrees: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,10 +340,16 @@ def attention(health: Mapping[str, Any]) -> list[dict[str, str]]:
     clock = _part(health, "clock")
     if isinstance(ahead := clock.get("heartbeat_ahead"), (int, float)) and ahead > 0:
         left = clock.get("steady_left", 0)
+        cure = (
+            "NTP said synchronised then and now: check its servers (`chronyc tracking`: an offset"
+            " being slewed), or"
+            if clock.get("ntp_disagrees")
+            else "if `date -u` is right, make the kernel say it is synchronised (NTP), or"
+        )
         faults.append(
             f"gateway clock {ahead / 86_400:.1f} days behind its heartbeat, taken for unset (meter readings"
-            f" alarm and are not billed): if `date -u` is right, make the kernel say it is synchronised"
-            f" (NTP), or it is taken as right after {left / 3600:.0f} h more without a step"
+            f" alarm and are not billed): {cure} it is taken as right after {left / 3600:.0f} h more"
+            " without a step"
         )
     if pending := _part(health, "meters").get("clock_steps_pending"):
         steps = _count(pending, "clock step back", "clock steps back")

@@ -69,12 +69,17 @@ class KernelClock:
 
     def __init__(self) -> None:
         self._said = False
+        self._libc: ctypes.CDLL | None = None
 
     def synchronised(self) -> bool | None:
         """Whether the kernel says NTP keeps the clock synchronised (as `timedatectl`); None
-        when it cannot be asked (not Linux, a seccomp filter): nothing known, said once."""
+        when it cannot be asked (not Linux, a seccomp filter): nothing known, said once. Asked
+        each tick while the clock is in doubt: libc is looked up once (`find_library` runs
+        `ldconfig -p`, a process each time)."""
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+            if self._libc is None:
+                self._libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+            libc = self._libc
             buf = _Timex()
             if libc.adjtimex(ctypes.byref(buf)) < 0:
                 raise OSError(ctypes.get_errno(), "adjtimex")

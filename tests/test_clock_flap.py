@@ -150,6 +150,7 @@ def test_the_step_count_is_in_the_health_and_metrics_and_no_other_part_logs_each
             "episode_largest": -8.0,
             "heartbeat_ahead": 0.0,
             "steady_left": 0.0,
+            "ntp_disagrees": False,
         }
         registry = CollectorRegistry()
         registry.register(StationCollector(StationAdapter(daemon)))  # what /metrics serves

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from monitor.daemon import Daemon
 from monitor.engine import ClockWatch
 from monitor.engine.checkpoint import CHECKPOINT_FILE, save_checkpoint
 from monitor.health import attention
+from monitor.kernelclock import KernelClock
 from monitor.meters.ledger import Ledger
 from monitor.model import ManualClock, Rule, Sample, iso
 from tests.test_clock_unset import DAY, TR, Gateway, errors, heartbeat, rows_of
@@ -91,9 +93,11 @@ class Kernel:
 class KernelGateway(Gateway):
     """`Gateway` with the kernel's answers given (`Kernel`)."""
 
-    def __init__(self, config: Config, wall: float, kernel: Kernel) -> None:
+    def __init__(
+        self, config: Config, wall: float, kernel: Kernel, steady_since: float | None = None
+    ) -> None:
         self.wall, self.mono = ManualClock(wall), kernel.mono
-        self.daemon = Daemon(config, self.wall, kernel=kernel)
+        self.daemon = Daemon(config, self.wall, kernel=kernel, steady_since=steady_since)
         self.daemon.watch_clock(ClockWatch(self.daemon.engine, wall=self.wall.now, monotonic=self.mono.now))
 
 
@@ -269,3 +273,164 @@ def test_the_heartbeat_records_the_boot_and_whether_the_kernel_said_synchronised
     old = {"format": "station-monitor clock", "version": 1, "time": TR, "iso": iso(TR)}
     (tmp_path / CLOCK_FILE).write_text(json.dumps(old), encoding="utf-8")
     assert heartbeat(tmp_path) == TR
+
+
+def test_a_kernel_that_said_synchronised_when_the_heartbeat_was_written_is_no_second_opinion(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The heartbeat was written while the kernel said NTP kept the clock synchronised (every
+    running station with an NTP client writes it so), and at start the kernel says so again of a
+    clock a month behind it. Two NTP answers a month apart: one source was wrong, or the clock
+    now is being slewed, not stepped, towards the time (chrony without `makestep` says
+    synchronised while it slews a large offset at 0.5 ms/s). The kernel cannot tell which of
+    its own two answers was right. Before, its word now moved the meter's 57 rows a month back
+    at start (and again mid-run, `settle`); now the clock is in doubt, as with no second
+    opinion: nothing moves, the WARNING says both answers, and the doubt ends as it does there."""
+    config, held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    state = config.state_dir
+    file = ClockFile(state / CLOCK_FILE, kernel=Kernel(True, boot="boot-before"))
+    file.not_before = -math.inf
+    assert file.beat(held, force=True)
+    now = TR + WEEK + 3600
+    with caplog.at_level(logging.INFO):
+        gw = KernelGateway(config, now, Kernel(True))
+        try:
+            assert gw.daemon.meters.ledger.clock_steps() == []
+            (told,) = [e for e in errors(caplog, logging.WARNING) if e.startswith("the heartbeat")]
+            assert "said so too when the heartbeat was written" in told, told
+            assert "timedatectl set-ntp true" not in told and iso(now + STEADY) in told, told
+            gw.tick(now + 60, 60)
+            assert gw.daemon.meters.ledger.clock_steps() == [] and heartbeat(state) == held
+            assert [e for e in errors(caplog, logging.WARNING) if "taken as right, " in e] == []
+            (fault,) = [
+                a["text"] for a in attention(gw.daemon.health().to_json()) if "heartbeat" in a["text"]
+            ]
+            assert "30.0 days behind its heartbeat" in fault and "chronyc tracking" in fault, fault
+            assert "make the kernel say" not in fault, fault  # it says so already
+            assert gw.daemon.health().to_json()["clock"]["ntp_disagrees"] is True  # type: ignore[index]
+        finally:
+            close(gw.daemon)
+
+
+def test_a_reload_in_doubt_goes_on_counting_the_steady_days(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reload (SIGHUP: `monitor run` starts a new daemon in the same process, on the same
+    monotonic clock) 6 days into the 7 steady days. Before, the new daemon judged its start
+    afresh and counted 7 days again: a config pushed every few days (a reload each time) left
+    the clock in doubt for ever, the meter's readings alarming and billed nothing. Now the
+    daemon it replaces hands its steady run over (`serve` passes it): the clock is taken as
+    right a day after the reload, and the WARNING names that date."""
+    config, _held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    now = TR + WEEK + 3600
+    kernel = Kernel(False)
+    gw = KernelGateway(config, now, kernel)
+    try:
+        gw.tick(now + 6 * DAY, 6 * DAY)
+        assert gw.daemon.meters.ledger.clock_steps() == []
+        since = gw.daemon.clock_file.steady_since
+    finally:
+        close(gw.daemon)
+    caplog.clear()
+    kernel.mono.advance(5)  # the old daemon's clean stop, the new one's start
+    with caplog.at_level(logging.INFO):
+        gw = KernelGateway(config, now + 6 * DAY + 5, kernel, steady_since=since)
+    try:
+        (told,) = [e for e in errors(caplog, logging.WARNING) if e.startswith("the heartbeat")]
+        assert iso(now + STEADY) in told, told
+        gw.tick(now + STEADY + 5, DAY)
+        (step,) = gw.daemon.meters.ledger.clock_steps()
+        assert step.rows == 57
+    finally:
+        close(gw.daemon)
+
+
+_SPAWNED: list[str] = []
+
+
+def _count_spawns(event: str, args: tuple[object, ...]) -> None:
+    if event in {"subprocess.Popen", "os.posix_spawn", "os.fork"}:
+        _SPAWNED.append(event)
+
+
+def test_asking_the_real_kernel_each_tick_starts_no_process() -> None:
+    """While the clock is in doubt the daemon asks the kernel at every tick (each second, for up
+    to 7 days), and at each heartbeat write. Before, each question looked libc up again
+    (`ctypes.util.find_library` runs `ldconfig -p`): a process started every second in the
+    event loop, 4.6 ms a question here. The real kernel, counted by the interpreter's own
+    audit events (a hook cannot be removed: it only counts into a list read here)."""
+    kernel = KernelClock()
+    kernel.synchronised()
+    sys.addaudithook(_count_spawns)
+    _SPAWNED.clear()
+    for _ in range(20):
+        kernel.synchronised()
+    assert _SPAWNED == []
+
+
+def test_killed_after_the_move_before_the_heartbeat_nothing_moves_twice(tmp_path: Path) -> None:
+    """kill -9 after the start moved the 57 rows (one committed transaction) and before the
+    first tick wrote the heartbeat: the next start finds the heartbeat still a month ahead. With
+    the kernel synchronised again, or not (the clock in doubt again), nothing moves twice: the
+    rows are below the clock now, and a move takes only rows ahead of it."""
+    config, held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    now = TR + WEEK + 3600
+    gw = KernelGateway(config, now, Kernel(True))
+    try:
+        rows = gw.daemon.meters.ledger.rows(METER)
+    finally:
+        close(gw.daemon)  # no clean stop: the heartbeat is not written
+    assert heartbeat(config.state_dir) == held
+    for synced in (True, False):
+        gw = KernelGateway(config, now + 600, Kernel(synced))
+        try:
+            assert len(gw.daemon.meters.ledger.clock_steps()) == 1
+            assert gw.daemon.meters.ledger.rows(METER) == rows
+        finally:
+            close(gw.daemon)
+
+
+@pytest.mark.parametrize("key", ["time", "since_boot"])
+def test_a_heartbeat_holding_an_integer_too_large_for_a_float_does_not_stop_the_daemon(
+    tmp_path: Path, key: str
+) -> None:
+    """A damaged or hand-edited heartbeat whose `time` or `since_boot` is a 400-digit integer
+    (valid JSON): `math.isfinite` of it raised OverflowError in the daemon's constructor, every
+    start died and systemd restarted it into the same death (the station unwatched). Now such a
+    time is damage (taken as missing, said), such a `since_boot` is not read (the time is)."""
+    path = meter_station(tmp_path)
+    config = load_config(path)
+    config.state_dir.mkdir(parents=True)
+    doc = {"format": "station-monitor clock", "version": 1, "time": TR, "boot_id": "b", "since_boot": 1.0}
+    doc[key] = 10**400
+    (config.state_dir / CLOCK_FILE).write_text(json.dumps(doc), encoding="utf-8")
+    gw = KernelGateway(config, TR + 60, Kernel(False))
+    try:
+        file = gw.daemon.clock_file
+        if key == "time":
+            assert file.held is None and file.problem is not None and "damaged" in file.problem
+        else:
+            assert file.held == TR and file.problem is None and file.boot == ("b", None)
+    finally:
+        close(gw.daemon)
+
+
+def test_a_clock_before_the_release_is_never_taken_as_right_by_steady_days(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A gateway reading 1970 (no battery-backed clock, no NTP) behind its heartbeat: unset
+    whatever else is known (`RELEASE_FLOOR`). Before, it was also 'in doubt': the console
+    counted down 168 h to taking it as right ('if `date -u` is right'), and after 7 steady
+    days a WARNING said 1970 was taken as right and the rows moved (they did not: the floor
+    kept them). Now it is not in doubt: no countdown, no such WARNING, nothing moved."""
+    config, held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    boot = 1000.0
+    with caplog.at_level(logging.INFO):
+        gw = KernelGateway(config, boot, Kernel(False))
+        try:
+            assert [a for a in attention(gw.daemon.health().to_json()) if "heartbeat" in a["text"]] == []
+            gw.tick(boot + STEADY + 60, STEADY + 60)
+            assert gw.daemon.meters.ledger.clock_steps() == [] and heartbeat(config.state_dir) == held
+            assert [e for e in errors(caplog, logging.WARNING) if "taken as right" in e] == []
+        finally:
+            close(gw.daemon)

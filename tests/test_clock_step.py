@@ -153,6 +153,38 @@ def test_a_restart_after_a_step_back_is_not_blind(tmp_path: Path) -> None:
     assert engine.baseline_mean("flow") == mean  # the baseline came through the step
 
 
+def test_a_restart_on_an_unset_clock_keeps_the_baseline_once_ntp_sets_it(tmp_path: Path) -> None:
+    """A gateway without a battery-backed clock restarts (a minute's reboot) on a clock a year
+    behind, before NTP answers, with a warm 25 h checkpoint: its history is "from the future",
+    moved back a year (`check_restored`: judging goes on, the pH limit judges). Two minutes
+    later NTP steps the clock forward the year. Before, the history stayed a year back: the
+    next flow reading was a year after it, the baseline warmed up again and the slug rule was
+    blind for 19.8 h more (measured). The step that sets the clock moves the history forward
+    by the start's move: the baseline goes on, the gap is the reboot's."""
+    gw = gateway()
+    for _ in range(25 * 60):  # 25 hours of flow, a reading a minute: the baseline warm
+        gw.wall.advance(59.0)
+        gw.mono.advance(59.0)
+        gw.second(ph=7.0, flow=100.0)
+    assert not gw.engine.warming_up("flow")
+    save_checkpoint(gw.engine, tmp_path / "cp.npz")
+    engine = Engine(CONFIG.rules, ManualClock())
+    restore_checkpoint(engine, tmp_path / "cp.npz", restart_watch=True)
+    year = 365 * 86400.0
+    again = Gateway(engine, ManualClock(gw.wall.now() + 60 - year), ManualClock(5.0))
+    for _ in range(120):
+        again.second(ph=7.0, flow=100.0)
+    again.wall.advance(year)  # NTP
+    for _ in range(60):
+        again.second(ph=7.0, flow=100.0)
+    assert not engine.warming_up("flow") and engine.baseline_mean("flow") == 100.0
+    assert engine.counters.out_of_order == 0
+    assert [c.message for c in again.of(Rule.CLOCK) if c.state is ACTIVE] == [
+        "gateway clock stepped back by 364d 23h 59m at least (while the daemon was stopped)",
+        "gateway clock stepped forward by 365d 0h 0m",
+    ]
+
+
 def test_a_step_forward_by_days_restarts_warm_up_without_a_false_alarm() -> None:
     gw = gateway()
     for _ in range(600):

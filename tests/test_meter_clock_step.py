@@ -1017,7 +1017,7 @@ def test_a_clock_years_behind_the_ledger_at_start_moves_nothing(
             assert MeterBook(ledger).found_at_start(boot, 2.0) == []
         assert snapshot(path) == before and ledger.clock_steps() == []
         errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-        assert len(errors) == 1 and METER in errors[0] and "61 readings" in errors[0]
+        assert len(errors) == 1 and METER in errors[0] and "61 reading(s)" in errors[0]
         assert "not synchronised" in errors[0]
     finally:
         ledger.close()

@@ -118,7 +118,8 @@ async def serve(
             await daemon.run(console_for(daemon))
             if not reload:
                 return
-            daemon = Daemon(reload.pop(), clock)
+            # a clock in doubt goes on counting its steady days (`ClockFile.judge`)
+            daemon = Daemon(reload.pop(), clock, steady_since=daemon.clock_file.steady_since)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)

@@ -63,7 +63,10 @@ again, and a restart would not help (the checkpoint holds the old times). So:
   follow two clocks across a step. One a plain template could bind is the gateway's.
 - At start, `check_restored()` compares the restored checkpoint with the wall
   clock: readings "from the future" mean the clock stepped back while the daemon
-  was down, and are shifted the same way (a restart after a step is not blind).
+  was down, and are shifted the same way (a restart after a step is not blind). Or that
+  the clock is not set yet: the first step forward that reaches where the history ended
+  sets it, and moves the history forward by as much as the start moved it back (the
+  baselines go on; left a year back, every one warmed up again).
 """
 
 from __future__ import annotations
@@ -184,6 +187,9 @@ class ClockWatch:
         self.monotonic = monotonic
         self._wall0 = wall()
         self._mono0 = monotonic()
+        # How far `check_restored` moved the history back, and where it ended: undone by the
+        # first step forward that reaches that end (an unset clock set by NTP, `_stepped`).
+        self._restored_back, self._restored_end = 0.0, math.inf
         self._active_since: float | None = None  # monotonic time of the last step while active
         self._started = False
         # Told each step (seconds, < 0 back) after the engine is re-based: what else
@@ -256,6 +262,7 @@ class ClockWatch:
         if not math.isfinite(newest) or newest - wall <= TOLERANCE:
             return []
         # How long the daemon was down is unknown: the history ends a second before now.
+        self._restored_back, self._restored_end = newest + 1.0 - wall, newest
         return self._stepped(wall, mono, wall - newest - 1.0, " at least (while the daemon was stopped)")
 
     def _remember(self, step: GatewayStep) -> None:
@@ -316,6 +323,15 @@ class ClockWatch:
     def _stepped(self, wall: float, mono: float, step: float, when: str) -> list[Condition]:
         if step < 0:
             shift(self.engine, step, self.device)
+        elif self._restored_back > 0 and wall >= self._restored_end:
+            # The clock the start moved the history back for was not set (a year behind: a
+            # gateway without a battery-backed clock before NTP answered), and this step sets
+            # it: the history moves forward as far as the start moved it back (left there,
+            # the next reading was a year after it and every baseline warmed up again, the
+            # slug rule blind for 20 h), the watches by the rest (the daemon's down time).
+            back, self._restored_back = min(step, self._restored_back), 0.0
+            shift(self.engine, back, self.device)
+            advance_watches(self.engine, step - back, self.device)
         else:
             advance_watches(self.engine, step, self.device)
         for listener in self.on_step:

@@ -407,61 +407,41 @@ class MeterBook:
         clock is right, and the register keeps the volume for the next accepted reading) or
         bad stamps (False: moved, and logged why)."""
         rows = self.ledger.count_ahead(meter, now, tolerance)
-        days = -step / 86400
         behind = [e for e in evidence if e.time - now > UNSYNCED_AT_START]
+        sure = [e for e in evidence if e.sure]
+        good = [e for e in evidence if e.good]
+        unset = bool(behind) or now < floor
         if behind:
             newest = max(behind, key=lambda e: e.time)
-            log.error(
-                "meter %s: %d reading(s) are stamped ahead of the gateway clock (%s), the newest by"
-                " %.1f days, and the clock is %.1f days behind %s: the clock is not synchronised,"
-                " not a step back; nothing is moved (its readings are judged against the ledger"
-                " until the clock is set)",
-                meter, rows, iso(now), days, (newest.time - now) / 86400, newest.what,
-            )  # fmt: skip
-            return True
-        if now < floor:
-            log.error(
-                "meter %s: %d reading(s) are stamped ahead of the gateway clock (%s), the newest by"
-                " %.1f days, and the clock is before this release's date (%s): the clock is not"
-                " synchronised, not a step back; nothing is moved (its readings are judged against"
-                " the ledger until the clock is set)",
-                meter, rows, iso(now), days, iso(floor),
-            )  # fmt: skip
-            return True
-        sure = [e for e in evidence if e.sure]
-        if sure:
-            log.warning(
-                "meter %s: %d reading(s) are stamped ahead of the gateway clock (%s), the newest by"
-                " %.1f days, and the clock is set (%s): they were stamped by a clock wrong in the"
-                " future, and are moved below it",
-                meter, rows, iso(now), days, sure[0].what,
-            )  # fmt: skip
-            return False
-        good = [e for e in evidence if e.good]
-        if good:
-            log.warning(
-                "meter %s: %d reading(s) are stamped ahead of the gateway clock (%s), the newest by"
-                " %.1f days, but the clock is not behind %s: they are bad stamps, not an unset"
-                " clock, and are moved below it",
-                meter, rows, iso(now), days, good[0].what,
-            )  # fmt: skip
-            return False
-        if rows > 1:
+            why = f"and the clock is {(newest.time - now) / 86400:.1f} days behind {newest.what}"
+        elif now < floor:
+            why = f"and the clock is before this release's date ({iso(floor)})"
+        elif sure:
+            why = f"and the clock is set ({sure[0].what}): they were stamped by a clock wrong in the future"
+        elif good:
+            why = f"but the clock is not behind {good[0].what}: they are bad stamps, not an unset clock"
+        elif rows > 1:
             # Nothing outside the ledger says whether the clock is set (no heartbeat yet: a
             # first start, a damaged or unwritable file). Many rows more than a day ahead: the
             # clock, not a row (a gateway without a battery-backed clock started before NTP
             # answered reads its build date, and every row of the ledger is "ahead"). Moving
             # them would send the meter's whole history back by the clock's error. One
             # far-future row (a bad stamp) is still moved: it alone is ahead.
+            unset, why = True, "and no heartbeat says the clock is set"
+        else:
+            return False
+        said = (
+            "meter %s: %d reading(s) are stamped ahead of the gateway clock (%s), the newest by %.1f days, %s"
+        )
+        if unset:
             log.error(
-                "meter %s: %d readings are stamped ahead of the gateway clock (%s), the newest"
-                " by %.1f days: the clock is not synchronised, not a step back (no heartbeat says"
-                " it is set); nothing is moved (its readings are judged against the ledger until"
-                " the clock is set)",
-                meter, rows, iso(now), days,
+                said + ": the clock is not synchronised, not a step back; nothing is moved (its"
+                " readings are judged against the ledger until the clock is set)",
+                meter, rows, iso(now), -step / 86400, why,
             )  # fmt: skip
-            return True
-        return False
+        else:
+            log.warning(said + ", and are moved below it", meter, rows, iso(now), -step / 86400, why)
+        return unset
 
     @property
     def clock_steps_pending(self) -> int:
