@@ -12,9 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from monitor.config import build_config
+from monitor.engine.engine import Engine
 from monitor.health import MqttHealth, attention
-from monitor.model import Rule
-from tests.engine_helpers import T0
+from monitor.model import ManualClock, Rule, Sample
+from monitor.sources.payload import StampsAhead
+from tests.engine_helpers import T0, station
 from tests.mqtt_tools import Peer
 from tests.services import Mosquitto
 from tests.test_clock_step import watched_daemon
@@ -92,3 +94,48 @@ def test_readings_stamped_an_hour_ahead_of_a_gateway_clock_say_so_in_the_stale_a
         peer.close()
         link.stop()
         close(daemon)
+
+
+def test_the_stale_message_names_refusals_ahead_only_while_they_arrive_and_none_taken_since() -> None:
+    """The engine's side alone (`StampsAhead` as the MQTT source fills it, stale after 60 s):
+    refusals that stopped more than `stale_after` before the stale tick are history (the PLC
+    then really went silent: "no good sample"), and a reading taken ends a run of them (a
+    later silence is a silence)."""
+    ahead, clock = StampsAhead(), ManualClock(T0)
+    engine = Engine(station({"id": "lvl", "kind": "level", "unit": "ft", "stale_after": "60s"}).rules, clock)
+    engine.stamped_by_device({"lvl"})
+    engine.refused_ahead(ahead)
+
+    def stale_message(first_tick: float, refused_at: list[float], until: float) -> str:
+        for t in refused_at:
+            ahead.record("lvl", 400.0, t)
+        out = [c for t in range(int(first_tick), int(until) + 1) for c in engine.tick(float(t))]
+        assert [c.rule for c in out] == [Rule.STALE], out
+        return out[0].message
+
+    said = stale_message(T0, [T0 + 5, T0 + 55], T0 + 61)
+    assert said.startswith(
+        "no good sample: readings arrive but are stamped ahead of the gateway clock by ~400 s"
+    )
+    assert "2 readings refused" in said, said
+
+    clock.set(T0 + 100)
+    engine.process(Sample("lvl", T0 + 100, 4.2))  # taken (the clocks agree again) ...
+    ahead.taken("lvl")  # ... which the source tells the watch
+    assert stale_message(T0 + 101, [], T0 + 161) == "no good sample"
+
+    clock.set(T0 + 200)
+    engine.process(Sample("lvl", T0 + 200, 4.2))
+    assert stale_message(T0 + 201, [T0 + 200], T0 + 262) == "no good sample"  # refused 61 s before
+
+
+def test_a_publisher_inventing_sensors_cannot_grow_the_table_of_refusals_ahead() -> None:
+    """Past `max_sensors` only the totals count (a subscription without a `sensors` list
+    binds whatever a `+` matches: a hostile or broken publisher could invent ids forever)."""
+    ahead = StampsAhead(max_sensors=3)
+    for i in range(10):
+        ahead.record(f"x{i}", 400.0 + i, T0 + i)
+    assert (ahead.total, ahead.last) == (10, (T0 + 9, 409.0))
+    assert ahead.sensors(since=T0) == ["x0", "x1", "x2"]
+    ahead.record("x1", 500.0, T0 + 20)
+    assert ahead.latest("x1") == (T0 + 20, 500.0, 2) and ahead.sensors(since=T0 + 10) == ["x1"]
