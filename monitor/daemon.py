@@ -175,6 +175,7 @@ class Daemon:
                     gateway=gateway_fed(config),
                     clock=self.clock,
                 )
+                self.engine.refused_ahead(self.mqtt_source.ahead)  # the stale alarm names them
             if config.mqtt.publish_alarms:
                 self.publisher = AlarmPublisher(self.mqtt_link, config.mqtt.topic_prefix, config.station.id)
                 self.mqtt_link.on_connected(self._on_connected)

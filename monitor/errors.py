@@ -11,6 +11,7 @@ ever catch our types:
     │   │   ├── ModbusTimeoutError      no answer within the device's timeout
     │   │   └── MalformedResponseError  an answer that does not fit the request
     │   ├── PayloadError       an MQTT payload or replay row could not be parsed
+    │   │   └── StampAheadError  its own time is ahead of the gateway clock by over max_skew
     │   ├── DecodeError        registers could not be decoded as the mapped type
     │   └── InputUsageError    a replay input given in a way it cannot be read (exit code 2)
     ├── SinkError              an output failed
@@ -65,6 +66,16 @@ class MalformedResponseError(ModbusError):
 
 class PayloadError(SourceError):
     """A payload or input row could not be turned into a sample."""
+
+
+class StampAheadError(PayloadError):
+    """A payload's own time is further ahead of the gateway clock than `max_skew`: which
+    sensor, and by how much (the gateway clock behind, or the device's ahead)."""
+
+    def __init__(self, message: str, sensor: str, ahead: float) -> None:
+        super().__init__(message)
+        self.sensor = sensor
+        self.ahead = ahead
 
 
 class DecodeError(SourceError):

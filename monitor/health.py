@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from monitor.engine import Engine
-from monitor.model import iso
+from monitor.model import about, iso
 from monitor.pipeline import PipelineStats
 from monitor.sinks.pipeline import SampleSink
 from monitor.sources.modbus import ModbusPoller
@@ -37,6 +37,11 @@ class ModbusHealth:
     source: str = "modbus"
 
 
+AHEAD_RECENT = 600.0
+"""Readings refused as stamped ahead of the gateway clock within this long are news (health's
+`stamped_ahead_by`, the console's warning); older ones are history, counted only."""
+
+
 @dataclass(frozen=True, slots=True)
 class MqttHealth:
     name: str
@@ -47,6 +52,12 @@ class MqttHealth:
     bad_payloads: int
     oversized: int  # refused by size, unread
     handler_errors: int
+    # Refused as stamped ahead of the gateway clock by over max_skew (among `bad_payloads`):
+    # how many since start; how far ahead the last one was, and the sensors refused, while
+    # they arrive (the last within `AHEAD_RECENT`), else None and none.
+    stamped_ahead: int = 0
+    stamped_ahead_by: float | None = None
+    stamped_ahead_sensors: tuple[str, ...] = ()
     source: str = "mqtt"
 
 
@@ -206,6 +217,13 @@ def gather(
             )
     if mqtt_link is not None:
         src = mqtt_source
+        ahead_by: float | None = None
+        ahead_sensors: tuple[str, ...] = ()
+        if src is not None and src.ahead.last is not None:
+            since = src.clock.now() - AHEAD_RECENT
+            arrived, ahead = src.ahead.last
+            if arrived >= since:
+                ahead_by, ahead_sensors = ahead, tuple(src.ahead.sensors(since))
         sources.append(
             MqttHealth(
                 name=mqtt_link.where,
@@ -216,6 +234,9 @@ def gather(
                 bad_payloads=src.bad.total if src else 0,
                 oversized=mqtt_link.oversized,
                 handler_errors=mqtt_link.handler_errors,
+                stamped_ahead=src.ahead.total if src else 0,
+                stamped_ahead_by=ahead_by,
+                stamped_ahead_sensors=ahead_sensors,
             )
         )
     outbox = OutboxHealth(configured=False)
@@ -366,6 +387,15 @@ def attention(health: Mapping[str, Any]) -> list[dict[str, str]]:
             warnings.append(f"{name}: the device refused {', '.join(map(str, src['invalid_requests']))}")
         if src.get("error"):
             warnings.append(f"{name}: {src['error']}")
+        if isinstance(ahead := src.get("stamped_ahead_by"), (int, float)):
+            refused = [str(n) for n in src.get("stamped_ahead_sensors") or ()]
+            more = len(refused) - 5
+            sensors = ", ".join(refused[:5]) + (f" and {more} more" if more > 0 else "")
+            warnings.append(
+                f"{name}: readings of {sensors or 'a sensor'} refused, stamped ahead of the gateway clock"
+                f" by ~{about(ahead)} (over max_skew): the gateway clock is behind (check NTP/time sync),"
+                " or the device's clock is ahead"
+            )
     outbox = _part(health, "outbox")
     for part, key, one, many in _LOST:
         if not (n := _part(health, part).get(key)):

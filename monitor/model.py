@@ -388,6 +388,17 @@ class Clock(Protocol):
     def now(self) -> float: ...
 
 
+class RefusedAhead(Protocol):
+    """The readings a source refused because their own time was further ahead of the
+    gateway clock than it allows (MQTT `max_skew`): the stale rule says so, so the
+    technician checks the gateway's time sync rather than a device that is fine."""
+
+    def latest(self, sensor: str) -> tuple[float, float, int] | None:
+        """(arrived on the gateway clock, how far ahead, how many in a row) of the last one
+        refused since the sensor's last reading taken; None when there is none."""
+        ...
+
+
 class WallClock:
     """The real clock, for the live daemon."""
 
@@ -444,6 +455,17 @@ def iso(t: float) -> str:
     if dt.microsecond:
         return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     return dt.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def about(seconds: float) -> str:
+    """A span rounded for a person: `400 s`, `35 min`, `1.0 h`, `3.2 days`."""
+    if seconds < 600:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86_400:.1f} days"
 
 
 def parse_time(text: str | float | int) -> float:

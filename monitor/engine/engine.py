@@ -27,9 +27,20 @@ from monitor.engine.baseline import Baselines, Floats
 from monitor.engine.columns import Chunk, ConditionColumns
 from monitor.engine.restored import after_activation
 from monitor.engine.rules import LimitState
-from monitor.engine.stale import NO_GOOD_SAMPLE, frozen_stamp, stale_batch, stale_condition
+from monitor.engine.stale import NO_GOOD_SAMPLE, frozen_stamp, stale_batch, stale_condition, stamped_ahead
 from monitor.engine.state import Admitted, Counters, ReplayResult, SensorState, SensorStatus
-from monitor.model import Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, WallClock, iso
+from monitor.model import (
+    Clock,
+    Condition,
+    ConditionState,
+    Kind,
+    Quality,
+    RefusedAhead,
+    Rule,
+    Sample,
+    WallClock,
+    iso,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +105,8 @@ class Engine:
         # How far ahead of the gateway clock a device may stamp a reading, for the restored
         # limit alarms' clock-step exception (`restore_active`, monitor/engine/restored.py).
         self.restore_skew = 0.0
+        # The readings a source refused as stamped ahead of the gateway clock (`refused_ahead`).
+        self.ahead: RefusedAhead | None = None
         self.counters = Counters()
         self._unknown_logged: set[str] = set()
         self.sort_key = event_order(self._index)
@@ -140,6 +153,12 @@ class Engine:
         and marks none: a reading's own time is its arrival there, as before."""
         for st in self._states:
             st.device = DeviceWatch() if st.sensor in sensors else None
+
+    def refused_ahead(self, refused: RefusedAhead) -> None:
+        """Where to learn of readings a source refused as stamped ahead of the gateway clock
+        (MQTT `max_skew`; the daemon sets it): a sensor that goes stale while they arrive
+        says so, not only "no good sample" (the gateway clock behind: check its time sync)."""
+        self.ahead = refused
 
     def forget_active(self, sensor: str, rule: Rule) -> bool:
         """Drop a limit, slug, stale or bad-value alarm a checkpoint held active that the journal has
@@ -346,6 +365,10 @@ class Engine:
                 why = NO_GOOD_SAMPLE
                 if st.device is not None and st.device.frozen(now, st.stale_after):
                     why = frozen_stamp(st.last_time)
+                elif self.ahead is not None and (seen := self.ahead.latest(st.sensor)) is not None:
+                    arrived, ahead, count = seen
+                    if now - arrived <= st.stale_after:  # still arriving, none taken
+                        why = stamped_ahead(ahead, count)
                 out.append(
                     stale_condition(st.sensor, now, st.last_good, st.stale_after, ConditionState.ACTIVE, why)
                 )

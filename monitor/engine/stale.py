@@ -13,7 +13,7 @@ import numpy as np
 
 from monitor.engine.baseline import Floats
 from monitor.engine.state import SensorState
-from monitor.model import Condition, ConditionState, Rule, iso, new_condition
+from monitor.model import Condition, ConditionState, Rule, about, iso, new_condition
 
 STALE_CITATION = "station config: stale_after"
 
@@ -39,6 +39,19 @@ def frozen_stamp(last_time: float) -> str:
     return (
         f"{NO_GOOD_SAMPLE}: readings arrive, but stamped no later than {iso(last_time)}"
         " (the device's clock stopped or stepped back); none judged"
+    )
+
+
+def stamped_ahead(ahead: float, count: int) -> str:
+    """The stale message of a sensor whose readings arrive but are refused as stamped ahead of
+    the gateway clock by more than MQTT `max_skew`: most often the gateway booted on an unset
+    clock and NTP has not answered. Said apart from a silence: the technician checks the
+    gateway's time sync first, not the PLC."""
+    readings = "1 reading" if count == 1 else f"{count:,} readings"
+    return (
+        f"{NO_GOOD_SAMPLE}: readings arrive but are stamped ahead of the gateway clock by ~{about(ahead)}"
+        f" ({readings} refused, over max_skew): the gateway clock is behind (check NTP/time sync),"
+        " or the device's clock is ahead"
     )
 
 

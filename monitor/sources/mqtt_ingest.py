@@ -28,10 +28,10 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 from monitor.config.sources import Mqtt
-from monitor.errors import PayloadError
+from monitor.errors import PayloadError, StampAheadError
 from monitor.model import AckedEmit, Clock, Condition, ConditionState, Rule, Sample, WallClock
 from monitor.sources.mqtt_receipt import Receipt
-from monitor.sources.payload import BadPayloads, Limits, Route, parse
+from monitor.sources.payload import BadPayloads, Limits, Route, StampsAhead, parse
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,8 @@ class MqttSource:
         self.gateway = frozenset(gateway)
         self.clock = clock or WallClock()
         self.bad = BadPayloads(interval=log_interval)
+        # Refused as stamped ahead of the gateway clock: the stale alarm and health say so.
+        self.ahead = StampsAhead()
         self.linger = linger
         self.received = 0
         self.samples = 0
@@ -115,6 +117,7 @@ class MqttSource:
         limits = self.limits
         sensors = self.sensors
         gateway = self.gateway if route.time_path is not None else frozenset()
+        ahead = self.ahead if route.time_path is not None else None
 
         def on_message(topic: str, payload: bytes, receipt: Receipt) -> None:  # paho's thread
             received = now()
@@ -129,7 +132,16 @@ class MqttSource:
                         f"sensor {sample.sensor!r} is stamped by the gateway clock (polled over Modbus,"
                         " or fed without a time_path); a payload time would judge it on two clocks"
                     )
+                if ahead is not None:
+                    ahead.taken(sample.sensor)
             except PayloadError as exc:
+                if (
+                    ahead is not None
+                    and isinstance(exc, StampAheadError)
+                    and (sensors is None or exc.sensor in sensors)
+                    and exc.sensor not in gateway
+                ):
+                    ahead.record(exc.sensor, exc.ahead, received)
                 self._refused(topic, exc, received)
                 sample = None  # acknowledged in turn: the broker must not send it again
             queue.append((sample, receipt))

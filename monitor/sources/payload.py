@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from monitor.config.sources import Subscription, check_topic_filter
-from monitor.errors import PayloadError
+from monitor.errors import PayloadError, StampAheadError
 from monitor.model import Sample, parse_time
 
 SENSOR_ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
@@ -134,8 +134,11 @@ def parse(route: Route, topic: str, payload: bytes, received: float, limits: Lim
         when = _timestamp(_lookup(doc, route.time_path), route.time_path)
         if when > received + limits.max_skew:
             ahead = when - received
-            raise PayloadError(
-                f"timestamp {when:.3f} is {ahead:.0f} s in the future (max_skew {limits.max_skew:g} s)"
+            raise StampAheadError(
+                f"timestamp {when:.3f} is {ahead:.0f} s in the future (max_skew {limits.max_skew:g} s):"
+                " the gateway clock is behind, or the device's clock is ahead",
+                sensor,
+                ahead,
             )
     return Sample(sensor, when, value)
 
@@ -244,3 +247,40 @@ class BadPayloads:
 
     def topics(self) -> Iterable[tuple[str, int]]:
         return sorted(self.counts.items())
+
+
+class StampsAhead:
+    """The readings refused for a time ahead of the gateway clock (`StampAheadError`), per
+    sensor: when the last one arrived (gateway clock), how far ahead it was, and how many
+    in a row since the sensor's last reading taken (`taken` forgets them). The stale rule
+    reads `latest` (`model.RefusedAhead`), health `total` and `last`.
+
+    Written on paho's thread, read on the loop's: each entry is one tuple, replaced whole.
+    The table is capped like `BadPayloads`'s; past the cap only the totals count.
+    """
+
+    def __init__(self, max_sensors: int = 10_000) -> None:
+        self.max_sensors = max_sensors
+        self.total = 0
+        self.last: tuple[float, float] | None = None  # (arrived, ahead) of the last one, any sensor
+        self._by_sensor: dict[str, tuple[float, float, int]] = {}
+
+    def record(self, sensor: str, ahead: float, arrived: float) -> None:
+        self.total += 1
+        self.last = (arrived, ahead)
+        entry = self._by_sensor.get(sensor)
+        if entry is None and len(self._by_sensor) >= self.max_sensors:
+            return
+        self._by_sensor[sensor] = (arrived, ahead, 1 if entry is None else entry[2] + 1)
+
+    def taken(self, sensor: str) -> None:
+        """A reading of `sensor` was taken: a run of refusals, if any, is over."""
+        if self._by_sensor:
+            self._by_sensor.pop(sensor, None)
+
+    def latest(self, sensor: str) -> tuple[float, float, int] | None:
+        return self._by_sensor.get(sensor)
+
+    def sensors(self, since: float) -> list[str]:
+        """The sensors whose last refusal arrived at or after `since`."""
+        return sorted(s for s, (at, _, _) in list(self._by_sensor.items()) if at >= since)
