@@ -269,3 +269,39 @@ def test_the_heartbeat_records_the_boot_and_whether_the_kernel_said_synchronised
     old = {"format": "station-monitor clock", "version": 1, "time": TR, "iso": iso(TR)}
     (tmp_path / CLOCK_FILE).write_text(json.dumps(old), encoding="utf-8")
     assert heartbeat(tmp_path) == TR
+
+
+def test_a_suspend_is_no_steady_run_for_an_unset_clock_in_doubt(tmp_path: Path) -> None:
+    """The heartbeat was right and this clock is not (40 days behind, after the release's date:
+    nothing says which is right); the gateway is suspended for more than `STEADY` before NTP
+    could answer. The clock watch measures steps on CLOCK_BOOTTIME, which counts the suspend;
+    had the steady run been on it too, the clock was taken as right at resume, the meter's rows
+    moved back 40 days and the heartbeat overwritten, a minute before NTP stepped the clock.
+    The steady run is on the awake clock (`ClockWatch.awake`), which stops: NTP's step ends the
+    doubt, nothing moved. A suspend cannot be made on demand: both clocks are injected."""
+    config, held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    state = config.state_dir
+    boot = held - 40 * DAY
+    kernel = Kernel(False)
+    wall, asleep_too = ManualClock(boot), ManualClock(kernel.mono.now())
+    daemon = Daemon(config, wall, kernel=kernel)
+    daemon.watch_clock(
+        ClockWatch(daemon.engine, wall=wall.now, monotonic=asleep_too.now, awake=kernel.mono.now)
+    )
+    try:
+        wall.advance(60)
+        asleep_too.advance(60)
+        kernel.mono.advance(60)
+        daemon.tick()
+        wall.advance(STEADY + DAY)  # suspended: the wall clock and CLOCK_BOOTTIME move on at resume
+        asleep_too.advance(STEADY + DAY)
+        daemon.tick()
+        assert daemon.meters.ledger.clock_steps() == [] and heartbeat(state) == held
+        wall.set(held + 120)  # NTP, a minute after resume: the heartbeat was right
+        asleep_too.advance(60)
+        kernel.mono.advance(60)
+        daemon.tick()
+        assert daemon.meters.ledger.clock_steps() == [] and heartbeat(state) == held + 120
+    finally:
+        close(daemon)
+
