@@ -13,6 +13,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.alarms.journal import Entry, Journal
 from monitor.clockfile import CLOCK_FILE, RELEASE_FLOOR, STEADY, ClockFile
@@ -23,9 +24,10 @@ from monitor.engine.checkpoint import CHECKPOINT_FILE, save_checkpoint
 from monitor.health import attention
 from monitor.meters.ledger import Ledger
 from monitor.model import ManualClock, Rule, Sample, iso
+from tests.services import free_port
 from tests.test_clock_unset import DAY, TR, Gateway, errors, heartbeat, rows_of
 from tests.test_meter_clock_step import METER, SPEC, meter_station
-from tests.test_pipeline import close
+from tests.test_pipeline import close, get, served
 
 
 def test_a_1970_clock_without_a_heartbeat_moves_not_even_a_single_row(
@@ -305,3 +307,44 @@ def test_a_suspend_is_no_steady_run_for_an_unset_clock_in_doubt(tmp_path: Path) 
     finally:
         close(daemon)
 
+
+def test_metrics_show_a_clock_in_doubt_as_health_does(tmp_path: Path) -> None:
+    """/api/health had `clock.heartbeat_ahead` and `clock.steady_left` and /metrics did not: a
+    keeper alerting from Prometheus never learnt that a gateway's clock was taken for unset
+    (meter readings not billed) until the 7 days ran out. Served as `monitor run` serves it (a
+    real GET on a real port): the heartbeat a month ahead, 7 days less an hour of awake time
+    left after an hour's ticks; 0 for both once the kernel says the clock is synchronised."""
+    config, held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    port = free_port()
+    console = config.console.model_copy(update={"enabled": True, "port": port})
+    # No outbox: its SQLite connection is this thread's, and `served` answers on another.
+    config = config.model_copy(update={"console": console, "influx": None})
+    now = TR + WEEK
+    kernel = Kernel(False)
+    gw = KernelGateway(config, now, kernel)
+    try:
+        with served(gw.daemon):
+            gw.tick(now + 3600, 3600)
+            assert clock_gauges(get(f"http://127.0.0.1:{port}/metrics")) == (held - now - 3600, STEADY - 3600)
+            health = json.loads(get(f"http://127.0.0.1:{port}/api/health"))
+            assert health["clock"]["heartbeat_ahead"] == held - now - 3600
+            assert health["clock"]["steady_left"] == STEADY - 3600
+            kernel.synced = True  # chrony answered
+            gw.tick(now + 3660, 60)
+            assert clock_gauges(get(f"http://127.0.0.1:{port}/metrics")) == (0.0, 0.0)
+    finally:
+        close(gw.daemon)
+
+
+def clock_gauges(text: str) -> tuple[float, float]:
+    """The heartbeat-ahead and steady-left gauges of a /metrics text, as Prometheus parses it."""
+    got = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels == {"station": "ps-meter-step"}
+    }
+    return (
+        got["station_monitor_clock_heartbeat_ahead_seconds"],
+        got["station_monitor_clock_steady_left_seconds"],
+    )
