@@ -67,8 +67,9 @@ RELEASE_FLOOR = 1_793_491_200.0
 CEILING = 253_402_300_800.0  # 10000-01-01T00:00:00Z: past what a date (`iso`) can name
 MAX_SIZE = 4096  # bytes: the file is one short line
 # A clock more than a day behind the heartbeat at start, with no second opinion, is taken as
-# right once it has run this long (monotonic) without a step: an unset clock is stepped by NTP
-# long before; a gateway without NTP whose RTC was wrong in the future is not left for a month.
+# right once it has run this long (awake: a suspend is no time NTP had to step it) without a
+# step: an unset clock is stepped by NTP long before; a gateway without NTP whose RTC was wrong
+# in the future is not left for a month.
 # Counted within one process (nothing is written while in doubt): a restart starts again, a
 # reload (SIGHUP) goes on counting.
 STEADY = 7 * 86_400.0

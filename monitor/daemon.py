@@ -240,7 +240,7 @@ class Daemon:
             watch.on_step.append(lambda _step: self._clock_stepped(watch))
             # A heartbeat ahead of a clock the kernel says is synchronised was written by a clock
             # wrong in the future: so were the other records ahead (`ClockFile.judge`).
-            sure = self.clock_file.judge(watch.wall(), watch.monotonic())
+            sure = self.clock_file.judge(watch.wall(), watch.awake())
             if sure is not None:
                 self.start_evidence = [
                     e for e in self.start_evidence if e.time <= sure.time + UNSYNCED_AT_START
@@ -265,7 +265,7 @@ class Daemon:
         """A step while running restarts a steady run in doubt (`ClockFile.stepped`); not the
         restored history's at the first tick (`check_restored`: the start's, not the clock's)."""
         if watch.generation:
-            self.clock_file.stepped(watch.monotonic())
+            self.clock_file.stepped(watch.awake())
 
     def _settle_clock(self, now: float) -> None:
         """A clock in doubt at start (behind the heartbeat, nothing said which is right) taken
@@ -273,7 +273,7 @@ class Daemon:
         and the heartbeat is written from now on."""
         if self.clock_watch is None:
             return
-        sure = self.clock_file.settle(now, self.clock_watch.monotonic())
+        sure = self.clock_file.settle(now, self.clock_watch.awake())
         if sure is None:
             return
         self.meters.unset_at_start.clear()
@@ -386,7 +386,7 @@ class Daemon:
         if self.clock_watch is None:
             return ClockHealth()
         steps = self.clock_watch.step_log
-        ahead, left, disagrees = self.clock_file.doubt(self.clock.now(), self.clock_watch.monotonic())
+        ahead, left, disagrees = self.clock_file.doubt(self.clock.now(), self.clock_watch.awake())
         return ClockHealth(steps.steps, steps.episode_steps, steps.episode_largest, ahead, left, disagrees)
 
     # --- lifecycle -------------------------------------------------------------------

@@ -609,6 +609,35 @@ def test_ntp_after_a_restart_on_an_unset_clock_pages_the_next_person_on_the_real
     asyncio.run(go())
 
 
+def test_a_suspend_of_an_hour_pages_the_next_person_on_time(tmp_path: Path, smtp: MailServer) -> None:
+    """Alice was paged at T0 (90 min to Bob); a minute later the gateway is suspended for an
+    hour (a VM host pausing it, a laptop-class gateway asleep). At resume the kernel moves the
+    wall clock on by the hour, and CLOCK_BOOTTIME, the watch's clock, with it; `time.monotonic()`
+    does not: the watch saw a step forward of an hour and moved Bob's step with it, paging him
+    at T0 + 150 min. A suspend cannot be made on demand: the injected monotonic clock moves as
+    CLOCK_BOOTTIME does. No step is reported, and Bob is paged at T0 + 90 min: the hour asleep
+    counted as the time Alice did not answer."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="90m"))
+
+    async def go() -> None:
+        st = Station(config, T0)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, T0))
+            assert await st.tick(T0, 0) == 1
+            assert await st.tick(T0 + 60, 60) == 0
+            assert await st.tick(T0 + 3660, 3600) == 0  # resumed after an hour asleep
+            watch = st.daemon.clock_watch
+            assert watch is not None and watch.step_log.steps == 0
+            assert not [a for a in st.daemon.alarms.active() if a.rule is Rule.CLOCK]
+            assert await st.tick(T0 + 5399, 5399 - 3660) == 0
+            assert await st.tick(T0 + 5401, 2) == 1
+        finally:
+            await st.close()
+        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+    asyncio.run(go())
+
+
 def test_a_clock_stepped_back_a_day_while_running_still_pages_the_next_person(
     tmp_path: Path, smtp: MailServer
 ) -> None:

@@ -14,6 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.alarms.journal import Entry, Journal
 from monitor.clockfile import CLOCK_FILE, RELEASE_FLOOR, STEADY, ClockFile
@@ -25,9 +26,10 @@ from monitor.health import attention
 from monitor.kernelclock import KernelClock
 from monitor.meters.ledger import Ledger
 from monitor.model import ManualClock, Rule, Sample, iso
+from tests.services import free_port
 from tests.test_clock_unset import DAY, TR, Gateway, errors, heartbeat, rows_of
 from tests.test_meter_clock_step import METER, SPEC, meter_station
-from tests.test_pipeline import close
+from tests.test_pipeline import close, get, served
 
 
 def test_a_1970_clock_without_a_heartbeat_moves_not_even_a_single_row(
@@ -434,3 +436,80 @@ def test_a_clock_before_the_release_is_never_taken_as_right_by_steady_days(
             assert [e for e in errors(caplog, logging.WARNING) if "taken as right" in e] == []
         finally:
             close(gw.daemon)
+
+
+def test_a_suspend_is_no_steady_run_for_an_unset_clock_in_doubt(tmp_path: Path) -> None:
+    """The heartbeat was right and this clock is not (40 days behind, after the release's date:
+    nothing says which is right); the gateway is suspended for more than `STEADY` before NTP
+    could answer. The clock watch measures steps on CLOCK_BOOTTIME, which counts the suspend;
+    had the steady run been on it too, the clock was taken as right at resume, the meter's rows
+    moved back 40 days and the heartbeat overwritten, a minute before NTP stepped the clock.
+    The steady run is on the awake clock (`ClockWatch.awake`), which stops: NTP's step ends the
+    doubt, nothing moved. A suspend cannot be made on demand: both clocks are injected."""
+    config, held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    state = config.state_dir
+    boot = held - 40 * DAY
+    kernel = Kernel(False)
+    wall, asleep_too = ManualClock(boot), ManualClock(kernel.mono.now())
+    daemon = Daemon(config, wall, kernel=kernel)
+    daemon.watch_clock(
+        ClockWatch(daemon.engine, wall=wall.now, monotonic=asleep_too.now, awake=kernel.mono.now)
+    )
+    try:
+        wall.advance(60)
+        asleep_too.advance(60)
+        kernel.mono.advance(60)
+        daemon.tick()
+        wall.advance(STEADY + DAY)  # suspended: the wall clock and CLOCK_BOOTTIME move on at resume
+        asleep_too.advance(STEADY + DAY)
+        daemon.tick()
+        assert daemon.meters.ledger.clock_steps() == [] and heartbeat(state) == held
+        wall.set(held + 120)  # NTP, a minute after resume: the heartbeat was right
+        asleep_too.advance(60)
+        kernel.mono.advance(60)
+        daemon.tick()
+        assert daemon.meters.ledger.clock_steps() == [] and heartbeat(state) == held + 120
+    finally:
+        close(daemon)
+
+
+def test_metrics_show_a_clock_in_doubt_as_health_does(tmp_path: Path) -> None:
+    """/api/health had `clock.heartbeat_ahead` and `clock.steady_left` and /metrics did not: a
+    keeper alerting from Prometheus never learnt that a gateway's clock was taken for unset
+    (meter readings not billed) until the 7 days ran out. Served as `monitor run` serves it (a
+    real GET on a real port): the heartbeat a month ahead, 7 days less an hour of awake time
+    left after an hour's ticks; 0 for both once the kernel says the clock is synchronised."""
+    config, held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    port = free_port()
+    console = config.console.model_copy(update={"enabled": True, "port": port})
+    # No outbox: its SQLite connection is this thread's, and `served` answers on another.
+    config = config.model_copy(update={"console": console, "influx": None})
+    now = TR + WEEK
+    kernel = Kernel(False)
+    gw = KernelGateway(config, now, kernel)
+    try:
+        with served(gw.daemon):
+            gw.tick(now + 3600, 3600)
+            assert clock_gauges(get(f"http://127.0.0.1:{port}/metrics")) == (held - now - 3600, STEADY - 3600)
+            health = json.loads(get(f"http://127.0.0.1:{port}/api/health"))
+            assert health["clock"]["heartbeat_ahead"] == held - now - 3600
+            assert health["clock"]["steady_left"] == STEADY - 3600
+            kernel.synced = True  # chrony answered
+            gw.tick(now + 3660, 60)
+            assert clock_gauges(get(f"http://127.0.0.1:{port}/metrics")) == (0.0, 0.0)
+    finally:
+        close(gw.daemon)
+
+
+def clock_gauges(text: str) -> tuple[float, float]:
+    """The heartbeat-ahead and steady-left gauges of a /metrics text, as Prometheus parses it."""
+    got = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels == {"station": "ps-meter-step"}
+    }
+    return (
+        got["station_monitor_clock_heartbeat_ahead_seconds"],
+        got["station_monitor_clock_steady_left_seconds"],
+    )

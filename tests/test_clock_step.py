@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -853,3 +854,53 @@ def test_a_step_forward_within_the_sample_gap_does_not_lengthen_a_slug_run() -> 
         out += engine.tick(wall.now())
         out += engine.process(Sample("flow", wall.now(), 600.0 if 40 * 60 <= k < 52 * 60 else 100.0))
     assert [(c.rule, c.state) for c in out] == [(Rule.CLOCK, ACTIVE), (Rule.CLOCK, CLEARED)]
+
+
+def test_the_real_watch_measures_steps_on_a_clock_that_counts_a_suspend() -> None:
+    """On Linux `time.monotonic()` stops during a suspend (CLOCK_MONOTONIC) while the kernel
+    moves the wall clock on by it at resume: the watch took an hour's suspend for a step
+    forward of an hour and moved the callout's steps an hour later. The real watch measures on
+    CLOCK_BOOTTIME, which counts the suspend; the heartbeat's steady run stays on the clock that
+    stops (`awake`: NTP could not step the clock while it slept). A suspend cannot be made on
+    demand in a test: this checks which clocks the watch reads; the suspend itself is played
+    on injected clocks (`test_callout.py::test_a_suspend_of_an_hour_...`)."""
+    watch = ClockWatch.for_clock(Engine(CONFIG.rules, ManualClock()), WallClock())
+    assert watch is not None
+    before = time.clock_gettime(time.CLOCK_BOOTTIME)
+    measured = watch.monotonic()
+    assert before <= measured <= time.clock_gettime(time.CLOCK_BOOTTIME)
+    assert watch.awake is time.monotonic
+    # A test that injects one monotonic clock has it for both (it cannot suspend).
+    mono = ManualClock(1000.0)
+    injected = ClockWatch(Engine(CONFIG.rules, ManualClock()), wall=ManualClock(T0).now, monotonic=mono.now)
+    assert injected.awake == mono.now
+
+
+def test_a_suspend_of_an_hour_is_no_clock_step(tmp_path: Path) -> None:
+    """The gateway sleeps an hour (a suspend: the wall clock and CLOCK_BOOTTIME move on by it at
+    resume, the awake clock does not; played on injected clocks, a suspend cannot be made on
+    demand). No step is noticed: no `clock` alarm, nothing counted; the stale watch is not
+    moved forward by it (pH, silent through the hour, is stale at resume, as it was)."""
+    config = build_config(
+        {
+            "station": {"id": "ps-sleep"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [{"id": "ph", "kind": "ph", "stale_after": "60s"}],
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )
+    wall, boot, awake = ManualClock(T0), ManualClock(1000.0), ManualClock(1000.0)
+    daemon = Daemon(config, wall)
+    daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=boot.now, awake=awake.now))
+    try:
+        daemon.pipeline.process([Sample("ph", T0, 7.0)])
+        daemon.tick()
+        wall.advance(3600.0)
+        boot.advance(3600.0)  # the suspend: the awake clock stays
+        daemon.tick()
+        assert daemon.clock_watch is not None and daemon.clock_watch.step_log.steps == 0
+        rules = {(a.sensor, a.rule) for a in daemon.alarms.active()}
+        assert ("ph", Rule.STALE) in rules and not [r for r in rules if r[1] is Rule.CLOCK]
+    finally:
+        close(daemon)

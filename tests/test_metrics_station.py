@@ -39,7 +39,10 @@ FULL: dict[str, object] = {
         "clock_step_failures": 15, "clock_steps_pending": 16, "unsent_unconfigured": 20, "held_back": 21,
     },
     "incidents": {"failing": True, "failures": 18, "evidence_incomplete": 19},
-    "clock": {"steps": 21, "episode_steps": 22, "episode_largest": -3.0},
+    "clock": {
+        "steps": 21, "episode_steps": 22, "episode_largest": -3.0, "heartbeat_ahead": 2_592_000.5,
+        "steady_left": 604_799.25,
+    },
 }  # fmt: skip
 
 

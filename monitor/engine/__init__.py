@@ -21,7 +21,8 @@ The public surface, for the daemon (live), the replay command and billing:
   timer, `.save(now)` at shutdown.
 
 - `ClockWatch(engine)` / `ClockWatch.for_clock(engine, clock)`: `.check()` notices a step
-  of the gateway's wall clock (against the monotonic clock) and re-bases the engine;
+  of the gateway's wall clock (against `boottime`, a monotonic clock that counts a suspend)
+  and re-bases the engine;
   `.step_log` (`StepLog`, engine/clock_log.py) logs a step once an episode and counts them.
 
 Meters (kind `meter`) pass through validation only; billing judges them.

@@ -6,7 +6,15 @@ dropped as out of order, stale detection would wait for the old time to come rou
 again, and a restart would not help (the checkpoint holds the old times). So:
 
 - `ClockWatch.check()` compares the wall clock against the monotonic clock (which
-  never steps). A difference of more than `TOLERANCE` is a step.
+  never steps). A difference of more than `TOLERANCE` is a step. The monotonic clock is
+  `boottime` (Linux CLOCK_BOOTTIME): it counts a suspend, as the wall clock does when the
+  kernel resumes. `time.monotonic()` stops during one: an hour's suspend was taken for a
+  step forward of an hour, and the callout's next step, the alarm reminders and the stale
+  watches moved an hour later (the next person paged an hour late). Everything measured on
+  the watch's clock (the callout's time served, a step's `SETTLE`, `HOLD`, the step log's
+  windows) counts the suspend as time that passed, as it did for the person not answering.
+  Only the heartbeat's steady run (`ClockFile.settle`, `STEADY`) is on `awake`, the clock
+  that stops: it is the time NTP had to step the clock, and a suspended gateway has none.
 - A step back by `d` shifts everything the engine remembers in time by `-d`
   (each sensor's last reading, timers, warm-up, the baseline ring's bucket labels,
   the stale watch): the history happened `d` earlier, new readings are in order
@@ -93,6 +101,16 @@ CITATION = "gateway clock (NTP)"
 # that long before the oldest reading the pipeline holds was handed over moves none.
 SETTLE = 60.0
 MAX_STEPS = 100  # steps remembered at most (a flapping RTC while a full disk holds a batch)
+_BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)  # Linux only
+
+
+def boottime() -> float:
+    """Seconds since boot, counting a suspend (CLOCK_BOOTTIME): the wall clock is moved on by
+    a suspend when the kernel resumes, and so is this, so a suspend is no step. Without it
+    (not Linux) the monotonic clock, which may stop during one."""
+    if _BOOTTIME is None:
+        return time.monotonic()
+    return time.clock_gettime(_BOOTTIME)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,13 +180,18 @@ def advance_watches(engine: Engine, delta: float, keep: Collection[str] = ()) ->
 
 
 class ClockWatch:
-    """Wall clock against the monotonic clock, for one engine (injectable for tests)."""
+    """Wall clock against the monotonic clock, for one engine (injectable for tests).
+
+    `monotonic`: the clock steps are measured on, counting a suspend (`boottime`); `awake`:
+    one that stops during a suspend (a test that injects only `monotonic` has the one clock
+    for both: it cannot suspend)."""
 
     def __init__(
         self,
         engine: Engine,
         wall: Callable[[], float] = time.time,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = boottime,
+        awake: Callable[[], float] | None = None,
     ) -> None:
         self.engine = engine
         # Sensors whose readings carry their device's time (MQTT payload times,
@@ -185,6 +208,9 @@ class ClockWatch:
         self.step_log = StepLog()  # a step logged once an episode, the rest counted
         self.wall = wall
         self.monotonic = monotonic
+        if awake is None:
+            awake = time.monotonic if monotonic is boottime else monotonic
+        self.awake = awake
         self._wall0 = wall()
         self._mono0 = monotonic()
         # How far `check_restored` moved the history back, and where it ended: undone by the
@@ -391,6 +417,7 @@ __all__ = [
     "TOLERANCE",
     "ClockWatch",
     "GatewayStep",
+    "boottime",
     "shift",
     "step_text",
 ]

@@ -209,6 +209,14 @@ FAMILIES: tuple[Family, ...] = (
            read=_figure("pipeline.restamped")),
     Family("clock_steps", "Gateway clock steps noticed, back or forward (logged once an episode)", Counter,
            read=_figure("clock.steps")),
+    Family("clock_heartbeat_ahead_seconds",
+           "Seconds the heartbeat is ahead of a gateway clock in doubt since start (taken for unset:"
+           " nothing moved, meter readings not billed); 0 when not in doubt", Gauge,
+           read=_figure("clock.heartbeat_ahead")),
+    Family("clock_steady_left_seconds",
+           "Seconds the gateway clock in doubt must run awake without a step before it is taken as right;"
+           " 0 when not in doubt", Gauge,
+           read=_figure("clock.steady_left")),
     Family("alarm_listener_failures",
            "Alarm transitions a listener (console, MQTT, notification, InfluxDB) failed on", Counter,
            labels=("listener",),
