@@ -223,6 +223,12 @@ class StationTracker:
         if spill is not None:
             self._spill, self._spill_end, self.level_time = spill
             self._level_spent = True
+        # The level's last reading overruled by the float, not read since: a record the float
+        # alone opened then ends as it would have (once the float stays off `stale_after`)
+        # and is the next one's link (before, its first off ended it as if the level had).
+        spent = store.level_spent()
+        if spent is not None and (self.overflow is None or self.overflow.level_last is None):
+            self._level_spent, self.level_time = True, spent
         # The starts of the last hour: starts per hour goes on counting them (a pump that
         # short-cycles across a restart), and a restored `pump_starts` keeps its evidence.
         for pid, start in store.recent_starts():
@@ -316,6 +322,8 @@ class StationTracker:
             self.fail_at += delta
         if well:
             self.level_time += delta
+            if self._level_spent:
+                self._saved_spent()
             rec = self.overflow
             if rec is not None and rec.level_last is not None:  # the level's times
                 rec.level_last += delta
@@ -383,7 +391,10 @@ class StationTracker:
             if run is not None and self.store is not None:
                 self._ended(run, self._stored(self.store.save_run, run))
         elif sid == self.level_id:
-            self.level, self.level_time, self._level_spent = v, t, False
+            if self._level_spent:
+                self._level_spent = False
+                self._saved_spent()
+            self.level, self.level_time = v, t
             if self.setpoints is not None and v < self.setpoints.overflow and self._spill is not None:
                 self._spill = None  # the level says the float's end was the spill's
                 self._saved_spill()
@@ -628,8 +639,9 @@ class StationTracker:
             else:
                 rec.end = t if self.clocks.same(sid, self._overflow_by) else max(t, rec.start)
             rec.volume_gal, rec.volume_note = rec.judged(self.level_stale, rec.end)
-            if float_end is not None:
+            if float_end is not None and not self._level_spent:
                 self._level_spent = True
+                self._saved_spent()
             # The float's word alone, the level not read since its last (over): this one's or
             # a record's before that the float ended (a chain). A later overflow may continue it.
             if self._level_spent:
@@ -684,6 +696,12 @@ class StationTracker:
             return
         spill = None if rec is None else (rec.start, self._spill_end, self.level_time)
         self._stored(self.store.save_spill, spill)
+
+    def _saved_spent(self) -> None:
+        """Whether the level's last reading is spent, kept for a restart with its time
+        (`StationStore.save_level_spent`)."""
+        if self.store is not None:
+            self._stored(self.store.save_level_spent, self.level_time if self._level_spent else None)
 
     def _kept(self, rec: OverflowRecord) -> None:
         """What a restart needs in `rec` to go on as without one: the float's last reading
