@@ -42,7 +42,6 @@ Readings of the ordinance and the issue that the code takes:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import math
@@ -60,19 +59,10 @@ from monitor.errors import MonitorError
 from monitor.model import Alarm, Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, iso
 from monitor.station.clocks import WellClocks
 from monitor.station.daily import DailyTotals
+from monitor.station.overflow import OverflowRate, SpillLink, at_midnight
 from monitor.station.pumps import PumpRun, PumpStats
 from monitor.station.store import OverflowRecord, StationStore
-from monitor.units import GALLONS_PER_FT3, conversion
-
-# A chain of float-ended records continues its first for a day from that start at most: a
-# transmitter dead for days must not make one "spill" of every overflow (each day's a report).
-SPILL_SPAN = 86_400.0
-
-
-def _first(record: OverflowRecord) -> float:
-    """The start of the spill `record` belongs to: its own, or the one it continues."""
-    return record.start if record.continues is None else record.continues
-
+from monitor.units import conversion
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -115,13 +105,7 @@ class StationTracker:
         # The level silent longer than this during an overflow: its volume is partial there.
         self.level_stale = config.rules[well.level].stale_after if well else math.inf
         self._ranges = {sid: (*r.valid_range, frozenset(r.bad_values)) for sid, r in config.rules.items()}
-        self._to_ft = 1.0
-        self._weir: tuple[float, float, float] | None = None  # C, L (ft), crest (level unit)
-        if well is not None:
-            self._to_ft = conversion(config.rules[well.level].unit, "ft")[0]
-            if well.weir is not None and sp is not None:
-                crest = well.weir.crest if well.weir.crest is not None else sp.overflow
-                self._weir = (well.weir.coefficient, well.weir.length.to("ft"), crest)
+        self._rate = OverflowRate(config)
         self._to_gpm = conversion(config.rules[self.inflow_id].unit, "gpm")[0] if self.inflow_id else 1.0
         self.level = math.nan
         self.level_time = -math.inf
@@ -142,13 +126,8 @@ class StationTracker:
         # (before, its first reading, off, ended it at the restart, the volume carried past
         # the float's off that the restarted tracker does not know).
         self._level_unread = False
-        # The last overflow the float ended with the level dead (`_float_ended`), until a
-        # level reading says the well is below `overflow`: the next overflow opened within
-        # `report_within` of its end continues it (one spill, one event); `_spill_end` is
-        # its end, the float's off, on the float's clock as it stands now (a step moves it,
-        # the stored record keeps it).
-        self._spill: OverflowRecord | None = None
-        self._spill_end = -math.inf
+        # The last overflow the float ended with the level dead: the next may continue it.
+        self._link = SpillLink(self.report_within)
         self.above_since: float | None = None
         self.fail_active = False
         self.fail_at = -math.inf  # when fail to start was raised
@@ -221,7 +200,8 @@ class StationTracker:
         # setpoint since: the next may continue it across the restart (one spill, one event).
         spill = store.spill() if self.overflow is None else None
         if spill is not None:
-            self._spill, self._spill_end, self.level_time = spill
+            rec, end, self.level_time = spill
+            self._link.kept(rec, end)
             self._level_spent = True
         # The level's last reading overruled by the float, not read since: a record the float
         # alone opened then ends as it would have (once the float stays off `stale_after`)
@@ -334,9 +314,9 @@ class StationTracker:
         if self._float_off_at is not None and self.switch_id not in keep:
             self._float_off_at += delta
         if self.switch_id not in keep:  # the float's off, on its clock
-            self._spill_end += delta
-            if self._spill is not None:
-                self._saved_spill(self._spill)
+            self._link.end += delta
+            if self._link.record is not None:
+                self._saved_spill()
         if overflow and self.overflow is not None:
             self.overflow.start += delta
             self.overflow.due += delta
@@ -395,8 +375,8 @@ class StationTracker:
                 self._level_spent = False
                 self._saved_spent()
             self.level, self.level_time = v, t
-            if self.setpoints is not None and v < self.setpoints.overflow and self._spill is not None:
-                self._spill = None  # the level says the float's end was the spill's
+            if self.setpoints is not None and v < self.setpoints.overflow and self._link.record is not None:
+                self._link.record = None  # the level says the float's end was the spill's
                 self._saved_spill()
             self._well_unread = self._level_unread = False
             out.extend(self._judge_level(t))
@@ -516,19 +496,6 @@ class StationTracker:
             ]
         return []
 
-    def _rate_gpm(self) -> tuple[float, str]:
-        """Overflow rate now and how it is estimated."""
-        if self._weir is not None:
-            c, length, crest = self._weir
-            head = max(0.0, (self.level - crest) * self._to_ft) if math.isfinite(self.level) else 0.0
-            return c * length * head**1.5 * GALLONS_PER_FT3 * 60.0, "weir"
-        if self.inflow_id is not None and self.setpoints is not None:
-            if not (self.level >= self.setpoints.overflow) or math.isnan(self.inflow_gpm):
-                return 0.0, "inflow"
-            capacity = sum(p.capacity_gpm or 0.0 for p in self.pumps.values() if p.running)
-            return max(0.0, self.inflow_gpm - capacity), "inflow"
-        return 0.0, ""
-
     def _float_ended(self, t: float, sid: str) -> float | None:
         """When the float switch ended the overflow that the level's last reading, at or above
         `overflow`, still says goes on: its off, if the level has not been read since and is
@@ -560,7 +527,7 @@ class StationTracker:
         )
         over = level_over or self.switch_on or self._well_unread
         rec = self.overflow
-        q, method = self._rate_gpm()
+        q, method = self._rate.gpm(self.level, self.inflow_gpm, self.pumps.values())
         out: list[Condition] = []
         float_end = (
             self._float_ended(t, sid) if rec is not None and level_over and not self.switch_on else None
@@ -597,22 +564,10 @@ class StationTracker:
             self._float_off_at = None
             why = "level at or above overflow" if level_over else "overflow switch on"
             extra: dict[str, float | str] = {}
-            spill = self._spill
-            # The gap is measured only across clocks that agree (one an hour off: not linked).
-            agree = self.clocks.comparable(sid, self.switch_id or "")
-            near = agree and t - self._spill_end <= self.report_within
-            if spill is not None and spill.end is not None and near and t - _first(spill) <= SPILL_SPAN:
-                rec.continues = _first(spill)
-                # The gap on this record's clock: the end as a step since moved it (the stored
-                # end keeps the old clock's: stepped back, the gap ran backwards).
-                rec.gap_from = min(self._spill_end, t)
-                extra["continues"] = rec.continues
-                why += (
-                    f"; continues the overflow from {iso(rec.continues)}"
-                    f" (not measured from {iso(rec.gap_from)}: the float ended it, the level not read)"
-                )
-            if spill is not None:
-                self._spill = None
+            if self._link.record is not None:
+                why += self._link.continued(rec, t, self.clocks.comparable(sid, self.switch_id or ""))
+                if rec.continues is not None:
+                    extra["continues"] = rec.continues
                 self._saved_spill()
             out.append(
                 Condition(
@@ -645,7 +600,7 @@ class StationTracker:
             # The float's word alone, the level not read since its last (over): this one's or
             # a record's before that the float ended (a chain). A later overflow may continue it.
             if self._level_spent:
-                self._spill, self._spill_end = rec, rec.end
+                self._link.kept(rec, rec.end)
                 ended = f"ended at the overflow switch's off; the level not read since {iso(self.level_time)}"
                 rec.volume_note = f"{rec.volume_note}; {ended}" if rec.volume_note else ended
             self.overflow = None
@@ -667,35 +622,22 @@ class StationTracker:
         if rec is not None and self.store is not None and (out or rec.end is not None or moved):
             self._kept(rec)
             self._ended(rec, self._stored(self.store.save_overflow, rec))
-        if rec is not None and rec is self._spill:
-            self._saved_spill(rec)  # after its end is written: a restart in the gap links too
+        if rec is not None and rec is self._link.record:
+            self._saved_spill()  # after its end is written: a restart in the gap links too
         return out
 
     def _at_midnight(self, midnight: float) -> OverflowRecord | None:
-        """The open overflow as it stood at the local `midnight` (`DailyTotals.advance`, once
-        per day closed): its volume carried to it at the last rate (to the float's off if the
-        float's end is pending: the volume goes back to it at the close), its earlier days'
-        share as before; the record's share moves on to the midnight."""
+        """The open overflow as it stood at the local `midnight` (`overflow.at_midnight`)."""
         rec = self.overflow
         if rec is None:
             return None
-        volume = rec.volume_gal
-        if volume is not None:
-            off = self._float_off_at
-            if off is not None and off <= midnight and self._volume_at_off is not None:
-                volume = self._volume_at_off
-            elif midnight > self._t_prev > -math.inf:
-                volume += self._q_prev * (midnight - self._t_prev) / 60.0
-        then = dataclasses.replace(rec, volume_gal=volume)
-        rec.volume_before_day = volume
-        return then
+        rate = (self._q_prev, self._t_prev)
+        return at_midnight(rec, midnight, self._float_off_at, self._volume_at_off, rate)
 
-    def _saved_spill(self, rec: OverflowRecord | None = None) -> None:
-        """The link's candidate kept for a restart (`StationStore.save_spill`)."""
-        if self.store is None:
-            return
-        spill = None if rec is None else (rec.start, self._spill_end, self.level_time)
-        self._stored(self.store.save_spill, spill)
+    def _saved_spill(self) -> None:
+        """The link's candidate kept for a restart (`StationStore.save_spill`; none: dropped)."""
+        if self.store is not None:
+            self._stored(self.store.save_spill, self._link.saved(self.level_time))
 
     def _saved_spent(self) -> None:
         """Whether the level's last reading is spent, kept for a restart with its time

@@ -1,0 +1,128 @@
+"""The wet well's overflow record between readings: how fast the well spills, the spill a
+record continues (one spill, one event) and its share at a local midnight.
+
+Owned by `StationTracker`, which judges when an overflow opens and ends; kept here so the
+rate, the link and the day split read apart from fail to start and the pumps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+
+from monitor.config import Config
+from monitor.model import iso
+from monitor.station.pumps import PumpStats
+from monitor.station.store import OverflowRecord
+from monitor.units import GALLONS_PER_FT3, conversion
+
+# A chain of float-ended records continues its first for a day from that start at most: a
+# transmitter dead for days must not make one "spill" of every overflow (each day's a report).
+SPILL_SPAN = 86_400.0
+
+
+def first(record: OverflowRecord) -> float:
+    """The start of the spill `record` belongs to: its own, or the one it continues."""
+    return record.start if record.continues is None else record.continues
+
+
+class OverflowRate:
+    """The overflow rate: with a weir, Francis' Q = C L H^1.5 on the level above the crest;
+    without one, the station inflow above the capacity of the pumps running while the level
+    is at or above `overflow`; with neither, none ("" method: the volume is not estimated)."""
+
+    def __init__(self, config: Config) -> None:
+        well = config.wet_well
+        sp = config.sensor(well.level).setpoints if well else None
+        self._overflow_at = sp.overflow if sp is not None else None
+        self._inflow = well is not None and well.inflow is not None
+        self._to_ft = 1.0
+        self._weir: tuple[float, float, float] | None = None  # C, L (ft), crest (level unit)
+        if well is not None:
+            self._to_ft = conversion(config.rules[well.level].unit, "ft")[0]
+            if well.weir is not None and sp is not None:
+                crest = well.weir.crest if well.weir.crest is not None else sp.overflow
+                self._weir = (well.weir.coefficient, well.weir.length.to("ft"), crest)
+
+    def gpm(self, level: float, inflow_gpm: float, pumps: Iterable[PumpStats]) -> tuple[float, str]:
+        """Overflow rate now (gpm) and how it is estimated."""
+        if self._weir is not None:
+            c, length, crest = self._weir
+            head = max(0.0, (level - crest) * self._to_ft) if math.isfinite(level) else 0.0
+            return c * length * head**1.5 * GALLONS_PER_FT3 * 60.0, "weir"
+        if self._inflow and self._overflow_at is not None:
+            if not (level >= self._overflow_at) or math.isnan(inflow_gpm):
+                return 0.0, "inflow"
+            capacity = sum(p.capacity_gpm or 0.0 for p in pumps if p.running)
+            return max(0.0, inflow_gpm - capacity), "inflow"
+        return 0.0, ""
+
+
+class SpillLink:
+    """The last overflow the float ended with the level dead (`StationTracker._float_ended`),
+    until a level reading says the well is below `overflow`: the next overflow opened within
+    `report_within` of its end continues it (one spill, one event). `end` is its end, the
+    float's off, on the float's clock as it stands now (a step moves it, the stored record
+    keeps it). Kept over a restart (`StationStore.save_spill`, `saved`)."""
+
+    def __init__(self, report_within: float) -> None:
+        self.report_within = report_within
+        self.record: OverflowRecord | None = None
+        self.end = -math.inf
+
+    def kept(self, rec: OverflowRecord, end: float) -> None:
+        """`rec`, ended at `end`, is the candidate."""
+        self.record, self.end = rec, end
+
+    def continued(self, rec: OverflowRecord, t: float, agree: bool) -> str:
+        """Whether `rec`, opened at `t`, continues the candidate (then its `continues` and
+        `gap_from` are set and the reason is returned, else ""). The gap is measured only
+        across clocks that `agree` (one an hour off: not linked). The candidate is taken
+        either way: a record opened after it, linked or not, is the next one's."""
+        spill = self.record
+        if spill is None:
+            return ""
+        self.record = None
+        near = agree and t - self.end <= self.report_within
+        if spill.end is None or not near or t - first(spill) > SPILL_SPAN:
+            return ""
+        rec.continues = first(spill)
+        # The gap on this record's clock: the end as a step since moved it (the stored end
+        # keeps the old clock's: stepped back, the gap ran backwards).
+        rec.gap_from = min(self.end, t)
+        return (
+            f"; continues the overflow from {iso(rec.continues)}"
+            f" (not measured from {iso(rec.gap_from)}: the float ended it, the level not read)"
+        )
+
+    def saved(self, level_time: float) -> tuple[float, float, float] | None:
+        """What `StationStore.save_spill` keeps: the candidate's start, its end, the level's
+        last reading (None: no candidate)."""
+        return None if self.record is None else (self.record.start, self.end, level_time)
+
+
+def at_midnight(
+    rec: OverflowRecord,
+    midnight: float,
+    float_off: float | None,
+    volume_at_off: float | None,
+    rate: tuple[float, float],
+) -> OverflowRecord:
+    """The open overflow `rec` as it stood at the local `midnight` (`DailyTotals.advance`, once
+    per day closed): its volume carried to it at the last `rate` (gpm, since when), or to the
+    float's off if the float's end is pending (the volume goes back to it at the close), its
+    earlier days' share as before; the record's share moves on to the midnight."""
+    volume = rec.volume_gal
+    if volume is not None:
+        q_prev, t_prev = rate
+        if float_off is not None and float_off <= midnight and volume_at_off is not None:
+            volume = volume_at_off
+        elif midnight > t_prev > -math.inf:
+            volume += q_prev * (midnight - t_prev) / 60.0
+    then = dataclasses.replace(rec, volume_gal=volume)
+    rec.volume_before_day = volume
+    return then
+
+
+__all__ = ["SPILL_SPAN", "OverflowRate", "SpillLink", "at_midnight", "first"]
