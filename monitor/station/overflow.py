@@ -102,6 +102,63 @@ class SpillLink:
         return None if self.record is None else (self.record.start, self.end, level_time)
 
 
+class OpenOverflow:
+    """The overflow record open now and what carries it from one reading to the next: the
+    sensor whose reading opened it (its start is that clock's), the rate its volume is
+    carried at from the last integration time and the sensor whose clock that is (`shift`),
+    the float's last on-to-off while it is open and the volume then (with the level stale,
+    the overflow ended there: `StationTracker._float_ended`). A restart goes on as without
+    one: `kept` writes this into the record, `resumed` takes it back."""
+
+    def __init__(self) -> None:
+        self.record: OverflowRecord | None = None
+        self.opened_by = ""
+        self.q_prev = 0.0  # overflow rate (gpm) at the last integration time
+        self.t_prev = -math.inf
+        self.prev_by = ""
+        self.float_off_at: float | None = None
+        self.volume_at_off: float | None = None
+
+    def opened(self, rec: OverflowRecord, sid: str) -> None:
+        """`rec` opened by a reading of `sid`."""
+        self.record, self.opened_by, self.float_off_at = rec, sid, None
+
+    def resumed(self, rec: OverflowRecord, opener: str) -> None:
+        """`rec`, held open by the store at a restart. The clock of the reading that opened
+        it (a record of an older release does not say: `opener`, the well's, its level's).
+        Taken as the level's, a record a gateway float opened an hour ahead of a
+        device-stamped level did not move with the step back found at the restart and ended
+        at its own start. The float's off and the carried rate as before the restart."""
+        self.record, self.opened_by = rec, rec.opened_by or opener
+        if rec.switch_on is not None:
+            self.float_off_at, self.volume_at_off = rec.switch_off_at, rec.volume_at_off
+        if rec.rate_gpm is not None and rec.rate_at is not None:
+            self.q_prev, self.t_prev = rec.rate_gpm, rec.rate_at
+
+    def carried(self, sid: str, q: float, t: float) -> None:
+        """The rate `q` from reading `t` of `sid` on. Never back: readings of two clocks a
+        few seconds apart, interleaved, would count the same seconds again at every poll."""
+        if t >= self.t_prev:
+            self.q_prev, self.t_prev, self.prev_by = q, t, sid
+
+    def kept(self, rec: OverflowRecord, switch_on: bool | None) -> None:
+        """What a restart needs in `rec` to go on as without one: the float's last reading
+        (`switch_on`; None, unread since the restart: the record's stays), its off, the
+        carried rate."""
+        if switch_on is not None:
+            rec.switch_on = switch_on
+            rec.switch_off_at, rec.volume_at_off = self.float_off_at, self.volume_at_off
+        if self.t_prev > -math.inf:
+            rec.rate_gpm, rec.rate_at = self.q_prev, self.t_prev
+
+    def at_midnight(self, midnight: float) -> OverflowRecord | None:
+        """The open record as it stood at the local `midnight` (`at_midnight`)."""
+        if self.record is None:
+            return None
+        rate = (self.q_prev, self.t_prev)
+        return at_midnight(self.record, midnight, self.float_off_at, self.volume_at_off, rate)
+
+
 def at_midnight(
     rec: OverflowRecord,
     midnight: float,
@@ -125,4 +182,4 @@ def at_midnight(
     return then
 
 
-__all__ = ["SPILL_SPAN", "OverflowRate", "SpillLink", "at_midnight", "first"]
+__all__ = ["SPILL_SPAN", "OpenOverflow", "OverflowRate", "SpillLink", "at_midnight", "first"]

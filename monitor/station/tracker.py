@@ -59,7 +59,7 @@ from monitor.errors import MonitorError
 from monitor.model import Alarm, Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, iso
 from monitor.station.clocks import WellClocks
 from monitor.station.daily import DailyTotals
-from monitor.station.overflow import OverflowRate, SpillLink, at_midnight
+from monitor.station.overflow import OpenOverflow, OverflowRate, SpillLink
 from monitor.station.pumps import PumpRun, PumpStats
 from monitor.station.store import OverflowRecord, StationStore
 from monitor.units import conversion
@@ -112,11 +112,7 @@ class StationTracker:
         self.inflow_gpm = math.nan
         self.switch_on = False
         self._switch_read = False  # the float read (since the start or the restart)
-        # The float's last on-to-off while an overflow is open, and the volume then: with the
-        # level stale, the overflow ended there (`_float_ended`).
-        self._float_off_at: float | None = None
         self._level_spent = False  # the level's reading the float overruled: no overflow until the next
-        self._volume_at_off: float | None = None
         # An overflow the store held open at a restart: the level and the float not read since,
         # nothing says the well stopped spilling (a pump's reading first ended it, and the
         # level's next opened a second record for the one spill).
@@ -142,11 +138,7 @@ class StationTracker:
         self._restored: dict[tuple[str, Rule], float | None] = {}
         self._clock: Clock | None = None
         self._skew = 0.0
-        self.overflow: OverflowRecord | None = None
-        self._overflow_by = ""  # the sensor whose reading opened it: its start is that clock's
-        self._q_prev = 0.0  # overflow rate (gpm) at the last integration time
-        self._t_prev = -math.inf
-        self._prev_by = ""  # the sensor whose reading set it: its clock's (`shift`)
+        self._open = OpenOverflow()  # the overflow record open now and what carries it on
         self.last_time = -math.inf
         self._last: dict[str, float] = {}
         self.store_errors = 0
@@ -173,18 +165,18 @@ class StationTracker:
         if resume and store is not None:
             self._resume(store)
 
+    @property
+    def overflow(self) -> OverflowRecord | None:
+        """The overflow record open now (None: none)."""
+        return self._open.record
+
     def _resume(self, store: StationStore) -> None:
         for run in store.open_runs():
             p = self.pumps.get(run.pump)
             if p is not None:
                 p.running, p.run_start, p.run_counted = True, run.start, run.started
         for rec in store.open_overflows():
-            self.overflow = rec
-            # The clock of the reading that opened it (a record of an older release does not
-            # say: taken as the well's, its level's). Taken as the level's, a record a gateway
-            # float opened an hour ahead of a device-stamped level did not move with the step
-            # back found at the restart and ended at its own start.
-            self._overflow_by = rec.opened_by or self.level_id or self.switch_id or ""
+            self._open.resumed(rec, self.level_id or self.switch_id or "")
             self._well_unread = True
             if rec.level_last is not None:
                 self._level_unread, self.level_time = True, rec.level_last
@@ -192,13 +184,9 @@ class StationTracker:
             # (before, not known, it ended nothing and the record stayed open for ever).
             if rec.switch_on is not None:
                 self.switch_on = rec.switch_on
-                self._float_off_at, self._volume_at_off = rec.switch_off_at, rec.volume_at_off
-            # The volume carried on from the last reading before the restart, as without one.
-            if rec.rate_gpm is not None and rec.rate_at is not None:
-                self._q_prev, self._t_prev = rec.rate_gpm, rec.rate_at
         # An overflow the float ended with the level dead, and no level reading below the
         # setpoint since: the next may continue it across the restart (one spill, one event).
-        spill = store.spill() if self.overflow is None else None
+        spill = store.spill() if self._open.record is None else None
         if spill is not None:
             rec, end, self.level_time = spill
             self._link.kept(rec, end)
@@ -207,7 +195,7 @@ class StationTracker:
         # alone opened then ends as it would have (once the float stays off `stale_after`)
         # and is the next one's link (before, its first off ended it as if the level had).
         spent = store.level_spent()
-        if spent is not None and (self.overflow is None or self.overflow.level_last is None):
+        if spent is not None and (self._open.record is None or self._open.record.level_last is None):
             self._level_spent, self.level_time = True, spent
         # The starts of the last hour: starts per hour goes on counting them (a pump that
         # short-cycles across a restart), and a restored `pump_starts` keeps its evidence.
@@ -292,7 +280,7 @@ class StationTracker:
         well = (self.level_id or self.switch_id) not in keep  # the well's times are its level's
         # An open overflow's start and due time are the clock's that opened it (a gateway
         # float switch beside a device-stamped level: the gateway's).
-        overflow = self.overflow is not None and self._overflow_by not in keep
+        overflow = self._open.record is not None and self._open.opened_by not in keep
         # Fail to start's times are the clock's of the reading that set them (`_judge_fail`).
         if self.above_since is not None and self._above_by not in keep:
             self.above_since += delta
@@ -304,22 +292,22 @@ class StationTracker:
             self.level_time += delta
             if self._level_spent:
                 self._saved_spent()
-            rec = self.overflow
+            rec = self._open.record
             if rec is not None and rec.level_last is not None:  # the level's times
                 rec.level_last += delta
                 if rec.silent_from is not None and rec.silent_to is not None:
                     rec.silent_from, rec.silent_to = rec.silent_from + delta, rec.silent_to + delta
-        if (self._prev_by or self.level_id or self.switch_id) not in keep:
-            self._t_prev += delta
-        if self._float_off_at is not None and self.switch_id not in keep:
-            self._float_off_at += delta
+        if (self._open.prev_by or self.level_id or self.switch_id) not in keep:
+            self._open.t_prev += delta
+        if self._open.float_off_at is not None and self.switch_id not in keep:
+            self._open.float_off_at += delta
         if self.switch_id not in keep:  # the float's off, on its clock
             self._link.end += delta
             if self._link.record is not None:
                 self._saved_spill()
-        if overflow and self.overflow is not None:
-            self.overflow.start += delta
-            self.overflow.due += delta
+        if overflow and self._open.record is not None:
+            self._open.record.start += delta
+            self._open.record.due += delta
         self.clocks.stepped(self._last)  # the gateway's newest moves; whether they agree is found again
         if self._last:
             self.last_time = max(self._last.values())  # the latest reading taken, as it stands now
@@ -352,10 +340,10 @@ class StationTracker:
         if daily is not None and t >= daily.day_end:
             # A local midnight passed: that day's totals for InfluxDB, with what an overflow
             # open across it spilled to the midnight (its earlier days' share, kept for a restart).
-            self._stored(functools.partial(daily.advance, live=self._at_midnight), t)
-            if self.overflow is not None and self.store is not None:
-                self._kept(self.overflow)
-                self._stored(self.store.save_overflow, self.overflow)
+            self._stored(functools.partial(daily.advance, live=self._open.at_midnight), t)
+            if self._open.record is not None and self.store is not None:
+                self._kept(self._open.record)
+                self._stored(self.store.save_overflow, self._open.record)
         self.last_time = max(self.last_time, t)
         out: list[Condition] = []
         pump = self.pumps.get(sid)
@@ -383,26 +371,26 @@ class StationTracker:
         elif sid == self.switch_id:
             on = v >= 0.5
             self._well_unread, self._switch_read = False, True
-            if self.switch_on and not on and self.overflow is not None:
-                self._float_off_at = t
+            if self.switch_on and not on and self._open.record is not None:
+                self._open.float_off_at = t
             elif on:
-                self._float_off_at = None
+                self._open.float_off_at = None
             self.switch_on = on
         elif sid == self.inflow_id:
             self.inflow_gpm = v * self._to_gpm
-            if self.overflow is None:
+            if self._open.record is None:
                 return out
         elif sid in self.drive:
             pid, key = self.drive[sid]
             self.readings[pid][key] = v
             return out
         if (
-            self.overflow is None
+            self._open.record is None
             and not self.switch_on
             and not (self.level >= self._overflow_at and not self._level_spent)
         ):
             if self._integrates(sid):
-                self._carried(sid, 0.0, t)  # no overflow, none starting: nothing to integrate
+                self._open.carried(sid, 0.0, t)  # no overflow, none starting: nothing to integrate
         else:
             out.extend(self._judge_overflow(t, sid))
         out.extend(self._judge_fail(t, sid))
@@ -427,12 +415,6 @@ class StationTracker:
         float switch, inflow and pumps carry the volume on, judged at the level's last value).
         Across clocks that disagree (one an hour off), the level's clock alone."""
         return self.clocks.comparable(sid, self.level_id or "")
-
-    def _carried(self, sid: str, q: float, t: float) -> None:
-        """The rate `q` from reading `t` of `sid` on. Never back: readings of two clocks a
-        few seconds apart, interleaved, would count the same seconds again at every poll."""
-        if t >= self._t_prev:
-            self._q_prev, self._t_prev, self._prev_by = q, t, sid
 
     def _judge_fail(self, t: float, sid: str = "") -> list[Condition]:
         """Fail to start at reading `t` of sensor `sid`. In a well whose readings come on two
@@ -506,7 +488,7 @@ class StationTracker:
         ended the overflow and its on opened a second, two reports for one spill (the end is
         still the off's time, only judged later; a level reading after the off has its word);
         only across clocks that agree (`WellClocks.comparable`)."""
-        off, level = self._float_off_at, self.level_id or ""
+        off, level = self._open.float_off_at, self.level_id or ""
         # Not read since the off and the off held `stale_after`: the level is stale too.
         if off is None or self.level_time > off or t - off <= self.level_stale:
             return None
@@ -526,29 +508,29 @@ class StationTracker:
             sp is not None and not self._level_spent and (self.level >= sp.overflow or self._level_unread)
         )
         over = level_over or self.switch_on or self._well_unread
-        rec = self.overflow
+        rec = self._open.record
         q, method = self._rate.gpm(self.level, self.inflow_gpm, self.pumps.values())
         out: list[Condition] = []
         float_end = (
             self._float_ended(t, sid) if rec is not None and level_over and not self.switch_on else None
         )
+        off = self._open.float_off_at
         if float_end is not None:
             over = False  # the float's word: the level's last reading is stale
-        elif rec is not None and self._level_spent and not self.switch_on and self._float_off_at is not None:
+        elif rec is not None and self._level_spent and not self.switch_on and off is not None:
             # The float alone (the level dead since it ended an earlier record) ends this one
             # as it ended that: once it has stayed off `stale_after`. Ended at its first off,
             # a float chattering at the crest made a record and a page of each bounce.
-            off = self._float_off_at
             if self.clocks.comparable(sid, self.switch_id or "") and t - off > self.level_stale:
                 float_end, over = off, False
             else:
                 over = True
         if self._integrates(sid) and float_end is None:
-            prev = self._t_prev
+            prev = self._open.t_prev
             if rec is not None and prev > -math.inf and t > prev and rec.volume_gal is not None:
-                mean = (self._q_prev + q) / 2.0 if method == "weir" else self._q_prev
+                mean = (self._open.q_prev + q) / 2.0 if method == "weir" else self._open.q_prev
                 rec.volume_gal += mean * (t - prev) / 60.0
-            self._carried(sid, q, t)
+            self._open.carried(sid, q, t)
         sensor = self.level_id or self.switch_id or ""
         # The level the alarm's points give: none once older than its `stale_after` (the
         # transmitter dead, the float deciding); before, InfluxDB had the dead reading as
@@ -560,8 +542,7 @@ class StationTracker:
         if over and rec is None:
             rec = OverflowRecord(sensor, t, t + self.report_within, method=method, opened_by=sid)
             rec.volume_gal = 0.0 if method else None
-            self.overflow, self._overflow_by = rec, sid
-            self._float_off_at = None
+            self._open.opened(rec, sid)
             why = "level at or above overflow" if level_over else "overflow switch on"
             extra: dict[str, float | str] = {}
             if self._link.record is not None:
@@ -586,13 +567,13 @@ class StationTracker:
             rec.peak = self.level if math.isnan(rec.peak) else max(rec.peak, self.level)
         if rec is not None and sid and sid == self.level_id:
             rec.level_read(t)  # what the volume rests on
-        if rec is not None and sid == self.switch_id and self._float_off_at == t:
-            self._volume_at_off = rec.volume_gal  # carried to the float's off
+        if rec is not None and sid == self.switch_id and self._open.float_off_at == t:
+            self._open.volume_at_off = rec.volume_gal  # carried to the float's off
         if rec is not None and not over:
             if float_end is not None:
-                rec.end, rec.volume_gal = max(float_end, rec.start), self._volume_at_off
+                rec.end, rec.volume_gal = max(float_end, rec.start), self._open.volume_at_off
             else:
-                rec.end = t if self.clocks.same(sid, self._overflow_by) else max(t, rec.start)
+                rec.end = t if self.clocks.same(sid, self._open.opened_by) else max(t, rec.start)
             rec.volume_gal, rec.volume_note = rec.judged(self.level_stale, rec.end)
             if float_end is not None and not self._level_spent:
                 self._level_spent = True
@@ -603,7 +584,7 @@ class StationTracker:
                 self._link.kept(rec, rec.end)
                 ended = f"ended at the overflow switch's off; the level not read since {iso(self.level_time)}"
                 rec.volume_note = f"{rec.volume_note}; {ended}" if rec.volume_note else ended
-            self.overflow = None
+            self._open.record = None
             out.append(
                 Condition(
                     t,
@@ -626,14 +607,6 @@ class StationTracker:
             self._saved_spill()  # after its end is written: a restart in the gap links too
         return out
 
-    def _at_midnight(self, midnight: float) -> OverflowRecord | None:
-        """The open overflow as it stood at the local `midnight` (`overflow.at_midnight`)."""
-        rec = self.overflow
-        if rec is None:
-            return None
-        rate = (self._q_prev, self._t_prev)
-        return at_midnight(rec, midnight, self._float_off_at, self._volume_at_off, rate)
-
     def _saved_spill(self) -> None:
         """The link's candidate kept for a restart (`StationStore.save_spill`; none: dropped)."""
         if self.store is not None:
@@ -646,13 +619,9 @@ class StationTracker:
             self._stored(self.store.save_level_spent, self.level_time if self._level_spent else None)
 
     def _kept(self, rec: OverflowRecord) -> None:
-        """What a restart needs in `rec` to go on as without one: the float's last reading
-        (unread since the restart: the record's stays), its off, the carried rate."""
-        if self._switch_read:
-            rec.switch_on = self.switch_on
-            rec.switch_off_at, rec.volume_at_off = self._float_off_at, self._volume_at_off
-        if self._t_prev > -math.inf:
-            rec.rate_gpm, rec.rate_at = self._q_prev, self._t_prev
+        """What a restart needs in `rec` (`OpenOverflow.kept`): the float's last reading if
+        read since the start or the restart."""
+        self._open.kept(rec, self.switch_on if self._switch_read else None)
 
     def take_daily(self) -> list[str]:
         """Line-protocol points of the local days closed since the last call."""
@@ -676,9 +645,9 @@ class StationTracker:
                 self._ended(rec, self._stored(store.save_run, rec))
             else:
                 self._ended(rec, self._stored(store.save_overflow, rec))
-        if self.overflow is not None:
-            self._kept(self.overflow)
-            self._stored(self.store.save_overflow, self.overflow)
+        if self._open.record is not None:
+            self._kept(self._open.record)
+            self._stored(self.store.save_overflow, self._open.record)
         if self.last_time > -math.inf:
             self._stored(self.store.save_progress, self.last_time)
 
