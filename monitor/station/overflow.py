@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from monitor.config import Config
 from monitor.model import iso
@@ -134,6 +134,28 @@ class OpenOverflow:
             self.float_off_at, self.volume_at_off = rec.switch_off_at, rec.volume_at_off
         if rec.rate_gpm is not None and rec.rate_at is not None:
             self.q_prev, self.t_prev = rec.rate_gpm, rec.rate_at
+
+    def shifted(self, delta: float, keep: Collection[str], well: str, switch: str, level: bool) -> bool:
+        """The gateway clock stepped by `delta` (`StationTracker.shift`): what it stamped
+        moves, what a sensor in `keep` stamped stays (its device's clock). The record's start
+        and due time are its opener's clock's, the level's times in it the level's (`level`:
+        that clock moved), the carried rate's the clock's of the reading that set it (none
+        yet: the `well`'s), the float's off the float's (`switch`). True: the record moved
+        (its row, keyed by start, moves too)."""
+        rec = self.record
+        if level and rec is not None and rec.level_last is not None:
+            rec.level_last += delta
+            if rec.silent_from is not None and rec.silent_to is not None:
+                rec.silent_from, rec.silent_to = rec.silent_from + delta, rec.silent_to + delta
+        if (self.prev_by or well) not in keep:
+            self.t_prev += delta
+        if self.float_off_at is not None and switch not in keep:
+            self.float_off_at += delta
+        moved = rec is not None and self.opened_by not in keep
+        if rec is not None and moved:
+            rec.start += delta
+            rec.due += delta
+        return moved
 
     def carried(self, sid: str, q: float, t: float) -> None:
         """The rate `q` from reading `t` of `sid` on. Never back: readings of two clocks a

@@ -278,9 +278,6 @@ class StationTracker:
                 p.run_start += delta
             p.starts_hold += delta
         well = (self.level_id or self.switch_id) not in keep  # the well's times are its level's
-        # An open overflow's start and due time are the clock's that opened it (a gateway
-        # float switch beside a device-stamped level: the gateway's).
-        overflow = self._open.record is not None and self._open.opened_by not in keep
         # Fail to start's times are the clock's of the reading that set them (`_judge_fail`).
         if self.above_since is not None and self._above_by not in keep:
             self.above_since += delta
@@ -292,22 +289,14 @@ class StationTracker:
             self.level_time += delta
             if self._level_spent:
                 self._saved_spent()
-            rec = self._open.record
-            if rec is not None and rec.level_last is not None:  # the level's times
-                rec.level_last += delta
-                if rec.silent_from is not None and rec.silent_to is not None:
-                    rec.silent_from, rec.silent_to = rec.silent_from + delta, rec.silent_to + delta
-        if (self._open.prev_by or self.level_id or self.switch_id) not in keep:
-            self._open.t_prev += delta
-        if self._open.float_off_at is not None and self.switch_id not in keep:
-            self._open.float_off_at += delta
+        # An open overflow's start and due time are the clock's that opened it (a gateway
+        # float switch beside a device-stamped level: the gateway's).
+        switch = self.switch_id or ""
+        overflow = self._open.shifted(delta, keep, self.level_id or switch, switch, well)
         if self.switch_id not in keep:  # the float's off, on its clock
             self._link.end += delta
             if self._link.record is not None:
                 self._saved_spill()
-        if overflow and self._open.record is not None:
-            self._open.record.start += delta
-            self._open.record.due += delta
         self.clocks.stepped(self._last)  # the gateway's newest moves; whether they agree is found again
         if self._last:
             self.last_time = max(self._last.values())  # the latest reading taken, as it stands now
