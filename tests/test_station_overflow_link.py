@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from monitor.config import load_config
-from monitor.model import ConditionState, Rule, Sample
+from monitor.model import Condition, ConditionState, Rule, Sample
 from monitor.sinks.lineproto import condition_line
 from monitor.sqlite import Schema, connect
 from monitor.station import StationStore, StationTracker
@@ -305,3 +305,55 @@ def test_a_station_store_of_schema_2_upgrades_and_an_older_release_refuses_schem
     with pytest.raises(Exception, match="newer station-monitor") as err:
         connect(path, Schema("station store", SCHEMA.migrations[:2]))
     assert str(path) in str(err.value)
+
+
+def _float_chain(until: int) -> list[Sample]:
+    """The level dead at 9.5 ft from +30 s (the float ends the first overflow at +120 s); the
+    float on again +1200 to +1320 s and +2100 to +2220 s; polled every 60 s to `until`."""
+    samples = [s for s in _transmitter_dies(bad=False) if s.time < T0 + 1200]
+    for t in range(1200, until + 1, 60):
+        on = 1.0 if any(s <= t < s + 120 for s in (1200, 2100)) else 0.0
+        samples += [Sample("switch", T0 + t, on), Sample("inflow", T0 + t, 600.0), Sample("p1", T0 + t, 0.0)]
+    return samples
+
+
+@pytest.mark.parametrize("saved", [True, False], ids=["stopped", "killed"])
+def test_a_restart_while_a_float_only_continuing_record_is_open_keeps_the_chain(
+    tmp_path: Path, saved: bool
+) -> None:
+    """The daemon restarts at +1290 s, the float on, the second record (opened by the float
+    alone, continuing the first) open. Before: the restarted tracker did not know the level
+    was dead (its last reading's time was not stored for such a record), so the float's first
+    off ended the record at once, as if the level had said so: no note that the float ended
+    it, no link candidate, and the third overflow (+2100 s) was a new spill, a second SSO
+    report. Now the restart changes nothing: the same records, conditions and links."""
+    samples = _float_chain(3000)
+    config = station(tmp_path / "once")
+    store = StationStore.open(config.state_dir)
+    whole_conds = feed(StationTracker(config, store), samples)
+    whole = store.overflows(T0, T0 + 7200)
+    store.close()
+    config = station(tmp_path / "restarted")
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    conds = feed(tracker, [s for s in samples if s.time <= T0 + 1290])
+    assert tracker.overflow is not None and tracker.overflow.continues == T0
+    if saved:
+        tracker.save()
+    store.close()
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store, resume=True)
+    conds += feed(tracker, [s for s in samples if s.time > T0 + 1290])
+    records = store.overflows(T0, T0 + 7200)
+    store.close()
+
+    def overflow(cs: list[Condition]) -> list[tuple[float, ConditionState]]:
+        return [(c.time - T0, c.state) for c in cs if c.rule is Rule.OVERFLOW]
+
+    assert overflow(conds) == overflow(whole_conds)
+    assert [(r.start - T0, r.end and r.end - T0, r.continues) for r in records] == [
+        (0.0, 120.0, None),
+        (1200.0, 1320.0, T0),
+        (2100.0, 2220.0, T0),
+    ]
+    assert [(r.volume_note, r.gap_from) for r in records] == [(r.volume_note, r.gap_from) for r in whole]

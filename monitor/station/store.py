@@ -239,6 +239,21 @@ class StationStore:
         else:
             self._run("INSERT OR REPLACE INTO meta VALUES ('spill', ?)", (" ".join(map(repr, spill)),))
 
+    def save_level_spent(self, level_time: float | None) -> None:
+        """The level's last reading, at or above the setpoint, that the float overruled (its
+        transmitter dead: `StationTracker`, no overflow from it until the next reading);
+        None once the level is read again. Kept so a record the float alone opened then and
+        open at a restart ends as without one (a key of `meta`: no schema change)."""
+        if level_time is None:
+            self._run("DELETE FROM meta WHERE key = 'level_spent'")
+        else:
+            self._run("INSERT OR REPLACE INTO meta VALUES ('level_spent', ?)", (repr(level_time),))
+
+    def level_spent(self) -> float | None:
+        """The time `save_level_spent` kept, if any."""
+        rows = self._run("SELECT value FROM meta WHERE key = 'level_spent'")
+        return float(rows[0][0]) if rows else None
+
     def spill(self) -> tuple[OverflowRecord, float, float] | None:
         """The record `save_spill` named (closed), its end and the level's last reading."""
         rows = self._run("SELECT value FROM meta WHERE key = 'spill'")

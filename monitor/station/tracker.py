@@ -42,7 +42,6 @@ Readings of the ordinance and the issue that the code takes:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import math
@@ -60,19 +59,10 @@ from monitor.errors import MonitorError
 from monitor.model import Alarm, Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, iso
 from monitor.station.clocks import WellClocks
 from monitor.station.daily import DailyTotals
+from monitor.station.overflow import OpenOverflow, OverflowRate, SpillLink
 from monitor.station.pumps import PumpRun, PumpStats
 from monitor.station.store import OverflowRecord, StationStore
-from monitor.units import GALLONS_PER_FT3, conversion
-
-# A chain of float-ended records continues its first for a day from that start at most: a
-# transmitter dead for days must not make one "spill" of every overflow (each day's a report).
-SPILL_SPAN = 86_400.0
-
-
-def _first(record: OverflowRecord) -> float:
-    """The start of the spill `record` belongs to: its own, or the one it continues."""
-    return record.start if record.continues is None else record.continues
-
+from monitor.units import conversion
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -115,24 +105,14 @@ class StationTracker:
         # The level silent longer than this during an overflow: its volume is partial there.
         self.level_stale = config.rules[well.level].stale_after if well else math.inf
         self._ranges = {sid: (*r.valid_range, frozenset(r.bad_values)) for sid, r in config.rules.items()}
-        self._to_ft = 1.0
-        self._weir: tuple[float, float, float] | None = None  # C, L (ft), crest (level unit)
-        if well is not None:
-            self._to_ft = conversion(config.rules[well.level].unit, "ft")[0]
-            if well.weir is not None and sp is not None:
-                crest = well.weir.crest if well.weir.crest is not None else sp.overflow
-                self._weir = (well.weir.coefficient, well.weir.length.to("ft"), crest)
+        self._rate = OverflowRate(config)
         self._to_gpm = conversion(config.rules[self.inflow_id].unit, "gpm")[0] if self.inflow_id else 1.0
         self.level = math.nan
         self.level_time = -math.inf
         self.inflow_gpm = math.nan
         self.switch_on = False
         self._switch_read = False  # the float read (since the start or the restart)
-        # The float's last on-to-off while an overflow is open, and the volume then: with the
-        # level stale, the overflow ended there (`_float_ended`).
-        self._float_off_at: float | None = None
         self._level_spent = False  # the level's reading the float overruled: no overflow until the next
-        self._volume_at_off: float | None = None
         # An overflow the store held open at a restart: the level and the float not read since,
         # nothing says the well stopped spilling (a pump's reading first ended it, and the
         # level's next opened a second record for the one spill).
@@ -142,13 +122,8 @@ class StationTracker:
         # (before, its first reading, off, ended it at the restart, the volume carried past
         # the float's off that the restarted tracker does not know).
         self._level_unread = False
-        # The last overflow the float ended with the level dead (`_float_ended`), until a
-        # level reading says the well is below `overflow`: the next overflow opened within
-        # `report_within` of its end continues it (one spill, one event); `_spill_end` is
-        # its end, the float's off, on the float's clock as it stands now (a step moves it,
-        # the stored record keeps it).
-        self._spill: OverflowRecord | None = None
-        self._spill_end = -math.inf
+        # The last overflow the float ended with the level dead: the next may continue it.
+        self._link = SpillLink(self.report_within)
         self.above_since: float | None = None
         self.fail_active = False
         self.fail_at = -math.inf  # when fail to start was raised
@@ -163,11 +138,7 @@ class StationTracker:
         self._restored: dict[tuple[str, Rule], float | None] = {}
         self._clock: Clock | None = None
         self._skew = 0.0
-        self.overflow: OverflowRecord | None = None
-        self._overflow_by = ""  # the sensor whose reading opened it: its start is that clock's
-        self._q_prev = 0.0  # overflow rate (gpm) at the last integration time
-        self._t_prev = -math.inf
-        self._prev_by = ""  # the sensor whose reading set it: its clock's (`shift`)
+        self._open = OpenOverflow()  # the overflow record open now and what carries it on
         self.last_time = -math.inf
         self._last: dict[str, float] = {}
         self.store_errors = 0
@@ -194,18 +165,18 @@ class StationTracker:
         if resume and store is not None:
             self._resume(store)
 
+    @property
+    def overflow(self) -> OverflowRecord | None:
+        """The overflow record open now (None: none)."""
+        return self._open.record
+
     def _resume(self, store: StationStore) -> None:
         for run in store.open_runs():
             p = self.pumps.get(run.pump)
             if p is not None:
                 p.running, p.run_start, p.run_counted = True, run.start, run.started
         for rec in store.open_overflows():
-            self.overflow = rec
-            # The clock of the reading that opened it (a record of an older release does not
-            # say: taken as the well's, its level's). Taken as the level's, a record a gateway
-            # float opened an hour ahead of a device-stamped level did not move with the step
-            # back found at the restart and ended at its own start.
-            self._overflow_by = rec.opened_by or self.level_id or self.switch_id or ""
+            self._open.resumed(rec, self.level_id or self.switch_id or "")
             self._well_unread = True
             if rec.level_last is not None:
                 self._level_unread, self.level_time = True, rec.level_last
@@ -213,16 +184,19 @@ class StationTracker:
             # (before, not known, it ended nothing and the record stayed open for ever).
             if rec.switch_on is not None:
                 self.switch_on = rec.switch_on
-                self._float_off_at, self._volume_at_off = rec.switch_off_at, rec.volume_at_off
-            # The volume carried on from the last reading before the restart, as without one.
-            if rec.rate_gpm is not None and rec.rate_at is not None:
-                self._q_prev, self._t_prev = rec.rate_gpm, rec.rate_at
         # An overflow the float ended with the level dead, and no level reading below the
         # setpoint since: the next may continue it across the restart (one spill, one event).
-        spill = store.spill() if self.overflow is None else None
+        spill = store.spill() if self._open.record is None else None
         if spill is not None:
-            self._spill, self._spill_end, self.level_time = spill
+            rec, end, self.level_time = spill
+            self._link.kept(rec, end)
             self._level_spent = True
+        # The level's last reading overruled by the float, not read since: a record the float
+        # alone opened then ends as it would have (once the float stays off `stale_after`)
+        # and is the next one's link (before, its first off ended it as if the level had).
+        spent = store.level_spent()
+        if spent is not None and (self._open.record is None or self._open.record.level_last is None):
+            self._level_spent, self.level_time = True, spent
         # The starts of the last hour: starts per hour goes on counting them (a pump that
         # short-cycles across a restart), and a restored `pump_starts` keeps its evidence.
         for pid, start in store.recent_starts():
@@ -304,9 +278,6 @@ class StationTracker:
                 p.run_start += delta
             p.starts_hold += delta
         well = (self.level_id or self.switch_id) not in keep  # the well's times are its level's
-        # An open overflow's start and due time are the clock's that opened it (a gateway
-        # float switch beside a device-stamped level: the gateway's).
-        overflow = self.overflow is not None and self._overflow_by not in keep
         # Fail to start's times are the clock's of the reading that set them (`_judge_fail`).
         if self.above_since is not None and self._above_by not in keep:
             self.above_since += delta
@@ -316,22 +287,16 @@ class StationTracker:
             self.fail_at += delta
         if well:
             self.level_time += delta
-            rec = self.overflow
-            if rec is not None and rec.level_last is not None:  # the level's times
-                rec.level_last += delta
-                if rec.silent_from is not None and rec.silent_to is not None:
-                    rec.silent_from, rec.silent_to = rec.silent_from + delta, rec.silent_to + delta
-        if (self._prev_by or self.level_id or self.switch_id) not in keep:
-            self._t_prev += delta
-        if self._float_off_at is not None and self.switch_id not in keep:
-            self._float_off_at += delta
+            if self._level_spent:
+                self._saved_spent()
+        # An open overflow's start and due time are the clock's that opened it (a gateway
+        # float switch beside a device-stamped level: the gateway's).
+        switch = self.switch_id or ""
+        overflow = self._open.shifted(delta, keep, self.level_id or switch, switch, well)
         if self.switch_id not in keep:  # the float's off, on its clock
-            self._spill_end += delta
-            if self._spill is not None:
-                self._saved_spill(self._spill)
-        if overflow and self.overflow is not None:
-            self.overflow.start += delta
-            self.overflow.due += delta
+            self._link.end += delta
+            if self._link.record is not None:
+                self._saved_spill()
         self.clocks.stepped(self._last)  # the gateway's newest moves; whether they agree is found again
         if self._last:
             self.last_time = max(self._last.values())  # the latest reading taken, as it stands now
@@ -364,10 +329,10 @@ class StationTracker:
         if daily is not None and t >= daily.day_end:
             # A local midnight passed: that day's totals for InfluxDB, with what an overflow
             # open across it spilled to the midnight (its earlier days' share, kept for a restart).
-            self._stored(functools.partial(daily.advance, live=self._at_midnight), t)
-            if self.overflow is not None and self.store is not None:
-                self._kept(self.overflow)
-                self._stored(self.store.save_overflow, self.overflow)
+            self._stored(functools.partial(daily.advance, live=self._open.at_midnight), t)
+            if self._open.record is not None and self.store is not None:
+                self._kept(self._open.record)
+                self._stored(self.store.save_overflow, self._open.record)
         self.last_time = max(self.last_time, t)
         out: list[Condition] = []
         pump = self.pumps.get(sid)
@@ -383,35 +348,38 @@ class StationTracker:
             if run is not None and self.store is not None:
                 self._ended(run, self._stored(self.store.save_run, run))
         elif sid == self.level_id:
-            self.level, self.level_time, self._level_spent = v, t, False
-            if self.setpoints is not None and v < self.setpoints.overflow and self._spill is not None:
-                self._spill = None  # the level says the float's end was the spill's
+            if self._level_spent:
+                self._level_spent = False
+                self._saved_spent()
+            self.level, self.level_time = v, t
+            if self.setpoints is not None and v < self.setpoints.overflow and self._link.record is not None:
+                self._link.record = None  # the level says the float's end was the spill's
                 self._saved_spill()
             self._well_unread = self._level_unread = False
             out.extend(self._judge_level(t))
         elif sid == self.switch_id:
             on = v >= 0.5
             self._well_unread, self._switch_read = False, True
-            if self.switch_on and not on and self.overflow is not None:
-                self._float_off_at = t
+            if self.switch_on and not on and self._open.record is not None:
+                self._open.float_off_at = t
             elif on:
-                self._float_off_at = None
+                self._open.float_off_at = None
             self.switch_on = on
         elif sid == self.inflow_id:
             self.inflow_gpm = v * self._to_gpm
-            if self.overflow is None:
+            if self._open.record is None:
                 return out
         elif sid in self.drive:
             pid, key = self.drive[sid]
             self.readings[pid][key] = v
             return out
         if (
-            self.overflow is None
+            self._open.record is None
             and not self.switch_on
             and not (self.level >= self._overflow_at and not self._level_spent)
         ):
             if self._integrates(sid):
-                self._carried(sid, 0.0, t)  # no overflow, none starting: nothing to integrate
+                self._open.carried(sid, 0.0, t)  # no overflow, none starting: nothing to integrate
         else:
             out.extend(self._judge_overflow(t, sid))
         out.extend(self._judge_fail(t, sid))
@@ -436,12 +404,6 @@ class StationTracker:
         float switch, inflow and pumps carry the volume on, judged at the level's last value).
         Across clocks that disagree (one an hour off), the level's clock alone."""
         return self.clocks.comparable(sid, self.level_id or "")
-
-    def _carried(self, sid: str, q: float, t: float) -> None:
-        """The rate `q` from reading `t` of `sid` on. Never back: readings of two clocks a
-        few seconds apart, interleaved, would count the same seconds again at every poll."""
-        if t >= self._t_prev:
-            self._q_prev, self._t_prev, self._prev_by = q, t, sid
 
     def _judge_fail(self, t: float, sid: str = "") -> list[Condition]:
         """Fail to start at reading `t` of sensor `sid`. In a well whose readings come on two
@@ -505,19 +467,6 @@ class StationTracker:
             ]
         return []
 
-    def _rate_gpm(self) -> tuple[float, str]:
-        """Overflow rate now and how it is estimated."""
-        if self._weir is not None:
-            c, length, crest = self._weir
-            head = max(0.0, (self.level - crest) * self._to_ft) if math.isfinite(self.level) else 0.0
-            return c * length * head**1.5 * GALLONS_PER_FT3 * 60.0, "weir"
-        if self.inflow_id is not None and self.setpoints is not None:
-            if not (self.level >= self.setpoints.overflow) or math.isnan(self.inflow_gpm):
-                return 0.0, "inflow"
-            capacity = sum(p.capacity_gpm or 0.0 for p in self.pumps.values() if p.running)
-            return max(0.0, self.inflow_gpm - capacity), "inflow"
-        return 0.0, ""
-
     def _float_ended(self, t: float, sid: str) -> float | None:
         """When the float switch ended the overflow that the level's last reading, at or above
         `overflow`, still says goes on: its off, if the level has not been read since and is
@@ -528,7 +477,7 @@ class StationTracker:
         ended the overflow and its on opened a second, two reports for one spill (the end is
         still the off's time, only judged later; a level reading after the off has its word);
         only across clocks that agree (`WellClocks.comparable`)."""
-        off, level = self._float_off_at, self.level_id or ""
+        off, level = self._open.float_off_at, self.level_id or ""
         # Not read since the off and the off held `stale_after`: the level is stale too.
         if off is None or self.level_time > off or t - off <= self.level_stale:
             return None
@@ -548,29 +497,29 @@ class StationTracker:
             sp is not None and not self._level_spent and (self.level >= sp.overflow or self._level_unread)
         )
         over = level_over or self.switch_on or self._well_unread
-        rec = self.overflow
-        q, method = self._rate_gpm()
+        rec = self._open.record
+        q, method = self._rate.gpm(self.level, self.inflow_gpm, self.pumps.values())
         out: list[Condition] = []
         float_end = (
             self._float_ended(t, sid) if rec is not None and level_over and not self.switch_on else None
         )
+        off = self._open.float_off_at
         if float_end is not None:
             over = False  # the float's word: the level's last reading is stale
-        elif rec is not None and self._level_spent and not self.switch_on and self._float_off_at is not None:
+        elif rec is not None and self._level_spent and not self.switch_on and off is not None:
             # The float alone (the level dead since it ended an earlier record) ends this one
             # as it ended that: once it has stayed off `stale_after`. Ended at its first off,
             # a float chattering at the crest made a record and a page of each bounce.
-            off = self._float_off_at
             if self.clocks.comparable(sid, self.switch_id or "") and t - off > self.level_stale:
                 float_end, over = off, False
             else:
                 over = True
         if self._integrates(sid) and float_end is None:
-            prev = self._t_prev
+            prev = self._open.t_prev
             if rec is not None and prev > -math.inf and t > prev and rec.volume_gal is not None:
-                mean = (self._q_prev + q) / 2.0 if method == "weir" else self._q_prev
+                mean = (self._open.q_prev + q) / 2.0 if method == "weir" else self._open.q_prev
                 rec.volume_gal += mean * (t - prev) / 60.0
-            self._carried(sid, q, t)
+            self._open.carried(sid, q, t)
         sensor = self.level_id or self.switch_id or ""
         # The level the alarm's points give: none once older than its `stale_after` (the
         # transmitter dead, the float deciding); before, InfluxDB had the dead reading as
@@ -582,26 +531,13 @@ class StationTracker:
         if over and rec is None:
             rec = OverflowRecord(sensor, t, t + self.report_within, method=method, opened_by=sid)
             rec.volume_gal = 0.0 if method else None
-            self.overflow, self._overflow_by = rec, sid
-            self._float_off_at = None
+            self._open.opened(rec, sid)
             why = "level at or above overflow" if level_over else "overflow switch on"
             extra: dict[str, float | str] = {}
-            spill = self._spill
-            # The gap is measured only across clocks that agree (one an hour off: not linked).
-            agree = self.clocks.comparable(sid, self.switch_id or "")
-            near = agree and t - self._spill_end <= self.report_within
-            if spill is not None and spill.end is not None and near and t - _first(spill) <= SPILL_SPAN:
-                rec.continues = _first(spill)
-                # The gap on this record's clock: the end as a step since moved it (the stored
-                # end keeps the old clock's: stepped back, the gap ran backwards).
-                rec.gap_from = min(self._spill_end, t)
-                extra["continues"] = rec.continues
-                why += (
-                    f"; continues the overflow from {iso(rec.continues)}"
-                    f" (not measured from {iso(rec.gap_from)}: the float ended it, the level not read)"
-                )
-            if spill is not None:
-                self._spill = None
+            if self._link.record is not None:
+                why += self._link.continued(rec, t, self.clocks.comparable(sid, self.switch_id or ""))
+                if rec.continues is not None:
+                    extra["continues"] = rec.continues
                 self._saved_spill()
             out.append(
                 Condition(
@@ -620,23 +556,24 @@ class StationTracker:
             rec.peak = self.level if math.isnan(rec.peak) else max(rec.peak, self.level)
         if rec is not None and sid and sid == self.level_id:
             rec.level_read(t)  # what the volume rests on
-        if rec is not None and sid == self.switch_id and self._float_off_at == t:
-            self._volume_at_off = rec.volume_gal  # carried to the float's off
+        if rec is not None and sid == self.switch_id and self._open.float_off_at == t:
+            self._open.volume_at_off = rec.volume_gal  # carried to the float's off
         if rec is not None and not over:
             if float_end is not None:
-                rec.end, rec.volume_gal = max(float_end, rec.start), self._volume_at_off
+                rec.end, rec.volume_gal = max(float_end, rec.start), self._open.volume_at_off
             else:
-                rec.end = t if self.clocks.same(sid, self._overflow_by) else max(t, rec.start)
+                rec.end = t if self.clocks.same(sid, self._open.opened_by) else max(t, rec.start)
             rec.volume_gal, rec.volume_note = rec.judged(self.level_stale, rec.end)
-            if float_end is not None:
+            if float_end is not None and not self._level_spent:
                 self._level_spent = True
+                self._saved_spent()
             # The float's word alone, the level not read since its last (over): this one's or
             # a record's before that the float ended (a chain). A later overflow may continue it.
             if self._level_spent:
-                self._spill, self._spill_end = rec, rec.end
+                self._link.kept(rec, rec.end)
                 ended = f"ended at the overflow switch's off; the level not read since {iso(self.level_time)}"
                 rec.volume_note = f"{rec.volume_note}; {ended}" if rec.volume_note else ended
-            self.overflow = None
+            self._open.record = None
             out.append(
                 Condition(
                     t,
@@ -655,44 +592,25 @@ class StationTracker:
         if rec is not None and self.store is not None and (out or rec.end is not None or moved):
             self._kept(rec)
             self._ended(rec, self._stored(self.store.save_overflow, rec))
-        if rec is not None and rec is self._spill:
-            self._saved_spill(rec)  # after its end is written: a restart in the gap links too
+        if rec is not None and rec is self._link.record:
+            self._saved_spill()  # after its end is written: a restart in the gap links too
         return out
 
-    def _at_midnight(self, midnight: float) -> OverflowRecord | None:
-        """The open overflow as it stood at the local `midnight` (`DailyTotals.advance`, once
-        per day closed): its volume carried to it at the last rate (to the float's off if the
-        float's end is pending: the volume goes back to it at the close), its earlier days'
-        share as before; the record's share moves on to the midnight."""
-        rec = self.overflow
-        if rec is None:
-            return None
-        volume = rec.volume_gal
-        if volume is not None:
-            off = self._float_off_at
-            if off is not None and off <= midnight and self._volume_at_off is not None:
-                volume = self._volume_at_off
-            elif midnight > self._t_prev > -math.inf:
-                volume += self._q_prev * (midnight - self._t_prev) / 60.0
-        then = dataclasses.replace(rec, volume_gal=volume)
-        rec.volume_before_day = volume
-        return then
+    def _saved_spill(self) -> None:
+        """The link's candidate kept for a restart (`StationStore.save_spill`; none: dropped)."""
+        if self.store is not None:
+            self._stored(self.store.save_spill, self._link.saved(self.level_time))
 
-    def _saved_spill(self, rec: OverflowRecord | None = None) -> None:
-        """The link's candidate kept for a restart (`StationStore.save_spill`)."""
-        if self.store is None:
-            return
-        spill = None if rec is None else (rec.start, self._spill_end, self.level_time)
-        self._stored(self.store.save_spill, spill)
+    def _saved_spent(self) -> None:
+        """Whether the level's last reading is spent, kept for a restart with its time
+        (`StationStore.save_level_spent`)."""
+        if self.store is not None:
+            self._stored(self.store.save_level_spent, self.level_time if self._level_spent else None)
 
     def _kept(self, rec: OverflowRecord) -> None:
-        """What a restart needs in `rec` to go on as without one: the float's last reading
-        (unread since the restart: the record's stays), its off, the carried rate."""
-        if self._switch_read:
-            rec.switch_on = self.switch_on
-            rec.switch_off_at, rec.volume_at_off = self._float_off_at, self._volume_at_off
-        if self._t_prev > -math.inf:
-            rec.rate_gpm, rec.rate_at = self._q_prev, self._t_prev
+        """What a restart needs in `rec` (`OpenOverflow.kept`): the float's last reading if
+        read since the start or the restart."""
+        self._open.kept(rec, self.switch_on if self._switch_read else None)
 
     def take_daily(self) -> list[str]:
         """Line-protocol points of the local days closed since the last call."""
@@ -716,9 +634,9 @@ class StationTracker:
                 self._ended(rec, self._stored(store.save_run, rec))
             else:
                 self._ended(rec, self._stored(store.save_overflow, rec))
-        if self.overflow is not None:
-            self._kept(self.overflow)
-            self._stored(self.store.save_overflow, self.overflow)
+        if self._open.record is not None:
+            self._kept(self._open.record)
+            self._stored(self.store.save_overflow, self._open.record)
         if self.last_time > -math.inf:
             self._stored(self.store.save_progress, self.last_time)
 
