@@ -18,9 +18,9 @@ from monitor.model import ManualClock, Rule, Sample
 from monitor.sources.payload import StampsAhead
 from tests.engine_helpers import T0, station
 from tests.mqtt_tools import Peer
-from tests.services import Mosquitto
+from tests.services import Mosquitto, free_port
 from tests.test_clock_step import watched_daemon
-from tests.test_pipeline import close
+from tests.test_pipeline import close, get, served
 from tests.waiting import wait_until
 
 HOUR = 3600.0
@@ -34,7 +34,9 @@ def test_readings_stamped_an_hour_ahead_of_a_gateway_clock_say_so_in_the_stale_a
     Before: the alarm said only "no good sample" and health counted "bad payloads", sending
     the technician to a PLC that was fine. Now it says the readings arrive stamped ~1.0 h
     ahead of the gateway clock, with how many, and health says the same. NTP steps the
-    gateway clock to true time at +100 s: the next reading is judged and clears the alarm."""
+    gateway clock to true time at +100 s: the next reading is judged and clears the alarm.
+    /metrics, served on a real port, counts the refusals (station_monitor_mqtt_stamped_ahead_total)."""
+    port = free_port()
     config = build_config(
         {
             "station": {"id": "ps-skew"},
@@ -43,7 +45,7 @@ def test_readings_stamped_an_hour_ahead_of_a_gateway_clock_say_so_in_the_stale_a
             "mqtt": {"host": "127.0.0.1", "port": mosquitto.port, "client_id": "t-skew",
                      "subscriptions": [{"topic": "plant/+/level", "sensor": "plant.{1}", "format": "json",
                                         "value_path": "v", "time_path": "t"}]},
-            "console": {"enabled": False},
+            "console": {"host": "127.0.0.1", "port": port},
             "store": {"free_space_floor": 0},
         }
     )  # fmt: skip
@@ -85,6 +87,9 @@ def test_readings_stamped_an_hour_ahead_of_a_gateway_clock_say_so_in_the_stale_a
         assert (mqtt.stamped_ahead, mqtt.stamped_ahead_by) == (10, HOUR), mqtt
         warned = ahead_warnings()
         assert len(warned) == 1 and "~1.0 h" in warned[0] and "NTP" in warned[0], warned
+        with served(daemon):
+            metrics = get(f"http://127.0.0.1:{port}/metrics")
+        assert 'station_monitor_mqtt_stamped_ahead_total{station="ps-skew"} 10.0' in metrics, metrics
 
         run(range(100, 231))
         entries = list(daemon.alarms.journal.entries(sensor="plant.lvl"))
