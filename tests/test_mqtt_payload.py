@@ -77,6 +77,10 @@ def test_json_list_index_in_path() -> None:
         ({"format": "json", "time_path": "ts"}, b'{"value": 1, "ts": "yesterday"}', "neither epoch"),
         ({"format": "json", "time_path": "ts"}, b'{"value": 1}', "no 'ts'"),
         ({"format": "json", "time_path": "ts"}, b'{"value": 1, "ts": 1767229200}', "in the future"),
+        # An ISO time is never milliseconds: a garbage clock at year 9999 was divided by 1000
+        # and taken as a reading of 1978 (and ended a run of refusals ahead).
+        ({"format": "json", "time_path": "ts"}, b'{"value": 1, "ts": "9999-12-31T23:59:59Z"}', "range"),
+        ({"format": "json", "time_path": "ts"}, b'{"value": 1, "ts": "6000-01-01T00:00:00Z"}', "range"),
     ],
 )
 def test_bad_payload_is_refused_with_reason(kw: dict[str, object], payload: bytes, reason: str) -> None:

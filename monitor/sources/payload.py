@@ -186,15 +186,21 @@ def _number(node: object, what: str, path: tuple[str, ...]) -> float:
 
 
 def _timestamp(node: object, path: tuple[str, ...]) -> float:
-    """Epoch seconds, epoch milliseconds (told apart by size) or ISO 8601 with a zone."""
+    """Epoch seconds, epoch milliseconds (told apart by size) or ISO 8601 with a zone. An ISO
+    time is never milliseconds: a garbage clock at year 9999 is out of range, not 1978."""
+    epoch = True
     if isinstance(node, str):
         try:
             t = parse_time(node)
         except (ValueError, OverflowError) as exc:
             raise PayloadError(f"time at {'.'.join(path)!r}: {_short(exc)}") from None
+        try:
+            float(node)
+        except ValueError:
+            epoch = False
     else:
         t = _number(node, "time", path)
-    if abs(t) > EPOCH_MS_ABOVE:
+    if epoch and abs(t) > EPOCH_MS_ABOVE:
         t /= 1000.0
     if not -EPOCH_MS_ABOVE < t < EPOCH_MS_ABOVE:
         raise PayloadError(f"time at {'.'.join(path)!r} is out of range")
