@@ -8,8 +8,11 @@ a tick a second (docs/sources-mqtt.md, "Timestamps ahead of the gateway clock").
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from monitor.config import build_config
 from monitor.engine.engine import Engine
@@ -27,7 +30,7 @@ HOUR = 3600.0
 
 
 def test_readings_stamped_an_hour_ahead_of_a_gateway_clock_say_so_in_the_stale_alarm_and_health(
-    tmp_path: Path, mosquitto: Mosquitto
+    tmp_path: Path, mosquitto: Mosquitto, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The gateway boots an hour behind true time; the PLC stamps true time every 10 s. Every
     reading is refused as in the future (max_skew 300 s) and the level goes stale at +61 s.
@@ -35,7 +38,9 @@ def test_readings_stamped_an_hour_ahead_of_a_gateway_clock_say_so_in_the_stale_a
     the technician to a PLC that was fine. Now it says the readings arrive stamped ~1.0 h
     ahead of the gateway clock, with how many, and health says the same. NTP steps the
     gateway clock to true time at +100 s: the next reading is judged and clears the alarm.
-    /metrics, served on a real port, counts the refusals (station_monitor_mqtt_stamped_ahead_total)."""
+    /metrics, served on a real port, counts the refusals (station_monitor_mqtt_stamped_ahead_total).
+    The log says it once per run (a WARNING at the first refusal, DEBUG while it lasts, INFO
+    when a reading is taken again), not once a minute per topic for as long as NTP is out."""
     port = free_port()
     config = build_config(
         {
@@ -76,6 +81,7 @@ def test_readings_stamped_an_hour_ahead_of_a_gateway_clock_say_so_in_the_stale_a
     def ahead_warnings() -> list[str]:
         return [a["text"] for a in attention(daemon.health().to_json()) if "ahead of" in a["text"]]
 
+    caplog.set_level(logging.DEBUG, logger="monitor.sources.mqtt_ingest")
     try:
         run(range(0, 100))
         entries = list(daemon.alarms.journal.entries(sensor="plant.lvl"))
@@ -95,6 +101,14 @@ def test_readings_stamped_an_hour_ahead_of_a_gateway_clock_say_so_in_the_stale_a
         entries = list(daemon.alarms.journal.entries(sensor="plant.lvl"))
         assert [(e.event, e.time - T0) for e in entries] == [("activated", 61.0 - HOUR), ("cleared", 100.0)]
         assert ahead_warnings() == []  # nothing refused for two minutes: the warning is history
+        said_at = [
+            (r.levelname, r.getMessage())
+            for r in caplog.records
+            if r.name == "monitor.sources.mqtt_ingest" and "plant.lvl" in r.getMessage()
+        ]
+        assert [level for level, _ in said_at] == ["WARNING"] + ["DEBUG"] * 9 + ["INFO"], said_at
+        assert "in the future" in said_at[0][1] and "gateway clock is behind" in said_at[0][1], said_at
+        assert "taken again after 10 refused" in said_at[-1][1], said_at
     finally:
         peer.close()
         link.stop()

@@ -271,18 +271,25 @@ class StampsAhead:
         self.last: tuple[float, float] | None = None  # (arrived, ahead) of the last one, any sensor
         self._by_sensor: dict[str, tuple[float, float, int]] = {}
 
-    def record(self, sensor: str, ahead: float, arrived: float) -> None:
+    def record(self, sensor: str, ahead: float, arrived: float) -> int:
+        """Count one refusal; return its place in the sensor's run (1: a run starts, said
+        once in the log), or 0 past the cap (not tracked)."""
         self.total += 1
         self.last = (arrived, ahead)
         entry = self._by_sensor.get(sensor)
         if entry is None and len(self._by_sensor) >= self.max_sensors:
-            return
-        self._by_sensor[sensor] = (arrived, ahead, 1 if entry is None else entry[2] + 1)
+            return 0
+        run = 1 if entry is None else entry[2] + 1
+        self._by_sensor[sensor] = (arrived, ahead, run)
+        return run
 
-    def taken(self, sensor: str) -> None:
-        """A reading of `sensor` was taken: a run of refusals, if any, is over."""
-        if self._by_sensor:
-            self._by_sensor.pop(sensor, None)
+    def taken(self, sensor: str) -> int:
+        """A reading of `sensor` was taken: a run of refusals, if any, is over; how many
+        it had (0: none)."""
+        if not self._by_sensor:
+            return 0
+        entry = self._by_sensor.pop(sensor, None)
+        return 0 if entry is None else entry[2]
 
     def latest(self, sensor: str) -> tuple[float, float, int] | None:
         return self._by_sensor.get(sensor)
