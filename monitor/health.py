@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from monitor.engine import Engine
-from monitor.model import about, iso
+from monitor.model import CLOCK_AHEAD_ADVICE, about, iso
 from monitor.pipeline import PipelineStats
 from monitor.sinks.pipeline import SampleSink
 from monitor.sources.modbus import ModbusPoller
@@ -393,8 +393,7 @@ def attention(health: Mapping[str, Any]) -> list[dict[str, str]]:
             sensors = ", ".join(refused[:5]) + (f" and {more} more" if more > 0 else "")
             warnings.append(
                 f"{name}: readings of {sensors or 'a sensor'} refused, stamped ahead of the gateway clock"
-                f" by ~{about(ahead)} (over max_skew): the gateway clock is behind (check NTP/time sync),"
-                " or the device's clock is ahead"
+                f" by ~{about(ahead)} (over max_skew): {CLOCK_AHEAD_ADVICE}"
             )
     outbox = _part(health, "outbox")
     for part, key, one, many in _LOST:
