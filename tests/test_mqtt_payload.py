@@ -81,6 +81,9 @@ def test_json_list_index_in_path() -> None:
         # and taken as a reading of 1978 (and ended a run of refusals ahead).
         ({"format": "json", "time_path": "ts"}, b'{"value": 1, "ts": "9999-12-31T23:59:59Z"}', "range"),
         ({"format": "json", "time_path": "ts"}, b'{"value": 1, "ts": "6000-01-01T00:00:00Z"}', "range"),
+        # Before 1970: no clock a device has; it was taken as a reading of 1969.
+        ({"format": "json", "time_path": "ts"}, b'{"value": 1, "ts": -5}', "out of range"),
+        ({"format": "json", "time_path": "ts"}, b'{"value": 1, "ts": "1969-12-31T23:00:00Z"}', "range"),
     ],
 )
 def test_bad_payload_is_refused_with_reason(kw: dict[str, object], payload: bytes, reason: str) -> None:

@@ -202,8 +202,8 @@ def _timestamp(node: object, path: tuple[str, ...]) -> float:
         t = _number(node, "time", path)
     if epoch and abs(t) > EPOCH_MS_ABOVE:
         t /= 1000.0
-    if not -EPOCH_MS_ABOVE < t < EPOCH_MS_ABOVE:
-        raise PayloadError(f"time at {'.'.join(path)!r} is out of range")
+    if not 0.0 <= t < EPOCH_MS_ABOVE:  # before 1970 is no device's clock: a garbage stamp
+        raise PayloadError(f"time at {'.'.join(path)!r} is out of range (before 1970 or after 5138)")
     return t
 
 
