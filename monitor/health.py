@@ -222,8 +222,11 @@ def gather(
         if src is not None and src.ahead.last is not None:
             since = src.clock.now() - AHEAD_RECENT
             arrived, ahead = src.ahead.last
-            if arrived >= since:
-                ahead_by, ahead_sensors = ahead, tuple(src.ahead.sensors(since))
+            refused = tuple(src.ahead.sensors(since))
+            # A run ended by a reading taken is over at once (the device's clock set right),
+            # not ten minutes later; past the table's cap the sensors are not known.
+            if arrived >= since and (refused or src.ahead.full):
+                ahead_by, ahead_sensors = ahead, refused
         sources.append(
             MqttHealth(
                 name=mqtt_link.where,

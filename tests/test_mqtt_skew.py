@@ -115,6 +115,61 @@ def test_readings_stamped_an_hour_ahead_of_a_gateway_clock_say_so_in_the_stale_a
         close(daemon)
 
 
+def test_a_device_clock_set_right_again_ends_the_consoles_stamped_ahead_line_at_once(
+    tmp_path: Path, mosquitto: Mosquitto
+) -> None:
+    """The gateway is right; one PLC stamps an hour ahead for 100 s, then its clock is set
+    and its next reading taken. Health and the console stop saying readings are refused at
+    once: before, the line stayed ten minutes after the last refusal, saying "readings of a
+    sensor refused" (none left in the run) of a station whose every reading was taken."""
+    config = build_config(
+        {
+            "station": {"id": "ps-skew"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [{"id": "plant.lvl", "kind": "level", "unit": "ft", "stale_after": "60s"}],
+            "mqtt": {"host": "127.0.0.1", "port": mosquitto.port, "client_id": "t-skew2",
+                     "subscriptions": [{"topic": "plant/+/level", "sensor": "plant.{1}", "format": "json",
+                                        "value_path": "v", "time_path": "t"}]},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+    daemon, wall, mono = watched_daemon(config, T0)
+    link, source = daemon.mqtt_link, daemon.mqtt_source
+    assert link is not None and source is not None
+    link.start()
+    link.wait_connected()
+    peer = Peer(mosquitto.port, "t-skew2-plc")
+    emit = daemon.pipeline.source("mqtt")
+
+    def arrived(n: int) -> Callable[[], bool]:
+        return lambda: source.received >= n
+
+    def ahead() -> tuple[float | None, tuple[str, ...], list[str]]:
+        mqtt = next(s for s in daemon.health().sources if isinstance(s, MqttHealth))
+        warned = [a["text"] for a in attention(daemon.health().to_json()) if "ahead of" in a["text"]]
+        return mqtt.stamped_ahead_by, mqtt.stamped_ahead_sensors, warned
+
+    try:
+        for k in range(0, 111, 10):
+            wall.set(T0 + k)
+            mono.set(1000.0 + k)
+            daemon.tick()
+            peer.publish("plant/lvl/level", json.dumps({"v": 4.2, "t": T0 + k + (HOUR if k < 100 else 0.0)}))
+            wait_until(arrived(k // 10 + 1), timeout=10, what="the PLC's reading")
+            source.drain(emit)
+            daemon.pipeline.process_queued()
+            if k == 90:
+                by, sensors, warned = ahead()
+                assert (by, sensors, len(warned)) == (HOUR, ("plant.lvl",), 1), (by, sensors, warned)
+        assert source.ahead.total == 10
+        assert ahead() == (None, (), [])
+    finally:
+        peer.close()
+        link.stop()
+        close(daemon)
+
+
 def test_the_stale_message_names_refusals_ahead_only_while_they_arrive_and_none_taken_since() -> None:
     """The engine's side alone (`StampsAhead` as the MQTT source fills it, stale after 60 s):
     refusals that stopped more than `stale_after` before the stale tick are history (the PLC

@@ -294,6 +294,11 @@ class StampsAhead:
     def latest(self, sensor: str) -> tuple[float, float, int] | None:
         return self._by_sensor.get(sensor)
 
+    @property
+    def full(self) -> bool:
+        """Whether the table is at its cap (a refused sensor may be missing from it)."""
+        return len(self._by_sensor) >= self.max_sensors
+
     def sensors(self, since: float) -> list[str]:
         """The sensors whose last refusal arrived at or after `since`."""
         return sorted(s for s, (at, _, _) in list(self._by_sensor.items()) if at >= since)
