@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from monitor.engine import Engine
-from monitor.model import about, iso
+from monitor.model import CLOCK_AHEAD_ADVICE, about, iso
 from monitor.pipeline import PipelineStats
 from monitor.sinks.pipeline import SampleSink
 from monitor.sources.modbus import ModbusPoller
@@ -222,8 +222,11 @@ def gather(
         if src is not None and src.ahead.last is not None:
             since = src.clock.now() - AHEAD_RECENT
             arrived, ahead = src.ahead.last
-            if arrived >= since:
-                ahead_by, ahead_sensors = ahead, tuple(src.ahead.sensors(since))
+            refused = tuple(src.ahead.sensors(since))
+            # A run ended by a reading taken is over at once (the device's clock set right),
+            # not ten minutes later; past the table's cap the sensors are not known.
+            if arrived >= since and (refused or src.ahead.full):
+                ahead_by, ahead_sensors = ahead, refused
         sources.append(
             MqttHealth(
                 name=mqtt_link.where,
@@ -393,8 +396,7 @@ def attention(health: Mapping[str, Any]) -> list[dict[str, str]]:
             sensors = ", ".join(refused[:5]) + (f" and {more} more" if more > 0 else "")
             warnings.append(
                 f"{name}: readings of {sensors or 'a sensor'} refused, stamped ahead of the gateway clock"
-                f" by ~{about(ahead)} (over max_skew): the gateway clock is behind (check NTP/time sync),"
-                " or the device's clock is ahead"
+                f" by ~{about(ahead)} (over max_skew): {CLOCK_AHEAD_ADVICE}"
             )
     outbox = _part(health, "outbox")
     for part, key, one, many in _LOST:

@@ -457,6 +457,11 @@ def iso(t: float) -> str:
     return dt.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+CLOCK_AHEAD_ADVICE = "the gateway clock is behind (check NTP/time sync), or the device's clock is ahead"
+"""What a reading refused as stamped ahead of the gateway clock advises, said alike in the
+stale alarm and the console (which clock to check first)."""
+
+
 def about(seconds: float) -> str:
     """A span rounded for a person: `400 s`, `35 min`, `1.0 h`, `3.2 days`."""
     if seconds < 600:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from playwright.sync_api import Browser, expect
 
-from monitor.health import EngineHealth, Health, ModbusHealth, OutboxHealth, PipelineHealth
+from monitor.health import EngineHealth, Health, ModbusHealth, MqttHealth, OutboxHealth, PipelineHealth
 from monitor.model import ManualClock, Quality, Sample, iso
 from tests.console import T0, TOKEN, LiveConsole, TableView, fill_day
 
@@ -148,4 +148,38 @@ def test_gateway_panel_says_all_parts_work_when_nothing_needs_attention(
         expect(page.locator("#health .att-ok")).to_have_text("All parts working.")
         expect(page.locator("#station-link")).to_be_hidden()  # no wet well at this station
         expect(page.locator("#health .attention")).to_have_count(0)
+        page.close()
+
+
+class GatewayBehind(TableView):
+    """The real snapshot of a gateway an hour behind its MQTT devices: seven sensors' readings
+    refused as stamped ahead; the broker link's configured name carries markup."""
+
+    def health(self) -> Mapping[str, object]:
+        sensors = tuple(f"well{i}.level" for i in range(1, 8))
+        mqtt = MqttHealth("<i>field</i>", True, None, 70, 0, 70, 0, 0, 70, 3600.0, sensors)
+        engine = EngineHealth(0, 0, 0, 0, 0)
+        pipeline = PipelineHealth(0, 0, None, 0, 0, 0, 0, 0)
+        return Health((mqtt,), OutboxHealth(False), engine, pipeline).to_json()
+
+
+def test_gateway_panel_says_readings_are_refused_as_stamped_ahead_of_its_clock(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """The amber line an operator reads when the gateway booted an hour behind: which clock to
+    check, five sensors named and the rest counted, the link's name as text, not markup."""
+    view = GatewayBehind(tmp_path / "journal.sqlite", ManualClock(T0))
+    with LiveConsole(view, refresh=0.3) as live:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(live.url)
+        notes = page.locator("#health .attention li")
+        expect(notes).to_have_count(1)
+        expect(notes.nth(0)).to_have_class("att-warning")
+        expect(notes.nth(0)).to_have_text(
+            "mqtt <i>field</i>: readings of well1.level, well2.level, well3.level, well4.level,"
+            " well5.level and 2 more refused, stamped ahead of the gateway clock by ~1.0 h (over"
+            " max_skew): the gateway clock is behind (check NTP/time sync), or the device's clock"
+            " is ahead"
+        )
+        expect(page.locator("#health i")).to_have_count(0)
         page.close()

@@ -25,7 +25,8 @@ FULL: dict[str, object] = {
             "requests": 4000, "errors": 3, "malformed": 2, "latency_ms": 12.5,
         },
         {"source": "modbus", "name": "lift-plc", "connected": False, "requests": 40, "errors": 40},
-        {"source": "mqtt", "name": "field", "connected": True, "received": 302, "bad_payloads": 4},
+        {"source": "mqtt", "name": "field", "connected": True, "received": 302, "bad_payloads": 4,
+         "stamped_ahead": 3},
     ],
     "outbox": {
         "configured": True, "pending": 17, "pending_bytes": 1870, "written": 9000,

@@ -77,6 +77,13 @@ def test_json_list_index_in_path() -> None:
         ({"format": "json", "time_path": "ts"}, b'{"value": 1, "ts": "yesterday"}', "neither epoch"),
         ({"format": "json", "time_path": "ts"}, b'{"value": 1}', "no 'ts'"),
         ({"format": "json", "time_path": "ts"}, b'{"value": 1, "ts": 1767229200}', "in the future"),
+        # An ISO time is never milliseconds: a garbage clock at year 9999 was divided by 1000
+        # and taken as a reading of 1978 (and ended a run of refusals ahead).
+        ({"format": "json", "time_path": "ts"}, b'{"value": 1, "ts": "9999-12-31T23:59:59Z"}', "range"),
+        ({"format": "json", "time_path": "ts"}, b'{"value": 1, "ts": "6000-01-01T00:00:00Z"}', "range"),
+        # Before 1970: no clock a device has; it was taken as a reading of 1969.
+        ({"format": "json", "time_path": "ts"}, b'{"value": 1, "ts": -5}', "out of range"),
+        ({"format": "json", "time_path": "ts"}, b'{"value": 1, "ts": "1969-12-31T23:00:00Z"}', "range"),
     ],
 )
 def test_bad_payload_is_refused_with_reason(kw: dict[str, object], payload: bytes, reason: str) -> None:

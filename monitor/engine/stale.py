@@ -13,7 +13,7 @@ import numpy as np
 
 from monitor.engine.baseline import Floats
 from monitor.engine.state import SensorState
-from monitor.model import Condition, ConditionState, Rule, about, iso, new_condition
+from monitor.model import CLOCK_AHEAD_ADVICE, Condition, ConditionState, Rule, about, iso, new_condition
 
 STALE_CITATION = "station config: stale_after"
 
@@ -50,8 +50,7 @@ def stamped_ahead(ahead: float, count: int) -> str:
     readings = "1 reading" if count == 1 else f"{count:,} readings"
     return (
         f"{NO_GOOD_SAMPLE}: readings arrive but are stamped ahead of the gateway clock by ~{about(ahead)}"
-        f" ({readings} refused, over max_skew): the gateway clock is behind (check NTP/time sync),"
-        " or the device's clock is ahead"
+        f" ({readings} refused, over max_skew): {CLOCK_AHEAD_ADVICE}"
     )
 
 

@@ -132,17 +132,21 @@ class MqttSource:
                         f"sensor {sample.sensor!r} is stamped by the gateway clock (polled over Modbus,"
                         " or fed without a time_path); a payload time would judge it on two clocks"
                     )
-                if ahead is not None:
-                    ahead.taken(sample.sensor)
+                if ahead is not None and (run := ahead.taken(sample.sensor)):
+                    log.info(
+                        "MQTT station %s sensor %r: readings taken again after %d refused as stamped"
+                        " ahead of the gateway clock", self.station, sample.sensor, run,
+                    )  # fmt: skip
             except PayloadError as exc:
+                run = 0
                 if (
                     ahead is not None
                     and isinstance(exc, StampAheadError)
                     and (sensors is None or exc.sensor in sensors)
                     and exc.sensor not in gateway
                 ):
-                    ahead.record(exc.sensor, exc.ahead, received)
-                self._refused(topic, exc, received)
+                    run = ahead.record(exc.sensor, exc.ahead, received)
+                self._refused(topic, exc, received, ahead_run=run)
                 sample = None  # acknowledged in turn: the broker must not send it again
             queue.append((sample, receipt))
             if not self._wake_pending and self._loop is not None:
@@ -244,8 +248,17 @@ class MqttSource:
             emit(batch, _acker([r for _, r in taken]))
         return count
 
-    def _refused(self, topic: str, exc: PayloadError, now: float) -> None:  # paho's thread only
+    def _refused(self, topic: str, exc: PayloadError, now: float, ahead_run: int = 0) -> None:
+        """Count a refusal and log it (paho's thread): once a minute per topic with how many came
+        between; one stamped ahead of the gateway clock (`ahead_run`, its place in the sensor's
+        run) once per run instead (a gateway hours behind would say it every minute on every
+        topic until NTP answers), DEBUG while it lasts, INFO when a reading is taken again."""
         count = self.bad.record(topic, now)
+        if ahead_run and isinstance(exc, StampAheadError):
+            level = logging.WARNING if ahead_run == 1 else logging.DEBUG
+            log.log(level, "MQTT station %s topic %r sensor %r: bad payload: %s (refused ahead: %d in a row)",
+                    self.station, topic, exc.sensor, exc, ahead_run)  # fmt: skip
+            return
         if count is None:
             return
         more = f" ({count} bad payloads on this topic since the last report)" if count > 1 else ""

@@ -186,18 +186,24 @@ def _number(node: object, what: str, path: tuple[str, ...]) -> float:
 
 
 def _timestamp(node: object, path: tuple[str, ...]) -> float:
-    """Epoch seconds, epoch milliseconds (told apart by size) or ISO 8601 with a zone."""
+    """Epoch seconds, epoch milliseconds (told apart by size) or ISO 8601 with a zone. An ISO
+    time is never milliseconds: a garbage clock at year 9999 is out of range, not 1978."""
+    epoch = True
     if isinstance(node, str):
         try:
             t = parse_time(node)
         except (ValueError, OverflowError) as exc:
             raise PayloadError(f"time at {'.'.join(path)!r}: {_short(exc)}") from None
+        try:
+            float(node)
+        except ValueError:
+            epoch = False
     else:
         t = _number(node, "time", path)
-    if abs(t) > EPOCH_MS_ABOVE:
+    if epoch and abs(t) > EPOCH_MS_ABOVE:
         t /= 1000.0
-    if not -EPOCH_MS_ABOVE < t < EPOCH_MS_ABOVE:
-        raise PayloadError(f"time at {'.'.join(path)!r} is out of range")
+    if not 0.0 <= t < EPOCH_MS_ABOVE:  # before 1970 is no device's clock: a garbage stamp
+        raise PayloadError(f"time at {'.'.join(path)!r} is out of range (before 1970 or after 5138)")
     return t
 
 
@@ -265,21 +271,33 @@ class StampsAhead:
         self.last: tuple[float, float] | None = None  # (arrived, ahead) of the last one, any sensor
         self._by_sensor: dict[str, tuple[float, float, int]] = {}
 
-    def record(self, sensor: str, ahead: float, arrived: float) -> None:
+    def record(self, sensor: str, ahead: float, arrived: float) -> int:
+        """Count one refusal; return its place in the sensor's run (1: a run starts, said
+        once in the log), or 0 past the cap (not tracked)."""
         self.total += 1
         self.last = (arrived, ahead)
         entry = self._by_sensor.get(sensor)
         if entry is None and len(self._by_sensor) >= self.max_sensors:
-            return
-        self._by_sensor[sensor] = (arrived, ahead, 1 if entry is None else entry[2] + 1)
+            return 0
+        run = 1 if entry is None else entry[2] + 1
+        self._by_sensor[sensor] = (arrived, ahead, run)
+        return run
 
-    def taken(self, sensor: str) -> None:
-        """A reading of `sensor` was taken: a run of refusals, if any, is over."""
-        if self._by_sensor:
-            self._by_sensor.pop(sensor, None)
+    def taken(self, sensor: str) -> int:
+        """A reading of `sensor` was taken: a run of refusals, if any, is over; how many
+        it had (0: none)."""
+        if not self._by_sensor:
+            return 0
+        entry = self._by_sensor.pop(sensor, None)
+        return 0 if entry is None else entry[2]
 
     def latest(self, sensor: str) -> tuple[float, float, int] | None:
         return self._by_sensor.get(sensor)
+
+    @property
+    def full(self) -> bool:
+        """Whether the table is at its cap (a refused sensor may be missing from it)."""
+        return len(self._by_sensor) >= self.max_sensors
 
     def sensors(self, since: float) -> list[str]:
         """The sensors whose last refusal arrived at or after `since`."""
