@@ -6,7 +6,8 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,19 @@ class StationWithIncidents(TableView):
     def __init__(self, tmp_path: Path, config: Path, now: float) -> None:
         super().__init__(tmp_path / "journal.sqlite", ManualClock(now))
         self.incidents = IncidentTracker(load(config))
+
+
+@contextmanager
+def golden_station(tmp_path: Path, now: float) -> Iterator[tuple[StationWithIncidents, Any, Any]]:
+    """The console's station at `now` over the slug-and-oil golden case replayed: (view, the
+    slug incident, the oil incident, as `incidents_json` gives them); the tracker closed after."""
+    cfg = replay_case("slug-and-oil", tmp_path)
+    slug, oil = incidents_json(cfg)
+    view = StationWithIncidents(tmp_path, cfg, now)
+    try:
+        yield view, slug, oil
+    finally:
+        view.incidents.close()
 
 
 def case_config(case: Path, state: Path, **extra: Any) -> Path:

@@ -26,7 +26,7 @@ from monitor.writeonce import ANSWER_MAX, KEEP_ROWS, write_key
 from tests.conftest import fill_disk
 from tests.console import T0, TOKEN, LiveConsole, TableView
 from tests.daemon_process import ROOT, running_daemon
-from tests.incident_helpers import StationWithIncidents, incidents_json, replay_case
+from tests.incident_helpers import StationWithIncidents, golden_station, incidents_json, replay_case
 from tests.services import free_port, port_open
 from tests.waiting import wait_until
 
@@ -38,13 +38,8 @@ NOTICE = {"kind": "notice", "text": "§139-21 A notice of violation, served", "d
 @pytest.fixture
 def case(tmp_path: Path) -> Iterator[tuple[StationWithIncidents, dict[str, Any]]]:
     """The station with the golden case's incidents: (view, the slug incident)."""
-    cfg = replay_case("slug-and-oil", tmp_path)
-    slug, _ = incidents_json(cfg)
-    view = StationWithIncidents(tmp_path, cfg, NOW)
-    try:
+    with golden_station(tmp_path, NOW) as (view, slug, _):
         yield view, slug
-    finally:
-        view.incidents.close()
 
 
 def keyed(

@@ -17,7 +17,7 @@ from playwright.sync_api import Browser, expect
 from monitor.model import ManualClock, Sample
 from tests.console import T0, LiveConsole, TableView, operator_page
 from tests.dropping_proxy import DroppingProxy
-from tests.incident_helpers import StationWithIncidents, incidents_json, replay_case
+from tests.incident_helpers import StationWithIncidents, golden_station
 
 NOW = 1781913600.0  # 2026-06-20T00:00Z, after the case's incidents
 CONFIRMED = "confirmed by the gateway after its first answer was lost (recorded once)."
@@ -26,13 +26,8 @@ CONFIRMED = "confirmed by the gateway after its first answer was lost (recorded 
 @pytest.fixture
 def station(tmp_path: Path) -> Iterator[tuple[StationWithIncidents, dict[str, Any]]]:
     """The station with the golden case's incidents: (view, the oil incident)."""
-    cfg = replay_case("slug-and-oil", tmp_path)
-    _, oil = incidents_json(cfg)
-    view = StationWithIncidents(tmp_path, cfg, NOW)
-    try:
+    with golden_station(tmp_path, NOW) as (view, _, oil):
         yield view, oil
-    finally:
-        view.incidents.close()
 
 
 class ProxiedLive:

@@ -15,7 +15,7 @@ from playwright.sync_api import Browser, Route, expect
 
 from monitor.model import Rule, Sample
 from tests.console import TOKEN, LiveConsole, operator_page
-from tests.incident_helpers import StationWithIncidents, incidents_json, monitor, replay_case
+from tests.incident_helpers import StationWithIncidents, golden_station, incidents_json, monitor, replay_case
 
 # 2026-06-20T00:00Z (June 19, 20:00 EDT), as in test_incidents_console_writes.py
 NOW = 1781913600.0
@@ -25,13 +25,8 @@ NOTICE = {"by": "R. Alvarez", "text": "NOV 2026-17 served", "kind": "notice"}
 @pytest.fixture
 def station(tmp_path: Path) -> Iterator[tuple[StationWithIncidents, dict[str, Any]]]:
     """The station with the case's incidents: (view, the oil incident)."""
-    cfg = replay_case("slug-and-oil", tmp_path)
-    _, oil = incidents_json(cfg)
-    view = StationWithIncidents(tmp_path, cfg, NOW)
-    try:
+    with golden_station(tmp_path, NOW) as (view, _, oil):
         yield view, oil
-    finally:
-        view.incidents.close()
 
 
 def post(live: LiveConsole, url: str, body: dict[str, Any]) -> httpx.Response:

@@ -15,7 +15,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from monitor.incidents.model import NoteKind
 from tests.console import TOKEN, LiveConsole, operator_page
-from tests.incident_helpers import StationWithIncidents, incidents_json, replay_case
+from tests.incident_helpers import StationWithIncidents, golden_station
 
 # 2026-06-20T00:00Z (June 19, 20:00 EDT): the slug's §139-15 statement is overdue, the oil's not yet
 NOW = 1781913600.0
@@ -26,13 +26,8 @@ DISABLED = "writes are disabled on this gateway (no console.token in the station
 @pytest.fixture
 def case(tmp_path: Path) -> Iterator[tuple[StationWithIncidents, dict[str, Any], dict[str, Any]]]:
     """The station with the case's two incidents, both ended: (view, slug, oil)."""
-    cfg = replay_case("slug-and-oil", tmp_path)
-    slug, oil = incidents_json(cfg)
-    view = StationWithIncidents(tmp_path, cfg, NOW)
-    try:
-        yield view, slug, oil
-    finally:
-        view.incidents.close()
+    with golden_station(tmp_path, NOW) as found:
+        yield found
 
 
 def open_console(browser: Browser, live: LiveConsole, token: str | None = TOKEN) -> Page:
