@@ -42,7 +42,6 @@ CREATE TABLE IF NOT EXISTS console_write (
     answer TEXT,
     UNIQUE (owner, key)
 );
-CREATE INDEX IF NOT EXISTS console_write_time ON console_write (time);
 """
 KEY_CHARS = "A-Z a-z 0-9 . _ : -"
 _KEY = re.compile(r"[A-Za-z0-9._:-]{8,64}")

@@ -4,7 +4,7 @@ This is the one module that imports `sqlite3` for alarms; its errors become
 `StateError`. Rows are never updated or deleted (triggers refuse it), so the
 journal is evidence an inspector can read, and the alarm manager rebuilds its
 state at start by replaying it. Beside it, `console_write` keeps the console's request ids
-(`monitor/writeonce.py`) in the transaction of the action each records; those rows age out.
+(`monitor/writeonce.py`) in the transaction of the action each records; the newest 1,000 are kept.
 """
 
 from __future__ import annotations
