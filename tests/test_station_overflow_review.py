@@ -67,6 +67,30 @@ def test_a_clock_step_in_the_gap_moves_the_gap_s_start_with_the_clock(tmp_path: 
     store.close()
 
 
+@pytest.mark.parametrize("delta", [-2 * 86_400.0, 2 * 86_400.0], ids=["back-2d", "forward-2d"])
+def test_a_clock_step_of_days_in_the_gap_measures_the_chain_s_day_on_the_new_clock(
+    tmp_path: Path, delta: float
+) -> None:
+    """As above, with NTP stepping the gateway clock two days (a gateway booted on a clock two
+    days behind). The chain's day (`SPILL_SPAN`) is measured from its first start moved with
+    the step, as the gap is: 20 minutes after the first record began, the next one continues
+    it. Before, the first start stayed on the old clock: stepped forward, the next record,
+    two days "later", started a new spill (two SSO reports for one); stepped back, the chain
+    would have run a day longer than its cap."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = _dead_then_back(1200, 9.4)
+    feed(tracker, [s for s in samples if s.time <= T0 + 600])
+    tracker.shift(delta)
+    later = [Sample(s.sensor, s.time + delta, s.value, s.quality) for s in samples if s.time > T0 + 600]
+    feed(tracker, later)
+    (second,) = [r for r in store.overflows(T0 - 3 * 86_400, T0 + 3 * 86_400) if r.start != T0]
+    assert (second.start, second.continues) == (T0 + 1200 + delta, T0)
+    assert second.gap_from == T0 + 120 + delta
+    store.close()
+
+
 @pytest.mark.parametrize("saved", [True, False], ids=["stopped", "killed"])
 def test_a_restart_in_the_gap_still_links_the_next_overflow(tmp_path: Path, saved: bool) -> None:
     """The float ended the first overflow at +120 s (the level dead, the end judged at

@@ -85,7 +85,9 @@ class SpillLink:
             return ""
         self.record = None
         near = agree and t - self.end <= self.report_within
-        if spill.end is None or not near or t - first(spill) > SPILL_SPAN:
+        # The chain's day from its first start on this clock: moved by the steps since, as
+        # `end` was (the stored records keep the old clock's stamps).
+        if spill.end is None or not near or t - (first(spill) + self.end - spill.end) > SPILL_SPAN:
             return ""
         rec.continues = first(spill)
         # The gap on this record's clock: the end as a step since moved it (the stored end
