@@ -27,7 +27,7 @@ from monitor.kernelclock import KernelClock
 from monitor.meters.ledger import Ledger
 from monitor.model import ManualClock, Rule, Sample, iso
 from tests.services import free_port
-from tests.test_clock_unset import DAY, TR, Gateway, errors, heartbeat, rows_of
+from tests.test_clock_unset import DAY, TR, Gateway, errors, heartbeat, one_reading_station, rows_of
 from tests.test_meter_clock_step import METER, SPEC, meter_station
 from tests.test_pipeline import close, get, served
 
@@ -41,13 +41,8 @@ def test_a_1970_clock_without_a_heartbeat_moves_not_even_a_single_row(
     judge by was a bad stamp, moved back to 1970 (billed in no quarter the clerk exports). A
     clock before this release's date is not set, whatever else is known: nothing moves, the
     ERROR says why, and the heartbeat is not written until NTP steps the clock forward."""
-    path = meter_station(tmp_path)
+    path, state = one_reading_station(tmp_path)
     config = load_config(path)
-    state = config.state_dir
-    state.mkdir(parents=True)
-    ledger = Ledger(state / "ledger.sqlite", {METER: SPEC}, now=TR - DAY)
-    ledger.add_many([(METER, TR - DAY, Decimal(5))])
-    ledger.close()
     before = rows_of(state / "ledger.sqlite")
     boot = 1000.0
     with caplog.at_level(logging.INFO):

@@ -75,6 +75,18 @@ def rows_of(path: Path) -> dict[str, list[tuple[object, ...]]]:
     return {t: rows for t, rows in snapshot(path).items() if t != "unsent"}
 
 
+def one_reading_station(tmp_path: Path) -> tuple[Path, Path]:
+    """The meter station's config and state dir with one reading in its ledger, a day before
+    the release (`TR`): the single row a clock's step is judged by (config path, state)."""
+    path = meter_station(tmp_path)
+    state = load_config(path).state_dir
+    state.mkdir(parents=True)
+    ledger = Ledger(state / "ledger.sqlite", {METER: SPEC}, now=TR - DAY)
+    ledger.add_many([(METER, TR - DAY, Decimal(5))])
+    ledger.close()
+    return path, state
+
+
 def heartbeat(state: Path) -> float | None:
     """The time the heartbeat file holds, as the next start reads it."""
     return ClockFile(state / CLOCK_FILE).held
@@ -378,13 +390,8 @@ def test_a_clock_a_year_behind_the_journal_is_unset_without_a_heartbeat_even_for
     the alarm journal's last gateway-stamped entry (an operator's acknowledgement) says so.
     The meter's one reading ahead is not moved a year back as a bad stamp; the ERROR names
     the journal entry."""
-    path = meter_station(tmp_path)
+    path, state = one_reading_station(tmp_path)
     config = load_config(path)
-    state = config.state_dir
-    state.mkdir(parents=True)
-    ledger = Ledger(state / "ledger.sqlite", {METER: SPEC}, now=TR - DAY)
-    ledger.add_many([(METER, TR - DAY, Decimal(5))])
-    ledger.close()
     journal = Journal(state / "journal.sqlite")
     journal.append(Entry(TR - 60, "ph", Rule.HIGH, "acknowledged", "active_acked", "high", actor="op"))
     journal.close()
