@@ -61,6 +61,16 @@ def volumes(ledger: Ledger) -> list[tuple[int, str, tuple[str, ...]]]:
     return [(r.time_ms, str(r.volume), r.flags) for r in ledger.rows("m")]
 
 
+def q3_sum(influxdb1: InfluxDB1, db: str) -> float:
+    """What InfluxDB holds for the quarter 2025Q3: the sum the billing export must equal."""
+    got = influxdb1.query(
+        "SELECT sum(consumption_ft3) FROM meter WHERE time > '2025-07-01T00:00:00Z'"
+        " AND time <= '2025-10-01T00:00:00Z'",
+        db=db,
+    )
+    return float(got["results"][0]["series"][0]["values"][0][1])
+
+
 # -- 1. a change without settings_since never reaches back past the rows held ----------------
 
 
@@ -158,11 +168,7 @@ def test_a_swap_at_a_unit_change_writes_the_old_meters_delta_in_its_own_unit(
     assert config.billing is not None
     (want,) = export_rows(config, book.ledger, quarter("2025Q3"))
     book.close()
-    got = influxdb1.query(
-        "SELECT sum(consumption_ft3) FROM meter WHERE time > '2025-07-01T00:00:00Z'"
-        " AND time <= '2025-10-01T00:00:00Z'",
-        db="billing",
-    )["results"][0]["series"][0]["values"][0][1]
+    got = q3_sum(influxdb1, "billing")
     # 50 gal (40 + the swap's 10) and 2 m3 (from the new initial 0)
     assert want["consumption_ft3"] == "77.313" and Decimal(f"{got:.3f}") == Decimal("77.313")
 
@@ -437,11 +443,7 @@ def test_rows_a_backdated_change_re_judges_at_the_open_reach_influxdb(
     sink.close()
     (want,) = export_rows(config, book.ledger, quarter("2025Q3"))
     book.close()
-    got = influxdb1.query(
-        "SELECT sum(consumption_ft3) FROM meter WHERE time > '2025-07-01T00:00:00Z'"
-        " AND time <= '2025-10-01T00:00:00Z'",
-        db="backdated",
-    )["results"][0]["series"][0]["values"][0][1]
+    got = q3_sum(influxdb1, "backdated")
     # 44 x 100 to 14 August, the 15 August baseline, 46 x 1000 after it
     assert want["consumption_ft3"] == "50400.000" and Decimal(f"{got:.3f}") == Decimal("50400.000")
 
@@ -565,11 +567,7 @@ def test_rows_another_process_re_judged_by_recording_a_change_reach_influxdb(
     ledger = Ledger(tmp_path / "state" / "ledger.sqlite", {"m": spec("10", since=parse_time(CHANGE))})
     (want,) = export_rows(config, ledger, quarter("2025Q3"))
     ledger.close()
-    got_sum = influxdb1.query(
-        "SELECT sum(consumption_ft3) FROM meter WHERE time > '2025-07-01T00:00:00Z'"
-        " AND time <= '2025-10-01T00:00:00Z'",
-        db="elsewhere",
-    )["results"][0]["series"][0]["values"][0][1]
+    got_sum = q3_sum(influxdb1, "elsewhere")
     assert want["consumption_ft3"] == "50400.000" and Decimal(f"{got_sum:.3f}") == Decimal("50400.000")
 
 
@@ -604,11 +602,7 @@ def test_rows_a_command_re_judged_reach_influxdb_from_the_next_daemon(
     again = MeterBook.open(config)  # and the start after that sends nothing again
     assert again.take_records() == []
     again.close()
-    got_sum = influxdb1.query(
-        "SELECT sum(consumption_ft3) FROM meter WHERE time > '2025-07-01T00:00:00Z'"
-        " AND time <= '2025-10-01T00:00:00Z'",
-        db="next",
-    )["results"][0]["series"][0]["values"][0][1]
+    got_sum = q3_sum(influxdb1, "next")
     assert want["consumption_ft3"] == "50400.000" and Decimal(f"{got_sum:.3f}") == Decimal("50400.000")
 
 
