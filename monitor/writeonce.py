@@ -28,6 +28,7 @@ import hashlib
 import re
 import sqlite3
 from dataclasses import dataclass
+from typing import Protocol
 
 from monitor.errors import MonitorError, StateError
 
@@ -104,10 +105,23 @@ def claim(db: sqlite3.Connection, key: WriteKey, time: float) -> None:
 def answer(db: sqlite3.Connection, key: WriteKey, text: str) -> None:
     """Keep the first answer for repeats (after the write's commit; not when longer than
     `ANSWER_MAX` bytes in UTF-8, as SQLite stores it: `len` counts characters)."""
-    if len(text.encode("utf-8", "surrogatepass")) <= ANSWER_MAX:
+    if keepable(text):
         db.execute(
             "UPDATE console_write SET answer = ? WHERE owner = ? AND key = ?", (text, key.owner, key.key)
         )
+
+
+def keepable(text: str) -> bool:
+    """An answer of at most `ANSWER_MAX` bytes in UTF-8, as SQLite stores it."""
+    return len(text.encode("utf-8", "surrogatepass")) <= ANSWER_MAX
+
+
+class KeyStore(Protocol):
+    """What the console asks of a store about its request ids (`Keys` and the alarm
+    manager's, which has actions waiting for a full state disk besides its journal's)."""
+
+    def prior_write(self, key: WriteKey) -> Prior | None: ...
+    def keep_answer(self, key: WriteKey, text: str) -> None: ...
 
 
 class Keys:
