@@ -12,7 +12,10 @@ none is answered from what is recorded now).
 Bounded for an attacker with the token: a key is 8 to 64 characters of `KEY_CHARS`, the
 owner is a digest of the bearer token (keys of one token are not another's), and each
 claim deletes all but the newest `KEEP_ROWS`, so the table never grows past that; an
-answer above `ANSWER_MAX` bytes is not kept. Not by age: a gateway's clock that steps by
+answer above `ANSWER_MAX` bytes is not kept, and the answers kept are `ANSWERS_MAX` bytes all
+told (1 MiB: the oldest answers go, their keys stay), so a file holds at most ~1.5 MiB of
+them (1 MiB of answers, 0.4 MiB for 1,000 ids of the longest keys) where it could hold
+1,000 x 64 KiB. Not by age: a gateway's clock that steps by
 days (NTP at boot after a dead RTC battery) made every key look old, or ahead, and the
 next write dropped them all, so a retry after it was recorded twice; a clock cannot tell
 a step from a quiet weekend. At tens of writes a day a key is kept for weeks.
@@ -24,10 +27,12 @@ naming the store: the same for the alarm journal and the incident store.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import sqlite3
 from dataclasses import dataclass
+from typing import Protocol
 
 from monitor.errors import MonitorError, StateError
 
@@ -46,7 +51,17 @@ CREATE TABLE IF NOT EXISTS console_write (
 KEY_CHARS = "A-Z a-z 0-9 . _ : -"
 _KEY = re.compile(r"[A-Za-z0-9._:-]{8,64}")
 KEEP_ROWS = 1000  # a station's operators write tens a day; a retry comes within seconds or hours
-ANSWER_MAX = 64 * 1024
+ANSWER_MAX = 64 * 1024  # one answer kept (an alarm's is ~1 KiB, an incident's grows with its notes)
+ANSWERS_MAX = 1024 * 1024  # the answers one file keeps, all told: the newest, the older dropped
+# The answers past `ANSWERS_MAX` bytes, newest first (their rows and keys stay).
+_OVER = """
+UPDATE console_write SET answer = NULL WHERE id IN (
+    SELECT id FROM (
+        SELECT id, sum(length(CAST(answer AS BLOB))) OVER (ORDER BY id DESC) AS held
+        FROM console_write WHERE answer IS NOT NULL
+    ) WHERE held > ?
+)
+"""
 
 
 class KeyRefusedError(MonitorError):
@@ -103,11 +118,39 @@ def claim(db: sqlite3.Connection, key: WriteKey, time: float) -> None:
 
 def answer(db: sqlite3.Connection, key: WriteKey, text: str) -> None:
     """Keep the first answer for repeats (after the write's commit; not when longer than
-    `ANSWER_MAX` bytes in UTF-8, as SQLite stores it: `len` counts characters)."""
-    if len(text.encode("utf-8", "surrogatepass")) <= ANSWER_MAX:
+    `ANSWER_MAX` bytes, `keepable`), dropping first the oldest answers that would take the
+    file's past `ANSWERS_MAX` bytes all told, in one transaction. A key whose
+    answer went is still known: its repeat writes nothing and is answered from the record."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > ANSWER_MAX:
+        return
+    db.execute("SAVEPOINT console_answer")  # a transaction of its own, or a part of the caller's
+    try:
+        # room first, so the file never holds more than the bound, not even within this write
+        db.execute(_OVER, (ANSWERS_MAX - size,))
         db.execute(
             "UPDATE console_write SET answer = ? WHERE owner = ? AND key = ?", (text, key.owner, key.key)
         )
+        db.execute("RELEASE console_answer")
+    except sqlite3.Error:
+        with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back itself (a full disk)
+            db.execute("ROLLBACK TO console_answer")
+            db.execute("RELEASE console_answer")
+        raise
+
+
+def keepable(text: str) -> bool:
+    """An answer of at most `ANSWER_MAX` bytes in UTF-8, as SQLite stores it (`len` counts
+    characters)."""
+    return len(text.encode("utf-8", "surrogatepass")) <= ANSWER_MAX
+
+
+class KeyStore(Protocol):
+    """What the console asks of a store about its request ids (`Keys` and the alarm
+    manager's, which has actions waiting for a full state disk besides its journal's)."""
+
+    def prior_write(self, key: WriteKey) -> Prior | None: ...
+    def keep_answer(self, key: WriteKey, text: str) -> None: ...
 
 
 class Keys:

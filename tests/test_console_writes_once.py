@@ -22,7 +22,7 @@ from monitor.incidents import IncidentStore
 from monitor.incidents.model import Note
 from monitor.model import ManualClock, Sample
 from monitor.web.once import KEY_REUSED
-from monitor.writeonce import ANSWER_MAX, KEEP_ROWS, write_key
+from monitor.writeonce import ANSWER_MAX, ANSWERS_MAX, KEEP_ROWS, write_key
 from tests.conftest import fill_disk
 from tests.console import T0, TOKEN, LiveConsole, TableView
 from tests.daemon_process import ROOT, running_daemon
@@ -32,6 +32,7 @@ from tests.waiting import wait_until
 
 NOW = 1781913600.0  # 2026-06-20T00:00Z, after the case's incidents
 KEY = "5f0e8a2c-31b4-4d6e-9a7b-0c1d2e3f4a5b"
+MIB = 1024 * 1024
 NOTICE = {"kind": "notice", "text": "§139-21 A notice of violation, served", "due": "2026-07-01"}
 
 
@@ -346,3 +347,40 @@ def test_an_answer_is_bounded_in_bytes_not_characters(tmp_path: Path) -> None:
         store.keys.keep_answer(key, "§" * (ANSWER_MAX // 2))
         prior = store.keys.prior_write(key)
         assert prior is not None and prior.answer == "§" * (ANSWER_MAX // 2)
+
+
+def _file_bytes(store: IncidentStore) -> int:
+    """The store's file on disk, its write-ahead log folded in first (as at a clean stop)."""
+    store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return sum(p.stat().st_size for p in store.path.parent.glob(f"{store.path.name}*"))
+
+
+def test_a_client_with_the_token_cannot_grow_a_file_past_the_bound_on_kept_answers(tmp_path: Path) -> None:
+    """A client with the token writing under a fresh key each time, every answer as large as
+    one may be kept (`ANSWER_MAX`): the file kept every one, up to 1,000 x 64 KiB = 64 MiB
+    a file. Now the answers a file keeps are `ANSWERS_MAX` bytes all told (the oldest
+    answers give way; their keys stay, so a late repeat is still one record, answered with
+    the record as it stands). Measured on the real file against the same writes with no
+    answers kept: what the answers add stays within the bound. Driven at the store: no
+    console answer is 64 KiB on a client's cue (an incident's grows with its notes), so
+    this is the most a hostile client could make it keep. Before: 200 answers grew it by
+    12.5 MiB."""
+    writes = 200
+    answer = "§" * (ANSWER_MAX // 2)  # 64 KiB in UTF-8, the most one answer may be
+    keys = [write_key(f"key-{i:08d}", TOKEN.encode(), "POST", "/", b"") for i in range(writes)]
+    sizes = []
+    for kept in (False, True):
+        with IncidentStore(tmp_path / str(kept)) as store:
+            for i, key in enumerate(keys):
+                store.add_note("i1", Note(time=NOW + i, by="bot", text="x"), key=key)
+                if kept:
+                    store.keys.keep_answer(key, answer)
+            sizes.append(_file_bytes(store))
+            held, answered = store._db.execute("SELECT count(*), count(answer) FROM console_write").fetchone()
+            newest, oldest = (store.keys.prior_write(k) for k in (keys[-1], keys[0]))
+        assert held == writes  # every key kept: a repeat of any is still one record
+    without, with_answers = sizes
+    assert with_answers - without <= MIB + 2 * ANSWER_MAX, sizes  # 1 MiB, as docs/alarms.md says
+    assert answered == ANSWERS_MAX // ANSWER_MAX  # the newest answers, as many as fit
+    assert newest is not None and newest.answer == answer
+    assert oldest is not None and oldest.answer is None

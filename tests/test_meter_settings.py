@@ -275,7 +275,7 @@ def test_a_ledger_from_before_settings_periods_keeps_its_history(tmp_path: Path)
     assert ledger.replacements("shop.meter")[0].recorded_by == "J. Operator"
     ledger.close()
     db = sqlite3.connect(path)
-    assert user_version(db) == 6 and db.execute("SELECT value FROM meta").fetchone() == ("6",)
+    assert user_version(db) == 7 and db.execute("SELECT value FROM meta").fetchone() == ("7",)
     db.close()
     assert readings(path) == rows_before
     # Then the register is reprogrammed to x1 on 15 September: only the rows after it change.

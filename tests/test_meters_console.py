@@ -154,3 +154,66 @@ def test_a_replacement_through_the_console_clears_the_alarm_through_the_pipeline
         daemon.meters.close()
         daemon.alarms.close()
         daemon.sink.close()
+
+
+KEY = "0d9f6a1e-meter-swap-7c2b"
+SWAP = T0 + 4.5 * 3600
+SWAP_BODY = {"by": "J. Operator", "time": iso(SWAP), "old_final": 33_890, "new_initial": "5"}
+
+
+def swapped_meter(view: MeterView) -> None:
+    """The meter swapped after 33,880 and not recorded: the new meter's readings are
+    rejected as `backwards` and the meter alarm is up."""
+    old = [Sample("shop.meter", T0 + h * 3600, 33_800 + 20 * h) for h in range(5)]
+    new = [Sample("shop.meter", T0 + (5 + h) * 3600, 15 + 20 * h) for h in range(3)]
+    for c in view.meter_book.ingest([*old, *new]):
+        view.alarms.apply(c)
+
+
+def replace(view: MeterView, body: dict[str, object], key: str | None = KEY) -> httpx.Response:
+    headers = {**AUTH, **({} if key is None else {"Idempotency-Key": key})}
+    return call(view, "POST", "/api/meters/shop.meter/replacements", headers=headers, json=body)
+
+
+def test_a_replacement_sent_twice_with_one_key_gets_the_first_answer(view: MeterView) -> None:
+    """The billing clerk's answer lost and the swap sent again: the repeat is the first
+    answer byte for byte (the alarm it cleared), marked replayed. Before: no key taken, the
+    repeat answered `alarm_cleared: false` for the swap that had cleared it."""
+    swapped_meter(view)
+    first = replace(view, SWAP_BODY)
+    again = replace(view, SWAP_BODY)
+    assert (first.status_code, again.status_code) == (200, 200), again.text
+    assert first.json()["alarm_cleared"] is True
+    assert again.content == first.content and again.headers["idempotent-replayed"] == "true"
+    other = replace(view, {**SWAP_BODY, "new_initial": "6"})
+    assert other.status_code == 422 and other.json()["detail"].startswith("this Idempotency-Key")
+    assert replace(view, {**SWAP_BODY, "time": iso(SWAP + 1)}, key="x" * 7).status_code == 400
+    assert len(view.meter_book.ledger.replacements("shop.meter")) == 1
+
+
+def test_a_replacement_retried_after_it_was_voided_is_not_recorded_again(view: MeterView) -> None:
+    """The clerk's answer lost; meanwhile the supervisor voids the swap (wrong figures,
+    re-entered by hand later); then the clerk's retry arrives. Before: the retry recorded
+    the voided swap again (`re-recorded`) and the bill was cut across a swap that is not
+    there. Now it is answered from the first and the ledger keeps the void."""
+    swapped_meter(view)
+    first = replace(view, SWAP_BODY)
+    assert first.status_code == 200, first.text
+    view.meter_book.void_replacement("shop.meter", SWAP, by="supervisor", why="wrong meter")
+    again = replace(view, SWAP_BODY)
+    assert view.meter_book.ledger.replacements("shop.meter") == []
+    assert again.status_code == 200 and again.headers["idempotent-replayed"] == "true", again.text
+    kept = view.meter_book.ledger._db.execute("SELECT key, answer FROM console_write").fetchall()
+    assert kept == [(KEY, first.text)]
+
+
+def test_a_replacement_refused_is_not_kept_and_without_a_key_it_is_done_as_before(view: MeterView) -> None:
+    """A 409 (figures that contradict the ledger) keeps no key: the corrected request with
+    the same key is a new write. `monitor meters replace` and curl send no key."""
+    swapped_meter(view)
+    refused = replace(view, {**SWAP_BODY, "old_final": 1})
+    assert refused.status_code == 409
+    assert replace(view, {**SWAP_BODY, "old_final": 1}).status_code == 409  # judged again
+    assert view.meter_book.ledger._db.execute("SELECT count(*) FROM console_write").fetchone() == (0,)
+    assert replace(view, SWAP_BODY, key=None).status_code == 200
+    assert view.meter_book.ledger._db.execute("SELECT count(*) FROM console_write").fetchone() == (0,)

@@ -64,12 +64,12 @@ def test_a_state_directory_from_the_last_release_upgrades_in_place(released: Pat
     journal = Journal(released / "journal.sqlite")
     assert [e.event for e in journal.entries()] == ["activated"]
     journal.close()
-    # the ledger at version 6: settings periods, the points InfluxDB lacks, the gateway clock's
-    # steps back, which of them were found at start, and an index of them by their last old
-    # stamp (monitor/meters/rows.py); the outbox at
+    # the ledger at version 7: settings periods, the points InfluxDB lacks, the gateway clock's
+    # steps back, which of them were found at start, an index of them by their last old
+    # stamp, and the console's request ids (monitor/meters/rows.py); the outbox at
     # 2: segments the cap drops last (the ledger's meter points); the series store at 2: the
     # pipeline's intake records (monitor/pipeline.py)
-    assert [version(released / f) for f in FILES] == [6, 2, 2, 2]  # journal 2: console request ids
+    assert [version(released / f) for f in FILES] == [7, 2, 2, 2]  # journal 2: console request ids
     # the files are the daemon's user's alone now
     for f in FILES:
         assert stat.S_IMODE((released / f).stat().st_mode) == 0o600, f

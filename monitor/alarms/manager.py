@@ -9,11 +9,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from monitor.alarms.journal import Entry, Journal
+from monitor.alarms.late import LateEntries
 from monitor.alarms.state import Record, apply_event, sort_key
 from monitor.config import Alarms, Config
 from monitor.errors import AlarmError, StateError
 from monitor.model import Alarm, AlarmState, Clock, Condition, ConditionState, Priority, Rule, iso
-from monitor.writeonce import WriteKey
+from monitor.writeonce import KeyStore, WriteKey
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,12 @@ class AlarmManager:
         self._failing: set[str] = set()
         # The one exception to "journal first": the state disk's own alarm when the journal,
         # on that disk, refuses (read-only, I/O errors). It is shown from memory (console,
-        # MQTT) and journaled, in order, as soon as the journal takes writes again.
-        self._late: list[Entry] = []
+        # MQTT) and journaled, in order, as soon as the journal takes writes again; an
+        # operator's action with its console request id (`late.py`).
+        self._late = LateEntries(journal)
+        # The console's request ids of this manager's writes: those waiting with the disk
+        # alarm's actions, then the journal's (`monitor/web/once.py` asks here).
+        self.keys: KeyStore = self._late
         # Clears stamped before their alarm's activation, journaled at the activation.
         self.early_clears = 0
         self._early_logged: set[tuple[str, Rule]] = set()
@@ -331,12 +336,7 @@ class AlarmManager:
         return alarm
 
     def _append(self, entry: Entry, key: WriteKey | None = None) -> Entry:
-        while self._late:  # the disk alarm's transitions the journal missed, first
-            try:
-                self.journal.append(self._late[0])
-            except StateError:
-                break
-            self._late.pop(0)
+        self._late.write()  # the disk alarm's transitions the journal missed, first
         try:
             if self._late and entry.rule is Rule.DISK_FULL:
                 raise StateError("alarm journal: earlier state disk transitions not written yet")
@@ -344,9 +344,9 @@ class AlarmManager:
         except StateError as exc:
             if entry.rule is not Rule.DISK_FULL:
                 raise
+            self._late.add(entry, key)  # an action past the bound: refused, as the journal did
             log.warning("alarm %s/%s %s shown but not journaled yet (journaled once the state disk "
                         "takes writes): %s", entry.sensor, entry.rule, entry.event, exc)  # fmt: skip
-            self._late.append(entry)
             return entry
 
     def _restore(self) -> None:

@@ -24,10 +24,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from monitor import writeonce
 from monitor.errors import MeterError
 from monitor.meters.rows import NEW_INITIAL, OLD_FINAL, READING, Replacement, Row
 from monitor.meters.totalizer import ZERO, MeterSpec, Step, judge
 from monitor.model import iso
+from monitor.writeonce import WriteKey
 
 REPLACEMENT, VOID, CORRECTION = "replacement", "void-replacement", "correction"
 MIN_MS = 0  # 1970-01-01: no meter reading or swap is older
@@ -145,9 +147,13 @@ class Amendments:
                 )
         return rep
 
-    def record_replacement(self, rep: Replacement, now: float | None = None) -> list[Row]:
+    def record_replacement(
+        self, rep: Replacement, now: float | None = None, key: WriteKey | None = None
+    ) -> list[Row]:
         """Record a meter swap: consumption across it is (old_final - last reading) +
-        (next reading - new_initial). Refuses figures that contradict the readings."""
+        (next reading - new_initial). Refuses figures that contradict the readings.
+        `key`: the console's request id, kept in the swap's transaction (also when the same
+        swap is on record already: that is its answer too)."""
         self.spec(rep.meter)
         now = _time.time() if now is None else now
         if rep.old_final < 0 or rep.new_initial < 0:
@@ -157,6 +163,8 @@ class Amendments:
             held = self.active_replacement(rep.meter, rep.time_ms)
             if held is not None:
                 if (held.old_final, held.new_initial) == (rep.old_final, rep.new_initial):
+                    if key is not None:
+                        writeonce.claim(self._db, key, now)
                     return []
                 raise MeterError(
                     f"meter {rep.meter}: a replacement at {when(rep.time_ms)} is already recorded "
@@ -197,6 +205,8 @@ class Amendments:
             none = Step(True, ZERO, ZERO, frozenset())
             self._write(rep.meter, rep.time_ms, OLD_FINAL, rep.old_final, none)
             self._write(rep.meter, rep.time_ms, NEW_INITIAL, rep.new_initial, none)
+            if key is not None:
+                writeonce.claim(self._db, key, now)
             return self._rejudge(rep.meter, (rep.time_ms, OLD_FINAL))
 
     def void_replacement(self, meter: str, time_ms: int, by: str, why: str, now: float) -> list[Row]:

@@ -38,6 +38,7 @@ from monitor.meters.amend import VOID
 from monitor.meters.ledger import OLD_FINAL, READING, Ledger, Replacement, Row, to_ms
 from monitor.meters.totalizer import ANOMALIES, ZERO, MeterSpec, Step, condition, dec, from_ft3, to_ft3
 from monitor.model import Clock, Condition, Kind, Quality, Sample, WallClock, iso
+from monitor.writeonce import WriteKey
 
 log = logging.getLogger(__name__)
 # At start, a clock behind the station's evidence by more than this is not set yet; without
@@ -286,16 +287,18 @@ class MeterBook:
         new_initial: Decimal | float | str,
         recorded_by: str = "",
         note: str = "",
+        key: WriteKey | None = None,
     ) -> list[Condition]:
         """Record an operator's meter swap (CLI and console API); re-judges later readings.
 
         Checked before anything is written (see `amend.py`). Returns the meter alarm
         transitions it causes (usually the `backwards` alarm clearing): hand them to the
-        alarm manager like any other condition."""
+        alarm manager like any other condition. `key`: the console's request id, kept in
+        the swap's transaction."""
         self.ledger.spec(meter)
         rep = Replacement(meter, _ms(time), _figure(old_final), _figure(new_initial), recorded_by, note)
         self._move_steps()
-        rows = self.ledger.record_replacement(rep, self.clock.now())
+        rows = self.ledger.record_replacement(rep, self.clock.now(), key=key)
         log.info(
             "meter %s replaced at %s: old final %s, new initial %s%s",
             meter, iso(time), rep.old_final, rep.new_initial, f" (by {recorded_by})" if recorded_by else "",

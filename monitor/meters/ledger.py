@@ -37,12 +37,14 @@ from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
 
+from monitor import writeonce
 from monitor.errors import MeterError, StateError
 from monitor.meters.amend import Amendments, when
 from monitor.meters.rows import (
     CLOCK_STEPS,
     CLOCK_STEPS_BY_LAST,
     CLOCK_STEPS_FOUND,
+    CONSOLE_WRITES,
     NEW_INITIAL,
     OLD_FINAL,
     READING,
@@ -71,12 +73,14 @@ log = logging.getLogger(__name__)
 # 4: the gateway clock's steps back the rows were moved across (`rows.CLOCK_STEPS`).
 # 5: whether such a step was found at start (`rows.CLOCK_STEPS_FOUND`).
 # 6: the steps indexed by their last old stamp (`rows.CLOCK_STEPS_BY_LAST`).
+# 7: the console's request ids (`rows.CONSOLE_WRITES`, `monitor/writeonce.py`).
 REACH = 86400.0  # seconds before the rows ahead of the new clock a step back moves rows over, at most
 # ... and at most this many steps' lengths: rows spread over 100 steps are each interval shortened
 # by 1 % at most, and a 5 s step does not re-judge (and resend) a day of readings a second.
 STEPS_REACH = 100
 LEDGER_SCHEMA = Schema(
-    "meter ledger", (SCHEMA, SETTINGS, UNSENT, CLOCK_STEPS, CLOCK_STEPS_FOUND, CLOCK_STEPS_BY_LAST)
+    "meter ledger",
+    (SCHEMA, SETTINGS, UNSENT, CLOCK_STEPS, CLOCK_STEPS_FOUND, CLOCK_STEPS_BY_LAST, CONSOLE_WRITES),
 )
 
 
@@ -102,6 +106,7 @@ class Ledger(SettingsPeriods, Amendments):
         self.specs = dict(specs)
         # FULL: a committed reading is what the bill is cut from; it must survive a power cut.
         self._db = connect(path, LEDGER_SCHEMA, synchronous="FULL")
+        self.keys = writeonce.Keys(self._db, f"meter ledger {path}")  # the console's request ids
         try:
             got = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if got is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
+from monitor import writeonce
 from monitor.model import iso, step_text
 
 READING, OLD_FINAL, NEW_INITIAL = 0, 1, 2  # `seq` of rows at the same time, in this order
@@ -128,7 +129,15 @@ CLOCK_STEPS_BY_LAST = """
 CREATE INDEX IF NOT EXISTS clock_steps_by_last ON clock_steps (meter, last_ms);
 UPDATE meta SET value = '6' WHERE key = 'schema';
 """
-SCHEMA_VERSION = "6"
+# Schema 7: the console's request ids (`monitor/writeonce.py`), kept in the transaction of
+# the replacement each records (`POST /api/meters/{meter}/replacements`).
+CONSOLE_WRITES = (
+    writeonce.TABLE
+    + """
+UPDATE meta SET value = '7' WHERE key = 'schema';
+"""
+)
+SCHEMA_VERSION = "7"
 
 
 def to_ms(t: float) -> int:

@@ -149,7 +149,7 @@ def create_app(view: StationView, console: Console, refresh: float = 2.0) -> Fas
             assert alarm is not None  # `known`: alarms are never forgotten while the daemon runs
             return alarm.to_json()
 
-        return once(view.alarms.journal.keys, key, lambda k: write(k).to_json(), recorded, AlarmOut)
+        return once(view.alarms.keys, key, lambda k: write(k).to_json(), recorded, AlarmOut)
 
     @app.post("/api/alarms/{sensor}/{rule}/ack", response_model=AlarmOut, responses=_WRITE_ERRORS)
     async def acknowledge(

@@ -2,7 +2,10 @@
 
 Mounted by `create_app` when the station view offers a `meter_book` (the daemon's
 `MeterBook`); the meter alarm transitions a replacement causes (a `backwards` alarm
-clearing) go through the daemon's pipeline (`submit`) like any other condition.
+clearing) go through the daemon's pipeline (`submit`) like any other condition. A
+replacement takes an `Idempotency-Key` as every console write (`monitor/web/once.py`), kept
+in the ledger in the swap's own transaction: a clerk's retry of a lost answer is answered
+from the first, never recorded again (a swap voided meanwhile was recorded again).
 """
 
 from __future__ import annotations
@@ -17,8 +20,11 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from monitor.errors import MeterError
 from monitor.meters.book import MeterBook
 from monitor.model import Condition, iso
+from monitor.web.once import KEY_REFUSED, WriteKeyed, once
+from monitor.writeonce import WriteKey
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
+    400: KEY_REFUSED,
     401: {"description": "missing or wrong bearer token"},
     403: {"description": "no console.token configured: writes are disabled"},
     404: {"description": "no such meter"},
@@ -87,20 +93,29 @@ def add_meter_routes(
         return out
 
     @app.post("/api/meters/{meter}/replacements", response_model=ReplacementOut, responses=_ERRORS)
-    async def replace(meter: str, body: ReplacementRequest, _: None = token_required) -> ReplacementOut:
+    async def replace(meter: str, body: ReplacementRequest, key: WriteKeyed, _: None = token_required) -> Any:
         known(meter)
         when = body.time.timestamp()
-        try:
-            conditions = book.record_replacement(
-                meter, when, body.old_final, body.new_initial, recorded_by=body.by, note=body.note
-            )
-        except MeterError as exc:
-            raise HTTPException(409, str(exc)) from None
-        submit(conditions)
-        return ReplacementOut(
-            meter=meter,
-            time=iso(when),
-            old_final=f"{body.old_final}",
-            new_initial=f"{body.new_initial}",
-            alarm_cleared=any(c.state == "cleared" for c in conditions),
-        )
+
+        def write(k: WriteKey | None) -> dict[str, object]:
+            try:
+                conditions = book.record_replacement(
+                    meter, when, body.old_final, body.new_initial, recorded_by=body.by, note=body.note, key=k
+                )
+            except MeterError as exc:
+                raise HTTPException(409, str(exc)) from None
+            submit(conditions)
+            return answer(any(c.state == "cleared" for c in conditions))
+
+        def answer(cleared: bool) -> dict[str, object]:
+            return ReplacementOut(
+                meter=meter,
+                time=iso(when),
+                old_final=f"{body.old_final}",
+                new_initial=f"{body.new_initial}",
+                alarm_cleared=cleared,
+            ).model_dump()
+
+        # a repeat whose first answer was not kept (the daemon died before it): the swap
+        # asked, as recorded; whether it cleared the alarm then is not known now
+        return once(ledger.keys, key, write, lambda: answer(False), ReplacementOut)

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from monitor.errors import StateError
 from monitor.web.guard import bearer
-from monitor.writeonce import KEY_CHARS, KeyRefusedError, Keys, WriteKey, write_key
+from monitor.writeonce import KEY_CHARS, KeyRefusedError, KeyStore, WriteKey, write_key
 
 log = logging.getLogger(__name__)
 HEADER = "Idempotency-Key"
@@ -56,7 +56,7 @@ WriteKeyed = Annotated[WriteKey | None, Depends(request_key)]
 
 
 def once(
-    keys: Keys,
+    keys: KeyStore,
     key: WriteKey | None,
     write: Callable[[WriteKey | None], Answer],
     recorded: Callable[[], Answer],
@@ -83,7 +83,7 @@ def _json(answer: Answer, model: type[BaseModel] | None) -> str:
     return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def _keep(keys: Keys, key: WriteKey, text: str) -> str:
+def _keep(keys: KeyStore, key: WriteKey, text: str) -> str:
     """The write is on record already: a store that cannot keep its answer costs a repeat
     the first answer's exact words (it gets what is recorded then), never the write's 200."""
     try:
