@@ -265,7 +265,7 @@ class Daemon:
         """A step while running restarts a steady run in doubt (`ClockFile.stepped`); not the
         restored history's at the first tick (`check_restored`: the start's, not the clock's)."""
         if watch.generation:
-            self.clock_file.stepped(watch.awake())
+            self.clock_file.stepped(watch.wall(), watch.awake())
 
     def _settle_clock(self, now: float) -> None:
         """A clock in doubt at start (behind the heartbeat, nothing said which is right) taken
