@@ -119,6 +119,8 @@ class ClockFile:
         self._carried = steady_since
         # The doubt the file keeps for a restart (`Kept`); None: none, or an older file.
         self.kept: Kept | None = None
+        self._unkept = False  # a steady run started again (a step) not kept yet
+        self._kept_mono = -math.inf  # the awake clock at the last keep
         # The clock must reach this minus a day before anything is written (set by the daemon
         # once it judged its start); None: not judged, nothing written.
         self.not_before: float | None = None
@@ -220,6 +222,7 @@ class ClockFile:
         # a restart's, on the steady run the file kept in this boot.
         runs = [mono, self._carried, kept.steady_since if kept is not None else None]
         self.steady_since = since = min(t for t in runs if t is not None)
+        self._kept_mono = mono
         self._keep(now, steady_since=since)
         self.ntp_disagrees = bool(synced)
         if synced:  # and said so when the heartbeat was written
@@ -253,6 +256,7 @@ class ClockFile:
         if self.held - now <= UNSYNCED_AT_START:
             self.steady_since = None
             return None
+        self._keep_soon(now, mono)
         if self.kernel is not None and not self.held_synchronised and self.kernel.synchronised():
             why = "the kernel says it is synchronised (NTP)"
         elif mono - self.steady_since >= STEADY:
@@ -281,10 +285,21 @@ class ClockFile:
 
     def stepped(self, now: float, mono: float) -> None:
         """The clock stepped to `now`: a steady run in doubt starts again (an unset clock is
-        stepped), kept at once for a restart."""
+        stepped), kept for a restart (`_keep_soon`)."""
         if self.steady_since is not None:
             self.steady_since = mono
-            self._keep(now, steady_since=mono)
+            self._unkept = True
+            self._keep_soon(now, mono)
+
+    def _keep_soon(self, now: float, mono: float) -> None:
+        """Keep a steady run that started again, at most once per `EVERY` of the awake clock: a
+        clock flapping each second wrote (and fsynced) the file each second. Until it is kept,
+        the record held is of a clock that stepped since: a restart starts the 7 days again
+        (`_kept_here`), never counts on across the step."""
+        if self._unkept and self.steady_since is not None and mono - self._kept_mono >= self.every:
+            self._unkept = False
+            self._kept_mono = mono
+            self._keep(now, steady_since=self.steady_since)
 
     def _kept_here(self, now: float) -> Kept | None:
         """The doubt the file kept, if measured in this boot on a clock that has not stepped

@@ -6,12 +6,13 @@ See `monitor.clockfile` ("Kept across a restart") and docs/billing.md ("Not a st
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
 import pytest
 
-from monitor.clockfile import STEADY
+from monitor.clockfile import CLOCK_FILE, STEADY
 from monitor.health import attention
 from tests.test_clock_heartbeat import WEEK, Kernel, KernelGateway, a_week_on_a_clock_a_month_ahead
 from tests.test_clock_unset import DAY, TR, errors, heartbeat
@@ -116,5 +117,26 @@ def test_a_settle_at_start_killed_before_the_first_tick_is_not_in_doubt_again(tm
         assert gw.daemon.meters.ledger.rows(METER) == rows
         gw.tick(now + 660, 60)
         assert heartbeat(config.state_dir) == now + 660
+    finally:
+        close(gw.daemon)
+
+
+def test_a_clock_flapping_in_doubt_keeps_its_steady_run_once_a_minute(tmp_path: Path) -> None:
+    """A clock in doubt that steps every second for two minutes (a flapping time source):
+    each step starts the steady run again and is kept for a restart, but the file is written
+    (and fsynced) at most once a minute, not each second; a restart counts from the last step
+    kept or, the clock having stepped since it, 7 days again."""
+    config, held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    now = TR + WEEK + 3600
+    kernel = Kernel(False)
+    gw = KernelGateway(config, now, kernel)
+    writes = set()
+    try:
+        for k in range(1, 121):
+            gw.tick(now + k * 6, 1)  # 5 s ahead each second
+            kept = json.loads((config.state_dir / CLOCK_FILE).read_text(encoding="utf-8"))["doubt"]
+            writes.add(kept["wall"])
+        assert 2 <= len(writes) <= 3, sorted(writes)
+        assert heartbeat(config.state_dir) == held
     finally:
         close(gw.daemon)
