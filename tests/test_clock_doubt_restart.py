@@ -92,13 +92,17 @@ def test_a_step_or_a_reboot_starts_the_steady_days_again(tmp_path: Path, why: st
         close(gw.daemon)
 
 
-def test_a_settle_at_start_killed_before_the_first_tick_is_not_in_doubt_again(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stepped", [False, True])
+def test_a_settle_at_start_killed_before_the_first_tick_is_not_in_doubt_again(
+    tmp_path: Path, stepped: bool
+) -> None:
     """The start took the clock as right (the kernel said NTP keeps it synchronised) and moved
     the 57 rows; kill -9 before the first tick wrote the heartbeat. The next start, in the same
     boot and on the same clock, finds the kernel not synchronised for now (NTP unreachable a
     while: its error bound grew past 16 s). Before, the clock was in doubt again for 7 days
     (nothing moved twice, but the meter's readings alarmed and billed nothing). Now the settle
-    was kept before the move: the clock is right, and the first tick writes the heartbeat."""
+    was kept before the move: the clock is right, and the first tick writes the heartbeat. Not
+    when the clock stepped while the daemon was down (two hours back): in doubt again, 7 days."""
     config, held = a_week_on_a_clock_a_month_ahead(tmp_path)
     now = TR + WEEK + 3600
     kernel = Kernel(True)
@@ -110,6 +114,13 @@ def test_a_settle_at_start_killed_before_the_first_tick_is_not_in_doubt_again(tm
     assert heartbeat(config.state_dir) == held
     kernel.synced = False
     kernel.mono.advance(600)
+    if stepped:
+        gw = KernelGateway(config, now + 600 - 7200, kernel)
+        try:
+            assert doubt_left(gw) == STEADY
+        finally:
+            close(gw.daemon)
+        return
     gw = KernelGateway(config, now + 600, kernel)
     try:
         assert doubt_left(gw) == 0.0
