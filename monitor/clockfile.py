@@ -35,6 +35,15 @@ Each is said once, in words, with what to do. The file records, besides the time
 was written in and how long after it, and the kernel's word then (a reader of the last release
 ignores them): the warning says whether the clock stepped in this boot, and by how much.
 
+Kept across a restart (`Kept`, the file's `doubt` key, its `time` untouched): the steady run in
+doubt, and the moment the clock was taken as right, with the boot they were measured in and
+the wall clock against CLOCK_BOOTTIME then. A restart in the same boot on a clock that has not
+stepped since (the two moved alike) counts on, or is right at once; a step while the daemon was
+down, a reboot (no boot's clock is known steady in the next) or a step seen while running
+(kept at once) starts the 7 days again. Before, a daemon restarted every few days kept a clock
+in doubt for ever, and a kill -9 between a settle and the heartbeat's write put a settled clock
+back in doubt for 7 days.
+
 Read, it is judged by the same rules: a time no clock of this release writes (before the
 floor, past the year 9999) or a file that is not a small regular one is damage, taken as
 missing; trusted, a heartbeat of 0 made a 1970 clock "set".
@@ -49,6 +58,7 @@ import os
 import stat
 from pathlib import Path
 
+from monitor.clockkept import Kept, seconds
 from monitor.durable import replace_file
 from monitor.kernelclock import Kernel
 from monitor.meters.book import UNSYNCED_AT_START, Evidence
@@ -70,9 +80,12 @@ MAX_SIZE = 4096  # bytes: the file is one short line
 # right once it has run this long (awake: a suspend is no time NTP had to step it) without a
 # step: an unset clock is stepped by NTP long before; a gateway without NTP whose RTC was wrong
 # in the future is not left for a month.
-# Counted within one process (nothing is written while in doubt): a restart starts again, a
-# reload (SIGHUP) goes on counting.
+# Kept in the file (`Kept`) for a restart in the same boot on a clock that has not stepped; a
+# reload (SIGHUP) hands it over in the process.
 STEADY = 7 * 86_400.0
+# Seconds the wall clock may drift from CLOCK_BOOTTIME between a `Kept` and a restart before
+# it is a step (as the clock watch's TOLERANCE: slewing moves both clocks alike).
+CONSISTENT = 2.0
 
 
 class ClockFile:
@@ -88,7 +101,7 @@ class ClockFile:
     ) -> None:
         """`kernel`: the kernel's word on the clock (None: a test's or the demo's clock, of which
         the kernel knows nothing). `steady_since`: a reload's, the steady run in doubt of the
-        file the daemon it replaces held (the same heartbeat: nothing is written in doubt)."""
+        file the daemon it replaces held (the same heartbeat: its time is not written in doubt)."""
         self.path = path
         self.floor = floor
         self.every = every
@@ -104,6 +117,10 @@ class ClockFile:
         # written too (`judge`); the cure is the NTP server, not `timedatectl set-ntp true`.
         self.ntp_disagrees = False
         self._carried = steady_since
+        # The doubt the file keeps for a restart (`Kept`); None: none, or an older file.
+        self.kept: Kept | None = None
+        self._unkept = False  # a steady run started again (a step) not kept yet
+        self._kept_mono = -math.inf  # the awake clock at the last keep
         # The clock must reach this minus a day before anything is written (set by the daemon
         # once it judged its start); None: not judged, nothing written.
         self.not_before: float | None = None
@@ -148,16 +165,17 @@ class ClockFile:
                 raise ValueError("not a heartbeat file")
             if doc.get("version") != VERSION:
                 raise ValueError(f"version {doc.get('version')!r}, expected {VERSION}")
-            held = _seconds(doc.get("time"))
+            held = seconds(doc.get("time"))
             if held is None:
                 raise ValueError(f"time {doc.get('time')!r:.40}")
             if not self.floor <= held < CEILING:
                 raise ValueError(f"time {held!r}, before this release or past the year 9999")
             boot, since = doc.get("boot_id"), doc.get("since_boot")
             if isinstance(boot, str) and isinstance(since, (int, float)) and not isinstance(since, bool):
-                self.boot = (boot, _seconds(since))
+                self.boot = (boot, seconds(since))
             if isinstance(synced := doc.get("synchronised"), bool):
                 self.held_synchronised = synced
+            self.kept = Kept.from_json(doc.get("doubt"))
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             return None, f"the heartbeat is damaged ({exc}); taken as missing, written again"
         return held, None
@@ -190,10 +208,22 @@ class ClockFile:
                 " wrong, stop the daemon, set the clock (its NTP server) and start it again",
                 said,
             )
-            return self._sure("the kernel says NTP keeps it synchronised", now)
+            return self._settled("the kernel says NTP keeps it synchronised", now)
+        kept = self._kept_here(now)
+        if kept is not None and kept.settled is not None:
+            log.warning(
+                "%s: taken as right in this boot at %s (%s), and the clock has not stepped since;"
+                " the heartbeat is written anew",
+                said, iso(kept.wall), kept.settled,
+            )  # fmt: skip
+            return self._sure(f"{kept.settled}, at {iso(kept.wall)} in this boot", now)
         # A reload's new daemon goes on counting (a config pushed every few days, a reload each
-        # time, kept the clock in doubt for ever); the same process's monotonic clock.
-        self.steady_since = mono if self._carried is None else min(mono, self._carried)
+        # time, kept the clock in doubt for ever); the same process's monotonic clock. So does
+        # a restart's, on the steady run the file kept in this boot.
+        runs = [mono, self._carried, kept.steady_since if kept is not None else None]
+        self.steady_since = since = min(t for t in runs if t is not None)
+        self._kept_mono = mono
+        self._keep(now, steady_since=since)
         self.ntp_disagrees = bool(synced)
         if synced:  # and said so when the heartbeat was written
             kernel = (
@@ -213,7 +243,7 @@ class ClockFile:
             " the future (an RTC set ahead, a bad NTP server). Nothing is moved until it is known."
             " If `date -u` is right: it is taken as right%s once it has run %.0f days without a"
             " step (at %s by this clock)",
-            said, kernel, cure, STEADY / 86_400, iso(now + STEADY - (mono - self.steady_since)),
+            said, kernel, cure, STEADY / 86_400, iso(now + STEADY - (mono - since)),
         )  # fmt: skip
         return None
 
@@ -226,6 +256,7 @@ class ClockFile:
         if self.held - now <= UNSYNCED_AT_START:
             self.steady_since = None
             return None
+        self._keep_soon(now, mono)
         if self.kernel is not None and not self.held_synchronised and self.kernel.synchronised():
             why = "the kernel says it is synchronised (NTP)"
         elif mono - self.steady_since >= STEADY:
@@ -233,6 +264,7 @@ class ClockFile:
         else:
             return None
         self.steady_since = None
+        self._keep(now, settled=why)  # before the rows move: a kill -9 between
         log.warning(
             "gateway clock %s taken as right, %.1f days behind the heartbeat %s: %s. The heartbeat"
             " was written by a clock wrong in the future: a meter's readings stamped ahead of the"
@@ -251,10 +283,59 @@ class ClockFile:
         left = max(0.0, STEADY - (mono - self.steady_since))
         return max(0.0, self.held - now), left, self.ntp_disagrees
 
-    def stepped(self, mono: float) -> None:
-        """The clock stepped: a steady run in doubt starts again (an unset clock is stepped)."""
+    def stepped(self, now: float, mono: float) -> None:
+        """The clock stepped to `now`: a steady run in doubt starts again (an unset clock is
+        stepped), kept for a restart (`_keep_soon`)."""
         if self.steady_since is not None:
             self.steady_since = mono
+            self._unkept = True
+            self._keep_soon(now, mono)
+
+    def _keep_soon(self, now: float, mono: float) -> None:
+        """Keep a steady run that started again, at most once per `EVERY` of the awake clock: a
+        clock flapping each second wrote (and fsynced) the file each second. Until it is kept,
+        the record held is of a clock that stepped since: a restart starts the 7 days again
+        (`_kept_here`), never counts on across the step."""
+        if self._unkept and self.steady_since is not None and mono - self._kept_mono >= self.every:
+            self._unkept = False
+            self._kept_mono = mono
+            self._keep(now, steady_since=self.steady_since)
+
+    def _kept_here(self, now: float) -> Kept | None:
+        """The doubt the file kept, if measured in this boot on a clock that has not stepped
+        since (the wall clock and CLOCK_BOOTTIME moved alike: a suspend moves both); None
+        otherwise, and for a clock the kernel knows nothing of (a test's or the demo's)."""
+        kept = self.kept
+        if kept is None or self.kernel is None or kept.boot_id != self.kernel.boot_id():
+            return None
+        if abs((now - kept.wall) - (self.kernel.since_boot() - kept.since_boot)) > CONSISTENT:
+            return None
+        return kept
+
+    def _settled(self, why: str, now: float) -> Evidence:
+        """The clock taken as right at start: kept before the rows move (`_keep`)."""
+        self._keep(now, settled=why)
+        return self._sure(why, now)
+
+    def _keep(self, now: float, steady_since: float | None = None, settled: str | None = None) -> None:
+        """Keep the doubt of the heartbeat's time in its file for a restart (its `time` and
+        the keys of its write untouched), stamped with this boot and CLOCK_BOOTTIME now. Not
+        without the kernel's boot (nothing to tell the next start's clock by). Refused (a full
+        disk): counted and logged as a refused beat; a restart then starts the 7 days again."""
+        boot = self.kernel.boot_id() if self.kernel is not None else None
+        if boot is None or self.held is None or self.kernel is None:
+            return
+        kept = Kept(boot, self.kernel.since_boot(), now, steady_since, settled)
+        held = self.held
+        doc: dict[str, object] = {"format": FORMAT, "version": VERSION, "time": held, "iso": iso(held)}
+        written_boot, since = self.boot
+        if written_boot is not None and since is not None:
+            doc.update(boot_id=written_boot, since_boot=since)
+        if self.held_synchronised is not None:
+            doc["synchronised"] = self.held_synchronised
+        doc["doubt"] = kept.to_json()
+        if self._write(doc):
+            self.kept = kept
 
     @staticmethod
     def _sure(what: str, now: float) -> Evidence:
@@ -307,12 +388,20 @@ class ClockFile:
                 since_boot=self.kernel.since_boot(),
                 synchronised=self.kernel.synchronised(),
             )
+        if not self._write(doc):
+            self._written = now  # tried: again in a minute, not every tick
+            return False
+        self._written = now
+        self.kept = None  # the time written supersedes any doubt kept
+        return True
+
+    def _write(self, doc: dict[str, object]) -> bool:
+        """Replace the file with `doc`, atomically; a refusal counted and logged once."""
         data = (json.dumps(doc) + "\n").encode("utf-8")
         try:
             replace_file(self.path, lambda f: f.write(data))
         except OSError as exc:
             self.failures += 1
-            self._written = now  # tried: again in a minute, not every tick
             if not self._failing:
                 self._failing = True
                 log.warning(
@@ -323,18 +412,4 @@ class ClockFile:
         if self._failing:
             self._failing = False
             log.info("heartbeat %s written again", self.path)
-        self._written = now
         return True
-
-
-def _seconds(value: object) -> float | None:
-    """A number the file holds as a finite float, or None: not a bool or a string, and not an
-    integer too large for a float (valid JSON; `math.isfinite` of it raised OverflowError in
-    the daemon's constructor, and every start died)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        seconds = float(value)
-    except OverflowError:
-        return None
-    return seconds if math.isfinite(seconds) else None

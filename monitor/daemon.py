@@ -265,7 +265,7 @@ class Daemon:
         """A step while running restarts a steady run in doubt (`ClockFile.stepped`); not the
         restored history's at the first tick (`check_restored`: the start's, not the clock's)."""
         if watch.generation:
-            self.clock_file.stepped(watch.awake())
+            self.clock_file.stepped(watch.wall(), watch.awake())
 
     def _settle_clock(self, now: float) -> None:
         """A clock in doubt at start (behind the heartbeat, nothing said which is right) taken
@@ -277,6 +277,7 @@ class Daemon:
         if sure is None:
             return
         self.meters.unset_at_start.clear()
+        self.meters.unset_rows.clear()
         self._found_at_start(now, [sure])
         self.clock_file.not_before = now
 
@@ -387,7 +388,17 @@ class Daemon:
             return ClockHealth()
         steps = self.clock_watch.step_log
         ahead, left, disagrees = self.clock_file.doubt(self.clock.now(), self.clock_watch.awake())
-        return ClockHealth(steps.steps, steps.episode_steps, steps.episode_largest, ahead, left, disagrees)
+        rows = self.meters.unset_rows if ahead > 0 else {}
+        return ClockHealth(
+            steps.steps,
+            steps.episode_steps,
+            steps.episode_largest,
+            ahead,
+            left,
+            disagrees,
+            meter_rows_ahead=sum(rows.values()),
+            meters_ahead=len(rows),
+        )
 
     # --- lifecycle -------------------------------------------------------------------
 

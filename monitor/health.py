@@ -140,7 +140,10 @@ class ClockHealth:
     readings not billed; 0 when not in doubt), `steady_left` the seconds without a step
     before the clock is taken as right (`ClockFile.settle`); `ntp_disagrees`: the kernel says
     the clock is synchronised and said so when the heartbeat was written too (one NTP answer
-    was wrong: the cure is the NTP server)."""
+    was wrong: the cure is the NTP server). `meter_rows_ahead` and `meters_ahead`: while in
+    doubt, the meter readings that stood ahead of the clock at start, kept (those meters' new
+    readings alarm `backwards` and are not billed until the clock is right), and of how many
+    meters; 0 when none did (nothing stands in a new reading's way)."""
 
     steps: int = 0
     episode_steps: int = 0
@@ -148,6 +151,8 @@ class ClockHealth:
     heartbeat_ahead: float = 0.0
     steady_left: float = 0.0
     ntp_disagrees: bool = False
+    meter_rows_ahead: int = 0
+    meters_ahead: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +349,19 @@ _LOST: tuple[tuple[str, str, str, str], ...] = (
 )  # fmt: skip
 
 
+def _held_back(clock: Mapping[str, Any]) -> str:
+    """What a clock in doubt holds back: the meter readings that stood ahead of it at start
+    make their meters' new readings `backwards` (not billed); with none, nothing is held."""
+    rows, meters = clock.get("meter_rows_ahead") or 0, clock.get("meters_ahead") or 0
+    if not rows:
+        return "no meter reading stood ahead of it: new readings are judged and billed on this clock"
+    whose = "that meter's" if meters == 1 else "those meters'"
+    return (
+        f"{_count(rows, 'reading', 'readings')} of {_count(meters, 'meter', 'meters')} stood ahead of it at"
+        f" start: {whose} new readings alarm `backwards` and are not billed"
+    )
+
+
 def attention(health: Mapping[str, Any]) -> list[dict[str, str]]:
     """What the console's gateway panel puts first, worst first: each `{"level", "text"}`,
     `fault` for what stops the station being watched or its records being kept (the
@@ -371,8 +389,8 @@ def attention(health: Mapping[str, Any]) -> list[dict[str, str]]:
             else "if `date -u` is right, make the kernel say it is synchronised (NTP), or"
         )
         faults.append(
-            f"gateway clock {ahead / 86_400:.1f} days behind its heartbeat, taken for unset (meter readings"
-            f" alarm and are not billed): {cure} it is taken as right after {left / 3600:.0f} h more"
+            f"gateway clock {ahead / 86_400:.1f} days behind its heartbeat, taken for unset"
+            f" ({_held_back(clock)}): {cure} it is taken as right after {left / 3600:.0f} h more"
             " without a step"
         )
     if pending := _part(health, "meters").get("clock_steps_pending"):

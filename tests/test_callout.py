@@ -848,7 +848,7 @@ def test_a_link_signed_on_an_unset_clock_still_acknowledges_after_ntp(
     later NTP steps the clock forward to the real time, and she taps the link: it said
     "expired" (its expiry was an hour after the unset clock's time, a year ago on the real
     one). A link signed by a clock the daemon judges unset moves with the clock's step
-    forward: it acknowledges, in her name, once. The page says "for 1h", not an expiry in last
+    forward: it acknowledges, in her name, once. The page says "for 1 h", not an expiry in last
     year. A forged link is still refused."""
     config = build_config(raw_config(tmp_path, smtp.port, delay="2h"))
     write_heartbeat(config.state_dir, TR - 60)
@@ -861,7 +861,7 @@ def test_a_link_signed_on_an_unset_clock_still_acknowledges_after_ntp(
             st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset))
             assert await st.tick(unset + 1, 1) == 1
             [page] = smtp.to(ALICE)
-            assert "(once, for 1h)" in page.body, page.body
+            assert "(once, for 1 h)" in page.body, page.body
             ack = link(page.body)
             nonce, sig = ack.rsplit("/", 1)[1].split(".")
             assert await st.tick(unset + 600, 599) == 0

@@ -151,6 +151,8 @@ def test_the_step_count_is_in_the_health_and_metrics_and_no_other_part_logs_each
             "heartbeat_ahead": 0.0,
             "steady_left": 0.0,
             "ntp_disagrees": False,
+            "meter_rows_ahead": 0,
+            "meters_ahead": 0,
         }
         registry = CollectorRegistry()
         registry.register(StationCollector(StationAdapter(daemon)))  # what /metrics serves

@@ -4,7 +4,7 @@ and no import from a lower layer to a higher one.
 Layers, lowest first (a module may import its own layer and the ones below):
 
     0  model, errors, units, config, sdnotify, sqlite, statelock, heap, durable, writeonce,
-       kernelclock
+       kernelclock, clockkept
     1  sources, engine, alarms, sinks, meters, callout, incidents, station
     2  pipeline, reconcile, recovery, state_check, diskspace, clockfile, health, daemon   (wiring)
     3  web, fleet                                       (the console on top of the daemon; the fleet view)
@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
     "writeonce": 0,  # the console's request ids, kept by the stores that take its writes
     "durable": 0,  # a state file replaced whole, durably (heartbeat, engine checkpoint)
     "kernelclock": 0,  # the kernel's word on the clock: NTP synchronised (adjtimex), the boot id
+    "clockkept": 0,  # a clock in doubt, kept in the heartbeat file for a restart
     "sources": 1,
     "engine": 1,
     "alarms": 1,

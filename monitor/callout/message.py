@@ -19,11 +19,27 @@ from collections.abc import Sequence
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from monitor.model import Alarm, step_text
+from monitor.model import Alarm
 
 
 def local_time(t: float, zone: ZoneInfo) -> str:
     return datetime.fromtimestamp(t, zone).strftime("%Y-%m-%d %H:%M %Z")
+
+
+def lasting(seconds: float) -> str:
+    """How long, as a person says it on a phone at night: `42 s`, `10 min`, `1 h 30 min`,
+    `24 h` (up to two days in hours: a day-long link reads `24 h`, not `1d 0h`), `3 days 2 h`."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    minutes = round(s / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} days {hours} h" if hours else f"{days} days"
 
 
 def one_line(text: str) -> str:
@@ -46,17 +62,26 @@ def alarm_message(
     link: str | None,
     expires: float | None,
     valid_for: float | None = None,
+    unset_now: float | None = None,
 ) -> tuple[str, str]:
     """(subject, text) for one alarm; short enough for one or two SMS segments before the link.
-    `valid_for` instead of `expires`: the clock is not set, its expiry would name a wrong day."""
+    `valid_for` instead of `expires`: the clock is not set, its expiry would name a wrong day.
+    `unset_now`: the time of a gateway clock judged not set; the page says how long the alarm
+    has been on instead of "since" a day of that clock (last year, 1970)."""
     what = f"{alarm.sensor} {alarm.rule}"
     subject = one_line(f"[{one_line(station)}] {str(alarm.priority).upper()} {what}")
-    when = local_time(alarm.activated_at or alarm.updated_at, zone)
+    began = alarm.activated_at or alarm.updated_at
+    if unset_now is None:
+        when = f"since {local_time(began, zone)}"
+    elif unset_now >= began:
+        when = f"in alarm for {lasting(unset_now - began)} (the gateway clock is not set)"
+    else:  # stamped by another clock (a device's, or before a step): no length to tell
+        when = "in alarm (the gateway clock is not set: since when is not known)"
     lines = [
         f"{station}: {str(alarm.priority).upper()} alarm {what}",
         f"value {_num(alarm.value, unit)}, limit {_num(alarm.limit, unit)}",
         f"rule {alarm.citation}" if alarm.citation else "",
-        f"since {when}",
+        when,
         alarm.message,
     ]
     lines.append(_ack_line(link, expires, zone, valid_for=valid_for))
@@ -71,10 +96,13 @@ def flood_message(
     link: str | None,
     expires: float | None,
     valid_for: float | None = None,
+    clock_set: bool = True,
 ) -> tuple[str, str]:
-    """One summary for a flood (EEMUA 191): the count and the first alarms, not one page each."""
+    """One summary for a flood (EEMUA 191): the count and the first alarms, not one page each.
+    On a gateway clock judged not set (`clock_set` false) no time of it: a wrong day."""
     subject = f"[{one_line(station)}] ALARM FLOOD: {len(alarms)} alarms"
-    lines = [f"{station}: alarm flood, {len(alarms)} alarms unacknowledged at {local_time(now, zone)}"]
+    at = f"at {local_time(now, zone)}" if clock_set else "now (the gateway clock is not set)"
+    lines = [f"{station}: alarm flood, {len(alarms)} alarms unacknowledged {at}"]
     for a in alarms[:10]:
         value = "-" if a.value is None else f"{a.value:g}"
         lines.append(f"- {a.sensor} {a.rule} {value} ({a.citation})")
@@ -93,7 +121,7 @@ def _ack_line(
 ) -> str:
     what = "all" if every else "it"
     if link is not None and valid_for is not None:
-        return f"Acknowledge {what}: {link} (once, for {step_text(valid_for).removesuffix(' 0m')})"
+        return f"Acknowledge {what}: {link} (once, for {lasting(valid_for)})"
     if link is None or expires is None:
         return "Acknowledge on the station console."
     return f"Acknowledge {what}: {link} (once, until {local_time(expires, zone)})"

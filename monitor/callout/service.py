@@ -347,24 +347,35 @@ class Callout:
         url = None
         expires = None
         valid_for = None
+        unset = not self._clock_is_set(now)
         if self.signer is not None and self.notify.link_base is not None:
             expires = now + self.notify.link_ttl
             nonce, token = self.signer.make(esc.id, person_id, expires)
-            unset = not self._clock_is_set(now)
             link = (nonce, expires, unset)
             url = f"{self.notify.link_base.rstrip('/')}/callout/ack/{token}"
             if unset:  # an expiry on this clock names a wrong day: say how long instead
                 valid_for = self.notify.link_ttl
         if esc.kind == "flood":
             waiting = [a for a in self._flood_alarms(esc.id) if a.state in _UNACK]
-            subject, text = flood_message(waiting, self.station, self.zone, now, url, expires, valid_for)
+            subject, text = flood_message(
+                waiting, self.station, self.zone, now, url, expires, valid_for, clock_set=not unset
+            )
         else:
             alarm = self.manager.get(esc.sensor, esc.rule)
             if alarm is None:
                 self.store.end(esc.id, "stopped", None, now)
                 return
             unit = self._units.get(alarm.sensor, "")
-            subject, text = alarm_message(alarm, self.station, unit, self.zone, url, expires, valid_for)
+            subject, text = alarm_message(
+                alarm,
+                self.station,
+                unit,
+                self.zone,
+                url,
+                expires,
+                valid_for,
+                unset_now=now if unset else None,
+            )
         messages = []
         if person is not None:
             wanted = (

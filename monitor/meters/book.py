@@ -207,6 +207,8 @@ class MeterBook:
         self.clock_step_failures = 0  # steps whose move the ledger refused (once per step)
         # Meters whose rows ahead were taken for an unset clock at start, and their newest stamp.
         self.unset_at_start: dict[str, float] = {}
+        # And how many of each meter's rows stood ahead (the console's clock fault counts them).
+        self.unset_rows: dict[str, int] = {}
         # Points of meters no longer configured the InfluxDB copy lacks (`unconfigured`).
         self.unsent_unconfigured = 0
         self._said_unconfigured: set[str] = set()
@@ -437,6 +439,7 @@ class MeterBook:
             "meter %s: %d reading(s) are stamped ahead of the gateway clock (%s), the newest by %.1f days, %s"
         )
         if unset:
+            self.unset_rows[meter] = rows
             log.error(
                 said + ": the clock is not synchronised, not a step back; nothing is moved (its"
                 " readings are judged against the ledger until the clock is set)",

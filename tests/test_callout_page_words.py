@@ -1,0 +1,86 @@
+"""What a page says of time, read by a person woken at 3 a.m.: no wrong day from an unset
+gateway clock, and a link lifetime in words ("24 h", not "1d 0h"). Real SMTP (aiosmtpd with
+STARTTLS and a login), as tests/test_callout.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from monitor.callout.message import flood_message, lasting
+from monitor.config import build_config
+from monitor.model import Alarm, AlarmState, ConditionState, Priority, Rule
+from tests.mqtt_tools import make_ca
+from tests.smtp import MailServer
+from tests.test_callout import ALICE, TR, YEAR, Station, ph, raw_config, write_heartbeat
+
+
+@pytest.fixture
+def smtp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[MailServer]:
+    """A real SMTP server with STARTTLS and a login, as tests/test_callout.py's."""
+    certs = make_ca(tmp_path / "ca")
+    monkeypatch.setenv("CALLOUT_SMTP_PASSWORD", "mail-pw")
+    monkeypatch.setenv("CALLOUT_LINK_SECRET", "link-secret-for-tests")
+    monkeypatch.setenv("CALLOUT_CA", str(certs["ca"]))
+    with MailServer(users={"monitor": "mail-pw"}, certs=certs) as server:
+        yield server
+
+
+@pytest.mark.parametrize("clock", ["set", "unset"])
+def test_a_page_names_a_day_only_on_a_set_clock_and_a_day_long_link_reads_24_h(
+    tmp_path: Path, smtp: MailServer, clock: str
+) -> None:
+    """The pH alarm, active 12 minutes before its page, pages Alice with a link valid 24 h.
+    On a set clock the page says since when (the station's local time) and until when the link
+    works. On a clock a year behind its heartbeat (not set: no battery-backed clock, NTP not
+    answered) it said "since 2026-01-15 ..." (a day of last year) and "for 1d 0h"; now it says
+    how long the alarm has been on, that the clock is not set, and "for 24 h"."""
+    raw = raw_config(tmp_path, smtp.port)
+    raw["notify"]["link_ttl"] = "24h"
+    config = build_config(raw)
+    write_heartbeat(config.state_dir, TR - 60)
+    now = TR if clock == "set" else TR - YEAR
+
+    async def go() -> None:
+        st = Station(config, now)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, now - 720))
+            assert await st.tick(now + 1, 1) == 1
+            [page] = smtp.to(ALICE)
+            body = page.body
+            if clock == "set":
+                assert "since 2027-01-15 02:48 EST" in body, body
+                assert "(once, until 2027-01-16 03:00 EST)" in body, body
+            else:
+                assert "since" not in body and "2026-01" not in body, body
+                assert "in alarm for 12 min (the gateway clock is not set)" in body, body
+                assert "(once, for 24 h)" in body, body
+        finally:
+            await st.close()
+
+    asyncio.run(go())
+
+
+def test_a_flood_page_on_an_unset_clock_names_no_day() -> None:
+    """A flood summary said "unacknowledged at <time>" of the unset clock: a wrong day."""
+    alarm = Alarm("outfall.ph", Rule.LOW, AlarmState.UNACK, Priority.HIGH, 3.2, 5.0, "§139-15 C(3)")
+    _subject, text = flood_message(
+        [alarm] * 12, "PS 1", ZoneInfo("UTC"), TR - YEAR, "L", None, 3600.0, clock_set=False
+    )
+    assert "2026" not in text and "unacknowledged now" in text, text
+    _subject, text = flood_message([alarm] * 12, "PS 1", ZoneInfo("UTC"), TR, "L", TR + 3600, None)
+    assert "unacknowledged at 2027-01-15 08:00 UTC" in text, text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [(42, "42 s"), (600, "10 min"), (3600, "1 h"), (5400, "1 h 30 min"), (86_400, "24 h"),
+     (172_800, "2 days"), (3 * 86_400 + 7200, "3 days 2 h")],
+)  # fmt: skip
+def test_lasting_reads_as_a_person_says_it(seconds: float, words: str) -> None:
+    assert lasting(seconds) == words
