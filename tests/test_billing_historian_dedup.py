@@ -29,7 +29,7 @@ from monitor.config import Config, Influx
 from monitor.errors import SourceError
 from monitor.meters.billing import quarter
 from monitor.meters.book import MeterRecord
-from monitor.meters.dedup import broken_link, interval_ms
+from monitor.meters.dedup import broken_link, doubt, interval_ms
 from monitor.meters.historian import station_quarter
 from monitor.meters.periods import Quarter
 from monitor.meters.totalizer import MeterSpec
@@ -466,3 +466,25 @@ def test_the_interval_is_read_as_the_server_counts_it_and_a_rollover_link_holds(
     swapped = StoredSample("m", "a", "ft3", 1, 5.0, 5.0, 5.0, 1.0)
     assert not broken_link(spec, at, wrapped) and broken_link(spec, at, swapped)
     assert broken_link(spec, None, at) and not broken_link(spec, None, replace(at, consumption=0.0))
+
+
+def test_what_the_kept_points_show_of_a_hidden_or_rewritten_one() -> None:
+    """`doubt` on kept points as the reader returns them: a chain that holds clears the row;
+    each trace a hidden reading or a point written twice leaves flags it (a rejected reading,
+    one between the opening reading and the quarter's start included; a reading not following
+    from the one before, the first after the quarter included; a clock step's mark; a first
+    reading that bills without one before it)."""
+    spec = MeterSpec("m", "ft3", 6, Decimal(1), None)
+
+    def point(t: int, reading: float, consumption: float, accepted: bool = True, **kw: bool) -> StoredSample:
+        return StoredSample("m", "a", "ft3", t, reading, consumption, consumption, float(accepted), **kw)
+
+    before, after = point(0, 100.0, 0.0), point(9, 150.0, 10.0)
+    span = [point(3, 120.0, 20.0), point(6, 140.0, 20.0)]
+    assert doubt(spec, before, span, after) == ""
+    assert doubt(spec, None, [point(3, 120.0, 0.0), *span[1:]], after) == ""  # a first reading: 0 billed
+    assert "rejected" in doubt(spec, before, [point(1, 90.0, 0.0, accepted=False), *span], after)
+    assert "does not follow" in doubt(spec, before, [span[1]], after)  # the one at 3 hidden
+    assert "does not follow" in doubt(spec, before, span, point(9, 150.0, 5.0))  # one after 6 hidden
+    assert "clock step" in doubt(spec, before, [span[0], point(6, 140.0, 20.0, restamped=True)], after)
+    assert "does not follow" in doubt(spec, None, span, after)  # billed 20 over a reading not there
