@@ -39,6 +39,17 @@ def free_port() -> int:
         return port
 
 
+@contextlib.contextmanager
+def refused_port() -> Iterator[int]:
+    """A loopback port that refuses connections for as long as the block runs: bound and not
+    listening, so no other server can take it. A bare `free_port()` for a server meant to be
+    unreachable can be bound by another test's server a moment later, which then answers."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        yield port
+
+
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
     with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.2):
         return True

@@ -15,15 +15,26 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 import yaml
 
-from monitor.config import Influx
+from monitor.config import Config, Influx
 from monitor.errors import SourceError
+from monitor.meters.billing import quarter
 from monitor.meters.book import MeterRecord
+from monitor.meters.dedup import broken_link, doubt, interval_ms
+from monitor.meters.historian import station_quarter
+from monitor.meters.periods import Quarter
+from monitor.meters.totalizer import MeterSpec
 from monitor.sinks.lineproto import meter_point_line
+from monitor.sources.meter_history import MeterSample as StoredSample
 from monitor.sources.meter_history import _dedup_flag, open_history
 from tests.services import InfluxDB1, VictoriaMetrics, http
 from tests.test_billing_historian import (
@@ -34,6 +45,7 @@ from tests.test_billing_historian import (
     historian_export,
     own_export,
     station_b,
+    write_yaml,
 )
 from tests.test_meter_clock_step import export, meter_station, run_across_a_step
 from tests.test_pipeline import close
@@ -102,15 +114,17 @@ def test_the_deduplicating_server_keeps_one_value_per_field_neither_the_largest_
         # After the restart the parts fell otherwise: once in six runs every pair kept its largest.
 
 
-def test_a_quarter_from_a_deduplicating_victoriametrics_is_flagged_on_every_row(
+def test_a_quarter_from_a_deduplicating_victoriametrics_flags_the_rows_it_may_have_changed(
     tmp_path: Path, victoria_dedup: VictoriaMetrics
 ) -> None:
     """The golden quarter of two stations (a swap: the shop meter's readings after it went out
     rejected, then accepted once the replacement was recorded). Without the flag the server
     holds both values and the export says `rewritten` (test_billing_historian.py). With it, one
-    value per field is left: before, the shop meter was billed 26,880 ft3 of the ledger's
-    44,160 and nothing said so. Now every row says `deduplicated` and the export warns once;
-    the rows of points written once agree with the ledger to the cubic foot."""
+    value per field is left: the shop meter was once billed 26,880 ft3 of the ledger's 44,160
+    and nothing said so; then every row said `deduplicated`, so the flag said nothing. Now the
+    rows that hold a point that may have been written twice (a rejected reading, a reading not
+    following from the one before) are flagged, each with a warning that says why, and the
+    rest are the ledger's rows, unflagged, to the cubic foot."""
     vm = {"url": victoria_dedup.url, "org": "barton", "bucket": "dedup-quarter"}
     influx = {"url": "http://127.0.0.1:9", "api": "v1", "database": "unused"}  # never drained
     before = victoria_dedup.lines_taken()
@@ -119,16 +133,24 @@ def test_a_quarter_from_a_deduplicating_victoriametrics_is_flagged_on_every_row(
     victoria_dedup.wait_for_lines(before + a.lines_to_victoria + b.lines_to_victoria)
     victoria_dedup.flush()
     rows, err = historian_export(a.to_victoria, b.to_victoria)
-    assert err.count(f"-dedup.minScrapeInterval=1ms: every row flagged {DEDUP}") == 1, err
+    assert err.count(f"-dedup.minScrapeInterval=1ms: the rows it may have changed flagged {DEDUP}") == 1, err
     got = by_station(rows)
     for station in (a, b):
         own = own_export(station)
         mine = got[station.config.station.id]
         assert [h["meter"] for h in mine] == [o["meter"] for o in own]
         for h, o in zip(mine, own, strict=True):
-            assert DEDUP in h["flags"].split(";"), h
-            if o["meter"] != "shop.meter":  # written once each: the ledger's figures
-                assert h == {**o, "flags": ";".join([*filter(None, o["flags"].split(";")), DEDUP])}
+            if o["meter"] in DOUBTED:
+                assert DEDUP in h["flags"].split(";"), h
+                assert f"meter {o['meter']}: 2026Q3 flagged {DEDUP}: " in err, err
+            else:  # written once each, every reading accepted and following from the one before
+                assert h == o, h
+
+
+# The golden quarter's rows a 1 ms dedup may have changed: the swap's re-judged readings
+# (rejected, then accepted: the kept value of each field from either write); the village
+# meter's spike, rejected (by the ledger, never re-judged: the kept values cannot say so).
+DOUBTED = ("shop.meter", "village.meter")
 
 
 def build_one(root: Path, raw: dict[str, object], influx: dict[str, str], vm: dict[str, str]) -> Station:
@@ -143,8 +165,8 @@ def test_a_batch_delivered_twice_is_billed_once(
     """The outbox's at-least-once delivery: every meter point reaches the server twice (a batch
     stored just before a crash is sent again). Without dedup the server holds both copies, the
     same values, and the reader takes them as one: the export is the ledger's, unflagged. With
-    dedup the figures are the same, and flagged all the same (the reader cannot tell this
-    repeat from a re-judged point)."""
+    dedup the figures are the same; the rows flagged are those of a point that may have been
+    re-judged (the swap, the rejected spike), whether or not it was sent twice."""
     vm: VictoriaMetrics = request.getfixturevalue(server)
     section = {"url": vm.url, "org": "barton", "bucket": f"twice-{server}"}
     influx = {"url": "http://127.0.0.1:9", "api": "v1", "database": "unused"}
@@ -161,7 +183,7 @@ def test_a_batch_delivered_twice_is_billed_once(
     for h, o in zip(mine, own, strict=True):
         # shop.meter's swap re-judged its rows: two values at one time, `rewritten` as ever
         extra = [*(["rewritten"] if o["meter"] == "shop.meter" and server == "victoria" else [])]
-        extra += [DEDUP] if server == "victoria_dedup" else []
+        extra += [DEDUP] if server == "victoria_dedup" and o["meter"] in DOUBTED else []
         want = ";".join([f for f in o["flags"].split(";") if f] + extra)
         if server == "victoria_dedup" and o["meter"] == "shop.meter":
             assert DEDUP in h["flags"].split(";")
@@ -319,3 +341,150 @@ def test_a_cluster_select_url_flags_every_row_and_says_why(tmp_path: Path) -> No
     assert len(said) == 1, err
     assert "cannot tell whether" in said[0] and "cluster" in said[0] and "vmstorage" in said[0], said
     assert "flagsAuthKey" not in said[0] and "404" not in said[0], said
+
+
+class HourDedupVictoriaMetrics(VictoriaMetrics):
+    """`-dedup.minScrapeInterval=1h`, as a utility that also stores hourly scrapes might run it:
+    one sample per series and hour, the hours counted from the epoch ((k-1) h, k h]."""
+
+    def command(self) -> list[str]:
+        return [*super().command(), "-dedup.minScrapeInterval=1h"]
+
+
+@pytest.fixture(scope="module")
+def victoria_hourly(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VictoriaMetrics]:
+    server = HourDedupVictoriaMetrics(tmp_path_factory.mktemp("victoria-hourly"))
+    server.start()
+    yield server
+    server.stop()
+
+
+def meter_config(root: Path, station: str, zone: str, meters: list[str], url: str) -> Config:
+    """A station billing `meters` (ft3, 6 digits) each to an account of its own."""
+    raw = {
+        "station": {"id": station, "name": station, "timezone": zone},
+        "state_dir": str(root / "state"),
+        "sensors": [
+            {
+                "id": m,
+                "kind": "meter",
+                "unit": "ft3",
+                "register_digits": 6,
+                "account": m.partition(".")[0],
+                "max_rate": 100000,
+            }
+            for m in meters
+        ],
+        "billing": {
+            "rate_per_kcf": 4.25,
+            "max_reading_gap": "2d",
+            "accounts": [{"id": m.partition(".")[0], "name": m, "class": "commercial"} for m in meters],
+        },
+        "influx": {"url": url, "org": "o", "bucket": "hourly"},
+    }
+    return write_yaml(root / f"{station}.yaml", raw)
+
+
+def ledger_points(station: str, meter: str, times: list[datetime]) -> tuple[list[str], list[MeterRecord]]:
+    """The points a ledger writes for `meter` read at `times`: each 10 ft3 up on the one before,
+    the first a baseline (consumption 0). Returns the lines and the records."""
+    records = [
+        MeterRecord(meter, meter.partition(".")[0], "ft3", t.timestamp(), 1000.0 + 10 * i, c, c, True, "")
+        for i, t in enumerate(sorted(times))
+        for c in [0.0 if i == 0 else 10.0]
+    ]
+    return [meter_point_line(station, r) for r in records], records
+
+
+def ledger_ft3(records: list[MeterRecord], q: Quarter) -> Decimal:
+    """What the ledger bills: the consumption of its accepted records in the quarter."""
+    return sum(
+        (Decimal(str(r.consumption)) for r in records if q.start_ms < r.time * 1000 <= q.end_ms), Decimal(0)
+    )
+
+
+def test_an_hourly_deduplicating_server_flags_only_the_rows_it_can_have_changed(
+    tmp_path: Path, victoria_hourly: VictoriaMetrics
+) -> None:
+    """With `-dedup.minScrapeInterval=1h` the server keeps the last point of each hour of each
+    series. A meter read daily at 08:00 loses nothing: its rows are the ledger's, unflagged
+    (before: every row flagged, so the flag said nothing). A meter read four times in one hour
+    keeps the last (08:00): its quarter is short by the hidden readings' rise, and says so. Where
+    the quarter's end falls inside an hour (Kathmandu, +05:45: 18:15 UTC), a reading after
+    the end hides the last one before it in that hour: flagged; a meter of the same station
+    read at noon is not."""
+    utc, ktm = tmp_path / "utc", tmp_path / "ktm"
+    day = timedelta(days=1)
+    dailies = [datetime(2026, 6, 29, 8, tzinfo=UTC) + i * day for i in range(96)]  # to 2 October
+    busy = [*dailies, *(datetime(2026, 8, 10, 7, m, tzinfo=UTC) for m in (15, 30, 45))]
+    noons = [d.replace(hour=12) for d in dailies]
+    edge = [*noons, datetime(2026, 9, 30, 18, 10, tzinfo=UTC), datetime(2026, 9, 30, 18, 40, tzinfo=UTC)]
+    lines: list[str] = []
+    written: dict[str, list[MeterRecord]] = {}
+    for station, meter, times in (
+        ("ps-utc", "daily.meter", dailies),
+        ("ps-utc", "busy.meter", busy),
+        ("ps-ktm", "calm.meter", noons),
+        ("ps-ktm", "edge.meter", edge),
+    ):
+        sent, written[meter] = ledger_points(station, meter, times)
+        lines += sent
+    victoria_hourly.write(lines, "o", "hourly")
+    kept = victoria_hourly.export('{__name__="meter_reading",meter="busy.meter"}')[0]["timestamps"]
+    assert len(kept) == len(dailies), "the server did not keep one point per hour"  # the fixture's premise
+    kept = victoria_hourly.export('{__name__="meter_reading",meter="edge.meter"}')[0]["timestamps"]
+    assert int(edge[-2].timestamp() * 1000) not in kept and int(edge[-1].timestamp() * 1000) in kept
+    for root, station, zone, meters in (
+        (utc, "ps-utc", "UTC", ["daily.meter", "busy.meter"]),
+        (ktm, "ps-ktm", "Asia/Kathmandu", ["calm.meter", "edge.meter"]),
+    ):
+        config = meter_config(root, station, zone, meters, victoria_hourly.url)
+        assert config.influx is not None and config.billing is not None
+        q = quarter("2026Q3", config.billing.year_start_month, config.station.zone)
+        got = station_quarter(config, open_history(config.influx), q)
+        for meter in meters:
+            usage = got.usages[meter]
+            exact = Fraction(ledger_ft3(written[meter], q)) == usage.ft3
+            if meter in ("daily.meter", "calm.meter"):
+                assert exact and DEDUP not in usage.flags, (meter, usage)
+            else:  # the server lost readings of these rows, and the rows say so
+                assert not exact and DEDUP in usage.flags, (meter, usage)
+        assert [m for m, _ in got.doubted] == [m for m in meters if m in ("busy.meter", "edge.meter")]
+
+
+def test_the_interval_is_read_as_the_server_counts_it_and_a_rollover_link_holds() -> None:
+    """`/flags` shows a Go duration; the server counts whole milliseconds. Anything else
+    (`unknown (...)`) is no interval: every row flagged. A register's wrap is a link that
+    holds (the mill meter's rollover in the golden quarter is not flagged); a drop that is not
+    the wrap (a replacement, or a reading hidden across the wrap) is not."""
+    shown = ("1ms", "30s", "1m0s", "1.5s", "1h30m0s", "500us", "2h0m0.001s")
+    assert [interval_ms(v) for v in shown] == [1, 30_000, 60_000, 1_500, 5_400_000, 1, 7_200_001]
+    assert [interval_ms(v) for v in ("unknown (HTTP 401)", "", "1x", "s", "1m 0s")] == [None] * 5
+    spec = MeterSpec("m", "ft3", 6, Decimal(1), None)  # wraps at 1,000,000 ft3
+    at = StoredSample("m", "a", "ft3", 0, 999_990.0, 10.0, 10.0, 1.0)
+    wrapped = StoredSample("m", "a", "ft3", 1, 5.0, 15.0, 15.0, 1.0)
+    swapped = StoredSample("m", "a", "ft3", 1, 5.0, 5.0, 5.0, 1.0)
+    assert not broken_link(spec, at, wrapped) and broken_link(spec, at, swapped)
+    assert broken_link(spec, None, at) and not broken_link(spec, None, replace(at, consumption=0.0))
+
+
+def test_what_the_kept_points_show_of_a_hidden_or_rewritten_one() -> None:
+    """`doubt` on kept points as the reader returns them: a chain that holds clears the row;
+    each trace a hidden reading or a point written twice leaves flags it (a rejected reading,
+    one between the opening reading and the quarter's start included; a reading not following
+    from the one before, the first after the quarter included; a clock step's mark; a first
+    reading that bills without one before it)."""
+    spec = MeterSpec("m", "ft3", 6, Decimal(1), None)
+
+    def point(t: int, reading: float, consumption: float, accepted: bool = True, **kw: bool) -> StoredSample:
+        return StoredSample("m", "a", "ft3", t, reading, consumption, consumption, float(accepted), **kw)
+
+    before, after = point(0, 100.0, 0.0), point(9, 150.0, 10.0)
+    span = [point(3, 120.0, 20.0), point(6, 140.0, 20.0)]
+    assert doubt(spec, before, span, after) == ""
+    assert doubt(spec, None, [point(3, 120.0, 0.0), *span[1:]], after) == ""  # a first reading: 0 billed
+    assert "rejected" in doubt(spec, before, [point(1, 90.0, 0.0, accepted=False), *span], after)
+    assert "does not follow" in doubt(spec, before, [span[1]], after)  # the one at 3 hidden
+    assert "does not follow" in doubt(spec, before, span, point(9, 150.0, 5.0))  # one after 6 hidden
+    assert "clock step" in doubt(spec, before, [span[0], point(6, 140.0, 20.0, restamped=True)], after)
+    assert "does not follow" in doubt(spec, None, span, after)  # billed 20 over a reading not there

@@ -24,7 +24,7 @@ import yaml
 from tests.conftest import tmpfs_disk
 from tests.daemon_process import running_daemon
 from tests.mqtt_tools import Peer
-from tests.services import Mosquitto, free_port, wait_until
+from tests.services import Mosquitto, free_port, refused_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 SENSORS = ["a.flow", "b.flow"]
@@ -56,8 +56,17 @@ def stored(state: Path) -> int:
         db.close()
 
 
+@pytest.fixture
+def refused() -> Iterator[int]:
+    """The InfluxDB port, refusing for the whole test. It was a bare `free_port()`: under load
+    another test's server could bind it a moment later and answer (a VictoriaMetrics takes
+    /write), and the outbox's deliveries then met the full disk (tests/test_drain_disk_full.py)."""
+    with refused_port() as port:
+        yield port
+
+
 def test_full_disk_stops_intake_with_an_alarm_and_resumes_when_freed(
-    tmp_path: Path, small_disk: Path, broker: Mosquitto
+    tmp_path: Path, small_disk: Path, broker: Mosquitto, refused: int
 ) -> None:
     state = small_disk / "state"
     console = free_port()
@@ -81,7 +90,7 @@ def test_full_disk_stops_intake_with_an_alarm_and_resumes_when_freed(
                     ],
                 },
                 # InfluxDB is unreachable, so the outbox grows on the same disk too.
-                "influx": {"url": f"http://127.0.0.1:{free_port()}", "api": "v1", "database": "x",
+                "influx": {"url": f"http://127.0.0.1:{refused}", "api": "v1", "database": "x",
                            "max_backoff": "1s"},
                 "console": {"host": "127.0.0.1", "port": console},
             }

@@ -17,6 +17,7 @@ from monitor.commands import load_config_or_exit, read_env_file
 from monitor.config import Config, Influx
 from monitor.errors import MeterError
 from monitor.meters.billing import build_rows
+from monitor.meters.dedup import interval_ms
 from monitor.meters.historian import station_quarter
 from monitor.meters.periods import presentation, quarter
 from monitor.model import iso
@@ -95,13 +96,13 @@ def export_from_historian(args: argparse.Namespace) -> Sheets:
                     )
                 else:
                     head = f"{reader.target} runs with -dedup.minScrapeInterval={dedup}"
+                which = "every row" if interval_ms(dedup) is None else "the rows it may have changed"
                 print(
-                    f"warning: {head}: every row flagged deduplicated. With it on, the server"
-                    " keeps one value per field and millisecond, so a"
-                    " point written twice (a row re-judged, a clock step's overwrite) reads as a mix"
-                    " of both and figures may not be the ledger's. Bill from each station's own"
-                    " export, or from a VictoriaMetrics started without -dedup.minScrapeInterval"
-                    " (docs/billing.md)",
+                    f"warning: {head}: {which} flagged deduplicated. With it on, the server keeps one"
+                    " value per field and interval, so a reading can hide the earlier ones of its"
+                    " interval and a point written twice (a row re-judged, a clock step's overwrite)"
+                    " reads as a mix of both. Bill those rows from each station's own export, or"
+                    " from a VictoriaMetrics started without -dedup.minScrapeInterval (docs/billing.md)",
                     file=sys.stderr,
                 )
             if not got.complete:
@@ -123,6 +124,11 @@ def export_from_historian(args: argparse.Namespace) -> Sheets:
                     f"warning: station {station}: {len(got.unusable)} accepted meter record(s) in"
                     f" {reader.target} without a number skipped (first: meter {first.meter} at"
                     f" {iso(first.time_ms / 1000)}); rows flagged unreconciled",
+                    file=sys.stderr,
+                )
+            for meter, why in got.doubted if interval_ms(dedup) is not None else ():
+                print(
+                    f"warning: station {station}: meter {meter}: {q} flagged deduplicated: {why}",
                     file=sys.stderr,
                 )
             for meter, why in got.assumed:

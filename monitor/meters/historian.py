@@ -51,6 +51,7 @@ from monitor.config import Config
 from monitor.errors import MeterError
 from monitor.meters.billing import Usage, coverage
 from monitor.meters.book import meter_specs
+from monitor.meters.dedup import doubt, interval_ms, straddle_end
 from monitor.meters.periods import Quarter
 from monitor.meters.rows import to_ms
 from monitor.meters.totalizer import MeterSpec, dec, to_ft3
@@ -75,6 +76,8 @@ class StoredMeterPoint(Protocol):
     def accepted(self) -> float | None: ...
     @property
     def rewritten(self) -> bool: ...
+    @property
+    def restamped(self) -> bool: ...
 
 
 class History(Protocol):
@@ -99,6 +102,7 @@ class StationQuarter:
     unknown_meters: tuple[str, ...]
     unusable: tuple[StoredMeterPoint, ...] = ()  # accepted records without a number: skipped, flagged
     assumed: tuple[tuple[str, str], ...] = ()  # (meter, why): one settings period assumed, flagged
+    doubted: tuple[tuple[str, str], ...] = ()  # (meter, why): what dedup may have changed, flagged
 
 
 def exact(x: float | None, what: str) -> Decimal:
@@ -162,7 +166,7 @@ def sample_usage(
 
 
 ONE_PERIOD = "one settings period assumed"
-DEDUPLICATED = "deduplicated"  # the server keeps one value per field and time: see station_quarter
+DEDUPLICATED = "deduplicated"  # dedup on the server may have changed the row: monitor.meters.dedup
 
 
 def settings_doubt(
@@ -207,6 +211,12 @@ def station_quarter(config: Config, history: History, q: Quarter) -> StationQuar
             by_meter[s.meter].append(s)
     usages: dict[str, Usage] = {}
     assumed: list[tuple[str, str]] = []
+    doubted: list[tuple[str, str]] = []
+    dedup = history.deduplication()
+    interval = interval_ms(dedup) if dedup else None
+    tail: list[StoredMeterPoint] = []  # the kept points of the server's interval that straddles the end
+    if interval is not None and q.end_ms % interval:
+        tail = list(history.records(station, q.end_ms, straddle_end(q.end_ms, interval)))
     for m, spec in specs.items():
         before = history.last_accepted(station, m, q.start_ms)
         if before is not None and not usable(before):
@@ -217,14 +227,24 @@ def station_quarter(config: Config, history: History, q: Quarter) -> StationQuar
         why = settings_doubt(spec, before, by_meter[m])
         if why:
             assumed.append((m, why))
+        if dedup:  # one value per series and interval: what could it have hidden from this row?
+            if interval is None:
+                doubted.append((m, "whether the server deduplicates, and how, is unknown"))
+                continue
+            head = [] if before is None else history.records(station, before.time_ms, q.start_ms)
+            span = [s for s in [*head, *by_meter[m], *tail] if s.meter == m]
+            if why := doubt(spec, before, span, after):
+                doubted.append((m, why))
     for m in {s.meter for s in bad}:
         usages[m] = _with(usages[m], "unreconciled")
     complete = history.has_records_from(station, q.end_ms)
     if not complete:
         usages = {m: _with(u, "incomplete") for m, u in usages.items()}
-    if history.deduplication():  # a re-written point reads as a mix of its writes: unknowable
-        usages = {m: _with(u, DEDUPLICATED) for m, u in usages.items()}
-    return StationQuarter(station, usages, complete, tuple(sorted(unknown)), tuple(bad), tuple(assumed))
+    for m, _ in doubted:  # monitor.meters.dedup says which rows, and why
+        usages[m] = _with(usages[m], DEDUPLICATED)
+    return StationQuarter(
+        station, usages, complete, tuple(sorted(unknown)), tuple(bad), tuple(assumed), tuple(doubted)
+    )
 
 
 def usable(s: StoredMeterPoint) -> bool:

@@ -10,6 +10,10 @@ What each answer from the server does to a batch:
 - 429, 5xx, 401/403/404, no answer: nothing is removed; retry after an
   exponential backoff, or after the server's Retry-After.
 
+An outbox that cannot record a delivery (a full or failing state disk: removing the
+points writes the file) leaves them in it: logged once per episode, tried again after
+the same kind of backoff, sent again (at least once), never the end of the drain loop.
+
 Bisecting re-sends lines InfluxDB may already have stored from a partial write;
 that is harmless because a point with the same series and timestamp overwrites itself.
 """
@@ -25,7 +29,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from monitor.errors import WriteError
+from monitor.errors import OutboxError, WriteError
 from monitor.model import Clock, WallClock
 from monitor.sinks.batch import Batch, Rejected
 from monitor.sinks.outbox import Outbox
@@ -107,6 +111,7 @@ class Drainer:
         self._sleep = sleep
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="influx-writer")
         self._failing = False
+        self._unrecorded = Backoff(initial=min(initial_backoff, max_backoff), maximum=max_backoff)
         self._stopping = False
         self._waiting: asyncio.Future[None] | None = None
         self._rejected = 0  # dead letters in the current episode
@@ -125,6 +130,10 @@ class Drainer:
             except WriteError as exc:
                 await self._pause(self._failed(exc))
                 continue
+            except OutboxError as exc:  # a full state disk: the points stay, sent again later
+                await self._pause(self._not_recorded(exc))
+                continue
+            self._recorded()
             await self._pause(self.flush_interval)
 
     async def _pause(self, seconds: float) -> None:
@@ -160,8 +169,8 @@ class Drainer:
             try:
                 if await self.send_batches(deadline) == 0:
                     return self.outbox.pending
-            except WriteError as exc:
-                delay = self._failed(exc)
+            except (WriteError, OutboxError) as exc:
+                delay = self._failed(exc) if isinstance(exc, WriteError) else self._not_recorded(exc)
                 remaining = deadline - self.clock.now()
                 if remaining <= 0:
                     return self.outbox.pending
@@ -314,6 +323,25 @@ class Drainer:
         else:
             log.debug("%s; retrying in %.1fs", exc, delay)
         return delay
+
+    def _not_recorded(self, exc: OutboxError) -> float:
+        """The server may hold a batch the outbox could not remove: it stays and goes again."""
+        delay = self._unrecorded.failure()
+        if self._unrecorded.failures == 1:
+            log.error(
+                "%s; the outbox cannot record a delivery, so the points stay in it and are sent"
+                " again (at least once); retrying in %.1fs",
+                exc,
+                delay,
+            )
+        else:
+            log.debug("%s; retrying in %.1fs", exc, delay)
+        return delay
+
+    def _recorded(self) -> None:
+        if self._unrecorded.failures:
+            self._unrecorded.success()
+            log.info("the outbox records deliveries again")
 
     def _recovered(self) -> None:
         self.stats.last_success = self.clock.now()

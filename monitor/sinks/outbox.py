@@ -20,7 +20,7 @@ timestamp (a repeat overwrites it), so what the server holds is exactly once
 per series and timestamp. VictoriaMetrics keeps the repeat; the billing and
 replay readers read an identical one once. Its `-dedup.minScrapeInterval` is
 no substitute for an overwrite: it keeps one value per field and millisecond,
-not the last written, and billing flags a server running it (docs/billing.md).
+not the last written, and billing flags the rows it may have changed (docs/billing.md).
 """
 
 from __future__ import annotations

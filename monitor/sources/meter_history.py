@@ -14,8 +14,8 @@ consumption_ft3, accepted. This module reads them back, as they are stored:
   (delivery is at least once) is one value, read once. Started with
   `-dedup.minScrapeInterval` the server keeps one value per field and millisecond (the
   1.79 tested: neither the largest nor the last written, at query time too), so nothing
-  here can tell a point written twice: `deduplication()` says so and billing flags every
-  row `deduplicated`. One such
+  here can tell a point written twice: `deduplication()` says so and billing flags the rows
+  it may have changed `deduplicated` (`meters.dedup` says which). One such
   case is known for sure: a point a clock step moved its reading away from is written
   again rejected, billing nothing, with `restamped` set (`MeterBook.take_records`); its
   values are those (the smallest), not the accepted ones it had, as InfluxDB's overwrite
@@ -64,6 +64,7 @@ class MeterSample:
     consumption_ft3: float | None
     accepted: float | None
     rewritten: bool = False  # more than one value was stored at this time (VictoriaMetrics)
+    restamped: bool = False  # a clock step's mark is stored at this time (VictoriaMetrics)
 
 
 def open_history(influx: Influx) -> InfluxQLMeterHistory | VictoriaMeterHistory:
@@ -180,12 +181,13 @@ class VictoriaMeterHistory:
     def deduplication(self) -> str:
         """The server's `-dedup.minScrapeInterval` ('' when off), from its `/flags`, read once.
 
-        With it on, one sample per field and millisecond is left (at query time too), the
-        value kept neither the largest nor the last written in the 1.79 tested: a point written
-        twice with different values reads as a mix nobody can tell, so billing flags every
-        row. A server that does not show its flags (a proxy in front) is taken as on, and so
-        is a cluster's vmselect (`/select/<account>/prometheus`): its vmstorage nodes dedup
-        when they merge, by flags vmselect cannot show."""
+        With it on, one sample per field and interval is left (at query time too), at one
+        millisecond neither the largest nor the last written in the 1.79 tested: a point
+        written twice with different values reads as a mix nobody can tell, so billing flags
+        the rows that may hold one (`meters.dedup`). A server that does not show its flags (a
+        proxy in front) is taken as on, and so is a cluster's vmselect
+        (`/select/<account>/prometheus`): its vmstorage nodes dedup when they merge, by flags
+        vmselect cannot show."""
         if self._dedup is None and _CLUSTER_SELECT.fullmatch(self._http.base):
             self._dedup = (
                 f"{UNKNOWN}a VictoriaMetrics cluster's vmselect: the vmstorage nodes'"
@@ -315,6 +317,7 @@ def _merge(lines: list[bytes], target: str) -> list[MeterSample]:
                 got.get("consumption_ft3"),
                 got.get("accepted"),
                 rewritten=not moved and any(len(set(vs)) > 1 for vs in fields.values()),
+                restamped=bool(marks),
             )
         )
     return sorted(out, key=lambda s: (s.time_ms, s.meter))
