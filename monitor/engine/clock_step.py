@@ -151,6 +151,8 @@ def shift(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:
             slug.run_start += delta
             slug.period = type(slug.period)((t + delta, q) for t, q in slug.period)
     engine.last_tick += delta
+    if engine.ahead is not None:  # refusals ahead arrived on the gateway clock, as the watches run
+        engine.ahead.shift(delta)
 
 
 def advance_watches(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:
@@ -162,6 +164,8 @@ def advance_watches(engine: Engine, delta: float, keep: Collection[str] = ()) ->
     on-delay in progress back to its start and every stale watch back to zero: an alarm
     up to its whole delay late."""
     engine.last_tick += delta
+    if engine.ahead is not None:  # refusals ahead arrived on the gateway clock, as the watches run
+        engine.ahead.shift(delta)
     for st in engine.sensor_states():
         if st.device is not None or st.sensor not in keep:  # a device's stale watch: the gateway's
             st.fresh += delta

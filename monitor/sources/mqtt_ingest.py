@@ -95,7 +95,7 @@ class MqttSource:
         self.clock = clock or WallClock()
         self.bad = BadPayloads(interval=log_interval)
         # Refused as stamped ahead of the gateway clock: the stale alarm and health say so.
-        self.ahead = StampsAhead()
+        self.ahead = StampsAhead(on_end=self._taken_again)
         self.linger = linger
         self.received = 0
         self.samples = 0
@@ -132,11 +132,6 @@ class MqttSource:
                         f"sensor {sample.sensor!r} is stamped by the gateway clock (polled over Modbus,"
                         " or fed without a time_path); a payload time would judge it on two clocks"
                     )
-                if ahead is not None and (run := ahead.taken(sample.sensor)):
-                    log.info(
-                        "MQTT station %s sensor %r: readings taken again after %d refused as stamped"
-                        " ahead of the gateway clock", self.station, sample.sensor, run,
-                    )  # fmt: skip
             except PayloadError as exc:
                 run = 0
                 if (
@@ -247,6 +242,13 @@ class MqttSource:
             self.samples += len(batch)
             emit(batch, _acker([r for _, r in taken]))
         return count
+
+    def _taken_again(self, sensor: str, run: int) -> None:
+        """A run of refusals ahead ended by a reading the engine judged (the loop's thread)."""
+        log.info(
+            "MQTT station %s sensor %r: readings taken again after %d refused as stamped ahead of"
+            " the gateway clock", self.station, sensor, run,
+        )  # fmt: skip
 
     def _refused(self, topic: str, exc: PayloadError, now: float, ahead_run: int = 0) -> None:
         """Count a refusal and log it (paho's thread): once a minute per topic with how many came
