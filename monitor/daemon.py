@@ -48,7 +48,7 @@ from monitor.kernelclock import Kernel, KernelClock
 from monitor.meters.book import UNSYNCED_AT_START, Evidence, MeterBook
 from monitor.model import Alarm, Clock, Condition, ConditionState, Rule, Sample, WallClock, iso
 from monitor.pipeline import Pipeline
-from monitor.reconcile import Reconciler, device_skew, device_stamped, gateway_fed
+from monitor.reconcile import Reconciler, device_named, device_skew, device_stamped, gateway_fed
 from monitor.recovery import recover
 from monitor.sdnotify import notify, watchdog_interval
 from monitor.sinks.pipeline import SampleSink, open_sink
@@ -173,6 +173,7 @@ class Daemon:
                     config.station.id,
                     sensors=[s.id for s in config.sensors],
                     gateway=gateway_fed(config),
+                    device=device_named(config),
                     clock=self.clock,
                 )
                 self.engine.refused_ahead(self.mqtt_source.ahead)  # the stale alarm names them

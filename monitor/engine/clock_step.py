@@ -68,7 +68,9 @@ again, and a restart would not help (the checkpoint holds the old times). So:
   derived sensor made only of such readings carries their time and is theirs too. A
   sensor named both ways (polled, or fed without a payload time, and with one) is refused
   (a config error; a templated subscription's message, a bad payload): one history cannot
-  follow two clocks across a step. One a plain template could bind is the gateway's.
+  follow two clocks across a step. A literal name decides when a template could bind it too
+  (the template's message is refused); two templates only, one with a payload time, that
+  could both bind a sensor are a config error (monitor/config/clocks.py).
 - At start, `check_restored()` compares the restored checkpoint with the wall
   clock: readings "from the future" mean the clock stepped back while the daemon
   was down, and are shifted the same way (a restart after a step is not blind). Or that
