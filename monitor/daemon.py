@@ -110,6 +110,9 @@ class Daemon:
         active = [a for a in self.alarms.alarms() if a.active]  # what the journal holds active
         # pumps, wet well, derived
         self.station = LiveStation(config, active, self.clock, skew, device_stamped(config))
+        self.station.restore_deliveries(
+            {st.sensor: st.device for st in self.engine.sensor_states() if st.device is not None}
+        )  # the checkpoint's, restored above: a backlog after a restart is as old there too
         self.pipeline = Pipeline(
             config,
             self.clock,
