@@ -76,7 +76,7 @@ def test_readings_stamped_an_hour_ahead_of_a_gateway_clock_say_so_in_the_stale_a
                 daemon.pipeline.process_queued()
 
     def arrived(n: int) -> Callable[[], bool]:
-        return lambda: source.received >= n
+        return lambda: source.received >= n and source.pending() >= 1  # queued after its log line
 
     def ahead_warnings() -> list[str]:
         return [a["text"] for a in attention(daemon.health().to_json()) if "ahead of" in a["text"]]
@@ -143,7 +143,7 @@ def test_a_device_clock_set_right_again_ends_the_consoles_stamped_ahead_line_at_
     emit = daemon.pipeline.source("mqtt")
 
     def arrived(n: int) -> Callable[[], bool]:
-        return lambda: source.received >= n
+        return lambda: source.received >= n and source.pending() >= 1  # queued after its log line
 
     def ahead() -> tuple[float | None, tuple[str, ...], list[str]]:
         mqtt = next(s for s in daemon.health().sources if isinstance(s, MqttHealth))
