@@ -48,7 +48,7 @@ from monitor.kernelclock import Kernel, KernelClock
 from monitor.meters.book import UNSYNCED_AT_START, Evidence, MeterBook
 from monitor.model import Alarm, Clock, Condition, ConditionState, Rule, Sample, WallClock, iso
 from monitor.pipeline import Pipeline
-from monitor.reconcile import Reconciler, device_skew, device_stamped, gateway_fed
+from monitor.reconcile import Reconciler, device_named, device_skew, device_stamped, gateway_fed
 from monitor.recovery import recover
 from monitor.sdnotify import notify, watchdog_interval
 from monitor.sinks.pipeline import SampleSink, open_sink
@@ -110,6 +110,9 @@ class Daemon:
         active = [a for a in self.alarms.alarms() if a.active]  # what the journal holds active
         # pumps, wet well, derived
         self.station = LiveStation(config, active, self.clock, skew, device_stamped(config))
+        self.station.restore_deliveries(
+            {st.sensor: st.device for st in self.engine.sensor_states() if st.device is not None}
+        )  # the checkpoint's, restored above: a backlog after a restart is as old there too
         self.pipeline = Pipeline(
             config,
             self.clock,
@@ -173,6 +176,7 @@ class Daemon:
                     config.station.id,
                     sensors=[s.id for s in config.sensors],
                     gateway=gateway_fed(config),
+                    device=device_named(config),
                     clock=self.clock,
                 )
                 self.engine.refused_ahead(self.mqtt_source.ahead)  # the stale alarm names them

@@ -53,8 +53,8 @@ class MqttHealth:
     oversized: int  # refused by size, unread
     handler_errors: int
     # Refused as stamped ahead of the gateway clock by over max_skew (among `bad_payloads`):
-    # how many since start; how far ahead the last one was, and the sensors refused, while
-    # they arrive (the last within `AHEAD_RECENT`), else None and none.
+    # how many since start; how far ahead the worst of the sensors' last ones was, and the
+    # sensors refused, while they arrive (within `AHEAD_RECENT`), else None and none.
     stamped_ahead: int = 0
     stamped_ahead_by: float | None = None
     stamped_ahead_sensors: tuple[str, ...] = ()
@@ -226,12 +226,12 @@ def gather(
         ahead_sensors: tuple[str, ...] = ()
         if src is not None and src.ahead.last is not None:
             since = src.clock.now() - AHEAD_RECENT
-            arrived, ahead = src.ahead.last
-            refused = tuple(src.ahead.sensors(since))
             # A run ended by a reading taken is over at once (the device's clock set right),
-            # not ten minutes later; past the table's cap the sensors are not known.
-            if arrived >= since and (refused or src.ahead.full):
-                ahead_by, ahead_sensors = ahead, refused
+            # not ten minutes later; past the table's cap the sensors are not known. The
+            # worst of the sensors' skews, not the last refusal's: the real one to fix.
+            ahead_by = src.ahead.worst(since)
+            if ahead_by is not None:
+                ahead_sensors = tuple(src.ahead.sensors(since))
         sources.append(
             MqttHealth(
                 name=mqtt_link.where,

@@ -398,6 +398,15 @@ class RefusedAhead(Protocol):
         refused since the sensor's last reading taken; None when there is none."""
         ...
 
+    def taken(self, sensor: str) -> int:
+        """A reading of `sensor` was judged (later than the last: one dropped, a frozen
+        stamp, is none): its run of refusals is over; how many it had."""
+        ...
+
+    def shift(self, delta: float) -> None:
+        """The gateway clock stepped by `delta`: the refusals' arrival times move with it."""
+        ...
+
 
 class WallClock:
     """The real clock, for the live daemon."""

@@ -91,13 +91,14 @@ def device_stamped(config: Config) -> frozenset[str]:
     device = [pattern(s.sensor) for s in mqtt.subscriptions if s.time_path is not None]
     gateway = [pattern(s.sensor) for s in mqtt.subscriptions if s.time_path is None]
     polled = {f.sensor for d in (config.modbus.devices if config.modbus else []) for f in d.fields}
+    named = device_named(config)  # a literal name decides: a template's message for it is refused
     fed = {
         s.id
         for s in config.sensors
         if s.id not in polled
         and s.kind is not Kind.DERIVED  # made by the station from its inputs, never fed
         and any(p.fullmatch(s.id) for p in device)
-        and not any(p.fullmatch(s.id) for p in gateway)
+        and (s.id in named or not any(p.fullmatch(s.id) for p in gateway))
     }
     # A derived sample carries its inputs' time: of device-stamped inputs only, the device's
     # (config.derived is in dependency order, so a derived input is decided before).
@@ -106,6 +107,15 @@ def device_stamped(config: Config) -> frozenset[str]:
         if inputs and all(i in fed for i in inputs):
             fed.add(sid)
     return frozenset(fed)
+
+
+def device_named(config: Config) -> frozenset[str]:
+    """The sensors a subscription with a `time_path` names literally (the device's clock for
+    certain; one also polled or named without a `time_path` is a config error). A message
+    of a template without a `time_path` that binds one is refused (`MqttSource`): one
+    sensor's history cannot follow two clocks."""
+    subs = config.mqtt.subscriptions if config.mqtt else []
+    return frozenset(s.sensor for s in subs if s.time_path is not None and "{" not in s.sensor)
 
 
 def gateway_fed(config: Config) -> frozenset[str]:

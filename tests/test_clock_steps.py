@@ -15,7 +15,7 @@ from monitor.config import Config, build_config
 from monitor.engine import ClockWatch, Engine
 from monitor.engine.clock_step import SETTLE
 from monitor.model import ManualClock, Rule, Sample
-from monitor.reconcile import device_stamped
+from monitor.reconcile import device_named, device_stamped
 from monitor.sources.mqtt import MqttLink
 from monitor.sources.mqtt_ingest import MqttSource
 from tests.cli import run_monitor
@@ -391,6 +391,96 @@ def test_a_sensor_fed_on_the_gateway_clock_and_with_a_payload_time_is_refused(tm
         "mqtt.subscriptions[2].sensor: sensor 'temp' is polled by modbus.devices[0].fields[0].sensor" in err
     )
     assert "and fed by mqtt.subscriptions[0].sensor" in err
+
+
+TWO_SUBSCRIPTIONS = """\
+station: {id: ps-two-subscriptions}
+sensors:
+  - {id: plant.lvl, kind: level, unit: ft}
+  - {id: plant.wet, kind: level, unit: ft}
+  - {id: lab.ph, kind: ph}
+  - {id: mill.flow, kind: flow, unit: gpm}
+mqtt:
+  subscriptions:
+    - {topic: scada/+/level, sensor: "plant.{1}"}
+    - {topic: plc/lvl, sensor: plant.lvl, format: json, value_path: v, time_path: t}
+    - {topic: lab/+, sensor: "lab.{1}", format: json, value_path: v, time_path: t}
+    - {topic: bench/+, sensor: "lab.{1}"}
+    - {topic: mill/flow, sensor: mill.flow}
+    - {topic: plc/+/flow, sensor: "{1}.flow", format: json, value_path: v, time_path: t}
+"""
+
+
+def test_a_sensor_two_templates_could_name_on_two_clocks_is_refused(tmp_path: Path) -> None:
+    """A sensor no subscription names literally that a template with a `time_path` (the
+    device's clock) and one without (the gateway's, at receipt) could both name: nothing
+    in the config says which clock is its, and each message would be taken on its own, its
+    history on two clocks. A config error naming the key, exit 2. Before: the config loaded,
+    the sensor was taken for the gateway's, and its device-stamped readings were taken too
+    (moved by every gateway step: a false on-delay or slug). A literal name decides instead:
+    `plant.lvl` (a payload time, beside `scada/+/level -> plant.{1}`) is the device's, and
+    `mill.flow` (none, beside `plc/+/flow -> {1}.flow` with one) the gateway's; the
+    template's messages for them are refused one by one."""
+    path = tmp_path / "station.yaml"
+    path.write_text(TWO_SUBSCRIPTIONS, encoding="utf-8")
+    result = run_monitor("check-config", str(path))
+    assert result.returncode == 2, result.stdout + result.stderr
+    problems = [line.strip() for line in result.stderr.splitlines() if "mqtt.subscriptions[" in line]
+    assert problems == [
+        "mqtt.subscriptions[2].sensor: takes its time from the payload (the device's clock), and"
+        " mqtt.subscriptions[3].sensor ('lab.{1}', no time_path: the gateway clock at receipt) could"
+        " name the same sensor 'lab.ph': one sensor cannot be judged on two clocks across a gateway"
+        " clock step; name it literally in the subscription whose clock is its, or give the"
+        " templates sensor ids that cannot meet"
+    ], result.stderr
+
+
+def test_a_template_without_a_payload_time_cannot_bind_a_sensor_named_with_one(
+    mosquitto: Mosquitto, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`plc/lvl -> plant.lvl` takes the PLC's time; `scada/+/level -> plant.{1}` (no
+    `time_path`) feeds the other levels at receipt. A SCADA message that binds `plant.lvl` is
+    refused as a bad payload, counted and logged with why; the others go on (a real broker).
+    Before: it was taken at receipt beside the PLC's stamped readings, one sensor on two
+    clocks."""
+    subs = [
+        {"topic": "scada/+/level", "sensor": "plant.{1}"},
+        {"topic": "plc/lvl", "sensor": "plant.lvl", "format": "json", "value_path": "v", "time_path": "t"},
+    ]
+    config = build_config(
+        {
+            "station": {"id": "ps-1"},
+            "sensors": [{"id": "plant.lvl", "kind": "level", "unit": "ft"},
+                        {"id": "plant.wet", "kind": "level", "unit": "ft"}],
+            "mqtt": {"subscriptions": subs},
+        }
+    )  # fmt: skip
+    assert device_stamped(config) == device_named(config) == frozenset({"plant.lvl"})
+    cfg = mqtt_config(mosquitto.port, subscriptions=subs)
+    link = MqttLink(cfg, "ps-1", client_id="t-two-subs")
+    source = MqttSource(link, cfg, "ps-1", sensors=["plant.lvl", "plant.wet"], device=["plant.lvl"])
+    link.start()
+    link.wait_connected()
+    peer = Peer(mosquitto.port, "t-two-subs-peer")
+    try:
+        messages = [
+            ("scada/lvl/level", b"4.0"),
+            ("scada/wet/level", b"3.0"),
+            ("plc/lvl", json.dumps({"v": 4.2, "t": T0}).encode()),
+        ]
+        with caplog.at_level(logging.WARNING, logger="monitor.sources.mqtt_ingest"):
+            peer.publish_many(messages)
+            samples = asyncio.run(collect(source, lambda got: len(got) >= 2))
+        assert sorted((s.sensor, s.value) for s in samples) == [("plant.lvl", 4.2), ("plant.wet", 3.0)]
+        assert source.bad.counts == {"scada/lvl/level": 1}
+        assert (
+            "topic 'scada/lvl/level': bad payload: sensor 'plant.lvl' takes its time from the payload"
+            " (a subscription with a time_path names it); a reading stamped at receipt would judge it"
+            " on two clocks" in caplog.text
+        ), caplog.text
+    finally:
+        peer.close()
+        link.stop()
 
 
 def test_a_payload_time_for_a_polled_sensor_is_refused_per_message(

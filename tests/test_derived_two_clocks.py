@@ -225,3 +225,29 @@ def test_a_chain_of_derived_sensors_across_clocks_is_made_and_an_old_burst_makes
             assert (sensor, "cleared") not in stale, stale
     finally:
         close(gw.daemon)
+
+
+@pytest.mark.parametrize("offset", [HOUR, -HOUR])
+def test_a_store_and_forward_burst_after_a_restart_does_not_make_a_derived_sensor_of_two_clocks(
+    tmp_path: Path, offset: float
+) -> None:
+    """As above, with the daemon restarted at +400 s (the PLC's uplink down since +100 s): the
+    station's watch of the inflow starts from the quickest delivery the engine's checkpoint
+    kept, so the burst is 51 min old there too and `net` is not made from it. Before: the
+    restarted station knew no delivery, took the burst's newest reading at its arrival and
+    made `net` (900 - 700 gpm) from an inflow of an hour ago."""
+    gw = Station(tmp_path, offset)
+    try:
+        gw.run(range(0, 101))
+        gw.run(range(101, 400), device=False)
+        gw.daemon.checkpoint()
+        close(gw.daemon)
+        gw = Station(tmp_path, offset)
+        gw.run(range(400, 3700), device=False)
+        gw.wall.set(gw.gateway(3700))
+        gw.mono.set(1000.0 + 3700)
+        gw.daemon.pipeline.process([Sample("plant.qin", T0 + k, 900.0) for k in range(110, 601, 10)])
+        gw.run(range(3701, 4101), device=False)
+        assert {v for _, v in gw.made("net")} == {100.0}  # never 900 - 700 gpm
+    finally:
+        close(gw.daemon)

@@ -63,3 +63,25 @@ def test_a_gateway_step_moves_the_delivery_with_it() -> None:
     watch.shift(-3600.0)
     assert watch.taken(10.0, 10.5) == 10.5
     assert watch.taken(20.0 - 3600.0, 20.5) == pytest.approx(20.5 - 3600.0, abs=0.1)
+
+
+def test_a_restored_delivery_keeps_a_backlog_old_but_gives_way_to_readings_at_the_clocks_pace() -> None:
+    """A delivery restored from the checkpoint (0.5 s, learnt before a restart): a backlog
+    arriving at once, or one a second with stamps 10 s apart, is taken as old as it is. But
+    the gateway clock may have been stepped forward an hour while the daemon was down (NTP
+    at boot after a run on a clock behind), which no watch saw: every live reading then looks
+    an hour late against the restored delivery. Readings whose stamps advance no faster than
+    their arrivals, over 10 s or more, are a live device: the delivery is learnt again, and
+    they are taken at their arrival. Before the restored delivery existed, the first
+    backlog after a restart was taken at its arrival (a dead PLC looked alive)."""
+    watch = DeviceWatch()
+    watch.restore(0.5, 1000.0)
+    backlog = [watch.taken(s, 4600.0) for s in range(110, 601, 10)]
+    assert max(backlog) == pytest.approx(600.5 + 1e-3 * 3600, abs=1e-6)
+    slow = [watch.taken(610.0 + 10 * i, 4601.0 + i) for i in range(30)]
+    assert max(slow) < 1000.0
+    jumped = DeviceWatch()
+    jumped.restore(0.5, 1000.0)
+    taken = [jumped.taken(2000.0 + 10 * i, 2000.5 + 3600.0 + 10 * i + (i % 2) * 0.3) for i in range(4)]
+    assert taken[0] < 2100.0 and taken[1:3] == [2010.8 + 3600.0, 2020.5 + 3600.0], taken
+    assert taken[3] == pytest.approx(2030.5 + 3600.0, abs=0.02)  # learnt again: 0.3 s late

@@ -76,7 +76,7 @@ def test_readings_stamped_an_hour_ahead_of_a_gateway_clock_say_so_in_the_stale_a
                 daemon.pipeline.process_queued()
 
     def arrived(n: int) -> Callable[[], bool]:
-        return lambda: source.received >= n
+        return lambda: source.received >= n and source.pending() >= 1  # queued after its log line
 
     def ahead_warnings() -> list[str]:
         return [a["text"] for a in attention(daemon.health().to_json()) if "ahead of" in a["text"]]
@@ -143,7 +143,7 @@ def test_a_device_clock_set_right_again_ends_the_consoles_stamped_ahead_line_at_
     emit = daemon.pipeline.source("mqtt")
 
     def arrived(n: int) -> Callable[[], bool]:
-        return lambda: source.received >= n
+        return lambda: source.received >= n and source.pending() >= 1  # queued after its log line
 
     def ahead() -> tuple[float | None, tuple[str, ...], list[str]]:
         mqtt = next(s for s in daemon.health().sources if isinstance(s, MqttHealth))
@@ -194,8 +194,8 @@ def test_the_stale_message_names_refusals_ahead_only_while_they_arrive_and_none_
     assert "2 readings refused" in said, said
 
     clock.set(T0 + 100)
-    engine.process(Sample("lvl", T0 + 100, 4.2))  # taken (the clocks agree again) ...
-    ahead.taken("lvl")  # ... which the source tells the watch
+    engine.process(Sample("lvl", T0 + 100, 4.2))  # judged (the clocks agree again): the run ends
+    assert ahead.latest("lvl") is None
     assert stale_message(T0 + 101, [], T0 + 161) == "no good sample"
 
     clock.set(T0 + 200)
@@ -213,3 +213,161 @@ def test_a_publisher_inventing_sensors_cannot_grow_the_table_of_refusals_ahead()
     assert ahead.sensors(since=T0) == ["x0", "x1", "x2"]
     ahead.record("x1", 500.0, T0 + 20)
     assert ahead.latest("x1") == (T0 + 20, 500.0, 2) and ahead.sensors(since=T0 + 10) == ["x1"]
+
+
+class SkewStation:
+    """Two PLC levels over a real Mosquitto (`plant/<id>/level`, the PLC's own time in `t`,
+    stale after 60 s) into the daemon on injected wall and monotonic clocks."""
+
+    def __init__(self, tmp_path: Path, port: int, name: str) -> None:
+        config = build_config(
+            {
+                "station": {"id": "ps-skew"},
+                "state_dir": str(tmp_path / "state"),
+                "sensors": [{"id": "plant.lvl", "kind": "level", "unit": "ft", "stale_after": "60s"},
+                            {"id": "plant.wet", "kind": "level", "unit": "ft", "stale_after": "60s"}],
+                "mqtt": {"host": "127.0.0.1", "port": port, "client_id": name,
+                         "subscriptions": [{"topic": "plant/+/level", "sensor": "plant.{1}", "format": "json",
+                                            "value_path": "v", "time_path": "t"}]},
+                "console": {"enabled": False},
+                "store": {"free_space_floor": 0},
+            }
+        )  # fmt: skip
+        self.daemon, self.wall, self.mono = watched_daemon(config, T0)
+        link, source = self.daemon.mqtt_link, self.daemon.mqtt_source
+        assert link is not None and source is not None
+        self.link, self.source = link, source
+        link.start()
+        link.wait_connected()
+        self.peer = Peer(port, f"{name}-plc")
+        self.emit = self.daemon.pipeline.source("mqtt")
+
+    def at(self, k: float, gateway: float | None = None) -> None:
+        """Real second `k` on the monotonic clock; the gateway's wall clock at `gateway`
+        (default: true time, T0 + k), then the daemon's tick."""
+        self.wall.set(T0 + k if gateway is None else gateway)
+        self.mono.set(1000.0 + k)
+        self.daemon.tick()
+
+    def send(self, sensor: str, stamp: float) -> None:
+        """The PLC's reading stamped `stamp`, carried by the broker and judged once it arrived."""
+        n = self.source.received + 1
+        self.peer.publish(f"plant/{sensor}/level", json.dumps({"v": 4.2, "t": stamp}))
+        # Queued (taken or refused) after its refusal is logged, on paho's thread: not `received`.
+        queued = lambda: self.source.received >= n and self.source.pending() >= 1  # noqa: E731
+        wait_until(queued, timeout=10, what="the PLC's reading")
+        self.source.drain(self.emit)
+        self.daemon.pipeline.process_queued()
+
+    def health(self) -> MqttHealth:
+        return next(s for s in self.daemon.health().sources if isinstance(s, MqttHealth))
+
+    def close(self) -> None:
+        self.peer.close()
+        self.link.stop()
+        close(self.daemon)
+
+
+def said_of(caplog: pytest.LogCaptureFixture, sensor: str) -> list[str]:
+    """The MQTT source's log levels that name `sensor`'s refusals or their end."""
+    return [
+        r.levelname
+        for r in caplog.records
+        if r.name == "monitor.sources.mqtt_ingest" and repr(sensor) in r.getMessage()
+    ]
+
+
+def test_a_frozen_stamp_the_engine_drops_does_not_end_a_run_of_refusals_ahead(
+    tmp_path: Path, mosquitto: Mosquitto, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The PLC's reading at +0 is taken; its clock then jumps an hour ahead (refused, +10 s to
+    +40 s) and between them its RTC, frozen, sends the last stamp again (+50 s): the engine
+    drops that one (not later than the last). It is no reading taken: the run of refusals
+    goes on (health still names the sensor, no INFO "taken again", the next refusal is the
+    run's 5th, not a new run's WARNING). Before: the source ended the run at parse."""
+    st = SkewStation(tmp_path, mosquitto.port, "t-skew-frozen")
+    caplog.set_level(logging.DEBUG, logger="monitor.sources.mqtt_ingest")
+    try:
+        st.at(0)
+        st.send("lvl", T0)
+        for k in (10, 20, 30):
+            st.at(k)
+            st.send("lvl", T0 + k + HOUR)
+        st.at(50)
+        st.send("lvl", T0)  # the frozen RTC's stamp: dropped by the engine
+        assert st.daemon.engine.counters.out_of_order == 1
+        st.at(60)
+        st.send("lvl", T0 + 60 + HOUR)
+        assert st.health().stamped_ahead_sensors == ("plant.lvl",)
+        assert st.source.ahead.latest("plant.lvl") == (T0 + 60, HOUR, 4)
+        assert said_of(caplog, "plant.lvl") == ["WARNING", "DEBUG", "DEBUG", "DEBUG"]
+    finally:
+        st.close()
+
+
+def test_a_run_of_refusals_that_resumes_after_a_long_silence_warns_again(
+    tmp_path: Path, mosquitto: Mosquitto, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The PLC stamps an hour ahead for 30 s (one WARNING), goes silent, and comes back two
+    days later still an hour ahead with nothing taken between: a new run, a new WARNING.
+    Before: it was the old run's 4th refusal, DEBUG, and the log said nothing for two days'
+    news. Refusals within the hour are one run (a DEBUG each)."""
+    st = SkewStation(tmp_path, mosquitto.port, "t-skew-resume")
+    caplog.set_level(logging.DEBUG, logger="monitor.sources.mqtt_ingest")
+    try:
+        for k in (0, 10, 20):
+            st.at(k)
+            st.send("lvl", T0 + k + HOUR)
+        for k in (2 * 86400, 2 * 86400 + 10, 2 * 86400 + 3000):
+            st.at(k)
+            st.send("lvl", T0 + k + HOUR)
+        assert said_of(caplog, "plant.lvl") == ["WARNING", "DEBUG", "DEBUG", "WARNING", "DEBUG", "DEBUG"]
+        assert st.source.ahead.latest("plant.lvl") == (T0 + 2 * 86400 + 3000, HOUR, 3)
+    finally:
+        st.close()
+
+
+def test_health_reports_the_worst_skew_of_the_sensors_refused_not_the_last(
+    tmp_path: Path, mosquitto: Mosquitto
+) -> None:
+    """Two PLCs refused: one a day ahead, then one 10 min ahead. Health's `stamped_ahead_by`
+    and the console's line say ~24.0 h (the worst of them), so the operator sees the real
+    skew. Before: the last refusal's 10 min."""
+    st = SkewStation(tmp_path, mosquitto.port, "t-skew-worst")
+    try:
+        st.at(0)
+        st.send("lvl", T0 + 86400.0)
+        st.at(5)
+        st.send("wet", T0 + 5 + 600.0)
+        mqtt = st.health()
+        assert (mqtt.stamped_ahead_by, mqtt.stamped_ahead_sensors) == (86400.0, ("plant.lvl", "plant.wet"))
+        warned = [a["text"] for a in attention(st.daemon.health().to_json()) if "ahead of" in a["text"]]
+        assert len(warned) == 1 and "~24.0 h" in warned[0], warned
+    finally:
+        st.close()
+
+
+def test_a_gateway_clock_step_back_moves_the_refusal_times_with_it(
+    tmp_path: Path, mosquitto: Mosquitto
+) -> None:
+    """The gateway clock an hour ahead of true time; a PLC's readings refused (a day ahead) at
+    +0 s to +20 s, then NTP steps the gateway back an hour at +30 s. The refusals happened 10
+    to 30 s before, not an hour later: health's line ends 10 min after the last (+620 s),
+    and a stale at +61 s says they arrive. Before: their times stayed on the old clock, an
+    hour ahead of the new one, and health said "readings arrive" until +1 h 10 min."""
+    st = SkewStation(tmp_path, mosquitto.port, "t-skew-step")
+    try:
+        for k in (0, 10, 20):
+            st.at(k, gateway=T0 + k + HOUR)
+            st.send("lvl", T0 + k + 86400.0)
+        for k in range(30, 62):
+            st.at(k)
+        assert st.source.ahead.latest("plant.lvl") == (T0 + 20, 86400.0 - HOUR, 3)
+        raised = [e for e in st.daemon.alarms.journal.entries(sensor="plant.lvl") if e.rule is Rule.STALE]
+        assert [e.time - T0 for e in raised] == [61.0] and "stamped ahead" in raised[0].message, raised
+        st.at(619)
+        assert st.health().stamped_ahead_sensors == ("plant.lvl",)
+        st.at(621)
+        assert (st.health().stamped_ahead_by, st.health().stamped_ahead_sensors) == (None, ())
+    finally:
+        st.close()

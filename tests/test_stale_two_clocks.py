@@ -295,7 +295,7 @@ def test_a_retained_message_after_a_restart_does_not_clear_a_stale_level(
     tmp_path: Path, offset: float
 ) -> None:
     """The level stale since +161 s (the PLC silent after +100 s); the daemon restarts at
-    +400 s (its arrival watch is not saved) and the broker delivers the retained message
+    +400 s and the broker delivers the retained message
     (stamp +100 s) at once: the alarm stays raised, and is not raised twice; the PLC back at
     +600 s clears it at its arrival."""
     gw = Field(tmp_path, offset)
@@ -328,5 +328,27 @@ def test_a_plc_that_dies_across_a_restart_goes_stale_after_the_restart_saying_no
         gw = restarted(gw, tmp_path)
         gw.send(range(1100, 1501), {1100: [T0 + 1000]} | reports(every_10s(1110, 1501)))
         assert gw.stale() == [("activated", 461.0), ("cleared", 610.0)]
+    finally:
+        close(gw.daemon)
+
+
+@pytest.mark.parametrize("offset", [HOUR, -HOUR])
+def test_a_store_and_forward_backlog_after_a_restart_does_not_clear_a_restored_stale_level(
+    tmp_path: Path, offset: float
+) -> None:
+    """The level stale since +161 s (the PLC's uplink down after +100 s); the daemon restarts
+    at +400 s; the uplink is back at +3700 s, but the PLC died at +600 s: its buffer (+110 s to
+    +600 s) arrives at once, the newest reading 51 min old. The quickest delivery learnt before
+    the restart is kept in the checkpoint, so the backlog is taken as old as it is: stale stays
+    raised. Before: the restarted watch knew no delivery, took the first backlog at its
+    arrival, cleared the alarm at +3700 s and raised it again at +3761 s (a PLC dead for an
+    hour looked alive for a minute)."""
+    gw = Field(tmp_path, offset)
+    try:
+        gw.send(range(0, 301), reports(every_10s(0, 101)))
+        gw = restarted(gw, tmp_path)
+        backlog = [T0 + k for k in range(110, 601, 10)]
+        gw.send(range(400, 3801), {3700: backlog})
+        assert gw.stale() == [("activated", 161.0)]
     finally:
         close(gw.daemon)

@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
+from monitor.config.clocks import two_clocks
 from monitor.config.incidents import Incidents, check_pairings
 from monitor.config.outputs import Alarms, Console, Store
 from monitor.config.sensors import Profile, Sensor, SensorRules, key_error, profile_limit, resolve_rules
@@ -160,7 +161,7 @@ def build_config(raw: dict[str, Any], base_dir: Path = Path("."), source: str = 
             for s, sub in enumerate(config.mqtt.subscriptions if config.mqtt else [])
         ]
         problems.extend(check_fed(derived, fed))
-        problems.extend(_two_clocks(config))
+        problems.extend(two_clocks(config.modbus, config.mqtt, config.sensors))
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)), source)
     assert config is not None
@@ -396,32 +397,6 @@ def _cross_check(raw: dict[str, Any]) -> list[str]:
         if isinstance(account, str) and isinstance(billing, dict) and account not in accounts:
             problems.append(f"sensors[{i}].account: unknown account {account!r} (billing.accounts)")
     return problems
-
-
-def _two_clocks(config: Config) -> list[str]:
-    """A sensor named by a subscription that takes its time from the payload (the device's
-    clock) and also polled over Modbus or named by a subscription without a `time_path`
-    (the gateway's clock, at receipt). One sensor's history cannot follow two clocks when
-    the gateway's steps: moved with the step, the device's readings look a step old (an
-    on-delay or a slug run taken for one a step long: a false alarm); left, the gateway's
-    are a step out of order (dropped). Named literally only: a templated sensor is refused
-    per message (`MqttSource`, `gateway_fed`)."""
-    gateway: dict[str, list[str]] = {}
-    for d, device in enumerate(config.modbus.devices if config.modbus else []):
-        for f, field in enumerate(device.fields):
-            gateway.setdefault(field.sensor, []).append(f"polled by modbus.devices[{d}].fields[{f}].sensor")
-    subs = config.mqtt.subscriptions if config.mqtt else []
-    for i, sub in enumerate(subs):
-        if sub.time_path is None and "{" not in sub.sensor:
-            gateway.setdefault(sub.sensor, []).append(f"fed by mqtt.subscriptions[{i}].sensor")
-    return [
-        f"mqtt.subscriptions[{i}].sensor: sensor {sub.sensor!r} is {' and '.join(gateway[sub.sensor])}"
-        " (stamped by the gateway clock) and takes its time from the payload here (the device's"
-        " clock): one sensor cannot be judged on two clocks across a gateway clock step; feed it"
-        " one way, or give these readings a sensor id of their own"
-        for i, sub in enumerate(subs)
-        if sub.time_path is not None and sub.sensor in gateway
-    ]
 
 
 def _close(name: str, known: set[str]) -> str:

@@ -17,6 +17,16 @@ A reading stamped the same as the last one (a retained message delivered again, 
 duplicate, a dead RTC) keeps it. A resent buffer that starts before the last reading
 judged looks like a step back, and is taken at its arrival: the readings' stamps cannot
 tell the two apart.
+
+The quickest delivery is kept in the engine's checkpoint (`restore`): learnt again after a
+restart, the first backlog to arrive was taken at its arrival and cleared a restored stale
+alarm (a PLC dead for an hour looked alive for a minute). But the gateway clock may have
+been stepped forward while the daemon was down (NTP at boot after a run on a clock behind),
+which no watch saw: every live reading would then look a step late against the restored
+delivery, for good. So a restored delivery gives way to readings whose stamps advance no
+faster than their arrivals (`PACE`) over `PACE_SPAN` or more since the first one late
+against it: a live device, not a backlog (sent at once, or faster than it was taken). A
+backlog sent at the pace it was taken cannot be told from a live device: it is taken live.
 """
 
 from __future__ import annotations
@@ -28,11 +38,18 @@ DRIFT = 1e-3
 100 ppm at worst, NTP slews at 500 ppm; ten times the first still keeps an hour-old
 backlog an hour old for 1000 hours."""
 
+PACE = 2.0
+"""A restored delivery gives way when the stamps advance at most this many seconds for each
+second of arrival (a live device: 1, with the link's jitter; a backlog: many, or all at once)."""
+PACE_SPAN = 10.0
+"""...measured over at least this long of arrivals (seconds), so one second's jitter is not
+taken for a pace."""
+
 
 class DeviceWatch:
     """The arrival side of one device-stamped sensor's stale watch (all gateway time)."""
 
-    __slots__ = ("lag", "lag_at", "refused_at", "refused_before")
+    __slots__ = ("first_late", "lag", "lag_at", "refused_at", "refused_before")
 
     def __init__(self) -> None:
         self.lag = math.inf  # the quickest delivery seen: arrival - stamp (unknown yet)
@@ -42,6 +59,14 @@ class DeviceWatch:
         # retained message delivered again at a broker's restart.
         self.refused_at = -math.inf
         self.refused_before = -math.inf
+        # A restored delivery (`restore`) not confirmed since: the (stamp, arrival) of the
+        # first reading late against it, or (nan, nan) before one; None once confirmed.
+        self.first_late: tuple[float, float] | None = None
+
+    def restore(self, lag: float, lag_at: float) -> None:
+        """The quickest delivery a checkpoint held, learnt before a restart (gateway time)."""
+        self.lag, self.lag_at = lag, lag_at
+        self.first_late = (math.nan, math.nan) if math.isfinite(lag) else None
 
     def taken(self, stamp: float, arrived: float) -> float:
         """The gateway clock's time a good reading stamped `stamp` was taken, arriving at
@@ -50,14 +75,30 @@ class DeviceWatch:
         quickest = self.lag + DRIFT * (arrived - self.lag_at)
         if seen <= quickest:
             self.lag, self.lag_at = seen, arrived
+            self.first_late = None
+            return arrived
+        if self.first_late is not None and self._live(stamp, arrived):
+            self.lag, self.lag_at = seen, arrived  # the gateway clock moved while down
+            self.first_late = None
             return arrived
         return stamp + quickest
+
+    def _live(self, stamp: float, arrived: float) -> bool:
+        """Whether readings late against a restored delivery come at the clocks' pace."""
+        assert self.first_late is not None
+        first, at = self.first_late
+        if math.isnan(first):
+            self.first_late = (stamp, arrived)
+            return False
+        span = arrived - at
+        return span >= PACE_SPAN and stamp - first <= PACE * span
 
     def refused(self, stamp: float, last: float, arrived: float) -> None:
         """A reading stamped `stamp`, no later than the last one judged (`last`), arrived."""
         self.refused_before, self.refused_at = self.refused_at, arrived
         if stamp < last:  # the device's clock stepped back: its delivery is learnt again
             self.lag, self.lag_at = math.inf, -math.inf
+            self.first_late = None
 
     def frozen(self, now: float, window: float) -> bool:
         """Readings keep arriving, but none later than the last one judged (two in `window`)."""
@@ -69,3 +110,5 @@ class DeviceWatch:
         self.lag_at += delta
         self.refused_at += delta
         self.refused_before += delta
+        if self.first_late is not None:
+            self.first_late = (self.first_late[0], self.first_late[1] + delta)

@@ -49,6 +49,10 @@ _SENSOR = (
     "bad_active",
 )
 _SLUG = ("active", "run_start", "prev_t", "warm_since", "last_mean")
+# A device-stamped sensor's quickest delivery (monitor/engine/arrival.py), so a restart does
+# not take the first store-and-forward backlog for fresh. Optional: a file without it (an
+# older release's) learns the delivery again; an older release ignores the key.
+_DEVICE = ("lag", "lag_at")
 _LIMIT = ("active", "a_start", "b_start")
 
 
@@ -73,6 +77,8 @@ def _sensor_state(engine: Engine, st: SensorState) -> dict[str, Any]:
         doc["slug"]["pending"] = [[k, q, c] for k, (q, c) in st.slug.pending.items()]
         doc["slug"]["period"] = [list(p) for p in st.slug.period]
     doc["limits"] = {str(lim.rule): {k: getattr(lim, k) for k in _LIMIT} for lim in st.limits}
+    if st.device is not None:
+        doc["device"] = {k: getattr(st.device, k) for k in _DEVICE}
     return doc
 
 
@@ -192,6 +198,9 @@ def _apply(
                 float(d["slug"][k])
             for k, q, c in d["slug"]["pending"]:
                 int(k), int(q), int(c)
+        if st.device is not None and "device" in d:
+            for k in _DEVICE:
+                float(d["device"][k])
     base = engine.baselines
     for i, j in pairs:
         st, d = engine.sensor_states()[i], states[j]
@@ -230,6 +239,8 @@ def _apply(
                 continue
             lim.active = bool(s["active"])
             lim.a_start, lim.b_start = float(s["a_start"]), float(s["b_start"])
+        if st.device is not None and "device" in d:  # not: learnt again from the next reading
+            st.device.restore(float(d["device"]["lag"]), float(d["device"]["lag_at"]))
     engine.last_tick = float(doc["last_tick"])
 
 

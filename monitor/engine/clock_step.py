@@ -68,7 +68,9 @@ again, and a restart would not help (the checkpoint holds the old times). So:
   derived sensor made only of such readings carries their time and is theirs too. A
   sensor named both ways (polled, or fed without a payload time, and with one) is refused
   (a config error; a templated subscription's message, a bad payload): one history cannot
-  follow two clocks across a step. One a plain template could bind is the gateway's.
+  follow two clocks across a step. A literal name decides when a template could bind it too
+  (the template's message is refused); two templates only, one with a payload time, that
+  could both bind a sensor are a config error (monitor/config/clocks.py).
 - At start, `check_restored()` compares the restored checkpoint with the wall
   clock: readings "from the future" mean the clock stepped back while the daemon
   was down, and are shifted the same way (a restart after a step is not blind). Or that
@@ -151,6 +153,8 @@ def shift(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:
             slug.run_start += delta
             slug.period = type(slug.period)((t + delta, q) for t, q in slug.period)
     engine.last_tick += delta
+    if engine.ahead is not None:  # refusals ahead arrived on the gateway clock, as the watches run
+        engine.ahead.shift(delta)
 
 
 def advance_watches(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:
@@ -162,6 +166,8 @@ def advance_watches(engine: Engine, delta: float, keep: Collection[str] = ()) ->
     on-delay in progress back to its start and every stale watch back to zero: an alarm
     up to its whole delay late."""
     engine.last_tick += delta
+    if engine.ahead is not None:  # refusals ahead arrived on the gateway clock, as the watches run
+        engine.ahead.shift(delta)
     for st in engine.sensor_states():
         if st.device is not None or st.sensor not in keep:  # a device's stale watch: the gateway's
             st.fresh += delta

@@ -273,6 +273,8 @@ class Engine:
             return []
         st.last_time = t
         st.ooo_episode = False
+        if self.ahead is not None:  # a reading judged ends a run of refusals ahead, if any
+            self.ahead.taken(st.sensor)
         self.counters.samples += 1
         v = sample.value
         st.value = v

@@ -73,6 +73,7 @@ class MqttSource:
         *,
         sensors: Collection[str] | None = None,
         gateway: Collection[str] = (),
+        device: Collection[str] = (),
         clock: Clock | None = None,
         log_interval: float = 60.0,
         linger: float = 0.005,
@@ -92,10 +93,13 @@ class MqttSource:
         # Stamped by the gateway clock (polled, or fed without a time_path: `reconcile.gateway_fed`):
         # a message with a payload time for one is refused, so no sensor is judged on two clocks.
         self.gateway = frozenset(gateway)
+        # Named literally with a time_path (`reconcile.device_named`): a message of a template
+        # without one that binds such a sensor is refused, for the same reason.
+        self.device = frozenset(device)
         self.clock = clock or WallClock()
         self.bad = BadPayloads(interval=log_interval)
         # Refused as stamped ahead of the gateway clock: the stale alarm and health say so.
-        self.ahead = StampsAhead()
+        self.ahead = StampsAhead(on_end=self._taken_again)
         self.linger = linger
         self.received = 0
         self.samples = 0
@@ -117,6 +121,7 @@ class MqttSource:
         limits = self.limits
         sensors = self.sensors
         gateway = self.gateway if route.time_path is not None else frozenset()
+        device = self.device if route.time_path is None else frozenset()
         ahead = self.ahead if route.time_path is not None else None
 
         def on_message(topic: str, payload: bytes, receipt: Receipt) -> None:  # paho's thread
@@ -132,11 +137,11 @@ class MqttSource:
                         f"sensor {sample.sensor!r} is stamped by the gateway clock (polled over Modbus,"
                         " or fed without a time_path); a payload time would judge it on two clocks"
                     )
-                if ahead is not None and (run := ahead.taken(sample.sensor)):
-                    log.info(
-                        "MQTT station %s sensor %r: readings taken again after %d refused as stamped"
-                        " ahead of the gateway clock", self.station, sample.sensor, run,
-                    )  # fmt: skip
+                if sample.sensor in device:
+                    raise PayloadError(
+                        f"sensor {sample.sensor!r} takes its time from the payload (a subscription with a"
+                        " time_path names it); a reading stamped at receipt would judge it on two clocks"
+                    )
             except PayloadError as exc:
                 run = 0
                 if (
@@ -247,6 +252,13 @@ class MqttSource:
             self.samples += len(batch)
             emit(batch, _acker([r for _, r in taken]))
         return count
+
+    def _taken_again(self, sensor: str, run: int) -> None:
+        """A run of refusals ahead ended by a reading the engine judged (the loop's thread)."""
+        log.info(
+            "MQTT station %s sensor %r: readings taken again after %d refused as stamped ahead of"
+            " the gateway clock", self.station, sensor, run,
+        )  # fmt: skip
 
     def _refused(self, topic: str, exc: PayloadError, now: float, ahead_run: int = 0) -> None:
         """Count a refusal and log it (paho's thread): once a minute per topic with how many came

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -255,41 +256,66 @@ class BadPayloads:
         return sorted(self.counts.items())
 
 
+RUN_GAP = 3600.0
+"""Seconds without a refusal after which the next one of the same sensor starts a new run
+(a WARNING again): a gateway clock behind for days with the device silent between is news
+when the device reports again. A device reporting less often than this warns at each report."""
+
+
 class StampsAhead:
     """The readings refused for a time ahead of the gateway clock (`StampAheadError`), per
     sensor: when the last one arrived (gateway clock), how far ahead it was, and how many
-    in a row since the sensor's last reading taken (`taken` forgets them). The stale rule
-    reads `latest` (`model.RefusedAhead`), health `total` and `last`.
+    in a row since the sensor's last reading taken (`taken`, which the engine calls for a
+    reading it judged: one it drops, a frozen stamp, ends nothing) or since a silence of
+    `RUN_GAP`. The stale rule reads `latest` (`model.RefusedAhead`), health `total`,
+    `last` and `worst`. The arrival times are on the gateway clock and move with its
+    steps (`shift`, called where the engine's stale watches move).
 
-    Written on paho's thread, read on the loop's: each entry is one tuple, replaced whole.
+    Written on paho's thread (`record`), and on the loop's (`taken`, `shift`): one lock.
     The table is capped like `BadPayloads`'s; past the cap only the totals count.
     """
 
-    def __init__(self, max_sensors: int = 10_000) -> None:
+    def __init__(self, max_sensors: int = 10_000, on_end: Callable[[str, int], None] | None = None) -> None:
+        """`on_end(sensor, refused)`: a run ended by a reading taken (the source logs it)."""
         self.max_sensors = max_sensors
+        self.on_end = on_end
         self.total = 0
         self.last: tuple[float, float] | None = None  # (arrived, ahead) of the last one, any sensor
         self._by_sensor: dict[str, tuple[float, float, int]] = {}
+        self._lock = threading.Lock()
 
     def record(self, sensor: str, ahead: float, arrived: float) -> int:
         """Count one refusal; return its place in the sensor's run (1: a run starts, said
         once in the log), or 0 past the cap (not tracked)."""
-        self.total += 1
-        self.last = (arrived, ahead)
-        entry = self._by_sensor.get(sensor)
-        if entry is None and len(self._by_sensor) >= self.max_sensors:
-            return 0
-        run = 1 if entry is None else entry[2] + 1
-        self._by_sensor[sensor] = (arrived, ahead, run)
-        return run
+        with self._lock:
+            self.total += 1
+            self.last = (arrived, ahead)
+            entry = self._by_sensor.get(sensor)
+            if entry is None and len(self._by_sensor) >= self.max_sensors:
+                return 0
+            run = 1 if entry is None or arrived - entry[0] > RUN_GAP else entry[2] + 1
+            self._by_sensor[sensor] = (arrived, ahead, run)
+            return run
 
     def taken(self, sensor: str) -> int:
-        """A reading of `sensor` was taken: a run of refusals, if any, is over; how many
+        """A reading of `sensor` was judged: a run of refusals, if any, is over; how many
         it had (0: none)."""
-        if not self._by_sensor:
+        if not self._by_sensor:  # the common case, without the lock
             return 0
-        entry = self._by_sensor.pop(sensor, None)
-        return 0 if entry is None else entry[2]
+        with self._lock:
+            entry = self._by_sensor.pop(sensor, None)
+        if entry is None:
+            return 0
+        if self.on_end is not None:
+            self.on_end(sensor, entry[2])
+        return entry[2]
+
+    def shift(self, delta: float) -> None:
+        """The gateway clock stepped by `delta`: the refusals happened where they did."""
+        with self._lock:
+            if self.last is not None:
+                self.last = (self.last[0] + delta, self.last[1])
+            self._by_sensor = {s: (at + delta, a, n) for s, (at, a, n) in self._by_sensor.items()}
 
     def latest(self, sensor: str) -> tuple[float, float, int] | None:
         return self._by_sensor.get(sensor)
@@ -302,3 +328,11 @@ class StampsAhead:
     def sensors(self, since: float) -> list[str]:
         """The sensors whose last refusal arrived at or after `since`."""
         return sorted(s for s, (at, _, _) in list(self._by_sensor.items()) if at >= since)
+
+    def worst(self, since: float) -> float | None:
+        """How far ahead the furthest of the sensors' last refusals at or after `since` was
+        (the last refusal's, any sensor's, past the table's cap), None if none."""
+        aheads = [a for at, a, _ in list(self._by_sensor.values()) if at >= since]
+        if self.full and self.last is not None and self.last[0] >= since:
+            aheads.append(self.last[1])
+        return max(aheads, default=None)

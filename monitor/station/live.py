@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import replace
 
 from monitor.config import Config
@@ -93,6 +93,15 @@ class LiveStation:
             return None
         self._stamps[sample.sensor] = sample.time
         return replace(sample, time=watch.taken(sample.time, now))
+
+    def restore_deliveries(self, watches: Mapping[str, DeviceWatch]) -> None:
+        """The quickest deliveries the engine's checkpoint kept for the same readings (its
+        own watches, `Engine.stamped_by_device`): a restarted station takes a store-and-forward
+        backlog arriving first as old as the engine does, not as an input now."""
+        for sensor, watch in self._watches.items():
+            kept = watches.get(sensor)
+            if kept is not None and math.isfinite(kept.lag):
+                watch.restore(kept.lag, kept.lag_at)
 
     def shift(self, delta: float, keep: Collection[str] = ()) -> None:
         """The gateway clock stepped by `delta` (< 0: back): the tracker and the derived
