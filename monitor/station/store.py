@@ -8,6 +8,7 @@ same rows. Open runs and overflows (`end` NULL) are picked up again after a rest
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -59,14 +60,83 @@ class OverflowRecord:
     # The volume carried to the last local midnight it was open across: the share of its
     # earlier days in their `station_daily` (schema 4; None: it crossed none).
     volume_before_day: float | None = None
+    # The longest stretch, however short, in which the level's readings are known to be
+    # missing while it was open (schema 5; None: none): its transmitter read bad, or the
+    # daemon was down (`StationTracker`). Its volume then is an estimate: partial.
+    missing_from: float | None = None
+    missing_to: float | None = None
+    # Not stored: the level's silence now is one with readings missing since (`level_missed`),
+    # and whether only if longer than the longest before it (a restart between two polls
+    # missed none: `restarted`).
+    _missed_since: float | None = dataclasses.field(default=None, repr=False, compare=False)
+    _missed_if_longer: bool = dataclasses.field(default=False, repr=False, compare=False)
 
     def level_read(self, t: float) -> None:
         """A good level reading at `t` while the overflow is open."""
         prev = self.start if self.level_last is None else self.level_last
         gap = self.silence(prev)  # the silence so far, not counting to `t`
+        missed = self._missed(t)
+        if missed is not None:
+            self._kept_missing(*missed)
+        self._missed_since = None
         if t - prev > gap[1] - gap[0]:
             self.silent_from, self.silent_to = prev, t
         self.level_last = t if self.level_last is None else max(self.level_last, t)
+
+    def level_missed(self, t: float) -> None:
+        """A level reading at `t`, bad (bad data, comm failure, outside its range), while the
+        overflow is open: the silence it falls in misses readings, however short."""
+        since = self.start if self.level_last is None else self.level_last
+        if t >= since and (self._missed_since is None or self._missed_if_longer):
+            self._missed_since, self._missed_if_longer = since, False
+
+    def restarted(self) -> None:
+        """Taken up again after the daemon was down: the level's silence across the downtime
+        misses readings if longer than its longest silence before it (the level's poll,
+        while the daemon ran); a restart between two polls missed none."""
+        if self._missed_since is None:
+            self._missed_since = self.start if self.level_last is None else self.level_last
+            self._missed_if_longer = True
+
+    def _missed(self, until: float) -> tuple[float, float] | None:
+        """The silence now, to `until`, if readings are missing in it."""
+        since = self._missed_since
+        if since is None or until <= since:
+            return None
+        if self._missed_if_longer:
+            before = self.silence(since)
+            if until - since <= before[1] - before[0]:
+                return None
+        return since, until
+
+    def _kept_missing(self, start: float, end: float) -> None:
+        if (
+            self.missing_from is None
+            or self.missing_to is None
+            or end - start > self.missing_to - self.missing_from
+        ):
+            self.missing_from, self.missing_to = start, end
+
+    def missing(self, until: float) -> tuple[float, float] | None:
+        """The longest stretch with the level's readings known missing, up to `until`."""
+        now = self._missed(until)
+        kept = (
+            None
+            if self.missing_from is None or self.missing_to is None
+            else (self.missing_from, self.missing_to)
+        )
+        if now is None or (kept is not None and kept[1] - kept[0] >= now[1] - now[0]):
+            return kept
+        return now
+
+    def unmeasured(self, stale_after: float, until: float) -> tuple[float, float] | None:
+        """Where the volume is not measured, up to `until` (None: nowhere): the level's
+        longest silence if longer than `stale_after`, else the longest stretch with its
+        readings known missing."""
+        silent = self.silence(until)
+        if silent[1] - silent[0] > stale_after:
+            return silent
+        return self.missing(until)
 
     def silence(self, until: float) -> tuple[float, float]:
         """The level's longest silence while open, up to `until` ((x, x): none)."""
@@ -81,19 +151,28 @@ class OverflowRecord:
         """The volume as it may be reported over [start, `until`], and why it is not the
         whole overflow's: unknown (None, never 0) with no level reading while it was open
         (the weir has no head, the inflow method needs the level); partial when the level
-        was silent longer than its `stale_after` (the volume then rests on the last level
-        known)."""
+        was silent longer than its `stale_after`, or its readings are known missing however
+        briefly (`missing`). The note says what the estimate did: the weir's flow between
+        the levels read before and after (trapezoids), or carried on at the last level known
+        (the inflow method; the weir's with no level read after)."""
         if not self.method:
             return None, "no weir or inflow to estimate it"
         if self.level_last is None:
             return None, NO_LEVEL
-        silent_from, silent_to = self.silence(until)
-        if silent_to - silent_from > stale_after:
-            return self.volume_gal, (
-                f"partial: no level reading from {iso(silent_from)} to {iso(silent_to)};"
-                " the volume then rests on the last level known"
-            )
-        return self.volume_gal, ""
+        gap = self.unmeasured(stale_after, until)
+        if gap is None:
+            return self.volume_gal, ""
+        silent = self.silence(until)
+        what = (
+            "no level reading"
+            if gap[1] - gap[0] > stale_after and gap == silent
+            else "level readings missing"
+        )
+        if self.method == "weir" and gap[1] <= self.level_last:
+            how = "the flow over the weir then is estimated from the levels read before and after"
+        else:
+            how = "the volume then rests on the last level known"
+        return self.volume_gal, f"partial: {what} from {iso(gap[0])} to {iso(gap[1])}; {how}"
 
 
 _SCHEMA = """
@@ -129,14 +208,19 @@ ALTER TABLE overflows ADD COLUMN gap_from REAL;
 _DAY_SPLIT = """
 ALTER TABLE overflows ADD COLUMN volume_before_day REAL;
 """
+# The level's readings known missing while an overflow was open, however briefly.
+_MISSING = """
+ALTER TABLE overflows ADD COLUMN missing_from REAL;
+ALTER TABLE overflows ADD COLUMN missing_to REAL;
+"""
 # Add a migration to change a table; never edit one.
-SCHEMA = Schema("station store", (_SCHEMA, _VOLUME_NOTE, _RESUME_AND_LINK, _DAY_SPLIT))
+SCHEMA = Schema("station store", (_SCHEMA, _VOLUME_NOTE, _RESUME_AND_LINK, _DAY_SPLIT, _MISSING))
 
 
 _COLUMNS = (
     "sensor, start, end, peak, volume_gal, due, method, volume_note, level_last, silent_from, silent_to,"
     " opened_by, switch_on, switch_off_at, volume_at_off, rate_gpm, rate_at, continues, gap_from,"
-    " volume_before_day"
+    " volume_before_day, missing_from, missing_to"
 )
 
 
@@ -172,7 +256,7 @@ class StationStore:
         peak = rec.peak if rec.peak == rec.peak else None
         switch = None if rec.switch_on is None else int(rec.switch_on)
         self._run(
-            f"INSERT OR REPLACE INTO overflows ({_COLUMNS}) VALUES ({', '.join('?' * 20)})",
+            f"INSERT OR REPLACE INTO overflows ({_COLUMNS}) VALUES ({', '.join('?' * 22)})",
             (
                 rec.sensor,
                 rec.start,
@@ -194,6 +278,8 @@ class StationStore:
                 rec.continues,
                 rec.gap_from,
                 rec.volume_before_day,
+                rec.missing_from,
+                rec.missing_to,
             ),
         )
 
@@ -293,14 +379,14 @@ class StationStore:
         )
         out = []
         for row in rows:
-            head, tail = row[:11], row[11:]  # the columns of schema 2, then of schemas 3 and 4
+            head, tail = row[:11], row[11:]  # the columns of schema 2, then of schemas 3 to 5
             s, st, e, pk, vol, due, m, note, last, sf, stt = head
             by, sw, *rest = tail
             nan = float("nan") if pk is None else pk
             rec = OverflowRecord(s, st, due, e, nan, vol, m, note, last, sf, stt, by)
             rec.switch_on = None if sw is None else bool(sw)
             rec.switch_off_at, rec.volume_at_off, rec.rate_gpm, rec.rate_at = rest[:4]
-            rec.continues, rec.gap_from, rec.volume_before_day = rest[4:]
+            rec.continues, rec.gap_from, rec.volume_before_day, rec.missing_from, rec.missing_to = rest[4:]
             out.append(rec)
         return out
 

@@ -177,6 +177,7 @@ class StationTracker:
                 p.running, p.run_start, p.run_counted = True, run.start, run.started
         for rec in store.open_overflows():
             self._open.resumed(rec, self.level_id or self.switch_id or "")
+            rec.restarted()  # the level's readings while the daemon was down may be missing
             self._well_unread = True
             if rec.level_last is not None:
                 self._level_unread, self.level_time = True, rec.level_last
@@ -318,9 +319,11 @@ class StationTracker:
         lo, hi, bad = self._ranges[sid]
         # `v - v == 0` is False for NaN and infinities; `bad` holds a PLC's error values.
         # Per sensor: a derived sample comes a poll late, after other sensors' later readings.
-        if not (good and v - v == 0.0 and lo <= v <= hi) or t < self._last.get(sid, -math.inf):
+        if t < self._last.get(sid, -math.inf):
             return []
-        if bad and v in bad:
+        if not (good and v - v == 0.0 and lo <= v <= hi) or (bad and v in bad):
+            if sid == self.level_id and self._open.record is not None:
+                self._open.record.level_missed(t)  # the volume then is an estimate
             return []
         self._last[sid] = t
         if self.clocks.mixed:
