@@ -25,11 +25,18 @@ from monitor.station.store import OverflowRecord, StationStore
 
 
 def pump_figures(
-    store: StationStore, pumps: Sequence[str], start: float, end: float, open_until: float | None = None
+    store: StationStore,
+    pumps: Sequence[str],
+    start: float,
+    end: float,
+    open_until: float | None = None,
+    unmonitored: Sequence[tuple[float, float]] = (),
 ) -> list[dict[str, object]]:
     """Run hours (clipped to [start, end)), starts, starts per hour, longest run per pump.
 
-    A run still going counts up to `open_until` (live: now), else to the last event time stored."""
+    A run still going counts up to `open_until` (live: now), else to the last event time stored.
+    Run hours leave out the `unmonitored` stretches (within the period, not overlapping): a
+    run open across the daemon's downtime was not seen running then."""
     last = open_until if open_until is not None else store.last_time()
     runs = store.runs(start, end)
     out: list[dict[str, object]] = []
@@ -42,7 +49,8 @@ def pump_figures(
             if run.pump != pump:
                 continue
             stop = run.end if run.end is not None else (last if last is not None else run.start)
-            seconds += max(0.0, min(stop, end) - max(run.start, start))
+            a, b = max(run.start, start), min(stop, end)
+            seconds += max(0.0, b - a) - sum(max(0.0, min(b, y) - max(a, x)) for x, y in unmonitored)
             longest = max(longest, stop - run.start)
             if run.started and start <= run.start < end:
                 starts += 1

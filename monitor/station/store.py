@@ -335,6 +335,20 @@ class StationStore:
         else:
             self._run("INSERT OR REPLACE INTO meta VALUES ('level_spent', ?)", (repr(level_time),))
 
+    def save_unmonitored(self, gaps: list[tuple[float, float]]) -> None:
+        """The silences of the days not closed yet that were not monitored (`DailyTotals`):
+        a restart keeps them for the days' points (a key of `meta`: no schema change)."""
+        self._run(
+            "INSERT OR REPLACE INTO meta VALUES ('unmonitored', ?)",
+            (" ".join(repr(x) for gap in gaps for x in gap),),
+        )
+
+    def unmonitored(self) -> list[tuple[float, float]]:
+        """What `save_unmonitored` kept (none: [])."""
+        rows = self._run("SELECT value FROM meta WHERE key = 'unmonitored'")
+        xs = [float(x) for x in str(rows[0][0]).split()] if rows else []
+        return list(zip(xs[::2], xs[1::2], strict=True))
+
     def level_spent(self) -> float | None:
         """The time `save_level_spent` kept, if any."""
         rows = self._run("SELECT value FROM meta WHERE key = 'level_spent'")

@@ -162,6 +162,10 @@ class StationTracker:
         )
         # A well on two clocks (a device-stamped level beside gateway-polled pumps).
         self.clocks = WellClocks(self._device, self.watched)
+        if self.daily is not None:  # no reading of the well for longer: not monitored
+            self.daily.silent_after = min(
+                (config.rules[sid].stale_after for sid in self.watched), default=math.inf
+            )
         if resume and store is not None:
             self._resume(store)
 
@@ -171,6 +175,9 @@ class StationTracker:
         return self._open.record
 
     def _resume(self, store: StationStore) -> None:
+        last = store.last_time()
+        if last is not None and self.daily is not None:
+            self.daily.resumed(last)  # the days the daemon was down are closed at its first reading
         for run in store.open_runs():
             p = self.pumps.get(run.pump)
             if p is not None:
@@ -303,6 +310,8 @@ class StationTracker:
             self.last_time = max(self._last.values())  # the latest reading taken, as it stands now
         elif moved or well:
             self.last_time += delta
+        if self.daily is not None:
+            self.daily.last = self.last_time  # not a silence: the clock's step
         if self.store is not None:
             self._stored(functools.partial(self.store.shift_open, pumps=moved, overflow=overflow), delta)
             # The closed runs of the hour move too: a restart takes its starts from them.
@@ -329,6 +338,7 @@ class StationTracker:
         if self.clocks.mixed:
             self.clocks.compare(sid, t)
         daily = self.daily
+        silence = daily is not None and daily.seen(t)  # a silence not monitored ended here
         if daily is not None and t >= daily.day_end:
             # A local midnight passed: that day's totals for InfluxDB, with what an overflow
             # open across it spilled to the midnight (its earlier days' share, kept for a restart).
@@ -336,6 +346,8 @@ class StationTracker:
             if self._open.record is not None and self.store is not None:
                 self._kept(self._open.record)
                 self._stored(self.store.save_overflow, self._open.record)
+        if silence and daily is not None and self.store is not None:
+            self._stored(self.store.save_unmonitored, daily.unmonitored)  # for a restart's days
         self.last_time = max(self.last_time, t)
         out: list[Condition] = []
         pump = self.pumps.get(sid)
