@@ -155,8 +155,42 @@ def test_a_station_store_of_schema_4_upgrades_and_a_schema_4_release_refuses_sch
     old.close()
     store = StationStore(path)
     (rec,) = store.open_overflows()
-    assert (rec.volume_gal, rec.missing_from, rec.missing_to) == (1234.5, None, None)
+    assert (rec.volume_gal, rec.missing_from, rec.missing_to, rec.disagree_from) == (1234.5, None, None, None)
     assert store.db.execute("PRAGMA user_version").fetchone() == (5,)
     store.close()
     with pytest.raises(Exception, match=r"newer station-monitor \(schema 5, this release reads up to 4\)"):
         connect(path, Schema("station store", SCHEMA.migrations[:4]))
+
+
+def test_a_level_back_below_overflow_while_the_float_says_spilling_is_said_to_disagree(
+    tmp_path: Path,
+) -> None:
+    """The level reads 9.5 ft, then its transmitter fails (comm failure) from +300 s and comes
+    back at +600 s reading 7.0 ft (plausible, under the overflow setpoint) while the float
+    switch, the independent high-level witness, stays on until +1500 s. The float keeps the
+    overflow open (it decides when the level is in doubt, as when the level is stale); the
+    weir's volume on 7.0 ft is 0 gal a minute. Before: the record read as measured, nothing
+    said the two instruments disagreed for 15 minutes of a spill the float saw."""
+    config = station(tmp_path, **WEIR)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = [Sample("p1", T0, 0.0), Sample("p2", T0, 0.0)]
+    for t in range(0, 1801, 30):
+        if t < 300:
+            samples.append(Sample("lvl", T0 + t, 9.5))
+        elif t < 600:
+            samples.append(Sample("lvl", T0 + t, 9.5, Quality.COMM_FAILURE))
+        else:
+            samples.append(Sample("lvl", T0 + t, 7.0))
+        samples.append(Sample("switch", T0 + t, 1.0 if t < 1500 else 0.0))
+    feed(tracker, samples)
+    (rec,) = store.overflows(T0, T0 + 3600)
+    assert (rec.start, rec.end) == (T0, T0 + 1500)  # the float's word: open until its off
+    assert (rec.disagree_from, rec.disagree_to, rec.disagree_level) == (T0 + 600, T0 + 1500, 7.0)
+    assert rec.volume_note.startswith("partial: ")
+    assert rec.volume_note.endswith(
+        "; the level read 7, under overflow, while the overflow switch was on from"
+        " 2026-05-28T20:36:40Z to 2026-05-28T20:51:40Z: the instruments disagree; the switch kept"
+        " the overflow open, the volume then is the level's"
+    )
+    store.close()

@@ -68,6 +68,15 @@ class OverflowRecord:
     # Not stored: the level's silence now is one with readings missing since (`level_missed`),
     # and whether only if longer than the longest before it (a restart between two polls
     # missed none: `restarted`).
+    # The longest stretch in which the level read under `overflow` while the float switch
+    # said on (the instruments disagree; the float keeps the record open), and the level read
+    # first then (schema 5). Said in the note when longer than the level's `stale_after`
+    # (shorter: a float's hysteresis at the crest).
+    disagree_from: float | None = None
+    disagree_to: float | None = None
+    disagree_level: float | None = None
+    # Not stored: the disagreement going on now, since when and the level then.
+    _disagree_now: tuple[float, float] | None = dataclasses.field(default=None, repr=False, compare=False)
     _missed_since: float | None = dataclasses.field(default=None, repr=False, compare=False)
     _missed_if_longer: bool = dataclasses.field(default=False, repr=False, compare=False)
 
@@ -129,6 +138,43 @@ class OverflowRecord:
             return kept
         return now
 
+    def disagreeing(self, t: float, level: float) -> None:
+        """A good level reading `level`, under `overflow`, at `t` with the float switch on."""
+        if self._disagree_now is None:
+            self._disagree_now = (t, level)
+
+    def agreed(self, t: float) -> None:
+        """The level and the float agree again at `t` (over, or the float off)."""
+        longest = self.disagreement(t)
+        if longest is not None:
+            self.disagree_from, self.disagree_to, self.disagree_level = longest
+        self._disagree_now = None
+
+    def disagreement(self, until: float) -> tuple[float, float, float] | None:
+        """The longest disagreement up to `until` (one going on ends there): from, to, level."""
+        kept = None
+        if (
+            self.disagree_from is not None
+            and self.disagree_to is not None
+            and self.disagree_level is not None
+        ):
+            kept = (self.disagree_from, self.disagree_to, self.disagree_level)
+        now = self._disagree_now
+        if now is not None and (kept is None or until - now[0] > kept[1] - kept[0]):
+            return now[0], until, now[1]
+        return kept
+
+    def _disagreed(self, stale_after: float, until: float) -> str:
+        """What the record says of the instruments disagreeing longer than `stale_after`."""
+        d = self.disagreement(until)
+        if d is None or d[1] - d[0] <= stale_after:
+            return ""
+        return (
+            f"the level read {d[2]:g}, under overflow, while the overflow switch was on"
+            f" from {iso(d[0])} to {iso(d[1])}: the instruments disagree; the switch"
+            " kept the overflow open, the volume then is the level's"
+        )
+
     def unmeasured(self, stale_after: float, until: float) -> tuple[float, float] | None:
         """Where the volume is not measured, up to `until` (None: nowhere): the level's
         longest silence if longer than `stale_after`, else the longest stretch with its
@@ -160,19 +206,18 @@ class OverflowRecord:
         if self.level_last is None:
             return None, NO_LEVEL
         gap = self.unmeasured(stale_after, until)
-        if gap is None:
-            return self.volume_gal, ""
-        silent = self.silence(until)
-        what = (
-            "no level reading"
-            if gap[1] - gap[0] > stale_after and gap == silent
-            else "level readings missing"
-        )
-        if self.method == "weir" and gap[1] <= self.level_last:
-            how = "the flow over the weir then is estimated from the levels read before and after"
-        else:
-            how = "the volume then rests on the last level known"
-        return self.volume_gal, f"partial: {what} from {iso(gap[0])} to {iso(gap[1])}; {how}"
+        disagreed = self._disagreed(stale_after, until)
+        parts = [disagreed] if disagreed else []
+        if gap is not None:
+            silent = self.silence(until)
+            long = gap[1] - gap[0] > stale_after and gap == silent
+            what = "no level reading" if long else "level readings missing"
+            if self.method == "weir" and gap[1] <= self.level_last:
+                how = "the flow over the weir then is estimated from the levels read before and after"
+            else:
+                how = "the volume then rests on the last level known"
+            parts.insert(0, f"{what} from {iso(gap[0])} to {iso(gap[1])}; {how}")
+        return self.volume_gal, "partial: " + "; ".join(parts) if parts else ""
 
 
 _SCHEMA = """
@@ -208,10 +253,14 @@ ALTER TABLE overflows ADD COLUMN gap_from REAL;
 _DAY_SPLIT = """
 ALTER TABLE overflows ADD COLUMN volume_before_day REAL;
 """
-# The level's readings known missing while an overflow was open, however briefly.
+# The level's readings known missing while an overflow was open, however briefly, and the
+# level read under the setpoint while the float said on (the instruments disagree).
 _MISSING = """
 ALTER TABLE overflows ADD COLUMN missing_from REAL;
 ALTER TABLE overflows ADD COLUMN missing_to REAL;
+ALTER TABLE overflows ADD COLUMN disagree_from REAL;
+ALTER TABLE overflows ADD COLUMN disagree_to REAL;
+ALTER TABLE overflows ADD COLUMN disagree_level REAL;
 """
 # Add a migration to change a table; never edit one.
 SCHEMA = Schema("station store", (_SCHEMA, _VOLUME_NOTE, _RESUME_AND_LINK, _DAY_SPLIT, _MISSING))
@@ -220,7 +269,7 @@ SCHEMA = Schema("station store", (_SCHEMA, _VOLUME_NOTE, _RESUME_AND_LINK, _DAY_
 _COLUMNS = (
     "sensor, start, end, peak, volume_gal, due, method, volume_note, level_last, silent_from, silent_to,"
     " opened_by, switch_on, switch_off_at, volume_at_off, rate_gpm, rate_at, continues, gap_from,"
-    " volume_before_day, missing_from, missing_to"
+    " volume_before_day, missing_from, missing_to, disagree_from, disagree_to, disagree_level"
 )
 
 
@@ -256,7 +305,7 @@ class StationStore:
         peak = rec.peak if rec.peak == rec.peak else None
         switch = None if rec.switch_on is None else int(rec.switch_on)
         self._run(
-            f"INSERT OR REPLACE INTO overflows ({_COLUMNS}) VALUES ({', '.join('?' * 22)})",
+            f"INSERT OR REPLACE INTO overflows ({_COLUMNS}) VALUES ({', '.join('?' * 25)})",
             (
                 rec.sensor,
                 rec.start,
@@ -280,6 +329,9 @@ class StationStore:
                 rec.volume_before_day,
                 rec.missing_from,
                 rec.missing_to,
+                rec.disagree_from,
+                rec.disagree_to,
+                rec.disagree_level,
             ),
         )
 
@@ -400,7 +452,8 @@ class StationStore:
             rec = OverflowRecord(s, st, due, e, nan, vol, m, note, last, sf, stt, by)
             rec.switch_on = None if sw is None else bool(sw)
             rec.switch_off_at, rec.volume_at_off, rec.rate_gpm, rec.rate_at = rest[:4]
-            rec.continues, rec.gap_from, rec.volume_before_day, rec.missing_from, rec.missing_to = rest[4:]
+            rec.continues, rec.gap_from, rec.volume_before_day, rec.missing_from, rec.missing_to = rest[4:9]
+            rec.disagree_from, rec.disagree_to, rec.disagree_level = rest[9:]
             out.append(rec)
         return out
 

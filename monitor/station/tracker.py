@@ -573,6 +573,14 @@ class StationTracker:
             rec.level_read(t)  # what the volume rests on
         if rec is not None and sid == self.switch_id and self._open.float_off_at == t:
             self._open.volume_at_off = rec.volume_gal  # carried to the float's off
+        if rec is not None and sp is not None:
+            # The level read under the setpoint while the float says on: the float, the
+            # independent witness, keeps the record open (as when the level is stale), and
+            # the record says the two disagree rather than take either silently.
+            if self.switch_on and read and self.level < sp.overflow and not self._level_spent:
+                rec.disagreeing(t, self.level)
+            else:
+                rec.agreed(t)
         if rec is not None and not over:
             if float_end is not None:
                 rec.end, rec.volume_gal = max(float_end, rec.start), self._open.volume_at_off
