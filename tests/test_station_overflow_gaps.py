@@ -194,3 +194,28 @@ def test_a_level_back_below_overflow_while_the_float_says_spilling_is_said_to_di
         " the overflow open, the volume then is the level's"
     )
     store.close()
+
+
+def test_the_stretch_of_missing_readings_moves_with_a_gateway_clock_step(tmp_path: Path) -> None:
+    """Bad level readings +120 s to +210 s, then the gateway clock steps an hour back (NTP) and
+    the overflow goes on on the new clock: the stretch moves with the record's other times.
+    Left at its old stamps it lay an hour after the record's end."""
+    config = station(tmp_path, overflow_switch=None, **WEIR)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = _level_only(270)
+    samples = [
+        s if not T0 + 120 <= s.time <= T0 + 210 else Sample("lvl", s.time, 9.5, Quality.BAD_DATA)
+        for s in samples
+    ]
+    feed(tracker, samples)
+    tracker.shift(-3600.0)
+    feed(
+        tracker,
+        [Sample("lvl", T0 - 3600 + t, 9.5) for t in range(300, 601, 30)] + [Sample("lvl", T0 - 2970, 8.0)],
+    )
+    (rec,) = store.overflows(T0 - 7200, T0 + 3600)
+    assert (rec.start, rec.end) == (T0 - 3600, T0 - 2970)
+    assert (rec.missing_from, rec.missing_to) == (T0 - 3600 + 90, T0 - 3600 + 240)
+    assert "level readings missing from 2026-05-28T19:28:10Z to 2026-05-28T19:30:40Z" in rec.volume_note
+    store.close()

@@ -138,6 +138,18 @@ class OverflowRecord:
             return kept
         return now
 
+    def shifted_level(self, delta: float) -> None:
+        """The level's clock stepped by `delta` (`OpenOverflow.shifted`): the stretches of missing
+        readings and of disagreement, on the level's clock, move with it."""
+        if self.missing_from is not None and self.missing_to is not None:
+            self.missing_from, self.missing_to = self.missing_from + delta, self.missing_to + delta
+        if self._missed_since is not None:
+            self._missed_since += delta
+        if self.disagree_from is not None and self.disagree_to is not None:
+            self.disagree_from, self.disagree_to = self.disagree_from + delta, self.disagree_to + delta
+        if self._disagree_now is not None:
+            self._disagree_now = (self._disagree_now[0] + delta, self._disagree_now[1])
+
     def disagreeing(self, t: float, level: float) -> None:
         """A good level reading `level`, under `overflow`, at `t` with the float switch on."""
         if self._disagree_now is None:
