@@ -30,8 +30,9 @@ from typing import cast
 from zoneinfo import ZoneInfo
 
 from monitor.sinks.lineproto import line
+from monitor.station.record import OverflowRecord
 from monitor.station.report import overflow_volume, pump_figures
-from monitor.station.store import OverflowRecord, StationStore
+from monitor.station.store import StationStore
 
 # The overflow open at a local midnight as it stood then (volume carried to it), its earlier
 # days' share in `volume_before_day`; None with none open. Called once per day closed.

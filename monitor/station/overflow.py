@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable
 from monitor.config import Config
 from monitor.model import iso
 from monitor.station.pumps import PumpStats
-from monitor.station.store import OverflowRecord
+from monitor.station.record import OverflowRecord
 from monitor.units import GALLONS_PER_FT3, conversion
 
 # A chain of float-ended records continues its first for a day from that start at most: a

@@ -21,7 +21,8 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from monitor.model import iso
-from monitor.station.store import OverflowRecord, StationStore
+from monitor.station.record import OverflowRecord
+from monitor.station.store import StationStore
 
 
 def pump_figures(

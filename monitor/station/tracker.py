@@ -61,7 +61,8 @@ from monitor.station.clocks import WellClocks
 from monitor.station.daily import DailyTotals
 from monitor.station.overflow import OpenOverflow, OverflowRate, SpillLink
 from monitor.station.pumps import PumpRun, PumpStats
-from monitor.station.store import OverflowRecord, StationStore
+from monitor.station.record import OverflowRecord
+from monitor.station.store import StationStore
 from monitor.units import conversion
 
 log = logging.getLogger(__name__)
