@@ -339,7 +339,12 @@ class StationTracker:
         if self.clocks.mixed:
             self.clocks.compare(sid, t)
         daily = self.daily
-        silence = daily is not None and daily.seen(t)  # a silence not monitored ended here
+        silence = False  # a silence not monitored ended here (`DailyTotals.seen`)
+        if daily is not None and t > daily.last:
+            if t - daily.last > daily.silent_after:
+                silence = daily.seen(t)
+            else:
+                daily.last = t  # the common case, without a call
         if daily is not None and t >= daily.day_end:
             # A local midnight passed: that day's totals for InfluxDB, with what an overflow
             # open across it spilled to the midnight (its earlier days' share, kept for a restart).
