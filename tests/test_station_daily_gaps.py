@@ -6,9 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
-from monitor.model import Sample
+from monitor.config import load_config
+from monitor.daemon import Daemon
+from monitor.model import ManualClock, Sample
 from monitor.station import StationStore, StationTracker
+from simulators.lift_station import LiftStation
+from tests.test_station_live import DAY as SIM_DAY
+from tests.test_station_live import START, polls, write_config
 from tests.test_station_tracker import T0, station
 
 MIDNIGHT = T0 + 27_200  # 2026-05-29 00:00 in New York (EDT), the station's zone
@@ -87,3 +93,41 @@ def test_a_day_monitored_throughout_says_so(tmp_path: Path) -> None:
     day = _days(tracker.take_daily(), "station_daily")["2026-05-29"]
     assert day["unmonitored_hours"] == "0.0" and float(day["run_hours"]) == pytest.approx(24.0, abs=0.02)
     store.close()
+
+
+@pytest.mark.integration
+def test_the_daemon_back_after_a_day_down_writes_the_days_it_missed(tmp_path: Path) -> None:
+    """The daemon, fed as the poller feeds it (the lift-station simulator, one batch a minute,
+    the config of `config/pump-station.yaml` with InfluxDB), stops at 23:00 local on Jan 1 and
+    starts again at 01:00 on Jan 3. Before: its outbox held no `station_daily` for Jan 1 nor
+    Jan 2 (the restarted daemon began its days at its first reading). Now both are queued for
+    InfluxDB at the restart's first poll, Jan 2 saying only that it was not monitored."""
+    sim = LiftStation(START, days=3.5, storm=None, failure=None, slug=None).run()
+    csv = tmp_path / "s.csv"
+    sim.write_csv(csv, 60.0)
+    path = write_config(tmp_path, "live")
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    raw["influx"] = {"url": "http://127.0.0.1:9", "api": "v1", "database": "station"}  # never drained here
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    batches = polls(csv)
+    down, back = START + 28 * 3600, START + 2 * SIM_DAY + 6 * 3600  # 23:00 Jan 1, 01:00 Jan 3 local
+    daily: dict[str, dict[str, str]] = {}
+    for part in ([b for b in batches if b[0].time < down], [b for b in batches if b[0].time >= back]):
+        clock = ManualClock(part[0][0].time)
+        daemon = Daemon(load_config(path), clock)
+        try:
+            for batch in part:
+                clock.set(batch[0].time)
+                daemon.pipeline.process(batch)
+            assert daemon.sink.outbox is not None
+            daily |= _days(daemon.sink.outbox.pending_lines(10**6), "station_daily")
+            daemon.station.close()
+        finally:
+            daemon.meters.close()
+            daemon.alarms.close()
+            daemon.sink.close()
+    assert sorted(daily) == ["2025-12-31", "2026-01-01", "2026-01-02", "2026-01-03"]
+    assert float(daily["2026-01-01"]["unmonitored_hours"]) == pytest.approx(1.0, abs=0.02)
+    assert daily["2026-01-02"] == {"unmonitored_hours": "24.0"}
+    assert float(daily["2026-01-03"]["unmonitored_hours"]) == pytest.approx(1.0, abs=0.02)
+    assert float(daily["2026-01-03"]["run_hours"]) > 1.0
