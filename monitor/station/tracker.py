@@ -163,8 +163,11 @@ class StationTracker:
         )
         # A well on two clocks (a device-stamped level beside gateway-polled pumps).
         self.clocks = WellClocks(self._device, self.watched)
-        if self.daily is not None:  # no reading of the well for longer: not monitored
-            self.daily.silent_after = min(
+        if self.daily is not None:
+            # No reading of the station for longer than every sensor's `stale_after` (each
+            # stale, the station unread): not monitored. The shortest would call a station
+            # whose sensors report on change, each quiet within its own `stale_after`, unmonitored.
+            self.daily.silent_after = max(
                 (config.rules[sid].stale_after for sid in self.watched), default=math.inf
             )
         if resume and store is not None:
