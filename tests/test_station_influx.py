@@ -63,3 +63,9 @@ def test_daily_totals_in_influxdb(tmp_path: Path, influxdb1: InfluxDB1) -> None:
     storm_day = next((r for r in station if r[3] == "2026-01-02"), None)
     assert storm_day is not None, station
     assert storm_day[1] == 1 and storm_day[2] > 1000
+
+    # The first day's readings begin at 19:00 local: its 19 hours before were not monitored.
+    unmonitored = influxdb1.query(
+        "SELECT unmonitored_hours, day FROM station_daily WHERE station = 'ps-2'", db="station_daily"
+    )["results"][0]["series"][0]["values"]
+    assert {r[2]: r[1] for r in unmonitored} == {"2025-12-31": 19.0, "2026-01-01": 0.0, "2026-01-02": 0.0}

@@ -198,10 +198,10 @@ def test_a_station_store_of_schema_3_upgrades_and_a_schema_3_release_refuses_sch
     store = StationStore(path)
     (rec,) = store.open_overflows()
     assert (rec.opened_by, rec.volume_gal, rec.volume_before_day) == ("lvl", 1234.5, None)
-    assert store.db.execute("PRAGMA user_version").fetchone() == (4,)
+    assert store.db.execute("PRAGMA user_version").fetchone() == (SCHEMA.version,)
     store.close()
     with pytest.raises(
-        Exception, match=r"newer station-monitor \(schema 4, this release reads up to 3\)"
+        Exception, match=rf"newer station-monitor \(schema {SCHEMA.version}, this release reads up to 3\)"
     ) as err:
         connect(path, Schema("station store", SCHEMA.migrations[:3]))
     assert str(path) in str(err.value)

@@ -18,15 +18,16 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from monitor.station.derive import Derivation, derive_arrays
+    from monitor.station.record import OverflowRecord
     from monitor.station.replay import station_steps
-    from monitor.station.store import OverflowRecord, StationStore
+    from monitor.station.store import StationStore
     from monitor.station.tracker import StationTracker, track_arrays
 
 _HOME = {
     "Derivation": "monitor.station.derive",
     "derive_arrays": "monitor.station.derive",
     "station_steps": "monitor.station.replay",
-    "OverflowRecord": "monitor.station.store",
+    "OverflowRecord": "monitor.station.record",
     "StationStore": "monitor.station.store",
     "StationTracker": "monitor.station.tracker",
     "track_arrays": "monitor.station.tracker",

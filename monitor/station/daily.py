@@ -4,7 +4,8 @@ Measurement `pump_daily` (tags station, pump, day; fields run_hours, starts,
 longest_run_hours) and `station_daily` (tags station, day; fields run_hours, starts,
 overflows, overflow_volume_gal, overflows_volume_unknown, overflows_volume_partial,
 overflows_continuing, overflows_open, overflow_volume_partial_gal), one
-point per local day at its midnight, written when event time passes the next midnight: the
+point per local day at its midnight, every day (the days the daemon was down included),
+written when event time passes the next midnight: the
 same points live and in replay. `overflow_volume_gal` sums the volumes known of what spilled
 that day: an overflow open across the midnight gives each day its share (carried to the
 midnight; `overflows_open` counts those still open at the day's end), so the days add up to
@@ -12,6 +13,12 @@ its volume; `overflow_volume_partial_gal` is the part of it from overflows whose
 silent past its `stale_after` (carried at the last level: an estimate). An overflow whose
 volume is unknown (no level reading during it) is counted,
 never added as 0 gal. `overflows` and `overflows_continuing` count the records begun that day.
+
+Both carry `unmonitored_hours`: the hours of the day no reading of the station's sensors came
+for longer than `silent_after` (the daemon down, the gateway or its link dead, before the first
+reading), measured between the readings either side (at a restart: from the last event time
+the store kept). Run hours count only the monitored hours. A day wholly unmonitored gives
+`unmonitored_hours` alone: nothing was measured, so no figure, and no zero read as measured.
 """
 
 from __future__ import annotations
@@ -23,8 +30,9 @@ from typing import cast
 from zoneinfo import ZoneInfo
 
 from monitor.sinks.lineproto import line
+from monitor.station.record import OverflowRecord
 from monitor.station.report import overflow_volume, pump_figures
-from monitor.station.store import OverflowRecord, StationStore
+from monitor.station.store import StationStore
 
 # The overflow open at a local midnight as it stood then (volume carried to it), its earlier
 # days' share in `volume_before_day`; None with none open. Called once per day closed.
@@ -46,12 +54,41 @@ class DailyTotals:
         pumps: list[str],
         store: StationStore,
         stale_after: float = math.inf,
+        silent_after: float = math.inf,
     ) -> None:
-        """`stale_after`: the wet well level's (an open overflow's share is partial as the console says)."""
+        """`stale_after`: the wet well level's (an open overflow's share is partial as the
+        console says); `silent_after`: no reading for longer is time not monitored."""
         self.station, self.zone, self.pumps, self.store = station, zone, pumps, store
-        self.stale_after = stale_after
+        self.stale_after, self.silent_after = stale_after, silent_after
         self.day_end = -math.inf  # set by the first reading
+        self.last = -math.inf  # the latest reading seen (`seen`)
+        self.unmonitored: list[tuple[float, float]] = []  # silences longer than `silent_after`
         self._lines: list[str] = []
+
+    def resumed(self, last_time: float) -> None:
+        """Taken up after a restart whose store last judged `last_time`: the days from its own
+        on are closed at the first reading after it, the downtime unmonitored. Before, the
+        restarted tracker began its days at that reading: the days the daemon was down over
+        midnight had no point (a hole in the operator's daily log)."""
+        self.last = last_time
+        self.day_end = next_midnight(last_time, self.zone)
+        self.unmonitored = self.store.unmonitored()
+
+    def seen(self, t: float) -> bool:
+        """A reading at `t` (before `advance`): a silence since the last longer than
+        `silent_after` (from the day's start, for the first reading) was not monitored.
+        True: one was added to `unmonitored` (the caller keeps it: `StationStore.save_unmonitored`)."""
+        if t <= self.last:
+            return False
+        since, self.last = self.last, t
+        if t - since <= self.silent_after:
+            return False
+        if since == -math.inf:
+            since = next_midnight(next_midnight(t, self.zone) - 36 * 3600, self.zone)  # the day's start
+        if t - since <= self.silent_after:
+            return False
+        self.unmonitored.append((since, t))
+        return True
 
     def advance(self, t: float, live: Live | None = None) -> None:
         """Close the local days event time `t` has passed; `live`: the overflow open then."""
@@ -62,6 +99,15 @@ class DailyTotals:
             start = next_midnight(self.day_end - 36 * 3600, self.zone)  # the midnight before
             self._close(start, self.day_end, None if live is None else live(self.day_end))
             self.day_end = next_midnight(self.day_end + 1, self.zone)
+        kept = [g for g in self.unmonitored if g[1] > self.day_end - 36 * 3600]
+        if kept != self.unmonitored:
+            self.unmonitored = kept
+            self.store.save_unmonitored(kept)
+
+    def _unmonitored(self, start: float, end: float) -> list[tuple[float, float]]:
+        """The unmonitored stretches within [start, end)."""
+        cut = ((max(a, start), min(b, end)) for a, b in self.unmonitored)
+        return [(a, b) for a, b in cut if b > a]
 
     def _shares(
         self, start: float, end: float, live: OverflowRecord | None
@@ -84,18 +130,24 @@ class DailyTotals:
 
     def _close(self, start: float, end: float, live: OverflowRecord | None = None) -> None:
         day = datetime.fromtimestamp(start, self.zone).date().isoformat()
-        figures = pump_figures(self.store, self.pumps, start, end, open_until=end)
+        gaps = self._unmonitored(start, end)
+        unmonitored = sum(b - a for a, b in gaps) / 3600.0
+        whole = unmonitored * 3600.0 >= end - start  # nothing measured that day
+        figures = pump_figures(self.store, self.pumps, start, end, open_until=end, unmonitored=gaps)
         hours = starts = 0.0
         for f in figures:
             run_hours, n = cast(float, f["run_hours"]), cast(int, f["starts"])
             hours += run_hours
             starts += n
             tags = {"station": self.station, "pump": str(f["sensor"]), "day": day}
-            fields = {
+            fields: dict[str, float | int | bool] = {
                 "run_hours": run_hours,
                 "starts": n,
                 "longest_run_hours": cast(float, f["longest_run_hours"]),
+                "unmonitored_hours": unmonitored,
             }
+            if whole:
+                fields = {"unmonitored_hours": unmonitored}
             self._lines.append(line("pump_daily", tags, fields, start))
         overflows = [r for r in self.store.overflows(start, end) if start <= r.start < end]
         volumes, still_open = self._shares(start, end, live)
@@ -117,7 +169,11 @@ class DailyTotals:
             "overflows_continuing": sum(r.continues is not None for r in overflows),
             # Still spilling at the day's end: its volume here is to the midnight, the rest the next day's.
             "overflows_open": still_open,
+            # The hours of the day not monitored (the daemon down): its figures are of the rest.
+            "unmonitored_hours": unmonitored,
         }
+        if whole:
+            fields_s = {"unmonitored_hours": unmonitored}
         self._lines.append(line("station_daily", {"station": self.station, "day": day}, fields_s, start))
 
     def take(self) -> list[str]:

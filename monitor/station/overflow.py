@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable
 from monitor.config import Config
 from monitor.model import iso
 from monitor.station.pumps import PumpStats
-from monitor.station.store import OverflowRecord
+from monitor.station.record import OverflowRecord
 from monitor.units import GALLONS_PER_FT3, conversion
 
 # A chain of float-ended records continues its first for a day from that start at most: a
@@ -149,6 +149,8 @@ class OpenOverflow:
             rec.level_last += delta
             if rec.silent_from is not None and rec.silent_to is not None:
                 rec.silent_from, rec.silent_to = rec.silent_from + delta, rec.silent_to + delta
+        if level and rec is not None:
+            rec.shifted_level(delta)
         if (self.prev_by or well) not in keep:
             self.t_prev += delta
         if self.float_off_at is not None and switch not in keep:

@@ -4,7 +4,8 @@ The JSON form is a contract (acceptance checks read it):
 `{"pumps": [{"sensor", "run_hours", "starts", ...}], "overflows": [{"sensor", "start", "end",
 "volume_gal", "volume_note", "volume_partial", "continues", ...}]}`, times ISO 8601 UTC with Z. A
 volume not measured is `null` with `volume_note` saying why, never 0; one the level measured
-over part of the overflow has `volume_partial` true and the level's silence that made it so.
+over part of the overflow has `volume_partial` true and the level's silence (or its readings
+known missing: bad data, the daemon down) that made it so.
 An overflow that continues one the float switch ended with the level dead names it
 (`continues`: that spill's first record's start) and the gap not measured (`continues_gap_from`
 to its own start).
@@ -20,15 +21,23 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from monitor.model import iso
-from monitor.station.store import OverflowRecord, StationStore
+from monitor.station.record import OverflowRecord
+from monitor.station.store import StationStore
 
 
 def pump_figures(
-    store: StationStore, pumps: Sequence[str], start: float, end: float, open_until: float | None = None
+    store: StationStore,
+    pumps: Sequence[str],
+    start: float,
+    end: float,
+    open_until: float | None = None,
+    unmonitored: Sequence[tuple[float, float]] = (),
 ) -> list[dict[str, object]]:
     """Run hours (clipped to [start, end)), starts, starts per hour, longest run per pump.
 
-    A run still going counts up to `open_until` (live: now), else to the last event time stored."""
+    A run still going counts up to `open_until` (live: now), else to the last event time stored.
+    Run hours leave out the `unmonitored` stretches (within the period, not overlapping): a
+    run open across the daemon's downtime was not seen running then."""
     last = open_until if open_until is not None else store.last_time()
     runs = store.runs(start, end)
     out: list[dict[str, object]] = []
@@ -41,7 +50,8 @@ def pump_figures(
             if run.pump != pump:
                 continue
             stop = run.end if run.end is not None else (last if last is not None else run.start)
-            seconds += max(0.0, min(stop, end) - max(run.start, start))
+            a, b = max(run.start, start), min(stop, end)
+            seconds += max(0.0, b - a) - sum(max(0.0, min(b, y) - max(a, x)) for x, y in unmonitored)
             longest = max(longest, stop - run.start)
             if run.started and start <= run.start < end:
                 starts += 1
@@ -82,7 +92,8 @@ def overflow_figures(
         until = rec.end if rec.end is not None else max(rec.start, last if last is not None else rec.start)
         volume, note = overflow_volume(rec, stale_after, until)
         partial = note.startswith("partial")
-        silent = rec.silence(until)
+        # Where the volume was not measured: the silence or the readings known missing.
+        silent = rec.unmeasured(stale_after, until) or rec.silence(until)
         read = rec.level_last
         stale = rec.end is None and read is not None and last is not None and last - read > stale_after
         out.append(
@@ -96,7 +107,7 @@ def overflow_figures(
                 "volume_method": rec.method or None,
                 "volume_note": note or None,  # why unknown (volume_gal null) or partial
                 "volume_partial": partial,
-                # the level's silence that made it partial: the volume then rests on the last level
+                # the level's silence or missing readings that made it partial: an estimate then
                 "volume_unmeasured_from": iso(silent[0]) if partial else None,
                 "volume_unmeasured_to": iso(silent[1]) if partial else None,
                 "level_not_read_since": iso(read) if stale and read is not None else None,

@@ -10,90 +10,14 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Collection
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from monitor.model import iso
 from monitor.sqlite import Schema, connect, translate
 from monitor.station.pumps import PumpRun
+from monitor.station.record import NO_LEVEL, OverflowRecord
 
 FILE = "station.sqlite"
-NO_LEVEL = "no level reading during the overflow"
-
-
-@dataclass(slots=True)
-class OverflowRecord:
-    """One overflow: when, how high, how much, and when it must be reported by."""
-
-    sensor: str
-    start: float
-    due: float
-    end: float | None = None
-    peak: float = float("nan")
-    volume_gal: float | None = None
-    method: str = ""  # weir | inflow | "" (no estimate possible)
-    # Why the volume is not the whole overflow's: "" (measured throughout), "no level
-    # reading during the overflow" (volume None, never 0), "partial: ..." (`StationTracker`).
-    volume_note: str = ""
-    # What the volume rests on: the level's last good reading while it was open, and its
-    # longest silence then (from the start or a reading to the next reading).
-    level_last: float | None = None
-    silent_from: float | None = None
-    silent_to: float | None = None
-    # What a restart needs to go on as without one (schema 3; None/"" in an older file):
-    # the sensor whose reading opened it (its start is that clock's), the float's last
-    # reading while open (True on), its on-to-off then and the volume carried to it, and
-    # the rate the volume is carried at from `rate_at`.
-    opened_by: str = ""
-    switch_on: bool | None = None
-    switch_off_at: float | None = None
-    volume_at_off: float | None = None
-    rate_gpm: float | None = None
-    rate_at: float | None = None
-    # The overflow this one continues (the start of the spill's first record: its id) and
-    # the end of the record just before it: from then to this start nothing was measured
-    # (`StationTracker`, "one spill, one event").
-    continues: float | None = None
-    gap_from: float | None = None
-    # The volume carried to the last local midnight it was open across: the share of its
-    # earlier days in their `station_daily` (schema 4; None: it crossed none).
-    volume_before_day: float | None = None
-
-    def level_read(self, t: float) -> None:
-        """A good level reading at `t` while the overflow is open."""
-        prev = self.start if self.level_last is None else self.level_last
-        gap = self.silence(prev)  # the silence so far, not counting to `t`
-        if t - prev > gap[1] - gap[0]:
-            self.silent_from, self.silent_to = prev, t
-        self.level_last = t if self.level_last is None else max(self.level_last, t)
-
-    def silence(self, until: float) -> tuple[float, float]:
-        """The level's longest silence while open, up to `until` ((x, x): none)."""
-        gap = (until, until)
-        if self.silent_from is not None and self.silent_to is not None:
-            gap = (self.silent_from, self.silent_to)
-        if self.level_last is not None and until - self.level_last > gap[1] - gap[0]:
-            gap = (self.level_last, until)
-        return gap
-
-    def judged(self, stale_after: float, until: float) -> tuple[float | None, str]:
-        """The volume as it may be reported over [start, `until`], and why it is not the
-        whole overflow's: unknown (None, never 0) with no level reading while it was open
-        (the weir has no head, the inflow method needs the level); partial when the level
-        was silent longer than its `stale_after` (the volume then rests on the last level
-        known)."""
-        if not self.method:
-            return None, "no weir or inflow to estimate it"
-        if self.level_last is None:
-            return None, NO_LEVEL
-        silent_from, silent_to = self.silence(until)
-        if silent_to - silent_from > stale_after:
-            return self.volume_gal, (
-                f"partial: no level reading from {iso(silent_from)} to {iso(silent_to)};"
-                " the volume then rests on the last level known"
-            )
-        return self.volume_gal, ""
 
 
 _SCHEMA = """
@@ -129,14 +53,23 @@ ALTER TABLE overflows ADD COLUMN gap_from REAL;
 _DAY_SPLIT = """
 ALTER TABLE overflows ADD COLUMN volume_before_day REAL;
 """
+# The level's readings known missing while an overflow was open, however briefly, and the
+# level read under the setpoint while the float said on (the instruments disagree).
+_MISSING = """
+ALTER TABLE overflows ADD COLUMN missing_from REAL;
+ALTER TABLE overflows ADD COLUMN missing_to REAL;
+ALTER TABLE overflows ADD COLUMN disagree_from REAL;
+ALTER TABLE overflows ADD COLUMN disagree_to REAL;
+ALTER TABLE overflows ADD COLUMN disagree_level REAL;
+"""
 # Add a migration to change a table; never edit one.
-SCHEMA = Schema("station store", (_SCHEMA, _VOLUME_NOTE, _RESUME_AND_LINK, _DAY_SPLIT))
+SCHEMA = Schema("station store", (_SCHEMA, _VOLUME_NOTE, _RESUME_AND_LINK, _DAY_SPLIT, _MISSING))
 
 
 _COLUMNS = (
     "sensor, start, end, peak, volume_gal, due, method, volume_note, level_last, silent_from, silent_to,"
     " opened_by, switch_on, switch_off_at, volume_at_off, rate_gpm, rate_at, continues, gap_from,"
-    " volume_before_day"
+    " volume_before_day, missing_from, missing_to, disagree_from, disagree_to, disagree_level"
 )
 
 
@@ -172,7 +105,7 @@ class StationStore:
         peak = rec.peak if rec.peak == rec.peak else None
         switch = None if rec.switch_on is None else int(rec.switch_on)
         self._run(
-            f"INSERT OR REPLACE INTO overflows ({_COLUMNS}) VALUES ({', '.join('?' * 20)})",
+            f"INSERT OR REPLACE INTO overflows ({_COLUMNS}) VALUES ({', '.join('?' * 25)})",
             (
                 rec.sensor,
                 rec.start,
@@ -194,6 +127,11 @@ class StationStore:
                 rec.continues,
                 rec.gap_from,
                 rec.volume_before_day,
+                rec.missing_from,
+                rec.missing_to,
+                rec.disagree_from,
+                rec.disagree_to,
+                rec.disagree_level,
             ),
         )
 
@@ -249,6 +187,20 @@ class StationStore:
         else:
             self._run("INSERT OR REPLACE INTO meta VALUES ('level_spent', ?)", (repr(level_time),))
 
+    def save_unmonitored(self, gaps: list[tuple[float, float]]) -> None:
+        """The silences of the days not closed yet that were not monitored (`DailyTotals`):
+        a restart keeps them for the days' points (a key of `meta`: no schema change)."""
+        self._run(
+            "INSERT OR REPLACE INTO meta VALUES ('unmonitored', ?)",
+            (" ".join(repr(x) for gap in gaps for x in gap),),
+        )
+
+    def unmonitored(self) -> list[tuple[float, float]]:
+        """What `save_unmonitored` kept (none: [])."""
+        rows = self._run("SELECT value FROM meta WHERE key = 'unmonitored'")
+        xs = [float(x) for x in str(rows[0][0]).split()] if rows else []
+        return list(zip(xs[::2], xs[1::2], strict=True))
+
     def level_spent(self) -> float | None:
         """The time `save_level_spent` kept, if any."""
         rows = self._run("SELECT value FROM meta WHERE key = 'level_spent'")
@@ -293,14 +245,15 @@ class StationStore:
         )
         out = []
         for row in rows:
-            head, tail = row[:11], row[11:]  # the columns of schema 2, then of schemas 3 and 4
+            head, tail = row[:11], row[11:]  # the columns of schema 2, then of schemas 3 to 5
             s, st, e, pk, vol, due, m, note, last, sf, stt = head
             by, sw, *rest = tail
             nan = float("nan") if pk is None else pk
             rec = OverflowRecord(s, st, due, e, nan, vol, m, note, last, sf, stt, by)
             rec.switch_on = None if sw is None else bool(sw)
             rec.switch_off_at, rec.volume_at_off, rec.rate_gpm, rec.rate_at = rest[:4]
-            rec.continues, rec.gap_from, rec.volume_before_day = rest[4:]
+            rec.continues, rec.gap_from, rec.volume_before_day, rec.missing_from, rec.missing_to = rest[4:9]
+            rec.disagree_from, rec.disagree_to, rec.disagree_level = rest[9:]
             out.append(rec)
         return out
 

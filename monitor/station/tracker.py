@@ -61,7 +61,8 @@ from monitor.station.clocks import WellClocks
 from monitor.station.daily import DailyTotals
 from monitor.station.overflow import OpenOverflow, OverflowRate, SpillLink
 from monitor.station.pumps import PumpRun, PumpStats
-from monitor.station.store import OverflowRecord, StationStore
+from monitor.station.record import OverflowRecord
+from monitor.station.store import StationStore
 from monitor.units import conversion
 
 log = logging.getLogger(__name__)
@@ -162,6 +163,13 @@ class StationTracker:
         )
         # A well on two clocks (a device-stamped level beside gateway-polled pumps).
         self.clocks = WellClocks(self._device, self.watched)
+        if self.daily is not None:
+            # No reading of the station for longer than every sensor's `stale_after` (each
+            # stale, the station unread): not monitored. The shortest would call a station
+            # whose sensors report on change, each quiet within its own `stale_after`, unmonitored.
+            self.daily.silent_after = max(
+                (config.rules[sid].stale_after for sid in self.watched), default=math.inf
+            )
         if resume and store is not None:
             self._resume(store)
 
@@ -171,12 +179,16 @@ class StationTracker:
         return self._open.record
 
     def _resume(self, store: StationStore) -> None:
+        last = store.last_time()
+        if last is not None and self.daily is not None:
+            self.daily.resumed(last)  # the days the daemon was down are closed at its first reading
         for run in store.open_runs():
             p = self.pumps.get(run.pump)
             if p is not None:
                 p.running, p.run_start, p.run_counted = True, run.start, run.started
         for rec in store.open_overflows():
             self._open.resumed(rec, self.level_id or self.switch_id or "")
+            rec.restarted()  # the level's readings while the daemon was down may be missing
             self._well_unread = True
             if rec.level_last is not None:
                 self._level_unread, self.level_time = True, rec.level_last
@@ -302,6 +314,8 @@ class StationTracker:
             self.last_time = max(self._last.values())  # the latest reading taken, as it stands now
         elif moved or well:
             self.last_time += delta
+        if self.daily is not None:
+            self.daily.last = self.last_time  # not a silence: the clock's step
         if self.store is not None:
             self._stored(functools.partial(self.store.shift_open, pumps=moved, overflow=overflow), delta)
             # The closed runs of the hour move too: a restart takes its starts from them.
@@ -318,14 +332,22 @@ class StationTracker:
         lo, hi, bad = self._ranges[sid]
         # `v - v == 0` is False for NaN and infinities; `bad` holds a PLC's error values.
         # Per sensor: a derived sample comes a poll late, after other sensors' later readings.
-        if not (good and v - v == 0.0 and lo <= v <= hi) or t < self._last.get(sid, -math.inf):
+        if t < self._last.get(sid, -math.inf):
             return []
-        if bad and v in bad:
+        if not (good and v - v == 0.0 and lo <= v <= hi) or (bad and v in bad):
+            if sid == self.level_id and self._open.record is not None:
+                self._open.record.level_missed(t)  # the volume then is an estimate
             return []
         self._last[sid] = t
         if self.clocks.mixed:
             self.clocks.compare(sid, t)
         daily = self.daily
+        silence = False  # a silence not monitored ended here (`DailyTotals.seen`)
+        if daily is not None and t > daily.last:
+            if t - daily.last > daily.silent_after:
+                silence = daily.seen(t)
+            else:
+                daily.last = t  # the common case, without a call
         if daily is not None and t >= daily.day_end:
             # A local midnight passed: that day's totals for InfluxDB, with what an overflow
             # open across it spilled to the midnight (its earlier days' share, kept for a restart).
@@ -333,6 +355,8 @@ class StationTracker:
             if self._open.record is not None and self.store is not None:
                 self._kept(self._open.record)
                 self._stored(self.store.save_overflow, self._open.record)
+        if silence and daily is not None and self.store is not None:
+            self._stored(self.store.save_unmonitored, daily.unmonitored)  # for a restart's days
         self.last_time = max(self.last_time, t)
         out: list[Condition] = []
         pump = self.pumps.get(sid)
@@ -558,6 +582,14 @@ class StationTracker:
             rec.level_read(t)  # what the volume rests on
         if rec is not None and sid == self.switch_id and self._open.float_off_at == t:
             self._open.volume_at_off = rec.volume_gal  # carried to the float's off
+        if rec is not None and sp is not None:
+            # The level read under the setpoint while the float says on: the float, the
+            # independent witness, keeps the record open (as when the level is stale), and
+            # the record says the two disagree rather than take either silently.
+            if self.switch_on and read and self.level < sp.overflow and not self._level_spent:
+                rec.disagreeing(t, self.level)
+            else:
+                rec.agreed(t)
         if rec is not None and not over:
             if float_end is not None:
                 rec.end, rec.volume_gal = max(float_end, rec.start), self._open.volume_at_off

@@ -1,0 +1,133 @@
+"""The station's daily log has a point for every local day, the days the daemon was down
+included: what was not monitored is said (`unmonitored_hours`), never given as zeros."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from monitor.config import load_config
+from monitor.daemon import Daemon
+from monitor.model import ManualClock, Sample
+from monitor.station import StationStore, StationTracker
+from simulators.lift_station import LiftStation
+from tests.test_station_live import DAY as SIM_DAY
+from tests.test_station_live import START, polls, write_config
+from tests.test_station_tracker import T0, station
+
+MIDNIGHT = T0 + 27_200  # 2026-05-29 00:00 in New York (EDT), the station's zone
+DAY = 86_400
+
+
+def _fields(point: str) -> dict[str, str]:
+    return dict(kv.split("=") for kv in point.split(" ")[1].split(","))
+
+
+def _days(points: list[str], measurement: str) -> dict[str, dict[str, str]]:
+    """Each day's fields of `measurement` (station_daily, or pump_daily of p1)."""
+    out: dict[str, dict[str, str]] = {}
+    for p in points:
+        if p.startswith(measurement + ",") and (measurement == "station_daily" or "pump=p1" in p):
+            day = next(tag for tag in p.split(" ")[0].split(",") if tag.startswith("day="))[4:]
+            out[day] = _fields(p)
+    return out
+
+
+def _polls(start: float, end: float) -> list[Sample]:
+    """The well polled every minute: the level at 4 ft, p1 running, p2 off."""
+    out: list[Sample] = []
+    for t in range(int(start), int(end), 60):
+        out += [Sample("lvl", t, 4.0), Sample("p1", t, 1.0), Sample("p2", t, 0.0)]
+    return out
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["replay", "restarted"])
+def test_days_the_daemon_was_down_get_a_point_saying_so(tmp_path: Path, restart: bool) -> None:
+    """Polled from 22:00 on the 28th to 23:00, then nothing until 01:00 on the 30th (the daemon
+    down over two midnights), then to 00:00 on the 31st. Before: no point for the 28th nor the
+    29th after the restart (the restarted tracker began its days at its first reading): holes
+    in the operator's daily log. Now the 28th says its 23 hours not monitored (the first
+    reading came at 22:00, the last at 22:59), the 29th is wholly unmonitored and gives no
+    figure (none was measured: no 0 run hours, no 0 overflows), the 30th its first hour; the
+    same live across the restart and in replay of the readings."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    points: list[str] = []
+    before = _polls(MIDNIGHT - 7200, MIDNIGHT - 3600)
+    after = _polls(MIDNIGHT + DAY + 3600, MIDNIGHT + 2 * DAY + 60)
+    for s in before:
+        tracker.feed(s)
+    if restart:
+        tracker.save()
+        points += tracker.take_daily()
+        store.close()
+        store = StationStore.open(config.state_dir)
+        tracker = StationTracker(config, store, resume=True)
+    for s in after:
+        tracker.feed(s)
+        points += tracker.take_daily()
+    days = _days(points, "station_daily")
+    assert sorted(days) == ["2026-05-28", "2026-05-29", "2026-05-30"]
+    first, down, back = days["2026-05-28"], days["2026-05-29"], days["2026-05-30"]
+    assert float(first["unmonitored_hours"]) == pytest.approx(22.0 + 1.0 + 1 / 60)
+    assert "run_hours" in first and first["overflows"] == "0i"
+    assert down == {"unmonitored_hours": "24.0"}  # nothing measured: no figure, no zero
+    assert float(back["unmonitored_hours"]) == pytest.approx(1.0)
+    assert float(back["run_hours"]) == pytest.approx(23.0, abs=0.02)
+    pumps = _days(points, "pump_daily")
+    assert pumps["2026-05-29"] == {"unmonitored_hours": "24.0"}
+    assert float(pumps["2026-05-30"]["unmonitored_hours"]) == pytest.approx(1.0)
+    store.close()
+
+
+def test_a_day_monitored_throughout_says_so(tmp_path: Path) -> None:
+    """The guard: polled every minute across the whole 29th, `unmonitored_hours` is 0.0."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    for s in _polls(MIDNIGHT - 60, MIDNIGHT + DAY + 60):
+        tracker.feed(s)
+    day = _days(tracker.take_daily(), "station_daily")["2026-05-29"]
+    assert day["unmonitored_hours"] == "0.0" and float(day["run_hours"]) == pytest.approx(24.0, abs=0.02)
+    store.close()
+
+
+@pytest.mark.integration
+def test_the_daemon_back_after_a_day_down_writes_the_days_it_missed(tmp_path: Path) -> None:
+    """The daemon, fed as the poller feeds it (the lift-station simulator, one batch a minute,
+    the config of `config/pump-station.yaml` with InfluxDB), stops at 23:00 local on Jan 1 and
+    starts again at 01:00 on Jan 3. Before: its outbox held no `station_daily` for Jan 1 nor
+    Jan 2 (the restarted daemon began its days at its first reading). Now both are queued for
+    InfluxDB at the restart's first poll, Jan 2 saying only that it was not monitored."""
+    sim = LiftStation(START, days=3.5, storm=None, failure=None, slug=None).run()
+    csv = tmp_path / "s.csv"
+    sim.write_csv(csv, 60.0)
+    path = write_config(tmp_path, "live")
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    raw["influx"] = {"url": "http://127.0.0.1:9", "api": "v1", "database": "station"}  # never drained here
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    batches = polls(csv)
+    down, back = START + 28 * 3600, START + 2 * SIM_DAY + 6 * 3600  # 23:00 Jan 1, 01:00 Jan 3 local
+    daily: dict[str, dict[str, str]] = {}
+    for part in ([b for b in batches if b[0].time < down], [b for b in batches if b[0].time >= back]):
+        clock = ManualClock(part[0][0].time)
+        daemon = Daemon(load_config(path), clock)
+        try:
+            for batch in part:
+                clock.set(batch[0].time)
+                daemon.pipeline.process(batch)
+            assert daemon.sink.outbox is not None
+            daily |= _days(daemon.sink.outbox.pending_lines(10**6), "station_daily")
+            daemon.station.close()
+        finally:
+            daemon.meters.close()
+            daemon.alarms.close()
+            daemon.sink.close()
+    assert sorted(daily) == ["2025-12-31", "2026-01-01", "2026-01-02", "2026-01-03"]
+    assert float(daily["2026-01-01"]["unmonitored_hours"]) == pytest.approx(1.0, abs=0.02)
+    assert daily["2026-01-02"] == {"unmonitored_hours": "24.0"}
+    assert float(daily["2026-01-03"]["unmonitored_hours"]) == pytest.approx(1.0, abs=0.02)
+    assert float(daily["2026-01-03"]["run_hours"]) > 1.0
