@@ -307,3 +307,61 @@ def test_checkpoint_and_restore_give_the_same_frozen_events(
     else:
         after = second.replay(sensor[i:], time[i:], value[i:], quality[i:]).conditions
     assert canon(sorted(before + after, key=first.sort_key)) == canon(whole)
+
+
+def test_a_frozen_alarm_the_journal_holds_after_a_restart_ends_only_on_a_change(tmp_path: Path) -> None:
+    """No checkpoint (a crash before the first save): the reconciler's rule for restored
+    alarms would end it at the first reading, still 7.00, while the probe is still fouled."""
+    from monitor.daemon import Daemon
+    from tests.test_pipeline import close
+
+    raw = {
+        "station": {"id": "ps-frozen"},
+        "state_dir": str(tmp_path / "state"),
+        "sensors": [{"id": "ph", "kind": "ph", "frozen_after": "1h", "stale_after": "5m"}],
+        "console": {"enabled": False},
+        "store": {"free_space_floor": 0},
+    }
+    config = build_config(raw)
+    first = Daemon(config, ManualClock(T0))
+    try:
+        first.pipeline.process([Sample("ph", T0 + 60.0 * i, 7.0) for i in range(62)])
+        assert first.alarms.get("ph", Rule.FROZEN).active  # type: ignore[union-attr]
+    finally:
+        close(first)
+    assert not (tmp_path / "state" / "engine-checkpoint.npz").exists()
+    again = Daemon(config, ManualClock(T0 + 3800.0))
+    try:
+        again.pipeline.process([Sample("ph", T0 + 3800.0 + i, 7.0) for i in range(3)])
+        alarm = again.alarms.get("ph", Rule.FROZEN)
+        assert alarm is not None and alarm.active
+        again.pipeline.process([Sample("ph", T0 + 3810.0, 6.9)])
+        alarm = again.alarms.get("ph", Rule.FROZEN)
+        assert alarm is not None and not alarm.active and alarm.cleared_at == T0 + 3810.0
+    finally:
+        close(again)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_long_batch_with_a_band_finds_every_run_as_live_does(seed: int) -> None:
+    """Thousands of readings in one batch: a stuck transmitter with a flickering digit, a
+    slow drift (a change every few readings, no jump: the runs are searched) and noise with
+    jumps (many runs at once: found in rounds); `frozen_after` short enough that every run's
+    exact start decides an alarm."""
+    rng = np.random.default_rng(seed)
+    n = 20_000
+    part = (np.arange(n) // 1000) % 3
+    flicker = rng.choice([0.0, 0.02, -0.02], size=n)
+    drift = 20.0 + np.cumsum(rng.choice([0.0, 0.01], size=n)) + flicker
+    jumps = rng.choice([0.0, 0.03, 0.06, 0.2], size=n, p=[0.3, 0.3, 0.3, 0.1]) * rng.choice([-1.0, 1.0], n)
+    value = np.round(np.select([part == 0, part == 1], [21.5 + flicker, drift], 30.0 + jumps), 3)
+    config = station(
+        {"id": "temp", "kind": "temperature", "unit": "degC", "frozen_after": "30s", "frozen_band": 0.05}
+    )
+    samples = [Sample("temp", T0 + 5.0 * i, float(v)) for i, v in enumerate(value)]
+    expected = frozen(live(Engine(config.rules, ManualClock()), samples))
+    batch = Engine(config.rules, ManualClock())
+    times = T0 + 5.0 * np.arange(n, dtype=np.float64)
+    got = frozen(batch.replay(np.zeros(n, np.int32), times, value).conditions)
+    assert len(expected) >= 100 and canon(got) == canon(expected)
+    assert [c.message for c in got] == [c.message for c in expected]

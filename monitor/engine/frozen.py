@@ -40,6 +40,7 @@ _HINTS = {
     Kind.TEMPERATURE: "transmitter stuck or signal held?",
 }
 _SEARCH = 64  # first window of the band's search for the next change; doubles while none
+_ROUND = 32  # fewer runs than this with a change left: searched one by one
 
 
 def age_text(seconds: float) -> str:
@@ -163,23 +164,27 @@ class FrozenState:
             return change
         # Two readings more than 3 x band apart cannot both be within band of one value:
         # the later one begins a run for certain ("cuts", found for all readings at once).
-        # Between cuts, a reading more than band from its piece's first value is the next
-        # change for certain too; only pieces holding one are searched on from there.
+        # Then in rounds, each run's first reading more than band from the run's first
+        # value is the next change for certain, found in every run at once; when few runs
+        # are left with one (a long slow drift), each is searched on from there.
         change = np.zeros(gv.size, bool)
-        cuts = np.flatnonzero(np.abs(gv[1:] - gv[:-1]) > 3.0 * band) + 1
-        change[cuts] = True
-        first = ffill_index(change)
-        refs = np.where(first >= 0, gv[np.maximum(first, 0)], self.ref)
-        dev = np.abs(gv - refs) > band
-        dev[cuts] = False
-        if dev.any():
-            ends = np.append(cuts, gv.size)
-            piece = np.cumsum(change)  # each reading's piece: 0 before the first cut
-            at = np.flatnonzero(dev)
-            _, firsts = np.unique(piece[at], return_index=True)
-            for j in at[firsts].tolist():
-                change[j] = True
-                _search(gv, j + 1, int(ends[piece[j]]), float(gv[j]), band, change)
+        change[np.flatnonzero(np.abs(gv[1:] - gv[:-1]) > 3.0 * band) + 1] = True
+        while True:
+            first = ffill_index(change)
+            refs = np.where(first >= 0, gv[np.maximum(first, 0)], self.ref)
+            at = np.flatnonzero((np.abs(gv - refs) > band) & ~change)
+            if not at.size:
+                return change
+            run = first[at]  # the run each one is in (by its first reading; -1: carried in)
+            new = at[np.concatenate(([True], run[1:] != run[:-1]))]
+            change[new] = True
+            if new.size < _ROUND:
+                break
+        marked = np.flatnonzero(change)
+        stops = np.append(marked, gv.size)[np.searchsorted(marked, new, side="right")]
+        for j, end in zip(new.tolist(), stops.tolist(), strict=True):
+            if end - j > 1:
+                _search(gv, j + 1, end, float(gv[j]), band, change)
         return change
 
 
