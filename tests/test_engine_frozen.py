@@ -365,3 +365,18 @@ def test_a_long_batch_with_a_band_finds_every_run_as_live_does(seed: int) -> Non
     got = frozen(batch.replay(np.zeros(n, np.int32), times, value).conditions)
     assert len(expected) >= 100 and canon(got) == canon(expected)
     assert [c.message for c in got] == [c.message for c in expected]
+
+
+def test_a_restored_frozen_alarm_with_its_checkpoint_clears_on_a_change_during_the_downtime(
+    tmp_path: Path,
+) -> None:
+    """The journal and the checkpoint both hold it: the reference is the checkpoint's, so
+    the first reading after the restart, changed while the daemon was down, clears it."""
+    engine = Engine(PH.rules, ManualClock())
+    live(engine, [Sample("ph", t, v) for t, v in every(10.0, [7.0] * (6 * 360 + 2))])
+    save_checkpoint(engine, tmp_path / "engine.npz")
+    again = Engine(PH.rules, ManualClock())
+    restore_checkpoint(again, tmp_path / "engine.npz")
+    assert again.restore_active("ph", Rule.FROZEN, T0 + 6 * HOUR + 10.0)
+    (cleared,) = frozen(live(again, [Sample("ph", T0 + 7 * HOUR, 6.5)]))
+    assert cleared.state is CLEARED and cleared.message == "pH reading changed: 6.50 (was 7.00)"

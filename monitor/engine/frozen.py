@@ -86,9 +86,11 @@ class FrozenState:
 
     def hold(self) -> None:
         """An alarm the journal holds active after a restart without the engine's state:
-        the first reading becomes the reference (`_adopt`), the next change clears it."""
-        self.active = True
-        self.ref = _NAN
+        the first reading becomes the reference (`_adopt`), the next change clears it. One
+        the checkpoint restored active keeps its reference: a change meanwhile clears it."""
+        if not self.active:
+            self.active = True
+            self.ref = _NAN
 
     def shift(self, delta: float) -> None:
         """A gateway clock step: the run moves with it (no time passed in the step)."""
