@@ -61,6 +61,7 @@ class Rule(StrEnum):
     DISK_LOW = "disk_low"
     NOTIFY = "notify"  # a callout channel keeps failing (diagnostic)
     BAD_VALUE = "bad_value"  # diagnostic: only unbelievable readings for a while
+    FROZEN = "frozen"  # instrument: good readings unchanged for longer than frozen_after
     CLOCK = "clock"  # diagnostic: the gateway clock stepped
     STATE = "state"  # a damaged state file was set aside at start
     INCIDENTS = "incidents"  # diagnostic: the incident store refuses to record (incident_store)

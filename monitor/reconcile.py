@@ -56,11 +56,13 @@ from monitor.engine import Engine
 from monitor.engine.restored import after_activation
 from monitor.model import Condition, ConditionState, Kind, Quality, Rule, Sample
 
-ENGINE_RULES = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS, Rule.BAD_VALUE})
+ENGINE_RULES = frozenset(
+    {Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.COMM_LOSS, Rule.BAD_VALUE, Rule.FROZEN}
+)
 # Raised on the clock (nothing arrived), not by a reading: ended when a reading is judged.
 CLOCK_RULES = frozenset({Rule.STALE, Rule.COMM_LOSS})
 # What the engine's checkpoint holds (`Engine.forget_active`); comm-loss is the sources'.
-FORGETTABLE = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.BAD_VALUE})
+FORGETTABLE = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.BAD_VALUE, Rule.FROZEN})
 
 log = logging.getLogger(__name__)
 

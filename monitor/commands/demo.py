@@ -102,8 +102,10 @@ def demo_config(
         "state_dir": str(state_dir),
         "sensors": [
             {"id": "outfall.flow", "kind": "flow", "unit": "gpm", "name": "Outfall discharge flow"},
-            {"id": "outfall.ph", "kind": "ph", "name": "Outfall pH", "limits": {"deadband": 0.1}},
-            {"id": "outfall.temp", "kind": "temperature", "unit": "degC", "name": "Outfall temperature"},
+            {"id": "outfall.ph", "kind": "ph", "name": "Outfall pH", "limits": {"deadband": 0.1},
+             "frozen_after": "6h"},
+            {"id": "outfall.temp", "kind": "temperature", "unit": "degC", "name": "Outfall temperature",
+             "frozen_after": "12h"},
             {"id": "outfall.oil", "kind": "concentration", "unit": "mg/L", "substance": "oil",
              "name": "Oil analyser"},
             {"id": "station.meter", "kind": "meter", "unit": "ft3", "register_digits": 8,

@@ -66,6 +66,7 @@ EVENT_RULES = frozenset(
         Rule.HIGH,
         Rule.LOW,
         Rule.STALE,
+        Rule.FROZEN,
         Rule.BAD_VALUE,
         *(Rule.HIGH_LEVEL, Rule.OVERFLOW, Rule.FAIL_TO_START, Rule.PUMP_STARTS, Rule.LONG_RUN),
     }

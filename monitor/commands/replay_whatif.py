@@ -55,6 +55,7 @@ EVENT_RULES = frozenset(
         Rule.HIGH,
         Rule.LOW,
         Rule.STALE,
+        Rule.FROZEN,
         *(Rule.HIGH_LEVEL, Rule.OVERFLOW, Rule.FAIL_TO_START, Rule.PUMP_STARTS, Rule.LONG_RUN),
     }
 )

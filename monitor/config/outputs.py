@@ -102,6 +102,7 @@ class Alarms(Section):
         Rule.HIGH: Priority.HIGH,
         Rule.LOW: Priority.HIGH,
         Rule.STALE: Priority.MEDIUM,
+        Rule.FROZEN: Priority.MEDIUM,  # an instrument alarm, as stale
         Rule.COMM_LOSS: Priority.MEDIUM,
         Rule.METER: Priority.MEDIUM,
         Rule.OUTBOX: Priority.HIGH,

@@ -84,6 +84,14 @@ class Sensor(Section):
     limits: Annotated[LimitsOverride, BeforeValidator(_switch)] = all_defaults(LimitsOverride)
     slug: Annotated[SlugOverride, BeforeValidator(_switch)] = all_defaults(SlugOverride)
     stale_after: Duration | None = Field(None, gt=0)
+    # A stuck instrument (fouled probe, latched input card, a PLC holding its last value):
+    # good readings unchanged for longer than this raise a frozen alarm. Off unless set.
+    frozen_after: Duration | None = Field(
+        None, gt=0, description="good readings unchanged this long: a frozen-value alarm (off unless set)"
+    )
+    frozen_band: float | None = Field(
+        None, ge=0, description="readings this close to a run's first count as unchanged (default 0: equal)"
+    )
     valid_range: ValidRange | None = None
     # Values the device sends to mean "no reading" (e.g. -9999, 32767): bad data.
     bad_values: list[float] = Field(default_factory=list)
@@ -119,6 +127,10 @@ class Sensor(Section):
             for key in ("register_digits", "account", "max_rate", "settings_since"):
                 if getattr(self, key) is not None:
                     raise key_error(key, "only meters (kind: meter) have this key")
+        if self.frozen_band is not None and self.frozen_after is None:
+            raise key_error("frozen_band", "needs frozen_after (the rule is off without it)")
+        if self.frozen_after is not None and self.kind is Kind.METER:
+            raise key_error("frozen_after", "a meter's total is judged by billing, not by this rule")
         if self.influent and self.kind is not Kind.TEMPERATURE:
             raise key_error("influent", "only temperature sensors can be marked influent")
         return self
@@ -208,6 +220,8 @@ class SensorRules:
     stale_after: float
     valid_range: tuple[float, float]
     bad_values: tuple[float, ...] = ()
+    frozen_after: float | None = None  # None: the frozen-value rule is off
+    frozen_band: float = 0.0
 
 
 def profile_limit(sensor: Sensor, profile: Profile) -> ProfileLimit | None:
@@ -290,6 +304,8 @@ def resolve_rules(sensor: Sensor, profile: Profile) -> SensorRules:
         stale_after=sensor.stale_after if sensor.stale_after is not None else profile.stale_after,
         valid_range=(lo, hi),
         bad_values=tuple(sensor.bad_values),
+        frozen_after=sensor.frozen_after,
+        frozen_band=sensor.frozen_band or 0.0,
     )
 
 

@@ -54,6 +54,10 @@ _SLUG = ("active", "run_start", "prev_t", "warm_since", "last_mean")
 # older release's) learns the delivery again; an older release ignores the key.
 _DEVICE = ("lag", "lag_at")
 _LIMIT = ("active", "a_start", "b_start")
+# The frozen-value rule's run (monitor/engine/frozen.py), for a sensor with `frozen_after`.
+# A checkpoint without it (an older release's, or the rule just configured) starts the run
+# at the next reading; an older release ignores the key.
+_FROZEN = ("ref", "since", "last", "active")
 
 
 def signature(engine: Engine) -> list[list[object]]:
@@ -79,6 +83,8 @@ def _sensor_state(engine: Engine, st: SensorState) -> dict[str, Any]:
     doc["limits"] = {str(lim.rule): {k: getattr(lim, k) for k in _LIMIT} for lim in st.limits}
     if st.device is not None:
         doc["device"] = {k: getattr(st.device, k) for k in _DEVICE}
+    if st.frozen is not None:
+        doc["frozen"] = {k: getattr(st.frozen, k) for k in _FROZEN}
     return doc
 
 
@@ -193,6 +199,9 @@ def _apply(
                 int(d["baseline"][k])
             if rows[j] >= sums.shape[0]:
                 raise IndexError(f"baseline row {rows[j]} of {sums.shape[0]}")
+        if st.frozen is not None and "frozen" in d:
+            for k in _FROZEN:
+                float(d["frozen"][k])
         if st.slug is not None:
             for k in _SLUG:
                 float(d["slug"][k])
@@ -233,6 +242,14 @@ def _apply(
             st.slug.period.clear()
             st.slug.period.extend((float(pt), int(pq)) for pt, pq in s["period"])
             st.slug.period_sum = sum(pq for _, pq in st.slug.period)
+        if st.frozen is not None and "frozen" in d:
+            f = d["frozen"]
+            st.frozen.ref, st.frozen.since, st.frozen.last = (
+                float(f["ref"]),
+                float(f["since"]),
+                float(f["last"]),
+            )
+            st.frozen.active = bool(f["active"])
         for lim in st.limits:
             s = d["limits"].get(str(lim.rule))
             if s is None:  # a limit side this sensor did not have before starts fresh

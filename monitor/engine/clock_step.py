@@ -139,6 +139,8 @@ def shift(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:
             continue
         st.last_time += delta
         st.bad_since += delta
+        if st.frozen is not None:
+            st.frozen.shift(delta)
         for lim in st.limits:
             lim.a_start += delta
             lim.b_start += delta
@@ -176,6 +178,8 @@ def advance_watches(engine: Engine, delta: float, keep: Collection[str] = ()) ->
         if st.sensor in keep:
             continue
         st.bad_since += delta
+        if st.frozen is not None:  # an unchanged run counts the time that passed, not the step
+            st.frozen.shift(delta)
         for lim in st.limits:
             lim.a_start += delta
             lim.b_start += delta

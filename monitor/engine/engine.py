@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 Diagnosis = tuple[Floats, Floats, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]
 
 DEFAULT_WINDOW = 86400.0  # baseline window of sensors without a slug rule (console only)
-_RULE_ORDER = {Rule.STALE: 0, Rule.BAD_VALUE: 1, Rule.HIGH: 2, Rule.LOW: 3, Rule.SLUG: 4}
+_RULE_ORDER = {Rule.STALE: 0, Rule.BAD_VALUE: 1, Rule.HIGH: 2, Rule.LOW: 3, Rule.SLUG: 4, Rule.FROZEN: 5}
 _GOOD, _BAD = int(Quality.GOOD), int(Quality.BAD_DATA)
 _GOOD_Q, _BAD_Q = Quality.GOOD, Quality.BAD_DATA
 
@@ -128,11 +128,15 @@ class Engine:
         and is never raised twice. As for the reconciler's alarms, a reading stamped at or
         before the activation neither starts the off-delay nor ends it, unless the gateway
         clock stepped back (`restored.after_activation`; `skew`: `reconcile.device_skew`).
-        Live path only: the replay never holds an alarm. True for the limit rules; other
-        rules are reconciled by the caller."""
+        Live path only: the replay never holds an alarm. True for the limit rules and a
+        frozen alarm (it ends only when the reading changes, not at the first reading after
+        a restart); other rules are reconciled by the caller."""
         st = self._by_id.get(sensor)
         if st is None:
             return False
+        if rule is Rule.FROZEN and st.frozen is not None:
+            st.frozen.hold()  # the next reading is the reference; a change clears it
+            return True
         for lim in st.limits:
             if lim.rule is rule:
                 lim.hold(activated_at)
@@ -182,6 +186,12 @@ class Engine:
             st.slug.active = False
             st.slug.run_start = math.nan  # the next over-run is timed from its own start
             return True
+        if rule is Rule.FROZEN:
+            if st.frozen is None or not st.frozen.active:
+                return False
+            st.frozen.active = False
+            st.frozen.ref = math.nan  # the next reading begins a run of its own
+            return True
         if rule is Rule.BAD_VALUE:
             if not st.bad_active:
                 return False
@@ -222,6 +232,8 @@ class Engine:
             active.append(Rule.STALE)
         if st.bad_active:
             active.append(Rule.BAD_VALUE)
+        if st.frozen is not None and st.frozen.active:
+            active.append(Rule.FROZEN)
         return SensorStatus(
             sensor=st.sensor,
             kind=st.rules.kind,
@@ -332,6 +344,10 @@ class Engine:
         slug_cond = slug_rule.step(st.slug, self.baselines, st.row, t, v)
         if slug_cond is not None:
             out.append(slug_cond)
+        if st.frozen is not None:
+            frozen_cond = st.frozen.step(t, v)
+            if frozen_cond is not None:
+                out.append(frozen_cond)
         self.counters.conditions += len(out)
         return out
 
@@ -481,6 +497,8 @@ class Engine:
                     out.append(run)
             if not settled[i]:
                 out.append(slug_replay.batch(st.slug, self.baselines, st.row, gt, gv))
+            if st.frozen is not None:
+                out.append(st.frozen.batch(gt, gv))
         if ticks.size:
             self.last_tick = float(ticks[-1])
         columns = ConditionColumns(out)

@@ -11,6 +11,7 @@ import numpy.typing as npt
 from monitor.config import SensorRules
 from monitor.engine.arrival import DeviceWatch
 from monitor.engine.columns import ConditionColumns
+from monitor.engine.frozen import FrozenState
 from monitor.engine.rules import NAN, LimitState
 from monitor.engine.slug import SlugState
 from monitor.model import Condition, Kind, Quality, Rule
@@ -92,6 +93,7 @@ class SensorState:
         "bad_values",
         "device",
         "fresh",
+        "frozen",
         "hi",
         "index",
         "judged",
@@ -129,6 +131,8 @@ class SensorState:
             if lim.low is not None:
                 self.limits.append(LimitState(rules.sensor, lim, rules.unit, high=False))
         self.slug = SlugState(rules.sensor, rules.slug, rules.unit) if self.judged and rules.slug else None
+        after = rules.frozen_after
+        self.frozen = FrozenState(rules, after) if self.judged and after is not None else None
         self.last_time = -math.inf
         self.value = NAN
         self.quality: Quality | None = None

@@ -13,7 +13,7 @@ const STATE_TEXT = {
 };
 const RULE_TEXT = {
   slug: "slug", high: "high", low: "low", stale: "no fresh data", comm_loss: "communication lost",
-  meter: "meter check", outbox: "outbox",
+  meter: "meter check", outbox: "outbox", frozen: "reading frozen (stuck instrument?)",
 };
 const $ = (sel) => document.querySelector(sel);
 let sensors = [];
