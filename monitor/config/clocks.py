@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from monitor.config.sensors import Sensor
-from monitor.config.sources import Modbus, Mqtt, Subscription
 from monitor.model import Kind
+
+if TYPE_CHECKING:  # the models are imported only for a config that has the sections (`LazySection`)
+    from monitor.config.sources import Modbus, Mqtt, Subscription
 
 _SHOWN = 3  # sensors named in one error at most; the rest counted
 
