@@ -83,9 +83,6 @@ MAX_SIZE = 4096  # bytes: the file is one short line
 # Kept in the file (`Kept`) for a restart in the same boot on a clock that has not stepped; a
 # reload (SIGHUP) hands it over in the process.
 STEADY = 7 * 86_400.0
-# Seconds the wall clock may drift from CLOCK_BOOTTIME between a `Kept` and a restart before
-# it is a step (as the clock watch's TOLERANCE: slewing moves both clocks alike).
-CONSISTENT = 2.0
 
 
 class ClockFile:
@@ -119,6 +116,7 @@ class ClockFile:
         self._carried = steady_since
         # The doubt the file keeps for a restart (`Kept`); None: none, or an older file.
         self.kept: Kept | None = None
+        self._kept_damage: str | None = None  # why the file's doubt is no record (`_kept_here`)
         self._unkept = False  # a steady run started again (a step) not kept yet
         self._kept_mono = -math.inf  # the awake clock at the last keep
         # The clock must reach this minus a day before anything is written (set by the daemon
@@ -175,7 +173,11 @@ class ClockFile:
                 self.boot = (boot, seconds(since))
             if isinstance(synced := doc.get("synchronised"), bool):
                 self.held_synchronised = synced
-            self.kept = Kept.from_json(doc.get("doubt"))
+            if (doubt := doc.get("doubt")) is not None:
+                try:
+                    self.kept = Kept.from_json(doubt)
+                except ValueError as exc:  # the time is still good: the doubt alone is damaged
+                    self._kept_damage = str(exc)
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             return None, f"the heartbeat is damaged ({exc}); taken as missing, written again"
         return held, None
@@ -302,15 +304,22 @@ class ClockFile:
             self._keep(now, steady_since=self.steady_since)
 
     def _kept_here(self, now: float) -> Kept | None:
-        """The doubt the file kept, if measured in this boot on a clock that has not stepped
-        since (the wall clock and CLOCK_BOOTTIME moved alike: a suspend moves both); None
-        otherwise, and for a clock the kernel knows nothing of (a test's or the demo's)."""
-        kept = self.kept
-        if kept is None or self.kernel is None or kept.boot_id != self.kernel.boot_id():
+        """The doubt the file kept, if it holds for this clock (`Kept.here`); None otherwise,
+        and for a clock the kernel knows nothing of (a test's or the demo's). A record no
+        daemon of this boot wrote is damage, said once: the 7 days start again."""
+        if self.kernel is None:
             return None
-        if abs((now - kept.wall) - (self.kernel.since_boot() - kept.since_boot)) > CONSISTENT:
-            return None
-        return kept
+        damage = self._kept_damage
+        if self.kept is not None:
+            holds, damage = self.kept.here(self.kernel.boot_id(), self.kernel.since_boot(), now)
+            if holds:
+                return self.kept
+        if damage is not None:
+            log.warning(
+                "the heartbeat %s keeps a doubt record that is damaged (%s): not kept, the clock"
+                " in doubt counts %.0f days without a step again", self.path, damage, STEADY / 86_400,
+            )  # fmt: skip
+        return None
 
     def _settled(self, why: str, now: float) -> Evidence:
         """The clock taken as right at start: kept before the rows move (`_keep`)."""
