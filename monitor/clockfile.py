@@ -118,7 +118,9 @@ class ClockFile:
         self.kept: Kept | None = None
         self._kept_damage: str | None = None  # why the file's doubt is no record (`_kept_here`)
         self._unkept = False  # a steady run started again (a step) not kept yet
-        self._kept_mono = -math.inf  # the awake clock at the last keep
+        # The awake clock at the last keep of a step (`_keep_soon`); not the start's keep: a
+        # step in the first minute is kept at once, or a restart counted on across it.
+        self._kept_mono = -math.inf
         # The clock must reach this minus a day before anything is written (set by the daemon
         # once it judged its start); None: not judged, nothing written.
         self.not_before: float | None = None
@@ -224,7 +226,6 @@ class ClockFile:
         # a restart's, on the steady run the file kept in this boot.
         runs = [mono, self._carried, kept.steady_since if kept is not None else None]
         self.steady_since = since = min(t for t in runs if t is not None)
-        self._kept_mono = mono
         self._keep(now, steady_since=since)
         self.ntp_disagrees = bool(synced)
         if synced:  # and said so when the heartbeat was written
@@ -297,7 +298,8 @@ class ClockFile:
         """Keep a steady run that started again, at most once per `EVERY` of the awake clock: a
         clock flapping each second wrote (and fsynced) the file each second. Until it is kept,
         the record held is of a clock that stepped since: a restart starts the 7 days again
-        (`_kept_here`), never counts on across the step."""
+        (`_kept_here`), or, the clock stepped back onto the record's line, counts from the step
+        kept before (under a minute of the 7 days), never from before it."""
         if self._unkept and self.steady_since is not None and mono - self._kept_mono >= self.every:
             self._unkept = False
             self._kept_mono = mono
