@@ -99,3 +99,29 @@ def test_a_record_from_another_boot_is_not_damage(tmp_path: Path, caplog: pytest
         assert not [e for e in errors(caplog, logging.INFO) if "damaged" in e]
     finally:
         close(gw.daemon)
+
+
+class NoBootId(Kernel):
+    """A container without /proc/sys/kernel/random/boot_id (or one that cannot read it)."""
+
+    def boot_id(self) -> str | None:
+        return None
+
+
+def test_without_a_boot_id_nothing_is_kept_and_a_restart_counts_the_7_days_again(tmp_path: Path) -> None:
+    """No boot id: nothing tells the next start's clock from another boot's, so no doubt is
+    kept (the file holds none) and a restart 6 days in counts 7 days again; no failure."""
+    config, _held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    kernel = NoBootId(False)
+    gw = KernelGateway(config, NOW, kernel)
+    try:
+        gw.tick(NOW + 6 * DAY, 6 * DAY)
+    finally:
+        close(gw.daemon)
+    assert "doubt" not in json.loads((config.state_dir / CLOCK_FILE).read_text(encoding="utf-8"))
+    kernel.mono.advance(30)
+    gw = KernelGateway(config, NOW + 6 * DAY + 30, kernel)
+    try:
+        assert doubt_left(gw) == STEADY
+    finally:
+        close(gw.daemon)
