@@ -125,3 +125,25 @@ def test_without_a_boot_id_nothing_is_kept_and_a_restart_counts_the_7_days_again
         assert doubt_left(gw) == STEADY
     finally:
         close(gw.daemon)
+
+
+@pytest.mark.parametrize(("stepped", "left"), [(1.5, DAY - 30), (2.5, STEADY)])
+def test_a_step_while_down_counts_as_the_clock_watch_counts_one(
+    tmp_path: Path, stepped: float, left: float
+) -> None:
+    """The clock moved `stepped` s unlike CLOCK_BOOTTIME while the daemon was down (a leap
+    second, a small correction): under the clock watch's tolerance (2 s) it is no step, running
+    or not, and the restart counts on; over it, the 7 days start again."""
+    config, _held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    kernel = Kernel(False)
+    gw = KernelGateway(config, NOW, kernel)
+    try:
+        gw.tick(NOW + 6 * DAY, 6 * DAY)
+    finally:
+        close(gw.daemon)
+    kernel.mono.advance(30)
+    gw = KernelGateway(config, NOW + 6 * DAY + 30 + stepped, kernel)
+    try:
+        assert doubt_left(gw) == left
+    finally:
+        close(gw.daemon)
