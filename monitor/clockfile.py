@@ -160,7 +160,10 @@ class ClockFile:
         try:
             if len(raw) > MAX_SIZE:
                 raise ValueError(f"larger than {MAX_SIZE} bytes")
-            doc = json.loads(raw.decode("utf-8"))
+            try:
+                doc = json.loads(raw.decode("utf-8"))
+            except RecursionError:  # 1,000 nested lists fit in the size: not a ValueError
+                raise ValueError("nested too deep") from None
             if not isinstance(doc, dict) or doc.get("format") != FORMAT:
                 raise ValueError("not a heartbeat file")
             if doc.get("version") != VERSION:

@@ -147,3 +147,23 @@ def test_a_step_while_down_counts_as_the_clock_watch_counts_one(
         assert doubt_left(gw) == left
     finally:
         close(gw.daemon)
+
+
+def test_a_doubt_nested_1900_deep_is_damage_not_a_failed_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A clock.json under its 4096 bytes whose `doubt` is 1900 nested lists (a garbled or
+    hostile file): Python's JSON parser gave up with RecursionError, not a ValueError, and
+    every start failed. It is damage like any other: taken as missing, said once."""
+    config, _held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    path = config.state_dir / CLOCK_FILE
+    doc = path.read_text(encoding="utf-8").rstrip().removesuffix("}")
+    path.write_text(doc + ', "doubt": ' + "[" * 1900 + "]" * 1900 + "}\n", encoding="utf-8")
+    assert path.stat().st_size <= 4096
+    with caplog.at_level(logging.WARNING):
+        gw = KernelGateway(config, NOW, Kernel(False))
+    try:
+        (said,) = [e for e in errors(caplog, logging.WARNING) if "heartbeat is damaged" in e]
+        assert "taken as missing" in said, said
+    finally:
+        close(gw.daemon)
