@@ -83,9 +83,6 @@ MAX_SIZE = 4096  # bytes: the file is one short line
 # Kept in the file (`Kept`) for a restart in the same boot on a clock that has not stepped; a
 # reload (SIGHUP) hands it over in the process.
 STEADY = 7 * 86_400.0
-# Seconds the wall clock may drift from CLOCK_BOOTTIME between a `Kept` and a restart before
-# it is a step (as the clock watch's TOLERANCE: slewing moves both clocks alike).
-CONSISTENT = 2.0
 
 
 class ClockFile:
@@ -119,8 +116,11 @@ class ClockFile:
         self._carried = steady_since
         # The doubt the file keeps for a restart (`Kept`); None: none, or an older file.
         self.kept: Kept | None = None
+        self._kept_damage: str | None = None  # why the file's doubt is no record (`_kept_here`)
         self._unkept = False  # a steady run started again (a step) not kept yet
-        self._kept_mono = -math.inf  # the awake clock at the last keep
+        # The awake clock at the last keep of a step (`_keep_soon`); not the start's keep: a
+        # step in the first minute is kept at once, or a restart counted on across it.
+        self._kept_mono = -math.inf
         # The clock must reach this minus a day before anything is written (set by the daemon
         # once it judged its start); None: not judged, nothing written.
         self.not_before: float | None = None
@@ -160,7 +160,10 @@ class ClockFile:
         try:
             if len(raw) > MAX_SIZE:
                 raise ValueError(f"larger than {MAX_SIZE} bytes")
-            doc = json.loads(raw.decode("utf-8"))
+            try:
+                doc = json.loads(raw.decode("utf-8"))
+            except RecursionError:  # 1,000 nested lists fit in the size: not a ValueError
+                raise ValueError("nested too deep") from None
             if not isinstance(doc, dict) or doc.get("format") != FORMAT:
                 raise ValueError("not a heartbeat file")
             if doc.get("version") != VERSION:
@@ -175,7 +178,11 @@ class ClockFile:
                 self.boot = (boot, seconds(since))
             if isinstance(synced := doc.get("synchronised"), bool):
                 self.held_synchronised = synced
-            self.kept = Kept.from_json(doc.get("doubt"))
+            if (doubt := doc.get("doubt")) is not None:
+                try:
+                    self.kept = Kept.from_json(doubt)
+                except ValueError as exc:  # the time is still good: the doubt alone is damaged
+                    self._kept_damage = str(exc)
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             return None, f"the heartbeat is damaged ({exc}); taken as missing, written again"
         return held, None
@@ -222,7 +229,6 @@ class ClockFile:
         # a restart's, on the steady run the file kept in this boot.
         runs = [mono, self._carried, kept.steady_since if kept is not None else None]
         self.steady_since = since = min(t for t in runs if t is not None)
-        self._kept_mono = mono
         self._keep(now, steady_since=since)
         self.ntp_disagrees = bool(synced)
         if synced:  # and said so when the heartbeat was written
@@ -295,22 +301,30 @@ class ClockFile:
         """Keep a steady run that started again, at most once per `EVERY` of the awake clock: a
         clock flapping each second wrote (and fsynced) the file each second. Until it is kept,
         the record held is of a clock that stepped since: a restart starts the 7 days again
-        (`_kept_here`), never counts on across the step."""
+        (`_kept_here`), or, the clock stepped back onto the record's line, counts from the step
+        kept before (under a minute of the 7 days), never from before it."""
         if self._unkept and self.steady_since is not None and mono - self._kept_mono >= self.every:
             self._unkept = False
             self._kept_mono = mono
             self._keep(now, steady_since=self.steady_since)
 
     def _kept_here(self, now: float) -> Kept | None:
-        """The doubt the file kept, if measured in this boot on a clock that has not stepped
-        since (the wall clock and CLOCK_BOOTTIME moved alike: a suspend moves both); None
-        otherwise, and for a clock the kernel knows nothing of (a test's or the demo's)."""
-        kept = self.kept
-        if kept is None or self.kernel is None or kept.boot_id != self.kernel.boot_id():
+        """The doubt the file kept, if it holds for this clock (`Kept.here`); None otherwise,
+        and for a clock the kernel knows nothing of (a test's or the demo's). A record no
+        daemon of this boot wrote is damage, said once: the 7 days start again."""
+        if self.kernel is None:
             return None
-        if abs((now - kept.wall) - (self.kernel.since_boot() - kept.since_boot)) > CONSISTENT:
-            return None
-        return kept
+        damage = self._kept_damage
+        if self.kept is not None:
+            holds, damage = self.kept.here(self.kernel.boot_id(), self.kernel.since_boot(), now)
+            if holds:
+                return self.kept
+        if damage is not None:
+            log.warning(
+                "the heartbeat %s keeps a doubt record that is damaged (%s): not kept, the clock"
+                " in doubt counts %.0f days without a step again", self.path, damage, STEADY / 86_400,
+            )  # fmt: skip
+        return None
 
     def _settled(self, why: str, now: float) -> Evidence:
         """The clock taken as right at start: kept before the rows move (`_keep`)."""

@@ -392,7 +392,9 @@ class Daemon:
             return ClockHealth()
         steps = self.clock_watch.step_log
         ahead, left, disagrees = self.clock_file.doubt(self.clock.now(), self.clock_watch.awake())
-        rows = self.meters.unset_rows if ahead > 0 else {}
+        # Held back: a configured meter's new readings; a removed meter's rows ahead hold nothing.
+        specs = self.meters.ledger.specs
+        rows = {m: n for m, n in self.meters.unset_rows.items() if m in specs} if ahead > 0 else {}
         return ClockHealth(
             steps.steps,
             steps.episode_steps,

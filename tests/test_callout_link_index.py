@@ -6,11 +6,16 @@ See `monitor.callout.store` and docs/callout.md.
 
 from __future__ import annotations
 
+import logging
+import os
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from monitor.callout.store import STORE_SCHEMA, CalloutStore
 from monitor.sqlite import Schema, connect
+from tests.conftest import fill_disk
 
 TTL = 86_400.0
 SERVE = "UPDATE link SET age = age + ? WHERE used_at IS NULL AND age < ?"  # as `serve` does
@@ -77,3 +82,33 @@ def test_a_file_the_last_release_wrote_gains_the_index_and_the_last_release_stil
     finally:
         db.close()
     connect(path, last).close()  # the last release's open: no "written by a newer station-monitor"
+
+
+def test_a_nearly_full_disk_at_the_first_open_after_the_upgrade_opens_the_store_without_the_index(
+    tiny_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first start after the upgrade finds the state disk nearly full (a real tmpfs, 160 KB
+    left: the daemon's disk-full alarm territory, where it still starts and stops intake) and a
+    file of the last release with 20,000 links never used (people acknowledge on the console).
+    The last release opens it there; making the index is a write larger than the room left
+    (SQLITE_FULL), and the callout store, so the daemon, did not open. The index is a speed-up:
+    the store opens without it (said once), works, and the next open with room gains it."""
+    path = tiny_disk / "callout.sqlite"
+    last = Schema("callout store", STORE_SCHEMA.migrations)
+    connect(path, last).close()
+    links(path, 0, 20_000)
+    ballast = fill_disk(tiny_disk)
+    os.truncate(ballast, ballast.stat().st_size - 160 * 1024)
+    connect(path, last).close()  # the last release opens it on this disk
+    with caplog.at_level(logging.WARNING):
+        store = CalloutStore(path)
+    try:
+        assert store.link("l0") is not None
+        assert "SCAN link" in plan(path), plan(path)
+        (said,) = [r.getMessage() for r in caplog.records if "link_live" in r.getMessage()]
+        assert "without it" in said, said
+    finally:
+        store.close()
+    ballast.unlink()
+    CalloutStore(path).close()
+    assert "SEARCH link USING INDEX link_live" in plan(path), plan(path)

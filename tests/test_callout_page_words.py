@@ -17,7 +17,7 @@ from monitor.config import build_config
 from monitor.model import Alarm, AlarmState, ConditionState, Priority, Rule
 from tests.mqtt_tools import make_ca
 from tests.smtp import MailServer
-from tests.test_callout import ALICE, TR, YEAR, Station, ph, raw_config, write_heartbeat
+from tests.test_callout import ALICE, BOB, TR, YEAR, Station, ph, raw_config, write_heartbeat
 
 
 @pytest.fixture
@@ -60,6 +60,38 @@ def test_a_page_names_a_day_only_on_a_set_clock_and_a_day_long_link_reads_24_h(
                 assert "since" not in body and "2026-01" not in body, body
                 assert "in alarm for 12 min (the gateway clock is not set)" in body, body
                 assert "(once, for 24 h)" in body, body
+        finally:
+            await st.close()
+
+    asyncio.run(go())
+
+
+def test_a_page_after_ntp_set_the_clock_names_no_day_of_the_unset_clock(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """The pH alarm activates on a clock a year behind its heartbeat (not set) and Alice is
+    paged at once ("in alarm for 0 s"); 5 minutes later NTP steps the clock to the real time,
+    and Bob's step 15 minutes after the alarm pages him on the set clock. The alarm's start is
+    still the unset clock's (the journal is not rewritten by a step): Bob's page said "since
+    2026-01-15 ...", a day of last year, the wrong day the unset-clock wording was made to
+    avoid. Now it says the alarm began before the clock was set, and names no day."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    write_heartbeat(config.state_dir, TR - 60)
+    unset = TR - YEAR
+
+    async def go() -> None:
+        st = Station(config, unset)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset))
+            assert await st.tick(unset + 1, 1) == 1
+            [first] = smtp.to(ALICE)
+            assert "in alarm for 0 s (the gateway clock is not set)" in first.body, first.body
+            await st.tick(TR + 300, 299)  # NTP: the clock is set
+            assert await st.tick(TR + 901, 601) == 1
+            [page] = smtp.to(BOB)
+            assert "2026" not in page.body, page.body  # "since 2026-01-15 03:00 EST"
+            assert "in alarm since before the gateway clock was set" in page.body, page.body
+            assert "(once, until 2027-01-15 04:15 EST)" in page.body, page.body
         finally:
             await st.close()
 

@@ -151,3 +151,40 @@ def test_a_clock_flapping_in_doubt_keeps_its_steady_run_once_a_minute(tmp_path: 
         assert heartbeat(config.state_dir) == held
     finally:
         close(gw.daemon)
+
+
+def test_a_step_and_its_undoing_in_the_first_minute_after_a_restart_starts_the_days_again(
+    tmp_path: Path,
+) -> None:
+    """Restarted 6 days into the 7 (the count goes on), the clock in doubt steps an hour back
+    10 s later and forward again 30 s after that (two NTP answers an hour apart), and the
+    daemon is killed 10 s later, the clock on the line it started on. Before, neither step
+    was kept (the start's own keep counted as the minute's write), and the next start, the
+    clock consistent with the start's record, counted on from 6 days ago across both steps
+    (taken as right a day later). The first step after a keep is kept at once: the record is
+    of the stepped line, the clock is not on it, and the 7 days start again."""
+    config, _held = a_week_on_a_clock_a_month_ahead(tmp_path)
+    now = TR + WEEK + 3600
+    kernel = Kernel(False)
+    gw = KernelGateway(config, now, kernel)
+    try:
+        gw.tick(now + 6 * DAY, 6 * DAY)
+    finally:
+        close(gw.daemon)
+    kernel.mono.advance(30)
+    now += 6 * DAY + 30
+    gw = KernelGateway(config, now, kernel)
+    try:
+        assert doubt_left(gw) == DAY - 30
+        gw.tick(now + 1, 1)  # the first tick: the clock watch's first look
+        gw.tick(now + 10 - 3600, 9)  # an hour back
+        gw.tick(now + 40, 30)  # and forward again
+        gw.tick(now + 50, 10)
+    finally:
+        close(gw.daemon)  # kill -9
+    kernel.mono.advance(30)
+    gw = KernelGateway(config, now + 80, kernel)
+    try:
+        assert doubt_left(gw) == STEADY
+    finally:
+        close(gw.daemon)

@@ -473,7 +473,8 @@ def test_metrics_show_a_clock_in_doubt_as_health_does(tmp_path: Path) -> None:
     keeper alerting from Prometheus never learnt that a gateway's clock was taken for unset
     (meter readings not billed) until the 7 days ran out. Served as `monitor run` serves it (a
     real GET on a real port): the heartbeat a month ahead, 7 days less an hour of awake time
-    left after an hour's ticks; 0 for both once the kernel says the clock is synchronised."""
+    left after an hour's ticks, the meter's 57 readings ahead of it kept (/metrics had no gauge
+    of them); 0 for all once the kernel says the clock is synchronised."""
     config, held = a_week_on_a_clock_a_month_ahead(tmp_path)
     port = free_port()
     console = config.console.model_copy(update={"enabled": True, "port": port})
@@ -485,19 +486,21 @@ def test_metrics_show_a_clock_in_doubt_as_health_does(tmp_path: Path) -> None:
     try:
         with served(gw.daemon):
             gw.tick(now + 3600, 3600)
-            assert clock_gauges(get(f"http://127.0.0.1:{port}/metrics")) == (held - now - 3600, STEADY - 3600)
+            got = clock_gauges(get(f"http://127.0.0.1:{port}/metrics"))
+            assert got == (held - now - 3600, STEADY - 3600, 57.0, 1.0)
             health = json.loads(get(f"http://127.0.0.1:{port}/api/health"))
             assert health["clock"]["heartbeat_ahead"] == held - now - 3600
             assert health["clock"]["steady_left"] == STEADY - 3600
             kernel.synced = True  # chrony answered
             gw.tick(now + 3660, 60)
-            assert clock_gauges(get(f"http://127.0.0.1:{port}/metrics")) == (0.0, 0.0)
+            assert clock_gauges(get(f"http://127.0.0.1:{port}/metrics")) == (0.0, 0.0, 0.0, 0.0)
     finally:
         close(gw.daemon)
 
 
-def clock_gauges(text: str) -> tuple[float, float]:
-    """The heartbeat-ahead and steady-left gauges of a /metrics text, as Prometheus parses it."""
+def clock_gauges(text: str) -> tuple[float, float, float, float]:
+    """The heartbeat-ahead, steady-left, meter-rows-ahead and meters-ahead gauges of a /metrics
+    text, as Prometheus parses it."""
     got = {
         sample.name: sample.value
         for family in text_string_to_metric_families(text)
@@ -507,4 +510,6 @@ def clock_gauges(text: str) -> tuple[float, float]:
     return (
         got["station_monitor_clock_heartbeat_ahead_seconds"],
         got["station_monitor_clock_steady_left_seconds"],
+        got["station_monitor_clock_meter_rows_ahead"],
+        got["station_monitor_clock_meters_ahead"],
     )

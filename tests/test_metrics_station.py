@@ -42,7 +42,7 @@ FULL: dict[str, object] = {
     "incidents": {"failing": True, "failures": 18, "evidence_incomplete": 19},
     "clock": {
         "steps": 21, "episode_steps": 22, "episode_largest": -3.0, "heartbeat_ahead": 2_592_000.5,
-        "steady_left": 604_799.25,
+        "steady_left": 604_799.25, "meter_rows_ahead": 57, "meters_ahead": 2,
     },
 }  # fmt: skip
 

@@ -63,15 +63,20 @@ def alarm_message(
     expires: float | None,
     valid_for: float | None = None,
     unset_now: float | None = None,
+    began_set: bool = True,
 ) -> tuple[str, str]:
     """(subject, text) for one alarm; short enough for one or two SMS segments before the link.
     `valid_for` instead of `expires`: the clock is not set, its expiry would name a wrong day.
     `unset_now`: the time of a gateway clock judged not set; the page says how long the alarm
-    has been on instead of "since" a day of that clock (last year, 1970)."""
+    has been on instead of "since" a day of that clock (last year, 1970). `began_set` false:
+    the alarm began on such a clock, since set (its start names a wrong day, and how long
+    before the step is not known)."""
     what = f"{alarm.sensor} {alarm.rule}"
     subject = one_line(f"[{one_line(station)}] {str(alarm.priority).upper()} {what}")
     began = alarm.activated_at or alarm.updated_at
-    if unset_now is None:
+    if unset_now is None and not began_set:
+        when = "in alarm since before the gateway clock was set (since when is not known)"
+    elif unset_now is None:
         when = f"since {local_time(began, zone)}"
     elif unset_now >= began:
         when = f"in alarm for {lasting(unset_now - began)} (the gateway clock is not set)"

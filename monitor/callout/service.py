@@ -116,6 +116,9 @@ class Callout:
         # Escalations that took a step in this run: their due time is this run's
         # clock's, never a right clock's from before a restart (`_behind`).
         self._stepped: set[int] = set()
+        # When the gateway clock was set in this run (a step forward from a clock judged not
+        # set): an alarm stamped before it on the unset clock has no start on this one.
+        self._set_at: float | None = None
         # The time the running steps have waited, by the monotonic clock (a step of the
         # gateway clock does not touch it): counted since `_mark`, written every
         # SERVED_PERSIST (`_serve`); a restart on an unset clock counts it (`resume`).
@@ -233,6 +236,8 @@ class Callout:
         now = self.clock.now()
         if step < 0:
             self._behind(now, f"stepped back by {step_text(step)}")
+        elif not self._clock_is_set(now - step) and self._clock_is_set(now):
+            self._set_at = now
         try:
             moved = self.store.forward(step, self._before) if step > 0 else 0
             links = self.store.rebase(step, now - step, not self._clock_is_set(now))
@@ -249,6 +254,14 @@ class Callout:
     def _clock_is_set(self, t: float) -> bool:
         """Whether a gateway clock reading `t` is judged set (`clock_set`; none: taken as set)."""
         return self.clock_set is None or self.clock_set(t)
+
+    def _began_set(self, alarm: Alarm) -> bool:
+        """Whether the alarm's start is a time of the clock as set now: not one the unset clock
+        stamped before NTP set it in this run (a page after it said "since" a day of last
+        year). Not judged by the time alone: an alarm on for months is older than the start's
+        evidence, and its day is right."""
+        began = alarm.activated_at or alarm.updated_at
+        return self._set_at is None or began >= self._set_at or self._clock_is_set(began)
 
     def _activated(self, alarm: Alarm, now: float, counted: bool = True) -> None:
         pipeline = self.matcher.pipeline(alarm, now)
@@ -375,6 +388,7 @@ class Callout:
                 expires,
                 valid_for,
                 unset_now=now if unset else None,
+                began_set=self._began_set(alarm),
             )
         messages = []
         if person is not None:

@@ -12,6 +12,7 @@ twice rather than never.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -20,6 +21,8 @@ from pathlib import Path
 
 from monitor.errors import StateError
 from monitor.sqlite import Schema, connect, translate
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -190,10 +193,24 @@ class CalloutStore:
                 self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             elif int(row[0]) > SCHEMA_VERSION:
                 raise StateError(f"{path}: written by a newer station-monitor (schema {row[0]})")
-            self._db.execute(_LINK_INDEX)
         except sqlite3.Error as exc:
             self._db.close()
             raise translate(exc, f"callout store {path}") from exc
+        self._index_links()
+
+    def _index_links(self) -> None:
+        """Make the live links' index (`_LINK_INDEX`) if it is missing. A speed-up, not the
+        store: refused (a state disk nearly full at the first open after the upgrade, where the
+        last release opened the file), the store opens without it, said once, and the next
+        open makes it. Before, the refusal failed the open, and the daemon's start."""
+        try:
+            self._db.execute(_LINK_INDEX)
+        except sqlite3.OperationalError as exc:
+            log.warning(
+                "callout store %s: the index link_live of the acknowledge links was not made (%s);"
+                " the store works without it (the run-time persist reads every link), made at the"
+                " next open", self.path, translate(exc, "callout store"),
+            )  # fmt: skip
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:

@@ -214,12 +214,20 @@ FAMILIES: tuple[Family, ...] = (
            read=_figure("clock.steps")),
     Family("clock_heartbeat_ahead_seconds",
            "Seconds the heartbeat is ahead of a gateway clock in doubt since start (taken for unset:"
-           " nothing moved, meter readings not billed); 0 when not in doubt", Gauge,
+           " nothing moved); 0 when not in doubt", Gauge,
            read=_figure("clock.heartbeat_ahead")),
     Family("clock_steady_left_seconds",
            "Seconds the gateway clock in doubt must run awake without a step before it is taken as right;"
            " 0 when not in doubt", Gauge,
            read=_figure("clock.steady_left")),
+    Family("clock_meter_rows_ahead",
+           "Meter readings that stood ahead of a gateway clock in doubt at start, kept (those meters' new"
+           " readings alarm backwards and are not billed until it is right); 0 when not in doubt or none did",
+           Gauge, read=_figure("clock.meter_rows_ahead")),
+    Family("clock_meters_ahead",
+           "Meters with readings ahead of a gateway clock in doubt at start (clock_meter_rows_ahead);"
+           " 0 when not in doubt or none did", Gauge,
+           read=_figure("clock.meters_ahead")),
     Family("alarm_listener_failures",
            "Alarm transitions a listener (console, MQTT, notification, InfluxDB) failed on", Counter,
            labels=("listener",),
