@@ -3,7 +3,10 @@ in the middle of a stream changes nothing."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -418,3 +421,39 @@ def test_time_major_is_recognised_only_when_every_index_matches() -> None:
     assert not _time_major(np.array([0, 1, 2, 3, -1, 0, 1, 2, 3, 4]), 2, 5)
     assert not _time_major(np.tile(np.arange(300) % 256, 2).astype(np.uint8), 2, 300)
     assert _time_major(np.tile(np.arange(300), 2).astype(np.int16), 2, 300)
+
+
+def _rewrite_meta(path: Path, edit: Callable[[dict[str, Any]], object]) -> None:
+    """The checkpoint at `path` with its JSON meta replaced by `edit`'s (arrays kept)."""
+    with path.open("rb") as f, np.load(f, allow_pickle=False) as z:
+        doc, sums, counts = json.loads(str(z["meta"])), z["sums"], z["counts"]
+    meta = edit(doc)
+    text = meta if isinstance(meta, str) else json.dumps(meta)
+    with path.open("wb") as out:
+        np.savez(out, meta=np.array(text), sums=sums, counts=counts)
+
+
+def test_a_hostile_checkpoint_is_ignored_not_a_failed_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # What a damaged or hand-edited checkpoint can hold that a parse of it does not refuse as
+    # ValueError: JSON nested deeper than the parser's recursion (RecursionError) and an
+    # integer too large for a float (OverflowError). Either crashed every start of the daemon.
+    engine = Engine(CONFIG.rules, ManualClock())
+    engine.process(Sample("ph", T0, 7.0))
+    path = tmp_path / "engine.npz"
+    save_checkpoint(engine, path)
+    good = path.read_bytes()
+
+    def huge(doc: dict[str, Any]) -> object:
+        doc["state"][0]["last_time"] = 10**400
+        return doc
+
+    for edit in (lambda doc: "[" * 100_000 + "]" * 100_000, huge):
+        path.write_bytes(good)
+        _rewrite_meta(path, edit)
+        fresh = Engine(CONFIG.rules, ManualClock())
+        with pytest.raises(StateError):
+            restore_checkpoint(fresh, path)
+        assert load_checkpoint_or_start_fresh(fresh, path) is False
+    assert "ignored" in caplog.text

@@ -187,3 +187,21 @@ def test_a_failing_alarm_listener_is_counted_and_logged_once_per_episode(
     assert len(errors) == 1 and errors[0].exc_info and "counted in health" in errors[0].getMessage()
     assert any("works again" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
     manager.close()
+
+
+def test_json_nested_past_the_parsers_depth_is_a_bad_answer_not_a_crash() -> None:
+    # A server (or a proxy before it) answering JSON nested 100,000 deep: `json.loads` raises
+    # RecursionError, not ValueError; each boundary maps it like any other bad answer.
+    from monitor.errors import SourceError
+    from monitor.sinks.drain import _error_text
+    from monitor.sources.historian import _json
+    from monitor.sources.meter_history import _merge, _results
+
+    deep = b"[" * 100_000 + b"]" * 100_000
+    assert _error_text("400 Bad Request: " + deep.decode()).startswith("400 Bad Request: [[[")
+    with pytest.raises(SourceError, match="not a JSON answer"):
+        _json(deep, "influxdb")
+    with pytest.raises(SourceError, match="not a JSON answer"):
+        _results(deep, "influxdb")
+    with pytest.raises(SourceError, match="unexpected export line"):
+        _merge([deep], "victoriametrics")

@@ -128,7 +128,16 @@ def restore_checkpoint(
         with path.open("rb") as f, np.load(f, allow_pickle=False) as z:
             doc = json.loads(str(z["meta"]))
             sums, counts = z["sums"], z["counts"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError, zipfile.BadZipFile) as exc:
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        EOFError,
+        RecursionError,  # JSON nested past the parser's depth: damage, not a failed start
+        zipfile.BadZipFile,
+    ) as exc:
         raise StateError(f"checkpoint {path}: unreadable or corrupt ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
         raise StateError(f"checkpoint {path}: not a version {VERSION} engine checkpoint")
@@ -155,7 +164,7 @@ def restore_checkpoint(
         )
     try:
         _apply(engine, doc, sums, counts, pairs)
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:  # 10**400: Overflow
         raise StateError(f"checkpoint {path}: inconsistent state ({exc!r})") from exc
     engine.restored_tick = engine.last_tick
     if restart_watch:

@@ -384,7 +384,7 @@ def _error_text(message: str) -> str:
         return message
     try:
         body = json.loads(message[start:])
-    except ValueError:
+    except (ValueError, RecursionError):  # a body nested past the parser's depth: shown as sent
         return message
     if isinstance(body, dict):
         parts = [str(body.get(k)) for k in ("error", "message") if body.get(k)]

@@ -259,7 +259,7 @@ def _ns(t: float) -> int:
 def _json(line: bytes, target: str) -> dict[str, Any]:
     try:
         doc = json.loads(line)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # nested past the parser's depth: not an answer
         raise SourceError(f"{target}: not a JSON answer ({line[:200]!r})") from exc
     if not isinstance(doc, dict):
         raise SourceError(f"{target}: unexpected answer ({line[:200]!r})")

@@ -140,7 +140,7 @@ class InfluxQLMeterHistory:
 def _results(line: bytes, target: str) -> list[dict[str, Any]]:
     try:
         doc = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's depth: not an answer
         raise SourceError(f"{target}: not a JSON answer ({line[:200]!r})") from None
     if not isinstance(doc, dict):
         raise SourceError(f"{target}: unexpected answer to a query")
@@ -290,7 +290,7 @@ def _merge(lines: list[bytes], target: str) -> list[MeterSample]:
             labels = doc["metric"]
             field = str(labels["__name__"]).removeprefix("meter_")
             pairs = zip(doc["timestamps"], doc["values"], strict=True)
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise SourceError(f"{target}: unexpected export line: {exc}") from None
         key = (str(labels.get("meter", "")), str(labels.get("account", "")), str(labels.get("unit", "")))
         for t, v in pairs:
