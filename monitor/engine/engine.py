@@ -274,7 +274,7 @@ class Engine:
         st.last_time = t
         st.ooo_episode = False
         if self.ahead is not None:  # a reading judged ends a run of refusals ahead, if any
-            self.ahead.taken(st.sensor)
+            self.ahead.taken(st.sensor, t)
         self.counters.samples += 1
         v = sample.value
         st.value = v
