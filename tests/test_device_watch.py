@@ -153,3 +153,37 @@ def test_a_hostile_device_entry_in_the_checkpoint_is_learnt_again_and_keeps_the_
             out += [(c.state.value, c.time - T0) for c in again.process(Sample("lvl", T0 + k, 4.2))]
     assert out == [("active", 161.0), ("cleared", 300.5)], out
     assert [r.getMessage() for r in caplog.records if "'lvl'" in r.getMessage()], caplog.records
+
+
+@pytest.mark.parametrize("step", [3600.0, 300.0])
+def test_a_gateway_clock_stepped_forward_while_down_raises_no_stale_on_a_live_device(
+    tmp_path: Path, step: float
+) -> None:
+    """A level reporting every 10 s, 0.5 s late; the checkpoint saved at +95 s and the daemon
+    stopped; the gateway clock stepped forward `step` while it was down (NTP at boot), which
+    no watch saw. After the restart every reading looks `step` late against the restored
+    delivery until the readings' pace shows a live device (10 s): no stale alarm meanwhile,
+    as none is due (the PLC never stopped). Before: the first reading, taken `step` before
+    its arrival, put the restarted stale watch back a step: stale raised at the next tick and
+    cleared at a reading 10 s later (a false page)."""
+    rules = station({"id": "lvl", "kind": "level", "unit": "ft", "stale_after": "60s"}).rules
+    clock = ManualClock(T0)
+    engine = Engine(rules, clock)
+    engine.stamped_by_device({"lvl"})
+    for k in range(0, 100):
+        clock.set(T0 + k + (0.5 if k % 10 == 0 else 0.0))
+        engine.tick()
+        if k % 10 == 0:
+            engine.process(Sample("lvl", T0 + k, 4.2))
+    path = tmp_path / "engine-checkpoint.npz"
+    save_checkpoint(engine, path)
+    again = Engine(rules, clock)
+    again.stamped_by_device({"lvl"})
+    restore_checkpoint(again, path, restart_watch=True, partial=True)
+    out = []
+    for k in range(120, 400):
+        clock.set(T0 + step + k + (0.5 if k % 10 == 0 else 0.0))
+        out += [(c.state.value, c.time - T0) for c in again.tick()]
+        if k % 10 == 0:
+            out += [(c.state.value, c.time - T0) for c in again.process(Sample("lvl", T0 + k, 4.2))]
+    assert out == [], out
