@@ -9,11 +9,10 @@ receipt); a device's clock what a subscription with one names.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from monitor.config.sensors import Sensor
-from monitor.config.sources import Modbus, Mqtt, Subscription
+from monitor.config.sources import Modbus, Mqtt, Subscription, sensor_pattern
 from monitor.model import Kind
 
 _SHOWN = 3  # sensors named in one error at most; the rest counted
@@ -60,9 +59,13 @@ def _could_be_named_both_ways(
     named |= {s.sensor for s in subs if "{" not in s.sensor}
     ids = [s.id for s in sensors if s.kind is not Kind.DERIVED and s.id not in named]
     device = [
-        (i, _pattern(s.sensor)) for i, s in enumerate(subs) if s.time_path is not None and "{" in s.sensor
+        (i, sensor_pattern(s.sensor))
+        for i, s in enumerate(subs)
+        if s.time_path is not None and "{" in s.sensor
     ]
-    plain = [(j, _pattern(s.sensor)) for j, s in enumerate(subs) if s.time_path is None and "{" in s.sensor]
+    plain = [
+        (j, sensor_pattern(s.sensor)) for j, s in enumerate(subs) if s.time_path is None and "{" in s.sensor
+    ]
     out = []
     for i, stamped in device:
         for j, also in plain:
@@ -80,9 +83,3 @@ def _could_be_named_both_ways(
                 " templates sensor ids that cannot meet"
             )
     return out
-
-
-def _pattern(template: str) -> re.Pattern[str]:
-    """The sensor ids a subscription's `sensor` can name (`{n}`: one topic level)."""
-    parts = re.split(r"\{\d+\}", template)
-    return re.compile("[^/]+".join(re.escape(p) for p in parts))

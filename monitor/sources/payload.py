@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from monitor.config.sources import Subscription, check_topic_filter
+from monitor.config.sources import Subscription, check_topic_filter, sensor_pattern
 from monitor.errors import PayloadError, StampAheadError
 from monitor.model import Sample, parse_time
 
@@ -86,9 +86,7 @@ class Route:
         """Whether some topic matching this filter binds `sensor` (for comm-loss)."""
         if "{" not in self.sensor:
             return sensor == self.sensor
-        parts = _PLACEHOLDER.split(self.sensor)  # literal, n, literal, n, ..., literal
-        pattern = "".join(re.escape(p) if i % 2 == 0 else "[^/]+" for i, p in enumerate(parts))
-        return re.fullmatch(pattern, sensor) is not None
+        return sensor_pattern(self.sensor).fullmatch(sensor) is not None
 
     def sensor_for(self, topic: str) -> str:
         """The sensor id, with `{n}` replaced by the topic level the n-th `+` matched."""
