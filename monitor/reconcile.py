@@ -51,7 +51,7 @@ from collections.abc import Collection
 
 from monitor.alarms import AlarmManager
 from monitor.config import Config
-from monitor.config.sources import sensor_pattern
+from monitor.config.clocks import sensor_pattern
 from monitor.engine import Engine
 from monitor.engine.restored import after_activation
 from monitor.model import Condition, ConditionState, Kind, Quality, Rule, Sample

@@ -9,10 +9,11 @@ receipt); a device's clock what a subscription with one names.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from monitor.config.sensors import Sensor
-from monitor.config.sources import Modbus, Mqtt, Subscription, sensor_pattern
+from monitor.config.sources import Modbus, Mqtt, Subscription
 from monitor.model import Kind
 
 _SHOWN = 3  # sensors named in one error at most; the rest counted
@@ -83,3 +84,19 @@ def _could_be_named_both_ways(
                 " templates sensor ids that cannot meet"
             )
     return out
+
+
+def sensor_pattern(template: str) -> re.Pattern[str]:
+    """The sensor ids a subscription's `sensor` can name (`{n}`: the n-th `+` level, one topic
+    level, the same one wherever it stands: `"{1}.{1}"` names `north.north`, never `north.ph`).
+    The config's clock check, the daemon's device-stamped set and comm-loss all ask this."""
+    out, seen = [], set()
+    for i, part in enumerate(re.split(r"\{(\d+)\}", template)):
+        if i % 2 == 0:
+            out.append(re.escape(part))
+        elif part in seen:
+            out.append(f"(?P=level{part})")
+        else:
+            seen.add(part)
+            out.append(f"(?P<level{part}>[^/]+)")
+    return re.compile("".join(out))

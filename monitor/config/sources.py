@@ -123,22 +123,6 @@ class Tls(Section):
     verify: bool = True
 
 
-def sensor_pattern(template: str) -> re.Pattern[str]:
-    """The sensor ids a subscription's `sensor` can name (`{n}`: the n-th `+` level, one topic
-    level, the same one wherever it stands: `"{1}.{1}"` names `north.north`, never `north.ph`).
-    The config's clock check, the daemon's device-stamped set and comm-loss all ask this."""
-    out, seen = [], set()
-    for i, part in enumerate(re.split(r"\{(\d+)\}", template)):
-        if i % 2 == 0:
-            out.append(re.escape(part))
-        elif part in seen:
-            out.append(f"(?P=level{part})")
-        else:
-            seen.add(part)
-            out.append(f"(?P<level{part}>[^/]+)")
-    return re.compile("".join(out))
-
-
 class Subscription(Section):
     """Topic filter -> sensor. `sensor: "{1}.ph"` takes the 1st `+` level of the topic."""
 

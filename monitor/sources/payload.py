@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from monitor.config.sources import Subscription, check_topic_filter, sensor_pattern
+from monitor.config.clocks import sensor_pattern
+from monitor.config.sources import Subscription, check_topic_filter
 from monitor.errors import PayloadError, StampAheadError
 from monitor.model import Sample, parse_time
 
