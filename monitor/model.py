@@ -399,9 +399,10 @@ class RefusedAhead(Protocol):
         refused since the sensor's last reading taken; None when there is none."""
         ...
 
-    def taken(self, sensor: str) -> int:
-        """A reading of `sensor` was judged (later than the last: one dropped, a frozen
-        stamp, is none): its run of refusals is over; how many it had."""
+    def taken(self, sensor: str, stamp: float) -> int:
+        """A reading of `sensor` stamped `stamp` was judged (later than the last: one
+        dropped, a frozen stamp, is none): its run of refusals is over, unless the last
+        refusal arrived after this reading did; how many it had (0: none, or not over)."""
         ...
 
     def shift(self, delta: float) -> None:

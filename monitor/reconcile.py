@@ -47,11 +47,11 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from collections.abc import Collection
 
 from monitor.alarms import AlarmManager
 from monitor.config import Config
+from monitor.config.clocks import sensor_pattern
 from monitor.engine import Engine
 from monitor.engine.restored import after_activation
 from monitor.model import Condition, ConditionState, Kind, Quality, Rule, Sample
@@ -86,12 +86,8 @@ def device_stamped(config: Config) -> frozenset[str]:
     if mqtt is None:
         return frozenset()
 
-    def pattern(template: str) -> re.Pattern[str]:
-        parts = re.split(r"\{\d+\}", template)
-        return re.compile("[^/]+".join(re.escape(p) for p in parts))
-
-    device = [pattern(s.sensor) for s in mqtt.subscriptions if s.time_path is not None]
-    gateway = [pattern(s.sensor) for s in mqtt.subscriptions if s.time_path is None]
+    device = [sensor_pattern(s.sensor) for s in mqtt.subscriptions if s.time_path is not None]
+    gateway = [sensor_pattern(s.sensor) for s in mqtt.subscriptions if s.time_path is None]
     polled = {f.sensor for d in (config.modbus.devices if config.modbus else []) for f in d.fields}
     named = device_named(config)  # a literal name decides: a template's message for it is refused
     fed = {

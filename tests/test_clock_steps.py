@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.config import Config, build_config
+from monitor.config import Config, build_config, load_config
 from monitor.engine import ClockWatch, Engine
 from monitor.engine.clock_step import SETTLE
 from monitor.model import ManualClock, Rule, Sample
@@ -682,3 +682,35 @@ def test_polls_queued_longer_than_a_step_forward_are_moved_not_dropped(tmp_path:
         assert daemon.pipeline.stats.restamped == 2
     finally:
         close(daemon)
+
+
+REPEATED_LEVEL = """\
+station: {id: ps-repeated-level}
+sensors:
+  - {id: north.ph, kind: ph}
+  - {id: north.north, kind: ph}
+mqtt:
+  subscriptions:
+    - {topic: site/+/ph, sensor: "{1}.{1}"}
+    - {topic: plc/+/+, sensor: "{1}.{2}", format: json, value_path: v, time_path: t}
+"""
+
+
+def test_templates_that_name_a_level_twice_meet_only_where_it_repeats(tmp_path: Path) -> None:
+    """`site/+/ph -> "{1}.{1}"` (the gateway's clock) can only name ids whose two halves are
+    one topic level twice (`north.north`), never `north.ph`, which `plc/+/+ -> "{1}.{2}"`
+    (a payload time) names: check-config names `north.north` alone, and `north.ph` is the
+    device's. Before: a placeholder was any level wherever it stood, so `{1}.{1}` could
+    name `north.ph` too: the error named it, and a config with `north.north` removed was
+    refused (exit 2) though its templates cannot meet."""
+    path = tmp_path / "station.yaml"
+    path.write_text(REPEATED_LEVEL, encoding="utf-8")
+    result = run_monitor("check-config", str(path))
+    assert result.returncode == 2, result.stdout + result.stderr
+    problems = [line.strip() for line in result.stderr.splitlines() if "mqtt.subscriptions[" in line]
+    assert len(problems) == 1 and "could name the same sensor 'north.north':" in problems[0], problems
+    path.write_text(REPEATED_LEVEL.replace("  - {id: north.north, kind: ph}\n", ""), encoding="utf-8")
+    result = run_monitor("check-config", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    config = load_config(path)
+    assert device_stamped(config) == frozenset({"north.ph"})

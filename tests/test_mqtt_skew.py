@@ -194,6 +194,7 @@ def test_the_stale_message_names_refusals_ahead_only_while_they_arrive_and_none_
     assert "2 readings refused" in said, said
 
     clock.set(T0 + 100)
+    ahead.received("lvl", T0 + 100)  # as the source notes it, after the refusals
     engine.process(Sample("lvl", T0 + 100, 4.2))  # judged (the clocks agree again): the run ends
     assert ahead.latest("lvl") is None
     assert stale_message(T0 + 101, [], T0 + 161) == "no good sample"
@@ -369,5 +370,39 @@ def test_a_gateway_clock_step_back_moves_the_refusal_times_with_it(
         assert st.health().stamped_ahead_sensors == ("plant.lvl",)
         st.at(621)
         assert (st.health().stamped_ahead_by, st.health().stamped_ahead_sensors) == (None, ())
+    finally:
+        st.close()
+
+
+def test_a_refusal_that_arrives_while_an_earlier_reading_waits_to_be_judged_is_not_ended_by_it(
+    tmp_path: Path, mosquitto: Mosquitto, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The PLC's reading at +0 is received and queued; before the loop judges it, the PLC's
+    clock jumps an hour ahead and its next reading (+10 s) is refused on paho's thread. The
+    reading judged after was received before that refusal: it is no proof the device's clock
+    is right again. The run goes on: health names the sensor, no INFO "taken again", the
+    stale alarm would say the readings arrive stamped ahead. A reading received after the
+    refusal and judged ends it. Before: judging the earlier reading folded the refusal into
+    an ended run (health dropped the line until the next refusal)."""
+    st = SkewStation(tmp_path, mosquitto.port, "t-skew-race")
+    caplog.set_level(logging.DEBUG, logger="monitor.sources.mqtt_ingest")
+    try:
+        st.at(0)
+        st.peer.publish("plant/lvl/level", json.dumps({"v": 4.2, "t": T0}))
+        wait_until(lambda: st.source.pending() == 1, timeout=10, what="the reading queued")
+        st.at(10)
+        st.peer.publish("plant/lvl/level", json.dumps({"v": 4.2, "t": T0 + 10 + HOUR}))
+        wait_until(lambda: st.source.pending() == 2, timeout=10, what="the refusal queued")
+        st.source.drain(st.emit)
+        st.daemon.pipeline.process_queued()
+        assert st.daemon.engine.status("plant.lvl").value == 4.2  # the first reading was judged
+        assert st.source.ahead.latest("plant.lvl") == (T0 + 10, HOUR, 1)
+        assert st.health().stamped_ahead_sensors == ("plant.lvl",)
+        assert said_of(caplog, "plant.lvl") == ["WARNING"]
+        st.at(20)
+        st.send("lvl", T0 + 20)  # received after the refusal, judged: the run is over
+        assert st.source.ahead.latest("plant.lvl") is None
+        assert st.health().stamped_ahead_sensors == ()
+        assert said_of(caplog, "plant.lvl") == ["WARNING", "INFO"]
     finally:
         st.close()

@@ -352,3 +352,52 @@ def test_a_store_and_forward_backlog_after_a_restart_does_not_clear_a_restored_s
         assert gw.stale() == [("activated", 161.0)]
     finally:
         close(gw.daemon)
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["live", "queued"])
+@pytest.mark.parametrize("offset", [HOUR, -HOUR])
+def test_a_gateway_clock_stepped_forward_while_the_daemon_was_down_raises_no_stale_on_a_live_level(
+    tmp_path: Path, offset: float, queued: bool
+) -> None:
+    """The level reports every 10 s throughout; the daemon stops at +200 s and starts again at
+    +300 s on a gateway clock NTP stepped an hour forward meanwhile (no watch saw it). Every
+    reading then looks an hour late against the restored quickest delivery until their pace
+    shows a live PLC: no stale alarm (the PLC never stopped). `queued`: the broker delivers
+    the readings it kept for the daemon's session (+210 s to +290 s) at once, before the first
+    tick. Before: the first reading put the restarted stale watch back an hour: `stale`
+    raised at the next tick and cleared 10 s later (a false page at every such restart)."""
+    gw = Field(tmp_path, offset)
+    try:
+        gw.send(range(0, 201), reports(every_10s(0, 201)))
+        gw.daemon.checkpoint()
+        close(gw.daemon)
+        gw = Field(tmp_path, offset + HOUR)
+        if queued:
+            gw.wall.set(gw.gateway(300))
+            gw.mono.set(1000.0 + 300)
+            gw.daemon.pipeline.process([Sample("plant.lvl", T0 + k, 4.2) for k in range(210, 300, 10)])
+        gw.send(range(300, 601), reports(every_10s(300, 601)))
+        assert gw.stale() == []
+    finally:
+        close(gw.daemon)
+
+
+@pytest.mark.parametrize("offset", [HOUR, -HOUR])
+def test_a_backlog_drained_faster_than_it_was_taken_after_a_restart_does_not_clear_a_restored_stale_level(
+    tmp_path: Path, offset: float
+) -> None:
+    """The level stale since +161 s (the PLC's uplink down after +100 s); the daemon restarts
+    at +400 s; the uplink is back at +3700 s and the PLC drains its buffer (+110 s on, a
+    reading every 10 s of its clock) one reading every 6 s: 1.7 times the pace it was taken,
+    its readings still most of an hour old. Stale stays raised. Before: stamps advancing less
+    than twice as fast as their arrivals passed for a live PLC after 10 s: the alarm cleared
+    at +3712 s on readings 59 min old."""
+    gw = Field(tmp_path, offset)
+    try:
+        gw.send(range(0, 301), reports(every_10s(0, 101)))
+        gw = restarted(gw, tmp_path)
+        drained = {3700 + 6 * i: [T0 + 110 + 10 * i] for i in range(100)}
+        gw.send(range(400, 4301), drained)
+        assert gw.stale() == [("activated", 161.0)]
+    finally:
+        close(gw.daemon)

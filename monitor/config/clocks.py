@@ -63,9 +63,13 @@ def _could_be_named_both_ways(
     named |= {s.sensor for s in subs if "{" not in s.sensor}
     ids = [s.id for s in sensors if s.kind is not Kind.DERIVED and s.id not in named]
     device = [
-        (i, _pattern(s.sensor)) for i, s in enumerate(subs) if s.time_path is not None and "{" in s.sensor
+        (i, sensor_pattern(s.sensor))
+        for i, s in enumerate(subs)
+        if s.time_path is not None and "{" in s.sensor
     ]
-    plain = [(j, _pattern(s.sensor)) for j, s in enumerate(subs) if s.time_path is None and "{" in s.sensor]
+    plain = [
+        (j, sensor_pattern(s.sensor)) for j, s in enumerate(subs) if s.time_path is None and "{" in s.sensor
+    ]
     out = []
     for i, stamped in device:
         for j, also in plain:
@@ -85,7 +89,17 @@ def _could_be_named_both_ways(
     return out
 
 
-def _pattern(template: str) -> re.Pattern[str]:
-    """The sensor ids a subscription's `sensor` can name (`{n}`: one topic level)."""
-    parts = re.split(r"\{\d+\}", template)
-    return re.compile("[^/]+".join(re.escape(p) for p in parts))
+def sensor_pattern(template: str) -> re.Pattern[str]:
+    """The sensor ids a subscription's `sensor` can name (`{n}`: the n-th `+` level, one topic
+    level, the same one wherever it stands: `"{1}.{1}"` names `north.north`, never `north.ph`).
+    The config's clock check, the daemon's device-stamped set and comm-loss all ask this."""
+    out, seen = [], set()
+    for i, part in enumerate(re.split(r"\{(\d+)\}", template)):
+        if i % 2 == 0:
+            out.append(re.escape(part))
+        elif part in seen:
+            out.append(f"(?P=level{part})")
+        else:
+            seen.add(part)
+            out.append(f"(?P<level{part}>[^/]+)")
+    return re.compile("".join(out))

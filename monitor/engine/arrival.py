@@ -23,10 +23,11 @@ restart, the first backlog to arrive was taken at its arrival and cleared a rest
 alarm (a PLC dead for an hour looked alive for a minute). But the gateway clock may have
 been stepped forward while the daemon was down (NTP at boot after a run on a clock behind),
 which no watch saw: every live reading would then look a step late against the restored
-delivery, for good. So a restored delivery gives way to readings whose stamps advance no
-faster than their arrivals (`PACE`) over `PACE_SPAN` or more since the first one late
-against it: a live device, not a backlog (sent at once, or faster than it was taken). A
-backlog sent at the pace it was taken cannot be told from a live device: it is taken live.
+delivery, for good. So a restored delivery gives way to readings whose stamps advance as
+their arrivals do, none delivered more than `JITTER` quicker than the one measured from,
+for `PACE_SPAN`: a live device, not a backlog (sent at once, or at a rate faster than it
+was taken: each reading quicker than the last). A backlog sent at the pace it was taken
+(within 10 %) cannot be told from a live device: it is taken live.
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ DRIFT = 1e-3
 100 ppm at worst, NTP slews at 500 ppm; ten times the first still keeps an hour-old
 backlog an hour old for 1000 hours."""
 
-PACE = 2.0
-"""A restored delivery gives way when the stamps advance at most this many seconds for each
-second of arrival (a live device: 1, with the link's jitter; a backlog: many, or all at once)."""
-PACE_SPAN = 10.0
-"""...measured over at least this long of arrivals (seconds), so one second's jitter is not
-taken for a pace."""
+JITTER = 2.0
+"""A restored delivery gives way to readings that come no quicker than one of them, less this
+(seconds: the link's delay varying), for `PACE_SPAN`: their stamps advance as their arrivals
+do, a live device. A backlog catches up (each reading delivered quicker than the one before:
+all at once, or sent at a rate), and is measured again from each reading `JITTER` quicker."""
+PACE_SPAN = 20.0
+"""...for at least this long of arrivals (seconds). A backlog sent less than `JITTER /
+PACE_SPAN` (10 %) faster than it was taken cannot be told from a live device."""
 
 
 class DeviceWatch:
@@ -84,14 +87,14 @@ class DeviceWatch:
         return stamp + quickest
 
     def _live(self, stamp: float, arrived: float) -> bool:
-        """Whether readings late against a restored delivery come at the clocks' pace."""
+        """Whether readings late against a restored delivery come at the clocks' pace: none
+        delivered `JITTER` quicker than the one measured from, for `PACE_SPAN`."""
         assert self.first_late is not None
         first, at = self.first_late
-        if math.isnan(first):
+        if math.isnan(first) or (stamp - first) - (arrived - at) > JITTER:  # catching up
             self.first_late = (stamp, arrived)
             return False
-        span = arrived - at
-        return span >= PACE_SPAN and stamp - first <= PACE * span
+        return arrived - at >= PACE_SPAN
 
     def refused(self, stamp: float, last: float, arrived: float) -> None:
         """A reading stamped `stamp`, no later than the last one judged (`last`), arrived."""

@@ -216,10 +216,8 @@ def _apply(
                 float(d["slug"][k])
             for k, q, c in d["slug"]["pending"]:
                 int(k), int(q), int(c)
-        if st.device is not None and "device" in d:
-            for k in _DEVICE:
-                float(d["device"][k])
     base = engine.baselines
+    unusable: list[str] = []
     for i, j in pairs:
         st, d = engine.sensor_states()[i], states[j]
         st.last_time, st.value, st.fresh, st.last_good = (
@@ -266,8 +264,35 @@ def _apply(
             lim.active = bool(s["active"])
             lim.a_start, lim.b_start = float(s["a_start"]), float(s["b_start"])
         if st.device is not None and "device" in d:  # not: learnt again from the next reading
-            st.device.restore(float(d["device"]["lag"]), float(d["device"]["lag_at"]))
+            kept = _delivery(d["device"])
+            if kept is None:
+                unusable.append(st.sensor)
+            else:
+                st.device.restore(*kept)
     engine.last_tick = float(doc["last_tick"])
+    if unusable:
+        log.warning(
+            "engine checkpoint: the quickest delivery kept for %s is no pair of times a watch"
+            " could hold; learnt again from the next reading (the rest restored)",
+            ", ".join(repr(s) for s in unusable),
+        )
+
+
+def _delivery(kept: object) -> tuple[float, float] | None:
+    """A device-stamped sensor's kept (lag, lag_at), or None when no watch could have held it
+    (a hand edit, a flipped bit): NaN or -inf would take every reading at NaN or -inf (a stale
+    alarm that never clears, or one raised for good). The key is optional, so an unusable one
+    is learnt again like a missing one, not a reason to refuse every baseline."""
+    if not isinstance(kept, dict):
+        return None
+    lag, at = kept.get("lag"), kept.get("lag_at")
+    if not isinstance(lag, (int, float)) or not isinstance(at, (int, float)):
+        return None
+    if math.isfinite(lag) and math.isfinite(at):
+        return float(lag), float(at)
+    if lag == math.inf and at == -math.inf:  # none learnt yet, as a new watch holds it
+        return math.inf, -math.inf
+    return None
 
 
 def load_checkpoint_or_start_fresh(engine: Engine, path: str | Path) -> bool:

@@ -286,7 +286,7 @@ class Engine:
         st.last_time = t
         st.ooo_episode = False
         if self.ahead is not None:  # a reading judged ends a run of refusals ahead, if any
-            self.ahead.taken(st.sensor)
+            self.ahead.taken(st.sensor, t)
         self.counters.samples += 1
         v = sample.value
         st.value = v
@@ -332,7 +332,12 @@ class Engine:
             # A device-stamped one ends it at its arrival on the gateway clock, as it was raised.
             ended = arrived if arrived > self.last_tick else self.last_tick
             out.append(stale_condition(st.sensor, ended, v, st.stale_after, ConditionState.CLEARED))
-        st.fresh = taken
+        # A device's reading never puts its watch back, nor starts it before the first tick
+        # (NaN: a restart's, which does not count the downtime): one late against a restored
+        # delivery (a gateway clock stepped forward while the daemon was down), or kept by the
+        # broker for the session, raised stale at the next tick on a live PLC (a false page).
+        if st.device is None or taken >= st.fresh:
+            st.fresh = taken
         st.last_good = v
         for lim in st.limits:
             if t <= lim.held and not self._ends_hold(lim, t):

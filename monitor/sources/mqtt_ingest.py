@@ -142,6 +142,8 @@ class MqttSource:
                         f"sensor {sample.sensor!r} takes its time from the payload (a subscription with a"
                         " time_path names it); a reading stamped at receipt would judge it on two clocks"
                     )
+                if ahead is not None:  # received after a refusal ahead: judged, it ends the run
+                    ahead.received(sample.sensor, sample.time)
             except PayloadError as exc:
                 run = 0
                 if (

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from monitor.config.clocks import sensor_pattern
 from monitor.config.sources import Subscription, check_topic_filter
 from monitor.errors import PayloadError, StampAheadError
 from monitor.model import Sample, parse_time
@@ -86,9 +87,7 @@ class Route:
         """Whether some topic matching this filter binds `sensor` (for comm-loss)."""
         if "{" not in self.sensor:
             return sensor == self.sensor
-        parts = _PLACEHOLDER.split(self.sensor)  # literal, n, literal, n, ..., literal
-        pattern = "".join(re.escape(p) if i % 2 == 0 else "[^/]+" for i, p in enumerate(parts))
-        return re.fullmatch(pattern, sensor) is not None
+        return sensor_pattern(self.sensor).fullmatch(sensor) is not None
 
     def sensor_for(self, topic: str) -> str:
         """The sensor id, with `{n}` replaced by the topic level the n-th `+` matched."""
@@ -267,11 +266,14 @@ class StampsAhead:
     sensor: when the last one arrived (gateway clock), how far ahead it was, and how many
     in a row since the sensor's last reading taken (`taken`, which the engine calls for a
     reading it judged: one it drops, a frozen stamp, ends nothing) or since a silence of
-    `RUN_GAP`. The stale rule reads `latest` (`model.RefusedAhead`), health `total`,
-    `last` and `worst`. The arrival times are on the gateway clock and move with its
-    steps (`shift`, called where the engine's stale watches move).
+    `RUN_GAP`. Only a reading received after the run's last refusal ends it (`received`
+    notes its stamp on paho's thread): one received before, judged after on the loop's
+    thread, is no sign the device's clock is right again. The stale rule reads `latest`
+    (`model.RefusedAhead`), health `total`, `last` and `worst`. The arrival times are on
+    the gateway clock and move with its steps (`shift`, called where the engine's stale
+    watches move).
 
-    Written on paho's thread (`record`), and on the loop's (`taken`, `shift`): one lock.
+    Written on paho's thread (`record`, `received`), on the loop's (`taken`, `shift`): one lock.
     The table is capped like `BadPayloads`'s; past the cap only the totals count.
     """
 
@@ -282,6 +284,9 @@ class StampsAhead:
         self.total = 0
         self.last: tuple[float, float] | None = None  # (arrived, ahead) of the last one, any sensor
         self._by_sensor: dict[str, tuple[float, float, int]] = {}
+        # The earliest stamp of a good reading received since the sensor's last refusal, if
+        # any: a judged reading stamped at least that ends the run (`taken`).
+        self._answered: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def record(self, sensor: str, ahead: float, arrived: float) -> int:
@@ -295,14 +300,28 @@ class StampsAhead:
                 return 0
             run = 1 if entry is None or arrived - entry[0] > RUN_GAP else entry[2] + 1
             self._by_sensor[sensor] = (arrived, ahead, run)
+            self._answered.pop(sensor, None)  # readings received before it end nothing now
             return run
 
-    def taken(self, sensor: str) -> int:
-        """A reading of `sensor` was judged: a run of refusals, if any, is over; how many
-        it had (0: none)."""
+    def received(self, sensor: str, stamp: float) -> None:
+        """A good reading of `sensor` stamped `stamp` was received (paho's thread, before it
+        is queued): if the engine judges it, or a later one, the run before it is over."""
+        if not self._by_sensor:  # the common case, without the lock
+            return
+        with self._lock:
+            if sensor in self._by_sensor and stamp < self._answered.get(sensor, math.inf):
+                self._answered[sensor] = stamp
+
+    def taken(self, sensor: str, stamp: float) -> int:
+        """A reading of `sensor` stamped `stamp` was judged: a run of refusals, if any, is
+        over if a reading received after its last refusal was stamped no later; how many
+        it had (0: none, or not over: a refusal came while this reading waited)."""
         if not self._by_sensor:  # the common case, without the lock
             return 0
         with self._lock:
+            if not stamp >= self._answered.get(sensor, math.inf):
+                return 0
+            del self._answered[sensor]
             entry = self._by_sensor.pop(sensor, None)
         if entry is None:
             return 0
