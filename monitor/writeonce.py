@@ -13,12 +13,12 @@ Bounded for an attacker with the token: a key is 8 to 64 characters of `KEY_CHAR
 owner is a digest of the bearer token (keys of one token are not another's), and each
 claim deletes all but the newest `KEEP_ROWS`, so the table never grows past that; an
 answer above `ANSWER_MAX` bytes is not kept, and the answers kept are `ANSWERS_MAX` bytes all
-told (1 MiB: the oldest answers go, their keys stay), so a file holds at most ~1.5 MiB of
-them (1 MiB of answers, 0.4 MiB for 1,000 ids of the longest keys) where it could hold
-1,000 x 64 KiB. Not by age: a gateway's clock that steps by
-days (NTP at boot after a dead RTC battery) made every key look old, or ahead, and the
-next write dropped them all, so a retry after it was recorded twice; a clock cannot tell
-a step from a quiet weekend. At tens of writes a day a key is kept for weeks.
+told (1 MiB: the oldest answers go, their keys stay), so a file holds at most ~2.5 MiB of
+them (1 MiB of answers takes up to 2 MiB of pages when each is just under half a page, and
+1,000 ids of the longest keys 0.4 MiB) where it could hold 1,000 x 64 KiB. Not by age: a
+gateway's clock that steps by days (NTP at boot after a dead RTC battery) made every key
+look old, or ahead, and the next write dropped them all, so a retry after it was recorded
+twice; a clock cannot tell a step from a quiet weekend. At tens of writes a day a key is kept for weeks.
 
 This module only speaks SQL on a connection its store opened; `Keys` is what the console
 asks of a store (a repeat's first use, its answer kept), sqlite3's errors as `StateError`
@@ -53,9 +53,9 @@ _KEY = re.compile(r"[A-Za-z0-9._:-]{8,64}")
 KEEP_ROWS = 1000  # a station's operators write tens a day; a retry comes within seconds or hours
 ANSWER_MAX = 64 * 1024  # one answer kept (an alarm's is ~1 KiB, an incident's grows with its notes)
 ANSWERS_MAX = 1024 * 1024  # the answers one file keeps, all told: the newest, the older dropped
-# The answers past `ANSWERS_MAX` bytes, newest first (their rows and keys stay).
+# The rows whose answers are past `ANSWERS_MAX` bytes, newest first (the rows and keys stay).
 _OVER = """
-UPDATE console_write SET answer = NULL WHERE id IN (
+SELECT id, owner, key, request, time FROM console_write WHERE id IN (
     SELECT id FROM (
         SELECT id, sum(length(CAST(answer AS BLOB))) OVER (ORDER BY id DESC) AS held
         FROM console_write WHERE answer IS NOT NULL
@@ -127,7 +127,7 @@ def answer(db: sqlite3.Connection, key: WriteKey, text: str) -> None:
     db.execute("SAVEPOINT console_answer")  # a transaction of its own, or a part of the caller's
     try:
         # room first, so the file never holds more than the bound, not even within this write
-        db.execute(_OVER, (ANSWERS_MAX - size,))
+        _drop_answers(db, db.execute(_OVER, (ANSWERS_MAX - size,)).fetchall())
         db.execute(
             "UPDATE console_write SET answer = ? WHERE owner = ? AND key = ?", (text, key.owner, key.key)
         )
@@ -137,6 +137,18 @@ def answer(db: sqlite3.Connection, key: WriteKey, text: str) -> None:
             db.execute("ROLLBACK TO console_answer")
             db.execute("RELEASE console_answer")
         raise
+
+
+def _drop_answers(db: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
+    """The rows (`_OVER`) without their answers, written anew: deleted, then inserted as
+    they were with no answer. Not `UPDATE ... answer = NULL`: a row that held an answer of
+    most of a page kept that page to itself when it shrank (SQLite merges pages when rows
+    are deleted, not when an update shrinks one), and 1,000 ids took a page each, 4 MiB."""
+    if rows:
+        db.executemany("DELETE FROM console_write WHERE id = ?", [(r[0],) for r in rows])
+        db.executemany(
+            "INSERT INTO console_write (id, owner, key, request, time) VALUES (?, ?, ?, ?, ?)", rows
+        )
 
 
 def keepable(text: str) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from monitor.alarms.journal import Journal
 from monitor.alarms.late import LATE_ACTIONS_MAX
 from monitor.diskspace import CITATION, SENSOR
 from monitor.model import Condition, ConditionState, ManualClock, Rule
@@ -107,3 +108,29 @@ def test_operator_actions_queued_on_a_full_disk_are_bounded(tiny_disk: Path) -> 
         events = live.call(lambda: [e.event for e in view.alarms.journal.entries(sensor=SENSOR)])
     assert events[0] == "activated" and events[-1] == "cleared"
     assert len(events) == LATE_ACTIONS_MAX + 2
+
+
+def test_a_clean_stop_once_the_disk_takes_writes_journals_what_waits(tiny_disk: Path) -> None:
+    """The operator frees space and stops the daemon (`systemctl restart`) before any alarm
+    transition came to write the queue: the pipeline's held batch is not tried again at the
+    stop within its 2 s retry pause, so nothing else writes it. Before, the manager closed
+    the journal with the disk alarm's activation and the operator's acknowledgement (and its
+    key) still in memory: the journal never showed the episode nor the ack, on a disk that
+    took writes. Now closing writes what waits first."""
+    journal = tiny_disk / "journal.sqlite"
+    view = TableView(journal, ManualClock(T0))
+    with LiveConsole(view) as live:
+        ballast = fill_disk(tiny_disk)
+        live.call(lambda: view.alarms.apply(disk_condition(ConditionState.ACTIVE, T0)))
+        first = post(live.url, ACK, {"note": "freeing space"})
+        assert first.status_code == 200, first.text
+        ballast.unlink()
+    view.alarms.close()
+    again = Journal(journal)
+    try:
+        events = [e.event for e in again.entries(sensor=SENSOR)]
+        kept = again._db.execute("SELECT key, answer FROM console_write").fetchall()
+    finally:
+        again.close()
+    assert events == ["activated", "acknowledged"]
+    assert kept == [(KEY, first.text)]

@@ -217,3 +217,24 @@ def test_a_replacement_refused_is_not_kept_and_without_a_key_it_is_done_as_befor
     assert view.meter_book.ledger._db.execute("SELECT count(*) FROM console_write").fetchone() == (0,)
     assert replace(view, SWAP_BODY, key=None).status_code == 200
     assert view.meter_book.ledger._db.execute("SELECT count(*) FROM console_write").fetchone() == (0,)
+
+
+def test_a_replacement_the_ledger_cannot_write_is_503_not_done_and_the_openapi_page_says_so(
+    view: MeterView,
+) -> None:
+    """The ledger refusing the write (a full or read-only state disk; here the ledger's own
+    connection set `query_only`, a fake: the journal shares that disk in a real one) is the app's
+    503 `not done: meter ledger ...`, and a retry with the same key is judged again (the
+    key went with the rolled-back swap). Before, the route's OpenAPI responses listed 400
+    to 409 only: a client generated from it had no 503 to handle."""
+    swapped_meter(view)
+    paths = call(view, "GET", "/openapi.json").json()["paths"]
+    assert "503" in paths["/api/meters/{meter}/replacements"]["post"]["responses"]
+    ledger = view.meter_book.ledger
+    ledger._db.execute("PRAGMA query_only = ON")  # refuses every write, as a read-only file does
+    refused = replace(view, SWAP_BODY)
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["detail"].startswith(f"not done: meter ledger {ledger.path}")
+    ledger._db.execute("PRAGMA query_only = OFF")
+    done = replace(view, SWAP_BODY)
+    assert done.status_code == 200 and "idempotent-replayed" not in done.headers, done.text

@@ -6,8 +6,10 @@ the operators' actions on it are shown from memory (console, MQTT) and journaled
 order, as soon as the journal takes writes again. An action sent from the console keeps
 its `Idempotency-Key` here with it (and its answer, once given): the page's repeat of a
 lost answer finds it and gets the first answer, and the key is journaled in the same
-transaction as its action when the queue is written, as for any other write. Lost at a
-restart, as the queued transitions are (the journal never had them).
+transaction as its action when the queue is written, as for any other write. A clean stop
+writes what waits first (`close`): the operator who frees space and restarts the daemon at
+once finds the episode and the actions in the journal. Lost at a kill, or at a stop while
+the disk still refuses, as the queued transitions are (the journal never had them).
 
 Bounded: at most `LATE_ACTIONS_MAX` operator actions wait at once (a client with the token
 shelving and unshelving the alarm on a disk that stays full grew memory without end); past
@@ -73,6 +75,20 @@ class LateEntries:
                     self._journal.keys.keep_answer(first.key, first.answer)
                 except StateError as exc:  # the action and its key are journaled: a repeat
                     log.warning("%s: answer not kept for a repeat: %s", self.store, exc)
+
+    def close(self) -> None:
+        """At a clean stop: journal what waits if the disk takes writes by now (nothing
+        else may come to write it: the pipeline does not retry its held batch at a stop
+        within its retry pause); say what is lost if it does not."""
+        self.write()
+        if self._waiting:
+            actions = sum(1 for w in self._waiting if w.entry.actor is not None)
+            first = self._waiting[0].entry
+            log.warning(
+                "alarm journal %s: %d transition(s) of %s/%s (%d operator action(s)) not journaled"
+                " at the stop, the state disk still refuses writes: lost",
+                self._journal.path, len(self._waiting), first.sensor, first.rule, actions,
+            )  # fmt: skip
 
     def _find(self, key: WriteKey) -> _Waiting | None:
         return next(

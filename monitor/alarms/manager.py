@@ -371,6 +371,8 @@ class AlarmManager:
         return rec
 
     def close(self) -> None:
+        """Journal what waits for the state disk first (`LateEntries.close`)."""
+        self._late.close()
         self.journal.close()
 
 

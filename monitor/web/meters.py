@@ -29,6 +29,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     403: {"description": "no console.token configured: writes are disabled"},
     404: {"description": "no such meter"},
     409: {"description": "the figures contradict the ledger (the reason says how)"},
+    503: {"description": "the meter ledger could not record the swap (the state disk): `not done: ...`"},
 }
 
 
