@@ -3,7 +3,9 @@ included: what was not monitored is said (`unmonitored_hours`), never given as z
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 import yaml
@@ -11,7 +13,10 @@ import yaml
 from monitor.config import load_config
 from monitor.daemon import Daemon
 from monitor.model import ManualClock, Sample
+from monitor.sqlite import Schema, connect
 from monitor.station import StationStore, StationTracker
+from monitor.station.report import report
+from monitor.station.store import SCHEMA
 from simulators.lift_station import LiftStation
 from tests.test_station_live import DAY as SIM_DAY
 from tests.test_station_live import START, polls, write_config
@@ -131,3 +136,124 @@ def test_the_daemon_back_after_a_day_down_writes_the_days_it_missed(tmp_path: Pa
     assert daily["2026-01-02"] == {"unmonitored_hours": "24.0"}
     assert float(daily["2026-01-03"]["unmonitored_hours"]) == pytest.approx(1.0, abs=0.02)
     assert float(daily["2026-01-03"]["run_hours"]) > 1.0
+
+
+def _down_and_back(tmp_path: Path) -> tuple[StationStore, list[str]]:
+    """`test_days_the_daemon_was_down_get_a_point_saying_so`'s restart, p1 running throughout:
+    down from 23:00 on the 28th to 01:00 on the 30th. The store and the daily points."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    for s in _polls(MIDNIGHT - 7200, MIDNIGHT - 3600):
+        tracker.feed(s)
+    tracker.save()
+    points = tracker.take_daily()
+    store.close()
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store, resume=True)
+    for s in _polls(MIDNIGHT + DAY + 3600, MIDNIGHT + 2 * DAY + 60):
+        tracker.feed(s)
+        points += tracker.take_daily()
+    tracker.save()
+    return store, points
+
+
+def test_the_pumps_report_leaves_out_the_hours_not_monitored_as_the_daily_point_does(
+    tmp_path: Path,
+) -> None:
+    """`monitor pumps report` over a day is the day's `pump_daily` point. Before, the report
+    counted p1's run open across the downtime as running through it: 24 h on the 30th (the
+    point: 23 h) and 24 h on the 29th, a day nobody watched (the point: unmonitored only)."""
+    store, points = _down_and_back(tmp_path)
+    zone = ZoneInfo("America/New_York")
+    daily = _days(points, "pump_daily")
+    for day, start in (("2026-05-29", MIDNIGHT), ("2026-05-30", MIDNIGHT + DAY)):
+        pumps = report(store, ["p1", "p2"], start, start + DAY, zone)["pumps"]
+        assert isinstance(pumps, list)
+        p1 = pumps[0]
+        point = daily[day]
+        assert p1["run_hours"] == pytest.approx(float(point.get("run_hours", "0")), abs=1e-3)
+        assert p1["unmonitored_hours"] == pytest.approx(float(point["unmonitored_hours"]), abs=1e-3)
+    store.close()
+
+
+def test_a_restart_killed_before_it_saved_does_not_count_the_downtime_twice(tmp_path: Path) -> None:
+    """The daemon comes back at 01:00 on the 30th (its silence since 23:00 on the 28th kept at
+    once), is killed -9 ten minutes later, before it saved its progress (every 30 s of wall
+    time, or its sensors' first minutes), and comes back again at 01:30: the store's last event
+    time is still 23:00 on the 28th. Before, the two silences from it were both counted: 48
+    hours unmonitored on the 29th, 2.5 on the 30th. Now one silence, to 01:30 (the ten minutes
+    watched between are lost with the progress not saved: counted unmonitored, not measured)."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    for s in _polls(MIDNIGHT - 7200, MIDNIGHT - 3600):
+        tracker.feed(s)
+    tracker.save()
+    store.close()
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store, resume=True)
+    for s in _polls(MIDNIGHT + DAY + 3600, MIDNIGHT + DAY + 4200):
+        tracker.feed(s)
+    store.close()  # kill -9: no `save`
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store, resume=True)
+    points: list[str] = []
+    for s in _polls(MIDNIGHT + DAY + 5400, MIDNIGHT + 2 * DAY + 60):
+        tracker.feed(s)
+        points += tracker.take_daily()
+    days = _days(points, "station_daily")
+    assert days["2026-05-29"] == {"unmonitored_hours": "24.0"}
+    assert float(days["2026-05-30"]["unmonitored_hours"]) == pytest.approx(1.5)
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("down", "hours"),
+    [("2026-11-01", "25.0"), ("2026-03-08", "23.0")],
+    ids=["fall-back", "spring-forward"],
+)
+def test_a_day_wholly_down_at_a_clock_change_has_its_own_length(
+    tmp_path: Path, down: str, hours: str
+) -> None:
+    """Days are local: a day wholly down on which the clocks go back is 25 hours unmonitored,
+    on which they go forward 23, and the days either side 1 hour each (down from 23:00 the
+    day before, back at 01:00 the day after)."""
+    zone = ZoneInfo("America/New_York")
+    day = datetime.fromisoformat(down).replace(tzinfo=zone)
+    before = (day - timedelta(days=1)).replace(hour=22).timestamp()
+    after = (day + timedelta(days=1)).replace(hour=1).timestamp()
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    for s in [*_polls(before, before + 3600), *_polls(after, after + 23 * 3600 + 60)]:
+        tracker.feed(s)
+    days = _days(tracker.take_daily(), "station_daily")
+    assert days[down] == {"unmonitored_hours": hours}
+    ahead = (day + timedelta(days=1)).date().isoformat()
+    assert float(days[ahead]["unmonitored_hours"]) == pytest.approx(1.0)
+    store.close()
+
+
+def test_a_schema_5_store_upgrades_keeping_its_silences_and_a_schema_5_release_refuses_it(
+    tmp_path: Path,
+) -> None:
+    """Schema 6 keeps every silence not monitored (table `unmonitored`), for reports over any
+    period; schema 5 kept those of the days not closed in `meta` (key `unmonitored`). A
+    schema-5 file's are still read after the upgrade (a restart's days, reports), and a release
+    that reads up to schema 5 refuses the upgraded file, naming it."""
+    path = tmp_path / "station.sqlite"
+    old = connect(path, Schema("station store", SCHEMA.migrations[:5]))
+    down, back = MIDNIGHT - 3600.0, MIDNIGHT + DAY + 3600.0
+    old.execute("INSERT INTO meta VALUES ('unmonitored', ?)", (f"{down!r} {back!r}",))
+    old.close()
+    store = StationStore(path)
+    assert store.db.execute("PRAGMA user_version").fetchone() == (SCHEMA.version,)
+    assert store.unmonitored(MIDNIGHT, MIDNIGHT + DAY) == [(down, back)]
+    store.save_unmonitored((back + 7200, back + 9000))
+    assert store.unmonitored() == [(down, back), (back + 7200, back + 9000)]
+    store.close()
+    with pytest.raises(
+        Exception, match=rf"newer station-monitor \(schema {SCHEMA.version}, this release reads up to 5\)"
+    ):
+        connect(path, Schema("station store", SCHEMA.migrations[:5]))

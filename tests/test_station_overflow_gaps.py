@@ -142,7 +142,7 @@ def test_a_restart_between_two_polls_is_not_partial(tmp_path: Path) -> None:
     store.close()
 
 
-def test_a_station_store_of_schema_4_upgrades_and_a_schema_4_release_refuses_schema_5(tmp_path: Path) -> None:
+def test_a_station_store_of_schema_4_upgrades_and_a_schema_4_release_refuses_it(tmp_path: Path) -> None:
     """Schema 5 keeps the readings known missing while an overflow is open; a schema-4 file
     opens with none, and a release that reads up to schema 4 refuses the upgraded file."""
     path = tmp_path / "station.sqlite"
@@ -156,9 +156,11 @@ def test_a_station_store_of_schema_4_upgrades_and_a_schema_4_release_refuses_sch
     store = StationStore(path)
     (rec,) = store.open_overflows()
     assert (rec.volume_gal, rec.missing_from, rec.missing_to, rec.disagree_from) == (1234.5, None, None, None)
-    assert store.db.execute("PRAGMA user_version").fetchone() == (5,)
+    assert store.db.execute("PRAGMA user_version").fetchone() == (SCHEMA.version,)
     store.close()
-    with pytest.raises(Exception, match=r"newer station-monitor \(schema 5, this release reads up to 4\)"):
+    with pytest.raises(
+        Exception, match=rf"newer station-monitor \(schema {SCHEMA.version}, this release reads up to 4\)"
+    ):
         connect(path, Schema("station store", SCHEMA.migrations[:4]))
 
 

@@ -32,7 +32,7 @@ from zoneinfo import ZoneInfo
 from monitor.sinks.lineproto import line
 from monitor.station.record import OverflowRecord
 from monitor.station.report import overflow_volume, pump_figures
-from monitor.station.store import StationStore
+from monitor.station.store import StationStore, merged
 
 # The overflow open at a local midnight as it stood then (volume carried to it), its earlier
 # days' share in `volume_before_day`; None with none open. Called once per day closed.
@@ -72,23 +72,25 @@ class DailyTotals:
         midnight had no point (a hole in the operator's daily log)."""
         self.last = last_time
         self.day_end = next_midnight(last_time, self.zone)
-        self.unmonitored = self.store.unmonitored()
+        self.unmonitored = self.store.unmonitored(self.day_end - 36 * 3600)
 
-    def seen(self, t: float) -> bool:
+    def seen(self, t: float) -> tuple[float, float] | None:
         """A reading at `t` (before `advance`): a silence since the last longer than
         `silent_after` (from the day's start, for the first reading) was not monitored.
-        True: one was added to `unmonitored` (the caller keeps it: `StationStore.save_unmonitored`)."""
+        Returns the silence added to `unmonitored` (the caller keeps it:
+        `StationStore.save_unmonitored`); one overlapping another (a restart killed before it
+        saved its progress begins from the same last time) is counted once."""
         if t <= self.last:
-            return False
+            return None
         since, self.last = self.last, t
         if t - since <= self.silent_after:
-            return False
+            return None
         if since == -math.inf:
             since = next_midnight(next_midnight(t, self.zone) - 36 * 3600, self.zone)  # the day's start
         if t - since <= self.silent_after:
-            return False
-        self.unmonitored.append((since, t))
-        return True
+            return None
+        self.unmonitored = merged([*self.unmonitored, (since, t)])
+        return since, t
 
     def advance(self, t: float, live: Live | None = None) -> None:
         """Close the local days event time `t` has passed; `live`: the overflow open then."""
@@ -99,10 +101,8 @@ class DailyTotals:
             start = next_midnight(self.day_end - 36 * 3600, self.zone)  # the midnight before
             self._close(start, self.day_end, None if live is None else live(self.day_end))
             self.day_end = next_midnight(self.day_end + 1, self.zone)
-        kept = [g for g in self.unmonitored if g[1] > self.day_end - 36 * 3600]
-        if kept != self.unmonitored:
-            self.unmonitored = kept
-            self.store.save_unmonitored(kept)
+        # The days closed need theirs no more (the store keeps them all, for reports).
+        self.unmonitored = [g for g in self.unmonitored if g[1] > self.day_end - 36 * 3600]
 
     def _unmonitored(self, start: float, end: float) -> list[tuple[float, float]]:
         """The unmonitored stretches within [start, end)."""

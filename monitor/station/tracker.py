@@ -342,7 +342,7 @@ class StationTracker:
         if self.clocks.mixed:
             self.clocks.compare(sid, t)
         daily = self.daily
-        silence = False  # a silence not monitored ended here (`DailyTotals.seen`)
+        silence = None  # a silence not monitored ended here (`DailyTotals.seen`)
         if daily is not None and t > daily.last:
             if t - daily.last > daily.silent_after:
                 silence = daily.seen(t)
@@ -355,8 +355,8 @@ class StationTracker:
             if self._open.record is not None and self.store is not None:
                 self._kept(self._open.record)
                 self._stored(self.store.save_overflow, self._open.record)
-        if silence and daily is not None and self.store is not None:
-            self._stored(self.store.save_unmonitored, daily.unmonitored)  # for a restart's days
+        if silence is not None and self.store is not None:
+            self._stored(self.store.save_unmonitored, silence)  # for a restart's days and reports
         self.last_time = max(self.last_time, t)
         out: list[Condition] = []
         pump = self.pumps.get(sid)
