@@ -257,3 +257,64 @@ def test_a_schema_5_store_upgrades_keeping_its_silences_and_a_schema_5_release_r
         Exception, match=rf"newer station-monitor \(schema {SCHEMA.version}, this release reads up to 5\)"
     ):
         connect(path, Schema("station store", SCHEMA.migrations[:5]))
+
+
+@pytest.mark.parametrize("boot", [60.0, -400 * DAY], ids=["fake-hwclock", "unset-clock"])
+def test_a_gateway_booted_on_a_clock_behind_then_stepped_by_ntp_says_the_days_it_was_down(
+    tmp_path: Path, boot: float
+) -> None:
+    """Down from 23:00 on the 28th for 26 hours; the gateway boots on a clock behind (one
+    without a battery: fake-hwclock's time saved at shutdown, or an unset clock), the daemon
+    reads ten minutes on it, then NTP steps the clock forward to the real time (the tracker
+    moves what it measures by the step). Before: the downtime was taken for the clock's step,
+    no silence: the 29th, a day nobody watched, had a point saying it was monitored
+    throughout (0 unmonitored hours, 0 run hours, 0 overflows: zeros read as measured). Now
+    the readings since the restart were on the clock behind: the restart came at the first
+    one's time plus the step, and the silence from 23:00 on the 28th to it is unmonitored."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    for s in _polls(MIDNIGHT - 7200, MIDNIGHT - 3600):
+        tracker.feed(s)
+    tracker.save()
+    points = tracker.take_daily()
+    store.close()
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store, resume=True)
+    back = MIDNIGHT + DAY + 60  # the real time of the restart: 00:01 on the 30th
+    first = MIDNIGHT - 3600 + boot  # on the clock behind
+    for s in _polls(first, first + 600):
+        tracker.feed(s)
+    tracker.shift(back - first)
+    for s in _polls(back + 600, MIDNIGHT + 2 * DAY + 60):
+        tracker.feed(s)
+        points += tracker.take_daily()
+    days = _days(points, "station_daily")
+    assert float(days["2026-05-28"]["unmonitored_hours"]) == pytest.approx(22.0 + 1.0 + 1 / 60)
+    assert days["2026-05-29"] == {"unmonitored_hours": "24.0"}
+    assert float(days["2026-05-30"]["unmonitored_hours"]) == pytest.approx(1 / 60)
+    store.close()
+
+
+def test_a_clock_a_day_ahead_stepped_back_leaves_no_day_without_a_point(tmp_path: Path) -> None:
+    """A gateway's first start on a clock a day ahead (its RTC set wrong, no NTP yet): the
+    daemon reads from 10:00 on the 28th, stamped the 29th; at 13:00 NTP steps the clock back a
+    day. Before: the station's day still ended at the wrong clock's midnight (the 29th's end),
+    so the 28th, monitored from 10:00, never had a point (a hole in the daily log). Now the
+    day ends at the midnight after the last reading on the new clock."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    start = MIDNIGHT - 14 * 3600  # 10:00 on the 28th
+    for s in _polls(start + DAY, start + DAY + 3 * 3600):
+        tracker.feed(s)
+    tracker.shift(-DAY)
+    points: list[str] = []
+    for s in _polls(start + 3 * 3600, MIDNIGHT + DAY + 60):
+        tracker.feed(s)
+        points += tracker.take_daily()
+    days = _days(points, "station_daily")
+    assert sorted(days) == ["2026-05-28", "2026-05-29"]
+    assert float(days["2026-05-28"]["unmonitored_hours"]) == pytest.approx(10.0)
+    assert float(days["2026-05-28"]["run_hours"]) == pytest.approx(14.0, abs=0.02)
+    store.close()

@@ -34,6 +34,10 @@ from monitor.station.record import OverflowRecord
 from monitor.station.report import overflow_volume, pump_figures
 from monitor.station.store import StationStore, merged
 
+# A forward step of the clock within this much of readings after a restart is NTP setting a
+# clock the gateway booted on behind (`DailyTotals.stepped`); a later one is a running clock's.
+RESTART_STEP = 86_400.0
+
 # The overflow open at a local midnight as it stood then (volume carried to it), its earlier
 # days' share in `volume_before_day`; None with none open. Called once per day closed.
 Live = Callable[[float], OverflowRecord | None]
@@ -63,6 +67,10 @@ class DailyTotals:
         self.day_end = -math.inf  # set by the first reading
         self.last = -math.inf  # the latest reading seen (`seen`)
         self.unmonitored: list[tuple[float, float]] = []  # silences longer than `silent_after`
+        # After a restart: the store's last event time and the first reading since (the
+        # tracker sets it), until the clock's first step says which clock that reading was on.
+        self.restart: float | None = None
+        self.restart_first: float | None = None
         self._lines: list[str] = []
 
     def resumed(self, last_time: float) -> None:
@@ -70,9 +78,41 @@ class DailyTotals:
         on are closed at the first reading after it, the downtime unmonitored. Before, the
         restarted tracker began its days at that reading: the days the daemon was down over
         midnight had no point (a hole in the operator's daily log)."""
-        self.last = last_time
+        self.last = self.restart = last_time
         self.day_end = next_midnight(last_time, self.zone)
         self.unmonitored = self.store.unmonitored(self.day_end - 36 * 3600)
+
+    def stepped(self, delta: float, last: float) -> tuple[float, float] | None:
+        """The gateway clock stepped by `delta` (`StationTracker.shift`); `last`: the latest
+        reading as it stands now (-inf: none since a restart). Returns a silence to keep.
+
+        Back: the history happened `-delta` earlier (the last reading, the silences of the
+        days not closed: the caller moves the store's, `StationStore.shift_unmonitored`), and
+        the day ends at the midnight after the last reading on the new clock (before, at the
+        wrong clock's: a clock a day ahead stepped back left the day monitored without a
+        point). Forward, the first step after a restart, within `RESTART_STEP` of readings:
+        the gateway booted on a clock behind (no battery: fake-hwclock's time, or an unset
+        clock) and NTP set it; the restart's first reading came at its stamp plus the step,
+        and the silence from the last reading before the restart to it was not monitored
+        (before, the downtime was taken for the step: days nobody watched had points saying
+        they were monitored throughout)."""
+        restart, first = self.restart, self.restart_first
+        self.restart = self.restart_first = None  # the first step tells how the restart's clock stood
+        if delta < 0:
+            self.last = last if last > -math.inf else self.last + delta
+            self.unmonitored = [(a + delta, b + delta) for a, b in self.unmonitored]
+            if self.last > -math.inf:
+                self.day_end = min(self.day_end, next_midnight(self.last, self.zone))
+            return None
+        if last > -math.inf:
+            self.last = last
+        if restart is None or first is None or last - delta - first > RESTART_STEP:
+            return None
+        gap = (restart, first + delta)
+        if gap[1] - gap[0] <= self.silent_after:
+            return None
+        self.unmonitored = merged([*self.unmonitored, gap])
+        return gap
 
     def seen(self, t: float) -> tuple[float, float] | None:
         """A reading at `t` (before `advance`): a silence since the last longer than

@@ -216,6 +216,15 @@ class StationStore:
             gap,
         )
 
+    def shift_unmonitored(self, delta: float, after: float) -> None:
+        """The silences ending after `after` (the days not closed) moved by `delta` with a
+        clock step back, as `DailyTotals.stepped` moves them; one landing on another's start
+        keeps its place."""
+        self._run(
+            "UPDATE OR IGNORE unmonitored SET start = start + ?, end = end + ? WHERE end > ?",
+            (delta, delta, after),
+        )
+
     def unmonitored(self, start: float = -math.inf, end: float = math.inf) -> list[tuple[float, float]]:
         """The silences not monitored that overlap [start, end), merged where they overlap,
         oldest first. With those the merged schema-5 code kept in `meta` (key `unmonitored`)."""

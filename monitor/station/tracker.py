@@ -315,7 +315,14 @@ class StationTracker:
         elif moved or well:
             self.last_time += delta
         if self.daily is not None:
-            self.daily.last = self.last_time  # not a silence: the clock's step
+            # Not a silence, the clock's step; but the first forward after a restart may show
+            # the gateway booted on a clock behind, and the downtime was one.
+            cut = self.daily.day_end - 36 * 3600  # the silences of the days not closed move back
+            silence = self.daily.stepped(delta, self.last_time)
+            if silence is not None and self.store is not None:
+                self._stored(self.store.save_unmonitored, silence)
+            if delta < 0 and self.store is not None:
+                self._stored(functools.partial(self.store.shift_unmonitored, after=cut), delta)
         if self.store is not None:
             self._stored(functools.partial(self.store.shift_open, pumps=moved, overflow=overflow), delta)
             # The closed runs of the hour move too: a restart takes its starts from them.
@@ -342,6 +349,8 @@ class StationTracker:
         if self.clocks.mixed:
             self.clocks.compare(sid, t)
         daily = self.daily
+        if daily is not None and daily.restart is not None and daily.restart_first is None:
+            daily.restart_first = t  # on which clock: the first step after the restart says
         silence = None  # a silence not monitored ended here (`DailyTotals.seen`)
         if daily is not None and t > daily.last:
             if t - daily.last > daily.silent_after:
