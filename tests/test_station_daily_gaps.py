@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 import pytest
 import yaml
 
-from monitor.config import load_config
+from monitor.config import build_config, load_config
 from monitor.daemon import Daemon
 from monitor.model import ManualClock, Sample
 from monitor.sqlite import Schema, connect
@@ -318,3 +318,49 @@ def test_a_clock_a_day_ahead_stepped_back_leaves_no_day_without_a_point(tmp_path
     assert float(days["2026-05-28"]["unmonitored_hours"]) == pytest.approx(10.0)
     assert float(days["2026-05-28"]["run_hours"]) == pytest.approx(14.0, abs=0.02)
     store.close()
+
+
+def test_a_downtime_shorter_than_a_quiet_sensor_s_stale_after_is_still_unmonitored(tmp_path: Path) -> None:
+    """The float switch reports on change (MQTT), so its `stale_after` is a day; the level and
+    the pumps are polled every minute (5 min). Nothing comes from 23:00 on the 28th to 19:00
+    on the 29th, 20 hours: the daemon down (a restart), or the gateway's link with the switch's
+    last report more than a day old (replay). Before: a silence counted only past the longest
+    `stale_after` of the station's sensors (a day), so the 29th had a point saying it was
+    monitored throughout, and its run hours counted p1's run through the silence. Now a
+    silence is unmonitored once every sensor's last reading is stale (each its own
+    `stale_after` after it; the daemon down, once its quickest sensor's would be)."""
+    for restart in (False, True):
+        config = build_config(
+            {
+                "station": {"id": "t", "timezone": "America/New_York"},
+                "state_dir": str(tmp_path / str(restart)),
+                "sensors": [
+                    {"id": "lvl", "kind": "level", "unit": "ft",
+                     "setpoints": {"off": 2, "lead_on": 5, "lag_on": 6, "high": 8, "overflow": 9}},
+                    {"id": "p1", "kind": "pump", "pump": {"capacity": "500 gpm"}},
+                    {"id": "p2", "kind": "pump", "pump": {"capacity": "500 gpm"}},
+                    {"id": "switch", "kind": "status", "stale_after": "1d"},
+                ],
+                "wet_well": {"level": "lvl", "overflow_switch": "switch"},
+            }
+        )  # fmt: skip
+        assert config.rules["switch"].stale_after == DAY
+        store = StationStore.open(config.state_dir)
+        tracker = StationTracker(config, store)
+        points: list[str] = []
+        switch = Sample("switch", MIDNIGHT - 7200 - (0 if restart else DAY), 0.0)
+        for s in [switch, *_polls(MIDNIGHT - 7200, MIDNIGHT - 3600)]:
+            tracker.feed(s)
+        if restart:
+            tracker.save()
+            points += tracker.take_daily()
+            store.close()
+            store = StationStore.open(config.state_dir)
+            tracker = StationTracker(config, store, resume=True)
+        for s in _polls(MIDNIGHT + 19 * 3600, MIDNIGHT + DAY + 60):
+            tracker.feed(s)
+            points += tracker.take_daily()
+        day = _days(points, "station_daily")["2026-05-29"]
+        assert float(day["unmonitored_hours"]) == pytest.approx(19.0), restart
+        assert float(day["run_hours"]) == pytest.approx(5.0, abs=0.02), restart
+        store.close()

@@ -14,11 +14,12 @@ silent past its `stale_after` (carried at the last level: an estimate). An overf
 volume is unknown (no level reading during it) is counted,
 never added as 0 gal. `overflows` and `overflows_continuing` count the records begun that day.
 
-Both carry `unmonitored_hours`: the hours of the day no reading of the station's sensors came
-for longer than `silent_after` (the daemon down, the gateway or its link dead, before the first
-reading), measured between the readings either side (at a restart: from the last event time
-the store kept). Run hours count only the monitored hours. A day wholly unmonitored gives
-`unmonitored_hours` alone: nothing was measured, so no figure, and no zero read as measured.
+Both carry `unmonitored_hours`: the hours of the day in silences of the station's sensors
+in which every one's last reading went stale (the daemon down, the gateway or its link dead,
+before the first reading), measured between the readings either side (at a restart: from the
+last event time the store kept, once its quickest sensor would have gone stale). Run hours
+count only the monitored hours. A day wholly unmonitored gives `unmonitored_hours` alone:
+nothing was measured, so no figure, and no zero read as measured.
 """
 
 from __future__ import annotations
@@ -61,12 +62,17 @@ class DailyTotals:
         silent_after: float = math.inf,
     ) -> None:
         """`stale_after`: the wet well level's (an open overflow's share is partial as the
-        console says); `silent_after`: no reading for longer is time not monitored."""
+        console says); `silent_after`: the shortest `stale_after` of the station's sensors (a
+        restart's silence, or the first reading's since the day's start, longer is not monitored)."""
         self.station, self.zone, self.pumps, self.store = station, zone, pumps, store
         self.stale_after, self.silent_after = stale_after, silent_after
         self.day_end = -math.inf  # set by the first reading
         self.last = -math.inf  # the latest reading seen (`seen`)
-        self.unmonitored: list[tuple[float, float]] = []  # silences longer than `silent_after`
+        # When every station sensor's last reading is stale (the latest of a reading's time
+        # plus its sensor's `stale_after`, the tracker keeps it): a reading after is the end
+        # of a silence not monitored.
+        self.stale_at = -math.inf
+        self.unmonitored: list[tuple[float, float]] = []  # silences not monitored (`seen`)
         # After a restart: the store's last event time and the first reading since (the
         # tracker sets it), until the clock's first step says which clock that reading was on.
         self.restart: float | None = None
@@ -79,6 +85,8 @@ class DailyTotals:
         restarted tracker began its days at that reading: the days the daemon was down over
         midnight had no point (a hole in the operator's daily log)."""
         self.last = self.restart = last_time
+        # The daemon down: nothing was watched once its quickest sensor would have gone stale.
+        self.stale_at = last_time + self.silent_after
         self.day_end = next_midnight(last_time, self.zone)
         self.unmonitored = self.store.unmonitored(self.day_end - 36 * 3600)
 
@@ -98,6 +106,8 @@ class DailyTotals:
         they were monitored throughout)."""
         restart, first = self.restart, self.restart_first
         self.restart = self.restart_first = None  # the first step tells how the restart's clock stood
+        if last > -math.inf or delta < 0:
+            self.stale_at += delta  # the sensors' stale watches move with the clock
         if delta < 0:
             self.last = last if last > -math.inf else self.last + delta
             self.unmonitored = [(a + delta, b + delta) for a, b in self.unmonitored]
@@ -115,19 +125,20 @@ class DailyTotals:
         return gap
 
     def seen(self, t: float) -> tuple[float, float] | None:
-        """A reading at `t` (before `advance`): a silence since the last longer than
-        `silent_after` (from the day's start, for the first reading) was not monitored.
+        """A reading at `t` (before `advance`): a silence since the last in which every
+        sensor's reading went stale (past `stale_at`; from the day's start, for the first
+        reading, longer than `silent_after`) was not monitored.
         Returns the silence added to `unmonitored` (the caller keeps it:
         `StationStore.save_unmonitored`); one overlapping another (a restart killed before it
         saved its progress begins from the same last time) is counted once."""
         if t <= self.last:
             return None
         since, self.last = self.last, t
-        if t - since <= self.silent_after:
-            return None
         if since == -math.inf:
             since = next_midnight(next_midnight(t, self.zone) - 36 * 3600, self.zone)  # the day's start
-        if t - since <= self.silent_after:
+            if t - since <= self.silent_after:
+                return None
+        elif t <= self.stale_at:
             return None
         self.unmonitored = merged([*self.unmonitored, (since, t)])
         return since, t

@@ -163,13 +163,14 @@ class StationTracker:
         )
         # A well on two clocks (a device-stamped level beside gateway-polled pumps).
         self.clocks = WellClocks(self._device, self.watched)
+        # Each sensor's `stale_after`: the station is not monitored once every sensor's last
+        # reading is stale (`DailyTotals.stale_at`). Not past the shortest alone (a station
+        # whose sensors report on change, each quiet within its own, was called unmonitored),
+        # nor the longest (a float switch reporting on change, stale after a day, hid a daemon
+        # down for 20 hours beside a level polled every minute).
+        self._stale = {sid: config.rules[sid].stale_after for sid in self.watched}
         if self.daily is not None:
-            # No reading of the station for longer than every sensor's `stale_after` (each
-            # stale, the station unread): not monitored. The shortest would call a station
-            # whose sensors report on change, each quiet within its own `stale_after`, unmonitored.
-            self.daily.silent_after = max(
-                (config.rules[sid].stale_after for sid in self.watched), default=math.inf
-            )
+            self.daily.silent_after = min(self._stale.values(), default=math.inf)
         if resume and store is not None:
             self._resume(store)
 
@@ -352,11 +353,13 @@ class StationTracker:
         if daily is not None and daily.restart is not None and daily.restart_first is None:
             daily.restart_first = t  # on which clock: the first step after the restart says
         silence = None  # a silence not monitored ended here (`DailyTotals.seen`)
-        if daily is not None and t > daily.last:
-            if t - daily.last > daily.silent_after:
-                silence = daily.seen(t)
-            else:
-                daily.last = t  # the common case, without a call
+        if daily is not None:
+            if t > daily.last:
+                if t > daily.stale_at:  # every sensor's reading stale before this one
+                    silence = daily.seen(t)
+                else:
+                    daily.last = t  # the common case, without a call
+            daily.stale_at = max(daily.stale_at, t + self._stale[sid])
         if daily is not None and t >= daily.day_end:
             # A local midnight passed: that day's totals for InfluxDB, with what an overflow
             # open across it spilled to the midnight (its earlier days' share, kept for a restart).
