@@ -364,3 +364,33 @@ def test_a_downtime_shorter_than_a_quiet_sensor_s_stale_after_is_still_unmonitor
         assert float(day["unmonitored_hours"]) == pytest.approx(19.0), restart
         assert float(day["run_hours"]) == pytest.approx(5.0, abs=0.02), restart
         store.close()
+
+
+def test_a_clock_ahead_set_right_while_the_daemon_was_down_leaves_no_day_without_a_point(
+    tmp_path: Path,
+) -> None:
+    """The daemon runs from 22:00 to 23:00 on the 28th on a clock a day ahead (stamped the
+    29th), is stopped, and NTP sets the clock right while it is down; it starts at 01:00 on the
+    29th and finds the step at start (its history ahead of the clock: `shift` before any
+    reading). Before: the restarted day still ended at the wrong clock's midnight (the 29th's
+    end) and the silence began at the 29th's start: the 28th had no point at all. Now the 28th
+    closes at its midnight, its silence from the last reading (moved back a day) to 01:00."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    for s in _polls(MIDNIGHT - 7200 + DAY, MIDNIGHT - 3600 + DAY):
+        tracker.feed(s)
+    tracker.save()
+    store.close()
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store, resume=True)
+    tracker.shift(-DAY)
+    points: list[str] = []
+    for s in _polls(MIDNIGHT + 3600, MIDNIGHT + DAY + 60):
+        tracker.feed(s)
+        points += tracker.take_daily()
+    days = _days(points, "station_daily")
+    assert sorted(days) == ["2026-05-28", "2026-05-29"]
+    assert float(days["2026-05-28"]["unmonitored_hours"]) == pytest.approx(22.0 + 1.0 + 1 / 60)
+    assert float(days["2026-05-29"]["unmonitored_hours"]) == pytest.approx(1.0)
+    store.close()
