@@ -394,3 +394,19 @@ def test_a_clock_ahead_set_right_while_the_daemon_was_down_leaves_no_day_without
     assert float(days["2026-05-28"]["unmonitored_hours"]) == pytest.approx(22.0 + 1.0 + 1 / 60)
     assert float(days["2026-05-29"]["unmonitored_hours"]) == pytest.approx(1.0)
     store.close()
+
+
+def test_the_longest_run_is_the_longest_seen_not_one_through_the_downtime(tmp_path: Path) -> None:
+    """p1 runs before the daemon goes down (22:00 to 23:00 on the 28th) and after it comes
+    back (01:00 on the 30th to the 31st): the store holds one run across the downtime. Before:
+    `longest_run_hours` was that run's whole length, 50 hours, in the same point whose
+    `run_hours` left the downtime out (23): a pump "seen" running 50 hours on a day it was
+    seen for 23. Now the longest run is the longest stretch of it monitored, in the point and
+    in the report alike."""
+    store, points = _down_and_back(tmp_path)
+    point = _days(points, "pump_daily")["2026-05-30"]
+    assert float(point["longest_run_hours"]) == pytest.approx(23.0, abs=0.02)
+    pumps = report(store, ["p1"], MIDNIGHT + DAY, MIDNIGHT + 2 * DAY, ZoneInfo("America/New_York"))["pumps"]
+    assert isinstance(pumps, list)
+    assert pumps[0]["longest_run_hours"] == pytest.approx(float(point["longest_run_hours"]), abs=1e-3)
+    store.close()

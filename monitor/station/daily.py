@@ -184,7 +184,10 @@ class DailyTotals:
         gaps = self._unmonitored(start, end)
         unmonitored = sum(b - a for a, b in gaps) / 3600.0
         whole = unmonitored * 3600.0 >= end - start  # nothing measured that day
-        figures = pump_figures(self.store, self.pumps, start, end, open_until=end, unmonitored=gaps)
+        # All the silences known (a run's longest stretch seen may reach back before the day).
+        figures = pump_figures(
+            self.store, self.pumps, start, end, open_until=end, unmonitored=self.unmonitored
+        )
         hours = starts = 0.0
         for f in figures:
             run_hours, n = cast(float, f["run_hours"]), cast(int, f["starts"])
