@@ -270,7 +270,9 @@ def test_a_gateway_booted_on_a_clock_behind_then_stepped_by_ntp_says_the_days_it
     no silence: the 29th, a day nobody watched, had a point saying it was monitored
     throughout (0 unmonitored hours, 0 run hours, 0 overflows: zeros read as measured). Now
     the readings since the restart were on the clock behind: the restart came at the first
-    one's time plus the step, and the silence from 23:00 on the 28th to it is unmonitored."""
+    one's time plus the step, and the silence from 23:00 on the 28th to it is unmonitored; and a
+    later silence (the link dead two hours) is still found (the sensors' stale times moved with
+    their readings, not the store's last time by a step of 56 years)."""
     config = station(tmp_path)
     store = StationStore.open(config.state_dir)
     tracker = StationTracker(config, store)
@@ -286,13 +288,15 @@ def test_a_gateway_booted_on_a_clock_behind_then_stepped_by_ntp_says_the_days_it
     for s in _polls(first, first + 600):
         tracker.feed(s)
     tracker.shift(back - first)
+    hole = (MIDNIGHT + DAY + 12 * 3600, MIDNIGHT + DAY + 14 * 3600)  # the gateway's link dead after
     for s in _polls(back + 600, MIDNIGHT + 2 * DAY + 60):
-        tracker.feed(s)
-        points += tracker.take_daily()
+        if not hole[0] <= s.time < hole[1]:
+            tracker.feed(s)
+            points += tracker.take_daily()
     days = _days(points, "station_daily")
     assert float(days["2026-05-28"]["unmonitored_hours"]) == pytest.approx(22.0 + 1.0 + 1 / 60)
     assert days["2026-05-29"] == {"unmonitored_hours": "24.0"}
-    assert float(days["2026-05-30"]["unmonitored_hours"]) == pytest.approx(1 / 60)
+    assert float(days["2026-05-30"]["unmonitored_hours"]) == pytest.approx(1 / 60 + 2.0 + 1 / 60)
     store.close()
 
 

@@ -90,9 +90,10 @@ class DailyTotals:
         self.day_end = next_midnight(last_time, self.zone)
         self.unmonitored = self.store.unmonitored(self.day_end - 36 * 3600)
 
-    def stepped(self, delta: float, last: float) -> tuple[float, float] | None:
+    def stepped(self, delta: float, last: float, stale_at: float) -> tuple[float, float] | None:
         """The gateway clock stepped by `delta` (`StationTracker.shift`); `last`: the latest
-        reading as it stands now (-inf: none since a restart). Returns a silence to keep.
+        reading as it stands now (-inf: none since a restart), `stale_at`: when every sensor's
+        goes stale, from their readings as they stand now. Returns a silence to keep.
 
         Back: the history happened `-delta` earlier (the last reading, the silences of the
         days not closed: the caller moves the store's, `StationStore.shift_unmonitored`), and
@@ -106,8 +107,12 @@ class DailyTotals:
         they were monitored throughout)."""
         restart, first = self.restart, self.restart_first
         self.restart = self.restart_first = None  # the first step tells how the restart's clock stood
-        if last > -math.inf or delta < 0:
-            self.stale_at += delta  # the sensors' stale watches move with the clock
+        if stale_at > -math.inf:
+            # Not `stale_at + delta`: after a restart it was the store's last time, on the clock
+            # before the downtime (a step of 56 years from an unset clock put it as far ahead).
+            self.stale_at = stale_at
+        elif delta < 0:
+            self.stale_at += delta  # no reading since a restart: the store's last time moves back
         if delta < 0:
             self.last = last if last > -math.inf else self.last + delta
             self.unmonitored = [(a + delta, b + delta) for a, b in self.unmonitored]

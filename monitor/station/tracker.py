@@ -319,7 +319,9 @@ class StationTracker:
             # Not a silence, the clock's step; but the first forward after a restart may show
             # the gateway booted on a clock behind, and the downtime was one.
             cut = self.daily.day_end - 36 * 3600  # the silences of the days not closed move back
-            silence = self.daily.stepped(delta, self.last_time)
+            # When every sensor goes stale, from their last readings as they stand now.
+            stale_at = max((t + self._stale[sid] for sid, t in self._last.items()), default=-math.inf)
+            silence = self.daily.stepped(delta, self.last_time, stale_at)
             if silence is not None and self.store is not None:
                 self._stored(self.store.save_unmonitored, silence)
             if delta < 0 and self.store is not None:
