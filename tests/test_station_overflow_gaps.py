@@ -106,9 +106,11 @@ def test_a_good_level_throughout_is_not_partial(tmp_path: Path) -> None:
     store.close()
 
 
-def _restarted(tmp_path: Path, down: tuple[int, int], poll: int = 30) -> StationStore:
+def _restarted(
+    tmp_path: Path, down: tuple[int, int], poll: int = 30, again: tuple[Sample, ...] = ()
+) -> StationStore:
     """The overflow above, polled every `poll` s; the daemon stopped after its reading of
-    `down[0]` s and taking readings again from `down[1]` s."""
+    `down[0]` s and taking readings again from `down[1]` s (after `again`, first)."""
     config = station(tmp_path, overflow_switch=None, **WEIR)
     store = StationStore.open(config.state_dir)
     tracker = StationTracker(config, store)
@@ -119,7 +121,7 @@ def _restarted(tmp_path: Path, down: tuple[int, int], poll: int = 30) -> Station
     store.close()
     store = StationStore.open(config.state_dir)
     tracker = StationTracker(config, store, resume=True)
-    feed(tracker, [s for s in samples if s.time >= T0 + down[1]] + [Sample("lvl", T0 + 630, 8.0)])
+    feed(tracker, [*again, *(s for s in samples if s.time >= T0 + down[1]), Sample("lvl", T0 + 630, 8.0)])
     return store
 
 
@@ -127,6 +129,24 @@ def test_a_daemon_down_shorter_than_stale_after_marks_the_volume_partial(tmp_pat
     """Stopped after +150 s, back at +300 s (under the level's `stale_after`): four polls not
     taken. Before: the volume was presented as measured throughout."""
     store = _restarted(tmp_path, (150, 300))
+    (rec,) = store.overflows(T0, T0 + 3600)
+    assert rec.volume_note.startswith(
+        "partial: level readings missing from 2026-05-28T20:29:10Z to 2026-05-28T20:31:40Z;"
+    )
+    store.close()
+
+
+@pytest.mark.parametrize("stamp", [150, 120], ids=["redelivered", "older"])
+def test_a_level_reading_from_before_the_restart_does_not_hide_the_downtime(
+    tmp_path: Path, stamp: int
+) -> None:
+    """As above, but the first level reading after the restart is one from before it: MQTT
+    redelivers the message taken but not acknowledged before a kill -9 (QoS 1), or the
+    broker's retained message on subscribing (stamped +150 s, the last taken), or an older
+    one a device's buffer sends again. Before: that reading ended the silence across the
+    downtime (no later than the last reading, it missed nothing), and the four polls not
+    taken went unsaid: the volume presented as measured throughout."""
+    store = _restarted(tmp_path, (150, 300), again=(Sample("lvl", T0 + stamp, 9.5),))
     (rec,) = store.overflows(T0, T0 + 3600)
     assert rec.volume_note.startswith(
         "partial: level readings missing from 2026-05-28T20:29:10Z to 2026-05-28T20:31:40Z;"
@@ -142,7 +162,7 @@ def test_a_restart_between_two_polls_is_not_partial(tmp_path: Path) -> None:
     store.close()
 
 
-def test_a_station_store_of_schema_4_upgrades_and_a_schema_4_release_refuses_schema_5(tmp_path: Path) -> None:
+def test_a_station_store_of_schema_4_upgrades_and_a_schema_4_release_refuses_it(tmp_path: Path) -> None:
     """Schema 5 keeps the readings known missing while an overflow is open; a schema-4 file
     opens with none, and a release that reads up to schema 4 refuses the upgraded file."""
     path = tmp_path / "station.sqlite"
@@ -156,9 +176,11 @@ def test_a_station_store_of_schema_4_upgrades_and_a_schema_4_release_refuses_sch
     store = StationStore(path)
     (rec,) = store.open_overflows()
     assert (rec.volume_gal, rec.missing_from, rec.missing_to, rec.disagree_from) == (1234.5, None, None, None)
-    assert store.db.execute("PRAGMA user_version").fetchone() == (5,)
+    assert store.db.execute("PRAGMA user_version").fetchone() == (SCHEMA.version,)
     store.close()
-    with pytest.raises(Exception, match=r"newer station-monitor \(schema 5, this release reads up to 4\)"):
+    with pytest.raises(
+        Exception, match=rf"newer station-monitor \(schema {SCHEMA.version}, this release reads up to 4\)"
+    ):
         connect(path, Schema("station store", SCHEMA.migrations[:4]))
 
 

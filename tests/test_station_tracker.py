@@ -151,7 +151,7 @@ def test_replaying_again_does_not_count_twice_and_a_restart_resumes_an_open_run(
     pumps = report(store, ["p1"], T0, T0 + 3600, config.station.zone)["pumps"]
     assert pumps == [
         {"sensor": "p1", "run_hours": round(5 * 120 / 3600, 4), "starts": 5, "starts_per_hour": 5.0,
-         "longest_run_hours": round(120 / 3600, 4)}
+         "longest_run_hours": round(120 / 3600, 4), "unmonitored_hours": 0.0}
     ]  # fmt: skip
     # A run open when the daemon stopped carries on after the restart, not counted again.
     tracker = StationTracker(config, store)

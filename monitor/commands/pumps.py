@@ -82,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
             f"  {p['starts_per_hour']:.2f}/h  longest {p['longest_run_hours']:.2f} h"
         )
     print(f"  {'station':<16} {total_h:9.2f} h  {total_s:6d} starts")
+    unmonitored = max((p["unmonitored_hours"] for p in pumps_out), default=0.0)
+    if unmonitored > 0:  # the run hours are of the rest, as the daily points' are
+        print(f"  {'not monitored':<16} {unmonitored:9.2f} h  (no reading of the station: not in run hours)")
     overflows = figures["overflows"]
     assert isinstance(overflows, list)
     if not overflows:

@@ -14,11 +14,12 @@ silent past its `stale_after` (carried at the last level: an estimate). An overf
 volume is unknown (no level reading during it) is counted,
 never added as 0 gal. `overflows` and `overflows_continuing` count the records begun that day.
 
-Both carry `unmonitored_hours`: the hours of the day no reading of the station's sensors came
-for longer than `silent_after` (the daemon down, the gateway or its link dead, before the first
-reading), measured between the readings either side (at a restart: from the last event time
-the store kept). Run hours count only the monitored hours. A day wholly unmonitored gives
-`unmonitored_hours` alone: nothing was measured, so no figure, and no zero read as measured.
+Both carry `unmonitored_hours`: the hours of the day in silences of the station's sensors
+in which every one's last reading went stale (the daemon down, the gateway or its link dead,
+before the first reading), measured between the readings either side (at a restart: from the
+last event time the store kept, once its quickest sensor would have gone stale). Run hours
+count only the monitored hours. A day wholly unmonitored gives `unmonitored_hours` alone:
+nothing was measured, so no figure, and no zero read as measured.
 """
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ from zoneinfo import ZoneInfo
 from monitor.sinks.lineproto import line
 from monitor.station.record import OverflowRecord
 from monitor.station.report import overflow_volume, pump_figures
-from monitor.station.store import StationStore
+from monitor.station.store import StationStore, merged
+
+# A forward step of the clock within this much of readings after a restart is NTP setting a
+# clock the gateway booted on behind (`DailyTotals.stepped`); a later one is a running clock's.
+RESTART_STEP = 86_400.0
 
 # The overflow open at a local midnight as it stood then (volume carried to it), its earlier
 # days' share in `volume_before_day`; None with none open. Called once per day closed.
@@ -57,12 +62,21 @@ class DailyTotals:
         silent_after: float = math.inf,
     ) -> None:
         """`stale_after`: the wet well level's (an open overflow's share is partial as the
-        console says); `silent_after`: no reading for longer is time not monitored."""
+        console says); `silent_after`: the shortest `stale_after` of the station's sensors (a
+        restart's silence, or the first reading's since the day's start, longer is not monitored)."""
         self.station, self.zone, self.pumps, self.store = station, zone, pumps, store
         self.stale_after, self.silent_after = stale_after, silent_after
         self.day_end = -math.inf  # set by the first reading
         self.last = -math.inf  # the latest reading seen (`seen`)
-        self.unmonitored: list[tuple[float, float]] = []  # silences longer than `silent_after`
+        # When every station sensor's last reading is stale (the latest of a reading's time
+        # plus its sensor's `stale_after`, the tracker keeps it): a reading after is the end
+        # of a silence not monitored.
+        self.stale_at = -math.inf
+        self.unmonitored: list[tuple[float, float]] = []  # silences not monitored (`seen`)
+        # After a restart: the store's last event time and the first reading since (the
+        # tracker sets it), until the clock's first step says which clock that reading was on.
+        self.restart: float | None = None
+        self.restart_first: float | None = None
         self._lines: list[str] = []
 
     def resumed(self, last_time: float) -> None:
@@ -70,25 +84,69 @@ class DailyTotals:
         on are closed at the first reading after it, the downtime unmonitored. Before, the
         restarted tracker began its days at that reading: the days the daemon was down over
         midnight had no point (a hole in the operator's daily log)."""
-        self.last = last_time
+        self.last = self.restart = last_time
+        # The daemon down: nothing was watched once its quickest sensor would have gone stale.
+        self.stale_at = last_time + self.silent_after
         self.day_end = next_midnight(last_time, self.zone)
-        self.unmonitored = self.store.unmonitored()
+        self.unmonitored = self.store.unmonitored(self.day_end - 36 * 3600)
 
-    def seen(self, t: float) -> bool:
-        """A reading at `t` (before `advance`): a silence since the last longer than
-        `silent_after` (from the day's start, for the first reading) was not monitored.
-        True: one was added to `unmonitored` (the caller keeps it: `StationStore.save_unmonitored`)."""
+    def stepped(self, delta: float, last: float, stale_at: float) -> tuple[float, float] | None:
+        """The gateway clock stepped by `delta` (`StationTracker.shift`); `last`: the latest
+        reading as it stands now (-inf: none since a restart), `stale_at`: when every sensor's
+        goes stale, from their readings as they stand now. Returns a silence to keep.
+
+        Back: the history happened `-delta` earlier (the last reading, the silences of the
+        days not closed: the caller moves the store's, `StationStore.shift_unmonitored`), and
+        the day ends at the midnight after the last reading on the new clock (before, at the
+        wrong clock's: a clock a day ahead stepped back left the day monitored without a
+        point). Forward, the first step after a restart, within `RESTART_STEP` of readings:
+        the gateway booted on a clock behind (no battery: fake-hwclock's time, or an unset
+        clock) and NTP set it; the restart's first reading came at its stamp plus the step,
+        and the silence from the last reading before the restart to it was not monitored
+        (before, the downtime was taken for the step: days nobody watched had points saying
+        they were monitored throughout)."""
+        restart, first = self.restart, self.restart_first
+        self.restart = self.restart_first = None  # the first step tells how the restart's clock stood
+        if stale_at > -math.inf:
+            # Not `stale_at + delta`: after a restart it was the store's last time, on the clock
+            # before the downtime (a step of 56 years from an unset clock put it as far ahead).
+            self.stale_at = stale_at
+        elif delta < 0:
+            self.stale_at += delta  # no reading since a restart: the store's last time moves back
+        if delta < 0:
+            self.last = last if last > -math.inf else self.last + delta
+            self.unmonitored = [(a + delta, b + delta) for a, b in self.unmonitored]
+            if self.last > -math.inf:
+                self.day_end = min(self.day_end, next_midnight(self.last, self.zone))
+            return None
+        if last > -math.inf:
+            self.last = last
+        if restart is None or first is None or last - delta - first > RESTART_STEP:
+            return None
+        gap = (restart, first + delta)
+        if gap[1] - gap[0] <= self.silent_after:
+            return None
+        self.unmonitored = merged([*self.unmonitored, gap])
+        return gap
+
+    def seen(self, t: float) -> tuple[float, float] | None:
+        """A reading at `t` (before `advance`): a silence since the last in which every
+        sensor's reading went stale (past `stale_at`; from the day's start, for the first
+        reading, longer than `silent_after`) was not monitored.
+        Returns the silence added to `unmonitored` (the caller keeps it:
+        `StationStore.save_unmonitored`); one overlapping another (a restart killed before it
+        saved its progress begins from the same last time) is counted once."""
         if t <= self.last:
-            return False
+            return None
         since, self.last = self.last, t
-        if t - since <= self.silent_after:
-            return False
         if since == -math.inf:
             since = next_midnight(next_midnight(t, self.zone) - 36 * 3600, self.zone)  # the day's start
-        if t - since <= self.silent_after:
-            return False
-        self.unmonitored.append((since, t))
-        return True
+            if t - since <= self.silent_after:
+                return None
+        elif t <= self.stale_at:
+            return None
+        self.unmonitored = merged([*self.unmonitored, (since, t)])
+        return since, t
 
     def advance(self, t: float, live: Live | None = None) -> None:
         """Close the local days event time `t` has passed; `live`: the overflow open then."""
@@ -99,10 +157,8 @@ class DailyTotals:
             start = next_midnight(self.day_end - 36 * 3600, self.zone)  # the midnight before
             self._close(start, self.day_end, None if live is None else live(self.day_end))
             self.day_end = next_midnight(self.day_end + 1, self.zone)
-        kept = [g for g in self.unmonitored if g[1] > self.day_end - 36 * 3600]
-        if kept != self.unmonitored:
-            self.unmonitored = kept
-            self.store.save_unmonitored(kept)
+        # The days closed need theirs no more (the store keeps them all, for reports).
+        self.unmonitored = [g for g in self.unmonitored if g[1] > self.day_end - 36 * 3600]
 
     def _unmonitored(self, start: float, end: float) -> list[tuple[float, float]]:
         """The unmonitored stretches within [start, end)."""
@@ -133,7 +189,10 @@ class DailyTotals:
         gaps = self._unmonitored(start, end)
         unmonitored = sum(b - a for a, b in gaps) / 3600.0
         whole = unmonitored * 3600.0 >= end - start  # nothing measured that day
-        figures = pump_figures(self.store, self.pumps, start, end, open_until=end, unmonitored=gaps)
+        # All the silences known (a run's longest stretch seen may reach back before the day).
+        figures = pump_figures(
+            self.store, self.pumps, start, end, open_until=end, unmonitored=self.unmonitored
+        )
         hours = starts = 0.0
         for f in figures:
             run_hours, n = cast(float, f["run_hours"]), cast(int, f["starts"])

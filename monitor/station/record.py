@@ -78,7 +78,10 @@ class OverflowRecord:
         missed = self._missed(t)
         if missed is not None:
             self._kept_missing(*missed)
-        self._missed_since = None
+        # Only a reading after the silence began ends it: one from before (MQTT's redelivery
+        # or retained message at a restart, a device's buffer) hid the downtime's missing polls.
+        if self._missed_since is not None and t > self._missed_since:
+            self._missed_since = None
         if t - prev > gap[1] - gap[0]:
             self.silent_from, self.silent_to = prev, t
         self.level_last = t if self.level_last is None else max(self.level_last, t)

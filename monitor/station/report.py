@@ -31,14 +31,19 @@ def pump_figures(
     start: float,
     end: float,
     open_until: float | None = None,
-    unmonitored: Sequence[tuple[float, float]] = (),
+    unmonitored: Sequence[tuple[float, float]] | None = None,
 ) -> list[dict[str, object]]:
-    """Run hours (clipped to [start, end)), starts, starts per hour, longest run per pump.
+    """Run hours (clipped to [start, end)), starts, starts per hour, longest run per pump,
+    and the hours of the period not monitored.
 
     A run still going counts up to `open_until` (live: now), else to the last event time stored.
-    Run hours leave out the `unmonitored` stretches (within the period, not overlapping): a
-    run open across the daemon's downtime was not seen running then."""
+    Run hours leave out the `unmonitored` stretches (not overlapping; None: those the store
+    kept, as the day's `pump_daily` point does): a run open across the daemon's downtime was
+    not seen running then; its longest run is its longest stretch seen, not one through it."""
     last = open_until if open_until is not None else store.last_time()
+    if unmonitored is None:
+        unmonitored = store.unmonitored()
+    not_seen = sum(max(0.0, min(end, y) - max(start, x)) for x, y in unmonitored)
     runs = store.runs(start, end)
     out: list[dict[str, object]] = []
     hours = max((end - start) / 3600.0, 1e-9)
@@ -52,7 +57,7 @@ def pump_figures(
             stop = run.end if run.end is not None else (last if last is not None else run.start)
             a, b = max(run.start, start), min(stop, end)
             seconds += max(0.0, b - a) - sum(max(0.0, min(b, y) - max(a, x)) for x, y in unmonitored)
-            longest = max(longest, stop - run.start)
+            longest = max(longest, _longest_seen(run.start, stop, unmonitored))
             if run.started and start <= run.start < end:
                 starts += 1
         out.append(
@@ -62,9 +67,20 @@ def pump_figures(
                 "starts": starts,
                 "starts_per_hour": round(starts / hours, 3),
                 "longest_run_hours": round(longest / 3600.0, 4),
+                "unmonitored_hours": round(not_seen / 3600.0, 4),
             }
         )
     return out
+
+
+def _longest_seen(start: float, stop: float, unmonitored: Sequence[tuple[float, float]]) -> float:
+    """The longest stretch of [start, stop] outside the `unmonitored` ones (sorted, not overlapping)."""
+    longest, at = 0.0, start
+    for a, b in unmonitored:
+        if b <= at or a >= stop:
+            continue
+        longest, at = max(longest, a - at), max(at, b)
+    return max(longest, stop - at)
 
 
 def overflow_volume(

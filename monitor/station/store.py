@@ -8,8 +8,9 @@ same rows. Open runs and overflows (`end` NULL) are picked up again after a rest
 
 from __future__ import annotations
 
+import math
 import sqlite3
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,17 @@ from monitor.station.pumps import PumpRun
 from monitor.station.record import NO_LEVEL, OverflowRecord
 
 FILE = "station.sqlite"
+
+
+def merged(gaps: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Stretches of time, those that overlap or touch made one, oldest first: a time counted once."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(gaps):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 _SCHEMA = """
@@ -62,8 +74,15 @@ ALTER TABLE overflows ADD COLUMN disagree_from REAL;
 ALTER TABLE overflows ADD COLUMN disagree_to REAL;
 ALTER TABLE overflows ADD COLUMN disagree_level REAL;
 """
+# The silences of the station not monitored (`DailyTotals`), kept for good: `monitor pumps
+# report` over any period leaves them out of run hours as the day's point does.
+_UNMONITORED = """
+CREATE TABLE IF NOT EXISTS unmonitored (start REAL PRIMARY KEY, end REAL NOT NULL);
+"""
 # Add a migration to change a table; never edit one.
-SCHEMA = Schema("station store", (_SCHEMA, _VOLUME_NOTE, _RESUME_AND_LINK, _DAY_SPLIT, _MISSING))
+SCHEMA = Schema(
+    "station store", (_SCHEMA, _VOLUME_NOTE, _RESUME_AND_LINK, _DAY_SPLIT, _MISSING, _UNMONITORED)
+)
 
 
 _COLUMNS = (
@@ -187,19 +206,33 @@ class StationStore:
         else:
             self._run("INSERT OR REPLACE INTO meta VALUES ('level_spent', ?)", (repr(level_time),))
 
-    def save_unmonitored(self, gaps: list[tuple[float, float]]) -> None:
-        """The silences of the days not closed yet that were not monitored (`DailyTotals`):
-        a restart keeps them for the days' points (a key of `meta`: no schema change)."""
+    def save_unmonitored(self, gap: tuple[float, float]) -> None:
+        """A silence not monitored (`DailyTotals`), for the days' points after a restart and for
+        reports. One from the same last time (a restart killed before it saved its progress
+        begins its silence there again) keeps the longer: the downtime is counted once."""
         self._run(
-            "INSERT OR REPLACE INTO meta VALUES ('unmonitored', ?)",
-            (" ".join(repr(x) for gap in gaps for x in gap),),
+            "INSERT INTO unmonitored VALUES (?, ?)"
+            " ON CONFLICT (start) DO UPDATE SET end = max(end, excluded.end)",
+            gap,
         )
 
-    def unmonitored(self) -> list[tuple[float, float]]:
-        """What `save_unmonitored` kept (none: [])."""
-        rows = self._run("SELECT value FROM meta WHERE key = 'unmonitored'")
-        xs = [float(x) for x in str(rows[0][0]).split()] if rows else []
-        return list(zip(xs[::2], xs[1::2], strict=True))
+    def shift_unmonitored(self, delta: float, after: float) -> None:
+        """The silences ending after `after` (the days not closed) moved by `delta` with a
+        clock step back, as `DailyTotals.stepped` moves them; one landing on another's start
+        keeps its place."""
+        self._run(
+            "UPDATE OR IGNORE unmonitored SET start = start + ?, end = end + ? WHERE end > ?",
+            (delta, delta, after),
+        )
+
+    def unmonitored(self, start: float = -math.inf, end: float = math.inf) -> list[tuple[float, float]]:
+        """The silences not monitored that overlap [start, end), merged where they overlap,
+        oldest first. With those the merged schema-5 code kept in `meta` (key `unmonitored`)."""
+        rows = self._run("SELECT start, end FROM unmonitored WHERE start < ? AND end > ?", (end, start))
+        kept = self._run("SELECT value FROM meta WHERE key = 'unmonitored'")
+        xs = [float(x) for x in str(kept[0][0]).split()] if kept else []
+        old = [(a, b) for a, b in zip(xs[::2], xs[1::2], strict=False) if a < end and b > start]
+        return merged([*rows, *old])
 
     def level_spent(self) -> float | None:
         """The time `save_level_spent` kept, if any."""
@@ -261,4 +294,4 @@ class StationStore:
         return [r for r in self.overflows(float("-inf"), float("inf")) if r.end is None]
 
 
-__all__ = ["FILE", "NO_LEVEL", "OverflowRecord", "StationStore"]
+__all__ = ["FILE", "NO_LEVEL", "OverflowRecord", "StationStore", "merged"]

@@ -163,13 +163,14 @@ class StationTracker:
         )
         # A well on two clocks (a device-stamped level beside gateway-polled pumps).
         self.clocks = WellClocks(self._device, self.watched)
+        # Each sensor's `stale_after`: the station is not monitored once every sensor's last
+        # reading is stale (`DailyTotals.stale_at`). Not past the shortest alone (a station
+        # whose sensors report on change, each quiet within its own, was called unmonitored),
+        # nor the longest (a float switch reporting on change, stale after a day, hid a daemon
+        # down for 20 hours beside a level polled every minute).
+        self._stale = {sid: config.rules[sid].stale_after for sid in self.watched}
         if self.daily is not None:
-            # No reading of the station for longer than every sensor's `stale_after` (each
-            # stale, the station unread): not monitored. The shortest would call a station
-            # whose sensors report on change, each quiet within its own `stale_after`, unmonitored.
-            self.daily.silent_after = max(
-                (config.rules[sid].stale_after for sid in self.watched), default=math.inf
-            )
+            self.daily.silent_after = min(self._stale.values(), default=math.inf)
         if resume and store is not None:
             self._resume(store)
 
@@ -315,7 +316,16 @@ class StationTracker:
         elif moved or well:
             self.last_time += delta
         if self.daily is not None:
-            self.daily.last = self.last_time  # not a silence: the clock's step
+            # Not a silence, the clock's step; but the first forward after a restart may show
+            # the gateway booted on a clock behind, and the downtime was one.
+            cut = self.daily.day_end - 36 * 3600  # the silences of the days not closed move back
+            # When every sensor goes stale, from their last readings as they stand now.
+            stale_at = max((t + self._stale[sid] for sid, t in self._last.items()), default=-math.inf)
+            silence = self.daily.stepped(delta, self.last_time, stale_at)
+            if silence is not None and self.store is not None:
+                self._stored(self.store.save_unmonitored, silence)
+            if delta < 0 and self.store is not None:
+                self._stored(functools.partial(self.store.shift_unmonitored, after=cut), delta)
         if self.store is not None:
             self._stored(functools.partial(self.store.shift_open, pumps=moved, overflow=overflow), delta)
             # The closed runs of the hour move too: a restart takes its starts from them.
@@ -342,12 +352,16 @@ class StationTracker:
         if self.clocks.mixed:
             self.clocks.compare(sid, t)
         daily = self.daily
-        silence = False  # a silence not monitored ended here (`DailyTotals.seen`)
-        if daily is not None and t > daily.last:
-            if t - daily.last > daily.silent_after:
-                silence = daily.seen(t)
-            else:
-                daily.last = t  # the common case, without a call
+        if daily is not None and daily.restart is not None and daily.restart_first is None:
+            daily.restart_first = t  # on which clock: the first step after the restart says
+        silence = None  # a silence not monitored ended here (`DailyTotals.seen`)
+        if daily is not None:
+            if t > daily.last:
+                if t > daily.stale_at:  # every sensor's reading stale before this one
+                    silence = daily.seen(t)
+                else:
+                    daily.last = t  # the common case, without a call
+            daily.stale_at = max(daily.stale_at, t + self._stale[sid])
         if daily is not None and t >= daily.day_end:
             # A local midnight passed: that day's totals for InfluxDB, with what an overflow
             # open across it spilled to the midnight (its earlier days' share, kept for a restart).
@@ -355,8 +369,8 @@ class StationTracker:
             if self._open.record is not None and self.store is not None:
                 self._kept(self._open.record)
                 self._stored(self.store.save_overflow, self._open.record)
-        if silence and daily is not None and self.store is not None:
-            self._stored(self.store.save_unmonitored, daily.unmonitored)  # for a restart's days
+        if silence is not None and self.store is not None:
+            self._stored(self.store.save_unmonitored, silence)  # for a restart's days and reports
         self.last_time = max(self.last_time, t)
         out: list[Condition] = []
         pump = self.pumps.get(sid)
