@@ -496,7 +496,7 @@ class Daemon:
             self.sink.drainer.stop()
             drainer = [t for t in tasks if t.get_name() == "outbox drainer"]
             await asyncio.wait(drainer, timeout=STOP_DRAIN)
-        if not self.pipeline.process_queued():
+        if not self.pipeline.process_queued(retry_now=True):
             log.warning("%d reading(s) not stored at shutdown (state disk)", self.pipeline.waiting)
         self.tick()
         if self.clock_watch is not None:  # a flapping clock's steps not summarised yet

@@ -218,14 +218,19 @@ class Pipeline:
         self._store(batch)
         return self._judge(batch)
 
-    def process_queued(self) -> bool:
-        """Work the queue; False when a store refused and the pipeline is stalled."""
+    def process_queued(self, retry_now: bool = False) -> bool:
+        """Work the queue; False when a store refused and the pipeline is stalled.
+
+        `retry_now` (the daemon's stop) tries a held batch without waiting out the `RETRY`
+        pause: a stop right after the operator freed space would otherwise drop the readings
+        held in memory on a disk that takes writes again."""
         while True:
             batch = self._stuck
             if batch is not None:
                 now = time.monotonic()
-                if now < self._retry_at:
+                if now < self._retry_at and not retry_now:
                     return False
+                retry_now = False  # once: a disk that refuses again waits as before
                 if self.disk is not None and not self.disk.room():
                     self._retry_at = now + RETRY  # the journal's room first
                     return False

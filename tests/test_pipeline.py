@@ -302,3 +302,24 @@ def served(daemon: Daemon) -> Iterator[None]:
         loop.call_soon_threadsafe(server.stop)
         thread.join(timeout=15)
         loop.close()
+
+
+def test_a_stop_right_after_the_disk_is_freed_stores_the_held_readings(tiny_disk: Path) -> None:
+    # `systemctl restart` right after the operator freed space: the stop fell inside the 2 s
+    # retry pause (`RETRY`), and the held batch was not tried again, so Modbus readings held
+    # in memory were lost at a clean stop on a disk that took writes.
+    daemon = Daemon(station(tiny_disk / "state"), ManualClock(T0))
+    ballast = tiny_disk / "ballast"
+    st = os.statvfs(tiny_disk)
+    ballast.write_bytes(b"\0" * (st.f_bavail * st.f_frsize - (64 << 10)))
+    n = 0
+    while daemon.pipeline.stats.stalled is None:  # until the disk refuses
+        daemon.pipeline.emit([Sample("outfall.ph", T0 + n + k / 1000, 7.0) for k in range(500)], None)
+        daemon.pipeline.process_queued()
+        n += 1
+        assert n < 1000, "the disk never filled"
+    assert daemon.pipeline.waiting == 500
+    ballast.unlink()
+    asyncio.run(daemon._shutdown([], None))  # at once: inside the retry pause
+    assert daemon.pipeline.waiting == 0
+    assert daemon.pipeline.stats.stalled is None
