@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import shutil
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -36,7 +37,7 @@ from monitor.meters.totalizer import MeterSpec
 from monitor.sinks.lineproto import meter_point_line
 from monitor.sources.meter_history import MeterSample as StoredSample
 from monitor.sources.meter_history import _dedup_flag, open_history
-from tests.services import InfluxDB1, VictoriaMetrics, http
+from tests.services import InfluxDB1, Server, VictoriaMetrics, http
 from tests.test_billing_historian import (
     Station,
     build_station,
@@ -488,3 +489,71 @@ def test_what_the_kept_points_show_of_a_hidden_or_rewritten_one() -> None:
     assert "does not follow" in doubt(spec, before, span, point(9, 150.0, 5.0))  # one after 6 hidden
     assert "clock step" in doubt(spec, before, [span[0], point(6, 140.0, 20.0, restamped=True)], after)
     assert "does not follow" in doubt(spec, None, span, after)  # billed 20 over a reading not there
+
+
+class VMAuth(Server):
+    """VictoriaMetrics' own auth proxy (`vmauth`, Debian's victoria-metrics package) in front
+    of `backend`, the way a utility gives clerks credentials without `-httpAuth.*` on the
+    server. Every VictoriaMetrics binary answers `/flags` and `/metrics` itself, vmauth too."""
+
+    name = "vmauth"
+
+    def __init__(self, workdir: Path, backend: str) -> None:
+        super().__init__(workdir)
+        (workdir / "auth.yml").write_text(
+            f'users:\n- username: clerk\n  password: s3cret-pw\n  url_prefix: "{backend}"\n', encoding="utf-8"
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            shutil.which("vmauth") or "/usr/bin/vmauth",
+            f"-auth.config={self.workdir / 'auth.yml'}",
+            f"-httpListenAddr=127.0.0.1:{self.port}",
+            "-loggerLevel=ERROR",
+        ]
+
+
+def test_a_vmauth_in_front_of_a_deduplicating_server_flags_every_row(
+    tmp_path: Path, victoria_dedup: VictoriaMetrics
+) -> None:
+    """The clerk reads through a vmauth in front of a VictoriaMetrics run with
+    `-dedup.minScrapeInterval=1ms`. vmauth answers `/flags` with its own flags (`-auth.config=...`,
+    no dedup: measured with the real vmauth), so the reader took the server for one without
+    dedup: no row flagged `deduplicated`, the swap's re-judged points read as a mix of both
+    writes that shows as `unreconciled` only when the mix happens not to chain (the 1.79 keeps
+    either value), else a false exact. Its `/metrics`
+    shows no storage of its own (`vm_deduplicated_samples_total{type="merge"}`, a storage
+    node's counter), so whose flags these are is unknown: every row flagged, said once."""
+    vm = {"url": victoria_dedup.url, "org": "barton", "bucket": "vmauth-quarter"}
+    influx = {"url": "http://127.0.0.1:9", "api": "v1", "database": "unused"}  # never drained
+    raw = case_raw()
+    raw["station"] = {"id": "ps-vmauth", "name": "behind vmauth"}
+    before = victoria_dedup.lines_taken()
+    a = build_station(tmp_path / "ps", raw, influx, vm, drain=("victoria",))
+    victoria_dedup.wait_for_lines(before + a.lines_to_victoria)
+    victoria_dedup.flush()
+    proxy = VMAuth(tmp_path / "vmauth", victoria_dedup.url)
+    proxy.start()
+    try:  # the clerk's config: the same station, read through vmauth with its credentials
+        (tmp_path / "pw").write_text("s3cret-pw")
+        clerk = yaml.safe_load(a.to_victoria.read_text(encoding="utf-8"))
+        clerk["influx"] = {
+            **vm,
+            "url": proxy.url,
+            "username": "clerk",
+            "password": {"file": str(tmp_path / "pw")},
+        }
+        write_yaml(tmp_path / "clerk.yaml", clerk)
+        rows, err = historian_export(tmp_path / "clerk.yaml")
+    finally:
+        proxy.stop()
+    got = {r["meter"]: (r["consumption_ft3"], r["flags"]) for r in rows}
+    assert rows and all(DEDUP in r["flags"].split(";") for r in rows), got
+    said = [line for line in err.splitlines() if "-dedup.minScrapeInterval" in line]
+    assert len(said) == 1, err
+    assert "cannot tell whether" in said[0] and "vmauth" in said[0], said
+    assert "s3cret-pw" not in err

@@ -177,6 +177,7 @@ class VictoriaMeterHistory:
         self._http = Http(influx)
         self.target = self._http.target  # never the credentials
         self._dedup: str | None = None
+        self._stored: str | None = None  # why /flags may not be the storage's ('' when it is)
 
     def deduplication(self) -> str:
         """The server's `-dedup.minScrapeInterval` ('' when off), from its `/flags`, read once.
@@ -187,7 +188,8 @@ class VictoriaMeterHistory:
         the rows that may hold one (`meters.dedup`). A server that does not show its flags (a
         proxy in front) is taken as on, and so is a cluster's vmselect
         (`/select/<account>/prometheus`): its vmstorage nodes dedup when they merge, by flags
-        vmselect cannot show."""
+        vmselect cannot show. So is a server whose `/metrics` shows no storage of its own: a
+        vmauth in front answers `/flags` with its own flags, without the storage's dedup."""
         if self._dedup is None and _CLUSTER_SELECT.fullmatch(self._http.base):
             self._dedup = (
                 f"{UNKNOWN}a VictoriaMetrics cluster's vmselect: the vmstorage nodes'"
@@ -200,7 +202,29 @@ class VictoriaMeterHistory:
                 self._dedup = f"{UNKNOWN}{exc})"
             else:
                 self._dedup = _dedup_flag(text)
+        if self._dedup is not None and not self._dedup.startswith(UNKNOWN) and self._stored is None:
+            self._stored = self._stores_itself()
+            if self._stored:
+                self._dedup = f"{UNKNOWN}{self._stored})"
         return self._dedup
+
+    def _stores_itself(self) -> str:
+        """Why the server that answered `/flags` may not be the one that stores the samples
+        ('' when it is). Every VictoriaMetrics binary answers `/flags` and `/metrics` itself, so
+        a vmauth in front shows its own flags (`-auth.config=...`, no dedup) and the storage's
+        `-dedup.minScrapeInterval` would read as off. A node that stores and merges shows
+        `vm_deduplicated_samples_total{type="merge"}` in its `/metrics`; vmauth and vmselect do not."""
+        try:
+            metrics = self._http.lines("/metrics", [], "its metrics")
+            if any(line.startswith(_STORAGE_METRIC) for line in metrics):
+                return ""
+        except SourceError as exc:
+            return f"its /metrics cannot be read to tell whether /flags came from the storage: {exc}"
+        return (
+            "the server answering /flags stores no samples of its own (its /metrics has no"
+            ' vm_deduplicated_samples_total{type="merge"}): a proxy such as vmauth in front'
+            " answers /flags with its own flags, not the storage's"
+        )
 
     def _export(self, match: str, start_ms: int | None, end_ms: int, limit: int | None = None) -> list[bytes]:
         params = [("match[]", match), ("end", f"{end_ms / 1000:.3f}")]
@@ -273,6 +297,7 @@ def _dedup_flag(flags: str) -> str:
     return ""
 
 
+_STORAGE_METRIC = b'vm_deduplicated_samples_total{type="merge"}'  # a storage node's own counter
 _FLAG_LINE = re.compile(r'-[\w.-]+=".*"')
 _CLUSTER_SELECT = re.compile(r"/select/\d+(:\d+)?/prometheus")  # vmselect's tenant path
 
