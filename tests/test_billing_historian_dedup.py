@@ -557,3 +557,30 @@ def test_a_vmauth_in_front_of_a_deduplicating_server_flags_every_row(
     assert len(said) == 1, err
     assert "cannot tell whether" in said[0] and "vmauth" in said[0], said
     assert "s3cret-pw" not in err
+
+
+def test_a_server_whose_metrics_cannot_be_read_flags_every_row_and_says_which_key(tmp_path: Path) -> None:
+    """A VictoriaMetrics started with `-metricsAuthKey` answers `/metrics` 401 (the 1.79 we run,
+    measured) while `/flags` reads: whether `/flags` came from the storage cannot be told, so
+    every row is flagged and the warning names that key, not `-flagsAuthKey`."""
+    vm = MetricsKeyVictoriaMetrics(tmp_path / "vm")
+    vm.start()
+    try:
+        section = {"url": vm.url, "org": "o", "bucket": "b"}
+        influx = {"url": "http://127.0.0.1:9", "api": "v1", "database": "unused"}  # never drained
+        a = build_station(tmp_path / "ps-1", case_raw(), influx, section, drain=())
+        rows, err = historian_export(a.to_victoria)
+    finally:
+        vm.stop()
+    assert rows and all(DEDUP in r["flags"].split(";") for r in rows), rows
+    said = [line for line in err.splitlines() if "-dedup.minScrapeInterval" in line]
+    assert len(said) == 1, err
+    assert "cannot tell whether" in said[0] and "-metricsAuthKey" in said[0], said
+    assert "flagsAuthKey" not in said[0], said
+
+
+class MetricsKeyVictoriaMetrics(VictoriaMetrics):
+    """VictoriaMetrics with `-metricsAuthKey`: /metrics answers 401 without the key."""
+
+    def command(self) -> list[str]:
+        return [*super().command(), "-metricsAuthKey=mk"]
