@@ -28,12 +28,13 @@ import yaml
 
 from monitor.config import Config, Influx
 from monitor.errors import SourceError
-from monitor.meters.billing import quarter
-from monitor.meters.book import MeterRecord
+from monitor.meters.billing import export_rows, quarter
+from monitor.meters.book import MeterBook, MeterRecord
 from monitor.meters.dedup import broken_link, doubt, interval_ms
 from monitor.meters.historian import station_quarter
 from monitor.meters.periods import Quarter
 from monitor.meters.totalizer import MeterSpec
+from monitor.model import Sample
 from monitor.sinks.lineproto import meter_point_line
 from monitor.sources.meter_history import MeterSample as StoredSample
 from monitor.sources.meter_history import _dedup_flag, open_history
@@ -489,6 +490,8 @@ def test_what_the_kept_points_show_of_a_hidden_or_rewritten_one() -> None:
     assert "does not follow" in doubt(spec, before, span, point(9, 150.0, 5.0))  # one after 6 hidden
     assert "clock step" in doubt(spec, before, [span[0], point(6, 140.0, 20.0, restamped=True)], after)
     assert "does not follow" in doubt(spec, None, span, after)  # billed 20 over a reading not there
+    assert "correction" in doubt(spec, before, [span[0], point(6, 140.0, 20.0, corrected=True)], after)
+    assert "correction" in doubt(spec, replace(before, corrected=True), span, after)
 
 
 class VMAuth(Server):
@@ -584,3 +587,52 @@ class MetricsKeyVictoriaMetrics(VictoriaMetrics):
 
     def command(self) -> list[str]:
         return [*super().command(), "-metricsAuthKey=mk"]
+
+
+def test_a_correction_read_back_as_the_ledger_before_it_is_flagged(
+    tmp_path: Path, victoria_dedup: VictoriaMetrics
+) -> None:
+    """The quarter's last reading misread (10 ft3 high) and corrected while the server (a
+    VictoriaMetrics run with `-dedup.minScrapeInterval=1ms`) was down: the outbox holds the
+    misread's points and the correction's (the reading and the next one's rise, in Q4), and
+    delivers them together. The 1.79 keeps either write per field (measured: the earlier value
+    of every field in 4 points of 30); where it kept the misread's, the chain holds and the Q3
+    row was unflagged with the misread's last reading and volume (a false exact). The ledger now
+    marks the points a correction sends again (`corrected`), and a row whose span holds one is
+    flagged. Forty stations, one correction each."""
+    day = timedelta(days=1)
+    times = [datetime(2026, 6, 29, 12, tzinfo=UTC) + i * day for i in range(96)]  # to 2 October
+    misread = times[93]  # 30 September, the quarter's last reading: the next one is Q4's
+    wrong: list[str] = []
+    unflagged = 0
+    for n in range(40):
+        station = f"ps-fix-{n}"
+        config = meter_config(tmp_path / station, station, "UTC", ["fix.meter"], victoria_dedup.url)
+        book = MeterBook.open(config)
+        try:
+            book.ingest(Sample("fix.meter", t.timestamp(), 1000.0 + 10 * i + (10 if t == misread else 0))
+                        for i, t in enumerate(times))  # fmt: skip
+            first = [meter_point_line(station, r) for r in book.take_records()]
+            book.sent()  # in the outbox: InfluxDB is down
+            book.correct("fix.meter", misread.timestamp(), 1000 + 10 * 93, "clerk", "misread")
+            again = [meter_point_line(station, r) for r in book.take_records()]
+            book.sent()
+            victoria_dedup.write(first + again, "o", "hourly")  # back: the outbox delivers both
+            victoria_dedup.flush()
+            assert config.billing is not None and config.influx is not None
+            q = quarter("2026Q3", config.billing.year_start_month, config.station.zone)
+            (own,) = [r for r in export_rows(config, book.ledger, q) if r["meter"] == "fix.meter"]
+        finally:
+            book.close()
+        usage = station_quarter(config, open_history(config.influx), q).usages["fix.meter"]
+        assert usage.first is not None and "no readings" not in usage.flags, usage  # the server has them
+        ledger = (
+            Decimal(own["first_read"]),
+            Decimal(own["last_read"]),
+            Fraction(Decimal(own["consumption_ft3"])),
+        )
+        if DEDUP not in usage.flags and (usage.first, usage.last, usage.ft3) != ledger:
+            wrong.append(f"{station}: {usage.ft3} ft3 from {usage.first}, the ledger {ledger}")
+        unflagged += DEDUP not in usage.flags
+    assert wrong == [], wrong  # an unflagged row is the ledger's, to the cubic foot
+    assert unflagged == 0  # each span holds the correction's points
