@@ -553,18 +553,37 @@ class Daemon:
 
 
 class DailyFeed:
-    """The station's daily totals (a local day just closed) to the outbox for InfluxDB."""
+    """The station's daily totals (a local day just closed) to the outbox for InfluxDB.
+
+    The tracker hands a day's lines over once; an outbox that refuses them (a full or failing
+    state disk) leaves them here, said once per episode, and they go with the next batch or
+    timer work once it takes them. Only a restart before that loses them (they are in memory)."""
 
     def __init__(self, station: LiveStation, sink: SampleSink) -> None:
         self.station = station
         self.sink = sink
+        self.waiting: list[str] = []  # lines the outbox refused, oldest first
+        self.failures = 0  # appends refused
 
     def judged(
         self, samples: Sequence[Sample], conditions: Sequence[Condition], alarms: Sequence[Alarm]
     ) -> None:
-        lines = self.station.take_daily()
-        if lines and self.sink.outbox is not None:
-            self.sink.outbox.append(lines)
+        self.waiting += self.station.take_daily()
+        if not self.waiting or self.sink.outbox is None:
+            self.waiting = []
+            return
+        try:
+            self.sink.outbox.append(self.waiting)
+        except MonitorError as exc:
+            self.failures += 1
+            if self.failures == 1:
+                log.error(
+                    "daily totals not queued for InfluxDB (kept, tried again with the next batch): %s", exc
+                )
+            return
+        if self.failures:
+            log.info("daily totals queued for InfluxDB again (%d point(s) kept meanwhile)", len(self.waiting))
+        self.waiting, self.failures = [], 0
 
 
 INCIDENT_SENSOR = "incident_store"  # the pseudo-sensor of the `incidents` diagnostic alarm

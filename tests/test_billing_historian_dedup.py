@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import shutil
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -27,16 +28,17 @@ import yaml
 
 from monitor.config import Config, Influx
 from monitor.errors import SourceError
-from monitor.meters.billing import quarter
-from monitor.meters.book import MeterRecord
+from monitor.meters.billing import export_rows, quarter
+from monitor.meters.book import MeterBook, MeterRecord
 from monitor.meters.dedup import broken_link, doubt, interval_ms
 from monitor.meters.historian import station_quarter
 from monitor.meters.periods import Quarter
 from monitor.meters.totalizer import MeterSpec
+from monitor.model import Sample
 from monitor.sinks.lineproto import meter_point_line
 from monitor.sources.meter_history import MeterSample as StoredSample
 from monitor.sources.meter_history import _dedup_flag, open_history
-from tests.services import InfluxDB1, VictoriaMetrics, http
+from tests.services import InfluxDB1, Server, VictoriaMetrics, http
 from tests.test_billing_historian import (
     Station,
     build_station,
@@ -488,3 +490,149 @@ def test_what_the_kept_points_show_of_a_hidden_or_rewritten_one() -> None:
     assert "does not follow" in doubt(spec, before, span, point(9, 150.0, 5.0))  # one after 6 hidden
     assert "clock step" in doubt(spec, before, [span[0], point(6, 140.0, 20.0, restamped=True)], after)
     assert "does not follow" in doubt(spec, None, span, after)  # billed 20 over a reading not there
+    assert "correction" in doubt(spec, before, [span[0], point(6, 140.0, 20.0, corrected=True)], after)
+    assert "correction" in doubt(spec, replace(before, corrected=True), span, after)
+
+
+class VMAuth(Server):
+    """VictoriaMetrics' own auth proxy (`vmauth`, Debian's victoria-metrics package) in front
+    of `backend`, the way a utility gives clerks credentials without `-httpAuth.*` on the
+    server. Every VictoriaMetrics binary answers `/flags` and `/metrics` itself, vmauth too."""
+
+    name = "vmauth"
+
+    def __init__(self, workdir: Path, backend: str) -> None:
+        super().__init__(workdir)
+        (workdir / "auth.yml").write_text(
+            f'users:\n- username: clerk\n  password: s3cret-pw\n  url_prefix: "{backend}"\n', encoding="utf-8"
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            shutil.which("vmauth") or "/usr/bin/vmauth",
+            f"-auth.config={self.workdir / 'auth.yml'}",
+            f"-httpListenAddr=127.0.0.1:{self.port}",
+            "-loggerLevel=ERROR",
+        ]
+
+
+def test_a_vmauth_in_front_of_a_deduplicating_server_flags_every_row(
+    tmp_path: Path, victoria_dedup: VictoriaMetrics
+) -> None:
+    """The clerk reads through a vmauth in front of a VictoriaMetrics run with
+    `-dedup.minScrapeInterval=1ms`. vmauth answers `/flags` with its own flags (`-auth.config=...`,
+    no dedup: measured with the real vmauth), so the reader took the server for one without
+    dedup: no row flagged `deduplicated`, the swap's re-judged points read as a mix of both
+    writes that shows as `unreconciled` only when the mix happens not to chain (the 1.79 keeps
+    either value), else a false exact. Its `/metrics`
+    shows no storage of its own (`vm_deduplicated_samples_total{type="merge"}`, a storage
+    node's counter), so whose flags these are is unknown: every row flagged, said once."""
+    vm = {"url": victoria_dedup.url, "org": "barton", "bucket": "vmauth-quarter"}
+    influx = {"url": "http://127.0.0.1:9", "api": "v1", "database": "unused"}  # never drained
+    raw = case_raw()
+    raw["station"] = {"id": "ps-vmauth", "name": "behind vmauth"}
+    before = victoria_dedup.lines_taken()
+    a = build_station(tmp_path / "ps", raw, influx, vm, drain=("victoria",))
+    victoria_dedup.wait_for_lines(before + a.lines_to_victoria)
+    victoria_dedup.flush()
+    proxy = VMAuth(tmp_path / "vmauth", victoria_dedup.url)
+    proxy.start()
+    try:  # the clerk's config: the same station, read through vmauth with its credentials
+        (tmp_path / "pw").write_text("s3cret-pw")
+        clerk = yaml.safe_load(a.to_victoria.read_text(encoding="utf-8"))
+        clerk["influx"] = {
+            **vm,
+            "url": proxy.url,
+            "username": "clerk",
+            "password": {"file": str(tmp_path / "pw")},
+        }
+        write_yaml(tmp_path / "clerk.yaml", clerk)
+        rows, err = historian_export(tmp_path / "clerk.yaml")
+    finally:
+        proxy.stop()
+    got = {r["meter"]: (r["consumption_ft3"], r["flags"]) for r in rows}
+    assert rows and all(DEDUP in r["flags"].split(";") for r in rows), got
+    said = [line for line in err.splitlines() if "-dedup.minScrapeInterval" in line]
+    assert len(said) == 1, err
+    assert "cannot tell whether" in said[0] and "vmauth" in said[0], said
+    assert "s3cret-pw" not in err
+
+
+def test_a_server_whose_metrics_cannot_be_read_flags_every_row_and_says_which_key(tmp_path: Path) -> None:
+    """A VictoriaMetrics started with `-metricsAuthKey` answers `/metrics` 401 (the 1.79 we run,
+    measured) while `/flags` reads: whether `/flags` came from the storage cannot be told, so
+    every row is flagged and the warning names that key, not `-flagsAuthKey`."""
+    vm = MetricsKeyVictoriaMetrics(tmp_path / "vm")
+    vm.start()
+    try:
+        section = {"url": vm.url, "org": "o", "bucket": "b"}
+        influx = {"url": "http://127.0.0.1:9", "api": "v1", "database": "unused"}  # never drained
+        a = build_station(tmp_path / "ps-1", case_raw(), influx, section, drain=())
+        rows, err = historian_export(a.to_victoria)
+    finally:
+        vm.stop()
+    assert rows and all(DEDUP in r["flags"].split(";") for r in rows), rows
+    said = [line for line in err.splitlines() if "-dedup.minScrapeInterval" in line]
+    assert len(said) == 1, err
+    assert "cannot tell whether" in said[0] and "-metricsAuthKey" in said[0], said
+    assert "flagsAuthKey" not in said[0], said
+
+
+class MetricsKeyVictoriaMetrics(VictoriaMetrics):
+    """VictoriaMetrics with `-metricsAuthKey`: /metrics answers 401 without the key."""
+
+    def command(self) -> list[str]:
+        return [*super().command(), "-metricsAuthKey=mk"]
+
+
+def test_a_correction_read_back_as_the_ledger_before_it_is_flagged(
+    tmp_path: Path, victoria_dedup: VictoriaMetrics
+) -> None:
+    """The quarter's last reading misread (10 ft3 high) and corrected while the server (a
+    VictoriaMetrics run with `-dedup.minScrapeInterval=1ms`) was down: the outbox holds the
+    misread's points and the correction's (the reading and the next one's rise, in Q4), and
+    delivers them together. The 1.79 keeps either write per field (measured: the earlier value
+    of every field in 4 points of 30); where it kept the misread's, the chain holds and the Q3
+    row was unflagged with the misread's last reading and volume (a false exact). The ledger now
+    marks the points a correction sends again (`corrected`), and a row whose span holds one is
+    flagged. Forty stations, one correction each."""
+    day = timedelta(days=1)
+    times = [datetime(2026, 6, 29, 12, tzinfo=UTC) + i * day for i in range(96)]  # to 2 October
+    misread = times[93]  # 30 September, the quarter's last reading: the next one is Q4's
+    wrong: list[str] = []
+    unflagged = 0
+    for n in range(40):
+        station = f"ps-fix-{n}"
+        config = meter_config(tmp_path / station, station, "UTC", ["fix.meter"], victoria_dedup.url)
+        book = MeterBook.open(config)
+        try:
+            book.ingest(Sample("fix.meter", t.timestamp(), 1000.0 + 10 * i + (10 if t == misread else 0))
+                        for i, t in enumerate(times))  # fmt: skip
+            first = [meter_point_line(station, r) for r in book.take_records()]
+            book.sent()  # in the outbox: InfluxDB is down
+            book.correct("fix.meter", misread.timestamp(), 1000 + 10 * 93, "clerk", "misread")
+            again = [meter_point_line(station, r) for r in book.take_records()]
+            book.sent()
+            victoria_dedup.write(first + again, "o", "hourly")  # back: the outbox delivers both
+            victoria_dedup.flush()
+            assert config.billing is not None and config.influx is not None
+            q = quarter("2026Q3", config.billing.year_start_month, config.station.zone)
+            (own,) = [r for r in export_rows(config, book.ledger, q) if r["meter"] == "fix.meter"]
+        finally:
+            book.close()
+        usage = station_quarter(config, open_history(config.influx), q).usages["fix.meter"]
+        assert usage.first is not None and "no readings" not in usage.flags, usage  # the server has them
+        ledger = (
+            Decimal(own["first_read"]),
+            Decimal(own["last_read"]),
+            Fraction(Decimal(own["consumption_ft3"])),
+        )
+        if DEDUP not in usage.flags and (usage.first, usage.last, usage.ft3) != ledger:
+            wrong.append(f"{station}: {usage.ft3} ft3 from {usage.first}, the ledger {ledger}")
+        unflagged += DEDUP not in usage.flags
+    assert wrong == [], wrong  # an unflagged row is the ledger's, to the cubic foot
+    assert unflagged == 0  # each span holds the correction's points

@@ -1,7 +1,8 @@
 """The drainer on a full state disk with InfluxDB up: the server took a batch, and the
 outbox cannot record that (removing the delivered points writes the file, and the disk has
 no byte left). The drainer keeps running and tries again; the points stay in the outbox
-(sent again: at least once) until the disk has room, then leave. Before, its `OutboxError`
+until the disk has room, then leave; what the server took is not sent again meanwhile
+(only a restart before the record would send it again: at least once). Before, its `OutboxError`
 ended the drainer's task, and with it the daemon, with a traceback from the outbox (seen
 once in tests/test_disk_full.py under load, when a server of another test took the port its
 "unreachable" InfluxDB was given and answered).
@@ -53,9 +54,15 @@ def test_a_delivery_the_full_disk_cannot_record_is_retried_not_fatal(
         task = asyncio.ensure_future(drainer.run())
         try:
             await until("the server to take the first batch", lambda: victoria.lines_taken() >= before + 1000)
-            await until("a second attempt at the batch", lambda: victoria.lines_taken() >= before + 2000)
+            await until("the batch pipelined behind it", lambda: victoria.lines_taken() >= before + 2000)
+            tries = drainer.stats.unrecorded
+            await until("two more tries at recording them", lambda: drainer.stats.unrecorded >= tries + 2)
             assert not task.done(), task.exception() if task.done() else None
             assert outbox.pending == len(LINES)  # nothing removed: the disk refused the record of it
+            # Each try records the delivery again, it does not send it again: before, every
+            # backoff re-sent the batch (and the one pipelined behind it), and a
+            # VictoriaMetrics without dedup kept one more copy of each point per try.
+            assert victoria.lines_taken() == before + 2000  # the batch and the one pipelined behind it
             ballast.unlink()  # an operator frees space: the drainer finishes by itself
             await until("the outbox to empty", lambda: outbox.pending == 0)
             assert not task.done()
@@ -67,5 +74,7 @@ def test_a_delivery_the_full_disk_cannot_record_is_retried_not_fatal(
         asyncio.run(scenario())
     drainer.close()
     outbox.close()
+    victoria.wait_for_lines(before + len(LINES))
+    assert victoria.lines_taken() == before + len(LINES)  # every point once: no copy
     said = [r.getMessage() for r in caplog.records if "cannot record" in r.getMessage()]
     assert len(said) == 1 and "database or disk is full" in said[0], said  # once per episode

@@ -12,6 +12,7 @@ transaction with an audit record the clerk sees in the export and `meters show`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import io
 import itertools
@@ -47,12 +48,17 @@ from tests.cli import run_monitor
 from tests.conftest import fill_disk
 from tests.daemon_process import running_daemon
 from tests.engine_helpers import T0
-from tests.services import InfluxDB1, VictoriaMetrics, free_port, http, wait_until
+from tests.services import InfluxDB1, VictoriaMetrics, http, refused_port, wait_until
 from tests.test_pipeline import close
 
 ROOT = Path(__file__).resolve().parent.parent
 METER = "shop.meter"
 STEP = -3600.0
+
+# The InfluxDB nobody listens on: a port bound and not listening for as long as this test
+# process runs, so it refuses and no other test's server can take it (a bare free_port()
+# could be bound by one a moment later, which then answers /write).
+NOBODY = contextlib.ExitStack().enter_context(refused_port())
 
 
 def meter_station(
@@ -69,7 +75,7 @@ def meter_station(
              "max_rate": 100_000},
             {"id": "ph", "kind": "ph"},
         ],
-        "influx": section or {"url": influx or f"http://127.0.0.1:{free_port()}", "api": "v1",
+        "influx": section or {"url": influx or f"http://127.0.0.1:{NOBODY}", "api": "v1",
                               "database": database},
         "billing": {"rate_per_kcf": "4.25", "accounts": [{"id": "shop", "class": "commercial"}]},
         "console": {"enabled": False},

@@ -11,6 +11,7 @@ never a meter point: those alone over the cap stay marked in the ledger until th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 from decimal import Decimal
@@ -32,10 +33,16 @@ from monitor.model import ManualClock, Sample
 from monitor.web.service import StationCollector
 from monitor.web.station import StationAdapter
 from tests.engine_helpers import T0
-from tests.services import InfluxDB1, free_port
+from tests.services import InfluxDB1, free_port, refused_port
 from tests.test_pipeline import close
 
 METER = "shop.meter"
+
+
+# The InfluxDB nobody listens on: a port bound and not listening for as long as this test
+# process runs, so it refuses and no other test's server can take it (a bare free_port()
+# could be bound by one a moment later, which then answers /write).
+NOBODY = contextlib.ExitStack().enter_context(refused_port())
 
 
 def scrape(daemon: Daemon) -> str:
@@ -56,7 +63,7 @@ def capped_station(tmp_path: Path, port: int | None = None, batch_size: int = 50
             {"id": METER, "kind": "meter", "unit": "ft3", "register_digits": 6, "account": "shop"},
             {"id": "ph", "kind": "ph"},
         ],
-        "influx": {"url": f"http://127.0.0.1:{port or free_port()}", "api": "v1", "database": "plant",
+        "influx": {"url": f"http://127.0.0.1:{port or NOBODY}", "api": "v1", "database": "plant",
                    "outbox_max_bytes": 1 << 16, "batch_size": batch_size},
         "billing": {"rate_per_kcf": "4.25", "accounts": [{"id": "shop", "class": "commercial"}]},
         "console": {"enabled": False},

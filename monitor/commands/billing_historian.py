@@ -89,7 +89,8 @@ def export_from_historian(args: argparse.Namespace) -> Sheets:
                 warned.add(reader.target)
                 if dedup.startswith(UNKNOWN):  # not "runs with": the clerk would go and look for it
                     why = dedup.removeprefix(UNKNOWN).removesuffix(")")
-                    hint = "; one started with -flagsAuthKey answers /flags 401" if "HTTP 401" in why else ""
+                    key = "metricsAuthKey" if "/metrics: HTTP 401" in why else "flagsAuthKey"
+                    hint = f"; one started with -{key} answers 401" if "HTTP 401" in why else ""
                     head = (
                         f"cannot tell whether {reader.target} runs with"
                         f" -dedup.minScrapeInterval ({why}{hint})"

@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from monitor.config import Config
 from monitor.errors import MeterError, StateError
-from monitor.meters.amend import VOID
+from monitor.meters.amend import CORRECTION, VOID
 from monitor.meters.ledger import OLD_FINAL, READING, Ledger, Replacement, Row, to_ms
 from monitor.meters.totalizer import ANOMALIES, ZERO, MeterSpec, Step, condition, dec, from_ft3, to_ft3
 from monitor.model import Clock, Condition, Kind, Quality, Sample, WallClock, iso
@@ -104,6 +104,10 @@ class MeterRecord:
     # N (the latest) moved readings from: VictoriaMetrics keeps every value written at a time,
     # and the larger id says which came last (`sources.meter_history`); None: no field.
     restamped: int | None = None
+    # The InfluxDB field `corrected` (1): a point a correction sent again, from the corrected
+    # reading to the first accepted one after it. A VictoriaMetrics run with dedup keeps one of
+    # its writes per field, the misread's possibly, and nothing else would say so (`meters.dedup`).
+    corrected: bool = False
 
 
 def meter_records(
@@ -558,12 +562,31 @@ class MeterBook:
                     rows.append(Row(meter, time_ms, READING, at, False, ZERO, ZERO, ("restamped",), why))
         rows.sort(key=lambda r: (r.time_ms, r.meter, r.seq))
         records = meter_records(rows, ledger.specs, ledger.spec_at)
+        corrected = self.corrected(records)
         for i, rec in enumerate(records):
-            step_id = overwritten.get((rec.meter, to_ms(rec.time)))
-            if step_id is not None:
-                records[i] = replace(rec, restamped=step_id)
+            key = (rec.meter, to_ms(rec.time))
+            step_id = overwritten.get(key)
+            if step_id is not None or key in corrected:
+                records[i] = replace(rec, restamped=rec.restamped if step_id is None else step_id,
+                                     corrected=key in corrected)  # fmt: skip
         self._records = self.stepped(records)
         return list(self._records)
+
+    def corrected(self, records: Sequence[MeterRecord]) -> set[tuple[str, int]]:
+        """The points of `records` a correction re-judged: from the corrected reading to the
+        first accepted one after it (whose rise it changed; the rows between are those it made
+        rejected or accepted). Sent again, each is marked `corrected` on every send."""
+        times: dict[str, list[int]] = {}
+        for rec in records:
+            times.setdefault(rec.meter, []).append(to_ms(rec.time))
+        out: set[tuple[str, int]] = set()
+        for meter, held in times.items():
+            for a in self.ledger.amendments(meter, None, max(held)):
+                if a.action == CORRECTION:
+                    nxt = self.ledger.accepted_after(meter, a.time_ms)
+                    end = 2**62 if nxt is None else nxt.time_ms
+                    out.update((meter, t) for t in held if a.time_ms <= t <= end)
+        return out
 
     def stepped(self, records: list[MeterRecord]) -> list[MeterRecord]:
         """`records` with `restamped` -N on the rows at a time recorded clock step N (the

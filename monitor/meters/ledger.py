@@ -676,6 +676,11 @@ class Ledger(SettingsPeriods, Amendments):
     def accepted_at_or_before(self, meter: str, time_ms: int) -> Row | None:
         return self._accepted_before(meter, (time_ms, NEW_INITIAL + 1))
 
+    def accepted_after(self, meter: str, time_ms: int) -> Row | None:
+        """The first accepted row after `time_ms` (a later time)."""
+        rows = self._select(meter, "AND accepted=1 AND time_ms > ? ORDER BY time_ms, seq LIMIT 1", time_ms)
+        return rows[0] if rows else None
+
     def rows(self, meter: str, after_ms: int | None = None, until_ms: int | None = None) -> list[Row]:
         """Rows with after_ms < time_ms <= until_ms (a billing period), in order."""
         lo = -(2**62) if after_ms is None else after_ms

@@ -11,8 +11,9 @@ What each answer from the server does to a batch:
   exponential backoff, or after the server's Retry-After.
 
 An outbox that cannot record a delivery (a full or failing state disk: removing the
-points writes the file) leaves them in it: logged once per episode, tried again after
-the same kind of backoff, sent again (at least once), never the end of the drain loop.
+points writes the file) leaves them in it: logged once per episode, the record (not the
+send) tried again after the same kind of backoff, never the end of the drain loop. The
+server holds them once; only a restart before the record sends them again (at least once).
 
 Bisecting re-sends lines InfluxDB may already have stored from a partial write;
 that is harmless because a point with the same series and timestamp overwrites itself.
@@ -78,6 +79,7 @@ class DrainStats:
     failures: int = 0
     splits: int = 0
     dead_letters: int = 0
+    unrecorded: int = 0  # tries at recording a delivery the outbox refused (a full state disk)
     last_error: str | None = None
     last_success: float | None = None
     retry_at: float | None = None
@@ -115,6 +117,9 @@ class Drainer:
         self._stopping = False
         self._waiting: asyncio.Future[None] | None = None
         self._rejected = 0  # dead letters in the current episode
+        # Batches the server took that the outbox could not remove yet (a full state disk):
+        # recorded first at the next round, not sent again.
+        self._unsettled: list[tuple[Batch, Sequence[Rejected]]] = []
 
     async def run(self) -> None:
         """Drain until `stop()`: full batches back to back, otherwise every `flush_interval`.
@@ -187,10 +192,15 @@ class Drainer:
         the server should be tried again later; whatever was acknowledged or
         dead-lettered before that stays done.
         """
+        total = 0
+        while self._unsettled:  # taken by the server already: recorded, not sent again
+            done, rejected = self._unsettled[0]
+            self._settled(done, rejected, retry=False)
+            self._unsettled.pop(0)
+            total += len(done)
         batch = self.outbox.peek(self.batch_size)
         if batch is None:
-            return 0
-        total = 0
+            return total
         inflight = self._post(batch.body)
         while True:
             more = (
@@ -216,6 +226,8 @@ class Drainer:
                 except BaseException:
                     if following is not None:
                         await asyncio.wait([inflight])
+                        if self._unsettled and not inflight.cancelled() and inflight.exception() is None:
+                            self._unsettled.append((following, ()))  # taken too: recorded with it
                     raise
             total += len(batch)
             self._recovered()
@@ -240,8 +252,15 @@ class Drainer:
         self._thread.shutdown(wait=True)
         self.writer.close()
 
-    def _settled(self, batch: Batch, rejected: Sequence[Rejected] = ()) -> None:
-        self.stats.written += self.outbox.settle(batch, rejected)
+    def _settled(self, batch: Batch, rejected: Sequence[Rejected] = (), retry: bool = True) -> None:
+        """Remove what the server took; an outbox that cannot (`OutboxError`) keeps the batch
+        for the next round's record (`retry`: the first try, so it is noted once)."""
+        try:
+            self.stats.written += self.outbox.settle(batch, rejected)
+        except OutboxError:
+            if retry:
+                self._unsettled.append((batch, rejected))
+            raise
         self.stats.dead_letters += len(rejected)
         self.stats.batches += 1
 
@@ -327,10 +346,11 @@ class Drainer:
     def _not_recorded(self, exc: OutboxError) -> float:
         """The server may hold a batch the outbox could not remove: it stays and goes again."""
         delay = self._unrecorded.failure()
+        self.stats.unrecorded += 1
         if self._unrecorded.failures == 1:
             log.error(
-                "%s; the outbox cannot record a delivery, so the points stay in it and are sent"
-                " again (at least once); retrying in %.1fs",
+                "%s; the outbox cannot record a delivery: the points stay in it (the server has"
+                " them; a restart before the record sends them again); retrying in %.1fs",
                 exc,
                 delay,
             )

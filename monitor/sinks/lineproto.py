@@ -268,6 +268,8 @@ class MeterPoint(Protocol):
     def flags(self) -> str: ...
     @property
     def restamped(self) -> int | None: ...
+    @property
+    def corrected(self) -> bool: ...
 
 
 def meter_point_line(station: str, rec: MeterPoint) -> str:
@@ -284,5 +286,7 @@ def meter_point_line(station: str, rec: MeterPoint) -> str:
     }
     if rec.restamped is not None:
         fields["restamped"] = rec.restamped
+    if rec.corrected:  # sent again by a correction (`MeterBook.corrected`); absent otherwise
+        fields["corrected"] = 1
     return line("meter", {"station": station, "meter": rec.meter, "account": rec.account, "unit": rec.unit},
                 fields, rec.time)  # fmt: skip

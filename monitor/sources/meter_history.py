@@ -21,7 +21,9 @@ consumption_ft3, accepted. This module reads them back, as they are stored:
   values are those (the smallest), not the accepted ones it had, as InfluxDB's overwrite
   leaves them, and it is not `rewritten`. `restamped` is the step's id N on the overwrite,
   -N on a reading written at a time step N (the latest) moved readings from: a reading
-  written there after the overwrite makes the time `rewritten`.
+  written there after the overwrite makes the time `rewritten`. `corrected` 1 marks a point a
+  correction sent again (`MeterBook.corrected`): read as the sample's `corrected`, for the
+  dedup doubt, never as a value.
 
 An InfluxDB 2.x is not read through Flux: its `/api/v1/export` answers 404 and the
 error says so (its InfluxQL compatibility endpoint can be named with `api: v1`).
@@ -43,6 +45,7 @@ from monitor.sources.historian import Http
 
 FIELDS = ("reading", "consumption", "consumption_ft3", "accepted")
 RESTAMPED = "restamped"  # 1 on a point a clock step moved away (`lineproto.meter_point_line`)
+CORRECTED = "corrected"  # 1 on a point a correction sent again (`MeterBook.corrected`)
 DAY_MS = 86_400_000
 UNKNOWN = "unknown ("  # how `deduplication()` starts when the flags cannot be read
 # How far back `last_accepted` (ahead: `next_accepted`) looks for the reading that
@@ -65,6 +68,7 @@ class MeterSample:
     accepted: float | None
     rewritten: bool = False  # more than one value was stored at this time (VictoriaMetrics)
     restamped: bool = False  # a clock step's mark is stored at this time (VictoriaMetrics)
+    corrected: bool = False  # a correction sent this point again (VictoriaMetrics)
 
 
 def open_history(influx: Influx) -> InfluxQLMeterHistory | VictoriaMeterHistory:
@@ -177,6 +181,7 @@ class VictoriaMeterHistory:
         self._http = Http(influx)
         self.target = self._http.target  # never the credentials
         self._dedup: str | None = None
+        self._stored: str | None = None  # why /flags may not be the storage's ('' when it is)
 
     def deduplication(self) -> str:
         """The server's `-dedup.minScrapeInterval` ('' when off), from its `/flags`, read once.
@@ -187,7 +192,8 @@ class VictoriaMeterHistory:
         the rows that may hold one (`meters.dedup`). A server that does not show its flags (a
         proxy in front) is taken as on, and so is a cluster's vmselect
         (`/select/<account>/prometheus`): its vmstorage nodes dedup when they merge, by flags
-        vmselect cannot show."""
+        vmselect cannot show. So is a server whose `/metrics` shows no storage of its own: a
+        vmauth in front answers `/flags` with its own flags, without the storage's dedup."""
         if self._dedup is None and _CLUSTER_SELECT.fullmatch(self._http.base):
             self._dedup = (
                 f"{UNKNOWN}a VictoriaMetrics cluster's vmselect: the vmstorage nodes'"
@@ -200,7 +206,29 @@ class VictoriaMeterHistory:
                 self._dedup = f"{UNKNOWN}{exc})"
             else:
                 self._dedup = _dedup_flag(text)
+        if self._dedup is not None and not self._dedup.startswith(UNKNOWN) and self._stored is None:
+            self._stored = self._stores_itself()
+            if self._stored:
+                self._dedup = f"{UNKNOWN}{self._stored})"
         return self._dedup
+
+    def _stores_itself(self) -> str:
+        """Why the server that answered `/flags` may not be the one that stores the samples
+        ('' when it is). Every VictoriaMetrics binary answers `/flags` and `/metrics` itself, so
+        a vmauth in front shows its own flags (`-auth.config=...`, no dedup) and the storage's
+        `-dedup.minScrapeInterval` would read as off. A node that stores and merges shows
+        `vm_deduplicated_samples_total{type="merge"}` in its `/metrics`; vmauth and vmselect do not."""
+        try:
+            metrics = self._http.lines("/metrics", [], "its metrics")
+            if any(line.startswith(_STORAGE_METRIC) for line in metrics):
+                return ""
+        except SourceError as exc:
+            return f"its /metrics cannot be read to tell whether /flags came from the storage: {exc}"
+        return (
+            "the server answering /flags stores no samples of its own (its /metrics has no"
+            ' vm_deduplicated_samples_total{type="merge"}): a proxy such as vmauth in front'
+            " answers /flags with its own flags, not the storage's"
+        )
 
     def _export(self, match: str, start_ms: int | None, end_ms: int, limit: int | None = None) -> list[bytes]:
         params = [("match[]", match), ("end", f"{end_ms / 1000:.3f}")]
@@ -218,7 +246,7 @@ class VictoriaMeterHistory:
             raise
 
     def _match(self, station: str, meter: str | None = None) -> str:
-        names = "|".join((*FIELDS, RESTAMPED))
+        names = "|".join((*FIELDS, RESTAMPED, CORRECTED))
         extra = "" if meter is None else f',meter="{_quote(meter)}"'
         return f'{{__name__=~"meter_({names})",station="{_quote(station)}"{extra}}}'
 
@@ -273,6 +301,7 @@ def _dedup_flag(flags: str) -> str:
     return ""
 
 
+_STORAGE_METRIC = b'vm_deduplicated_samples_total{type="merge"}'  # a storage node's own counter
 _FLAG_LINE = re.compile(r'-[\w.-]+=".*"')
 _CLUSTER_SELECT = re.compile(r"/select/\d+(:\d+)?/prometheus")  # vmselect's tenant path
 
@@ -295,7 +324,7 @@ def _merge(lines: list[bytes], target: str) -> list[MeterSample]:
         key = (str(labels.get("meter", "")), str(labels.get("account", "")), str(labels.get("unit", "")))
         for t, v in pairs:
             value = _number(v)
-            if (field in FIELDS or field == RESTAMPED) and value is not None:
+            if (field in FIELDS or field in (RESTAMPED, CORRECTED)) and value is not None:
                 points[(*key, int(t))][field].append(value)
     out = []
     for (meter, account, unit, time_ms), fields in points.items():
@@ -304,6 +333,7 @@ def _merge(lines: list[bytes], target: str) -> list[MeterSample]:
         # rewritten. The overwritten reading's value may differ (a spread step's holds the
         # register before the old time).
         marks = fields.pop(RESTAMPED, ())
+        corrected = bool(fields.pop(CORRECTED, ()))
         moved = max((m for m in marks if m > 0), default=0.0) > max((-m for m in marks if m < 0), default=0.0)
         got = {f: min(vs) if moved else max(vs) for f, vs in fields.items()}
         out.append(
@@ -318,6 +348,7 @@ def _merge(lines: list[bytes], target: str) -> list[MeterSample]:
                 got.get("accepted"),
                 rewritten=not moved and any(len(set(vs)) > 1 for vs in fields.values()),
                 restamped=bool(marks),
+                corrected=corrected,
             )
         )
     return sorted(out, key=lambda s: (s.time_ms, s.meter))
