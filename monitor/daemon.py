@@ -234,6 +234,8 @@ class Daemon:
         self.pipeline.clock_watch = watch
         if watch is not None:
             watch.device = device_stamped(self.config)  # stamped by their own clocks: not moved
+            if self.mqtt_source is not None:  # a refusal ahead notes which clock it arrived on
+                self.mqtt_source.ahead.monotonic = watch.monotonic
             watch.on_step.append(lambda step: self.station.shift(step, watch.device))
             watch.on_step.append(self.pipeline.shift)
             watch.on_step.append(lambda step: self._meter_step(watch, step))

@@ -406,3 +406,31 @@ def test_a_refusal_that_arrives_while_an_earlier_reading_waits_to_be_judged_is_n
         assert said_of(caplog, "plant.lvl") == ["WARNING", "INFO"]
     finally:
         st.close()
+
+
+def test_a_refusal_between_a_clock_step_and_the_watch_noticing_it_is_moved_by_no_step(
+    tmp_path: Path, mosquitto: Mosquitto
+) -> None:
+    """The gateway clock an hour ahead; a PLC's readings refused (a day ahead) at +0 s to
+    +20 s. NTP steps the gateway back an hour at +30 s, and a refusal arrives before the clock
+    watch's next check notices the step (the daemon checks before each batch and each tick:
+    under a second, but paho's thread records it at once). It arrived on the new clock: the
+    step moves the earlier three, not it. Before: moved by the hour too, it read an hour before
+    it came, and health dropped the sensor's line at once (until the next refusal). The step
+    itself is injected (the wall and monotonic clocks are the test's): a real clock step cannot
+    be made on demand."""
+    st = SkewStation(tmp_path, mosquitto.port, "t-skew-step-race")
+    try:
+        for k in (0, 10, 20):
+            st.at(k, gateway=T0 + k + HOUR)
+            st.send("lvl", T0 + k + 86400.0)
+        st.wall.set(T0 + 30)  # NTP's step back, not noticed yet: no tick
+        st.mono.set(1030.0)
+        st.send("lvl", T0 + 30 + 86400.0)  # recorded at receipt; the batch's check then notices
+        assert st.daemon.clock_watch is not None and st.daemon.clock_watch.generation == 1  # noticed
+        assert st.source.ahead.latest("plant.lvl") == (T0 + 30, 86400.0, 4)
+        st.at(40)
+        assert st.health().stamped_ahead_sensors == ("plant.lvl",)
+        assert st.health().stamped_ahead_by == 86400.0
+    finally:
+        st.close()
