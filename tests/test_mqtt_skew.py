@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.config import build_config
+from monitor.config import Config, build_config
 from monitor.engine.engine import Engine
 from monitor.health import MqttHealth, attention
 from monitor.model import ManualClock, Rule, Sample
@@ -216,25 +216,29 @@ def test_a_publisher_inventing_sensors_cannot_grow_the_table_of_refusals_ahead()
     assert ahead.latest("x1") == (T0 + 20, 500.0, 2) and ahead.sensors(since=T0 + 10) == ["x1"]
 
 
+def skew_config(tmp_path: Path, port: int, name: str) -> Config:
+    """Two PLC levels (`plant/<id>/level`, the PLC's own time in `t`, stale after 60 s)."""
+    return build_config(
+        {
+            "station": {"id": "ps-skew"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [{"id": "plant.lvl", "kind": "level", "unit": "ft", "stale_after": "60s"},
+                        {"id": "plant.wet", "kind": "level", "unit": "ft", "stale_after": "60s"}],
+            "mqtt": {"host": "127.0.0.1", "port": port, "client_id": name,
+                     "subscriptions": [{"topic": "plant/+/level", "sensor": "plant.{1}", "format": "json",
+                                        "value_path": "v", "time_path": "t"}]},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+
+
 class SkewStation:
     """Two PLC levels over a real Mosquitto (`plant/<id>/level`, the PLC's own time in `t`,
     stale after 60 s) into the daemon on injected wall and monotonic clocks."""
 
     def __init__(self, tmp_path: Path, port: int, name: str) -> None:
-        config = build_config(
-            {
-                "station": {"id": "ps-skew"},
-                "state_dir": str(tmp_path / "state"),
-                "sensors": [{"id": "plant.lvl", "kind": "level", "unit": "ft", "stale_after": "60s"},
-                            {"id": "plant.wet", "kind": "level", "unit": "ft", "stale_after": "60s"}],
-                "mqtt": {"host": "127.0.0.1", "port": port, "client_id": name,
-                         "subscriptions": [{"topic": "plant/+/level", "sensor": "plant.{1}", "format": "json",
-                                            "value_path": "v", "time_path": "t"}]},
-                "console": {"enabled": False},
-                "store": {"free_space_floor": 0},
-            }
-        )  # fmt: skip
-        self.daemon, self.wall, self.mono = watched_daemon(config, T0)
+        self.daemon, self.wall, self.mono = watched_daemon(skew_config(tmp_path, port, name), T0)
         link, source = self.daemon.mqtt_link, self.daemon.mqtt_source
         assert link is not None and source is not None
         self.link, self.source = link, source
@@ -434,3 +438,21 @@ def test_a_refusal_between_a_clock_step_and_the_watch_noticing_it_is_moved_by_no
         assert st.health().stamped_ahead_by == 86400.0
     finally:
         st.close()
+
+
+def test_the_daemon_on_the_real_clock_times_refusals_ahead_on_its_clock_watchs_monotonic_clock(
+    tmp_path: Path,
+) -> None:
+    """`monitor run` builds its clock watch (CLOCK_BOOTTIME) before the MQTT source: the
+    source's refusals ahead must note their arrival on the watch's monotonic clock, or a
+    suspended gateway's offset (boottime less monotonic) tells the two clocks apart wrongly
+    at a step."""
+    from monitor.daemon import Daemon
+    from monitor.model import WallClock
+
+    daemon = Daemon(skew_config(tmp_path, free_port(), "t-skew-wiring"), WallClock())
+    try:
+        assert daemon.clock_watch is not None and daemon.mqtt_source is not None
+        assert daemon.mqtt_source.ahead.monotonic is daemon.clock_watch.monotonic
+    finally:
+        close(daemon)
