@@ -180,6 +180,8 @@ class Daemon:
                     clock=self.clock,
                 )
                 self.engine.refused_ahead(self.mqtt_source.ahead)  # the stale alarm names them
+                if self.clock_watch is not None:  # the watch's clock tells which clock a refusal came on
+                    self.mqtt_source.ahead.monotonic = self.clock_watch.monotonic
             if config.mqtt.publish_alarms:
                 self.publisher = AlarmPublisher(self.mqtt_link, config.mqtt.topic_prefix, config.station.id)
                 self.mqtt_link.on_connected(self._on_connected)
@@ -234,6 +236,9 @@ class Daemon:
         self.pipeline.clock_watch = watch
         if watch is not None:
             watch.device = device_stamped(self.config)  # stamped by their own clocks: not moved
+            source: MqttSource | None = getattr(self, "mqtt_source", None)  # a watch before it is built
+            if source is not None:  # a refusal ahead notes which clock it arrived on
+                source.ahead.monotonic = watch.monotonic
             watch.on_step.append(lambda step: self.station.shift(step, watch.device))
             watch.on_step.append(self.pipeline.shift)
             watch.on_step.append(lambda step: self._meter_step(watch, step))

@@ -405,8 +405,10 @@ class RefusedAhead(Protocol):
         refusal arrived after this reading did; how many it had (0: none, or not over)."""
         ...
 
-    def shift(self, delta: float) -> None:
-        """The gateway clock stepped by `delta`: the refusals' arrival times move with it."""
+    def shift(self, delta: float, clock: float | None = None) -> None:
+        """The gateway clock stepped by `delta`: the refusals' arrival times move with it,
+        but those that arrived on the new clock already (`clock`: its reading less the clock
+        watch's monotonic time; a refusal between the step and the watch noticing it)."""
         ...
 
 

@@ -98,6 +98,103 @@ def test_a_page_after_ntp_set_the_clock_names_no_day_of_the_unset_clock(
     asyncio.run(go())
 
 
+@pytest.mark.parametrize("stop", ["clean", "kill"])
+def test_a_page_after_ntp_set_the_clock_and_a_restart_names_no_day_of_the_unset_clock(
+    tmp_path: Path, smtp: MailServer, stop: str
+) -> None:
+    """As above, but the daemon restarts (its stop, or kill -9) a minute after NTP set the
+    clock, before Bob's step. The note that the alarm began on the unset clock was kept in
+    memory only: after the restart Bob's page said "since 2026-01-15 03:00 EST" again, a day
+    of last year. Now it is kept in the callout store. An alarm that begins after the restart,
+    on the set clock, still says since when."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    write_heartbeat(config.state_dir, TR - 60)
+    unset = TR - YEAR
+
+    async def go() -> None:
+        st = Station(config, unset)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset))
+            assert await st.tick(unset + 1, 1) == 1
+            await st.tick(TR + 300, 299)  # NTP: the clock is set
+        finally:
+            await st.stop(stop)
+        st = Station(config, TR + 360)
+        try:
+            assert await st.tick(TR + 901, 541) == 1
+            [page] = smtp.to(BOB)
+            assert "2026" not in page.body, page.body  # "since 2026-01-15 03:00 EST"
+            assert "in alarm since before the gateway clock was set" in page.body, page.body
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, TR + 1000, 9.8, Rule.HIGH))
+            assert await st.tick(TR + 1001, 100) == 1
+            pages = smtp.to(ALICE)
+            assert len(pages) == 2 and "since 2027-01-15 03:16 EST" in pages[1].body, pages[1].body
+        finally:
+            await st.close()
+
+    asyncio.run(go())
+
+
+def test_a_page_after_ntp_set_the_clock_while_the_daemon_was_stopped_names_no_day_of_the_unset_clock(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """The pH alarm activates on a clock a year behind its heartbeat (not set) and Alice is
+    paged; the daemon stops, NTP sets the clock while it is down, and it starts on the set
+    clock: no step is seen in any run. Bob's step, overdue, pages him at the first tick: it
+    said "since 2026-01-15 03:00 EST", a day of last year; now it says the alarm began before
+    the clock was set."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    write_heartbeat(config.state_dir, TR - 60)
+    unset = TR - YEAR
+
+    async def go() -> None:
+        st = Station(config, unset)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset))
+            assert await st.tick(unset + 1, 1) == 1
+            await st.tick(unset + 60, 59)
+        finally:
+            await st.close()
+        st = Station(config, TR + 1200)
+        try:
+            await st.tick(TR + 1201, 1)
+            [page] = smtp.to(BOB)
+            assert "2026" not in page.body, page.body  # "since 2026-01-15 03:00 EST"
+            assert "in alarm since before the gateway clock was set" in page.body, page.body
+        finally:
+            await st.close()
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    "damage", ["not json", '{"a": 1}', "[[1, 2, 3]]", "[[5, 1]]", '[["nan", 1]]', "[" * 100_000]
+)
+def test_a_damaged_note_of_unset_clock_starts_is_forgotten_with_a_warning_not_a_failed_start(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The callout store's note of alarm starts on an unset clock (`meta`, no schema change:
+    the version stays 1 and the last release opens the file) damaged by hand or a bad disk:
+    forgotten with one warning naming it (pages name the start's day, as before the note),
+    and written again at the next such start. JSON nested past the parser's depth too."""
+    from monitor.callout.store import SCHEMA_VERSION, CalloutStore
+    from monitor.callout.unset_starts import KEY, UnsetStarts
+
+    store = CalloutStore(tmp_path / "callout.sqlite")
+    try:
+        store.keep_note(KEY, damage)
+        starts = UnsetStarts(store)
+        assert starts.spans == [] and not starts.unset(TR - YEAR)
+        assert [r.levelname for r in caplog.records if KEY in r.getMessage()] == ["WARNING"]
+        starts.began(TR - YEAR)
+        starts.began(TR - YEAR + 60)
+        starts.clock_set()
+        assert UnsetStarts(store).spans == [(TR - YEAR, TR - YEAR + 60)]
+        assert store.note("schema") == str(SCHEMA_VERSION) == "1"
+    finally:
+        store.close()
+
+
 def test_a_flood_page_on_an_unset_clock_names_no_day() -> None:
     """A flood summary said "unacknowledged at <time>" of the unset clock: a wrong day."""
     alarm = Alarm("outfall.ph", Rule.LOW, AlarmState.UNACK, Priority.HIGH, 3.2, 5.0, "§139-15 C(3)")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.config import build_config
+from monitor.config import Config, build_config
 from monitor.engine.engine import Engine
 from monitor.health import MqttHealth, attention
 from monitor.model import ManualClock, Rule, Sample
@@ -216,25 +216,29 @@ def test_a_publisher_inventing_sensors_cannot_grow_the_table_of_refusals_ahead()
     assert ahead.latest("x1") == (T0 + 20, 500.0, 2) and ahead.sensors(since=T0 + 10) == ["x1"]
 
 
+def skew_config(tmp_path: Path, port: int, name: str) -> Config:
+    """Two PLC levels (`plant/<id>/level`, the PLC's own time in `t`, stale after 60 s)."""
+    return build_config(
+        {
+            "station": {"id": "ps-skew"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [{"id": "plant.lvl", "kind": "level", "unit": "ft", "stale_after": "60s"},
+                        {"id": "plant.wet", "kind": "level", "unit": "ft", "stale_after": "60s"}],
+            "mqtt": {"host": "127.0.0.1", "port": port, "client_id": name,
+                     "subscriptions": [{"topic": "plant/+/level", "sensor": "plant.{1}", "format": "json",
+                                        "value_path": "v", "time_path": "t"}]},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+
+
 class SkewStation:
     """Two PLC levels over a real Mosquitto (`plant/<id>/level`, the PLC's own time in `t`,
     stale after 60 s) into the daemon on injected wall and monotonic clocks."""
 
     def __init__(self, tmp_path: Path, port: int, name: str) -> None:
-        config = build_config(
-            {
-                "station": {"id": "ps-skew"},
-                "state_dir": str(tmp_path / "state"),
-                "sensors": [{"id": "plant.lvl", "kind": "level", "unit": "ft", "stale_after": "60s"},
-                            {"id": "plant.wet", "kind": "level", "unit": "ft", "stale_after": "60s"}],
-                "mqtt": {"host": "127.0.0.1", "port": port, "client_id": name,
-                         "subscriptions": [{"topic": "plant/+/level", "sensor": "plant.{1}", "format": "json",
-                                            "value_path": "v", "time_path": "t"}]},
-                "console": {"enabled": False},
-                "store": {"free_space_floor": 0},
-            }
-        )  # fmt: skip
-        self.daemon, self.wall, self.mono = watched_daemon(config, T0)
+        self.daemon, self.wall, self.mono = watched_daemon(skew_config(tmp_path, port, name), T0)
         link, source = self.daemon.mqtt_link, self.daemon.mqtt_source
         assert link is not None and source is not None
         self.link, self.source = link, source
@@ -406,3 +410,49 @@ def test_a_refusal_that_arrives_while_an_earlier_reading_waits_to_be_judged_is_n
         assert said_of(caplog, "plant.lvl") == ["WARNING", "INFO"]
     finally:
         st.close()
+
+
+def test_a_refusal_between_a_clock_step_and_the_watch_noticing_it_is_moved_by_no_step(
+    tmp_path: Path, mosquitto: Mosquitto
+) -> None:
+    """The gateway clock an hour ahead; a PLC's readings refused (a day ahead) at +0 s to
+    +20 s. NTP steps the gateway back an hour at +30 s, and a refusal arrives before the clock
+    watch's next check notices the step (the daemon checks before each batch and each tick:
+    under a second, but paho's thread records it at once). It arrived on the new clock: the
+    step moves the earlier three, not it. Before: moved by the hour too, it read an hour before
+    it came, and health dropped the sensor's line at once (until the next refusal). The step
+    itself is injected (the wall and monotonic clocks are the test's): a real clock step cannot
+    be made on demand."""
+    st = SkewStation(tmp_path, mosquitto.port, "t-skew-step-race")
+    try:
+        for k in (0, 10, 20):
+            st.at(k, gateway=T0 + k + HOUR)
+            st.send("lvl", T0 + k + 86400.0)
+        st.wall.set(T0 + 30)  # NTP's step back, not noticed yet: no tick
+        st.mono.set(1030.0)
+        st.send("lvl", T0 + 30 + 86400.0)  # recorded at receipt; the batch's check then notices
+        assert st.daemon.clock_watch is not None and st.daemon.clock_watch.generation == 1  # noticed
+        assert st.source.ahead.latest("plant.lvl") == (T0 + 30, 86400.0, 4)
+        st.at(40)
+        assert st.health().stamped_ahead_sensors == ("plant.lvl",)
+        assert st.health().stamped_ahead_by == 86400.0
+    finally:
+        st.close()
+
+
+def test_the_daemon_on_the_real_clock_times_refusals_ahead_on_its_clock_watchs_monotonic_clock(
+    tmp_path: Path,
+) -> None:
+    """`monitor run` builds its clock watch (CLOCK_BOOTTIME) before the MQTT source: the
+    source's refusals ahead must note their arrival on the watch's monotonic clock, or a
+    suspended gateway's offset (boottime less monotonic) tells the two clocks apart wrongly
+    at a step."""
+    from monitor.daemon import Daemon
+    from monitor.model import WallClock
+
+    daemon = Daemon(skew_config(tmp_path, free_port(), "t-skew-wiring"), WallClock())
+    try:
+        assert daemon.clock_watch is not None and daemon.mqtt_source is not None
+        assert daemon.mqtt_source.ahead.monotonic is daemon.clock_watch.monotonic
+    finally:
+        close(daemon)

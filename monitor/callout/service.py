@@ -38,6 +38,7 @@ from monitor.alarms.manager import AlarmManager
 from monitor.callout.message import LinkSigner, alarm_message, flood_message, local_time, nonce_of
 from monitor.callout.rules import Matcher
 from monitor.callout.store import CalloutStore, Escalation, Message
+from monitor.callout.unset_starts import UnsetStarts
 from monitor.config import Config
 from monitor.config.notify import EscalationPipeline, Notify
 from monitor.errors import AlarmError, MonitorError, StateError
@@ -116,9 +117,9 @@ class Callout:
         # Escalations that took a step in this run: their due time is this run's
         # clock's, never a right clock's from before a restart (`_behind`).
         self._stepped: set[int] = set()
-        # When the gateway clock was set in this run (a step forward from a clock judged not
-        # set): an alarm stamped before it on the unset clock has no start on this one.
-        self._set_at: float | None = None
+        # Alarm starts stamped by a clock judged not set, kept in the store: paged after NTP
+        # set it (in this run or after a restart), such an alarm has no start on this clock.
+        self.unset_starts = UnsetStarts(self.store)
         # The time the running steps have waited, by the monotonic clock (a step of the
         # gateway clock does not touch it): counted since `_mark`, written every
         # SERVED_PERSIST (`_serve`); a restart on an unset clock counts it (`resume`).
@@ -237,7 +238,7 @@ class Callout:
         if step < 0:
             self._behind(now, f"stepped back by {step_text(step)}")
         elif not self._clock_is_set(now - step) and self._clock_is_set(now):
-            self._set_at = now
+            self.unset_starts.clock_set()
         try:
             moved = self.store.forward(step, self._before) if step > 0 else 0
             links = self.store.rebase(step, now - step, not self._clock_is_set(now))
@@ -256,12 +257,12 @@ class Callout:
         return self.clock_set is None or self.clock_set(t)
 
     def _began_set(self, alarm: Alarm) -> bool:
-        """Whether the alarm's start is a time of the clock as set now: not one the unset clock
-        stamped before NTP set it in this run (a page after it said "since" a day of last
-        year). Not judged by the time alone: an alarm on for months is older than the start's
-        evidence, and its day is right."""
+        """Whether the alarm's start is a time of the clock as set now: not one an unset clock
+        stamped before NTP set it, in this run or before a restart (a page after it said
+        "since" a day of last year; `UnsetStarts`). Not judged by the time alone: an alarm on
+        for months is older than the start's evidence, and its day is right."""
         began = alarm.activated_at or alarm.updated_at
-        return self._set_at is None or began >= self._set_at or self._clock_is_set(began)
+        return self._clock_is_set(began) or not self.unset_starts.unset(began)
 
     def _activated(self, alarm: Alarm, now: float, counted: bool = True) -> None:
         pipeline = self.matcher.pipeline(alarm, now)
@@ -273,6 +274,10 @@ class Callout:
         activated = alarm.activated_at or now
         if self.store.known(alarm.sensor, str(alarm.rule), activated):
             return  # this activation has its escalation already (a restart's resume)
+        if not self._clock_is_set(now) and not self._clock_is_set(activated) and activated <= now:
+            # Stamped by this unset clock: a start from a set clock (an alarm on since before a
+            # restart) is later than an unset clock reads.
+            self.unset_starts.began(activated)
         esc = self._start("alarm", alarm.sensor, str(alarm.rule), activated, pipeline, now)
         if esc is None:
             return

@@ -231,6 +231,16 @@ class CalloutStore:
         except sqlite3.Error as exc:
             raise StateError(f"callout store {self.path}: {exc}") from exc
 
+    def note(self, key: str) -> str | None:
+        """A note of the callout's kept in `meta` beside the schema version (no migration: the
+        last release reads only the version's key and leaves the others)."""
+        rows = self._query("SELECT value FROM meta WHERE key=?", (key,))
+        return None if not rows else str(rows[0][0])
+
+    def keep_note(self, key: str, value: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
     # --- escalations -----------------------------------------------------------------
 
     def start(

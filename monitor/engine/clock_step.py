@@ -126,10 +126,11 @@ class GatewayStep:
     noticed: float
 
 
-def shift(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:
+def shift(engine: Engine, delta: float, keep: Collection[str] = (), clock: float | None = None) -> None:
     """Move everything the engine remembers by `delta` seconds (a step back: < 0), but
     the history of the sensors in `keep`: stamped by their device's clock, it never was
-    on the gateway's."""
+    on the gateway's. `clock`: the new clock's reading less the monotonic time, for the
+    refusals ahead that arrived on it already (`RefusedAhead.shift`)."""
     for st in engine.sensor_states():
         if st.device is not None or st.sensor not in keep:  # a device's stale watch: the gateway's
             st.fresh += delta
@@ -156,20 +157,22 @@ def shift(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:
             slug.period = type(slug.period)((t + delta, q) for t, q in slug.period)
     engine.last_tick += delta
     if engine.ahead is not None:  # refusals ahead arrived on the gateway clock, as the watches run
-        engine.ahead.shift(delta)
+        engine.ahead.shift(delta, clock)
 
 
-def advance_watches(engine: Engine, delta: float, keep: Collection[str] = ()) -> None:
+def advance_watches(
+    engine: Engine, delta: float, keep: Collection[str] = (), clock: float | None = None
+) -> None:
     """After a step forward by `delta`: the stale watch, the limit timers (on- and
     off-delay, a bad-value run) and a slug's over run move forward with it, so each
     measures the time that passed, as the station's do (a step within `max_sample_gap`
     made a 12 min run a 16 min slug); but those of the sensors in `keep` (stamped by their
     device's clock: no time was skipped there). Restarted instead, a 3 s step put every
     on-delay in progress back to its start and every stale watch back to zero: an alarm
-    up to its whole delay late."""
+    up to its whole delay late. `clock`: as `shift`'s."""
     engine.last_tick += delta
     if engine.ahead is not None:  # refusals ahead arrived on the gateway clock, as the watches run
-        engine.ahead.shift(delta)
+        engine.ahead.shift(delta, clock)
     for st in engine.sensor_states():
         if st.device is not None or st.sensor not in keep:  # a device's stale watch: the gateway's
             st.fresh += delta
@@ -357,8 +360,9 @@ class ClockWatch:
         return (out, moved) if moved else (items, 0)
 
     def _stepped(self, wall: float, mono: float, step: float, when: str) -> list[Condition]:
+        clock = wall - mono  # the new clock, against which a refusal ahead's arrival is judged
         if step < 0:
-            shift(self.engine, step, self.device)
+            shift(self.engine, step, self.device, clock)
         elif self._restored_back > 0 and wall >= self._restored_end:
             # The clock the start moved the history back for was not set (a year behind: a
             # gateway without a battery-backed clock before NTP answered), and this step sets
@@ -366,10 +370,10 @@ class ClockWatch:
             # the next reading was a year after it and every baseline warmed up again, the
             # slug rule blind for 20 h), the watches by the rest (the daemon's down time).
             back, self._restored_back = min(step, self._restored_back), 0.0
-            shift(self.engine, back, self.device)
-            advance_watches(self.engine, step - back, self.device)
+            shift(self.engine, back, self.device, clock)
+            advance_watches(self.engine, step - back, self.device, clock)
         else:
-            advance_watches(self.engine, step, self.device)
+            advance_watches(self.engine, step, self.device, clock)
         for listener in self.on_step:
             listener(step)
         direction = "back" if step < 0 else "forward"

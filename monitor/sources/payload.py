@@ -11,6 +11,7 @@ import json
 import math
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -271,7 +272,11 @@ class StampsAhead:
     thread, is no sign the device's clock is right again. The stale rule reads `latest`
     (`model.RefusedAhead`), health `total`, `last` and `worst`. The arrival times are on
     the gateway clock and move with its steps (`shift`, called where the engine's stale
-    watches move).
+    watches move); each also notes the gateway clock's reading less the `monotonic` time
+    when it arrived, so a step moves only the refusals that arrived on the clock before it
+    (one that arrived after the step but before the clock watch noticed it, under a second
+    later, was moved by the step as well: after a step back it read as the step's length
+    old, and health dropped the sensor's line until the next refusal).
 
     Written on paho's thread (`record`, `received`), on the loop's (`taken`, `shift`): one lock.
     The table is capped like `BadPayloads`'s; past the cap only the totals count.
@@ -287,19 +292,26 @@ class StampsAhead:
         # The earliest stamp of a good reading received since the sensor's last refusal, if
         # any: a judged reading stamped at least that ends the run (`taken`).
         self._answered: dict[str, float] = {}
+        # The clock watch's monotonic clock (the daemon sets it, `Daemon.watch_clock`), and
+        # per sensor (the last one, any sensor's) the arrival less it: which clock stamped it.
+        self.monotonic: Callable[[], float] = time.monotonic
+        self._offsets: dict[str, float] = {}
+        self._last_offset = 0.0
         self._lock = threading.Lock()
 
     def record(self, sensor: str, ahead: float, arrived: float) -> int:
         """Count one refusal; return its place in the sensor's run (1: a run starts, said
         once in the log), or 0 past the cap (not tracked)."""
+        offset = arrived - self.monotonic()
         with self._lock:
             self.total += 1
-            self.last = (arrived, ahead)
+            self.last, self._last_offset = (arrived, ahead), offset
             entry = self._by_sensor.get(sensor)
             if entry is None and len(self._by_sensor) >= self.max_sensors:
                 return 0
             run = 1 if entry is None or arrived - entry[0] > RUN_GAP else entry[2] + 1
             self._by_sensor[sensor] = (arrived, ahead, run)
+            self._offsets[sensor] = offset
             self._answered.pop(sensor, None)  # readings received before it end nothing now
             return run
 
@@ -323,18 +335,35 @@ class StampsAhead:
                 return 0
             del self._answered[sensor]
             entry = self._by_sensor.pop(sensor, None)
+            self._offsets.pop(sensor, None)
         if entry is None:
             return 0
         if self.on_end is not None:
             self.on_end(sensor, entry[2])
         return entry[2]
 
-    def shift(self, delta: float) -> None:
-        """The gateway clock stepped by `delta`: the refusals happened where they did."""
+    def shift(self, delta: float, clock: float | None = None) -> None:
+        """The gateway clock stepped by `delta`: the refusals happened where they did.
+        `clock`: the new clock's reading less the monotonic time (the clock watch's, when
+        it noticed the step); a refusal that arrived on it (nearer it than the old clock's,
+        `clock - delta`) is on the new clock already and stays. None: every one moves."""
+
+        def moved(offset: float) -> float:
+            if clock is None or abs(offset - (clock - delta)) < abs(offset - clock):
+                return delta
+            return 0.0
+
         with self._lock:
             if self.last is not None:
-                self.last = (self.last[0] + delta, self.last[1])
-            self._by_sensor = {s: (at + delta, a, n) for s, (at, a, n) in self._by_sensor.items()}
+                by = moved(self._last_offset)
+                self.last, self._last_offset = (self.last[0] + by, self.last[1]), self._last_offset + by
+            by_sensor: dict[str, tuple[float, float, int]] = {}
+            for s, (at, a, n) in self._by_sensor.items():
+                by = moved(self._offsets.get(s, clock - delta if clock is not None else 0.0))
+                by_sensor[s] = (at + by, a, n)
+                if s in self._offsets:
+                    self._offsets[s] += by
+            self._by_sensor = by_sensor
 
     def latest(self, sensor: str) -> tuple[float, float, int] | None:
         return self._by_sensor.get(sensor)
