@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -594,26 +595,61 @@ def test_which_readings_are_taken_for_the_old_clock_after_a_step_back() -> None:
     assert watch.restamp([Sample("ph", T0 + 4, 7.0)]) == ([Sample("ph", T0 + 4, 7.0)], 0)
 
 
-def device_station(tmp_path: Path) -> Config:
-    """pH polled over Modbus (stamped by the gateway clock) and an effluent temperature
-    over MQTT that takes its time from the payload (stamped by the device's own clock)."""
+PH_FIELD: dict[str, Any] = {
+    "sensor": "ph",
+    "register": "holding",
+    "address": 0,
+    "type": "UINT16",
+    "scale": 0.01,
+}
+# the plant's temperature devices, stamping each reading with their own clock (`time_path`)
+PLANT_TEMP: dict[str, Any] = {
+    "topic": "plant/+/temp",
+    "sensor": "plant.{1}",
+    "format": "json",
+    "value_path": "v",
+    "time_path": "t",
+}
+
+
+def two_clock_station(
+    tmp_path: Path,
+    station: dict[str, Any],
+    sensors: list[dict[str, Any]],
+    polled: list[dict[str, Any]],
+    subscriptions: list[dict[str, Any]],
+    **sections: Any,
+) -> Config:
+    """A station on two clocks: the PLC `plc` polled over Modbus for `polled` (the gateway's
+    clock, the one that steps) and MQTT `subscriptions` (a device's own time where they
+    give a `time_path`); console off, no free-space floor. `sections`: a wet well."""
     return build_config(
         {
-            "station": {"id": "ps-device-clock"},
+            "station": station,
             "state_dir": str(tmp_path / "state"),
-            "sensors": [
-                {"id": "ph", "kind": "ph", "limits": {"on_delay": "0s"}},
-                {"id": "plant.temp", "kind": "temperature", "unit": "degC",
-                 "limits": {"on_delay": "5m", "off_delay": "0s"}, "stale_after": "1h"},
-            ],
-            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020,
-                                    "fields": [{"sensor": "ph", "register": "holding", "address": 0,
-                                                "type": "UINT16", "scale": 0.01}]}]},
-            "mqtt": {"subscriptions": [{"topic": "plant/+/temp", "sensor": "plant.{1}", "format": "json",
-                                        "value_path": "v", "time_path": "t"}]},
+            "sensors": sensors,
+            **sections,
+            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020, "fields": polled}]},
+            "mqtt": {"subscriptions": subscriptions},
             "console": {"enabled": False},
             "store": {"free_space_floor": 0},
         }
+    )
+
+
+def device_station(tmp_path: Path) -> Config:
+    """pH polled over Modbus (stamped by the gateway clock) and an effluent temperature
+    over MQTT that takes its time from the payload (stamped by the device's own clock)."""
+    return two_clock_station(
+        tmp_path,
+        {"id": "ps-device-clock"},
+        [
+            {"id": "ph", "kind": "ph", "limits": {"on_delay": "0s"}},
+            {"id": "plant.temp", "kind": "temperature", "unit": "degC",
+             "limits": {"on_delay": "5m", "off_delay": "0s"}, "stale_after": "1h"},
+        ],
+        polled=[PH_FIELD],
+        subscriptions=[PLANT_TEMP],
     )  # fmt: skip
 
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +25,7 @@ from tests.cli import run_monitor
 from tests.engine_helpers import T0
 from tests.mqtt_tools import Peer, collect, mqtt_config
 from tests.services import Mosquitto
-from tests.test_clock_step import CONFIG, Stepped, watched_daemon
+from tests.test_clock_step import CONFIG, PH_FIELD, PLANT_TEMP, Stepped, two_clock_station, watched_daemon
 from tests.test_pipeline import close
 
 
@@ -136,20 +139,14 @@ WELL = [
 def mixed_station(tmp_path: Path) -> Config:
     """A wet well whose level is polled over Modbus (the gateway's clock) and whose pump
     reports its run feedback over MQTT with the controller's own time (`time_path`)."""
-    return build_config(
-        {
-            "station": {"id": "ps-mixed-clocks", "timezone": "UTC"},
-            "state_dir": str(tmp_path / "state"),
-            "sensors": WELL,
-            "wet_well": {"level": "lvl", "pumps": ["p1"], "fail_to_start_delay": "2m"},
-            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020,
-                                    "fields": [{"sensor": "lvl", "register": "holding", "address": 0,
-                                                "type": "UINT16", "scale": 0.01}]}]},
-            "mqtt": {"subscriptions": [{"topic": "pumps/p1", "sensor": "p1", "format": "json",
-                                        "value_path": "on", "time_path": "t"}]},
-            "console": {"enabled": False},
-            "store": {"free_space_floor": 0},
-        }
+    return two_clock_station(
+        tmp_path,
+        {"id": "ps-mixed-clocks", "timezone": "UTC"},
+        WELL,
+        polled=[{"sensor": "lvl", "register": "holding", "address": 0, "type": "UINT16", "scale": 0.01}],
+        subscriptions=[{"topic": "pumps/p1", "sensor": "p1", "format": "json",
+                        "value_path": "on", "time_path": "t"}],
+        wet_well={"level": "lvl", "pumps": ["p1"], "fail_to_start_delay": "2m"},
     )  # fmt: skip
 
 
@@ -238,21 +235,15 @@ def float_switch_station(tmp_path: Path) -> Config:
     """The wet well's level from an ultrasonic transmitter over MQTT with its own time
     (`time_path`); the high-level float switch and p1's run feedback polled from the PLC
     over Modbus, on the gateway's clock."""
-    return build_config(
-        {
-            "station": {"id": "ps-float", "timezone": "UTC"},
-            "state_dir": str(tmp_path / "state"),
-            "sensors": [*WELL, {"id": "float", "kind": "status"}],
-            "wet_well": {"level": "lvl", "pumps": ["p1"], "overflow_switch": "float",
-                         "fail_to_start_delay": "2m"},
-            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020, "fields": [
-                {"sensor": "p1", "register": "coil", "address": 0, "type": "BIT"},
-                {"sensor": "float", "register": "coil", "address": 1, "type": "BIT"}]}]},
-            "mqtt": {"subscriptions": [{"topic": "well/lvl", "sensor": "lvl", "format": "json",
-                                        "value_path": "v", "time_path": "t"}]},
-            "console": {"enabled": False},
-            "store": {"free_space_floor": 0},
-        }
+    return two_clock_station(
+        tmp_path,
+        {"id": "ps-float", "timezone": "UTC"},
+        [*WELL, {"id": "float", "kind": "status"}],
+        polled=[{"sensor": "p1", "register": "coil", "address": 0, "type": "BIT"},
+                {"sensor": "float", "register": "coil", "address": 1, "type": "BIT"}],
+        subscriptions=[{"topic": "well/lvl", "sensor": "lvl", "format": "json",
+                        "value_path": "v", "time_path": "t"}],
+        wet_well={"level": "lvl", "pumps": ["p1"], "overflow_switch": "float", "fail_to_start_delay": "2m"},
     )  # fmt: skip
 
 
@@ -435,6 +426,32 @@ def test_a_sensor_two_templates_could_name_on_two_clocks_is_refused(tmp_path: Pa
     ], result.stderr
 
 
+@contextmanager
+def subscribed(
+    mosquitto: Mosquitto,
+    subs: list[dict[str, Any]],
+    client_id: str,
+    sensors: list[str],
+    *,
+    device: Sequence[str] = (),
+    gateway: Sequence[str] = (),
+) -> Iterator[tuple[MqttSource, Peer]]:
+    """The MQTT source of station ps-1 on `subs` connected to the real broker, its `sensors`
+    on the clocks given (`device`-stamped or `gateway`-stamped), and a peer to publish as
+    the devices do; both closed whatever the test asserts."""
+    cfg = mqtt_config(mosquitto.port, subscriptions=subs)
+    link = MqttLink(cfg, "ps-1", client_id=client_id)
+    source = MqttSource(link, cfg, "ps-1", sensors=sensors, device=device, gateway=gateway)
+    link.start()
+    link.wait_connected()
+    peer = Peer(mosquitto.port, f"{client_id}-peer")
+    try:
+        yield source, peer
+    finally:
+        peer.close()
+        link.stop()
+
+
 def test_a_template_without_a_payload_time_cannot_bind_a_sensor_named_with_one(
     mosquitto: Mosquitto, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -456,13 +473,8 @@ def test_a_template_without_a_payload_time_cannot_bind_a_sensor_named_with_one(
         }
     )  # fmt: skip
     assert device_stamped(config) == device_named(config) == frozenset({"plant.lvl"})
-    cfg = mqtt_config(mosquitto.port, subscriptions=subs)
-    link = MqttLink(cfg, "ps-1", client_id="t-two-subs")
-    source = MqttSource(link, cfg, "ps-1", sensors=["plant.lvl", "plant.wet"], device=["plant.lvl"])
-    link.start()
-    link.wait_connected()
-    peer = Peer(mosquitto.port, "t-two-subs-peer")
-    try:
+    levels = ["plant.lvl", "plant.wet"]
+    with subscribed(mosquitto, subs, "t-two-subs", levels, device=["plant.lvl"]) as (source, peer):
         messages = [
             ("scada/lvl/level", b"4.0"),
             ("scada/wet/level", b"3.0"),
@@ -478,9 +490,6 @@ def test_a_template_without_a_payload_time_cannot_bind_a_sensor_named_with_one(
             " (a subscription with a time_path names it); a reading stamped at receipt would judge it"
             " on two clocks" in caplog.text
         ), caplog.text
-    finally:
-        peer.close()
-        link.stop()
 
 
 def test_a_payload_time_for_a_polled_sensor_is_refused_per_message(
@@ -494,13 +503,8 @@ def test_a_payload_time_for_a_polled_sensor_is_refused_per_message(
     subs = [
         {"topic": "plant/+/flow", "sensor": "{1}.flow", "format": "json", "value_path": "v", "time_path": "t"}
     ]
-    cfg = mqtt_config(mosquitto.port, subscriptions=subs)
-    link = MqttLink(cfg, "ps-1", client_id="t-two-clocks")
-    source = MqttSource(link, cfg, "ps-1", sensors=["outfall.flow", "mill.flow"], gateway=["mill.flow"])
-    link.start()
-    link.wait_connected()
-    peer = Peer(mosquitto.port, "t-two-clocks-peer")
-    try:
+    flows = ["outfall.flow", "mill.flow"]
+    with subscribed(mosquitto, subs, "t-two-clocks", flows, gateway=["mill.flow"]) as (source, peer):
         messages = [
             ("plant/mill/flow", json.dumps({"v": 50.0, "t": T0}).encode()),
             ("plant/outfall/flow", json.dumps({"v": 120.5, "t": T0}).encode()),
@@ -515,9 +519,6 @@ def test_a_payload_time_for_a_polled_sensor_is_refused_per_message(
             " (polled over Modbus, or fed without a time_path); a payload time would judge it on two"
             " clocks" in caplog.text
         )
-    finally:
-        peer.close()
-        link.stop()
 
 
 def test_a_step_back_leaves_a_sensor_derived_from_device_stamped_readings_where_it_is(
@@ -528,26 +529,19 @@ def test_a_step_back_leaves_a_sensor_derived_from_device_stamped_readings_where_
     on-delay: no alarm due); the gateway's RTC, 3 h ahead, is stepped back at +65 s. Before:
     the step moved the derived sensor's history back 3 h (only fed sensors were known to
     be device-stamped), its next sample found the excursion 3 h old: a false `high`."""
-    config = build_config(
-        {
-            "station": {"id": "ps-derived-device"},
-            "state_dir": str(tmp_path / "state"),
-            "sensors": [
-                {"id": "ph", "kind": "ph"},
-                {"id": "plant.temp", "kind": "temperature", "unit": "degC", "stale_after": "1h",
-                 "limits": {"on_delay": "5m", "off_delay": "0s"}},
-                {"id": "temp.f", "kind": "derived", "unit": "degF", "expression": "plant.temp",
-                 "limits": {"high": 150, "unit": "degF", "on_delay": "5m", "off_delay": "0s"},
-                 "stale_after": "1h"},
-            ],
-            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020,
-                                    "fields": [{"sensor": "ph", "register": "holding", "address": 0,
-                                                "type": "UINT16", "scale": 0.01}]}]},
-            "mqtt": {"subscriptions": [{"topic": "plant/+/temp", "sensor": "plant.{1}", "format": "json",
-                                        "value_path": "v", "time_path": "t"}]},
-            "console": {"enabled": False},
-            "store": {"free_space_floor": 0},
-        }
+    config = two_clock_station(
+        tmp_path,
+        {"id": "ps-derived-device"},
+        [
+            {"id": "ph", "kind": "ph"},
+            {"id": "plant.temp", "kind": "temperature", "unit": "degC", "stale_after": "1h",
+             "limits": {"on_delay": "5m", "off_delay": "0s"}},
+            {"id": "temp.f", "kind": "derived", "unit": "degF", "expression": "plant.temp",
+             "limits": {"high": 150, "unit": "degF", "on_delay": "5m", "off_delay": "0s"},
+             "stale_after": "1h"},
+        ],
+        polled=[PH_FIELD],
+        subscriptions=[PLANT_TEMP],
     )  # fmt: skip
     assert "temp.f" in device_stamped(config)
     ahead = 3 * 3600.0
@@ -575,25 +569,18 @@ def test_a_bad_device_reading_before_a_step_forward_does_not_silence_its_derived
     (only a good one set its input's time), the step moved the derived evaluation an hour
     ahead of the device's clock, `temp.f` made nothing for the hour, and its stale alarm
     (2 min) was raised on a healthy device."""
-    config = build_config(
-        {
-            "station": {"id": "ps-derived-bad"},
-            "state_dir": str(tmp_path / "state"),
-            "sensors": [
-                {"id": "q", "kind": "flow", "unit": "gpm"},
-                {"id": "q.mgd", "kind": "derived", "unit": "MGD", "expression": "q"},
-                {"id": "plant.temp", "kind": "temperature", "unit": "degC", "bad_values": [-9999]},
-                {"id": "temp.f", "kind": "derived", "unit": "degF", "expression": "plant.temp",
-                 "stale_after": "2m"},
-            ],
-            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020,
-                                    "fields": [{"sensor": "q", "register": "holding", "address": 0,
-                                                "type": "UINT16"}]}]},
-            "mqtt": {"subscriptions": [{"topic": "plant/+/temp", "sensor": "plant.{1}", "format": "json",
-                                        "value_path": "v", "time_path": "t"}]},
-            "console": {"enabled": False},
-            "store": {"free_space_floor": 0},
-        }
+    config = two_clock_station(
+        tmp_path,
+        {"id": "ps-derived-bad"},
+        [
+            {"id": "q", "kind": "flow", "unit": "gpm"},
+            {"id": "q.mgd", "kind": "derived", "unit": "MGD", "expression": "q"},
+            {"id": "plant.temp", "kind": "temperature", "unit": "degC", "bad_values": [-9999]},
+            {"id": "temp.f", "kind": "derived", "unit": "degF", "expression": "plant.temp",
+             "stale_after": "2m"},
+        ],
+        polled=[{"sensor": "q", "register": "holding", "address": 0, "type": "UINT16"}],
+        subscriptions=[PLANT_TEMP],
     )  # fmt: skip
     behind = 3600.0
     daemon, wall, mono = watched_daemon(config, T0 - behind)
