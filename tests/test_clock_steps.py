@@ -25,7 +25,15 @@ from tests.cli import run_monitor
 from tests.engine_helpers import T0
 from tests.mqtt_tools import Peer, collect, mqtt_config
 from tests.services import Mosquitto
-from tests.test_clock_step import CONFIG, PH_FIELD, PLANT_TEMP, Stepped, two_clock_station, watched_daemon
+from tests.test_clock_step import (
+    CONFIG,
+    PH_FIELD,
+    PLANT_TEMP,
+    Stepped,
+    clocks_at,
+    two_clock_station,
+    watched_daemon,
+)
 from tests.test_pipeline import close
 
 
@@ -48,15 +56,12 @@ def test_a_poll_queued_across_a_step_back_and_a_step_forward_is_moved_by_both(tm
             return T0 + k - (3600.0 if k < 80 else 1800.0)
 
         for k in (70, 85):
-            gw.wall.set(clock(k))
-            gw.mono.set(1000.0 + k)
+            clocks_at(gw.wall, gw.mono, k, clock(k))
             daemon.tick()
-        gw.wall.set(clock(90))
-        gw.mono.set(1000.0 + 90)
+        clocks_at(gw.wall, gw.mono, 90, clock(90))
         daemon.pipeline.process([Sample("ph", T0 + 60, 7.0)])
         for k in range(90, 121, 10):
-            gw.wall.set(clock(k))
-            gw.mono.set(1000.0 + k)
+            clocks_at(gw.wall, gw.mono, k, clock(k))
             daemon.pipeline.process([Sample("ph", clock(k), 11.0)])
         assert daemon.engine.counters.out_of_order == 0
         assert daemon.pipeline.stats.restamped == 1
@@ -166,8 +171,7 @@ def test_a_step_back_leaves_a_device_stamped_pump_where_it_is(tmp_path: Path) ->
     daemon, wall, mono = watched_daemon(config, T0 + ahead)
 
     def at(k: float, *items: Sample) -> None:
-        wall.set(T0 + k + (ahead if k < 65 else 0.0))
-        mono.set(1000.0 + k)
+        clocks_at(wall, mono, k, T0 + k + (ahead if k < 65 else 0.0))
         daemon.pipeline.process(list(items))
 
     def pump(k: float) -> Sample:
@@ -221,8 +225,7 @@ def test_a_step_back_leaves_a_device_stamped_wet_well_where_it_is(tmp_path: Path
     daemon, wall, mono = watched_daemon(config, T0 + 3600.0)
     try:
         for k in range(0, 201, 10):
-            wall.set(T0 + k + (3600.0 if k < 65 else 0.0))
-            mono.set(1000.0 + k)
+            clocks_at(wall, mono, k, T0 + k + (3600.0 if k < 65 else 0.0))
             level = 6.0 if k >= 30 else 4.0
             daemon.pipeline.process([Sample("lvl", T0 + k, level), Sample("p1", T0 + k, 0.0)])
         journal = daemon.alarms.journal.entries(sensor="lvl")
@@ -268,8 +271,7 @@ def test_a_device_stamped_level_beside_a_gateway_float_switch_across_a_step(
     daemon, wall, mono = watched_daemon(config, T0 + wrong)
     try:
         for k in range(0, 301, 10):
-            wall.set(T0 + k + (wrong if k < 65 else 0.0))
-            mono.set(1000.0 + k)
+            clocks_at(wall, mono, k, T0 + k + (wrong if k < 65 else 0.0))
             daemon.tick()
             level = 6.0 if k >= 30 else 4.0
             daemon.pipeline.process(
@@ -297,8 +299,7 @@ def test_a_float_switch_and_pump_on_the_gateway_clock_measure_fail_to_start_with
     daemon, wall, mono = watched_daemon(float_switch_station(tmp_path))
     try:
         for k in range(0, 301, 10):
-            wall.set(T0 + k)
-            mono.set(1000.0 + k)
+            clocks_at(wall, mono, k, T0 + k)
             daemon.tick()
             level = [Sample("lvl", T0 + k, 6.0)] if k <= 50 else []
             daemon.pipeline.process(
@@ -326,8 +327,7 @@ def test_an_overflow_the_gateway_float_opened_moves_with_its_clock_across_a_step
     daemon, wall, mono = watched_daemon(config, T0 + wrong)
     try:
         for k in range(0, 301, 10):
-            wall.set(T0 + k + (wrong if k < 65 else 0.0))
-            mono.set(1000.0 + k)
+            clocks_at(wall, mono, k, T0 + k + (wrong if k < 65 else 0.0))
             daemon.tick()
             daemon.pipeline.process(
                 [Sample("lvl", T0 + k, 4.0), Sample("p1", wall.now(), 0.0),
@@ -548,8 +548,7 @@ def test_a_step_back_leaves_a_sensor_derived_from_device_stamped_readings_where_
     daemon, wall, mono = watched_daemon(config, T0 + ahead)
     try:
         for k in range(0, 401, 10):
-            wall.set(T0 + k + (ahead if k < 65 else 0.0))
-            mono.set(1000.0 + k)
+            clocks_at(wall, mono, k, T0 + k + (ahead if k < 65 else 0.0))
             temp = 70.0 if 30 <= k <= 110 else 40.0  # 158 °F
             daemon.pipeline.process([Sample("q", wall.now(), 700.0), Sample("plant.temp", T0 + k, temp)])
         assert [(e.rule, e.event) for e in daemon.alarms.journal.entries(sensor="temp.f")] == []
@@ -586,8 +585,7 @@ def test_a_bad_device_reading_before_a_step_forward_does_not_silence_its_derived
     daemon, wall, mono = watched_daemon(config, T0 - behind)
     try:
         for k in range(0, 401, 10):
-            wall.set(T0 + k - (behind if k < 65 else 0.0))
-            mono.set(1000.0 + k)
+            clocks_at(wall, mono, k, T0 + k - (behind if k < 65 else 0.0))
             daemon.tick()
             temp = -9999.0 if k == 60 else 40.0
             daemon.pipeline.process([Sample("q", wall.now(), 700.0), Sample("plant.temp", T0 + k, temp)])
@@ -620,15 +618,13 @@ def test_a_pump_start_queued_across_a_step_back_and_forward_is_counted_where_it_
         for k in range(0, 51, 10):
             gw.poll(k, p1=0.0, lvl=4.0)
         for k in (70, 85):
-            gw.wall.set(clock(k))
-            gw.mono.set(1000.0 + k)
+            clocks_at(gw.wall, gw.mono, k, clock(k))
             daemon.tick()
         gw.wall.set(clock(90))
         gw.mono.set(1090.0)
         daemon.pipeline.process([Sample("p1", T0 + 60, 1.0), Sample("lvl", T0 + 60, 4.0)])
         for k in [*range(90, 200, 10), 1900, 1910]:
-            gw.wall.set(clock(k))
-            gw.mono.set(1000.0 + k)
+            clocks_at(gw.wall, gw.mono, k, clock(k))
             daemon.pipeline.process(
                 [Sample("p1", clock(k), 1.0 if k < 120 else 0.0), Sample("lvl", clock(k), 4.0)]
             )
@@ -656,8 +652,7 @@ def test_polls_queued_longer_than_a_step_forward_are_moved_not_dropped(tmp_path:
         for k in (0, 10, 20):
             gw.poll(k, ph=7.0)
         for k in (25, 30):  # taken and handed over, not yet judged
-            gw.wall.set(gw.at(k))
-            gw.mono.set(1000.0 + k)
+            clocks_at(gw.wall, gw.mono, k, gw.at(k))
             daemon.pipeline.emit([Sample("ph", gw.at(k), 7.0)])
         gw.wall.set(gw.at(70))
         gw.mono.set(1070.0)
