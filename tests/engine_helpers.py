@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,26 @@ T0 = 1_780_000_000.0  # 2026-05-28, a whole minute
 
 def station(*sensors: dict[str, Any]) -> Config:
     return build_config({"station": {"id": "ps-test"}, "sensors": list(sensors)})
+
+
+def wet_well_station(station_id: str, state: Path, *pumps: dict[str, Any]) -> Config:
+    """A daemon's station: the wet well's level `lvl` (off 2 ft, lead on 5, lag on 6, high 8,
+    overflow 9) and `pumps`, a pump failing to start after 2 min, its console off and no
+    free-space floor, its state in `state`."""
+    return build_config(
+        {
+            "station": {"id": station_id, "timezone": "UTC"},
+            "state_dir": str(state),
+            "sensors": [
+                {"id": "lvl", "kind": "level", "unit": "ft",
+                 "setpoints": {"off": 2, "lead_on": 5, "lag_on": 6, "high": 8, "overflow": 9}},
+                *pumps,
+            ],
+            "wet_well": {"level": "lvl", "fail_to_start_delay": "2m"},
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
 
 
 def live(engine: Engine, samples: list[Sample]) -> list[Condition]:

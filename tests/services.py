@@ -67,6 +67,16 @@ def http(
         return int(exc.code), bytes(exc.read())
 
 
+def json_or_none(url: str) -> Any:
+    """The JSON a GET of `url` answers, or None while nothing answers there (a daemon
+    starting, stopping or killed): for waits that poll a console until it says something."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return json.loads(resp.read())
+    except OSError:
+        return None
+
+
 @dataclass(frozen=True)
 class SimulatorProcess:
     port: int

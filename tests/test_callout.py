@@ -9,7 +9,8 @@ import asyncio
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -35,6 +36,9 @@ from tests.test_pipeline import close as close_daemon
 
 # Wednesday 14 January 2026, 03:00 UTC: 22:00 on Tuesday in Barton (America/New_York, EST).
 T0 = datetime(2026, 1, 14, 3, 0, tzinfo=UTC).timestamp()
+TR = 1_800_000_000.0  # 2027-01-15 08:00 UTC: a real time after this release's floor
+YEAR = 365 * 86400.0
+UNSET = TR - YEAR  # what a gateway without a battery-backed clock reads at boot, NTP not answering
 ALICE, BOB = "alice@example.org", "bob@example.org"
 
 
@@ -130,7 +134,11 @@ def link(body: str) -> str:
 
 
 def run(tmp_path: Path, smtp: MailServer, test: Any, **pipeline: Any) -> None:
-    config = build_config(raw_config(tmp_path, smtp.port, **pipeline))
+    run_config(build_config(raw_config(tmp_path, smtp.port, **pipeline)), test)
+
+
+def run_config(config: Config, test: Any) -> None:
+    """`test(rig)` on a rig of `config` whose clock reads T0, the rig closed whatever it asserts."""
 
     async def go() -> None:
         rig = Rig(config, ManualClock(T0))
@@ -460,21 +468,16 @@ def test_a_station_name_with_a_line_break_still_pages_with_a_one_line_subject(
     (and with it the daemon) at the first page."""
     raw = raw_config(tmp_path, smtp.port)
     raw["station"]["name"] = "Barton PS 1\r\nBcc: mallory@example.org\n"
-    config = build_config(raw)
 
-    async def go() -> None:
-        rig = Rig(config, ManualClock(T0))
-        try:
-            rig.manager.apply(ph(ConditionState.ACTIVE, T0))
-            assert await rig.step() == 1
-            [mail] = smtp.mails
-            assert mail.to == (ALICE,)
-            assert mail.subject == "[Barton PS 1 Bcc: mallory@example.org] HIGH outfall.ph low"
-            assert mail.message["Bcc"] is None
-        finally:
-            await rig.close()
+    async def test(rig: Rig) -> None:
+        rig.manager.apply(ph(ConditionState.ACTIVE, T0))
+        assert await rig.step() == 1
+        [mail] = smtp.mails
+        assert mail.to == (ALICE,)
+        assert mail.subject == "[Barton PS 1 Bcc: mallory@example.org] HIGH outfall.ph low"
+        assert mail.message["Bcc"] is None
 
-    asyncio.run(go())
+    run_config(build_config(raw), test)
 
 
 def test_an_address_with_a_line_break_fails_the_channel_not_the_callout(
@@ -484,21 +487,16 @@ def test_an_address_with_a_line_break_fails_the_channel_not_the_callout(
     diagnostic alarm raised), never an exception out of the delivery loop."""
     raw = raw_config(tmp_path, smtp.port)
     raw["notify"]["people"]["alice"]["contacts"]["mail"] = ALICE + "\nBcc: mallory@example.org"
-    config = build_config(raw)
 
-    async def go() -> None:
-        rig = Rig(config, ManualClock(T0))
-        try:
-            rig.manager.apply(ph(ConditionState.ACTIVE, T0))
-            assert await rig.step() == 0
-            assert smtp.mails == []
-            assert rig.callout.failed == 1
-            diag = rig.manager.get("notify.mail", Rule.NOTIFY)
-            assert diag is not None and diag.active
-        finally:
-            await rig.close()
+    async def test(rig: Rig) -> None:
+        rig.manager.apply(ph(ConditionState.ACTIVE, T0))
+        assert await rig.step() == 0
+        assert smtp.mails == []
+        assert rig.callout.failed == 1
+        diag = rig.manager.get("notify.mail", Rule.NOTIFY)
+        assert diag is not None and diag.active
 
-    asyncio.run(go())
+    run_config(build_config(raw), test)
 
 
 def test_a_restart_on_an_unset_clock_goes_on_escalating(tmp_path: Path, smtp: MailServer) -> None:
@@ -523,7 +521,7 @@ def test_a_restart_on_an_unset_clock_goes_on_escalating(tmp_path: Path, smtp: Ma
             assert await rig.step(5.1) == 1
         finally:
             await rig.close()
-        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+        assert_alice_and_bob_paged_once(smtp)
 
     asyncio.run(go())
 
@@ -566,6 +564,36 @@ class Station:
             await self.close()
 
 
+@asynccontextmanager
+async def station(config: Config, wall: float, end: str = "clean") -> AsyncIterator[Station]:
+    """One run of the daemon, started on a gateway clock reading `wall`, ended by `end`
+    ("clean": the daemon's stop; "kill": kill -9 / a hard reset), whatever the test asserts."""
+    st = Station(config, wall)
+    try:
+        yield st
+    finally:
+        await st.stop(end)
+
+
+async def page_alice(st: Station, at: float, after: float = 0.0) -> None:
+    """The pH alarm comes at `at`; the tick `after` s later pages Alice, the roster's first."""
+    st.daemon.alarms.apply(ph(ConditionState.ACTIVE, at))
+    assert await st.tick(at + after, after) == 1
+
+
+def assert_alice_and_bob_paged_once(smtp: MailServer) -> None:
+    """Both steps of the roster paged, neither twice (a clock or a restart repeats nobody)."""
+    assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+
+
+def config_with_heartbeat(tmp_path: Path, smtp: MailServer, delay: str) -> Config:
+    """The callout config with a heartbeat a minute before TR in its state dir, so the daemon
+    judges a clock reading UNSET (a year behind it) unset."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay=delay))
+    write_heartbeat(config.state_dir, TR - 60)
+    return config
+
+
 @pytest.mark.parametrize("down", [30.0, 7200.0])
 def test_ntp_after_a_restart_on_an_unset_clock_pages_the_next_person_on_the_real_schedule(
     tmp_path: Path, smtp: MailServer, down: float
@@ -585,14 +613,9 @@ def test_ntp_after_a_restart_on_an_unset_clock_pages_the_next_person_on_the_real
     unset = T0 - 365 * 86400.0  # at T0 + down, real time
 
     async def go() -> None:
-        st = Station(config, T0)
-        try:
-            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, T0))
-            assert await st.tick(T0, 0) == 1
-        finally:
-            await st.close()
-        st = Station(config, unset)
-        try:
+        async with station(config, T0) as st:
+            await page_alice(st, T0)
+        async with station(config, unset) as st:
             assert await st.tick(unset + 30, 30) == 0
             ntp = T0 + down + 60
             if down < 900:
@@ -602,9 +625,7 @@ def test_ntp_after_a_restart_on_an_unset_clock_pages_the_next_person_on_the_real
             else:
                 assert await st.tick(ntp, 30) == 1  # overdue on the real clock: at once
             assert await st.tick(T0 + down + 3600, 3600) == 0
-        finally:
-            await st.close()
-        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+        assert_alice_and_bob_paged_once(smtp)
 
     asyncio.run(go())
 
@@ -620,10 +641,8 @@ def test_a_suspend_of_an_hour_pages_the_next_person_on_time(tmp_path: Path, smtp
     config = build_config(raw_config(tmp_path, smtp.port, delay="90m"))
 
     async def go() -> None:
-        st = Station(config, T0)
-        try:
-            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, T0))
-            assert await st.tick(T0, 0) == 1
+        async with station(config, T0) as st:
+            await page_alice(st, T0)
             assert await st.tick(T0 + 60, 60) == 0
             assert await st.tick(T0 + 3660, 3600) == 0  # resumed after an hour asleep
             watch = st.daemon.clock_watch
@@ -631,9 +650,7 @@ def test_a_suspend_of_an_hour_pages_the_next_person_on_time(tmp_path: Path, smtp
             assert not [a for a in st.daemon.alarms.active() if a.rule is Rule.CLOCK]
             assert await st.tick(T0 + 5399, 5399 - 3660) == 0
             assert await st.tick(T0 + 5401, 2) == 1
-        finally:
-            await st.close()
-        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+        assert_alice_and_bob_paged_once(smtp)
 
     asyncio.run(go())
 
@@ -649,17 +666,13 @@ def test_a_clock_stepped_back_a_day_while_running_still_pages_the_next_person(
     config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
 
     async def go() -> None:
-        st = Station(config, T0)
-        try:
-            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, T0))
-            assert await st.tick(T0 + 1, 1) == 1
+        async with station(config, T0) as st:
+            await page_alice(st, T0, after=1)
             back = T0 + 60 - 86400.0
             assert await st.tick(back, 59) == 0
             assert await st.tick(back + 839, 839) == 0
             assert await st.tick(back + 841, 2) == 1
-        finally:
-            await st.close()
-        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+        assert_alice_and_bob_paged_once(smtp)
 
     asyncio.run(go())
 
@@ -674,31 +687,18 @@ def test_a_restart_loop_on_a_correct_clock_pages_nobody_again_and_skips_no_step(
     config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
 
     async def go() -> None:
-        st = Station(config, T0)
-        try:
-            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, T0))
-            assert await st.tick(T0, 0) == 1
-        finally:
-            await st.close()
+        async with station(config, T0) as st:
+            await page_alice(st, T0)
         for k in range(10):
-            st = Station(config, T0 + 120 + k)
-            try:
+            async with station(config, T0 + 120 + k) as st:
                 assert await st.tick(T0 + 120.5 + k, 0.5) == 0
-            finally:
-                await st.close()
-        st = Station(config, T0 + 131)
-        try:
+        async with station(config, T0 + 131) as st:
             assert await st.tick(T0 + 899, 768) == 0
             assert await st.tick(T0 + 900, 1) == 1
             assert await st.tick(T0 + 1799, 899) == 0
-        finally:
-            await st.close()
-        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+        assert_alice_and_bob_paged_once(smtp)
 
     asyncio.run(go())
-
-
-YEAR = 365 * 86400.0
 
 
 async def reboot_loop(
@@ -713,21 +713,16 @@ async def reboot_loop(
     Returns (the real seconds the daemon had run since Alice's page when Bob was paged, or
     None; and the real time, downtime not counted, the loop ran)."""
     unset = T0 - YEAR
-    st = Station(config, T0)
     ran = 0.0
     paged: float | None = None
-    try:
-        st.daemon.alarms.apply(ph(ConditionState.ACTIVE, T0))
-        assert await st.tick(T0, 0) == 1
+    async with station(config, T0, stop) as st:
+        await page_alice(st, T0)
         for k in range(1, 121):
             assert await st.tick(T0 + k, 1) == 0
             ran += 1
-    finally:
-        await st.stop(stop)
     for run_no in range(1, 7):
-        st = Station(config, unset)
         wall = unset
-        try:
+        async with station(config, unset, stop) as st:
             for _ in range(295):
                 wall += 1
                 if run_no == ntp_in_run and wall == unset + 100:
@@ -738,8 +733,6 @@ async def reboot_loop(
                 if await st.tick(wall, 1):
                     assert paged is None
                     paged = ran
-        finally:
-            await st.stop(stop)
     return paged, ran
 
 
@@ -764,7 +757,7 @@ def test_a_reboot_loop_on_an_unset_clock_pages_the_next_person_after_the_delay_s
     else:
         assert 900 < paged <= 900 + 2 * SERVED_PERSIST
         assert paged == 910  # measured: 5 s lost at each of the two kills before the page
-    assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+    assert_alice_and_bob_paged_once(smtp)
 
 
 def test_ntp_answering_in_a_reboot_loop_keeps_the_time_served(tmp_path: Path, smtp: MailServer) -> None:
@@ -775,7 +768,7 @@ def test_ntp_answering_in_a_reboot_loop_keeps_the_time_served(tmp_path: Path, sm
     config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
     paged, _ = asyncio.run(reboot_loop(config, "kill", ntp_in_run=2))
     assert paged is not None and 900 < paged <= 910
-    assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+    assert_alice_and_bob_paged_once(smtp)
 
 
 def test_a_callout_store_of_the_last_release_upgrades_in_place(tmp_path: Path) -> None:
@@ -822,9 +815,6 @@ def test_the_last_release_refuses_an_upgraded_callout_store(tmp_path: Path) -> N
         connect(path, Schema("callout store", (_SCHEMA,)))
 
 
-TR = 1_800_000_000.0  # 2027-01-15 08:00 UTC: a real time after this release's floor
-
-
 def write_heartbeat(state: Path, t: float) -> None:
     """The station's last known good time as a daemon on a clock reading `t` wrote it."""
     state.mkdir(parents=True, exist_ok=True)
@@ -850,21 +840,16 @@ def test_a_link_signed_on_an_unset_clock_still_acknowledges_after_ntp(
     one). A link signed by a clock the daemon judges unset moves with the clock's step
     forward: it acknowledges, in her name, once. The page says "for 1 h", not an expiry in last
     year. A forged link is still refused."""
-    config = build_config(raw_config(tmp_path, smtp.port, delay="2h"))
-    write_heartbeat(config.state_dir, TR - 60)
-    unset = TR - YEAR
+    config = config_with_heartbeat(tmp_path, smtp, delay="2h")
 
     async def go() -> None:
-        st = Station(config, unset)
-        http = console(st.callout)
-        try:
-            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset))
-            assert await st.tick(unset + 1, 1) == 1
+        async with station(config, UNSET) as st, console(st.callout) as http:
+            await page_alice(st, UNSET, after=1)
             [page] = smtp.to(ALICE)
             assert "(once, for 1 h)" in page.body, page.body
             ack = link(page.body)
             nonce, sig = ack.rsplit("/", 1)[1].split(".")
-            assert await st.tick(unset + 600, 599) == 0
+            assert await st.tick(UNSET + 600, 599) == 0
             assert await st.tick(TR + 600, 1) == 0  # NTP: forward a year, 10 min after the page
             forged = await http.post(f"/callout/ack/{nonce}.{'A' * len(sig)}")
             assert forged.status_code == 410
@@ -874,9 +859,6 @@ def test_a_link_signed_on_an_unset_clock_still_acknowledges_after_ntp(
             assert alarm is not None and alarm.state is AlarmState.ACKED and alarm.acked_by == "Alice Smith"
             again = await http.post(ack)
             assert again.status_code == 410 and "used already" in again.text
-        finally:
-            await http.aclose()
-            await st.close()
 
     asyncio.run(go())
 
@@ -891,21 +873,14 @@ def test_old_links_stay_refused_across_an_unset_clock_and_its_ntp_step(
     unset clock, not used within its hour on that clock (100 min of it): NTP stepping the clock forward later
     does not bring it back. Both refused as expired, the alarm still waiting."""
     config = build_config(raw_config(tmp_path, smtp.port, delay="30m"))
-    unset = TR - YEAR
 
     async def go() -> None:
-        st = Station(config, TR)
-        try:
-            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, TR))
-            assert await st.tick(TR + 1, 1) == 1
+        async with station(config, TR) as st:
+            await page_alice(st, TR, after=1)
             assert await st.tick(TR + 60, 59) == 0
-        finally:
-            await st.close()
         alice = link(smtp.to(ALICE)[0].body)
-        st = Station(config, unset)
-        http = console(st.callout)
-        try:
-            wall = unset
+        async with station(config, UNSET) as st, console(st.callout) as http:
+            wall = UNSET
             bob = None
             for _ in range(100):  # 100 min on the unset clock, a tick a minute
                 wall += 60
@@ -913,7 +888,7 @@ def test_old_links_stay_refused_across_an_unset_clock_and_its_ntp_step(
                 if bob is None and smtp.to(BOB):
                     bob = link(smtp.to(BOB)[0].body)
                     assert (await http.get(bob)).status_code == 200  # valid when sent
-                if wall == unset + 1800:
+                if wall == UNSET + 1800:
                     assert (await http.get(alice)).status_code == 200  # 31 min of run time: valid
             assert bob is not None
             for old in (alice, bob):
@@ -925,9 +900,6 @@ def test_old_links_stay_refused_across_an_unset_clock_and_its_ntp_step(
                 assert resp.status_code == 410 and "expired" in resp.text, resp.text
             alarm = st.daemon.alarms.get("outfall.ph", Rule.LOW)
             assert alarm is not None and alarm.state is AlarmState.UNACK
-        finally:
-            await http.aclose()
-            await st.close()
 
     asyncio.run(go())
 
@@ -982,7 +954,7 @@ def test_a_step_back_in_a_reboot_loop_still_pages_the_next_person(tmp_path: Path
     config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
     paged, _ = asyncio.run(reboot_loop(config, "kill", back_in_run=2))
     assert paged == 120 + 295 + 295 + 1
-    assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+    assert_alice_and_bob_paged_once(smtp)
 
 
 def test_a_clock_stepped_back_late_in_the_delay_pages_the_next_person_on_time(
@@ -995,17 +967,13 @@ def test_a_clock_stepped_back_late_in_the_delay_pages_the_next_person_on_time(
     config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
 
     async def go() -> None:
-        st = Station(config, T0)
-        try:
-            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, T0))
-            assert await st.tick(T0 + 1, 1) == 1
+        async with station(config, T0) as st:
+            await page_alice(st, T0, after=1)
             back = T0 + 1 + 840 - 86400.0
             assert await st.tick(back, 840) == 0
             assert await st.tick(back + 58, 58) == 0
             assert await st.tick(back + 59, 1) == 1  # 900 s of run time after Alice's page (at T0)
-        finally:
-            await st.close()
-        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+        assert_alice_and_bob_paged_once(smtp)
 
     asyncio.run(go())
 
@@ -1045,22 +1013,16 @@ def test_a_step_back_then_ntp_on_an_unset_clock_pages_the_next_person_after_the_
     delay ahead), and the step forward made him due at the earlier of that and the moved time:
     an hour of last year, paged at once, 5 min early. Only a due time a clock judged set wrote
     is remembered: Bob at 15 min of run time."""
-    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
-    write_heartbeat(config.state_dir, TR - 60)
-    unset = TR - YEAR
+    config = config_with_heartbeat(tmp_path, smtp, delay="15m")
 
     async def go() -> None:
-        st = Station(config, unset)
-        try:
-            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset))
-            assert await st.tick(unset, 0) == 1
-            assert await st.tick(unset + 300 - 86400.0, 300) == 0  # a day back
+        async with station(config, UNSET) as st:
+            await page_alice(st, UNSET)
+            assert await st.tick(UNSET + 300 - 86400.0, 300) == 0  # a day back
             assert await st.tick(TR + 600, 300) == 0  # NTP: the real time, 10 min after the page
             assert await st.tick(TR + 899, 299) == 0
             assert await st.tick(TR + 900, 1) == 1
-        finally:
-            await st.close()
-        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+        assert_alice_and_bob_paged_once(smtp)
 
     asyncio.run(go())
 
@@ -1074,30 +1036,19 @@ def test_a_link_signed_on_an_unset_clock_stepped_back_then_forward_expires_on_ti
     The run time (`link_ttl` of it) still refused it while the daemon ran, but a restart 3 h
     after the page on the right clock (20 min of run time) took it: the alarm acknowledged
     by a 3 h old link that said "for 1h". The link now moves with the step back too."""
-    config = build_config(raw_config(tmp_path, smtp.port, delay="2h"))
-    write_heartbeat(config.state_dir, TR - 60)
-    unset = TR - YEAR
+    config = config_with_heartbeat(tmp_path, smtp, delay="2h")
 
     async def go() -> None:
-        st = Station(config, unset)
-        try:
-            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset))
-            assert await st.tick(unset + 1, 1) == 1
-            assert await st.tick(unset + 600 - 86400.0, 599) == 0  # a day back
+        async with station(config, UNSET) as st:
+            await page_alice(st, UNSET, after=1)
+            assert await st.tick(UNSET + 600 - 86400.0, 599) == 0  # a day back
             assert await st.tick(TR + 1200, 600) == 0  # NTP: the real time, 20 min after the page
-        finally:
-            await st.close()
         ack = link(smtp.to(ALICE)[0].body)
-        st = Station(config, TR + 3 * 3600.0)
-        http = console(st.callout)
-        try:
+        async with station(config, TR + 3 * 3600.0) as st, console(st.callout) as http:
             resp = await http.post(ack)
             assert resp.status_code == 410 and "expired" in resp.text, resp.text
             alarm = st.daemon.alarms.get("outfall.ph", Rule.LOW)
             assert alarm is not None and alarm.state is AlarmState.UNACK
-        finally:
-            await http.aclose()
-            await st.close()
 
     asyncio.run(go())
 
@@ -1110,28 +1061,19 @@ def test_ntp_in_a_reboot_loop_that_paged_on_the_unset_clock_pages_after_the_dela
     start found Bob's step due 5 s more than its delay ahead of the clock, took that due time
     (the unset clock's) for the right clock's, and NTP answering 100 s into that run made Bob
     due at it: paged at once, at 390 s of run time instead of 900."""
-    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
-    write_heartbeat(config.state_dir, TR - 60)
-    unset = TR - YEAR
+    config = config_with_heartbeat(tmp_path, smtp, delay="15m")
 
     async def go() -> None:
-        st = Station(config, unset)
-        try:
-            assert await st.tick(unset + 5, 5) == 0
-            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset + 5))
-            assert await st.tick(unset + 5, 0) == 1
-            assert await st.tick(unset + 295, 290) == 0
-        finally:
-            st.kill()
-        st = Station(config, unset)
-        try:
-            assert await st.tick(unset + 100, 100) == 0
+        async with station(config, UNSET, "kill") as st:
+            assert await st.tick(UNSET + 5, 5) == 0
+            await page_alice(st, UNSET + 5)
+            assert await st.tick(UNSET + 295, 290) == 0
+        async with station(config, UNSET) as st:
+            assert await st.tick(UNSET + 100, 100) == 0
             assert await st.tick(TR + 100, 1) == 0  # NTP
             assert await st.tick(TR + 100 + 499, 499) == 0  # 890 s of run time since Alice's page
             assert await st.tick(TR + 100 + 499 + 20, 20) == 1
-        finally:
-            await st.close()
-        assert len(smtp.to(ALICE)) == 1 and len(smtp.to(BOB)) == 1
+        assert_alice_and_bob_paged_once(smtp)
 
     asyncio.run(go())
 
@@ -1143,24 +1085,13 @@ def test_a_link_signed_on_an_unset_clock_is_expired_after_a_restart_onto_the_set
     later and NTP answers before the daemon starts. No running clock watch saw the step, and
     nothing measures the downtime: her link reads expired (early, never late, as a step
     overdue pages at once), and she is told to acknowledge on the console."""
-    config = build_config(raw_config(tmp_path, smtp.port, delay="2h"))
-    write_heartbeat(config.state_dir, TR - 60)
-    unset = TR - YEAR
+    config = config_with_heartbeat(tmp_path, smtp, delay="2h")
 
     async def go() -> None:
-        st = Station(config, unset)
-        try:
-            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset))
-            assert await st.tick(unset + 300, 300) == 1
-        finally:
-            st.kill()
-        st = Station(config, TR + 360)
-        http = console(st.callout)
-        try:
+        async with station(config, UNSET, "kill") as st:
+            await page_alice(st, UNSET, after=300)
+        async with station(config, TR + 360) as st, console(st.callout) as http:
             resp = await http.post(link(smtp.to(ALICE)[0].body))
             assert resp.status_code == 410 and "expired" in resp.text and "console" in resp.text, resp.text
-        finally:
-            await http.aclose()
-            await st.close()
 
     asyncio.run(go())

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.daemon_process import DaemonProcess, running_daemon
 from tests.mqtt_tools import make_ca
 from tests.services import free_port, http, port_open, wait_until
+from tests.simulator_device import simulator_device, write_station_yaml
 from tests.smtp import MailServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,26 +75,11 @@ def write_config(tmp_path: Path, modbus_port: int, console_port: int, notify: di
         "station": {"id": "ps-callout", "name": "Callout PS", "timezone": "America/New_York"},
         "state_dir": str(tmp_path / "state"),
         "sensors": [{"id": "outfall.ph", "kind": "ph"}],
-        "modbus": {
-            "devices": [
-                {
-                    "name": "sim",
-                    "host": "127.0.0.1",
-                    "port": modbus_port,
-                    "poll_interval": "250ms",
-                    "timeout": "500ms",
-                    "fields": [
-                        {"sensor": "outfall.ph", "register": "holding", "address": 2, "type": "FLOAT32"}
-                    ],
-                }
-            ]
-        },
+        "modbus": {"devices": [simulator_device(modbus_port, ("outfall.ph",), timeout="500ms")]},
         "console": {"host": "127.0.0.1", "port": console_port},
         "notify": notify,
     }
-    path = tmp_path / "station.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return write_station_yaml(tmp_path, config)
 
 
 def daemon_with_secrets(config: Path, log: Path, ca: Path) -> AbstractContextManager[DaemonProcess]:

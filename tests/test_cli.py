@@ -88,39 +88,40 @@ def test_naming_the_config_twice_or_not_at_all_exits_2() -> None:
         assert result.returncode == 2 and "--config FILE" in result.stderr, result.stderr
 
 
+def fresh_python(probe: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`probe` run by a fresh interpreter from the repository root, so what is imported is
+    what it imported; its exit 0 asserted."""
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def modules_after(code: str) -> tuple[str, set[str]]:
+    """`code` run by a fresh interpreter: what it printed, and every module loaded by then."""
+    out = fresh_python(f"import sys\n{code}import json; print(json.dumps(sorted(sys.modules)))\n").stdout
+    return out, set(json.loads(out.splitlines()[-1]))
+
+
 def test_version_loads_no_heavy_module() -> None:
     """`monitor --version` under 150 ms (bench/cli.py measures it) rests on this.
 
     This and the next two need a fresh interpreter, to see what it imports: subprocesses."""
-    probe = (
-        "import sys\n"
-        "from monitor.cli import main\n"
-        "try:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
-        "import json; print(json.dumps(sorted(sys.modules)))\n"
+    said, loaded = modules_after(
+        "from monitor.cli import main\ntry:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("station-monitor ")
-    loaded = json.loads(result.stdout.splitlines()[-1])
+    assert said.startswith("station-monitor ")
     heavy = sorted(m for m in loaded if m.split(".")[0] in HEAVY or m.startswith(HEAVY))
     assert heavy == []
 
 
 def test_a_command_imports_only_its_own_module() -> None:
-    probe = (
-        "import sys\n"
+    said, loaded = modules_after(
         "from monitor.cli import main\n"
         "main(['billing', 'rate', '--budget', '1000', '--prior-year-kcf', '100'])\n"
-        "import json; print(json.dumps(sorted(sys.modules)))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    assert "rate_per_kcf: 10.00" in result.stdout
-    loaded = set(json.loads(result.stdout.splitlines()[-1]))
+    assert "rate_per_kcf: 10.00" in said
     assert not {"monitor.commands.demo", "monitor.daemon", "fastapi", "simulators"} & loaded
     # The export's historian (pyarrow), ledger (NumPy) and spreadsheet writer load with the export.
     assert not {"pyarrow", "numpy", "openpyxl", "monitor.commands.billing_historian"} & loaded
@@ -129,25 +130,15 @@ def test_a_command_imports_only_its_own_module() -> None:
 def test_monitor_run_loads_no_replay_reader_and_no_unconfigured_http_client() -> None:
     """What `monitor run` imports before it is ready: the replay input (pyarrow) is for
     `monitor replay`, httpx for a configured webhook or heartbeat only."""
-    probe = (
-        "import sys, monitor.commands.run, monitor.web.station\n"
-        "import json; print(json.dumps(sorted(sys.modules)))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    loaded = set(json.loads(result.stdout.splitlines()[-1]))
+    _, loaded = modules_after("import monitor.commands.run, monitor.web.station\n")
     assert {"monitor.daemon", "fastapi", "uvicorn"} <= loaded  # the probe did load the daemon
     assert not {"pyarrow", "monitor.sources.replay", "httpx", "openpyxl"} & loaded
 
 
 def test_demo_module_does_not_import_the_simulators() -> None:
-    probe = "import sys, monitor.commands.demo\nprint([m for m in sys.modules if m.startswith('simulators')])"
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60
+    result = fresh_python(
+        "import sys, monitor.commands.demo\nprint([m for m in sys.modules if m.startswith('simulators')])"
     )
-    assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
 
@@ -212,8 +203,5 @@ def test_numpy_is_imported_with_one_blas_thread_unless_the_user_says(
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     if user is not None:
         env["OPENBLAS_NUM_THREADS"] = user
-    result = subprocess.run(
-        [sys.executable, "-c", _BLAS_PROBE], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
+    result = fresh_python(_BLAS_PROBE, env)
     assert json.loads(result.stdout.splitlines()[-1]) == expected

@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -44,6 +45,13 @@ def watched_daemon(config: Config, start: float = T0) -> tuple[Daemon, ManualClo
     daemon = Daemon(config, wall)
     daemon.watch_clock(ClockWatch(daemon.engine, wall=wall.now, monotonic=mono.now))
     return daemon, wall, mono
+
+
+def clocks_at(wall: ManualClock, mono: ManualClock, k: float, gateway: float) -> None:
+    """`k` s of real time into the test (the monotonic clock at 1000 + k), the gateway's
+    wall clock reading `gateway` (T0 + k, or off by the error a step corrects)."""
+    wall.set(gateway)
+    mono.set(1000.0 + k)
 
 
 class Gateway:
@@ -299,15 +307,13 @@ def test_a_limit_alarm_across_a_step_back_while_running_ends_on_the_new_clock(
     daemon, wall, mono = watched_daemon(config)
     try:
         for k in range(0, 61, 10):
-            wall.set(T0 + k)
-            mono.set(1000.0 + k)
+            clocks_at(wall, mono, k, T0 + k)
             daemon.pipeline.process([Sample("ph", T0 + k, 11.0)])
         wall.set(T0 + 65 - 3600)  # NTP steps the gateway clock back by an hour
         mono.set(1000.0 + 65)
         with caplog.at_level(logging.WARNING, logger="monitor.alarms.manager"):
             for k in range(70, 201, 10):
-                wall.set(T0 + k - 3600)
-                mono.set(1000.0 + k)
+                clocks_at(wall, mono, k, T0 + k - 3600)
                 daemon.pipeline.process([Sample("ph", T0 + k - 3600, 7.0 if k < 200 else 11.0)])
         assert f"ph/high: clear stamped {iso(T0 - 3500)}, before its activation at {iso(T0)}" in caplog.text
         entries = daemon.alarms.journal.entries(sensor="ph")
@@ -356,8 +362,7 @@ def test_the_wet_well_and_derived_sensors_are_judged_on_after_a_step_back_while_
     def poll(k: int, pump: float, level: float) -> None:
         """A poll `k` s of real time after the start; the clock an hour back from +65 s."""
         t = T0 + k - (3600 if k > 65 else 0)
-        wall.set(t)
-        mono.set(1000.0 + k)
+        clocks_at(wall, mono, k, t)
         daemon.pipeline.process([Sample("p1", t, pump), Sample("lvl", t, level)])
 
     try:
@@ -421,8 +426,7 @@ class Stepped:
 
     def poll(self, k: float, **readings: float) -> None:
         t = self.at(k)
-        self.wall.set(t)
-        self.mono.set(1000.0 + k)
+        clocks_at(self.wall, self.mono, k, t)
         self.daemon.pipeline.process([Sample(sensor, t, v) for sensor, v in readings.items()])
 
     def journal(self, sensor: str) -> list[tuple[Rule, str, float]]:
@@ -557,8 +561,7 @@ def test_a_reading_stamped_before_a_step_forward_and_judged_after_it_moves_with_
     try:
         for k in (0, 10, 20, 30, 40, 50):
             gw.poll(k, p1=1.0 if k >= 40 else 0.0, lvl=4.0)
-        gw.wall.set(gw.at(70))
-        gw.mono.set(1000.0 + 70)
+        clocks_at(gw.wall, gw.mono, 70, gw.at(70))
         daemon.tick()
         daemon.pipeline.process([Sample("p1", T0 + 60, 0.0)])
         gw.poll(70, p1=0.0, lvl=4.0)
@@ -594,26 +597,61 @@ def test_which_readings_are_taken_for_the_old_clock_after_a_step_back() -> None:
     assert watch.restamp([Sample("ph", T0 + 4, 7.0)]) == ([Sample("ph", T0 + 4, 7.0)], 0)
 
 
-def device_station(tmp_path: Path) -> Config:
-    """pH polled over Modbus (stamped by the gateway clock) and an effluent temperature
-    over MQTT that takes its time from the payload (stamped by the device's own clock)."""
+PH_FIELD: dict[str, Any] = {
+    "sensor": "ph",
+    "register": "holding",
+    "address": 0,
+    "type": "UINT16",
+    "scale": 0.01,
+}
+# the plant's temperature devices, stamping each reading with their own clock (`time_path`)
+PLANT_TEMP: dict[str, Any] = {
+    "topic": "plant/+/temp",
+    "sensor": "plant.{1}",
+    "format": "json",
+    "value_path": "v",
+    "time_path": "t",
+}
+
+
+def two_clock_station(
+    tmp_path: Path,
+    station: dict[str, Any],
+    sensors: list[dict[str, Any]],
+    polled: list[dict[str, Any]],
+    subscriptions: list[dict[str, Any]],
+    **sections: Any,
+) -> Config:
+    """A station on two clocks: the PLC `plc` polled over Modbus for `polled` (the gateway's
+    clock, the one that steps) and MQTT `subscriptions` (a device's own time where they
+    give a `time_path`); console off, no free-space floor. `sections`: a wet well."""
     return build_config(
         {
-            "station": {"id": "ps-device-clock"},
+            "station": station,
             "state_dir": str(tmp_path / "state"),
-            "sensors": [
-                {"id": "ph", "kind": "ph", "limits": {"on_delay": "0s"}},
-                {"id": "plant.temp", "kind": "temperature", "unit": "degC",
-                 "limits": {"on_delay": "5m", "off_delay": "0s"}, "stale_after": "1h"},
-            ],
-            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020,
-                                    "fields": [{"sensor": "ph", "register": "holding", "address": 0,
-                                                "type": "UINT16", "scale": 0.01}]}]},
-            "mqtt": {"subscriptions": [{"topic": "plant/+/temp", "sensor": "plant.{1}", "format": "json",
-                                        "value_path": "v", "time_path": "t"}]},
+            "sensors": sensors,
+            **sections,
+            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020, "fields": polled}]},
+            "mqtt": {"subscriptions": subscriptions},
             "console": {"enabled": False},
             "store": {"free_space_floor": 0},
         }
+    )
+
+
+def device_station(tmp_path: Path) -> Config:
+    """pH polled over Modbus (stamped by the gateway clock) and an effluent temperature
+    over MQTT that takes its time from the payload (stamped by the device's own clock)."""
+    return two_clock_station(
+        tmp_path,
+        {"id": "ps-device-clock"},
+        [
+            {"id": "ph", "kind": "ph", "limits": {"on_delay": "0s"}},
+            {"id": "plant.temp", "kind": "temperature", "unit": "degC",
+             "limits": {"on_delay": "5m", "off_delay": "0s"}, "stale_after": "1h"},
+        ],
+        polled=[PH_FIELD],
+        subscriptions=[PLANT_TEMP],
     )  # fmt: skip
 
 
@@ -634,8 +672,7 @@ def test_a_step_back_leaves_the_history_of_a_sensor_stamped_by_its_own_device_wh
     daemon, wall, mono = watched_daemon(config, T0 + ahead)
 
     def at(k: float, *items: Sample) -> None:
-        wall.set(T0 + k + (ahead if k < 65 else 0.0))
-        mono.set(1000.0 + k)
+        clocks_at(wall, mono, k, T0 + k + (ahead if k < 65 else 0.0))
         daemon.pipeline.process(list(items))
 
     def temp(k: float) -> Sample:
@@ -669,11 +706,9 @@ def test_a_step_forward_leaves_a_device_stamped_backlog_reading_at_its_stamp(tmp
     daemon, wall, mono = watched_daemon(config, T0 - 3600.0)
     try:
         for k in range(0, 51, 10):
-            wall.set(T0 - 3600.0 + k)
-            mono.set(1000.0 + k)
+            clocks_at(wall, mono, k, T0 - 3600.0 + k)
             daemon.pipeline.process([Sample("ph", T0 - 3600.0 + k, 7.0)])
-        wall.set(T0 + 70)
-        mono.set(1000.0 + 70)
+        clocks_at(wall, mono, 70, T0 + 70)
         daemon.pipeline.process(
             [Sample("ph", T0 - 3600.0 + 60, 7.0), Sample("plant.temp", T0 - 4200.0, 40.0)]
         )
@@ -696,12 +731,10 @@ def test_a_poll_queued_across_a_step_back_shorter_than_max_skew_is_moved(tmp_pat
     daemon, wall, mono = watched_daemon(config)
     try:
         for k in range(0, 51, 10):
-            wall.set(T0 + k)
-            mono.set(1000.0 + k)
+            clocks_at(wall, mono, k, T0 + k)
             daemon.pipeline.process([Sample("ph", T0 + k, 7.0)])
         for k in range(70, 131, 10):
-            wall.set(T0 + k - 120)
-            mono.set(1000.0 + k)
+            clocks_at(wall, mono, k, T0 + k - 120)
             queued = [Sample("ph", T0 + 60, 7.0)] if k == 70 else []
             daemon.pipeline.process([*queued, Sample("ph", T0 + k - 120, 11.0)])
         assert daemon.engine.counters.out_of_order == 0
@@ -848,8 +881,7 @@ def test_a_step_forward_within_the_sample_gap_does_not_lengthen_a_slug_run() -> 
     watch = ClockWatch(engine, wall=wall.now, monotonic=mono.now)
     out: list[Condition] = []
     for k in range(0, 70 * 60, 10):  # k: seconds of real time
-        wall.set(T0 + k + (240.0 if k >= 49 * 60 else 0.0))
-        mono.set(1000.0 + k)
+        clocks_at(wall, mono, k, T0 + k + (240.0 if k >= 49 * 60 else 0.0))
         out += watch.check()
         out += engine.tick(wall.now())
         out += engine.process(Sample("flow", wall.now(), 600.0 if 40 * 60 <= k < 52 * 60 else 100.0))

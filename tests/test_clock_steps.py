@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +25,15 @@ from tests.cli import run_monitor
 from tests.engine_helpers import T0
 from tests.mqtt_tools import Peer, collect, mqtt_config
 from tests.services import Mosquitto
-from tests.test_clock_step import CONFIG, Stepped, watched_daemon
+from tests.test_clock_step import (
+    CONFIG,
+    PH_FIELD,
+    PLANT_TEMP,
+    Stepped,
+    clocks_at,
+    two_clock_station,
+    watched_daemon,
+)
 from tests.test_pipeline import close
 
 
@@ -45,15 +56,12 @@ def test_a_poll_queued_across_a_step_back_and_a_step_forward_is_moved_by_both(tm
             return T0 + k - (3600.0 if k < 80 else 1800.0)
 
         for k in (70, 85):
-            gw.wall.set(clock(k))
-            gw.mono.set(1000.0 + k)
+            clocks_at(gw.wall, gw.mono, k, clock(k))
             daemon.tick()
-        gw.wall.set(clock(90))
-        gw.mono.set(1000.0 + 90)
+        clocks_at(gw.wall, gw.mono, 90, clock(90))
         daemon.pipeline.process([Sample("ph", T0 + 60, 7.0)])
         for k in range(90, 121, 10):
-            gw.wall.set(clock(k))
-            gw.mono.set(1000.0 + k)
+            clocks_at(gw.wall, gw.mono, k, clock(k))
             daemon.pipeline.process([Sample("ph", clock(k), 11.0)])
         assert daemon.engine.counters.out_of_order == 0
         assert daemon.pipeline.stats.restamped == 1
@@ -136,20 +144,14 @@ WELL = [
 def mixed_station(tmp_path: Path) -> Config:
     """A wet well whose level is polled over Modbus (the gateway's clock) and whose pump
     reports its run feedback over MQTT with the controller's own time (`time_path`)."""
-    return build_config(
-        {
-            "station": {"id": "ps-mixed-clocks", "timezone": "UTC"},
-            "state_dir": str(tmp_path / "state"),
-            "sensors": WELL,
-            "wet_well": {"level": "lvl", "pumps": ["p1"], "fail_to_start_delay": "2m"},
-            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020,
-                                    "fields": [{"sensor": "lvl", "register": "holding", "address": 0,
-                                                "type": "UINT16", "scale": 0.01}]}]},
-            "mqtt": {"subscriptions": [{"topic": "pumps/p1", "sensor": "p1", "format": "json",
-                                        "value_path": "on", "time_path": "t"}]},
-            "console": {"enabled": False},
-            "store": {"free_space_floor": 0},
-        }
+    return two_clock_station(
+        tmp_path,
+        {"id": "ps-mixed-clocks", "timezone": "UTC"},
+        WELL,
+        polled=[{"sensor": "lvl", "register": "holding", "address": 0, "type": "UINT16", "scale": 0.01}],
+        subscriptions=[{"topic": "pumps/p1", "sensor": "p1", "format": "json",
+                        "value_path": "on", "time_path": "t"}],
+        wet_well={"level": "lvl", "pumps": ["p1"], "fail_to_start_delay": "2m"},
     )  # fmt: skip
 
 
@@ -169,8 +171,7 @@ def test_a_step_back_leaves_a_device_stamped_pump_where_it_is(tmp_path: Path) ->
     daemon, wall, mono = watched_daemon(config, T0 + ahead)
 
     def at(k: float, *items: Sample) -> None:
-        wall.set(T0 + k + (ahead if k < 65 else 0.0))
-        mono.set(1000.0 + k)
+        clocks_at(wall, mono, k, T0 + k + (ahead if k < 65 else 0.0))
         daemon.pipeline.process(list(items))
 
     def pump(k: float) -> Sample:
@@ -224,8 +225,7 @@ def test_a_step_back_leaves_a_device_stamped_wet_well_where_it_is(tmp_path: Path
     daemon, wall, mono = watched_daemon(config, T0 + 3600.0)
     try:
         for k in range(0, 201, 10):
-            wall.set(T0 + k + (3600.0 if k < 65 else 0.0))
-            mono.set(1000.0 + k)
+            clocks_at(wall, mono, k, T0 + k + (3600.0 if k < 65 else 0.0))
             level = 6.0 if k >= 30 else 4.0
             daemon.pipeline.process([Sample("lvl", T0 + k, level), Sample("p1", T0 + k, 0.0)])
         journal = daemon.alarms.journal.entries(sensor="lvl")
@@ -238,21 +238,15 @@ def float_switch_station(tmp_path: Path) -> Config:
     """The wet well's level from an ultrasonic transmitter over MQTT with its own time
     (`time_path`); the high-level float switch and p1's run feedback polled from the PLC
     over Modbus, on the gateway's clock."""
-    return build_config(
-        {
-            "station": {"id": "ps-float", "timezone": "UTC"},
-            "state_dir": str(tmp_path / "state"),
-            "sensors": [*WELL, {"id": "float", "kind": "status"}],
-            "wet_well": {"level": "lvl", "pumps": ["p1"], "overflow_switch": "float",
-                         "fail_to_start_delay": "2m"},
-            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020, "fields": [
-                {"sensor": "p1", "register": "coil", "address": 0, "type": "BIT"},
-                {"sensor": "float", "register": "coil", "address": 1, "type": "BIT"}]}]},
-            "mqtt": {"subscriptions": [{"topic": "well/lvl", "sensor": "lvl", "format": "json",
-                                        "value_path": "v", "time_path": "t"}]},
-            "console": {"enabled": False},
-            "store": {"free_space_floor": 0},
-        }
+    return two_clock_station(
+        tmp_path,
+        {"id": "ps-float", "timezone": "UTC"},
+        [*WELL, {"id": "float", "kind": "status"}],
+        polled=[{"sensor": "p1", "register": "coil", "address": 0, "type": "BIT"},
+                {"sensor": "float", "register": "coil", "address": 1, "type": "BIT"}],
+        subscriptions=[{"topic": "well/lvl", "sensor": "lvl", "format": "json",
+                        "value_path": "v", "time_path": "t"}],
+        wet_well={"level": "lvl", "pumps": ["p1"], "overflow_switch": "float", "fail_to_start_delay": "2m"},
     )  # fmt: skip
 
 
@@ -277,8 +271,7 @@ def test_a_device_stamped_level_beside_a_gateway_float_switch_across_a_step(
     daemon, wall, mono = watched_daemon(config, T0 + wrong)
     try:
         for k in range(0, 301, 10):
-            wall.set(T0 + k + (wrong if k < 65 else 0.0))
-            mono.set(1000.0 + k)
+            clocks_at(wall, mono, k, T0 + k + (wrong if k < 65 else 0.0))
             daemon.tick()
             level = 6.0 if k >= 30 else 4.0
             daemon.pipeline.process(
@@ -306,8 +299,7 @@ def test_a_float_switch_and_pump_on_the_gateway_clock_measure_fail_to_start_with
     daemon, wall, mono = watched_daemon(float_switch_station(tmp_path))
     try:
         for k in range(0, 301, 10):
-            wall.set(T0 + k)
-            mono.set(1000.0 + k)
+            clocks_at(wall, mono, k, T0 + k)
             daemon.tick()
             level = [Sample("lvl", T0 + k, 6.0)] if k <= 50 else []
             daemon.pipeline.process(
@@ -335,8 +327,7 @@ def test_an_overflow_the_gateway_float_opened_moves_with_its_clock_across_a_step
     daemon, wall, mono = watched_daemon(config, T0 + wrong)
     try:
         for k in range(0, 301, 10):
-            wall.set(T0 + k + (wrong if k < 65 else 0.0))
-            mono.set(1000.0 + k)
+            clocks_at(wall, mono, k, T0 + k + (wrong if k < 65 else 0.0))
             daemon.tick()
             daemon.pipeline.process(
                 [Sample("lvl", T0 + k, 4.0), Sample("p1", wall.now(), 0.0),
@@ -435,6 +426,32 @@ def test_a_sensor_two_templates_could_name_on_two_clocks_is_refused(tmp_path: Pa
     ], result.stderr
 
 
+@contextmanager
+def subscribed(
+    mosquitto: Mosquitto,
+    subs: list[dict[str, Any]],
+    client_id: str,
+    sensors: list[str],
+    *,
+    device: Sequence[str] = (),
+    gateway: Sequence[str] = (),
+) -> Iterator[tuple[MqttSource, Peer]]:
+    """The MQTT source of station ps-1 on `subs` connected to the real broker, its `sensors`
+    on the clocks given (`device`-stamped or `gateway`-stamped), and a peer to publish as
+    the devices do; both closed whatever the test asserts."""
+    cfg = mqtt_config(mosquitto.port, subscriptions=subs)
+    link = MqttLink(cfg, "ps-1", client_id=client_id)
+    source = MqttSource(link, cfg, "ps-1", sensors=sensors, device=device, gateway=gateway)
+    link.start()
+    link.wait_connected()
+    peer = Peer(mosquitto.port, f"{client_id}-peer")
+    try:
+        yield source, peer
+    finally:
+        peer.close()
+        link.stop()
+
+
 def test_a_template_without_a_payload_time_cannot_bind_a_sensor_named_with_one(
     mosquitto: Mosquitto, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -456,13 +473,8 @@ def test_a_template_without_a_payload_time_cannot_bind_a_sensor_named_with_one(
         }
     )  # fmt: skip
     assert device_stamped(config) == device_named(config) == frozenset({"plant.lvl"})
-    cfg = mqtt_config(mosquitto.port, subscriptions=subs)
-    link = MqttLink(cfg, "ps-1", client_id="t-two-subs")
-    source = MqttSource(link, cfg, "ps-1", sensors=["plant.lvl", "plant.wet"], device=["plant.lvl"])
-    link.start()
-    link.wait_connected()
-    peer = Peer(mosquitto.port, "t-two-subs-peer")
-    try:
+    levels = ["plant.lvl", "plant.wet"]
+    with subscribed(mosquitto, subs, "t-two-subs", levels, device=["plant.lvl"]) as (source, peer):
         messages = [
             ("scada/lvl/level", b"4.0"),
             ("scada/wet/level", b"3.0"),
@@ -478,9 +490,6 @@ def test_a_template_without_a_payload_time_cannot_bind_a_sensor_named_with_one(
             " (a subscription with a time_path names it); a reading stamped at receipt would judge it"
             " on two clocks" in caplog.text
         ), caplog.text
-    finally:
-        peer.close()
-        link.stop()
 
 
 def test_a_payload_time_for_a_polled_sensor_is_refused_per_message(
@@ -494,13 +503,8 @@ def test_a_payload_time_for_a_polled_sensor_is_refused_per_message(
     subs = [
         {"topic": "plant/+/flow", "sensor": "{1}.flow", "format": "json", "value_path": "v", "time_path": "t"}
     ]
-    cfg = mqtt_config(mosquitto.port, subscriptions=subs)
-    link = MqttLink(cfg, "ps-1", client_id="t-two-clocks")
-    source = MqttSource(link, cfg, "ps-1", sensors=["outfall.flow", "mill.flow"], gateway=["mill.flow"])
-    link.start()
-    link.wait_connected()
-    peer = Peer(mosquitto.port, "t-two-clocks-peer")
-    try:
+    flows = ["outfall.flow", "mill.flow"]
+    with subscribed(mosquitto, subs, "t-two-clocks", flows, gateway=["mill.flow"]) as (source, peer):
         messages = [
             ("plant/mill/flow", json.dumps({"v": 50.0, "t": T0}).encode()),
             ("plant/outfall/flow", json.dumps({"v": 120.5, "t": T0}).encode()),
@@ -515,9 +519,6 @@ def test_a_payload_time_for_a_polled_sensor_is_refused_per_message(
             " (polled over Modbus, or fed without a time_path); a payload time would judge it on two"
             " clocks" in caplog.text
         )
-    finally:
-        peer.close()
-        link.stop()
 
 
 def test_a_step_back_leaves_a_sensor_derived_from_device_stamped_readings_where_it_is(
@@ -528,34 +529,26 @@ def test_a_step_back_leaves_a_sensor_derived_from_device_stamped_readings_where_
     on-delay: no alarm due); the gateway's RTC, 3 h ahead, is stepped back at +65 s. Before:
     the step moved the derived sensor's history back 3 h (only fed sensors were known to
     be device-stamped), its next sample found the excursion 3 h old: a false `high`."""
-    config = build_config(
-        {
-            "station": {"id": "ps-derived-device"},
-            "state_dir": str(tmp_path / "state"),
-            "sensors": [
-                {"id": "ph", "kind": "ph"},
-                {"id": "plant.temp", "kind": "temperature", "unit": "degC", "stale_after": "1h",
-                 "limits": {"on_delay": "5m", "off_delay": "0s"}},
-                {"id": "temp.f", "kind": "derived", "unit": "degF", "expression": "plant.temp",
-                 "limits": {"high": 150, "unit": "degF", "on_delay": "5m", "off_delay": "0s"},
-                 "stale_after": "1h"},
-            ],
-            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020,
-                                    "fields": [{"sensor": "ph", "register": "holding", "address": 0,
-                                                "type": "UINT16", "scale": 0.01}]}]},
-            "mqtt": {"subscriptions": [{"topic": "plant/+/temp", "sensor": "plant.{1}", "format": "json",
-                                        "value_path": "v", "time_path": "t"}]},
-            "console": {"enabled": False},
-            "store": {"free_space_floor": 0},
-        }
+    config = two_clock_station(
+        tmp_path,
+        {"id": "ps-derived-device"},
+        [
+            {"id": "ph", "kind": "ph"},
+            {"id": "plant.temp", "kind": "temperature", "unit": "degC", "stale_after": "1h",
+             "limits": {"on_delay": "5m", "off_delay": "0s"}},
+            {"id": "temp.f", "kind": "derived", "unit": "degF", "expression": "plant.temp",
+             "limits": {"high": 150, "unit": "degF", "on_delay": "5m", "off_delay": "0s"},
+             "stale_after": "1h"},
+        ],
+        polled=[PH_FIELD],
+        subscriptions=[PLANT_TEMP],
     )  # fmt: skip
     assert "temp.f" in device_stamped(config)
     ahead = 3 * 3600.0
     daemon, wall, mono = watched_daemon(config, T0 + ahead)
     try:
         for k in range(0, 401, 10):
-            wall.set(T0 + k + (ahead if k < 65 else 0.0))
-            mono.set(1000.0 + k)
+            clocks_at(wall, mono, k, T0 + k + (ahead if k < 65 else 0.0))
             temp = 70.0 if 30 <= k <= 110 else 40.0  # 158 °F
             daemon.pipeline.process([Sample("q", wall.now(), 700.0), Sample("plant.temp", T0 + k, temp)])
         assert [(e.rule, e.event) for e in daemon.alarms.journal.entries(sensor="temp.f")] == []
@@ -575,32 +568,24 @@ def test_a_bad_device_reading_before_a_step_forward_does_not_silence_its_derived
     (only a good one set its input's time), the step moved the derived evaluation an hour
     ahead of the device's clock, `temp.f` made nothing for the hour, and its stale alarm
     (2 min) was raised on a healthy device."""
-    config = build_config(
-        {
-            "station": {"id": "ps-derived-bad"},
-            "state_dir": str(tmp_path / "state"),
-            "sensors": [
-                {"id": "q", "kind": "flow", "unit": "gpm"},
-                {"id": "q.mgd", "kind": "derived", "unit": "MGD", "expression": "q"},
-                {"id": "plant.temp", "kind": "temperature", "unit": "degC", "bad_values": [-9999]},
-                {"id": "temp.f", "kind": "derived", "unit": "degF", "expression": "plant.temp",
-                 "stale_after": "2m"},
-            ],
-            "modbus": {"devices": [{"name": "plc", "host": "127.0.0.1", "port": 5020,
-                                    "fields": [{"sensor": "q", "register": "holding", "address": 0,
-                                                "type": "UINT16"}]}]},
-            "mqtt": {"subscriptions": [{"topic": "plant/+/temp", "sensor": "plant.{1}", "format": "json",
-                                        "value_path": "v", "time_path": "t"}]},
-            "console": {"enabled": False},
-            "store": {"free_space_floor": 0},
-        }
+    config = two_clock_station(
+        tmp_path,
+        {"id": "ps-derived-bad"},
+        [
+            {"id": "q", "kind": "flow", "unit": "gpm"},
+            {"id": "q.mgd", "kind": "derived", "unit": "MGD", "expression": "q"},
+            {"id": "plant.temp", "kind": "temperature", "unit": "degC", "bad_values": [-9999]},
+            {"id": "temp.f", "kind": "derived", "unit": "degF", "expression": "plant.temp",
+             "stale_after": "2m"},
+        ],
+        polled=[{"sensor": "q", "register": "holding", "address": 0, "type": "UINT16"}],
+        subscriptions=[PLANT_TEMP],
     )  # fmt: skip
     behind = 3600.0
     daemon, wall, mono = watched_daemon(config, T0 - behind)
     try:
         for k in range(0, 401, 10):
-            wall.set(T0 + k - (behind if k < 65 else 0.0))
-            mono.set(1000.0 + k)
+            clocks_at(wall, mono, k, T0 + k - (behind if k < 65 else 0.0))
             daemon.tick()
             temp = -9999.0 if k == 60 else 40.0
             daemon.pipeline.process([Sample("q", wall.now(), 700.0), Sample("plant.temp", T0 + k, temp)])
@@ -633,15 +618,13 @@ def test_a_pump_start_queued_across_a_step_back_and_forward_is_counted_where_it_
         for k in range(0, 51, 10):
             gw.poll(k, p1=0.0, lvl=4.0)
         for k in (70, 85):
-            gw.wall.set(clock(k))
-            gw.mono.set(1000.0 + k)
+            clocks_at(gw.wall, gw.mono, k, clock(k))
             daemon.tick()
         gw.wall.set(clock(90))
         gw.mono.set(1090.0)
         daemon.pipeline.process([Sample("p1", T0 + 60, 1.0), Sample("lvl", T0 + 60, 4.0)])
         for k in [*range(90, 200, 10), 1900, 1910]:
-            gw.wall.set(clock(k))
-            gw.mono.set(1000.0 + k)
+            clocks_at(gw.wall, gw.mono, k, clock(k))
             daemon.pipeline.process(
                 [Sample("p1", clock(k), 1.0 if k < 120 else 0.0), Sample("lvl", clock(k), 4.0)]
             )
@@ -669,8 +652,7 @@ def test_polls_queued_longer_than_a_step_forward_are_moved_not_dropped(tmp_path:
         for k in (0, 10, 20):
             gw.poll(k, ph=7.0)
         for k in (25, 30):  # taken and handed over, not yet judged
-            gw.wall.set(gw.at(k))
-            gw.mono.set(1000.0 + k)
+            clocks_at(gw.wall, gw.mono, k, gw.at(k))
             daemon.pipeline.emit([Sample("ph", gw.at(k), 7.0)])
         gw.wall.set(gw.at(70))
         gw.mono.set(1070.0)

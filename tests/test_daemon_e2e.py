@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.daemon_process import DaemonProcess, running_daemon
 from tests.mqtt_tools import Peer
@@ -31,6 +30,7 @@ from tests.services import (
     simulator_process,
     wait_until,
 )
+from tests.simulator_device import simulator_device, write_station_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 STATION = "ps-e2e"
@@ -71,20 +71,7 @@ def write_config(tmp_path: Path, modbus_port: int, mqtt_port: int, vm_url: str, 
             },
             {"id": "outfall.ph", "kind": "ph"},
         ],
-        "modbus": {
-            "devices": [
-                {
-                    "name": "sim",
-                    "host": "127.0.0.1",
-                    "port": modbus_port,
-                    "poll_interval": "250ms",
-                    "fields": [
-                        {"sensor": "outfall.flow", "register": "holding", "address": 0, "type": "FLOAT32"},
-                        {"sensor": "outfall.ph", "register": "holding", "address": 2, "type": "FLOAT32"},
-                    ],
-                }
-            ]
-        },
+        "modbus": {"devices": [simulator_device(modbus_port, ("outfall.flow", "outfall.ph"))]},
         "mqtt": {"host": "127.0.0.1", "port": mqtt_port, "topic_prefix": "station-monitor"},
         "influx": {
             "url": vm_url,
@@ -95,9 +82,7 @@ def write_config(tmp_path: Path, modbus_port: int, mqtt_port: int, vm_url: str, 
         },
         "console": {"host": "127.0.0.1", "port": console_port, "token": "${E2E_TOKEN}"},
     }
-    path = tmp_path / "station.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return write_station_yaml(tmp_path, config)
 
 
 def daemon_at_speed(config: Path, log: Path, clock_start: float) -> AbstractContextManager[DaemonProcess]:

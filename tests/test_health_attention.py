@@ -17,6 +17,17 @@ from monitor.health import (
     readiness,
 )
 
+
+def fault(text: str) -> dict[str, str]:
+    """An attention line the gateway cannot work right without (listed first)."""
+    return {"level": "fault", "text": text}
+
+
+def warning(text: str) -> dict[str, str]:
+    """An attention line for what was lost or is not judged yet."""
+    return {"level": "warning", "text": text}
+
+
 PLC = ModbusHealth("outfall-plc", "10.0.0.5:502", True, "2026-12-03T10:00:00Z", 40, 0, 0, 0, (), 0, 4.0, 2)
 ENGINE = EngineHealth(100, 0, 0, 0, 0)
 PIPELINE = PipelineHealth(10, 0, None, 0, 0, 0, 0, 0)
@@ -63,38 +74,23 @@ def test_faults_come_first_then_what_was_lost() -> None:
         ),
     )
     assert attention(health.to_json()) == [
-        {"level": "fault", "text": "modbus lift-plc not connected"},
-        {"level": "fault", "text": "state disk refuses writes: disk full"},
-        {"level": "fault", "text": "incident store refuses to record: database disk image is malformed"},
-        {
-            "level": "fault",
-            "text": "meter ledger: 1 clock step back not moved yet (meter readings wait for the state disk)",
-        },
-        {"level": "warning", "text": "modbus meter-rtu: 1 poll failed"},
-        {"level": "warning", "text": "modbus meter-rtu: the device refused fc3 at 40001: illegal address"},
-        {"level": "warning", "text": "mqtt mqtt://broker:8883: bad topic payloads"},
-        {"level": "warning", "text": "2 incidents on record with evidence incomplete"},
-        {
-            "level": "warning",
-            "text": "2 meter points of meters no longer configured not in InfluxDB (kept in the ledger)",
-        },
-        {
-            "level": "warning",
-            "text": "1,200 meter points held in the ledger at the outbox's size cap (none dropped)",
-        },
-        {"level": "warning", "text": "1 point dropped at the outbox's size cap (not in InfluxDB)"},
-        {"level": "warning", "text": "3 points dead-lettered (InfluxDB refused them)"},
-        {
-            "level": "warning",
-            "text": "InfluxDB not taking points (40 points waiting): HTTP 401 from InfluxDB",
-        },
-        {"level": "warning", "text": "7 readings dropped while the state disk refused writes"},
-        {"level": "warning", "text": "1 alarm transition the alarm journal did not record"},
-        {"level": "warning", "text": "alarm notification mqtt: 2 failures"},
-        {
-            "level": "warning",
-            "text": "slug rule not judged yet (24 h average below min_baseline): outfall.flow",
-        },
+        fault("modbus lift-plc not connected"),
+        fault("state disk refuses writes: disk full"),
+        fault("incident store refuses to record: database disk image is malformed"),
+        fault("meter ledger: 1 clock step back not moved yet (meter readings wait for the state disk)"),
+        warning("modbus meter-rtu: 1 poll failed"),
+        warning("modbus meter-rtu: the device refused fc3 at 40001: illegal address"),
+        warning("mqtt mqtt://broker:8883: bad topic payloads"),
+        warning("2 incidents on record with evidence incomplete"),
+        warning("2 meter points of meters no longer configured not in InfluxDB (kept in the ledger)"),
+        warning("1,200 meter points held in the ledger at the outbox's size cap (none dropped)"),
+        warning("1 point dropped at the outbox's size cap (not in InfluxDB)"),
+        warning("3 points dead-lettered (InfluxDB refused them)"),
+        warning("InfluxDB not taking points (40 points waiting): HTTP 401 from InfluxDB"),
+        warning("7 readings dropped while the state disk refused writes"),
+        warning("1 alarm transition the alarm journal did not record"),
+        warning("alarm notification mqtt: 2 failures"),
+        warning("slug rule not judged yet (24 h average below min_baseline): outfall.flow"),
     ]
     # the faults are exactly what /readyz and the callout heartbeat call not ready, and more
     assert set(readiness(health.to_json())) <= {a["text"] for a in attention(health.to_json())}
@@ -102,16 +98,14 @@ def test_faults_come_first_then_what_was_lost() -> None:
 
 def test_the_outbox_at_its_cap_is_a_fault() -> None:
     full = OutboxHealth(configured=True, pending=9000, pending_bytes=1 << 20, max_bytes=1 << 20)
-    assert attention(Health((PLC,), full, ENGINE, PIPELINE).to_json()) == [
-        {"level": "fault", "text": "outbox at its size cap"}
-    ]
+    assert attention(Health((PLC,), full, ENGINE, PIPELINE).to_json()) == [fault("outbox at its size cap")]
 
 
 def test_a_snapshot_missing_parts_does_not_fail() -> None:
     """The console serves any StationView's health; a free-form one must not break the page."""
     assert attention({}) == []
     assert attention({"sources": [{"name": "plc", "state": "polling"}], "outbox_depth": 0}) == [
-        {"level": "fault", "text": "source plc not connected"}
+        fault("source plc not connected")
     ]
 
 
@@ -135,8 +129,5 @@ def test_a_source_down_says_why() -> None:
         "mqtts://broker:8883", False, "not authorised (bad user name or password)", 0, 0, 0, 0, 0
     )
     assert attention(Health((mqtt,), OutboxHealth(False), ENGINE, PIPELINE).to_json()) == [
-        {
-            "level": "fault",
-            "text": "mqtt mqtts://broker:8883 not connected: not authorised (bad user name or password)",
-        }
+        fault("mqtt mqtts://broker:8883 not connected: not authorised (bad user name or password)")
     ]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +29,80 @@ from tests.waiting import wait_until
 HOUR = 3600.0
 
 
+def skew_config(
+    tmp_path: Path,
+    port: int,
+    name: str,
+    levels: tuple[str, ...] = ("lvl", "wet"),
+    console: dict[str, Any] | None = None,
+) -> Config:
+    """PLC levels (`plant/<level>/level`, the PLC's own time in `t`, stale after 60 s)."""
+    return build_config(
+        {
+            "station": {"id": "ps-skew"},
+            "state_dir": str(tmp_path / "state"),
+            "sensors": [{"id": f"plant.{level}", "kind": "level", "unit": "ft", "stale_after": "60s"}
+                        for level in levels],
+            "mqtt": {"host": "127.0.0.1", "port": port, "client_id": name,
+                     "subscriptions": [{"topic": "plant/+/level", "sensor": "plant.{1}", "format": "json",
+                                        "value_path": "v", "time_path": "t"}]},
+            "console": console or {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )  # fmt: skip
+
+
+class SkewStation:
+    """PLC levels (`plant.<level>`, by default `lvl` and `wet`) over a real Mosquitto
+    (`plant/<level>/level`, the PLC's own time in `t`, stale after 60 s) into the daemon on
+    injected wall and monotonic clocks, the wall clock reading `start` at its start; the
+    console off unless `console` says where it listens."""
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        port: int,
+        name: str,
+        levels: tuple[str, ...] = ("lvl", "wet"),
+        start: float = T0,
+        console: dict[str, Any] | None = None,
+    ) -> None:
+        config = skew_config(tmp_path, port, name, levels, console)
+        self.daemon, self.wall, self.mono = watched_daemon(config, start)
+        link, source = self.daemon.mqtt_link, self.daemon.mqtt_source
+        assert link is not None and source is not None
+        self.link, self.source = link, source
+        link.start()
+        link.wait_connected()
+        self.peer = Peer(port, f"{name}-plc")
+        self.emit = self.daemon.pipeline.source("mqtt")
+
+    def at(self, k: float, gateway: float | None = None) -> None:
+        """Real second `k` on the monotonic clock; the gateway's wall clock at `gateway`
+        (default: true time, T0 + k), then the daemon's tick."""
+        self.wall.set(T0 + k if gateway is None else gateway)
+        self.mono.set(1000.0 + k)
+        self.daemon.tick()
+
+    def send(self, sensor: str, stamp: float) -> None:
+        """The PLC's reading stamped `stamp`, carried by the broker and judged once it arrived."""
+        n = self.source.received + 1
+        self.peer.publish(f"plant/{sensor}/level", json.dumps({"v": 4.2, "t": stamp}))
+        # Queued (taken or refused) after its refusal is logged, on paho's thread: not `received`.
+        queued = lambda: self.source.received >= n and self.source.pending() >= 1  # noqa: E731
+        wait_until(queued, timeout=10, what="the PLC's reading")
+        self.source.drain(self.emit)
+        self.daemon.pipeline.process_queued()
+
+    def health(self) -> MqttHealth:
+        return next(s for s in self.daemon.health().sources if isinstance(s, MqttHealth))
+
+    def close(self) -> None:
+        self.peer.close()
+        self.link.stop()
+        close(self.daemon)
+
+
 def test_readings_stamped_an_hour_ahead_of_a_gateway_clock_say_so_in_the_stale_alarm_and_health(
     tmp_path: Path, mosquitto: Mosquitto, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -42,41 +116,17 @@ def test_readings_stamped_an_hour_ahead_of_a_gateway_clock_say_so_in_the_stale_a
     The log says it once per run (a WARNING at the first refusal, DEBUG while it lasts, INFO
     when a reading is taken again), not once a minute per topic for as long as NTP is out."""
     port = free_port()
-    config = build_config(
-        {
-            "station": {"id": "ps-skew"},
-            "state_dir": str(tmp_path / "state"),
-            "sensors": [{"id": "plant.lvl", "kind": "level", "unit": "ft", "stale_after": "60s"}],
-            "mqtt": {"host": "127.0.0.1", "port": mosquitto.port, "client_id": "t-skew",
-                     "subscriptions": [{"topic": "plant/+/level", "sensor": "plant.{1}", "format": "json",
-                                        "value_path": "v", "time_path": "t"}]},
-            "console": {"host": "127.0.0.1", "port": port},
-            "store": {"free_space_floor": 0},
-        }
-    )  # fmt: skip
-    daemon, wall, mono = watched_daemon(config, T0 - HOUR)
-    link, source = daemon.mqtt_link, daemon.mqtt_source
-    assert link is not None and source is not None
-    link.start()
-    link.wait_connected()
-    peer = Peer(mosquitto.port, "t-skew-plc")
-    emit = daemon.pipeline.source("mqtt")
+    console = {"host": "127.0.0.1", "port": port}
+    st = SkewStation(tmp_path, mosquitto.port, "t-skew", levels=("lvl",), start=T0 - HOUR, console=console)
+    daemon = st.daemon
 
     def run(seconds: range) -> None:
         """Each real second: the clocks (NTP answers at +100 s), the daemon's tick, and the
         PLC's reading every 10 s, carried by the broker and judged once it arrived."""
         for k in seconds:
-            wall.set(T0 + k - (HOUR if k < 100 else 0.0))
-            mono.set(1000.0 + k)
-            daemon.tick()
+            st.at(k, gateway=T0 + k - (HOUR if k < 100 else 0.0))
             if k % 10 == 0:
-                peer.publish("plant/lvl/level", json.dumps({"v": 4.2, "t": T0 + k}))
-                wait_until(arrived(k // 10 + 1), timeout=10, what="the PLC's reading")
-                source.drain(emit)
-                daemon.pipeline.process_queued()
-
-    def arrived(n: int) -> Callable[[], bool]:
-        return lambda: source.received >= n and source.pending() >= 1  # queued after its log line
+                st.send("lvl", T0 + k)
 
     def ahead_warnings() -> list[str]:
         return [a["text"] for a in attention(daemon.health().to_json()) if "ahead of" in a["text"]]
@@ -89,7 +139,7 @@ def test_readings_stamped_an_hour_ahead_of_a_gateway_clock_say_so_in_the_stale_a
         said = entries[0].message
         assert "stamped ahead of the gateway clock by ~1.0 h" in said, said
         assert "7 readings refused" in said and "NTP" in said and "device's clock is ahead" in said, said
-        mqtt = next(s for s in daemon.health().sources if isinstance(s, MqttHealth))
+        mqtt = st.health()
         assert (mqtt.stamped_ahead, mqtt.stamped_ahead_by) == (10, HOUR), mqtt
         warned = ahead_warnings()
         assert len(warned) == 1 and "~1.0 h" in warned[0] and "NTP" in warned[0], warned
@@ -110,9 +160,7 @@ def test_readings_stamped_an_hour_ahead_of_a_gateway_clock_say_so_in_the_stale_a
         assert "in the future" in said_at[0][1] and "gateway clock is behind" in said_at[0][1], said_at
         assert "taken again after 10 refused" in said_at[-1][1], said_at
     finally:
-        peer.close()
-        link.stop()
-        close(daemon)
+        st.close()
 
 
 def test_a_device_clock_set_right_again_ends_the_consoles_stamped_ahead_line_at_once(
@@ -122,52 +170,24 @@ def test_a_device_clock_set_right_again_ends_the_consoles_stamped_ahead_line_at_
     and its next reading taken. Health and the console stop saying readings are refused at
     once: before, the line stayed ten minutes after the last refusal, saying "readings of a
     sensor refused" (none left in the run) of a station whose every reading was taken."""
-    config = build_config(
-        {
-            "station": {"id": "ps-skew"},
-            "state_dir": str(tmp_path / "state"),
-            "sensors": [{"id": "plant.lvl", "kind": "level", "unit": "ft", "stale_after": "60s"}],
-            "mqtt": {"host": "127.0.0.1", "port": mosquitto.port, "client_id": "t-skew2",
-                     "subscriptions": [{"topic": "plant/+/level", "sensor": "plant.{1}", "format": "json",
-                                        "value_path": "v", "time_path": "t"}]},
-            "console": {"enabled": False},
-            "store": {"free_space_floor": 0},
-        }
-    )  # fmt: skip
-    daemon, wall, mono = watched_daemon(config, T0)
-    link, source = daemon.mqtt_link, daemon.mqtt_source
-    assert link is not None and source is not None
-    link.start()
-    link.wait_connected()
-    peer = Peer(mosquitto.port, "t-skew2-plc")
-    emit = daemon.pipeline.source("mqtt")
-
-    def arrived(n: int) -> Callable[[], bool]:
-        return lambda: source.received >= n and source.pending() >= 1  # queued after its log line
+    st = SkewStation(tmp_path, mosquitto.port, "t-skew2", levels=("lvl",))
 
     def ahead() -> tuple[float | None, tuple[str, ...], list[str]]:
-        mqtt = next(s for s in daemon.health().sources if isinstance(s, MqttHealth))
-        warned = [a["text"] for a in attention(daemon.health().to_json()) if "ahead of" in a["text"]]
+        mqtt = st.health()
+        warned = [a["text"] for a in attention(st.daemon.health().to_json()) if "ahead of" in a["text"]]
         return mqtt.stamped_ahead_by, mqtt.stamped_ahead_sensors, warned
 
     try:
         for k in range(0, 111, 10):
-            wall.set(T0 + k)
-            mono.set(1000.0 + k)
-            daemon.tick()
-            peer.publish("plant/lvl/level", json.dumps({"v": 4.2, "t": T0 + k + (HOUR if k < 100 else 0.0)}))
-            wait_until(arrived(k // 10 + 1), timeout=10, what="the PLC's reading")
-            source.drain(emit)
-            daemon.pipeline.process_queued()
+            st.at(k)
+            st.send("lvl", T0 + k + (HOUR if k < 100 else 0.0))
             if k == 90:
                 by, sensors, warned = ahead()
                 assert (by, sensors, len(warned)) == (HOUR, ("plant.lvl",), 1), (by, sensors, warned)
-        assert source.ahead.total == 10
+        assert st.source.ahead.total == 10
         assert ahead() == (None, (), [])
     finally:
-        peer.close()
-        link.stop()
-        close(daemon)
+        st.close()
 
 
 def test_the_stale_message_names_refusals_ahead_only_while_they_arrive_and_none_taken_since() -> None:
@@ -214,63 +234,6 @@ def test_a_publisher_inventing_sensors_cannot_grow_the_table_of_refusals_ahead()
     assert ahead.sensors(since=T0) == ["x0", "x1", "x2"]
     ahead.record("x1", 500.0, T0 + 20)
     assert ahead.latest("x1") == (T0 + 20, 500.0, 2) and ahead.sensors(since=T0 + 10) == ["x1"]
-
-
-def skew_config(tmp_path: Path, port: int, name: str) -> Config:
-    """Two PLC levels (`plant/<id>/level`, the PLC's own time in `t`, stale after 60 s)."""
-    return build_config(
-        {
-            "station": {"id": "ps-skew"},
-            "state_dir": str(tmp_path / "state"),
-            "sensors": [{"id": "plant.lvl", "kind": "level", "unit": "ft", "stale_after": "60s"},
-                        {"id": "plant.wet", "kind": "level", "unit": "ft", "stale_after": "60s"}],
-            "mqtt": {"host": "127.0.0.1", "port": port, "client_id": name,
-                     "subscriptions": [{"topic": "plant/+/level", "sensor": "plant.{1}", "format": "json",
-                                        "value_path": "v", "time_path": "t"}]},
-            "console": {"enabled": False},
-            "store": {"free_space_floor": 0},
-        }
-    )  # fmt: skip
-
-
-class SkewStation:
-    """Two PLC levels over a real Mosquitto (`plant/<id>/level`, the PLC's own time in `t`,
-    stale after 60 s) into the daemon on injected wall and monotonic clocks."""
-
-    def __init__(self, tmp_path: Path, port: int, name: str) -> None:
-        self.daemon, self.wall, self.mono = watched_daemon(skew_config(tmp_path, port, name), T0)
-        link, source = self.daemon.mqtt_link, self.daemon.mqtt_source
-        assert link is not None and source is not None
-        self.link, self.source = link, source
-        link.start()
-        link.wait_connected()
-        self.peer = Peer(port, f"{name}-plc")
-        self.emit = self.daemon.pipeline.source("mqtt")
-
-    def at(self, k: float, gateway: float | None = None) -> None:
-        """Real second `k` on the monotonic clock; the gateway's wall clock at `gateway`
-        (default: true time, T0 + k), then the daemon's tick."""
-        self.wall.set(T0 + k if gateway is None else gateway)
-        self.mono.set(1000.0 + k)
-        self.daemon.tick()
-
-    def send(self, sensor: str, stamp: float) -> None:
-        """The PLC's reading stamped `stamp`, carried by the broker and judged once it arrived."""
-        n = self.source.received + 1
-        self.peer.publish(f"plant/{sensor}/level", json.dumps({"v": 4.2, "t": stamp}))
-        # Queued (taken or refused) after its refusal is logged, on paho's thread: not `received`.
-        queued = lambda: self.source.received >= n and self.source.pending() >= 1  # noqa: E731
-        wait_until(queued, timeout=10, what="the PLC's reading")
-        self.source.drain(self.emit)
-        self.daemon.pipeline.process_queued()
-
-    def health(self) -> MqttHealth:
-        return next(s for s in self.daemon.health().sources if isinstance(s, MqttHealth))
-
-    def close(self) -> None:
-        self.peer.close()
-        self.link.stop()
-        close(self.daemon)
 
 
 def said_of(caplog: pytest.LogCaptureFixture, sensor: str) -> list[str]:

@@ -29,13 +29,14 @@ from monitor.errors import SourceError
 from monitor.model import ManualClock, parse_time
 from monitor.sinks.lineproto import ns
 from monitor.sources import historian
-from monitor.sources.replay import Samples, merge, read_csv
+from monitor.sources.replay import ReadReport, Samples, merge, read_csv
 from tests import cli
 from tests.services import InfluxDB1, VictoriaMetrics, http
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = ROOT / "tests" / "cases" / "replay" / "station-day"
 START, END = "2026-06-03T00:00:00Z", "2026-06-04T00:00:00Z"
+T0 = 1780444800  # START in epoch seconds
 
 
 def replay(*args: str) -> subprocess.CompletedProcess[str]:
@@ -55,6 +56,43 @@ def station_config(tmp_path: Path, influx: dict[str, Any]) -> tuple[Path, Config
     path = tmp_path / "station.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path, load_config(path)
+
+
+def own_database(influxdb1: InfluxDB1) -> str:
+    """A database of this test's own on the session's InfluxDB 1.x."""
+    db = f"h{uuid.uuid4().hex[:8]}"
+    influxdb1.query(f"CREATE DATABASE {db}")
+    return db
+
+
+def from_influx(config_path: Path, start: str = START, end: str = END) -> list[str]:
+    """The arguments of `monitor replay` reading the config's historian over a range."""
+    return ["--config", str(config_path), "--from-influx", "--start", start, "--end", end]
+
+
+TEMP_TAGS = ",kind=temperature,unit=degF"
+
+
+def temp_line(config: Config, t: float, value: float, tags: str = TEMP_TAGS) -> str:
+    """A point of outfall.temp at `t` as the daemon stores it (quality GOOD), with `tags`
+    after its station and sensor tags."""
+    return f"sensor,station={config.station.id},sensor=outfall.temp{tags} value={value},quality=0i {ns(t)}"
+
+
+def write_influxdb1(influxdb1: InfluxDB1, lines: list[str], **params: str) -> None:
+    """`lines` written to InfluxDB 1.x (`params`: its database, retention policy)."""
+    query = urllib.parse.urlencode({**params, "precision": "ns"})
+    status, answer = http("POST", f"{influxdb1.url}/write?{query}", "\n".join(lines).encode())
+    assert status == 204, answer
+
+
+def read_back(
+    config: Config, kind: str, start: float = T0, end: float = T0 + 86400
+) -> tuple[Samples, ReadReport]:
+    """What the historian `kind` gives of the config's station over a range, and what its
+    reading counted."""
+    history = historian.open_history(config, start, end, kind)
+    return Samples.concat(list(merge([history]))), history.report
 
 
 def stored(config: Config) -> Samples:
@@ -88,18 +126,7 @@ def replay_into(config_path: Path, victoria: VictoriaMetrics | None = None) -> N
 def write_then_read_back(tmp_path: Path, config_path: Path, victoria: VictoriaMetrics | None = None) -> None:
     replay_into(config_path, victoria)
     out = tmp_path / "events.jsonl"
-    args = [
-        "--config",
-        str(config_path),
-        "--from-influx",
-        "--start",
-        START,
-        "--end",
-        END,
-        "--events",
-        str(out),
-    ]
-    back = replay(*args)
+    back = replay(*from_influx(config_path), "--events", str(out))
     assert back.returncode == 0, back.stderr
     assert events(out) == events(CASE / "events.jsonl")
     assert "replay: 592 samples, 3 sensors, 8 events" in back.stdout
@@ -107,12 +134,11 @@ def write_then_read_back(tmp_path: Path, config_path: Path, victoria: VictoriaMe
 
 
 def test_influxdb_1_history_replays_to_the_golden_events(tmp_path: Path, influxdb1: InfluxDB1) -> None:
-    db = f"h{uuid.uuid4().hex[:8]}"
-    influxdb1.query(f"CREATE DATABASE {db}")
+    db = own_database(influxdb1)
     config_path, _ = station_config(tmp_path, {"url": influxdb1.url, "api": "v1", "database": db})
     write_then_read_back(tmp_path, config_path)
     whatif = ROOT / "tests" / "cases" / "whatif" / "station-day"
-    args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+    args = from_influx(config_path)
     result = replay(*args, "--what-if", str(whatif / "candidate.yaml"), "--format", "json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["rules"] == json.loads((whatif / "expected.json").read_text())
@@ -134,13 +160,7 @@ def test_history_read_in_small_chunks_is_the_stored_samples(
     monkeypatch: pytest.MonkeyPatch,
     kind: str,
 ) -> None:
-    if kind == "influxql":
-        db = f"h{uuid.uuid4().hex[:8]}"
-        influxdb1.query(f"CREATE DATABASE {db}")
-        config_path, config = station_config(tmp_path, {"url": influxdb1.url, "api": "v1", "database": db})
-    else:
-        influx = {"url": victoria.url, "org": "barton", "bucket": "replay"}
-        config_path, config = station_config(tmp_path, influx)
+    config_path, config, _ = station_on(kind, tmp_path, influxdb1, victoria)
     replay_into(config_path, victoria if kind == "victoriametrics" else None)
     monkeypatch.setattr(historian, "CHUNK_POINTS", 37)
     monkeypatch.setattr(historian, "WINDOW_S", 1800.0)
@@ -169,18 +189,7 @@ def test_from_influx_without_an_influx_section_or_range_says_so(tmp_path: Path) 
 
 def test_an_unreachable_historian_exits_1_with_a_line(tmp_path: Path) -> None:
     config_path, _ = station_config(tmp_path, {"url": "http://127.0.0.1:9", "api": "v1", "database": "x"})
-    args = [
-        "--config",
-        str(config_path),
-        "--from-influx",
-        "--start",
-        START,
-        "--end",
-        END,
-        "--events",
-        "/dev/null",
-    ]
-    result = replay(*args)
+    result = replay(*from_influx(config_path), "--events", "/dev/null")
     assert result.returncode == 1
     assert "cannot read the history" in result.stderr and "Traceback" not in result.stderr
 
@@ -262,7 +271,7 @@ def test_flux_history_replays_to_the_golden_events(tmp_path: Path, monkeypatch: 
         influx = {"url": url, "org": "barton", "bucket": "b", "token": "${REPLAY_TEST_TOKEN}"}
         config_path, config = station_config(tmp_path, influx)
         out = tmp_path / "events.jsonl"
-        args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+        args = from_influx(config_path)
         result = replay(*args, "--historian", "flux", "--events", str(out))
         assert result.returncode == 0, result.stderr
         assert events(out) == events(CASE / "events.jsonl")
@@ -286,6 +295,35 @@ def _vm_write(victoria: VictoriaMetrics, lines: list[str]) -> None:
     victoria.flush()
 
 
+def station_on(
+    kind: str, tmp_path: Path, influxdb1: InfluxDB1, victoria: VictoriaMetrics
+) -> tuple[Path, Config, Callable[[list[str]], None]]:
+    """A station config whose historian is `kind` ("influxql": a database of its own on
+    InfluxDB 1.x; "victoriametrics"), and how to store line-protocol points in it."""
+    if kind == "influxql":
+        db = own_database(influxdb1)
+        path, config = station_config(tmp_path, {"url": influxdb1.url, "api": "v1", "database": db})
+        return path, config, lambda lines: write_influxdb1(influxdb1, lines, db=db)
+    path, config = station_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "replay"})
+    return path, config, lambda lines: _vm_write(victoria, lines)
+
+
+def assert_ramp(got: Samples, minutes: int) -> None:
+    """`got` is outfall.temp's ramp (100 + k at T0 + k minutes) for `minutes`, each time once."""
+    assert got.time.tolist() == [float(T0 + 60 * k) for k in range(minutes)]
+    assert got.value.tolist() == [100.0 + k for k in range(minutes)]
+
+
+def assert_replay_skips_repeats(tmp_path: Path, config_path: Path, repeats: int, first: int) -> None:
+    """`monitor replay --from-influx` of the 30-minute ramp: each reading judged once, the
+    `repeats` counted and skipped as a file's repeated rows are, the `first` named."""
+    result = replay(*from_influx(config_path), "--events", str(tmp_path / "events.jsonl"))
+    assert result.returncode == 0, result.stderr
+    assert f"{repeats} row(s) with out of order or duplicate time (skipped), first at line" in result.stderr
+    assert f"outfall.temp at {first}.000 stored twice" in result.stderr
+    assert "replay: 30 samples, 1 sensors" in result.stdout
+
+
 def test_victoriametrics_sensor_stored_in_two_series_comes_back_whole(
     tmp_path: Path, victoria: VictoriaMetrics
 ) -> None:
@@ -293,16 +331,11 @@ def test_victoriametrics_sensor_stored_in_two_series_comes_back_whole(
     with them) has two series in VictoriaMetrics; every point of both comes back, each with
     its own value (one series used to replace the other, its values read as NaN)."""
     _, config = station_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "replay"})
-    t0 = 1780444800
-    head = f"sensor,station={config.station.id},sensor=outfall.temp"
-    lines = [f"{head} value={100.0 + k},quality=0i {(t0 + 60 * k) * 10**9}" for k in range(30)]
-    head += ",kind=temperature,unit=degF"
-    lines += [f"{head} value={100.0 + k},quality=0i {(t0 + 60 * k) * 10**9}" for k in range(30, 60)]
+    lines = [temp_line(config, T0 + 60 * k, 100.0 + k, tags="") for k in range(30)]
+    lines += [temp_line(config, T0 + 60 * k, 100.0 + k) for k in range(30, 60)]
     _vm_write(victoria, lines)
-    history = historian.open_history(config, t0, t0 + 86400, "victoriametrics")
-    got = Samples.concat(list(merge([history])))
-    assert got.time.tolist() == [float(t0 + 60 * k) for k in range(60)]
-    assert got.value.tolist() == [100.0 + k for k in range(60)]
+    got, _ = read_back(config, "victoriametrics")
+    assert_ramp(got, 60)
 
 
 def test_victoriametrics_points_stored_twice_replay_once_and_are_counted(
@@ -313,28 +346,18 @@ def test_victoriametrics_points_stored_twice_replay_once_and_are_counted(
     one time in two series: each time comes back once, the repeats counted and skipped as a
     file's repeated rows are, never judged twice."""
     config_path, config = station_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "replay"})
-    t0 = 1780444800
-    head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature,unit=degF"
-    lines = [f"{head} value={100.0 + k},quality=0i {(t0 + 60 * k) * 10**9}" for k in range(30)]
+    lines = [temp_line(config, T0 + 60 * k, 100.0 + k) for k in range(30)]
     _vm_write(victoria, lines)
     _vm_write(victoria, lines[10:20])  # a batch sent again after a crash
     # the same sensor and times under its old tags (without kind and unit)
-    _vm_write(victoria, [line.replace(",kind=temperature,unit=degF", "") for line in lines[25:]])
+    _vm_write(victoria, [line.replace(TEMP_TAGS, "") for line in lines[25:]])
     held = victoria.export(f'{{__name__="sensor_value",station="{config.station.id}"}}')
     assert sorted(len(series["timestamps"]) for series in held) == [5, 40]  # the server keeps repeats
 
-    history = historian.open_history(config, t0, t0 + 86400, "victoriametrics")
-    got = Samples.concat(list(merge([history])))
-    assert got.time.tolist() == [float(t0 + 60 * k) for k in range(30)]
-    assert got.value.tolist() == [100.0 + k for k in range(30)]
-    assert history.report.out_of_order.count == 15
-
-    args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
-    result = replay(*args, "--events", str(tmp_path / "events.jsonl"))
-    assert result.returncode == 0, result.stderr
-    assert "15 row(s) with out of order or duplicate time (skipped), first at line" in result.stderr
-    assert f"outfall.temp at {t0 + 600}.000 stored twice" in result.stderr
-    assert "replay: 30 samples, 1 sensors" in result.stdout
+    got, report = read_back(config, "victoriametrics")
+    assert_ramp(got, 30)
+    assert report.out_of_order.count == 15
+    assert_replay_skips_repeats(tmp_path, config_path, repeats=15, first=T0 + 600)
 
 
 @pytest.mark.parametrize("chunk", [50_000, 7, 2])
@@ -349,44 +372,27 @@ def test_influxdb_1_a_sensor_time_held_in_two_series_replays_once_and_is_counted
     in two chunks of the streamed answer (chunk 7 and 2: the pairs straddle chunk ends).
     Before: every repeat came back, and `replay` counted 35 samples of 30 readings."""
     monkeypatch.setattr(historian, "CHUNK_POINTS", chunk)
-    db = f"h{uuid.uuid4().hex[:8]}"
-    influxdb1.query(f"CREATE DATABASE {db}")
+    db = own_database(influxdb1)
     config_path, config = station_config(tmp_path, {"url": influxdb1.url, "api": "v1", "database": db})
-    t0 = 1780444800
-    head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature,unit=degF"
-    lines = [f"{head} value={100.0 + k},quality=0i {(t0 + 60 * k) * 10**9}" for k in range(30)]
-    lines += [line.replace(",kind=temperature,unit=degF", "") for line in lines[25:]]  # its old tags
-    status, answer = http("POST", f"{influxdb1.url}/write?db={db}&precision=ns", "\n".join(lines).encode())
-    assert status == 204, answer
+    lines = [temp_line(config, T0 + 60 * k, 100.0 + k) for k in range(30)]
+    lines += [line.replace(TEMP_TAGS, "") for line in lines[25:]]  # its old tags
+    write_influxdb1(influxdb1, lines, db=db)
 
-    history = historian.open_history(config, t0, t0 + 86400, "influxql")
-    got = Samples.concat(list(merge([history])))
-    assert got.time.tolist() == [float(t0 + 60 * k) for k in range(30)]
-    assert got.value.tolist() == [100.0 + k for k in range(30)]
-    assert history.report.out_of_order.count == 5
-
-    args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
-    result = replay(*args, "--events", str(tmp_path / "events.jsonl"))
-    assert result.returncode == 0, result.stderr
-    assert "5 row(s) with out of order or duplicate time (skipped), first at line" in result.stderr
-    assert f"outfall.temp at {t0 + 25 * 60}.000 stored twice" in result.stderr
-    assert "replay: 30 samples, 1 sensors" in result.stdout
+    got, report = read_back(config, "influxql")
+    assert_ramp(got, 30)
+    assert report.out_of_order.count == 5
+    assert_replay_skips_repeats(tmp_path, config_path, repeats=5, first=T0 + 25 * 60)
 
 
 def test_influxdb_1_millisecond_times_come_back_as_written(tmp_path: Path, influxdb1: InfluxDB1) -> None:
     """Times with milliseconds (a PLC's 250 ms samples) are the same floats a file with those
     times gives: nanoseconds read back as microseconds / 1e6, exactly rounded (`ns * 1e-9`
     was one unit in the last place off for about half of them)."""
-    db = f"h{uuid.uuid4().hex[:8]}"
-    influxdb1.query(f"CREATE DATABASE {db}")
+    db = own_database(influxdb1)
     _, config = station_config(tmp_path, {"url": influxdb1.url, "api": "v1", "database": db})
     ms = [1780444800000 + 60_000 * k + 7 * k % 1000 for k in range(200)]
-    head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature,unit=degF"
-    body = "\n".join(f"{head} value=100.0,quality=0i {ns(m / 1000)}" for m in ms).encode()
-    status, answer = http("POST", f"{influxdb1.url}/write?db={db}&precision=ns", body)
-    assert status == 204, answer
-    history = historian.open_history(config, 1780444800.0, 1780531200.0, "influxql")
-    got = Samples.concat(list(merge([history])))
+    write_influxdb1(influxdb1, [temp_line(config, m / 1000, 100.0) for m in ms], db=db)
+    got, _ = read_back(config, "influxql")
     assert got.time.tolist() == [m / 1000 for m in ms]
 
 
@@ -420,11 +426,10 @@ def test_a_range_with_no_stored_samples_says_so(tmp_path: Path, influxdb1: Influ
     """A range before the station was recorded (or a station id the historian does not know)
     replays nothing; stderr names the station, the historian and the range, and the what-if
     report does not read as "no alarms" over samples it never had."""
-    db = f"h{uuid.uuid4().hex[:8]}"
-    influxdb1.query(f"CREATE DATABASE {db}")
+    db = own_database(influxdb1)
     config_path, config = station_config(tmp_path, {"url": influxdb1.url, "api": "v1", "database": db})
     write_then_read_back(tmp_path, config_path)  # the station-day is stored ...
-    args = ["--config", str(config_path), "--from-influx", "--start", "2026-05-01T00:00:00Z", "--end", START]
+    args = from_influx(config_path, "2026-05-01T00:00:00Z", START)
     result = replay(*args, "--events", str(tmp_path / "before.jsonl"))  # ... the month before is not
     assert result.returncode == 0, result.stderr
     note = (
@@ -453,33 +458,19 @@ def test_points_stored_in_another_unit_come_back_in_the_configs_unit(
     converted to the config's degF, and stderr says how many: 70 degC is 158 degF, over the
     65 degC (149 degF) limit; read as 70 degF that high alarm was missed. A unit that does
     not convert is said so and kept."""
-    if kind == "influxql":
-        db = f"h{uuid.uuid4().hex[:8]}"
-        influxdb1.query(f"CREATE DATABASE {db}")
-        config_path, config = station_config(tmp_path, {"url": influxdb1.url, "api": "v1", "database": db})
-    else:
-        influx = {"url": victoria.url, "org": "barton", "bucket": "replay"}
-        config_path, config = station_config(tmp_path, influx)
-    t0 = 1780444800
-    head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature"
-    lines = [f"{head},unit=degC value=70.0,quality=0i {(t0 + 60 * k) * 10**9}" for k in range(10)]
-    lines += [f"{head},unit=degF value=140.0,quality=0i {(t0 + 60 * k) * 10**9}" for k in range(10, 20)]
-    lines += [f"{head} value=140.0,quality=0i {(t0 + 60 * k) * 10**9}" for k in range(20, 25)]  # no unit tag
+    config_path, config, store = station_on(kind, tmp_path, influxdb1, victoria)
+    lines = [temp_line(config, T0 + 60 * k, 70.0, ",kind=temperature,unit=degC") for k in range(10)]
+    lines += [temp_line(config, T0 + 60 * k, 140.0) for k in range(10, 20)]
+    # no unit tag
+    lines += [temp_line(config, T0 + 60 * k, 140.0, ",kind=temperature") for k in range(20, 25)]
     flow = f"sensor,station={config.station.id},sensor=outfall.flow,kind=flow,unit=ft"  # a level's unit
-    lines += [f"{flow} value=3.0,quality=0i {(t0 + 60 * k) * 10**9}" for k in range(3)]
-    if kind == "influxql":
-        status, answer = http(
-            "POST", f"{influxdb1.url}/write?db={db}&precision=ns", "\n".join(lines).encode()
-        )
-        assert status == 204, answer
-    else:
-        _vm_write(victoria, lines)
-    history = historian.open_history(config, t0, t0 + 86400, kind)
-    got = Samples.concat(list(merge([history])))
+    lines += [f"{flow} value=3.0,quality=0i {ns(T0 + 60 * k)}" for k in range(3)]
+    store(lines)
+    got, report = read_back(config, kind)
     temp = got.sensor == list(config.rules).index("outfall.temp")
     assert got.value[temp].tolist() == [158.0] * 10 + [140.0] * 15
     assert got.value[~temp].tolist() == [3.0] * 3
-    lines_out = history.report.lines()
+    lines_out = report.lines()
     assert any(
         "10 point(s) of outfall.temp stored in degC, converted to degF (the config's unit)" in x
         for x in lines_out
@@ -489,18 +480,7 @@ def test_points_stored_in_another_unit_come_back_in_the_configs_unit(
         for x in lines_out
     )
     out = tmp_path / "events.jsonl"
-    args = [
-        "--config",
-        str(config_path),
-        "--from-influx",
-        "--start",
-        START,
-        "--end",
-        END,
-        "--historian",
-        kind,
-    ]
-    result = replay(*args, "--events", str(out))
+    result = replay(*from_influx(config_path), "--historian", kind, "--events", str(out))
     assert result.returncode == 0, result.stderr
     assert "replay: " in result.stderr and "converted to degF (the config's unit)" in result.stderr
     high = [e for e in events(out) if e["sensor"] == "outfall.temp" and e["rule"] == "high"]
@@ -521,7 +501,7 @@ def test_wrong_credentials_exit_1_saying_which_and_never_the_password(
         monkeypatch.setenv("HISTORIAN_PW", "wrong-7719")
         influx = {"url": server.url, "api": "v1", "database": "secured", "username": "admin"}
         config_path, _ = station_config(tmp_path, {**influx, "password": "${HISTORIAN_PW}"})
-        args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+        args = from_influx(config_path)
         result = replay(*args, "--events", "/dev/null")
         assert result.returncode == 1
         assert f"replay: {server.url}/query: HTTP 401" in result.stderr
@@ -549,7 +529,7 @@ def test_flux_wrong_token_is_one_line_without_the_token(
         monkeypatch.setenv("REPLAY_TEST_TOKEN", "stale-token-2468")
         influx = {"url": url, "org": "barton", "bucket": "b", "token": "${REPLAY_TEST_TOKEN}"}
         config_path, _ = station_config(tmp_path, influx)
-        args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+        args = from_influx(config_path)
         result = replay(*args, "--historian", "flux", "--events", "/dev/null")
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1, result.stderr
@@ -562,20 +542,14 @@ def test_a_retention_policy_name_with_quotes_is_quoted_not_injected(
 ) -> None:
     """`influx.retention_policy` goes into the InfluxQL text as a quoted identifier; a name with
     a double quote used to end the identifier early (a parse error at best)."""
-    db = f"h{uuid.uuid4().hex[:8]}"
-    influxdb1.query(f"CREATE DATABASE {db}")
+    db = own_database(influxdb1)
     rp = 'raw "14d" station'  # InfluxDB refuses a backslash in the name; a quote it takes
     quoted = rp.replace('"', '\\"')
     influxdb1.query(f'CREATE RETENTION POLICY "{quoted}" ON {db} DURATION 100000h REPLICATION 1')
     influx = {"url": influxdb1.url, "api": "v1", "database": db, "retention_policy": rp}
     _, config = station_config(tmp_path, influx)
-    head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature,unit=degF"
-    body = "\n".join(f"{head} value=100.0,quality=0i {(1780444800 + 60 * k) * 10**9}" for k in range(5))
-    query = urllib.parse.urlencode({"db": db, "rp": rp, "precision": "ns"})
-    status, answer = http("POST", f"{influxdb1.url}/write?{query}", body.encode())
-    assert status == 204, answer
-    history = historian.open_history(config, 1780444800.0, 1780531200.0, "influxql")
-    got = Samples.concat(list(merge([history])))
+    write_influxdb1(influxdb1, [temp_line(config, T0 + 60 * k, 100.0) for k in range(5)], db=db, rp=rp)
+    got, _ = read_back(config, "influxql")
     assert got.time.tolist() == [1780444800.0 + 60 * k for k in range(5)]
 
 
@@ -647,18 +621,13 @@ def test_an_answer_cut_short_exits_1_not_a_quiet_day(
     """InfluxDB 1.x's answer cut inside its headers (100 bytes) or between chunks: exit 1 with
     one line, never a replay of what arrived as if it were the whole range (the cut inside
     the headers used to read as an empty answer: exit 0, 0 samples)."""
-    db = f"h{uuid.uuid4().hex[:8]}"
-    influxdb1.query(f"CREATE DATABASE {db}")
+    db = own_database(influxdb1)
     monkeypatch.setattr(historian, "CHUNK_POINTS", 1000)
     with cut_after(int(influxdb1.url.rsplit(":", 1)[1]), limit) as port:
         influx = {"url": f"http://127.0.0.1:{port}", "api": "v1", "database": db}
         config_path, config = station_config(tmp_path, influx)
-        head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature,unit=degF"
-        body = "\n".join(f"{head} value=100.0,quality=0i {(1780444800 + k) * 10**9}" for k in range(5000))
-        status, answer = http("POST", f"{influxdb1.url}/write?db={db}&precision=ns", body.encode())
-        assert status == 204, answer
-        args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
-        result = replay(*args, "--events", str(tmp_path / "events.jsonl"))
+        write_influxdb1(influxdb1, [temp_line(config, T0 + k, 100.0) for k in range(5000)], db=db)
+        result = replay(*from_influx(config_path), "--events", str(tmp_path / "events.jsonl"))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "cannot read the history" in result.stderr and "Traceback" not in result.stderr
     assert "samples/s" not in result.stdout
@@ -668,14 +637,16 @@ def test_config_sensors_without_a_stored_sample_are_named(tmp_path: Path, victor
     """A sensor renamed in the config since the history was written (or never recorded) has
     no samples under its id: the replay names it instead of judging it silently quiet."""
     config_path, config = station_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "replay"})
-    t0 = 1780444800
-    head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature,unit=degF"
     old = f"sensor,station={config.station.id},sensor=outfall.pH,kind=ph,unit=pH"  # the ph probe's old id
     _vm_write(
         victoria,
-        [f"{h} value=7.0,quality=0i {(t0 + 60 * k) * 10**9}" for k in range(10) for h in (head, old)],
+        [
+            line
+            for k in range(10)
+            for line in (temp_line(config, T0 + 60 * k, 7.0), f"{old} value=7.0,quality=0i {ns(T0 + 60 * k)}")
+        ],
     )
-    args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+    args = from_influx(config_path)
     result = replay(*args, "--events", str(tmp_path / "events.jsonl"))
     assert result.returncode == 0, result.stderr
     assert "10 row(s) for unknown sensor 'outfall.pH'" in result.stderr
@@ -727,15 +698,14 @@ def test_a_victoriametrics_answer_cut_short_exits_1_naming_the_window(
     window replayed as if whole (a cut in the headers or between lines used to: exit 0,
     the window's alarms missing)."""
     _, config = station_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "replay"})
-    head = f"sensor,station={config.station.id},sensor=outfall.temp,kind=temperature,unit=degF"
-    _vm_write(victoria, [f"{head} value=100.5,quality=0i {(1780444800 + k) * 10**9}" for k in range(points)])
+    _vm_write(victoria, [temp_line(config, T0 + k, 100.5) for k in range(points)])
     with cut_after(int(victoria.url.rsplit(":", 1)[1]), limit) as port:
         influx = {"url": f"http://127.0.0.1:{port}", "org": "barton", "bucket": "replay"}
         config_path, _ = station_config(tmp_path, influx)
         raw = yaml.safe_load(config_path.read_text())
         raw["station"]["id"] = config.station.id
         config_path.write_text(yaml.safe_dump(raw))
-        args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+        args = from_influx(config_path)
         result = replay(*args, "--historian", "victoriametrics", "--events", str(tmp_path / "events.jsonl"))
     assert result.returncode == 1, result.stdout + result.stderr
     lines = result.stderr.splitlines()
@@ -751,7 +721,7 @@ def test_a_victoriametrics_range_without_samples_stays_empty(
     """The other side of the cut: a real empty export (`Content-Length: 0`, every window) is
     an empty range, exit 0 with the line that says so, not an error."""
     config_path, config = station_config(tmp_path, {"url": victoria.url, "org": "barton", "bucket": "replay"})
-    args = ["--config", str(config_path), "--from-influx", "--start", START, "--end", END]
+    args = from_influx(config_path)
     result = replay(*args, "--historian", "victoriametrics", "--events", str(tmp_path / "events.jsonl"))
     assert result.returncode == 0, result.stderr
     assert f"no samples of station {config.station.id} from {START} to {END}" in result.stderr

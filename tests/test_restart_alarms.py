@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from monitor.model import AlarmState, Condition, ConditionState, ManualClock, Ru
 from monitor.sources.mqtt import MqttLink
 from tests.daemon_process import running_daemon
 from tests.mqtt_tools import Peer, mqtt_config
-from tests.services import Mosquitto, free_port, wait_until
+from tests.services import Mosquitto, free_port, json_or_none, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -127,14 +126,6 @@ def test_a_retained_command_is_ignored_and_an_old_one_refused(
         manager.close()
 
 
-def _get(url: str) -> Any:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return json.loads(resp.read())
-    except OSError:
-        return None
-
-
 @pytest.mark.parametrize("forget", [True, False], ids=["broker-loses-its-store", "broker-keeps-its-store"])
 def test_after_a_broker_restart_a_late_subscriber_sees_what_the_console_shows(
     tmp_path: Path, broker: Mosquitto, forget: bool
@@ -161,7 +152,7 @@ def test_after_a_broker_restart_a_late_subscriber_sees_what_the_console_shows(
     base = f"http://127.0.0.1:{console}"
 
     def states() -> dict[str, str]:
-        return {f"{a['sensor']}/{a['rule']}": a["state"] for a in _get(f"{base}/api/alarms") or []}
+        return {f"{a['sensor']}/{a['rule']}": a["state"] for a in json_or_none(f"{base}/api/alarms") or []}
 
     with running_daemon(config, log) as daemon:
         wait_until(lambda: "connected as" in log.read_text(), timeout=30, what="the daemon's MQTT session")

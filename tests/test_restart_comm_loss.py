@@ -15,19 +15,18 @@ import json
 import signal
 import sqlite3
 import time
-import urllib.request
 from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from monitor.alarms.journal import Journal
 from tests.daemon_process import running_daemon
 from tests.mqtt_tools import Peer
-from tests.services import Mosquitto, free_port, port_open, simulator_process, wait_until
+from tests.services import Mosquitto, free_port, json_or_none, port_open, simulator_process, wait_until
+from tests.simulator_device import simulator_device, write_station_yaml
 
 STATION = "ps-commrst"
 PREFIX = "t-commrst"
@@ -43,41 +42,16 @@ def write_config(tmp_path: Path, modbus_port: int, mqtt_port: int, console_port:
             {"id": "outfall.flow", "kind": "flow", "unit": "gpm"},
             {"id": "outfall.ph", "kind": "ph"},
         ],
-        "modbus": {
-            "devices": [
-                {
-                    "name": "sim",
-                    "host": "127.0.0.1",
-                    "port": modbus_port,
-                    "poll_interval": "250ms",
-                    "timeout": "250ms",
-                    "comm_loss_after": 3,
-                    "fields": [
-                        {"sensor": "outfall.flow", "register": "holding", "address": 0, "type": "FLOAT32"},
-                        {"sensor": "outfall.ph", "register": "holding", "address": 2, "type": "FLOAT32"},
-                    ],
-                }
-            ]
-        },
+        "modbus": {"devices": [simulator_device(modbus_port, SENSORS, timeout="250ms", comm_loss_after=3)]},
         "mqtt": {"host": "127.0.0.1", "port": mqtt_port, "topic_prefix": PREFIX},
         "console": {"host": "127.0.0.1", "port": console_port},
     }
-    path = tmp_path / "station.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def get_json(url: str) -> Any:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return json.loads(resp.read())
-    except OSError:
-        return None
+    return write_station_yaml(tmp_path, config)
 
 
 def comm_alarms(console: int) -> dict[str, dict[str, Any]]:
     """The console's comm-loss alarms by sensor."""
-    shown = get_json(f"http://127.0.0.1:{console}/api/alarms") or []
+    shown = json_or_none(f"http://127.0.0.1:{console}/api/alarms") or []
     return {a["sensor"]: a for a in shown if a["rule"] == "comm_loss"}
 
 

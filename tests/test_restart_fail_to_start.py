@@ -23,30 +23,22 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from monitor.config import Config, build_config
+from monitor.config import Config
 from monitor.daemon import Daemon
 from monitor.model import ManualClock, Rule, Sample
+from tests.engine_helpers import wet_well_station
 from tests.test_pipeline import close as crash
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
 def station(state: Path) -> Config:
-    return build_config(
-        {
-            "station": {"id": "ps-fail", "timezone": "UTC"},
-            "state_dir": str(state),
-            "sensors": [
-                {"id": "lvl", "kind": "level", "unit": "ft",
-                 "setpoints": {"off": 2, "lead_on": 5, "lag_on": 6, "high": 8, "overflow": 9}},
-                {"id": "p1", "kind": "pump", "pump": {"capacity": "500 gpm"}},
-                {"id": "p2", "kind": "pump", "pump": {"capacity": "500 gpm"}},
-            ],
-            "wet_well": {"level": "lvl", "fail_to_start_delay": "2m"},
-            "console": {"enabled": False},
-            "store": {"free_space_floor": 0},
-        }
-    )  # fmt: skip
+    return wet_well_station(
+        "ps-fail",
+        state,
+        {"id": "p1", "kind": "pump", "pump": {"capacity": "500 gpm"}},
+        {"id": "p2", "kind": "pump", "pump": {"capacity": "500 gpm"}},
+    )
 
 
 def raise_fail_to_start(state: Path, clock: ManualClock) -> None:

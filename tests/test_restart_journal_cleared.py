@@ -41,17 +41,23 @@ def breach(state: Path, clock: ManualClock, value: float, rule: Rule) -> list[tu
         close(daemon)
 
 
+def cleared_after_the_checkpoint_then_crash(state: Path, clock: ManualClock, raising: list[Sample]) -> None:
+    """`raising` judged and checkpointed (outfall.ph's alarm active in the checkpoint), pH 7
+    at +120 s clears it in the journal, then a crash before the next checkpoint."""
+    first = Daemon(station(state, OUTFALL, INLET), clock)
+    first.pipeline.process(raising)
+    first.checkpoint()
+    clock.set(T0 + 120)
+    first.pipeline.process([Sample("outfall.ph", T0 + 120, 7.0)])
+    crash(first)
+
+
 def test_a_high_alarm_cleared_after_the_checkpoint_is_raised_again_after_a_crash(tmp_path: Path) -> None:
     """pH 11 at +60 s (checkpoint saved, the alarm active), pH 7 at +120 s clears it, then
     a crash. From +180 s pH 11 again: raised at +180 s. Before: the engine took the
     checkpoint's active alarm as its own, nothing was raised for the whole breach."""
     clock = ManualClock(T0 + 60)
-    first = Daemon(station(tmp_path / "s", OUTFALL, INLET), clock)
-    first.pipeline.process([Sample("outfall.ph", T0 + 60, 11.0)])
-    first.checkpoint()
-    clock.set(T0 + 120)
-    first.pipeline.process([Sample("outfall.ph", T0 + 120, 7.0)])
-    crash(first)
+    cleared_after_the_checkpoint_then_crash(tmp_path / "s", clock, [Sample("outfall.ph", T0 + 60, 11.0)])
     got = breach(tmp_path / "s", clock, 11.0, Rule.HIGH)
     assert got == [("activated", 60.0), ("cleared", 120.0), ("activated", 180.0)]
 
@@ -63,12 +69,8 @@ def test_a_bad_value_alarm_cleared_after_the_checkpoint_is_raised_again_after_a_
     clears it, a crash, pH 99 again from +180 s: raised after its minute, at +240 s, as any
     bad run."""
     clock = ManualClock(T0 + 60)
-    first = Daemon(station(tmp_path / "s", OUTFALL, INLET), clock)
-    first.pipeline.process([Sample("outfall.ph", T0 + k, 99.0) for k in range(0, 61, 10)])
-    first.checkpoint()
-    clock.set(T0 + 120)
-    first.pipeline.process([Sample("outfall.ph", T0 + 120, 7.0)])
-    crash(first)
+    bad = [Sample("outfall.ph", T0 + k, 99.0) for k in range(0, 61, 10)]
+    cleared_after_the_checkpoint_then_crash(tmp_path / "s", clock, bad)
     got = breach(tmp_path / "s", clock, 99.0, Rule.BAD_VALUE)
     assert got == [("activated", 60.0), ("cleared", 120.0), ("activated", 240.0)]
 

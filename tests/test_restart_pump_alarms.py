@@ -16,31 +16,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from monitor.config import Config, build_config
+from monitor.config import Config
 from monitor.daemon import Daemon
 from monitor.model import ManualClock, Rule, Sample
 from monitor.station.store import FILE as STATION_FILE
+from tests.engine_helpers import wet_well_station
 from tests.test_pipeline import close as crash
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
 def station(state: Path) -> Config:
-    return build_config(
-        {
-            "station": {"id": "ps-pump", "timezone": "UTC"},
-            "state_dir": str(state),
-            "sensors": [
-                {"id": "lvl", "kind": "level", "unit": "ft",
-                 "setpoints": {"off": 2, "lead_on": 5, "lag_on": 6, "high": 8, "overflow": 9}},
-                {"id": "p1", "kind": "pump",
-                 "pump": {"capacity": "500 gpm", "max_starts_per_hour": 3, "max_run": "5m"}},
-            ],
-            "wet_well": {"level": "lvl", "fail_to_start_delay": "2m"},
-            "console": {"enabled": False},
-            "store": {"free_space_floor": 0},
-        }
-    )  # fmt: skip
+    pump = {"capacity": "500 gpm", "max_starts_per_hour": 3, "max_run": "5m"}
+    return wet_well_station("ps-pump", state, {"id": "p1", "kind": "pump", "pump": pump})
 
 
 def journal(daemon: Daemon, rule: Rule) -> list[tuple[str, float]]:

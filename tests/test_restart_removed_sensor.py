@@ -42,6 +42,15 @@ def raise_bad_value(state: Path, clock: ManualClock) -> None:
     close(first)
 
 
+def restarted_without_outfall(state: Path, at: float) -> tuple[Daemon, ManualClock]:
+    """outfall.ph's bad-value alarm raised and checkpointed at +300 s, then the daemon started
+    again on a clock reading `at` with the probe removed from the config (inlet.ph kept)."""
+    clock = ManualClock(T0 + 300)
+    raise_bad_value(state, clock)
+    clock.set(at)
+    return Daemon(station(state, INLET), clock), clock
+
+
 def test_an_alarm_of_a_sensor_removed_from_the_config_is_cleared_saying_why(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -51,10 +60,7 @@ def test_an_alarm_of_a_sensor_removed_from_the_config_is_cleared_saying_why(
     console, in callouts and on MQTT, a day of good inlet readings later. Now the first
     batch clears it at the clock's time, once, and the still-configured inlet's alarm is
     left to its readings."""
-    clock = ManualClock(T0 + 300)
-    raise_bad_value(tmp_path / "state", clock)
-    clock.set(T0 + 3600)
-    again = Daemon(station(tmp_path / "state", INLET), clock)
+    again, clock = restarted_without_outfall(tmp_path / "state", T0 + 3600)
     try:
         with caplog.at_level(logging.WARNING, logger="monitor.reconcile"):
             again.pipeline.process([Sample("inlet.ph", T0 + 3600, 10.5)])
@@ -82,10 +88,7 @@ def test_an_alarm_of_a_sensor_removed_from_the_config_is_cleared_saying_why(
 
 def test_a_removed_sensors_alarm_is_cleared_on_the_first_tick_when_nothing_arrives(tmp_path: Path) -> None:
     """A station whose other probes are silent too: the timer clears it, not a reading."""
-    clock = ManualClock(T0 + 300)
-    raise_bad_value(tmp_path / "state", clock)
-    clock.set(T0 + 900)
-    again = Daemon(station(tmp_path / "state", INLET), clock)
+    again, clock = restarted_without_outfall(tmp_path / "state", T0 + 900)
     try:
         again.pipeline.tick(clock.now())
         alarm = again.alarms.get("outfall.ph", Rule.BAD_VALUE)
@@ -99,10 +102,7 @@ def test_a_removed_sensors_alarm_after_a_clock_step_back_is_cleared_at_its_activ
     time, the clock's, is before the activation (+60 s). The clear is stamped at the
     activation, so no record shows a negative duration, and it is no early clear (the
     retirement is not a reading from before the alarm)."""
-    clock = ManualClock(T0 + 300)
-    raise_bad_value(tmp_path / "state", clock)
-    clock.set(T0 - 3600)
-    again = Daemon(station(tmp_path / "state", INLET), clock)
+    again, clock = restarted_without_outfall(tmp_path / "state", T0 - 3600)
     try:
         again.pipeline.tick(clock.now())
         alarm = again.alarms.get("outfall.ph", Rule.BAD_VALUE)
@@ -119,10 +119,7 @@ def test_a_retirement_the_journal_refuses_is_counted_and_tried_again(
     tests/test_pipeline.py does: a real full disk refuses the series store first). It is
     counted as unjournaled, never a crash, and the alarm still active is cleared at the
     next tick once the journal takes writes again; the log says it once."""
-    clock = ManualClock(T0 + 300)
-    raise_bad_value(tmp_path / "state", clock)
-    clock.set(T0 + 900)
-    again = Daemon(station(tmp_path / "state", INLET), clock)
+    again, clock = restarted_without_outfall(tmp_path / "state", T0 + 900)
     try:
         with caplog.at_level(logging.WARNING, logger="monitor.reconcile"):
             again.alarms.journal._db.execute("PRAGMA query_only=ON")
@@ -148,9 +145,7 @@ def test_an_alarm_of_a_sensor_removed_does_not_stand_for_ever_on_good_readings(t
     removed from the config. After the restart nothing can end it (the engine and the
     reconciler know only configured sensors): it stood active and unacknowledged on the
     console, in callouts and on MQTT, a day of good inlet readings later."""
-    clock = ManualClock(T0 + 300)
-    raise_bad_value(tmp_path / "state", clock)
-    again = Daemon(station(tmp_path / "state", INLET), clock)
+    again, clock = restarted_without_outfall(tmp_path / "state", T0 + 300)
     try:
         for k in range(3600, 86400, 3600):
             clock.set(T0 + k)

@@ -89,6 +89,28 @@ def config_for(state: Path) -> dict[str, object]:
     }
 
 
+def write_config(tmp_path: Path, doc: dict[str, object]) -> Path:
+    """`doc` as `tmp_path/station.yaml`, for a command's `--config`."""
+    config = tmp_path / "station.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    return config
+
+
+def monitor(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m monitor *args` as its own process from the repository root."""
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+
+
+def monitor_after_the_lock_wait(*args: str) -> subprocess.CompletedProcess[str]:
+    """`monitor`, asserting it waited its whole `store.lock_wait` for the lock before giving up."""
+    started = time.monotonic()
+    result = monitor(*args)
+    assert time.monotonic() - started >= LOCK_WAIT  # it waited for the lock before giving up
+    return result
+
+
 @pytest.mark.parametrize("name", FILES)
 def test_a_locked_file_is_its_own_verdict_and_never_moved_aside(
     state: Path, hold: Callable[[Path], subprocess.Popen[str]], name: str
@@ -129,18 +151,9 @@ def test_monitor_run_refuses_to_start_on_a_locked_outbox_with_exit_2(
 ) -> None:
     """Against `monitor run` itself: it waits its whole `store.lock_wait`, then exits 2."""
     holder = hold(state / "outbox.sqlite")
-    config = tmp_path / "station.yaml"
-    config.write_text(yaml.safe_dump(config_for(state)))
+    config = write_config(tmp_path, config_for(state))
     before = (state / "outbox.sqlite").read_bytes()
-    started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "monitor", "run", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert time.monotonic() - started >= LOCK_WAIT  # it waited for the lock before giving up
+    result = monitor_after_the_lock_wait("run", "--config", str(config))
     assert result.returncode == 2, result.stderr
     line = result.stderr.strip().splitlines()[-1]
     assert "cannot start" in line and str(state / "outbox.sqlite") in line and f"pid {holder.pid}" in line
@@ -154,19 +167,10 @@ def test_meters_list_says_locked_not_damaged_and_not_ok(
     tmp_path: Path, state: Path, hold: Callable[[Path], subprocess.Popen[str]]
 ) -> None:
     holder = hold(state / "ledger.sqlite")
-    config = tmp_path / "station.yaml"
     doc = config_for(state)
     doc["sensors"] = [{"id": "shop.meter", "kind": "meter", "unit": "ft3", "register_digits": 6}]
-    config.write_text(yaml.safe_dump(doc))
-    started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "monitor", "meters", "list", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert time.monotonic() - started >= LOCK_WAIT  # it waited for the lock before giving up
+    config = write_config(tmp_path, doc)
+    result = monitor_after_the_lock_wait("meters", "list", "--config", str(config))
     assert result.returncode == 1, result.stderr
     assert f"pid {holder.pid}" in result.stderr and "locked" in result.stderr
     assert f"waited {LOCK_WAIT:g}s" in result.stderr
@@ -176,19 +180,11 @@ def test_meters_list_says_locked_not_damaged_and_not_ok(
 def test_lock_wait_is_shown_by_check_config_and_a_bad_one_exits_2_naming_the_key(
     tmp_path: Path, state: Path
 ) -> None:
-    config = tmp_path / "station.yaml"
-    config.write_text(yaml.safe_dump(config_for(state)))
-    shown = subprocess.run(
-        [sys.executable, "-m", "monitor", "check-config", str(config)],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
-    )  # fmt: skip
+    config = write_config(tmp_path, config_for(state))
+    shown = monitor("check-config", str(config))
     assert shown.returncode == 0, shown.stderr
     assert f"waits {LOCK_WAIT:g}s for a locked state file" in shown.stdout
     doc = config_for(state)
     doc["store"] = {"lock_wait": "0s"}
-    config.write_text(yaml.safe_dump(doc))
-    bad = subprocess.run(
-        [sys.executable, "-m", "monitor", "check-config", str(config)],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
-    )  # fmt: skip
+    bad = monitor("check-config", str(write_config(tmp_path, doc)))
     assert bad.returncode == 2 and "store.lock_wait" in bad.stderr, bad.stderr
