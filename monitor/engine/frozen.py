@@ -39,6 +39,11 @@ _HINTS = {
     Kind.PH: "probe fouled or signal held?",
     Kind.TEMPERATURE: "transmitter stuck or signal held?",
 }
+# A band is compared with room for the readings' own rounding, so `frozen_band: 0.1` holds a
+# toggle of a 0.1 digit whatever the value (21.6 - 21.5 is 0.10000000000000142 in binary;
+# a FLOAT32 register pair 21.5/21.6 is 0.1000004 apart): 2**-22 of the larger reading, four
+# FLOAT32 half-steps, a quarter of a part per million. A band of 0 stays "equal".
+_ROUNDING = 2.0**-22
 _SEARCH = 64  # first window of the band's search for the next change; doubles while none
 _ROUND = 32  # fewer runs than this with a change left: searched one by one
 
@@ -97,6 +102,12 @@ class FrozenState:
         self.since += delta
         self.last += delta
 
+    def _left(self, v: float, ref: float) -> bool:
+        """Whether reading `v` is a change from the run's first value `ref`."""
+        if self.band == 0.0:
+            return v != ref
+        return abs(v - ref) > self.band + _ROUNDING * max(abs(v), abs(ref))
+
     def _adopt(self, t: float, v: float) -> None:
         self.ref, self.since, self.last = v, t, t
 
@@ -106,7 +117,7 @@ class FrozenState:
         if math.isnan(ref):
             self._adopt(t, v)  # a first reading, or a held alarm's first after a restart
             return None
-        if abs(v - ref) > self.band:
+        if self._left(v, ref):
             out = self.condition(t, v, ref, _NAN, False) if self.active else None
             self.ref, self.since, self.last, self.active = v, t, t, False
             return out
@@ -169,12 +180,16 @@ class FrozenState:
         # Then in rounds, each run's first reading more than band from the run's first
         # value is the next change for certain, found in every run at once; when few runs
         # are left with one (a long slow drift), each is searched on from there.
+        # (The band's rounding room, `_ROUNDING` of the larger value each side, stays well
+        # inside the third band the cut leaves over, counted here three times to be sure.)
         change = np.zeros(gv.size, bool)
-        change[np.flatnonzero(np.abs(gv[1:] - gv[:-1]) > 3.0 * band) + 1] = True
+        mag = np.abs(gv)
+        apart = np.abs(gv[1:] - gv[:-1]) > 3.0 * band + 3.0 * _ROUNDING * np.maximum(mag[1:], mag[:-1])
+        change[np.flatnonzero(apart) + 1] = True
         while True:
             first = ffill_index(change)
             refs = np.where(first >= 0, gv[np.maximum(first, 0)], self.ref)
-            at = np.flatnonzero((np.abs(gv - refs) > band) & ~change)
+            at = np.flatnonzero(_beyond(gv, refs, band) & ~change)
             if not at.size:
                 return change
             run = first[at]  # the run each one is in (by its first reading; -1: carried in)
@@ -196,7 +211,7 @@ def _search(gv: Floats, a: int, b: int, ref: float, band: float, change: Bools) 
     k, w = a, _SEARCH
     while k < b:
         e = min(b, k + w)
-        hit = np.flatnonzero(np.abs(gv[k:e] - ref) > band)
+        hit = np.flatnonzero(_beyond(gv[k:e], ref, band))
         if hit.size:
             j = k + int(hit[0])
             change[j] = True
@@ -204,3 +219,8 @@ def _search(gv: Floats, a: int, b: int, ref: float, band: float, change: Bools) 
             k, w = j + 1, _SEARCH
         else:
             k, w = e, w * 2
+
+
+def _beyond(gv: Floats, ref: Floats | float, band: float) -> Bools:
+    """`FrozenState._left` of each reading (band > 0), the same arithmetic."""
+    return np.abs(gv - ref) > band + _ROUNDING * np.maximum(np.abs(gv), np.abs(ref))
