@@ -4,12 +4,20 @@ whose reading holds by nature, the page a person reads at night."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from monitor.config import build_config
 from monitor.engine import Engine
-from monitor.model import ConditionState, ManualClock, Rule, Sample
+from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample
 from tests.engine_helpers import T0, canon, every, live, run_live, station
+from tests.mqtt_tools import make_ca
+from tests.smtp import MailServer
+from tests.test_callout import ALICE, TR, Station, raw_config, write_heartbeat
 
 ACTIVE = ConditionState.ACTIVE
 
@@ -49,3 +57,62 @@ def test_a_band_of_the_last_digit_holds_a_toggle_of_that_digit_whatever_the_valu
     # A real step of two digits is still a change.
     more = live(engine, [Sample("temp", points[-1][0] + 10.0, pair[0] + 0.2)])
     assert [c.state for c in more if c.rule is Rule.FROZEN] == [ConditionState.CLEARED]
+
+
+# --- the page a person reads at night ------------------------------------------------
+
+
+@pytest.fixture
+def smtp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[MailServer]:
+    """A real SMTP server with STARTTLS and a login, as tests/test_callout.py's."""
+    certs = make_ca(tmp_path / "ca")
+    monkeypatch.setenv("CALLOUT_SMTP_PASSWORD", "mail-pw")
+    monkeypatch.setenv("CALLOUT_LINK_SECRET", "link-secret-for-tests")
+    monkeypatch.setenv("CALLOUT_CA", str(certs["ca"]))
+    with MailServer(users={"monitor": "mail-pw"}, certs=certs) as server:
+        yield server
+
+
+def test_a_frozen_page_gives_its_limit_as_a_time(tmp_path: Path, smtp: MailServer) -> None:
+    """The page's figures line printed every limit in the sensor's unit: a frozen outfall
+    temperature paged "value 68 degF, limit 3600 degF" (frozen_after in seconds, as a
+    temperature), and a stale one "limit 300 degF". It says how long now."""
+    raw = raw_config(tmp_path, smtp.port)
+    raw["sensors"].append({"id": "outfall.temp", "kind": "temperature", "unit": "degF", "frozen_after": "1h"})
+    raw["notify"]["pipelines"][0]["match"] = {"rules": ["frozen", "stale"], "sensors": ["outfall.temp"]}
+    config = build_config(raw)
+    write_heartbeat(config.state_dir, TR - 3 * 3600)
+    now = TR
+
+    async def pages(st: Station) -> int:
+        """Two timer ticks 10 s apart (the pipeline's delay is 5 s): the messages they sent."""
+        sent = await st.tick(st.wall.now() + 10.0, 10.0)
+        return sent + await st.tick(st.wall.now() + 10.0, 10.0)
+
+    async def go() -> None:
+        st = Station(config, now - 3700.0)
+        try:
+            for i in range(63):  # 68.0 degF every minute: frozen past 1 h
+                if i:
+                    await st.tick(now - 3700.0 + 60.0 * i, 60.0)
+                st.daemon.pipeline.process([Sample("outfall.temp", st.wall.now(), 68.0)])
+            alarm = st.daemon.alarms.get("outfall.temp", Rule.FROZEN)
+            assert alarm is not None and alarm.active
+            await pages(st)
+            [page] = smtp.to(ALICE)
+            assert "outfall.temp frozen" in page.subject
+            assert "degF, limit 3600" not in page.body and "3600 degF" not in page.body, page.body
+            assert "value 68 degF, unchanged for longer than 1 h" in page.body, page.body
+            # Stale: the limit is stale_after, a time too.
+            st.daemon.alarms.apply(
+                Condition(st.wall.now(), "outfall.temp", Rule.STALE, ConditionState.ACTIVE, 68.0, 300.0, "")
+            )
+            assert await pages(st) >= 1
+            page = smtp.to(ALICE)[-1]
+            assert "outfall.temp stale" in page.subject
+            assert "300 degF" not in page.body, page.body
+            assert "last value 68 degF, no reading for longer than 5 min" in page.body, page.body
+        finally:
+            await st.close()
+
+    asyncio.run(go())
