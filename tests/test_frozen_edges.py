@@ -5,6 +5,8 @@ whose reading holds by nature, the page a person reads at night."""
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import numpy as np
 import pytest
 
 from monitor.config import build_config
-from monitor.engine import Engine
+from monitor.engine import Engine, restore_checkpoint, save_checkpoint
 from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample
 from tests.engine_helpers import T0, canon, every, live, run_live, station
 from tests.mqtt_tools import make_ca
@@ -20,6 +22,7 @@ from tests.smtp import MailServer
 from tests.test_callout import ALICE, TR, Station, raw_config, write_heartbeat
 
 ACTIVE = ConditionState.ACTIVE
+HOUR = 3600.0
 
 TEMP = station(
     {"id": "temp", "kind": "temperature", "unit": "degC", "frozen_after": "1h", "frozen_band": 0.1}
@@ -116,3 +119,69 @@ def test_a_frozen_page_gives_its_limit_as_a_time(tmp_path: Path, smtp: MailServe
             await st.close()
 
     asyncio.run(go())
+
+
+# --- a checkpoint entry that makes no sense --------------------------------------------
+
+PH = station({"id": "ph", "kind": "ph", "frozen_after": "6h", "stale_after": "5m"})
+
+
+def _tamper(path: Path, **frozen: object) -> None:
+    """Rewrite the checkpoint's `frozen` entry of the one sensor (a damaged or edited file)."""
+    with np.load(path, allow_pickle=False) as z:
+        doc = json.loads(str(z["meta"]))
+        sums, counts = z["sums"], z["counts"]
+    doc["state"][0]["frozen"].update(frozen)
+    with path.open("wb") as f:
+        np.savez(f, meta=np.array(json.dumps(doc)), sums=sums, counts=counts)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"since": 1e308},  # later than its own last reading: t - since never passes 6 h
+        {"since": float("nan")},  # the age is NaN: never more than 6 h
+        {"last": float("inf"), "since": float("inf")},
+        {"ref": float("inf")},
+        {"ref": "7.0 pH"},  # not a number: the whole file was refused (baselines warm up again)
+        {"since": None},
+        {"active": "false"},  # bool("false") is True: an alarm held that was never raised
+        {"active": 1},
+    ],
+)
+def test_a_checkpoint_frozen_entry_that_makes_no_sense_starts_the_run_afresh(
+    tmp_path: Path, entry: dict[str, object], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run starts at the next reading, as from a file without the entry, and the rest of
+    the checkpoint (baselines, limits) is restored; logged once, naming the sensor. Before,
+    `since` later than the run's last reading (or NaN) silenced the rule until the value
+    changed, which a held value never does; garbage threw the whole checkpoint away."""
+    engine = Engine(PH.rules, ManualClock())
+    live(engine, [Sample("ph", t, v) for t, v in every(10.0, [7.0] * 1800)])  # 5 h of 7.00
+    path = tmp_path / "engine.npz"
+    save_checkpoint(engine, path)
+    _tamper(path, **entry)
+    again = Engine(PH.rules, ManualClock())
+    with caplog.at_level(logging.WARNING):
+        assert restore_checkpoint(again, path) == ["ph"]
+    assert "ph" in caplog.text and "frozen" in caplog.text
+    assert again.status("ph").active == ()
+    start = T0 + 5 * HOUR
+    out = live(again, [Sample("ph", t, v) for t, v in every(10.0, [7.0] * (6 * 360 + 2), start=start)])
+    raised = [c for c in out if c.rule is Rule.FROZEN]
+    assert [c.state for c in raised] == [ACTIVE]
+    assert raised[0].time == start + 6 * HOUR + 10.0  # counted from the first reading after the restart
+
+
+def test_a_sound_checkpoint_frozen_entry_is_kept(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The check refuses only nonsense: a run restored whole raises at its own 6 h."""
+    engine = Engine(PH.rules, ManualClock())
+    live(engine, [Sample("ph", t, v) for t, v in every(10.0, [7.0] * 1800)])
+    path = tmp_path / "engine.npz"
+    save_checkpoint(engine, path)
+    again = Engine(PH.rules, ManualClock())
+    with caplog.at_level(logging.WARNING):
+        restore_checkpoint(again, path)
+    assert "frozen" not in caplog.text
+    out = live(again, [Sample("ph", t, v) for t, v in every(10.0, [7.0] * 400, start=T0 + 5 * HOUR)])
+    assert [c.time for c in out if c.rule is Rule.FROZEN] == [T0 + 6 * HOUR + 10.0]
