@@ -185,3 +185,38 @@ def test_a_sound_checkpoint_frozen_entry_is_kept(tmp_path: Path, caplog: pytest.
     assert "frozen" not in caplog.text
     out = live(again, [Sample("ph", t, v) for t, v in every(10.0, [7.0] * 400, start=T0 + 5 * HOUR)])
     assert [c.time for c in out if c.rule is Rule.FROZEN] == [T0 + 6 * HOUR + 10.0]
+
+
+# --- kinds whose reading holds by nature -------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["pump", "status"])
+def test_an_on_off_signal_has_no_frozen_rule(kind: str) -> None:
+    """A pump's run feedback or a status contact (0 or 1) holds for days by nature: a standby
+    pump off all week, a wet-well door shut. `frozen_after` there pages someone about a
+    healthy signal at night, and cannot see a stuck one (pump alarms judge a pump:
+    fail_to_start, long_run). Refused at load, naming the key, as on a meter."""
+    from monitor.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        station({"id": "p1", "kind": kind, "frozen_after": "6h"})
+    assert "sensors[0].frozen_after:" in str(err.value) and "on/off" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "sensor",
+    [
+        {"id": "well", "kind": "level", "unit": "ft"},  # a stuck level transducer: the classic overflow
+        {
+            "id": "rise",
+            "kind": "derived",
+            "unit": "gpm",
+            "expression": "area * rate(well, 60s)",
+            "constants": {"area": "80 ft2"},
+        },
+    ],
+)
+def test_a_level_or_a_derived_sensor_may_have_the_rule(sensor: dict[str, object]) -> None:
+    extra = [] if sensor["id"] == "well" else [{"id": "well", "kind": "level", "unit": "ft"}]
+    config = station({**sensor, "frozen_after": "2h"}, *extra)
+    assert config.rules[str(sensor["id"])].frozen_after == 7200.0
