@@ -13,13 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monitor.config import build_config
+from monitor.config import Config, build_config
+from monitor.daemon import Daemon
 from monitor.engine import Engine, restore_checkpoint, save_checkpoint
 from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample
 from tests.engine_helpers import T0, canon, every, live, run_live, station
 from tests.mqtt_tools import make_ca
 from tests.smtp import MailServer
 from tests.test_callout import ALICE, TR, Station, raw_config, write_heartbeat
+from tests.test_pipeline import close as close_daemon
 
 ACTIVE = ConditionState.ACTIVE
 HOUR = 3600.0
@@ -220,3 +222,71 @@ def test_a_level_or_a_derived_sensor_may_have_the_rule(sensor: dict[str, object]
     extra = [] if sensor["id"] == "well" else [{"id": "well", "kind": "level", "unit": "ft"}]
     config = station({**sensor, "frozen_after": "2h"}, *extra)
     assert config.rules[str(sensor["id"])].frozen_after == 7200.0
+
+
+# --- a reload (SIGHUP) or restart that changes frozen_after -----------------------------
+
+
+def _daemon_config(state: Path, **frozen: object) -> Config:
+    sensor = {"id": "ph", "kind": "ph", "stale_after": "5m", **frozen}
+    return build_config(
+        {
+            "station": {"id": "ps-frozen"},
+            "state_dir": str(state),
+            "sensors": [sensor, {"id": "flow", "kind": "flow", "unit": "gpm"}],
+            "console": {"enabled": False},
+            "store": {"free_space_floor": 0},
+        }
+    )
+
+
+def _raise_frozen(state: Path, clock: ManualClock) -> None:
+    first = Daemon(_daemon_config(state, frozen_after="1h"), clock)
+    try:
+        first.pipeline.process([Sample("ph", T0 + 60.0 * i, 7.0) for i in range(62)])
+        alarm = first.alarms.get("ph", Rule.FROZEN)
+        assert alarm is not None and alarm.active
+        first.checkpoint()
+    finally:
+        close_daemon(first)
+
+
+def test_frozen_after_removed_while_active_clears_the_alarm_at_once_saying_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reload (a new daemon in the process, as SIGHUP starts it) with `frozen_after` taken
+    off a sensor whose frozen alarm is active: nothing judges that rule any more. Before, it
+    stood until the sensor's next good reading ended it as "not active after restart", and
+    for ever while the sensor was silent; now the first tick clears it, saying why."""
+    clock = ManualClock(T0 + 3720.0)
+    _raise_frozen(tmp_path / "state", clock)
+    clock.set(T0 + 3800.0)
+    again = Daemon(_daemon_config(tmp_path / "state"), clock)
+    try:
+        with caplog.at_level(logging.WARNING, logger="monitor.reconcile"):
+            again.pipeline.tick(clock.now())
+        alarm = again.alarms.get("ph", Rule.FROZEN)
+        assert alarm is not None and not alarm.active and alarm.cleared_at == T0 + 3800.0
+        assert alarm.message == "frozen_after removed from the configuration"
+        assert "ph/frozen" in caplog.text and "frozen_after" in caplog.text
+    finally:
+        close_daemon(again)
+
+
+def test_frozen_after_changed_while_active_keeps_the_alarm_until_a_change(tmp_path: Path) -> None:
+    """Lengthened from 1 h to 12 h while active: the alarm stands (the reading has not
+    changed), neither cleared by the reload nor raised twice; the first change clears it."""
+    clock = ManualClock(T0 + 3720.0)
+    _raise_frozen(tmp_path / "state", clock)
+    clock.set(T0 + 3800.0)
+    again = Daemon(_daemon_config(tmp_path / "state", frozen_after="12h"), clock)
+    try:
+        again.pipeline.tick(clock.now())
+        again.pipeline.process([Sample("ph", T0 + 3800.0 + i, 7.0) for i in range(3)])
+        alarm = again.alarms.get("ph", Rule.FROZEN)
+        assert alarm is not None and alarm.active
+        again.pipeline.process([Sample("ph", T0 + 3810.0, 7.2)])
+        alarm = again.alarms.get("ph", Rule.FROZEN)
+        assert alarm is not None and not alarm.active and alarm.cleared_at == T0 + 3810.0
+    finally:
+        close_daemon(again)

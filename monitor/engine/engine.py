@@ -144,6 +144,12 @@ class Engine:
                 return True
         return False
 
+    def judges_frozen(self, sensor: str) -> bool:
+        """Whether the sensor has the frozen-value rule (`frozen_after`): a frozen alarm the
+        journal holds for one that has it no more (a reload took it off) is the caller's to end."""
+        st = self._by_id.get(sensor)
+        return st is not None and st.frozen is not None
+
     def stamped_by_device(self, sensors: Collection[str]) -> None:
         """Mark the sensors whose readings carry their device's own time (an MQTT payload's
         `time_path`, `reconcile.device_stamped`; the daemon sets them): their stale watch
