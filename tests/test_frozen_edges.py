@@ -12,11 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from playwright.sync_api import Browser, expect
 
 from monitor.config import Config, build_config
 from monitor.daemon import Daemon
 from monitor.engine import Engine, restore_checkpoint, save_checkpoint
 from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample
+from tests.console import T0 as CONSOLE_T0
+from tests.console import LiveConsole, TableView, fill_day
 from tests.engine_helpers import T0, canon, every, live, run_live, station
 from tests.mqtt_tools import make_ca
 from tests.smtp import MailServer
@@ -290,3 +293,29 @@ def test_frozen_after_changed_while_active_keeps_the_alarm_until_a_change(tmp_pa
         assert alarm is not None and not alarm.active and alarm.cleared_at == T0 + 3810.0
     finally:
         close_daemon(again)
+
+
+# --- the console -------------------------------------------------------------------------
+
+
+def test_the_console_gives_a_frozen_or_stale_limit_as_a_time(browser: Browser, tmp_path: Path) -> None:
+    """The alarm card read "7.2 (limit 21600)" for a frozen pH and "412 gpm (limit 300)" for a
+    stale flow: a time in seconds shown as a threshold of the reading. Real Chromium."""
+    view = TableView(tmp_path / "journal.sqlite", ManualClock(CONSOLE_T0))
+    fill_day(view, CONSOLE_T0 - 86400)
+    with LiveConsole(view, refresh=0.3) as console:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(console.url)
+        expect(page.locator("#live")).to_have_text("live")
+        t = CONSOLE_T0 + 60
+        frozen = Condition(t, "outfall.ph", Rule.FROZEN, ACTIVE, 7.2, 21600.0, "station config: frozen_after")
+        stale = Condition(t, "outfall.flow", Rule.STALE, ACTIVE, 412.0, 300.0, "station config: stale_after")
+        console.call(lambda: view.alarms.apply(frozen))
+        console.call(lambda: view.alarms.apply(stale))
+        ph = page.locator('article.alarm[data-key="outfall.ph/frozen"]')
+        expect(ph).to_contain_text("7.2 (unchanged for longer than 6 h)")
+        expect(ph).not_to_contain_text("21600")
+        flow = page.locator('article.alarm[data-key="outfall.flow/stale"]')
+        expect(flow).to_contain_text("412 gpm (no reading for longer than 5 min)")
+        expect(flow).not_to_contain_text("limit 300")
+        page.close()
