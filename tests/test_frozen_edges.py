@@ -319,3 +319,34 @@ def test_the_console_gives_a_frozen_or_stale_limit_as_a_time(browser: Browser, t
         expect(flow).to_contain_text("412 gpm (no reading for longer than 5 min)")
         expect(flow).not_to_contain_text("limit 300")
         page.close()
+
+
+# --- what the clear says -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "sensor", "held", "changed", "message"),
+    [
+        (PH, "ph", 7.0, 7.004, "pH reading changed: 7.004 (was 7.000)"),
+        (
+            station({"id": "t", "kind": "temperature", "unit": "degF", "frozen_after": "1h"}),
+            "t",
+            121.55,
+            121.56,
+            "temperature reading changed: 121.56 degF (was 121.55 degF)",
+        ),
+        (PH, "ph", 7.0, 7.04, "pH reading changed: 7.04 (was 7.00)"),  # as before when it shows
+    ],
+)
+def test_the_clear_shows_the_change_it_saw(
+    config: Config, sensor: str, held: float, changed: float, message: str
+) -> None:
+    """A probe of three decimals (or a reading of five figures) cleared saying "pH reading
+    changed: 7.00 (was 7.00)": the digits shown hid the change that ended the alarm."""
+    points = every(60.0, [held] * (6 * 60 + 2))
+    engine, out = run_live(config, sensor, points)
+    assert [c.state for c in out if c.rule is Rule.FROZEN] == [ACTIVE]
+    (cleared,) = [
+        c for c in live(engine, [Sample(sensor, points[-1][0] + 60.0, changed)]) if c.rule is Rule.FROZEN
+    ]
+    assert cleared.message == message

@@ -76,16 +76,27 @@ class FrozenState:
         self.last = _NAN  # the last good reading's time
         self.active = False
 
-    def _reads(self, value: float) -> str:
-        return f"{value:.2f}" if not self.unit else amount(value, self.unit)
+    def _reads(self, *values: float) -> list[str]:
+        """The readings as a message shows them, with the decimals the finest of them has (up
+        to 7 significant digits, a FLOAT32's; pH at least 2): "7.004 (was 7.000)", not
+        "7.00 (was 7.00)", where the usual 2 decimals or 4 figures hid the change."""
+        shortest = [f"{v:.7g}" for v in values]
+        if any("e" in t or "n" in t for t in shortest):  # huge, tiny or not finite: as limits read
+            return [amount(v, self.unit) for v in values]
+        places = max(len(t) - t.index(".") - 1 if "." in t else 0 for t in shortest)
+        if not self.unit:
+            return [f"{v:.{max(places, 2)}f}" for v in values]
+        return [f"{v:.{places}f} {self.unit}" for v in values]
 
     def condition(self, t: float, value: float, ref: float, since: float, on: bool) -> Condition:
         if on:
             within = f" (within {self.band:g})" if self.band > 0 else ""
-            held = f"{self.label} reads {self._reads(ref)} unchanged{within}"
+            (held_at,) = self._reads(ref)
+            held = f"{self.label} reads {held_at} unchanged{within}"
             text = f"{held} for {age_text(t - since)}: {self.hint}"
         else:
-            text = f"{self.label} reading changed: {self._reads(value)} (was {self._reads(ref)})"
+            now, was = self._reads(value, ref)
+            text = f"{self.label} reading changed: {now} (was {was})"
         state = ConditionState.ACTIVE if on else ConditionState.CLEARED
         return new_condition(t, self.sensor, Rule.FROZEN, state, value, self.after, FROZEN_CITATION, text)
 
