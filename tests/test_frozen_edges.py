@@ -350,3 +350,40 @@ def test_the_clear_shows_the_change_it_saw(
         c for c in live(engine, [Sample(sensor, points[-1][0] + 60.0, changed)]) if c.rule is Rule.FROZEN
     ]
     assert cleared.message == message
+
+
+# --- frozen_after against the poll that feeds it -----------------------------------------
+
+
+def _polled(frozen_after: str, poll_interval: str) -> dict[str, object]:
+    return {
+        "station": {"id": "ps"},
+        "sensors": [{"id": "ph", "kind": "ph", "frozen_after": frozen_after}],
+        "modbus": {
+            "devices": [
+                {
+                    "name": "plc",
+                    "host": "127.0.0.1",
+                    "poll_interval": poll_interval,
+                    "fields": [{"sensor": "ph", "address": 2, "type": "FLOAT32"}],
+                }
+            ]
+        },
+    }
+
+
+@pytest.mark.parametrize(("frozen_after", "poll"), [("10s", "10s"), ("30s", "1m"), ("1m", "1m")])
+def test_frozen_after_no_longer_than_the_poll_interval_is_refused(frozen_after: str, poll: str) -> None:
+    """Polled every minute with `frozen_after: 30s`: the second poll that reads the same as
+    the first is "unchanged for 1 min" and raises it; a steady, healthy pH paged at night.
+    Refused at load, naming the key and the device."""
+    from monitor.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        build_config(_polled(frozen_after, poll))
+    text = str(err.value)
+    assert "sensors[0].frozen_after:" in text and "modbus device plc" in text and "poll" in text, text
+
+
+def test_frozen_after_longer_than_the_poll_interval_loads() -> None:
+    assert build_config(_polled("6h", "1m")).rules["ph"].frozen_after == 6 * HOUR
