@@ -387,3 +387,37 @@ def test_frozen_after_no_longer_than_the_poll_interval_is_refused(frozen_after: 
 
 def test_frozen_after_longer_than_the_poll_interval_loads() -> None:
     assert build_config(_polled("6h", "1m")).rules["ph"].frozen_after == 6 * HOUR
+
+
+# --- a band wider than what the sensor can tell apart ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sensor", "words"),
+    [
+        (
+            {"id": "ph", "kind": "ph", "frozen_after": "6h", "frozen_band": 4},
+            "limit 5 to the high limit 9",
+        ),
+        (
+            {"id": "t", "kind": "temperature", "unit": "degC", "frozen_after": "6h", "frozen_band": 5000},
+            "valid range",
+        ),
+    ],
+)
+def test_a_band_as_wide_as_the_limits_is_refused(sensor: dict[str, object], words: str) -> None:
+    """`frozen_band: 4` on pH (a percentage meant?): a reading could go from the low limit
+    to the high limit and count as unchanged, so a healthy probe in a steady stream is
+    "frozen" and a frozen alarm says "unchanged" through a violation. Refused at load."""
+    from monitor.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        station(sensor)
+    text = str(err.value)
+    assert "sensors[0].frozen_band:" in text and words in text, text
+
+
+def test_a_band_narrower_than_the_limits_loads() -> None:
+    assert (
+        station({"id": "ph", "kind": "ph", "frozen_after": "6h", "frozen_band": 0.05}).rules["ph"].frozen_band
+    )

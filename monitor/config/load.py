@@ -423,6 +423,7 @@ def _check_rules(config: Config) -> list[str]:
                     f"sensors[{i}].limits.{side}: effective limits low {lim.low} >= high {lim.high}"
                     + (f" (the other side comes from the profile, {base.citation})" if base else "")
                 )
+        problems.extend(_wide_band(i, rules))
         if rules.slug is not None and rules.slug.warmup > rules.slug.window:
             problems.append(f"sensors[{i}].slug.warmup: must not exceed slug.window")
         billing = config.billing
@@ -461,6 +462,35 @@ def _frozen_polls(config: Config) -> list[str]:
                     " can honestly hold one value"
                 )
     return out
+
+
+def _wide_band(i: int, rules: SensorRules) -> list[str]:
+    """A `frozen_band` as wide as the span between the limits (or, without both, the valid
+    range): a reading could cross from one limit to the other and count as unchanged, so a
+    healthy instrument is "frozen" and a frozen alarm says "unchanged" through a violation."""
+    band, unit = rules.frozen_band, rules.unit
+    if band <= 0:
+        return []
+    lim = rules.limits
+    if lim is not None and lim.low is not None and lim.high is not None:
+        try:
+            low, high = convert(lim.low, lim.unit, unit), convert(lim.high, lim.unit, unit)
+        except ValueError:
+            return []  # not comparable: reported above
+        if band >= high - low:
+            return [
+                f"sensors[{i}].frozen_band: {band:g} {unit} is as wide as (or wider than) the low"
+                f" limit {low:g} to the high limit {high:g} {unit}; a reading crossing both would"
+                " count as unchanged"
+            ]
+        return []
+    lo, hi = rules.valid_range
+    if band >= hi - lo:
+        return [
+            f"sensors[{i}].frozen_band: {band:g} {unit} is as wide as (or wider than) the valid"
+            f" range {lo:g}..{hi:g} {unit}; every reading would count as unchanged"
+        ]
+    return []
 
 
 def _range_silences(i: int, sensor: Sensor, rules: SensorRules) -> list[str]:
