@@ -16,7 +16,7 @@ from playwright.sync_api import Browser, expect
 
 from monitor.config import Config, build_config
 from monitor.daemon import Daemon
-from monitor.engine import Engine, restore_checkpoint, save_checkpoint
+from monitor.engine import Engine, load_checkpoint_or_start_fresh, restore_checkpoint, save_checkpoint
 from monitor.model import Condition, ConditionState, ManualClock, Rule, Sample
 from tests.console import T0 as CONSOLE_T0
 from tests.console import LiveConsole, TableView, fill_day
@@ -421,3 +421,45 @@ def test_a_band_narrower_than_the_limits_loads() -> None:
     assert (
         station({"id": "ph", "kind": "ph", "frozen_after": "6h", "frozen_band": 0.05}).rules["ph"].frozen_band
     )
+
+
+# --- kill -9 between two checkpoints ---------------------------------------------------
+
+
+def _killed_after_checkpoint(tmp_path: Path, down: float) -> list[Condition]:
+    """5 h of 7.00 every 10 s, a checkpoint, 4.5 min more 7.00 (lost: kill -9), the daemon
+    back `down` seconds after the kill, 7.00 going on. The conditions after the restart
+    (the replay path from the same restored state gives the same)."""
+    engine = Engine(PH.rules, ManualClock())
+    live(engine, [Sample("ph", t, v) for t, v in every(10.0, [7.0] * 1800)])
+    path = tmp_path / "engine.npz"
+    save_checkpoint(engine, path)
+    saved = T0 + 1799 * 10.0
+    killed = saved + 270.0
+    back = killed + down
+    after = every(10.0, [7.0] * (3 * 360), start=back)
+    again = Engine(PH.rules, ManualClock(back))
+    assert load_checkpoint_or_start_fresh(again, path, unsaved=300.0)
+    out = live(again, [Sample("ph", t, v) for t, v in after])
+    batch = Engine(PH.rules, ManualClock(back))
+    assert load_checkpoint_or_start_fresh(batch, path, unsaved=300.0)
+    times, values = np.array([t for t, _ in after]), np.array([v for _, v in after])
+    got = batch.replay(np.zeros(len(after), np.int32), times, values).conditions
+    assert canon(sorted(got, key=batch.sort_key)) == canon(out)
+    return out
+
+
+def test_a_kill_between_checkpoints_keeps_the_unchanged_run(tmp_path: Path) -> None:
+    """Killed 4.5 min after the last checkpoint (every 5 min), back 40 s later: the first
+    reading after the restart is 5 min 10 s after the last one the checkpoint holds, more
+    than `stale_after` (5 min), so the run began again and the held probe's alarm came 6 h
+    late. The daemon saw readings until the kill; only the time it was down is a silence."""
+    out = _killed_after_checkpoint(tmp_path, down=40.0)
+    assert [c.time for c in out if c.rule is Rule.FROZEN] == [T0 + 6 * HOUR + 10.0]
+
+
+def test_a_long_downtime_still_restarts_the_count(tmp_path: Path) -> None:
+    """Down 2 h: two readings hours apart are no evidence of a held signal, as for a comms
+    outage; the count starts again at the first reading after the restart."""
+    out = _killed_after_checkpoint(tmp_path, down=2 * HOUR)
+    assert [c.rule for c in out if c.rule is Rule.FROZEN] == []

@@ -111,7 +111,7 @@ def save_checkpoint(engine: Engine, path: str | Path) -> None:
 
 
 def restore_checkpoint(
-    engine: Engine, path: str | Path, restart_watch: bool = False, partial: bool = False
+    engine: Engine, path: str | Path, restart_watch: bool = False, partial: bool = False, unsaved: float = 0.0
 ) -> list[str]:
     """Load a checkpoint into a fresh engine; StateError (and no change) when it does not fit.
 
@@ -122,6 +122,10 @@ def restore_checkpoint(
     With `partial` (a config that added or removed sensors) every sensor whose id,
     kind, unit and window match is restored and the others start fresh; a sensor
     that changed is never given its old history. Returns the ids restored.
+
+    `unsaved` (with `restart_watch`): how long before the daemon ended the checkpoint may
+    have been saved (the save interval): the frozen-value rule's next reading may follow
+    the checkpoint's last one by that much more than `stale_after` and keep its run.
     """
     path = Path(path)
     try:
@@ -162,6 +166,8 @@ def restore_checkpoint(
         engine.last_tick = -math.inf
         for st in engine.sensor_states():
             st.fresh = math.nan
+            if st.frozen is not None:
+                st.frozen.resume(unsaved)
     return [engine.sensor_states()[i].sensor for i, _ in pairs]
 
 
@@ -284,15 +290,16 @@ def frozen_run(entry: object) -> tuple[float, float, float, bool] | None:
     return ref, since, last, active
 
 
-def load_checkpoint_or_start_fresh(engine: Engine, path: str | Path) -> bool:
+def load_checkpoint_or_start_fresh(engine: Engine, path: str | Path, unsaved: float = 0.0) -> bool:
     """At daemon start: restore what fits (restarting the stale-data watch), otherwise
-    log why and start fresh. True when every sensor was restored."""
+    log why and start fresh. True when every sensor was restored. `unsaved`: the save
+    interval (`restore_checkpoint`)."""
     path = Path(path)
     if not path.exists():
         log.info("no baseline checkpoint at %s: baselines start empty (warm-up applies)", path)
         return False
     try:
-        restored = restore_checkpoint(engine, path, restart_watch=True, partial=True)
+        restored = restore_checkpoint(engine, path, restart_watch=True, partial=True, unsaved=unsaved)
     except StateError as exc:
         log.warning("%s; ignored, baselines start empty (warm-up applies)", exc)
         return False

@@ -61,7 +61,20 @@ def age_text(seconds: float) -> str:
 class FrozenState:
     """One sensor's unchanged run: its reference value, start, last good reading, alarm."""
 
-    __slots__ = ("active", "after", "band", "gap", "hint", "label", "last", "ref", "sensor", "since", "unit")
+    __slots__ = (
+        "active",
+        "after",
+        "band",
+        "gap",
+        "grace",
+        "hint",
+        "label",
+        "last",
+        "ref",
+        "sensor",
+        "since",
+        "unit",
+    )
 
     def __init__(self, rules: SensorRules, after: float) -> None:
         self.sensor = rules.sensor
@@ -75,6 +88,9 @@ class FrozenState:
         self.since = _NAN  # when the run (or its count, after a silence) began
         self.last = _NAN  # the last good reading's time
         self.active = False
+        # More silence the next reading may follow `last` by without restarting the count:
+        # after a restart, the time the checkpoint did not hold (`resume`); then 0.
+        self.grace = 0.0
 
     def _reads(self, *values: float) -> list[str]:
         """The readings as a message shows them, with the decimals the finest of them has (up
@@ -108,6 +124,13 @@ class FrozenState:
             self.active = True
             self.ref = _NAN
 
+    def resume(self, unsaved: float) -> None:
+        """A restart from a checkpoint saved up to `unsaved` seconds before the daemon ended
+        (kill -9 between two saves): the readings it saw after the save are lost, and were
+        no silence. The next reading may follow `last` by that much more than `stale_after`
+        and keep the run; the time the daemon was down still counts as silence."""
+        self.grace = unsaved
+
     def shift(self, delta: float) -> None:
         """A gateway clock step: the run moves with it (no time passed in the step)."""
         self.since += delta
@@ -125,6 +148,7 @@ class FrozenState:
     def step(self, t: float, v: float) -> Condition | None:
         """One GOOD reading, live."""
         ref = self.ref
+        grace, self.grace = self.grace, 0.0
         if math.isnan(ref):
             self._adopt(t, v)  # a first reading, or a held alarm's first after a restart
             return None
@@ -132,7 +156,7 @@ class FrozenState:
             out = self.condition(t, v, ref, _NAN, False) if self.active else None
             self.ref, self.since, self.last, self.active = v, t, t, False
             return out
-        if t - self.last > self.gap:
+        if t - self.last > self.gap + grace:
             self.since = t  # silent longer than stale_after: the count starts again
         self.last = t
         if not self.active and t - self.since > self.after:
@@ -144,16 +168,21 @@ class FrozenState:
         """The good readings of a batch (times rising): what `step` gives for each."""
         if not gt.size:
             return []
+        grace, self.grace = self.grace, 0.0
         if math.isnan(self.ref):
             self._adopt(float(gt[0]), float(gv[0]))
             gt, gv = gt[1:], gv[1:]
             if not gt.size:
                 return []
+            grace = 0.0
         change = self._changes(gv)
         prev_t = np.empty_like(gt)
         prev_t[0] = self.last
         prev_t[1:] = gt[:-1]
-        reset = change | (gt - prev_t > self.gap)
+        silent = gt - prev_t > self.gap
+        if grace:
+            silent[0] = gt[0] - prev_t[0] > self.gap + grace
+        reset = change | silent
         at = ffill_index(reset)
         since = np.where(at >= 0, gt[np.maximum(at, 0)], self.since)
         on = ~change & (gt - since > self.after)
