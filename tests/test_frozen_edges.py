@@ -126,6 +126,15 @@ def test_a_frozen_page_gives_its_limit_as_a_time(tmp_path: Path, smtp: MailServe
     asyncio.run(go())
 
 
+def test_a_stale_page_of_a_sensor_never_read_names_no_value() -> None:
+    """Stale since the start (no good reading yet): "last value nan gpm" said nothing."""
+    from monitor.callout.message import figures
+    from monitor.model import Alarm, AlarmState, Priority
+
+    never = Alarm("flow", Rule.STALE, AlarmState.UNACK, Priority.MEDIUM, float("nan"), 300.0, "")
+    assert figures(never, "gpm") == "no reading for longer than 5 min"
+
+
 # --- a checkpoint entry that makes no sense --------------------------------------------
 
 PH = station({"id": "ph", "kind": "ph", "frozen_after": "6h", "stale_after": "5m"})

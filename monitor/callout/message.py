@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import secrets
 from collections.abc import Sequence
 from datetime import datetime
@@ -61,7 +62,10 @@ def figures(alarm: Alarm, unit: str) -> str:
     if alarm.rule is Rule.FROZEN and alarm.limit is not None:
         return f"value {_num(alarm.value, unit)}, unchanged for longer than {lasting(alarm.limit)}"
     if alarm.rule is Rule.STALE and alarm.limit is not None:
-        return f"last value {_num(alarm.value, unit)}, no reading for longer than {lasting(alarm.limit)}"
+        silent = f"no reading for longer than {lasting(alarm.limit)}"
+        if alarm.value is None or not math.isfinite(alarm.value):  # none good since the start
+            return silent
+        return f"last value {_num(alarm.value, unit)}, {silent}"
     return f"value {_num(alarm.value, unit)}, limit {_num(alarm.limit, unit)}"
 
 
