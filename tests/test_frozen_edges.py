@@ -472,3 +472,51 @@ def test_a_long_downtime_still_restarts_the_count(tmp_path: Path) -> None:
     outage; the count starts again at the first reading after the restart."""
     out = _killed_after_checkpoint(tmp_path, down=2 * HOUR)
     assert [c.rule for c in out if c.rule is Rule.FROZEN] == []
+
+
+# --- the journal's alarm and the checkpoint's run ---------------------------------------
+
+
+def test_a_probe_cleaned_while_the_daemon_was_down_clears_the_alarm_at_its_first_reading(
+    tmp_path: Path,
+) -> None:
+    """The checkpoint was saved 2 min before the frozen alarm rose, then kill -9; the probe
+    is cleaned while the daemon is down. The journal holds the alarm active, the checkpoint
+    the run (7.00 since T0) but not the alarm. Before, the first reading after the restart
+    (7.35) became the reference, so the alarm stood on a healthy probe until it moved beyond
+    7.35 ± band; the checkpoint's run began more than `frozen_after` before the activation,
+    so it is the alarm's own run and the changed reading ends it."""
+    banded = station(
+        {"id": "ph", "kind": "ph", "frozen_after": "6h", "stale_after": "5m", "frozen_band": 0.05}
+    )
+    engine = Engine(banded.rules, ManualClock())
+    live(engine, [Sample("ph", t, v) for t, v in every(10.0, [7.0] * (6 * 360 - 12))])  # to 5 h 58 min
+    path = tmp_path / "engine.npz"
+    save_checkpoint(engine, path)
+    out = live(
+        engine, [Sample("ph", t, 7.0) for t, _ in every(10.0, [7.0] * 14, start=T0 + 6 * HOUR - 110.0)]
+    )
+    (raised,) = [c for c in out if c.rule is Rule.FROZEN]
+    again = Engine(banded.rules, ManualClock(T0 + 7 * HOUR))
+    assert load_checkpoint_or_start_fresh(again, path, unsaved=300.0)
+    assert again.restore_active("ph", Rule.FROZEN, raised.time)
+    after = live(again, [Sample("ph", T0 + 7 * HOUR + 10.0 * i, 7.35 + 0.01 * (i % 2)) for i in range(30)])
+    (cleared,) = [c for c in after if c.rule is Rule.FROZEN]
+    assert cleared.state is ConditionState.CLEARED and cleared.time == T0 + 7 * HOUR
+    assert cleared.message == "pH reading changed: 7.35 (was 7.00)"
+
+
+def test_a_checkpoint_run_begun_after_the_alarm_is_not_its_reference(tmp_path: Path) -> None:
+    """The run the checkpoint holds began too late to have raised the journal's alarm (the
+    value changed after the alarm and the clear was lost): it is not the alarm's run, so the
+    first reading after the restart is the reference, as without a checkpoint."""
+    engine = Engine(PH.rules, ManualClock())
+    live(engine, [Sample("ph", t, v) for t, v in every(10.0, [7.2] * 360)])  # a run from T0, 1 h
+    path = tmp_path / "engine.npz"
+    save_checkpoint(engine, path)
+    again = Engine(PH.rules, ManualClock(T0 + 2 * HOUR))
+    assert load_checkpoint_or_start_fresh(again, path, unsaved=300.0)
+    assert again.restore_active("ph", Rule.FROZEN, T0 + 3000.0)  # raised 50 min after the run began
+    after = live(again, [Sample("ph", T0 + 2 * HOUR + 10.0 * i, 7.0) for i in range(30)])
+    assert [c for c in after if c.rule is Rule.FROZEN] == []  # 7.00 held: not a change from 7.2
+    assert again.status("ph").active == (Rule.FROZEN,)

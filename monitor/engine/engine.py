@@ -135,7 +135,7 @@ class Engine:
         if st is None:
             return False
         if rule is Rule.FROZEN and st.frozen is not None:
-            st.frozen.hold()  # the next reading is the reference; a change clears it
+            st.frozen.hold(activated_at)  # a change clears it (from which reference: `hold`)
             return True
         for lim in st.limits:
             if lim.rule is rule:

@@ -116,12 +116,18 @@ class FrozenState:
         state = ConditionState.ACTIVE if on else ConditionState.CLEARED
         return new_condition(t, self.sensor, Rule.FROZEN, state, value, self.after, FROZEN_CITATION, text)
 
-    def hold(self) -> None:
-        """An alarm the journal holds active after a restart without the engine's state:
-        the first reading becomes the reference (`_adopt`), the next change clears it. One
-        the checkpoint restored active keeps its reference: a change meanwhile clears it."""
-        if not self.active:
-            self.active = True
+    def hold(self, activated_at: float | None = None) -> None:
+        """An alarm the journal holds active after a restart: one the checkpoint restored
+        active keeps its reference, and so does one raised after the checkpoint was saved
+        when the run the checkpoint holds began more than `frozen_after` before the
+        activation (it is the alarm's own run): a change while the daemon was down (the probe
+        cleaned) clears it at the first reading. Otherwise (no checkpoint, or a later run)
+        the first reading becomes the reference (`_adopt`) and the next change clears it."""
+        if self.active:
+            return
+        self.active = True
+        own = activated_at is not None and self.since + self.after < activated_at
+        if not own:  # NaN `since` (no run) compares false: no reference either
             self.ref = _NAN
 
     def resume(self, unsaved: float) -> None:
