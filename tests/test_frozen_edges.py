@@ -520,3 +520,26 @@ def test_a_checkpoint_run_begun_after_the_alarm_is_not_its_reference(tmp_path: P
     after = live(again, [Sample("ph", T0 + 2 * HOUR + 10.0 * i, 7.0) for i in range(30)])
     assert [c for c in after if c.rule is Rule.FROZEN] == []  # 7.00 held: not a change from 7.2
     assert again.status("ph").active == (Rule.FROZEN,)
+
+
+def test_an_alarm_the_journal_lost_is_raised_again_at_the_next_reading_not_6_h_later(tmp_path: Path) -> None:
+    """The checkpoint holds the frozen alarm active, the journal has it normal (its
+    activation refused on a full disk, then a crash; or the sensor removed, its alarm
+    retired, and added back): the reconciler has the engine forget it. The run is evidence
+    the checkpoint kept: still unchanged, the next reading raises it again. Before, the run
+    was dropped too and the held probe alarmed again only 6 h later."""
+    engine = Engine(PH.rules, ManualClock())
+    live(engine, [Sample("ph", t, v) for t, v in every(10.0, [7.0] * (6 * 360 + 5))])
+    path = tmp_path / "engine.npz"
+    save_checkpoint(engine, path)
+    again = Engine(PH.rules, ManualClock(T0 + 6 * HOUR + 120.0))
+    assert load_checkpoint_or_start_fresh(again, path, unsaved=300.0)
+    assert again.forget_active("ph", Rule.FROZEN)
+    after = live(again, [Sample("ph", T0 + 6 * HOUR + 120.0 + 10.0 * i, 7.0) for i in range(5)])
+    assert [(c.time, c.state) for c in after if c.rule is Rule.FROZEN] == [(T0 + 6 * HOUR + 120.0, ACTIVE)]
+    # Changed meanwhile (it cleared after the checkpoint): the first reading is a new run.
+    fresh = Engine(PH.rules, ManualClock(T0 + 6 * HOUR + 120.0))
+    assert load_checkpoint_or_start_fresh(fresh, path, unsaved=300.0)
+    assert fresh.forget_active("ph", Rule.FROZEN)
+    changed = live(fresh, [Sample("ph", T0 + 6 * HOUR + 120.0 + 10.0 * i, 7.3) for i in range(5)])
+    assert [c for c in changed if c.rule is Rule.FROZEN] == []
