@@ -97,7 +97,7 @@ class Daemon:
         self.engine = Engine(config.rules, self.clock)
         self.engine.stamped_by_device(device_stamped(config))  # their stale watch: on arrival
         self.checkpoint_path = config.state_dir / CHECKPOINT_FILE
-        self.restored = load_checkpoint_or_start_fresh(self.engine, self.checkpoint_path)
+        self.restored = load_checkpoint_or_start_fresh(self.engine, self.checkpoint_path, CHECKPOINT_INTERVAL)
         self.checkpoints = CheckpointSchedule(self.engine, self.checkpoint_path, CHECKPOINT_INTERVAL)
         self.alarms = AlarmManager.open(config, self.clock)
         self.sink: SampleSink = open_sink(config, self.clock, on_condition=lambda c: self.pipeline.emit([c]))

@@ -41,6 +41,9 @@ removed, then a restart or a SIGHUP reload) could never end: nothing judges that
 It is cleared at the first batch or tick, at the clock's time, with the message "sensor
 removed from the configuration", and logged once. Only the sensor rules above; a pump's,
 the wet well's or the gateway's alarms are not sensors' and are left to their owners.
+So is a frozen alarm of a sensor whose `frozen_after` was taken off (a reload changing the
+rule, not the sensor): "frozen_after removed from the configuration". Before, it stood
+until the sensor's next good reading, and for ever while the sensor was silent.
 """
 
 from __future__ import annotations
@@ -63,6 +66,9 @@ ENGINE_RULES = frozenset(
 CLOCK_RULES = frozenset({Rule.STALE, Rule.COMM_LOSS})
 # What the engine's checkpoint holds (`Engine.forget_active`); comm-loss is the sources'.
 FORGETTABLE = frozenset({Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.STALE, Rule.BAD_VALUE, Rule.FROZEN})
+
+REMOVED = "sensor removed from the configuration"
+FROZEN_OFF = "frozen_after removed from the configuration"
 
 log = logging.getLogger(__name__)
 
@@ -141,13 +147,17 @@ class Reconciler:
         self.alarms = alarms
         self.skew = skew
         self.unconfirmed: set[tuple[str, Rule]] = set()
-        self.retired: list[tuple[str, Rule]] = []  # active, of a sensor the config no longer has
+        # Active, of a sensor the config no longer has (or of a rule it no longer has): why.
+        self.retired: list[tuple[str, Rule, str]] = []
         self._retiring: set[tuple[str, Rule]] = set()  # said so in the log already
         for sensor, rule in alarms.active_conditions():
             if rule not in ENGINE_RULES:
                 continue
             if sensor not in sensors:
-                self.retired.append((sensor, rule))
+                self.retired.append((sensor, rule, REMOVED))
+                continue
+            if rule is Rule.FROZEN and not engine.judges_frozen(sensor):
+                self.retired.append((sensor, rule, FROZEN_OFF))
                 continue
             alarm = alarms.get(sensor, rule)
             raised = None if alarm is None else alarm.activated_at
@@ -222,16 +232,24 @@ class Reconciler:
         disk: counted as unjournaled) is cleared again at the next batch or tick."""
         out = []
         left = []
-        for sensor, rule in self.retired:
+        for sensor, rule, why in self.retired:
             alarm = self.alarms.get(sensor, rule)
             if alarm is None or not alarm.active:
                 continue
-            left.append((sensor, rule))
+            left.append((sensor, rule, why))
             if (sensor, rule) not in self._retiring:
                 self._retiring.add((sensor, rule))
-                log.warning(
-                    "alarm %s/%s was active and %r is no longer in the config: cleared", sensor, rule, sensor
-                )
+                if why == REMOVED:
+                    log.warning(
+                        "alarm %s/%s was active and %r is no longer in the config: cleared",
+                        sensor,
+                        rule,
+                        sensor,
+                    )
+                else:
+                    log.warning(
+                        "alarm %s/%s was active and its rule is off now (%s): cleared", sensor, rule, why
+                    )
             out.append(
                 Condition(
                     time=max(now, alarm.activated_at or now),
@@ -241,7 +259,7 @@ class Reconciler:
                     value=math.nan if alarm.value is None else alarm.value,
                     limit=alarm.limit,
                     citation=alarm.citation,
-                    message="sensor removed from the configuration",
+                    message=why,
                 )
             )
         self.retired = left

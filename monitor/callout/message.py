@@ -14,12 +14,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import secrets
 from collections.abc import Sequence
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from monitor.model import Alarm
+from monitor.model import Alarm, Rule
 
 
 def local_time(t: float, zone: ZoneInfo) -> str:
@@ -54,6 +55,20 @@ def _num(x: float | None, unit: str) -> str:
     return f"{x:g} {unit}".strip()
 
 
+def figures(alarm: Alarm, unit: str) -> str:
+    """The page's value and limit. A timer rule's limit is a time, not a reading: a frozen
+    outfall temperature paged "limit 3600 degF" (its `frozen_after` in seconds, in the
+    sensor's unit), a stale one "limit 300 degF"."""
+    if alarm.rule is Rule.FROZEN and alarm.limit is not None:
+        return f"value {_num(alarm.value, unit)}, unchanged for longer than {lasting(alarm.limit)}"
+    if alarm.rule is Rule.STALE and alarm.limit is not None:
+        silent = f"no reading for longer than {lasting(alarm.limit)}"
+        if alarm.value is None or not math.isfinite(alarm.value):  # none good since the start
+            return silent
+        return f"last value {_num(alarm.value, unit)}, {silent}"
+    return f"value {_num(alarm.value, unit)}, limit {_num(alarm.limit, unit)}"
+
+
 def alarm_message(
     alarm: Alarm,
     station: str,
@@ -84,7 +99,7 @@ def alarm_message(
         when = "in alarm (the gateway clock is not set: since when is not known)"
     lines = [
         f"{station}: {str(alarm.priority).upper()} alarm {what}",
-        f"value {_num(alarm.value, unit)}, limit {_num(alarm.limit, unit)}",
+        figures(alarm, unit),
         f"rule {alarm.citation}" if alarm.citation else "",
         when,
         alarm.message,

@@ -423,6 +423,7 @@ def _check_rules(config: Config) -> list[str]:
                     f"sensors[{i}].limits.{side}: effective limits low {lim.low} >= high {lim.high}"
                     + (f" (the other side comes from the profile, {base.citation})" if base else "")
                 )
+        problems.extend(_wide_band(i, rules))
         if rules.slug is not None and rules.slug.warmup > rules.slug.window:
             problems.append(f"sensors[{i}].slug.warmup: must not exceed slug.window")
         billing = config.billing
@@ -430,6 +431,7 @@ def _check_rules(config: Config) -> list[str]:
         billed = billing is not None and sensor.id != billing.system_meter
         if billed and sensor.kind is Kind.METER and sensor.account is None:
             problems.append(f"sensors[{i}].account: required for a meter when billing is configured")
+    problems.extend(_frozen_polls(config))
     system = config.billing.system_meter if config.billing is not None else None
     if system is not None and system not in {s.id for s in config.sensors if s.kind is Kind.METER}:
         problems.append(f"billing.system_meter: {system!r} is not a sensor of kind: meter")
@@ -440,6 +442,55 @@ def _check_rules(config: Config) -> list[str]:
     ]
     problems.extend(check_pairings(pairs))
     return problems
+
+
+def _frozen_polls(config: Config) -> list[str]:
+    """`frozen_after` no longer than the poll interval of the Modbus device that feeds the
+    sensor: the second poll reading the same as the first is "unchanged for longer" and
+    raises it, on a steady healthy instrument."""
+    index = {s.id: i for i, s in enumerate(config.sensors)}
+    out = []
+    for device in config.modbus.devices if config.modbus else []:
+        for field in device.fields:
+            i = index.get(field.sensor)
+            after = None if i is None else config.sensors[i].frozen_after
+            if after is not None and after <= device.poll_interval:
+                out.append(
+                    f"sensors[{i}].frozen_after: {after:g} s is not longer than the poll interval"
+                    f" ({device.poll_interval:g} s) of modbus device {device.name}: a few polls"
+                    " reading the same would raise it; set hours, as long as the instrument"
+                    " can honestly hold one value"
+                )
+    return out
+
+
+def _wide_band(i: int, rules: SensorRules) -> list[str]:
+    """A `frozen_band` as wide as the span between the limits (or, without both, the valid
+    range): a reading could cross from one limit to the other and count as unchanged, so a
+    healthy instrument is "frozen" and a frozen alarm says "unchanged" through a violation."""
+    band, unit = rules.frozen_band, rules.unit
+    if band <= 0:
+        return []
+    lim = rules.limits
+    if lim is not None and lim.low is not None and lim.high is not None:
+        try:
+            low, high = convert(lim.low, lim.unit, unit), convert(lim.high, lim.unit, unit)
+        except ValueError:
+            return []  # not comparable: reported above
+        if band >= high - low:
+            return [
+                f"sensors[{i}].frozen_band: {band:g} {unit} is as wide as (or wider than) the low"
+                f" limit {low:g} to the high limit {high:g} {unit}; a reading crossing both would"
+                " count as unchanged"
+            ]
+        return []
+    lo, hi = rules.valid_range
+    if band >= hi - lo:
+        return [
+            f"sensors[{i}].frozen_band: {band:g} {unit} is as wide as (or wider than) the valid"
+            f" range {lo:g}..{hi:g} {unit}; every reading would count as unchanged"
+        ]
+    return []
 
 
 def _range_silences(i: int, sensor: Sensor, rules: SensorRules) -> list[str]:

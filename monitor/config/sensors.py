@@ -131,6 +131,12 @@ class Sensor(Section):
             raise key_error("frozen_band", "needs frozen_after (the rule is off without it)")
         if self.frozen_after is not None and self.kind is Kind.METER:
             raise key_error("frozen_after", "a meter's total is judged by billing, not by this rule")
+        if self.frozen_after is not None and self.kind in (Kind.PUMP, Kind.STATUS):
+            raise key_error(
+                "frozen_after",
+                "an on/off signal holds for days by nature (a standby pump, a shut door);"
+                " the pump alarms judge a pump",
+            )
         if self.influent and self.kind is not Kind.TEMPERATURE:
             raise key_error("influent", "only temperature sensors can be marked influent")
         return self

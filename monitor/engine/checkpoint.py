@@ -111,7 +111,7 @@ def save_checkpoint(engine: Engine, path: str | Path) -> None:
 
 
 def restore_checkpoint(
-    engine: Engine, path: str | Path, restart_watch: bool = False, partial: bool = False
+    engine: Engine, path: str | Path, restart_watch: bool = False, partial: bool = False, unsaved: float = 0.0
 ) -> list[str]:
     """Load a checkpoint into a fresh engine; StateError (and no change) when it does not fit.
 
@@ -122,6 +122,10 @@ def restore_checkpoint(
     With `partial` (a config that added or removed sensors) every sensor whose id,
     kind, unit and window match is restored and the others start fresh; a sensor
     that changed is never given its old history. Returns the ids restored.
+
+    `unsaved` (with `restart_watch`): how long before the daemon ended the checkpoint may
+    have been saved (the save interval): the frozen-value rule's next reading may follow
+    the checkpoint's last one by that much more than `stale_after` and keep its run.
     """
     path = Path(path)
     try:
@@ -171,6 +175,8 @@ def restore_checkpoint(
         engine.last_tick = -math.inf
         for st in engine.sensor_states():
             st.fresh = math.nan
+            if st.frozen is not None:
+                st.frozen.resume(unsaved)
     return [engine.sensor_states()[i].sensor for i, _ in pairs]
 
 
@@ -208,9 +214,6 @@ def _apply(
                 int(d["baseline"][k])
             if rows[j] >= sums.shape[0]:
                 raise IndexError(f"baseline row {rows[j]} of {sums.shape[0]}")
-        if st.frozen is not None and "frozen" in d:
-            for k in _FROZEN:
-                float(d["frozen"][k])
         if st.slug is not None:
             for k in _SLUG:
                 float(d["slug"][k])
@@ -250,13 +253,16 @@ def _apply(
             st.slug.period.extend((float(pt), int(pq)) for pt, pq in s["period"])
             st.slug.period_sum = sum(pq for _, pq in st.slug.period)
         if st.frozen is not None and "frozen" in d:
-            f = d["frozen"]
-            st.frozen.ref, st.frozen.since, st.frozen.last = (
-                float(f["ref"]),
-                float(f["since"]),
-                float(f["last"]),
-            )
-            st.frozen.active = bool(f["active"])
+            run = frozen_run(d["frozen"])
+            if run is None:
+                log.warning(
+                    "checkpoint: sensor %s's frozen-value run makes no sense (%.200r);"
+                    " its count starts at the next reading",
+                    st.sensor,
+                    d["frozen"],
+                )
+            else:
+                st.frozen.ref, st.frozen.since, st.frozen.last, st.frozen.active = run
         for lim in st.limits:
             s = d["limits"].get(str(lim.rule))
             if s is None:  # a limit side this sensor did not have before starts fresh
@@ -295,15 +301,39 @@ def _delivery(kept: object) -> tuple[float, float] | None:
     return None
 
 
-def load_checkpoint_or_start_fresh(engine: Engine, path: str | Path) -> bool:
+def frozen_run(entry: object) -> tuple[float, float, float, bool] | None:
+    """The frozen-value rule's run (ref, since, last, active) from a checkpoint entry, or None
+    when it makes no sense: then the run starts at the next reading, as from a file without
+    the entry, and the rest of the file is restored. `since` later than the run's last
+    reading, or not a number, silenced the rule until the value changed (a held value never
+    does); `active: "false"` held an alarm never raised; a string threw the file away."""
+    if not isinstance(entry, dict):
+        return None
+    # JSON numbers only (a bool is an int to Python, a string one to float()).
+    values = [x for k in ("ref", "since", "last") if isinstance(x := entry.get(k), int | float)]
+    if any(isinstance(x, bool) for x in values):
+        return None
+    active = entry.get("active")
+    if not isinstance(active, bool) or len(values) != 3:
+        return None
+    ref, since, last = (float(x) for x in values)
+    if math.isnan(ref):  # no run yet (or an alarm the journal held, waiting for its reading)
+        return math.nan, math.nan, math.nan, active
+    if not (math.isfinite(ref) and math.isfinite(since) and math.isfinite(last) and since <= last):
+        return None
+    return ref, since, last, active
+
+
+def load_checkpoint_or_start_fresh(engine: Engine, path: str | Path, unsaved: float = 0.0) -> bool:
     """At daemon start: restore what fits (restarting the stale-data watch), otherwise
-    log why and start fresh. True when every sensor was restored."""
+    log why and start fresh. True when every sensor was restored. `unsaved`: the save
+    interval (`restore_checkpoint`)."""
     path = Path(path)
     if not path.exists():
         log.info("no baseline checkpoint at %s: baselines start empty (warm-up applies)", path)
         return False
     try:
-        restored = restore_checkpoint(engine, path, restart_watch=True, partial=True)
+        restored = restore_checkpoint(engine, path, restart_watch=True, partial=True, unsaved=unsaved)
     except StateError as exc:
         log.warning("%s; ignored, baselines start empty (warm-up applies)", exc)
         return False

@@ -135,7 +135,7 @@ class Engine:
         if st is None:
             return False
         if rule is Rule.FROZEN and st.frozen is not None:
-            st.frozen.hold()  # the next reading is the reference; a change clears it
+            st.frozen.hold(activated_at)  # a change clears it (from which reference: `hold`)
             return True
         for lim in st.limits:
             if lim.rule is rule:
@@ -143,6 +143,12 @@ class Engine:
                 self.restore_skew = skew
                 return True
         return False
+
+    def judges_frozen(self, sensor: str) -> bool:
+        """Whether the sensor has the frozen-value rule (`frozen_after`): a frozen alarm the
+        journal holds for one that has it no more (a reload took it off) is the caller's to end."""
+        st = self._by_id.get(sensor)
+        return st is not None and st.frozen is not None
 
     def stamped_by_device(self, sensors: Collection[str]) -> None:
         """Mark the sensors whose readings carry their device's own time (an MQTT payload's
@@ -170,7 +176,8 @@ class Engine:
         next one (or the sensor was removed, its alarm retired, then added again). Held,
         a new breach would pass for the old one going on and raise nothing, while the
         journal, console and callouts say normal. Its on-delay (slug: duration) starts
-        again with the next reading, a stale watch with the first tick. True when there
+        again with the next reading, a stale watch with the first tick; a frozen alarm's
+        unchanged run is kept (the next unchanged reading raises it again). True when there
         was something to drop; comm-loss is the sources' own, not the engine's."""
         st = self._by_id.get(sensor)
         if st is None:
@@ -189,8 +196,10 @@ class Engine:
         if rule is Rule.FROZEN:
             if st.frozen is None or not st.frozen.active:
                 return False
+            # The run stays: it is evidence the checkpoint kept. Still unchanged, the next
+            # reading raises the alarm again (the journal lost it: a refused write, a
+            # retired sensor added back); changed (it cleared meanwhile), a new run begins.
             st.frozen.active = False
-            st.frozen.ref = math.nan  # the next reading begins a run of its own
             return True
         if rule is Rule.BAD_VALUE:
             if not st.bad_active:

@@ -57,6 +57,19 @@ function ago(iso) {
   if (s < 172800) return `${Math.round(s / 3600)} h ago`;
   return `${Math.round(s / 86400)} d ago`;
 }
+// A timer rule's limit is a time in seconds (frozen_after, stale_after), not a reading:
+// "7.2 (limit 21,600)" read as a pH threshold.
+const TIMER_LIMIT = { frozen: "unchanged for longer than", stale: "no reading for longer than" };
+function lasting(s) {
+  if (s < 90) return `${Math.round(s)} s`;
+  if (s < 5400) return `${Math.round(s / 60)} min`;
+  if (s < 172800) return `${Math.round(s / 360) / 10} h`;
+  return `${Math.round(s / 8640) / 10} days`;
+}
+function limitText(a) {
+  const timer = TIMER_LIMIT[a.rule];
+  return timer ? `${timer} ${lasting(a.limit)}` : `limit ${fmtNum(a.limit)}`;
+}
 function unitOf(sensorId) {
   const s = sensors.find((x) => x.id === sensorId);
   return s && s.unit !== "pH" ? s.unit : "";
@@ -222,7 +235,7 @@ function alarmCard(a) {
   const known = sensors.find((x) => x.id === a.sensor);
   const label = known && known.name ? known.name : a.sensor;
   const reading = a.value === null ? "" :
-    `${fmtNum(a.value)}${unit ? " " + unit : ""}` + (a.limit !== null ? ` (limit ${fmtNum(a.limit)})` : "");
+    `${fmtNum(a.value)}${unit ? " " + unit : ""}` + (a.limit !== null ? ` (${limitText(a)})` : "");
   const meta = [];
   if (a.activated_at) meta.push(`since ${fmtTime(a.activated_at)} (${ago(a.activated_at)})`);
   if (!a.active && a.cleared_at) meta.push(`cleared ${fmtTime(a.cleared_at)}`);
