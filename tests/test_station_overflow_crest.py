@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
-from monitor.model import ConditionState, Rule, Sample
+from monitor.config import Config, build_config
+from monitor.model import ConditionState, ManualClock, Rule, Sample
 from monitor.station import StationStore, StationTracker
+from tests.smtp import MailServer
+from tests.test_callout import ALICE, Rig, certs, raw_config, smtp
 from tests.test_station_tracker import T0, feed, station
+
+__all__ = ["certs", "smtp"]  # the call-out tests' fixtures: a real SMTP server
 
 BOUNCES = 8
 ON_POLLS = 24  # the float on 4 min (24 polls of 10 s), then off for one poll
@@ -142,3 +148,47 @@ def test_a_clock_step_in_the_chatter_keeps_one_spill(tmp_path: Path, delta: floa
     third_on = [r for r in recs if r.start == starts()[3] + delta]
     assert third_on and third_on[0].gap_from == cut + delta
     store.close()
+
+
+def _paging_config(tmp_path: Path, port: int) -> Config:
+    """The station above with a call-out pipeline for `overflow` (a real SMTP server)."""
+    raw = raw_config(tmp_path, port, delay="1h", match={"rules": ["overflow"]})
+    well = station(tmp_path)
+    raw["sensors"] = [s.model_dump(mode="json", exclude_none=True) for s in well.sensors]
+    raw["wet_well"] = well.wet_well.model_dump(mode="json", exclude_none=True) if well.wet_well else None
+    return build_config(raw)
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["live", "restarted"])
+def test_one_page_for_a_float_bouncing_at_the_crest(tmp_path: Path, smtp: MailServer, restart: bool) -> None:
+    """The tracker's conditions into the alarm manager and the call-out, mails to a real SMTP
+    server. Before: eight `overflow` activations, eight pages to the person on call (each
+    clear ended the escalation, each on started one). Now the activations that continue the
+    spill are journaled but page nobody: one page. `restarted`: the daemon's alarms and
+    call-out restart in the fourth stretch (the continuing alarm active, unacknowledged):
+    the resumed call-out does not page for it either."""
+    config = _paging_config(tmp_path, smtp.port)
+
+    async def go() -> None:
+        store = StationStore.open(config.state_dir)
+        tracker = StationTracker(config, store)
+        rig = Rig(config, ManualClock(T0 - 1))
+        try:
+            for s in crest():
+                if s.time > rig.clock.now():
+                    rig.clock.set(s.time)
+                for c in tracker.feed(s):
+                    rig.manager.apply(c)
+                await rig.step()
+                if restart and s.time == starts()[3] + 60 and s.sensor == "inflow":
+                    await rig.close()
+                    rig = Rig(config, ManualClock(s.time))
+                    rig.callout.resume()
+            assert len(store.overflows(T0 - 60, T0 + 86_400)) == BOUNCES
+            [page] = smtp.to(ALICE)
+            assert "overflow" in page.subject
+        finally:
+            await rig.close()
+            store.close()
+
+    asyncio.run(go())
