@@ -33,7 +33,10 @@ Readings of the ordinance and the issue that the code takes:
   end, from which nothing was measured). The first is not reopened: what was measured and
   reported stays. Kept over a restart (`StationStore.save_spill`). One the float alone
   opened then ends as the first did: once the float has stayed off `stale_after` (a
-  chattering float, one record).
+  chattering float, one record). A float bouncing at the crest with the level live just
+  under `overflow`: each off ends its record (the alarm is not held back), and the next
+  overflow within the level's `stale_after`, the level not read clearly below (`crest_margin`),
+  continues it (`SpillLink.crest`): one spill, not a record, a page and a report per bounce.
 - An open record keeps what a restart needs to go on as without one: the sensor that opened it
   (its clock), the float's last reading, its off and the volume then, the carried rate.
   Chapter 139 sets no reporting time; `report_within` (2 h default) is the utility's
