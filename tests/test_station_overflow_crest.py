@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,34 @@ def test_one_page_for_a_float_bouncing_at_the_crest(tmp_path: Path, smtp: MailSe
             store.close()
 
     asyncio.run(go())
+
+
+def test_a_full_disk_in_the_chatter_still_links_and_the_store_takes_writes_again(tiny_disk: Path) -> None:
+    """The state disk (a real 3 MB tmpfs) fills in the third stretch: the crest candidate's
+    write (one transaction, `StationStore.save_spill`) fails, logged and counted, never a
+    crash; the link held in memory still continues the spill, and once there is room the
+    store takes writes again: the records refused are written, the chain whole."""
+    config = station(tiny_disk)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = crest()
+    cut = starts()[2] + 60
+    feed(tracker, [s for s in samples if s.time <= cut])
+    st = os.statvfs(tiny_disk)
+    ballast = tiny_disk / "ballast"
+    with ballast.open("wb", buffering=0) as f:
+        try:
+            for _ in range(st.f_blocks):
+                f.write(b"\0" * st.f_frsize)
+        except OSError:
+            pass  # full: the disk's last block taken
+    later = [s for s in samples if s.time > cut]
+    conds = feed(tracker, [s for s in later if s.time <= starts()[3] + 60])
+    assert tracker.store_errors > 0
+    assert [c.extra.get("continues") for c in conds if c.state is ConditionState.ACTIVE] == [T0]
+    ballast.unlink()
+    feed(tracker, [s for s in later if s.time > starts()[3] + 60])
+    tracker.save()
+    recs = store.overflows(T0 - 60, T0 + 86_400)
+    assert [r.continues for r in recs] == [None] + [T0] * (BOUNCES - 1)
+    store.close()

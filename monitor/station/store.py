@@ -193,10 +193,18 @@ class StationStore:
         spill into two events. `crest`: one the float's off ended with the level live just
         under the setpoint (key `crest`: a release before it ignores the key, as it did `spill`
         before it knew one)."""
-        self._run("DELETE FROM meta WHERE key IN ('spill', 'crest')")
-        if spill is not None:
-            key = "crest" if crest else "spill"
-            self._run("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, " ".join(map(repr, spill))))
+        # One transaction: killed between the two, a restart would find neither candidate.
+        self._run("BEGIN IMMEDIATE")
+        try:
+            self._run("DELETE FROM meta WHERE key IN ('spill', 'crest')")
+            if spill is not None:
+                key = "crest" if crest else "spill"
+                self._run("INSERT INTO meta VALUES (?, ?)", (key, " ".join(map(repr, spill))))
+            self._run("COMMIT")
+        except BaseException:
+            if self.db.in_transaction:  # a full disk refused the COMMIT: not left open
+                self.db.rollback()
+            raise
 
     def save_level_spent(self, level_time: float | None) -> None:
         """The level's last reading, at or above the setpoint, that the float overruled (its
