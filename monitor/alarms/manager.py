@@ -21,6 +21,18 @@ log = logging.getLogger(__name__)
 Listener = Callable[[Entry, Alarm], None]
 """Called after every journaled transition, on the caller's thread (the event loop)."""
 
+# The note of an activation that continues an earlier one's event (an overflow continuing a
+# spill: monitor/station/overflow.py `SpillLink`): journaled, and the call-out pages nobody
+# for it (the spill's first activation paged; a float bouncing at the crest paged per bounce).
+CONTINUES = "continues the event from "
+
+
+def continues_note(condition: Condition) -> str | None:
+    """The activation's note if `condition` continues an earlier event (its `continues`)."""
+    first = condition.extra.get("continues")
+    return f"{CONTINUES}{iso(first)}" if isinstance(first, float) else None
+
+
 _NAME_MAX = 100
 _TEXT_MAX = 500
 
@@ -109,7 +121,8 @@ class AlarmManager:
                 rec = self._records[key] = Record(
                     condition.sensor, condition.rule, self.priority(*key), citation=condition.citation
                 )
-            out.append(self._record(rec, "activated", condition.time, condition=condition))
+            note = continues_note(condition)
+            out.append(self._record(rec, "activated", condition.time, condition=condition, note=note))
             out.extend(self._check_chatter(rec, condition.time))
             lost = self._comm_lost(condition.sensor)
             if condition.rule is Rule.STALE and rec.suppressed_by is None and lost:

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from monitor.alarms.journal import Entry
-from monitor.alarms.manager import AlarmManager
+from monitor.alarms.manager import CONTINUES, AlarmManager
 from monitor.callout.message import LinkSigner, alarm_message, flood_message, local_time, nonce_of
 from monitor.callout.rules import Matcher
 from monitor.callout.store import CalloutStore, Escalation, Message
@@ -170,7 +170,10 @@ class Callout:
 
     def on_transition(self, entry: Entry, alarm: Alarm) -> None:
         if entry.event == "activated" and alarm.state is AlarmState.UNACK:
-            self._activated(alarm, self.clock.now())
+            if entry.note and entry.note.startswith(CONTINUES):
+                self._continued(alarm, entry.note, self.clock.now())
+            else:
+                self._activated(alarm, self.clock.now())
         elif entry.event == "acknowledged":
             self._end_alarm(alarm, "acknowledged", entry.actor)
         elif entry.event == "cleared":
@@ -286,6 +289,19 @@ class Callout:
             self.store.fold(esc.id, self._flood_for(pipeline, now))
         else:
             self.tick(now)
+
+    def _continued(self, alarm: Alarm, note: str, now: float) -> None:
+        """An activation that continues an earlier one's event (an overflow continuing its
+        spill): the event's first activation paged, this one pages nobody. Its escalation is
+        stored ended ("continues"), so a restart's `resume` does not take it for one the store
+        never saw and page for it after all."""
+        pipeline = self.matcher.pipeline(alarm, now)
+        if pipeline is None:
+            return
+        esc = self._start("alarm", alarm.sensor, str(alarm.rule), alarm.activated_at or now, pipeline, now)
+        if esc is not None:
+            self.store.end(esc.id, "continues", None, now)
+            log.info("callout for %s/%s: no page, it %s", alarm.sensor, alarm.rule, note)
 
     def _start(
         self, kind: str, sensor: str, rule: str, activated: float, p: EscalationPipeline, now: float

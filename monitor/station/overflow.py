@@ -12,6 +12,7 @@ import math
 from collections.abc import Collection, Iterable
 
 from monitor.config import Config
+from monitor.config.station_models import Setpoints
 from monitor.model import iso
 from monitor.station.pumps import PumpStats
 from monitor.station.record import OverflowRecord
@@ -20,6 +21,37 @@ from monitor.units import GALLONS_PER_FT3, conversion
 # A chain of float-ended records continues its first for a day from that start at most: a
 # transmitter dead for days must not make one "spill" of every overflow (each day's a report).
 SPILL_SPAN = 86_400.0
+
+
+# The share of the well's working span (`off` to `overflow`) the level must read under
+# `overflow` to say the well fell away from the crest: 2 % (0.14 ft on a 7 ft span, ~1.7 in)
+# is more than a float's hysteresis (~1 in) and a transmitter's error (0.1-0.25 % of its span)
+# together, so a level a hair under the setpoint while the float bounces does not part the
+# spill; a well that really fell after the spill drops past it within a poll or two (the
+# setpoints are the only elevations every well has: no deadband of its own to take).
+CREST_SHARE = 0.02
+
+
+def crest_margin(sp: Setpoints) -> float:
+    """How far under `overflow` the level must read to part a float's bounces at the crest."""
+    return CREST_SHARE * (sp.overflow - sp.off)
+
+
+def switch_alone(rec: OverflowRecord, overflow: float) -> str:
+    """`rec`'s volume note, saying what a volume rests on when only the float said the well
+    spilled: the level read under `overflow` all the while it was open, so the weir's head
+    or the inflow method's spill was 0 (an undercount if the switch is right). Partial: it is
+    not a measurement of the spill, and the report must not read it as "0 gal spilled"."""
+    note = rec.volume_note
+    if rec.level_last is None or rec.volume_gal is None or rec.peak >= overflow:
+        return note
+    alone = (
+        f"the overflow switch alone said the well spilled: the level read under overflow"
+        f" throughout (at most {rec.peak:g}); the volume, {rec.volume_gal:g} gal, is the level's"
+    )
+    if note.startswith("partial: "):
+        return f"{note}; {alone}"
+    return f"partial: {alone}" + (f"; {note}" if note else "")
 
 
 def first(record: OverflowRecord) -> float:
@@ -62,18 +94,27 @@ class OverflowRate:
 class SpillLink:
     """The last overflow the float ended with the level dead (`StationTracker._float_ended`),
     until a level reading says the well is below `overflow`: the next overflow opened within
-    `report_within` of its end continues it (one spill, one event). `end` is its end, the
+    `report_within` of its end continues it (one spill, one event). Or the last the float's
+    off ended with the level live just under `overflow` (`crest`), until a level reading
+    says the well is clearly below it: the next opened within `crest_within` continues it
+    (a float bouncing at the crest: one spill, not a report per bounce). `end` is its end, the
     float's off, on the float's clock as it stands now (a step moves it, the stored record
     keeps it). Kept over a restart (`StationStore.save_spill`, `saved`)."""
 
-    def __init__(self, report_within: float) -> None:
+    def __init__(self, report_within: float, crest_within: float) -> None:
         self.report_within = report_within
+        # A record the float's off ended with the level live just under `overflow` (a float
+        # bouncing at the crest): the next continues it only if the float is back on within
+        # this (the level's `stale_after`, the stretch the record calls a float's hysteresis).
+        self.crest_within = crest_within
         self.record: OverflowRecord | None = None
         self.end = -math.inf
+        self.crest = False
 
-    def kept(self, rec: OverflowRecord, end: float) -> None:
-        """`rec`, ended at `end`, is the candidate."""
-        self.record, self.end = rec, end
+    def kept(self, rec: OverflowRecord, end: float, crest: bool = False) -> None:
+        """`rec`, ended at `end`, is the candidate (`crest`: the float's off with the level
+        live just under `overflow`, not dead)."""
+        self.record, self.end, self.crest = rec, end, crest
 
     def continued(self, rec: OverflowRecord, t: float, agree: bool) -> str:
         """Whether `rec`, opened at `t`, continues the candidate (then its `continues` and
@@ -84,7 +125,7 @@ class SpillLink:
         if spill is None:
             return ""
         self.record = None
-        near = agree and t - self.end <= self.report_within
+        near = agree and t - self.end <= (self.crest_within if self.crest else self.report_within)
         # The chain's day from its first start on this clock: moved by the steps since, as
         # `end` was (the stored records keep the old clock's stamps).
         if spill.end is None or not near or t - (first(spill) + self.end - spill.end) > SPILL_SPAN:
@@ -93,6 +134,11 @@ class SpillLink:
         # The gap on this record's clock: the end as a step since moved it (the stored end
         # keeps the old clock's: stepped back, the gap ran backwards).
         rec.gap_from = min(self.end, t)
+        if self.crest:
+            return (
+                f"; continues the overflow from {iso(rec.continues)} (the overflow switch off from"
+                f" {iso(rec.gap_from)} for {t - rec.gap_from:.0f} s, the level not clearly below overflow)"
+            )
         return (
             f"; continues the overflow from {iso(rec.continues)}"
             f" (not measured from {iso(rec.gap_from)}: the float ended it, the level not read)"
@@ -208,4 +254,14 @@ def at_midnight(
     return then
 
 
-__all__ = ["SPILL_SPAN", "OpenOverflow", "OverflowRate", "SpillLink", "at_midnight", "first"]
+__all__ = [
+    "CREST_SHARE",
+    "SPILL_SPAN",
+    "OpenOverflow",
+    "OverflowRate",
+    "SpillLink",
+    "at_midnight",
+    "crest_margin",
+    "first",
+    "switch_alone",
+]

@@ -6,7 +6,8 @@ The JSON form is a contract (acceptance checks read it):
 volume not measured is `null` with `volume_note` saying why, never 0; one the level measured
 over part of the overflow has `volume_partial` true and the level's silence (or its readings
 known missing: bad data, the daemon down) that made it so.
-An overflow that continues one the float switch ended with the level dead names it
+An overflow that continues one the float switch ended with the level dead (or with the level
+live just under the setpoint: a float bouncing at the crest) names it
 (`continues`: that spill's first record's start) and the gap not measured (`continues_gap_from`
 to its own start).
 Runs are clipped to the period; a run or overflow still open counts up to the last event

@@ -185,16 +185,26 @@ class StationStore:
         rows = self._run("SELECT value FROM meta WHERE key = 'last_time'")
         return float(rows[0][0]) if rows else None
 
-    def save_spill(self, spill: tuple[float, float, float] | None) -> None:
+    def save_spill(self, spill: tuple[float, float, float] | None, crest: bool = False) -> None:
         """The overflow the float ended with the level dead, that the next may continue
         (`StationTracker`, one spill, one event): its start (the key), its end on the float's
         clock as it stands, the level's last reading; None once the level read below the
         setpoint or the next record opened. Kept so a restart in the gap does not part one
-        spill into two events."""
-        if spill is None:
-            self._run("DELETE FROM meta WHERE key = 'spill'")
-        else:
-            self._run("INSERT OR REPLACE INTO meta VALUES ('spill', ?)", (" ".join(map(repr, spill)),))
+        spill into two events. `crest`: one the float's off ended with the level live just
+        under the setpoint (key `crest`: a release before it ignores the key, as it did `spill`
+        before it knew one)."""
+        # One transaction: killed between the two, a restart would find neither candidate.
+        self._run("BEGIN IMMEDIATE")
+        try:
+            self._run("DELETE FROM meta WHERE key IN ('spill', 'crest')")
+            if spill is not None:
+                key = "crest" if crest else "spill"
+                self._run("INSERT INTO meta VALUES (?, ?)", (key, " ".join(map(repr, spill))))
+            self._run("COMMIT")
+        except BaseException:
+            if self.db.in_transaction:  # a full disk refused the COMMIT: not left open
+                self.db.rollback()
+            raise
 
     def save_level_spent(self, level_time: float | None) -> None:
         """The level's last reading, at or above the setpoint, that the float overruled (its
@@ -239,14 +249,16 @@ class StationStore:
         rows = self._run("SELECT value FROM meta WHERE key = 'level_spent'")
         return float(rows[0][0]) if rows else None
 
-    def spill(self) -> tuple[OverflowRecord, float, float] | None:
-        """The record `save_spill` named (closed), its end and the level's last reading."""
-        rows = self._run("SELECT value FROM meta WHERE key = 'spill'")
+    def spill(self) -> tuple[OverflowRecord, float, float, bool] | None:
+        """The record `save_spill` named (closed), its end, the level's last reading and
+        whether it is a crest's (`save_spill`)."""
+        rows = self._run("SELECT key, value FROM meta WHERE key IN ('spill', 'crest')")
         if not rows:
             return None
-        start, end, level_time = (float(x) for x in str(rows[0][0]).split())
+        key, value = rows[0]
+        start, end, level_time = (float(x) for x in str(value).split())
         recs = [r for r in self.overflows(start, start + 1.0) if r.start == start and r.end is not None]
-        return (recs[0], end, level_time) if recs else None
+        return (recs[0], end, level_time, key == "crest") if recs else None
 
     def runs(self, start: float, end: float) -> list[PumpRun]:
         """Runs that overlap [start, end)."""

@@ -33,7 +33,10 @@ Readings of the ordinance and the issue that the code takes:
   end, from which nothing was measured). The first is not reopened: what was measured and
   reported stays. Kept over a restart (`StationStore.save_spill`). One the float alone
   opened then ends as the first did: once the float has stayed off `stale_after` (a
-  chattering float, one record).
+  chattering float, one record). A float bouncing at the crest with the level live just
+  under `overflow`: each off ends its record (the alarm is not held back), and the next
+  overflow within the level's `stale_after`, the level not read clearly below (`crest_margin`),
+  continues it (`SpillLink.crest`): one spill, not a record, a page and a report per bounce.
 - An open record keeps what a restart needs to go on as without one: the sensor that opened it
   (its clock), the float's last reading, its off and the volume then, the carried rate.
   Chapter 139 sets no reporting time; `report_within` (2 h default) is the utility's
@@ -59,7 +62,7 @@ from monitor.errors import MonitorError
 from monitor.model import Alarm, Clock, Condition, ConditionState, Kind, Quality, Rule, Sample, iso
 from monitor.station.clocks import WellClocks
 from monitor.station.daily import DailyTotals
-from monitor.station.overflow import OpenOverflow, OverflowRate, SpillLink
+from monitor.station.overflow import OpenOverflow, OverflowRate, SpillLink, crest_margin, switch_alone
 from monitor.station.pumps import PumpRun, PumpStats
 from monitor.station.record import OverflowRecord
 from monitor.station.store import StationStore
@@ -124,7 +127,10 @@ class StationTracker:
         # the float's off that the restarted tracker does not know).
         self._level_unread = False
         # The last overflow the float ended with the level dead: the next may continue it.
-        self._link = SpillLink(self.report_within)
+        self._link = SpillLink(self.report_within, self.level_stale)
+        # How far under `overflow` the level must read to say the well fell away from the crest
+        # (`crest_margin`): a float bouncing at the crest with the level a hair under is one spill.
+        self._crest_below = self._overflow_at - crest_margin(sp) if sp is not None else math.inf
         self.above_since: float | None = None
         self.fail_active = False
         self.fail_at = -math.inf  # when fail to start was raised
@@ -201,9 +207,10 @@ class StationTracker:
         # setpoint since: the next may continue it across the restart (one spill, one event).
         spill = store.spill() if self._open.record is None else None
         if spill is not None:
-            rec, end, self.level_time = spill
-            self._link.kept(rec, end)
-            self._level_spent = True
+            rec, end, self.level_time, crest = spill
+            self._link.kept(rec, end, crest)
+            # A crest's: the level was live, just under the setpoint; its word is not spent.
+            self._level_spent = not crest
         # The level's last reading overruled by the float, not read since: a record the float
         # alone opened then ends as it would have (once the float stays off `stale_after`)
         # and is the next one's link (before, its first off ended it as if the level had).
@@ -390,7 +397,8 @@ class StationTracker:
                 self._level_spent = False
                 self._saved_spent()
             self.level, self.level_time = v, t
-            if self.setpoints is not None and v < self.setpoints.overflow and self._link.record is not None:
+            below = self._crest_below if self._link.crest else self._overflow_at
+            if v < below and self._link.record is not None:
                 self._link.record = None  # the level says the float's end was the spill's
                 self._saved_spill()
             self._well_unread = self._level_unread = False
@@ -610,6 +618,8 @@ class StationTracker:
             else:
                 rec.end = t if self.clocks.same(sid, self._open.opened_by) else max(t, rec.start)
             rec.volume_gal, rec.volume_note = rec.judged(self.level_stale, rec.end)
+            if sp is not None:
+                rec.volume_note = switch_alone(rec, sp.overflow)
             if float_end is not None and not self._level_spent:
                 self._level_spent = True
                 self._saved_spent()
@@ -619,6 +629,10 @@ class StationTracker:
                 self._link.kept(rec, rec.end)
                 ended = f"ended at the overflow switch's off; the level not read since {iso(self.level_time)}"
                 rec.volume_note = f"{rec.volume_note}; {ended}" if rec.volume_note else ended
+            elif sid == self.switch_id and not self.switch_on and read and self.level >= self._crest_below:
+                # The float's off with the level live just under the setpoint: a bounce at the
+                # crest if the float is back on soon, the level not clearly below (`SpillLink`).
+                self._link.kept(rec, rec.end, crest=True)
             self._open.record = None
             out.append(
                 Condition(
@@ -645,7 +659,8 @@ class StationTracker:
     def _saved_spill(self) -> None:
         """The link's candidate kept for a restart (`StationStore.save_spill`; none: dropped)."""
         if self.store is not None:
-            self._stored(self.store.save_spill, self._link.saved(self.level_time))
+            spill = self._link.saved(self.level_time)
+            self._stored(functools.partial(self.store.save_spill, crest=self._link.crest), spill)
 
     def _saved_spent(self) -> None:
         """Whether the level's last reading is spent, kept for a restart with its time

@@ -7,6 +7,7 @@ const CALLOUT_STATUS = {
   running: "escalating", done: "roster exhausted – nobody acknowledged", acknowledged: "acknowledged",
   cleared: "returned to normal", flood: "in a flood summary", shelved: "shelved",
   "out of service": "out of service", suppressed: "suppressed", stopped: "stopped",
+  continues: "no page: continues an event already paged",
 };
 
 function renderCallout(state) {

@@ -1,0 +1,226 @@
+"""A float bouncing at the spill crest while the level transmitter reads live just under
+`overflow` (crest): one spill, not a record, a page and an SSO report per bounce."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from monitor.config import Config, build_config
+from monitor.model import ConditionState, ManualClock, Rule, Sample
+from monitor.station import StationStore, StationTracker
+from tests.smtp import MailServer
+from tests.test_callout import ALICE, Rig, certs, raw_config, smtp
+from tests.test_station_tracker import T0, feed, station
+
+__all__ = ["certs", "smtp"]  # the call-out tests' fixtures: a real SMTP server
+
+BOUNCES = 8
+ON_POLLS = 24  # the float on 4 min (24 polls of 10 s), then off for one poll
+CYCLE = ON_POLLS + 1
+
+
+def crest(level: float = 8.95, falls: float = 8.0) -> list[Sample]:
+    """The level live at `level` (under the 9 ft setpoint) every 10 s, the float on 4 min then
+    off for one poll, eight times; then off, and the level falls to `falls`."""
+    samples = [Sample("p1", T0 - 1, 0.0), Sample("p2", T0 - 1, 0.0)]
+    for k in range(BOUNCES * CYCLE + 30):
+        t = T0 + 10 * k
+        on = k < BOUNCES * CYCLE and k % CYCLE != ON_POLLS
+        lvl = level if k < BOUNCES * CYCLE + 3 else falls
+        samples += [
+            Sample("lvl", t, lvl),
+            Sample("switch", t, 1.0 if on else 0.0),
+            Sample("inflow", t, 600.0),
+        ]
+    return samples
+
+
+def starts() -> list[float]:
+    return [T0 + 10 * CYCLE * b for b in range(BOUNCES)]
+
+
+def ends() -> list[float]:
+    return [T0 + 10 * (CYCLE * b + ON_POLLS) for b in range(BOUNCES)]
+
+
+def test_a_float_bouncing_at_the_crest_is_one_spill(tmp_path: Path) -> None:
+    """Before: eight records, eight `overflow` ACTIVEs (eight pages), nothing linking them:
+    eight SSO reports of 0 gal for one event. Now each stretch is its own record with its
+    real start and end (the alarm still returns to normal at each off: an ordinary spill's
+    end is not held back), and each after the first continues the first."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    conds = [c for c in feed(tracker, crest()) if c.rule is Rule.OVERFLOW]
+    recs = store.overflows(T0 - 60, T0 + 86_400)
+    assert [(r.start, r.end) for r in recs] == list(zip(starts(), ends(), strict=True))
+    assert [r.continues for r in recs] == [None] + [T0] * (BOUNCES - 1)
+    assert [r.gap_from for r in recs[1:]] == ends()[:-1]
+    actives = [c for c in conds if c.state is ConditionState.ACTIVE]
+    assert [c.extra.get("continues") for c in actives] == [None] + [T0] * (BOUNCES - 1)
+    assert "continues the overflow from" in actives[1].message
+    # The volume: the level read under the setpoint throughout, so the weir or inflow method
+    # gives 0 gal; the record says that rests on the level, the switch alone said it spilled.
+    for r in recs:
+        assert r.volume_gal == 0.0
+        assert r.volume_note.startswith("partial: ") and "overflow switch alone" in r.volume_note
+    store.close()
+
+
+def test_a_level_clearly_below_the_setpoint_between_bounces_parts_the_spills(tmp_path: Path) -> None:
+    """The level read 8.5 ft (clearly under 9) in the float's off poll: the well fell away from
+    the crest, the next on is another spill, as before."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = crest()
+    off = {T0 + 10 * (CYCLE * b + ON_POLLS) for b in range(BOUNCES)}
+    samples = [Sample("lvl", s.time, 8.5) if s.sensor == "lvl" and s.time in off else s for s in samples]
+    feed(tracker, samples)
+    assert [r.continues for r in store.overflows(T0 - 60, T0 + 86_400)] == [None] * BOUNCES
+    store.close()
+
+
+def test_an_ordinary_spill_end_is_not_held_back(tmp_path: Path) -> None:
+    """The level over the setpoint, then under it, then the float off: the record and the
+    alarm end at the float's off, not a window later (the reviewer's off-delay did)."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = [Sample("p1", T0 - 1, 0.0), Sample("p2", T0 - 1, 0.0)]
+    for k in range(60):
+        t = T0 + 10 * k
+        lvl = 9.3 if k < 20 else 8.95 if k < 25 else 8.0
+        samples += [Sample("lvl", t, lvl), Sample("switch", t, 1.0 if k < 22 else 0.0)]
+    conds = [c for c in feed(tracker, samples) if c.rule is Rule.OVERFLOW]
+    assert [(c.time - T0, c.state) for c in conds] == [
+        (0.0, ConditionState.ACTIVE),
+        (220.0, ConditionState.CLEARED),
+    ]
+    (rec,) = store.overflows(T0 - 60, T0 + 3600)
+    assert rec.end == T0 + 220
+    store.close()
+
+
+@pytest.mark.parametrize("saved", [True, False], ids=["stopped", "killed"])
+def test_a_restart_in_the_chatter_keeps_one_spill(tmp_path: Path, saved: bool) -> None:
+    """The daemon restarts in the float's off poll of the third bounce (stopped, or killed -9
+    with no save): the bounces after it still continue the first record."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = crest()
+    cut = T0 + 10 * (CYCLE * 2 + ON_POLLS)
+    feed(tracker, [s for s in samples if s.time <= cut])
+    if saved:
+        tracker.save()
+    store.close()
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store, resume=True)
+    feed(tracker, [s for s in samples if s.time > cut])
+    recs = store.overflows(T0 - 60, T0 + 86_400)
+    assert [(r.start, r.end) for r in recs] == list(zip(starts(), ends(), strict=True))
+    assert [r.continues for r in recs] == [None] + [T0] * (BOUNCES - 1)
+    store.close()
+
+
+@pytest.mark.parametrize("delta", [-3600.0, 3600.0], ids=["stepped-back", "stepped-forward"])
+def test_a_clock_step_in_the_chatter_keeps_one_spill(tmp_path: Path, delta: float) -> None:
+    """NTP steps the gateway clock an hour in the float's off poll of the third bounce; the
+    readings after it are stamped on the new clock. The next on is 10 s later in real time:
+    it continues the spill, its gap measured on the new clock."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = crest()
+    cut = T0 + 10 * (CYCLE * 2 + ON_POLLS)
+    feed(tracker, [s for s in samples if s.time <= cut])
+    tracker.shift(delta)
+    feed(tracker, [Sample(s.sensor, s.time + delta, s.value, s.quality) for s in samples if s.time > cut])
+    recs = store.overflows(T0 - 7200, T0 + 86_400)
+    assert len(recs) == BOUNCES
+    (head,) = [r for r in recs if r.start == T0]  # stepped back: the later records sort first
+    assert head.continues is None
+    assert [r.continues for r in recs if r is not head] == [T0] * (BOUNCES - 1)
+    third_on = [r for r in recs if r.start == starts()[3] + delta]
+    assert third_on and third_on[0].gap_from == cut + delta
+    store.close()
+
+
+def _paging_config(tmp_path: Path, port: int) -> Config:
+    """The station above with a call-out pipeline for `overflow` (a real SMTP server)."""
+    raw = raw_config(tmp_path, port, delay="1h", match={"rules": ["overflow"]})
+    well = station(tmp_path)
+    raw["sensors"] = [s.model_dump(mode="json", exclude_none=True) for s in well.sensors]
+    raw["wet_well"] = well.wet_well.model_dump(mode="json", exclude_none=True) if well.wet_well else None
+    return build_config(raw)
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["live", "restarted"])
+def test_one_page_for_a_float_bouncing_at_the_crest(tmp_path: Path, smtp: MailServer, restart: bool) -> None:
+    """The tracker's conditions into the alarm manager and the call-out, mails to a real SMTP
+    server. Before: eight `overflow` activations, eight pages to the person on call (each
+    clear ended the escalation, each on started one). Now the activations that continue the
+    spill are journaled but page nobody: one page. `restarted`: the daemon's alarms and
+    call-out restart in the fourth stretch (the continuing alarm active, unacknowledged):
+    the resumed call-out does not page for it either."""
+    config = _paging_config(tmp_path, smtp.port)
+
+    async def go() -> None:
+        store = StationStore.open(config.state_dir)
+        tracker = StationTracker(config, store)
+        rig = Rig(config, ManualClock(T0 - 1))
+        try:
+            for s in crest():
+                if s.time > rig.clock.now():
+                    rig.clock.set(s.time)
+                for c in tracker.feed(s):
+                    rig.manager.apply(c)
+                await rig.step()
+                if restart and s.time == starts()[3] + 60 and s.sensor == "inflow":
+                    await rig.close()
+                    rig = Rig(config, ManualClock(s.time))
+                    rig.callout.resume()
+            assert len(store.overflows(T0 - 60, T0 + 86_400)) == BOUNCES
+            [page] = smtp.to(ALICE)
+            assert "overflow" in page.subject
+        finally:
+            await rig.close()
+            store.close()
+
+    asyncio.run(go())
+
+
+def test_a_full_disk_in_the_chatter_still_links_and_the_store_takes_writes_again(tiny_disk: Path) -> None:
+    """The state disk (a real 3 MB tmpfs) fills in the third stretch: the crest candidate's
+    write (one transaction, `StationStore.save_spill`) fails, logged and counted, never a
+    crash; the link held in memory still continues the spill, and once there is room the
+    store takes writes again: the records refused are written, the chain whole."""
+    config = station(tiny_disk)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    samples = crest()
+    cut = starts()[2] + 60
+    feed(tracker, [s for s in samples if s.time <= cut])
+    st = os.statvfs(tiny_disk)
+    ballast = tiny_disk / "ballast"
+    with ballast.open("wb", buffering=0) as f:
+        try:
+            for _ in range(st.f_blocks):
+                f.write(b"\0" * st.f_frsize)
+        except OSError:
+            pass  # full: the disk's last block taken
+    later = [s for s in samples if s.time > cut]
+    conds = feed(tracker, [s for s in later if s.time <= starts()[3] + 60])
+    assert tracker.store_errors > 0
+    assert [c.extra.get("continues") for c in conds if c.state is ConditionState.ACTIVE] == [T0]
+    ballast.unlink()
+    feed(tracker, [s for s in later if s.time > starts()[3] + 60])
+    tracker.save()
+    recs = store.overflows(T0 - 60, T0 + 86_400)
+    assert [r.continues for r in recs] == [None] + [T0] * (BOUNCES - 1)
+    store.close()
