@@ -213,3 +213,40 @@ def test_a_flood_page_on_an_unset_clock_names_no_day() -> None:
 )  # fmt: skip
 def test_lasting_reads_as_a_person_says_it(seconds: float, words: str) -> None:
     assert lasting(seconds) == words
+
+
+def test_a_page_after_a_clock_in_doubt_is_taken_as_right_names_the_day_the_alarm_began(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """The heartbeat was written by a clock a month wrong in the future; the gateway starts on
+    the right clock, so it is in doubt (judged not set) and the pH alarm that begins an hour
+    later is noted as begun on an unset clock. The clock runs a week without a step and is
+    taken as right (`ClockFile.settle`): that alarm's start was the right clock's all along.
+    Bob's step, after the settle, said "in alarm since before the gateway clock was set (since
+    when is not known)" of an alarm whose start is known, and would for every page of it (and
+    after a restart). Now the starts of the steady run taken as right are forgotten: it says
+    since when."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    write_heartbeat(config.state_dir, TR + 30 * 86400.0)
+    week = 7 * 86400.0
+
+    async def go() -> None:
+        st = Station(config, TR)
+        try:
+            assert await st.tick(TR + 3600, 3600) == 0
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, TR + 3600))
+            assert await st.tick(TR + 3601, 1) == 1
+            [first] = smtp.to(ALICE)
+            assert "in alarm for 0 s (the gateway clock is not set)" in first.body, first.body
+            assert await st.tick(TR + week + 3600, week - 1) == 1  # taken as right, Bob's step
+            [page] = smtp.to(BOB)
+            assert "since 2027-01-15 04:00 EST" in page.body, page.body
+        finally:
+            await st.close()
+        st = Station(config, TR + week + 4000)  # and after a restart
+        try:
+            assert not st.callout.unset_starts.unset(TR + 3600)
+        finally:
+            await st.close()
+
+    asyncio.run(go())

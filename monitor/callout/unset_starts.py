@@ -74,6 +74,18 @@ class UnsetStarts:
         if self._failing:
             self._save()
 
+    def taken_as_right(self, since: float) -> None:
+        """The clock in doubt at start (behind a heartbeat a clock wrong in the future wrote)
+        is taken as right, having run without a step since the gateway clock read `since`
+        (`ClockFile.settle`): the starts noted since were the right clock's (kept, after a day
+        a page of such an alarm said "since before the gateway clock was set"). An earlier
+        boot's unset clock read behind the right time, so its spans end before `since`."""
+        kept = [(lo, min(hi, since)) for lo, hi in self.spans if lo < since]
+        self._open = False
+        if kept != self.spans:
+            self.spans = kept
+            self._save()
+
     def unset(self, t: float) -> bool:
         """Whether an alarm start `t` may be one an unset clock stamped (inside a span)."""
         return any(lo <= t <= hi for lo, hi in self.spans)
