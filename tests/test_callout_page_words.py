@@ -250,3 +250,48 @@ def test_a_page_after_a_clock_in_doubt_is_taken_as_right_names_the_day_the_alarm
             await st.close()
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("stop", ["clean", "kill"])
+def test_a_page_after_a_reboot_onto_an_unset_clock_again_tells_no_length_the_clock_cannot_know(
+    tmp_path: Path, smtp: MailServer, stop: str
+) -> None:
+    """The pH alarm begins on a clock a year behind its heartbeat (not set) and Alice is paged;
+    10 minutes later the gateway reboots, and its clock (no battery-backed clock) reads what it
+    read at the last boot again. Bob's step comes after the 15 minutes it waited (5 in this
+    run): his page said "in alarm for 5 min", this clock's now less the start the last run's
+    unset clock stamped, to a person deciding how urgent it is when it had been on for 15 min
+    and a reboot. An alarm that began in an earlier run on an unset clock has no length on
+    this one: "since when is not known". One that begins in this run still says how long."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    write_heartbeat(config.state_dir, TR - 60)
+    unset = TR - YEAR
+
+    async def go() -> None:
+        st = Station(config, unset)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset))
+            assert await st.tick(unset + 1, 1) == 1
+            for k in range(2, 601):
+                assert await st.tick(unset + k, 1) == 0
+        finally:
+            await st.stop(stop)
+        st = Station(config, unset)  # the RTC reset: the same reading as the last boot
+        paged = 0
+        try:
+            for k in range(1, 400):
+                paged += await st.tick(unset + k, 1)
+                if paged:
+                    break
+            [page] = smtp.to(BOB)
+            assert "in alarm for" not in page.body, page.body  # "in alarm for 5 min"
+            assert "in alarm (the gateway clock is not set: since when is not known)" in page.body, page.body
+            assert await st.tick(unset + k + 60, 60) == 0
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset + k + 60, 9.8, Rule.HIGH))
+            assert await st.tick(unset + k + 61, 1) == 1
+            pages = smtp.to(ALICE)
+            assert len(pages) == 2 and "in alarm for 0 s (the gateway clock is not set)" in pages[1].body
+        finally:
+            await st.close()
+
+    asyncio.run(go())
