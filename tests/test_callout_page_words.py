@@ -168,7 +168,16 @@ def test_a_page_after_ntp_set_the_clock_while_the_daemon_was_stopped_names_no_da
 
 
 @pytest.mark.parametrize(
-    "damage", ["not json", '{"a": 1}', "[[1, 2, 3]]", "[[5, 1]]", '[["nan", 1]]', "[" * 100_000]
+    "damage",
+    [
+        "not json",
+        '{"a": 1}',
+        "[[1, 2, 3]]",
+        "[[5, 1]]",
+        '[["nan", 1]]',
+        "[" * 100_000,
+        f"[[1{'0' * 400}, 1]]",
+    ],
 )
 def test_a_damaged_note_of_unset_clock_starts_is_forgotten_with_a_warning_not_a_failed_start(
     tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
@@ -176,7 +185,8 @@ def test_a_damaged_note_of_unset_clock_starts_is_forgotten_with_a_warning_not_a_
     """The callout store's note of alarm starts on an unset clock (`meta`, no schema change:
     the version stays 1 and the last release opens the file) damaged by hand or a bad disk:
     forgotten with one warning naming it (pages name the start's day, as before the note),
-    and written again at the next such start. JSON nested past the parser's depth too."""
+    and written again at the next such start. JSON nested past the parser's depth too, and an
+    integer too large for a float (OverflowError, no ValueError: the daemon did not start)."""
     from monitor.callout.store import SCHEMA_VERSION, CalloutStore
     from monitor.callout.unset_starts import KEY, UnsetStarts
 

@@ -51,7 +51,7 @@ class UnsetStarts:
             spans = [(float(lo), float(hi)) for lo, hi in raw]
             if not all(math.isfinite(lo) and math.isfinite(hi) and lo <= hi for lo, hi in spans):
                 raise ValueError("not a span")
-        except (ValueError, TypeError, RecursionError):  # damage: the pages name the day as before
+        except (ValueError, TypeError, OverflowError, RecursionError):  # damage: pages name the day as before
             log.warning(
                 "callout store %s: the note %r of alarm starts on an unset clock is damaged (%.60r);"
                 " forgotten, written again at the next such start", self.store.path, KEY, text,
