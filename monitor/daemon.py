@@ -282,9 +282,12 @@ class Daemon:
         and the heartbeat is written from now on."""
         if self.clock_watch is None:
             return
-        sure = self.clock_file.settle(now, self.clock_watch.awake())
+        steady_since, awake = self.clock_file.steady_since, self.clock_watch.awake()
+        sure = self.clock_file.settle(now, awake)
         if sure is None:
             return
+        if self.callout is not None and steady_since is not None:  # its starts were this clock's
+            self.callout.unset_starts.taken_as_right(now - (awake - steady_since) - TOLERANCE)
         self.meters.unset_at_start.clear()
         self.meters.unset_rows.clear()
         self._found_at_start(now, [sure])

@@ -407,8 +407,9 @@ class RefusedAhead(Protocol):
 
     def shift(self, delta: float, clock: float | None = None) -> None:
         """The gateway clock stepped by `delta`: the refusals' arrival times move with it,
-        but those that arrived on the new clock already (`clock`: its reading less the clock
-        watch's monotonic time; a refusal between the step and the watch noticing it)."""
+        each onto the new clock (`clock`: its reading less the clock watch's monotonic time)
+        from the clock it arrived on: not at all if that is the new one (a refusal between the
+        step and the watch noticing it), by the last of two steps noticed as one."""
         ...
 
 

@@ -168,7 +168,16 @@ def test_a_page_after_ntp_set_the_clock_while_the_daemon_was_stopped_names_no_da
 
 
 @pytest.mark.parametrize(
-    "damage", ["not json", '{"a": 1}', "[[1, 2, 3]]", "[[5, 1]]", '[["nan", 1]]', "[" * 100_000]
+    "damage",
+    [
+        "not json",
+        '{"a": 1}',
+        "[[1, 2, 3]]",
+        "[[5, 1]]",
+        '[["nan", 1]]',
+        "[" * 100_000,
+        f"[[1{'0' * 400}, 1]]",
+    ],
 )
 def test_a_damaged_note_of_unset_clock_starts_is_forgotten_with_a_warning_not_a_failed_start(
     tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
@@ -176,7 +185,8 @@ def test_a_damaged_note_of_unset_clock_starts_is_forgotten_with_a_warning_not_a_
     """The callout store's note of alarm starts on an unset clock (`meta`, no schema change:
     the version stays 1 and the last release opens the file) damaged by hand or a bad disk:
     forgotten with one warning naming it (pages name the start's day, as before the note),
-    and written again at the next such start. JSON nested past the parser's depth too."""
+    and written again at the next such start. JSON nested past the parser's depth too, and an
+    integer too large for a float (OverflowError, no ValueError: the daemon did not start)."""
     from monitor.callout.store import SCHEMA_VERSION, CalloutStore
     from monitor.callout.unset_starts import KEY, UnsetStarts
 
@@ -213,3 +223,85 @@ def test_a_flood_page_on_an_unset_clock_names_no_day() -> None:
 )  # fmt: skip
 def test_lasting_reads_as_a_person_says_it(seconds: float, words: str) -> None:
     assert lasting(seconds) == words
+
+
+def test_a_page_after_a_clock_in_doubt_is_taken_as_right_names_the_day_the_alarm_began(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """The heartbeat was written by a clock a month wrong in the future; the gateway starts on
+    the right clock, so it is in doubt (judged not set) and the pH alarm that begins an hour
+    later is noted as begun on an unset clock. The clock runs a week without a step and is
+    taken as right (`ClockFile.settle`): that alarm's start was the right clock's all along.
+    Bob's step, after the settle, said "in alarm since before the gateway clock was set (since
+    when is not known)" of an alarm whose start is known, and would for every page of it (and
+    after a restart). Now the starts of the steady run taken as right are forgotten: it says
+    since when."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    write_heartbeat(config.state_dir, TR + 30 * 86400.0)
+    week = 7 * 86400.0
+
+    async def go() -> None:
+        st = Station(config, TR)
+        try:
+            assert await st.tick(TR + 3600, 3600) == 0
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, TR + 3600))
+            assert await st.tick(TR + 3601, 1) == 1
+            [first] = smtp.to(ALICE)
+            assert "in alarm for 0 s (the gateway clock is not set)" in first.body, first.body
+            assert await st.tick(TR + week + 3600, week - 1) == 1  # taken as right, Bob's step
+            [page] = smtp.to(BOB)
+            assert "since 2027-01-15 04:00 EST" in page.body, page.body
+        finally:
+            await st.close()
+        st = Station(config, TR + week + 4000)  # and after a restart
+        try:
+            assert not st.callout.unset_starts.unset(TR + 3600)
+        finally:
+            await st.close()
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("stop", ["clean", "kill"])
+def test_a_page_after_a_reboot_onto_an_unset_clock_again_tells_no_length_the_clock_cannot_know(
+    tmp_path: Path, smtp: MailServer, stop: str
+) -> None:
+    """The pH alarm begins on a clock a year behind its heartbeat (not set) and Alice is paged;
+    10 minutes later the gateway reboots, and its clock (no battery-backed clock) reads what it
+    read at the last boot again. Bob's step comes after the 15 minutes it waited (5 in this
+    run): his page said "in alarm for 5 min", this clock's now less the start the last run's
+    unset clock stamped, to a person deciding how urgent it is when it had been on for 15 min
+    and a reboot. An alarm that began in an earlier run on an unset clock has no length on
+    this one: "since when is not known". One that begins in this run still says how long."""
+    config = build_config(raw_config(tmp_path, smtp.port, delay="15m"))
+    write_heartbeat(config.state_dir, TR - 60)
+    unset = TR - YEAR
+
+    async def go() -> None:
+        st = Station(config, unset)
+        try:
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset))
+            assert await st.tick(unset + 1, 1) == 1
+            for k in range(2, 601):
+                assert await st.tick(unset + k, 1) == 0
+        finally:
+            await st.stop(stop)
+        st = Station(config, unset)  # the RTC reset: the same reading as the last boot
+        paged = 0
+        try:
+            for k in range(1, 400):
+                paged += await st.tick(unset + k, 1)
+                if paged:
+                    break
+            [page] = smtp.to(BOB)
+            assert "in alarm for" not in page.body, page.body  # "in alarm for 5 min"
+            assert "in alarm (the gateway clock is not set: since when is not known)" in page.body, page.body
+            assert await st.tick(unset + k + 60, 60) == 0
+            st.daemon.alarms.apply(ph(ConditionState.ACTIVE, unset + k + 60, 9.8, Rule.HIGH))
+            assert await st.tick(unset + k + 61, 1) == 1
+            pages = smtp.to(ALICE)
+            assert len(pages) == 2 and "in alarm for 0 s (the gateway clock is not set)" in pages[1].body
+        finally:
+            await st.close()
+
+    asyncio.run(go())

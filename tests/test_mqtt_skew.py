@@ -403,6 +403,40 @@ def test_a_refusal_between_a_clock_step_and_the_watch_noticing_it_is_moved_by_no
         st.close()
 
 
+def test_a_refusal_between_two_clock_steps_the_watch_notices_as_one_moves_onto_the_clock_of_now(
+    tmp_path: Path, mosquitto: Mosquitto
+) -> None:
+    """As above, but the gateway clock steps twice before the watch's next check: back an hour
+    at +30 s (a refusal arrives on that clock), forward 30 min at +31 s (a second time source,
+    or an operator). The watch sees one step back of 30 min. The refusal is on neither the
+    clock before nor the clock after: nearer the new one, it was moved by nothing and read 30
+    min old (health dropped the sensor's line at once). Its arrival moves onto the clock of now
+    by the gateway clock less the monotonic time at arrival and now: +30 min. The refusals
+    before the steps move by the net step. The steps are injected, as above."""
+    st = SkewStation(tmp_path, mosquitto.port, "t-skew-two-steps")
+    try:
+        for k in (0, 10, 20):
+            st.at(k, gateway=T0 + k + HOUR)
+            st.send("lvl", T0 + k + 86400.0)
+        n = st.source.received + 1
+        st.wall.set(T0 + 30)  # NTP's step back, not noticed yet
+        st.mono.set(1030.0)
+        st.peer.publish("plant/lvl/level", json.dumps({"v": 4.2, "t": T0 + 30 + 86400.0}))
+        wait_until(
+            lambda: st.source.received >= n and st.source.pending() >= 1, timeout=10, what="the refusal"
+        )
+        st.wall.set(T0 + 31 + HOUR / 2)  # and forward half an hour, before the watch's check
+        st.mono.set(1031.0)
+        st.source.drain(st.emit)
+        st.daemon.pipeline.process_queued()  # the batch's check notices one step, back 30 min
+        assert st.daemon.clock_watch is not None and st.daemon.clock_watch.generation == 1
+        assert st.source.ahead.latest("plant.lvl") == (T0 + 30 + HOUR / 2, 86400.0, 4)
+        st.at(40, gateway=T0 + 40 + HOUR / 2)
+        assert st.health().stamped_ahead_sensors == ("plant.lvl",)
+    finally:
+        st.close()
+
+
 def test_the_daemon_on_the_real_clock_times_refusals_ahead_on_its_clock_watchs_monotonic_clock(
     tmp_path: Path,
 ) -> None:

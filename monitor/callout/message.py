@@ -79,13 +79,15 @@ def alarm_message(
     valid_for: float | None = None,
     unset_now: float | None = None,
     began_set: bool = True,
+    began_here: bool = True,
 ) -> tuple[str, str]:
     """(subject, text) for one alarm; short enough for one or two SMS segments before the link.
     `valid_for` instead of `expires`: the clock is not set, its expiry would name a wrong day.
     `unset_now`: the time of a gateway clock judged not set; the page says how long the alarm
     has been on instead of "since" a day of that clock (last year, 1970). `began_set` false:
     the alarm began on such a clock, since set (its start names a wrong day, and how long
-    before the step is not known)."""
+    before the step is not known). `began_here` false: not begun on this run's clock (an
+    earlier boot's unset clock, which a reboot reset): its length on this one is not known."""
     what = f"{alarm.sensor} {alarm.rule}"
     subject = one_line(f"[{one_line(station)}] {str(alarm.priority).upper()} {what}")
     began = alarm.activated_at or alarm.updated_at
@@ -93,7 +95,7 @@ def alarm_message(
         when = "in alarm since before the gateway clock was set (since when is not known)"
     elif unset_now is None:
         when = f"since {local_time(began, zone)}"
-    elif unset_now >= began:
+    elif unset_now >= began and began_here:
         when = f"in alarm for {lasting(unset_now - began)} (the gateway clock is not set)"
     else:  # stamped by another clock (a device's, or before a step): no length to tell
         when = "in alarm (the gateway clock is not set: since when is not known)"

@@ -410,6 +410,7 @@ class Callout:
                 valid_for,
                 unset_now=now if unset else None,
                 began_set=self._began_set(alarm),
+                began_here=not unset or self.unset_starts.noted(alarm.activated_at or alarm.updated_at),
             )
         messages = []
         if person is not None:

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 KEY = "unset_clock_starts"
 MAX_SPANS = 32  # runs on an unset clock remembered (a reboot loop's); the oldest go first
+MAX_HERE = 10_000  # this run's starts remembered (a chattering alarm on a clock NTP never sets)
 
 
 class UnsetStarts:
@@ -32,6 +33,9 @@ class UnsetStarts:
         self.store = store
         self.spans: list[tuple[float, float]] = self._load()
         self._open = False  # this run's span is the last one (a start on the unset clock noted)
+        # The starts noted in this run on the clock as it reads now (not kept: a reboot resets
+        # an unset clock, and its now less an earlier boot's start is no length of the alarm).
+        self._here: set[float] = set()
         self._failing = False
 
     def _load(self) -> list[tuple[float, float]]:
@@ -47,7 +51,7 @@ class UnsetStarts:
             spans = [(float(lo), float(hi)) for lo, hi in raw]
             if not all(math.isfinite(lo) and math.isfinite(hi) and lo <= hi for lo, hi in spans):
                 raise ValueError("not a span")
-        except (ValueError, TypeError, RecursionError):  # damage: the pages name the day as before
+        except (ValueError, TypeError, OverflowError, RecursionError):  # damage: pages name the day as before
             log.warning(
                 "callout store %s: the note %r of alarm starts on an unset clock is damaged (%.60r);"
                 " forgotten, written again at the next such start", self.store.path, KEY, text,
@@ -57,6 +61,9 @@ class UnsetStarts:
 
     def began(self, t: float) -> None:
         """An alarm began at `t`, stamped by the gateway clock while it was not set (this run)."""
+        if len(self._here) >= MAX_HERE:
+            self._here.clear()  # their pages say "since when is not known", nothing wrong
+        self._here.add(t)
         if not self._open:
             self.spans.append((t, t))
             self._open = True
@@ -71,8 +78,27 @@ class UnsetStarts:
     def clock_set(self) -> None:
         """NTP set the clock: a start on an unset clock after this (a restart) is a new span."""
         self._open = False
+        self._here.clear()
         if self._failing:
             self._save()
+
+    def taken_as_right(self, since: float) -> None:
+        """The clock in doubt at start (behind a heartbeat a clock wrong in the future wrote)
+        is taken as right, having run without a step since the gateway clock read `since`
+        (`ClockFile.settle`): the starts noted since were the right clock's (kept, after a day
+        a page of such an alarm said "since before the gateway clock was set"). An earlier
+        boot's unset clock read behind the right time, so its spans end before `since`."""
+        kept = [(lo, min(hi, since)) for lo, hi in self.spans if lo < since]
+        self._open = False
+        self._here.clear()
+        if kept != self.spans:
+            self.spans = kept
+            self._save()
+
+    def noted(self, t: float) -> bool:
+        """Whether an alarm start `t` was noted in this run on the unset clock as it reads now:
+        only then is now less `t` how long the alarm has been on (a page on that clock)."""
+        return t in self._here
 
     def unset(self, t: float) -> bool:
         """Whether an alarm start `t` may be one an unset clock stamped (inside a span)."""

@@ -129,8 +129,8 @@ class GatewayStep:
 def shift(engine: Engine, delta: float, keep: Collection[str] = (), clock: float | None = None) -> None:
     """Move everything the engine remembers by `delta` seconds (a step back: < 0), but
     the history of the sensors in `keep`: stamped by their device's clock, it never was
-    on the gateway's. `clock`: the new clock's reading less the monotonic time, for the
-    refusals ahead that arrived on it already (`RefusedAhead.shift`)."""
+    on the gateway's. `clock`: the new clock's reading less the monotonic time, onto which
+    the refusals ahead move from the clock each arrived on (`RefusedAhead.shift`)."""
     for st in engine.sensor_states():
         if st.device is not None or st.sensor not in keep:  # a device's stale watch: the gateway's
             st.fresh += delta

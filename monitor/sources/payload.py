@@ -256,6 +256,10 @@ class BadPayloads:
         return sorted(self.counts.items())
 
 
+SAME_CLOCK = 0.5
+"""Seconds between a refusal's offset (gateway clock less monotonic) and the clock's now
+within which it arrived on the clock of now: the jitter of reading the two clocks, not a step."""
+
 RUN_GAP = 3600.0
 """Seconds without a refusal after which the next one of the same sensor starts a new run
 (a WARNING again): a gateway clock behind for days with the device silent between is news
@@ -273,8 +277,8 @@ class StampsAhead:
     (`model.RefusedAhead`), health `total`, `last` and `worst`. The arrival times are on
     the gateway clock and move with its steps (`shift`, called where the engine's stale
     watches move); each also notes the gateway clock's reading less the `monotonic` time
-    when it arrived, so a step moves only the refusals that arrived on the clock before it
-    (one that arrived after the step but before the clock watch noticed it, under a second
+    when it arrived, so a step moves each onto the clock of now from the clock it arrived
+    on (one that arrived after the step but before the clock watch noticed it, under a second
     later, was moved by the step as well: after a step back it read as the step's length
     old, and health dropped the sensor's line until the next refusal).
 
@@ -345,13 +349,17 @@ class StampsAhead:
     def shift(self, delta: float, clock: float | None = None) -> None:
         """The gateway clock stepped by `delta`: the refusals happened where they did.
         `clock`: the new clock's reading less the monotonic time (the clock watch's, when
-        it noticed the step); a refusal that arrived on it (nearer it than the old clock's,
-        `clock - delta`) is on the new clock already and stays. None: every one moves."""
+        it noticed the step): each refusal moves onto it by its own offset's difference from
+        it, so one that arrived on the new clock already stays, and one that arrived between
+        two steps the watch noticed as one (a step back of 1 h, then forward 30 min) moves
+        by the second only (moved by all or none, it read 30 min away from when it came).
+        None: every one moves by `delta`."""
 
         def moved(offset: float) -> float:
-            if clock is None or abs(offset - (clock - delta)) < abs(offset - clock):
+            if clock is None:
                 return delta
-            return 0.0
+            by = clock - offset
+            return by if abs(by) > SAME_CLOCK else 0.0
 
         with self._lock:
             if self.last is not None:
