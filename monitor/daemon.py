@@ -567,7 +567,8 @@ class DailyFeed:
     The tracker hands a day's lines over once; an outbox that refuses them (a full or failing
     state disk) leaves them kept (`monitor/sinks/kept.py`), said once per episode, and they go
     with the next batch or timer work once it takes them. Only a restart before that loses
-    them (they are in memory)."""
+    them from memory; the station store notes the last day the outbox took, and a restart
+    closes the days after it again from the store's records (`DailyTotals.resumed`)."""
 
     def __init__(self, station: LiveStation, sink: SampleSink) -> None:
         self.station = station
@@ -577,8 +578,13 @@ class DailyFeed:
         self, samples: Sequence[Sample], conditions: Sequence[Condition], alarms: Sequence[Alarm]
     ) -> None:
         lines = self.station.take_daily()
-        if self.kept is not None:
-            self.kept.add(lines)
+        if self.kept is None:  # no InfluxDB: nothing to send again after a restart either
+            if lines:
+                self.station.daily_queued()
+            return
+        sent = bool(lines or self.kept.waiting)
+        if self.kept.add(lines) and sent:
+            self.station.daily_queued()  # else a restart closes those days again from the store
 
 
 INCIDENT_SENSOR = "incident_store"  # the pseudo-sensor of the `incidents` diagnostic alarm
