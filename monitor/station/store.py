@@ -185,16 +185,6 @@ class StationStore:
         rows = self._run("SELECT value FROM meta WHERE key = 'last_time'")
         return float(rows[0][0]) if rows else None
 
-    def save_daily_queued(self, end: float) -> None:
-        """The end (a local midnight) of the last day whose daily totals the outbox took: a
-        restart closes the days after it again (`DailyTotals.resumed`), as their lines were
-        kept in memory only. A key of `meta`: an older release ignores it."""
-        self._run("INSERT OR REPLACE INTO meta VALUES ('daily_queued', ?)", (repr(end),))
-
-    def daily_queued(self) -> float | None:
-        rows = self._run("SELECT value FROM meta WHERE key = 'daily_queued'")
-        return float(rows[0][0]) if rows else None
-
     def save_spill(self, spill: tuple[float, float, float] | None) -> None:
         """The overflow the float ended with the level dead, that the next may continue
         (`StationTracker`, one spill, one event): its start (the key), its end on the float's
@@ -257,6 +247,16 @@ class StationStore:
         start, end, level_time = (float(x) for x in str(rows[0][0]).split())
         recs = [r for r in self.overflows(start, start + 1.0) if r.start == start and r.end is not None]
         return (recs[0], end, level_time) if recs else None
+
+    def save_daily_queued(self, end: float) -> None:
+        """The end (a local midnight) of the last day whose daily totals the outbox took: a
+        restart closes the days after it again (`DailyTotals.resumed`), as their lines were
+        kept in memory only. A key of `meta`: an older release ignores it."""
+        self._run("INSERT OR REPLACE INTO meta VALUES ('daily_queued', ?)", (repr(end),))
+
+    def daily_queued(self) -> float | None:
+        rows = self._run("SELECT value FROM meta WHERE key = 'daily_queued'")
+        return float(rows[0][0]) if rows else None
 
     def runs(self, start: float, end: float) -> list[PumpRun]:
         """Runs that overlap [start, end)."""
