@@ -51,6 +51,7 @@ from monitor.pipeline import Pipeline
 from monitor.reconcile import Reconciler, device_named, device_skew, device_stamped, gateway_fed
 from monitor.recovery import recover
 from monitor.sdnotify import notify, watchdog_interval
+from monitor.sinks.kept import AlarmCopy, KeptLines
 from monitor.sinks.pipeline import SampleSink, open_sink
 from monitor.sources.modbus import ModbusPoller
 from monitor.sources.mqtt import MqttLink
@@ -199,7 +200,10 @@ class Daemon:
         self.notifiers = people_notifiers(config)
         self.dispatcher = Dispatcher(config.alarms, self.clock, notifiers=self.notifiers, mirrors=mirrors)
         self.dispatcher.attach(self.alarms)
-        self.alarms.listen(lambda _entry, alarm: self.sink.write_alarms([alarm]))
+        if self.sink.outbox is not None:  # snapshots a full disk refused wait in memory (sinks/kept.py)
+            self.alarm_copy = AlarmCopy(config.station.id, self.sink.outbox)
+            self.alarms.listen(self.alarm_copy)
+            self.pipeline.listen(self.alarm_copy)
         # --- callout (monitor/callout): escalation along rosters, dead-man heartbeat ---
         notify_cfg = config.notify
         self.callout: Callout | None = None
@@ -564,34 +568,26 @@ class DailyFeed:
     """The station's daily totals (a local day just closed) to the outbox for InfluxDB.
 
     The tracker hands a day's lines over once; an outbox that refuses them (a full or failing
-    state disk) leaves them here, said once per episode, and they go with the next batch or
-    timer work once it takes them. Only a restart before that loses them (they are in memory)."""
+    state disk) leaves them kept (`monitor/sinks/kept.py`), said once per episode, and they go
+    with the next batch or timer work once it takes them. Only a restart before that loses
+    them from memory; the station store notes the last day the outbox took, and a restart
+    closes the days after it again from the store's records (`DailyTotals.resumed`)."""
 
     def __init__(self, station: LiveStation, sink: SampleSink) -> None:
         self.station = station
-        self.sink = sink
-        self.waiting: list[str] = []  # lines the outbox refused, oldest first
-        self.failures = 0  # appends refused
+        self.kept = KeptLines(sink.outbox, "daily totals") if sink.outbox is not None else None
 
     def judged(
         self, samples: Sequence[Sample], conditions: Sequence[Condition], alarms: Sequence[Alarm]
     ) -> None:
-        self.waiting += self.station.take_daily()
-        if not self.waiting or self.sink.outbox is None:
-            self.waiting = []
+        lines = self.station.take_daily()
+        if self.kept is None:  # no InfluxDB: nothing to send again after a restart either
+            if lines:
+                self.station.daily_queued()
             return
-        try:
-            self.sink.outbox.append(self.waiting)
-        except MonitorError as exc:
-            self.failures += 1
-            if self.failures == 1:
-                log.error(
-                    "daily totals not queued for InfluxDB (kept, tried again with the next batch): %s", exc
-                )
-            return
-        if self.failures:
-            log.info("daily totals queued for InfluxDB again (%d point(s) kept meanwhile)", len(self.waiting))
-        self.waiting, self.failures = [], 0
+        sent = bool(lines or self.kept.waiting)
+        if self.kept.add(lines) and sent:
+            self.station.daily_queued()  # else a restart closes those days again from the store
 
 
 INCIDENT_SENSOR = "incident_store"  # the pseudo-sensor of the `incidents` diagnostic alarm

@@ -342,6 +342,36 @@ class VictoriaMetrics(Server):
         return [json.loads(line) for line in body.decode().splitlines() if line.strip()]
 
 
+class VMAuth(Server):
+    """VictoriaMetrics' own auth proxy (`vmauth`, Debian's victoria-metrics package) in front
+    of `backend`, the way a utility gives clerks credentials without `-httpAuth.*` on the
+    server. Every VictoriaMetrics binary answers `/flags` and `/metrics` itself, vmauth too.
+    Without the user's basic auth it answers 401."""
+
+    name = "vmauth"
+
+    def __init__(
+        self, workdir: Path, backend: str, username: str = "clerk", password: str = "s3cret-pw"
+    ) -> None:
+        super().__init__(workdir)
+        (workdir / "auth.yml").write_text(
+            f'users:\n- username: {username}\n  password: {password}\n  url_prefix: "{backend}"\n',
+            encoding="utf-8",
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            shutil.which("vmauth") or "/usr/bin/vmauth",
+            f"-auth.config={self.workdir / 'auth.yml'}",
+            f"-httpListenAddr=127.0.0.1:{self.port}",
+            "-loggerLevel=ERROR",
+        ]
+
+
 class DedupVictoriaMetrics(VictoriaMetrics):
     """VictoriaMetrics started as our docs once advised, `-dedup.minScrapeInterval=1ms`: one
     sample per series and millisecond. The 1.79 we run applies it at query time too (the

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import shutil
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -38,7 +37,7 @@ from monitor.model import Sample
 from monitor.sinks.lineproto import meter_point_line
 from monitor.sources.meter_history import MeterSample as StoredSample
 from monitor.sources.meter_history import _dedup_flag, open_history
-from tests.services import InfluxDB1, Server, VictoriaMetrics, http
+from tests.services import InfluxDB1, VictoriaMetrics, VMAuth, http
 from tests.test_billing_historian import (
     Station,
     build_station,
@@ -492,32 +491,6 @@ def test_what_the_kept_points_show_of_a_hidden_or_rewritten_one() -> None:
     assert "does not follow" in doubt(spec, None, span, after)  # billed 20 over a reading not there
     assert "correction" in doubt(spec, before, [span[0], point(6, 140.0, 20.0, corrected=True)], after)
     assert "correction" in doubt(spec, replace(before, corrected=True), span, after)
-
-
-class VMAuth(Server):
-    """VictoriaMetrics' own auth proxy (`vmauth`, Debian's victoria-metrics package) in front
-    of `backend`, the way a utility gives clerks credentials without `-httpAuth.*` on the
-    server. Every VictoriaMetrics binary answers `/flags` and `/metrics` itself, vmauth too."""
-
-    name = "vmauth"
-
-    def __init__(self, workdir: Path, backend: str) -> None:
-        super().__init__(workdir)
-        (workdir / "auth.yml").write_text(
-            f'users:\n- username: clerk\n  password: s3cret-pw\n  url_prefix: "{backend}"\n', encoding="utf-8"
-        )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def command(self) -> list[str]:
-        return [
-            shutil.which("vmauth") or "/usr/bin/vmauth",
-            f"-auth.config={self.workdir / 'auth.yml'}",
-            f"-httpListenAddr=127.0.0.1:{self.port}",
-            "-loggerLevel=ERROR",
-        ]
 
 
 def test_a_vmauth_in_front_of_a_deduplicating_server_flags_every_row(

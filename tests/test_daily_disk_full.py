@@ -112,3 +112,49 @@ def test_daily_totals_the_full_disk_refused_are_queued_once_it_has_room(
         daemon.meters.close()
         daemon.alarms.close()
         daemon.sink.close()
+
+
+def test_daily_totals_kept_at_a_restart_are_closed_again_from_the_station_store(
+    state_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The kept lines are in memory: a restart while the disk was full lost that day for
+    InfluxDB. The station store holds what they are made of (runs, overflows, silences) and
+    notes the last day queued, so the restarted daemon closes the days after it again."""
+    config = load_config(station_on(state_disk))
+    daemon = Daemon(config, ManualClock(MIDNIGHT - 3600))
+    filler = FillsTheDisk(state_disk)
+    daemon.pipeline._listeners.insert(0, filler)  # ahead of DailyFeed (see FillsTheDisk)
+    try:
+        for t in range(int(MIDNIGHT - 3600), int(MIDNIGHT) + 60, 60):  # 23:00 to 00:00 UTC
+            daemon.pipeline.process(poll(float(t)))
+        feed = next(x for x in daemon.pipeline._listeners if isinstance(x, DailyFeed))
+        assert feed.kept is not None
+        kept = list(feed.kept.waiting)
+        assert {ln.split(",")[0] for ln in kept} == {"pump_daily", "station_daily"}, kept
+        assert filler.ballast is not None
+        filler.ballast.unlink()  # space freed, and the daemon restarted before a batch came
+    finally:
+        daemon.station.close()
+        daemon.meters.close()
+        daemon.alarms.close()
+        daemon.sink.close()
+
+    again = Daemon(config, ManualClock(MIDNIGHT + 120))
+    outbox = again.sink.outbox
+    assert outbox is not None
+    try:
+        again.pipeline.process(poll(MIDNIGHT + 120))
+        queued = [
+            ln for ln in outbox.pending_lines(100_000) if ln.startswith(("pump_daily,", "station_daily,"))
+        ]
+        assert sorted(queued) == sorted(kept)  # the same points, once
+        again.pipeline.process(poll(MIDNIGHT + 180))
+        queued = [
+            ln for ln in outbox.pending_lines(100_000) if ln.startswith(("pump_daily,", "station_daily,"))
+        ]
+        assert sorted(queued) == sorted(kept)  # and not again
+    finally:
+        again.station.close()
+        again.meters.close()
+        again.alarms.close()
+        again.sink.close()

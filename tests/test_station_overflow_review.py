@@ -166,6 +166,7 @@ def test_an_overflow_across_the_station_s_midnight_splits_its_volume_between_the
         if restart and s.time == MIDNIGHT + 120 and s.sensor == "inflow":
             tracker.save()
             points += tracker.take_daily()
+            tracker.daily_queued()  # as the daemon's DailyFeed once the outbox took them
             store.close()
             store = StationStore.open(config.state_dir)
             tracker = StationTracker(config, store, resume=True)

@@ -12,7 +12,10 @@ from monitor.model import Priority, Rule
 
 
 class Influx(Section):
-    """InfluxDB 2.x/3.x (`api: v2`: org, bucket, token) or 1.x (`api: v1`: database)."""
+    """InfluxDB 2.x/3.x (`api: v2`: org, bucket, token) or 1.x (`api: v1`: database).
+
+    `username`/`password` are HTTP basic auth with either API (InfluxDB 1.x, a vmauth or
+    reverse proxy in front of a v2 endpoint); `token` is `Authorization: Token`."""
 
     url: str = Field(pattern=r"^https?://")
     api: Literal["v2", "v1"] = "v2"
@@ -39,6 +42,13 @@ class Influx(Section):
                     raise key_error(key, "required for api: v2")
         elif self.database is None:
             raise key_error("database", "required for api: v1")
+        # one Authorization header carries one of them: the other would be dropped unseen
+        if self.password is not None and self.username is None:
+            raise key_error("password", "needs username (HTTP basic auth)")
+        if self.token is not None and self.username is not None:
+            raise key_error(
+                "token", "set token or username and password, not both (one Authorization header)"
+            )
         return self
 
 

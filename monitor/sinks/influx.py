@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import http.client
 import logging
+import os.path
 from typing import Any, cast
 
+import influxdb_client
 import urllib3
 from influxdb_client.client.exceptions import InfluxDBError
 from influxdb_client.client.influxdb_client import InfluxDBClient
@@ -21,6 +23,7 @@ from influxdb_client.rest import ApiException
 
 from monitor.config import Influx, redact_url
 from monitor.errors import WriteError, WriteTimeoutError
+from monitor.sinks.credentials import ScrubLibraryLog, refusal, scrub, secrets_of
 from monitor.sinks.retry_after import parse_retry_after
 
 log = logging.getLogger(__name__)
@@ -59,7 +62,8 @@ def translate(exc: BaseException, target: str) -> WriteError:
 
 
 class InfluxV2Writer:
-    """`POST /api/v2/write?org=..&bucket=..&precision=ns` with the token, TLS verified by default."""
+    """`POST /api/v2/write?org=..&bucket=..&precision=ns` with the token or basic auth, TLS
+    verified by default."""
 
     def __init__(self, influx: Influx) -> None:
         assert influx.bucket is not None and influx.org is not None  # checked by config
@@ -67,7 +71,8 @@ class InfluxV2Writer:
         self.org = influx.org
         self._client = InfluxDBClient(
             url=influx.url,
-            token=influx.token.get_secret_value() if influx.token else "",  # "": no auth header
+            token=_credential(influx),
+            auth_basic=influx.username is not None,
             org=influx.org,
             timeout=int(influx.timeout * 1000),
             verify_ssl=influx.verify_tls,
@@ -79,6 +84,9 @@ class InfluxV2Writer:
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
             log.warning("%s: TLS certificate verification is off (verify_tls: false)", redact_url(influx.url))
         self._api = self._client.write_api(write_options=SYNCHRONOUS)
+        self._secrets = secrets_of(influx)
+        self._scrub_log = ScrubLibraryLog(os.path.dirname(influxdb_client.__file__), self._secrets)
+        logging.getLogger().addFilter(self._scrub_log)  # the client logs on the root logger
         self.target = f"{redact_url(influx.url)} org {self.org} bucket {self.bucket}"
 
     def write(self, body: bytes) -> None:
@@ -90,11 +98,27 @@ class InfluxV2Writer:
                 write_precision=cast(WritePrecision, WritePrecision.NS),
             )
         except _CAUGHT as exc:
-            raise translate(exc, self.target) from exc
+            error = translate(exc, self.target)
+            text, status = scrub(str(error), self._secrets), error.status  # a proxy may echo them
+            if status is not None:
+                status, text = refusal(status, text)
+            raise type(error)(text, status=status, retry_after=error.retry_after) from exc
 
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]
         self._client.close()  # type: ignore[no-untyped-call]
+        logging.getLogger().removeFilter(self._scrub_log)
+
+
+def _credential(influx: Influx) -> str:
+    """What influxdb-client puts in the Authorization header: with `auth_basic` it sends
+    `Basic base64(token)`, so `user:password`; else `Token <token>`; "" sends no header.
+    Its own `username=`/`password=` are not used: they sign in to an InfluxDB 2 session
+    (`/api/v2/signin`), which InfluxDB 1.8, VictoriaMetrics and a vmauth do not answer."""
+    if influx.username is not None:
+        password = influx.password.get_secret_value() if influx.password else ""
+        return f"{influx.username}:{password}"
+    return influx.token.get_secret_value() if influx.token else ""
 
 
 def _header(exc: ApiException, name: str) -> str | None:

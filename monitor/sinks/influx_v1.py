@@ -15,6 +15,7 @@ import urllib.parse
 
 from monitor.config import Influx, redact_url
 from monitor.errors import WriteError, WriteTimeoutError
+from monitor.sinks.credentials import refusal, scrub, secrets_of
 from monitor.sinks.retry_after import parse_retry_after
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ class InfluxV1Writer:
             password = influx.password.get_secret_value() if influx.password else ""
             token = base64.b64encode(f"{influx.username}:{password}".encode()).decode()
             self._headers["Authorization"] = f"Basic {token}"
+        self._secrets = secrets_of(influx)
         self._context: ssl.SSLContext | None = None
         if self._https:
             self._context = ssl.create_default_context(cafile=str(influx.ca_file) if influx.ca_file else None)
@@ -79,9 +81,11 @@ class InfluxV1Writer:
             return
         if resp.getheader("Connection", "").lower() == "close":
             self.close()
+        reason = scrub(text.decode(errors="replace").strip()[:2000], self._secrets)  # a proxy may echo them
+        status, reason = refusal(resp.status, reason)
         raise WriteError(
-            f"{self.target}: HTTP {resp.status} {text.decode(errors='replace').strip()[:2000]}",
-            status=resp.status,
+            f"{self.target}: HTTP {resp.status} {reason}",
+            status=status,
             retry_after=parse_retry_after(resp.getheader("Retry-After")),
         )
 

@@ -3,8 +3,10 @@
 The sink always keeps the local series store (the console reads it) and, when
 the config has an `influx` section, commits every point to the outbox that a
 `Drainer` empties into InfluxDB. The daemon and `monitor replay` call
-`write_samples` / `write_conditions` / `write_alarms` / `write_meter`, run
-`drainer.run()` (daemon) or `await drain(timeout)` (replay, before exit).
+`write_samples` / `write_conditions` / `write_meter`, run
+`drainer.run()` (daemon) or `await drain(timeout)` (replay, before exit). The alarm
+manager's snapshots go through `monitor.sinks.kept.AlarmCopy`, which keeps what a full
+disk refused.
 """
 
 from __future__ import annotations
@@ -14,13 +16,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from monitor.config import Config
-from monitor.model import Alarm, Clock, Condition, Sample, WallClock
+from monitor.model import Clock, Condition, Sample, WallClock
 from monitor.sinks.drain import Drainer
 from monitor.sinks.lineproto import (
     MeterPoint,
     SampleSerializer,
     SeriesInfo,
-    alarm_line,
     condition_line,
     meter_line,
     meter_point_line,
@@ -105,11 +106,6 @@ class SampleSink:
                     for c in conditions
                 ]
             )
-
-    def write_alarms(self, alarms: Sequence[Alarm]) -> None:
-        """ISA-18.2 alarm snapshots (state changes, ack, shelve) from the alarm manager."""
-        if self.outbox is not None and alarms:
-            self.outbox.append([alarm_line(self.station, a) for a in alarms])
 
     def write_meter(
         self, meter: str, time: float, reading: float, consumption_ft3: float | None = None

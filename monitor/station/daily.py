@@ -78,6 +78,8 @@ class DailyTotals:
         self.restart: float | None = None
         self.restart_first: float | None = None
         self._lines: list[str] = []
+        self.closed_through = -math.inf  # the end of the last day closed
+        self.taken_through = -math.inf  # `closed_through` at the last `take`
 
     def resumed(self, last_time: float) -> None:
         """Taken up after a restart whose store last judged `last_time`: the days from its own
@@ -88,7 +90,23 @@ class DailyTotals:
         # The daemon down: nothing was watched once its quickest sensor would have gone stale.
         self.stale_at = last_time + self.silent_after
         self.day_end = next_midnight(last_time, self.zone)
+        self._close_again(next_midnight(self.day_end - 36 * 3600, self.zone))
         self.unmonitored = self.store.unmonitored(self.day_end - 36 * 3600)
+
+    def _close_again(self, until: float) -> None:
+        """The days closed before the restart whose lines the outbox never took (kept in
+        memory on a full disk, or the daemon killed between the close and the append):
+        closed again, to `until`, from what the store holds. An overflow open across one of
+        their midnights is taken as the store holds it now, not as it stood at that midnight."""
+        queued = self.store.daily_queued()
+        if queued is None or queued >= until:
+            return
+        self.unmonitored = self.store.unmonitored(queued - 36 * 3600)
+        end = next_midnight(queued + 1, self.zone)
+        while end <= until:
+            self._close(next_midnight(end - 36 * 3600, self.zone), end)
+            self.closed_through = end
+            end = next_midnight(end + 1, self.zone)
 
     def stepped(self, delta: float, last: float, stale_at: float) -> tuple[float, float] | None:
         """The gateway clock stepped by `delta` (`StationTracker.shift`); `last`: the latest
@@ -152,10 +170,13 @@ class DailyTotals:
         """Close the local days event time `t` has passed; `live`: the overflow open then."""
         if self.day_end == -math.inf:
             self.day_end = next_midnight(t, self.zone)
+            if self.store.daily_queued() is None:  # the first day: none before it to send
+                self.store.save_daily_queued(next_midnight(self.day_end - 36 * 3600, self.zone))
             return
         while t >= self.day_end:
             start = next_midnight(self.day_end - 36 * 3600, self.zone)  # the midnight before
             self._close(start, self.day_end, None if live is None else live(self.day_end))
+            self.closed_through = self.day_end
             self.day_end = next_midnight(self.day_end + 1, self.zone)
         # The days closed need theirs no more (the store keeps them all, for reports).
         self.unmonitored = [g for g in self.unmonitored if g[1] > self.day_end - 36 * 3600]
@@ -237,7 +258,13 @@ class DailyTotals:
 
     def take(self) -> list[str]:
         out, self._lines = self._lines, []
+        self.taken_through = self.closed_through
         return out
+
+    def queued(self) -> None:
+        """The outbox took every line taken so far: a restart need not close those days again."""
+        if self.taken_through > -math.inf:
+            self.store.save_daily_queued(self.taken_through)
 
 
 __all__ = ["DailyTotals", "next_midnight"]

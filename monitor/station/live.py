@@ -124,6 +124,11 @@ class LiveStation:
         """Daily totals (line protocol) of the local days closed since the last call."""
         return self.tracker.take_daily() if self.tracker is not None else []
 
+    def daily_queued(self) -> None:
+        """The outbox took the daily totals taken so far (a restart closes only later days again)."""
+        if self.tracker is not None:
+            self.tracker.daily_queued()
+
     def save_if_due(self, now: float) -> None:
         if self.tracker is not None and now - self._saved >= SAVE_INTERVAL:
             self._saved = now

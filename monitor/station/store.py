@@ -260,6 +260,16 @@ class StationStore:
         recs = [r for r in self.overflows(start, start + 1.0) if r.start == start and r.end is not None]
         return (recs[0], end, level_time, key == "crest") if recs else None
 
+    def save_daily_queued(self, end: float) -> None:
+        """The end (a local midnight) of the last day whose daily totals the outbox took: a
+        restart closes the days after it again (`DailyTotals.resumed`), as their lines were
+        kept in memory only. A key of `meta`: an older release ignores it."""
+        self._run("INSERT OR REPLACE INTO meta VALUES ('daily_queued', ?)", (repr(end),))
+
+    def daily_queued(self) -> float | None:
+        rows = self._run("SELECT value FROM meta WHERE key = 'daily_queued'")
+        return float(rows[0][0]) if rows else None
+
     def runs(self, start: float, end: float) -> list[PumpRun]:
         """Runs that overlap [start, end)."""
         rows = self._run(

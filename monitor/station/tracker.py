@@ -677,6 +677,12 @@ class StationTracker:
         """Line-protocol points of the local days closed since the last call."""
         return self.daily.take() if self.daily is not None else []
 
+    def daily_queued(self) -> None:
+        """The outbox took every daily line taken (`DailyTotals.queued`); a store that refuses
+        the note is logged once with the other writes, and a restart sends those days again."""
+        if self.daily is not None:
+            self._stored(DailyTotals.queued, self.daily)
+
     def _ended(self, rec: OverflowRecord | PumpRun, written: bool) -> None:
         """A closed record's write the store refused (a full disk) is tried again at each
         `save`: later writes are of what is open, so its end was lost for good (the report
