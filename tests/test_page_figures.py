@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser, expect
 
 from monitor.alarms.figures import figures
 from monitor.alarms.notify import LogNotifier
@@ -29,6 +30,8 @@ from monitor.model import (
     amount,
 )
 from monitor.sources.modbus import ModbusPoller
+from tests.console import T0 as CONSOLE_T0
+from tests.console import LiveConsole, TableView, fill_day
 from tests.engine_helpers import every, live, run_live, station
 from tests.modbus_support import device
 from tests.mqtt_tools import make_ca
@@ -193,3 +196,36 @@ def test_a_frozen_clear_at_minus_zero_reads_zero() -> None:
     assert [c.state for c in out if c.rule is Rule.FROZEN] == [ConditionState.ACTIVE]
     (cleared,) = [c for c in live(engine, [Sample("t", points[-1][0] + 60.0, -0.0)]) if c.rule is Rule.FROZEN]
     assert cleared.message == "temperature reading changed: 0.0 degC (was 0.5 degC)"
+
+
+def test_the_console_card_gives_each_rule_its_real_unit_and_no_minus_zero(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """The alarm card read "3 gpm (limit 3)" for a flow meter's PLC that stopped answering
+    (failed polls as gpm), "52,428,800 (limit 209,715,200)" for a low state disk (bytes), and "-0 gpm" for
+    a flow that read -0.0001. Real Chromium."""
+    view = TableView(tmp_path / "journal.sqlite", ManualClock(CONSOLE_T0))
+    fill_day(view, CONSOLE_T0 - 86400)
+    with LiveConsole(view, refresh=0.3) as console:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(console.url)
+        expect(page.locator("#live")).to_have_text("live")
+        t = CONSOLE_T0 + 60
+        plc = "modbus device plc (127.0.0.1:502 unit 1): 3 failed polls: timeout"
+        conditions = [
+            Condition(t, "outfall.flow", Rule.COMM_LOSS, ConditionState.ACTIVE, 3.0, 3.0, "", plc),
+            Condition(t, "outfall.oil", Rule.STALE, ConditionState.ACTIVE, -0.0001, 300.0, ""),
+            Condition(
+                t, "gateway.disk", Rule.DISK_LOW, ConditionState.ACTIVE, 50 * 2.0**20, 200 * 2.0**20, ""
+            ),
+        ]
+        console.call(lambda: [view.alarms.apply(c) for c in conditions])
+        flow = page.locator('article.alarm[data-key="outfall.flow/comm_loss"]')
+        expect(flow).to_contain_text("3 failed polls (alarm after 3)")
+        expect(flow).not_to_contain_text("gpm")
+        oil = page.locator('article.alarm[data-key="outfall.oil/stale"]')
+        expect(oil).to_contain_text("0 mg/L (no reading for longer than 5 min)")
+        expect(oil).not_to_contain_text("-0")
+        disk = page.locator('article.alarm[data-key="gateway.disk/disk_low"]')
+        expect(disk).to_contain_text("50 MiB free (floor 200 MiB)")
+        page.close()
