@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,6 +116,9 @@ def test_a_modbus_comm_loss_page_counts_failed_polls_not_degrees(tmp_path: Path,
         (alarm(Rule.HIGH_LEVEL, 9.2, 8.5), "ft", "value 9.2 ft, limit 8.5 ft"),
         (alarm(Rule.FAIL_TO_START, 6.1, 5.0), "ft", "value 6.1 ft, limit 5 ft"),
         (alarm(Rule.OVERFLOW, 12.3, 12.0), "ft", "value 12.3 ft, limit 12 ft"),
+        # the level stale, the float switch deciding: no "value -"
+        (alarm(Rule.OVERFLOW, math.nan, 12.0), "ft", "level not read, overflow at 12 ft"),
+        (alarm(Rule.OVERFLOW, math.nan, None), "", "level not read"),
         # timers: a time, not a reading
         (alarm(Rule.FROZEN, 7.2, 21600.0), "", "value 7.2, unchanged for longer than 6 h"),
         (alarm(Rule.STALE, 412.0, 300.0), "gpm", "last value 412 gpm, no reading for longer than 5 min"),

@@ -93,8 +93,12 @@ def figures(alarm: Alarm, unit: str) -> str:
         run = f"running for {lasting(v * 3600.0)}" if _known(v) and v is not None else ""
         most = f"max_run {lasting(lim * 3600.0)}" if _known(lim) and lim is not None else ""
         return ", ".join(x for x in (run, most) if x)
+    if rule is Rule.OVERFLOW and not _known(v):  # the level dead or stale: the float's word
+        return f"level not read, overflow at {reading(lim, unit)}" if _known(lim) else "level not read"
     if not _known(v) and not _known(lim):
         return ""
+    if not _known(v):  # "value -" said nothing
+        return f"limit {reading(lim, unit)}"
     return f"value {reading(v, unit)}, limit {reading(lim, unit)}"
 
 
