@@ -184,9 +184,20 @@ def new_condition(
     return c
 
 
+def number(x: float | None, spec: str = "g") -> str:
+    """`x` as a message shows it: `-0.0` (or a value that rounds to it) is `0`, not `-0`,
+    which read on a page as a reading below zero. `-` for none."""
+    if x is None:
+        return "-"
+    text = format(x, spec)
+    if text.startswith("-") and set(text[1:]) <= set("0."):
+        return text[1:]
+    return text
+
+
 def amount(value: float, unit: str) -> str:
     """`603.2 gpm`, `9.5` (pH has no unit): how a reading or limit reads in a message."""
-    return f"{value:.4g} {unit}" if unit else f"{value:.4g}"
+    return f"{number(value, '.4g')} {unit}" if unit else number(value, ".4g")
 
 
 def _finite_or_none(x: float | None) -> float | None:

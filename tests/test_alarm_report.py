@@ -111,6 +111,8 @@ def test_list_and_journal(tmp_path: Path) -> None:
     assert len(lines) == 15
     assert sum("returned_unacknowledged" in line for line in lines) == 2
     assert any("outfall.ph/low" in line and "active_unacknowledged" in line for line in lines)
+    # value and limit, each in its unit (it said "value 1": no limit, no unit)
+    assert any("outfall.ph/low" in line and "value 1 pH, limit 0.5 pH [" in line for line in lines), lines
     journal = monitor(
         "alarms", "journal", "--config", str(config), "--since", "2026-02-06T00:00:00Z",
         "--until", "2026-02-07T00:00:00Z", "--sensor", PH,

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from monitor.alarms.figures import figures
 from monitor.errors import SourceError
-from monitor.model import Condition, ConditionState, Rule, Sample
+from monitor.model import Alarm, AlarmState, Condition, ConditionState, Priority, Rule, Sample
 from monitor.sources.mqtt import MqttLink
 from monitor.sources.mqtt_ingest import MqttSource
 from tests.mqtt_tools import Peer, acking, collect, make_ca, mqtt_config
@@ -308,4 +309,10 @@ def test_broker_outage_raises_and_clears_comm_loss_on_the_fed_sensors(broker: Mo
         (s, Rule.COMM_LOSS, ConditionState.ACTIVE) for s in source.fed
     }
     assert f"MQTT broker 127.0.0.1:{broker.port}: no broker for" in conditions[0].message
+    # The page and the log line read this as a time without the broker, not in the sensor's unit.
+    c = conditions[0]
+    shown = figures(
+        Alarm(c.sensor, c.rule, AlarmState.UNACK, Priority.MEDIUM, c.value, c.limit, "", c.message), "gpm"
+    )
+    assert shown.startswith("no broker for ") and shown.endswith(", alarm after 0 s"), shown
     assert {c.state for c in conditions[4:]} == {ConditionState.CLEARED}

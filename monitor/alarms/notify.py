@@ -19,10 +19,11 @@ import asyncio
 import logging
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from monitor.alarms.figures import figures
 from monitor.alarms.journal import Entry
 from monitor.alarms.manager import AlarmManager
 from monitor.config import Alarms
@@ -87,23 +88,25 @@ class LogNotifier:
 
     name = "log"
 
-    def __init__(self, logger: logging.Logger | None = None) -> None:
+    def __init__(self, logger: logging.Logger | None = None, units: Mapping[str, str] | None = None) -> None:
         self.log = logger or logging.getLogger("monitor.alarms.notify.log")
+        self.units: Mapping[str, str] = units or {}
 
     async def notify(self, alarm: Alarm, reminder: bool = False) -> None:
+        """One line; its figures say what they are ("limit 21600" for a frozen alarm was six
+        hours, "value 5" for a comm loss five failed polls)."""
         level = logging.WARNING if alarm.state is AlarmState.UNACK else logging.INFO
         what = "still unacknowledged" if reminder else alarm.state.value.replace("_", " ")
-        value = "" if alarm.value is None else f" value {alarm.value:g}"
-        limit = "" if alarm.limit is None else f" limit {alarm.limit:g}"
+        unit = self.units.get(alarm.sensor, "")
+        shown = figures(alarm, unit)
         self.log.log(
             level,
-            "alarm %s/%s %s (%s)%s%s [%s]%s",
+            "alarm %s/%s %s (%s)%s [%s]%s",
             alarm.sensor,
             alarm.rule,
             what,
             alarm.priority,
-            value,
-            limit,
+            f": {shown}" if shown else "",
             alarm.citation,
             " chattering" if alarm.chattering else "",
         )

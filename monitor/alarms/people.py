@@ -12,7 +12,7 @@ from monitor.config import Config
 
 def people_notifiers(config: Config) -> list[Notifier]:
     """The notifiers a station's config asks for: always the log, the webhook when set."""
-    out: list[Notifier] = [LogNotifier()]
+    out: list[Notifier] = [LogNotifier(units={s.id: s.effective_unit for s in config.sensors})]
     if config.alarms.webhook is not None:
         from monitor.alarms.webhook import WebhookNotifier  # httpx, only when a webhook is set
 

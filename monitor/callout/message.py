@@ -14,59 +14,23 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import math
 import secrets
 from collections.abc import Sequence
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from monitor.model import Alarm, Rule
+from monitor.alarms.figures import figures, lasting
+from monitor.model import Alarm, number
 
 
 def local_time(t: float, zone: ZoneInfo) -> str:
     return datetime.fromtimestamp(t, zone).strftime("%Y-%m-%d %H:%M %Z")
 
 
-def lasting(seconds: float) -> str:
-    """How long, as a person says it on a phone at night: `42 s`, `10 min`, `1 h 30 min`,
-    `24 h` (up to two days in hours: a day-long link reads `24 h`, not `1d 0h`), `3 days 2 h`."""
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s} s"
-    minutes = round(s / 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    days, hours = divmod(hours, 24)
-    return f"{days} days {hours} h" if hours else f"{days} days"
-
-
 def one_line(text: str) -> str:
     """`text` with every run of whitespace (line breaks included) as one space: a subject
     is a mail header, and a line break in a header is refused (or, unchecked, injected)."""
     return " ".join(text.split())
-
-
-def _num(x: float | None, unit: str) -> str:
-    if x is None:
-        return "-"
-    return f"{x:g} {unit}".strip()
-
-
-def figures(alarm: Alarm, unit: str) -> str:
-    """The page's value and limit. A timer rule's limit is a time, not a reading: a frozen
-    outfall temperature paged "limit 3600 degF" (its `frozen_after` in seconds, in the
-    sensor's unit), a stale one "limit 300 degF"."""
-    if alarm.rule is Rule.FROZEN and alarm.limit is not None:
-        return f"value {_num(alarm.value, unit)}, unchanged for longer than {lasting(alarm.limit)}"
-    if alarm.rule is Rule.STALE and alarm.limit is not None:
-        silent = f"no reading for longer than {lasting(alarm.limit)}"
-        if alarm.value is None or not math.isfinite(alarm.value):  # none good since the start
-            return silent
-        return f"last value {_num(alarm.value, unit)}, {silent}"
-    return f"value {_num(alarm.value, unit)}, limit {_num(alarm.limit, unit)}"
 
 
 def alarm_message(
@@ -126,7 +90,7 @@ def flood_message(
     at = f"at {local_time(now, zone)}" if clock_set else "now (the gateway clock is not set)"
     lines = [f"{station}: alarm flood, {len(alarms)} alarms unacknowledged {at}"]
     for a in alarms[:10]:
-        value = "-" if a.value is None else f"{a.value:g}"
+        value = number(a.value)
         lines.append(f"- {a.sensor} {a.rule} {value} ({a.citation})")
     if len(alarms) > 10:
         lines.append(f"- and {len(alarms) - 10} more")
@@ -179,3 +143,15 @@ def nonce_of(token: str) -> str | None:
     if not set(nonce) <= allowed or not set(sig) <= allowed:
         return None
     return nonce
+
+
+__all__ = [
+    "LinkSigner",
+    "alarm_message",
+    "figures",
+    "flood_message",
+    "lasting",
+    "local_time",
+    "nonce_of",
+    "one_line",
+]

@@ -8,6 +8,7 @@ import sys
 import time
 
 from monitor.alarms import AlarmManager, Journal, journal_path
+from monitor.alarms.figures import figures
 from monitor.alarms.report import build_report, render
 from monitor.commands import add_config_argument, load_config_or_exit
 from monitor.config import Config, parse_duration
@@ -82,6 +83,7 @@ def _list(config: Config, args: argparse.Namespace) -> int:
         return 0
     if not alarms:
         print("no active alarms")
+    units = {s.id: s.effective_unit for s in config.sensors}
     for a in alarms:
         since = iso(a.activated_at) if a.activated_at else "-"
         extra = ""
@@ -91,7 +93,8 @@ def _list(config: Config, args: argparse.Namespace) -> int:
             extra += f" shelved until {iso(a.shelved_until)} by {a.shelved_by}: {a.shelve_reason}"
         if a.chattering:
             extra += " CHATTERING"
-        value = "" if a.value is None else f" value {a.value:g}"
+        shown = figures(a, units.get(a.sensor, ""))  # "value 3", of a comm loss, was 3 polls
+        value = f" {shown}" if shown else ""
         print(
             f"{a.priority.value:8} {a.state.value:24} {a.sensor}/{a.rule} since {since}{value}"
             f" [{a.citation}]{extra}"

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.durable import replace_file
+from monitor.engine.checkpoint_entry import UnsoundEntryError, check_entry, delivery, frozen_run
 from monitor.engine.engine import Engine
 from monitor.engine.state import SensorState
 from monitor.errors import StateError
@@ -111,7 +112,12 @@ def save_checkpoint(engine: Engine, path: str | Path) -> None:
 
 
 def restore_checkpoint(
-    engine: Engine, path: str | Path, restart_watch: bool = False, partial: bool = False, unsaved: float = 0.0
+    engine: Engine,
+    path: str | Path,
+    restart_watch: bool = False,
+    partial: bool = False,
+    unsaved: float = 0.0,
+    dropped: list[str] | None = None,
 ) -> list[str]:
     """Load a checkpoint into a fresh engine; StateError (and no change) when it does not fit.
 
@@ -126,6 +132,10 @@ def restore_checkpoint(
     `unsaved` (with `restart_watch`): how long before the daemon ended the checkpoint may
     have been saved (the save interval): the frozen-value rule's next reading may follow
     the checkpoint's last one by that much more than `stale_after` and keep its run.
+
+    A sensor whose entry makes no sense (`checkpoint_entry.check_entry`: a flag that is not
+    a JSON bool, a time NaN where one must be, a run begun after the last reading) is
+    dropped with one warning naming it and starts fresh; its id goes to `dropped`.
     """
     path = Path(path)
     try:
@@ -166,8 +176,9 @@ def restore_checkpoint(
         raise StateError(
             f"checkpoint {path}: baseline arrays have shape {sums.shape}, expected (*, {base.sums.shape[1]})"
         )
+    lost: list[str] = [] if dropped is None else dropped
     try:
-        _apply(engine, doc, sums, counts, pairs)
+        _apply(engine, doc, sums, counts, pairs, lost)
     except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:  # 10**400: Overflow
         raise StateError(f"checkpoint {path}: inconsistent state ({exc!r})") from exc
     engine.restored_tick = engine.last_tick
@@ -197,28 +208,38 @@ def _apply(
     sums: npt.NDArray[Any],
     counts: npt.NDArray[Any],
     pairs: list[tuple[int, int]],
+    dropped: list[str],
 ) -> None:
+    """Restore the sound entries of `pairs` (which keeps only those); the sensors of the
+    others go to `dropped`, each named in one warning."""
     states = doc["state"]
+    last_tick = doc["last_tick"]
+    if isinstance(last_tick, bool) or not isinstance(last_tick, int | float) or math.isnan(last_tick):
+        raise ValueError(f"last_tick {last_tick!r}")
     # Their baseline rows, in order, belong to the entries that have a baseline.
     rows: dict[int, int] = {}
     for j, d in enumerate(states):
-        if "baseline" in d:
+        if isinstance(d, dict) and "baseline" in d:
             rows[j] = len(rows)
-    # Check every entry before changing anything.
+    # Check every entry before changing anything; an unsound one is dropped, not the file.
+    sound: list[tuple[int, int]] = []
     for i, j in pairs:
         st, d = engine.sensor_states()[i], states[j]
-        for k in _SENSOR:
-            float(d[k])
-        if st.row >= 0:
-            for k in _BASE:
-                int(d["baseline"][k])
-            if rows[j] >= sums.shape[0]:
-                raise IndexError(f"baseline row {rows[j]} of {sums.shape[0]}")
-        if st.slug is not None:
-            for k in _SLUG:
-                float(d["slug"][k])
-            for k, q, c in d["slug"]["pending"]:
-                int(k), int(q), int(c)
+        try:
+            check_entry(st, d, st.row >= 0, float(last_tick))
+            if st.row >= 0 and rows.get(j, sums.shape[0]) >= sums.shape[0]:
+                raise UnsoundEntryError(f"baseline row {rows.get(j)} of {sums.shape[0]}")
+        except UnsoundEntryError as exc:
+            log.warning(
+                "engine checkpoint: sensor %s's entry makes no sense (%s); it starts afresh"
+                " (warm-up applies), the rest restored",
+                st.sensor,
+                exc,
+            )
+            dropped.append(st.sensor)
+        else:
+            sound.append((i, j))
+    pairs[:] = sound
     base = engine.baselines
     unusable: list[str] = []
     for i, j in pairs:
@@ -245,7 +266,7 @@ def _apply(
                 getattr(base, k)[st.row] = int(b[k])
         if st.slug is not None:
             s = d["slug"]
-            st.slug.active = bool(s["active"])
+            st.slug.active = s["active"]
             for k in ("run_start", "prev_t", "warm_since", "last_mean"):
                 setattr(st.slug, k, float(s[k]))
             st.slug.pending = {int(k): [int(q), int(c)] for k, q, c in s["pending"]}
@@ -267,61 +288,21 @@ def _apply(
             s = d["limits"].get(str(lim.rule))
             if s is None:  # a limit side this sensor did not have before starts fresh
                 continue
-            lim.active = bool(s["active"])
+            lim.active = s["active"]
             lim.a_start, lim.b_start = float(s["a_start"]), float(s["b_start"])
         if st.device is not None and "device" in d:  # not: learnt again from the next reading
-            kept = _delivery(d["device"])
+            kept = delivery(d["device"])
             if kept is None:
                 unusable.append(st.sensor)
             else:
                 st.device.restore(*kept)
-    engine.last_tick = float(doc["last_tick"])
+    engine.last_tick = float(last_tick)
     if unusable:
         log.warning(
             "engine checkpoint: the quickest delivery kept for %s is no pair of times a watch"
             " could hold; learnt again from the next reading (the rest restored)",
             ", ".join(repr(s) for s in unusable),
         )
-
-
-def _delivery(kept: object) -> tuple[float, float] | None:
-    """A device-stamped sensor's kept (lag, lag_at), or None when no watch could have held it
-    (a hand edit, a flipped bit): NaN or -inf would take every reading at NaN or -inf (a stale
-    alarm that never clears, or one raised for good). The key is optional, so an unusable one
-    is learnt again like a missing one, not a reason to refuse every baseline."""
-    if not isinstance(kept, dict):
-        return None
-    lag, at = kept.get("lag"), kept.get("lag_at")
-    if not isinstance(lag, (int, float)) or not isinstance(at, (int, float)):
-        return None
-    if math.isfinite(lag) and math.isfinite(at):
-        return float(lag), float(at)
-    if lag == math.inf and at == -math.inf:  # none learnt yet, as a new watch holds it
-        return math.inf, -math.inf
-    return None
-
-
-def frozen_run(entry: object) -> tuple[float, float, float, bool] | None:
-    """The frozen-value rule's run (ref, since, last, active) from a checkpoint entry, or None
-    when it makes no sense: then the run starts at the next reading, as from a file without
-    the entry, and the rest of the file is restored. `since` later than the run's last
-    reading, or not a number, silenced the rule until the value changed (a held value never
-    does); `active: "false"` held an alarm never raised; a string threw the file away."""
-    if not isinstance(entry, dict):
-        return None
-    # JSON numbers only (a bool is an int to Python, a string one to float()).
-    values = [x for k in ("ref", "since", "last") if isinstance(x := entry.get(k), int | float)]
-    if any(isinstance(x, bool) for x in values):
-        return None
-    active = entry.get("active")
-    if not isinstance(active, bool) or len(values) != 3:
-        return None
-    ref, since, last = (float(x) for x in values)
-    if math.isnan(ref):  # no run yet (or an alarm the journal held, waiting for its reading)
-        return math.nan, math.nan, math.nan, active
-    if not (math.isfinite(ref) and math.isfinite(since) and math.isfinite(last) and since <= last):
-        return None
-    return ref, since, last, active
 
 
 def load_checkpoint_or_start_fresh(engine: Engine, path: str | Path, unsaved: float = 0.0) -> bool:
@@ -333,11 +314,16 @@ def load_checkpoint_or_start_fresh(engine: Engine, path: str | Path, unsaved: fl
         log.info("no baseline checkpoint at %s: baselines start empty (warm-up applies)", path)
         return False
     try:
-        restored = restore_checkpoint(engine, path, restart_watch=True, partial=True, unsaved=unsaved)
+        dropped: list[str] = []
+        restored = restore_checkpoint(
+            engine, path, restart_watch=True, partial=True, unsaved=unsaved, dropped=dropped
+        )
     except StateError as exc:
         log.warning("%s; ignored, baselines start empty (warm-up applies)", exc)
         return False
-    fresh = [s for s in engine.sensors if s not in set(restored)]
+    fresh = [s for s in engine.sensors if s not in set(restored) | set(dropped)]  # dropped: told
+    if dropped and not fresh:
+        return False
     if fresh:
         log.warning(
             "baselines restored from %s for %d sensor(s); %s changed or are new and start empty"

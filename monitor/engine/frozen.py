@@ -31,7 +31,7 @@ import numpy as np
 from monitor.config import SensorRules
 from monitor.engine.baseline import Floats
 from monitor.engine.rules import Bools, ffill_index, transitions
-from monitor.model import Condition, ConditionState, Kind, Rule, amount, new_condition
+from monitor.model import Condition, ConditionState, Kind, Rule, amount, new_condition, number
 
 FROZEN_CITATION = "station config: frozen_after"
 _NAN = math.nan
@@ -101,8 +101,8 @@ class FrozenState:
             return [amount(v, self.unit) for v in values]
         places = max(len(t) - t.index(".") - 1 if "." in t else 0 for t in shortest)
         if not self.unit:
-            return [f"{v:.{max(places, 2)}f}" for v in values]
-        return [f"{v:.{places}f} {self.unit}" for v in values]
+            return [number(v, f".{max(places, 2)}f") for v in values]
+        return [f"{number(v, f'.{places}f')} {self.unit}" for v in values]
 
     def condition(self, t: float, value: float, ref: float, since: float, on: bool) -> Condition:
         if on:

@@ -41,7 +41,9 @@ function fmtNum(x) {
   if (x === null || x === undefined) return "—";
   const a = Math.abs(x);
   const digits = a >= 1000 ? 0 : a >= 100 ? 1 : a >= 1 ? 2 : 3;
-  return x.toLocaleString(undefined, { maximumFractionDigits: digits });
+  // -0.0, or a value that rounds to 0 at the digits shown, read "-0": a reading below zero
+  const shown = Math.round(x * 10 ** digits) === 0 ? 0 : x;
+  return shown.toLocaleString(undefined, { maximumFractionDigits: digits });
 }
 function fmtTime(iso) {
   if (!iso) return "";
@@ -69,6 +71,30 @@ function lasting(s) {
 function limitText(a) {
   const timer = TIMER_LIMIT[a.rule];
   return timer ? `${timer} ${lasting(a.limit)}` : `limit ${fmtNum(a.limit)}`;
+}
+// What an alarm's value and limit are when they are not a reading and its threshold, as
+// monitor/alarms/figures.py says them on a page: a comm loss paged "3 gpm (limit 3)" for
+// three failed polls. null: a reading, shown with the sensor's unit.
+function counted(n, one, many) { return `${fmtNum(n)} ${n === 1 ? one : many}`; }
+function mib(b) { return `${fmtNum(Math.round(b / 1048576))} MiB`; }
+function figuresText(a) {
+  const v = a.value, lim = a.limit, has = (x) => x !== null && x !== undefined;
+  const and = (first, then) => (has(lim) ? `${first} (${then})` : first);
+  switch (a.rule) {
+    case "comm_loss":
+      if (a.message.startsWith("modbus device")) return and(counted(v, "failed poll", "failed polls"), `alarm after ${fmtNum(lim)}`);
+      if (a.message.startsWith("MQTT broker")) return and(`no broker for ${lasting(v)}`, `alarm after ${lasting(lim)}`);
+      return and(fmtNum(v), `limit ${fmtNum(lim)}`);
+    case "long_run": return and(`running for ${lasting(v * 3600)}`, `max_run ${lasting(lim * 3600)}`);
+    case "pump_starts": return and(`${counted(v, "start", "starts")} in the last hour`, `at most ${fmtNum(lim)}`);
+    case "disk_low": case "disk_full": return and(`${mib(v)} free`, `floor ${mib(lim)}`);
+    case "outbox": return and(`${counted(v, "point", "points")} dropped`, `cap ${fmtNum(lim)} bytes`);
+    case "clock": return and(`stepped ${v < 0 ? "back" : "forward"} by ${lasting(Math.abs(v))}`, `tolerance ${lasting(lim)}`);
+    case "notify": return counted(v, "failed attempt", "failed attempts");
+    case "bad_value": return `last bad reading ${fmtNum(v)}`;
+    case "state": case "incidents": return "";
+    default: return null;
+  }
 }
 function unitOf(sensorId) {
   const s = sensors.find((x) => x.id === sensorId);
@@ -234,7 +260,8 @@ function alarmCard(a) {
   // the name an operator knows the sensor by (the config's `name`), its id beside it
   const known = sensors.find((x) => x.id === a.sensor);
   const label = known && known.name ? known.name : a.sensor;
-  const reading = a.value === null ? "" :
+  const other = a.value === null ? "" : figuresText(a);
+  const reading = other !== null ? other :
     `${fmtNum(a.value)}${unit ? " " + unit : ""}` + (a.limit !== null ? ` (${limitText(a)})` : "");
   const meta = [];
   if (a.activated_at) meta.push(`since ${fmtTime(a.activated_at)} (${ago(a.activated_at)})`);
