@@ -13,7 +13,7 @@ from monitor.config import Config, build_config
 from monitor.model import ConditionState, ManualClock, Rule, Sample
 from monitor.station import StationStore, StationTracker
 from tests.smtp import MailServer
-from tests.test_callout import ALICE, Rig, certs, raw_config, smtp
+from tests.test_callout import ALICE, BOB, Rig, certs, raw_config, smtp
 from tests.test_station_tracker import T0, feed, station
 
 __all__ = ["certs", "smtp"]  # the call-out tests' fixtures: a real SMTP server
@@ -151,9 +151,9 @@ def test_a_clock_step_in_the_chatter_keeps_one_spill(tmp_path: Path, delta: floa
     store.close()
 
 
-def _paging_config(tmp_path: Path, port: int) -> Config:
+def _paging_config(tmp_path: Path, port: int, delay: str = "1h") -> Config:
     """The station above with a call-out pipeline for `overflow` (a real SMTP server)."""
-    raw = raw_config(tmp_path, port, delay="1h", match={"rules": ["overflow"]})
+    raw = raw_config(tmp_path, port, delay=delay, match={"rules": ["overflow"]})
     well = station(tmp_path)
     raw["sensors"] = [s.model_dump(mode="json", exclude_none=True) for s in well.sensors]
     raw["wet_well"] = well.wet_well.model_dump(mode="json", exclude_none=True) if well.wet_well else None
@@ -188,6 +188,62 @@ def test_one_page_for_a_float_bouncing_at_the_crest(tmp_path: Path, smtp: MailSe
             assert len(store.overflows(T0 - 60, T0 + 86_400)) == BOUNCES
             [page] = smtp.to(ALICE)
             assert "overflow" in page.subject
+        finally:
+            await rig.close()
+            store.close()
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["live", "restarted"])
+@pytest.mark.parametrize(
+    "ack", [None, T0 + 30, ends()[0]], ids=["unacknowledged", "acknowledged", "acked-cleared"]
+)
+def test_the_chatter_walks_the_roster_as_one_long_alarm(
+    tmp_path: Path, smtp: MailServer, ack: float | None, restart: bool
+) -> None:
+    """Alice paged at the first on, a 15-min step delay, the float bouncing 8 times in 4-min
+    stretches (32 min), mails to a real SMTP server. Before: the first clear (stop_on_clear)
+    ended the escalation and every continuation paged nobody: Alice asleep, Bob never told
+    while the well spilled for half an hour. Now a continuation of a spill whose escalation a
+    clear ended unacknowledged resumes it: Bob paged at 15 min (the time waited counted), as
+    for one long alarm. `acknowledged`: Alice acks the first page; nobody else is paged.
+    `acked-cleared`: she acks it in the first off (the alarm returned to normal, its
+    escalation ended by the clear): nobody else either.
+    `restarted`: alarms and call-out restart in the fourth stretch (12 min, before Bob's
+    step): the resumed escalation still pages Bob at 15 min, once."""
+    config = _paging_config(tmp_path, smtp.port, delay="15m")
+    bob_at: list[float] = []
+
+    async def go() -> None:
+        store = StationStore.open(config.state_dir)
+        tracker = StationTracker(config, store)
+        rig = Rig(config, ManualClock(T0 - 1))
+        try:
+            for s in crest():
+                if s.time > rig.clock.now():
+                    rig.clock.set(s.time)
+                for c in tracker.feed(s):
+                    rig.manager.apply(c)
+                await rig.step()
+                if s.time == ack and s.sensor == "inflow":
+                    assert len(smtp.to(ALICE)) == 1
+                    rig.manager.acknowledge("lvl", Rule.OVERFLOW, "Alice Smith")
+                if not bob_at and smtp.to(BOB):
+                    bob_at.append(rig.clock.now())
+                if restart and s.time == starts()[3] + 60 and s.sensor == "inflow":
+                    await rig.close()
+                    rig = Rig(config, ManualClock(s.time))
+                    rig.callout.resume()
+            for _ in range(12):  # an hour after the spill: nothing more due
+                await rig.step(300)
+            assert len(store.overflows(T0 - 60, T0 + 86_400)) == BOUNCES
+            assert len(smtp.to(ALICE)) == 1
+            if ack is not None:
+                assert smtp.to(BOB) == []
+            else:
+                assert len(smtp.to(BOB)) == 1
+                assert T0 + 900 <= bob_at[0] <= T0 + 900 + 10
         finally:
             await rig.close()
             store.close()
