@@ -8,10 +8,13 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
-from monitor.config import Config, build_config
-from monitor.model import ConditionState, ManualClock, Rule, Sample
+from monitor.config import Config, build_config, load_config
+from monitor.model import ConditionState, ManualClock, Rule, Sample, iso
 from monitor.station import StationStore, StationTracker
+from monitor.station.report import overflow_figures
+from tests import cli
 from tests.smtp import MailServer
 from tests.test_callout import ALICE, BOB, Rig, certs, raw_config, smtp
 from tests.test_station_tracker import T0, feed, station
@@ -280,3 +283,45 @@ def test_a_full_disk_in_the_chatter_still_links_and_the_store_takes_writes_again
     recs = store.overflows(T0 - 60, T0 + 86_400)
     assert [r.continues for r in recs] == [None] + [T0] * (BOUNCES - 1)
     store.close()
+
+
+def test_the_text_report_says_the_level_was_read_in_a_crest_gap(tmp_path: Path) -> None:
+    """`monitor pumps report --format text` on the crest's eight records. Before: each
+    continuing line said "(not measured from its end, T, to this start)", the dead-level
+    chain's words: an inspector read a gap in the measurement where the level was read every
+    10 s, just under the setpoint. Now it says the float was off and what the level read;
+    the JSON carries that level (`continues_gap_level`). The dead-level chain keeps its words
+    (tests/test_station_overflow_link.py)."""
+    raw = {
+        "station": {"id": "t", "timezone": "America/New_York"},
+        "state_dir": str(tmp_path / "state"),
+        "sensors": [
+            {"id": "lvl", "kind": "level", "unit": "ft",
+             "setpoints": {"off": 2, "lead_on": 5, "lag_on": 6, "high": 8, "overflow": 9}},
+            {"id": "p1", "kind": "pump", "pump": {"capacity": "500 gpm"}},
+            {"id": "p2", "kind": "pump", "pump": {"capacity": "500 gpm"}},
+            {"id": "inflow", "kind": "flow", "unit": "gpm"},
+            {"id": "switch", "kind": "status"},
+        ],
+        "wet_well": {"level": "lvl", "inflow": "inflow", "overflow_switch": "switch"},
+    }  # fmt: skip
+    path = tmp_path / "station.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    config = load_config(path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    feed(tracker, crest())
+    tracker.save()
+    figures = overflow_figures(store, T0 - 60, T0 + 3600, config.station.zone)
+    store.close()
+    assert [o["continues_gap_level"] for o in figures] == [None] + [8.95] * (BOUNCES - 1)
+    start, end = iso(T0 - 60), iso(T0 + 3600)
+    out = cli.run_monitor(
+        "pumps", "report", "--config", str(path), "--start", start, "--end", end, "--format", "text"
+    )
+    assert out.returncode == 0, out.stderr
+    lines = [x for x in out.stdout.splitlines() if "overflow lvl" in x]
+    assert len(lines) == BOUNCES
+    for line in lines[1:]:
+        assert "not measured" not in line
+        assert "(the overflow switch off for 10 s, the level read 8.95, under overflow)" in line

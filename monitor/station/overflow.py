@@ -116,9 +116,10 @@ class SpillLink:
         live just under `overflow`, not dead)."""
         self.record, self.end, self.crest = rec, end, crest
 
-    def continued(self, rec: OverflowRecord, t: float, agree: bool) -> str:
+    def continued(self, rec: OverflowRecord, t: float, agree: bool, level: float = math.nan) -> str:
         """Whether `rec`, opened at `t`, continues the candidate (then its `continues` and
-        `gap_from` are set and the reason is returned, else ""). The gap is measured only
+        `gap_from` are set and the reason is returned, else ""); a crest's keeps the `level`
+        last read (`gap_level`: the gap was read, not unmeasured). The gap is measured only
         across clocks that `agree` (one an hour off: not linked). The candidate is taken
         either way: a record opened after it, linked or not, is the next one's."""
         spill = self.record
@@ -135,6 +136,7 @@ class SpillLink:
         # keeps the old clock's: stepped back, the gap ran backwards).
         rec.gap_from = min(self.end, t)
         if self.crest:
+            rec.gap_level = level if math.isfinite(level) else None
             return (
                 f"; continues the overflow from {iso(rec.continues)} (the overflow switch off from"
                 f" {iso(rec.gap_from)} for {t - rec.gap_from:.0f} s, the level not clearly below overflow)"
