@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from monitor.alarms import AlarmManager
 from monitor.config import Config, build_config, load_config
 from monitor.model import ConditionState, ManualClock, Rule, Sample, iso
 from monitor.station import StationStore, StationTracker
@@ -247,6 +248,51 @@ def test_the_chatter_walks_the_roster_as_one_long_alarm(
             else:
                 assert len(smtp.to(BOB)) == 1
                 assert T0 + 900 <= bob_at[0] <= T0 + 900 + 10
+        finally:
+            await rig.close()
+            store.close()
+
+    asyncio.run(go())
+
+
+def test_killed_between_the_journal_and_the_callout_at_a_bounce_pages_no_one_again(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """The daemon killed at the second stretch's on, after the journal committed the
+    continuing `overflow` activation and before the call-out stored it (the manager alone
+    applies it here: the call-out's listener is what the kill cut off). Before: the restart's
+    `resume` took it for an alarm the store never saw and started a new escalation: Alice
+    paged again at 4 min, Bob's step put back to 19 min. Now `resume` reads the activation's
+    journal note and walks the spill's escalation on: one page to Alice, Bob at 15 min."""
+    config = _paging_config(tmp_path, smtp.port, delay="15m")
+    bob_at: list[float] = []
+
+    async def go() -> None:
+        store = StationStore.open(config.state_dir)
+        tracker = StationTracker(config, store)
+        rig = Rig(config, ManualClock(T0 - 1))
+        try:
+            for s in crest():
+                if s.time > rig.clock.now():
+                    rig.clock.set(s.time)
+                conds = tracker.feed(s)
+                if s.time == starts()[1] and any(c.rule is Rule.OVERFLOW for c in conds):
+                    await rig.close()
+                    alone = AlarmManager.open(config, ManualClock(s.time))
+                    for c in conds:
+                        alone.apply(c)
+                    alone.close()
+                    rig = Rig(config, ManualClock(s.time))
+                    rig.callout.resume()
+                else:
+                    for c in conds:
+                        rig.manager.apply(c)
+                await rig.step()
+                if not bob_at and smtp.to(BOB):
+                    bob_at.append(rig.clock.now())
+            assert len(smtp.to(ALICE)) == 1
+            assert len(smtp.to(BOB)) == 1
+            assert T0 + 900 <= bob_at[0] <= T0 + 900 + 10
         finally:
             await rig.close()
             store.close()

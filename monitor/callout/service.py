@@ -200,9 +200,32 @@ class Callout:
         self._behind(now, "not set yet, or stepped back while stopped")
         for alarm in self.manager.active():
             if alarm.state is AlarmState.UNACK and alarm.active:
-                self._activated(alarm, now, counted=False)
+                note = self._continues(alarm)
+                if note is not None and not self.store.known(
+                    alarm.sensor, str(alarm.rule), alarm.activated_at or now
+                ):
+                    self._continued(alarm, note, now)  # walks the event's escalation on, no new one
+                else:
+                    self._activated(alarm, now, counted=False)
         for esc in self.store.running("flood"):
             self._floods[esc.pipeline] = esc.id
+
+    def _continues(self, alarm: Alarm) -> str | None:
+        """The journal's note of `alarm`'s activation if it continues an earlier event: killed
+        between the journal's commit and ours, `resume` took such an activation for a new
+        alarm (Alice paged again, the next step put back by the time already waited)."""
+        if alarm.activated_at is None:
+            return None
+        try:
+            entries = self.manager.journal.entries(
+                since=alarm.activated_at, until=alarm.activated_at + 0.001, sensor=alarm.sensor
+            )
+            for entry in entries:
+                if entry.rule == alarm.rule and entry.event == "activated" and continues_from(entry.note):
+                    return entry.note
+        except StateError as exc:  # unreadable: paged as a new alarm, never silence
+            log.error("callout: %s", exc)
+        return None
 
     def _behind(self, now: float, why: str) -> None:
         """Steps and retries scheduled by a clock ahead of this one are due from now, a step
