@@ -371,3 +371,17 @@ def test_the_text_report_says_the_level_was_read_in_a_crest_gap(tmp_path: Path) 
     for line in lines[1:]:
         assert "not measured" not in line
         assert "(the overflow switch off for 10 s, the level read 8.95, under overflow)" in line
+
+
+def test_every_record_of_the_chatter_is_due_when_the_spill_is(tmp_path: Path) -> None:
+    """One spill, one SSO report, due `report_within` after the spill's first start. Before:
+    each continuing record was due 2 h after its own start, the last bounce's at 2 h 28 min:
+    the console showed the live record's report not yet overdue while the spill's was, and
+    `monitor pumps report` gave eight due times for one report."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    feed(tracker, crest())
+    recs = store.overflows(T0 - 60, T0 + 86_400)
+    assert [r.due for r in recs] == [T0 + 7200.0] * BOUNCES
+    store.close()

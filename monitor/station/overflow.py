@@ -135,6 +135,10 @@ class SpillLink:
         # The gap on this record's clock: the end as a step since moved it (the stored end
         # keeps the old clock's: stepped back, the gap ran backwards).
         rec.gap_from = min(self.end, t)
+        # One spill, one SSO report, due when the spill's is (`report_within` from its first
+        # start, carried down the chain; moved by the steps since as `end` was). Its own start's
+        # due put the last bounce's report 28 min late and never overdue on the console.
+        rec.due = min(rec.due, spill.due + self.end - spill.end)
         if self.crest:
             rec.gap_level = level if math.isfinite(level) else None
             return (
