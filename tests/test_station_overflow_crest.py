@@ -199,12 +199,14 @@ def test_one_page_for_a_float_bouncing_at_the_crest(tmp_path: Path, smtp: MailSe
     asyncio.run(go())
 
 
-@pytest.mark.parametrize("restart", [False, True], ids=["live", "restarted"])
+@pytest.mark.parametrize(
+    "restart", [None, starts()[3] + 60, ends()[2]], ids=["live", "restarted", "restarted-in-the-off"]
+)
 @pytest.mark.parametrize(
     "ack", [None, T0 + 30, ends()[0]], ids=["unacknowledged", "acknowledged", "acked-cleared"]
 )
 def test_the_chatter_walks_the_roster_as_one_long_alarm(
-    tmp_path: Path, smtp: MailServer, ack: float | None, restart: bool
+    tmp_path: Path, smtp: MailServer, ack: float | None, restart: float | None
 ) -> None:
     """Alice paged at the first on, a 15-min step delay, the float bouncing 8 times in 4-min
     stretches (32 min), mails to a real SMTP server. Before: the first clear (stop_on_clear)
@@ -215,7 +217,9 @@ def test_the_chatter_walks_the_roster_as_one_long_alarm(
     `acked-cleared`: she acks it in the first off (the alarm returned to normal, its
     escalation ended by the clear): nobody else either.
     `restarted`: alarms and call-out restart in the fourth stretch (12 min, before Bob's
-    step): the resumed escalation still pages Bob at 15 min, once."""
+    step): the resumed escalation still pages Bob at 15 min, once. `restarted-in-the-off`:
+    in the third bounce's off poll (the alarm returned to normal, its escalation ended by
+    the clear): the next on resumes it from the store."""
     config = _paging_config(tmp_path, smtp.port, delay="15m")
     bob_at: list[float] = []
 
@@ -235,7 +239,7 @@ def test_the_chatter_walks_the_roster_as_one_long_alarm(
                     rig.manager.acknowledge("lvl", Rule.OVERFLOW, "Alice Smith")
                 if not bob_at and smtp.to(BOB):
                     bob_at.append(rig.clock.now())
-                if restart and s.time == starts()[3] + 60 and s.sensor == "inflow":
+                if s.time == restart and s.sensor == "inflow":
                     await rig.close()
                     rig = Rig(config, ManualClock(s.time))
                     rig.callout.resume()
