@@ -250,8 +250,9 @@ def test_the_chatter_walks_the_roster_as_one_long_alarm(
             if ack is not None:
                 assert smtp.to(BOB) == []
             else:
-                assert len(smtp.to(BOB)) == 1
+                [bob] = smtp.to(BOB)
                 assert T0 + 900 <= bob_at[0] <= T0 + 900 + 10
+                assert f"continues the overflow from {iso(T0)}" in bob.body  # not "since" a bounce alone
         finally:
             await rig.close()
             store.close()
@@ -389,3 +390,40 @@ def test_every_record_of_the_chatter_is_due_when_the_spill_is(tmp_path: Path) ->
     recs = store.overflows(T0 - 60, T0 + 86_400)
     assert [r.due for r in recs] == [T0 + 7200.0] * BOUNCES
     store.close()
+
+
+@pytest.mark.parametrize(("unit", "per_ft"), [("m", 0.3048), ("in", 12.0)])
+def test_the_crest_margin_is_taken_in_the_level_s_own_unit(tmp_path: Path, unit: str, per_ft: float) -> None:
+    """The level and its setpoints in metres or inches: the 2 % margin is of the span in that
+    unit, so the chatter 0.05 ft under the setpoint is one spill and the level 1 ft under
+    (well past the margin) parts it, as in feet (a margin taken in feet on a level in inches
+    parted every bounce; one in inches on a level in metres never would)."""
+
+    def cfg(sub: str) -> Config:
+        sp = {
+            k: v * per_ft for k, v in {"off": 2, "lead_on": 5, "lag_on": 6, "high": 8, "overflow": 9}.items()
+        }
+        return build_config({
+            "station": {"id": "t", "timezone": "America/New_York"},
+            "state_dir": str(tmp_path / sub),
+            "sensors": [
+                {"id": "lvl", "kind": "level", "unit": unit, "setpoints": sp},
+                {"id": "p1", "kind": "pump", "pump": {"capacity": "500 gpm"}},
+                {"id": "p2", "kind": "pump", "pump": {"capacity": "500 gpm"}},
+                {"id": "inflow", "kind": "flow", "unit": "gpm"},
+                {"id": "switch", "kind": "status"},
+            ],
+            "wet_well": {"level": "lvl", "inflow": "inflow", "overflow_switch": "switch"},
+        })  # fmt: skip
+
+    for level, linked in ((8.95, BOUNCES - 1), (8.0, 0)):
+        config = cfg(f"state-{level}")
+        store = StationStore.open(config.state_dir)
+        samples = [
+            Sample(s.sensor, s.time, s.value * per_ft) if s.sensor == "lvl" else s for s in crest(level)
+        ]
+        feed(StationTracker(config, store), samples)
+        recs = store.overflows(T0 - 60, T0 + 86_400)
+        assert len(recs) == BOUNCES
+        assert sum(r.continues is not None for r in recs) == linked
+        store.close()
