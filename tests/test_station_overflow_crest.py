@@ -8,12 +8,16 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
-from monitor.config import Config, build_config
-from monitor.model import ConditionState, ManualClock, Rule, Sample
+from monitor.alarms import AlarmManager
+from monitor.config import Config, build_config, load_config
+from monitor.model import ConditionState, ManualClock, Rule, Sample, iso
 from monitor.station import StationStore, StationTracker
+from monitor.station.report import overflow_figures
+from tests import cli
 from tests.smtp import MailServer
-from tests.test_callout import ALICE, Rig, certs, raw_config, smtp
+from tests.test_callout import ALICE, BOB, Rig, certs, raw_config, smtp
 from tests.test_station_tracker import T0, feed, station
 
 __all__ = ["certs", "smtp"]  # the call-out tests' fixtures: a real SMTP server
@@ -151,9 +155,9 @@ def test_a_clock_step_in_the_chatter_keeps_one_spill(tmp_path: Path, delta: floa
     store.close()
 
 
-def _paging_config(tmp_path: Path, port: int) -> Config:
+def _paging_config(tmp_path: Path, port: int, delay: str = "1h") -> Config:
     """The station above with a call-out pipeline for `overflow` (a real SMTP server)."""
-    raw = raw_config(tmp_path, port, delay="1h", match={"rules": ["overflow"]})
+    raw = raw_config(tmp_path, port, delay=delay, match={"rules": ["overflow"]})
     well = station(tmp_path)
     raw["sensors"] = [s.model_dump(mode="json", exclude_none=True) for s in well.sensors]
     raw["wet_well"] = well.wet_well.model_dump(mode="json", exclude_none=True) if well.wet_well else None
@@ -195,6 +199,112 @@ def test_one_page_for_a_float_bouncing_at_the_crest(tmp_path: Path, smtp: MailSe
     asyncio.run(go())
 
 
+@pytest.mark.parametrize(
+    "restart", [None, starts()[3] + 60, ends()[2]], ids=["live", "restarted", "restarted-in-the-off"]
+)
+@pytest.mark.parametrize(
+    "ack", [None, T0 + 30, ends()[0]], ids=["unacknowledged", "acknowledged", "acked-cleared"]
+)
+def test_the_chatter_walks_the_roster_as_one_long_alarm(
+    tmp_path: Path, smtp: MailServer, ack: float | None, restart: float | None
+) -> None:
+    """Alice paged at the first on, a 15-min step delay, the float bouncing 8 times in 4-min
+    stretches (32 min), mails to a real SMTP server. Before: the first clear (stop_on_clear)
+    ended the escalation and every continuation paged nobody: Alice asleep, Bob never told
+    while the well spilled for half an hour. Now a continuation of a spill whose escalation a
+    clear ended unacknowledged resumes it: Bob paged at 15 min (the time waited counted), as
+    for one long alarm. `acknowledged`: Alice acks the first page; nobody else is paged.
+    `acked-cleared`: she acks it in the first off (the alarm returned to normal, its
+    escalation ended by the clear): nobody else either.
+    `restarted`: alarms and call-out restart in the fourth stretch (12 min, before Bob's
+    step): the resumed escalation still pages Bob at 15 min, once. `restarted-in-the-off`:
+    in the third bounce's off poll (the alarm returned to normal, its escalation ended by
+    the clear): the next on resumes it from the store."""
+    config = _paging_config(tmp_path, smtp.port, delay="15m")
+    bob_at: list[float] = []
+
+    async def go() -> None:
+        store = StationStore.open(config.state_dir)
+        tracker = StationTracker(config, store)
+        rig = Rig(config, ManualClock(T0 - 1))
+        try:
+            for s in crest():
+                if s.time > rig.clock.now():
+                    rig.clock.set(s.time)
+                for c in tracker.feed(s):
+                    rig.manager.apply(c)
+                await rig.step()
+                if s.time == ack and s.sensor == "inflow":
+                    assert len(smtp.to(ALICE)) == 1
+                    rig.manager.acknowledge("lvl", Rule.OVERFLOW, "Alice Smith")
+                if not bob_at and smtp.to(BOB):
+                    bob_at.append(rig.clock.now())
+                if s.time == restart and s.sensor == "inflow":
+                    await rig.close()
+                    rig = Rig(config, ManualClock(s.time))
+                    rig.callout.resume()
+            for _ in range(12):  # an hour after the spill: nothing more due
+                await rig.step(300)
+            assert len(store.overflows(T0 - 60, T0 + 86_400)) == BOUNCES
+            assert len(smtp.to(ALICE)) == 1
+            if ack is not None:
+                assert smtp.to(BOB) == []
+            else:
+                [bob] = smtp.to(BOB)
+                assert T0 + 900 <= bob_at[0] <= T0 + 900 + 10
+                assert f"continues the overflow from {iso(T0)}" in bob.body  # not "since" a bounce alone
+        finally:
+            await rig.close()
+            store.close()
+
+    asyncio.run(go())
+
+
+def test_killed_between_the_journal_and_the_callout_at_a_bounce_pages_no_one_again(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """The daemon killed at the second stretch's on, after the journal committed the
+    continuing `overflow` activation and before the call-out stored it (the manager alone
+    applies it here: the call-out's listener is what the kill cut off). Before: the restart's
+    `resume` took it for an alarm the store never saw and started a new escalation: Alice
+    paged again at 4 min, Bob's step put back to 19 min. Now `resume` reads the activation's
+    journal note and walks the spill's escalation on: one page to Alice, Bob at 15 min."""
+    config = _paging_config(tmp_path, smtp.port, delay="15m")
+    bob_at: list[float] = []
+
+    async def go() -> None:
+        store = StationStore.open(config.state_dir)
+        tracker = StationTracker(config, store)
+        rig = Rig(config, ManualClock(T0 - 1))
+        try:
+            for s in crest():
+                if s.time > rig.clock.now():
+                    rig.clock.set(s.time)
+                conds = tracker.feed(s)
+                if s.time == starts()[1] and any(c.rule is Rule.OVERFLOW for c in conds):
+                    await rig.close()
+                    alone = AlarmManager.open(config, ManualClock(s.time))
+                    for c in conds:
+                        alone.apply(c)
+                    alone.close()
+                    rig = Rig(config, ManualClock(s.time))
+                    rig.callout.resume()
+                else:
+                    for c in conds:
+                        rig.manager.apply(c)
+                await rig.step()
+                if not bob_at and smtp.to(BOB):
+                    bob_at.append(rig.clock.now())
+            assert len(smtp.to(ALICE)) == 1
+            assert len(smtp.to(BOB)) == 1
+            assert T0 + 900 <= bob_at[0] <= T0 + 900 + 10
+        finally:
+            await rig.close()
+            store.close()
+
+    asyncio.run(go())
+
+
 def test_a_full_disk_in_the_chatter_still_links_and_the_store_takes_writes_again(tiny_disk: Path) -> None:
     """The state disk (a real 3 MB tmpfs) fills in the third stretch: the crest candidate's
     write (one transaction, `StationStore.save_spill`) fails, logged and counted, never a
@@ -224,3 +334,96 @@ def test_a_full_disk_in_the_chatter_still_links_and_the_store_takes_writes_again
     recs = store.overflows(T0 - 60, T0 + 86_400)
     assert [r.continues for r in recs] == [None] + [T0] * (BOUNCES - 1)
     store.close()
+
+
+def test_the_text_report_says_the_level_was_read_in_a_crest_gap(tmp_path: Path) -> None:
+    """`monitor pumps report --format text` on the crest's eight records. Before: each
+    continuing line said "(not measured from its end, T, to this start)", the dead-level
+    chain's words: an inspector read a gap in the measurement where the level was read every
+    10 s, just under the setpoint. Now it says the float was off and what the level read;
+    the JSON carries that level (`continues_gap_level`). The dead-level chain keeps its words
+    (tests/test_station_overflow_link.py)."""
+    raw = {
+        "station": {"id": "t", "timezone": "America/New_York"},
+        "state_dir": str(tmp_path / "state"),
+        "sensors": [
+            {"id": "lvl", "kind": "level", "unit": "ft",
+             "setpoints": {"off": 2, "lead_on": 5, "lag_on": 6, "high": 8, "overflow": 9}},
+            {"id": "p1", "kind": "pump", "pump": {"capacity": "500 gpm"}},
+            {"id": "p2", "kind": "pump", "pump": {"capacity": "500 gpm"}},
+            {"id": "inflow", "kind": "flow", "unit": "gpm"},
+            {"id": "switch", "kind": "status"},
+        ],
+        "wet_well": {"level": "lvl", "inflow": "inflow", "overflow_switch": "switch"},
+    }  # fmt: skip
+    path = tmp_path / "station.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    config = load_config(path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    feed(tracker, crest())
+    tracker.save()
+    figures = overflow_figures(store, T0 - 60, T0 + 3600, config.station.zone)
+    store.close()
+    assert [o["continues_gap_level"] for o in figures] == [None] + [8.95] * (BOUNCES - 1)
+    start, end = iso(T0 - 60), iso(T0 + 3600)
+    out = cli.run_monitor(
+        "pumps", "report", "--config", str(path), "--start", start, "--end", end, "--format", "text"
+    )
+    assert out.returncode == 0, out.stderr
+    lines = [x for x in out.stdout.splitlines() if "overflow lvl" in x]
+    assert len(lines) == BOUNCES
+    for line in lines[1:]:
+        assert "not measured" not in line
+        assert "(the overflow switch off for 10 s, the level read 8.95, under overflow)" in line
+
+
+def test_every_record_of_the_chatter_is_due_when_the_spill_is(tmp_path: Path) -> None:
+    """One spill, one SSO report, due `report_within` after the spill's first start. Before:
+    each continuing record was due 2 h after its own start, the last bounce's at 2 h 28 min:
+    the console showed the live record's report not yet overdue while the spill's was, and
+    `monitor pumps report` gave eight due times for one report."""
+    config = station(tmp_path)
+    store = StationStore.open(config.state_dir)
+    tracker = StationTracker(config, store)
+    feed(tracker, crest())
+    recs = store.overflows(T0 - 60, T0 + 86_400)
+    assert [r.due for r in recs] == [T0 + 7200.0] * BOUNCES
+    store.close()
+
+
+@pytest.mark.parametrize(("unit", "per_ft"), [("m", 0.3048), ("in", 12.0)])
+def test_the_crest_margin_is_taken_in_the_level_s_own_unit(tmp_path: Path, unit: str, per_ft: float) -> None:
+    """The level and its setpoints in metres or inches: the 2 % margin is of the span in that
+    unit, so the chatter 0.05 ft under the setpoint is one spill and the level 1 ft under
+    (well past the margin) parts it, as in feet (a margin taken in feet on a level in inches
+    parted every bounce; one in inches on a level in metres never would)."""
+
+    def cfg(sub: str) -> Config:
+        sp = {
+            k: v * per_ft for k, v in {"off": 2, "lead_on": 5, "lag_on": 6, "high": 8, "overflow": 9}.items()
+        }
+        return build_config({
+            "station": {"id": "t", "timezone": "America/New_York"},
+            "state_dir": str(tmp_path / sub),
+            "sensors": [
+                {"id": "lvl", "kind": "level", "unit": unit, "setpoints": sp},
+                {"id": "p1", "kind": "pump", "pump": {"capacity": "500 gpm"}},
+                {"id": "p2", "kind": "pump", "pump": {"capacity": "500 gpm"}},
+                {"id": "inflow", "kind": "flow", "unit": "gpm"},
+                {"id": "switch", "kind": "status"},
+            ],
+            "wet_well": {"level": "lvl", "inflow": "inflow", "overflow_switch": "switch"},
+        })  # fmt: skip
+
+    for level, linked in ((8.95, BOUNCES - 1), (8.0, 0)):
+        config = cfg(f"state-{level}")
+        store = StationStore.open(config.state_dir)
+        samples = [
+            Sample(s.sensor, s.time, s.value * per_ft) if s.sensor == "lvl" else s for s in crest(level)
+        ]
+        feed(StationTracker(config, store), samples)
+        recs = store.overflows(T0 - 60, T0 + 86_400)
+        assert len(recs) == BOUNCES
+        assert sum(r.continues is not None for r in recs) == linked
+        store.close()

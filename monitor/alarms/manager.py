@@ -6,6 +6,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 from monitor.alarms.journal import Entry, Journal
@@ -22,8 +23,9 @@ Listener = Callable[[Entry, Alarm], None]
 """Called after every journaled transition, on the caller's thread (the event loop)."""
 
 # The note of an activation that continues an earlier one's event (an overflow continuing a
-# spill: monitor/station/overflow.py `SpillLink`): journaled, and the call-out pages nobody
-# for it (the spill's first activation paged; a float bouncing at the crest paged per bounce).
+# spill: monitor/station/overflow.py `SpillLink`): journaled, and the call-out walks the
+# event's one escalation on instead of starting one per activation (a float bouncing at the
+# crest paged per bounce; a clear that ended the escalation then paged nobody for hours).
 CONTINUES = "continues the event from "
 
 
@@ -31,6 +33,16 @@ def continues_note(condition: Condition) -> str | None:
     """The activation's note if `condition` continues an earlier event (its `continues`)."""
     first = condition.extra.get("continues")
     return f"{CONTINUES}{iso(first)}" if isinstance(first, float) else None
+
+
+def continues_from(note: str | None) -> float | None:
+    """The event's start a `continues_note` names (to the millisecond); None for any other note."""
+    if not note or not note.startswith(CONTINUES):
+        return None
+    try:
+        return datetime.fromisoformat(note.removeprefix(CONTINUES)).timestamp()
+    except ValueError:
+        return None
 
 
 _NAME_MAX = 100

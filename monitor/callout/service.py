@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from monitor.alarms.journal import Entry
-from monitor.alarms.manager import CONTINUES, AlarmManager
+from monitor.alarms.manager import CONTINUES, AlarmManager, continues_from
 from monitor.callout.message import LinkSigner, alarm_message, flood_message, local_time, nonce_of
 from monitor.callout.rules import Matcher
 from monitor.callout.store import CalloutStore, Escalation, Message
@@ -176,6 +176,10 @@ class Callout:
                 self._activated(alarm, self.clock.now())
         elif entry.event == "acknowledged":
             self._end_alarm(alarm, "acknowledged", entry.actor)
+            if alarm.activated_at is not None:  # acked after the clear ended its escalation
+                self.store.acknowledged_after_clear(
+                    alarm.sensor, str(alarm.rule), alarm.activated_at, entry.actor
+                )
         elif entry.event == "cleared":
             self._end_alarm(alarm, "cleared", None, only_if_stop_on_clear=True)
         elif entry.event in _ENDING:
@@ -196,9 +200,32 @@ class Callout:
         self._behind(now, "not set yet, or stepped back while stopped")
         for alarm in self.manager.active():
             if alarm.state is AlarmState.UNACK and alarm.active:
-                self._activated(alarm, now, counted=False)
+                note = self._continues(alarm)
+                if note is not None and not self.store.known(
+                    alarm.sensor, str(alarm.rule), alarm.activated_at or now
+                ):
+                    self._continued(alarm, note, now)  # walks the event's escalation on, no new one
+                else:
+                    self._activated(alarm, now, counted=False)
         for esc in self.store.running("flood"):
             self._floods[esc.pipeline] = esc.id
+
+    def _continues(self, alarm: Alarm) -> str | None:
+        """The journal's note of `alarm`'s activation if it continues an earlier event: killed
+        between the journal's commit and ours, `resume` took such an activation for a new
+        alarm (Alice paged again, the next step put back by the time already waited)."""
+        if alarm.activated_at is None:
+            return None
+        try:
+            entries = self.manager.journal.entries(
+                since=alarm.activated_at, until=alarm.activated_at + 0.001, sensor=alarm.sensor
+            )
+            for entry in entries:
+                if entry.rule == alarm.rule and entry.event == "activated" and continues_from(entry.note):
+                    return entry.note
+        except StateError as exc:  # unreadable: paged as a new alarm, never silence
+            log.error("callout: %s", exc)
+        return None
 
     def _behind(self, now: float, why: str) -> None:
         """Steps and retries scheduled by a clock ahead of this one are due from now, a step
@@ -292,16 +319,45 @@ class Callout:
 
     def _continued(self, alarm: Alarm, note: str, now: float) -> None:
         """An activation that continues an earlier one's event (an overflow continuing its
-        spill): the event's first activation paged, this one pages nobody. Its escalation is
-        stored ended ("continues"), so a restart's `resume` does not take it for one the store
-        never saw and page for it after all."""
+        spill): one event, one escalation walked on, not a page per activation. The event's
+        latest escalation (`CalloutStore.event`) decides. Ended by a return to normal, nobody
+        having acknowledged: it resumes (`CalloutStore.resume`), its next step due when it was
+        (at once if overdue): a float bouncing at the crest whose first clear ended Alice's
+        escalation pages Bob at the delay, as one long alarm would; before, nobody after Alice
+        was told while the well spilled for hours. Acknowledged (the person knows), still
+        running (no `stop_on_clear`), the roster exhausted, shelved: this one pages nobody,
+        its escalation stored ended ("continues"), so a restart's `resume` does not take it
+        for one the store never saw. None of the event known (the store was lost, or the
+        pipeline matched none of it before): paged as a new alarm, never silence."""
+        activated = alarm.activated_at or now
+        since = continues_from(note)
+        # To the millisecond in the note; the event's first activation is at its start or later.
+        chain = (
+            [] if since is None else self.store.event(alarm.sensor, str(alarm.rule), since - 0.001, activated)
+        )
+        lead = next((e for e in chain if e.status != "continues"), None)
+        if lead is None:
+            log.warning("callout for %s/%s: it %s, but no escalation of that event is known; paged as new",
+                        alarm.sensor, alarm.rule, note)  # fmt: skip
+            self._activated(alarm, now)
+            return
+        if lead.status == "cleared" and lead.next_step < lead.steps:
+            esc = self.store.resume(lead, activated, now)
+            if esc is not None:
+                log.warning(
+                    "callout for %s/%s: it %s, whose escalation returned to normal unacknowledged;"
+                    " resumed at step %d (%s), due %s", alarm.sensor, alarm.rule, note, esc.next_step + 1,
+                    esc.next_person, iso(esc.next_at or now),
+                )  # fmt: skip
+                self.tick(now)
+            return
         pipeline = self.matcher.pipeline(alarm, now)
         if pipeline is None:
             return
-        esc = self._start("alarm", alarm.sensor, str(alarm.rule), alarm.activated_at or now, pipeline, now)
+        esc = self._start("alarm", alarm.sensor, str(alarm.rule), activated, pipeline, now)
         if esc is not None:
             self.store.end(esc.id, "continues", None, now)
-            log.info("callout for %s/%s: no page, it %s", alarm.sensor, alarm.rule, note)
+            log.info("callout for %s/%s: no page, it %s (%s)", alarm.sensor, alarm.rule, note, lead.status)
 
     def _start(
         self, kind: str, sensor: str, rule: str, activated: float, p: EscalationPipeline, now: float

@@ -433,15 +433,72 @@ class CalloutStore:
         return True
 
     def end(self, escalation: int, status: str, by: str | None, now: float) -> bool:
-        """Stop an escalation (and the messages it has not sent yet); False if it had ended."""
+        """Stop an escalation (and the messages it has not sent yet); False if it had ended.
+        One a return to normal ended keeps the time its next step was due: an activation that
+        continues its event resumes it from there (`resume`)."""
         with self._tx() as db:
             cur = db.execute(
-                "UPDATE escalation SET status=?, ended_at=?, ended_by=?, next_at=NULL "
+                "UPDATE escalation SET status=?, ended_at=?, ended_by=?,"
+                " next_at=CASE WHEN ?='cleared' THEN next_at END "
                 "WHERE id=? AND status IN ('running', 'flood', 'done')",
-                (status, now, by, escalation),
+                (status, now, by, status, escalation),
             )
             db.execute(
                 "UPDATE message SET state='cancelled' WHERE escalation=? AND state='pending'", (escalation,)
+            )
+        return cur.rowcount > 0
+
+    def event(self, sensor: str, rule: str, since: float, before: float) -> list[Escalation]:
+        """The alarm escalations of one event (activated from `since`, before `before`), the
+        latest first: the activations an activation continuing that event follows."""
+        rows = self._query(
+            f"SELECT {_ESC} FROM escalation WHERE kind='alarm' AND sensor=? AND rule=?"
+            " AND activated_at>=? AND activated_at<? ORDER BY activated_at DESC, id DESC",
+            (sensor, rule, since, before),
+        )
+        return [_esc(r) for r in rows]
+
+    def resume(self, lead: Escalation, activated_at: float, now: float) -> Escalation | None:
+        """A running escalation for the activation at `activated_at` that takes over where `lead`
+        (a return to normal ended it unacknowledged) stopped: its roster, its next step, due when
+        that was (at once if due already; `served`: the delay less what is left, so a restart
+        on an unset clock counts the time already waited). None when this activation already
+        has one (a restart's resume)."""
+        due = now if lead.next_at is None else lead.next_at
+        served = min(lead.delay, max(0.0, lead.delay - (due - now)))
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT OR IGNORE INTO escalation (kind, sensor, rule, activated_at, pipeline, roster, "
+                "steps, delay, stop_on_clear, started, next_step, next_at, status, served) "
+                "VALUES ('alarm', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+                (
+                    lead.sensor,
+                    lead.rule,
+                    activated_at,
+                    lead.pipeline,
+                    json.dumps(list(lead.roster)),
+                    lead.steps,
+                    lead.delay,
+                    int(lead.stop_on_clear),
+                    now,
+                    lead.next_step,
+                    due,
+                    served,
+                ),
+            )
+            if cur.rowcount == 0:
+                return None
+            rowid = cur.lastrowid
+        return self.get(int(rowid or 0))
+
+    def acknowledged_after_clear(self, sensor: str, rule: str, activated_at: float, by: str | None) -> bool:
+        """An alarm acknowledged after its return to normal ended its escalation: that one is
+        marked acknowledged (by whom), so an activation continuing its event pages nobody."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE escalation SET status='acknowledged', ended_by=?, next_at=NULL WHERE kind='alarm'"
+                " AND sensor=? AND rule=? AND activated_at=? AND status='cleared'",
+                (by, sensor, rule, activated_at),
             )
         return cur.rowcount > 0
 

@@ -105,12 +105,22 @@ def run(args: argparse.Namespace) -> int:
         # One spill, one event: the SSO report's start is the spill's first record's.
         link = ""
         if o["continues"]:
-            link = (
-                f"; continues the overflow from {local(o['continues'])}"
-                f" (not measured from its end, {local(o['continues_gap_from'])}, to this start)"
-            )
+            link = f"; continues the overflow from {local(o['continues'])}"
+            if o["continues_gap_level"] is not None:  # a float bouncing at the crest: the level read
+                gap = _seconds(o["start"]) - _seconds(o["continues_gap_from"])
+                link += (
+                    f" (the overflow switch off for {gap:.0f} s, the level read"
+                    f" {o['continues_gap_level']:g}, under overflow)"
+                )
+            else:
+                link += f" (not measured from its end, {local(o['continues_gap_from'])}, to this start)"
         print(
             f"  overflow {o['sensor']} from {local(o['start'])} to {to}:"
             f" {volume}, peak {o['peak_level']}, report due {o['report_due_local']}{link}"
         )
     return 0
+
+
+def _seconds(stamp: str) -> float:
+    """A report's ISO 8601 UTC time as epoch seconds."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

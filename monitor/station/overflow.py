@@ -116,9 +116,10 @@ class SpillLink:
         live just under `overflow`, not dead)."""
         self.record, self.end, self.crest = rec, end, crest
 
-    def continued(self, rec: OverflowRecord, t: float, agree: bool) -> str:
+    def continued(self, rec: OverflowRecord, t: float, agree: bool, level: float = math.nan) -> str:
         """Whether `rec`, opened at `t`, continues the candidate (then its `continues` and
-        `gap_from` are set and the reason is returned, else ""). The gap is measured only
+        `gap_from` are set and the reason is returned, else ""); a crest's keeps the `level`
+        last read (`gap_level`: the gap was read, not unmeasured). The gap is measured only
         across clocks that `agree` (one an hour off: not linked). The candidate is taken
         either way: a record opened after it, linked or not, is the next one's."""
         spill = self.record
@@ -134,7 +135,12 @@ class SpillLink:
         # The gap on this record's clock: the end as a step since moved it (the stored end
         # keeps the old clock's: stepped back, the gap ran backwards).
         rec.gap_from = min(self.end, t)
+        # One spill, one SSO report, due when the spill's is (`report_within` from its first
+        # start, carried down the chain; moved by the steps since as `end` was). Its own start's
+        # due put the last bounce's report 28 min late and never overdue on the console.
+        rec.due = min(rec.due, spill.due + self.end - spill.end)
         if self.crest:
+            rec.gap_level = level if math.isfinite(level) else None
             return (
                 f"; continues the overflow from {iso(rec.continues)} (the overflow switch off from"
                 f" {iso(rec.gap_from)} for {t - rec.gap_from:.0f} s, the level not clearly below overflow)"

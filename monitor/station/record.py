@@ -66,6 +66,10 @@ class OverflowRecord:
     disagree_from: float | None = None
     disagree_to: float | None = None
     disagree_level: float | None = None
+    # What the level read when this record continued one the float's off ended at the crest
+    # (`SpillLink.crest`: the level live just under `overflow`; schema 6): the gap was read,
+    # not unmeasured. None: a dead-level gap (nothing read), or no level read yet after a restart.
+    gap_level: float | None = None
     # Not stored: the disagreement going on now, since when and the level then.
     _disagree_now: tuple[float, float] | None = dataclasses.field(default=None, repr=False, compare=False)
     _missed_since: float | None = dataclasses.field(default=None, repr=False, compare=False)

@@ -132,6 +132,9 @@ def overflow_figures(
                 # start, the spill's id) and from when the time between was not measured.
                 "continues": None if rec.continues is None else iso(rec.continues),
                 "continues_gap_from": None if rec.gap_from is None else iso(rec.gap_from),
+                # A crest's gap (the float off, the level live just under overflow): what the
+                # level read then; null for a gap nothing was read in.
+                "continues_gap_level": rec.gap_level,
                 "report_due": iso(rec.due),
                 "report_due_local": datetime.fromtimestamp(rec.due, zone).isoformat(timespec="minutes"),
             }

@@ -74,6 +74,11 @@ ALTER TABLE overflows ADD COLUMN disagree_from REAL;
 ALTER TABLE overflows ADD COLUMN disagree_to REAL;
 ALTER TABLE overflows ADD COLUMN disagree_level REAL;
 """
+# The level read in a crest gap (the float off, the level live just under the setpoint): the
+# gap between two records of one spill was measured, not a stretch nothing was read in.
+_GAP_LEVEL = """
+ALTER TABLE overflows ADD COLUMN gap_level REAL;
+"""
 # The silences of the station not monitored (`DailyTotals`), kept for good: `monitor pumps
 # report` over any period leaves them out of run hours as the day's point does.
 _UNMONITORED = """
@@ -81,14 +86,15 @@ CREATE TABLE IF NOT EXISTS unmonitored (start REAL PRIMARY KEY, end REAL NOT NUL
 """
 # Add a migration to change a table; never edit one.
 SCHEMA = Schema(
-    "station store", (_SCHEMA, _VOLUME_NOTE, _RESUME_AND_LINK, _DAY_SPLIT, _MISSING, _UNMONITORED)
+    "station store", (_SCHEMA, _VOLUME_NOTE, _RESUME_AND_LINK, _DAY_SPLIT, _MISSING, _UNMONITORED, _GAP_LEVEL)
 )
 
 
 _COLUMNS = (
     "sensor, start, end, peak, volume_gal, due, method, volume_note, level_last, silent_from, silent_to,"
     " opened_by, switch_on, switch_off_at, volume_at_off, rate_gpm, rate_at, continues, gap_from,"
-    " volume_before_day, missing_from, missing_to, disagree_from, disagree_to, disagree_level"
+    " volume_before_day, missing_from, missing_to, disagree_from, disagree_to, disagree_level,"
+    " gap_level"
 )
 
 
@@ -124,7 +130,7 @@ class StationStore:
         peak = rec.peak if rec.peak == rec.peak else None
         switch = None if rec.switch_on is None else int(rec.switch_on)
         self._run(
-            f"INSERT OR REPLACE INTO overflows ({_COLUMNS}) VALUES ({', '.join('?' * 25)})",
+            f"INSERT OR REPLACE INTO overflows ({_COLUMNS}) VALUES ({', '.join('?' * 26)})",
             (
                 rec.sensor,
                 rec.start,
@@ -151,6 +157,7 @@ class StationStore:
                 rec.disagree_from,
                 rec.disagree_to,
                 rec.disagree_level,
+                rec.gap_level,
             ),
         )
 
@@ -308,7 +315,7 @@ class StationStore:
             rec.switch_on = None if sw is None else bool(sw)
             rec.switch_off_at, rec.volume_at_off, rec.rate_gpm, rec.rate_at = rest[:4]
             rec.continues, rec.gap_from, rec.volume_before_day, rec.missing_from, rec.missing_to = rest[4:9]
-            rec.disagree_from, rec.disagree_to, rec.disagree_level = rest[9:]
+            rec.disagree_from, rec.disagree_to, rec.disagree_level, rec.gap_level = rest[9:]
             out.append(rec)
         return out
 

@@ -581,7 +581,9 @@ class StationTracker:
             why = "level at or above overflow" if level_over else "overflow switch on"
             extra: dict[str, float | str] = {}
             if self._link.record is not None:
-                why += self._link.continued(rec, t, self.clocks.comparable(sid, self.switch_id or ""))
+                why += self._link.continued(
+                    rec, t, self.clocks.comparable(sid, self.switch_id or ""), self.level
+                )
                 if rec.continues is not None:
                     extra["continues"] = rec.continues
                 self._saved_spill()

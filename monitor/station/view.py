@@ -124,6 +124,8 @@ def snapshot(config: Config, tracker: StationTracker, now: float) -> dict[str, o
             "continues": None if rec.continues is None else iso(rec.continues),
             "continues_local": None if rec.continues is None else _local(rec.continues, zone),
             "continues_gap_from": None if rec.gap_from is None else iso(rec.gap_from),
+            # A crest's gap: the level read then (the float off); null: nothing read in it.
+            "continues_gap_level": rec.gap_level,
         }
     return {
         "station": config.station.id,

@@ -64,9 +64,12 @@ function drawOverflow(o) {
   const volume = (o.volume_gal === null ? "volume unknown" : `${Math.round(o.volume_gal)} gal so far`) + note;
   // The level stale: the end is open because no reading said the well stopped spilling.
   const stale = o.level_not_read_since_local ? ` · level not read since ${o.level_not_read_since_local}` : "";
-  // One spill, one event: this record continues one the float ended with the level dead.
-  const link = o.continues_local
-    ? ` · continues the overflow from ${o.continues_local} (the time between not measured)` : "";
+  // One spill, one event: this record continues one the float ended with the level dead (the
+  // time between not measured), or at the crest with the level read just under overflow.
+  const gap = o.continues_gap_level === null || o.continues_gap_level === undefined
+    ? "the time between not measured"
+    : `the overflow switch off, the level read ${fmt(o.continues_gap_level)}, under overflow`;
+  const link = o.continues_local ? ` · continues the overflow from ${o.continues_local} (${gap})` : "";
   box.textContent = `OVERFLOW since ${o.start_local}${link} · peak ${fmt(o.peak_level)} · ${volume}${stale} · ` +
     `report due ${o.report_due_local}${o.overdue ? " (OVERDUE)" : ""}`;
 }
