@@ -19,8 +19,14 @@ ever catch our types:
     │   │   └── WriteTimeoutError  no answer within the configured timeout
     │   └── OutboxError        the local outbox could not be read or written
     ├── StateError             a checkpoint, journal or ledger is unusable
+    │   ├── UnsoundEntryError      one sensor's checkpoint entry makes no sense (engine/checkpoint_entry.py)
+    │   ├── StateLockedError       another process holds a state file locked (sqlite.py)
+    │   ├── StateDirInUseError     another live process holds the state dir (statelock.py)
+    │   └── DamagedEvidenceError   one incident's evidence does not decode (incidents/store.py)
     ├── AlarmError             an operator action is not allowed in this state
     ├── MeterError             a meter operation is invalid (e.g. replacement)
+    ├── LinkError              an acknowledge link unknown, forged, spent or expired (callout/service.py)
+    ├── WorkerUnavailableError no incident worker process could be started (incidents/worker.py)
     └── KeyRefusedError        an Idempotency-Key that is not one (`monitor/writeonce.py`)
 """
 

@@ -137,3 +137,28 @@ def test_a_slug_run_moved_by_a_clock_step_forward_is_no_run_after_the_last_readi
     out = live(again, [Sample("flow", end + 75.0 + 10.0 * i, 3000.0) for i in range(30)])
     [slug] = [c for c in out if c.rule is Rule.SLUG]
     assert slug.time == end + 45.0 + 3 * 60 + 10.0  # the first reading past 3 min from its moved start
+
+
+def test_a_run_begun_between_ticks_and_moved_by_a_step_forward_is_restored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The daemon ticks once a second and judges each reading as it comes, between ticks: an
+    over run (and a high-flow on-delay) that began at a reading half a second after the last
+    tick, moved forward by a 45 s step, began after that tick moved by the same step. The file
+    the engine itself wrote then was refused for `flow` (it started afresh: its baseline lost,
+    its slug held off a day)."""
+    engine = Engine(CONFIG.rules, ManualClock())
+    live(engine, _readings(T0, 30, 300.0))
+    end = T0 + 30 * 60
+    engine.tick(end)
+    engine.process(Sample("flow", end + 0.5, 3000.0))  # an over run begins between two ticks
+    advance_watches(engine, 45.0)
+    state = {s.sensor: s for s in engine.sensor_states()}["flow"]
+    assert state.slug is not None and state.slug.run_start == end + 45.5
+    path = tmp_path / "engine.npz"
+    save_checkpoint(engine, path)
+    again = Engine(CONFIG.rules, ManualClock())
+    with caplog.at_level(logging.WARNING, logger="monitor.engine.checkpoint"):
+        assert "flow" in restore_checkpoint(again, path)
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    assert again.baseline_mean("flow") == engine.baseline_mean("flow")

@@ -233,3 +233,66 @@ def test_the_console_card_gives_each_rule_its_real_unit_and_no_minus_zero(
         disk = page.locator('article.alarm[data-key="gateway.disk/disk_low"]')
         expect(disk).to_contain_text("50 MiB free (floor 200 MiB)")
         page.close()
+
+
+def test_a_rule_that_is_not_a_reading_never_shows_the_sensors_unit() -> None:
+    """Only the rules whose value and limit are a reading and its threshold show the sensor's
+    unit. Any other falls through to "value N unit, limit M unit" unless figures() names it:
+    a meter alarm paged its register (counts, before the multiplier) as "value 123456 gal,
+    limit 50 gal" beside the volume the meter could pass in that time; a rule added later
+    would page its numbers as a temperature. This fails for it until it gets its wording."""
+    from monitor.alarms.figures import READING_RULES
+
+    for rule in set(Rule) - READING_RULES - {Rule.METER}:  # a meter's limit is a volume: below
+        shown = figures(alarm(rule, 5.0, 3.0, "some source"), "degF")
+        assert "degF" not in shown, (rule, shown)
+
+
+def test_a_meter_alarm_gives_its_register_reading_and_the_volume_it_could_pass() -> None:
+    meter = alarm(Rule.METER, 123456.0, 50.0, "meter m: reading jumped from 123000 to 123456")
+    assert figures(meter, "gal") == "register reading 123456, at most 50 gal could pass"
+    assert figures(alarm(Rule.METER, 7.0, None), "gal") == "register reading 7"
+
+
+def test_the_console_words_every_rule_or_names_it_a_reading() -> None:
+    """app.js repeats figures(): every rule is either a `case` of figuresText or listed among
+    the readings, as in figures.py, so a rule added to one is not missed in the other."""
+    import re
+
+    from monitor.alarms.figures import READING_RULES
+
+    js = (Path(__file__).parent.parent / "monitor/web/static/app.js").read_text()
+    cases = set(re.findall(r'case "([a-z_]+)"', js))
+    [listed] = re.findall(r"const READING_RULES = new Set\(\[([^\]]*)\]\)", js)
+    readings = set(re.findall(r'"([a-z_]+)"', listed))
+    assert readings == {r.value for r in READING_RULES}
+    assert {r.value for r in Rule} - readings <= cases, {r.value for r in Rule} - readings - cases
+
+
+def test_the_console_card_words_a_meter_and_a_reading_not_read_as_the_page_does(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """The card read a meter's register as a reading ("123,456 gpm (limit 50)"), and gave
+    nothing at all for a stale sensor that never read or an overflow with the level not read,
+    where the page says "no reading for longer than 5 min" and "level not read, overflow at
+    12 ft". Real Chromium."""
+    view = TableView(tmp_path / "journal.sqlite", ManualClock(CONSOLE_T0))
+    fill_day(view, CONSOLE_T0 - 86400)
+    with LiveConsole(view, refresh=0.3) as console:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(console.url)
+        expect(page.locator("#live")).to_have_text("live")
+        t = CONSOLE_T0 + 60
+        conditions = [
+            Condition(t, "outfall.flow", Rule.METER, ConditionState.ACTIVE, 123456.0, 50.0, "", "meter"),
+            Condition(t, "outfall.oil", Rule.STALE, ConditionState.ACTIVE, math.nan, 300.0, ""),
+            Condition(t, "outfall.ph", Rule.OVERFLOW, ConditionState.ACTIVE, math.nan, 12.0, ""),
+        ]
+        console.call(lambda: [view.alarms.apply(c) for c in conditions])
+        meter = page.locator('article.alarm[data-key="outfall.flow/meter"]')
+        expect(meter).to_contain_text("register reading 123,456 (at most 50 gpm could pass)")
+        oil = page.locator('article.alarm[data-key="outfall.oil/stale"]')
+        expect(oil).to_contain_text("no reading for longer than 5 min")
+        level = page.locator('article.alarm[data-key="outfall.ph/overflow"]')
+        expect(level).to_contain_text("level not read (overflow at 12)")
+        page.close()

@@ -14,7 +14,17 @@ import math
 
 from monitor.model import Alarm, Rule, number
 
-__all__ = ["figures", "lasting", "reading"]
+__all__ = ["READING_RULES", "figures", "lasting", "reading"]
+
+# The rules whose value is a reading in the sensor's unit (and limit its threshold, or for
+# frozen and stale a time). Every other rule is worded below; one not worded (a rule added
+# later) gives bare numbers, never the sensor's unit.
+READING_RULES = frozenset(
+    {
+        *(Rule.SLUG, Rule.HIGH, Rule.LOW, Rule.HIGH_LEVEL, Rule.OVERFLOW, Rule.FAIL_TO_START),
+        *(Rule.FROZEN, Rule.STALE),
+    }
+)
 
 
 def lasting(seconds: float) -> str:
@@ -95,6 +105,14 @@ def figures(alarm: Alarm, unit: str) -> str:
         return ", ".join(x for x in (run, most) if x)
     if rule is Rule.OVERFLOW and not _known(v):  # the level dead or stale: the float's word
         return f"level not read, overflow at {reading(lim, unit)}" if _known(lim) else "level not read"
+    if rule is Rule.METER:  # the register as read (counts), and the volume that could pass
+        if not _known(v):
+            return ""
+        assert v is not None
+        could = f", at most {reading(lim, unit)} could pass" if _known(lim) else ""
+        return f"register reading {number(v)}{could}"
+    if rule not in READING_RULES:  # a rule not worded here: its numbers, never the sensor's unit
+        return _bare(v, lim)
     if not _known(v) and not _known(lim):
         return ""
     if not _known(v):  # "value -" said nothing
@@ -116,5 +134,10 @@ def _comm_loss(alarm: Alarm) -> str:
         down = f"no broker for {lasting(v)}" if _known(v) and v is not None else ""
         after = f"alarm after {lasting(lim)}" if _known(lim) and lim is not None else ""
         return ", ".join(x for x in (down, after) if x)
+    return _bare(v, lim)
+
+
+def _bare(v: float | None, lim: float | None) -> str:
+    """Numbers whose unit is not known here: no unit at all rather than a wrong one."""
     parts = [f"value {number(v)}" if _known(v) else "", f"limit {number(lim)}" if _known(lim) else ""]
     return ", ".join(x for x in parts if x)

@@ -169,8 +169,15 @@ def advance_watches(
     made a 12 min run a 16 min slug); but those of the sensors in `keep` (stamped by their
     device's clock: no time was skipped there). Restarted instead, a 3 s step put every
     on-delay in progress back to its start and every stale watch back to zero: an alarm
-    up to its whole delay late. `clock`: as `shift`'s."""
-    engine.last_tick += delta
+    up to its whole delay late. `clock`: as `shift`'s.
+
+    The tick moves from the latest time the gateway clock is known to have reached: its
+    last tick, or a reading it stamped since (the daemon ticks once a second and judges
+    readings between ticks). Moved from the tick alone, a run begun at such a reading
+    began after the moved tick, and the checkpoint the engine wrote then was refused for
+    that sensor (`check_entry`: no run starts after the last reading or tick)."""
+    gateway = [st.last_time for st in engine.sensor_states() if st.sensor not in keep]
+    engine.last_tick = max([engine.last_tick, *gateway]) + delta
     if engine.ahead is not None:  # refusals ahead arrived on the gateway clock, as the watches run
         engine.ahead.shift(delta, clock)
     for st in engine.sensor_states():

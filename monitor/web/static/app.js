@@ -77,6 +77,9 @@ function limitText(a) {
 // three failed polls. null: a reading, shown with the sensor's unit.
 function counted(n, one, many) { return `${fmtNum(n)} ${n === 1 ? one : many}`; }
 function mib(b) { return `${fmtNum(Math.round(b / 1048576))} MiB`; }
+// The rules whose value is a reading in the sensor's unit (figures.py's READING_RULES): any
+// other rule is worded in figuresText, and one not worded (added later) gets bare numbers.
+const READING_RULES = new Set(["slug", "high", "low", "high_level", "overflow", "fail_to_start", "frozen", "stale"]);
 function figuresText(a) {
   const v = a.value, lim = a.limit, has = (x) => x !== null && x !== undefined;
   const and = (first, then) => (has(lim) ? `${first} (${then})` : first);
@@ -93,8 +96,17 @@ function figuresText(a) {
     case "notify": return counted(v, "failed attempt", "failed attempts");
     case "bad_value": return `last bad reading ${fmtNum(v)}`;
     case "state": case "incidents": return "";
-    default: return null;
+    case "meter": return and(`register reading ${fmtNum(v)}`, `at most ${fmtNum(lim)}${unitOf(a.sensor) ? " " + unitOf(a.sensor) : ""} could pass`);
+    default: return READING_RULES.has(a.rule) ? null : and(fmtNum(v), `limit ${fmtNum(lim)}`);
   }
+}
+// An alarm with no value: a stale sensor that never read, an overflow with the level not
+// read (the float switch decided), as the page says them; the rest show nothing.
+function notRead(a, unit) {
+  const has = a.limit !== null && a.limit !== undefined;
+  if (a.rule === "stale" && has) return `${TIMER_LIMIT.stale} ${lasting(a.limit)}`;
+  if (a.rule === "overflow") return has ? `level not read (overflow at ${fmtNum(a.limit)}${unit ? " " + unit : ""})` : "level not read";
+  return "";
 }
 function unitOf(sensorId) {
   const s = sensors.find((x) => x.id === sensorId);
@@ -260,7 +272,7 @@ function alarmCard(a) {
   // the name an operator knows the sensor by (the config's `name`), its id beside it
   const known = sensors.find((x) => x.id === a.sensor);
   const label = known && known.name ? known.name : a.sensor;
-  const other = a.value === null ? "" : figuresText(a);
+  const other = a.value === null ? notRead(a, unit) : figuresText(a);
   const reading = other !== null ? other :
     `${fmtNum(a.value)}${unit ? " " + unit : ""}` + (a.limit !== null ? ` (${limitText(a)})` : "");
   const meta = [];
