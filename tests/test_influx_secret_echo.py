@@ -49,6 +49,7 @@ class Echo(http.server.BaseHTTPRequestHandler):
     form = "plain"
 
     def do_POST(self) -> None:
+        self.seen.append(self.headers.get("Authorization", ""))  # type: ignore[attr-defined]
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         body = f"denied: {FORMS[self.form]}".encode()
         self.send_response(self.status)
@@ -66,7 +67,7 @@ class Echo(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def echo() -> Iterator[type[Echo]]:
-    handler = type("EchoHandler", (Echo,), {})
+    handler = type("EchoHandler", (Echo,), {"seen": []})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -131,3 +132,27 @@ def test_url_with_credentials_exits_2_without_echoing_them(tmp_path: Path, api: 
     assert "influx.url" in result.stderr and "username" in result.stderr, result.stderr
     assert "hunter2" not in result.stderr + result.stdout
     assert "Traceback" not in result.stderr
+
+
+def test_v1_token_is_sent_as_the_historian_sends_it(
+    tmp_path: Path, echo: type[Echo], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`api: v1` with `token`: the historian reader sent `Token <token>` while the v1 writer
+    dropped it unseen (a write to InfluxDB 2's v1 API, or 1.8 with auth, got 401 forever).
+    Both send the same header now. The echo server stands in for InfluxDB 1.8+/2.x's v1
+    /write, which takes `Token`: Debian's InfluxDB 1.6 predates that scheme."""
+    from monitor.sources.historian import Http
+
+    echo.status = 401
+    monkeypatch.setenv("INFLUX_TOKEN", "station:t0ken-pw-77")
+    influx = {"url": echo.url, "api": "v1", "database": "d", "token": "${INFLUX_TOKEN}"}  # type: ignore[attr-defined]
+    _, config = write_config(tmp_path, influx, station="echo")
+    assert config.influx is not None
+    sink = open_sink(config)
+    try:
+        sink.write_samples([Sample("outfall.ph", T0, 7.25)])
+        asyncio.run(sink.drain(0.3))
+    finally:
+        sink.close()
+    assert echo.seen == [Http(config.influx).headers["Authorization"]] * len(echo.seen), echo.seen  # type: ignore[attr-defined]
+    assert echo.seen and echo.seen[0] == "Token station:t0ken-pw-77"  # type: ignore[attr-defined]
