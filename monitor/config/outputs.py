@@ -1,5 +1,6 @@
 """Output sections: InfluxDB writer and outbox, local series store, console, alarms, billing."""
 
+import urllib.parse
 from decimal import Decimal
 from pathlib import Path
 from typing import Literal
@@ -36,6 +37,11 @@ class Influx(Section):
 
     @model_validator(mode="after")
     def _api_keys(self) -> "Influx":
+        # neither writer sends userinfo, and a URL is printed in many places: say where they go
+        if "@" in urllib.parse.urlsplit(self.url).netloc:
+            raise key_error(
+                "url", "credentials in the URL are never sent: set username and password (or token)"
+            )
         if self.api == "v2":
             for key in ("org", "bucket"):
                 if getattr(self, key) is None:

@@ -10,8 +10,10 @@ were bad. Here that answer becomes a 401 (retried, the points kept) with the tok
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import re
+import urllib.parse
 
 from monitor.config import Influx
 
@@ -21,17 +23,32 @@ MIN_SCRUBBED = 4  # characters; shorter strings would cut ordinary words out of 
 
 
 def secrets_of(influx: Influx) -> tuple[str, ...]:
-    """Every form in which this config's credentials can come back in an answer."""
+    """Every form in which this config's credentials can come back in an answer: as sent
+    (base64 of `user:password`), plain, URL-encoded (a redirect's userinfo, a quoted request
+    line) and JSON-escaped (an error body). Longest first, so a form is cut whole."""
     out: list[str] = []
     password = influx.password.get_secret_value() if influx.password else ""
     if influx.username is not None:
         pair = f"{influx.username}:{password}"
-        out += [base64.b64encode(pair.encode()).decode(), pair]
+        out += [base64.b64encode(pair.encode()).decode(), *_forms(pair)]
     if password:
-        out.append(password)
+        out += _forms(password)
     if influx.token is not None:
-        out.append(influx.token.get_secret_value())
-    return tuple(s for s in out if len(s) >= MIN_SCRUBBED)
+        out += _forms(influx.token.get_secret_value())
+    unique = {s for s in out if len(s) >= MIN_SCRUBBED}
+    return tuple(sorted(unique, key=len, reverse=True))
+
+
+def _forms(secret: str) -> list[str]:
+    """`secret` as a proxy or server may quote it back."""
+    return [
+        secret,
+        urllib.parse.quote(secret, safe=""),
+        urllib.parse.quote(secret),
+        urllib.parse.quote_plus(secret),
+        json.dumps(secret)[1:-1],
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+    ]
 
 
 def scrub(text: str, secrets: tuple[str, ...]) -> str:

@@ -1,8 +1,9 @@
 """InfluxDB 1.x through its `/write` API, over the standard library's http.client.
 
-InfluxDB 1.x has no org/bucket/token; it takes `db`, `rp` and basic auth. The
-username and password travel in the Authorization header (never in the URL,
-which proxies log). One keep-alive connection, reopened after any failure.
+InfluxDB 1.x has no org/bucket; it takes `db`, `rp` and basic auth, or (1.8+,
+and 2.x/3.x's v1 API) `Authorization: Token`. The credentials travel in the
+Authorization header (never in the URL, which proxies log). One keep-alive
+connection, reopened after any failure.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ class InfluxV1Writer:
             password = influx.password.get_secret_value() if influx.password else ""
             token = base64.b64encode(f"{influx.username}:{password}".encode()).decode()
             self._headers["Authorization"] = f"Basic {token}"
+        elif influx.token is not None:
+            # InfluxDB 1.8+ (`user:password` as the token) and 2.x/3.x's v1 API take this; the
+            # historian reader sends the same header, so a token that reads also writes
+            self._headers["Authorization"] = f"Token {influx.token.get_secret_value()}"
         self._secrets = secrets_of(influx)
         self._context: ssl.SSLContext | None = None
         if self._https:
