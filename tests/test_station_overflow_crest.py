@@ -305,6 +305,52 @@ def test_killed_between_the_journal_and_the_callout_at_a_bounce_pages_no_one_aga
     asyncio.run(go())
 
 
+@pytest.mark.parametrize("delta", [-86_400.0, 3600.0], ids=["stepped-back-a-day", "stepped-forward"])
+def test_a_clock_step_between_bounces_keeps_bob_s_step_on_the_new_clock(
+    tmp_path: Path, smtp: MailServer, delta: float
+) -> None:
+    """Alice paged at the first on (15-min delay), NTP steps the gateway clock in the first
+    off poll (the clear ended her escalation, its next step kept due T0 + 15 min on the old
+    clock); the readings after it are stamped on the new clock. Before: the continuation
+    resumed the step due at that old time: a day back, Bob due a day on (never told while
+    the well spilled); an hour forward, overdue, Bob paged at once, 11 min early. Now the
+    kept due time moves with the clock as a running step does: Bob at 15 min real time."""
+    config = _paging_config(tmp_path, smtp.port, delay="15m")
+    bob_at: list[float] = []
+
+    async def go() -> None:
+        store = StationStore.open(config.state_dir)
+        tracker = StationTracker(config, store)
+        rig = Rig(config, ManualClock(T0 - 1))
+        cut = ends()[0]
+        shift = 0.0
+        try:
+            for s in crest():
+                if s.time > cut and not shift:
+                    shift = delta
+                    tracker.shift(delta)
+                    rig.clock.set(cut + delta)
+                    rig.callout.clock_step(delta)
+                t = s.time + shift
+                if t > rig.clock.now():
+                    rig.clock.set(t)
+                for c in tracker.feed(Sample(s.sensor, t, s.value, s.quality)):
+                    rig.manager.apply(c)
+                await rig.step()
+                if not bob_at and smtp.to(BOB):
+                    bob_at.append(rig.clock.now() - shift)
+            for _ in range(12):
+                await rig.step(300)
+            assert len(smtp.to(ALICE)) == 1
+            assert len(smtp.to(BOB)) == 1
+            assert T0 + 900 <= bob_at[0] <= T0 + 900 + 10
+        finally:
+            await rig.close()
+            store.close()
+
+    asyncio.run(go())
+
+
 def test_a_full_disk_in_the_chatter_still_links_and_the_store_takes_writes_again(tiny_disk: Path) -> None:
     """The state disk (a real 3 MB tmpfs) fills in the third stretch: the crest candidate's
     write (one transaction, `StationStore.save_spill`) fails, logged and counted, never a

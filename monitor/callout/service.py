@@ -271,6 +271,7 @@ class Callout:
             self.unset_starts.clock_set()
         try:
             moved = self.store.forward(step, self._before) if step > 0 else 0
+            self.store.shift_kept(step)
             links = self.store.rebase(step, now - step, not self._clock_is_set(now))
         except StateError as exc:  # a full disk: the steps stay where they were (due early)
             log.error("callout: %s", exc)
@@ -332,9 +333,7 @@ class Callout:
         activated = alarm.activated_at or now
         since = continues_from(note)
         # To the millisecond in the note; the event's first activation is at its start or later.
-        chain = (
-            [] if since is None else self.store.event(alarm.sensor, str(alarm.rule), since - 0.001, activated)
-        )
+        chain = [] if since is None else self.store.event(alarm.sensor, str(alarm.rule), since - 0.001)
         lead = next((e for e in chain if e.status != "continues"), None)
         if lead is None:
             log.warning("callout for %s/%s: it %s, but no escalation of that event is known; paged as new",

@@ -448,15 +448,32 @@ class CalloutStore:
             )
         return cur.rowcount > 0
 
-    def event(self, sensor: str, rule: str, since: float, before: float) -> list[Escalation]:
-        """The alarm escalations of one event (activated from `since`, before `before`), the
-        latest first: the activations an activation continuing that event follows."""
+    def event(self, sensor: str, rule: str, since: float) -> list[Escalation]:
+        """The alarm escalations of one event, the latest stored first: the event's first (the
+        first stored activated from `since`) and every one stored after it. By the
+        order stored, not by activation time: after the gateway clock stepped back between
+        bounces, a continuation's start is before the event's first, and the event was not
+        found (the first person paged again at every bounce)."""
         rows = self._query(
-            f"SELECT {_ESC} FROM escalation WHERE kind='alarm' AND sensor=? AND rule=?"
-            " AND activated_at>=? AND activated_at<? ORDER BY activated_at DESC, id DESC",
-            (sensor, rule, since, before),
+            f"SELECT {_ESC} FROM escalation WHERE kind='alarm' AND sensor=? AND rule=? AND id >= ("
+            "SELECT min(id) FROM escalation WHERE kind='alarm' AND sensor=? AND rule=?"
+            " AND activated_at>=?) ORDER BY id DESC",
+            (sensor, rule, sensor, rule, since),
         )
         return [_esc(r) for r in rows]
+
+    def shift_kept(self, step: float) -> int:
+        """The gateway clock stepped by `step` (< 0 back) while running: the due time a return
+        to normal kept (`end`) moves with it, as a running step's does, so a continuation
+        resumes the next step after the real time it was meant to wait. Left on the old clock:
+        an hour forward, the step was overdue and the next person paged at once, 11 min early;
+        a day back, it was due a day on and nobody was told while the well spilled."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE escalation SET next_at = next_at + ? WHERE status='cleared' AND next_at IS NOT NULL",
+                (step,),
+            )
+        return int(cur.rowcount)
 
     def resume(self, lead: Escalation, activated_at: float, now: float) -> Escalation | None:
         """A running escalation for the activation at `activated_at` that takes over where `lead`
@@ -464,7 +481,9 @@ class CalloutStore:
         that was (at once if due already; `served`: the delay less what is left, so a restart
         on an unset clock counts the time already waited). None when this activation already
         has one (a restart's resume)."""
-        due = now if lead.next_at is None else lead.next_at
+        # Never later than its delay less the time it waited: a kept due time from a clock ahead
+        # of this one (stepped back while the daemon was down) would hold the step that long.
+        due = now if lead.next_at is None else min(lead.next_at, now + max(0.0, lead.delay - lead.served))
         served = min(lead.delay, max(0.0, lead.delay - (due - now)))
         with self._tx() as db:
             cur = db.execute(
