@@ -251,6 +251,26 @@ def test_return_to_normal_stops_it_when_configured(tmp_path: Path, smtp: MailSer
     run(tmp_path, smtp, test)
 
 
+def test_an_ack_after_the_clear_keeps_the_return_to_normal_in_the_history(
+    tmp_path: Path, smtp: MailServer
+) -> None:
+    """Alice paged, the alarm returns to normal (its escalation ended by the clear), she acks
+    an hour later. Before: the history read "acknowledged by Alice Smith" with the clear's
+    time as its end: as if she had answered while it was active. Now it says both, in order."""
+
+    async def test(rig: Rig) -> None:
+        rig.manager.apply(ph(ConditionState.ACTIVE, T0))
+        await rig.step()
+        rig.manager.apply(ph(ConditionState.CLEARED, T0 + 60, value=7.0))
+        await rig.step(3600)
+        rig.manager.acknowledge("outfall.ph", Rule.LOW, "Alice Smith")
+        [esc] = escalations(rig)
+        assert esc["status"] == "acknowledged after clear" and esc["ended_by"] == "Alice Smith"
+        assert len(smtp.to(ALICE)) == 1 and smtp.to(BOB) == []
+
+    run(tmp_path, smtp, test)
+
+
 def test_without_stop_on_clear_it_goes_on_until_acknowledged(tmp_path: Path, smtp: MailServer) -> None:
     async def test(rig: Rig) -> None:
         rig.manager.apply(ph(ConditionState.ACTIVE, T0))

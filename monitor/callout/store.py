@@ -97,6 +97,10 @@ _LINK_INDEX = "CREATE INDEX IF NOT EXISTS link_live ON link (age) WHERE used_at 
 ACTIVE = ("running", "flood")
 
 
+# The status of an escalation a return to normal ended, acknowledged later (`acknowledged_after_clear`).
+ACKED_AFTER_CLEAR = "acknowledged after clear"
+
+
 @dataclass(frozen=True, slots=True)
 class Escalation:
     id: int
@@ -512,12 +516,14 @@ class CalloutStore:
 
     def acknowledged_after_clear(self, sensor: str, rule: str, activated_at: float, by: str | None) -> bool:
         """An alarm acknowledged after its return to normal ended its escalation: that one is
-        marked acknowledged (by whom), so an activation continuing its event pages nobody."""
+        marked `ACKED_AFTER_CLEAR` (by whom), so an activation continuing its event pages
+        nobody. Not plain "acknowledged": its end time is the clear's, and the history read as
+        if the person had answered while the alarm was active."""
         with self._tx() as db:
             cur = db.execute(
-                "UPDATE escalation SET status='acknowledged', ended_by=?, next_at=NULL WHERE kind='alarm'"
+                "UPDATE escalation SET status=?, ended_by=?, next_at=NULL WHERE kind='alarm'"
                 " AND sensor=? AND rule=? AND activated_at=? AND status='cleared'",
-                (by, sensor, rule, activated_at),
+                (ACKED_AFTER_CLEAR, by, sensor, rule, activated_at),
             )
         return cur.rowcount > 0
 

@@ -8,6 +8,7 @@ const CALLOUT_STATUS = {
   cleared: "returned to normal", flood: "in a flood summary", shelved: "shelved",
   "out of service": "out of service", suppressed: "suppressed", stopped: "stopped",
   continues: "no page: continues an event already paged",
+  "acknowledged after clear": "returned to normal, acknowledged later",
 };
 
 function renderCallout(state) {
