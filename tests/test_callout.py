@@ -330,6 +330,44 @@ def test_a_flood_is_one_summary_per_person(tmp_path: Path, smtp: MailServer) -> 
     run(tmp_path, smtp, test, repeat=3)
 
 
+def test_a_continuation_in_a_flood_stays_in_the_summary(tmp_path: Path, smtp: MailServer) -> None:
+    """A wet-well alarm among twelve (a flood: one summary per person, Alice's now, Bob's in
+    an hour) clears and comes back as the continuation of its event (a float bouncing at the
+    crest). Before: the continuation resumed its folded escalation on its own, due at once:
+    Bob paged for it alone an hour early while the summary still had Alice. Now it joins the
+    running summary: nobody paged for it alone; Bob gets the summary at the hour."""
+
+    async def test(rig: Rig) -> None:
+        for i in range(12):
+            rig.manager.apply(
+                Condition(T0 + i, f"wetwell.level{i}", Rule.HIGH, ConditionState.ACTIVE, 9.0, 8.0, "site")
+            )
+        await rig.step()
+        level0 = Condition(T0 + 20, "wetwell.level0", Rule.HIGH, ConditionState.CLEARED, 7.9, 8.0, "site")
+        rig.manager.apply(level0)
+        await rig.step(20)
+        again = Condition(
+            T0 + 30,
+            "wetwell.level0",
+            Rule.HIGH,
+            ConditionState.ACTIVE,
+            9.0,
+            8.0,
+            "site",
+            extra={"continues": T0},
+        )
+        rig.manager.apply(again)
+        await rig.step(10)
+        assert smtp.to(BOB) == []
+        [summary] = smtp.to(ALICE)
+        assert "ALARM FLOOD" in summary.subject
+        await rig.step(3600)
+        [bob] = smtp.to(BOB)
+        assert "ALARM FLOOD" in bob.subject
+
+    run(tmp_path, smtp, test, delay="1h")
+
+
 def test_pipelines_match_by_schedule_in_local_time_holidays_and_discharger(
     tmp_path: Path, smtp: MailServer
 ) -> None:

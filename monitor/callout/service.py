@@ -340,6 +340,20 @@ class Callout:
                         alarm.sensor, alarm.rule, note)  # fmt: skip
             self._activated(alarm, now)
             return
+        flood = None if lead.flood is None else self.store.get(lead.flood)
+        if flood is not None and flood.status == "running":
+            # Its event is in a running flood summary (one per person): it joins it, as one long
+            # alarm stays in it. Resumed alone, the next person was paged for it at once.
+            pipeline = self.matcher.pipeline(alarm, now)
+            esc = (
+                None
+                if pipeline is None
+                else self._start("alarm", alarm.sensor, str(alarm.rule), activated, pipeline, now)
+            )
+            if esc is not None:
+                self.store.fold(esc.id, flood.id)
+                log.info("callout for %s/%s: it %s, in the flood summary", alarm.sensor, alarm.rule, note)
+            return
         if lead.status == "cleared" and lead.next_step < lead.steps:
             esc = self.store.resume(lead, activated, now)
             if esc is not None:
