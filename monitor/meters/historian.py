@@ -51,35 +51,23 @@ from monitor.config import Config
 from monitor.errors import MeterError
 from monitor.meters.billing import Usage, coverage
 from monitor.meters.book import meter_specs
-from monitor.meters.dedup import doubt, interval_ms, straddle_end
+from monitor.meters.dedup import KeptPoint, doubt, interval_ms, straddle_end
 from monitor.meters.periods import Quarter
 from monitor.meters.rows import to_ms
 from monitor.meters.totalizer import MeterSpec, dec, to_ft3
 from monitor.model import iso
 
 
-class StoredMeterPoint(Protocol):
+class StoredMeterPoint(KeptPoint, Protocol):
     """One stored `meter` point (`monitor.sources.meter_history.MeterSample` fits; meters may
-    not import sources, so this is structural)."""
+    not import sources, so this is structural): what the dedup doubt reads, and more."""
 
     @property
     def meter(self) -> str: ...
     @property
     def unit(self) -> str: ...
     @property
-    def time_ms(self) -> int: ...
-    @property
-    def reading(self) -> float | None: ...
-    @property
-    def consumption(self) -> float | None: ...
-    @property
-    def accepted(self) -> float | None: ...
-    @property
     def rewritten(self) -> bool: ...
-    @property
-    def restamped(self) -> bool: ...
-    @property
-    def corrected(self) -> bool: ...
 
 
 class History(Protocol):
