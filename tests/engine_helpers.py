@@ -73,6 +73,39 @@ def run_live(
     return engine, live(engine, [Sample(sensor, t, v) for t, v in points])
 
 
+def cut_by_a_checkpoint(
+    config: Config,
+    stream: tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]],
+    cut: float,
+    use_replay: bool,
+    path: Path,
+) -> tuple[list[Condition], list[Condition]]:
+    """The whole stream live, and the same stream cut at `cut` by a checkpoint saved to
+    `path` and restored into a new engine (replay before the cut and live after it, or the
+    other way round): what a restart must not change. The cut's conditions come back in the
+    engine's order; a cut between samples of one time may order that time's differently at
+    the seam, so both are sorted the same way."""
+    from monitor.engine import restore_checkpoint, save_checkpoint
+
+    sensor, time, value, quality = stream
+    samples = as_samples(config, *stream)
+    whole = live(Engine(config.rules, ManualClock()), samples)
+    i = int(cut * len(samples))
+    first = Engine(config.rules, ManualClock())
+    if use_replay:
+        before = first.replay(sensor[:i], time[:i], value[:i], quality[:i]).conditions
+    else:
+        before = live(first, samples[:i])
+    save_checkpoint(first, path)
+    second = Engine(config.rules, ManualClock())
+    restore_checkpoint(second, path)
+    if use_replay:
+        after = live(second, samples[i:])
+    else:
+        after = second.replay(sensor[i:], time[i:], value[i:], quality[i:]).conditions
+    return whole, sorted(before + after, key=first.sort_key)
+
+
 def canon(conditions: list[Condition]) -> list[tuple[object, ...]]:
     """Conditions as comparable tuples (NaN values compare equal, floats bit for bit)."""
     return [

@@ -17,7 +17,7 @@ from monitor.config import build_config
 from monitor.engine import ClockWatch, Engine, replay_steps, restore_checkpoint, save_checkpoint
 from monitor.errors import ConfigError
 from monitor.model import Condition, ConditionState, ManualClock, Quality, Rule, Sample
-from tests.engine_helpers import T0, as_samples, canon, every, live, run_live, station
+from tests.engine_helpers import T0, as_samples, canon, cut_by_a_checkpoint, every, live, run_live, station
 from tests.examples import examples
 from tests.test_config import run_monitor
 
@@ -289,24 +289,9 @@ def test_time_major_batches_equal_live_for_frozen(stream: Stream, batch: int) ->
 def test_checkpoint_and_restore_give_the_same_frozen_events(
     stream: Stream, cut: float, use_replay: bool, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    sensor, time, value, quality = stream
-    samples = as_samples(CONFIG, *stream)
-    whole = live(Engine(CONFIG.rules, ManualClock()), samples)
-    i = int(cut * len(samples))
-    first = Engine(CONFIG.rules, ManualClock())
-    if use_replay:
-        before = first.replay(sensor[:i], time[:i], value[:i], quality[:i]).conditions
-    else:
-        before = live(first, samples[:i])
     path = tmp_path_factory.mktemp("ckpt") / "engine.npz"
-    save_checkpoint(first, path)
-    second = Engine(CONFIG.rules, ManualClock())
-    restore_checkpoint(second, path)
-    if use_replay:
-        after = live(second, samples[i:])
-    else:
-        after = second.replay(sensor[i:], time[i:], value[i:], quality[i:]).conditions
-    assert canon(sorted(before + after, key=first.sort_key)) == canon(whole)
+    whole, cut_up = cut_by_a_checkpoint(CONFIG, stream, cut, use_replay, path)
+    assert canon(cut_up) == canon(whole)
 
 
 def test_a_frozen_alarm_the_journal_holds_after_a_restart_ends_only_on_a_change(tmp_path: Path) -> None:

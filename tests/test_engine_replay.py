@@ -23,7 +23,7 @@ from monitor.engine import (
 )
 from monitor.errors import StateError
 from monitor.model import ConditionState, ManualClock, Sample
-from tests.engine_helpers import T0, as_samples, canon, live, station
+from tests.engine_helpers import T0, as_samples, canon, cut_by_a_checkpoint, live, station
 from tests.examples import examples
 
 # Short windows so a few hundred samples cover warm-up, slugs, gaps and restarts.
@@ -214,26 +214,9 @@ def test_time_major_batches_equal_live(stream: Stream, batch: int, config: Confi
 def test_checkpoint_and_restore_give_the_same_events(
     stream: Stream, cut: float, use_replay: bool, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    sensor, time, value, quality = stream
-    samples = as_samples(CONFIG, *stream)
-    whole = live(Engine(CONFIG.rules, ManualClock()), samples)
-    i = int(cut * len(samples))
-    first = Engine(CONFIG.rules, ManualClock())
-    if use_replay:
-        before = first.replay(sensor[:i], time[:i], value[:i], quality[:i]).conditions
-    else:
-        before = live(first, samples[:i])
     path = tmp_path_factory.mktemp("ckpt") / "engine.npz"
-    save_checkpoint(first, path)
-    second = Engine(CONFIG.rules, ManualClock())
-    restore_checkpoint(second, path)
-    if use_replay:
-        after = live(second, samples[i:])
-    else:
-        after = second.replay(sensor[i:], time[i:], value[i:], quality[i:]).conditions
-    # A cut between samples of the same time may order that time's conditions differently
-    # at the seam; the conditions themselves must be identical.
-    assert canon(sorted(before + after, key=first.sort_key)) == canon(whole)
+    whole, cut_up = cut_by_a_checkpoint(CONFIG, stream, cut, use_replay, path)
+    assert canon(cut_up) == canon(whole)
 
 
 def test_a_symlink_left_as_the_checkpoints_temporary_file_is_not_written_through(tmp_path: Path) -> None:
